@@ -1,0 +1,55 @@
+# riverbed: the two commands that matter are `make run` and `make test`.
+# Everything they need is installed here, on a fresh machine, from PyPI and Debian.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+export UV_PYTHON_DOWNLOADS := never
+UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
+VENV := .venv
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: run test lint typecheck unit sysdeps venv bench soak clean
+
+$(UV):
+	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet --user uv || $(PYTHON) -m pip install --quiet uv
+
+$(STAMP): pyproject.toml uv.lock | $(UV)
+	$(UV) sync --frozen --all-extras --python $(PYTHON)
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+# Debian packages the tests use; installed when missing, with a clear word when that is impossible.
+sysdeps:
+	@if ! command -v kcat >/dev/null 2>&1; then \
+	  echo "installing Debian package kcat (used by integration tests)"; \
+	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq kcat >/dev/null) || echo "WARNING: could not install kcat with apt-get; kcat tests will fail"; \
+	  elif command -v sudo >/dev/null 2>&1; then (sudo apt-get update -qq && sudo apt-get install -y -qq kcat >/dev/null) || echo "WARNING: could not install kcat"; \
+	  else echo "WARNING: kcat is missing and this user cannot run apt-get; install it: apt-get install kcat"; fi; \
+	fi
+	@if ! command -v java >/dev/null 2>&1; then \
+	  echo "Java 17+ is needed by Spark; installing openjdk-17-jre-headless"; \
+	  ( [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null ) || echo "WARNING: Java 17+ missing: install openjdk-17-jre-headless"; \
+	fi
+
+run: $(STAMP)
+	$(VENV)/bin/riverbed --help
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks scripts
+	$(VENV)/bin/ruff format --check src tests benchmarks scripts
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+test: $(STAMP) sysdeps lint typecheck
+	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+
+unit: $(STAMP)
+	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(VENV)/bin/python -m benchmarks.codec_bench
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,3 @@
+"""riverbed: a Kafka-compatible streaming platform in Python."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""riverbed.protocol: the Kafka wire format (primitives, messages, record batches)."""

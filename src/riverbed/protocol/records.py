@@ -1,0 +1,344 @@
+"""Records inside a v2 batch: iterate (decode) and build (encode).
+
+The header and its in-place patches live in :mod:`riverbed.protocol.record_batch` and are
+re-exported here, so ``riverbed.protocol.records`` is the one import for batches.
+
+The records section (after the 61-byte header, decompressed as the attributes say) is
+``recordsCount`` records, each::
+
+    length          varint   bytes of the rest of this record
+    attributes      int8     unused, 0
+    timestampDelta  varlong  timestamp - batch firstTimestamp
+    offsetDelta     varint   offset - batch baseOffset
+    keyLength       varint   -1 = null key
+    key             bytes
+    valueLength     varint   -1 = null value
+    value           bytes
+    headerCount     varint
+    headers         headerCount x (keyLength varint, key utf-8, valueLength varint
+                                   (-1 = null), value)
+
+varint/varlong are zigzag-encoded base-128 (protobuf's sint32/sint64), at most 5/10
+bytes. With LogAppendTime (attributes bit 3) every record's timestamp is the batch's
+maxTimestamp.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from crc32c import crc32c
+
+from riverbed.protocol.compression import (
+    DECOMPRESSED_MAX_BYTES,
+    CompressionType,
+    compress,
+    decompress,
+)
+from riverbed.protocol.exceptions import ProtocolError
+from riverbed.protocol.record_batch import (
+    ATTR_COMPRESSION_MASK,
+    ATTR_CONTROL,
+    ATTR_DELETE_HORIZON,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
+    BATCH_HEADER_SIZE,
+    BATCH_OVERHEAD,
+    CRC_START,
+    LOG_OVERHEAD,
+    MAGIC,
+    NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    NO_TIMESTAMP,
+    RECORD_MIN_BYTES,
+    BatchHeader,
+    Buffer,
+    TimestampType,
+    check_dense_offsets,
+    iter_batches,
+    parse_header,
+    patch_base_offset,
+    patch_partition_leader_epoch,
+    set_log_append_time,
+    valid_prefix,
+    validate_batch,
+)
+
+__all__ = [
+    "ATTR_COMPRESSION_MASK",
+    "ATTR_CONTROL",
+    "ATTR_DELETE_HORIZON",
+    "ATTR_TIMESTAMP_TYPE",
+    "ATTR_TRANSACTIONAL",
+    "BATCH_HEADER_SIZE",
+    "BATCH_OVERHEAD",
+    "DECOMPRESSED_MAX_BYTES",
+    "LOG_OVERHEAD",
+    "MAGIC",
+    "NO_PARTITION_LEADER_EPOCH",
+    "NO_PRODUCER_EPOCH",
+    "NO_PRODUCER_ID",
+    "NO_SEQUENCE",
+    "NO_TIMESTAMP",
+    "BatchHeader",
+    "CompressionType",
+    "Record",
+    "SimpleRecord",
+    "TimestampType",
+    "build_batch",
+    "check_dense_offsets",
+    "iter_batches",
+    "iter_records",
+    "parse_header",
+    "patch_base_offset",
+    "patch_partition_leader_epoch",
+    "set_log_append_time",
+    "valid_prefix",
+    "validate_batch",
+]
+
+_INT32_MIN: Final = -(1 << 31)
+_INT32_MAX: Final = (1 << 31) - 1
+_INT64_MIN: Final = -(1 << 63)
+_INT64_MAX: Final = (1 << 63) - 1
+
+_HEADER: Final = struct.Struct(">qiibIhiqqqhii")
+_UINT32: Final = struct.Struct(">I")
+_CRC_OFFSET: Final = 17
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One decoded record: absolute offset and timestamp, key, value and headers."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class SimpleRecord:
+    """A record to build: ``timestamp=None`` takes ``build_batch``'s ``now_ms``."""
+
+    value: bytes | None
+    key: bytes | None = None
+    headers: Sequence[tuple[str, bytes | None]] = ()
+    timestamp: int | None = None
+
+
+# ---------------------------------------------------------------------------- varints
+
+
+def _read_varint(buf: bytes, pos: int, end: int, max_bytes: int, what: str) -> tuple[int, int]:
+    """(zigzag-decoded value, next position) of the varint at ``pos``."""
+    result = 0
+    shift = 0
+    limit = min(end, pos + max_bytes)
+    while pos < limit:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+    if pos >= end:
+        raise ProtocolError(f"truncated varint in record {what}", field="records")
+    raise ProtocolError(f"varint longer than {max_bytes} bytes in record {what}", field="records")
+
+
+def _write_varint(out: bytearray, value: int) -> None:
+    z = (value << 1) ^ (value >> 63)
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+
+
+# ---------------------------------------------------------------------------- decode
+
+
+def iter_records(
+    batch: Buffer, *, max_bytes: int = DECOMPRESSED_MAX_BYTES, verify: bool = True
+) -> Iterator[Record]:
+    """The records of the single batch ``batch`` (starting at its baseOffset).
+
+    The batch is validated first (CRC included) unless ``verify`` is False; compressed
+    records are decompressed into at most ``max_bytes``. Any inconsistency (a record
+    running past its length or the section, counts that disagree, trailing bytes) raises
+    ProtocolError.
+    """
+    h = validate_batch(batch) if verify else parse_header(batch)
+    end = LOG_OVERHEAD + h.batch_length
+    if end > len(batch):
+        raise ProtocolError("truncated record batch", field="records")
+    section = memoryview(batch)[BATCH_HEADER_SIZE:end]
+    codec = h.attributes & ATTR_COMPRESSION_MASK
+    data = bytes(section) if codec == 0 else decompress(codec, section, max_bytes)
+    if h.records_count * RECORD_MIN_BYTES > len(data):
+        raise ProtocolError(
+            f"{h.records_count} records cannot fit in {len(data)} bytes", field="records"
+        )
+    log_append = bool(h.attributes & ATTR_TIMESTAMP_TYPE)
+    yield from _decode_records(data, h, log_append)
+
+
+def _decode_records(data: bytes, h: BatchHeader, log_append: bool) -> Iterator[Record]:
+    pos = 0
+    n = len(data)
+    base_offset = h.base_offset
+    first_ts = h.first_timestamp
+    for _ in range(h.records_count):
+        length, pos = _read_varint(data, pos, n, 5, "length")
+        rec_end = pos + length
+        if length < RECORD_MIN_BYTES - 1 or rec_end > n:
+            raise ProtocolError(f"bad record length {length}", field="records")
+        pos += 1  # attributes: unused
+        ts_delta, pos = _read_varint(data, pos, rec_end, 10, "timestampDelta")
+        off_delta, pos = _read_varint(data, pos, rec_end, 5, "offsetDelta")
+        if not 0 <= off_delta <= h.last_offset_delta:
+            raise ProtocolError(
+                f"record offsetDelta {off_delta} outside 0..{h.last_offset_delta}",
+                field="records",
+            )
+        key, pos = _read_bytes(data, pos, rec_end, "key")
+        value, pos = _read_bytes(data, pos, rec_end, "value")
+        count, pos = _read_varint(data, pos, rec_end, 5, "headerCount")
+        if count < 0 or count * 2 > rec_end - pos:
+            raise ProtocolError(f"bad record header count {count}", field="records")
+        headers: list[tuple[str, bytes | None]] = []
+        for _h in range(count):
+            hkey, pos = _read_bytes(data, pos, rec_end, "header key")
+            if hkey is None:
+                raise ProtocolError("null record header key", field="records")
+            try:
+                name = hkey.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ProtocolError("record header key is not UTF-8", field="records") from None
+            hval, pos = _read_bytes(data, pos, rec_end, "header value")
+            headers.append((name, hval))
+        if pos != rec_end:
+            raise ProtocolError(
+                f"record length {length} disagrees with its fields", field="records"
+            )
+        ts = h.max_timestamp if log_append else first_ts + ts_delta
+        yield Record(base_offset + off_delta, ts, key, value, headers)
+    if pos != n:
+        raise ProtocolError(
+            f"{n - pos} bytes after the {h.records_count} records of the batch",
+            field="records",
+        )
+
+
+def _read_bytes(data: bytes, pos: int, end: int, what: str) -> tuple[bytes | None, int]:
+    length, pos = _read_varint(data, pos, end, 5, what)
+    if length == -1:
+        return None, pos
+    if length < 0 or pos + length > end:
+        raise ProtocolError(f"bad record {what} length {length}", field="records")
+    return data[pos : pos + length], pos + length
+
+
+# ---------------------------------------------------------------------------- build
+
+
+def build_batch(
+    records: Iterable[SimpleRecord],
+    *,
+    base_offset: int = 0,
+    compression: CompressionType | int = CompressionType.NONE,
+    timestamp_type: int = TimestampType.CREATE_TIME,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    now_ms: int = NO_TIMESTAMP,
+) -> bytes:
+    """One v2 batch holding ``records`` at offsets ``base_offset``, ``base_offset + 1``...
+
+    Records without a timestamp get ``now_ms`` (-1, "no timestamp", unless given). With
+    ``timestamp_type=1`` (LogAppendTime) maxTimestamp is ``now_ms`` when given, as a broker
+    stamping the batch would write it. ValueError for an empty ``records`` or values out
+    of their wire range.
+    """
+    recs = list(records)
+    if not recs:
+        raise ValueError("a record batch needs at least one record")
+    if timestamp_type not in (0, 1):
+        raise ValueError(f"timestamp_type must be 0 or 1, not {timestamp_type}")
+    codec = CompressionType(compression)
+    timestamps = [now_ms if r.timestamp is None else r.timestamp for r in recs]
+    first_ts = timestamps[0]
+    max_ts = max(timestamps)
+    if timestamp_type == TimestampType.LOG_APPEND_TIME and now_ms != NO_TIMESTAMP:
+        max_ts = now_ms
+
+    body = bytearray()
+    rec = bytearray()
+    for i, (r, ts) in enumerate(zip(recs, timestamps, strict=True)):
+        rec.clear()
+        rec.append(0)  # attributes
+        delta = ts - first_ts
+        if not _INT64_MIN <= delta <= _INT64_MAX:
+            raise ValueError(f"timestamp {ts} too far from the first timestamp {first_ts}")
+        _write_varint(rec, delta)
+        _write_varint(rec, i)
+        _write_bytes(rec, r.key)
+        _write_bytes(rec, r.value)
+        _write_varint(rec, len(r.headers))
+        for name, value in r.headers:
+            _write_bytes(rec, name.encode("utf-8"))
+            _write_bytes(rec, value)
+        _write_varint(body, len(rec))
+        body += rec
+
+    payload = compress(codec, body) if codec != CompressionType.NONE else body
+    batch_length = BATCH_OVERHEAD + len(payload)
+    if batch_length > _INT32_MAX:
+        raise ValueError(f"record batch of {batch_length} bytes exceeds int32")
+    attributes = (
+        int(codec)
+        | (ATTR_TIMESTAMP_TYPE if timestamp_type else 0)
+        | (ATTR_TRANSACTIONAL if is_transactional else 0)
+        | (ATTR_CONTROL if is_control else 0)
+    )
+    out = bytearray(BATCH_HEADER_SIZE)
+    try:
+        _HEADER.pack_into(
+            out,
+            0,
+            base_offset,
+            batch_length,
+            partition_leader_epoch,
+            MAGIC,
+            0,  # crc, filled in below
+            attributes,
+            len(recs) - 1,
+            first_ts,
+            max_ts,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(recs),
+        )
+    except struct.error as e:
+        raise ValueError(f"record batch header field out of range: {e}") from None
+    out += payload
+    _UINT32.pack_into(out, _CRC_OFFSET, crc32c(memoryview(out)[CRC_START:]))
+    return bytes(out)
+
+
+def _write_bytes(out: bytearray, data: bytes | None) -> None:
+    if data is None:
+        _write_varint(out, -1)
+        return
+    _write_varint(out, len(data))
+    out += data

@@ -1,0 +1,76 @@
+"""Record batch v2 header: parse, validate, in-place patches."""
+
+from __future__ import annotations
+
+import pytest
+
+from riverbed.protocol.exceptions import ProtocolError
+from riverbed.protocol.records import (
+    BATCH_HEADER_SIZE,
+    LOG_OVERHEAD,
+    CompressionType,
+    SimpleRecord,
+    build_batch,
+    iter_batches,
+    iter_records,
+    parse_header,
+    patch_base_offset,
+    patch_partition_leader_epoch,
+    set_log_append_time,
+    valid_prefix,
+    validate_batch,
+)
+
+
+def _batch(n: int = 3, **kw: object) -> bytes:
+    recs = [SimpleRecord(f"v{i}".encode(), key=b"k", timestamp=1000 + i) for i in range(n)]
+    return build_batch(recs, **kw)  # type: ignore[arg-type]
+
+
+def test_header_fields() -> None:
+    b = _batch(3, base_offset=42, producer_id=7, producer_epoch=2, base_sequence=5)
+    h = validate_batch(b)
+    assert h.base_offset == 42
+    assert h.size == len(b) == LOG_OVERHEAD + h.batch_length
+    assert h.magic == 2
+    assert h.last_offset_delta == 2 and h.records_count == 3
+    assert h.last_offset == 44 and h.next_offset == 45
+    assert h.first_timestamp == 1000 and h.max_timestamp == 1002
+    assert (h.producer_id, h.producer_epoch, h.base_sequence) == (7, 2, 5)
+    assert h.compression is CompressionType.NONE
+    assert h.timestamp_type == 0 and not h.is_transactional and not h.is_control
+    assert parse_header(b) == h
+
+
+def test_iter_batches_and_valid_prefix() -> None:
+    a, b = _batch(2, base_offset=0), _batch(4, base_offset=2)
+    buf = a + b
+    assert [(pos, h.base_offset) for pos, h in iter_batches(buf)] == [(0, 0), (len(a), 2)]
+    assert valid_prefix(buf)[0] == len(buf)
+    torn = buf[:-1]
+    assert valid_prefix(torn)[0] == len(a)
+    assert len(valid_prefix(torn)[1]) == 1
+    with pytest.raises(ProtocolError):
+        list(iter_batches(torn))
+
+
+def test_patches_keep_crc_valid() -> None:
+    buf = bytearray(_batch(3))
+    patch_base_offset(buf, 0, 1000)
+    patch_partition_leader_epoch(buf, 0, 9)
+    h = validate_batch(buf)
+    assert h.base_offset == 1000 and h.partition_leader_epoch == 9
+    set_log_append_time(buf, 0, 5555)
+    h = validate_batch(buf)
+    assert h.timestamp_type == 1 and h.max_timestamp == 5555 and h.first_timestamp == 1000
+    assert [r.timestamp for r in iter_records(buf)] == [5555] * 3
+    assert [r.offset for r in iter_records(buf)] == [1000, 1001, 1002]
+
+
+def test_bad_magic_and_short_header() -> None:
+    b = bytearray(_batch(1))
+    b[16] = 1
+    with pytest.raises(ProtocolError, match="magic"):
+        parse_header(b)
+    with pytest.raises(ProtocolError, match="truncated"):
+        parse_header(_batch(1)[: BATCH_HEADER_SIZE - 1])

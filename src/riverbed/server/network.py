@@ -1,0 +1,468 @@
+"""The Kafka wire-protocol network layer: listeners, framing, ordered responses, sendfile.
+
+Wire format (Kafka's): every request and response is a frame ``int32 size`` followed by
+``size`` bytes. A request frame starts with the request header (api_key int16,
+api_version int16, correlation_id int32, client_id, tagged fields when flexible); the
+response frame starts with the response header (correlation_id, tagged fields when
+flexible; ApiVersions always header v0).
+
+Per connection (like Kafka's Processor):
+
+- frames larger than ``socket.request.max.bytes`` (or with a negative size), and frames
+  whose header or body cannot be decoded, close THAT connection with a log line naming
+  the peer and the reason; every other connection keeps being served;
+- requests are read ahead and handled concurrently, but at most
+  ``inflight_requests_max`` of them are outstanding; when the bound is reached the reader
+  stops reading the socket, so TCP back-pressure reaches the client instead of riverbed
+  buffering without limit;
+- responses are written strictly in request order (a pipelining client matches them by
+  order as well as correlation id); a handler that returns ``None`` (produce with
+  acks=0) writes nothing;
+- a connection with no request in flight and nothing received for
+  ``connections.max.idle.ms`` is closed.
+
+Fetch responses carry record data as file ranges of segment files (`FileRecords`): the
+response is encoded with a unique 16-byte token in place of each ``records`` field, then
+written as the encoded bytes with each token (and its length prefix) replaced by the real
+length and the file bytes, sent with ``sendfile`` (``loop.sendfile`` on the default loop;
+on uvloop, which lacks it, ``os.sendfile`` straight to the socket once the transport's
+buffer is empty, copying through user space only what the socket did not take).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import struct
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from riverbed.protocol.exceptions import ProtocolError
+
+log = logging.getLogger(__name__)
+
+_INT32 = struct.Struct(">i")
+_HEADER_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
+
+#: Bytes copied per user-space chunk when sendfile cannot take a range whole.
+COPY_CHUNK_BYTES = 256 * 1024
+#: Responses buffered in the transport before the writer waits for the socket to drain.
+WRITE_BUFFER_HIGH_BYTES = 1024 * 1024
+#: How long a clean shutdown waits for in-flight requests before closing connections.
+SHUTDOWN_GRACE_MS = 5000
+
+
+class FileRange(Protocol):
+    """A byte range of a segment file (storage's ``FileRange``)."""
+
+    @property
+    def path(self) -> str | os.PathLike[str]: ...
+
+    @property
+    def position(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+
+@dataclass
+class FileRecords:
+    """Record data of one fetched partition: file ranges streamed without copying."""
+
+    ranges: Sequence[FileRange]
+    token: bytes = field(default_factory=lambda: secrets.token_bytes(16))
+
+    @property
+    def size(self) -> int:
+        return sum(r.size for r in self.ranges)
+
+
+@dataclass
+class SplicedResponse:
+    """A response body whose ``records`` fields are `FileRecords` tokens.
+
+    The handler puts ``file_records.token`` into each ``records`` field of ``body`` and
+    lists the `FileRecords` here; ``compact`` says whether the API version is flexible
+    (compact bytes: uvarint length+1) or classic (int32 length).
+    """
+
+    body: Any
+    files: list[FileRecords]
+    compact: bool
+
+
+Response = Any  # a protocol Message or a SplicedResponse
+RequestHandler = Callable[["RequestContext", Any], Awaitable[Response | None]]
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    """What a handler knows about a request besides its body."""
+
+    header: Any  # riverbed.protocol.headers.RequestHeader
+    peer: str
+    listener_name: str
+    connection_id: int
+    received_ms: int
+
+
+class FrameTooLarge(ProtocolError):
+    """A frame's declared size is above socket.request.max.bytes (or negative)."""
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def splice_plan(encoded: bytes, spliced: SplicedResponse) -> list[bytes | FileRecords]:
+    """Split an encoded response at the tokens: bytes and file ranges, in wire order.
+
+    ``encoded`` is the response WITHOUT its 4-byte size prefix. Each token is preceded by
+    its length prefix as the encoder wrote it for 16 bytes; that prefix is replaced by the
+    prefix for the real size.
+    """
+    if spliced.compact:
+        old_prefix = _uvarint(16 + 1)
+    else:
+        old_prefix = _INT32.pack(16)
+    parts: list[bytes | FileRecords] = []
+    pos = 0
+    for fr in spliced.files:
+        at = encoded.find(old_prefix + fr.token, pos)
+        if at < 0:
+            raise ValueError("fetch response token not found in the encoded response")
+        new_prefix = _uvarint(fr.size + 1) if spliced.compact else _INT32.pack(fr.size)
+        parts.append(encoded[pos:at] + new_prefix)
+        parts.append(fr)
+        pos = at + len(old_prefix) + 16
+    parts.append(encoded[pos:])
+    return parts
+
+
+def plan_size(parts: Sequence[bytes | FileRecords]) -> int:
+    return sum(len(p) if isinstance(p, bytes) else p.size for p in parts)
+
+
+class _Codec(Protocol):
+    def decode_request(self, frame: bytes) -> tuple[Any, Any]: ...
+    def encode_response(self, header: Any, body: Any) -> bytes: ...
+
+
+class _DefaultCodec:
+    """The protocol engine's header codec (imported lazily: it is large)."""
+
+    def __init__(self) -> None:
+        from riverbed.protocol import headers
+
+        self._headers = headers
+
+    def decode_request(self, frame: bytes) -> tuple[Any, Any]:
+        return self._headers.decode_request(frame)
+
+    def encode_response(self, header: Any, body: Any) -> bytes:
+        return self._headers.encode_response(header, body)
+
+
+class Connection:
+    """One client connection: a reader task, a writer task, a bounded in-flight queue."""
+
+    def __init__(
+        self,
+        server: SocketServer,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        connection_id: int,
+        listener_name: str,
+    ) -> None:
+        self.server = server
+        self.reader = reader
+        self.writer = writer
+        self.connection_id = connection_id
+        self.listener_name = listener_name
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        # Items are (request header, task producing the response); order = request order.
+        # Its length is bounded by `slots`: one slot per request read and not yet answered.
+        self.inflight: asyncio.Queue[tuple[Any, asyncio.Task[Response | None]] | None] = (
+            asyncio.Queue()
+        )
+        self.slots = asyncio.Semaphore(server.inflight_requests_max)
+        self.closing = False
+
+    async def run(self) -> None:
+        writer_task = asyncio.create_task(self._write_loop())
+        reader_task = asyncio.create_task(self._read_loop())
+        try:
+            await asyncio.wait({reader_task, writer_task}, return_when=asyncio.FIRST_COMPLETED)
+            if not writer_task.done():
+                # The reader ended (EOF, bad frame, shutdown): answer what is in flight.
+                self.inflight.put_nowait(None)
+                await writer_task
+        finally:
+            for task in (reader_task, writer_task):
+                task.cancel()
+            self._abort_pending()
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.writer.wait_closed()
+
+    def _close_with(self, reason: str) -> None:
+        log.warning("closing connection from %s: %s", self.peer, reason)
+        self.closing = True
+
+    async def _read_frame(self) -> bytes | None:
+        idle_s = self.server.connections_max_idle_ms / 1000.0
+        while True:
+            try:
+                head = await asyncio.wait_for(self.reader.readexactly(4), idle_s)
+                break
+            except TimeoutError:
+                if self.inflight.qsize() == 0:
+                    log.info("closing idle connection from %s", self.peer)
+                    return None
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return None
+        (size,) = _INT32.unpack(head)
+        if size < 0 or size > self.server.socket_request_max_bytes:
+            raise FrameTooLarge(
+                f"frame size {size} outside 0..{self.server.socket_request_max_bytes}"
+                " (socket.request.max.bytes)"
+            )
+        try:
+            return await self.reader.readexactly(size)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return None
+
+    async def _read_loop(self) -> None:
+        while not self.closing and not self.server.stopping:
+            # Blocks when inflight_requests_max are outstanding: the socket is not read,
+            # so back-pressure reaches the client through TCP.
+            await self.slots.acquire()
+            try:
+                frame = await self._read_frame()
+            except ProtocolError as exc:
+                self._close_with(str(exc))
+                return
+            if frame is None:
+                return
+            try:
+                header, body = self.server.codec.decode_request(frame)
+            except ProtocolError as exc:
+                api = _HEADER_PREFIX.unpack_from(frame) if len(frame) >= 8 else None
+                self._close_with(f"malformed request {api}: {exc}")
+                return
+            except Exception as exc:  # a codec bug must not take the broker down
+                self._close_with(f"undecodable request: {exc!r}")
+                return
+            ctx = RequestContext(
+                header=header,
+                peer=self.peer,
+                listener_name=self.listener_name,
+                connection_id=self.connection_id,
+                received_ms=int(time.time() * 1000),
+            )
+            task = asyncio.create_task(self.server.handler(ctx, body))
+            self.server.track(task)
+            self.inflight.put_nowait((header, task))
+
+    async def _write_loop(self) -> None:
+        transport = self.writer.transport
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
+        while True:
+            item = await self.inflight.get()
+            if item is None:
+                return
+            header, task = item
+            try:
+                response = await task
+            except Exception:
+                log.exception(
+                    "handler failed for api_key=%s from %s",
+                    getattr(header, "api_key", "?"),
+                    self.peer,
+                )
+                self._close_with("internal error in a request handler")
+                return
+            if response is not None and not transport.is_closing():
+                try:
+                    await self._send(header, response)
+                except (ConnectionError, OSError) as exc:
+                    log.info("connection to %s lost while writing: %s", self.peer, exc)
+                    self.closing = True
+                    return
+            self.slots.release()
+
+    def _abort_pending(self) -> None:
+        while not self.inflight.empty():
+            item = self.inflight.get_nowait()
+            if item is not None:
+                item[1].cancel()
+
+    async def _send(self, header: Any, response: Response) -> None:
+        codec = self.server.codec
+        if not isinstance(response, SplicedResponse):
+            self.writer.write(codec.encode_response(header, response))
+            await self.writer.drain()
+            return
+        encoded = codec.encode_response(header, response.body)
+        parts = splice_plan(encoded[4:], response)
+        files = [p for p in parts if isinstance(p, FileRecords)]
+        # Open every file before writing a byte: a segment deleted by retention after
+        # this point stays readable through the open descriptor.
+        opened: dict[int, list[int]] = {}
+        try:
+            for fr in files:
+                opened[id(fr)] = [os.open(r.path, os.O_RDONLY) for r in fr.ranges]
+        except OSError:
+            for fds in opened.values():
+                for fd in fds:
+                    os.close(fd)
+            raise
+        try:
+            self.writer.write(_INT32.pack(plan_size(parts)))
+            for part in parts:
+                if isinstance(part, bytes):
+                    if part:
+                        self.writer.write(part)
+                    continue
+                for fd, rng in zip(opened[id(part)], part.ranges, strict=True):
+                    await self._send_range(fd, rng.position, rng.size)
+            await self.writer.drain()
+        finally:
+            for fds in opened.values():
+                for fd in fds:
+                    os.close(fd)
+
+    async def _send_range(self, fd: int, position: int, size: int) -> None:
+        """Write ``size`` bytes of ``fd`` from ``position``: sendfile, else copy."""
+        if size <= 0:
+            return
+        transport = self.writer.transport
+        loop = asyncio.get_running_loop()
+        sent = 0
+        if self.server.sendfile_mode == "loop":
+            await self.writer.drain()
+            with open(fd, "rb", closefd=False) as f:
+                sent = await loop.sendfile(transport, f, position, size, fallback=True)
+        elif self.server.sendfile_mode == "direct":
+            sock = transport.get_extra_info("socket")
+            if sock is not None and await self._drain_fully():
+                try:
+                    while sent < size:
+                        n = os.sendfile(sock.fileno(), fd, position + sent, size - sent)
+                        if n == 0:
+                            break
+                        sent += n
+                except (BlockingIOError, InterruptedError):
+                    pass
+        while sent < size:
+            chunk = os.pread(fd, min(COPY_CHUNK_BYTES, size - sent), position + sent)
+            if not chunk:
+                # The segment got shorter (truncated) after the read was planned: pad so
+                # the frame keeps its declared size; clients drop a partial last batch.
+                log.warning("segment range shrank while sending to %s; padding", self.peer)
+                chunk = bytes(min(COPY_CHUNK_BYTES, size - sent))
+            self.writer.write(chunk)
+            sent += len(chunk)
+            await self.writer.drain()
+
+    async def _drain_fully(self) -> bool:
+        """Wait until the transport holds no buffered bytes (so raw writes keep order)."""
+        transport = self.writer.transport
+        if transport.get_write_buffer_size() == 0:
+            return True
+        transport.set_write_buffer_limits(high=0, low=0)
+        try:
+            await self.writer.drain()
+        finally:
+            transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
+        return transport.get_write_buffer_size() == 0
+
+
+class SocketServer:
+    """Kafka listeners of one node: accepts connections and feeds the request handler."""
+
+    def __init__(
+        self,
+        handler: RequestHandler,
+        *,
+        socket_request_max_bytes: int = 104857600,
+        connections_max_idle_ms: int = 600000,
+        inflight_requests_max: int = 16,
+        codec: _Codec | None = None,
+    ) -> None:
+        assert socket_request_max_bytes > 0 and inflight_requests_max > 0
+        self.handler = handler
+        self.socket_request_max_bytes = socket_request_max_bytes
+        self.connections_max_idle_ms = connections_max_idle_ms
+        self.inflight_requests_max = inflight_requests_max
+        self.codec: _Codec = codec if codec is not None else _DefaultCodec()
+        self.stopping = False
+        self._servers: list[asyncio.Server] = []
+        self._connections: set[asyncio.Task[None]] = set()
+        self._handler_tasks: set[asyncio.Task[Any]] = set()
+        self._next_connection_id = 0
+        self.sendfile_mode = "copy"
+        self.bound: dict[str, tuple[str, int]] = {}
+
+    def track(self, task: asyncio.Task[Any]) -> None:
+        self._handler_tasks.add(task)
+        task.add_done_callback(self._handler_tasks.discard)
+
+    async def listen(self, name: str, host: str, port: int) -> tuple[str, int]:
+        """Bind one listener; returns the actual (host, port)."""
+        loop = asyncio.get_running_loop()
+        # The default loop has native sendfile; uvloop does not (see module docstring).
+        self.sendfile_mode = "direct" if type(loop).__module__.startswith("uvloop") else "loop"
+
+        async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if self.stopping:
+                writer.close()
+                return
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._next_connection_id += 1
+            conn = Connection(self, reader, writer, self._next_connection_id, name)
+            task = asyncio.current_task()
+            assert task is not None
+            self._connections.add(task)
+            try:
+                await conn.run()
+            finally:
+                self._connections.discard(task)
+
+        server = await asyncio.start_server(
+            on_client, host or None, port, reuse_address=True, limit=64 * 1024
+        )
+        self._servers.append(server)
+        sockname = server.sockets[0].getsockname()
+        self.bound[name] = (host, int(sockname[1]))
+        return self.bound[name]
+
+    async def stop(self) -> None:
+        """Stop accepting, let in-flight requests finish (bounded wait), close everything."""
+        self.stopping = True
+        for server in self._servers:
+            server.close()
+        if self._handler_tasks:
+            await asyncio.wait(list(self._handler_tasks), timeout=SHUTDOWN_GRACE_MS / 1000)
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.wait(list(self._connections), timeout=SHUTDOWN_GRACE_MS / 1000)
+        for server in self._servers:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 1.0)

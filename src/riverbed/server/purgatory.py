@@ -1,0 +1,100 @@
+"""Delayed-operation purgatory: requests parked until a watched key changes or time runs out.
+
+Kafka parks a Fetch that has less than ``fetch.min.bytes`` ready for up to
+``fetch.max.wait.ms``; an append to any of the watched partitions wakes it so it can
+re-check and answer early. riverbed does the same with one `asyncio.Event` per parked
+operation, indexed by key (``(topic, partition)`` for fetches).
+
+Bounded: at most ``waiters_max`` operations are parked at once; one more is not parked
+but answered right away with whatever is ready (the client simply polls again), so a
+flood of long-polling consumers costs bounded memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Hashable, Iterable
+
+#: Default bound on parked operations per node.
+PURGATORY_WAITERS_MAX = 10000
+
+
+class _Waiter:
+    __slots__ = ("event", "keys")
+
+    def __init__(self, keys: tuple[Hashable, ...]) -> None:
+        self.keys = keys
+        self.event = asyncio.Event()
+
+
+class Purgatory:
+    """Parks operations on keys; `notify(key)` wakes every operation watching ``key``."""
+
+    def __init__(self, waiters_max: int = PURGATORY_WAITERS_MAX) -> None:
+        assert waiters_max >= 0
+        self.waiters_max = waiters_max
+        self._watchers: dict[Hashable, set[_Waiter]] = {}
+        self._count = 0
+        self._closed = False
+
+    @property
+    def parked(self) -> int:
+        """Operations parked right now."""
+        return self._count
+
+    def notify(self, key: Hashable) -> None:
+        """Something changed for ``key`` (e.g. an append to a partition)."""
+        for waiter in self._watchers.get(key, ()):
+            waiter.event.set()
+
+    def notify_all(self) -> None:
+        for watchers in self._watchers.values():
+            for waiter in watchers:
+                waiter.event.set()
+
+    def close(self) -> None:
+        """Shutdown: wake everyone now and park nothing more."""
+        self._closed = True
+        self.notify_all()
+
+    async def wait_until(
+        self,
+        keys: Iterable[Hashable],
+        ready: Callable[[], bool],
+        timeout_ms: int,
+    ) -> bool:
+        """Return True once ``ready()`` holds, False when ``timeout_ms`` elapsed first.
+
+        ``ready`` is checked now and after every notification of one of ``keys``. When the
+        purgatory is full or closed it is checked once and the result returned at once.
+        """
+        if ready():
+            return True
+        if timeout_ms <= 0 or self._closed or self._count >= self.waiters_max:
+            return False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000.0
+        waiter = _Waiter(tuple(dict.fromkeys(keys)))
+        for key in waiter.keys:
+            self._watchers.setdefault(key, set()).add(waiter)
+        self._count += 1
+        try:
+            while True:
+                remaining = deadline - loop.time()
+                if remaining <= 0 or self._closed:
+                    return ready()
+                try:
+                    await asyncio.wait_for(waiter.event.wait(), remaining)
+                except TimeoutError:
+                    return ready()
+                waiter.event.clear()
+                if ready():
+                    return True
+        finally:
+            self._count -= 1
+            for key in waiter.keys:
+                watchers = self._watchers.get(key)
+                if watchers is not None:
+                    watchers.discard(waiter)
+                    if not watchers:
+                        del self._watchers[key]

@@ -39,7 +39,7 @@ import secrets
 import socket
 import struct
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -98,7 +98,7 @@ class SplicedResponse:
 
 
 Response = Any  # a protocol Message or a SplicedResponse
-RequestHandler = Callable[["RequestContext", Any], Awaitable[Response | None]]
+RequestHandler = Callable[["RequestContext", Any], Coroutine[Any, Any, Response | None]]
 
 
 @dataclass(frozen=True)
@@ -163,15 +163,16 @@ class _DefaultCodec:
     """The protocol engine's header codec (imported lazily: it is large)."""
 
     def __init__(self) -> None:
-        from riverbed.protocol import headers
+        import importlib
 
-        self._headers = headers
+        self._headers: Any = importlib.import_module("riverbed.protocol.headers")
 
     def decode_request(self, frame: bytes) -> tuple[Any, Any]:
-        return self._headers.decode_request(frame)
+        header, body = self._headers.decode_request(frame)
+        return header, body
 
     def encode_response(self, header: Any, body: Any) -> bytes:
-        return self._headers.encode_response(header, body)
+        return bytes(self._headers.encode_response(header, body))
 
 
 class Connection:
@@ -272,7 +273,9 @@ class Connection:
                 connection_id=self.connection_id,
                 received_ms=int(time.time() * 1000),
             )
-            task = asyncio.create_task(self.server.handler(ctx, body))
+            task: asyncio.Task[Response | None] = asyncio.create_task(
+                self.server.handler(ctx, body)
+            )
             self.server.track(task)
             self.inflight.put_nowait((header, task))
 

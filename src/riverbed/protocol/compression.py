@@ -31,7 +31,6 @@ most ``max_bytes`` of memory), and on any corrupt input.
 
 from __future__ import annotations
 
-import io
 import struct
 import zlib
 from enum import IntEnum
@@ -76,6 +75,8 @@ _INT32: Final = struct.Struct(">i")
 
 # Chunk size when streaming through a decompressor, so that the bound is checked often.
 _STREAM_CHUNK_BYTES: Final = 256 * 1024
+_ZSTD_RATIO_MAX: Final = 32768  # 128 KiB block max / 4-byte smallest (RLE) block
+_ZSTD_INPUT_MIN_BYTES: Final = 64
 
 
 def compress(compression: CompressionType | int, data: bytes | bytearray | memoryview) -> bytes:
@@ -126,11 +127,9 @@ def decompress(
         return _zstd_decompress(data, max_bytes)
     except ProtocolError:
         raise
-    except (zlib.error, RuntimeError, zstandard.ZstdError, ValueError, EOFError, OSError) as e:
-        # cramjam raises DecompressionError (a RuntimeError subclass is not guaranteed),
-        # hence the broad-but-listed set; anything from a codec on bad bytes is bad input.
-        raise ProtocolError(f"corrupt {kind.name} data: {e}", field="records") from e
-    except Exception as e:  # codec libraries' own exception types (e.g. cramjam's)
+    except Exception as e:
+        # Each codec library has its own exception types (zlib.error, cramjam's
+        # DecompressionError, ZstdError, lz4's RuntimeError); on bad bytes all mean the same.
         raise ProtocolError(f"corrupt {kind.name} data: {e}", field="records") from e
 
 
@@ -190,17 +189,17 @@ def _snappy_raw_length(block: memoryview) -> int:
     raise ProtocolError("bad SNAPPY block length preamble", field="records")
 
 
-def _snappy_raw_decompress(block: memoryview, max_bytes: int) -> bytes:
+def _snappy_raw_decompress(block: memoryview, room: int, max_bytes: int) -> bytes:
     # The preamble is checked before decompressing so that the codec never allocates
-    # more than max_bytes.
-    if _snappy_raw_length(block) > max_bytes:
+    # more than the room left under max_bytes.
+    if _snappy_raw_length(block) > room:
         raise _too_big(CompressionType.SNAPPY, max_bytes)
     return bytes(cramjam.snappy.decompress_raw(block))
 
 
 def _snappy_decompress(data: memoryview, max_bytes: int) -> bytes:
     if bytes(data[: len(_XERIAL_MAGIC)]) != _XERIAL_MAGIC:
-        return _snappy_raw_decompress(data, max_bytes)
+        return _snappy_raw_decompress(data, max_bytes, max_bytes)
     if len(data) < _XERIAL_HEADER_SIZE:
         raise ProtocolError("truncated SNAPPY xerial header", field="records")
     out = bytearray()
@@ -213,7 +212,7 @@ def _snappy_decompress(data: memoryview, max_bytes: int) -> bytes:
         pos += 4
         if size < 0 or pos + size > end:
             raise ProtocolError(f"bad SNAPPY xerial block length {size}", field="records")
-        out += _snappy_raw_decompress(data[pos : pos + size], max_bytes - len(out))
+        out += _snappy_raw_decompress(data[pos : pos + size], max_bytes - len(out), max_bytes)
         pos += size
     return bytes(out)
 
@@ -243,14 +242,21 @@ def _zstd_decompress(data: bytes | bytearray | memoryview, max_bytes: int) -> by
     if not data:
         raise ProtocolError("empty ZSTD data", field="records")
     dctx = zstandard.ZstdDecompressor()
-    # A stream reader never trusts the frame's declared content size for its allocation.
-    reader = dctx.stream_reader(io.BytesIO(bytes(data)), read_across_frames=True)
     out = bytearray()
-    while True:
-        chunk = reader.read(min(max_bytes - len(out) + 1, _STREAM_CHUNK_BYTES))
-        if not chunk:
-            break
-        out += chunk
-        if len(out) > max_bytes:
-            raise _too_big(CompressionType.ZSTD, max_bytes)
+    rest = bytes(data)
+    # One decompressobj per frame (Java's ZstdInputStream reads concatenated frames). The
+    # input is fed in slices small enough that one slice cannot expand past the bound by
+    # much: a zstd block of at least 4 bytes yields at most 128 KiB (ratio <= 32768).
+    while rest:
+        dobj = dctx.decompressobj()
+        pos = 0
+        while not dobj.eof:
+            if pos >= len(rest):
+                raise ProtocolError("truncated ZSTD frame", field="records")
+            step = max(_ZSTD_INPUT_MIN_BYTES, (max_bytes - len(out)) // _ZSTD_RATIO_MAX)
+            out += dobj.decompress(rest[pos : pos + step])
+            pos += step
+            if len(out) > max_bytes:
+                raise _too_big(CompressionType.ZSTD, max_bytes)
+        rest = dobj.unused_data + rest[pos:]
     return bytes(out)

@@ -185,8 +185,54 @@ def parse_header(buf: Buffer, pos: int = 0) -> BatchHeader:
     """The header of the batch at ``buf[pos:]``; the batch body need not be present.
 
     Raises ProtocolError when fewer than 61 bytes are there, the magic is not 2, or the
-    header fields are impossible (batchLength too small, negative counts, unknown codec).
+    header fields are impossible (batchLength too small, negative counts, more records than
+    offsets, unknown codec).
     """
+    h = _unpack(buf, pos)
+    _check_fields(h, pos)
+    return h
+
+
+def validate_batch(buf: Buffer, pos: int = 0) -> BatchHeader:
+    """``parse_header`` plus: the whole batch present, CRC-32C, records fit.
+
+    The CRC is checked before the fields it covers, so that a corrupted batch is reported
+    as corrupt. Counts: a batch holds at most ``lastOffsetDelta + 1`` records (compaction
+    may remove some but keeps lastOffsetDelta), and an uncompressed batch has room for that
+    many records of at least 7 bytes each. Density (exactly ``lastOffsetDelta + 1``
+    records, as required of a producer's batch) is :func:`check_dense_offsets`.
+    """
+    h = _unpack(buf, pos)
+    end = pos + LOG_OVERHEAD + h.batch_length
+    if end > len(buf):
+        raise ProtocolError(
+            f"truncated record batch at position {pos}: batchLength {h.batch_length} needs "
+            f"{end - pos} bytes, {len(buf) - pos} present",
+            field="records",
+        )
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+    crc = crc32c(mv[pos + CRC_START : end])
+    if crc != h.crc:
+        raise ProtocolError(
+            f"record batch at position {pos} (baseOffset {h.base_offset}) is corrupt: "
+            f"CRC-32C {crc:#010x} != stored {h.crc:#010x}",
+            field="records",
+        )
+    _check_fields(h, pos)
+    if (
+        h.attributes & ATTR_COMPRESSION_MASK == 0
+        and h.records_count * RECORD_MIN_BYTES > h.batch_length - BATCH_OVERHEAD
+    ):
+        raise ProtocolError(
+            f"record batch at position {pos}: {h.records_count} records cannot fit in "
+            f"{h.batch_length - BATCH_OVERHEAD} bytes",
+            field="records",
+        )
+    return h
+
+
+def _unpack(buf: Buffer, pos: int) -> BatchHeader:
+    """The header at ``pos`` with its CRC-independent fields checked (size, magic, length)."""
     available = len(buf) - pos
     if pos < 0 or available < BATCH_HEADER_SIZE:
         if pos >= 0 and available > _MAGIC_OFFSET and buf[pos + _MAGIC_OFFSET] != MAGIC:
@@ -205,46 +251,15 @@ def parse_header(buf: Buffer, pos: int = 0) -> BatchHeader:
             f"minimum {BATCH_OVERHEAD}",
             field="records",
         )
-    if h.records_count < 0:
-        raise ProtocolError(
-            f"record batch at position {pos}: negative recordsCount {h.records_count}",
-            field="records",
-        )
-    if h.last_offset_delta < 0:
-        raise ProtocolError(
-            f"record batch at position {pos}: negative lastOffsetDelta {h.last_offset_delta}",
-            field="records",
-        )
-    if h.attributes & ATTR_COMPRESSION_MASK > CompressionType.ZSTD:
-        raise ProtocolError(
-            f"record batch at position {pos}: unknown compression type "
-            f"{h.attributes & ATTR_COMPRESSION_MASK}",
-            field="records",
-        )
     return h
 
 
-def _bad_magic(magic: int, pos: int) -> ProtocolError:
-    return ProtocolError(
-        f"record batch at position {pos}: unsupported magic {magic} (only v2 batches)",
-        field="records",
-    )
-
-
-def validate_batch(buf: Buffer, pos: int = 0) -> BatchHeader:
-    """``parse_header`` plus the whole batch present, CRC-32C and count consistency.
-
-    Counts: a batch holds at most ``lastOffsetDelta + 1`` records (compaction may remove
-    some but keeps lastOffsetDelta), and an uncompressed batch has room for that many
-    records of at least 7 bytes each. Density (exactly ``lastOffsetDelta + 1`` records, as
-    required of a producer's batch) is :func:`check_dense_offsets`.
-    """
-    h = parse_header(buf, pos)
-    end = pos + LOG_OVERHEAD + h.batch_length
-    if end > len(buf):
+def _check_fields(h: BatchHeader, pos: int) -> None:
+    """The CRC-covered fields that can be checked without the records."""
+    if h.records_count < 0 or h.last_offset_delta < 0:
         raise ProtocolError(
-            f"truncated record batch at position {pos}: batchLength {h.batch_length} needs "
-            f"{end - pos} bytes, {len(buf) - pos} present",
+            f"record batch at position {pos}: negative recordsCount {h.records_count} or "
+            f"lastOffsetDelta {h.last_offset_delta}",
             field="records",
         )
     if h.records_count > h.last_offset_delta + 1:
@@ -253,24 +268,19 @@ def validate_batch(buf: Buffer, pos: int = 0) -> BatchHeader:
             f"lastOffsetDelta + 1 = {h.last_offset_delta + 1}",
             field="records",
         )
-    if (
-        h.attributes & ATTR_COMPRESSION_MASK == 0
-        and h.records_count * RECORD_MIN_BYTES > h.batch_length - BATCH_OVERHEAD
-    ):
+    if h.attributes & ATTR_COMPRESSION_MASK > CompressionType.ZSTD:
         raise ProtocolError(
-            f"record batch at position {pos}: {h.records_count} records cannot fit in "
-            f"{h.batch_length - BATCH_OVERHEAD} bytes",
+            f"record batch at position {pos}: unknown compression type "
+            f"{h.attributes & ATTR_COMPRESSION_MASK}",
             field="records",
         )
-    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
-    crc = crc32c(mv[pos + CRC_START : end])
-    if crc != h.crc:
-        raise ProtocolError(
-            f"record batch at position {pos} (baseOffset {h.base_offset}) is corrupt: "
-            f"CRC-32C {crc:#010x} != stored {h.crc:#010x}",
-            field="records",
-        )
-    return h
+
+
+def _bad_magic(magic: int, pos: int) -> ProtocolError:
+    return ProtocolError(
+        f"record batch at position {pos}: unsupported magic {magic} (only v2 batches)",
+        field="records",
+    )
 
 
 def check_dense_offsets(h: BatchHeader) -> None:

@@ -86,6 +86,7 @@ __all__ = [
     "NO_SEQUENCE",
     "NO_TIMESTAMP",
     "BatchHeader",
+    "Buffer",
     "CompressionType",
     "Record",
     "SimpleRecord",

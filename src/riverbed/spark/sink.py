@@ -1,0 +1,225 @@
+"""Writing DataFrames to a Kafka-compatible cluster (batch and streaming).
+
+Columns (as in Spark's Kafka sink): ``value`` (binary or string) is required; ``key``
+(binary or string), ``topic`` (string; the ``topic`` option overrides it), ``partition``
+(int; null = the producer's partitioner), ``timestamp`` (timestamp, or long epoch ms;
+null = now) and ``headers`` (array<struct<key:string,value:binary>>) are optional. Other
+columns are ignored.
+
+Each Spark task owns one idempotent producer (``enable.idempotence=true``): retries inside
+a task never duplicate or reorder records. A failed delivery fails the task with the
+broker's error; Spark then retries the task, so the guarantee across task retries is
+at-least-once (exactly-once needs transactions, which come later).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import KafkaError, Producer
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructType,
+    TimestampType,
+)
+
+from riverbed.spark.options import RiverbedOptionError, WriteOptions
+from riverbed.spark.schema import HEADERS_TYPE
+
+# How long a task waits for outstanding deliveries after its last row.
+flush_timeout_s = 300.0
+# Back-off when the producer's local queue (queue.buffering.max.messages) is full.
+_queue_full_wait_s = 0.05
+
+
+class RiverbedWriteError(RuntimeError):
+    """A record could not be delivered; the message carries the broker's error."""
+
+
+@dataclass
+class RiverbedCommitMessage(WriterCommitMessage):
+    records: int
+
+
+def validate_write_schema(schema: StructType, options: WriteOptions) -> None:
+    """Fail fast (on the driver) on a DataFrame the sink cannot write."""
+    types = {f.name: f.dataType for f in schema.fields}
+    problems: list[str] = []
+    if "value" not in types:
+        problems.append("required column 'value' not found")
+    for name in ("key", "value"):
+        if name in types and not isinstance(types[name], (BinaryType, StringType)):
+            problems.append(
+                f"column '{name}' must be binary or string, not {types[name].simpleString()}"
+            )
+    if "topic" in types:
+        if not isinstance(types["topic"], StringType):
+            problems.append(f"column 'topic' must be string, not {types['topic'].simpleString()}")
+    elif options.topic is None:
+        problems.append("no 'topic' column and no 'topic' option: set one of them")
+    if "partition" in types and not isinstance(types["partition"], IntegerType):
+        problems.append(f"column 'partition' must be int, not {types['partition'].simpleString()}")
+    if "timestamp" in types and not isinstance(types["timestamp"], (TimestampType, LongType)):
+        problems.append(
+            f"column 'timestamp' must be timestamp or long (epoch ms), not {types['timestamp'].simpleString()}"
+        )
+    if "headers" in types:
+        h = types["headers"]
+        element = h.elementType if isinstance(h, ArrayType) else None
+        ok = isinstance(element, StructType)
+        if isinstance(element, StructType):
+            inner = {f.name: f.dataType for f in element.fields}
+            ok = (
+                set(inner) == {"key", "value"}
+                and isinstance(inner["key"], StringType)
+                and isinstance(inner["value"], (BinaryType, StringType))
+            )
+        if not ok:
+            problems.append(
+                f"column 'headers' must be {HEADERS_TYPE.simpleString()}, not {h.simpleString()}"
+            )
+    if problems:
+        raise RiverbedOptionError("cannot write to riverbed: " + "; ".join(problems))
+
+
+def _as_bytes(col: pa.Array | pa.ChunkedArray | None, n: int) -> list[Any]:
+    if col is None:
+        return [None] * n
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        col = col.cast(pa.binary())
+    values: list[Any] = col.to_pylist()
+    return values
+
+
+def _timestamps_ms(col: pa.Array | None, n: int) -> list[int]:
+    if col is None:
+        return [0] * n
+    if pa.types.is_timestamp(col.type):
+        col = col.cast(pa.timestamp("ms", tz=col.type.tz)).cast(pa.int64())
+    return [0 if v is None else v for v in col.to_pylist()]
+
+
+def _headers(col: pa.Array | None, n: int) -> list[Any]:
+    if col is None:
+        return [None] * n
+    out: list[Any] = []
+    for hs in col.to_pylist():
+        if not hs:
+            out.append(None)
+            continue
+        out.append(
+            [
+                (h["key"], h["value"].encode() if isinstance(h["value"], str) else h["value"])
+                for h in hs
+                if h
+            ]
+        )
+    return out
+
+
+def produce_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> int:
+    """Produce every row of ``batches``; return the count once all are acknowledged."""
+    first_error: list[tuple[KafkaError, str, int]] = []
+
+    def on_error(err: KafkaError | None, msg: Any) -> None:
+        if err is not None and not first_error:
+            first_error.append((err, msg.topic(), msg.partition()))
+
+    config: dict[str, Any] = {"enable.idempotence": True, "linger.ms": 5}
+    config.update(options.client_config)
+    config["on_delivery"] = on_error
+    config["delivery.report.only.error"] = True
+    producer = Producer(config)
+    produce = producer.produce
+    count = 0
+    for batch in batches:
+        n = batch.num_rows
+        names = batch.schema.names
+
+        def column(name: str, names: list[str] = names, batch: pa.RecordBatch = batch) -> Any:
+            return batch.column(names.index(name)) if name in names else None
+
+        values = _as_bytes(column("value"), n)
+        keys = _as_bytes(column("key"), n)
+        if options.topic is not None:
+            topics: list[Any] = [options.topic] * n
+        else:
+            topics = column("topic").to_pylist()
+            if None in topics:
+                raise RiverbedWriteError("a row has a null 'topic' and no 'topic' option is set")
+        pcol = column("partition")
+        parts = [-1 if p is None else p for p in pcol.to_pylist()] if pcol is not None else [-1] * n
+        stamps = _timestamps_ms(column("timestamp"), n)
+        headers = _headers(column("headers"), n)
+        for i in range(n):
+            while True:
+                try:
+                    produce(
+                        topics[i],
+                        values[i],
+                        keys[i],
+                        partition=parts[i],
+                        timestamp=stamps[i],
+                        headers=headers[i],
+                    )
+                    break
+                except BufferError:
+                    producer.poll(_queue_full_wait_s)
+            if first_error:
+                break
+        count += n
+        producer.poll(0)
+        if first_error:
+            break
+    remaining = producer.flush(flush_timeout_s)
+    if first_error:
+        err, topic, partition = first_error[0]
+        raise RiverbedWriteError(
+            f"delivery to {topic}-{partition} failed: {err.name()}: {err.str()}"
+        )
+    if remaining:
+        raise RiverbedWriteError(f"{remaining} records still undelivered after {flush_timeout_s} s")
+    return count
+
+
+class RiverbedWriter(DataSourceArrowWriter):
+    def __init__(self, options: WriteOptions, schema: StructType) -> None:
+        validate_write_schema(schema, options)
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return RiverbedCommitMessage(produce_batches(self.options, iterator))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        return None
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        # Records already delivered stay: the sink is at-least-once.
+        return None
+
+
+class RiverbedStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, options: WriteOptions, schema: StructType) -> None:
+        validate_write_schema(schema, options)
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return RiverbedCommitMessage(produce_batches(self.options, iterator))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        return None
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        return None

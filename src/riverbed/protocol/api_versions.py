@@ -1,0 +1,205 @@
+"""API keys and the versions riverbed advertises in ApiVersions responses.
+
+Wire format: ApiVersionsResponse lists (api_key int16, min_version int16, max_version int16)
+for every entry of ``SUPPORTED_VERSIONS``. Every API is advertised from version 0 (the
+message engine encodes every version the specs define, and old clients such as librdkafka
+2.0 only enable features when the ranges contain specific old versions). Produce and Fetch
+stop before 13 (the versions that replace topic names with topic IDs).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from riverbed.protocol.messages import ApiVersionsResponse
+
+
+class ApiKey(IntEnum):
+    """Every Kafka API key (the int16 ``request_api_key`` in the request header)."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    LEADER_AND_ISR = 4
+    STOP_REPLICA = 5
+    UPDATE_METADATA = 6
+    CONTROLLED_SHUTDOWN = 7
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    ALTER_REPLICA_LOG_DIRS = 34
+    DESCRIBE_LOG_DIRS = 35
+    SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
+    CREATE_DELEGATION_TOKEN = 38
+    RENEW_DELEGATION_TOKEN = 39
+    EXPIRE_DELEGATION_TOKEN = 40
+    DESCRIBE_DELEGATION_TOKEN = 41
+    DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
+    INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
+    OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
+    VOTE = 52
+    BEGIN_QUORUM_EPOCH = 53
+    END_QUORUM_EPOCH = 54
+    DESCRIBE_QUORUM = 55
+    ALTER_PARTITION = 56
+    UPDATE_FEATURES = 57
+    ENVELOPE = 58
+    FETCH_SNAPSHOT = 59
+    DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+    BROKER_REGISTRATION = 62
+    BROKER_HEARTBEAT = 63
+    UNREGISTER_BROKER = 64
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
+    ALLOCATE_PRODUCER_IDS = 67
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
+    CONTROLLER_REGISTRATION = 70
+    GET_TELEMETRY_SUBSCRIPTIONS = 71
+    PUSH_TELEMETRY = 72
+    ASSIGN_REPLICAS_TO_DIRS = 73
+    LIST_CLIENT_METRICS_RESOURCES = 74
+    DESCRIBE_TOPIC_PARTITIONS = 75
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
+    ADD_RAFT_VOTER = 80
+    REMOVE_RAFT_VOTER = 81
+    UPDATE_RAFT_VOTER = 82
+    INITIALIZE_SHARE_GROUP_STATE = 83
+    READ_SHARE_GROUP_STATE = 84
+    WRITE_SHARE_GROUP_STATE = 85
+    DELETE_SHARE_GROUP_STATE = 86
+    READ_SHARE_GROUP_STATE_SUMMARY = 87
+
+
+SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
+    ApiKey.PRODUCE: (0, 9),
+    ApiKey.FETCH: (0, 12),
+    ApiKey.LIST_OFFSETS: (0, 7),
+    ApiKey.METADATA: (0, 12),
+    ApiKey.OFFSET_COMMIT: (0, 8),
+    ApiKey.OFFSET_FETCH: (0, 8),
+    ApiKey.FIND_COORDINATOR: (0, 4),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.CREATE_TOPICS: (0, 7),
+    ApiKey.DELETE_TOPICS: (0, 6),
+    ApiKey.DELETE_RECORDS: (0, 2),
+    ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
+    ApiKey.DESCRIBE_CONFIGS: (0, 4),
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.DESCRIBE_LOG_DIRS: (0, 4),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.ELECT_LEADERS: (0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    # cluster-internal (controller quorum and broker <-> controller)
+    ApiKey.VOTE: (0, 1),
+    ApiKey.BEGIN_QUORUM_EPOCH: (0, 1),
+    ApiKey.END_QUORUM_EPOCH: (0, 1),
+    ApiKey.DESCRIBE_QUORUM: (0, 2),
+    ApiKey.ALTER_PARTITION: (0, 3),
+    ApiKey.FETCH_SNAPSHOT: (0, 1),
+    ApiKey.BROKER_REGISTRATION: (0, 4),
+    ApiKey.BROKER_HEARTBEAT: (0, 1),
+    ApiKey.UNREGISTER_BROKER: (0, 0),
+    ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
+}
+
+# APIs only cluster members call; a broker may leave them out of what it shows clients.
+INTERNAL_APIS: frozenset[ApiKey] = frozenset(
+    {
+        ApiKey.VOTE,
+        ApiKey.BEGIN_QUORUM_EPOCH,
+        ApiKey.END_QUORUM_EPOCH,
+        ApiKey.DESCRIBE_QUORUM,
+        ApiKey.ALTER_PARTITION,
+        ApiKey.FETCH_SNAPSHOT,
+        ApiKey.BROKER_REGISTRATION,
+        ApiKey.BROKER_HEARTBEAT,
+        ApiKey.UNREGISTER_BROKER,
+        ApiKey.ALLOCATE_PRODUCER_IDS,
+    }
+)
+
+
+def is_supported(api_key: int, api_version: int) -> bool:
+    """Whether riverbed advertises ``api_version`` of ``api_key``."""
+    try:
+        lo, hi = SUPPORTED_VERSIONS[ApiKey(api_key)]
+    except (ValueError, KeyError):
+        return False
+    return lo <= api_version <= hi
+
+
+def api_versions_response(
+    error_code: int = 0,
+    *,
+    include_internal: bool = True,
+    throttle_time_ms: int = 0,
+) -> ApiVersionsResponse:
+    """The ApiVersions answer listing ``SUPPORTED_VERSIONS``.
+
+    Pass ``error_code=ErrorCode.UNSUPPORTED_VERSION`` when the client asked an ApiVersions
+    version above ours; ``headers.encode_response`` then writes the body at v0.
+    """
+    from riverbed.protocol.messages import ApiVersionsResponse
+
+    keys = [
+        ApiVersionsResponse.ApiVersion(api_key=int(key), min_version=lo, max_version=hi)
+        for key, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
+        if include_internal or key not in INTERNAL_APIS
+    ]
+    return ApiVersionsResponse(
+        error_code=error_code, api_keys=keys, throttle_time_ms=throttle_time_ms
+    )

@@ -1,0 +1,220 @@
+"""Request/response headers and whole-frame encode/decode.
+
+Wire format (Kafka protocol guide): a frame is ``int32 size`` + header + body.
+
+- RequestHeader v0: api_key int16, api_version int16, correlation_id int32.
+- RequestHeader v1: v0 + client_id (classic nullable string, int16 length).
+- RequestHeader v2: v1 + tagged-field section (client_id stays a classic string).
+- ResponseHeader v0: correlation_id int32; v1: v0 + tagged-field section.
+
+The request header is v2 when the API version is flexible (v0 only for ControlledShutdown
+v0), else v1; the response header is v1 when flexible, else v0 - except ApiVersions
+responses, which always use v0 so a client can read them whatever version it asked for.
+An ApiVersions request at a version riverbed does not advertise still decodes (to an
+empty body) so the server can answer with a v0 body carrying UNSUPPORTED_VERSION and the
+supported ranges (``riverbed.protocol.api_versions.api_versions_response``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from riverbed.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey, is_supported
+from riverbed.protocol.base import Message
+from riverbed.protocol.codec import UnsupportedVersionError
+from riverbed.protocol.exceptions import ProtocolError
+from riverbed.protocol.messages import (
+    ApiVersionsRequest,
+    decode,
+    encode_into,
+    message_spec,
+    request_class,
+    response_class,
+)
+from riverbed.protocol.primitives import INT16, INT32, Reader, Writer
+from riverbed.protocol.schema import VERSION_MAX
+
+REQUEST_HEADER_FIXED_SIZE = 8  # api_key + api_version + correlation_id
+
+
+@dataclass(slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None = None
+    # Tagged fields of header v2, kept raw ([(tag, bytes)]); none are defined today.
+    tagged_fields: list[tuple[int, bytes]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ResponseHeader:
+    correlation_id: int
+    tagged_fields: list[tuple[int, bytes]] = field(default_factory=list)
+
+
+class UnsupportedRequestError(UnsupportedVersionError):
+    """A request for an API or version riverbed does not serve; carries the parsed header
+    so the server can log it (Kafka closes the connection in this case)."""
+
+    header: RequestHeader | None = None
+
+
+def _flexible(api_key: int, api_version: int, response: bool) -> bool:
+    """Whether the API version is flexible; open-ended ranges extend past the known max
+    (as in Kafka) so a too-new ApiVersions request still parses with the right header."""
+    try:
+        cls = response_class(api_key) if response else request_class(api_key)
+    except ProtocolError:
+        return False
+    flex = message_spec(cls).flexible_versions
+    if flex.hi == VERSION_MAX:
+        return api_version >= flex.lo
+    return api_version in flex
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    if api_key == ApiKey.CONTROLLED_SHUTDOWN and api_version == 0:
+        return 0
+    return 2 if _flexible(api_key, api_version, response=False) else 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    if api_key == ApiKey.API_VERSIONS:
+        return 0
+    return 1 if _flexible(api_key, api_version, response=True) else 0
+
+
+def decode_request_header(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader, int]:
+    """Parse the request header; returns (header, offset of the body)."""
+    r = Reader(frame)
+    api_key = r.int16("RequestHeader.RequestApiKey")
+    api_version = r.int16("RequestHeader.RequestApiVersion")
+    correlation_id = r.int32("RequestHeader.CorrelationId")
+    header = RequestHeader(api_key, api_version, correlation_id)
+    hv = request_header_version(api_key, api_version)
+    if hv >= 1:
+        header.client_id = r.nullable_string(False, "RequestHeader.ClientId")
+    if hv >= 2:
+        header.tagged_fields = r.tagged_fields("RequestHeader.TaggedFields")
+    return header, r.pos
+
+
+def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader, Message]:
+    """Decode a request frame (the bytes after the 4-byte size).
+
+    Raises UnsupportedRequestError (with ``.header``) for APIs/versions riverbed does not
+    advertise, ProtocolError for malformed bytes.
+    """
+    buf = frame if isinstance(frame, bytes) else bytes(frame)
+    if len(buf) >= 4:
+        api_key, api_version = INT16.unpack_from(buf, 0)[0], INT16.unpack_from(buf, 2)[0]
+    else:
+        raise ProtocolError(f"request frame of {len(buf)} bytes is shorter than a header")
+    supported = is_supported(api_key, api_version)
+    if not supported and api_key != ApiKey.API_VERSIONS:
+        err = UnsupportedRequestError(
+            f"unsupported request api_key={api_key} version={api_version}",
+            api_key=api_key,
+            api_version=api_version,
+        )
+        try:
+            err.header, _ = decode_request_header(buf)
+        except ProtocolError:
+            err.header = None
+        raise err
+    header, pos = decode_request_header(buf)
+    if not supported:
+        # ApiVersions newer than ours: answer from an empty request (see module docstring)
+        return header, ApiVersionsRequest()
+    body = decode(request_class(api_key), memoryview(buf)[pos:], api_version)
+    return header, body
+
+
+def _frame(out: bytearray) -> bytes:
+    INT32.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
+
+
+def response_body_version(header: RequestHeader) -> int:
+    """The version a response body is written at: the request's, except an ApiVersions
+    request at an unsupported version is answered at v0."""
+    if header.api_key == ApiKey.API_VERSIONS and not is_supported(
+        header.api_key, header.api_version
+    ):
+        return 0
+    return header.api_version
+
+
+def encode_response(header: RequestHeader, body: Message) -> bytes:
+    """A whole response frame (size prefix included) answering ``header``."""
+    version = response_body_version(header)
+    out = bytearray(4)
+    out += INT32.pack(header.correlation_id)
+    if response_header_version(header.api_key, version) >= 1:
+        out += b"\x00"
+    encode_into(body, version, out)
+    return _frame(out)
+
+
+def encode_request(header: RequestHeader, body: Message) -> bytes:
+    """A whole request frame (size prefix included), for riverbed's own clients."""
+    w = Writer()
+    w.raw(b"\x00\x00\x00\x00")
+    w.int16(header.api_key)
+    w.int16(header.api_version)
+    w.int32(header.correlation_id)
+    hv = request_header_version(header.api_key, header.api_version)
+    if hv >= 1:
+        w.nullable_string(header.client_id, compact=False)
+    if hv >= 2:
+        w.tagged_fields(header.tagged_fields)
+    encode_into(body, header.api_version, w.out)
+    return _frame(w.out)
+
+
+def peek_correlation_id(frame: bytes | bytearray | memoryview) -> int:
+    """The correlation id of a response frame (after the size), to match it to a request."""
+    if len(frame) < 4:
+        raise ProtocolError("response frame shorter than its correlation id")
+    value: int = INT32.unpack_from(frame, 0)[0]
+    return value
+
+
+def decode_response(header: RequestHeader, frame: bytes | bytearray | memoryview) -> Message:
+    """Decode the response frame (after the size) to the request described by ``header``."""
+    r = Reader(frame)
+    correlation_id = r.int32("ResponseHeader.CorrelationId")
+    if correlation_id != header.correlation_id:
+        raise ProtocolError(
+            f"response correlation id {correlation_id} != request's {header.correlation_id}",
+            api_key=header.api_key,
+        )
+    if response_header_version(header.api_key, header.api_version) >= 1:
+        r.tagged_fields("ResponseHeader.TaggedFields")
+    body = memoryview(frame)[r.pos :]
+    try:
+        return decode(response_class(header.api_key), body, header.api_version)
+    except ProtocolError:
+        if header.api_key != ApiKey.API_VERSIONS or header.api_version == 0:
+            raise
+        # a broker that does not know our ApiVersions version answers at v0 (as Kafka's
+        # client does, fall back to reading the error and the broker's ranges from v0)
+        return decode(response_class(header.api_key), body, 0)
+
+
+__all__ = [
+    "SUPPORTED_VERSIONS",
+    "RequestHeader",
+    "ResponseHeader",
+    "UnsupportedRequestError",
+    "decode_request",
+    "decode_request_header",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+    "peek_correlation_id",
+    "request_header_version",
+    "response_body_version",
+    "response_header_version",
+]

@@ -1,0 +1,1 @@
+"""Generated schema tables and message classes (see scripts/gen_schemas.py)."""

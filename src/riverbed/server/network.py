@@ -112,6 +112,10 @@ class RequestContext:
     received_ms: int
 
 
+class CloseConnection(Exception):
+    """Raised by a handler to close the connection (logged as a warning, no traceback)."""
+
+
 class FrameTooLarge(ProtocolError):
     """A frame's declared size is above socket.request.max.bytes (or negative)."""
 
@@ -289,6 +293,9 @@ class Connection:
             header, task = item
             try:
                 response = await task
+            except CloseConnection as exc:
+                self._close_with(str(exc))
+                return
             except Exception:
                 log.exception(
                     "handler failed for api_key=%s from %s",

@@ -1,0 +1,1 @@
+"""Kafka request handlers of the broker (one module per group of APIs)."""

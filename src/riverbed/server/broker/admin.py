@@ -1,0 +1,107 @@
+"""Admin APIs: topics, partitions, configs (through the controller) and DescribeLogDirs.
+
+CreateTopics (19), DeleteTopics (20), CreatePartitions (37), AlterConfigs (33) and
+IncrementalAlterConfigs (44) are controller operations: the metadata service turns the
+request into metadata records against the current image, appends them to the metadata
+log, replays them and returns the response; the broker opens or deletes partition logs
+when the new image is published. DescribeConfigs (32) reads the image and the static
+broker config (sources and synonyms). DescribeLogDirs (35) reports every log dir with
+the partitions stored in it, their sizes and the dir's total/usable bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import TYPE_CHECKING, Any
+
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import DescribeLogDirsRequest, DescribeLogDirsResponse
+from riverbed.server.network import RequestContext
+
+if TYPE_CHECKING:
+    from riverbed.server.broker.dispatch import Broker
+
+
+async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    return await broker.metadata.create_topics(req)
+
+
+async def handle_delete_topics(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    return await broker.metadata.delete_topics(req)
+
+
+async def handle_create_partitions(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    return await broker.metadata.create_partitions(req)
+
+
+async def handle_alter_configs(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    return await broker.metadata.alter_configs(req)
+
+
+async def handle_incremental_alter_configs(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    return await broker.metadata.incremental_alter_configs(req)
+
+
+async def handle_describe_configs(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    return broker.metadata.describe_configs(req)
+
+
+def _partition_dir(plog: Any) -> str:
+    for attr in ("dir", "path", "directory"):
+        value: Any = getattr(plog, attr, None)
+        if value is not None:
+            return str(os.path.dirname(os.path.abspath(os.fspath(value))))
+    return ""
+
+
+def _partition_size(plog: Any) -> int:
+    size = getattr(plog, "size", None)
+    if isinstance(size, int):
+        return size
+    return int(size()) if callable(size) else 0
+
+
+async def handle_describe_log_dirs(
+    broker: Broker, ctx: RequestContext, req: DescribeLogDirsRequest
+) -> DescribeLogDirsResponse:
+    wanted: dict[str, set[int]] | None = None
+    if req.topics is not None:
+        wanted = {t.topic: set(t.partitions) for t in req.topics}
+    dirs = [os.path.abspath(d) for d in broker.config.log_dirs]
+    per_dir: dict[str, dict[str, list[Any]]] = {d: {} for d in dirs}
+    for (topic, index), hosted in sorted(broker.partitions.partitions.items()):
+        if wanted is not None and index not in wanted.get(topic, ()):
+            continue
+        d = _partition_dir(hosted.log)
+        bucket = per_dir.get(d)
+        if bucket is None:
+            bucket = per_dir.setdefault(dirs[0] if dirs else d, {})
+        bucket.setdefault(topic, []).append(
+            DescribeLogDirsResponse.DescribeLogDirsPartition(
+                partition_index=index,
+                partition_size=_partition_size(hosted.log),
+                offset_lag=0,
+                is_future_key=False,
+            )
+        )
+    results = []
+    for d, topics in per_dir.items():
+        try:
+            usage = shutil.disk_usage(d)
+            code, total, usable = 0, usage.total, usage.free
+        except OSError:
+            code, total, usable = int(ErrorCode.KAFKA_STORAGE_ERROR), -1, -1
+        results.append(
+            DescribeLogDirsResponse.DescribeLogDirsResult(
+                error_code=code,
+                log_dir=d,
+                topics=[
+                    DescribeLogDirsResponse.DescribeLogDirsTopic(name=name, partitions=parts)
+                    for name, parts in sorted(topics.items())
+                ],
+                total_bytes=total,
+                usable_bytes=usable,
+            )
+        )
+    return DescribeLogDirsResponse(throttle_time_ms=0, error_code=0, results=results)

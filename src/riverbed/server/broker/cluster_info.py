@@ -1,0 +1,175 @@
+"""ApiVersions (18), Metadata (3) and DescribeCluster (60): what clients learn first.
+
+Metadata answers from the current metadata image: the brokers' endpoints for the
+listener the request came in on, this node as controller, and per topic its id and
+partitions (leader, leader epoch, replicas, ISR). A requested topic that does not exist
+is created when ``auto.create.topics.enable`` is on and the request allows it (v4+ flag;
+always allowed before v4), through the controller like CreateTopics; an invalid name is
+INVALID_TOPIC_EXCEPTION, otherwise UNKNOWN_TOPIC_OR_PARTITION. A null topic list (v1+) or
+an empty one in v0 means every topic.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from riverbed.protocol.api_versions import SUPPORTED_VERSIONS
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+from riverbed.server.network import RequestContext
+
+if TYPE_CHECKING:
+    from riverbed.metadata.image import MetadataImage
+    from riverbed.server.broker.dispatch import Broker
+
+log = logging.getLogger(__name__)
+
+#: "authorized operations not requested" (Kafka's Integer.MIN_VALUE sentinel).
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+#: Without an authorizer every topic operation is allowed: READ(3) WRITE(4) CREATE(5)
+#: DELETE(6) ALTER(7) DESCRIBE(8) DESCRIBE_CONFIGS(10) ALTER_CONFIGS(11).
+TOPIC_OPERATIONS_ALL = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+#: CREATE(5) ALTER(7) DESCRIBE(8) CLUSTER_ACTION(9) DESCRIBE_CONFIGS(10) ALTER_CONFIGS(11)
+#: IDEMPOTENT_WRITE(12).
+CLUSTER_OPERATIONS_ALL = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+#: Longest legal topic name (Kafka's Topic.MAX_NAME_LENGTH).
+TOPIC_NAME_LENGTH_MAX = 249
+_LEGAL = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def valid_topic_name(name: str | None) -> bool:
+    return (
+        bool(name)
+        and name not in (".", "..")
+        and len(name or "") <= TOPIC_NAME_LENGTH_MAX
+        and set(name or "") <= _LEGAL
+    )
+
+
+async def handle_api_versions(
+    broker: Broker, ctx: RequestContext, req: ApiVersionsRequest
+) -> ApiVersionsResponse:
+    keys = [
+        ApiVersionsResponse.ApiVersion(api_key=int(k), min_version=lo, max_version=hi)
+        for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
+    ]
+    return ApiVersionsResponse(error_code=0, api_keys=keys, throttle_time_ms=0)
+
+
+def _brokers(image: MetadataImage, listener: str) -> list[tuple[int, str, int, str | None]]:
+    out = []
+    for broker_id, reg in sorted(image.brokers.items()):
+        if reg.fenced:
+            continue
+        ep = reg.endpoint(listener)
+        if ep is not None:
+            out.append((broker_id, ep.host, ep.port, reg.rack))
+    return out
+
+
+def _topic_metadata(image: MetadataImage, name: str, include_ops: bool) -> Any:
+    topic = image.topic(name)
+    ops = TOPIC_OPERATIONS_ALL if include_ops else AUTHORIZED_OPERATIONS_OMITTED
+    if topic is None:
+        code = (
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if valid_topic_name(name)
+            else ErrorCode.INVALID_TOPIC_EXCEPTION
+        )
+        return MetadataResponse.MetadataResponseTopic(
+            error_code=int(code), name=name, partitions=[], topic_authorized_operations=ops
+        )
+    parts = [
+        MetadataResponse.MetadataResponsePartition(
+            error_code=0 if reg.leader >= 0 else int(ErrorCode.LEADER_NOT_AVAILABLE),
+            partition_index=index,
+            leader_id=reg.leader,
+            leader_epoch=reg.leader_epoch,
+            replica_nodes=list(reg.replicas),
+            isr_nodes=list(reg.isr),
+            offline_replicas=[],
+        )
+        for index, reg in sorted(topic.partitions.items())
+    ]
+    return MetadataResponse.MetadataResponseTopic(
+        error_code=0,
+        name=name,
+        topic_id=topic.topic_id,
+        is_internal=name.startswith("__"),
+        partitions=parts,
+        topic_authorized_operations=ops,
+    )
+
+
+async def handle_metadata(
+    broker: Broker, ctx: RequestContext, req: MetadataRequest
+) -> MetadataResponse:
+    version = ctx.header.api_version
+    image = broker.metadata.image
+    if req.topics is None or (version == 0 and not req.topics):
+        names = sorted(image.topics_by_name)
+    else:
+        names = []
+        for t in req.topics:
+            name = t.name
+            if name is None and getattr(t, "topic_id", None) is not None:
+                found = image.topic_by_id(t.topic_id)
+                name = found.name if found is not None else None
+            if name is not None:
+                names.append(name)
+        allow = req.allow_auto_topic_creation if version >= 4 else True
+        missing = [n for n in names if image.topic(n) is None and valid_topic_name(n)]
+        if missing and allow and broker.config.auto_create_topics_enable:
+            for name in missing:
+                try:
+                    await broker.metadata.auto_create_topic(name)
+                except Exception:  # reported below as UNKNOWN_TOPIC_OR_PARTITION
+                    log.exception("auto-creating topic %r failed", name)
+            image = broker.metadata.image
+    include_ops = bool(getattr(req, "include_topic_authorized_operations", False))
+    brokers = [
+        MetadataResponse.MetadataResponseBroker(node_id=i, host=h, port=p, rack=r)
+        for i, h, p, r in _brokers(image, ctx.listener_name)
+    ]
+    include_cluster_ops = bool(getattr(req, "include_cluster_authorized_operations", False))
+    return MetadataResponse(
+        throttle_time_ms=0,
+        brokers=brokers,
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        topics=[_topic_metadata(image, n, include_ops) for n in names],
+        cluster_authorized_operations=(
+            CLUSTER_OPERATIONS_ALL if include_cluster_ops else AUTHORIZED_OPERATIONS_OMITTED
+        ),
+    )
+
+
+async def handle_describe_cluster(
+    broker: Broker, ctx: RequestContext, req: DescribeClusterRequest
+) -> DescribeClusterResponse:
+    image = broker.metadata.image
+    return DescribeClusterResponse(
+        throttle_time_ms=0,
+        error_code=0,
+        error_message=None,
+        endpoint_type=1,
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        brokers=[
+            DescribeClusterResponse.DescribeClusterBroker(broker_id=i, host=h, port=p, rack=r)
+            for i, h, p, r in _brokers(image, ctx.listener_name)
+        ],
+        cluster_authorized_operations=(
+            CLUSTER_OPERATIONS_ALL
+            if req.include_cluster_authorized_operations
+            else AUTHORIZED_OPERATIONS_OMITTED
+        ),
+    )

@@ -1,0 +1,94 @@
+"""The broker's request dispatch table: api key -> handler, and the state handlers share.
+
+`Broker.handle` is the network layer's `RequestHandler`: it looks the api key up in
+`HANDLERS` and awaits the handler with the broker, the request context and the decoded
+body. An api key riverbed decodes but does not serve on a client listener (e.g. the Raft
+RPCs) closes the connection, as Kafka does for an API a listener does not expose.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from riverbed.protocol.api_versions import ApiKey
+from riverbed.protocol.errors import ErrorCode
+from riverbed.server.broker import admin, cluster_info, fetch, offsets, placeholders, produce
+from riverbed.server.broker.partitions import PartitionManager
+from riverbed.server.network import CloseConnection, RequestContext
+from riverbed.server.purgatory import Purgatory
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[["Broker", RequestContext, Any], Coroutine[Any, Any, Any]]
+
+_G = ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+HANDLERS: dict[int, Handler] = {
+    ApiKey.PRODUCE: produce.handle_produce,
+    ApiKey.FETCH: fetch.handle_fetch,
+    ApiKey.LIST_OFFSETS: offsets.handle_list_offsets,
+    ApiKey.METADATA: cluster_info.handle_metadata,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: offsets.handle_offset_for_leader_epoch,
+    ApiKey.API_VERSIONS: cluster_info.handle_api_versions,
+    ApiKey.DESCRIBE_CLUSTER: cluster_info.handle_describe_cluster,
+    ApiKey.CREATE_TOPICS: admin.handle_create_topics,
+    ApiKey.DELETE_TOPICS: admin.handle_delete_topics,
+    ApiKey.CREATE_PARTITIONS: admin.handle_create_partitions,
+    ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
+    ApiKey.ALTER_CONFIGS: admin.handle_alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: admin.handle_incremental_alter_configs,
+    ApiKey.DELETE_RECORDS: offsets.handle_delete_records,
+    ApiKey.DESCRIBE_LOG_DIRS: admin.handle_describe_log_dirs,
+    ApiKey.INIT_PRODUCER_ID: placeholders.handle_init_producer_id,
+    ApiKey.FIND_COORDINATOR: placeholders.handle_find_coordinator,
+    ApiKey.OFFSET_COMMIT: placeholders.handle_offset_commit,
+    ApiKey.OFFSET_FETCH: placeholders.handle_offset_fetch,
+    ApiKey.DESCRIBE_GROUPS: placeholders.handle_describe_groups,
+    ApiKey.DELETE_GROUPS: placeholders.handle_delete_groups,
+    ApiKey.JOIN_GROUP: placeholders.error_only(_G),
+    ApiKey.SYNC_GROUP: placeholders.error_only(_G),
+    ApiKey.HEARTBEAT: placeholders.error_only(_G),
+    ApiKey.LEAVE_GROUP: placeholders.error_only(_G),
+    ApiKey.LIST_GROUPS: placeholders.error_only(_G),
+    ApiKey.OFFSET_DELETE: placeholders.error_only(_G),
+    ApiKey.SASL_HANDSHAKE: placeholders.error_only(ErrorCode.UNSUPPORTED_SASL_MECHANISM),
+    ApiKey.SASL_AUTHENTICATE: placeholders.error_only(ErrorCode.ILLEGAL_SASL_STATE),
+    ApiKey.DESCRIBE_PRODUCERS: placeholders.handle_describe_producers,
+    ApiKey.ELECT_LEADERS: placeholders.handle_elect_leaders,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: placeholders.error_only(
+        ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    ),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: placeholders.handle_list_partition_reassignments,
+}
+
+
+class UnsupportedApi(CloseConnection):
+    """A request for an API this listener does not serve; the connection is closed."""
+
+
+class Broker:
+    """What request handlers share: config, metadata service, partitions, purgatory."""
+
+    def __init__(
+        self,
+        config: Any,
+        metadata: Any,
+        partitions: PartitionManager,
+        fetch_purgatory: Purgatory,
+        cluster_id: str,
+    ) -> None:
+        self.config = config
+        self.node_id: int = config.node_id
+        self.metadata = metadata
+        self.partitions = partitions
+        self.fetch_purgatory = fetch_purgatory
+        self.cluster_id = cluster_id
+        self.producer_ids = placeholders.ProducerIdAllocator()
+
+    async def handle(self, ctx: RequestContext, body: Any) -> Any:
+        handler = HANDLERS.get(ctx.header.api_key)
+        if handler is None:
+            raise UnsupportedApi(f"api key {ctx.header.api_key} is not served on this listener")
+        return await handler(self, ctx, body)

@@ -1,0 +1,145 @@
+"""Fetch (api key 1) for consumers: file ranges of whole batches, long polling.
+
+For every requested partition (all of them are answered: kafka-python rejects a full
+response that lacks one) the handler reads from the fetch offset up to the high
+watermark (= LastStableOffset without transactions, for both isolation levels):
+
+- unknown partition -> UNKNOWN_TOPIC_OR_PARTITION; a ``current_leader_epoch`` newer than
+  ours -> UNKNOWN_LEADER_EPOCH, older -> FENCED_LEADER_EPOCH; an offset below the log
+  start or above the log end -> OFFSET_OUT_OF_RANGE;
+- ``partition_max_bytes`` and the response's ``max_bytes`` bound the data, except that
+  the first partition returning data returns at least one whole batch (so a batch larger
+  than the limits still makes progress), and no partition ever returns part of a batch;
+- the data is the storage's file ranges, streamed with sendfile (network.FileRecords).
+
+When fewer than ``min_bytes`` are ready and no partition has an error, the request is
+parked in the fetch purgatory for up to ``max_wait_ms`` and woken by appends to any of
+its partitions. Fetch sessions (KIP-227) are not kept: every response has session id 0,
+which clients treat as "no session, send full requests".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import FetchRequest, FetchResponse
+from riverbed.server.network import FileRecords, RequestContext, SplicedResponse
+from riverbed.storage.errors import StorageError
+
+if TYPE_CHECKING:
+    from riverbed.server.broker.dispatch import Broker
+
+#: Fetch versions from this one on are flexible (compact ``records`` length).
+FETCH_FLEXIBLE_VERSION = 12
+
+
+@dataclass
+class _PartitionRead:
+    topic: str
+    index: int
+    error: int
+    high_watermark: int
+    log_start_offset: int
+    ranges: list[Any]
+    size: int
+
+
+def _read_partition(broker: Broker, topic: str, p: Any, budget: int, first: bool) -> _PartitionRead:
+    hosted = broker.partitions.get(topic, p.partition)
+    if hosted is None:
+        return _PartitionRead(
+            topic, p.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, [], 0
+        )
+    plog = hosted.log
+    hw = plog.high_watermark
+    start = plog.log_start_offset
+    epoch = hosted.registration.leader_epoch
+    current = getattr(p, "current_leader_epoch", -1)
+    if current >= 0 and current != epoch:
+        code = ErrorCode.UNKNOWN_LEADER_EPOCH if current > epoch else ErrorCode.FENCED_LEADER_EPOCH
+        return _PartitionRead(topic, p.partition, code, hw, start, [], 0)
+    if p.fetch_offset < start or p.fetch_offset > plog.log_end_offset:
+        return _PartitionRead(topic, p.partition, ErrorCode.OFFSET_OUT_OF_RANGE, hw, start, [], 0)
+    if p.fetch_offset >= hw or (budget <= 0 and not first):
+        return _PartitionRead(topic, p.partition, 0, hw, start, [], 0)
+    max_bytes = max(1, min(p.partition_max_bytes, budget))
+    try:
+        result = plog.read(p.fetch_offset, max_bytes, hw)
+    except StorageError as exc:
+        return _PartitionRead(topic, p.partition, exc.error_code, hw, start, [], 0)
+    ranges = list(result.ranges)
+    size = sum(r.size for r in ranges)
+    if size > max_bytes and not first:
+        # Only the first partition with data may exceed the limits (one whole batch).
+        return _PartitionRead(topic, p.partition, 0, hw, start, [], 0)
+    return _PartitionRead(topic, p.partition, 0, hw, start, ranges, size)
+
+
+def _read_all(broker: Broker, req: Any) -> list[_PartitionRead]:
+    budget = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
+    reads: list[_PartitionRead] = []
+    first = True
+    for topic in req.topics:
+        for p in topic.partitions:
+            r = _read_partition(broker, topic.topic, p, budget, first)
+            if r.size:
+                first = False
+                budget -= r.size
+            reads.append(r)
+    return reads
+
+
+async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -> Any:
+    version = ctx.header.api_version
+    if req.session_id != 0:
+        return FetchResponse(error_code=int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND), session_id=0)
+    reads = _read_all(broker, req)
+    ready = sum(r.size for r in reads)
+    has_error = any(r.error for r in reads)
+    if ready < req.min_bytes and req.max_wait_ms > 0 and not has_error and reads:
+        keys = [(r.topic, r.index) for r in reads]
+
+        def enough() -> bool:
+            nonlocal reads
+            reads = _read_all(broker, req)
+            return sum(r.size for r in reads) >= req.min_bytes or any(r.error for r in reads)
+
+        await broker.fetch_purgatory.wait_until(keys, enough, req.max_wait_ms)
+    return _build_response(reads, version)
+
+
+def _build_response(reads: list[_PartitionRead], version: int) -> Any:
+    topics: list[Any] = []
+    by_topic: dict[str, Any] = {}
+    files: list[FileRecords] = []
+    for r in reads:
+        t = by_topic.get(r.topic)
+        if t is None:
+            t = FetchResponse.FetchableTopicResponse(topic=r.topic, partitions=[])
+            by_topic[r.topic] = t
+            topics.append(t)
+        records: bytes
+        if r.ranges:
+            fr = FileRecords(r.ranges)
+            files.append(fr)
+            records = fr.token
+        else:
+            records = b""
+        t.partitions.append(
+            FetchResponse.PartitionData(
+                partition_index=r.index,
+                error_code=int(r.error),
+                high_watermark=r.high_watermark,
+                last_stable_offset=r.high_watermark,
+                log_start_offset=r.log_start_offset,
+                aborted_transactions=None if version >= 4 else [],
+                preferred_read_replica=-1,
+                records=records,
+            )
+        )
+    body = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+    if not files:
+        return body
+    return SplicedResponse(body=body, files=files, compact=version >= FETCH_FLEXIBLE_VERSION)

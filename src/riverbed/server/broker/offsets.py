@@ -1,0 +1,154 @@
+"""ListOffsets (2), OffsetForLeaderEpoch (23) and DeleteRecords (21).
+
+ListOffsets special timestamps (Kafka's): -2 earliest (log start offset), -1 latest (the
+high watermark; also the last stable offset, there being no transactions yet), -3 the
+offset of the record with the largest timestamp; any other timestamp finds the first
+offset whose timestamp is >= it through the time index (offset -1, timestamp -1 when
+there is none). Version 0 answers in ``old_style_offsets``.
+
+OffsetForLeaderEpoch returns the largest epoch <= the requested one and its end offset
+(the start of the next epoch, or the log end offset for the current epoch), from the
+leader-epoch cache.
+
+DeleteRecords moves the log start offset forward (-1 means "up to the high watermark");
+an offset above the high watermark is OFFSET_OUT_OF_RANGE.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import (
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
+from riverbed.server.network import RequestContext
+from riverbed.storage.errors import StorageError
+
+if TYPE_CHECKING:
+    from riverbed.server.broker.dispatch import Broker
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+
+
+def _list_one(broker: Broker, topic: str, p: Any, version: int) -> Any:
+    def answer(code: int, timestamp: int = -1, offset: int = -1, epoch: int = -1) -> Any:
+        return ListOffsetsResponse.ListOffsetsPartitionResponse(
+            partition_index=p.partition_index,
+            error_code=int(code),
+            old_style_offsets=[offset] if version == 0 and code == 0 and offset >= 0 else [],
+            timestamp=timestamp,
+            offset=offset,
+            leader_epoch=epoch,
+        )
+
+    hosted = broker.partitions.get(topic, p.partition_index)
+    if hosted is None:
+        return answer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    epoch = hosted.registration.leader_epoch
+    current = getattr(p, "current_leader_epoch", -1)
+    if current >= 0 and current != epoch:
+        return answer(
+            ErrorCode.UNKNOWN_LEADER_EPOCH if current > epoch else ErrorCode.FENCED_LEADER_EPOCH
+        )
+    plog = hosted.log
+    ts = p.timestamp
+    if ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+        return answer(0, -1, plog.log_start_offset, epoch)
+    if ts == LATEST_TIMESTAMP:
+        return answer(0, -1, plog.high_watermark, epoch)
+    if ts == MAX_TIMESTAMP:
+        found = plog.offset_of_max_timestamp()
+    elif ts < 0:
+        return answer(ErrorCode.INVALID_REQUEST)
+    else:
+        found = plog.offset_for_timestamp(ts)
+    if found is None:
+        return answer(0, -1, -1, -1)
+    timestamp, offset = found.timestamp, found.offset
+    if offset >= plog.high_watermark:
+        return answer(0, -1, -1, -1)
+    return answer(0, timestamp, offset, epoch)
+
+
+async def handle_list_offsets(
+    broker: Broker, ctx: RequestContext, req: ListOffsetsRequest
+) -> ListOffsetsResponse:
+    version = ctx.header.api_version
+    topics = []
+    for t in req.topics:
+        parts = [_list_one(broker, t.name, p, version) for p in t.partitions]
+        topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=t.name, partitions=parts))
+    return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
+
+
+async def handle_offset_for_leader_epoch(
+    broker: Broker, ctx: RequestContext, req: OffsetForLeaderEpochRequest
+) -> OffsetForLeaderEpochResponse:
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            code, epoch, end = 0, -1, -1
+            hosted = broker.partitions.get(t.topic, p.partition)
+            if hosted is None:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                leader_epoch = hosted.registration.leader_epoch
+                current = getattr(p, "current_leader_epoch", -1)
+                if current >= 0 and current != leader_epoch:
+                    code = (
+                        ErrorCode.UNKNOWN_LEADER_EPOCH
+                        if current > leader_epoch
+                        else ErrorCode.FENCED_LEADER_EPOCH
+                    )
+                else:
+                    epoch, end = hosted.log.end_offset_for_epoch(p.leader_epoch)
+            parts.append(
+                OffsetForLeaderEpochResponse.EpochEndOffset(
+                    error_code=int(code), partition=p.partition, leader_epoch=epoch, end_offset=end
+                )
+            )
+        topics.append(
+            OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(topic=t.topic, partitions=parts)
+        )
+    return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)
+
+
+async def handle_delete_records(
+    broker: Broker, ctx: RequestContext, req: DeleteRecordsRequest
+) -> DeleteRecordsResponse:
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            code, low = 0, -1
+            hosted = broker.partitions.get(t.name, p.partition_index)
+            if hosted is None:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                plog = hosted.log
+                offset = plog.high_watermark if p.offset == -1 else p.offset
+                if offset < 0 or offset > plog.high_watermark:
+                    code = ErrorCode.OFFSET_OUT_OF_RANGE
+                else:
+                    try:
+                        plog.delete_records_before(offset)
+                        low = plog.log_start_offset
+                    except StorageError as exc:
+                        code = exc.error_code
+            parts.append(
+                DeleteRecordsResponse.DeleteRecordsPartitionResult(
+                    partition_index=p.partition_index, low_watermark=low, error_code=int(code)
+                )
+            )
+        topics.append(DeleteRecordsResponse.DeleteRecordsTopicResult(name=t.name, partitions=parts))
+    return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)

@@ -1,0 +1,124 @@
+"""The broker's partitions: metadata image -> partition logs, appends, reads, watermarks.
+
+The metadata image says which partitions exist and who leads them; this module keeps one
+storage `PartitionLog` per partition this node hosts (created on the image change that
+adds the partition, deleted on the one that removes its topic), applies the topic's
+effective config (topic overrides <- broker `log.*` keys <- defaults) as the log's
+`LogConfig`, and wakes the fetch purgatory after every append.
+
+Single node (until replication lands): the ISR is this node alone, so the high
+watermark is the log end offset right after each append, for acks 0, 1 and -1 alike.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from riverbed.metadata.image import MetadataImage, PartitionRegistration, TopicImage
+from riverbed.metadata.topic_configs import effective_topic_config
+from riverbed.server.purgatory import Purgatory
+from riverbed.storage.config import LogConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class HostedPartition:
+    """A partition this node hosts: its topic, registration and open log."""
+
+    topic: str
+    topic_id: Any
+    index: int
+    registration: PartitionRegistration
+    log: Any  # riverbed.storage.PartitionLog
+    config: LogConfig
+
+
+class PartitionManager:
+    """Keeps the set of open partition logs in step with the metadata image."""
+
+    def __init__(
+        self,
+        log_manager: Any,
+        node_id: int,
+        static_broker_config: Mapping[str, str],
+        purgatory: Purgatory,
+    ) -> None:
+        self.log_manager = log_manager
+        self.node_id = node_id
+        self.static_broker_config = dict(static_broker_config)
+        self.purgatory = purgatory
+        self.partitions: dict[tuple[str, int], HostedPartition] = {}
+        self.image: MetadataImage = MetadataImage.EMPTY
+
+    # -- image changes -------------------------------------------------------------
+    def log_config_for(self, image: MetadataImage, topic: str) -> LogConfig:
+        effective = effective_topic_config(image.topic_config(topic), self.static_broker_config)
+        return LogConfig.from_props(effective)
+
+    def apply_image(self, image: MetadataImage) -> None:
+        """Open logs for new partitions, close+delete removed ones, refresh configs."""
+        old = self.image
+        self.image = image
+        for name, topic in image.topics_by_name.items():
+            config = self.log_config_for(image, name)
+            for index, reg in topic.partitions.items():
+                if self.node_id not in reg.replicas:
+                    continue
+                key = (name, index)
+                hosted = self.partitions.get(key)
+                if hosted is None or hosted.topic_id != topic.topic_id:
+                    if hosted is not None:  # same name, new topic id: the old log is gone
+                        self._delete(key)
+                    plog = self.log_manager.get_or_create(name, index, config)
+                    hosted = HostedPartition(name, topic.topic_id, index, reg, plog, config)
+                    self.partitions[key] = hosted
+                    self._sync_high_watermark(hosted)
+                else:
+                    hosted.registration = reg
+                    if config != hosted.config:
+                        hosted.config = config
+                        self._update_config(hosted)
+        for key in list(self.partitions):
+            name, index = key
+            topic_img: TopicImage | None = image.topics_by_name.get(name)
+            if topic_img is None or index not in topic_img.partitions:
+                self._delete(key)
+        del old
+
+    def _update_config(self, hosted: HostedPartition) -> None:
+        setter = getattr(hosted.log, "update_config", None)
+        if setter is not None:
+            setter(hosted.config)
+        else:
+            hosted.log.config = hosted.config
+
+    def _delete(self, key: tuple[str, int]) -> None:
+        hosted = self.partitions.pop(key)
+        log.info("deleting partition log %s-%d", hosted.topic, hosted.index)
+        self.log_manager.delete(hosted.topic, hosted.index)
+        self.purgatory.notify(key)
+
+    # -- data path -----------------------------------------------------------------
+    def get(self, topic: str, index: int) -> HostedPartition | None:
+        return self.partitions.get((topic, index))
+
+    def append(self, hosted: HostedPartition, batches: bytearray) -> Any:
+        """Append as leader (raises storage's typed errors); advances the HW, wakes fetches."""
+        info = hosted.log.append_as_leader(batches, hosted.registration.leader_epoch)
+        self._sync_high_watermark(hosted)
+        self.purgatory.notify((hosted.topic, hosted.index))
+        return info
+
+    def _sync_high_watermark(self, hosted: HostedPartition) -> None:
+        # ISR = {this node}: everything appended is replicated to the whole ISR.
+        plog = hosted.log
+        leo = plog.log_end_offset
+        if plog.high_watermark < leo:
+            plog.update_high_watermark(leo)
+
+    def close(self) -> None:
+        self.partitions.clear()

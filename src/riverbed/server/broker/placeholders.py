@@ -1,0 +1,175 @@
+"""APIs whose real implementation belongs to later issues, answered with proper errors.
+
+- Group coordination (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+  OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete):
+  COORDINATOR_NOT_AVAILABLE (retriable; the group coordinator issue replaces these).
+  Consumers that assign partitions themselves and keep no committed offsets work.
+- SASL: no mechanism is enabled -> SaslHandshake UNSUPPORTED_SASL_MECHANISM with an
+  empty mechanism list, SaslAuthenticate ILLEGAL_SASL_STATE.
+- InitProducerId without a transactional id hands out a fresh producer id (epoch 0) so
+  idempotent producers (kafka-python turns idempotence on by default) can produce; ids
+  are ``seconds since the epoch << 20 | counter``, unique across restarts of one node.
+  Sequence checks arrive with the producer-state issue. With a transactional id:
+  COORDINATOR_NOT_AVAILABLE (no transaction coordinator yet).
+- DescribeProducers: no producer state is kept yet -> an empty producer list per
+  existing partition. ElectLeaders: a single node already leads everything ->
+  ELECTION_NOT_NEEDED. Partition reassignment: NO_REASSIGNMENT_IN_PROGRESS / empty list.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import TYPE_CHECKING, Any
+
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import (
+    DeleteGroupsResponse,
+    DescribeGroupsResponse,
+    DescribeProducersResponse,
+    ElectLeadersResponse,
+    FindCoordinatorResponse,
+    InitProducerIdResponse,
+    ListPartitionReassignmentsResponse,
+    OffsetCommitResponse,
+    OffsetFetchResponse,
+    response_class,
+)
+from riverbed.server.network import RequestContext
+
+if TYPE_CHECKING:
+    from riverbed.server.broker.dispatch import Broker
+
+_NO_COORDINATOR = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+#: Producer ids per second of uptime this scheme can hand out without overlap.
+_PRODUCER_IDS_PER_SECOND = 1 << 20
+
+
+class ProducerIdAllocator:
+    """Unique producer ids for one node until ProducerIdsRecord blocks land."""
+
+    def __init__(self, now_s: int | None = None) -> None:
+        base = int(time.time()) if now_s is None else now_s
+        self._ids = itertools.count(base * _PRODUCER_IDS_PER_SECOND)
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+
+async def handle_init_producer_id(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    if req.transactional_id is not None:
+        return InitProducerIdResponse(error_code=_NO_COORDINATOR, producer_id=-1, producer_epoch=-1)
+    return InitProducerIdResponse(
+        error_code=0, producer_id=broker.producer_ids.next_id(), producer_epoch=0
+    )
+
+
+async def handle_find_coordinator(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    keys = list(req.coordinator_keys or ([req.key] if req.key else []))
+    return FindCoordinatorResponse(
+        error_code=_NO_COORDINATOR,
+        error_message="the group coordinator is not available yet",
+        node_id=-1,
+        host="",
+        port=-1,
+        coordinators=[
+            FindCoordinatorResponse.Coordinator(
+                key=k, node_id=-1, host="", port=-1, error_code=_NO_COORDINATOR
+            )
+            for k in keys
+        ],
+    )
+
+
+async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    return OffsetCommitResponse(
+        topics=[
+            OffsetCommitResponse.OffsetCommitResponseTopic(
+                name=t.name,
+                partitions=[
+                    OffsetCommitResponse.OffsetCommitResponsePartition(
+                        partition_index=p.partition_index, error_code=_NO_COORDINATOR
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in req.topics
+        ]
+    )
+
+
+async def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    groups = [
+        OffsetFetchResponse.OffsetFetchResponseGroup(
+            group_id=g.group_id, topics=[], error_code=_NO_COORDINATOR
+        )
+        for g in (req.groups or [])
+    ]
+    return OffsetFetchResponse(error_code=_NO_COORDINATOR, topics=[], groups=groups)
+
+
+async def handle_describe_groups(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    return DescribeGroupsResponse(
+        groups=[
+            DescribeGroupsResponse.DescribedGroup(error_code=_NO_COORDINATOR, group_id=g)
+            for g in req.groups
+        ]
+    )
+
+
+async def handle_delete_groups(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    return DeleteGroupsResponse(
+        results=[
+            DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=_NO_COORDINATOR)
+            for g in req.groups_names
+        ]
+    )
+
+
+async def handle_describe_producers(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    topics = []
+    for t in req.topics:
+        parts = []
+        for index in t.partition_indexes:
+            exists = broker.partitions.get(t.name, index) is not None
+            parts.append(
+                DescribeProducersResponse.PartitionResponse(
+                    partition_index=index,
+                    error_code=0 if exists else int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                    active_producers=[],
+                )
+            )
+        topics.append(DescribeProducersResponse.TopicResponse(name=t.name, partitions=parts))
+    return DescribeProducersResponse(topics=topics)
+
+
+async def handle_elect_leaders(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    results = []
+    for t in req.topic_partitions or []:
+        parts = []
+        for index in t.partitions:
+            exists = broker.partitions.get(t.topic, index) is not None
+            code = ErrorCode.ELECTION_NOT_NEEDED if exists else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            parts.append(
+                ElectLeadersResponse.PartitionResult(partition_id=index, error_code=int(code))
+            )
+        results.append(
+            ElectLeadersResponse.ReplicaElectionResult(topic=t.topic, partition_result=parts)
+        )
+    return ElectLeadersResponse(error_code=0, replica_election_results=results)
+
+
+async def handle_list_partition_reassignments(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    return ListPartitionReassignmentsResponse(error_code=0, topics=[])
+
+
+def error_only(code: ErrorCode) -> Any:
+    """A handler answering the API's response with just a top-level ``error_code``."""
+
+    async def handler(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+        resp = response_class(ctx.header.api_key)()
+        if hasattr(resp, "error_code"):
+            resp.error_code = int(code)
+        return resp
+
+    return handler

@@ -1,0 +1,96 @@
+"""Produce (api key 0): validate each partition's batches and append them as leader.
+
+Per partition, in request order (appends happen before the handler's first ``await``, so
+pipelined produces on one connection reach the log in the order they were sent):
+
+- unknown topic or partition -> UNKNOWN_TOPIC_OR_PARTITION;
+- no records -> INVALID_RECORD; more bytes than the topic's ``segment.bytes`` ->
+  RECORD_LIST_TOO_LARGE;
+- storage validates every batch (magic 2, CRC-32C, lengths -> CORRUPT_MESSAGE; a batch
+  above ``max.message.bytes`` -> MESSAGE_TOO_LARGE; CreateTime outside the topic's bounds
+  -> INVALID_TIMESTAMP; anything else not appendable -> INVALID_RECORD) and assigns
+  offsets by patching the batch header in place;
+- the response carries the base offset, ``log_append_time_ms`` (-1 for CreateTime
+  topics, as clients expect) and the log start offset.
+
+acks=0 writes no response at all; acks must be 0, 1 or -1 (else INVALID_REQUIRED_ACKS).
+With a single node the ISR is this node, so acks=-1 is answered as soon as the append
+returned (the data is in the OS page cache and survives a SIGKILL of the process).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.exceptions import ProtocolError
+from riverbed.protocol.messages import ProduceRequest, ProduceResponse
+from riverbed.server.network import RequestContext
+from riverbed.storage.errors import StorageError
+
+if TYPE_CHECKING:
+    from riverbed.server.broker.dispatch import Broker
+
+log = logging.getLogger(__name__)
+
+_VALID_ACKS = (0, 1, -1)
+
+
+def _partition_error(index: int, code: ErrorCode, message: str | None = None) -> Any:
+    return ProduceResponse.PartitionProduceResponse(
+        index=index,
+        error_code=int(code),
+        base_offset=-1,
+        log_append_time_ms=-1,
+        log_start_offset=-1,
+        error_message=message,
+    )
+
+
+async def handle_produce(
+    broker: Broker, ctx: RequestContext, req: ProduceRequest
+) -> ProduceResponse | None:
+    responses = []
+    acks_ok = req.acks in _VALID_ACKS
+    for topic in req.topic_data:
+        parts = []
+        for pd in topic.partition_data:
+            if not acks_ok:
+                parts.append(_partition_error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS))
+                continue
+            parts.append(_produce_partition(broker, topic.name, pd.index, pd.records))
+        responses.append(
+            ProduceResponse.TopicProduceResponse(name=topic.name, partition_responses=parts)
+        )
+    if req.acks == 0:
+        return None
+    return ProduceResponse(responses=responses, throttle_time_ms=0)
+
+
+def _produce_partition(broker: Broker, topic: str, index: int, records: bytes | None) -> Any:
+    hosted = broker.partitions.get(topic, index)
+    if hosted is None:
+        return _partition_error(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if not records:
+        return _partition_error(index, ErrorCode.INVALID_RECORD, "produce request without records")
+    if len(records) > hosted.config.segment_bytes:
+        return _partition_error(
+            index,
+            ErrorCode.RECORD_LIST_TOO_LARGE,
+            f"{len(records)} bytes of records exceed segment.bytes {hosted.config.segment_bytes}",
+        )
+    try:
+        info = broker.partitions.append(hosted, bytearray(records))
+    except StorageError as exc:
+        return _partition_error(index, ErrorCode(exc.error_code), str(exc))
+    except ProtocolError as exc:
+        return _partition_error(index, ErrorCode.CORRUPT_MESSAGE, str(exc))
+    log_append_time = info.log_append_time if hosted.config.log_append_time else -1
+    return ProduceResponse.PartitionProduceResponse(
+        index=index,
+        error_code=0,
+        base_offset=info.first_offset,
+        log_append_time_ms=log_append_time,
+        log_start_offset=hosted.log.log_start_offset,
+    )

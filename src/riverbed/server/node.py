@@ -1,0 +1,234 @@
+"""One riverbed node process: config -> storage -> metadata -> broker -> listeners.
+
+Start-up order (each step needs the previous one):
+
+1. storage format: ``meta.properties`` in every log dir (written on first start when
+   ``riverbed.storage.auto.format`` is on; otherwise ``riverbed storage format`` must
+   have run) gives the cluster id;
+2. the LogManager opens (and recovers) every partition log under ``log.dirs``;
+3. the metadata service replays the local ``__cluster_metadata`` log into the image (a
+   one-voter quorum; bootstrap records on an empty log); the partition manager follows
+   every published image (opens logs of new partitions, deletes removed topics);
+4. the listeners bind (port 0 binds a free port) and this node registers itself with
+   the advertised endpoints; then ONE ready line is printed to stdout:
+   ``riverbed node <id> ready: PLAINTEXT://127.0.0.1:9092 ...``.
+
+Shutdown (SIGTERM, SIGINT or `Node.stop`): stop accepting, finish in-flight requests
+(bounded wait), wake parked fetches, flush and close every log (clean-shutdown markers),
+close the metadata log. Second signal: exit at once.
+
+Flush policy (Kafka's): data is written to the segment files before a produce is
+acknowledged, so a SIGKILL of the process loses nothing acknowledged (the OS page cache
+keeps it); fsync happens per ``log.flush.interval.messages`` / ``log.flush.interval.ms``
+(scheduler every ``log.flush.scheduler.interval.ms``), when segments roll, and at clean
+shutdown. Metadata records are fsynced before they are applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import time
+import uuid
+from typing import Any, cast
+
+from riverbed.server.broker.dispatch import Broker
+from riverbed.server.broker.partitions import PartitionManager
+from riverbed.server.network import SocketServer
+from riverbed.server.purgatory import Purgatory
+
+log = logging.getLogger(__name__)
+
+#: How often the node runs the log manager's time-driven work (flush, retention) at most.
+HOUSEKEEPING_INTERVAL_MS = 1000
+#: Requests read ahead per connection before the node stops reading it (back-pressure).
+INFLIGHT_REQUESTS_PER_CONNECTION_MAX = 16
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Node:
+    """A combined broker+controller node (``process.roles=broker,controller``)."""
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        self.bound_listeners: dict[str, tuple[str, int]] = {}
+        self._stopped = asyncio.Event()
+        self._stopping = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self.server: SocketServer | None = None
+        self.log_manager: Any = None
+        self.metadata: Any = None
+        self.metadata_log: Any = None
+        self.partitions: PartitionManager | None = None
+        self.purgatory = Purgatory()
+
+    async def start(self) -> None:
+        from riverbed.metadata.controller import Controller
+        from riverbed.metadata.log import LocalMetadataLog
+        from riverbed.metadata.service import MetadataService
+        from riverbed.metadata.storage_format import ensure_formatted
+        from riverbed.storage.clock import SystemClock
+        from riverbed.storage.log_manager import LogManager
+
+        cfg = self.config
+        self.cluster_id = ensure_formatted(
+            list(cfg.log_dirs), cfg.metadata_log_dir, cfg.node_id, auto_format=cfg.auto_format
+        )
+        clock = SystemClock()
+        self.log_manager = LogManager(list(cfg.log_dirs), clock)
+        self.partitions = PartitionManager(
+            self.log_manager, cfg.node_id, cfg.static_config(), self.purgatory
+        )
+        self.metadata_log = LocalMetadataLog(cfg.metadata_log_dir)
+        self.metadata = MetadataService(
+            Controller(cfg.controller_config()),
+            self.metadata_log,
+            cast(Any, clock),
+            self.cluster_id,
+        )
+        partitions = self.partitions
+        self.metadata.add_listener(lambda old, new, delta: partitions.apply_image(new))
+        await self.metadata.start()
+        partitions.apply_image(self.metadata.image)
+
+        broker = Broker(cfg, self.metadata, partitions, self.purgatory, self.cluster_id)
+        self.server = SocketServer(
+            broker.handle,
+            socket_request_max_bytes=cfg.socket_request_max_bytes,
+            connections_max_idle_ms=cfg.connections_max_idle_ms,
+            inflight_requests_max=INFLIGHT_REQUESTS_PER_CONNECTION_MAX,
+        )
+        for lst in cfg.listeners:
+            if lst.name in cfg.controller_listener_names and "broker" in cfg.process_roles:
+                # A one-voter quorum needs no controller RPCs yet; the Raft issue binds it.
+                continue
+            host, port = await self.server.listen(lst.name, lst.host, lst.port)
+            self.bound_listeners[lst.name] = (host, port)
+        await self._register()
+        self._tasks.append(asyncio.create_task(self._housekeeping()))
+        addrs = " ".join(f"{name}://{h}:{p}" for name, (h, p) in self.bound_listeners.items())
+        print(f"riverbed node {cfg.node_id} ready: {addrs}", flush=True)
+        log.info("node %d started (cluster id %s): %s", cfg.node_id, self.cluster_id, addrs)
+
+    def advertised_endpoints(self) -> list[tuple[str, str, int, str]]:
+        """(listener name, host, port, security protocol); port 0 -> the bound port."""
+        out = []
+        for adv in self.config.advertised_listeners:
+            bound = self.bound_listeners.get(adv.name)
+            port = adv.port or (bound[1] if bound else 0)
+            host = adv.host or (bound[0] if bound else "") or "localhost"
+            if host in ("0.0.0.0", "::"):
+                host = "localhost"
+            out.append((adv.name, host, port, adv.security_protocol))
+        return out
+
+    async def _register(self) -> None:
+        from riverbed.metadata.image import BrokerEndpoint
+
+        endpoints = tuple(
+            BrokerEndpoint(name=name, host=host, port=port, security_protocol=0)
+            for name, host, port, _proto in self.advertised_endpoints()
+        )
+        await self.metadata.register_broker(
+            self.config.node_id, endpoints, None, incarnation_id=uuid.uuid4()
+        )
+
+    async def _housekeeping(self) -> None:
+        retention_every = int(self.config.get("log.retention.check.interval.ms"))
+        next_retention = _now_ms() + retention_every
+        while not self._stopping:
+            await asyncio.sleep(HOUSEKEEPING_INTERVAL_MS / 1000)
+            now = _now_ms()
+            try:
+                self.log_manager.flush_due(now)
+                if now >= next_retention:
+                    next_retention = now + retention_every
+                    self.log_manager.run_retention(now)
+            except Exception:
+                log.exception("log housekeeping failed")
+
+    async def stop(self) -> None:
+        if self._stopping:
+            await self._stopped.wait()
+            return
+        self._stopping = True
+        log.info("node %d shutting down", self.config.node_id)
+        for task in self._tasks:
+            task.cancel()
+        self.purgatory.close()
+        if self.server is not None:
+            await self.server.stop()
+        if self.log_manager is not None:
+            self.log_manager.shutdown()
+        if self.metadata_log is not None:
+            self.metadata_log.close()
+        self._stopped.set()
+        log.info("node %d stopped", self.config.node_id)
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+
+async def run_node(config: Any) -> None:
+    """Start a node, stop it cleanly on SIGTERM/SIGINT, return once it has stopped."""
+    node = Node(config)
+    loop = asyncio.get_running_loop()
+    stop_requested = asyncio.Event()
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        if signals > 1:
+            log.warning("second signal: exiting without a clean shutdown")
+            sys.exit(1)
+        stop_requested.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, on_signal)
+    try:
+        await node.start()
+        await stop_requested.wait()
+    finally:
+        await node.stop()
+
+
+def run(config: Any) -> int:
+    """Run a node in this process until it is told to stop (``riverbed server start``)."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    try:
+        import uvloop
+
+        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    except ImportError:
+        runner = asyncio.Runner()
+    with runner:
+        runner.run(run_node(config))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m riverbed.server.node [--config FILE] [--override k=v ...]``."""
+    import argparse
+
+    from riverbed.server.config import ServerConfig
+
+    parser = argparse.ArgumentParser(prog="python -m riverbed.server.node")
+    parser.add_argument("--config", default=None)
+    parser.add_argument("--override", action="append", default=[])
+    args = parser.parse_args(argv)
+    return run(ServerConfig.load(args.config, args.override))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

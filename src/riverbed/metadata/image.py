@@ -1,0 +1,468 @@
+"""The metadata image: an immutable view of the cluster built only by replaying records.
+
+`MetadataImage` holds topics (by id and by name) with their partition registrations,
+dynamic config overrides by (ResourceType, name), registered brokers, finalized features
+and the next producer-id block.  It never changes; `MetadataDelta(image)` collects the
+effect of replayed records and `apply(offset)` returns a new image.  Log replay at start,
+snapshot load and the controller's own writes all go through `MetadataDelta.replay`, so
+there is exactly one way state changes.  `image_to_records` is the inverse used to write
+snapshots: replaying its output into `MetadataImage.EMPTY` gives an equal image.
+
+Records riverbed does not model yet (ACLs, quotas, SCRAM, delegation tokens, transaction
+markers, ZK migration) are accepted and ignored so that logs written by newer code load.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, ClassVar, TypeVar
+
+from riverbed.metadata.records import METADATA_VERSION_FEATURE, ResourceType
+from riverbed.protocol.messages import (
+    BrokerRegistrationChangeRecord,
+    ConfigRecord,
+    FeatureLevelRecord,
+    FenceBrokerRecord,
+    Message,
+    PartitionChangeRecord,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RegisterBrokerRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+    UnfenceBrokerRecord,
+    UnregisterBrokerRecord,
+)
+
+K = TypeVar("K")
+V = TypeVar("V")
+NO_LEADER = -1
+NO_LEADER_CHANGE = -2
+
+
+class MetadataReplayError(ValueError):
+    """A record that does not fit the image it is replayed into (a corrupt or foreign log)."""
+
+
+def _frozen(d: dict[K, V]) -> Mapping[K, V]:
+    return MappingProxyType(d)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRegistration:
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    removing_replicas: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
+    leader: int = NO_LEADER
+    leader_recovery_state: int = 0
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+
+    @classmethod
+    def from_record(cls, rec: PartitionRecord) -> PartitionRegistration:
+        return cls(
+            replicas=tuple(rec.replicas),
+            isr=tuple(rec.isr),
+            removing_replicas=tuple(rec.removing_replicas),
+            adding_replicas=tuple(rec.adding_replicas),
+            leader=rec.leader,
+            leader_recovery_state=rec.leader_recovery_state,
+            leader_epoch=rec.leader_epoch,
+            partition_epoch=rec.partition_epoch,
+        )
+
+    def merge(self, change: PartitionChangeRecord) -> PartitionRegistration:
+        """Apply a PartitionChangeRecord (Kafka's PartitionRegistration.merge)."""
+        leader, leader_epoch = self.leader, self.leader_epoch
+        if change.leader != NO_LEADER_CHANGE:
+            # A leader field in the record, even the same leader, starts a new epoch.
+            leader, leader_epoch = change.leader, self.leader_epoch + 1
+        recovery = self.leader_recovery_state
+        if change.leader_recovery_state != -1:
+            recovery = change.leader_recovery_state
+        return PartitionRegistration(
+            replicas=self.replicas if change.replicas is None else tuple(change.replicas),
+            isr=self.isr if change.isr is None else tuple(change.isr),
+            removing_replicas=self.removing_replicas
+            if change.removing_replicas is None
+            else tuple(change.removing_replicas),
+            adding_replicas=self.adding_replicas
+            if change.adding_replicas is None
+            else tuple(change.adding_replicas),
+            leader=leader,
+            leader_recovery_state=recovery,
+            leader_epoch=leader_epoch,
+            partition_epoch=self.partition_epoch + 1,
+        )
+
+    def to_record(self, topic_id: uuid.UUID, partition_id: int) -> Message:
+        return PartitionRecord(
+            partition_id=partition_id,
+            topic_id=topic_id,
+            replicas=list(self.replicas),
+            isr=list(self.isr),
+            removing_replicas=list(self.removing_replicas),
+            adding_replicas=list(self.adding_replicas),
+            leader=self.leader,
+            leader_recovery_state=self.leader_recovery_state,
+            leader_epoch=self.leader_epoch,
+            partition_epoch=self.partition_epoch,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TopicImage:
+    name: str
+    topic_id: uuid.UUID
+    partitions: Mapping[int, PartitionRegistration] = field(default_factory=lambda: _frozen({}))
+
+    def partition(self, index: int) -> PartitionRegistration | None:
+        return self.partitions.get(index)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEndpoint:
+    name: str
+    host: str
+    port: int
+    security_protocol: int = 0  # Kafka's SecurityProtocol id; 0 = PLAINTEXT
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    broker_id: int
+    incarnation_id: uuid.UUID
+    broker_epoch: int
+    endpoints: tuple[BrokerEndpoint, ...] = ()
+    rack: str | None = None
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+
+    def endpoint(self, name: str) -> BrokerEndpoint | None:
+        for ep in self.endpoints:
+            if ep.name == name:
+                return ep
+        return None
+
+    def to_record(self) -> Message:
+        return RegisterBrokerRecord(
+            broker_id=self.broker_id,
+            incarnation_id=self.incarnation_id,
+            broker_epoch=self.broker_epoch,
+            end_points=[
+                RegisterBrokerRecord.BrokerEndpoint(
+                    name=ep.name, host=ep.host, port=ep.port, security_protocol=ep.security_protocol
+                )
+                for ep in self.endpoints
+            ],
+            rack=self.rack,
+            fenced=self.fenced,
+            in_controlled_shutdown=self.in_controlled_shutdown,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataImage:
+    topics_by_id: Mapping[uuid.UUID, TopicImage] = field(default_factory=lambda: _frozen({}))
+    topics_by_name: Mapping[str, TopicImage] = field(default_factory=lambda: _frozen({}))
+    configs: Mapping[tuple[int, str], Mapping[str, str]] = field(
+        default_factory=lambda: _frozen({})
+    )
+    brokers: Mapping[int, BrokerRegistration] = field(default_factory=lambda: _frozen({}))
+    features: Mapping[str, int] = field(default_factory=lambda: _frozen({}))
+    next_producer_id: int = 0
+    #: Offset of the last record applied; not part of equality (a snapshot of the same
+    #: state loaded at another offset is the same image).
+    offset: int = field(default=-1, compare=False)
+
+    EMPTY: ClassVar[MetadataImage]
+
+    def topic(self, name: str) -> TopicImage | None:
+        return self.topics_by_name.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
+        return self.topics_by_id.get(topic_id)
+
+    def partition(self, name: str, index: int) -> PartitionRegistration | None:
+        topic = self.topics_by_name.get(name)
+        return None if topic is None else topic.partitions.get(index)
+
+    def topic_config(self, name: str) -> Mapping[str, str]:
+        return self.configs.get((ResourceType.TOPIC, name), _EMPTY_MAP)
+
+    def broker_config(self, broker_id: int | str) -> Mapping[str, str]:
+        return self.configs.get((ResourceType.BROKER, str(broker_id)), _EMPTY_MAP)
+
+    @property
+    def metadata_version(self) -> int:
+        return self.features.get(METADATA_VERSION_FEATURE, 0)
+
+    def is_empty(self) -> bool:
+        return not (self.topics_by_id or self.configs or self.brokers or self.features)
+
+
+_EMPTY_MAP: Mapping[str, str] = _frozen({})
+MetadataImage.EMPTY = MetadataImage()
+
+
+class MetadataDelta:
+    """Accumulates replayed records on top of a base image; `apply` freezes the result."""
+
+    def __init__(self, image: MetadataImage) -> None:
+        self.base = image
+        self._topics: dict[uuid.UUID, TopicImage] | None = None
+        self._partitions: dict[uuid.UUID, dict[int, PartitionRegistration]] = {}
+        self._configs: dict[tuple[int, str], dict[str, str]] | None = None
+        self._brokers: dict[int, BrokerRegistration] | None = None
+        self._features: dict[str, int] | None = None
+        self._next_producer_id = image.next_producer_id
+        self.changed_topics: set[uuid.UUID] = set()
+        self.deleted_topics: dict[uuid.UUID, TopicImage] = {}
+
+    # ----- copy-on-write accessors
+    def _topics_w(self) -> dict[uuid.UUID, TopicImage]:
+        if self._topics is None:
+            self._topics = dict(self.base.topics_by_id)
+        return self._topics
+
+    def _partitions_w(self, topic_id: uuid.UUID) -> dict[int, PartitionRegistration]:
+        parts = self._partitions.get(topic_id)
+        if parts is None:
+            topic = self._topics_w().get(topic_id)
+            if topic is None:
+                raise MetadataReplayError(f"partition record for unknown topic id {topic_id}")
+            parts = dict(topic.partitions)
+            self._partitions[topic_id] = parts
+        return parts
+
+    def _configs_w(self) -> dict[tuple[int, str], dict[str, str]]:
+        if self._configs is None:
+            self._configs = {k: dict(v) for k, v in self.base.configs.items()}
+        return self._configs
+
+    def _brokers_w(self) -> dict[int, BrokerRegistration]:
+        if self._brokers is None:
+            self._brokers = dict(self.base.brokers)
+        return self._brokers
+
+    def _features_w(self) -> dict[str, int]:
+        if self._features is None:
+            self._features = dict(self.base.features)
+        return self._features
+
+    # ----- replay
+    def replay(self, record: Message) -> None:
+        handler = _HANDLERS.get(type(record).__name__)
+        if handler is not None:
+            handler(self, record)
+
+    def _topic_record(self, rec: TopicRecord) -> None:
+        topics = self._topics_w()
+        if rec.topic_id in topics:
+            raise MetadataReplayError(f"TopicRecord for existing topic id {rec.topic_id}")
+        if any(t.name == rec.name for t in topics.values()):
+            raise MetadataReplayError(f"TopicRecord for existing topic name {rec.name!r}")
+        topics[rec.topic_id] = TopicImage(rec.name, rec.topic_id)
+        self._partitions[rec.topic_id] = {}
+        self.changed_topics.add(rec.topic_id)
+
+    def _partition_record(self, rec: PartitionRecord) -> None:
+        if rec.partition_id < 0:
+            raise MetadataReplayError(f"PartitionRecord with partition id {rec.partition_id}")
+        self._partitions_w(rec.topic_id)[rec.partition_id] = PartitionRegistration.from_record(rec)
+        self.changed_topics.add(rec.topic_id)
+
+    def _partition_change_record(self, rec: PartitionChangeRecord) -> None:
+        parts = self._partitions_w(rec.topic_id)
+        current = parts.get(rec.partition_id)
+        if current is None:
+            raise MetadataReplayError(
+                f"PartitionChangeRecord for unknown partition {rec.topic_id}-{rec.partition_id}"
+            )
+        parts[rec.partition_id] = current.merge(rec)
+        self.changed_topics.add(rec.topic_id)
+
+    def _remove_topic_record(self, rec: RemoveTopicRecord) -> None:
+        topics = self._topics_w()
+        topic = topics.pop(rec.topic_id, None)
+        if topic is None:
+            raise MetadataReplayError(f"RemoveTopicRecord for unknown topic id {rec.topic_id}")
+        self._partitions.pop(rec.topic_id, None)
+        self.changed_topics.discard(rec.topic_id)
+        self.deleted_topics[rec.topic_id] = topic
+        # Kafka drops a deleted topic's dynamic configs with it.
+        self._configs_w().pop((ResourceType.TOPIC, topic.name), None)
+
+    def _config_record(self, rec: ConfigRecord) -> None:
+        configs = self._configs_w()
+        key = (int(rec.resource_type), rec.resource_name)
+        if rec.value is None:
+            entry = configs.get(key)
+            if entry is not None:
+                entry.pop(rec.name, None)
+                if not entry:
+                    del configs[key]
+        else:
+            configs.setdefault(key, {})[rec.name] = rec.value
+
+    def _register_broker_record(self, rec: RegisterBrokerRecord) -> None:
+        self._brokers_w()[rec.broker_id] = BrokerRegistration(
+            broker_id=rec.broker_id,
+            incarnation_id=rec.incarnation_id,
+            broker_epoch=rec.broker_epoch,
+            endpoints=tuple(
+                BrokerEndpoint(ep.name, ep.host, ep.port, ep.security_protocol)
+                for ep in rec.end_points
+            ),
+            rack=rec.rack,
+            fenced=rec.fenced,
+            in_controlled_shutdown=getattr(rec, "in_controlled_shutdown", False),
+        )
+
+    def _broker(self, broker_id: int, epoch: int, what: str) -> BrokerRegistration:
+        broker = self._brokers_w().get(broker_id)
+        if broker is None:
+            raise MetadataReplayError(f"{what} for unregistered broker {broker_id}")
+        if broker.broker_epoch != epoch:
+            raise MetadataReplayError(
+                f"{what} for broker {broker_id} epoch {epoch}, registered epoch is "
+                f"{broker.broker_epoch}"
+            )
+        return broker
+
+    def _unregister_broker_record(self, rec: UnregisterBrokerRecord) -> None:
+        self._broker(rec.broker_id, rec.broker_epoch, "UnregisterBrokerRecord")
+        del self._brokers_w()[rec.broker_id]
+
+    def _fence(self, rec: FenceBrokerRecord | UnfenceBrokerRecord, fenced: bool) -> None:
+        name = "FenceBrokerRecord" if fenced else "UnfenceBrokerRecord"
+        broker = self._broker(rec.id, rec.epoch, name)
+        self._brokers_w()[rec.id] = replace(broker, fenced=fenced)
+
+    def _registration_change_record(self, rec: BrokerRegistrationChangeRecord) -> None:
+        broker = self._broker(rec.broker_id, rec.broker_epoch, "BrokerRegistrationChangeRecord")
+        fenced = {1: True, -1: False}.get(rec.fenced, broker.fenced)
+        shutdown = broker.in_controlled_shutdown
+        if getattr(rec, "in_controlled_shutdown", 0) == 1:
+            shutdown = True
+        self._brokers_w()[rec.broker_id] = replace(
+            broker, fenced=fenced, in_controlled_shutdown=shutdown
+        )
+
+    def _feature_level_record(self, rec: FeatureLevelRecord) -> None:
+        features = self._features_w()
+        if rec.feature_level == 0:
+            features.pop(rec.name, None)
+        else:
+            features[rec.name] = rec.feature_level
+
+    def _producer_ids_record(self, rec: ProducerIdsRecord) -> None:
+        if rec.next_producer_id < self._next_producer_id:
+            raise MetadataReplayError(
+                f"ProducerIdsRecord moves next producer id back to {rec.next_producer_id}"
+            )
+        self._next_producer_id = rec.next_producer_id
+
+    # ----- apply
+    def apply(self, offset: int | None = None) -> MetadataImage:
+        base = self.base
+        if self._topics is None and not self._partitions:
+            topics_by_id = base.topics_by_id
+            topics_by_name = base.topics_by_name
+        else:
+            topics = self._topics_w()
+            for topic_id, parts in self._partitions.items():
+                topic = topics.get(topic_id)
+                if topic is not None:
+                    topics[topic_id] = replace(
+                        topic, partitions=_frozen(dict(sorted(parts.items())))
+                    )
+            topics_by_id = _frozen(topics)
+            topics_by_name = _frozen({t.name: t for t in topics.values()})
+        configs = (
+            base.configs
+            if self._configs is None
+            else _frozen({k: _frozen(v) for k, v in self._configs.items()})
+        )
+        return MetadataImage(
+            topics_by_id=topics_by_id,
+            topics_by_name=topics_by_name,
+            configs=configs,
+            brokers=base.brokers if self._brokers is None else _frozen(self._brokers),
+            features=base.features if self._features is None else _frozen(self._features),
+            next_producer_id=self._next_producer_id,
+            offset=base.offset if offset is None else offset,
+        )
+
+
+_HANDLERS: dict[str, Any] = {
+    "TopicRecord": MetadataDelta._topic_record,
+    "PartitionRecord": MetadataDelta._partition_record,
+    "PartitionChangeRecord": MetadataDelta._partition_change_record,
+    "RemoveTopicRecord": MetadataDelta._remove_topic_record,
+    "ConfigRecord": MetadataDelta._config_record,
+    "RegisterBrokerRecord": MetadataDelta._register_broker_record,
+    "UnregisterBrokerRecord": MetadataDelta._unregister_broker_record,
+    "FenceBrokerRecord": lambda d, r: d._fence(r, True),
+    "UnfenceBrokerRecord": lambda d, r: d._fence(r, False),
+    "BrokerRegistrationChangeRecord": MetadataDelta._registration_change_record,
+    "FeatureLevelRecord": MetadataDelta._feature_level_record,
+    "ProducerIdsRecord": MetadataDelta._producer_ids_record,
+}
+
+
+def replay(image: MetadataImage, record: Message, offset: int | None = None) -> MetadataImage:
+    delta = MetadataDelta(image)
+    delta.replay(record)
+    return delta.apply(offset)
+
+
+def replay_all(
+    image: MetadataImage, records: Iterable[Message], offset: int | None = None
+) -> MetadataImage:
+    delta = MetadataDelta(image)
+    for record in records:
+        delta.replay(record)
+    return delta.apply(offset)
+
+
+def image_to_records(image: MetadataImage) -> list[Message]:
+    """The records that rebuild `image` from EMPTY (snapshot content), in replay order."""
+    out: list[Message] = []
+    features = dict(image.features)
+    # New logs and snapshots begin with metadata.version (see FeatureLevelRecord.json).
+    if METADATA_VERSION_FEATURE in features:
+        out.append(
+            FeatureLevelRecord(
+                name=METADATA_VERSION_FEATURE,
+                feature_level=features.pop(METADATA_VERSION_FEATURE),
+            )
+        )
+    for name in sorted(features):
+        out.append(FeatureLevelRecord(name=name, feature_level=features[name]))
+    for broker_id in sorted(image.brokers):
+        out.append(image.brokers[broker_id].to_record())
+    if image.next_producer_id:
+        # The broker epoch in the record is informational for replay.
+        out.append(
+            ProducerIdsRecord(
+                broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id
+            )
+        )
+    for topic in sorted(image.topics_by_id.values(), key=lambda t: t.name):
+        out.append(TopicRecord(name=topic.name, topic_id=topic.topic_id))
+        for index in sorted(topic.partitions):
+            out.append(topic.partitions[index].to_record(topic.topic_id, index))
+    for rtype, rname in sorted(image.configs):
+        entries = image.configs[(rtype, rname)]
+        for name in sorted(entries):
+            out.append(
+                ConfigRecord(
+                    resource_type=rtype, resource_name=rname, name=name, value=entries[name]
+                )
+            )
+    return out

@@ -1,0 +1,75 @@
+"""Metadata records: which versions riverbed writes and how they are framed.
+
+Records are the protocol's generated message classes (`TopicRecord`, `PartitionRecord`,
+...; see ../shared/kafka-reference/metadata/).  On disk and on the wire each record is one
+value of a record batch in `__cluster_metadata-0`, framed as Kafka does
+(`riverbed.protocol.metadata_records`): frame version (uvarint, 1), api key (uvarint),
+record version (uvarint), then the record body in that version.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+
+from riverbed.metadata.config_defs import ConfigSource
+from riverbed.protocol.messages import Message
+
+METADATA_TOPIC = "__cluster_metadata"
+METADATA_PARTITION = 0
+#: Kafka's fixed id of the metadata topic: Uuid(0, 1).
+METADATA_TOPIC_ID = uuid.UUID(int=1)
+ZERO_UUID = uuid.UUID(int=0)
+__all__ = ["ConfigSource"]  # re-exported for callers of this module
+
+#: metadata.version riverbed bootstraps with (Kafka 3.9-IV0).
+METADATA_VERSION_FEATURE = "metadata.version"
+METADATA_VERSION_LEVEL = 21
+
+#: The version riverbed writes for each record type (decoding accepts every version).
+RECORD_VERSIONS: dict[str, int] = {
+    "RegisterBrokerRecord": 3,
+    "UnregisterBrokerRecord": 0,
+    "TopicRecord": 0,
+    "PartitionRecord": 0,
+    "ConfigRecord": 0,
+    "PartitionChangeRecord": 0,
+    "FenceBrokerRecord": 0,
+    "UnfenceBrokerRecord": 0,
+    "RemoveTopicRecord": 0,
+    "FeatureLevelRecord": 0,
+    "ProducerIdsRecord": 0,
+    "BrokerRegistrationChangeRecord": 1,
+    "NoOpRecord": 0,
+}
+
+
+class ResourceType(enum.IntEnum):
+    """Kafka's ConfigResource.Type ids (DescribeConfigs, ConfigRecord)."""
+
+    UNKNOWN = 0
+    TOPIC = 2
+    BROKER = 4
+    BROKER_LOGGER = 8
+    CLIENT_METRICS = 16
+    GROUP = 32
+
+
+def encode_record(msg: Message) -> bytes:
+    name = type(msg).__name__
+    version = RECORD_VERSIONS.get(name)
+    if version is None:
+        raise ValueError(f"riverbed does not write metadata record {name}")
+    from riverbed.protocol.metadata_records import encode_metadata_record
+
+    data: bytes = encode_metadata_record(msg, version)
+    return data
+
+
+def decode_record(data: bytes) -> Message:
+    """Decode one framed record (raises ProtocolError on bad bytes)."""
+    from riverbed.protocol.metadata_records import decode_metadata_record
+
+    msg: Message
+    msg, _version = decode_metadata_record(data)
+    return msg

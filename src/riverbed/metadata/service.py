@@ -1,0 +1,193 @@
+"""The metadata service: the thin asyncio shell around controller logic and the log.
+
+One operation at a time (a lock): take the current image, let the pure `Controller`
+compute records + response, `MetadataLog.append` them (returns once committed), replay
+them into a new image through `MetadataDelta` (the same path as startup replay), publish
+it to listeners, and only then return the response.  A record that fails to replay after
+it was committed means the log and the code disagree; the service then refuses further
+writes (`MetadataServiceError`) instead of serving a state that diverges from its log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from typing import cast
+
+from riverbed.metadata.controller import Controller, ControllerResult
+from riverbed.metadata.image import BrokerEndpoint, BrokerRegistration, MetadataDelta, MetadataImage
+from riverbed.metadata.log import MetadataLog
+from riverbed.protocol.messages import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+    Message,
+)
+
+log = logging.getLogger(__name__)
+
+ImageListener = Callable[[MetadataImage, MetadataImage, MetadataDelta], None]
+#: Listeners one service notifies; they are the broker's partition manager and a few views.
+LISTENERS_MAX = 64
+
+
+class Clock:
+    """What the service needs of a clock (`riverbed.storage.clock` objects fit)."""
+
+    def now_ms(self) -> int:  # pragma: no cover - protocol shape
+        raise NotImplementedError
+
+
+class MetadataServiceError(RuntimeError):
+    pass
+
+
+class MetadataService:
+    def __init__(
+        self, controller: Controller, metadata_log: MetadataLog, clock: Clock, cluster_id: str = ""
+    ) -> None:
+        self.controller = controller
+        self.log = metadata_log
+        self.clock = clock
+        self.cluster_id = cluster_id
+        self._image = MetadataImage.EMPTY
+        self._lock = asyncio.Lock()
+        self._listeners: list[ImageListener] = []
+        self._failed: str | None = None
+        self._changed = asyncio.Event()
+
+    @property
+    def image(self) -> MetadataImage:
+        return self._image
+
+    def add_listener(self, listener: ImageListener) -> None:
+        """`listener(old, new, delta)` runs after each published image (also at start)."""
+        if len(self._listeners) >= LISTENERS_MAX:
+            raise MetadataServiceError(f"more than {LISTENERS_MAX} image listeners")
+        self._listeners.append(listener)
+
+    def _publish(self, delta: MetadataDelta, offset: int) -> None:
+        old = self._image
+        new = delta.apply(offset)
+        self._image = new
+        for listener in self._listeners:
+            listener(old, new, delta)
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_for_change(self) -> None:
+        await self._changed.wait()
+
+    async def start(self) -> None:
+        """Replay the committed log; bootstrap an empty log."""
+        delta = MetadataDelta(self._image)
+        last = -1
+        for offset, record in self.log.read_committed():
+            delta.replay(record)
+            last = offset
+        if last >= 0:
+            self._publish(delta, last)
+            log.info("metadata replayed up to offset %d", last)
+        if self._image.is_empty() and last < 0:
+            await self._commit(Controller.bootstrap_records())
+
+    async def _commit(self, records: Sequence[Message]) -> None:
+        if self._failed is not None:
+            raise MetadataServiceError(self._failed)
+        if not records:
+            return
+        offset = await self.log.append(records)
+        delta = MetadataDelta(self._image)
+        try:
+            for record in records:
+                delta.replay(record)
+        except Exception as exc:
+            self._failed = f"committed metadata records failed to replay: {exc}"
+            log.error(self._failed)
+            raise MetadataServiceError(self._failed) from exc
+        self._publish(delta, offset)
+
+    async def _run(self, op: Callable[[MetadataImage, int], ControllerResult]) -> object:
+        async with self._lock:
+            result = op(self._image, self.clock.now_ms())
+            await self._commit(result.records)
+            return result.response
+
+    # ----- admin operations (responses are protocol messages)
+    async def create_topics(self, request: CreateTopicsRequest) -> CreateTopicsResponse:
+        c = self.controller
+        response = await self._run(lambda img, now: c.create_topics(img, request, now))
+        return cast(CreateTopicsResponse, response)
+
+    async def delete_topics(self, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
+        c = self.controller
+        response = await self._run(lambda img, now: c.delete_topics(img, request, now))
+        return cast(DeleteTopicsResponse, response)
+
+    async def create_partitions(self, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
+        c = self.controller
+        response = await self._run(lambda img, now: c.create_partitions(img, request, now))
+        return cast(CreatePartitionsResponse, response)
+
+    async def alter_configs(self, request: AlterConfigsRequest) -> AlterConfigsResponse:
+        c = self.controller
+        response = await self._run(lambda img, now: c.alter_configs(img, request, now))
+        return cast(AlterConfigsResponse, response)
+
+    async def incremental_alter_configs(
+        self, request: IncrementalAlterConfigsRequest
+    ) -> IncrementalAlterConfigsResponse:
+        c = self.controller
+        response = await self._run(lambda img, now: c.incremental_alter_configs(img, request, now))
+        return cast(IncrementalAlterConfigsResponse, response)
+
+    async def auto_create_topic(
+        self,
+        name: str,
+        *,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        configs: dict[str, str] | None = None,
+    ) -> CreateTopicsResponse:
+        """Create `name` with defaults unless it exists (then the response says so)."""
+        return await self._run(  # type: ignore[return-value]
+            lambda img, now: self.controller.auto_create_topic(
+                img,
+                name,
+                now,
+                num_partitions=num_partitions,
+                replication_factor=replication_factor,
+                configs=configs,
+            )
+        )
+
+    async def register_broker(
+        self,
+        broker_id: int,
+        endpoints: Sequence[BrokerEndpoint],
+        rack: str | None = None,
+        incarnation_id: uuid.UUID | None = None,
+    ) -> BrokerRegistration:
+        inc = incarnation_id or uuid.uuid4()
+        return await self._run(  # type: ignore[return-value]
+            lambda img, now: self.controller.register_broker(
+                img, broker_id, inc, endpoints, rack, now
+            )
+        )
+
+    def describe_configs(self, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
+        return self.controller.describe_configs(self._image, request)
+
+    def close(self) -> None:
+        self.log.close()

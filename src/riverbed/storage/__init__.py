@@ -1,0 +1,42 @@
+"""riverbed.storage: the on-disk partition log and the manager of a node's logs.
+
+See :mod:`riverbed.storage.log` (PartitionLog), :mod:`riverbed.storage.manager`
+(LogManager), :mod:`riverbed.storage.segment` and the index and checkpoint modules for
+the file formats (Kafka's, byte for byte).
+"""
+
+from riverbed.storage.clock import Clock, ManualClock, SystemClock
+from riverbed.storage.config import LogConfig
+from riverbed.storage.errors import (
+    CorruptRecordError,
+    InvalidConfigError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    LogDirError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    StorageError,
+)
+from riverbed.storage.log import AppendInfo, PartitionLog, RetentionHook
+from riverbed.storage.log_files import FileRange, ReadResult, TimestampOffset
+
+__all__ = [
+    "AppendInfo",
+    "Clock",
+    "CorruptRecordError",
+    "FileRange",
+    "InvalidConfigError",
+    "InvalidRecordError",
+    "InvalidTimestampError",
+    "LogConfig",
+    "LogDirError",
+    "ManualClock",
+    "OffsetOutOfRangeError",
+    "PartitionLog",
+    "ReadResult",
+    "RecordTooLargeError",
+    "RetentionHook",
+    "StorageError",
+    "SystemClock",
+    "TimestampOffset",
+]

@@ -1,0 +1,158 @@
+"""The leader-epoch cache of a partition: leader epoch -> first offset of that epoch.
+
+Persisted as ``leader-epoch-checkpoint`` in the partition dir (format in
+:mod:`riverbed.storage.checkpoints`), rewritten atomically on every change. Entries
+strictly increase in both epoch and start offset (KIP-101). Followers use
+:meth:`LeaderEpochCache.end_offset_for` (OffsetForLeaderEpoch) to find where their log
+diverges from the leader's.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import logging
+from pathlib import Path
+from typing import Final
+
+from riverbed.storage.checkpoints import (
+    CheckpointError,
+    read_epoch_checkpoint,
+    write_epoch_checkpoint,
+)
+
+__all__ = ["UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET", "LeaderEpochCache"]
+
+log = logging.getLogger(__name__)
+
+UNDEFINED_EPOCH: Final = -1
+UNDEFINED_EPOCH_OFFSET: Final = -1
+
+
+class LeaderEpochCache:
+    """Sorted (epoch, start offset) entries, optionally backed by a checkpoint file."""
+
+    def __init__(self, path: Path | None, *, sync: bool = True) -> None:
+        self.path = path
+        self._sync = sync
+        self._epochs: list[int] = []
+        self._starts: list[int] = []
+        if path is not None:
+            try:
+                entries = read_epoch_checkpoint(path)
+            except CheckpointError as e:
+                # Kafka rebuilds the cache from the log on a bad file; so do we (the
+                # partition log re-assigns epochs from batch headers during recovery).
+                log.warning("ignoring corrupt leader epoch checkpoint: %s", e)
+                entries = []
+            ordered = all(a[0] < b[0] and a[1] < b[1] for a, b in itertools.pairwise(entries))
+            if not ordered:
+                log.warning("ignoring unordered leader epoch checkpoint %s", path)
+                entries = []
+            for epoch, start in entries:
+                self._add(epoch, start)
+
+    # ---- queries -------------------------------------------------------------------------
+
+    def entries(self) -> list[tuple[int, int]]:
+        return list(zip(self._epochs, self._starts, strict=True))
+
+    @property
+    def latest_epoch(self) -> int:
+        return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
+
+    def start_offset_of(self, epoch: int) -> int | None:
+        i = bisect.bisect_left(self._epochs, epoch)
+        if i < len(self._epochs) and self._epochs[i] == epoch:
+            return self._starts[i]
+        return None
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """The epoch whose range holds ``offset`` (UNDEFINED_EPOCH before the first)."""
+        i = bisect.bisect_right(self._starts, offset) - 1
+        return self._epochs[i] if i >= 0 else UNDEFINED_EPOCH
+
+    def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(epoch, end offset) as OffsetForLeaderEpoch answers it (Kafka's rules).
+
+        - unknown or empty -> (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET);
+        - the latest epoch -> (epoch, log end offset);
+        - otherwise the largest known epoch <= ``epoch`` and the start offset of the first
+          epoch after it (``epoch`` itself when it precedes every known epoch).
+        """
+        if epoch == UNDEFINED_EPOCH or not self._epochs:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if epoch == self._epochs[-1]:
+            return epoch, log_end_offset
+        higher = bisect.bisect_right(self._epochs, epoch)
+        if higher >= len(self._epochs):
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        floor = higher - 1
+        if floor < 0:
+            return epoch, self._starts[higher]
+        return self._epochs[floor], self._starts[higher]
+
+    # ---- changes -------------------------------------------------------------------------
+
+    def assign(self, epoch: int, start_offset: int) -> bool:
+        """Record that ``epoch`` starts at ``start_offset``; True when the cache changed.
+
+        Entries with an epoch >= ``epoch`` or a start offset >= ``start_offset`` are
+        replaced (a new leader's history wins), as in Kafka.
+        """
+        if epoch < 0:
+            return False
+        if self._epochs and self._epochs[-1] == epoch and start_offset >= self._starts[-1]:
+            return False
+        if self._epochs and epoch < self._epochs[-1] and start_offset >= self._starts[-1]:
+            # an older epoch appearing after a newer one cannot be placed; ignore it
+            log.warning(
+                "ignoring leader epoch %d at %d after epoch %d",
+                epoch,
+                start_offset,
+                self._epochs[-1],
+            )
+            return False
+        while self._epochs and (self._epochs[-1] >= epoch or self._starts[-1] >= start_offset):
+            self._epochs.pop()
+            self._starts.pop()
+        self._add(epoch, start_offset)
+        self._persist()
+        return True
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Drop entries starting at or after ``end_offset`` (log truncated to it)."""
+        i = bisect.bisect_left(self._starts, end_offset)
+        if i < len(self._starts):
+            del self._epochs[i:], self._starts[i:]
+            self._persist()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """Log start moved to ``start_offset``: drop older entries, keep the one covering it."""
+        i = bisect.bisect_right(self._starts, start_offset) - 1
+        if i < 0:
+            return
+        changed = i > 0 or self._starts[i] != start_offset
+        del self._epochs[:i], self._starts[:i]
+        self._starts[0] = start_offset
+        if changed:
+            self._persist()
+
+    def clear(self) -> None:
+        if self._epochs:
+            self._epochs.clear()
+            self._starts.clear()
+            self._persist()
+
+    def _add(self, epoch: int, start: int) -> None:
+        if self._epochs:
+            assert epoch > self._epochs[-1] and start > self._starts[-1], (
+                f"epoch entry ({epoch}, {start}) does not follow "
+                f"({self._epochs[-1]}, {self._starts[-1]})"
+            )
+        self._epochs.append(epoch)
+        self._starts.append(start)
+
+    def _persist(self) -> None:
+        if self.path is not None:
+            write_epoch_checkpoint(self.path, self.entries(), sync=self._sync)

@@ -1,0 +1,171 @@
+"""Shared machinery of the two sparse index files (``.index`` and ``.timeindex``).
+
+An index file is a flat array of fixed-size big-endian entries, sorted by key, with no
+header. riverbed keeps index files **exact-size** (no preallocation): the file is always
+``entries * entry_size`` bytes, which is exactly what Kafka leaves on disk after it trims
+an index on roll or close, so Kafka tools read riverbed's indexes and vice versa.
+``segment.index.bytes`` still bounds an index: ``max_entries = segment.index.bytes //
+entry_size``, and a full index makes the segment roll (as in Kafka).
+
+The entries are mirrored in a ``bytearray`` loaded on first use (a few MiB at most, the
+equivalent of Kafka's mmap); appends go to the mirror and to the file in one ``pwrite``.
+An index whose file fails the sanity check raises :class:`CorruptIndexError`; the owning
+segment then rebuilds it from its ``.log``.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar, Final
+
+__all__ = ["CorruptIndexError", "IndexFile"]
+
+INT32_MAX: Final = 2**31 - 1
+
+
+class CorruptIndexError(Exception):
+    """An index file that cannot be trusted (size, order or range wrong)."""
+
+
+class _Keys:
+    """A read-only sequence view of one field of every entry, for :mod:`bisect`."""
+
+    __slots__ = ("_buf", "_fmt", "_n", "_size")
+
+    def __init__(self, buf: bytearray, fmt: struct.Struct, size: int) -> None:
+        self._buf = buf
+        self._fmt = fmt
+        self._size = size
+        self._n = len(buf) // size
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int) -> int:
+        value: int = self._fmt.unpack_from(self._buf, i * self._size)[0]
+        return value
+
+
+class IndexFile:
+    """A sorted array of fixed-size entries in a file; subclasses define the entry."""
+
+    entry: ClassVar[struct.Struct]  # full entry format
+    key_at: ClassVar[struct.Struct]  # format reading the search key (the first field)
+
+    def __init__(self, path: Path, base_offset: int, max_index_bytes: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.max_entries = max(1, max_index_bytes // self.entry.size)
+        self._buf: bytearray | None = None
+        self._fd: int | None = None
+
+    # ---- loading -------------------------------------------------------------------------
+
+    def _entries(self) -> bytearray:
+        if self._buf is None:
+            try:
+                data = self.path.read_bytes()
+            except FileNotFoundError:
+                raise CorruptIndexError(f"{self.path}: missing") from None
+            if len(data) % self.entry.size:
+                raise CorruptIndexError(
+                    f"{self.path}: size {len(data)} is not a multiple of {self.entry.size}"
+                )
+            self._buf = bytearray(data)
+        return self._buf
+
+    def load(self) -> None:
+        """Read the file now (raises :class:`CorruptIndexError` when missing or torn)."""
+        self._entries()
+
+    def reset(self) -> None:
+        """Empty the index (file truncated to 0 bytes), e.g. before a rebuild."""
+        self._buf = bytearray()
+        fd = self._open_fd()
+        os.ftruncate(fd, 0)
+
+    @property
+    def loaded(self) -> bool:
+        return self._buf is not None
+
+    def unload(self) -> None:
+        """Drop the in-memory mirror of an inactive index (re-read on next use)."""
+        self.close()
+        self._buf = None
+
+    # ---- access --------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._entries()) // self.entry.size
+
+    @property
+    def is_full(self) -> bool:
+        return len(self) >= self.max_entries
+
+    @property
+    def size_bytes(self) -> int:
+        return len(self._entries())
+
+    def entry_at(self, i: int) -> tuple[int, int]:
+        a, b = self.entry.unpack_from(self._entries(), i * self.entry.size)
+        return int(a), int(b)
+
+    def iter_raw(self) -> Iterator[tuple[int, int]]:
+        for a, b in self.entry.iter_unpack(self._entries()):
+            yield int(a), int(b)
+
+    def keys(self) -> _Keys:
+        """The first field of every entry as a sequence (for :mod:`bisect`)."""
+        return _Keys(self._entries(), self.key_at, self.entry.size)
+
+    # ---- writing -------------------------------------------------------------------------
+
+    def _open_fd(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        return self._fd
+
+    def _append_raw(self, data: bytes) -> None:
+        buf = self._entries()
+        assert len(data) == self.entry.size
+        fd = self._open_fd()
+        os.pwrite(fd, data, len(buf))
+        buf += data
+
+    def _truncate_entries(self, count: int) -> None:
+        buf = self._entries()
+        new_size = count * self.entry.size
+        if new_size < len(buf):
+            del buf[new_size:]
+            os.ftruncate(self._open_fd(), new_size)
+
+    def relative(self, offset: int) -> int:
+        rel = offset - self.base_offset
+        if not 0 <= rel <= INT32_MAX:
+            raise ValueError(f"offset {offset} not representable relative to {self.base_offset}")
+        return rel
+
+    def flush(self) -> None:
+        if self._fd is not None:
+            os.fsync(self._fd)
+
+    def dup_fd(self) -> int | None:
+        """A duplicate of the write fd for an fsync outside the owner's lock."""
+        return os.dup(self._fd) if self._fd is not None else None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def rename(self, path: Path) -> None:
+        os.replace(self.path, path)
+        self.path = path
+
+    def delete(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+        self._buf = bytearray()

@@ -1,0 +1,923 @@
+"""PartitionLog: the on-disk log of one partition replica.
+
+Directory ``<log dir>/<topic>-<partition>/`` holds the segments
+(:mod:`riverbed.storage.segment`), ``leader-epoch-checkpoint``
+(:mod:`riverbed.storage.epoch_cache`) and ``partition.metadata``
+(:mod:`riverbed.storage.checkpoints`). The per-dir checkpoints (recovery point, log start
+offset, high watermark) are the :class:`~riverbed.storage.manager.LogManager`'s; a
+standalone log takes them as constructor arguments.
+
+Offsets: ``log_start_offset <= high_watermark <= log_end_offset``; the recovery point is
+the offset below which everything is known to be fsynced.
+
+Appends work on whole batches (DESIGN principle 2): a leader validates each batch's header
+and CRC, assigns offsets and its leader epoch by patching the bytes in place, stamps
+LogAppendTime when the topic asks for it (``max(last appended LogAppendTime, now)``, so
+log timestamps never go backwards across leader changes, KIP-32), enforces the CreateTime
+bounds from the batch header's first and max timestamps (no per-record decode), and
+writes the bytes as they came. A follower appends the leader's batches unchanged.
+
+Reads return :class:`FileRange` s of whole batches for ``sendfile``. Retention, roll,
+truncation and recovery follow Kafka and the KIP-32 seed: time-based roll measures from
+the first batch's timestamp, time-based retention from a segment's largest timestamp.
+
+Locking: every public method takes the log's lock; :meth:`PartitionLog.flush` holds it
+only to pick the files and to advance the recovery point, the fsyncs run unlocked (on
+duplicated file descriptors) so a flush in the manager's thread pool never stalls appends.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import struct
+import threading
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from riverbed.protocol.exceptions import ProtocolError
+from riverbed.protocol.records import (
+    LOG_OVERHEAD,
+    BatchHeader,
+    Buffer,
+    check_dense_offsets,
+    iter_records,
+    parse_header,
+    patch_base_offset,
+    patch_partition_leader_epoch,
+    set_log_append_time,
+    validate_batch,
+)
+from riverbed.storage.checkpoints import (
+    LEADER_EPOCH_CHECKPOINT,
+    PARTITION_METADATA,
+    CheckpointError,
+    read_partition_metadata,
+    write_partition_metadata,
+)
+from riverbed.storage.clock import Clock
+from riverbed.storage.config import LogConfig
+from riverbed.storage.epoch_cache import LeaderEpochCache
+from riverbed.storage.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    LogDirError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
+from riverbed.storage.log_files import FileRange, ReadResult, SegmentFiles, TimestampOffset
+from riverbed.storage.segment import LogSegment, SegmentBatch
+from riverbed.storage.time_index import NO_TIMESTAMP
+
+__all__ = [
+    "AppendInfo",
+    "FileRange",
+    "PartitionLog",
+    "ReadResult",
+    "RetentionHook",
+    "TimestampOffset",
+]
+
+log = logging.getLogger(__name__)
+
+_INT32: Final = struct.Struct(">i")
+ORIGIN_CLIENT: Final = "client"
+ORIGIN_COORDINATOR: Final = "coordinator"
+# Decides whether a segment may be deleted by retention (False = keep it for now), e.g.
+# tiered storage vetoing segments not yet copied to the remote tier.
+RetentionHook = Callable[["PartitionLog", LogSegment], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """What an append did (ProduceResponse needs base offset, log append time, log start)."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int  # -1 unless the log stamped LogAppendTime
+    log_start_offset: int
+    records_count: int
+    valid_bytes: int
+    batches: tuple[BatchHeader, ...] = field(repr=False)
+    flush_needed: bool = False  # flush.messages reached: caller should schedule a flush
+
+
+class PartitionLog:
+    """The segments of one partition and the offsets, epochs and timestamps over them."""
+
+    def __init__(
+        self,
+        directory: Path,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        clock: Clock,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        high_watermark: int = 0,
+        clean_shutdown: bool = False,
+        topic_id: str | None = None,
+        retention_hook: RetentionHook | None = None,
+    ) -> None:
+        self.directory = Path(directory)
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.clock = clock
+        self.retention_hook = retention_hook
+        self._lock = threading.RLock()
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._files = SegmentFiles(self.directory)
+        self._truncations = 0  # bumped by every truncation (flush must not cover new data)
+        self._roll_flush_pending = False
+        self._unflushed_messages = 0
+        self._last_flush_ms = clock.now_ms()
+        self._closed = False
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.topic_id = self._init_topic_id(topic_id)
+        self.epoch_cache = LeaderEpochCache(self.directory / LEADER_EPOCH_CHECKPOINT)
+        self._load(recovery_point, log_start_offset, clean_shutdown)
+        self._high_watermark = min(max(high_watermark, self._log_start_offset), self.log_end_offset)
+        self._last_append_time = self._recover_last_append_time()
+
+    # ---- identity ------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    def _init_topic_id(self, topic_id: str | None) -> str | None:
+        path = self.directory / PARTITION_METADATA
+        try:
+            stored = read_partition_metadata(path)
+        except CheckpointError as e:
+            log.warning("%s: rewriting unreadable partition.metadata: %s", self.name, e)
+            stored = None
+        if topic_id is not None and stored != topic_id:
+            write_partition_metadata(path, topic_id)
+            return topic_id
+        return stored
+
+    # ---- loading and recovery ------------------------------------------------------------
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment.create(
+            self.directory,
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_bytes=self.config.segment_index_bytes,
+            created_ms=self.clock.now_ms(),
+        )
+
+    def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
+        now = self.clock.now_ms()
+        bases = self._files.clean_and_list()
+        for base in bases:
+            seg = LogSegment.open_existing(
+                self.directory,
+                base,
+                index_interval_bytes=self.config.index_interval_bytes,
+                max_index_bytes=self.config.segment_index_bytes,
+                created_ms=now,
+            )
+            self._segments.append(seg)
+            self._bases.append(base)
+        if not self._segments:
+            start = max(log_start_offset, 0)
+            self._append_segment(self._new_segment(start))
+            self._log_start_offset = start
+            self._recovery_point = start
+            self.epoch_cache.clear()
+            return
+        if clean_shutdown:
+            self.active_segment.active = True
+            self.active_segment.load_tail_state()
+        else:
+            self._recover_from(recovery_point)
+        leo = self.log_end_offset
+        self._recovery_point = leo if not clean_shutdown else min(max(recovery_point, 0), leo)
+        first_base = self._segments[0].base_offset
+        self._log_start_offset = max(log_start_offset, first_base)
+        if self._log_start_offset > leo:
+            # everything below the checkpointed log start is logically deleted already
+            log.warning(
+                "%s: log start offset %d is past the log end %d; starting empty there",
+                self.name,
+                self._log_start_offset,
+                leo,
+            )
+            self._truncate_fully(self._log_start_offset)
+            return
+        self.epoch_cache.truncate_from_end(leo)
+        self.epoch_cache.truncate_from_start(self._log_start_offset)
+
+    def _recover_from(self, recovery_point: int) -> None:
+        """Unclean start: validate segments from the one holding the recovery point on."""
+        i = max(bisect.bisect_right(self._bases, recovery_point) - 1, 0)
+        first_recovered = self._segments[i].base_offset
+        self.epoch_cache.truncate_from_end(first_recovered)
+        last = len(self._segments) - 1
+        self._segments[last].active = True
+        while i < len(self._segments):
+            seg = self._segments[i]
+            if i > 0 and seg.base_offset < self._segments[i - 1].next_offset:
+                # would overlap the previous segment: everything from here on is garbage
+                self._drop_segments_from(i)
+                break
+            truncated = seg.recover(self._assign_epoch_from_batch)
+            if truncated:
+                log.warning(
+                    "%s: recovery truncated %d invalid bytes of %s",
+                    self.name,
+                    truncated,
+                    seg.log_path.name,
+                )
+            if truncated and i < len(self._segments) - 1:
+                self._drop_segments_from(i + 1)
+            if i < len(self._segments) - 1:
+                seg.on_become_inactive()
+            seg.flush()
+            i += 1
+        active = self._segments[-1]
+        active.active = True
+        log.info(
+            "%s: recovered from offset %d to log end %d",
+            self.name,
+            first_recovered,
+            active.next_offset,
+        )
+
+    def _assign_epoch_from_batch(self, h: BatchHeader) -> None:
+        if h.partition_leader_epoch > self.epoch_cache.latest_epoch:
+            self.epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
+
+    def _drop_segments_from(self, i: int) -> None:
+        for seg in self._segments[i:]:
+            log.warning("%s: deleting segment %s after invalid data", self.name, seg.log_path.name)
+            seg.delete_files()
+        del self._segments[i:], self._bases[i:]
+
+    def _recover_last_append_time(self) -> int:
+        # The last appended timestamp survives restarts and leader changes because it is
+        # read back from the log: the max timestamp of the last segment holding data.
+        for seg in reversed(self._segments):
+            if seg.size:
+                return seg.largest_timestamp()
+        return NO_TIMESTAMP
+
+    def _append_segment(self, seg: LogSegment) -> None:
+        assert not self._bases or seg.base_offset > self._bases[-1]
+        if self._segments:
+            self._segments[-1].active = False
+        seg.active = True
+        self._segments.append(seg)
+        self._bases.append(seg.base_offset)
+
+    # ---- offsets -------------------------------------------------------------------------
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        with self._lock:
+            return list(self._segments)
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def last_append_time(self) -> int:
+        return self._last_append_time
+
+    @property
+    def size_bytes(self) -> int:
+        with self._lock:
+            return sum(s.size for s in self._segments)
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark (clamped to [log start, log end]); returns it."""
+        with self._lock:
+            self._high_watermark = min(max(offset, self._log_start_offset), self.log_end_offset)
+            return self._high_watermark
+
+    def update_config(self, config: LogConfig) -> None:
+        with self._lock:
+            self.config = config
+            self.active_segment.index_interval_bytes = config.index_interval_bytes
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) for OffsetForLeaderEpoch (see LeaderEpochCache)."""
+        with self._lock:
+            return self.epoch_cache.end_offset_for(epoch, self.log_end_offset)
+
+    # ---- appending -----------------------------------------------------------------------
+
+    def append_as_leader(
+        self, batches: Buffer, leader_epoch: int, *, origin: str = ORIGIN_CLIENT
+    ) -> AppendInfo:
+        """Validate, assign offsets + epoch (+ LogAppendTime) in place, and append.
+
+        ``batches`` is patched in place when it is a writable buffer (a produce request's
+        records field); ``bytes`` are copied once. Nothing is appended if any batch is bad.
+        """
+        buf = batches if isinstance(batches, bytearray) else bytearray(batches)
+        with self._lock:
+            self._check_open()
+            now = self.clock.now_ms()
+            found = self._validate_leader_batches(buf, now, origin)
+            offset = self.log_end_offset
+            log_append_time = NO_TIMESTAMP
+            if self.config.log_append_time:
+                log_append_time = max(self._last_append_time, now)
+            patched: list[SegmentBatch] = []
+            for pos, h in found:
+                patch_base_offset(buf, pos, offset)
+                patch_partition_leader_epoch(buf, pos, leader_epoch)
+                if log_append_time != NO_TIMESTAMP:
+                    set_log_append_time(buf, pos, log_append_time)
+                patched.append(SegmentBatch(pos, parse_header(buf, pos)))
+                offset += h.last_offset_delta + 1
+            self.epoch_cache.assign(leader_epoch, self.log_end_offset)
+            info = self._append(buf, patched, now, log_append_time)
+            return info
+
+    def _validate_leader_batches(
+        self, buf: bytearray, now: int, origin: str
+    ) -> list[tuple[int, BatchHeader]]:
+        found = self._validate_batches(buf, allow_partial_tail=False)
+        if not found:
+            raise InvalidRecordError(f"{self.name}: produce request holds no record batches")
+        cfg = self.config
+        for _, h in found:
+            try:
+                check_dense_offsets(h)
+            except ProtocolError as e:
+                raise InvalidRecordError(f"{self.name}: {e}") from None
+            if h.records_count == 0:
+                raise InvalidRecordError(f"{self.name}: record batch with no records")
+            if h.is_control and origin == ORIGIN_CLIENT:
+                raise InvalidRecordError(f"{self.name}: clients may not write control batches")
+            if cfg.log_append_time:
+                continue
+            if h.timestamp_type != 0 and origin == ORIGIN_CLIENT:
+                raise InvalidTimestampError(
+                    f"{self.name}: batch claims LogAppendTime but the topic uses CreateTime"
+                )
+            for ts in (h.first_timestamp, h.max_timestamp):
+                if ts == NO_TIMESTAMP:
+                    continue
+                if now - ts > cfg.message_timestamp_before_max_ms or (
+                    ts - now > cfg.message_timestamp_after_max_ms
+                ):
+                    raise InvalidTimestampError(
+                        f"{self.name}: timestamp {ts} is out of range: must be within "
+                        f"[{now} - message.timestamp.before.max.ms "
+                        f"({cfg.message_timestamp_before_max_ms}), {now} + "
+                        f"message.timestamp.after.max.ms ({cfg.message_timestamp_after_max_ms})]"
+                    )
+        return found
+
+    def _validate_batches(
+        self, buf: bytearray, *, allow_partial_tail: bool
+    ) -> list[tuple[int, BatchHeader]]:
+        found: list[tuple[int, BatchHeader]] = []
+        pos = 0
+        end = len(buf)
+        limit = self.config.max_message_bytes
+        while pos < end:
+            if allow_partial_tail:
+                # a fetch response may end with a partial batch: leave it for next time
+                if end - pos < LOG_OVERHEAD:
+                    break
+                (length,) = _INT32.unpack_from(buf, pos + 8)
+                if pos + LOG_OVERHEAD + length > end:
+                    break
+            try:
+                h = validate_batch(buf, pos)
+            except ProtocolError as e:
+                raise CorruptRecordError(f"{self.name}: {e}") from None
+            if h.size > limit:
+                raise RecordTooLargeError(
+                    f"{self.name}: record batch of {h.size} bytes exceeds "
+                    f"max.message.bytes ({limit})"
+                )
+            found.append((pos, h))
+            pos += h.size
+        return found
+
+    def append_as_follower(self, batches: Buffer) -> AppendInfo:
+        """Append the leader's batches unchanged (offsets, epochs and timestamps kept).
+
+        A trailing partial batch (a fetch response may end with one) is ignored.
+        """
+        buf = batches if isinstance(batches, bytearray) else bytearray(batches)
+        with self._lock:
+            self._check_open()
+            now = self.clock.now_ms()
+            found = self._validate_batches(buf, allow_partial_tail=True)
+            expected = self.log_end_offset
+            for _, h in found:
+                if h.base_offset < expected:
+                    raise InvalidRecordError(
+                        f"{self.name}: follower batch at offset {h.base_offset} does not "
+                        f"follow {expected} (out of order or already appended)"
+                    )
+                expected = h.next_offset
+            for _, h in found:
+                self._assign_epoch_from_batch(h)
+            batches_found = [SegmentBatch(pos, h) for pos, h in found]
+            return self._append(buf, batches_found, now, NO_TIMESTAMP)
+
+    def _should_roll(self, seg: LogSegment, h: BatchHeader, now: int) -> bool:
+        if seg.size == 0:
+            return False
+        cfg = self.config
+        if seg.size + h.size > cfg.segment_bytes:
+            return True
+        if seg.indexes_full() or not seg.can_hold_offset(h.last_offset):
+            return True
+        # segment.ms per KIP-32: measured by record time from the first batch's timestamp
+        # (Kafka's rule); segments without timestamps fall back to their creation time
+        if seg.rolling_based_timestamp >= 0 and h.max_timestamp >= 0:
+            waited = h.max_timestamp - seg.rolling_based_timestamp
+        else:
+            waited = now - seg.created_ms
+        return waited > cfg.segment_ms - self._roll_jitter_ms()
+
+    def _roll_jitter_ms(self) -> int:
+        jitter = self.config.segment_jitter_ms
+        if jitter <= 0:
+            return 0
+        # deterministic per partition (Kafka draws it at random per segment)
+        return zlib.crc32(self.name.encode()) % jitter
+
+    def _append(
+        self, buf: bytearray, batches: list[SegmentBatch], now: int, log_append_time: int
+    ) -> AppendInfo:
+        if not batches:
+            leo = self.log_end_offset
+            return AppendInfo(leo, leo - 1, NO_TIMESTAMP, -1, -1, self._log_start_offset, 0, 0, ())
+        mv = memoryview(buf)
+        max_ts, max_ts_offset, count = NO_TIMESTAMP, -1, 0
+        for b in batches:
+            h = b.header
+            seg = self.active_segment
+            if seg.size == 0 and not seg.can_hold_offset(h.last_offset):
+                seg = self._replace_empty_active(h.base_offset)
+            elif self._should_roll(seg, h, now):
+                seg = self._roll(h.base_offset)
+            try:
+                seg.append(mv[b.position : b.position + h.size], [SegmentBatch(0, h)])
+            except OSError as e:
+                raise LogDirError(f"{self.name}: append failed: {e}") from e
+            if h.max_timestamp > max_ts:
+                max_ts, max_ts_offset = h.max_timestamp, h.last_offset
+            count += h.records_count
+            if h.timestamp_type == 1 and h.max_timestamp > self._last_append_time:
+                self._last_append_time = h.max_timestamp
+        self._unflushed_messages += count
+        first = batches[0].header
+        last = batches[-1].header
+        return AppendInfo(
+            first_offset=first.base_offset,
+            last_offset=last.last_offset,
+            max_timestamp=max_ts,
+            offset_of_max_timestamp=max_ts_offset,
+            log_append_time=log_append_time,
+            log_start_offset=self._log_start_offset,
+            records_count=count,
+            valid_bytes=batches[-1].position + last.size - batches[0].position,
+            batches=tuple(b.header for b in batches),
+            flush_needed=self._unflushed_messages >= self.config.flush_messages,
+        )
+
+    def _replace_empty_active(self, base_offset: int) -> LogSegment:
+        # an empty active segment whose 32-bit relative offsets cannot reach the batch
+        # (a follower jumping ahead) is replaced by one based at the batch
+        old = self._segments.pop()
+        self._bases.pop()
+        old.delete_files()
+        seg = self._new_segment(base_offset)
+        self._append_segment(seg)
+        return seg
+
+    def roll(self) -> LogSegment:
+        """Start a new segment at the log end offset (no-op if the active one is empty)."""
+        with self._lock:
+            self._check_open()
+            if self.active_segment.size == 0:
+                return self.active_segment
+            return self._roll(self.log_end_offset)
+
+    def _roll(self, base_offset: int) -> LogSegment:
+        old = self.active_segment
+        assert base_offset >= old.next_offset, (base_offset, old)
+        old.on_become_inactive()
+        seg = self._new_segment(base_offset)
+        self._append_segment(seg)
+        self._roll_flush_pending = True
+        log.debug("%s: rolled new segment at %d", self.name, base_offset)
+        return seg
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogDirError(f"{self.name}: log is closed")
+
+    # ---- reading -------------------------------------------------------------------------
+
+    def _segment_index_for(self, offset: int) -> int:
+        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        upper_bound: int | None = None,
+        *,
+        min_one_batch: bool = True,
+    ) -> ReadResult:
+        """Whole batches from the one containing ``offset``, as file ranges.
+
+        At most ``max_bytes`` (but at least one whole batch when ``min_one_batch``), and
+        only batches entirely below ``upper_bound`` (high watermark or log end; default the
+        log end). Raises OffsetOutOfRangeError outside [log start, log end].
+        """
+        with self._lock:
+            lso, leo = self._log_start_offset, self.log_end_offset
+            if offset < lso or offset > leo:
+                raise OffsetOutOfRangeError(
+                    f"{self.name}: offset {offset} is out of range [{lso}, {leo}]"
+                )
+            bound = leo if upper_bound is None else min(upper_bound, leo)
+            ranges: list[FileRange] = []
+            total = 0
+            first_offset = -1
+            next_offset = offset
+            i = self._segment_index_for(offset)
+            full = offset >= bound
+            while not full and i < len(self._segments):
+                seg = self._segments[i]
+                try:
+                    start = seg.translate_offset(next_offset)
+                    if start is None:
+                        i += 1
+                        continue
+                    run_start, run_size = start.position, 0
+                    for b in seg.iter_headers(start.position):
+                        h = b.header
+                        if h.next_offset > bound:
+                            full = True
+                            break
+                        if total + h.size > max_bytes and not (min_one_batch and total == 0):
+                            full = True
+                            break
+                        if first_offset < 0:
+                            first_offset = h.base_offset
+                        run_size += h.size
+                        total += h.size
+                        next_offset = h.next_offset
+                except ProtocolError as e:
+                    raise LogDirError(f"{self.name}: corrupt segment {seg.log_path}: {e}") from e
+                finally:
+                    if not seg.active:
+                        seg.close_files()
+                if run_size:
+                    ranges.append(FileRange(seg.log_path, run_start, run_size))
+                i += 1
+            return ReadResult(
+                ranges=ranges,
+                first_offset=first_offset,
+                next_offset=next_offset,
+                high_watermark=self._high_watermark,
+                log_start_offset=lso,
+                log_end_offset=leo,
+            )
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
+        """The first record at or after the log start with timestamp >= ``timestamp``.
+
+        ListOffsets by time: None when every record is older.
+        """
+        with self._lock:
+            lso = self._log_start_offset
+            for seg in self._segments[self._segment_index_for(lso) :]:
+                try:
+                    if seg.largest_timestamp() < timestamp:
+                        continue
+                    for b in seg.find_offset_by_timestamp(timestamp, lso):
+                        if b.header.max_timestamp < timestamp:
+                            continue
+                        found = self._record_at_or_after(seg, b, timestamp, lso)
+                        if found is not None:
+                            return found
+                except ProtocolError as e:
+                    raise LogDirError(f"{self.name}: corrupt segment {seg.log_path}: {e}") from e
+                finally:
+                    if not seg.active:
+                        seg.close_files()
+            return None
+
+    def max_timestamp_offset(self) -> TimestampOffset | None:
+        """ListOffsets MAX_TIMESTAMP (-3): the record with the largest timestamp."""
+        with self._lock:
+            best: LogSegment | None = None
+            for seg in self._segments[self._segment_index_for(self._log_start_offset) :]:
+                if seg.size and (best is None or seg.largest_timestamp() > best.max_timestamp):
+                    best = seg
+            if best is None or best.max_timestamp == NO_TIMESTAMP:
+                return None
+            try:
+                b = best.translate_offset(best.offset_of_max_timestamp)
+                assert b is not None
+                found = self._record_at_or_after(
+                    best, b, best.max_timestamp, self._log_start_offset
+                )
+            finally:
+                if not best.active:
+                    best.close_files()
+            return found
+
+    def _record_at_or_after(
+        self, seg: LogSegment, b: SegmentBatch, timestamp: int, min_offset: int
+    ) -> TimestampOffset | None:
+        data = seg.pread(b.header.size, b.position)
+        for rec in iter_records(data):
+            if rec.timestamp >= timestamp and rec.offset >= min_offset:
+                return TimestampOffset(rec.timestamp, rec.offset, b.header.partition_leader_epoch)
+        return None
+
+    # ---- truncation and deletion ---------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every batch ending at or after ``offset`` (follower divergence).
+
+        Returns True when anything was removed. A batch containing ``offset`` goes
+        entirely, so the log end can end up below ``offset``.
+        """
+        if offset < 0:
+            raise OffsetOutOfRangeError(f"{self.name}: cannot truncate to {offset}")
+        with self._lock:
+            self._check_open()
+            if offset >= self.log_end_offset:
+                return False
+            if offset < self._segments[0].base_offset:
+                self._truncate_fully(offset)
+                return True
+            self._truncations += 1
+            i = self._segment_index_for(offset)
+            for seg in self._segments[i + 1 :]:
+                self._schedule_delete(seg)
+            del self._segments[i + 1 :], self._bases[i + 1 :]
+            seg = self._segments[i]
+            seg.active = True
+            seg.truncate_to(offset)
+            leo = self.log_end_offset
+            self.epoch_cache.truncate_from_end(leo)
+            self._log_start_offset = min(self._log_start_offset, leo)
+            self._high_watermark = min(self._high_watermark, leo)
+            self._recovery_point = min(self._recovery_point, leo)
+            return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and restart the (empty) log at ``offset``."""
+        if offset < 0:
+            raise OffsetOutOfRangeError(f"{self.name}: cannot start at {offset}")
+        with self._lock:
+            self._check_open()
+            self._truncate_fully(offset)
+
+    def _truncate_fully(self, offset: int) -> None:
+        self._truncations += 1
+        for seg in self._segments:
+            self._schedule_delete(seg)
+        self._segments.clear()
+        self._bases.clear()
+        self._append_segment(self._new_segment(offset))
+        self.epoch_cache.clear()
+        self._log_start_offset = offset
+        self._high_watermark = offset
+        self._recovery_point = offset
+        self._unflushed_messages = 0
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: advance the log start offset to ``offset`` (<= high watermark).
+
+        ``-1`` means the high watermark. Whole segments below the new log start are
+        deleted at once; returns the new log start offset.
+        """
+        with self._lock:
+            self._check_open()
+            if offset == -1:
+                offset = self._high_watermark
+            if offset < 0 or offset > self._high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"{self.name}: cannot delete records before {offset}: beyond the high "
+                    f"watermark {self._high_watermark}"
+                )
+            if offset > self._log_start_offset:
+                self._log_start_offset = offset
+                self.epoch_cache.truncate_from_start(offset)
+                self._delete_segments(self._deletable(lambda seg, nxt: nxt.base_offset <= offset))
+            return self._log_start_offset
+
+    def delete_old_segments(self, now_ms: int) -> int:
+        """Retention: delete segments past retention.ms / retention.bytes / log start.
+
+        ``retention.ms`` compares ``now_ms`` with a segment's largest timestamp (KIP-32),
+        ``retention.bytes`` the partition size. Only segments entirely below the high
+        watermark go, and the retention hook may veto. Returns segments deleted.
+        """
+        with self._lock:
+            if self._closed:
+                return 0
+            lso = self._log_start_offset
+            deleted = self._delete_segments(self._deletable(lambda s, n: n.base_offset <= lso))
+            cfg = self.config
+            if not cfg.delete_enabled:
+                return deleted
+            if cfg.retention_bytes >= 0:
+                excess = sum(s.size for s in self._segments) - cfg.retention_bytes
+
+                def over_size(seg: LogSegment, _next: _NextSegment) -> bool:
+                    nonlocal excess
+                    if excess - seg.size < 0:
+                        return False
+                    excess -= seg.size
+                    return True
+
+                deleted += self._delete_segments(self._deletable(over_size))
+            if cfg.retention_ms >= 0:
+
+                def too_old(seg: LogSegment, _next: _NextSegment) -> bool:
+                    largest = seg.largest_timestamp()
+                    if largest == NO_TIMESTAMP:
+                        largest = seg.modified_ms()
+                    return now_ms - largest > cfg.retention_ms
+
+                deleted += self._delete_segments(self._deletable(too_old))
+            return deleted
+
+    def _deletable(self, predicate: Callable[[LogSegment, _NextSegment], bool]) -> list[LogSegment]:
+        out: list[LogSegment] = []
+        for i, seg in enumerate(self._segments):
+            is_last = i == len(self._segments) - 1
+            nxt = _NextSegment(
+                self.log_end_offset if is_last else self._segments[i + 1].base_offset
+            )
+            if is_last and seg.size == 0:
+                break
+            if self._high_watermark < nxt.base_offset or not predicate(seg, nxt):
+                break
+            if self.retention_hook is not None and not self.retention_hook(self, seg):
+                break
+            out.append(seg)
+        return out
+
+    def _delete_segments(self, doomed: list[LogSegment]) -> int:
+        if not doomed:
+            return 0
+        if len(doomed) == len(self._segments):
+            self._roll(self.log_end_offset)  # never delete the active segment: roll first
+        n = len(doomed)
+        for seg in doomed:
+            self._schedule_delete(seg)
+        del self._segments[:n], self._bases[:n]
+        self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
+        self.epoch_cache.truncate_from_start(self._log_start_offset)
+        self._recovery_point = max(self._recovery_point, self._segments[0].base_offset)
+        log.info(
+            "%s: deleted %d segment(s); log start offset %d",
+            self.name,
+            n,
+            self._log_start_offset,
+        )
+        return n
+
+    def _schedule_delete(self, seg: LogSegment) -> None:
+        self._files.schedule_delete(seg, self.clock.now_ms() + self.config.file_delete_delay_ms)
+
+    def delete_expired_files(self, now_ms: int) -> int:
+        """Remove ``.deleted`` files whose ``file.delete.delay.ms`` has passed."""
+        with self._lock:
+            return self._files.delete_expired(now_ms)
+
+    # ---- durability and lifetime ---------------------------------------------------------
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._unflushed_messages
+
+    def flush_due(self, now_ms: int) -> bool:
+        """True when flush.messages / flush.ms or a rolled segment asks for an fsync."""
+        cfg = self.config
+        if self._closed or self._recovery_point >= self.log_end_offset:
+            return False
+        return (
+            self._roll_flush_pending
+            or self._unflushed_messages >= cfg.flush_messages
+            or now_ms - self._last_flush_ms >= cfg.flush_ms
+        )
+
+    def flush(self, up_to: int | None = None) -> int:
+        """fsync everything below ``up_to`` (default: the log end); returns the recovery point.
+
+        Only the active segment and segments rolled since the last flush are synced.
+        """
+        with self._lock:
+            if self._closed:
+                return self._recovery_point
+            target = self.log_end_offset if up_to is None else min(up_to, self.log_end_offset)
+            if target <= self._recovery_point:
+                return self._recovery_point
+            truncations = self._truncations
+            fds: list[int] = []
+            synced: list[LogSegment] = []
+            for seg in self._segments:
+                if seg.next_offset > self._recovery_point and seg.base_offset < target:
+                    fds += seg.dup_fds()
+                    synced.append(seg)
+        try:
+            for fd in fds:
+                os.fsync(fd)
+        except OSError as e:
+            raise LogDirError(f"{self.name}: fsync failed: {e}") from e
+        finally:
+            for fd in fds:
+                os.close(fd)
+        with self._lock:
+            if self._truncations == truncations and target > self._recovery_point:
+                self._recovery_point = target
+                if target >= self.log_end_offset:
+                    self._unflushed_messages = 0
+                    self._roll_flush_pending = False
+            self._last_flush_ms = self.clock.now_ms()
+            for seg in synced:
+                if not seg.active:
+                    seg.close_files()  # bound open files: inactive segments reopen on read
+            return self._recovery_point
+
+    def close(self, *, flush: bool = True) -> None:
+        """Flush (unless told not to), write the final time index entry, close files."""
+        with self._lock:
+            if self._closed:
+                return
+            self.active_segment.on_become_inactive()
+        if flush:
+            self.flush()
+        with self._lock:
+            self._closed = True
+            for seg in self._segments:
+                seg.close_files()
+
+    def abandon(self) -> None:
+        """Close file descriptors without writing anything (a simulated crash)."""
+        with self._lock:
+            self._closed = True
+            for seg in self._segments:
+                seg.close_files()
+
+    def delete_files_now(self) -> None:
+        """Remove every file of this log, including pending ``.deleted`` ones."""
+        with self._lock:
+            self._closed = True
+            for seg in self._segments:
+                seg.delete_files()
+            self._files.delete_expired(None)
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.name}, start={self._log_start_offset}, "
+            f"hw={self._high_watermark}, end={self.log_end_offset}, "
+            f"segments={len(self._segments)})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _NextSegment:
+    """The offset bounding a segment from above (next segment base or the log end)."""
+
+    base_offset: int

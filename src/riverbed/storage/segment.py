@@ -1,0 +1,460 @@
+"""One log segment: a ``.log`` file of whole v2 record batches plus its two indexes.
+
+Files of a segment with base offset B, in the partition dir ``<topic>-<partition>/``::
+
+    {B:020d}.log        record batches exactly as on the wire, offsets assigned
+    {B:020d}.index      offset index (:mod:`riverbed.storage.offset_index`)
+    {B:020d}.timeindex  time index (:mod:`riverbed.storage.time_index`)
+
+A segment being deleted gets the suffix ``.deleted`` on each file (removed after
+``file.delete.delay.ms``); a leftover ``.deleted``/``.tmp``/``.cleaned``/``.swap`` file
+found at start-up is garbage from an interrupted operation.
+
+Index maintenance happens per appended batch, identically when appending and when
+rebuilding from the ``.log`` (so a rebuilt index equals the written one): before a batch
+is counted, if more than ``index.interval.bytes`` were appended since the last entry, the
+offset index gets (batch last offset, batch position) and the time index gets the max
+timestamp so far (if it grew); the first batch of a segment always gets a time index
+entry, and :meth:`LogSegment.on_become_inactive` adds the final max timestamp.
+The segment tracks its max timestamp and the offset of it from the batch headers only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from riverbed.protocol.exceptions import ProtocolError
+from riverbed.protocol.records import (
+    BATCH_HEADER_SIZE,
+    BatchHeader,
+    parse_header,
+    validate_batch,
+)
+from riverbed.storage.index_file import INT32_MAX, CorruptIndexError
+from riverbed.storage.offset_index import OffsetIndex
+from riverbed.storage.time_index import NO_TIMESTAMP, TimeIndex
+
+__all__ = [
+    "DELETED_SUFFIX",
+    "INDEX_SUFFIX",
+    "LOG_SUFFIX",
+    "TIME_INDEX_SUFFIX",
+    "LogSegment",
+    "SegmentBatch",
+    "segment_file_name",
+]
+
+log = logging.getLogger(__name__)
+
+LOG_SUFFIX: Final = ".log"
+INDEX_SUFFIX: Final = ".index"
+TIME_INDEX_SUFFIX: Final = ".timeindex"
+DELETED_SUFFIX: Final = ".deleted"
+# Recovery reads the .log in chunks of this size (a batch larger than it is read whole).
+RECOVERY_READ_BYTES: Final = 8 * 1024 * 1024
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    """``00000000000000000042.log`` for base offset 42 (Kafka's 20-digit names)."""
+    assert base_offset >= 0, base_offset
+    return f"{base_offset:020d}{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentBatch:
+    """A batch located in a segment: its byte position and header."""
+
+    position: int
+    header: BatchHeader
+
+
+class LogSegment:
+    """The files of one segment and what is known about its contents."""
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_bytes: int,
+        created_ms: int,
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        self.offset_index = OffsetIndex(
+            directory / segment_file_name(base_offset, INDEX_SUFFIX), base_offset, max_index_bytes
+        )
+        self.time_index = TimeIndex(
+            directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX),
+            base_offset,
+            max_index_bytes,
+        )
+        self.created_ms = created_ms
+        self._fd: int | None = None
+        self.size = 0
+        self.next_offset = base_offset  # offset after the last batch (base when empty)
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = base_offset
+        self.rolling_based_timestamp = NO_TIMESTAMP  # max timestamp of the first batch
+        self.bytes_since_last_index_entry = 0
+        self.active = False  # the log's last segment (the one appended to)
+        self._indexes_checked = False
+        self._tail_known = False  # next_offset / max_timestamp are exact
+
+    # ---- creation and loading ------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_bytes: int,
+        created_ms: int,
+    ) -> LogSegment:
+        """A new, empty segment (files created, truncating any stale ones)."""
+        seg = cls(
+            directory,
+            base_offset,
+            index_interval_bytes=index_interval_bytes,
+            max_index_bytes=max_index_bytes,
+            created_ms=created_ms,
+        )
+        seg._fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        seg.offset_index.reset()
+        seg.time_index.reset()
+        seg._indexes_checked = True
+        seg._tail_known = True
+        return seg
+
+    @classmethod
+    def open_existing(
+        cls,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_bytes: int,
+        created_ms: int,
+    ) -> LogSegment:
+        """An existing segment; contents are trusted until :meth:`recover` or a load."""
+        seg = cls(
+            directory,
+            base_offset,
+            index_interval_bytes=index_interval_bytes,
+            max_index_bytes=max_index_bytes,
+            created_ms=created_ms,
+        )
+        seg.size = seg.log_path.stat().st_size
+        return seg
+
+    # ---- file access ---------------------------------------------------------------------
+
+    def _log_fd(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.log_path, os.O_RDWR)
+        return self._fd
+
+    def pread(self, size: int, position: int) -> bytes:
+        """Up to ``size`` bytes of the ``.log`` at ``position``."""
+        return os.pread(self._log_fd(), size, position)
+
+    def read_header(self, position: int) -> BatchHeader | None:
+        """The batch header at ``position``, None at the end; ProtocolError if torn."""
+        if position >= self.size:
+            return None
+        data = self.pread(BATCH_HEADER_SIZE, position)
+        h = parse_header(data)
+        if position + h.size > self.size:
+            raise ProtocolError(f"{self.log_path}: batch at {position} runs past the end")
+        return h
+
+    def iter_headers(self, position: int = 0, end: int | None = None) -> Iterator[SegmentBatch]:
+        """Batch headers from ``position`` (a batch start) up to ``end`` (no CRC check)."""
+        stop = self.size if end is None else min(end, self.size)
+        while position < stop:
+            h = self.read_header(position)
+            assert h is not None
+            yield SegmentBatch(position, h)
+            position += h.size
+
+    # ---- indexes -------------------------------------------------------------------------
+
+    def ensure_indexes(self) -> None:
+        """Load and sanity-check both indexes, rebuilding them from the log if bad."""
+        if self._indexes_checked:
+            return
+        try:
+            self.offset_index.load()
+            self.time_index.load()
+            self.offset_index.sanity_check(self.size)
+            self.time_index.sanity_check(self._offset_bound())
+        except CorruptIndexError as e:
+            log.warning("rebuilding indexes of %s: %s", self.log_path, e)
+            self.rebuild_indexes()
+        self._indexes_checked = True
+
+    def _offset_bound(self) -> int:
+        # exact once the tail is known; an inactive segment checked lazily only knows
+        # that its offsets are representable
+        return self.next_offset if self._tail_known else self.base_offset + INT32_MAX + 1
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild both indexes by scanning the ``.log`` (trusted; no CRC check)."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._reset_state()
+        for b in self.iter_headers():
+            self._account(b.position, b.header)
+        self._indexes_checked = True
+        self._tail_known = True
+        if not self.active:
+            self.on_become_inactive()
+
+    def _reset_state(self) -> None:
+        self.next_offset = self.base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = self.base_offset
+        self.rolling_based_timestamp = NO_TIMESTAMP
+        self.bytes_since_last_index_entry = 0
+
+    def _account(self, position: int, h: BatchHeader) -> None:
+        """Index bookkeeping for the batch ``h`` just written/found at ``position``."""
+        first = position == 0
+        if h.max_timestamp > self.max_timestamp:
+            self.max_timestamp = h.max_timestamp
+            self.offset_of_max_timestamp = h.last_offset
+        if first:
+            self.rolling_based_timestamp = h.max_timestamp
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        elif self.bytes_since_last_index_entry > self.index_interval_bytes:
+            # a full index (only possible when rebuilding with a smaller
+            # segment.index.bytes) just stays sparser: lookups scan forward from it
+            if not self.offset_index.is_full:
+                self.offset_index.append(h.last_offset, position)
+            if not self.time_index.is_full:
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.bytes_since_last_index_entry = 0
+        self.bytes_since_last_index_entry += h.size
+        self.next_offset = h.next_offset
+
+    def indexes_full(self) -> bool:
+        self.ensure_indexes()
+        return self.offset_index.is_full or self.time_index.is_full
+
+    def can_hold_offset(self, offset: int) -> bool:
+        """True when ``offset`` fits the 32-bit relative offsets of this segment."""
+        return 0 <= offset - self.base_offset <= INT32_MAX
+
+    # ---- appending -----------------------------------------------------------------------
+
+    def append(self, data: memoryview, batches: list[SegmentBatch]) -> None:
+        """Write ``data`` (whole batches; positions relative to ``data``) at the end."""
+        self.ensure_indexes()
+        fd = self._log_fd()
+        start = self.size
+        view = data
+        written = 0
+        while written < len(data):
+            n = os.pwrite(fd, view[written:], start + written)
+            if n <= 0:
+                raise OSError(f"short write to {self.log_path}")
+            written += n
+        for b in batches:
+            assert b.header.base_offset >= self.next_offset, (b.header, self.next_offset)
+            self._account(start + b.position, b.header)
+        self.size = start + len(data)
+
+    # ---- lookups -------------------------------------------------------------------------
+
+    def translate_offset(self, offset: int, start_position: int = 0) -> SegmentBatch | None:
+        """The first batch with last offset >= ``offset`` (None when there is none)."""
+        self.ensure_indexes()
+        _, position = self.offset_index.lookup(offset)
+        position = max(position, start_position)
+        for b in self.iter_headers(position):
+            if b.header.last_offset >= offset:
+                return b
+        return None
+
+    def find_offset_by_timestamp(
+        self, timestamp: int, starting_offset: int
+    ) -> Iterator[SegmentBatch]:
+        """Batches from the time index's floor entry for ``timestamp`` (scan candidates)."""
+        self.ensure_indexes()
+        _, ts_offset = self.time_index.lookup(timestamp)
+        _, position = self.offset_index.lookup(max(ts_offset, starting_offset))
+        for b in self.iter_headers(position):
+            if b.header.last_offset >= starting_offset:
+                yield b
+
+    def largest_timestamp(self) -> int:
+        """Max timestamp in the segment (the time index's last entry for inactive ones)."""
+        self.ensure_indexes()
+        if self.max_timestamp == NO_TIMESTAMP and len(self.time_index):
+            self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
+        return self.max_timestamp
+
+    def modified_ms(self) -> int:
+        """The ``.log`` mtime: retention's fallback for segments without timestamps."""
+        return self.log_path.stat().st_mtime_ns // 1_000_000
+
+    def load_tail_state(self) -> None:
+        """Recompute next offset and max timestamp from the indexes + a short scan.
+
+        Used for the active segment after a clean start and after truncation: the last
+        offset index entry bounds the scan to about ``index.interval.bytes``.
+        """
+        self.ensure_indexes()
+        self._reset_state()
+        ts, ts_off = self.time_index.last_entry()
+        if ts != NO_TIMESTAMP:
+            self.max_timestamp, self.offset_of_max_timestamp = ts, ts_off
+        _, position = self.offset_index.last_entry()
+        first = self.read_header(0)
+        if first is not None:
+            self.rolling_based_timestamp = first.max_timestamp
+        for b in self.iter_headers(position):
+            h = b.header
+            if h.max_timestamp > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = h.max_timestamp, h.last_offset
+            self.next_offset = h.next_offset
+            self.bytes_since_last_index_entry += h.size
+        self._tail_known = True
+
+    # ---- recovery and truncation ---------------------------------------------------------
+
+    def recover(self, on_batch: Callable[[BatchHeader], None] | None = None) -> int:
+        """Validate every batch (length, CRC, offsets), truncate the first bad one on.
+
+        Indexes are rebuilt. Returns the number of bytes truncated.
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._reset_state()
+        file_size = self.log_path.stat().st_size
+        self.size = file_size
+        pos = 0
+        chunk = b""
+        chunk_start = 0
+        while pos < file_size:
+            rel = pos - chunk_start
+            if rel + BATCH_HEADER_SIZE > len(chunk):
+                chunk = self.pread(RECOVERY_READ_BYTES, pos)
+                chunk_start, rel = pos, 0
+            try:
+                h = parse_header(chunk, rel)
+            except ProtocolError as e:
+                log.warning("%s: invalid batch header at %d: %s", self.log_path, pos, e)
+                break
+            if pos + h.size > file_size:
+                log.warning("%s: torn batch at %d (%d bytes)", self.log_path, pos, h.size)
+                break
+            if rel + h.size > len(chunk):
+                chunk = self.pread(max(RECOVERY_READ_BYTES, h.size), pos)
+                chunk_start, rel = pos, 0
+            try:
+                h = validate_batch(chunk, rel)
+            except ProtocolError as e:
+                log.warning("%s: corrupt batch at %d: %s", self.log_path, pos, e)
+                break
+            if h.base_offset < self.next_offset or not self.can_hold_offset(h.last_offset):
+                log.warning(
+                    "%s: batch at %d has offsets %d..%d out of order (expected >= %d)",
+                    self.log_path,
+                    pos,
+                    h.base_offset,
+                    h.last_offset,
+                    self.next_offset,
+                )
+                break
+            self._account(pos, h)
+            if on_batch is not None:
+                on_batch(h)
+            pos += h.size
+        truncated = file_size - pos
+        if truncated:
+            os.ftruncate(self._log_fd(), pos)
+            self.size = pos
+        self._indexes_checked = True
+        self._tail_known = True
+        return truncated
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset >= ``offset``; returns bytes removed."""
+        b = self.translate_offset(offset)
+        if b is None:
+            return 0
+        position = b.position
+        removed = self.size - position
+        self.offset_index.truncate_to(offset)
+        self.offset_index.truncate_to_position(position)
+        self.time_index.truncate_to(offset)
+        os.ftruncate(self._log_fd(), position)
+        self.size = position
+        self.load_tail_state()
+        return removed
+
+    def on_become_inactive(self) -> None:
+        """Roll: make the time index's last entry the segment's max timestamp."""
+        self.ensure_indexes()
+        if self.size:
+            self.time_index.maybe_append(
+                self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
+            )
+
+    # ---- durability and lifetime ---------------------------------------------------------
+
+    def dup_fds(self) -> list[int]:
+        """Duplicates of every open write fd, for an fsync outside the log's lock."""
+        fds = [os.dup(self._fd)] if self._fd is not None else []
+        for idx in (self.offset_index, self.time_index):
+            fd = idx.dup_fd()
+            if fd is not None:
+                fds.append(fd)
+        return fds
+
+    def flush(self) -> None:
+        if self._fd is not None:
+            os.fsync(self._fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close_files(self) -> None:
+        """Close file descriptors (reopened on demand); contents stay."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self.offset_index.close()
+        self.time_index.close()
+
+    def rename_to_deleted(self) -> list[Path]:
+        """Rename all files to ``*.deleted`` (the first step of a delayed delete)."""
+        self.close_files()
+        renamed: list[Path] = []
+        for p in (self.log_path, self.offset_index.path, self.time_index.path):
+            if p.exists():
+                target = p.with_name(p.name + DELETED_SUFFIX)
+                os.replace(p, target)
+                renamed.append(target)
+        return renamed
+
+    def delete_files(self) -> None:
+        self.close_files()
+        for p in (self.log_path, self.offset_index.path, self.time_index.path):
+            p.unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"LogSegment(base={self.base_offset}, size={self.size}, next={self.next_offset}, "
+            f"max_ts={self.max_timestamp})"
+        )

@@ -1,0 +1,344 @@
+from riverbed.metadata.config_defs import ConfigSource
+from riverbed.metadata.controller import OP_APPEND, OP_DELETE, OP_SET
+from riverbed.metadata.image import image_to_records, replay_all
+from riverbed.metadata.records import ResourceType
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import (
+    AlterConfigsRequest,
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    DescribeConfigsRequest,
+    IncrementalAlterConfigsRequest,
+)
+
+from .conftest import cluster_image, make_controller
+
+CT = CreateTopicsRequest
+
+
+def topic(name, partitions=-1, rf=-1, configs=None, assignments=None):
+    return CT.CreatableTopic(
+        name=name,
+        num_partitions=partitions,
+        replication_factor=rf,
+        assignments=[
+            CT.CreatableReplicaAssignment(partition_index=i, broker_ids=b)
+            for i, b in enumerate(assignments or [])
+        ],
+        configs=[CT.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()],
+    )
+
+
+def create(controller, image, *topics, validate_only=False):
+    res = controller.create_topics(
+        image, CT(topics=list(topics), validate_only=validate_only), now_ms=0
+    )
+    return res, replay_all(image, res.records)
+
+
+def test_create_topic_writes_records_and_image(controller, image):
+    res, after = create(controller, image, topic("orders", 3, configs={"retention.ms": "1000"}))
+    (r,) = res.response.topics
+    assert r.error_code == 0
+    assert r.num_partitions == 3 and r.replication_factor == 1
+    names = [type(x).__name__ for x in res.records]
+    assert names == ["TopicRecord", "ConfigRecord"] + ["PartitionRecord"] * 3
+    t = after.topic("orders")
+    assert t is not None and t.topic_id == r.topic_id
+    assert sorted(t.partitions) == [0, 1, 2]
+    p0 = t.partitions[0]
+    assert p0.replicas == (1,) and p0.isr == (1,) and p0.leader == 1 and p0.leader_epoch == 0
+    assert after.topic_config("orders") == {"retention.ms": "1000"}
+    rows = {c.name: c for c in r.configs}
+    assert rows["retention.ms"].value == "1000"
+    assert rows["retention.ms"].config_source == ConfigSource.DYNAMIC_TOPIC_CONFIG
+    assert rows["segment.bytes"].config_source == ConfigSource.DEFAULT_CONFIG
+
+
+def test_defaults_come_from_config():
+    c = make_controller(num_partitions=4)
+    image = cluster_image(c)
+    _res, after = create(c, image, topic("t"))
+    assert len(after.topic("t").partitions) == 4
+
+
+def test_validate_only_writes_nothing(controller, image):
+    res, after = create(controller, image, topic("x", 2), validate_only=True)
+    assert res.records == []
+    assert res.response.topics[0].error_code == 0
+    assert after.topic("x") is None
+
+
+def test_topic_name_rules(controller, image):
+    bad = ["", ".", "..", "a" * 250, "has space", "emoji✓"]
+    res, _ = create(controller, image, *[topic(n) for n in bad])
+    codes = [t.error_code for t in res.response.topics]
+    assert codes == [ErrorCode.INVALID_TOPIC_EXCEPTION] * len(bad)
+    assert res.records == []
+    ok, _after = create(controller, image, topic("a" * 249), topic("A-b_c.9"))
+    assert [t.error_code for t in ok.response.topics] == [0, 0]
+
+
+def test_already_exists_and_collision(controller, image):
+    _, image = create(controller, image, topic("a.b"))
+    res, _ = create(controller, image, topic("a.b"), topic("a_b"))
+    e1, e2 = res.response.topics
+    assert e1.error_code == ErrorCode.TOPIC_ALREADY_EXISTS
+    assert e2.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert "collides" in e2.error_message
+
+
+def test_duplicate_names_in_one_request(controller, image):
+    res, _ = create(controller, image, topic("d"), topic("d"))
+    assert [t.error_code for t in res.response.topics] == [ErrorCode.INVALID_REQUEST] * 2
+    assert res.records == []
+
+
+def test_partition_and_replication_errors(controller, image):
+    res, _ = create(
+        controller, image, topic("p0", 0), topic("p-2", -2), topic("rf0", 1, 0), topic("rf2", 1, 2)
+    )
+    codes = [t.error_code for t in res.response.topics]
+    assert codes == [
+        ErrorCode.INVALID_PARTITIONS,
+        ErrorCode.INVALID_PARTITIONS,
+        ErrorCode.INVALID_REPLICATION_FACTOR,
+        ErrorCode.INVALID_REPLICATION_FACTOR,
+    ]
+    assert "only 1 broker" in res.response.topics[3].error_message
+
+
+def test_too_many_partitions_is_refused_without_allocating(controller, image):
+    res, _ = create(controller, image, topic("huge", 2**31 - 1))
+    assert res.response.topics[0].error_code == ErrorCode.INVALID_PARTITIONS
+
+
+def test_invalid_configs(controller, image):
+    res, _ = create(
+        controller,
+        image,
+        topic("u", configs={"no.such.config": "1"}),
+        topic("v", configs={"retention.ms": "soon"}),
+        topic("w", configs={"cleanup.policy": "delete,shred"}),
+        topic("n", configs={"retention.ms": None}),
+    )
+    for t in res.response.topics:
+        assert t.error_code == ErrorCode.INVALID_CONFIG, t
+    assert "Unknown topic config name: no.such.config" in res.response.topics[0].error_message
+    assert res.records == []
+
+
+def test_replica_assignments():
+    c = make_controller()
+    image = cluster_image(c, brokers=3)
+    res, after = create(c, image, topic("m", assignments=[[2, 3], [3, 1]]))
+    assert res.response.topics[0].error_code == 0
+    t = after.topic("m")
+    assert t.partitions[0].replicas == (2, 3) and t.partitions[0].leader == 2
+    assert t.partitions[1].replicas == (3, 1)
+    bad, _ = create(
+        c,
+        image,
+        topic("x1", assignments=[[1, 1]]),
+        topic("x2", assignments=[[9]]),
+        topic("x3", assignments=[[1], [2, 3]]),
+        topic("x4", 2, assignments=[[1]]),
+    )
+    codes = [t.error_code for t in bad.response.topics]
+    assert codes == [
+        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        ErrorCode.INVALID_REQUEST,
+    ]
+
+
+def test_placement_spreads_leaders():
+    c = make_controller()
+    image = cluster_image(c, brokers=3)
+    _, after = create(c, image, topic("s", 3, 2))
+    leaders = [p.leader for p in after.topic("s").partitions.values()]
+    assert sorted(leaders) == [1, 2, 3]
+    for p in after.topic("s").partitions.values():
+        assert len(set(p.replicas)) == 2
+
+
+def test_delete_topics_by_name_and_id(controller, image):
+    _, image = create(controller, image, topic("a", configs={"retention.ms": "5"}), topic("b"))
+    b_id = image.topic("b").topic_id
+    req = DeleteTopicsRequest(
+        topics=[
+            DeleteTopicsRequest.DeleteTopicState(name="a"),
+            DeleteTopicsRequest.DeleteTopicState(name=None, topic_id=b_id),
+            DeleteTopicsRequest.DeleteTopicState(name="zz"),
+        ]
+    )
+    res = controller.delete_topics(image, req, 0)
+    codes = [r.error_code for r in res.response.responses]
+    assert codes == [0, 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+    assert res.response.responses[1].name == "b"
+    after = replay_all(image, res.records)
+    assert after.topic("a") is None and after.topic("b") is None
+    # a deleted topic's dynamic configs go with it
+    assert after.topic_config("a") == {}
+    assert not after.configs
+
+
+def test_delete_topics_legacy_names(controller, image):
+    _, image = create(controller, image, topic("a"))
+    res = controller.delete_topics(image, DeleteTopicsRequest(topic_names=["a", "a"]), 0)
+    codes = [r.error_code for r in res.response.responses]
+    assert codes == [0, ErrorCode.INVALID_REQUEST]
+    assert len(res.records) == 1
+
+
+def test_create_partitions(controller, image):
+    _, image = create(controller, image, topic("cp", 2))
+    CP = CreatePartitionsRequest
+    req = CP(
+        topics=[
+            CP.CreatePartitionsTopic(name="cp", count=5),
+            CP.CreatePartitionsTopic(name="nope", count=5),
+        ]
+    )
+    res = controller.create_partitions(image, req, 0)
+    codes = [r.error_code for r in res.response.results]
+    assert codes == [0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+    after = replay_all(image, res.records)
+    assert sorted(after.topic("cp").partitions) == [0, 1, 2, 3, 4]
+    shrink = controller.create_partitions(
+        after, CP(topics=[CP.CreatePartitionsTopic(name="cp", count=3)]), 0
+    )
+    assert shrink.response.results[0].error_code == ErrorCode.INVALID_PARTITIONS
+    same = controller.create_partitions(
+        after, CP(topics=[CP.CreatePartitionsTopic(name="cp", count=5)]), 0
+    )
+    assert same.response.results[0].error_code == ErrorCode.INVALID_PARTITIONS
+    vo = controller.create_partitions(
+        after, CP(topics=[CP.CreatePartitionsTopic(name="cp", count=6)], validate_only=True), 0
+    )
+    assert vo.response.results[0].error_code == 0 and vo.records == []
+
+
+def test_incremental_alter_configs(controller, image):
+    _, image = create(controller, image, topic("c", configs={"retention.ms": "5"}))
+    IA = IncrementalAlterConfigsRequest
+    req = IA(
+        resources=[
+            IA.AlterConfigsResource(
+                resource_type=ResourceType.TOPIC,
+                resource_name="c",
+                configs=[
+                    IA.AlterableConfig(name="retention.ms", config_operation=OP_DELETE),
+                    IA.AlterableConfig(name="segment.ms", config_operation=OP_SET, value="99"),
+                    IA.AlterableConfig(
+                        name="cleanup.policy", config_operation=OP_APPEND, value="compact"
+                    ),
+                ],
+            ),
+            IA.AlterConfigsResource(
+                resource_type=ResourceType.TOPIC,
+                resource_name="c",
+                configs=[IA.AlterableConfig(name="segment.ms", config_operation=OP_SET, value="x")],
+            ),
+            IA.AlterConfigsResource(resource_type=ResourceType.TOPIC, resource_name="missing"),
+        ]
+    )
+    res = controller.incremental_alter_configs(image, req, 0)
+    codes = [r.error_code for r in res.response.responses]
+    assert codes == [0, ErrorCode.INVALID_CONFIG, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+    after = replay_all(image, res.records)
+    assert dict(after.topic_config("c")) == {
+        "segment.ms": "99",
+        "cleanup.policy": "delete,compact",
+    }
+
+
+def test_legacy_alter_configs_replaces_set(controller, image):
+    _, image = create(controller, image, topic("c", configs={"retention.ms": "5"}))
+    AC = AlterConfigsRequest
+    req = AC(
+        resources=[
+            AC.AlterConfigsResource(
+                resource_type=ResourceType.TOPIC,
+                resource_name="c",
+                configs=[AC.AlterableConfig(name="segment.bytes", value="1048576")],
+            )
+        ]
+    )
+    res = controller.alter_configs(image, req, 0)
+    assert res.response.responses[0].error_code == 0
+    after = replay_all(image, res.records)
+    assert dict(after.topic_config("c")) == {"segment.bytes": "1048576"}
+
+
+def test_describe_configs_sources_and_synonyms():
+    c = make_controller(static_broker_config={"log.retention.hours": "2"})
+    image = cluster_image(c)
+    _, image = create(c, image, topic("d", configs={"segment.ms": "1000"}))
+    DC = DescribeConfigsRequest
+    req = DC(
+        resources=[
+            DC.DescribeConfigsResource(
+                resource_type=ResourceType.TOPIC, resource_name="d", configuration_keys=None
+            ),
+            DC.DescribeConfigsResource(
+                resource_type=ResourceType.TOPIC, resource_name="nope", configuration_keys=None
+            ),
+        ],
+        include_synonyms=True,
+    )
+    resp = c.describe_configs(image, req)
+    ok, missing = resp.results
+    assert missing.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    rows = {r.name: r for r in ok.configs}
+    assert rows["segment.ms"].value == "1000"
+    assert rows["segment.ms"].config_source == ConfigSource.DYNAMIC_TOPIC_CONFIG
+    assert rows["retention.ms"].value == str(2 * 3_600_000)
+    assert rows["retention.ms"].config_source == ConfigSource.STATIC_BROKER_CONFIG
+    syn = [(s.name, s.source) for s in rows["retention.ms"].synonyms]
+    assert syn == [
+        ("log.retention.hours", ConfigSource.STATIC_BROKER_CONFIG),
+        ("retention.ms", ConfigSource.DEFAULT_CONFIG),
+    ]
+    assert rows["cleanup.policy"].config_source == ConfigSource.DEFAULT_CONFIG
+    only = c.describe_configs(
+        image,
+        DC(
+            resources=[
+                DC.DescribeConfigsResource(
+                    resource_type=ResourceType.TOPIC,
+                    resource_name="d",
+                    configuration_keys=["segment.ms"],
+                )
+            ]
+        ),
+    )
+    assert [r.name for r in only.results[0].configs] == ["segment.ms"]
+
+
+def test_register_broker_reelects_leaderless_partitions(controller, image):
+    _, image = create(controller, image, topic("r", 1))
+    t = image.topic("r")
+    from riverbed.protocol.messages import PartitionChangeRecord
+
+    image = replay_all(
+        image, [PartitionChangeRecord(topic_id=t.topic_id, partition_id=0, leader=-1)]
+    )
+    assert image.partition("r", 0).leader == -1
+    assert image.partition("r", 0).leader_epoch == 1
+    import uuid
+
+    res = controller.register_broker(image, 1, uuid.uuid4(), [], None, 0)
+    after = replay_all(image, res.records)
+    assert after.partition("r", 0).leader == 1
+    assert after.partition("r", 0).leader_epoch == 2
+    assert after.brokers[1].broker_epoch > image.brokers[1].broker_epoch
+    assert not after.brokers[1].fenced
+
+
+def test_image_to_records_roundtrip(controller, image):
+    _, image = create(controller, image, topic("a", 3, configs={"retention.ms": "5"}), topic("b"))
+    rebuilt = replay_all(type(image).EMPTY, image_to_records(image))
+    assert rebuilt == image

@@ -19,6 +19,7 @@ from riverbed.storage.errors import (
 )
 from riverbed.storage.log import AppendInfo, PartitionLog, RetentionHook
 from riverbed.storage.log_files import FileRange, ReadResult, TimestampOffset
+from riverbed.storage.log_manager import LogManager
 
 __all__ = [
     "AppendInfo",
@@ -30,6 +31,7 @@ __all__ = [
     "InvalidTimestampError",
     "LogConfig",
     "LogDirError",
+    "LogManager",
     "ManualClock",
     "OffsetOutOfRangeError",
     "PartitionLog",

@@ -1,0 +1,433 @@
+"""LogManager: every partition log of a node, across its ``log.dirs``.
+
+Layout of each log dir (Kafka's)::
+
+    <log dir>/
+      meta.properties                     written by `riverbed storage format`
+      .kafka_cleanshutdown                present only between a clean shutdown and the
+                                          next start: {"version":0,"brokerEpoch":-1}
+      recovery-point-offset-checkpoint    offset checkpoints (riverbed.storage.checkpoints)
+      log-start-offset-checkpoint
+      replication-offset-checkpoint       high watermarks
+      <topic>-<partition>/                a partition log (riverbed.storage.log)
+      <topic>-<partition>.<id>-delete/    a deleted partition, removed after
+                                          file.delete.delay.ms (at once on start-up)
+      __cluster_metadata-0/               the metadata log: not managed here
+
+Start-up loads every partition dir of every log dir in parallel (a thread pool of
+``recovery_threads_per_dir`` per dir, progress logged); a dir without the clean-shutdown
+marker is recovered from each log's recovery point. Scheduled work is driven by the
+caller's timers through methods taking ``now_ms``: :meth:`LogManager.flush_due` (fsyncs
+in a bounded pool of ``flush_threads_max`` threads, plus delayed file deletes and periodic
+checkpoints) and :meth:`LogManager.run_retention`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Final
+
+from riverbed.storage.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    CheckpointError,
+    read_offset_checkpoint,
+    write_atomic,
+    write_offset_checkpoint,
+)
+from riverbed.storage.clock import Clock
+from riverbed.storage.config import LogConfig
+from riverbed.storage.errors import LogDirError
+from riverbed.storage.log import PartitionLog, RetentionHook
+
+__all__ = ["CLEAN_SHUTDOWN_FILE", "LogManager", "parse_partition_dir"]
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
+DELETE_DIR_SUFFIX: Final = "-delete"
+# Directories in a log dir that are not partition logs managed here.
+METADATA_PARTITION_DIR: Final = "__cluster_metadata-0"
+_IGNORED_DIR_SUFFIXES: Final = ("-future", "-stray")
+# Kafka's defaults (log.flush.offset.checkpoint.interval.ms,
+# log.flush.start.offset.checkpoint.interval.ms, replica.high.watermark.checkpoint...).
+RECOVERY_POINT_CHECKPOINT_INTERVAL_MS: Final = 60_000
+LOG_START_CHECKPOINT_INTERVAL_MS: Final = 60_000
+HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS: Final = 5_000
+FLUSH_THREADS_MAX: Final = 2
+RECOVERY_THREADS_PER_DIR: Final = 1
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """``("my-topic", 3)`` for ``my-topic-3``; None for anything else."""
+    topic, sep, part = name.rpartition("-")
+    if not sep or not topic or not part.isdigit():
+        return None
+    return topic, int(part)
+
+
+class LogManager:
+    """Creates, loads, deletes, flushes and retains the partition logs of a node."""
+
+    def __init__(
+        self,
+        log_dirs: Sequence[str | os.PathLike[str]],
+        clock: Clock,
+        *,
+        default_config: LogConfig | None = None,
+        config_for: Callable[[str], LogConfig] | None = None,
+        retention_hook: RetentionHook | None = None,
+        flush_threads_max: int = FLUSH_THREADS_MAX,
+        recovery_threads_per_dir: int = RECOVERY_THREADS_PER_DIR,
+        recovery_point_checkpoint_interval_ms: int = RECOVERY_POINT_CHECKPOINT_INTERVAL_MS,
+        log_start_checkpoint_interval_ms: int = LOG_START_CHECKPOINT_INTERVAL_MS,
+        high_watermark_checkpoint_interval_ms: int = HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS,
+    ) -> None:
+        if not log_dirs:
+            raise LogDirError("log.dirs is empty")
+        assert flush_threads_max >= 1 and recovery_threads_per_dir >= 1
+        self.log_dirs = [Path(d).resolve() for d in log_dirs]
+        if len(set(self.log_dirs)) != len(self.log_dirs):
+            raise LogDirError(f"duplicate entries in log.dirs: {log_dirs}")
+        self.clock = clock
+        self.default_config = default_config or LogConfig()
+        self._config_for = config_for
+        self.retention_hook = retention_hook
+        self._lock = threading.RLock()
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._dir_of: dict[tuple[str, int], Path] = {}
+        self._pool = ThreadPoolExecutor(flush_threads_max, thread_name_prefix="riverbed-flush")
+        self._inflight: dict[tuple[str, int], Future[int]] = {}
+        self._pending_dir_deletes: list[tuple[int, Path]] = []
+        self._intervals = {
+            RECOVERY_POINT_CHECKPOINT: recovery_point_checkpoint_interval_ms,
+            LOG_START_OFFSET_CHECKPOINT: log_start_checkpoint_interval_ms,
+            REPLICATION_OFFSET_CHECKPOINT: high_watermark_checkpoint_interval_ms,
+        }
+        now = clock.now_ms()
+        self._next_checkpoint = {name: now + ms for name, ms in self._intervals.items()}
+        self._closed = False
+        self._load_all(recovery_threads_per_dir)
+
+    # ---- start-up ------------------------------------------------------------------------
+
+    def _read_checkpoint(self, path: Path) -> dict[tuple[str, int], int]:
+        try:
+            return read_offset_checkpoint(path)
+        except CheckpointError as e:
+            log.warning("ignoring unreadable checkpoint (logs are recovered instead): %s", e)
+            return {}
+
+    def _load_all(self, threads_per_dir: int) -> None:
+        started = time.monotonic()
+        for d in self.log_dirs:
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise LogDirError(f"cannot create log dir {d}: {e}") from e
+        pools = [
+            ThreadPoolExecutor(threads_per_dir, thread_name_prefix=f"riverbed-load-{i}")
+            for i in range(len(self.log_dirs))
+        ]
+        try:
+            jobs: list[tuple[Path, tuple[str, int], Future[PartitionLog]]] = []
+            for d, pool in zip(self.log_dirs, pools, strict=True):
+                jobs += self._submit_dir_loads(d, pool)
+            total = len(jobs)
+            for n, (d, key, fut) in enumerate(jobs, start=1):
+                plog = fut.result()
+                if key in self._logs:
+                    raise LogDirError(
+                        f"partition {key[0]}-{key[1]} is in both {self._dir_of[key]} and {d}"
+                    )
+                self._logs[key] = plog
+                self._dir_of[key] = d
+                if n == total or n % 100 == 0:
+                    log.info("loaded %d/%d partition logs", n, total)
+        finally:
+            for pool in pools:
+                pool.shutdown(wait=True)
+        for d in self.log_dirs:
+            (d / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+        log.info(
+            "loaded %d partition logs from %d log dirs in %.0f ms",
+            len(self._logs),
+            len(self.log_dirs),
+            (time.monotonic() - started) * 1000,
+        )
+
+    def _submit_dir_loads(
+        self, d: Path, pool: ThreadPoolExecutor
+    ) -> list[tuple[Path, tuple[str, int], Future[PartitionLog]]]:
+        clean = (d / CLEAN_SHUTDOWN_FILE).exists()
+        if not clean:
+            log.info("log dir %s was not shut down cleanly: recovering its logs", d)
+        recovery = self._read_checkpoint(d / RECOVERY_POINT_CHECKPOINT)
+        starts = self._read_checkpoint(d / LOG_START_OFFSET_CHECKPOINT)
+        hws = self._read_checkpoint(d / REPLICATION_OFFSET_CHECKPOINT)
+        jobs = []
+        for entry in sorted(os.scandir(d), key=lambda e: e.name):
+            if not entry.is_dir() or entry.name == METADATA_PARTITION_DIR:
+                continue
+            if entry.name.endswith(DELETE_DIR_SUFFIX):
+                log.info("removing deleted partition dir %s", entry.path)
+                shutil.rmtree(entry.path, ignore_errors=True)
+                continue
+            if entry.name.endswith(_IGNORED_DIR_SUFFIXES):
+                continue
+            key = parse_partition_dir(entry.name)
+            if key is None:
+                log.warning("ignoring unexpected directory %s in log dir", entry.path)
+                continue
+            # without a recovery point checkpoint, recover each log from its start
+            fut = pool.submit(
+                self._open_log,
+                d,
+                key,
+                self._config(key[0]),
+                recovery_point=recovery.get(key, 0),
+                log_start_offset=starts.get(key, 0),
+                high_watermark=hws.get(key, 0),
+                clean_shutdown=clean and key in recovery,
+            )
+            jobs.append((d, key, fut))
+        return jobs
+
+    def _config(self, topic: str) -> LogConfig:
+        return self._config_for(topic) if self._config_for is not None else self.default_config
+
+    def _open_log(
+        self,
+        d: Path,
+        key: tuple[str, int],
+        config: LogConfig,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        high_watermark: int = 0,
+        clean_shutdown: bool = True,
+        topic_id: str | None = None,
+    ) -> PartitionLog:
+        topic, partition = key
+        return PartitionLog(
+            d / f"{topic}-{partition}",
+            topic,
+            partition,
+            config,
+            self.clock,
+            recovery_point=recovery_point,
+            log_start_offset=log_start_offset,
+            high_watermark=high_watermark,
+            clean_shutdown=clean_shutdown,
+            topic_id=topic_id,
+            retention_hook=self.retention_hook,
+        )
+
+    # ---- partitions ----------------------------------------------------------------------
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get((topic, partition))
+
+    def all_logs(self) -> dict[tuple[str, int], PartitionLog]:
+        with self._lock:
+            return dict(self._logs)
+
+    def get_or_create(
+        self,
+        topic: str,
+        partition: int,
+        config: LogConfig | None = None,
+        *,
+        topic_id: str | None = None,
+    ) -> PartitionLog:
+        """The log of ``topic-partition``, created in the least loaded log dir if new.
+
+        An existing log takes ``config`` (when given) as its new config.
+        """
+        if not topic or "/" in topic or topic in (".", "..") or partition < 0:
+            raise LogDirError(f"invalid partition {topic!r}-{partition}")
+        key = (topic, partition)
+        with self._lock:
+            self._check_open()
+            existing = self._logs.get(key)
+            if existing is not None:
+                if config is not None and config != existing.config:
+                    existing.update_config(config)
+                return existing
+            counts = {d: 0 for d in self.log_dirs}
+            for d in self._dir_of.values():
+                counts[d] += 1
+            d = min(self.log_dirs, key=lambda p: counts[p])
+            plog = self._open_log(
+                d, key, config or self._config(topic), clean_shutdown=True, topic_id=topic_id
+            )
+            self._logs[key] = plog
+            self._dir_of[key] = d
+            log.info("created log for partition %s-%d in %s", topic, partition, d)
+            return plog
+
+    def delete(self, topic: str, partition: int) -> bool:
+        """Close the log, rename its dir to ``...-delete``, remove it after the delay."""
+        key = (topic, partition)
+        with self._lock:
+            plog = self._logs.pop(key, None)
+            d = self._dir_of.pop(key, None)
+            if plog is None or d is None:
+                return False
+            fut = self._inflight.pop(key, None)
+        if fut is not None:
+            fut.result()
+        plog.close(flush=False)
+        target = d / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        try:
+            os.replace(plog.directory, target)
+        except OSError as e:
+            raise LogDirError(f"cannot delete {plog.directory}: {e}") from e
+        due = self.clock.now_ms() + plog.config.file_delete_delay_ms
+        with self._lock:
+            self._pending_dir_deletes.append((due, target))
+        log.info(
+            "deleted log %s-%d (files removed after %d ms)",
+            topic,
+            partition,
+            plog.config.file_delete_delay_ms,
+        )
+        return True
+
+    # ---- scheduled work ------------------------------------------------------------------
+
+    def run_retention(self, now_ms: int) -> int:
+        """Apply retention to every log; returns the number of segments deleted."""
+        deleted = 0
+        for plog in self.all_logs().values():
+            try:
+                deleted += plog.delete_old_segments(now_ms)
+            except (OSError, LogDirError) as e:
+                log.error("retention of %s failed: %s", plog.name, e)
+        if deleted:
+            self._write_checkpoint(LOG_START_OFFSET_CHECKPOINT)
+        self._delete_due(now_ms)
+        return deleted
+
+    def flush_due(self, now_ms: int) -> list[Future[int]]:
+        """Start fsyncs of logs that are due; delayed deletes; checkpoints when due.
+
+        Returns the futures of the flushes started (at most one per log in flight).
+        """
+        started: list[Future[int]] = []
+        with self._lock:
+            if self._closed:
+                return started
+            for key, plog in self._logs.items():
+                if key in self._inflight or not plog.flush_due(now_ms):
+                    continue
+                fut = self._pool.submit(plog.flush)
+                self._inflight[key] = fut
+                fut.add_done_callback(functools.partial(self._flush_done, key))
+                started.append(fut)
+        self._delete_due(now_ms)
+        for name, interval in self._intervals.items():
+            if now_ms >= self._next_checkpoint[name]:
+                self._next_checkpoint[name] = now_ms + interval
+                self._pool.submit(self._write_checkpoint, name)
+        return started
+
+    def _flush_done(self, key: tuple[str, int], fut: Future[int]) -> None:
+        with self._lock:
+            if self._inflight.get(key) is fut:
+                del self._inflight[key]
+        exc = fut.exception()
+        if exc is not None:
+            log.error("flush of %s-%d failed: %s", key[0], key[1], exc)
+
+    def flush_all(self) -> None:
+        """fsync every log now (in the caller's thread)."""
+        for plog in self.all_logs().values():
+            plog.flush()
+
+    def _delete_due(self, now_ms: int) -> None:
+        for plog in self.all_logs().values():
+            plog.delete_expired_files(now_ms)
+        with self._lock:
+            due = [p for t, p in self._pending_dir_deletes if t <= now_ms]
+            self._pending_dir_deletes = [(t, p) for t, p in self._pending_dir_deletes if t > now_ms]
+        for path in due:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def write_checkpoints(self) -> None:
+        """Write all three offset checkpoints of every log dir now."""
+        for name in self._intervals:
+            self._write_checkpoint(name)
+
+    def _write_checkpoint(self, name: str) -> None:
+        getters: dict[str, Callable[[PartitionLog], int]] = {
+            RECOVERY_POINT_CHECKPOINT: lambda p: p.recovery_point,
+            LOG_START_OFFSET_CHECKPOINT: lambda p: p.log_start_offset,
+            REPLICATION_OFFSET_CHECKPOINT: lambda p: p.high_watermark,
+        }
+        get = getters[name]
+        with self._lock:
+            per_dir: dict[Path, dict[tuple[str, int], int]] = {d: {} for d in self.log_dirs}
+            for key, plog in self._logs.items():
+                per_dir[self._dir_of[key]][key] = get(plog)
+        for d, offsets in per_dir.items():
+            try:
+                write_offset_checkpoint(d / name, offsets)
+            except OSError as e:
+                log.error("cannot write %s in %s: %s", name, d, e)
+
+    # ---- reporting -----------------------------------------------------------------------
+
+    def log_dir_of(self, topic: str, partition: int) -> Path | None:
+        return self._dir_of.get((topic, partition))
+
+    def partition_sizes(self) -> dict[Path, dict[tuple[str, int], int]]:
+        """Bytes per partition per log dir (DescribeLogDirs)."""
+        out: dict[Path, dict[tuple[str, int], int]] = {d: {} for d in self.log_dirs}
+        with self._lock:
+            items = list(self._logs.items())
+        for key, plog in items:
+            out[self._dir_of[key]][key] = plog.size_bytes
+        return out
+
+    def dir_sizes(self) -> dict[Path, int]:
+        return {d: sum(sizes.values()) for d, sizes in self.partition_sizes().items()}
+
+    # ---- shutdown ------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogDirError("log manager is shut down")
+
+    def shutdown(self) -> None:
+        """Flush and close every log, write checkpoints and the clean-shutdown marker."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            inflight = list(self._inflight.values())
+        for fut in inflight:
+            fut.exception()  # wait; failures were logged by the callback
+        self._pool.shutdown(wait=True)
+        ok = True
+        for plog in self.all_logs().values():
+            try:
+                plog.close(flush=True)
+            except (OSError, LogDirError) as e:
+                ok = False
+                log.error("closing %s failed: %s", plog.name, e)
+        self.write_checkpoints()
+        if ok:
+            for d in self.log_dirs:
+                write_atomic(d / CLEAN_SHUTDOWN_FILE, '{"version":0,"brokerEpoch":-1}')
+        log.info("log manager shut down (%d logs)", len(self._logs))

@@ -242,18 +242,37 @@ def _zstd_decompress(data: bytes | bytearray | memoryview, max_bytes: int) -> by
     if not data:
         raise ProtocolError("empty ZSTD data", field="records")
     dctx = zstandard.ZstdDecompressor()
-    out = bytearray()
     rest = bytes(data)
-    # One decompressobj per frame (Java's ZstdInputStream reads concatenated frames). The
-    # input is fed in slices small enough that one slice cannot expand past the bound by
-    # much: a zstd block of at least 4 bytes yields at most 128 KiB (ratio <= 32768).
+    declared = zstandard.frame_content_size(rest)
+    if declared > max_bytes:
+        raise _too_big(CompressionType.ZSTD, max_bytes)
+    if declared >= 0:
+        # Fast path, the common case (librdkafka, kafka-python, riverbed): one frame that
+        # declares its size. libzstd allocates exactly that and holds the frame to it.
+        try:
+            return bytes(dctx.decompress(rest, allow_extra_data=False))
+        except zstandard.ZstdError:
+            pass  # several frames, or corrupt: the frame-by-frame path sorts out which
+    out = bytearray()
+    # One decompressobj per frame (Java's ZstdInputStream reads concatenated frames). A
+    # frame that declares its content size is held to it by libzstd, so it is fed whole
+    # once the size fits; otherwise (zstd-jni streams omit it) the input goes in slices
+    # small enough that one cannot expand far past the bound: a zstd block of at least
+    # 4 bytes yields at most 128 KiB (ratio <= 32768).
     while rest:
+        room = max_bytes - len(out)
+        declared = zstandard.frame_content_size(rest)
+        if declared > room:
+            raise _too_big(CompressionType.ZSTD, max_bytes)
         dobj = dctx.decompressobj()
         pos = 0
         while not dobj.eof:
             if pos >= len(rest):
                 raise ProtocolError("truncated ZSTD frame", field="records")
-            step = max(_ZSTD_INPUT_MIN_BYTES, (max_bytes - len(out)) // _ZSTD_RATIO_MAX)
+            if declared >= 0:
+                step = len(rest)
+            else:
+                step = max(_ZSTD_INPUT_MIN_BYTES, (max_bytes - len(out)) // _ZSTD_RATIO_MAX)
             out += dobj.decompress(rest[pos : pos + step])
             pos += step
             if len(out) > max_bytes:

@@ -139,6 +139,23 @@ def test_zstd_declared_content_size_bomb() -> None:
         decompress(CompressionType.ZSTD, z, 1000)
 
 
+def test_zstd_frame_lying_about_its_content_size() -> None:
+    """A frame that declares 1000 bytes but holds 32 MiB: libzstd stops it, we report it."""
+    z = bytearray(zstandard.ZstdCompressor().compress(bytes(32 * 1024 * 1024)))
+    fhd = z[4]
+    assert fhd >> 6 == 2 and not fhd & 0x23  # 4-byte content size, window byte, no dict id
+    struct.pack_into("<I", z, 6, 1000)
+    assert zstandard.frame_content_size(bytes(z)) == 1000
+    tracemalloc.start()
+    try:
+        with pytest.raises(ProtocolError, match="ZSTD"):
+            decompress(CompressionType.ZSTD, z)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 1024 * 1024
+
+
 def test_snappy_declared_length_is_checked_before_decompressing() -> None:
     # A raw block announcing 2**32 - 1 bytes (uvarint preamble) with no data behind it.
     block = b"\xff\xff\xff\xff\x0f" + b"\x00" * 4

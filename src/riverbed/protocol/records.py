@@ -28,6 +28,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Final
 
 from crc32c import crc32c
@@ -180,6 +181,8 @@ def iter_records(
     if end > len(batch):
         raise ProtocolError("truncated record batch", field="records")
     section = memoryview(batch)[BATCH_HEADER_SIZE:end]
+    if not section and h.records_count == 0:
+        return  # header-only batch (kept by the cleaner for producer state)
     codec = h.attributes & ATTR_COMPRESSION_MASK
     data = bytes(section) if codec == 0 else decompress(codec, section, max_bytes)
     if h.records_count * RECORD_MIN_BYTES > len(data):
@@ -262,36 +265,57 @@ def build_batch(
     is_transactional: bool = False,
     is_control: bool = False,
     now_ms: int = NO_TIMESTAMP,
+    offset_deltas: Sequence[int] | None = None,
+    last_offset_delta: int | None = None,
+    delete_horizon_ms: int | None = None,
 ) -> bytes:
     """One v2 batch holding ``records`` at offsets ``base_offset``, ``base_offset + 1``...
 
     Records without a timestamp get ``now_ms`` (-1, "no timestamp", unless given). With
     ``timestamp_type=1`` (LogAppendTime) maxTimestamp is ``now_ms`` when given, as a broker
-    stamping the batch would write it. ValueError for an empty ``records`` or values out
-    of their wire range.
+    stamping the batch would write it.
+
+    For the log cleaner, which keeps some records of a batch at their old offsets:
+    ``offset_deltas`` (strictly increasing, one per record) replace 0, 1, 2...;
+    ``last_offset_delta`` keeps the original batch's last offset even when its record is
+    gone (and allows an empty, header-only batch, whose timestamps are ``now_ms``, as
+    Kafka keeps for producer state); ``delete_horizon_ms`` sets attribute bit 6 and
+    stores the horizon as firstTimestamp (record timestamps stay exact: deltas are taken
+    from it). ValueError for inconsistent arguments or values out of their wire range.
     """
     recs = list(records)
-    if not recs:
-        raise ValueError("a record batch needs at least one record")
+    deltas = list(range(len(recs))) if offset_deltas is None else list(offset_deltas)
+    if len(deltas) != len(recs):
+        raise ValueError(f"{len(deltas)} offset_deltas for {len(recs)} records")
+    if any(d < 0 for d in deltas[:1]) or any(a >= b for a, b in pairwise(deltas)):
+        raise ValueError("offset_deltas must be non-negative and strictly increasing")
+    if last_offset_delta is None:
+        if not recs:
+            raise ValueError("a record batch needs a record or an explicit last_offset_delta")
+        last_offset_delta = deltas[-1]
+    if (recs and last_offset_delta < deltas[-1]) or not 0 <= last_offset_delta <= _INT32_MAX:
+        raise ValueError(f"last_offset_delta {last_offset_delta} does not cover the records")
     if timestamp_type not in (0, 1):
         raise ValueError(f"timestamp_type must be 0 or 1, not {timestamp_type}")
     codec = CompressionType(compression)
     timestamps = [now_ms if r.timestamp is None else r.timestamp for r in recs]
-    first_ts = timestamps[0]
-    max_ts = max(timestamps)
+    first_ts = timestamps[0] if recs else now_ms
+    max_ts = max(timestamps) if recs else now_ms
     if timestamp_type == TimestampType.LOG_APPEND_TIME and now_ms != NO_TIMESTAMP:
         max_ts = now_ms
+    if delete_horizon_ms is not None:
+        first_ts = delete_horizon_ms
 
     body = bytearray()
     rec = bytearray()
-    for i, (r, ts) in enumerate(zip(recs, timestamps, strict=True)):
+    for r, ts, offset_delta in zip(recs, timestamps, deltas, strict=True):
         rec.clear()
         rec.append(0)  # attributes
         delta = ts - first_ts
         if not _INT64_MIN <= delta <= _INT64_MAX:
             raise ValueError(f"timestamp {ts} too far from the first timestamp {first_ts}")
         _write_varint(rec, delta)
-        _write_varint(rec, i)
+        _write_varint(rec, offset_delta)
         _write_bytes(rec, r.key)
         _write_bytes(rec, r.value)
         _write_varint(rec, len(r.headers))
@@ -301,6 +325,8 @@ def build_batch(
         _write_varint(body, len(rec))
         body += rec
 
+    if not recs:
+        codec = CompressionType.NONE  # an empty batch is header only, as Kafka writes it
     payload = compress(codec, body) if codec != CompressionType.NONE else body
     batch_length = BATCH_OVERHEAD + len(payload)
     if batch_length > _INT32_MAX:
@@ -310,6 +336,7 @@ def build_batch(
         | (ATTR_TIMESTAMP_TYPE if timestamp_type else 0)
         | (ATTR_TRANSACTIONAL if is_transactional else 0)
         | (ATTR_CONTROL if is_control else 0)
+        | (ATTR_DELETE_HORIZON if delete_horizon_ms is not None else 0)
     )
     out = bytearray(BATCH_HEADER_SIZE)
     try:
@@ -322,7 +349,7 @@ def build_batch(
             MAGIC,
             0,  # crc, filled in below
             attributes,
-            len(recs) - 1,
+            last_offset_delta,
             first_ts,
             max_ts,
             producer_id,

@@ -74,3 +74,53 @@ def test_bad_magic_and_short_header() -> None:
         parse_header(b)
     with pytest.raises(ProtocolError, match="truncated"):
         parse_header(_batch(1)[: BATCH_HEADER_SIZE - 1])
+
+
+@pytest.mark.parametrize("compression", list(CompressionType))
+def test_cleaner_style_batches(compression: CompressionType) -> None:
+    """Records kept at their old offsets, the original last offset, a delete horizon."""
+    recs = [SimpleRecord(b"a", key=b"k1", timestamp=500), SimpleRecord(b"c", timestamp=700)]
+    b = build_batch(
+        recs,
+        base_offset=100,
+        compression=compression,
+        offset_deltas=[0, 2],
+        last_offset_delta=4,
+        delete_horizon_ms=1_000_000,
+        producer_id=5,
+        producer_epoch=0,
+        base_sequence=10,
+    )
+    h = validate_batch(b)
+    assert (h.records_count, h.last_offset_delta, h.next_offset) == (2, 4, 105)
+    assert h.has_delete_horizon and h.first_timestamp == 1_000_000 and h.max_timestamp == 700
+    assert h.last_sequence == 14
+    got = [(r.offset, r.timestamp, r.value) for r in iter_records(b)]
+    assert got == [(100, 500, b"a"), (102, 700, b"c")]
+    empty = build_batch(
+        [], base_offset=100, compression=compression, last_offset_delta=4, now_ms=700
+    )
+    e = validate_batch(empty)
+    assert len(empty) == BATCH_HEADER_SIZE
+    assert (e.records_count, e.next_offset, e.max_timestamp) == (0, 105, 700)
+    assert e.compression is CompressionType.NONE
+    assert list(iter_records(empty)) == []
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"offset_deltas": [0]},
+        {"offset_deltas": [1, 1]},
+        {"offset_deltas": [-1, 0]},
+        {"last_offset_delta": 0},
+        {"last_offset_delta": 2**31},
+        {"timestamp_type": 2},
+    ],
+)
+def test_build_batch_rejects_inconsistent_arguments(kwargs: dict[str, object]) -> None:
+    recs = [SimpleRecord(b"a"), SimpleRecord(b"b")]
+    with pytest.raises(ValueError):
+        build_batch(recs, **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        build_batch([])

@@ -386,7 +386,7 @@ class _Gen:
         while i < len(fields):
             f = fields[i]
             if not self.present(f):
-                body += self.check_absent(f)
+                body += self.check_absent(s, f)
                 i += 1
                 continue
             if self.tagged(f):
@@ -424,7 +424,7 @@ class _Gen:
         ]
         self.lines += out
 
-    def check_absent(self, f: FieldSpec) -> list[str]:
+    def check_absent(self, s: StructSpec, f: FieldSpec) -> list[str]:
         if f.ignorable:
             return []
         if f.is_array:
@@ -440,7 +440,7 @@ class _Gen:
         return [
             f"if {cond}: raise UnsupportedVersionError("
             f"'attempted to write a non-default {f.name} at version {self.version}', "
-            f"field={f.name!r})"
+            f"field={s.path + '.' + f.name!r})"
         ]
 
     def encode_length(self, compact: bool, fmt: str, expr: str, out: str) -> str:

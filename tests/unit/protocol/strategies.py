@@ -1,0 +1,67 @@
+"""Hypothesis strategies that build valid message objects for a given version."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from hypothesis import strategies as st
+
+from riverbed.protocol.base import Message
+from riverbed.protocol.messages import message_spec
+from riverbed.protocol.schema import FieldSpec, MessageSpec, StructSpec
+
+LIST_SIZE_MAX = 3
+_INT_RANGES = {
+    "int8": (-(1 << 7), (1 << 7) - 1),
+    "int16": (-(1 << 15), (1 << 15) - 1),
+    "int32": (-(1 << 31), (1 << 31) - 1),
+    "int64": (-(1 << 63), (1 << 63) - 1),
+    "uint16": (0, (1 << 16) - 1),
+    "uint32": (0, (1 << 32) - 1),
+}
+
+
+def _scalar(ftype: str) -> st.SearchStrategy[Any]:
+    if ftype in _INT_RANGES:
+        lo, hi = _INT_RANGES[ftype]
+        return st.one_of(st.sampled_from([lo, hi, 0, -1 if lo < 0 else 1]), st.integers(lo, hi))
+    if ftype == "float64":
+        return st.floats(allow_nan=False)
+    if ftype == "bool":
+        return st.booleans()
+    if ftype == "string":
+        return st.text(max_size=12)
+    if ftype in ("bytes", "records"):
+        return st.binary(max_size=24)
+    if ftype == "uuid":
+        return st.builds(uuid.UUID, int=st.integers(0, (1 << 128) - 1))
+    raise AssertionError(ftype)
+
+
+def _field(spec: MessageSpec, f: FieldSpec, version: int) -> st.SearchStrategy[Any]:
+    if f.is_array:
+        if f.struct is not None:
+            elem = struct_strategy(spec, f.struct, version)
+        else:
+            elem = _scalar(f.base_type)
+        s: st.SearchStrategy[Any] = st.lists(elem, max_size=LIST_SIZE_MAX)
+    elif f.struct is not None:
+        s = struct_strategy(spec, f.struct, version)
+    else:
+        s = _scalar(f.type)
+    nullable = version in f.nullable_versions or f.type == "records"
+    if nullable:
+        s = st.one_of(st.none(), s)
+    return s
+
+
+def struct_strategy(spec: MessageSpec, s: StructSpec, version: int) -> st.SearchStrategy[Any]:
+    kwargs = {f.attr: _field(spec, f, version) for f in s.fields if version in f.versions}
+    cls = s.cls
+    return st.builds(cls, **kwargs)
+
+
+def message_strategy(cls: type[Message], version: int) -> st.SearchStrategy[Any]:
+    spec = message_spec(cls)
+    return struct_strategy(spec, spec.struct, version)

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Callable
 
 from riverbed.metadata.config_defs import ConfigSource
 from riverbed.protocol.messages import Message
 
+FRAME_VERSION = 1
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION = 0
 #: Kafka's fixed id of the metadata topic: Uuid(0, 1).
@@ -55,21 +57,52 @@ class ResourceType(enum.IntEnum):
     GROUP = 32
 
 
+def _encode_frame(msg: Message, version: int) -> bytes:
+    from riverbed.protocol.messages import encode, message_spec
+    from riverbed.protocol.primitives import encode_uvarint
+
+    api_key = message_spec(msg).api_key
+    assert api_key is not None, f"{type(msg).__name__} is not a metadata record"
+    head = encode_uvarint(FRAME_VERSION) + encode_uvarint(api_key) + encode_uvarint(version)
+    return head + encode(msg, version)
+
+
+def _decode_frame(data: bytes) -> tuple[Message, int]:
+    from riverbed.protocol.exceptions import ProtocolError
+    from riverbed.protocol.messages import decode, metadata_record_class
+    from riverbed.protocol.primitives import Reader
+
+    reader = Reader(data)
+    frame = reader.uvarint("frameVersion")
+    if frame != FRAME_VERSION:
+        raise ProtocolError(f"unknown metadata record frame version {frame}")
+    api_key = reader.uvarint("apiKey")
+    version = reader.uvarint("version")
+    cls = metadata_record_class(api_key)
+    return decode(cls, data[reader.pos :], version), version
+
+
+def _codec() -> tuple[Callable[[Message, int], bytes], Callable[[bytes], tuple[Message, int]]]:
+    # The protocol layer owns Kafka's metadata framing; the local fallback is the same
+    # three uvarints, used only while that module is absent.
+    try:
+        from riverbed.protocol.metadata_records import (
+            decode_metadata_record,
+            encode_metadata_record,
+        )
+    except ImportError:
+        return _encode_frame, _decode_frame
+    return encode_metadata_record, decode_metadata_record
+
+
 def encode_record(msg: Message) -> bytes:
     name = type(msg).__name__
     version = RECORD_VERSIONS.get(name)
     if version is None:
         raise ValueError(f"riverbed does not write metadata record {name}")
-    from riverbed.protocol.metadata_records import encode_metadata_record
-
-    data: bytes = encode_metadata_record(msg, version)
-    return data
+    return _codec()[0](msg, version)
 
 
 def decode_record(data: bytes) -> Message:
     """Decode one framed record (raises ProtocolError on bad bytes)."""
-    from riverbed.protocol.metadata_records import decode_metadata_record
-
-    msg: Message
-    msg, _version = decode_metadata_record(data)
-    return msg
+    return _codec()[1](data)[0]

@@ -1,0 +1,487 @@
+"""`riverbed bench produce|consume|e2e`: throughput and latency, like kafka-*-perf-test.
+
+Works against any Kafka-compatible broker (confluent-kafka).  Several client processes
+(`--processes`) split the records between them; results are merged into one report:
+records/s, MB/s (MiB = 2^20 bytes, as Kafka's tools), and latency avg/p50/p95/p99/p99.9/max.
+
+- produce: latency = produce() call -> delivery report (includes batching/linger).
+- consume: reads `--num-records` from the beginning of the topic; latency = none, the
+  figure is the time to fetch them all.
+- e2e: a producer and a consumer in one process; latency = wall-clock send time (written
+  into the record value) -> receive time.
+
+`run_produce` / `run_consume` / `run_e2e` return a `BenchResult` for scripts
+(benchmarks/broker_vs_tansu.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import multiprocessing
+import os
+import struct
+import time
+from array import array
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from riverbed.cli.common import (
+    ADMIN_TIMEOUT_S,
+    CliError,
+    add_bootstrap,
+    add_json,
+    kafka_error_text,
+    print_json,
+    print_table,
+    run_guarded,
+    verb_parser,
+)
+
+#: Latency samples kept per process; beyond that every k-th record is sampled.
+LATENCY_SAMPLES_MAX = 200_000
+#: Records librdkafka may queue per producer before produce() waits (bounded memory).
+QUEUE_MESSAGES_MAX = 500_000
+MIB = 1 << 20
+
+
+@dataclass
+class BenchResult:
+    kind: str
+    records: int
+    bytes: int
+    seconds: float
+    errors: int = 0
+    latency_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / MIB / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["records_per_s"] = round(self.records_per_s, 1)
+        d["mb_per_s"] = round(self.mb_per_s, 3)
+        return d
+
+
+def latency_summary(samples_ms: list[float] | array[float]) -> dict[str, float]:
+    if not samples_ms:
+        return {}
+    s = sorted(samples_ms)
+
+    def pct(p: float) -> float:
+        return float(s[min(len(s) - 1, max(0, math.ceil(p * len(s)) - 1))])
+
+    return {
+        "avg": sum(s) / len(s),
+        "p50": pct(0.50),
+        "p95": pct(0.95),
+        "p99": pct(0.99),
+        "p99.9": pct(0.999),
+        "max": s[-1],
+    }
+
+
+def _merge(kind: str, parts: list[dict[str, Any]]) -> BenchResult:
+    samples = array("d")
+    for p in parts:
+        samples.frombytes(p["samples"])
+    # Processes run concurrently: throughput is total work over the longest wall time.
+    return BenchResult(
+        kind=kind,
+        records=sum(p["records"] for p in parts),
+        bytes=sum(p["bytes"] for p in parts),
+        seconds=max(p["seconds"] for p in parts),
+        errors=sum(p["errors"] for p in parts),
+        latency_ms=latency_summary(samples),
+    )
+
+
+# --------------------------------------------------------------------------- workers
+def _produce_worker(
+    conf: dict[str, Any], topic: str, n: int, size: int, rate: float
+) -> dict[str, Any]:
+    from confluent_kafka import Producer
+
+    producer = Producer(conf)
+    payload = os.urandom(size)
+    every = max(1, math.ceil(n / LATENCY_SAMPLES_MAX))
+    samples = array("d")
+    stats = {"ok": 0, "err": 0}
+    start = time.perf_counter()
+
+    def report(sent_at: float | None) -> Any:
+        def cb(err: Any, _msg: Any) -> None:
+            if err is not None:
+                stats["err"] += 1
+                return
+            stats["ok"] += 1
+            if sent_at is not None:
+                samples.append((time.perf_counter() - sent_at) * 1000)
+
+        return cb
+
+    for i in range(n):
+        if rate > 0:
+            ahead = i / rate - (time.perf_counter() - start)
+            if ahead > 0:
+                time.sleep(ahead)
+        sent_at = time.perf_counter()
+        cb = report(sent_at if i % every == 0 else None)
+        while True:
+            try:
+                producer.produce(topic, value=payload, on_delivery=cb)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 1000 == 0:
+            producer.poll(0)
+    left = producer.flush(120)
+    seconds = time.perf_counter() - start
+    return {
+        "records": stats["ok"],
+        "bytes": stats["ok"] * size,
+        "seconds": seconds,
+        "errors": stats["err"] + left,
+        "samples": samples.tobytes(),
+    }
+
+
+def _consume_worker(
+    conf: dict[str, Any], topic: str, partitions: list[int], n: int, timeout_s: float
+) -> dict[str, Any]:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer(conf)
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+    count = 0
+    nbytes = 0
+    errors = 0
+    start = time.perf_counter()
+    last = start
+    while count < n and time.perf_counter() - last < timeout_s:
+        for msg in consumer.consume(num_messages=min(10_000, n - count), timeout=0.5):
+            if msg.error() is not None:
+                errors += 1
+                continue
+            count += 1
+            nbytes += len(msg.value() or b"")
+            last = time.perf_counter()
+    seconds = last - start
+    consumer.close()
+    return {"records": count, "bytes": nbytes, "seconds": seconds, "errors": errors, "samples": b""}
+
+
+def _e2e_worker(
+    conf: dict[str, Any], topic: str, n: int, size: int, timeout_s: float
+) -> dict[str, Any]:
+    from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
+
+    consumer = Consumer({**conf, "group.id": "riverbed-bench-e2e", "enable.auto.commit": False})
+    md = consumer.list_topics(topic, timeout=ADMIN_TIMEOUT_S)
+    parts = sorted(md.topics[topic].partitions)
+    consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in parts])
+    # Wait until the assignment has resolved its end offsets, so no record is missed.
+    consumer.consume(num_messages=1, timeout=1.0)
+    producer = Producer({k: v for k, v in conf.items() if k not in ("fetch.wait.max.ms",)})
+    pad = b"x" * max(0, size - 8)
+    samples = array("d")
+    received = 0
+    errors = 0
+    start = time.perf_counter()
+    last = start
+    sent = 0
+    while received < n and time.perf_counter() - last < timeout_s:
+        if sent < n:
+            producer.produce(topic, value=struct.pack(">q", time.time_ns()) + pad)
+            sent += 1
+            producer.poll(0)
+            if sent % 100 != 0 and sent < n:
+                continue
+        producer.flush(0)
+        for msg in consumer.consume(num_messages=1000, timeout=0.01):
+            if msg.error() is not None:
+                errors += 1
+                continue
+            (sent_ns,) = struct.unpack_from(">q", msg.value() or bytes(8))
+            samples.append((time.time_ns() - sent_ns) / 1e6)
+            received += 1
+            last = time.perf_counter()
+    seconds = last - start
+    producer.flush(10)
+    consumer.close()
+    return {
+        "records": received,
+        "bytes": received * size,
+        "seconds": seconds,
+        "errors": errors + (n - received),
+        "samples": samples.tobytes(),
+    }
+
+
+def _fan_out(func: Any, jobs: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    if len(jobs) == 1:
+        return [func(*jobs[0])]
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(len(jobs)) as pool:
+        return pool.starmap(func, jobs)
+
+
+# --------------------------------------------------------------------------- API
+def ensure_topic(bootstrap: str, topic: str, partitions: int, extra: dict[str, Any]) -> int:
+    """Create `topic` with `partitions` unless it exists; return its partition count."""
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({**extra, "bootstrap.servers": bootstrap})
+    md = admin.list_topics(timeout=ADMIN_TIMEOUT_S)
+    if topic not in md.topics or not md.topics[topic].partitions:
+        fut = admin.create_topics([NewTopic(topic, num_partitions=partitions)])[topic]
+        try:
+            fut.result(timeout=ADMIN_TIMEOUT_S)
+        except Exception as exc:
+            if "TOPIC_ALREADY_EXISTS" not in kafka_error_text(exc):
+                raise CliError(f"cannot create topic {topic}: {kafka_error_text(exc)}") from None
+        deadline = time.monotonic() + ADMIN_TIMEOUT_S
+        while time.monotonic() < deadline:
+            md = admin.list_topics(topic, timeout=ADMIN_TIMEOUT_S)
+            tmd = md.topics.get(topic)
+            if (
+                tmd is not None
+                and tmd.partitions
+                and all(p.leader >= 0 for p in tmd.partitions.values())
+            ):
+                break
+            time.sleep(0.1)
+    return len(md.topics[topic].partitions)
+
+
+def producer_conf(
+    bootstrap: str,
+    acks: str,
+    batch_size: int,
+    linger_ms: int,
+    compression: str,
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    return {
+        **extra,
+        "bootstrap.servers": bootstrap,
+        "acks": acks,
+        "batch.size": batch_size,
+        "linger.ms": linger_ms,
+        "compression.type": compression,
+        "queue.buffering.max.messages": QUEUE_MESSAGES_MAX,
+    }
+
+
+def run_produce(
+    bootstrap: str,
+    topic: str,
+    num_records: int,
+    record_size: int,
+    *,
+    acks: str = "all",
+    batch_size: int = 16384,
+    linger_ms: int = 5,
+    compression: str = "none",
+    partitions: int = 1,
+    processes: int = 1,
+    throughput: float = -1,
+    extra: dict[str, Any] | None = None,
+) -> BenchResult:
+    extra = extra or {}
+    ensure_topic(bootstrap, topic, partitions, extra)
+    conf = producer_conf(bootstrap, acks, batch_size, linger_ms, compression, extra)
+    shares = [
+        num_records // processes + (1 if i < num_records % processes else 0)
+        for i in range(processes)
+    ]
+    rate = throughput / processes if throughput > 0 else -1
+    return _merge(
+        "produce",
+        _fan_out(_produce_worker, [(conf, topic, n, record_size, rate) for n in shares if n]),
+    )
+
+
+def run_consume(
+    bootstrap: str,
+    topic: str,
+    num_records: int,
+    *,
+    processes: int = 1,
+    fetch_max_bytes: int = 52_428_800,
+    timeout_s: float = 10.0,
+    extra: dict[str, Any] | None = None,
+) -> BenchResult:
+    extra = extra or {}
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({**extra, "bootstrap.servers": bootstrap}).list_topics(
+        topic, timeout=ADMIN_TIMEOUT_S
+    )
+    tmd = md.topics.get(topic)
+    if tmd is None or not tmd.partitions:
+        raise CliError(f"topic {topic} does not exist; run `riverbed bench produce` first")
+    parts = sorted(tmd.partitions)
+    processes = max(1, min(processes, len(parts)))
+    groups = [parts[i::processes] for i in range(processes)]
+    conf = {
+        **extra,
+        "bootstrap.servers": bootstrap,
+        "group.id": "riverbed-bench",
+        "enable.auto.commit": False,
+        "fetch.max.bytes": fetch_max_bytes,
+    }
+    shares = [num_records * len(g) // len(parts) for g in groups]
+    shares[0] += num_records - sum(shares)
+    return _merge(
+        "consume",
+        _fan_out(
+            _consume_worker,
+            [(conf, topic, g, n, timeout_s) for g, n in zip(groups, shares, strict=True)],
+        ),
+    )
+
+
+def run_e2e(
+    bootstrap: str,
+    topic: str,
+    num_records: int,
+    record_size: int,
+    *,
+    acks: str = "all",
+    partitions: int = 1,
+    timeout_s: float = 10.0,
+    extra: dict[str, Any] | None = None,
+) -> BenchResult:
+    extra = extra or {}
+    ensure_topic(bootstrap, topic, partitions, extra)
+    conf = {
+        **extra,
+        "bootstrap.servers": bootstrap,
+        "acks": acks,
+        "linger.ms": 0,
+        "fetch.wait.max.ms": 10,
+    }
+    return _merge("e2e", [_e2e_worker(conf, topic, num_records, max(8, record_size), timeout_s)])
+
+
+# --------------------------------------------------------------------------- CLI
+def register(subparsers: Any) -> None:
+    parser = verb_parser(subparsers, "bench", "measure produce/consume throughput and latency")
+    sub = parser.add_subparsers(dest="bench_command", metavar="SUBCOMMAND")
+    for name, text in (
+        ("produce", "producer throughput and delivery latency"),
+        ("consume", "consumer throughput (reads from the beginning)"),
+        ("e2e", "end-to-end latency: produce -> consume"),
+    ):
+        p = verb_parser(sub, name, text)
+        add_bootstrap(p)
+        add_json(p)
+        p.add_argument("--topic", default="riverbed-bench")
+        p.add_argument("--num-records", type=int, default=100_000)
+        p.add_argument("--timeout-s", type=float, default=10.0, help="give up after this idle time")
+        if name != "consume":
+            p.add_argument("--record-size", type=int, default=100, help="value bytes")
+            p.add_argument("--acks", default="all", choices=["0", "1", "all", "-1"])
+            p.add_argument("--partitions", type=int, default=1, help="when creating the topic")
+        if name == "produce":
+            p.add_argument(
+                "--batch-size", type=int, default=16384, help="producer batch.size bytes"
+            )
+            p.add_argument("--linger-ms", type=int, default=5)
+            p.add_argument(
+                "--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"]
+            )
+            p.add_argument("--throughput", type=float, default=-1, help="records/s cap, -1 = none")
+        if name != "e2e":
+            p.add_argument("--processes", type=int, default=1, help="client processes")
+        p.set_defaults(func=run_guarded(bench_cmd), bench_kind=name)
+
+
+def bench_cmd(args: argparse.Namespace) -> int:
+    from riverbed.cli.common import client_config
+
+    extra = client_config(args)
+    bootstrap = extra.pop("bootstrap.servers")
+    if args.num_records <= 0:
+        raise CliError("--num-records must be positive")
+    if getattr(args, "processes", 1) < 1:
+        raise CliError("--processes must be at least 1")
+    if getattr(args, "record_size", 8) < 1:
+        raise CliError("--record-size must be at least 1")
+    kind = args.bench_kind
+    if kind == "produce":
+        result = run_produce(
+            bootstrap,
+            args.topic,
+            args.num_records,
+            args.record_size,
+            acks=args.acks,
+            batch_size=args.batch_size,
+            linger_ms=args.linger_ms,
+            compression=args.compression,
+            partitions=args.partitions,
+            processes=args.processes,
+            throughput=args.throughput,
+            extra=extra,
+        )
+    elif kind == "consume":
+        result = run_consume(
+            bootstrap,
+            args.topic,
+            args.num_records,
+            processes=args.processes,
+            timeout_s=args.timeout_s,
+            extra=extra,
+        )
+    else:
+        result = run_e2e(
+            bootstrap,
+            args.topic,
+            args.num_records,
+            args.record_size,
+            acks=args.acks,
+            partitions=args.partitions,
+            timeout_s=args.timeout_s,
+            extra=extra,
+        )
+    report(result, args.json)
+    return 1 if result.errors else 0
+
+
+def report(result: BenchResult, as_json: bool) -> None:
+    if as_json:
+        print_json(result.as_dict())
+        return
+    lat = result.latency_ms
+    line = (
+        f"{result.records} records {result.kind}, {result.records_per_s:.1f} records/sec "
+        f"({result.mb_per_s:.2f} MB/sec) in {result.seconds:.2f} s"
+    )
+    if lat:
+        line += (
+            f", {lat['avg']:.2f} ms avg latency, {lat['max']:.2f} ms max latency, "
+            f"{lat['p50']:.0f} ms 50th, {lat['p95']:.0f} ms 95th, {lat['p99']:.0f} ms 99th, "
+            f"{lat['p99.9']:.0f} ms 99.9th."
+        )
+    print(line)
+    if result.errors:
+        print(f"errors: {result.errors}")
+    print_table(
+        None,
+        ["records", "records/s", "MB/s", *(f"{k} ms" for k in lat)],
+        [
+            (
+                result.records,
+                f"{result.records_per_s:.0f}",
+                f"{result.mb_per_s:.2f}",
+                *(f"{v:.2f}" for v in lat.values()),
+            )
+        ],
+    )

@@ -1,0 +1,156 @@
+"""Helpers shared by CLI verbs: client options, output as rich tables or JSON, errors.
+
+Admin, produce, consume and bench talk to any Kafka-compatible broker through
+confluent-kafka (librdkafka).  Client settings come from `--command-config FILE` (a Java
+properties file, as Kafka's tools take) and `-X key=value` (librdkafka names, repeatable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+#: How long admin calls wait for the broker before giving up, seconds.
+ADMIN_TIMEOUT_S = 30.0
+
+
+class CliError(Exception):
+    """A user-facing failure: printed as `error: <message>`, exit code 1."""
+
+
+def add_bootstrap(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    parser.add_argument(
+        "--bootstrap-server",
+        "-b",
+        required=required,
+        metavar="HOST:PORT",
+        help="broker(s) to connect to, comma-separated",
+    )
+    parser.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="client properties file (librdkafka / Kafka client settings)",
+    )
+    parser.add_argument(
+        "-X",
+        dest="client_props",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra client setting, repeatable (e.g. -X client.id=tool)",
+    )
+
+
+def add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def parse_kv(items: Iterable[str], what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        for part in _split_commas(item):
+            key, sep, value = part.partition("=")
+            if not sep or not key.strip():
+                raise CliError(f"{what} {part!r} must have the form key=value")
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _split_commas(item: str) -> list[str]:
+    # "a=1,b=2" is two settings, but a value may hold commas ("cleanup.policy=[a,b]").
+    if "[" in item:
+        return [item.replace("[", "").replace("]", "")]
+    parts: list[str] = []
+    for chunk in item.split(","):
+        if "=" in chunk or not parts:
+            parts.append(chunk)
+        else:
+            parts[-1] += "," + chunk
+    return [p for p in parts if p]
+
+
+def client_config(args: argparse.Namespace) -> dict[str, Any]:
+    conf: dict[str, Any] = {}
+    if getattr(args, "command_config", None):
+        from riverbed.server.config import ConfigError, read_properties_file
+
+        try:
+            conf.update(read_properties_file(args.command_config))
+        except ConfigError as exc:
+            raise CliError(str(exc)) from None
+    conf["bootstrap.servers"] = args.bootstrap_server
+    conf.update(parse_kv(getattr(args, "client_props", []), "-X"))
+    return conf
+
+
+def admin_client(args: argparse.Namespace) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(client_config(args))
+
+
+def wait_futures(futures: dict[Any, Any], timeout: float = ADMIN_TIMEOUT_S) -> dict[Any, Any]:
+    """Resolve admin futures: {key: result or exception}."""
+    out: dict[Any, Any] = {}
+    for key, fut in futures.items():
+        try:
+            out[key] = fut.result(timeout=timeout)
+        except Exception as exc:
+            out[key] = exc
+    return out
+
+
+def kafka_error_text(exc: BaseException) -> str:
+    """`NAME: message` for a KafkaException, str() otherwise."""
+    err = exc.args[0] if getattr(exc, "args", None) else None
+    if err is not None and hasattr(err, "name") and hasattr(err, "str"):
+        return f"{err.name()}: {err.str()}"
+    return str(exc) or type(exc).__name__
+
+
+def print_table(
+    title: str | None, columns: Sequence[str], rows: Iterable[Sequence[object]]
+) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, show_lines=False, header_style="bold")
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*["" if v is None else str(v) for v in row])
+    Console().print(table)
+
+
+def print_json(value: object) -> None:
+    json.dump(value, sys.stdout, indent=2, sort_keys=False, default=str)
+    sys.stdout.write("\n")
+
+
+def run_guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Turn CliError (and client errors) into `error: ...` on stderr and exit code 1."""
+
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except CliError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+
+    return wrapper
+
+
+def verb_parser(
+    subparsers: Any, name: str, help_text: str, description: str | None = None
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name,
+        help=help_text,
+        description=description or help_text,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.set_defaults(_parser=parser)
+    return parser

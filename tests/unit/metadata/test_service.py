@@ -1,0 +1,66 @@
+import asyncio
+
+from riverbed.metadata.image import BrokerEndpoint
+from riverbed.metadata.log import LocalMetadataLog
+from riverbed.metadata.service import MetadataService
+from riverbed.protocol.messages import CreateTopicsRequest, DeleteTopicsRequest
+
+from .conftest import make_controller
+
+
+class FixedClock:
+    def now_ms(self) -> int:
+        return 1_700_000_000_000
+
+
+def new_service(path):
+    return MetadataService(make_controller(), LocalMetadataLog(path), FixedClock(), "cid")
+
+
+def test_service_persists_and_replays(tmp_path):
+    async def first():
+        svc = new_service(tmp_path)
+        seen = []
+        svc.add_listener(lambda old, new, delta: seen.append(set(new.topics_by_name)))
+        await svc.start()
+        assert svc.image.metadata_version > 0
+        await svc.register_broker(1, [BrokerEndpoint("PLAINTEXT", "127.0.0.1", 9092)])
+        CT = CreateTopicsRequest
+        resp = await svc.create_topics(
+            CT(topics=[CT.CreatableTopic(name="t", num_partitions=2, replication_factor=1)])
+        )
+        assert resp.topics[0].error_code == 0
+        auto = await svc.auto_create_topic("auto")
+        assert auto.topics[0].error_code == 0
+        await svc.delete_topics(DeleteTopicsRequest(topic_names=["auto"]))
+        assert seen[-1] == {"t"}
+        image = svc.image
+        svc.close()
+        return image
+
+    image = asyncio.run(first())
+
+    async def second():
+        svc = new_service(tmp_path)
+        await svc.start()
+        assert svc.image == image
+        assert svc.image.offset == image.offset
+        # re-registering after a restart bumps the broker epoch
+        reg = await svc.register_broker(1, [BrokerEndpoint("PLAINTEXT", "127.0.0.1", 9092)])
+        assert reg.broker_epoch > image.brokers[1].broker_epoch
+        svc.close()
+
+    asyncio.run(second())
+
+
+def test_concurrent_creates_are_serialized(tmp_path):
+    async def run():
+        svc = new_service(tmp_path)
+        await svc.start()
+        await svc.register_broker(1, [])
+        results = await asyncio.gather(*[svc.auto_create_topic("same") for _ in range(5)])
+        codes = sorted(r.topics[0].error_code for r in results)
+        assert codes.count(0) == 1 and len(set(codes)) == 2
+        svc.close()
+
+    asyncio.run(run())

@@ -170,9 +170,20 @@ class _DefaultCodec:
         import importlib
 
         self._headers: Any = importlib.import_module("riverbed.protocol.headers")
+        self._messages: Any = importlib.import_module("riverbed.protocol.messages")
 
     def decode_request(self, frame: bytes) -> tuple[Any, Any]:
-        header, body = self._headers.decode_request(frame)
+        try:
+            header, body = self._headers.decode_request(frame)
+        except ProtocolError as exc:
+            if "trailing bytes" not in str(exc):
+                raise
+            # Kafka parses a request body and ignores what follows it; librdkafka 2.x
+            # sends MetadataRequest v12 with 3 extra bytes, so riverbed must accept them.
+            header, pos = self._headers.decode_request_header(frame)
+            body, _end = self._messages.decode_prefix(
+                self._messages.request_class(header.api_key), frame, header.api_version, pos
+            )
         return header, body
 
     def encode_response(self, header: Any, body: Any) -> bytes:
@@ -310,6 +321,15 @@ class Connection:
                 except (ConnectionError, OSError) as exc:
                     log.info("connection to %s lost while writing: %s", self.peer, exc)
                     self.closing = True
+                    return
+                except Exception:
+                    log.exception(
+                        "cannot encode the response to api_key=%s v%s for %s",
+                        getattr(header, "api_key", "?"),
+                        getattr(header, "api_version", "?"),
+                        self.peer,
+                    )
+                    self._close_with("internal error encoding a response")
                     return
             self.slots.release()
 

@@ -55,8 +55,9 @@ def _now_ms() -> int:
 class Node:
     """A combined broker+controller node (``process.roles=broker,controller``)."""
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Any, *, log_manager_factory: Any = None) -> None:
         self.config = config
+        self._log_manager_factory = log_manager_factory
         self.bound_listeners: dict[str, tuple[str, int]] = {}
         self._stopped = asyncio.Event()
         self._stopping = False
@@ -74,14 +75,18 @@ class Node:
         from riverbed.metadata.service import MetadataService
         from riverbed.metadata.storage_format import ensure_formatted
         from riverbed.storage.clock import SystemClock
-        from riverbed.storage.log_manager import LogManager
 
         cfg = self.config
         self.cluster_id = ensure_formatted(
             list(cfg.log_dirs), cfg.metadata_log_dir, cfg.node_id, auto_format=cfg.auto_format
         )
         clock = SystemClock()
-        self.log_manager = LogManager(list(cfg.log_dirs), clock)
+        factory = self._log_manager_factory
+        if factory is None:
+            from riverbed.storage.log_manager import LogManager
+
+            factory = LogManager
+        self.log_manager = factory(list(cfg.log_dirs), clock)
         self.partitions = PartitionManager(
             self.log_manager, cfg.node_id, cfg.static_config(), self.purgatory
         )
@@ -175,9 +180,9 @@ class Node:
         await self._stopped.wait()
 
 
-async def run_node(config: Any) -> None:
+async def run_node(config: Any, *, log_manager_factory: Any = None) -> None:
     """Start a node, stop it cleanly on SIGTERM/SIGINT, return once it has stopped."""
-    node = Node(config)
+    node = Node(config, log_manager_factory=log_manager_factory)
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
     signals = 0

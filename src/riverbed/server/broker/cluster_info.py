@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from riverbed.protocol.api_versions import SUPPORTED_VERSIONS
+from riverbed.protocol.api_versions import SUPPORTED_VERSIONS, is_supported
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
     ApiVersionsRequest,
@@ -61,7 +61,11 @@ async def handle_api_versions(
         ApiVersionsResponse.ApiVersion(api_key=int(k), min_version=lo, max_version=hi)
         for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
     ]
-    return ApiVersionsResponse(error_code=0, api_keys=keys, throttle_time_ms=0)
+    # A newer version than ours is answered at v0 (see protocol.headers) with
+    # UNSUPPORTED_VERSION and our ranges, so the client retries with a version we speak.
+    supported = is_supported(ctx.header.api_key, ctx.header.api_version)
+    code = 0 if supported else int(ErrorCode.UNSUPPORTED_VERSION)
+    return ApiVersionsResponse(error_code=code, api_keys=keys, throttle_time_ms=0)
 
 
 def _brokers(image: MetadataImage, listener: str) -> list[tuple[int, str, int, str | None]]:

@@ -14,12 +14,17 @@ from typing import Any
 
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.headers import response_body_version
 from riverbed.server.broker import admin, cluster_info, fetch, offsets, placeholders, produce
 from riverbed.server.broker.partitions import PartitionManager
+from riverbed.server.broker.versioning import fit_to_version
 from riverbed.server.network import CloseConnection, RequestContext
 from riverbed.server.purgatory import Purgatory
 
 log = logging.getLogger(__name__)
+
+#: APIs whose handlers build version-exact responses (hot path: no fitting walk).
+_VERSION_EXACT = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
 
 Handler = Callable[["Broker", RequestContext, Any], Coroutine[Any, Any, Any]]
 
@@ -91,4 +96,7 @@ class Broker:
         handler = HANDLERS.get(ctx.header.api_key)
         if handler is None:
             raise UnsupportedApi(f"api key {ctx.header.api_key} is not served on this listener")
-        return await handler(self, ctx, body)
+        response = await handler(self, ctx, body)
+        if response is not None and ctx.header.api_key not in _VERSION_EXACT:
+            fit_to_version(response, response_body_version(ctx.header))
+        return response

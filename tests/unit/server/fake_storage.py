@@ -63,7 +63,7 @@ class FakeLog:
         now = int(time.time() * 1000)
         first = self.log_end_offset
         headers = list(iter_batches(buf))
-        for pos, h in headers:
+        for _pos, h in headers:
             if h.size > self.config.max_message_bytes:
                 raise RecordTooLargeError(f"batch of {h.size} bytes")
         offset = first

@@ -1,0 +1,158 @@
+"""The replicated log as the raft node sees it, and an in-memory implementation.
+
+The node writes through a ``RaftLog``: ``append``/``truncate_*``/``delete_before`` take
+effect in the log's memory view at once (a file-backed log writes them to the page cache);
+durability is separate: the node emits ``FlushLog(end_offset)``, the shell calls
+``log.flush(end_offset)`` (the fsync, possibly on a thread) and then feeds
+``node.on_log_flushed(end_offset)``. Only flushed entries count toward the high watermark,
+and a crash keeps exactly the flushed prefix. Truncations are durable when they return
+(Kafka truncates the segment file), so a crash never resurrects truncated entries.
+
+Layout (KIP-630 names)::
+
+    log begin offset (LBO) = start_offset          end_offset (LEO)
+            v                                            v
+     ... snapshot ...| e[LBO] | e[LBO+1] | ... | e[LEO-1] |
+    start_epoch = epoch of record LBO-1 (the snapshot's epoch), 0 for an empty log at 0.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import Protocol
+
+from riverbed.raft.messages import Entry, OffsetAndEpoch
+
+
+class RaftLog(Protocol):
+    @property
+    def start_offset(self) -> int: ...
+    @property
+    def start_epoch(self) -> int: ...
+    @property
+    def end_offset(self) -> int: ...
+    @property
+    def flushed_end_offset(self) -> int: ...
+    @property
+    def last_epoch(self) -> int: ...
+
+    def append(self, entries: list[Entry]) -> None: ...
+    def truncate_to(self, offset: int) -> None: ...
+    def truncate_fully_and_start_at(self, offset: int, epoch: int) -> None: ...
+    def delete_before(self, offset: int, epoch: int) -> None: ...
+    def flush(self, end_offset: int) -> None: ...
+    def read(self, start: int, max_bytes: int, upper: int | None = None) -> tuple[Entry, ...]: ...
+    def entry(self, offset: int) -> Entry: ...
+    def epoch_at(self, offset: int) -> int: ...
+    def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch: ...
+
+
+class MemoryLog:
+    """A RaftLog in memory with a flushed prefix; ``durable_copy`` is what survives a crash."""
+
+    def __init__(self, start_offset: int = 0, start_epoch: int = 0) -> None:
+        self._start = start_offset
+        self._start_epoch = start_epoch
+        self._entries: list[Entry] = []
+        self._flushed = start_offset
+
+    # --- views -------------------------------------------------------------------------
+    @property
+    def start_offset(self) -> int:
+        return self._start
+
+    @property
+    def start_epoch(self) -> int:
+        return self._start_epoch
+
+    @property
+    def end_offset(self) -> int:
+        return self._start + len(self._entries)
+
+    @property
+    def flushed_end_offset(self) -> int:
+        return self._flushed
+
+    @property
+    def last_epoch(self) -> int:
+        return self._entries[-1].epoch if self._entries else self._start_epoch
+
+    def entries(self) -> list[Entry]:
+        return list(self._entries)
+
+    def entry(self, offset: int) -> Entry:
+        if not self._start <= offset < self.end_offset:
+            raise IndexError(f"offset {offset} outside [{self._start}, {self.end_offset})")
+        return self._entries[offset - self._start]
+
+    def epoch_at(self, offset: int) -> int:
+        """Epoch of the record at ``offset`` (``start_epoch`` for ``start_offset - 1``)."""
+        if offset == self._start - 1:
+            return self._start_epoch
+        return self.entry(offset).epoch
+
+    def read(self, start: int, max_bytes: int, upper: int | None = None) -> tuple[Entry, ...]:
+        """Entries from ``start`` up to ``upper`` (default LEO), at least one when any."""
+        end = self.end_offset if upper is None else min(upper, self.end_offset)
+        if start < self._start or start >= end:
+            return ()
+        out: list[Entry] = []
+        size = 0
+        for i in range(start - self._start, end - self._start):
+            e = self._entries[i]
+            if out and size + e.size > max_bytes:
+                break
+            out.append(e)
+            size += e.size
+        return tuple(out)
+
+    def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
+        """Kafka's endOffsetFor: the largest epoch <= ``epoch`` in the log and the offset
+        where it ends; (-1, -1) when the log has no such epoch (it is below the LBO)."""
+        idx = bisect_right(self._entries, epoch, key=lambda e: e.epoch)
+        if idx > 0:
+            return OffsetAndEpoch(self._start + idx, self._entries[idx - 1].epoch)
+        if self._start_epoch <= epoch:
+            return OffsetAndEpoch(self._start, self._start_epoch)
+        return OffsetAndEpoch(-1, -1)
+
+    # --- mutations ---------------------------------------------------------------------
+    def append(self, entries: list[Entry]) -> None:
+        for e in entries:
+            assert e.offset == self.end_offset, (e.offset, self.end_offset)
+            assert e.epoch >= self.last_epoch, (e.epoch, self.last_epoch)
+            self._entries.append(e)
+
+    def truncate_to(self, offset: int) -> None:
+        assert self._start <= offset, (offset, self._start)
+        if offset < self.end_offset:
+            del self._entries[offset - self._start :]
+        self._flushed = min(self._flushed, self.end_offset)
+
+    def truncate_fully_and_start_at(self, offset: int, epoch: int) -> None:
+        self._entries.clear()
+        self._start = offset
+        self._start_epoch = epoch
+        self._flushed = offset
+
+    def delete_before(self, offset: int, epoch: int) -> None:
+        """Advance the LBO to ``offset`` (a snapshot covers everything below it)."""
+        if offset <= self._start:
+            return
+        if offset >= self.end_offset:
+            self.truncate_fully_and_start_at(offset, epoch)
+            return
+        del self._entries[: offset - self._start]
+        self._start = offset
+        self._start_epoch = epoch
+        self._flushed = max(self._flushed, offset)
+
+    def flush(self, end_offset: int) -> None:
+        self._flushed = max(self._flushed, min(end_offset, self.end_offset))
+
+    def durable_copy(self) -> MemoryLog:
+        """The log as a crash leaves it: the flushed prefix only."""
+        copy = MemoryLog(self._start, self._start_epoch)
+        copy._entries = self._entries[: self._flushed - self._start]
+        copy._flushed = copy.end_offset
+        return copy

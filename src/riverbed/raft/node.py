@@ -1,0 +1,1091 @@
+"""RaftNode: the sans-I/O KRaft replica (KIP-595 + KIP-630 snapshots + KIP-996 pre-vote).
+
+Inputs: ``start``, ``tick(now_ms)``, ``handle_request``/``handle_response`` (RPCs from a
+node id, with the correlation id the shell carries), ``on_log_flushed``,
+``on_snapshot_written``, ``append`` (leader only) and ``resign`` (graceful shutdown). Each
+returns a list of actions (``riverbed.raft.actions``) for the shell to execute in order.
+The node reads no clock (``now_ms`` is passed in), draws randomness only from the injected
+``random.Random``, and writes through the injected ``RaftLog`` and ``SnapshotStore``
+(durability is the shell's ``FlushLog``). Roles and transitions: ``riverbed.raft.roles``.
+
+Replication is pull: followers and observers send Fetch(fetch_offset = their flushed log
+end, last_fetched_epoch); the leader answers with entries, or a DivergingEpoch to truncate
+to, or — when the offset is below its log begin offset — the id of its latest snapshot,
+which the follower downloads with FetchSnapshot (Position/MaxBytes, continued until Size)
+before it truncates its log fully to the snapshot and resumes fetching after it. Riverbed
+fetches the snapshot *before* resuming the log (as Apache Kafka's KafkaRaftClient does):
+a replica that acked log entries it would forget after a crash (start-up validation treats a
+log without a snapshot under its begin offset as empty) could break a committed majority.
+The old log stays in place during the download, so the replica votes with it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+
+from riverbed.raft.actions import (
+    Action,
+    CommitEntries,
+    CreateSnapshot,
+    FlushLog,
+    LeaderChanged,
+    LoadSnapshot,
+    PersistQuorumState,
+    SendRequest,
+    SendResponse,
+)
+from riverbed.raft.config import RaftConfig
+from riverbed.raft.leader_state import LeaderState, ParkedFetch
+from riverbed.raft.log import RaftLog
+from riverbed.raft.messages import (
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    Entry,
+    EntryKind,
+    Errors,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    ReplicaState,
+    Request,
+    Response,
+    SnapshotId,
+    VoteRequest,
+    VoteResponse,
+)
+from riverbed.raft.quorum_state import QuorumState
+from riverbed.raft.roles import Role
+from riverbed.raft.snapshots import SnapshotStore
+
+COMMIT_CHUNK_BYTES = 1024 * 1024  # entries per CommitEntries action, by size
+FETCH_ERROR_BACKOFF_MS = 50  # wait before re-fetching after an error reply
+
+
+class NotLeaderError(Exception):
+    """``append`` on a replica that is not the leader; carries what it knows."""
+
+    def __init__(self, leader_id: int, epoch: int) -> None:
+        super().__init__(f"not the leader (leader {leader_id}, epoch {epoch})")
+        self.leader_id = leader_id
+        self.epoch = epoch
+
+
+class AppendQueueFullError(Exception):
+    """More records wait for the append linger than ``append_queue_records_max``."""
+
+
+def leader_change_value(leader_id: int, voters: Iterable[int]) -> bytes:
+    """Payload of the LeaderChange control entry (``wire`` encodes LeaderChangeMessage)."""
+    return f"leader={leader_id};voters={','.join(map(str, sorted(voters)))}".encode()
+
+
+class RaftNode:
+    def __init__(
+        self,
+        node_id: int,
+        config: RaftConfig,
+        log: RaftLog,
+        snapshots: SnapshotStore,
+        rng: random.Random,
+        quorum_state: QuorumState | None = None,
+        directory_id: str = "",
+    ) -> None:
+        self.node_id = node_id
+        self.config = config
+        self.log = log
+        self.snapshots = snapshots
+        self.rng = rng
+        self.directory_id = directory_id
+        expected_dir = config.voter_directory_ids.get(node_id)
+        self.is_voter = node_id in config.voters and expected_dir in (None, directory_id)
+        qs = quorum_state or QuorumState()
+        self.epoch = qs.leader_epoch
+        self.leader_id = qs.leader_id
+        self.voted_id = qs.voted_id
+        self.role = Role.UNATTACHED
+        self.high_watermark = 0
+        self.applied_offset = 0  # next offset the state machine has not seen
+        self.latest_snapshot: SnapshotId | None = None
+        self.snapshot_in_progress: SnapshotId | None = None
+        self.snapshot_created_ms: dict[SnapshotId, int] = {}
+        self.last_snapshot_ms = 0
+        self.bytes_since_snapshot = 0
+        self.leader_state: LeaderState | None = None
+        # timers
+        self.election_deadline_ms = 0
+        self.fetch_deadline_ms = 0  # follower: leader presumed dead after this
+        self.last_leader_contact_ms = -(10**12)  # last good reply from / begin by the leader
+        self.backoff_until_ms = 0
+        self.candidate_backing_off = False
+        self.prospective_from_leader = -1
+        # elections
+        self.votes_granted: set[int] = set()
+        self.votes_rejected: set[int] = set()
+        # requests in flight: correlation id -> (dest, kind, epoch, sent_ms)
+        self.pending: dict[int, tuple[int, str, int, int]] = {}
+        self.next_correlation_id = 1
+        self.fetch_in_flight = False
+        self.fetch_target = -1  # observer discovery target
+        self.snapshot_download: SnapshotId | None = None
+        self.started = False
+        self._out: list[Action] = []
+        self._now = 0
+
+    # ======================================================================================
+    # inputs
+    # ======================================================================================
+    def start(self, now_ms: int) -> list[Action]:
+        """Validate log + snapshots (KIP-630 start-up rules) and take the restart role."""
+        assert not self.started
+        self.started = True
+        self._now = now_ms
+        self.last_snapshot_ms = now_ms
+        snaps = self.snapshots.list()
+        lbo = self.log.start_offset
+        if lbo > 0 and not any(s.end_offset >= lbo for s in snaps):
+            # no snapshot covers LBO - 1: the log cannot be replayed; bootstrap from leader
+            self.log.truncate_fully_and_start_at(0, 0)
+        if snaps and snaps[-1].end_offset > self.log.end_offset:
+            self.log.truncate_fully_and_start_at(snaps[-1].end_offset, snaps[-1].epoch)
+        for s in snaps[:-1]:
+            if s.end_offset < self.log.start_offset:
+                self.snapshots.delete(s)
+        if snaps:
+            self.latest_snapshot = snaps[-1]
+            self.snapshot_created_ms[snaps[-1]] = now_ms
+            self.high_watermark = self.applied_offset = snaps[-1].end_offset
+            self._emit(LoadSnapshot(snaps[-1]))
+        else:
+            self.high_watermark = self.applied_offset = self.log.start_offset
+        if self.log.flushed_end_offset < self.log.end_offset:
+            self._emit(FlushLog(self.log.end_offset))
+        if self.leader_id == self.node_id:
+            self.role = Role.RESIGNED
+            self._reset_election_timer()
+        elif self.leader_id >= 0:
+            self._become_follower(self.epoch, self.leader_id, persist=False)
+        else:
+            self.role = Role.UNATTACHED
+            self._reset_election_timer()
+        self._emit(LeaderChanged(self.epoch, self.leader_id))
+        return self._drain()
+
+    def tick(self, now_ms: int) -> list[Action]:
+        self._now = now_ms
+        self._expire_pending()
+        role = self.role
+        if role is Role.LEADER:
+            self._leader_tick()
+        elif role is Role.FOLLOWER:
+            if now_ms >= self.fetch_deadline_ms:
+                if self.is_voter:
+                    self._become_prospective()
+                else:
+                    self._become_unattached(self.epoch, self.voted_id, persist=False)
+        elif now_ms >= self.election_deadline_ms:
+            if role is Role.UNATTACHED or role is Role.RESIGNED:
+                if self.is_voter:
+                    self._become_prospective()
+                else:
+                    self._discover_leader()
+            elif role is Role.PROSPECTIVE:
+                self._prospective_lost()
+            elif role is Role.CANDIDATE:
+                if self.candidate_backing_off:
+                    self._become_prospective()
+                else:
+                    self.candidate_backing_off = True
+                    self.election_deadline_ms = now_ms + self.rng.randint(
+                        0, self.config.election_backoff_max_ms
+                    )
+        self._after_event()
+        return self._drain()
+
+    def next_deadline_ms(self) -> int:
+        """The earliest time ``tick`` has something to do."""
+        deadlines = [self._now + self.config.request_timeout_ms]
+        if self.role is Role.LEADER:
+            ls = self.leader_state
+            assert ls is not None
+            if ls.linger_deadline_ms is not None:
+                deadlines.append(ls.linger_deadline_ms)
+            deadlines.extend(p.deadline_ms for p in ls.parked.values())
+            deadlines.append(self._now + self.config.fetch_timeout_ms // 4)
+            if len(ls.begin_epoch_acked) < len(self.config.voters) - 1:
+                deadlines.append(ls.begin_epoch_next_ms)
+        elif self.role is Role.FOLLOWER:
+            deadlines.append(self.fetch_deadline_ms)
+            if not self.fetch_in_flight:
+                deadlines.append(self.backoff_until_ms)
+        else:
+            deadlines.append(self.election_deadline_ms)
+        if self.pending:
+            oldest = min(sent for (_, _, _, sent) in self.pending.values())
+            deadlines.append(oldest + self.config.request_timeout_ms)
+        return max(self._now + 1, min(deadlines))
+
+    def append(self, values: list[bytes], now_ms: int) -> tuple[int, list[Action]]:
+        """Leader only: queue records; they are written when the linger expires. Returns
+        the offset the last record will get."""
+        self._now = now_ms
+        ls = self.leader_state
+        if self.role is not Role.LEADER or ls is None:
+            raise NotLeaderError(self.leader_id, self.epoch)
+        if len(ls.pending_values) + len(values) > self.config.append_queue_records_max:
+            raise AppendQueueFullError(
+                f"{len(ls.pending_values)} records wait for the linger; "
+                f"append_queue_records_max is {self.config.append_queue_records_max}"
+            )
+        ls.pending_values.extend(values)
+        if ls.linger_deadline_ms is None:
+            ls.linger_deadline_ms = now_ms + self.config.append_linger_ms
+        if self.config.append_linger_ms == 0:
+            self._leader_write_pending()
+        last = self.log.end_offset + len(ls.pending_values) - 1
+        self._after_event()
+        return last, self._drain()
+
+    def resign(self, now_ms: int) -> list[Action]:
+        """Graceful shutdown: a leader hands over with EndQuorumEpoch."""
+        self._now = now_ms
+        if self.role is Role.LEADER:
+            self._become_resigned()
+        return self._drain()
+
+    def on_log_flushed(self, end_offset: int, now_ms: int) -> list[Action]:
+        self._now = now_ms
+        if self.role is Role.LEADER:
+            self._leader_maybe_advance_hw()
+        self._after_event()
+        return self._drain()
+
+    def on_snapshot_written(self, snapshot_id: SnapshotId, now_ms: int) -> list[Action]:
+        self._now = now_ms
+        if self.snapshot_in_progress == snapshot_id:
+            self.snapshot_in_progress = None
+        if self.latest_snapshot is None or snapshot_id > self.latest_snapshot:
+            self.latest_snapshot = snapshot_id
+            self.snapshot_created_ms[snapshot_id] = now_ms
+        self.last_snapshot_ms = now_ms
+        self.bytes_since_snapshot = 0
+        self._after_event()
+        return self._drain()
+
+    def handle_request(
+        self, src: int, correlation_id: int, request: Request, now_ms: int
+    ) -> list[Action]:
+        self._now = now_ms
+        response: Response | None
+        if isinstance(request, VoteRequest):
+            response = self._on_vote_request(request)
+        elif isinstance(request, BeginQuorumEpochRequest):
+            response = self._on_begin_epoch(request)
+        elif isinstance(request, EndQuorumEpochRequest):
+            response = self._on_end_epoch(request)
+        elif isinstance(request, FetchRequest):
+            response = self._on_fetch(src, correlation_id, request)
+        elif isinstance(request, FetchSnapshotRequest):
+            response = self._on_fetch_snapshot(request)
+        elif isinstance(request, DescribeQuorumRequest):
+            response = self._describe_quorum()
+        else:  # pragma: no cover - typed input
+            raise TypeError(f"not a raft request: {type(request).__name__}")
+        if response is not None:
+            self._emit(SendResponse(src, correlation_id, response))
+        self._after_event()
+        return self._drain()
+
+    def handle_response(
+        self, src: int, correlation_id: int, response: Response, now_ms: int
+    ) -> list[Action]:
+        self._now = now_ms
+        info = self.pending.pop(correlation_id, None)
+        if info is None or info[0] != src:
+            return []  # timed out, duplicated or unsolicited: the request was retried
+        sent_epoch = info[2]
+        if isinstance(response, VoteResponse):
+            self._on_vote_response(src, response, sent_epoch)
+        elif isinstance(response, FetchResponse):
+            self.fetch_in_flight = False
+            self._on_fetch_response(src, response)
+        elif isinstance(response, FetchSnapshotResponse):
+            self.fetch_in_flight = False
+            self._on_fetch_snapshot_response(src, response)
+        elif isinstance(response, BeginQuorumEpochResponse):
+            self._maybe_learn(response.leader_epoch, response.leader_id)
+            if (
+                self.role is Role.LEADER
+                and self.leader_state is not None
+                and response.error_code == Errors.NONE
+                and response.leader_epoch == self.epoch
+            ):
+                self.leader_state.begin_epoch_acked.add(src)
+        elif isinstance(response, EndQuorumEpochResponse | DescribeQuorumResponse):
+            pass
+        self._after_event()
+        return self._drain()
+
+    # ======================================================================================
+    # transitions (see roles.py)
+    # ======================================================================================
+    def _quorum_state(self) -> QuorumState:
+        return QuorumState(
+            leader_epoch=self.epoch,
+            leader_id=self.leader_id,
+            voted_id=self.voted_id,
+            voted_directory_id=self.directory_id if self.voted_id == self.node_id else "",
+        )
+
+    def _set_epoch_state(self, epoch: int, leader_id: int, voted_id: int, persist: bool) -> None:
+        assert epoch >= self.epoch, (epoch, self.epoch)
+        changed = (epoch, leader_id) != (self.epoch, self.leader_id)
+        durable_changed = (epoch, leader_id, voted_id) != (
+            self.epoch,
+            self.leader_id,
+            self.voted_id,
+        )
+        if epoch > self.epoch and self.snapshot_download is not None:
+            pass  # the download continues against the new leader after a new Fetch
+        self.epoch, self.leader_id, self.voted_id = epoch, leader_id, voted_id
+        if persist and durable_changed:
+            self._emit(PersistQuorumState(self._quorum_state()))
+        if changed:
+            self._emit(LeaderChanged(epoch, leader_id))
+
+    def _leave_leader(self) -> None:
+        self.leader_state = None
+
+    def _randomized_election_timeout(self) -> int:
+        t = self.config.election_timeout_ms
+        return t + self.rng.randint(0, t)
+
+    def _reset_election_timer(self) -> None:
+        self.election_deadline_ms = self._now + self._randomized_election_timeout()
+
+    def _become_unattached(self, epoch: int, voted_id: int, persist: bool = True) -> None:
+        self._leave_leader()
+        self._set_epoch_state(epoch, -1, voted_id, persist)
+        self.role = Role.UNATTACHED
+        self.fetch_in_flight = False
+        self.candidate_backing_off = False
+        self._reset_election_timer()
+
+    def _become_follower(self, epoch: int, leader_id: int, persist: bool = True) -> None:
+        assert leader_id != self.node_id
+        self._leave_leader()
+        voted = self.voted_id if epoch == self.epoch else -1
+        self._set_epoch_state(epoch, leader_id, voted, persist)
+        self.role = Role.FOLLOWER
+        self.fetch_in_flight = False
+        self.candidate_backing_off = False
+        self.backoff_until_ms = 0
+        self.fetch_deadline_ms = self._now + self.config.fetch_timeout_ms
+
+    def _become_prospective(self) -> None:
+        assert self.is_voter
+        self.prospective_from_leader = self.leader_id if self.role is Role.FOLLOWER else -1
+        self._leave_leader()
+        self.role = Role.PROSPECTIVE
+        self.candidate_backing_off = False
+        self.fetch_in_flight = False
+        self.votes_granted = {self.node_id}
+        self.votes_rejected = set()
+        self._reset_election_timer()
+        if len(self.votes_granted) >= self.config.majority:
+            self._become_candidate()
+            return
+        last_epoch, last_offset = self._vote_log_position()
+        for v in sorted(self.config.voters - {self.node_id}):
+            self._send(
+                v,
+                "vote",
+                VoteRequest(
+                    cluster_id=self.config.cluster_id,
+                    candidate_epoch=self.epoch + 1,
+                    candidate_id=self.node_id,
+                    last_offset_epoch=last_epoch,
+                    last_offset=last_offset,
+                    pre_vote=True,
+                    voter_id=v,
+                ),
+            )
+
+    def _prospective_lost(self) -> None:
+        leader = self.prospective_from_leader
+        if leader >= 0 and self.leader_id in (-1, leader) and leader != self.node_id:
+            self._become_follower(self.epoch, leader, persist=False)
+            # the pre-vote failed because others still hear from this leader; give it a
+            # fresh fetch timeout rather than campaigning again at once
+        else:
+            self._become_unattached(self.epoch, self.voted_id, persist=False)
+            self.election_deadline_ms += self.rng.randint(0, self.config.election_backoff_max_ms)
+
+    def _become_candidate(self) -> None:
+        self._leave_leader()
+        self._set_epoch_state(self.epoch + 1, -1, self.node_id, persist=True)
+        self.role = Role.CANDIDATE
+        self.candidate_backing_off = False
+        self.votes_granted = {self.node_id}
+        self.votes_rejected = set()
+        self._reset_election_timer()
+        if len(self.votes_granted) >= self.config.majority:
+            self._become_leader()
+            return
+        last_epoch, last_offset = self._vote_log_position()
+        for v in sorted(self.config.voters - {self.node_id}):
+            self._send(
+                v,
+                "vote",
+                VoteRequest(
+                    cluster_id=self.config.cluster_id,
+                    candidate_epoch=self.epoch,
+                    candidate_id=self.node_id,
+                    last_offset_epoch=last_epoch,
+                    last_offset=last_offset,
+                    voter_id=v,
+                ),
+            )
+
+    def _become_leader(self) -> None:
+        assert self.role is Role.CANDIDATE and self.is_voter
+        self._set_epoch_state(self.epoch, self.node_id, self.voted_id, persist=True)
+        self.role = Role.LEADER
+        if self.snapshot_download is not None:
+            self.snapshots.abort_download(self.snapshot_download)
+            self.snapshot_download = None
+        start = self.log.end_offset
+        self.leader_state = LeaderState(
+            epoch=self.epoch,
+            epoch_start_offset=start,
+            voters=self.config.voters,
+            local_id=self.node_id,
+            started_ms=self._now,
+        )
+        self.log.append(
+            [
+                Entry(
+                    start,
+                    self.epoch,
+                    leader_change_value(self.node_id, self.config.voters),
+                    EntryKind.LEADER_CHANGE,
+                )
+            ]
+        )
+        self._emit(FlushLog(self.log.end_offset))
+        self._send_begin_epoch()
+        self._leader_maybe_advance_hw()
+
+    def _become_resigned(self) -> None:
+        ls = self.leader_state
+        assert self.role is Role.LEADER and ls is not None
+        # preferred successors: most caught-up voters first (KIP-595)
+        successors = sorted(
+            (v for v in self.config.voters if v != self.node_id),
+            key=lambda v: (-ls.replicas[v].end_offset, v),
+        )
+        for fetch in ls.parked.values():
+            self._respond_fetch_now(fetch.src, fetch.correlation_id, fetch.request)
+        self._leave_leader()
+        self.role = Role.RESIGNED
+        self._reset_election_timer()
+        for v in successors:
+            self._send(
+                v,
+                "end_epoch",
+                EndQuorumEpochRequest(
+                    cluster_id=self.config.cluster_id,
+                    leader_id=self.node_id,
+                    leader_epoch=self.epoch,
+                    preferred_successors=tuple(successors),
+                ),
+            )
+
+    def _maybe_learn(self, epoch: int, leader_id: int) -> None:
+        """React to the epoch/leader a message carries (first rows of the table)."""
+        if epoch > self.epoch:
+            if leader_id >= 0 and leader_id != self.node_id:
+                self._become_follower(epoch, leader_id)
+            else:
+                self._become_unattached(epoch, -1)
+        elif (
+            epoch == self.epoch
+            and leader_id >= 0
+            and leader_id != self.node_id
+            and self.role in (Role.UNATTACHED, Role.PROSPECTIVE, Role.CANDIDATE)
+            # a Prospective that came from following L already knows L; others still
+            # naming L is no sign that L is alive
+            and not (self.role is Role.PROSPECTIVE and leader_id == self.prospective_from_leader)
+        ):
+            self._become_follower(epoch, leader_id)
+
+    def _discover_leader(self) -> None:
+        """Observer without a leader: ask a random voter (it answers with a leader hint)."""
+        self._reset_election_timer()
+        if self.fetch_in_flight:
+            return
+        target = self.rng.choice(sorted(self.config.voters - {self.node_id}) or [self.node_id])
+        if target == self.node_id:
+            return
+        self.fetch_target = target
+        self._send_fetch(target)
+
+    # ======================================================================================
+    # votes
+    # ======================================================================================
+    def _vote_log_position(self) -> tuple[int, int]:
+        return self.log.last_epoch, self.log.end_offset
+
+    def _log_up_to_date(self, last_epoch: int, last_offset: int) -> bool:
+        return (last_epoch, last_offset) >= self._vote_log_position()
+
+    def _vote_reply(self, granted: bool, pre_vote: bool, error: int = Errors.NONE) -> VoteResponse:
+        return VoteResponse(error, self.leader_id, self.epoch, granted, pre_vote)
+
+    def _on_vote_request(self, req: VoteRequest) -> VoteResponse:
+        if req.cluster_id != self.config.cluster_id:
+            return self._vote_reply(False, req.pre_vote, Errors.INCONSISTENT_CLUSTER_ID)
+        if req.candidate_id not in self.config.voters:
+            return self._vote_reply(False, req.pre_vote, Errors.INCONSISTENT_VOTER_SET)
+        if not self.is_voter:
+            return self._vote_reply(False, req.pre_vote)
+        if req.candidate_epoch < self.epoch:
+            return self._vote_reply(False, req.pre_vote)
+        log_ok = self._log_up_to_date(req.last_offset_epoch, req.last_offset)
+        if req.pre_vote:
+            # contact, not fetch_deadline: a replica that lost a pre-vote goes back to
+            # following with a fresh timer, and must not block the others' pre-votes
+            leader_alive = self.role is Role.LEADER or (
+                self.role is Role.FOLLOWER
+                and self._now - self.last_leader_contact_ms < self.config.fetch_timeout_ms
+            )
+            granted = req.candidate_epoch > self.epoch and log_ok and not leader_alive
+            return self._vote_reply(granted, True)
+        if req.candidate_epoch > self.epoch:
+            self._become_unattached(req.candidate_epoch, -1)
+        granted = (
+            self.role in (Role.UNATTACHED, Role.PROSPECTIVE)
+            and self.leader_id == -1
+            and self.voted_id in (-1, req.candidate_id)
+            and log_ok
+        )
+        if granted:
+            if self.role is Role.PROSPECTIVE:
+                self.role = Role.UNATTACHED
+            self._set_epoch_state(self.epoch, -1, req.candidate_id, persist=True)
+            self._reset_election_timer()
+        return self._vote_reply(granted, False)
+
+    def _on_vote_response(self, src: int, resp: VoteResponse, sent_epoch: int) -> None:
+        if resp.error_code != Errors.NONE:
+            return
+        self._maybe_learn(resp.leader_epoch, resp.leader_id)
+        if resp.pre_vote:
+            if self.role is not Role.PROSPECTIVE or sent_epoch != self.epoch:
+                return
+        elif self.role is not Role.CANDIDATE or sent_epoch != self.epoch:
+            return
+        if src not in self.config.voters:
+            return
+        (self.votes_granted if resp.vote_granted else self.votes_rejected).add(src)
+        if len(self.votes_granted) >= self.config.majority:
+            if self.role is Role.PROSPECTIVE:
+                self._become_candidate()
+            else:
+                self._become_leader()
+        elif len(self.votes_rejected) > len(self.config.voters) - self.config.majority:
+            if self.role is Role.PROSPECTIVE:
+                self._prospective_lost()
+            else:
+                self.candidate_backing_off = True
+                self.election_deadline_ms = self._now + self.rng.randint(
+                    0, self.config.election_backoff_max_ms
+                )
+
+    # ======================================================================================
+    # Begin/EndQuorumEpoch
+    # ======================================================================================
+    def _on_begin_epoch(self, req: BeginQuorumEpochRequest) -> BeginQuorumEpochResponse:
+        if req.cluster_id != self.config.cluster_id:
+            return BeginQuorumEpochResponse(
+                Errors.INCONSISTENT_CLUSTER_ID, self.leader_id, self.epoch
+            )
+        if req.leader_epoch < self.epoch:
+            return BeginQuorumEpochResponse(Errors.FENCED_LEADER_EPOCH, self.leader_id, self.epoch)
+        if req.leader_id == self.node_id or req.leader_id not in self.config.voters:
+            return BeginQuorumEpochResponse(Errors.INVALID_REQUEST, self.leader_id, self.epoch)
+        if req.leader_epoch > self.epoch or self.role is not Role.FOLLOWER:
+            assert not (req.leader_epoch == self.epoch and self.role is Role.LEADER), req
+            self._become_follower(req.leader_epoch, req.leader_id)
+        self.last_leader_contact_ms = self._now
+        return BeginQuorumEpochResponse(Errors.NONE, self.leader_id, self.epoch)
+
+    def _on_end_epoch(self, req: EndQuorumEpochRequest) -> EndQuorumEpochResponse:
+        if req.cluster_id != self.config.cluster_id:
+            return EndQuorumEpochResponse(
+                Errors.INCONSISTENT_CLUSTER_ID, self.leader_id, self.epoch
+            )
+        if req.leader_epoch < self.epoch:
+            return EndQuorumEpochResponse(Errors.FENCED_LEADER_EPOCH, self.leader_id, self.epoch)
+        if req.leader_epoch > self.epoch or (
+            self.role is Role.FOLLOWER and self.leader_id == req.leader_id
+        ):
+            self._leave_leader()
+            voted = self.voted_id if req.leader_epoch == self.epoch else -1
+            self._set_epoch_state(req.leader_epoch, -1, voted, persist=True)
+            self.role = Role.UNATTACHED
+            self.fetch_in_flight = False
+            if self.is_voter:
+                # preferred successors campaign first; the rest back off exponentially
+                try:
+                    rank = req.preferred_successors.index(self.node_id)
+                except ValueError:
+                    rank = len(self.config.voters)
+                backoff = min(self.config.election_backoff_max_ms, 50 * (2**rank) - 50)
+                self.election_deadline_ms = self._now + self.rng.randint(0, max(backoff, 1))
+            else:
+                self._reset_election_timer()
+        return EndQuorumEpochResponse(Errors.NONE, self.leader_id, self.epoch)
+
+    # ======================================================================================
+    # Fetch: leader side
+    # ======================================================================================
+    def _fetch_error(self, error: int) -> FetchResponse:
+        return FetchResponse(
+            error, self.leader_id, self.epoch, log_start_offset=self.log.start_offset
+        )
+
+    def _on_fetch(self, src: int, corr: int, req: FetchRequest) -> FetchResponse | None:
+        if req.cluster_id != self.config.cluster_id:
+            return self._fetch_error(Errors.INCONSISTENT_CLUSTER_ID)
+        if self.role is not Role.LEADER:
+            return self._fetch_error(Errors.NOT_LEADER_OR_FOLLOWER)
+        if req.current_leader_epoch < self.epoch:
+            return self._fetch_error(Errors.FENCED_LEADER_EPOCH)
+        if req.current_leader_epoch > self.epoch:
+            return self._fetch_error(Errors.UNKNOWN_LEADER_EPOCH)
+        if req.fetch_offset < 0 or req.max_bytes < 0:
+            return self._fetch_error(Errors.INVALID_REQUEST)
+        ls = self.leader_state
+        assert ls is not None
+        ls.parked.pop(req.replica_id, None)
+        # snapshot / divergence checks first: such replies carry no progress
+        early = self._validate_fetch_position(req)
+        if early is not None:
+            return early
+        progress = ls.progress(req.replica_id)
+        progress.end_offset = req.fetch_offset
+        progress.last_fetch_ms = self._now
+        if req.fetch_offset >= self.log.end_offset:
+            progress.last_caught_up_ms = self._now
+        if req.replica_id in self.config.voters:
+            self._leader_maybe_advance_hw()
+        if req.fetch_offset >= self.log.end_offset and req.max_wait_ms > 0:
+            wait = min(req.max_wait_ms, self.config.fetch_max_wait_ms)
+            ls.parked[req.replica_id] = ParkedFetch(src, corr, req, self._now + wait)
+            return None
+        return self._fetch_reply(req)
+
+    def _validate_fetch_position(self, req: FetchRequest) -> FetchResponse | None:
+        lbo = self.log.start_offset
+        if req.fetch_offset < lbo:
+            return self._snapshot_reply()
+        if req.fetch_offset == lbo and req.last_fetched_epoch == self.log.start_epoch:
+            return None
+        end = self.log.end_offset_for_epoch(req.last_fetched_epoch)
+        if end.offset < 0 or (end.offset < lbo):
+            return self._snapshot_reply()
+        if end.epoch != req.last_fetched_epoch or end.offset < req.fetch_offset:
+            return FetchResponse(
+                Errors.NONE,
+                self.node_id,
+                self.epoch,
+                high_watermark=self.high_watermark,
+                log_start_offset=lbo,
+                diverging_epoch=end,
+            )
+        return None
+
+    def _snapshot_reply(self) -> FetchResponse:
+        assert self.latest_snapshot is not None, "LBO > 0 without a snapshot"
+        return FetchResponse(
+            Errors.NONE,
+            self.node_id,
+            self.epoch,
+            high_watermark=self.high_watermark,
+            log_start_offset=self.log.start_offset,
+            snapshot_id=self.latest_snapshot,
+        )
+
+    def _fetch_reply(self, req: FetchRequest) -> FetchResponse:
+        max_bytes = min(req.max_bytes, self.config.fetch_bytes_max)
+        entries = self.log.read(req.fetch_offset, max_bytes)
+        return FetchResponse(
+            Errors.NONE,
+            self.node_id,
+            self.epoch,
+            high_watermark=self.high_watermark,
+            log_start_offset=self.log.start_offset,
+            entries=entries,
+        )
+
+    def _respond_fetch_now(self, src: int, corr: int, req: FetchRequest) -> None:
+        self._emit(SendResponse(src, corr, self._fetch_reply(req)))
+
+    def _complete_parked(self, only_expired: bool) -> None:
+        ls = self.leader_state
+        assert ls is not None
+        for rid, fetch in list(ls.parked.items()):
+            if only_expired and fetch.deadline_ms > self._now:
+                continue
+            del ls.parked[rid]
+            self._respond_fetch_now(fetch.src, fetch.correlation_id, fetch.request)
+
+    def _leader_maybe_advance_hw(self) -> None:
+        ls = self.leader_state
+        assert ls is not None
+        new_hw = ls.next_high_watermark(self.high_watermark, self.log.flushed_end_offset)
+        if new_hw > self.high_watermark:
+            self.high_watermark = new_hw
+            self._complete_parked(only_expired=False)
+
+    def _leader_write_pending(self) -> None:
+        ls = self.leader_state
+        assert ls is not None
+        ls.linger_deadline_ms = None
+        if not ls.pending_values:
+            return
+        start = self.log.end_offset
+        entries = [Entry(start + i, self.epoch, v) for i, v in enumerate(ls.pending_values)]
+        ls.pending_values = []
+        self.log.append(entries)
+        self._emit(FlushLog(self.log.end_offset))
+        self._complete_parked(only_expired=False)
+
+    def _leader_tick(self) -> None:
+        ls = self.leader_state
+        assert ls is not None
+        now = self._now
+        if ls.linger_deadline_ms is not None and now >= ls.linger_deadline_ms:
+            self._leader_write_pending()
+        self._complete_parked(only_expired=True)
+        window = self.config.fetch_timeout_ms * 3 // 2
+        if now - ls.started_ms >= window and ls.voters_fetched_since(now - window) < (
+            self.config.majority
+        ):
+            self._become_resigned()  # check-quorum: we may be partitioned away
+            return
+        if now >= ls.begin_epoch_next_ms:
+            self._send_begin_epoch()
+        self._maybe_advance_log_start()
+
+    def _send_begin_epoch(self) -> None:
+        ls = self.leader_state
+        assert ls is not None
+        ls.begin_epoch_next_ms = self._now + self.config.request_timeout_ms
+        for v in sorted(self.config.voters - {self.node_id} - ls.begin_epoch_acked):
+            if ls.replicas[v].last_fetch_ms >= 0:
+                ls.begin_epoch_acked.add(v)  # it already fetches from us
+                continue
+            self._send(
+                v,
+                "begin_epoch",
+                BeginQuorumEpochRequest(
+                    cluster_id=self.config.cluster_id,
+                    leader_id=self.node_id,
+                    leader_epoch=self.epoch,
+                    voter_id=v,
+                ),
+            )
+
+    # ======================================================================================
+    # Fetch: follower side
+    # ======================================================================================
+    def _send_fetch(self, dest: int) -> None:
+        self.fetch_in_flight = True
+        self._send(
+            dest,
+            "fetch",
+            FetchRequest(
+                cluster_id=self.config.cluster_id,
+                replica_id=self.node_id,
+                current_leader_epoch=self.epoch,
+                fetch_offset=self.log.end_offset,
+                last_fetched_epoch=self.log.last_epoch,
+                max_bytes=self.config.fetch_bytes_max,
+                max_wait_ms=self.config.fetch_max_wait_ms,
+            ),
+        )
+
+    def _maybe_send_fetch(self) -> None:
+        if self.role is not Role.FOLLOWER or self.fetch_in_flight:
+            return
+        if self._now < self.backoff_until_ms:
+            return
+        if self.snapshot_download is not None:
+            self._send_fetch_snapshot()
+            return
+        if self.log.flushed_end_offset < self.log.end_offset:
+            return  # the leader counts our fetch offset as durable: flush first
+        self._send_fetch(self.leader_id)
+
+    def _on_fetch_response(self, src: int, resp: FetchResponse) -> None:
+        self._maybe_learn(resp.leader_epoch, resp.leader_id)
+        if resp.error_code != Errors.NONE:
+            self.backoff_until_ms = self._now + FETCH_ERROR_BACKOFF_MS
+            return
+        if self.role is not Role.FOLLOWER or src != self.leader_id:
+            return
+        if resp.leader_epoch != self.epoch:
+            return
+        self.fetch_deadline_ms = self._now + self.config.fetch_timeout_ms
+        self.last_leader_contact_ms = self._now
+        if resp.diverging_epoch is not None:
+            local = self.log.end_offset_for_epoch(resp.diverging_epoch.epoch)
+            target = min(resp.diverging_epoch.offset, local.offset)
+            if target < self.log.start_offset:
+                target = self.log.start_offset
+            assert target >= self.applied_offset, (
+                f"node {self.node_id}: diverging truncation to {target} below committed "
+                f"{self.applied_offset}"
+            )
+            self.log.truncate_to(target)
+            return
+        if resp.snapshot_id is not None:
+            if resp.snapshot_id.end_offset <= self.applied_offset:
+                self.backoff_until_ms = self._now + FETCH_ERROR_BACKOFF_MS
+                return  # we already have that state; fetch again
+            if self.snapshot_download != resp.snapshot_id:
+                if self.snapshot_download is not None:
+                    self.snapshots.abort_download(self.snapshot_download)
+                self.snapshot_download = resp.snapshot_id
+                self.snapshots.begin_download(resp.snapshot_id)
+            return
+        if resp.entries:
+            if resp.entries[0].offset != self.log.end_offset:
+                return  # a reply to an older fetch position
+            self.log.append(list(resp.entries))
+            self._emit(FlushLog(self.log.end_offset))
+        if resp.high_watermark > self.high_watermark:
+            self.high_watermark = max(
+                self.high_watermark, min(resp.high_watermark, self.log.end_offset)
+            )
+        self._follower_maybe_advance_log_start(resp.log_start_offset)
+
+    def _send_fetch_snapshot(self) -> None:
+        sid = self.snapshot_download
+        assert sid is not None
+        self.fetch_in_flight = True
+        self._send(
+            self.leader_id,
+            "fetch_snapshot",
+            FetchSnapshotRequest(
+                cluster_id=self.config.cluster_id,
+                replica_id=self.node_id,
+                current_leader_epoch=self.epoch,
+                snapshot_id=sid,
+                position=self.snapshots.partial_size(sid),
+                max_bytes=self.config.fetch_snapshot_bytes_max,
+            ),
+        )
+
+    def _on_fetch_snapshot_response(self, src: int, resp: FetchSnapshotResponse) -> None:
+        self._maybe_learn(resp.leader_epoch, resp.leader_id)
+        sid = self.snapshot_download
+        if sid is None or resp.snapshot_id != sid:
+            return
+        if resp.error_code != Errors.NONE:
+            # SNAPSHOT_NOT_FOUND / POSITION_OUT_OF_RANGE / NOT_LEADER_OR_FOLLOWER / fenced:
+            # drop the partial file and rediscover with a new Fetch (KIP-630)
+            self.snapshots.abort_download(sid)
+            self.snapshot_download = None
+            self.backoff_until_ms = self._now + FETCH_ERROR_BACKOFF_MS
+            return
+        if self.role is not Role.FOLLOWER or src != self.leader_id:
+            return
+        self.fetch_deadline_ms = self._now + self.config.fetch_timeout_ms
+        self.last_leader_contact_ms = self._now
+        have = self.snapshots.partial_size(sid)
+        if resp.position != have or resp.size < have + len(resp.data):
+            return  # stale or inconsistent chunk: ask again from where we are
+        self.snapshots.write_chunk(sid, resp.position, resp.data)
+        if have + len(resp.data) < resp.size:
+            return
+        self.snapshots.complete_download(sid)
+        self.snapshot_download = None
+        # the snapshot replaces everything below its end offset (KIP-630)
+        self.log.truncate_fully_and_start_at(sid.end_offset, sid.epoch)
+        self.high_watermark = max(self.high_watermark, sid.end_offset)
+        self.applied_offset = sid.end_offset
+        self.latest_snapshot = sid
+        self.snapshot_created_ms[sid] = self._now
+        self.bytes_since_snapshot = 0
+        self._emit(LoadSnapshot(sid))
+        self._delete_snapshots_below(self.log.start_offset)
+
+    # ======================================================================================
+    # FetchSnapshot: leader side, DescribeQuorum
+    # ======================================================================================
+    def _on_fetch_snapshot(self, req: FetchSnapshotRequest) -> FetchSnapshotResponse:
+        def error(code: int) -> FetchSnapshotResponse:
+            return FetchSnapshotResponse(code, self.leader_id, self.epoch, req.snapshot_id)
+
+        if req.cluster_id != self.config.cluster_id:
+            return error(Errors.INCONSISTENT_CLUSTER_ID)
+        if self.role is not Role.LEADER:
+            return error(Errors.NOT_LEADER_OR_FOLLOWER)
+        if req.current_leader_epoch < self.epoch:
+            return error(Errors.FENCED_LEADER_EPOCH)
+        if req.current_leader_epoch > self.epoch:
+            return error(Errors.UNKNOWN_LEADER_EPOCH)
+        if req.snapshot_id not in self.snapshots.list():
+            return error(Errors.SNAPSHOT_NOT_FOUND)
+        size = self.snapshots.size(req.snapshot_id)
+        if req.position < 0 or req.position > size:
+            return error(Errors.POSITION_OUT_OF_RANGE)
+        max_bytes = max(1, min(req.max_bytes, self.config.fetch_snapshot_bytes_max))
+        data = self.snapshots.read(req.snapshot_id, req.position, max_bytes)
+        return FetchSnapshotResponse(
+            Errors.NONE,
+            self.node_id,
+            self.epoch,
+            req.snapshot_id,
+            size=size,
+            position=req.position,
+            data=data,
+        )
+
+    def _describe_quorum(self) -> DescribeQuorumResponse:
+        ls = self.leader_state
+        if self.role is not Role.LEADER or ls is None:
+            return DescribeQuorumResponse(Errors.NOT_LEADER_OR_FOLLOWER, self.leader_id, self.epoch)
+
+        def state(rid: int) -> ReplicaState:
+            if rid == self.node_id:
+                return ReplicaState(rid, self.log.end_offset, self._now, self._now)
+            p = ls.replicas[rid]
+            return ReplicaState(rid, p.end_offset, p.last_fetch_ms, p.last_caught_up_ms)
+
+        return DescribeQuorumResponse(
+            Errors.NONE,
+            self.node_id,
+            self.epoch,
+            self.high_watermark,
+            current_voters=tuple(state(v) for v in sorted(self.config.voters)),
+            observers=tuple(state(r) for r in sorted(ls.replicas) if r not in self.config.voters),
+        )
+
+    # ======================================================================================
+    # commits, snapshots, log begin offset
+    # ======================================================================================
+    def _after_event(self) -> None:
+        self._deliver_commits()
+        self._maybe_send_fetch()
+
+    def _deliver_commits(self) -> None:
+        if self.snapshot_download is not None:
+            return
+        upper = min(self.high_watermark, self.log.end_offset)
+        while self.applied_offset < upper:
+            assert self.applied_offset >= self.log.start_offset, (
+                self.applied_offset,
+                self.log.start_offset,
+            )
+            entries = self.log.read(self.applied_offset, COMMIT_CHUNK_BYTES, upper)
+            assert entries and entries[0].offset == self.applied_offset
+            self.applied_offset = entries[-1].offset + 1
+            self.bytes_since_snapshot += sum(e.size for e in entries)
+            self._emit(CommitEntries(entries, self.high_watermark))
+        self._maybe_snapshot()
+
+    def _maybe_snapshot(self) -> None:
+        if self.snapshot_in_progress is not None or self.applied_offset == 0:
+            return
+        base = self.latest_snapshot.end_offset if self.latest_snapshot else 0
+        if self.applied_offset <= base:
+            return
+        due = (
+            self.applied_offset - base >= self.config.snapshot_minimum_records
+            or self.bytes_since_snapshot >= self.config.snapshot_max_bytes_between
+            or self._now - self.last_snapshot_ms >= self.config.snapshot_max_interval_ms
+        )
+        if not due:
+            return
+        sid = SnapshotId(self.applied_offset, self.log.epoch_at(self.applied_offset - 1))
+        self.snapshot_in_progress = sid
+        self._emit(CreateSnapshot(sid))
+
+    def _maybe_advance_log_start(self) -> None:
+        """Leader: LBO -> X when a snapshot covers X - 1 and every live replica has
+        replicated X, or the snapshot is older than max.replication.lag.ms (KIP-630)."""
+        sid = self.latest_snapshot
+        ls = self.leader_state
+        if sid is None or ls is None or sid.end_offset <= self.log.start_offset:
+            return
+        live_since = self._now - self.config.fetch_timeout_ms
+        lagging = any(
+            p.last_fetch_ms >= live_since and p.end_offset < sid.end_offset
+            for p in ls.replicas.values()
+        )
+        created = self.snapshot_created_ms.get(sid, self._now)
+        if lagging and self._now - created < self.config.max_replication_lag_ms:
+            return
+        self._set_log_start(sid)
+
+    def _follower_maybe_advance_log_start(self, leader_lbo: int) -> None:
+        candidates = [
+            s
+            for s in self.snapshots.list()
+            if self.log.start_offset < s.end_offset <= min(leader_lbo, self.applied_offset)
+        ]
+        if candidates:
+            self._set_log_start(candidates[-1])
+
+    def _set_log_start(self, sid: SnapshotId) -> None:
+        assert sid.end_offset <= self.applied_offset, (sid, self.applied_offset)
+        self.log.delete_before(sid.end_offset, sid.epoch)
+        self._delete_snapshots_below(self.log.start_offset)
+
+    def _delete_snapshots_below(self, lbo: int) -> None:
+        snaps = self.snapshots.list()
+        for s in snaps[:-1]:  # keep at least one
+            if s.end_offset < lbo:
+                self.snapshots.delete(s)
+                self.snapshot_created_ms.pop(s, None)
+
+    # ======================================================================================
+    # plumbing
+    # ======================================================================================
+    def _send(self, dest: int, kind: str, request: Request) -> None:
+        corr = self.next_correlation_id
+        self.next_correlation_id += 1
+        self.pending[corr] = (dest, kind, self.epoch, self._now)
+        self._emit(SendRequest(dest, corr, request))
+
+    def _expire_pending(self) -> None:
+        limit = self._now - self.config.request_timeout_ms
+        for corr, (_, kind, _, sent) in list(self.pending.items()):
+            if sent <= limit:
+                del self.pending[corr]
+                if kind in ("fetch", "fetch_snapshot"):
+                    self.fetch_in_flight = False
+
+    def _emit(self, action: Action) -> None:
+        self._out.append(action)
+
+    def _drain(self) -> list[Action]:
+        out, self._out = self._out, []
+        return out
+
+    def describe(self) -> str:
+        return (
+            f"node {self.node_id} {self.role.value} epoch={self.epoch} leader={self.leader_id} "
+            f"voted={self.voted_id} log=[{self.log.start_offset},{self.log.end_offset}) "
+            f"flushed={self.log.flushed_end_offset} hw={self.high_watermark} "
+            f"applied={self.applied_offset} snapshot={self.latest_snapshot}"
+        )

@@ -1,0 +1,1 @@
+"""Test support: simulation harnesses, fakes, launchers."""

@@ -33,7 +33,6 @@ from riverbed.cli.common import (
     add_json,
     kafka_error_text,
     print_json,
-    print_table,
     run_guarded,
     verb_parser,
 )
@@ -182,13 +181,20 @@ def _e2e_worker(
 ) -> dict[str, Any]:
     from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 
-    consumer = Consumer({**conf, "group.id": "riverbed-bench-e2e", "enable.auto.commit": False})
+    producer_only = ("acks", "linger.ms")
+    consumer = Consumer(
+        {
+            **{k: v for k, v in conf.items() if k not in producer_only},
+            "group.id": "riverbed-bench-e2e",
+            "enable.auto.commit": False,
+        }
+    )
     md = consumer.list_topics(topic, timeout=ADMIN_TIMEOUT_S)
     parts = sorted(md.topics[topic].partitions)
     consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in parts])
     # Wait until the assignment has resolved its end offsets, so no record is missed.
     consumer.consume(num_messages=1, timeout=1.0)
-    producer = Producer({k: v for k, v in conf.items() if k not in ("fetch.wait.max.ms",)})
+    producer = Producer({k: v for k, v in conf.items() if k != "fetch.wait.max.ms"})
     pad = b"x" * max(0, size - 8)
     samples = array("d")
     received = 0
@@ -473,15 +479,3 @@ def report(result: BenchResult, as_json: bool) -> None:
     print(line)
     if result.errors:
         print(f"errors: {result.errors}")
-    print_table(
-        None,
-        ["records", "records/s", "MB/s", *(f"{k} ms" for k in lat)],
-        [
-            (
-                result.records,
-                f"{result.records_per_s:.0f}",
-                f"{result.mb_per_s:.2f}",
-                *(f"{v:.2f}" for v in lat.values()),
-            )
-        ],
-    )

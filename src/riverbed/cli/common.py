@@ -81,6 +81,7 @@ def client_config(args: argparse.Namespace) -> dict[str, Any]:
             conf.update(read_properties_file(args.command_config))
         except ConfigError as exc:
             raise CliError(str(exc)) from None
+    conf.setdefault("log_level", 4)  # librdkafka: warnings and worse, not info chatter
     conf["bootstrap.servers"] = args.bootstrap_server
     conf.update(parse_kv(getattr(args, "client_props", []), "-X"))
     return conf

@@ -1,0 +1,175 @@
+"""CLI argument handling (no broker needed)."""
+
+import argparse
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from riverbed.cli import bench, common, consume, produce, topics
+from riverbed.cli.main import VERBS, build_parser, main
+
+
+def test_help_lists_every_verb(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    for verb in VERBS:
+        assert verb in out
+
+
+@pytest.mark.parametrize("verb", ["topics", "storage", "server", "cluster", "bench"])
+def test_verb_without_subcommand_prints_its_help(verb, capsys):
+    assert main([verb]) == 0
+    assert "SUBCOMMAND" in capsys.readouterr().out
+
+
+def test_required_bootstrap_is_enforced(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["topics", "list"])
+    assert info.value.code == 2
+    assert "--bootstrap-server" in capsys.readouterr().err
+
+
+def test_parse_topics_create():
+    args = build_parser().parse_args(
+        [
+            "topics", "create", "-b", "h:1", "--topic", "t", "--partitions", "3",
+            "--config", "retention.ms=5", "--config", "cleanup.policy=compact,delete",
+        ]
+    )  # fmt: skip
+    assert args.topic == "t" and args.partitions == 3 and args.replication_factor == -1
+    assert common.parse_kv(args.config, "--config") == {
+        "retention.ms": "5",
+        "cleanup.policy": "compact,delete",
+    }
+
+
+def test_parse_kv_errors_and_lists():
+    assert common.parse_kv(["a=1,b=2"], "x") == {"a": "1", "b": "2"}
+    assert common.parse_kv(["p=[x,y]"], "x") == {"p": "x,y"}
+    with pytest.raises(common.CliError, match="key=value"):
+        common.parse_kv(["novalue"], "--config")
+
+
+def test_replica_assignment():
+    assert topics.parse_replica_assignment("1:2,2:3,3:1") == [[1, 2], [2, 3], [3, 1]]
+    with pytest.raises(common.CliError, match="replica-assignment"):
+        topics.parse_replica_assignment("1:x")
+
+
+def test_client_config_merges_file_and_x(tmp_path):
+    f = tmp_path / "client.properties"
+    f.write_text("client.id=from-file\nsocket.timeout.ms=1000\n")
+    args = SimpleNamespace(
+        bootstrap_server="h:9", command_config=str(f), client_props=["client.id=from-x"]
+    )
+    conf = common.client_config(args)
+    assert conf["bootstrap.servers"] == "h:9"
+    assert conf["client.id"] == "from-x"
+    assert conf["socket.timeout.ms"] == "1000"
+
+
+def _produce_args(*extra):
+    return build_parser().parse_args(["produce", "-b", "h:1", "-t", "t", *extra])
+
+
+def test_produce_line_parsing():
+    args = _produce_args("--parse-key", "--parse-headers", "--null-marker", "NULL")
+    key, value, headers = produce.parse_line("h1:a,h2:NULL\tk\tv\tw", args)
+    assert (key, value) == ("k", "v\tw")
+    assert headers == [("h1", "a"), ("h2", None)]
+    assert produce.parse_line("\tNULL\tNULL", args)[:2] == (None, None)
+    plain = _produce_args()
+    assert produce.parse_line("just a value", plain) == (None, "just a value", [])
+    with pytest.raises(common.CliError, match="key separator"):
+        produce.parse_line("nokey", _produce_args("--parse-key"))
+
+
+class FakeMsg:
+    def __init__(self, key, value, headers=None):
+        self._k, self._v, self._h = key, value, headers
+
+    def topic(self):
+        return "t"
+
+    def partition(self):
+        return 2
+
+    def offset(self):
+        return 41
+
+    def timestamp(self):
+        return (1, 1234)
+
+    def key(self):
+        return self._k
+
+    def value(self):
+        return self._v
+
+    def headers(self):
+        return self._h
+
+
+def _consume_args(*extra):
+    return build_parser().parse_args(["consume", "-b", "h:1", "-t", "t", *extra])
+
+
+def test_consume_formatting():
+    msg = FakeMsg(b"k", b"v\xff", [("h", b"x"), ("n", None)])
+    args = _consume_args(
+        "--print-key", "--print-offset", "--print-timestamp", "--print-headers", "--print-partition"
+    )
+    assert (
+        consume.format_record(msg, args)
+        == "Partition:2\tOffset:41\tCreateTime:1234\th:x,n:None\tk\tv\\xff"
+    )
+    as_json = json.loads(consume.format_record(FakeMsg(None, None), _consume_args("--json")))
+    assert as_json["key"] is None and as_json["value"] is None
+    assert as_json["timestamp_type"] == "CreateTime" and as_json["offset"] == 41
+
+
+def test_consume_start_options_are_exclusive(capsys):
+    with pytest.raises(SystemExit):
+        _consume_args("--from-beginning", "--offset", "3")
+
+
+def test_latency_summary_percentiles():
+    summary = bench.latency_summary([float(i) for i in range(1, 1001)])
+    assert summary["p50"] == 500.0
+    assert summary["p95"] == 950.0
+    assert summary["p99"] == 990.0
+    assert summary["p99.9"] == 999.0
+    assert summary["max"] == 1000.0
+    assert summary["avg"] == pytest.approx(500.5)
+    assert bench.latency_summary([]) == {}
+
+
+def test_bench_merge_uses_longest_process_time():
+    from array import array
+
+    parts = [
+        {"records": 10, "bytes": 1000, "seconds": 2.0, "errors": 0, "samples": array("d", [1.0]).tobytes()},
+        {"records": 30, "bytes": 3000, "seconds": 4.0, "errors": 1, "samples": array("d", [3.0]).tobytes()},
+    ]  # fmt: skip
+    r = bench._merge("produce", parts)
+    assert r.records == 40 and r.seconds == 4.0 and r.errors == 1
+    assert r.records_per_s == 10.0
+    assert r.latency_ms["max"] == 3.0
+
+
+def test_bench_rejects_bad_numbers_before_connecting(capsys):
+    assert main(["bench", "produce", "-b", "127.0.0.1:1", "--num-records", "0"]) == 1
+    assert "--num-records" in capsys.readouterr().err
+    rc = main(["bench", "produce", "-b", "127.0.0.1:1", "--processes", "0"])
+    assert rc == 1
+
+
+def test_every_verb_module_registers():
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    import importlib
+
+    for verb in VERBS:
+        importlib.import_module(f"riverbed.cli.{verb}").register(sub)
+    assert set(VERBS) <= set(sub.choices)

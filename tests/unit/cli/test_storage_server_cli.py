@@ -1,0 +1,71 @@
+"""`riverbed storage ...` and `riverbed server start` argument/config errors (no network)."""
+
+import json
+
+from riverbed.cli.main import main
+from riverbed.metadata.storage_format import read_meta_properties
+
+
+def write_config(tmp_path, **extra):
+    data = tmp_path / "data"
+    lines = [
+        "process.roles=broker,controller",
+        "node.id=5",
+        "listeners=PLAINTEXT://127.0.0.1:0",
+        f"log.dirs={data}",
+    ] + [f"{k.replace('_', '.')}={v}" for k, v in extra.items()]
+    f = tmp_path / "server.properties"
+    f.write_text("\n".join(lines) + "\n")
+    return f, data
+
+
+def test_random_uuid(capsys):
+    assert main(["storage", "random-uuid"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert len(out) == 22
+
+
+def test_format_then_refuse_then_ignore(tmp_path, capsys):
+    cfg, data = write_config(tmp_path)
+    assert (
+        main(["storage", "format", "--config", str(cfg), "--cluster-id", "MkU3OEVBNTcwNTJENDM2Qg"])
+        == 0
+    )
+    meta = read_meta_properties(data)
+    assert meta is not None and meta.cluster_id == "MkU3OEVBNTcwNTJENDM2Qg" and meta.node_id == 5
+    capsys.readouterr()
+    assert main(["storage", "format", "--config", str(cfg), "-t", "MkU3OEVBNTcwNTJENDM2Qg"]) == 1
+    assert "already formatted" in capsys.readouterr().err
+    assert main(["storage", "format", "-c", str(cfg), "-t", "MkU3OEVBNTcwNTJENDM2Qg", "-g"]) == 0
+    assert main(["storage", "info", "-c", str(cfg), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out.split("\n", 1)[1])
+    assert rows[0]["formatted"] is True and rows[0]["node_id"] == 5
+
+
+def test_format_rejects_bad_cluster_id(tmp_path, capsys):
+    cfg, _ = write_config(tmp_path)
+    assert main(["storage", "format", "--config", str(cfg), "--cluster-id", "nope"]) == 1
+    assert "valid UUID" in capsys.readouterr().err
+
+
+def test_format_random_cluster_id_by_default(tmp_path, capsys):
+    cfg, data = write_config(tmp_path)
+    assert main(["storage", "format", "--config", str(cfg)]) == 0
+    assert read_meta_properties(data) is not None
+
+
+def test_server_start_bad_config_names_key(tmp_path, capsys):
+    cfg, _ = write_config(tmp_path, num_partitions="zero")
+    assert main(["server", "start", "--config", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert "num.partitions" in err and "invalid configuration" in err
+
+
+def test_server_start_bad_override(capsys):
+    assert main(["server", "start", "--override", "log.retention.ms"]) == 2
+    assert "key=value" in capsys.readouterr().err
+
+
+def test_config_errors_in_storage_format(tmp_path, capsys):
+    assert main(["storage", "format", "--config", str(tmp_path / "missing.properties")]) == 2
+    assert "does not exist" in capsys.readouterr().err

@@ -36,7 +36,7 @@ import uuid
 from typing import Any, cast
 
 from riverbed.server.broker.dispatch import Broker
-from riverbed.server.broker.partitions import PartitionManager
+from riverbed.server.broker.partitions import PartitionManager, log_config_for
 from riverbed.server.network import SocketServer
 from riverbed.server.purgatory import Purgatory
 
@@ -81,15 +81,6 @@ class Node:
             list(cfg.log_dirs), cfg.metadata_log_dir, cfg.node_id, auto_format=cfg.auto_format
         )
         clock = SystemClock()
-        factory = self._log_manager_factory
-        if factory is None:
-            from riverbed.storage.log_manager import LogManager
-
-            factory = LogManager
-        self.log_manager = factory(list(cfg.log_dirs), clock)
-        self.partitions = PartitionManager(
-            self.log_manager, cfg.node_id, cfg.static_config(), self.purgatory
-        )
         self.metadata_log = LocalMetadataLog(cfg.metadata_log_dir)
         self.metadata = MetadataService(
             Controller(cfg.controller_config()),
@@ -97,10 +88,26 @@ class Node:
             cast(Any, clock),
             self.cluster_id,
         )
-        partitions = self.partitions
-        self.metadata.add_listener(lambda old, new, delta: partitions.apply_image(new))
+        # Replay the metadata log first: the partition logs' configs come from the image.
         await self.metadata.start()
-        partitions.apply_image(self.metadata.image)
+        metadata = self.metadata
+        static = cfg.static_config()
+
+        def config_for(topic: str) -> Any:
+            return log_config_for(metadata.image, topic, static)
+
+        factory = self._log_manager_factory
+        if factory is None:
+            from riverbed.storage.log_manager import LogManager
+
+            self.log_manager = LogManager(list(cfg.log_dirs), clock, config_for=config_for)
+        else:
+            self.log_manager = factory(list(cfg.log_dirs), clock)
+        self.partitions = PartitionManager(self.log_manager, cfg.node_id, static, self.purgatory)
+        partitions = self.partitions
+        partitions.apply_image(metadata.image)
+        partitions.delete_orphans()
+        metadata.add_listener(lambda old, new, delta: partitions.apply_image(new))
 
         broker = Broker(cfg, self.metadata, partitions, self.purgatory, self.cluster_id)
         self.server = SocketServer(

@@ -46,6 +46,7 @@ class Info:
 class Found:
     timestamp: int
     offset: int
+    leader_epoch: int = 0
 
 
 class FakeLog:
@@ -114,7 +115,7 @@ class FakeLog:
                 return Found(t, offset)
         return None
 
-    def offset_of_max_timestamp(self) -> Found | None:
+    def max_timestamp_offset(self) -> Found | None:
         recs = self._records()
         if not recs:
             return None
@@ -128,7 +129,7 @@ class FakeLog:
         self.log_start_offset = max(self.log_start_offset, offset)
 
     @property
-    def size(self) -> int:
+    def size_bytes(self) -> int:
         return self.path.stat().st_size
 
 
@@ -137,7 +138,9 @@ class FakeLogManager:
         self.root = Path(log_dirs[0])
         self.logs: dict[tuple[str, int], FakeLog] = {}
 
-    def get_or_create(self, topic: str, partition: int, config: Any) -> FakeLog:
+    def get_or_create(
+        self, topic: str, partition: int, config: Any, *, topic_id: str | None = None
+    ) -> FakeLog:
         key = (topic, partition)
         if key not in self.logs:
             self.logs[key] = FakeLog(self.root / f"{topic}-{partition}" / "0.log", config)

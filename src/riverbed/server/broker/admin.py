@@ -47,19 +47,10 @@ async def handle_describe_configs(broker: Broker, ctx: RequestContext, req: Any)
     return broker.metadata.describe_configs(req)
 
 
-def _partition_dir(plog: Any) -> str:
-    for attr in ("dir", "path", "directory"):
-        value: Any = getattr(plog, attr, None)
-        if value is not None:
-            return str(os.path.dirname(os.path.abspath(os.fspath(value))))
-    return ""
-
-
-def _partition_size(plog: Any) -> int:
-    size = getattr(plog, "size", None)
-    if isinstance(size, int):
-        return size
-    return int(size()) if callable(size) else 0
+def _partition_dir(broker: Broker, topic: str, index: int) -> str:
+    dir_of = getattr(broker.partitions.log_manager, "log_dir_of", None)
+    found = dir_of(topic, index) if dir_of is not None else None
+    return os.path.abspath(found) if found is not None else ""
 
 
 async def handle_describe_log_dirs(
@@ -73,14 +64,14 @@ async def handle_describe_log_dirs(
     for (topic, index), hosted in sorted(broker.partitions.partitions.items()):
         if wanted is not None and index not in wanted.get(topic, ()):
             continue
-        d = _partition_dir(hosted.log)
+        d = _partition_dir(broker, topic, index)
         bucket = per_dir.get(d)
         if bucket is None:
             bucket = per_dir.setdefault(dirs[0] if dirs else d, {})
         bucket.setdefault(topic, []).append(
             DescribeLogDirsResponse.DescribeLogDirsPartition(
                 partition_index=index,
-                partition_size=_partition_size(hosted.log),
+                partition_size=int(hosted.log.size_bytes),
                 offset_lag=0,
                 is_future_key=False,
             )

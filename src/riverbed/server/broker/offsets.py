@@ -66,17 +66,16 @@ def _list_one(broker: Broker, topic: str, p: Any, version: int) -> Any:
     if ts == LATEST_TIMESTAMP:
         return answer(0, -1, plog.high_watermark, epoch)
     if ts == MAX_TIMESTAMP:
-        found = plog.offset_of_max_timestamp()
+        found = plog.max_timestamp_offset()
     elif ts < 0:
         return answer(ErrorCode.INVALID_REQUEST)
     else:
         found = plog.offset_for_timestamp(ts)
     if found is None:
         return answer(0, -1, -1, -1)
-    timestamp, offset = found.timestamp, found.offset
-    if offset >= plog.high_watermark:
+    if found.offset >= plog.high_watermark:
         return answer(0, -1, -1, -1)
-    return answer(0, timestamp, offset, epoch)
+    return answer(0, found.timestamp, found.offset, getattr(found, "leader_epoch", epoch))
 
 
 async def handle_list_offsets(

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from riverbed.metadata.image import MetadataImage, PartitionRegistration, TopicImage
+from riverbed.metadata.storage_format import uuid_to_str
 from riverbed.metadata.topic_configs import effective_topic_config
 from riverbed.server.purgatory import Purgatory
 from riverbed.storage.config import LogConfig
@@ -35,6 +36,14 @@ class HostedPartition:
     registration: PartitionRegistration
     log: Any  # riverbed.storage.PartitionLog
     config: LogConfig
+
+
+def log_config_for(
+    image: MetadataImage, topic: str, static_broker_config: Mapping[str, str]
+) -> LogConfig:
+    """The storage config of ``topic``: its overrides <- broker ``log.*`` keys <- defaults."""
+    effective = effective_topic_config(image.topic_config(topic), static_broker_config)
+    return LogConfig.from_props(effective)
 
 
 class PartitionManager:
@@ -56,8 +65,7 @@ class PartitionManager:
 
     # -- image changes -------------------------------------------------------------
     def log_config_for(self, image: MetadataImage, topic: str) -> LogConfig:
-        effective = effective_topic_config(image.topic_config(topic), self.static_broker_config)
-        return LogConfig.from_props(effective)
+        return log_config_for(image, topic, self.static_broker_config)
 
     def apply_image(self, image: MetadataImage) -> None:
         """Open logs for new partitions, close+delete removed ones, refresh configs."""
@@ -73,7 +81,9 @@ class PartitionManager:
                 if hosted is None or hosted.topic_id != topic.topic_id:
                     if hosted is not None:  # same name, new topic id: the old log is gone
                         self._delete(key)
-                    plog = self.log_manager.get_or_create(name, index, config)
+                    plog = self.log_manager.get_or_create(
+                        name, index, config, topic_id=uuid_to_str(topic.topic_id)
+                    )
                     hosted = HostedPartition(name, topic.topic_id, index, reg, plog, config)
                     self.partitions[key] = hosted
                     self._sync_high_watermark(hosted)
@@ -88,6 +98,16 @@ class PartitionManager:
             if topic_img is None or index not in topic_img.partitions:
                 self._delete(key)
         del old
+
+    def delete_orphans(self) -> None:
+        """Delete logs found on disk whose topic the image no longer has (deleted while down)."""
+        all_logs = getattr(self.log_manager, "all_logs", None)
+        if all_logs is None:
+            return
+        for topic, index in list(all_logs()):
+            if (topic, index) not in self.partitions:
+                log.info("deleting log %s-%d: not in the metadata image", topic, index)
+                self.log_manager.delete(topic, index)
 
     def _update_config(self, hosted: HostedPartition) -> None:
         setter = getattr(hosted.log, "update_config", None)

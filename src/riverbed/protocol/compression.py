@@ -19,8 +19,9 @@ code   codec   wire form
                non-Java clients write).
 3      lz4     a standard LZ4 frame (magic 0x184D2204). Only the magic 0/1 message format
                had Kafka's broken header checksum; magic 2 uses the real frame format.
-               Written with independent 64 KiB blocks, which is what Kafka's Java
-               ``KafkaLZ4BlockInputStream`` decodes.
+               Written as Kafka's ``KafkaLZ4BlockOutputStream`` does: independent
+               64 KiB blocks (its reader rejects dependent blocks), no content size,
+               no checksums.
 4      zstd    a standard zstd frame (RFC 8878)
 =====  ======  ===========================================================================
 
@@ -97,6 +98,7 @@ def compress(compression: CompressionType | int, data: bytes | bytearray | memor
                 block_size=lz4.frame.BLOCKSIZE_MAX64KB,
                 block_linked=False,
                 content_checksum=False,
+                store_size=False,
             )
         )
     assert kind is CompressionType.ZSTD

@@ -202,3 +202,10 @@ def test_unknown_codec() -> None:
         decompress(5, b"x")
     with pytest.raises(ProtocolError, match="unknown compression type 7"):
         compress(7, b"x")
+
+
+def test_lz4_header_matches_kafkas_writer() -> None:
+    z = compress(CompressionType.LZ4, b"records" * 1000)
+    # FLG 0x60: version 01, independent blocks, no block/content checksum, no content size;
+    # BD 0x40: 64 KiB blocks — the descriptor KafkaLZ4BlockOutputStream writes.
+    assert z[4:6] == b"\x60\x40"

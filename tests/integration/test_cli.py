@@ -1,0 +1,115 @@
+"""The `riverbed` CLI end to end against a real riverbed broker process."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from riverbed.cli.main import main
+from riverbed.testing.cluster import BrokerProcess
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with BrokerProcess() as b:  # __enter__ starts it and waits until it is ready
+        yield b
+
+
+def run_json(capsys, *argv):
+    capsys.readouterr()
+    assert main(list(argv)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_topic_lifecycle(broker, capsys):
+    b = broker.bootstrap
+    assert main(["topics", "create", "-b", b, "--topic", "life", "--partitions", "3",
+                 "--config", "retention.ms=60000"]) == 0  # fmt: skip
+    assert "life" in run_json(capsys, "topics", "list", "-b", b, "--json")
+    (desc,) = run_json(capsys, "topics", "describe", "-b", b, "--topic", "life", "--json")
+    assert [p["partition"] for p in desc["partitions"]] == [0, 1, 2]
+    assert all(p["leader"] == 1 and p["isr"] == [1] for p in desc["partitions"])
+    assert desc["configs"] == {"retention.ms": "60000"}
+    # creating it again fails with a clear error, unless --if-not-exists
+    capsys.readouterr()
+    assert main(["topics", "create", "-b", b, "--topic", "life"]) == 1
+    assert "TOPIC_ALREADY_EXISTS" in capsys.readouterr().err
+    assert main(["topics", "create", "-b", b, "--topic", "life", "--if-not-exists"]) == 0
+    assert main(["topics", "alter-config", "-b", b, "--topic", "life",
+                 "--add-config", "segment.ms=100000", "--delete-config", "retention.ms"]) == 0  # fmt: skip
+    (desc,) = run_json(capsys, "topics", "describe", "-b", b, "--topic", "life", "--json")
+    assert desc["configs"] == {"segment.ms": "100000"}
+    assert main(["topics", "alter", "-b", b, "--topic", "life", "--partitions", "5"]) == 0
+    (desc,) = run_json(capsys, "topics", "describe", "-b", b, "--topic", "life", "--json")
+    assert len(desc["partitions"]) == 5
+    assert main(["topics", "delete", "-b", b, "--topic", "life"]) == 0
+    assert "life" not in run_json(capsys, "topics", "list", "-b", b, "--json")
+    capsys.readouterr()
+    assert main(["topics", "delete", "-b", b, "--topic", "life"]) == 1
+    assert main(["topics", "delete", "-b", b, "--topic", "life", "--if-exists"]) == 0
+
+
+def test_invalid_topic_requests_are_reported(broker, capsys):
+    b = broker.bootstrap
+    capsys.readouterr()
+    assert main(["topics", "create", "-b", b, "--topic", "bad name"]) == 1
+    assert "TOPIC_EXCEPTION" in capsys.readouterr().err
+    assert main(["topics", "create", "-b", b, "--topic", "cfg", "--config", "nope=1"]) == 1
+    assert "INVALID_CONFIG" in capsys.readouterr().err
+    assert main(["topics", "create", "-b", b, "--topic", "rf", "--replication-factor", "3"]) == 1
+    assert "INVALID_REPLICATION_FACTOR" in capsys.readouterr().err
+
+
+def test_produce_consume_with_keys_headers_timestamps(broker, capsys):
+    b = broker.bootstrap
+    assert main(["topics", "create", "-b", b, "--topic", "pc", "--partitions", "1"]) == 0
+    lines = "h:1\tk1\tv1\nh:2\tk2\tNULL\n"
+    proc = subprocess.run(
+        [sys.executable, "-m", "riverbed.cli.main", "produce", "-b", b, "-t", "pc",
+         "--parse-key", "--parse-headers", "--null-marker", "NULL", "--timestamp", "1600000000000"],
+        input=lines, text=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    capsys.readouterr()
+    assert main(["consume", "-b", b, "-t", "pc", "--from-beginning", "--max-messages", "2",
+                 "--timeout-ms", "10000", "--json"]) == 0  # fmt: skip
+    recs = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [(r["key"], r["value"], r["offset"]) for r in recs] == [("k1", "v1", 0), ("k2", None, 1)]
+    assert recs[0]["headers"] == [["h", "1"]]
+    assert recs[0]["timestamp"] == 1600000000000
+    assert recs[0]["timestamp_type"] == "CreateTime"
+    # --offset and --timestamp pick the starting record
+    assert main(["consume", "-b", b, "-t", "pc", "--partition", "0", "--offset", "1",
+                 "--max-messages", "1", "--timeout-ms", "10000", "--print-key"]) == 0  # fmt: skip
+    assert capsys.readouterr().out.strip() == "k2\tnull"
+    now = int(time.time() * 1000)
+    assert main(["produce", "-b", b, "-t", "pc", "--value", "late", "--timestamp", str(now)]) == 0
+    capsys.readouterr()
+    assert main(["consume", "-b", b, "-t", "pc", "--timestamp", str(now - 1),
+                 "--max-messages", "1", "--timeout-ms", "10000"]) == 0  # fmt: skip
+    assert capsys.readouterr().out.strip() == "late"
+
+
+def test_cluster_describe(broker, capsys):
+    info = run_json(capsys, "cluster", "describe", "-b", broker.bootstrap, "--json")
+    assert info["controller_id"] == 1
+    assert info["brokers"] == [{"id": 1, "host": "127.0.0.1", "port": broker.port}]
+    assert len(info["cluster_id"]) == 22
+
+
+def test_bench_produce_consume_e2e(broker, capsys):
+    b = broker.bootstrap
+    res = run_json(capsys, "bench", "produce", "-b", b, "--topic", "bench", "--num-records",
+                   "2000", "--record-size", "100", "--partitions", "2", "--json")  # fmt: skip
+    assert res["records"] == 2000 and res["errors"] == 0 and res["bytes"] == 200_000
+    assert res["latency_ms"]["p50"] <= res["latency_ms"]["p99"] <= res["latency_ms"]["max"]
+    res = run_json(capsys, "bench", "consume", "-b", b, "--topic", "bench", "--num-records",
+                   "2000", "--json")  # fmt: skip
+    assert res["records"] == 2000 and res["bytes"] == 200_000
+    res = run_json(capsys, "bench", "e2e", "-b", b, "--topic", "bench-e2e", "--num-records",
+                   "200", "--json")  # fmt: skip
+    assert res["records"] == 200 and res["errors"] == 0

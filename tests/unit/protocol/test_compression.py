@@ -40,7 +40,7 @@ class _RawSnappy:
         return bytes(cramjam.snappy.decompress_raw(data))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(data=st.binary(max_size=200_000), compression=st.sampled_from(ALL))
 def test_round_trip(data: bytes, compression: CompressionType) -> None:
     assert decompress(compression, compress(compression, data)) == data

@@ -158,7 +158,7 @@ def test_records_section_with_valid_crc_but_wrong_counts() -> None:
         list(iter_records(_fix_crc(fewer)))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(
     data=st.data(),
     compression=st.sampled_from(CompressionType),
@@ -187,7 +187,7 @@ def test_garbled_records_section_only_protocol_error(
     assert all(7 <= r.offset <= 11 for r in records)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(st.binary(min_size=0, max_size=200))
 def test_random_bytes_only_protocol_error(blob: bytes) -> None:
     for fn in (parse_header, validate_batch):

@@ -158,7 +158,7 @@ def test_control_batch_seen_by_kafka_python() -> None:
     assert read_control_records(batch)[0][1].type == ControlRecordType.COMMIT
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     values=st.lists(
         st.tuples(

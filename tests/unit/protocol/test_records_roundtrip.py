@@ -31,7 +31,7 @@ RECORDS = st.lists(
     min_size=1,
     max_size=30,
 )
-SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _expected(

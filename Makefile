@@ -33,7 +33,11 @@ sysdeps:
 	fi
 
 run: $(STAMP)
-	$(VENV)/bin/riverbed --help
+	@echo "riverbed: starting the embedded broker (data in ./riverbed-data); Ctrl-C stops it."
+	@echo "connect with bootstrap.servers=localhost:9092, e.g.:"
+	@echo "  $(VENV)/bin/riverbed topics list --bootstrap-server localhost:9092"
+	@echo "  kcat -b localhost:9092 -L"
+	exec $(VENV)/bin/riverbed server start
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks scripts

@@ -1,0 +1,429 @@
+"""Fetch / FetchSnapshot / DescribeQuorum handlers, the high-watermark rule, KIP-630
+snapshot triggers, log-begin-offset advancement and start-up validation."""
+
+from __future__ import annotations
+
+from riverbed.raft.actions import (
+    CommitEntries,
+    CreateSnapshot,
+    FlushLog,
+    LoadSnapshot,
+)
+from riverbed.raft.log import MemoryLog
+from riverbed.raft.messages import (
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
+    Errors,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    OffsetAndEpoch,
+    SnapshotId,
+)
+from riverbed.raft.node import NotLeaderError, RaftNode
+from riverbed.raft.quorum_state import QuorumState
+from riverbed.raft.roles import Role
+from riverbed.raft.snapshots import MemorySnapshotStore
+from riverbed.testing.raft_sim_helpers import (
+    entries,
+    fetch,
+    fetch_reply,
+    make_follower,
+    make_leader,
+    make_node,
+    of_type,
+    requests,
+    responses,
+)
+
+
+def leader_with(values: int, **cfg: object) -> tuple[RaftNode, int]:
+    node = make_node(append_linger_ms=0, **cfg)  # type: ignore[arg-type]
+    now, _ = make_leader(node)
+    if values:
+        node.append([f"set k{i} v{i}".encode() for i in range(values)], now)
+    node.log.flush(node.log.end_offset)
+    node.on_log_flushed(node.log.end_offset, now)
+    return node, now
+
+
+def test_leader_serves_entries_and_parks_an_empty_fetch() -> None:
+    node, now = leader_with(3)
+    reply = responses(node.handle_request(2, 1, fetch(2, 0, 0, 1), now), FetchResponse)[0]
+    assert [e.offset for e in reply.entries] == [0, 1, 2, 3]
+    assert reply.error_code == Errors.NONE and reply.leader_id == 1
+    # caught up with max wait: parked, answered when data arrives
+    parked_now = node.handle_request(2, 2, fetch(2, 4, 1, 1, max_wait_ms=500), now)
+    assert responses(parked_now, FetchResponse) == []
+    _, actions = node.append([b"set x y"], now)
+    parked = responses(actions, FetchResponse)
+    assert [e.offset for e in parked[0].entries] == [4]
+    # or when the wait expires (empty)
+    assert node.handle_request(3, 3, fetch(3, 5, 1, 1, max_wait_ms=500), now) == []
+    expired = responses(node.tick(now + 500), FetchResponse)
+    assert expired and expired[0].entries == ()
+
+
+def test_high_watermark_needs_a_majority_and_the_epoch_start() -> None:
+    node, now = leader_with(3)
+    assert node.high_watermark == 0  # only the leader has the entries
+    node.handle_request(2, 1, fetch(2, 1, 1, 1), now)
+    # one follower at offset 1 = past the LeaderChange at 0: HW 1
+    assert node.high_watermark == 1
+    node.handle_request(2, 2, fetch(2, 4, 1, 1), now)
+    assert node.high_watermark == 4
+    # a follower going backwards (it truncated) never moves the HW back
+    node.handle_request(2, 3, fetch(2, 2, 1, 1), now)
+    assert node.high_watermark == 4
+
+
+def test_high_watermark_does_not_count_old_epoch_entries_alone() -> None:
+    log = MemoryLog()
+    log.append(entries(0, 1, "set a 1", "set b 2"))
+    log.flush(2)
+    node = make_node(log=log, append_linger_ms=0)
+    now, _ = make_leader(node)  # epoch 2; LeaderChange at offset 2
+    assert node.leader_state.epoch_start_offset == 2  # type: ignore[union-attr]
+    # a follower that has the two old-epoch entries but not the LeaderChange
+    node.handle_request(2, 1, fetch(2, 2, 1, node.epoch), now)
+    assert node.high_watermark == 0
+    node.log.flush(3)
+    node.on_log_flushed(3, now)
+    node.handle_request(2, 2, fetch(2, 3, node.epoch, node.epoch), now)
+    assert node.high_watermark == 3
+
+
+def test_leader_hw_counts_only_its_flushed_entries() -> None:
+    node = make_node(append_linger_ms=0)
+    now, _ = make_leader(node)
+    node.append([b"set a 1", b"set b 2"], now)
+    node.handle_request(2, 1, fetch(2, 3, 1, 1), now)
+    node.handle_request(3, 2, fetch(3, 3, 1, 1), now)
+    assert node.high_watermark == 3  # two followers flushed 3 entries: a majority
+
+
+def test_commits_are_delivered_in_order_exactly_once() -> None:
+    node, now = leader_with(3)
+    actions = node.handle_request(2, 1, fetch(2, 4, 1, 1), now)
+    commits = of_type(actions, CommitEntries)
+    assert [e.offset for c in commits for e in c.entries] == [0, 1, 2, 3]
+    again = node.handle_request(2, 2, fetch(2, 4, 1, 1), now)
+    assert of_type(again, CommitEntries) == []
+
+
+def test_fetch_errors_not_leader_fenced_unknown_epoch() -> None:
+    follower = make_node(2)
+    make_follower(follower, 1, 1)
+    reply = responses(follower.handle_request(3, 1, fetch(3, 0, 0, 1), 0), FetchResponse)[0]
+    assert reply.error_code == Errors.NOT_LEADER_OR_FOLLOWER
+    assert (reply.leader_id, reply.leader_epoch) == (1, 1)
+    node, now = leader_with(0)
+    reply = responses(node.handle_request(2, 1, fetch(2, 0, 0, 0), now), FetchResponse)[0]
+    assert reply.error_code == Errors.FENCED_LEADER_EPOCH
+    reply = responses(node.handle_request(2, 2, fetch(2, 0, 0, 5), now), FetchResponse)[0]
+    assert reply.error_code == Errors.UNKNOWN_LEADER_EPOCH
+    bad = FetchRequest("test", 2, 1, -4, 0, 100)
+    reply = responses(node.handle_request(2, 3, bad, now), FetchResponse)[0]
+    assert reply.error_code == Errors.INVALID_REQUEST
+
+
+def test_fetch_with_diverging_epoch_and_follower_truncates() -> None:
+    log = MemoryLog()
+    log.append(entries(0, 1, "set a 1", "set b 2"))
+    log.flush(2)
+    leader = make_node(log=log, append_linger_ms=0, quorum_state=QuorumState(1, -1, -1))
+    now, _ = make_leader(leader)  # epoch 2 from offset 2
+    assert leader.epoch == 2
+    # the follower has offsets 0-3 from epoch 1 (2 and 3 never reached the new leader)
+    reply = responses(leader.handle_request(2, 1, fetch(2, 4, 1, 2), now), FetchResponse)[0]
+    assert reply.diverging_epoch == OffsetAndEpoch(2, 1)
+    assert reply.entries == ()
+    flog = MemoryLog()
+    flog.append(entries(0, 1, "set a 1", "set b 2", "set c 3", "set d 4"))
+    flog.flush(4)
+    follower = make_node(2, log=flog)
+    first = requests(make_follower(follower, 1, 2), FetchRequest)[0]
+    assert first[1].fetch_offset == 4 and first[1].last_fetched_epoch == 1
+    actions = follower.handle_response(1, first[0].correlation_id, reply, 1)
+    assert follower.log.end_offset == 2
+    # and then fetches from the truncation point
+    nxt = requests(actions, FetchRequest)
+    assert nxt and nxt[0][1].fetch_offset == 2 and nxt[0][1].last_fetched_epoch == 1
+    reply = responses(leader.handle_request(2, 2, nxt[0][1], now), FetchResponse)[0]
+    assert reply.diverging_epoch is None and [e.offset for e in reply.entries] == [2]
+
+
+def test_follower_appends_flushes_then_fetches_and_follows_hw() -> None:
+    node = make_node(2)
+    actions = make_follower(node, 1, 1)
+    first = requests(actions, FetchRequest)
+    assert first and first[0][1].fetch_offset == 0 and first[0][0].dest == 1
+    corr = first[0][0].correlation_id
+    actions = node.handle_response(
+        1, corr, fetch_reply(1, 1, 2, entries(0, 1, "set a 1", "set b 2", "set c 3")), 5
+    )
+    assert of_type(actions, FlushLog) == [FlushLog(3)]
+    assert requests(actions, FetchRequest) == []  # not before the flush
+    assert node.high_watermark == 2
+    assert [e.offset for c in of_type(actions, CommitEntries) for e in c.entries] == [0, 1]
+    node.log.flush(3)
+    nxt = requests(node.on_log_flushed(3, 6), FetchRequest)
+    assert nxt and nxt[0][1].fetch_offset == 3 and nxt[0][1].last_fetched_epoch == 1
+    # a stale reply (for an older position) is ignored
+    node.handle_response(1, nxt[0][0].correlation_id, fetch_reply(1, 1, 2, entries(1, 1, "x")), 7)
+    assert node.log.end_offset == 3
+
+
+def test_fetch_below_log_begin_offset_answers_with_the_snapshot_id() -> None:
+    node, now = leader_with(0)
+    sid = SnapshotId(5, 1)
+    node.snapshots.write(sid, b"snapshot-bytes")
+    node.log.append(entries(1, 1, "set a 1", "set b 2", "set c 3", "set d 4"))
+    node.log.flush(5)
+    node.high_watermark = node.applied_offset = 5
+    node.on_snapshot_written(sid, now)
+    node._set_log_start(sid)
+    assert node.log.start_offset == 5
+    reply = responses(node.handle_request(2, 1, fetch(2, 2, 1, 1), now), FetchResponse)[0]
+    assert reply.snapshot_id == sid and reply.entries == ()
+    assert reply.log_start_offset == 5
+    # at the snapshot boundary with the snapshot's epoch: served from the log
+    reply = responses(node.handle_request(2, 2, fetch(2, 5, 1, 1), now), FetchResponse)[0]
+    assert reply.snapshot_id is None
+
+
+def test_fetch_snapshot_handler_and_errors() -> None:
+    node, now = leader_with(0)
+    sid = SnapshotId(7, 1)
+    node.snapshots.write(sid, bytes(range(100)))
+
+    def ask(pos: int, snap: SnapshotId = sid, epoch: int = 1, max_bytes: int = 30):
+        req = FetchSnapshotRequest("test", 2, epoch, snap, pos, max_bytes)
+        return responses(node.handle_request(2, 1, req, now), FetchSnapshotResponse)[0]
+
+    r = ask(0)
+    assert (r.error_code, r.size, r.position, r.data) == (0, 100, 0, bytes(range(30)))
+    r = ask(90)
+    assert r.data == bytes(range(90, 100))
+    assert ask(100).data == b""
+    assert ask(101).error_code == Errors.POSITION_OUT_OF_RANGE
+    assert ask(-1).error_code == Errors.POSITION_OUT_OF_RANGE
+    assert ask(0, SnapshotId(8, 1)).error_code == Errors.SNAPSHOT_NOT_FOUND
+    assert ask(0, epoch=0).error_code == Errors.FENCED_LEADER_EPOCH
+    follower = make_node(2)
+    make_follower(follower, 1, 1)
+    req = FetchSnapshotRequest("test", 3, 1, sid, 0, 10)
+    r = responses(follower.handle_request(3, 1, req, 0), FetchSnapshotResponse)[0]
+    assert r.error_code == Errors.NOT_LEADER_OR_FOLLOWER
+
+
+def download_setup() -> tuple[RaftNode, SnapshotId, int]:
+    node = make_node(2, fetch_snapshot_bytes_max=40)
+    node.log.append(entries(0, 1, "set old 1"))
+    node.log.flush(1)
+    actions = make_follower(node, 1, 1)
+    corr = requests(actions, FetchRequest)[0][0].correlation_id
+    sid = SnapshotId(50, 1)
+    reply = FetchResponse(0, 1, 1, high_watermark=60, log_start_offset=50, snapshot_id=sid)
+    actions = node.handle_response(1, corr, reply, 1)
+    snap_reqs = requests(actions, FetchSnapshotRequest)
+    assert snap_reqs and snap_reqs[0][1].snapshot_id == sid and snap_reqs[0][1].position == 0
+    return node, sid, snap_reqs[0][0].correlation_id
+
+
+def test_follower_downloads_snapshot_in_chunks_then_truncates_fully_and_loads() -> None:
+    node, sid, corr = download_setup()
+    data = bytes(range(100))
+    pos = 0
+    loads: list[LoadSnapshot] = []
+    while True:
+        chunk = data[pos : pos + 40]
+        reply = FetchSnapshotResponse(0, 1, 1, sid, size=100, position=pos, data=chunk)
+        actions = node.handle_response(1, corr, reply, 2)
+        loads += of_type(actions, LoadSnapshot)
+        pos += len(chunk)
+        if pos >= 100:
+            break
+        nxt = requests(actions, FetchSnapshotRequest)
+        assert nxt[0][1].position == pos  # continuation from Position + len(Bytes)
+        corr = nxt[0][0].correlation_id
+        assert node.log.end_offset == 1  # the old log stays until the snapshot is complete
+    assert loads == [LoadSnapshot(sid)]
+    assert node.snapshots.get(sid) == data  # type: ignore[attr-defined]
+    assert (node.log.start_offset, node.log.end_offset, node.log.start_epoch) == (50, 50, 1)
+    assert node.applied_offset == 50 and node.high_watermark >= 50
+    # then it fetches the log after the snapshot
+    nxt = requests(actions, FetchRequest)
+    assert nxt and nxt[0][1].fetch_offset == 50 and nxt[0][1].last_fetched_epoch == 1
+
+
+def test_snapshot_download_errors_rediscover_with_a_new_fetch() -> None:
+    for code in (
+        Errors.SNAPSHOT_NOT_FOUND,
+        Errors.POSITION_OUT_OF_RANGE,
+        Errors.NOT_LEADER_OR_FOLLOWER,
+    ):
+        node, sid, corr = download_setup()
+        reply = FetchSnapshotResponse(code, 1, 1, sid)
+        actions = node.handle_response(1, corr, reply, 2)
+        assert node.snapshot_download is None
+        assert sid not in node.snapshots.list()
+        assert requests(actions, FetchSnapshotRequest) == []
+        actions = node.tick(2 + 50)  # after the error backoff: Fetch, not FetchSnapshot
+        fetches = requests(actions, FetchRequest)
+        assert fetches and fetches[0][1].fetch_offset == 1
+        assert node.log.end_offset == 1  # nothing was truncated
+
+
+def test_snapshot_is_requested_after_minimum_records() -> None:
+    node = make_node(append_linger_ms=0, snapshot_minimum_records=5)
+    now, _ = make_leader(node)
+    node.append([f"set k{i} {i}".encode() for i in range(3)], now)
+    actions = node.handle_request(2, 1, fetch(2, 4, 1, 1), now)
+    assert of_type(actions, CreateSnapshot) == []  # 4 records committed
+    node.append([b"set a b"], now)
+    node.log.flush(5)
+    node.on_log_flushed(5, now)
+    actions = node.handle_request(2, 2, fetch(2, 5, 1, 1), now)
+    creates = of_type(actions, CreateSnapshot)
+    assert creates == [CreateSnapshot(SnapshotId(5, 1))]
+    kinds = [type(a).__name__ for a in actions]
+    assert kinds.index("CommitEntries") < kinds.index("CreateSnapshot")
+    # only one at a time
+    node.append([b"set c d"] * 6, now)
+    node.log.flush(11)
+    node.on_log_flushed(11, now)
+    assert of_type(node.handle_request(2, 3, fetch(2, 11, 1, 1), now), CreateSnapshot) == []
+
+
+def test_log_begin_offset_waits_for_live_replicas_or_max_replication_lag() -> None:
+    node = make_node(append_linger_ms=0, snapshot_minimum_records=5, max_replication_lag_ms=5000)
+    now, _ = make_leader(node)
+    node.append([f"set k{i} {i}".encode() for i in range(9)], now)
+    node.log.flush(10)
+    node.on_log_flushed(10, now)
+    node.handle_request(2, 1, fetch(2, 10, 1, 1), now)  # 2 is caught up
+    node.handle_request(3, 2, fetch(3, 1, 1, 1), now)  # 3 is alive but behind
+    sid = SnapshotId(10, 1)
+    node.snapshots.write(sid, b"x")
+    node.on_snapshot_written(sid, now)
+    node.tick(now + 10)
+    assert node.log.start_offset == 0  # 3 still needs offsets below 10
+    node.handle_request(3, 3, fetch(3, 10, 1, 1), now + 20)
+    node.tick(now + 30)
+    assert node.log.start_offset == 10
+    # the LBO - 1 snapshot is kept; a fetch below it gets the snapshot id
+    assert node.snapshots.list() == [sid]
+
+
+def test_log_begin_offset_advances_past_a_lagging_replica_after_max_lag() -> None:
+    node = make_node(append_linger_ms=0, max_replication_lag_ms=1000, fetch_timeout_ms=5000)
+    now, _ = make_leader(node)
+    node.append([b"set a 1"] * 4, now)
+    node.log.flush(5)
+    node.on_log_flushed(5, now)
+    node.handle_request(2, 1, fetch(2, 5, 1, 1), now)
+    node.handle_request(3, 2, fetch(3, 0, 0, 1), now)
+    sid = SnapshotId(5, 1)
+    node.snapshots.write(sid, b"x")
+    node.on_snapshot_written(sid, now)
+    node.handle_request(3, 3, fetch(3, 0, 0, 1), now + 999)
+    node.tick(now + 999)
+    assert node.log.start_offset == 0
+    node.handle_request(3, 4, fetch(3, 0, 0, 1), now + 1000)
+    node.tick(now + 1000)
+    assert node.log.start_offset == 5
+
+
+def test_old_snapshots_are_deleted_keeping_the_one_at_lbo() -> None:
+    snaps = MemorySnapshotStore()
+    for end in (3, 6, 9):
+        snaps.write(SnapshotId(end, 1), b"s")
+    log = MemoryLog()
+    log.append(entries(0, 1, *[f"set k {i}" for i in range(12)]))
+    log.flush(12)
+    node = make_node(log=log, snapshots=snaps)
+    node.start(0)
+    node._set_log_start(SnapshotId(9, 1))
+    assert snaps.list() == [SnapshotId(9, 1)]
+    assert node.log.start_offset == 9
+
+
+def test_startup_loads_latest_snapshot_and_removes_ones_below_lbo() -> None:
+    snaps = MemorySnapshotStore()
+    snaps.write(SnapshotId(2, 1), b"a")
+    snaps.write(SnapshotId(6, 1), b"b")
+    log = MemoryLog()
+    log.append(entries(0, 1, *[f"set k {i}" for i in range(8)]))
+    log.flush(8)
+    log.delete_before(6, 1)
+    node = make_node(log=log, snapshots=snaps)
+    actions = node.start(0)
+    assert of_type(actions, LoadSnapshot) == [LoadSnapshot(SnapshotId(6, 1))]
+    assert snaps.list() == [SnapshotId(6, 1)]
+    assert node.applied_offset == 6 and node.high_watermark == 6
+
+
+def test_startup_without_snapshot_covering_lbo_treats_log_as_empty() -> None:
+    log = MemoryLog(start_offset=10, start_epoch=2)
+    log.append(entries(10, 2, "set a 1"))
+    log.flush(11)
+    node = make_node(log=log)
+    node.start(0)
+    assert (node.log.start_offset, node.log.end_offset) == (0, 0)
+    assert node.applied_offset == 0
+
+
+def test_startup_snapshot_beyond_the_log_restarts_log_at_snapshot() -> None:
+    snaps = MemorySnapshotStore()
+    sid = SnapshotId(20, 3)
+    snaps.write(sid, b"s")
+    log = MemoryLog()
+    log.append(entries(0, 1, "set a 1"))
+    log.flush(1)
+    node = make_node(log=log, snapshots=snaps)
+    actions = node.start(0)
+    assert (node.log.start_offset, node.log.end_offset, node.log.last_epoch) == (20, 20, 3)
+    assert of_type(actions, LoadSnapshot) == [LoadSnapshot(sid)]
+
+
+def test_append_only_on_the_leader_and_bounded() -> None:
+    import pytest
+
+    from riverbed.raft.node import AppendQueueFullError
+
+    node = make_node(2)
+    make_follower(node, 1, 1)
+    with pytest.raises(NotLeaderError) as info:
+        node.append([b"x"], 0)
+    assert info.value.leader_id == 1
+    leader = make_node(append_queue_records_max=3, append_linger_ms=25)
+    now, _ = make_leader(leader)
+    last, _ = leader.append([b"set a 1", b"set b 2"], now)
+    assert last == 2  # after the LeaderChange at 0
+    with pytest.raises(AppendQueueFullError):
+        leader.append([b"set c 3", b"set d 4"], now)
+    assert leader.log.end_offset == 1  # lingering
+    leader.tick(now + 25)
+    assert leader.log.end_offset == 3
+
+
+def test_describe_quorum() -> None:
+    node, now = leader_with(2)
+    node.handle_request(2, 1, fetch(2, 3, 1, 1), now + 5)
+    node.handle_request(7, 2, fetch(7, 1, 1, 1), now + 6)
+    reply = responses(
+        node.handle_request(9, 3, DescribeQuorumRequest(), now + 7), DescribeQuorumResponse
+    )[0]
+    assert reply.error_code == 0 and reply.leader_id == 1 and reply.leader_epoch == 1
+    assert reply.high_watermark == 3
+    voters = {r.replica_id: r for r in reply.current_voters}
+    assert voters[1].log_end_offset == 3 and voters[2].log_end_offset == 3
+    assert voters[3].log_end_offset == -1
+    assert [o.replica_id for o in reply.observers] == [7]
+    follower = make_node(2)
+    make_follower(follower, 1, 1)
+    r = responses(follower.handle_request(9, 1, DescribeQuorumRequest(), 0), DescribeQuorumResponse)
+    assert r[0].error_code == Errors.NOT_LEADER_OR_FOLLOWER and r[0].leader_id == 1
+    assert follower.role is Role.FOLLOWER

@@ -174,3 +174,33 @@ def test_memory_snapshot_store_partial_downloads_do_not_survive_a_crash() -> Non
     store.write_chunk(b, 2, b"3")
     store.complete_download(b)
     assert store.list() == [a, b] and store.read(b, 1, 5) == b"23"
+
+
+def test_file_snapshot_store(tmp_path: object) -> None:
+    from riverbed.raft.snapshot_files import FileSnapshotStore, SnapshotFileError
+    from riverbed.raft.snapshots import SnapshotNotFoundError
+
+    store = FileSnapshotStore(os.path.join(str(tmp_path), "__cluster_metadata-0"))
+    a, b = SnapshotId(10, 1), SnapshotId(20, 2)
+    data = encode_snapshot(a, [b"x", b"y"])
+    store.write(a, data)
+    assert store.list() == [a] and store.size(a) == len(data)
+    assert store.read(a, 5, 7) == data[5:12]
+    assert read_snapshot(store.read_all(a)).records == [b"x", b"y"]
+    names = sorted(os.listdir(store.directory))
+    assert names == ["00000000000000000010-0000000001.checkpoint"]
+    store.begin_download(b)
+    store.write_chunk(b, 0, b"abc")
+    with pytest.raises(SnapshotFileError, match="position 7"):
+        store.write_chunk(b, 7, b"x")
+    assert store.partial_size(b) == 3 and store.list() == [a]  # .part is not listed
+    # a restart removes the partial download
+    assert store.remove_partial_files() == ["00000000000000000020-0000000002.checkpoint.part"]
+    store.begin_download(b)
+    store.write_chunk(b, 0, b"abc")
+    store.complete_download(b)
+    assert store.list() == [a, b] and store.read_all(b) == b"abc"
+    store.delete(a)
+    assert store.list() == [b]
+    with pytest.raises(SnapshotNotFoundError):
+        store.read(a, 0, 1)

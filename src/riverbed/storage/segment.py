@@ -198,6 +198,9 @@ class LogSegment:
             self.time_index.load()
             self.offset_index.sanity_check(self.size)
             self.time_index.sanity_check(self._offset_bound())
+            if self.size and not len(self.time_index):
+                # the first batch of a segment is always time-indexed
+                raise CorruptIndexError(f"{self.time_index.path}: empty for a non-empty segment")
         except CorruptIndexError as e:
             log.warning("rebuilding indexes of %s: %s", self.log_path, e)
             self.rebuild_indexes()

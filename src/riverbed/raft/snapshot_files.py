@@ -14,6 +14,7 @@ directory fsynced, so a crash leaves either the whole snapshot or a ``.part`` th
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import os
 from pathlib import Path
@@ -59,7 +60,7 @@ class FileSnapshotStore:
                 ids.append(sid)
         return sorted(ids)
 
-    def remove_partial_files(self) -> list[str]:
+    def remove_partial_files(self) -> builtins.list[str]:
         """Start-up: delete ``.checkpoint.part`` files left by a crash; returns their names."""
         removed = []
         for name in sorted(os.listdir(self.directory)):

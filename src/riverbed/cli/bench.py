@@ -17,12 +17,15 @@ records/s, MB/s (MiB = 2^20 bytes, as Kafka's tools), and latency avg/p50/p95/p9
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import multiprocessing
 import os
 import struct
+import sys
 import time
 from array import array
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -102,6 +105,16 @@ def _merge(kind: str, parts: list[dict[str, Any]]) -> BenchResult:
 
 
 # --------------------------------------------------------------------------- workers
+#: Progress callback (records done) set by the CLI in the parent process; spawned worker
+#: processes start with None, so only single-process runs draw a progress bar.
+_PROGRESS: Callable[[int], None] | None = None
+
+
+def _tick(n: int) -> None:
+    if _PROGRESS is not None:
+        _PROGRESS(n)
+
+
 def _produce_worker(
     conf: dict[str, Any], topic: str, n: int, size: int, rate: float
 ) -> dict[str, Any]:
@@ -140,6 +153,8 @@ def _produce_worker(
                 producer.poll(0.05)
         if i % 1000 == 0:
             producer.poll(0)
+            if i:
+                _tick(1000)
     left = producer.flush(120)
     seconds = time.perf_counter() - start
     return {
@@ -171,6 +186,8 @@ def _consume_worker(
             count += 1
             nbytes += len(msg.value() or b"")
             last = time.perf_counter()
+            if count % 1000 == 0:
+                _tick(1000)
     seconds = last - start
     consumer.close()
     return {"records": count, "bytes": nbytes, "seconds": seconds, "errors": errors, "samples": b""}
@@ -422,6 +439,41 @@ def bench_cmd(args: argparse.Namespace) -> int:
     if getattr(args, "record_size", 8) < 1:
         raise CliError("--record-size must be at least 1")
     kind = args.bench_kind
+    with _progress_bar(args, kind):
+        result = _run_kind(args, kind, bootstrap, extra)
+    report(result, args.json)
+    return 1 if result.errors else 0
+
+
+@contextlib.contextmanager
+def _progress_bar(args: argparse.Namespace, kind: str) -> Iterator[None]:
+    """A transient rich progress bar on stderr for interactive runs."""
+    global _PROGRESS
+    if args.json or not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress(
+        f"bench {kind}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as progress:
+        task = progress.add_task(kind, total=args.num_records)
+        _PROGRESS = lambda n: progress.update(task, advance=n)  # noqa: E731
+        try:
+            yield
+        finally:
+            _PROGRESS = None
+
+
+def _run_kind(
+    args: argparse.Namespace, kind: str, bootstrap: str, extra: dict[str, Any]
+) -> BenchResult:
     if kind == "produce":
         result = run_produce(
             bootstrap,
@@ -457,8 +509,7 @@ def bench_cmd(args: argparse.Namespace) -> int:
             timeout_s=args.timeout_s,
             extra=extra,
         )
-    report(result, args.json)
-    return 1 if result.errors else 0
+    return result
 
 
 def report(result: BenchResult, as_json: bool) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 
+from riverbed.protocol.messages import LeaderChangeMessage, encode
 from riverbed.raft.actions import (
     Action,
     CommitEntries,
@@ -81,8 +82,15 @@ class AppendQueueFullError(Exception):
 
 
 def leader_change_value(leader_id: int, voters: Iterable[int]) -> bytes:
-    """Payload of the LeaderChange control entry (``wire`` encodes LeaderChangeMessage)."""
-    return f"leader={leader_id};voters={','.join(map(str, sorted(voters)))}".encode()
+    """Value of the LeaderChange control record: Kafka's LeaderChangeMessage v0."""
+    ids = sorted(voters)
+    msg = LeaderChangeMessage(
+        version=0,
+        leader_id=leader_id,
+        voters=[LeaderChangeMessage.Voter(voter_id=v) for v in ids],
+        granting_voters=[LeaderChangeMessage.Voter(voter_id=v) for v in ids],
+    )
+    return encode(msg, 0)
 
 
 class RaftNode:
@@ -308,9 +316,10 @@ class RaftNode:
         info = self.pending.pop(correlation_id, None)
         if info is None or info[0] != src:
             return []  # timed out, duplicated or unsolicited: the request was retried
-        sent_epoch = info[2]
+        _, kind, sent_epoch, _ = info
         if isinstance(response, VoteResponse):
-            self._on_vote_response(src, response, sent_epoch)
+            # whether it answers a pre-vote is ours to know (Kafka's reply has no flag)
+            self._on_vote_response(src, response, sent_epoch, pre_vote=kind == "pre_vote")
         elif isinstance(response, FetchResponse):
             self.fetch_in_flight = False
             self._on_fetch_response(src, response)
@@ -404,7 +413,7 @@ class RaftNode:
         for v in sorted(self.config.voters - {self.node_id}):
             self._send(
                 v,
-                "vote",
+                "pre_vote",
                 VoteRequest(
                     cluster_id=self.config.cluster_id,
                     candidate_epoch=self.epoch + 1,
@@ -581,11 +590,13 @@ class RaftNode:
             self._reset_election_timer()
         return self._vote_reply(granted, False)
 
-    def _on_vote_response(self, src: int, resp: VoteResponse, sent_epoch: int) -> None:
+    def _on_vote_response(
+        self, src: int, resp: VoteResponse, sent_epoch: int, pre_vote: bool
+    ) -> None:
         if resp.error_code != Errors.NONE:
             return
         self._maybe_learn(resp.leader_epoch, resp.leader_id)
-        if resp.pre_vote:
+        if pre_vote:
             if self.role is not Role.PROSPECTIVE or sent_epoch != self.epoch:
                 return
         elif self.role is not Role.CANDIDATE or sent_epoch != self.epoch:

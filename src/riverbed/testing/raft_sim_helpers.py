@@ -84,7 +84,7 @@ def make_leader(node: RaftNode, now: int = 0) -> tuple[int, list[Action]]:
     out: list[Action] = []
     if node.role is Role.PROSPECTIVE:
         pending = [
-            (corr, dest) for corr, (dest, kind, _, _) in node.pending.items() if kind == "vote"
+            (corr, dest) for corr, (dest, kind, _, _) in node.pending.items() if kind == "pre_vote"
         ]
         for corr, dest in pending:
             out += node.handle_response(

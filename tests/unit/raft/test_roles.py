@@ -93,7 +93,7 @@ def test_prospective_from_follower_returns_to_that_leader_on_lost_pre_vote() -> 
     now, _ = timeout(node, 0)  # fetch timeout
     assert node.role is Role.PROSPECTIVE
     for corr, (dest, kind, _, _) in list(node.pending.items()):
-        if kind == "vote":
+        if kind == "pre_vote":
             node.handle_response(dest, corr, VoteResponse(0, 2, 3, False, True), now)
     assert node.role is Role.FOLLOWER and node.leader_id == 2 and node.epoch == 3
 

@@ -32,6 +32,7 @@ def test_topic_lifecycle(broker, capsys):
     assert "life" in run_json(capsys, "topics", "list", "-b", b, "--json")
     (desc,) = run_json(capsys, "topics", "describe", "-b", b, "--topic", "life", "--json")
     assert [p["partition"] for p in desc["partitions"]] == [0, 1, 2]
+    assert len(desc["topic_id"]) == 22
     assert all(p["leader"] == 1 and p["isr"] == [1] for p in desc["partitions"])
     assert desc["configs"] == {"retention.ms": "60000"}
     # creating it again fails with a clear error, unless --if-not-exists
@@ -97,7 +98,7 @@ def test_produce_consume_with_keys_headers_timestamps(broker, capsys):
 def test_cluster_describe(broker, capsys):
     info = run_json(capsys, "cluster", "describe", "-b", broker.bootstrap, "--json")
     assert info["controller_id"] == 1
-    assert info["brokers"] == [{"id": 1, "host": "127.0.0.1", "port": broker.port}]
+    assert info["brokers"] == [{"id": 1, "host": "127.0.0.1", "port": broker.port, "rack": None}]
     assert len(info["cluster_id"]) == 22
 
 

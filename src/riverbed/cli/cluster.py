@@ -35,9 +35,18 @@ def describe_cmd(args: argparse.Namespace) -> int:
     except Exception as exc:
         raise CliError(f"cannot reach {args.bootstrap_server}: {kafka_error_text(exc)}") from None
     brokers = [
-        {"id": b.id, "host": b.host, "port": b.port}
+        {"id": b.id, "host": b.host, "port": b.port, "rack": None}
         for b in sorted(md.brokers.values(), key=lambda b: b.id)
     ]
+    try:
+        # DescribeCluster adds racks; older brokers only answer Metadata.
+        desc = admin.describe_cluster(request_timeout=ADMIN_TIMEOUT_S).result()
+        brokers = [
+            {"id": n.id, "host": n.host, "port": n.port, "rack": n.rack}
+            for n in sorted(desc.nodes, key=lambda n: n.id)
+        ]
+    except Exception:
+        pass
     info = {
         "cluster_id": md.cluster_id,
         "controller_id": md.controller_id,

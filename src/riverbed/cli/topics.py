@@ -199,6 +199,28 @@ def _topic_configs(admin: Any, names: list[str]) -> dict[str, dict[str, str]]:
     return out
 
 
+def _topic_ids(admin: Any, names: list[str]) -> dict[str, str]:
+    """Topic ids in Kafka's base64url form (empty when the broker cannot say)."""
+    import base64
+
+    from confluent_kafka import TopicCollection
+
+    if not names:
+        return {}
+    out: dict[str, str] = {}
+    try:
+        futures = admin.describe_topics(TopicCollection(names))
+    except Exception:
+        return out
+    for name, desc in wait_futures(futures).items():
+        if isinstance(desc, Exception) or desc.topic_id is None:
+            continue
+        # librdkafka prints ids in standard base64; Kafka's tools use the URL-safe form.
+        raw = base64.b64decode(str(desc.topic_id) + "==")
+        out[name] = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return out
+
+
 def describe_cmd(args: argparse.Namespace) -> int:
     admin, md = _metadata(args)
     wanted = args.topic or sorted(md.topics)
@@ -221,7 +243,9 @@ def describe_cmd(args: argparse.Namespace) -> int:
         ]
         topics.append({"topic": name, "partitions": parts})
     configs = _topic_configs(admin, [t["topic"] for t in topics])
+    ids = _topic_ids(admin, [t["topic"] for t in topics])
     for t in topics:
+        t["topic_id"] = ids.get(t["topic"])
         t["configs"] = configs.get(t["topic"], {})
     if args.json:
         print_json(topics)
@@ -229,7 +253,8 @@ def describe_cmd(args: argparse.Namespace) -> int:
     for t in topics:
         cfg = ",".join(f"{k}={v}" for k, v in sorted(t["configs"].items()))
         print(
-            f"Topic: {t['topic']}\tPartitionCount: {len(t['partitions'])}\t"
+            f"Topic: {t['topic']}\tTopicId: {t['topic_id']}\t"
+            f"PartitionCount: {len(t['partitions'])}\t"
             f"ReplicationFactor: {len(t['partitions'][0]['replicas']) if t['partitions'] else 0}"
             f"\tConfigs: {cfg}"
         )

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from riverbed.metadata.controller import OP_APPEND, OP_DELETE, OP_SET
 from riverbed.metadata.image import MetadataImage, image_to_records, replay_all
-from riverbed.metadata.records import ResourceType
+from riverbed.metadata.records import ResourceType, decode_record, encode_record
 from riverbed.protocol.messages import (
     CreatePartitionsRequest,
     CreateTopicsRequest,
@@ -102,4 +102,7 @@ def test_replay_of_log_equals_live_image(ops, brokers):
             for p in t.partitions.values():
                 assert p.leader in p.replicas and set(p.isr) <= set(p.replicas)
     assert replay_all(MetadataImage.EMPTY, log) == image
+    # the same through the on-disk encoding
+    decoded = [decode_record(encode_record(r)) for r in log]
+    assert replay_all(MetadataImage.EMPTY, decoded) == image
     assert replay_all(MetadataImage.EMPTY, image_to_records(image)) == image

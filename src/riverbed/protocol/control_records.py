@@ -22,6 +22,7 @@ does, so that a newer writer's records stay readable.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final
@@ -47,6 +48,7 @@ __all__ = [
     "ControlRecordType",
     "EndTxnMarker",
     "build_control_batch",
+    "build_control_records_batch",
     "build_end_txn_marker_batch",
     "decode_control_key",
     "decode_end_txn_marker",
@@ -180,9 +182,30 @@ def build_control_batch(
     For KRaft's LEADER_CHANGE, SNAPSHOT_HEADER/FOOTER, KRAFT_VERSION and KRAFT_VOTERS
     records; ``value`` is the schema message already encoded by the message engine.
     """
-    record = SimpleRecord(value, key=encode_control_key(kind), timestamp=now_ms)
+    return build_control_records_batch(
+        [(kind, value)],
+        now_ms=now_ms,
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        compression=compression,
+    )
+
+
+def build_control_records_batch(
+    entries: Sequence[tuple[ControlRecordType | int, bytes]],
+    *,
+    now_ms: int,
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    compression: CompressionType | int = CompressionType.NONE,
+) -> bytes:
+    """A non-transactional control batch of several (kind, encoded value) records.
+
+    KRaft writes e.g. KRAFT_VERSION and KRAFT_VOTERS together in one batch.
+    """
+    records = [SimpleRecord(v, key=encode_control_key(k), timestamp=now_ms) for k, v in entries]
     return build_batch(
-        [record],
+        records,
         base_offset=base_offset,
         compression=compression,
         producer_id=NO_PRODUCER_ID,

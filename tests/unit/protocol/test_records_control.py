@@ -13,6 +13,7 @@ from riverbed.protocol.control_records import (
     ControlRecordType,
     EndTxnMarker,
     build_control_batch,
+    build_control_records_batch,
     build_end_txn_marker_batch,
     decode_control_key,
     decode_end_txn_marker,
@@ -133,3 +134,16 @@ def test_read_control_records_rejects_data_batches() -> None:
     bad = build_batch([SimpleRecord(b"v", key=b"\x00", timestamp=1)], is_control=True)
     with pytest.raises(ProtocolError, match="control record key"):
         read_control_records(bad)
+
+
+def test_control_batch_of_several_records() -> None:
+    entries = [
+        (ControlRecordType.KRAFT_VERSION, b"\x00\x01"),
+        (ControlRecordType.KRAFT_VOTERS, b"v"),
+    ]
+    batch = build_control_records_batch(entries, now_ms=9, base_offset=3)
+    assert validate_batch(batch).records_count == 2
+    assert read_control_records(batch) == [
+        (3, ControlRecordKey(0, 5), b"\x00\x01"),
+        (4, ControlRecordKey(0, 6), b"v"),
+    ]

@@ -233,13 +233,28 @@ def section_compression(timer: Timer) -> list[Row]:
     return rows
 
 
-# Message engine: add section functions here (same signature), e.g.
-#   section_produce_request_decode  "decode a Produce request carrying 1 MiB across 8 partitions"
-#   section_fetch_response_header   "encode a Fetch response header for 100 partitions"
+# Message engine sections live in benchmarks/codec_messages_bench.py (imported lazily: that
+# module imports Row/Timer from here).
+def section_produce_request_decode(timer: Timer) -> list[Row]:
+    """Decode a Produce request carrying 1 MiB of batches across 8 partitions."""
+    from benchmarks import codec_messages_bench
+
+    return codec_messages_bench.section_produce_request_decode(timer)
+
+
+def section_fetch_response_header(timer: Timer) -> list[Row]:
+    """Encode a Fetch response header (partition metadata, no record bytes) for 100 partitions."""
+    from benchmarks import codec_messages_bench
+
+    return codec_messages_bench.section_fetch_response_header(timer)
+
+
 SECTIONS: list[Callable[[Timer], list[Row]]] = [
     section_batch_validation,
     section_records,
     section_compression,
+    section_produce_request_decode,
+    section_fetch_response_header,
 ]
 
 

@@ -99,6 +99,7 @@ class _Gen:
         self.ns: dict[str, Any] = dict(_HELPERS)
         self.lines: list[str] = []
         self.done: set[str] = set()
+        self.isdef_done: set[str] = set()
         self.min_sizes: dict[str, int] = {}
         self.counter = 0
 
@@ -427,21 +428,38 @@ class _Gen:
     def check_absent(self, s: StructSpec, f: FieldSpec) -> list[str]:
         if f.ignorable:
             return []
-        if f.is_array:
-            cond = f"o.{f.attr} is not None" if f.default_text == "null" else f"o.{f.attr}"
-        elif f.struct is not None:
-            cond = (
-                f"o.{f.attr} is not None"
-                if f.default_text == "null"
-                else f"o.{f.attr} != {self.const(f.struct.cls)}()"
-            )
-        else:
-            cond = f"o.{f.attr} != {self.const(f.default())}"
+        cond = self.non_default_cond(f, f"o.{f.attr}")
         return [
             f"if {cond}: raise UnsupportedVersionError("
             f"'attempted to write a non-default {f.name} at version {self.version}', "
             f"field={s.path + '.' + f.name!r})"
         ]
+
+    def non_default_cond(self, f: FieldSpec, expr: str) -> str:
+        """A Python condition true when ``expr`` (the field's value) is not its default.
+
+        Struct defaults are checked field by field (``isdef_<Struct>``) rather than by
+        building a default instance and comparing, which made encoding Fetch responses
+        (three tagged structs per partition) several times slower.
+        """
+        if f.is_array:
+            return f"{expr} is not None" if f.default_text == "null" else expr
+        if f.struct is not None:
+            if f.default_text == "null":
+                return f"{expr} is not None"
+            return f"not {self.gen_isdef(f.struct)}({expr})"
+        return f"{expr} != {self.const(f.default())}"
+
+    def gen_isdef(self, s: StructSpec) -> str:
+        """Name of a function telling whether a struct holds only default values."""
+        name = f"isdef_{s.name}"
+        if name in self.isdef_done:
+            return name
+        self.isdef_done.add(name)
+        conds = [f"not {self.non_default_cond(f, f'o.{f.attr}')}" for f in s.fields]
+        conds.append("not o._unknown_tagged_fields")
+        self.lines += [f"def {name}(o):", f"    return {' and '.join(conds)}"]
+        return name
 
     def encode_length(self, compact: bool, fmt: str, expr: str, out: str) -> str:
         if compact:
@@ -517,16 +535,7 @@ class _Gen:
         )
         lines = ["tg = None"]
         for f in tagged:
-            if f.is_array:
-                cond = "x is not None" if f.default_text == "null" else "x"
-            elif f.struct is not None:
-                cond = (
-                    "x is not None"
-                    if f.default_text == "null"
-                    else f"x != {self.const(f.struct.cls)}()"
-                )
-            else:
-                cond = f"x != {self.const(f.default())}"
+            cond = self.non_default_cond(f, "x")
             lines += [f"f = {f.name!r}", f"x = o.{f.attr}", f"if {cond}:", "    t = bytearray()"]
             lines += ["    " + line for line in self.encode_value(f, "x", "t")]
             lines += ["    if tg is None: tg = []", f"    tg.append(({f.tag}, t))"]

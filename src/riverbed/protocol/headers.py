@@ -127,8 +127,8 @@ def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader
     if not supported:
         # ApiVersions newer than ours: answer from an empty request (see module docstring)
         return header, ApiVersionsRequest()
-    body = decode(request_class(api_key), memoryview(buf)[pos:], api_version)
-    return header, body
+    # decode in place from the header's end: no copy of the (possibly large) frame
+    return header, decode(request_class(api_key), buf, api_version, pos)
 
 
 def _frame(out: bytearray) -> bytes:
@@ -183,7 +183,8 @@ def peek_correlation_id(frame: bytes | bytearray | memoryview) -> int:
 
 def decode_response(header: RequestHeader, frame: bytes | bytearray | memoryview) -> Message:
     """Decode the response frame (after the size) to the request described by ``header``."""
-    r = Reader(frame)
+    buf = frame if isinstance(frame, bytes) else bytes(frame)
+    r = Reader(buf)
     correlation_id = r.int32("ResponseHeader.CorrelationId")
     if correlation_id != header.correlation_id:
         raise ProtocolError(
@@ -192,15 +193,14 @@ def decode_response(header: RequestHeader, frame: bytes | bytearray | memoryview
         )
     if response_header_version(header.api_key, header.api_version) >= 1:
         r.tagged_fields("ResponseHeader.TaggedFields")
-    body = memoryview(frame)[r.pos :]
     try:
-        return decode(response_class(header.api_key), body, header.api_version)
+        return decode(response_class(header.api_key), buf, header.api_version, r.pos)
     except ProtocolError:
         if header.api_key != ApiKey.API_VERSIONS or header.api_version == 0:
             raise
         # a broker that does not know our ApiVersions version answers at v0 (as Kafka's
         # client does, fall back to reading the error and the broker's ranges from v0)
-        return decode(response_class(header.api_key), body, 0)
+        return decode(response_class(header.api_key), buf, 0, r.pos)
 
 
 __all__ = [

@@ -140,23 +140,18 @@ def encode(msg: Message, version: int) -> bytes:
     return bytes(out)
 
 
-def decode(cls: type[M], data: bytes | bytearray | memoryview, version: int) -> M:
-    """Decode a whole message body; ProtocolError on bad, truncated or trailing bytes."""
-    spec = message_spec(cls)
-    dec, _ = compiled(spec, version)
-    buf = data if isinstance(data, bytes) else bytes(data)
-    try:
-        obj, pos = dec(buf, 0)
-    except ProtocolError as e:
-        raise with_context(e, api_key=spec.api_key, api_version=version) from None
-    if pos != len(buf):
+def decode(cls: type[M], data: bytes | bytearray | memoryview, version: int, pos: int = 0) -> M:
+    """Decode a whole message body starting at ``pos`` (the rest of ``data`` must be exactly
+    the message); ProtocolError on bad, truncated or trailing bytes."""
+    obj, end = decode_prefix(cls, data, version, pos)
+    if end != len(data):
+        spec = message_spec(cls)
         raise ProtocolError(
-            f"{len(buf) - pos} trailing bytes after {spec.name}",
+            f"{len(data) - end} trailing bytes after {spec.name}",
             api_key=spec.api_key,
             api_version=version,
         )
-    result: M = obj
-    return result
+    return obj
 
 
 def decode_prefix(

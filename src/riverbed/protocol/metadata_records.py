@@ -55,4 +55,4 @@ def decode_metadata_record(data: bytes | bytearray | memoryview) -> tuple[Messag
         raise ProtocolError(
             f"{cls.__name__} has no version {version}", api_key=api_key, api_version=version
         )
-    return decode(cls, memoryview(buf)[pos:], version), version
+    return decode(cls, buf, version, pos), version

@@ -227,6 +227,7 @@ EMBEDDED_DEFAULTS: dict[str, str] = {
 }
 
 SUPPORTED_SECURITY_PROTOCOLS = frozenset({"PLAINTEXT"})
+_VOTER_RE = re.compile(r"^(\d+)@(\[[^\]]*\]|[^:\[\]@]+):(\d+)$")
 _LISTENER_RE = re.compile(r"^([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:\[\]]*):(-?\d+)$")
 
 
@@ -435,8 +436,32 @@ class ServerConfig:
         self.offsets_topic_replication_factor: int = _int(v["offsets.topic.replication.factor"])
         self.offsets_topic_num_partitions: int = _int(v["offsets.topic.num.partitions"])
         self.controller_quorum_voters: str = ",".join(_list(v["controller.quorum.voters"]))
+        self.quorum_voters: dict[int, tuple[str, int]] = self._parse_voters(
+            _list(v["controller.quorum.voters"])
+        )
         self.auto_format: bool = bool(v["riverbed.storage.auto.format"])
         self.broker_rack: str | None = v["broker.rack"]  # type: ignore[assignment]
+
+    def _parse_voters(self, items: list[str]) -> dict[int, tuple[str, int]]:
+        key = "controller.quorum.voters"
+        voters: dict[int, tuple[str, int]] = {}
+        for item in items:
+            match = _VOTER_RE.match(item)
+            if match is None:
+                raise ConfigError(key, f"{key} entry {item!r} must look like id@host:port")
+            node_id, host, port = int(match[1]), match[2].strip("[]"), int(match[3])
+            if node_id in voters:
+                raise ConfigError(key, f"{key} names node {node_id} twice")
+            if not 0 < port <= 65535:
+                raise ConfigError(key, f"{key} entry {item!r} has port {port} outside 1..65535")
+            voters[node_id] = (host, port)
+        if voters and "controller" in self.process_roles and self.node_id not in voters:
+            raise ConfigError(
+                key,
+                f"{key} must include this node (node.id={self.node_id}) when "
+                "process.roles contains controller",
+            )
+        return voters
 
     def _retention_ms(self) -> int:
         v = self._values

@@ -166,3 +166,13 @@ def test_controller_config_carries_static_broker_config():
     assert cc.num_partitions == 6
     assert cc.static_broker_config["log.retention.ms"] == "1000"
     assert cc.node_id == 1
+
+
+def test_quorum_voters():
+    c = ServerConfig.load(overrides=["controller.quorum.voters=1@127.0.0.1:9093,2@[::1]:9094"])
+    assert c.quorum_voters == {1: ("127.0.0.1", 9093), 2: ("::1", 9094)}
+    assert ServerConfig.load().quorum_voters == {}
+    for bad in ["1@host", "x@h:1", "1@h:1,1@h:2", "2@h:9093"]:
+        with pytest.raises(ConfigError) as info:
+            ServerConfig.load(overrides=[f"controller.quorum.voters={bad}"])
+        assert info.value.key == "controller.quorum.voters"

@@ -238,6 +238,7 @@ def _validate(
         or count > t[6] + 1
         or codec > _CODEC_MAX
         or (codec == 0 and count * RECORD_MIN_BYTES > batch_length - BATCH_OVERHEAD)
+        or (count > 0 and batch_length == BATCH_OVERHEAD)
     ):
         raise _explain(mv, pos, limit)
     return _tuple_new(BatchHeader, t)
@@ -263,9 +264,8 @@ def _explain(mv: memoryview, pos: int, limit: int) -> ProtocolError:
             )
         _check_fields(h, pos)
         if (
-            h.attributes & ATTR_COMPRESSION_MASK == 0
-            and h.records_count * RECORD_MIN_BYTES > h.batch_length - BATCH_OVERHEAD
-        ):
+            h.attributes & ATTR_COMPRESSION_MASK == 0 or h.batch_length == BATCH_OVERHEAD
+        ) and h.records_count * RECORD_MIN_BYTES > h.batch_length - BATCH_OVERHEAD:
             return ProtocolError(
                 f"record batch at position {pos}: {h.records_count} records cannot fit in "
                 f"{h.batch_length - BATCH_OVERHEAD} bytes",

@@ -205,3 +205,11 @@ def test_varint_longer_than_allowed() -> None:
     b[BATCH_HEADER_SIZE : BATCH_HEADER_SIZE + 6] = b"\xff\xff\xff\xff\xff\xff"
     with pytest.raises(ProtocolError, match="varint"):
         list(iter_records(_fix_crc(b)))
+
+
+def test_compressed_batch_with_records_but_no_bytes() -> None:
+    bad = bytearray(_batch(CompressionType.ZSTD)[:61])
+    struct.pack_into(">i", bad, 8, 49)  # header only, yet recordsCount 5
+    _fix_crc(bad)
+    with pytest.raises(ProtocolError, match="cannot fit in 0 bytes"):
+        validate_batch(bad)

@@ -1,0 +1,150 @@
+"""LogManager: load across log dirs, create/delete, scheduled flush/retention, checkpoints."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from riverbed.protocol.records import SimpleRecord, build_batch
+from riverbed.storage import LogConfig, LogDirError, LogManager, ManualClock
+from riverbed.storage.checkpoints import read_offset_checkpoint
+from riverbed.storage.log_manager import CLEAN_SHUTDOWN_FILE, parse_partition_dir
+
+T0 = 1_700_000_000_000
+
+
+def batch(n: int = 2, ts: int = T0) -> bytes:
+    return build_batch([SimpleRecord(b"v" * 20, timestamp=ts + i) for i in range(n)])
+
+
+def test_parse_partition_dir() -> None:
+    assert parse_partition_dir("my-topic-3") == ("my-topic", 3)
+    assert parse_partition_dir("a.b_c-0") == ("a.b_c", 0)
+    assert parse_partition_dir("nodash") is None
+    assert parse_partition_dir("t-x") is None
+    assert parse_partition_dir("-1") is None
+
+
+def test_create_spreads_over_dirs_and_reloads_after_clean_shutdown(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    dirs = [tmp_path / "d1", tmp_path / "d2"]
+    m = LogManager(dirs, clock)
+    logs = [m.get_or_create("orders", p, LogConfig(segment_bytes=300)) for p in range(4)]
+    assert {m.log_dir_of("orders", p) for p in range(4)} == {d.resolve() for d in dirs}
+    assert m.get_or_create("orders", 0) is logs[0]
+    for i, plog in enumerate(logs):
+        for _ in range(i + 1):
+            plog.append_as_leader(batch(), leader_epoch=0)
+        plog.update_high_watermark(plog.log_end_offset)
+    logs[3].delete_records_before(2)
+    sizes = m.dir_sizes()
+    assert sum(sizes.values()) == sum(p.size_bytes for p in logs) > 0
+    m.shutdown()
+    for d in dirs:
+        assert (d / CLEAN_SHUTDOWN_FILE).exists()
+        rp = read_offset_checkpoint(d / "recovery-point-offset-checkpoint")
+        hw = read_offset_checkpoint(d / "replication-offset-checkpoint")
+        assert rp == hw and all(v == 2 * (k[1] + 1) for k, v in rp.items())
+    starts = read_offset_checkpoint(m.log_dir_of("orders", 3) / "log-start-offset-checkpoint")  # type: ignore[operator]
+    assert starts[("orders", 3)] == 2
+    with pytest.raises(LogDirError):
+        m.get_or_create("orders", 9)
+
+    m2 = LogManager(dirs, clock)
+    for d in dirs:
+        assert not (d / CLEAN_SHUTDOWN_FILE).exists()  # a crash from now on is detected
+    for p in range(4):
+        plog = m2.get("orders", p)
+        assert plog is not None
+        assert plog.log_end_offset == plog.high_watermark == 2 * (p + 1)
+    assert m2.get("orders", 3).log_start_offset == 2  # type: ignore[union-attr]
+    m2.shutdown()
+
+
+def test_unclean_start_recovers_unflushed_tail(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    m = LogManager([tmp_path / "d"], clock)
+    plog = m.get_or_create("t", 0)
+    for _ in range(5):
+        plog.append_as_leader(batch(), leader_epoch=1)
+    plog.flush()
+    m.write_checkpoints()
+    plog.append_as_leader(batch(), leader_epoch=1)
+    path = plog.active_segment.log_path
+    plog.abandon()  # crash: no clean-shutdown marker
+    os.truncate(path, path.stat().st_size - 3)
+    m2 = LogManager([tmp_path / "d"], clock)
+    plog2 = m2.get("t", 0)
+    assert plog2 is not None and plog2.log_end_offset == 10
+    m2.shutdown()
+
+
+def test_flush_due_runs_in_pool_and_honours_flush_messages(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    m = LogManager([tmp_path / "d"], clock, flush_threads_max=1)
+    plog = m.get_or_create("t", 0, LogConfig(flush_messages=4))
+    plog.append_as_leader(batch(2), leader_epoch=0)
+    assert m.flush_due(clock.now_ms()) == []
+    info = plog.append_as_leader(batch(2), leader_epoch=0)
+    assert info.flush_needed
+    futures = m.flush_due(clock.now_ms())
+    assert len(futures) == 1 and futures[0].result(timeout=10) == 4
+    assert plog.recovery_point == 4
+    m.shutdown()
+
+
+def test_retention_and_delete_partition(tmp_path: Path) -> None:
+    clock = ManualClock(T0 + 10 * 86_400_000)
+    m = LogManager([tmp_path / "d"], clock)
+    plog = m.get_or_create("t", 0, LogConfig(retention_ms=86_400_000, file_delete_delay_ms=1000))
+    for _ in range(3):
+        plog.append_as_leader(batch(ts=T0), leader_epoch=0)
+        plog.roll()
+    plog.update_high_watermark(plog.log_end_offset)
+    assert m.run_retention(clock.now_ms()) == 3
+    assert plog.log_start_offset == 6
+    starts = read_offset_checkpoint(tmp_path / "d" / "log-start-offset-checkpoint")
+    assert starts[("t", 0)] == 6
+    assert list((tmp_path / "d" / "t-0").glob("*.deleted"))
+    clock.advance(1000)
+    m.flush_due(clock.now_ms())
+    assert not list((tmp_path / "d" / "t-0").glob("*.deleted"))
+
+    assert m.delete("t", 0)
+    assert m.get("t", 0) is None and not (tmp_path / "d" / "t-0").exists()
+    pending = [p for p in (tmp_path / "d").iterdir() if p.name.endswith("-delete")]
+    assert len(pending) == 1 and pending[0].name.startswith("t-0.")
+    clock.advance(1000)
+    m.flush_due(clock.now_ms())
+    assert not pending[0].exists()
+    assert not m.delete("t", 0)
+    m.shutdown()
+
+
+def test_start_up_skips_metadata_log_and_removes_deleted_dirs(tmp_path: Path) -> None:
+    d = tmp_path / "d"
+    (d / "__cluster_metadata-0").mkdir(parents=True)
+    (d / "__cluster_metadata-0" / "00000000000000000000.log").write_bytes(b"not ours")
+    (d / "x-0.abc-delete").mkdir()
+    (d / "junk").mkdir()
+    m = LogManager([d], ManualClock(T0))
+    assert m.all_logs() == {}
+    assert not (d / "x-0.abc-delete").exists()
+    assert (d / "__cluster_metadata-0" / "00000000000000000000.log").read_bytes() == b"not ours"
+    m.shutdown()
+
+
+def test_corrupt_checkpoint_means_full_recovery(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    m = LogManager([tmp_path / "d"], clock)
+    plog = m.get_or_create("t", 0)
+    plog.append_as_leader(batch(), leader_epoch=0)
+    m.shutdown()
+    (tmp_path / "d" / "recovery-point-offset-checkpoint").write_text("garbage")
+    m2 = LogManager([tmp_path / "d"], clock)
+    assert m2.get("t", 0).log_end_offset == 2  # type: ignore[union-attr]
+    m2.shutdown()
+    with pytest.raises(LogDirError):
+        LogManager([], clock)

@@ -60,6 +60,8 @@ def describe_cmd(args: argparse.Namespace) -> int:
     print(f"Controller: {md.controller_id}")
     print(f"Topics: {len(md.topics)}")
     print_table(
-        "brokers", ["id", "host", "port"], [(b["id"], b["host"], b["port"]) for b in brokers]
+        "brokers",
+        ["id", "host", "port", "rack"],
+        [(b["id"], b["host"], b["port"], b["rack"]) for b in brokers],
     )
     return 0

@@ -64,6 +64,14 @@ from riverbed.raft.quorum_state import QuorumState
 from riverbed.raft.roles import Role
 from riverbed.raft.snapshots import SnapshotStore
 
+_REPLY_TYPES: dict[str, type] = {
+    "vote": VoteResponse,
+    "pre_vote": VoteResponse,
+    "fetch": FetchResponse,
+    "fetch_snapshot": FetchSnapshotResponse,
+    "begin_epoch": BeginQuorumEpochResponse,
+    "end_epoch": EndQuorumEpochResponse,
+}
 COMMIT_CHUNK_BYTES = 1024 * 1024  # entries per CommitEntries action, by size
 FETCH_ERROR_BACKOFF_MS = 50  # wait before re-fetching after an error reply
 
@@ -317,6 +325,8 @@ class RaftNode:
         if info is None or info[0] != src:
             return []  # timed out, duplicated or unsolicited: the request was retried
         _, kind, sent_epoch, _ = info
+        if not isinstance(response, _REPLY_TYPES[kind]):
+            return []  # a reply that does not match the request: ignore it
         if isinstance(response, VoteResponse):
             # whether it answers a pre-vote is ours to know (Kafka's reply has no flag)
             self._on_vote_response(src, response, sent_epoch, pre_vote=kind == "pre_vote")
@@ -680,7 +690,7 @@ class RaftNode:
             return self._fetch_error(Errors.FENCED_LEADER_EPOCH)
         if req.current_leader_epoch > self.epoch:
             return self._fetch_error(Errors.UNKNOWN_LEADER_EPOCH)
-        if req.fetch_offset < 0 or req.max_bytes < 0:
+        if req.fetch_offset < 0 or req.max_bytes < 0 or req.replica_id == self.node_id:
             return self._fetch_error(Errors.INVALID_REQUEST)
         ls = self.leader_state
         assert ls is not None
@@ -880,6 +890,9 @@ class RaftNode:
         if resp.entries:
             if resp.entries[0].offset != self.log.end_offset:
                 return  # a reply to an older fetch position
+            if not self._entries_valid(resp.entries, resp.leader_epoch):
+                self.backoff_until_ms = self._now + FETCH_ERROR_BACKOFF_MS
+                return
             self.log.append(list(resp.entries))
             self._emit(FlushLog(self.log.end_offset))
         if resp.high_watermark > self.high_watermark:
@@ -887,6 +900,16 @@ class RaftNode:
                 self.high_watermark, min(resp.high_watermark, self.log.end_offset)
             )
         self._follower_maybe_advance_log_start(resp.log_start_offset)
+
+    def _entries_valid(self, entries: tuple[Entry, ...], leader_epoch: int) -> bool:
+        """Contiguous offsets, epochs non-decreasing from our last and never past the
+        leader's: anything else is a corrupt or hostile reply, not something to append."""
+        prev_offset, prev_epoch = self.log.end_offset - 1, self.log.last_epoch
+        for e in entries:
+            if e.offset != prev_offset + 1 or not prev_epoch <= e.epoch <= leader_epoch:
+                return False
+            prev_offset, prev_epoch = e.offset, e.epoch
+        return True
 
     def _send_fetch_snapshot(self) -> None:
         sid = self.snapshot_download

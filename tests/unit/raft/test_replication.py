@@ -427,3 +427,30 @@ def test_describe_quorum() -> None:
     r = responses(follower.handle_request(9, 1, DescribeQuorumRequest(), 0), DescribeQuorumResponse)
     assert r[0].error_code == Errors.NOT_LEADER_OR_FOLLOWER and r[0].leader_id == 1
     assert follower.role is Role.FOLLOWER
+
+
+def test_follower_ignores_corrupt_or_mismatched_replies() -> None:
+    node = make_node(2)
+    actions = make_follower(node, 1, 2)
+    corr = requests(actions, FetchRequest)[0][0].correlation_id
+    # an entry from an epoch beyond the leader's: not appended, no crash
+    bad = fetch_reply(1, 2, 0, entries(0, 3, "set a 1"))
+    node.handle_response(1, corr, bad, 1)
+    assert node.log.end_offset == 0
+    actions = node.tick(1 + 50)
+    corr = requests(actions, FetchRequest)[0][0].correlation_id
+    # gaps in offsets
+    gap = fetch_reply(1, 2, 0, entries(0, 1, "set a 1") + entries(5, 1, "set b 2"))
+    node.handle_response(1, corr, gap, 60)
+    assert node.log.end_offset == 0
+    # a reply of the wrong type for the request
+    actions = node.tick(200)
+    corr = requests(actions, FetchRequest)[0][0].correlation_id
+    from riverbed.raft.messages import VoteResponse
+
+    assert node.handle_response(1, corr, VoteResponse(0, 1, 2, True), 201) == []
+    assert node.role is Role.FOLLOWER
+    # a fetch that claims to be from the leader itself
+    leader, now = leader_with(0)
+    reply = responses(leader.handle_request(1, 1, fetch(1, 0, 0, 1), now), FetchResponse)[0]
+    assert reply.error_code == Errors.INVALID_REQUEST

@@ -81,7 +81,9 @@ def client_config(args: argparse.Namespace) -> dict[str, Any]:
             conf.update(read_properties_file(args.command_config))
         except ConfigError as exc:
             raise CliError(str(exc)) from None
-    conf.setdefault("log_level", 4)  # librdkafka: warnings and worse, not info chatter
+    # librdkafka logs every failed connect; the CLI reports failures itself (-X log_level=7
+    # brings the client logs back).
+    conf.setdefault("log_level", 2)
     conf["bootstrap.servers"] = args.bootstrap_server
     conf.update(parse_kv(getattr(args, "client_props", []), "-X"))
     return conf

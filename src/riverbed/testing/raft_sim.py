@@ -184,6 +184,11 @@ class Simulation:
         sn.node = None
         sn.disk.log = sn.disk.log.durable_copy()
         sn.disk.snapshots = sn.disk.snapshots.durable_copy()
+        start = sn.disk.log.start_offset
+        if start > 0 and not any(s.end_offset >= start for s in sn.disk.snapshots.list()):
+            raise InvariantError(
+                f"node {sn.node_id}: durable log starts at {start} without a durable snapshot"
+            )
         if wipe:
             sn.wiped_coverage = sn.disk.log.flushed_end_offset
             sn.disk = Disk(directory_id=f"dir-{sn.node_id}-{sn.incarnation}")

@@ -454,3 +454,27 @@ def test_follower_ignores_corrupt_or_mismatched_replies() -> None:
     leader, now = leader_with(0)
     reply = responses(leader.handle_request(1, 1, fetch(1, 0, 0, 1), now), FetchResponse)[0]
     assert reply.error_code == Errors.INVALID_REQUEST
+
+
+def append_flushed(node: RaftNode, values: list[bytes], now: int) -> None:
+    node.append(values, now)
+    node.log.flush(node.log.end_offset)
+    node.on_log_flushed(node.log.end_offset, now)
+
+
+def test_snapshot_by_bytes_and_by_interval() -> None:
+    by_bytes = make_node(append_linger_ms=0, snapshot_max_bytes_between=1000)
+    now, _ = make_leader(by_bytes)
+    append_flushed(by_bytes, [b"set k " + b"x" * 300] * 2, now)
+    assert of_type(by_bytes.handle_request(2, 1, fetch(2, 3, 1, 1), now), CreateSnapshot) == []
+    assert by_bytes.high_watermark == 3
+    append_flushed(by_bytes, [b"set k " + b"x" * 300] * 2, now)
+    creates = of_type(by_bytes.handle_request(2, 2, fetch(2, 5, 1, 1), now), CreateSnapshot)
+    assert creates == [CreateSnapshot(SnapshotId(5, 1))]
+    by_time = make_node(append_linger_ms=0, snapshot_max_interval_ms=10_000)
+    now, _ = make_leader(by_time)
+    append_flushed(by_time, [b"set a 1"], now)
+    assert of_type(by_time.handle_request(2, 1, fetch(2, 2, 1, 1), now), CreateSnapshot) == []
+    assert by_time.high_watermark == 2
+    creates = of_type(by_time.tick(now + 10_000), CreateSnapshot)
+    assert creates == [CreateSnapshot(SnapshotId(2, 1))]

@@ -6,6 +6,8 @@ them into a new image through `MetadataDelta` (the same path as startup replay),
 it to listeners, and only then return the response.  A record that fails to replay after
 it was committed means the log and the code disagree; the service then refuses further
 writes (`MetadataServiceError`) instead of serving a state that diverges from its log.
+When the log says a snapshot is due (`metadata.log.max.record.bytes.between.snapshots`),
+the current image is written as one (`image_to_records`) after the commit.
 """
 
 from __future__ import annotations
@@ -17,7 +19,13 @@ from collections.abc import Callable, Sequence
 from typing import cast
 
 from riverbed.metadata.controller import Controller, ControllerResult
-from riverbed.metadata.image import BrokerEndpoint, BrokerRegistration, MetadataDelta, MetadataImage
+from riverbed.metadata.image import (
+    BrokerEndpoint,
+    BrokerRegistration,
+    MetadataDelta,
+    MetadataImage,
+    image_to_records,
+)
 from riverbed.metadata.log import MetadataLog
 from riverbed.protocol.messages import (
     AlterConfigsRequest,
@@ -117,6 +125,16 @@ class MetadataService:
             log.error(self._failed)
             raise MetadataServiceError(self._failed) from exc
         self._publish(delta, offset)
+        if self.log.snapshot_due():
+            await self._snapshot()
+
+    async def _snapshot(self) -> None:
+        image = self._image
+        try:
+            await self.log.write_snapshot(image_to_records(image), image.offset + 1)
+        except Exception as exc:
+            # The records are committed either way; a missed snapshot only costs replay time.
+            log.error("writing a metadata snapshot at offset %d failed: %s", image.offset, exc)
 
     async def _run(self, op: Callable[[MetadataImage, int], ControllerResult]) -> object:
         async with self._lock:

@@ -4,7 +4,7 @@ import uuid
 import pytest
 
 from riverbed.metadata.image import MetadataImage, image_to_records, replay_all
-from riverbed.metadata.log import LocalMetadataLog, metadata_partition_dir
+from riverbed.metadata.log import LocalMetadataLog, MetadataLogError, metadata_partition_dir
 from riverbed.metadata.records import decode_record, encode_record
 from riverbed.metadata.storage_format import (
     StorageFormatError,
@@ -109,3 +109,49 @@ def test_ensure_formatted_auto(tmp_path):
         ensure_formatted([d], d, 1, auto_format=False)
     cid = ensure_formatted([d], d, 1, auto_format=True)
     assert ensure_formatted([d], d, 1, auto_format=False) == cid
+
+
+def test_snapshot_rolls_and_bounds_the_log(tmp_path):
+    image, records = sample_records()
+    log = LocalMetadataLog(tmp_path, snapshot_bytes=1)
+    asyncio.run(log.append(records[:4]))
+    assert log.snapshot_due()
+    head = replay_all(MetadataImage.EMPTY, records[:4])
+    log.write_snapshot_sync(image_to_records(head), 4)
+    assert not log.snapshot_due()
+    asyncio.run(log.append(records[4:]))
+    log.close()
+    d = metadata_partition_dir(tmp_path)
+    names = sorted(p.name for p in d.iterdir())
+    assert "00000000000000000000.log" not in names  # covered by the snapshot, deleted
+    assert "00000000000000000004.log" in names
+    assert "00000000000000000004-0000000001.checkpoint" in names
+    reopened = LocalMetadataLog(tmp_path)
+    got = list(reopened.read_committed())
+    assert replay_all(MetadataImage.EMPTY, [r for _, r in got]) == image
+    assert got[-1][0] == len(records) - 1
+    assert reopened.start_offset == 4 and reopened.end_offset == len(records)
+    reopened.close()
+
+
+def test_snapshot_must_end_at_log_end(tmp_path):
+    _, records = sample_records()
+    log = LocalMetadataLog(tmp_path)
+    asyncio.run(log.append(records[:3]))
+    with pytest.raises(MetadataLogError, match="log end"):
+        log.write_snapshot_sync([], 2)
+    log.close()
+
+
+def test_corrupt_snapshot_is_a_clear_error(tmp_path):
+    _, records = sample_records()
+    log = LocalMetadataLog(tmp_path)
+    asyncio.run(log.append(records[:3]))
+    log.write_snapshot_sync(records[:3], 3)
+    log.close()
+    snap = metadata_partition_dir(tmp_path) / "00000000000000000003-0000000001.checkpoint"
+    snap.write_bytes(snap.read_bytes()[:-7])
+    reopened = LocalMetadataLog(tmp_path)
+    with pytest.raises(MetadataLogError, match="snapshot"):
+        list(reopened.read_committed())
+    reopened.close()

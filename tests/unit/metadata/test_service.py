@@ -64,3 +64,34 @@ def test_concurrent_creates_are_serialized(tmp_path):
         svc.close()
 
     asyncio.run(run())
+
+
+def test_service_snapshots_and_restarts_from_snapshot(tmp_path):
+    CT = CreateTopicsRequest
+
+    async def first():
+        svc = MetadataService(
+            make_controller(), LocalMetadataLog(tmp_path, snapshot_bytes=300), FixedClock()
+        )
+        await svc.start()
+        await svc.register_broker(1, [])
+        for i in range(6):
+            await svc.create_topics(
+                CT(topics=[CT.CreatableTopic(name=f"t{i}", num_partitions=3, replication_factor=1)])
+            )
+        await svc.delete_topics(DeleteTopicsRequest(topic_names=["t0"]))
+        image = svc.image
+        assert svc.log.latest_snapshot is not None
+        svc.close()
+        return image
+
+    image = asyncio.run(first())
+
+    async def second():
+        svc = MetadataService(make_controller(), LocalMetadataLog(tmp_path), FixedClock())
+        await svc.start()
+        assert svc.image == image
+        assert svc.image.offset == image.offset
+        svc.close()
+
+    asyncio.run(second())

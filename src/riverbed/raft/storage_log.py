@@ -1,0 +1,115 @@
+"""A durable ``RaftLog`` over ``riverbed.storage.PartitionLog`` (``__cluster_metadata-0``).
+
+The metadata log on disk is a normal Kafka partition directory (segments, indexes,
+``leader-epoch-checkpoint``); entries are written as record batches by
+``raft.wire.entries_to_records`` (LeaderChange as control batches) with
+``append_as_follower`` so offsets and epochs are kept exactly. Reads are served from an
+in-memory mirror (``MemoryLog``): the metadata log between two snapshots is small (KIP-630
+bounds it with ``controller.snapshot.minimum.records``), and the raft core reads it on every
+fetch. ``flush`` is the fsync (the shell runs it on a thread); a reopened log treats what
+recovery kept on disk as flushed.
+"""
+
+from __future__ import annotations
+
+from riverbed.raft.log import MemoryLog
+from riverbed.raft.messages import Entry, OffsetAndEpoch
+from riverbed.raft.wire import entries_to_records, records_to_entries
+from riverbed.storage.log import PartitionLog
+
+LOAD_READ_BYTES = 4 * 1024 * 1024  # bytes per read while loading the log at start-up
+
+
+class StorageRaftLog:
+    def __init__(self, partition_log: PartitionLog, start_epoch: int = 0) -> None:
+        """``start_epoch``: epoch of record ``log_start_offset - 1`` (the snapshot's)."""
+        self.storage = partition_log
+        self.mem = MemoryLog(partition_log.log_start_offset, start_epoch)
+        offset = partition_log.log_start_offset
+        end = partition_log.log_end_offset
+        while offset < end:
+            result = partition_log.read(offset, LOAD_READ_BYTES)
+            data = b"".join(r.read() for r in result.ranges)
+            loaded = [e for e in records_to_entries(data) if e.offset >= offset]
+            if not loaded:
+                break
+            self.mem.append(loaded)
+            offset = loaded[-1].offset + 1
+        self.mem.flush(self.mem.end_offset)
+
+    # --- views (the mirror) ------------------------------------------------------------
+    @property
+    def start_offset(self) -> int:
+        return self.mem.start_offset
+
+    @property
+    def start_epoch(self) -> int:
+        return self.mem.start_epoch
+
+    @property
+    def end_offset(self) -> int:
+        return self.mem.end_offset
+
+    @property
+    def flushed_end_offset(self) -> int:
+        return self.mem.flushed_end_offset
+
+    @property
+    def last_epoch(self) -> int:
+        return self.mem.last_epoch
+
+    def read(self, start: int, max_bytes: int, upper: int | None = None) -> tuple[Entry, ...]:
+        return self.mem.read(start, max_bytes, upper)
+
+    def entry(self, offset: int) -> Entry:
+        return self.mem.entry(offset)
+
+    def epoch_at(self, offset: int) -> int:
+        return self.mem.epoch_at(offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
+        return self.mem.end_offset_for_epoch(epoch)
+
+    # --- writes (disk first, then the mirror) --------------------------------------------
+    def append(self, entries: list[Entry]) -> None:
+        if not entries:
+            return
+        self.storage.append_as_follower(entries_to_records(entries))
+        self.mem.append(entries)
+
+    def truncate_to(self, offset: int) -> None:
+        if offset >= self.mem.end_offset:
+            return
+        # storage truncates whole batches: it may cut below ``offset``; write back the
+        # entries we keep (they were replicated as part of a larger batch)
+        self.storage.truncate_to(offset)
+        self.mem.truncate_to(offset)
+        cut = self.storage.log_end_offset
+        if cut < offset:
+            self.storage.append_as_follower(
+                entries_to_records(self.mem.read(cut, 1 << 62, upper=offset))
+            )
+            self.storage.flush(offset)  # they were durable before the truncation
+        assert self.storage.log_end_offset == offset, (self.storage.log_end_offset, offset)
+
+    def truncate_fully_and_start_at(self, offset: int, epoch: int) -> None:
+        self.storage.truncate_fully_and_start_at(offset)
+        self.mem.truncate_fully_and_start_at(offset, epoch)
+
+    def delete_before(self, offset: int, epoch: int) -> None:
+        if offset <= self.mem.start_offset:
+            return
+        if offset >= self.storage.log_end_offset:
+            self.truncate_fully_and_start_at(offset, epoch)
+            return
+        # the raft high watermark is past every offset a snapshot covers
+        self.storage.update_high_watermark(offset)
+        self.storage.delete_records_before(offset)
+        self.mem.delete_before(offset, epoch)
+
+    def flush(self, end_offset: int) -> None:
+        self.storage.flush(end_offset)
+        self.mem.flush(end_offset)
+
+    def close(self) -> None:
+        self.storage.close()

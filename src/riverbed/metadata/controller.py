@@ -290,9 +290,6 @@ class Controller:
             except _Err as err:
                 result.error_code = int(err.code)
                 result.error_message = err.message
-                result.topic_config_error_code = (
-                    int(err.code) if err.code == ErrorCode.INVALID_CONFIG else 0
-                )
                 results.append(result)
                 continue
             result.topic_id = topic_id

@@ -215,6 +215,7 @@ class MetadataDelta:
     def __init__(self, image: MetadataImage) -> None:
         self.base = image
         self._topics: dict[uuid.UUID, TopicImage] | None = None
+        self._names: dict[str, uuid.UUID] | None = None
         self._partitions: dict[uuid.UUID, dict[int, PartitionRegistration]] = {}
         self._configs: dict[tuple[int, str], dict[str, str]] | None = None
         self._brokers: dict[int, BrokerRegistration] | None = None
@@ -228,6 +229,12 @@ class MetadataDelta:
         if self._topics is None:
             self._topics = dict(self.base.topics_by_id)
         return self._topics
+
+    def _names_w(self) -> dict[str, uuid.UUID]:
+        # Name index for replay, so a TopicRecord costs O(1), not a scan of all topics.
+        if self._names is None:
+            self._names = {name: t.topic_id for name, t in self.base.topics_by_name.items()}
+        return self._names
 
     def _partitions_w(self, topic_id: uuid.UUID) -> dict[int, PartitionRegistration]:
         parts = self._partitions.get(topic_id)
@@ -262,11 +269,13 @@ class MetadataDelta:
 
     def _topic_record(self, rec: TopicRecord) -> None:
         topics = self._topics_w()
+        names = self._names_w()
         if rec.topic_id in topics:
             raise MetadataReplayError(f"TopicRecord for existing topic id {rec.topic_id}")
-        if any(t.name == rec.name for t in topics.values()):
+        if rec.name in names:
             raise MetadataReplayError(f"TopicRecord for existing topic name {rec.name!r}")
         topics[rec.topic_id] = TopicImage(rec.name, rec.topic_id)
+        names[rec.name] = rec.topic_id
         self._partitions[rec.topic_id] = {}
         self.changed_topics.add(rec.topic_id)
 
@@ -292,6 +301,7 @@ class MetadataDelta:
         if topic is None:
             raise MetadataReplayError(f"RemoveTopicRecord for unknown topic id {rec.topic_id}")
         self._partitions.pop(rec.topic_id, None)
+        self._names_w().pop(topic.name, None)
         self.changed_topics.discard(rec.topic_id)
         self.deleted_topics[rec.topic_id] = topic
         # Kafka drops a deleted topic's dynamic configs with it.

@@ -126,6 +126,8 @@ def test_invalid_configs(controller, image):
     for t in res.response.topics:
         assert t.error_code == ErrorCode.INVALID_CONFIG, t
     assert "Unknown topic config name: no.such.config" in res.response.topics[0].error_message
+    # TopicConfigErrorCode is only about configs missing from a successful answer
+    assert all(t.topic_config_error_code == 0 for t in res.response.topics)
     assert res.records == []
 
 

@@ -8,7 +8,11 @@ an index on roll or close, so Kafka tools read riverbed's indexes and vice versa
 entry_size``, and a full index makes the segment roll (as in Kafka).
 
 The entries are mirrored in a ``bytearray`` loaded on first use (a few MiB at most, the
-equivalent of Kafka's mmap); appends go to the mirror and to the file in one ``pwrite``.
+equivalent of Kafka's mmap). Appends go to the mirror only and reach the file on
+:meth:`IndexFile.write_pending` (called on flush, roll and close), like Kafka's mmap'd
+pages reaching disk: after a crash an index may be missing its newest entries, which is
+harmless (an index is sparse and lookups scan forward), and the segments after the
+recovery point are re-indexed anyway.
 An index whose file fails the sanity check raises :class:`CorruptIndexError`; the owning
 segment then rebuilds it from its ``.log``.
 """
@@ -61,6 +65,7 @@ class IndexFile:
         self.max_entries = max(1, max_index_bytes // self.entry.size)
         self._buf: bytearray | None = None
         self._fd: int | None = None
+        self._persisted = 0  # bytes of the mirror already written to the file
 
     # ---- loading -------------------------------------------------------------------------
 
@@ -75,6 +80,7 @@ class IndexFile:
                     f"{self.path}: size {len(data)} is not a multiple of {self.entry.size}"
                 )
             self._buf = bytearray(data)
+            self._persisted = len(data)
         return self._buf
 
     def load(self) -> None:
@@ -84,7 +90,8 @@ class IndexFile:
     def reset(self) -> None:
         """Empty the index (file truncated to 0 bytes), e.g. before a rebuild."""
         self._buf = bytearray()
-        fd = self._open_fd()
+        self._persisted = 0
+        fd = self.open_fd()
         os.ftruncate(fd, 0)
 
     @property
@@ -93,6 +100,7 @@ class IndexFile:
 
     def unload(self) -> None:
         """Drop the in-memory mirror of an inactive index (re-read on next use)."""
+        self.write_pending()
         self.close()
         self._buf = None
 
@@ -103,7 +111,7 @@ class IndexFile:
 
     @property
     def is_full(self) -> bool:
-        return len(self) >= self.max_entries
+        return len(self._entries()) >= self.max_entries * self.entry.size
 
     @property
     def size_bytes(self) -> int:
@@ -123,24 +131,29 @@ class IndexFile:
 
     # ---- writing -------------------------------------------------------------------------
 
-    def _open_fd(self) -> int:
+    def open_fd(self) -> int:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         return self._fd
 
-    def _append_raw(self, data: bytes) -> None:
-        buf = self._entries()
-        assert len(data) == self.entry.size
-        fd = self._open_fd()
-        os.pwrite(fd, data, len(buf))
-        buf += data
+    def write_pending(self) -> None:
+        """Write entries appended since the last call to the file (no fsync)."""
+        buf = self._buf
+        if buf is None or self._persisted >= len(buf):
+            return
+        fd = self.open_fd()
+        view = memoryview(buf)
+        while self._persisted < len(buf):
+            self._persisted += os.pwrite(fd, view[self._persisted :], self._persisted)
 
     def _truncate_entries(self, count: int) -> None:
         buf = self._entries()
         new_size = count * self.entry.size
         if new_size < len(buf):
             del buf[new_size:]
-            os.ftruncate(self._open_fd(), new_size)
+            if new_size < self._persisted:
+                os.ftruncate(self.open_fd(), new_size)
+                self._persisted = new_size
 
     def relative(self, offset: int) -> int:
         rel = offset - self.base_offset
@@ -149,14 +162,18 @@ class IndexFile:
         return rel
 
     def flush(self) -> None:
+        self.write_pending()
         if self._fd is not None:
             os.fsync(self._fd)
 
     def dup_fd(self) -> int | None:
-        """A duplicate of the write fd for an fsync outside the owner's lock."""
+        """Write pending entries, then a duplicate fd for an fsync outside the lock."""
+        self.write_pending()
         return os.dup(self._fd) if self._fd is not None else None
 
     def close(self) -> None:
+        """Write pending entries and close the file (the mirror stays)."""
+        self.write_pending()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -166,6 +183,15 @@ class IndexFile:
         self.path = path
 
     def delete(self) -> None:
-        self.close()
+        self.discard()
         self.path.unlink(missing_ok=True)
         self._buf = bytearray()
+        self._persisted = 0
+
+    def discard(self) -> None:
+        """Close without writing pending entries (a simulated crash, or before delete)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._buf is not None:
+            del self._buf[self._persisted :]

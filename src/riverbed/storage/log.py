@@ -845,7 +845,8 @@ class PartitionLog:
     def flush(self, up_to: int | None = None) -> int:
         """fsync everything below ``up_to`` (default: the log end); returns the recovery point.
 
-        Only the active segment and segments rolled since the last flush are synced.
+        Only the active segment's ``.log`` and segments rolled since the last flush are
+        synced.
         """
         with self._lock:
             if self._closed:
@@ -858,7 +859,7 @@ class PartitionLog:
             synced: list[LogSegment] = []
             for seg in self._segments:
                 if seg.next_offset > self._recovery_point and seg.base_offset < target:
-                    fds += seg.dup_fds()
+                    fds += seg.dup_fds(with_indexes=not seg.active)
                     synced.append(seg)
         try:
             for fd in fds:
@@ -898,7 +899,7 @@ class PartitionLog:
         with self._lock:
             self._closed = True
             for seg in self._segments:
-                seg.close_files()
+                seg.discard_files()
 
     def delete_files_now(self) -> None:
         """Remove every file of this log, including pending ``.deleted`` ones."""

@@ -17,7 +17,7 @@ import bisect
 import struct
 from typing import ClassVar
 
-from riverbed.storage.index_file import CorruptIndexError, IndexFile
+from riverbed.storage.index_file import INT32_MAX, CorruptIndexError, IndexFile
 
 __all__ = ["OffsetIndex"]
 
@@ -28,18 +28,21 @@ class OffsetIndex(IndexFile):
 
     def append(self, offset: int, position: int) -> None:
         """Add ``offset`` at ``position``; both must exceed the last entry's."""
-        n = len(self)
-        if n >= self.max_entries:
-            raise CorruptIndexError(f"{self.path}: append to a full index ({n} entries)")
-        rel = self.relative(offset)
-        if n:
-            last_rel, last_pos = self.entry_at(n - 1)
+        buf = self._entries()
+        size = len(buf)
+        if size >= self.max_entries * 8:
+            raise CorruptIndexError(f"{self.path}: append to a full index ({size // 8} entries)")
+        rel = offset - self.base_offset
+        if not 0 <= rel <= INT32_MAX:
+            raise ValueError(f"offset {offset} not representable relative to {self.base_offset}")
+        if size:
+            last_rel, last_pos = self.entry.unpack_from(buf, size - 8)
             if rel <= last_rel or position <= last_pos:
                 raise ValueError(
                     f"offset index entry ({offset}, {position}) does not follow "
                     f"({self.base_offset + last_rel}, {last_pos})"
                 )
-        self._append_raw(self.entry.pack(rel, position))
+        buf += self.entry.pack(rel, position)
 
     def last_entry(self) -> tuple[int, int]:
         """(offset, position) of the last entry, or (base offset, 0) when empty."""

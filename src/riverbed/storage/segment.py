@@ -414,16 +414,26 @@ class LogSegment:
             self.time_index.maybe_append(
                 self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
             )
+        self.offset_index.write_pending()
+        self.time_index.write_pending()
 
     # ---- durability and lifetime ---------------------------------------------------------
 
-    def dup_fds(self) -> list[int]:
-        """Duplicates of every open write fd, for an fsync outside the log's lock."""
-        fds = [os.dup(self._fd)] if self._fd is not None else []
+    def dup_fds(self, *, with_indexes: bool = True) -> list[int]:
+        """Duplicated fds of the ``.log`` and (optionally) both indexes, for an fsync.
+
+        Used outside the log's lock; pending index entries are written first, and files
+        closed since their last write are reopened (a close does not make data durable).
+        The active segment's indexes need no fsync: after a crash the segment holding the
+        recovery point, hence always the active one, is re-indexed from its ``.log``.
+        """
+        fds = [os.dup(self._log_fd())]
+        if not with_indexes:
+            return fds
         for idx in (self.offset_index, self.time_index):
-            fd = idx.dup_fd()
-            if fd is not None:
-                fds.append(fd)
+            if idx.loaded:
+                idx.write_pending()
+                fds.append(os.dup(idx.open_fd()))
         return fds
 
     def flush(self) -> None:
@@ -440,9 +450,17 @@ class LogSegment:
         self.offset_index.close()
         self.time_index.close()
 
+    def discard_files(self) -> None:
+        """Close fds without writing pending index entries (a simulated crash)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self.offset_index.discard()
+        self.time_index.discard()
+
     def rename_to_deleted(self) -> list[Path]:
         """Rename all files to ``*.deleted`` (the first step of a delayed delete)."""
-        self.close_files()
+        self.discard_files()
         renamed: list[Path] = []
         for p in (self.log_path, self.offset_index.path, self.time_index.path):
             if p.exists():
@@ -452,7 +470,7 @@ class LogSegment:
         return renamed
 
     def delete_files(self) -> None:
-        self.close_files()
+        self.discard_files()
         for p in (self.log_path, self.offset_index.path, self.time_index.path):
             p.unlink(missing_ok=True)
 

@@ -44,17 +44,24 @@ class TimeIndex(IndexFile):
         ``skip_full_check`` lets the final entry of a segment being rolled go in even when
         the index is full (Kafka does the same; the file is then one entry over).
         """
-        n = len(self)
-        if not skip_full_check and n >= self.max_entries:
-            raise CorruptIndexError(f"{self.path}: append to a full time index ({n} entries)")
-        last_ts, last_off = self.last_entry()
-        if n and offset < last_off:
-            raise ValueError(
-                f"time index entry ({timestamp}, {offset}) goes back from ({last_ts}, {last_off})"
+        buf = self._entries()
+        size = len(buf)
+        if not skip_full_check and size >= self.max_entries * 12:
+            raise CorruptIndexError(
+                f"{self.path}: append to a full time index ({size // 12} entries)"
             )
-        if timestamp <= last_ts:
+        if size:
+            last_ts, last_rel = self.entry.unpack_from(buf, size - 12)
+            if offset < self.base_offset + last_rel:
+                raise ValueError(
+                    f"time index entry ({timestamp}, {offset}) goes back from "
+                    f"({last_ts}, {self.base_offset + last_rel})"
+                )
+            if timestamp <= last_ts:
+                return False
+        elif timestamp <= NO_TIMESTAMP:
             return False
-        self._append_raw(self.entry.pack(timestamp, self.relative(offset)))
+        buf += self.entry.pack(timestamp, self.relative(offset))
         return True
 
     def lookup(self, timestamp: int) -> tuple[int, int]:

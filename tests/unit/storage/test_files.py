@@ -34,6 +34,8 @@ def test_offset_index_append_lookup_truncate(tmp_path: Path) -> None:
     idx.reset()
     for off, pos in [(105, 40), (110, 90), (120, 300)]:
         idx.append(off, pos)
+    assert (tmp_path / "x.index").read_bytes() == b""  # entries reach the file on flush/roll
+    idx.write_pending()
     assert (tmp_path / "x.index").read_bytes() == struct.pack(">iIiIiI", 5, 40, 10, 90, 20, 300)
     assert idx.lookup(99) == (100, 0)
     assert idx.lookup(104) == (100, 0)
@@ -77,6 +79,7 @@ def test_time_index(tmp_path: Path) -> None:
     assert not idx.maybe_append(1000, 53)  # only when the max timestamp grows
     assert not idx.maybe_append(900, 54)
     assert idx.maybe_append(2000, 60)
+    idx.flush()
     assert (tmp_path / "x.timeindex").read_bytes() == struct.pack(">qiqi", 1000, 2, 2000, 10)
     assert idx.lookup(999) == (-1, 50)
     assert idx.lookup(1500) == (1000, 52)

@@ -511,8 +511,8 @@ def test_clean_restart_trusts_the_log_but_rebuilds_bad_indexes(
     log = open_log(tmp_path, clock, cfg)
     for i in range(20):
         log.append_as_leader(batch(3, ts=T0 + 10 * i), leader_epoch=1)
-    want_index = {p.name: p.read_bytes() for p in (tmp_path / "t-0").glob("*index")}
     log.close()
+    want_index = {p.name: p.read_bytes() for p in (tmp_path / "t-0").glob("*index")}
     files = sorted((tmp_path / "t-0").glob("*.index"))
     files[0].unlink()  # missing
     with open(files[1], "ab") as f:

@@ -1,0 +1,205 @@
+"""Storage benchmark: append, read and timestamp lookup of a PartitionLog.
+
+Run: ``.venv/bin/python -m benchmarks.storage_bench [--dir DIR] [--log-gib 1.0]``
+
+Every figure is printed next to a baseline measured in the same run on the same bytes:
+
+- append MB/s of 16 KiB and 1 MiB batches (``append_as_leader``: validate header + CRC,
+  assign offsets/epoch in place, write, index), without and with an fsync after every
+  append (``flush()``), as a ratio to a plain sequential ``os.write`` of the same bytes
+  (with ``os.fsync`` after each write in the fsync rows);
+- read MB/s of the whole log through ``read()`` (file ranges, 1 MiB per call) plus a
+  ``pread`` of each range, as a ratio to a plain sequential read of the same file;
+- ``offset_for_timestamp`` latency on a 1 GiB log of 16 KiB batches (time index bisect,
+  offset index, header scan, one batch decoded), next to one 16 KiB ``pread``.
+
+Not a test: it never asserts on time. Files go to a temporary directory that is removed
+at the end (``--dir`` picks where; it needs ~1.5 GiB free).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from riverbed.protocol.records import SimpleRecord, build_batch
+from riverbed.storage import LogConfig, ManualClock, PartitionLog
+
+T0 = 1_700_000_000_000
+MIB = 1 << 20
+
+
+def make_batch(batch_bytes: int, ts: int) -> bytearray:
+    value_size = 1000
+    n = max(1, batch_bytes // (value_size + 20))
+    recs = [SimpleRecord(random.randbytes(value_size), timestamp=ts) for _ in range(n)]
+    return bytearray(build_batch(recs))
+
+
+def bench_plain_write(path: Path, data: bytes, count: int, fsync: bool) -> float:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    start = time.perf_counter()
+    for _ in range(count):
+        os.write(fd, data)
+        if fsync:
+            os.fsync(fd)
+    elapsed = time.perf_counter() - start
+    os.close(fd)
+    path.unlink()
+    return elapsed
+
+
+def bench_append(root: Path, data: bytearray, count: int, fsync: bool) -> float:
+    clock = ManualClock(T0)
+    log = PartitionLog(root / "append-0", "append", 0, LogConfig(), clock)
+    start = time.perf_counter()
+    for _ in range(count):
+        log.append_as_leader(data, leader_epoch=1)
+        if fsync:
+            log.flush()
+    elapsed = time.perf_counter() - start
+    log.close(flush=False)
+    shutil.rmtree(root / "append-0")
+    return elapsed
+
+
+def mbps(nbytes: int, seconds: float) -> float:
+    return nbytes / MIB / seconds
+
+
+def run_appends(root: Path, total_mib: int, fsync_total_mib: int) -> None:
+    print("append throughput (MB/s), ratio = riverbed / plain sequential write")
+    print(f"{'case':<28}{'riverbed':>10}{'plain':>10}{'ratio':>8}")
+    for batch_bytes, label in [(16 * 1024, "16 KiB"), (MIB, "1 MiB")]:
+        data = make_batch(batch_bytes, T0)
+        for fsync in (False, True):
+            budget = (fsync_total_mib if fsync else total_mib) * MIB
+            count = max(4, budget // len(data))
+            nbytes = count * len(data)
+            best_rb, best_plain = float("inf"), float("inf")
+            for _ in range(3):  # best of 3, alternating, to damp noise from other jobs
+                best_plain = min(
+                    best_plain, bench_plain_write(root / "plain.bin", bytes(data), count, fsync)
+                )
+                best_rb = min(best_rb, bench_append(root, data, count, fsync))
+            rb, plain = mbps(nbytes, best_rb), mbps(nbytes, best_plain)
+            case = f"{label} batches{', fsync each' if fsync else ''}"
+            print(f"{case:<28}{rb:>10.1f}{plain:>10.1f}{rb / plain:>8.2f}")
+
+
+def build_big_log(root: Path, gib: float) -> tuple[PartitionLog, int]:
+    clock = ManualClock(T0)
+    cfg = LogConfig(segment_bytes=256 * MIB)
+    log = PartitionLog(root / "big-0", "big", 0, cfg, clock)
+    data = make_batch(16 * 1024, T0)
+    count = int(gib * 1024 * MIB) // len(data)
+    start = time.perf_counter()
+    for i in range(count):
+        # CreateTime grows by 10 ms per batch; set in place without rebuilding the batch
+        clock.set(T0 + 10 * i)
+        log.append_as_leader(_with_timestamp(data, T0 + 10 * i), leader_epoch=1)
+    log.update_high_watermark(log.log_end_offset)
+    elapsed = time.perf_counter() - start
+    print(
+        f"\nbuilt a {log.size_bytes / MIB / 1024:.2f} GiB log ({count} batches of "
+        f"{len(data)} B, {len(log.segments)} segments) in {elapsed:.1f} s"
+    )
+    return log, count
+
+
+def _with_timestamp(data: bytearray, ts: int) -> bytearray:
+    # firstTimestamp/maxTimestamp are covered by the CRC: rebuild cheaply via the codec's
+    # LogAppendTime patch would change the type, so patch both fields and the CRC here.
+    import struct
+
+    from crc32c import crc32c
+
+    struct.pack_into(">qq", data, 27, ts, ts)
+    struct.pack_into(">I", data, 17, crc32c(memoryview(data)[21:]))
+    return data
+
+
+def run_reads(root: Path, log: PartitionLog) -> None:
+    start = time.perf_counter()
+    offset, total = log.log_start_offset, 0
+    while offset < log.log_end_offset:
+        res = log.read(offset, MIB)
+        for r in res.ranges:
+            with open(r.path, "rb") as f:
+                total += len(os.pread(f.fileno(), r.size, r.position))
+        offset = res.next_offset
+    rb = time.perf_counter() - start
+    start = time.perf_counter()
+    plain_total = 0
+    for seg in log.segments:
+        with open(seg.log_path, "rb") as f:
+            while chunk := f.read(MIB):
+                plain_total += len(chunk)
+    plain = time.perf_counter() - start
+    assert total == plain_total, (total, plain_total)
+    print("\nread throughput (MB/s), page cache warm, 1 MiB per read() call")
+    print(f"{'riverbed read()+pread':<28}{mbps(total, rb):>10.1f}")
+    print(f"{'plain sequential read':<28}{mbps(total, plain):>10.1f}")
+    print(f"{'ratio':<28}{plain / rb:>10.2f}")
+
+
+def run_timestamp_lookups(log: PartitionLog, count: int, lookups: int) -> None:
+    rng = random.Random(7)
+    targets = [T0 + rng.randrange(0, 10 * count) for _ in range(lookups)]
+    lat = []
+    for ts in targets:
+        t = time.perf_counter()
+        found = log.offset_for_timestamp(ts)
+        lat.append(time.perf_counter() - t)
+        assert found is not None and found.timestamp >= ts
+    seg = log.segments[0]
+    base = []
+    with open(seg.log_path, "rb") as f:
+        for _ in range(lookups):
+            pos = rng.randrange(0, max(1, seg.size - 16384))
+            t = time.perf_counter()
+            os.pread(f.fileno(), 16384, pos)
+            base.append(time.perf_counter() - t)
+    lat.sort()
+    base.sort()
+    us = 1e6
+    print(
+        f"\noffset_for_timestamp on the {log.size_bytes / MIB / 1024:.2f} GiB log, {lookups} lookups"
+    )
+    print(
+        f"  p50 {lat[len(lat) // 2] * us:.0f} µs  p99 {lat[int(len(lat) * 0.99)] * us:.0f} µs  "
+        f"mean {statistics.fmean(lat) * us:.0f} µs"
+    )
+    print(
+        f"  baseline one 16 KiB pread: p50 {base[len(base) // 2] * us:.1f} µs -> ratio "
+        f"{lat[len(lat) // 2] / base[len(base) // 2]:.1f}x"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", default=None, help="where to put the temporary files")
+    parser.add_argument("--log-gib", type=float, default=1.0, help="size of the lookup log")
+    parser.add_argument("--append-mib", type=int, default=256)
+    parser.add_argument("--fsync-mib", type=int, default=32)
+    parser.add_argument("--lookups", type=int, default=2000)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="riverbed-storage-bench-", dir=args.dir))
+    try:
+        run_appends(root, args.append_mib, args.fsync_mib)
+        log, count = build_big_log(root, args.log_gib)
+        run_reads(root, log)
+        run_timestamp_lookups(log, count, args.lookups)
+        log.close(flush=False)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

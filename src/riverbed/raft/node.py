@@ -426,7 +426,7 @@ class RaftNode:
                 "pre_vote",
                 VoteRequest(
                     cluster_id=self.config.cluster_id,
-                    candidate_epoch=self.epoch + 1,
+                    candidate_epoch=self.epoch,  # Kafka: a pre-vote carries the current epoch
                     candidate_id=self.node_id,
                     last_offset_epoch=last_epoch,
                     last_offset=last_offset,
@@ -577,14 +577,19 @@ class RaftNode:
             return self._vote_reply(False, req.pre_vote)
         log_ok = self._log_up_to_date(req.last_offset_epoch, req.last_offset)
         if req.pre_vote:
+            if req.candidate_epoch > self.epoch:
+                # the asker saw an epoch we have not: our leader (if any) is from an older
+                # epoch and can never be followed by it; move up so an election can happen
+                # (a prospective that never won a pre-vote has not bumped its epoch, so a
+                # partitioned replica coming back does not get here)
+                self._become_unattached(req.candidate_epoch, -1)
             # contact, not fetch_deadline: a replica that lost a pre-vote goes back to
             # following with a fresh timer, and must not block the others' pre-votes
-            leader_alive = self.role is Role.LEADER or (
+            leader_alive = self.role in (Role.LEADER, Role.CANDIDATE) or (
                 self.role is Role.FOLLOWER
                 and self._now - self.last_leader_contact_ms < self.config.fetch_timeout_ms
             )
-            granted = req.candidate_epoch > self.epoch and log_ok and not leader_alive
-            return self._vote_reply(granted, True)
+            return self._vote_reply(log_ok and not leader_alive, True)
         if req.candidate_epoch > self.epoch:
             self._become_unattached(req.candidate_epoch, -1)
         granted = (

@@ -26,7 +26,7 @@ Transitions (``*`` = any role; "higher epoch" = a message carrying a larger epoc
 from               event                                           to
 =================  ==============================================  =====================
 *                  higher epoch, leader known                      Follower(epoch, L)
-*                  higher epoch, leader unknown / real Vote        Unattached(epoch)
+*                  higher epoch, leader unknown / Vote / PreVote   Unattached(epoch)
 Unattached         BeginQuorumEpoch / fetch reply naming leader    Follower
 Unattached         election timeout (voter)                        Prospective
 Unattached         election timeout (observer)                     Unattached, fetch a
@@ -59,8 +59,10 @@ Resigned           election timeout                                Prospective
 Vote rules: a real vote for epoch E is granted iff E >= own epoch (after moving to E), no
 other vote was cast in E, no leader is known in E, and the candidate's log
 (last epoch, end offset) is at least as up to date as ours. A pre-vote changes nothing; it
-is granted iff E > own epoch, the log is as up to date, and we have not heard from a live
-leader within the fetch timeout. The vote is persisted before the reply is sent.
+carries the asker's current epoch E; a voter behind E first moves to Unattached(E) (as in
+Kafka: the asker saw an epoch whose leader can no longer be followed), and it is granted iff
+the log is as up to date and we are not a leader or candidate and have not heard from a
+live leader within the fetch timeout. The vote is persisted before the reply is sent.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def test_fresh_voter_starts_unattached_and_times_out_into_prospective() -> None:
     assert of_type(actions, PersistQuorumState) == []
     votes = requests(actions, VoteRequest)
     assert sorted(s.dest for s, _ in votes) == [2, 3]
-    assert all(r.pre_vote and r.candidate_epoch == 1 for _, r in votes)
+    assert all(r.pre_vote and r.candidate_epoch == 0 for _, r in votes)
 
 
 def test_prospective_wins_pre_vote_then_candidate_then_leader() -> None:
@@ -148,14 +148,24 @@ def test_pre_vote_changes_nothing_and_is_refused_while_leader_is_alive() -> None
     node = make_node()
     make_follower(node, leader=2, epoch=3, now=0)
     before = (node.role, node.epoch, node.voted_id, node.leader_id)
-    actions = node.handle_request(3, 1, vote_req(4, 3, 0, 0, pre=True), 10)
+    actions = node.handle_request(3, 1, vote_req(3, 3, 0, 0, pre=True), 10)
     assert not responses(actions, VoteResponse)[0].vote_granted  # heard from 2 at t=0
     assert of_type(actions, PersistQuorumState) == []
     assert (node.role, node.epoch, node.voted_id, node.leader_id) == before
     # once the leader has been silent for a fetch timeout the pre-vote is granted
-    reply = responses(node.handle_request(3, 2, vote_req(4, 3, 0, 0, pre=True), 2500), VoteResponse)
+    reply = responses(node.handle_request(3, 2, vote_req(3, 3, 0, 0, pre=True), 2500), VoteResponse)
     assert reply[0].vote_granted and reply[0].pre_vote
     assert (node.role, node.epoch, node.voted_id, node.leader_id) == before
+
+
+def test_pre_vote_from_a_higher_epoch_moves_to_that_epoch_unvoted() -> None:
+    # a replica that became candidate in epoch 4 (then lost) must be able to rejoin a
+    # quorum whose leader is still in epoch 3
+    node = make_node()
+    make_follower(node, leader=2, epoch=3, now=0)
+    reply = responses(node.handle_request(3, 1, vote_req(4, 3, 0, 0, pre=True), 10), VoteResponse)
+    assert reply[0].vote_granted and reply[0].leader_epoch == 4
+    assert node.role is Role.UNATTACHED and node.epoch == 4 and node.voted_id == -1
 
 
 def test_leader_rejects_votes_in_its_epoch_and_steps_down_for_higher() -> None:

@@ -114,3 +114,27 @@ def test_bench_produce_consume_e2e(broker, capsys):
     res = run_json(capsys, "bench", "e2e", "-b", b, "--topic", "bench-e2e", "--num-records",
                    "200", "--json")  # fmt: skip
     assert res["records"] == 200 and res["errors"] == 0
+
+
+def test_configs_describe_and_alter(broker, capsys):
+    b = broker.bootstrap
+    assert (
+        main(["topics", "create", "-b", b, "--topic", "cfgs", "--config", "segment.ms=1000"]) == 0
+    )
+    rows = run_json(capsys, "configs", "describe", "-b", b, "--entity-type", "topics",
+                    "--entity-name", "cfgs", "--json")  # fmt: skip
+    assert {r["name"]: r["source"] for r in rows} == {"segment.ms": "DYNAMIC_TOPIC_CONFIG"}
+    assert main(["configs", "alter", "-b", b, "--entity-type", "topics", "--entity-name", "cfgs",
+                 "--add-config", "retention.bytes=1000", "--delete-config", "segment.ms"]) == 0  # fmt: skip
+    rows = run_json(capsys, "configs", "describe", "-b", b, "--entity-type", "topics",
+                    "--entity-name", "cfgs", "--all", "--json")  # fmt: skip
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["retention.bytes"]["value"] == "1000"
+    assert by_name["segment.ms"]["source"] == "DEFAULT_CONFIG"
+    rows = run_json(capsys, "configs", "describe", "-b", b, "--entity-type", "brokers",
+                    "--entity-name", "1", "--json")  # fmt: skip
+    assert {r["name"]: r["value"] for r in rows}["node.id"] == "1"
+    capsys.readouterr()
+    assert main(["configs", "alter", "-b", b, "--entity-type", "topics", "--entity-name", "cfgs",
+                 "--add-config", "retention.ms=soon"]) == 1  # fmt: skip
+    assert "INVALID_CONFIG" in capsys.readouterr().err

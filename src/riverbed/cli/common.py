@@ -15,6 +15,8 @@ from typing import Any
 
 #: How long admin calls wait for the broker before giving up, seconds.
 ADMIN_TIMEOUT_S = 30.0
+#: Table width when stdout is not a terminal.
+TABLE_WIDTH_PIPED = 250
 
 
 class CliError(Exception):
@@ -125,7 +127,8 @@ def print_table(
         table.add_column(col)
     for row in rows:
         table.add_row(*["" if v is None else str(v) for v in row])
-    Console().print(table)
+    # Piped output (scripts, logs) must not be cut to an 80-column guess.
+    Console(width=None if sys.stdout.isatty() else TABLE_WIDTH_PIPED).print(table)
 
 
 def print_json(value: object) -> None:
@@ -137,10 +140,15 @@ def run_guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse
     """Turn CliError (and client errors) into `error: ...` on stderr and exit code 1."""
 
     def wrapper(args: argparse.Namespace) -> int:
+        from confluent_kafka import KafkaException
+
         try:
             return func(args)
         except CliError as exc:
             print(f"error: {exc}", file=sys.stderr)
+            return 1
+        except KafkaException as exc:
+            print(f"error: {kafka_error_text(exc)}", file=sys.stderr)
             return 1
 
     return wrapper

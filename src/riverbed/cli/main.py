@@ -19,6 +19,7 @@ VERBS: tuple[str, ...] = (
     "server",
     "storage",
     "topics",
+    "configs",
     "produce",
     "consume",
     "cluster",

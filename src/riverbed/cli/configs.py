@@ -1,0 +1,148 @@
+"""`riverbed configs describe|alter`: topic and broker configs, like kafka-configs.
+
+`describe` shows each config's value and where it comes from (DYNAMIC_TOPIC_CONFIG,
+STATIC_BROKER_CONFIG, DEFAULT_CONFIG, ...) and, with `--synonyms`, the chain of keys it
+falls back to (topic key <- broker `log.*` key <- default).  Without `--all` only values
+that are set somewhere (not defaults) are listed, as kafka-configs does.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from riverbed.cli.common import (
+    CliError,
+    add_bootstrap,
+    add_json,
+    admin_client,
+    kafka_error_text,
+    parse_kv,
+    print_json,
+    print_table,
+    run_guarded,
+    verb_parser,
+    wait_futures,
+)
+
+ENTITY_TYPES = {"topics": "TOPIC", "brokers": "BROKER"}
+
+
+def register(subparsers: Any) -> None:
+    parser = verb_parser(subparsers, "configs", "describe and alter topic/broker configs")
+    sub = parser.add_subparsers(dest="configs_command", metavar="SUBCOMMAND")
+
+    desc = verb_parser(sub, "describe", "configs with their sources")
+    add_bootstrap(desc)
+    desc.add_argument("--entity-type", required=True, choices=sorted(ENTITY_TYPES))
+    desc.add_argument("--entity-name", required=True, help="topic name or broker id")
+    desc.add_argument("--all", action="store_true", help="include defaults")
+    desc.add_argument("--synonyms", action="store_true", help="show each config's fallbacks")
+    add_json(desc)
+    desc.set_defaults(func=run_guarded(describe_cmd))
+
+    alter = verb_parser(sub, "alter", "set or delete configs (incremental)")
+    add_bootstrap(alter)
+    alter.add_argument("--entity-type", required=True, choices=sorted(ENTITY_TYPES))
+    alter.add_argument("--entity-name", required=True, help="topic name or broker id")
+    alter.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V]")
+    alter.add_argument("--delete-config", action="append", default=[], metavar="KEY")
+    alter.add_argument("--validate-only", action="store_true")
+    alter.set_defaults(func=run_guarded(alter_cmd))
+
+
+def _resource(args: argparse.Namespace, **kw: Any) -> Any:
+    from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
+
+    return ConfigResource(
+        getattr(ResourceType, ENTITY_TYPES[args.entity_type]), args.entity_name, **kw
+    )
+
+
+def _source_name(source: int) -> str:
+    from riverbed.metadata.config_defs import ConfigSource
+
+    try:
+        return ConfigSource(source).name
+    except ValueError:
+        return str(source)
+
+
+def describe_cmd(args: argparse.Namespace) -> int:
+    from riverbed.metadata.config_defs import ConfigSource
+
+    admin = admin_client(args)
+    futures = admin.describe_configs([_resource(args)])
+    (entries,) = wait_futures(futures).values()
+    if isinstance(entries, Exception):
+        raise CliError(
+            f"cannot describe {args.entity_type} {args.entity_name}: {kafka_error_text(entries)}"
+        )
+    rows = []
+    for e in sorted(entries.values(), key=lambda e: e.name):
+        if not args.all and e.source == ConfigSource.DEFAULT_CONFIG:
+            continue
+        rows.append(
+            {
+                "name": e.name,
+                "value": None if e.is_sensitive else e.value,
+                "source": _source_name(e.source),
+                "read_only": e.is_read_only,
+                "sensitive": e.is_sensitive,
+                "synonyms": [
+                    {"name": s.name, "value": s.value, "source": _source_name(s.source)}
+                    for s in e.synonyms.values()
+                ],
+            }
+        )
+    if args.json:
+        print_json(rows)
+        return 0
+    columns = ["name", "value", "source"] + (["synonyms"] if args.synonyms else [])
+    print_table(
+        f"configs of {args.entity_type[:-1]} {args.entity_name}",
+        columns,
+        [
+            (
+                r["name"],
+                "(sensitive)" if r["sensitive"] else r["value"],
+                r["source"],
+                *(
+                    [", ".join(f"{s['source']}:{s['name']}={s['value']}" for s in r["synonyms"])]
+                    if args.synonyms
+                    else []
+                ),
+            )
+            for r in rows
+        ],
+    )
+    return 0
+
+
+def alter_cmd(args: argparse.Namespace) -> int:
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AlterConfigOpType,
+        ConfigEntry,
+    )
+
+    adds = parse_kv(args.add_config, "--add-config")
+    deletes = [k.strip() for item in args.delete_config for k in item.split(",") if k.strip()]
+    if not adds and not deletes:
+        raise CliError("give --add-config KEY=VALUE and/or --delete-config KEY")
+    entries = [
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in adds.items()
+    ]
+    entries += [
+        ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in deletes
+    ]
+    admin = admin_client(args)
+    futures = admin.incremental_alter_configs(
+        [_resource(args, incremental_configs=entries)], validate_only=args.validate_only
+    )
+    (res,) = wait_futures(futures).values()
+    if isinstance(res, Exception):
+        raise CliError(
+            f"cannot alter {args.entity_type} {args.entity_name}: {kafka_error_text(res)}"
+        )
+    print(f"Completed updating config for {args.entity_type[:-1]} {args.entity_name}.")
+    return 0

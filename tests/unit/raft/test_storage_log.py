@@ -50,80 +50,84 @@ def test_roundtrip_reopen_truncate_and_lbo(tmp_path: Path) -> None:
     again.close()
 
 
+class KV:
+    """A StateMachine: ``set k v`` records; snapshot = ``k=v`` records."""
+
+    def __init__(self) -> None:
+        self.state: dict[str, str] = {}
+        self.position = 0
+
+    def apply(self, entries: tuple[Entry, ...]) -> None:
+        for e in entries:
+            assert e.offset == self.position
+            self.position += 1
+            if e.kind is EntryKind.DATA:
+                _, k, v = e.value.decode().split(" ")
+                self.state[k] = v
+
+    def snapshot_records(self) -> list[bytes]:
+        return [f"{k}={v}".encode() for k, v in sorted(self.state.items())]
+
+    def load_snapshot(self, snapshot_id: object, records: list[bytes]) -> None:
+        self.state = dict(r.decode().split("=") for r in records)  # type: ignore[misc]
+        self.position = snapshot_id.end_offset  # type: ignore[attr-defined]
+
+
 def test_single_voter_node_on_disk_commits_snapshots_and_restarts(tmp_path: Path) -> None:
     """A RaftNode driven like a shell would: real log files, quorum-state file and
     snapshot files; after a restart it loads the snapshot and replays the rest."""
     import random
 
-    from riverbed.raft.actions import (
-        CommitEntries,
-        CreateSnapshot,
-        FlushLog,
-        LoadSnapshot,
-        PersistQuorumState,
-    )
+    from riverbed.raft.actions import FlushLog, PersistQuorumState
     from riverbed.raft.config import RaftConfig
     from riverbed.raft.node import RaftNode
     from riverbed.raft.quorum_state import read_quorum_state_file, write_quorum_state_file
     from riverbed.raft.roles import Role
     from riverbed.raft.snapshot_files import FileSnapshotStore
-    from riverbed.raft.snapshot_format import encode_snapshot, read_snapshot
+    from riverbed.raft.state_machine import run_state_machine_actions
 
     d = tmp_path / "__cluster_metadata-0"
     cfg = RaftConfig(voters=frozenset({1}), append_linger_ms=0, snapshot_minimum_records=10)
 
-    def boot() -> tuple[RaftNode, dict[str, str], list]:
+    def boot() -> tuple[RaftNode, KV]:
         snaps = FileSnapshotStore(d)
         snaps.remove_partial_files()
         latest = snaps.list()[-1] if snaps.list() else None
         plog = open_log(d, recovery_point=1 << 40)
         log = StorageRaftLog(plog, start_epoch=latest.epoch if latest else 0)
-        node = RaftNode(1, cfg, log, snaps, random.Random(0), read_quorum_state_file(d))
-        return node, {}, []
+        return RaftNode(1, cfg, log, snaps, random.Random(0), read_quorum_state_file(d)), KV()
 
-    def run(node: RaftNode, state: dict[str, str], actions: list, now: int) -> None:
-        for a in actions:
+    def run(node: RaftNode, kv: KV, actions: list, now: int) -> None:
+        for a in run_state_machine_actions(node, kv, actions, now):
             if isinstance(a, PersistQuorumState):
                 write_quorum_state_file(d, a.state)
             elif isinstance(a, FlushLog):
                 node.log.flush(a.end_offset)
-                run(node, state, node.on_log_flushed(a.end_offset, now), now)
-            elif isinstance(a, CommitEntries):
-                for e in a.entries:
-                    if e.kind is EntryKind.DATA:
-                        _, k, v = e.value.decode().split(" ")
-                        state[k] = v
-            elif isinstance(a, CreateSnapshot):
-                recs = [f"{k}={v}".encode() for k, v in sorted(state.items())]
-                node.snapshots.write(a.snapshot_id, encode_snapshot(a.snapshot_id, recs))
-                run(node, state, node.on_snapshot_written(a.snapshot_id, now), now)
-            elif isinstance(a, LoadSnapshot):
-                data = node.snapshots.read(a.snapshot_id, 0, 1 << 30)
-                state.clear()
-                state.update(r.decode().split("=") for r in read_snapshot(data).records)
+                run(node, kv, node.on_log_flushed(a.end_offset, now), now)
 
-    node, state, _ = boot()
-    run(node, state, node.start(0), 0)
+    node, kv = boot()
+    run(node, kv, node.start(0), 0)
     now = 0
     while node.role is not Role.LEADER:
         now = node.next_deadline_ms()
-        run(node, state, node.tick(now), now)
+        run(node, kv, node.tick(now), now)
     for i in range(25):
         _, actions = node.append([f"set k{i % 7} v{i}".encode()], now)
-        run(node, state, actions, now)
+        run(node, kv, actions, now)
         now += 10
-        run(node, state, node.tick(now), now)
+        run(node, kv, node.tick(now), now)
     assert node.high_watermark == 26 and len(node.snapshots.list()) >= 1
-    expected = dict(state)
+    assert kv.position == 26
+    expected = dict(kv.state)
     epoch = node.epoch
     node.log.close()  # type: ignore[attr-defined]
     assert read_quorum_state_file(d).leader_epoch == epoch  # type: ignore[union-attr]
-    node, state, _ = boot()
-    run(node, state, node.start(now), now)
-    assert node.applied_offset >= 20  # loaded a snapshot
+    node, kv = boot()
+    run(node, kv, node.start(now), now)
+    assert node.applied_offset >= 20 and kv.position == node.applied_offset  # a snapshot
     while node.role is not Role.LEADER:
         now = node.next_deadline_ms()
-        run(node, state, node.tick(now), now)
+        run(node, kv, node.tick(now), now)
     assert node.epoch == epoch + 1
-    assert state == expected  # snapshot + replay of the committed tail
+    assert kv.state == expected  # snapshot + replay of the committed tail
     node.log.close()  # type: ignore[attr-defined]

@@ -55,5 +55,10 @@ unit: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.codec_bench
 
+# raft simulation soak: `make soak SEEDS=100000` (each failure prints its replay command)
+SEEDS ?= 10000
+soak: $(STAMP)
+	$(VENV)/bin/python -m riverbed.testing.raft_sim --seeds $(SEEDS)
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -177,6 +177,11 @@ def produce_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) ->
                     break
                 except BufferError:
                     producer.poll(_queue_full_wait_s)
+                except KafkaException as e:
+                    err = e.args[0]
+                    raise RiverbedWriteError(
+                        f"delivery to {topics[i]}-{parts[i]} failed: {err.name()}: {err.str()}"
+                    ) from e
             if first_error:
                 break
         count += n

@@ -1,0 +1,167 @@
+"""Pure parts of the data source: option validation, offsets JSON, admission control, splits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from riverbed.spark.offsets import (
+    OffsetRange,
+    from_json_dict,
+    rate_limit,
+    split_ranges,
+    to_json_dict,
+)
+from riverbed.spark.options import (
+    RiverbedOptionError,
+    parse_read_options,
+    parse_write_options,
+)
+
+BS = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
+
+
+def test_defaults_follow_spark() -> None:
+    batch = parse_read_options({**BS, "subscribe": "a, b"}, streaming=False)
+    assert batch.subscribe == ("a", "b")
+    assert batch.starting.kind == "earliest" and batch.ending.kind == "latest"
+    assert batch.fail_on_data_loss is True and batch.include_headers is False
+    stream = parse_read_options({**BS, "subscribePattern": "a.*"}, streaming=True)
+    assert stream.starting.kind == "latest"
+    assert stream.client_config == {"bootstrap.servers": "127.0.0.1:9092"}
+
+
+def test_options_are_case_insensitive_and_client_settings_pass_through() -> None:
+    opts = parse_read_options(
+        {
+            **BS,
+            "ASSIGN": '{"t": [1, 0]}',
+            "kafka.fetch.max.bytes": "1000",
+            "FailOnDataLoss": "false",
+        },
+        streaming=False,
+    )
+    assert opts.assign == (("t", 0), ("t", 1))
+    assert opts.client_config["fetch.max.bytes"] == "1000"
+    assert opts.fail_on_data_loss is False
+
+
+@pytest.mark.parametrize(
+    ("options", "streaming", "message"),
+    [
+        ({"subscribe": "t"}, False, "kafka.bootstrap.servers"),
+        (BS, False, "'subscribe', 'subscribePattern', 'assign'"),
+        ({**BS, "subscribe": "t", "assign": '{"t":[0]}'}, False, "only one"),
+        ({**BS, "subscribe": "t", "bogus": "1", "other": "2"}, False, "'bogus', 'other'"),
+        ({**BS, "subscribe": "t", "startingOffsets": "latest"}, False, "not valid for batch"),
+        ({**BS, "subscribe": "t", "endingOffsets": "latest"}, True, "'endingoffsets'"),
+        ({**BS, "subscribe": "t", "maxOffsetsPerTrigger": "0"}, True, "maxOffsetsPerTrigger"),
+        ({**BS, "subscribe": "t", "maxOffsetsPerTrigger": "5"}, False, "only valid in streaming"),
+        (
+            {**BS, "subscribe": "t", "startingOffsets": "earliest", "startingTimestamp": "5"},
+            False,
+            "conflicting options: 'startingOffsets', 'startingTimestamp'",
+        ),
+        ({**BS, "subscribe": "t", "startingOffsets": '{"t": {"x": 1}}'}, False, "partition 'x'"),
+        ({**BS, "subscribe": "t", "startingOffsets": "{oops"}, False, "not valid JSON"),
+        ({**BS, "subscribe": "t", "startingOffsets": '{"t": {"0": -1}}'}, False, "-1 (latest)"),
+        ({**BS, "subscribe": "t", "failOnDataLoss": "maybe"}, False, "failOnDataLoss"),
+        ({**BS, "subscribe": "t", "kafka.auto.offset.reset": "earliest"}, False, "startingOffsets"),
+        ({**BS, "subscribe": "t", "minOffsetsPerTrigger": "5"}, True, "minOffsetsPerTrigger"),
+        ({**BS, "subscribePattern": "("}, True, "not a regex"),
+        ({**BS, "assign": '{"t": ["0"]}'}, True, "list of partition numbers"),
+    ],
+)
+def test_bad_read_options_name_the_problem(
+    options: dict[str, str], streaming: bool, message: str
+) -> None:
+    with pytest.raises(RiverbedOptionError) as info:
+        parse_read_options(options, streaming=streaming)
+    assert message.lower() in str(info.value).lower()
+
+
+def test_write_options() -> None:
+    assert parse_write_options({**BS, "topic": "out"}).topic == "out"
+    with pytest.raises(RiverbedOptionError, match="'subscribe'"):
+        parse_write_options({**BS, "subscribe": "x"})
+    with pytest.raises(RiverbedOptionError, match="kafka.bootstrap.servers"):
+        parse_write_options({"topic": "x"})
+
+
+def test_offsets_json_is_spark_format_and_canonical() -> None:
+    offsets = {("b", 10): 5, ("b", 2): 7, ("a", 0): 42}
+    data = to_json_dict(offsets)
+    assert json.dumps(data) == '{"a": {"0": 42}, "b": {"2": 7, "10": 5}}'
+    assert from_json_dict(json.loads(json.dumps(data))) == offsets
+    with pytest.raises(RiverbedOptionError):
+        from_json_dict({"a": {"0": "x"}})
+
+
+def test_rate_limit_splits_in_proportion_to_backlog() -> None:
+    start = {("t", 0): 0, ("t", 1): 100, ("t", 2): 10}
+    latest = {("t", 0): 300, ("t", 1): 200, ("t", 2): 10}
+    # Backlogs 300 and 100 -> 3:1 of 40; the idle partition keeps its end.
+    assert rate_limit(40, start, latest) == {("t", 0): 30, ("t", 1): 110, ("t", 2): 10}
+    # A share below one record is rounded up so no partition starves.
+    assert rate_limit(2, {("t", 0): 0, ("t", 1): 0}, {("t", 0): 1000, ("t", 1): 1}) == {
+        ("t", 0): 1,
+        ("t", 1): 1,
+    }
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 1000)), min_size=1, max_size=6),
+    st.integers(1, 500),
+)
+def test_rate_limit_never_passes_latest_and_admits_about_the_limit(
+    pairs: list[tuple[int, int]], limit: int
+) -> None:
+    start = {("t", i): a for i, (a, _) in enumerate(pairs)}
+    latest = {("t", i): a + b for i, (a, b) in enumerate(pairs)}
+    end = rate_limit(limit, start, latest)
+    assert all(start[tp] <= end[tp] <= latest[tp] for tp in latest)
+    admitted = sum(end[tp] - start[tp] for tp in latest)
+    backlog = sum(latest[tp] - start[tp] for tp in latest)
+    assert admitted <= limit + len(pairs)
+    assert admitted >= min(backlog, limit) - len(pairs)
+
+
+def test_split_ranges_like_sparks_range_calculator() -> None:
+    r = [OffsetRange("t", 0, 0, 100), OffsetRange("t", 1, 0, 10), OffsetRange("t", 2, 5, 5)]
+    # No options: one Spark partition per non-empty Kafka partition.
+    assert split_ranges(r, None, None) == r[:2]
+    # maxRecordsPerPartition=30: ceil(100/30)=4 pieces + 1.
+    pieces = split_ranges(r, None, 30)
+    assert [(p.partition, p.from_offset, p.until_offset) for p in pieces] == [
+        (0, 0, 25),
+        (0, 25, 50),
+        (0, 50, 75),
+        (0, 75, 100),
+        (1, 0, 10),
+    ]
+    # minPartitions=5: the small range stays whole, the large one takes the other 4.
+    parts = split_ranges(r, 5, None)
+    assert len(parts) == 5
+    assert sum(p.size for p in parts if p.partition == 0) == 100
+    assert [p.size for p in parts if p.partition == 1] == [10]
+
+
+@given(
+    st.lists(st.integers(0, 10_000), min_size=1, max_size=5),
+    st.none() | st.integers(1, 20),
+    st.none() | st.integers(1, 3000),
+)
+def test_split_ranges_covers_every_offset_once(
+    sizes: list[int], min_parts: int | None, max_records: int | None
+) -> None:
+    ranges = [OffsetRange("t", i, 7, 7 + s) for i, s in enumerate(sizes)]
+    out = split_ranges(ranges, min_parts, max_records)
+    for i, s in enumerate(sizes):
+        mine = sorted((p.from_offset, p.until_offset) for p in out if p.partition == i)
+        covered = [o for a, b in mine for o in range(a, b)]
+        assert covered == list(range(7, 7 + s))
+    if max_records is not None:
+        assert all(p.size <= max_records for p in out)

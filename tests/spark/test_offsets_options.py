@@ -87,7 +87,7 @@ def test_write_options() -> None:
     assert parse_write_options({**BS, "topic": "out"}).topic == "out"
     with pytest.raises(RiverbedOptionError, match="'subscribe'"):
         parse_write_options({**BS, "subscribe": "x"})
-    with pytest.raises(RiverbedOptionError, match="kafka.bootstrap.servers"):
+    with pytest.raises(RiverbedOptionError, match=r"kafka\.bootstrap\.servers"):
         parse_write_options({"topic": "x"})
 
 

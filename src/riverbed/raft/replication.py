@@ -1,0 +1,500 @@
+"""Replication half of ``RaftNode``: Fetch and FetchSnapshot on both sides, DescribeQuorum,
+commit delivery, snapshot triggers and log-begin-offset advancement (KIP-595, KIP-630).
+
+A mixin so that ``node.py`` keeps roles and votes; every method runs on a ``RaftNode``.
+
+Fetch (leader side): a fetch below the log begin offset gets the latest snapshot id; a
+``(FetchOffset, LastFetchedEpoch)`` that does not match the leader's log gets a
+DivergingEpoch (the end offset of the largest epoch <= LastFetchedEpoch); otherwise the
+offset counts as the replica's flushed position for the high watermark, and the reply
+carries entries, or waits (long poll, ``fetch_max_wait_ms``) until there are some or the
+high watermark moves. Follower side: append + FlushLog, fetch again only once flushed;
+truncate on DivergingEpoch; on a snapshot id download it with FetchSnapshot
+(Position/MaxBytes, continued until Size), then truncate the log fully to it and load it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from riverbed.raft.actions import (
+    CommitEntries,
+    CreateSnapshot,
+    FlushLog,
+    LoadSnapshot,
+    SendResponse,
+)
+from riverbed.raft.leader_state import ParkedFetch
+from riverbed.raft.messages import (
+    BeginQuorumEpochRequest,
+    DescribeQuorumResponse,
+    Entry,
+    Errors,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    ReplicaState,
+    SnapshotId,
+)
+from riverbed.raft.roles import Role
+
+if TYPE_CHECKING:
+    from riverbed.raft.actions import Action
+    from riverbed.raft.config import RaftConfig
+    from riverbed.raft.leader_state import LeaderState
+    from riverbed.raft.log import RaftLog
+    from riverbed.raft.messages import Request
+    from riverbed.raft.snapshots import SnapshotStore
+
+COMMIT_CHUNK_BYTES = 1024 * 1024  # entries per CommitEntries action, by size
+FETCH_ERROR_BACKOFF_MS = 50  # wait before re-fetching after an error reply
+
+
+class ReplicationMixin:
+    if TYPE_CHECKING:  # provided by RaftNode
+        node_id: int
+        config: RaftConfig
+        log: RaftLog
+        snapshots: SnapshotStore
+        role: Role
+        epoch: int
+        leader_id: int
+        high_watermark: int
+        applied_offset: int
+        latest_snapshot: SnapshotId | None
+        snapshot_in_progress: SnapshotId | None
+        snapshot_download: SnapshotId | None
+        snapshot_created_ms: dict[SnapshotId, int]
+        last_snapshot_ms: int
+        bytes_since_snapshot: int
+        leader_state: LeaderState | None
+        fetch_deadline_ms: int
+        fetch_in_flight: bool
+        backoff_until_ms: int
+        last_leader_contact_ms: int
+        _now: int
+
+        def _emit(self, action: Action) -> None: ...
+        def _send(self, dest: int, kind: str, request: Request) -> None: ...
+        def _maybe_learn(self, epoch: int, leader_id: int) -> None: ...
+        def _become_resigned(self) -> None: ...
+
+    # ======================================================================================
+    # Fetch: leader side
+    # ======================================================================================
+    def _fetch_error(self, error: int) -> FetchResponse:
+        return FetchResponse(
+            error, self.leader_id, self.epoch, log_start_offset=self.log.start_offset
+        )
+
+    def _on_fetch(self, src: int, corr: int, req: FetchRequest) -> FetchResponse | None:
+        if req.cluster_id != self.config.cluster_id:
+            return self._fetch_error(Errors.INCONSISTENT_CLUSTER_ID)
+        if self.role is not Role.LEADER:
+            return self._fetch_error(Errors.NOT_LEADER_OR_FOLLOWER)
+        if req.current_leader_epoch < self.epoch:
+            return self._fetch_error(Errors.FENCED_LEADER_EPOCH)
+        if req.current_leader_epoch > self.epoch:
+            return self._fetch_error(Errors.UNKNOWN_LEADER_EPOCH)
+        if req.fetch_offset < 0 or req.max_bytes < 0 or req.replica_id == self.node_id:
+            return self._fetch_error(Errors.INVALID_REQUEST)
+        ls = self.leader_state
+        assert ls is not None
+        ls.parked.pop(req.replica_id, None)
+        # snapshot / divergence checks first: such replies carry no progress
+        early = self._validate_fetch_position(req)
+        if early is not None:
+            return early
+        progress = ls.progress(req.replica_id)
+        progress.end_offset = req.fetch_offset
+        progress.last_fetch_ms = self._now
+        if req.fetch_offset >= self.log.end_offset:
+            progress.last_caught_up_ms = self._now
+        if req.replica_id in self.config.voters:
+            self._leader_maybe_advance_hw()
+        if req.fetch_offset >= self.log.end_offset and req.max_wait_ms > 0:
+            wait = min(req.max_wait_ms, self.config.fetch_max_wait_ms)
+            ls.parked[req.replica_id] = ParkedFetch(src, corr, req, self._now + wait)
+            return None
+        return self._fetch_reply(req)
+
+    def _validate_fetch_position(self, req: FetchRequest) -> FetchResponse | None:
+        lbo = self.log.start_offset
+        if req.fetch_offset < lbo:
+            return self._snapshot_reply()
+        if req.fetch_offset == lbo and req.last_fetched_epoch == self.log.start_epoch:
+            return None
+        end = self.log.end_offset_for_epoch(req.last_fetched_epoch)
+        if end.offset < 0 or (end.offset < lbo):
+            return self._snapshot_reply()
+        if end.epoch != req.last_fetched_epoch or end.offset < req.fetch_offset:
+            return FetchResponse(
+                Errors.NONE,
+                self.node_id,
+                self.epoch,
+                high_watermark=self.high_watermark,
+                log_start_offset=lbo,
+                diverging_epoch=end,
+            )
+        return None
+
+    def _snapshot_reply(self) -> FetchResponse:
+        assert self.latest_snapshot is not None, "LBO > 0 without a snapshot"
+        return FetchResponse(
+            Errors.NONE,
+            self.node_id,
+            self.epoch,
+            high_watermark=self.high_watermark,
+            log_start_offset=self.log.start_offset,
+            snapshot_id=self.latest_snapshot,
+        )
+
+    def _fetch_reply(self, req: FetchRequest) -> FetchResponse:
+        max_bytes = min(req.max_bytes, self.config.fetch_bytes_max)
+        entries = self.log.read(req.fetch_offset, max_bytes)
+        return FetchResponse(
+            Errors.NONE,
+            self.node_id,
+            self.epoch,
+            high_watermark=self.high_watermark,
+            log_start_offset=self.log.start_offset,
+            entries=entries,
+        )
+
+    def _respond_fetch_now(self, src: int, corr: int, req: FetchRequest) -> None:
+        self._emit(SendResponse(src, corr, self._fetch_reply(req)))
+
+    def _complete_parked(self, only_expired: bool) -> None:
+        ls = self.leader_state
+        assert ls is not None
+        for rid, fetch in list(ls.parked.items()):
+            if only_expired and fetch.deadline_ms > self._now:
+                continue
+            del ls.parked[rid]
+            self._respond_fetch_now(fetch.src, fetch.correlation_id, fetch.request)
+
+    def _leader_maybe_advance_hw(self) -> None:
+        ls = self.leader_state
+        assert ls is not None
+        new_hw = ls.next_high_watermark(self.high_watermark, self.log.flushed_end_offset)
+        if new_hw > self.high_watermark:
+            self.high_watermark = new_hw
+            self._complete_parked(only_expired=False)
+
+    def _leader_write_pending(self) -> None:
+        ls = self.leader_state
+        assert ls is not None
+        ls.linger_deadline_ms = None
+        if not ls.pending_values:
+            return
+        start = self.log.end_offset
+        entries = [Entry(start + i, self.epoch, v) for i, v in enumerate(ls.pending_values)]
+        ls.pending_values = []
+        self.log.append(entries)
+        self._emit(FlushLog(self.log.end_offset))
+        self._complete_parked(only_expired=False)
+
+    def _leader_tick(self) -> None:
+        ls = self.leader_state
+        assert ls is not None
+        now = self._now
+        if ls.linger_deadline_ms is not None and now >= ls.linger_deadline_ms:
+            self._leader_write_pending()
+        self._complete_parked(only_expired=True)
+        window = self.config.fetch_timeout_ms * 3 // 2
+        if now - ls.started_ms >= window and ls.voters_fetched_since(now - window) < (
+            self.config.majority
+        ):
+            self._become_resigned()  # check-quorum: we may be partitioned away
+            return
+        if now >= ls.begin_epoch_next_ms:
+            self._send_begin_epoch()
+        self._maybe_advance_log_start()
+
+    def _send_begin_epoch(self) -> None:
+        ls = self.leader_state
+        assert ls is not None
+        ls.begin_epoch_next_ms = self._now + self.config.request_timeout_ms
+        for v in sorted(self.config.voters - {self.node_id} - ls.begin_epoch_acked):
+            if ls.replicas[v].last_fetch_ms >= 0:
+                ls.begin_epoch_acked.add(v)  # it already fetches from us
+                continue
+            self._send(
+                v,
+                "begin_epoch",
+                BeginQuorumEpochRequest(
+                    cluster_id=self.config.cluster_id,
+                    leader_id=self.node_id,
+                    leader_epoch=self.epoch,
+                    voter_id=v,
+                ),
+            )
+
+    # ======================================================================================
+    # Fetch: follower side
+    # ======================================================================================
+    def _send_fetch(self, dest: int) -> None:
+        self.fetch_in_flight = True
+        self._send(
+            dest,
+            "fetch",
+            FetchRequest(
+                cluster_id=self.config.cluster_id,
+                replica_id=self.node_id,
+                current_leader_epoch=self.epoch,
+                fetch_offset=self.log.end_offset,
+                last_fetched_epoch=self.log.last_epoch,
+                max_bytes=self.config.fetch_bytes_max,
+                max_wait_ms=self.config.fetch_max_wait_ms,
+            ),
+        )
+
+    def _maybe_send_fetch(self) -> None:
+        if self.role is not Role.FOLLOWER or self.fetch_in_flight:
+            return
+        if self._now < self.backoff_until_ms:
+            return
+        if self.snapshot_download is not None:
+            self._send_fetch_snapshot()
+            return
+        if self.log.flushed_end_offset < self.log.end_offset:
+            return  # the leader counts our fetch offset as durable: flush first
+        self._send_fetch(self.leader_id)
+
+    def _on_fetch_response(self, src: int, resp: FetchResponse) -> None:
+        self._maybe_learn(resp.leader_epoch, resp.leader_id)
+        if resp.error_code != Errors.NONE:
+            self.backoff_until_ms = self._now + FETCH_ERROR_BACKOFF_MS
+            return
+        if self.role is not Role.FOLLOWER or src != self.leader_id:
+            return
+        if resp.leader_epoch != self.epoch:
+            return
+        self.fetch_deadline_ms = self._now + self.config.fetch_timeout_ms
+        self.last_leader_contact_ms = self._now
+        if resp.diverging_epoch is not None:
+            local = self.log.end_offset_for_epoch(resp.diverging_epoch.epoch)
+            target = min(resp.diverging_epoch.offset, local.offset)
+            if target < self.log.start_offset:
+                target = self.log.start_offset
+            assert target >= self.applied_offset, (
+                f"node {self.node_id}: diverging truncation to {target} below committed "
+                f"{self.applied_offset}"
+            )
+            self.log.truncate_to(target)
+            return
+        if resp.snapshot_id is not None:
+            if resp.snapshot_id.end_offset <= self.applied_offset:
+                self.backoff_until_ms = self._now + FETCH_ERROR_BACKOFF_MS
+                return  # we already have that state; fetch again
+            if self.snapshot_download != resp.snapshot_id:
+                if self.snapshot_download is not None:
+                    self.snapshots.abort_download(self.snapshot_download)
+                self.snapshot_download = resp.snapshot_id
+                self.snapshots.begin_download(resp.snapshot_id)
+            return
+        if resp.entries:
+            if resp.entries[0].offset != self.log.end_offset:
+                return  # a reply to an older fetch position
+            if not self._entries_valid(resp.entries, resp.leader_epoch):
+                self.backoff_until_ms = self._now + FETCH_ERROR_BACKOFF_MS
+                return
+            self.log.append(list(resp.entries))
+            self._emit(FlushLog(self.log.end_offset))
+        if resp.high_watermark > self.high_watermark:
+            self.high_watermark = max(
+                self.high_watermark, min(resp.high_watermark, self.log.end_offset)
+            )
+        self._follower_maybe_advance_log_start(resp.log_start_offset)
+
+    def _entries_valid(self, entries: tuple[Entry, ...], leader_epoch: int) -> bool:
+        """Contiguous offsets, epochs non-decreasing from our last and never past the
+        leader's: anything else is a corrupt or hostile reply, not something to append."""
+        prev_offset, prev_epoch = self.log.end_offset - 1, self.log.last_epoch
+        for e in entries:
+            if e.offset != prev_offset + 1 or not prev_epoch <= e.epoch <= leader_epoch:
+                return False
+            prev_offset, prev_epoch = e.offset, e.epoch
+        return True
+
+    def _send_fetch_snapshot(self) -> None:
+        sid = self.snapshot_download
+        assert sid is not None
+        self.fetch_in_flight = True
+        self._send(
+            self.leader_id,
+            "fetch_snapshot",
+            FetchSnapshotRequest(
+                cluster_id=self.config.cluster_id,
+                replica_id=self.node_id,
+                current_leader_epoch=self.epoch,
+                snapshot_id=sid,
+                position=self.snapshots.partial_size(sid),
+                max_bytes=self.config.fetch_snapshot_bytes_max,
+            ),
+        )
+
+    def _on_fetch_snapshot_response(self, src: int, resp: FetchSnapshotResponse) -> None:
+        self._maybe_learn(resp.leader_epoch, resp.leader_id)
+        sid = self.snapshot_download
+        if sid is None or resp.snapshot_id != sid:
+            return
+        if resp.error_code != Errors.NONE:
+            # SNAPSHOT_NOT_FOUND / POSITION_OUT_OF_RANGE / NOT_LEADER_OR_FOLLOWER / fenced:
+            # drop the partial file and rediscover with a new Fetch (KIP-630)
+            self.snapshots.abort_download(sid)
+            self.snapshot_download = None
+            self.backoff_until_ms = self._now + FETCH_ERROR_BACKOFF_MS
+            return
+        if self.role is not Role.FOLLOWER or src != self.leader_id:
+            return
+        self.fetch_deadline_ms = self._now + self.config.fetch_timeout_ms
+        self.last_leader_contact_ms = self._now
+        have = self.snapshots.partial_size(sid)
+        if resp.position != have or resp.size < have + len(resp.data):
+            return  # stale or inconsistent chunk: ask again from where we are
+        self.snapshots.write_chunk(sid, resp.position, resp.data)
+        if have + len(resp.data) < resp.size:
+            return
+        self.snapshots.complete_download(sid)
+        self.snapshot_download = None
+        # the snapshot replaces everything below its end offset (KIP-630)
+        self.log.truncate_fully_and_start_at(sid.end_offset, sid.epoch)
+        self.high_watermark = max(self.high_watermark, sid.end_offset)
+        self.applied_offset = sid.end_offset
+        self.latest_snapshot = sid
+        self.snapshot_created_ms[sid] = self._now
+        self.bytes_since_snapshot = 0
+        self._emit(LoadSnapshot(sid))
+        self._delete_snapshots_below(self.log.start_offset)
+
+    # ======================================================================================
+    # FetchSnapshot: leader side, DescribeQuorum
+    # ======================================================================================
+    def _on_fetch_snapshot(self, req: FetchSnapshotRequest) -> FetchSnapshotResponse:
+        def error(code: int) -> FetchSnapshotResponse:
+            return FetchSnapshotResponse(code, self.leader_id, self.epoch, req.snapshot_id)
+
+        if req.cluster_id != self.config.cluster_id:
+            return error(Errors.INCONSISTENT_CLUSTER_ID)
+        if self.role is not Role.LEADER:
+            return error(Errors.NOT_LEADER_OR_FOLLOWER)
+        if req.current_leader_epoch < self.epoch:
+            return error(Errors.FENCED_LEADER_EPOCH)
+        if req.current_leader_epoch > self.epoch:
+            return error(Errors.UNKNOWN_LEADER_EPOCH)
+        if req.snapshot_id not in self.snapshots.list():
+            return error(Errors.SNAPSHOT_NOT_FOUND)
+        size = self.snapshots.size(req.snapshot_id)
+        if req.position < 0 or req.position > size:
+            return error(Errors.POSITION_OUT_OF_RANGE)
+        max_bytes = max(1, min(req.max_bytes, self.config.fetch_snapshot_bytes_max))
+        data = self.snapshots.read(req.snapshot_id, req.position, max_bytes)
+        return FetchSnapshotResponse(
+            Errors.NONE,
+            self.node_id,
+            self.epoch,
+            req.snapshot_id,
+            size=size,
+            position=req.position,
+            data=data,
+        )
+
+    def _describe_quorum(self) -> DescribeQuorumResponse:
+        ls = self.leader_state
+        if self.role is not Role.LEADER or ls is None:
+            return DescribeQuorumResponse(Errors.NOT_LEADER_OR_FOLLOWER, self.leader_id, self.epoch)
+
+        def state(rid: int) -> ReplicaState:
+            if rid == self.node_id:
+                return ReplicaState(rid, self.log.end_offset, self._now, self._now)
+            p = ls.replicas[rid]
+            return ReplicaState(rid, p.end_offset, p.last_fetch_ms, p.last_caught_up_ms)
+
+        return DescribeQuorumResponse(
+            Errors.NONE,
+            self.node_id,
+            self.epoch,
+            self.high_watermark,
+            current_voters=tuple(state(v) for v in sorted(self.config.voters)),
+            observers=tuple(state(r) for r in sorted(ls.replicas) if r not in self.config.voters),
+        )
+
+    # ======================================================================================
+    # commits, snapshots, log begin offset
+    # ======================================================================================
+    def _after_event(self) -> None:
+        self._deliver_commits()
+        self._maybe_send_fetch()
+
+    def _deliver_commits(self) -> None:
+        if self.snapshot_download is not None:
+            return
+        upper = min(self.high_watermark, self.log.end_offset)
+        while self.applied_offset < upper:
+            assert self.applied_offset >= self.log.start_offset, (
+                self.applied_offset,
+                self.log.start_offset,
+            )
+            entries = self.log.read(self.applied_offset, COMMIT_CHUNK_BYTES, upper)
+            assert entries and entries[0].offset == self.applied_offset
+            self.applied_offset = entries[-1].offset + 1
+            self.bytes_since_snapshot += sum(e.size for e in entries)
+            self._emit(CommitEntries(entries, self.high_watermark))
+        self._maybe_snapshot()
+
+    def _maybe_snapshot(self) -> None:
+        if self.snapshot_in_progress is not None or self.applied_offset == 0:
+            return
+        base = self.latest_snapshot.end_offset if self.latest_snapshot else 0
+        if self.applied_offset <= base:
+            return
+        due = (
+            self.applied_offset - base >= self.config.snapshot_minimum_records
+            or self.bytes_since_snapshot >= self.config.snapshot_max_bytes_between
+            or self._now - self.last_snapshot_ms >= self.config.snapshot_max_interval_ms
+        )
+        if not due:
+            return
+        sid = SnapshotId(self.applied_offset, self.log.epoch_at(self.applied_offset - 1))
+        self.snapshot_in_progress = sid
+        self._emit(CreateSnapshot(sid))
+
+    def _maybe_advance_log_start(self) -> None:
+        """Leader: LBO -> X when a snapshot covers X - 1 and every live replica has
+        replicated X, or the snapshot is older than max.replication.lag.ms (KIP-630)."""
+        sid = self.latest_snapshot
+        ls = self.leader_state
+        if sid is None or ls is None or sid.end_offset <= self.log.start_offset:
+            return
+        live_since = self._now - self.config.fetch_timeout_ms
+        lagging = any(
+            p.last_fetch_ms >= live_since and p.end_offset < sid.end_offset
+            for p in ls.replicas.values()
+        )
+        created = self.snapshot_created_ms.get(sid, self._now)
+        if lagging and self._now - created < self.config.max_replication_lag_ms:
+            return
+        self._set_log_start(sid)
+
+    def _follower_maybe_advance_log_start(self, leader_lbo: int) -> None:
+        candidates = [
+            s
+            for s in self.snapshots.list()
+            if self.log.start_offset < s.end_offset <= min(leader_lbo, self.applied_offset)
+        ]
+        if candidates:
+            self._set_log_start(candidates[-1])
+
+    def _set_log_start(self, sid: SnapshotId) -> None:
+        assert sid.end_offset <= self.applied_offset, (sid, self.applied_offset)
+        self.log.delete_before(sid.end_offset, sid.epoch)
+        self._delete_snapshots_below(self.log.start_offset)
+
+    def _delete_snapshots_below(self, lbo: int) -> None:
+        snaps = self.snapshots.list()
+        for s in snaps[:-1]:  # keep at least one
+            if s.end_offset < lbo:
+                self.snapshots.delete(s)
+                self.snapshot_created_ms.pop(s, None)

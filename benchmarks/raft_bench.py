@@ -88,7 +88,7 @@ def bench_snapshot(partitions: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = FileSnapshotStore(os.path.join(tmp, "__cluster_metadata-0"))
         sid = SnapshotId(image.offset + 1, 1)
-        t0 = time.perf_counter()
+        w0 = time.perf_counter()
         messages = image_to_records(image)
         t1 = time.perf_counter()
         values = [encode_record(r) for r in messages]
@@ -97,7 +97,7 @@ def bench_snapshot(partitions: int) -> None:
         t3 = time.perf_counter()
         store.write(sid, data)
         t4 = time.perf_counter()
-        write_s = t4 - t0
+        write_s = t4 - w0
         size = store.size(sid)
         del data, values, messages
         # baseline: the bytes of the same file
@@ -117,7 +117,7 @@ def bench_snapshot(partitions: int) -> None:
         assert sum(len(t.partitions) for t in loaded.topics_by_id.values()) == n_parts
     print(f"snapshot size: {size} bytes ({size / n_parts:.1f} B/partition)")
     print(
-        f"write snapshot: {write_s:.2f} s (image_to_records {t1 - t0:.2f}, encode_record "
+        f"write snapshot: {write_s:.2f} s (image_to_records {t1 - w0:.2f}, encode_record "
         f"{t2 - t1:.2f}, record batches {t3 - t2:.2f}, .part + fsync + rename {t4 - t3:.2f})"
     )
     print(

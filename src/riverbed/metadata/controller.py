@@ -10,6 +10,9 @@ because each item's records are replayed into a scratch image before the next is
 Requests and responses are the protocol's CreateTopics / DeleteTopics / CreatePartitions /
 AlterConfigs / IncrementalAlterConfigs / DescribeConfigs messages; the response fields are
 filled for the newest version and the encoder drops what an older version lacks.
+
+Topic operations live here; config operations in `config_control`, broker and partition
+leadership/ISR operations in `partition_control`; `Controller` combines them.
 """
 
 from __future__ import annotations
@@ -17,9 +20,22 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
-from riverbed.metadata.config_defs import ConfigEntry, ConfigSource, ConfigType
+from riverbed.metadata.config_control import (
+    OP_APPEND,
+    OP_DELETE,
+    OP_SET,
+    OP_SUBTRACT,
+    ConfigControl,
+    check_topic_configs,
+)
+from riverbed.metadata.control_common import (
+    REQUEST_ITEMS_MAX,
+    ControllerBase,
+    ControllerConfig,
+    ControllerError,
+    ControllerResult,
+)
 from riverbed.metadata.image import (
     BrokerEndpoint,
     BrokerRegistration,
@@ -28,7 +44,6 @@ from riverbed.metadata.image import (
     replay_all,
 )
 from riverbed.metadata.records import (
-    METADATA_TOPIC,
     METADATA_TOPIC_ID,
     METADATA_VERSION_FEATURE,
     METADATA_VERSION_LEVEL,
@@ -36,14 +51,10 @@ from riverbed.metadata.records import (
     ResourceType,
 )
 from riverbed.metadata.topic_configs import (
-    TOPIC_CONFIG_DEFS,
     describe_topic_config,
-    validate_topic_config,
 )
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
-    AlterConfigsRequest,
-    AlterConfigsResponse,
     ConfigRecord,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -51,11 +62,7 @@ from riverbed.protocol.messages import (
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
-    DescribeConfigsRequest,
-    DescribeConfigsResponse,
     FeatureLevelRecord,
-    IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
     Message,
     PartitionChangeRecord,
     RemoveTopicRecord,
@@ -66,37 +73,7 @@ from riverbed.protocol.messages import (
 TOPIC_NAME_LENGTH_MAX = 249
 #: Partitions one topic may have; bounds what one CreateTopics can make us allocate.
 TOPIC_PARTITIONS_MAX = 100_000
-#: Items (topics, resources, configs) handled per request.
-REQUEST_ITEMS_MAX = 10_000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
-
-# IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType ids).
-OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
-
-
-@dataclass(frozen=True, slots=True)
-class ControllerConfig:
-    node_id: int
-    num_partitions: int = 1
-    default_replication_factor: int = 1
-    #: server.properties keys explicitly set (STATIC_BROKER_CONFIG source), as strings.
-    static_broker_config: Mapping[str, str] = field(default_factory=dict)
-    #: DescribeConfigs rows for this broker (from ServerConfig.describe()).
-    broker_config_entries: tuple[ConfigEntry, ...] = ()
-    delete_topic_enable: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class ControllerResult:
-    records: list[Message]
-    response: object
-
-
-class _Err(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def topic_name_error(name: str) -> str | None:
@@ -123,7 +100,7 @@ def _unify(name: str) -> str:
     return name.replace(".", "_")
 
 
-class Controller:
+class Controller(ConfigControl, ControllerBase):
     """Pure controller operations over a MetadataImage (see module docstring)."""
 
     def __init__(
@@ -152,7 +129,7 @@ class Controller:
     def _place(self, image: MetadataImage, start: int, count: int, rf: int) -> list[list[int]]:
         brokers = self.usable_brokers(image)
         if rf > len(brokers):
-            raise _Err(
+            raise ControllerError(
                 ErrorCode.INVALID_REPLICATION_FACTOR,
                 f"Unable to replicate the partition {rf} time(s): The target replication "
                 f"factor of {rf} cannot be reached because only {len(brokers)} broker(s) "
@@ -163,21 +140,21 @@ class Controller:
 
     def _check_assignment(self, image: MetadataImage, broker_ids: Sequence[int]) -> list[int]:
         if not broker_ids:
-            raise _Err(
+            raise ControllerError(
                 ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                 "The manual partition assignment includes an empty replica list.",
             )
         seen: set[int] = set()
         for broker_id in broker_ids:
             if broker_id in seen:
-                raise _Err(
+                raise ControllerError(
                     ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                     f"The manual partition assignment includes the broker {broker_id} more "
                     "than once.",
                 )
             seen.add(broker_id)
             if broker_id not in image.brokers:
-                raise _Err(
+                raise ControllerError(
                     ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                     f"The manual partition assignment includes broker {broker_id}, but no "
                     "such broker is registered.",
@@ -193,13 +170,6 @@ class Controller:
             leader_epoch=0,
             partition_epoch=0,
         )
-
-    @staticmethod
-    def _check_topic_configs(configs: Mapping[str, str | None]) -> None:
-        for name, value in configs.items():
-            problem = validate_topic_config(name, value)
-            if problem is not None:
-                raise _Err(ErrorCode.INVALID_CONFIG, problem)
 
     def _topic_config_rows(
         self, overrides: Mapping[str, str]
@@ -283,11 +253,11 @@ class Controller:
             result = CreateTopicsResponse.CreatableTopicResult(name=t.name)
             try:
                 if counts[t.name] > 1:
-                    raise _Err(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
+                    raise ControllerError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
                 topic_records, topic_id, num_partitions, rf, overrides = self._create_topic(
                     scratch, t
                 )
-            except _Err as err:
+            except ControllerError as err:
                 result.error_code = int(err.code)
                 result.error_message = err.message
                 results.append(result)
@@ -307,32 +277,34 @@ class Controller:
     ) -> tuple[list[Message], uuid.UUID, int, int, dict[str, str]]:
         problem = topic_name_error(t.name)
         if problem is not None:
-            raise _Err(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
+            raise ControllerError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
         if t.name in image.topics_by_name:
-            raise _Err(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
+            raise ControllerError(
+                ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists."
+            )
         unified = _unify(t.name)
         for other in image.topics_by_name:
             if _unify(other) == unified:
-                raise _Err(
+                raise ControllerError(
                     ErrorCode.INVALID_TOPIC_EXCEPTION,
                     f"Topic '{t.name}' collides with existing topic: {other}",
                 )
         configs: dict[str, str | None] = {}
         for c in t.configs:
             if c.name in configs:
-                raise _Err(ErrorCode.INVALID_CONFIG, f"Duplicate config {c.name}")
+                raise ControllerError(ErrorCode.INVALID_CONFIG, f"Duplicate config {c.name}")
             configs[c.name] = c.value
-        self._check_topic_configs(configs)
+        check_topic_configs(configs)
         overrides = {k: v for k, v in configs.items() if v is not None}
         if t.assignments:
             if t.num_partitions != -1:
-                raise _Err(
+                raise ControllerError(
                     ErrorCode.INVALID_REQUEST,
                     "A manual partition assignment was specified, but numPartitions was not "
                     "set to -1.",
                 )
             if t.replication_factor != -1:
-                raise _Err(
+                raise ControllerError(
                     ErrorCode.INVALID_REQUEST,
                     "A manual partition assignment was specified, but replicationFactor was "
                     "not set to -1.",
@@ -340,28 +312,28 @@ class Controller:
             by_index = {}
             for a in t.assignments:
                 if a.partition_index in by_index:
-                    raise _Err(
+                    raise ControllerError(
                         ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                         f"Found multiple manual partition assignments for partition "
                         f"{a.partition_index}",
                     )
                 by_index[a.partition_index] = self._check_assignment(image, a.broker_ids)
             if len(by_index) > TOPIC_PARTITIONS_MAX:
-                raise _Err(
+                raise ControllerError(
                     ErrorCode.INVALID_PARTITIONS,
                     f"Number of partitions {len(by_index)} exceeds the limit "
                     f"{TOPIC_PARTITIONS_MAX}.",
                 )
             for index in range(len(by_index)):
                 if index not in by_index:
-                    raise _Err(
+                    raise ControllerError(
                         ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                         f"partitions should be a consecutive 0-based integer sequence, "
                         f"but missing partition {index}",
                     )
             rfs = {len(v) for v in by_index.values()}
             if len(rfs) != 1:
-                raise _Err(
+                raise ControllerError(
                     ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                     "All partitions in the manual partition assignment must have the same "
                     "number of replicas.",
@@ -378,18 +350,18 @@ class Controller:
                 else t.replication_factor
             )
             if num_partitions <= 0:
-                raise _Err(
+                raise ControllerError(
                     ErrorCode.INVALID_PARTITIONS,
                     "Number of partitions was set to an invalid non-positive value.",
                 )
             if num_partitions > TOPIC_PARTITIONS_MAX:
-                raise _Err(
+                raise ControllerError(
                     ErrorCode.INVALID_PARTITIONS,
                     f"Number of partitions {num_partitions} exceeds the limit "
                     f"{TOPIC_PARTITIONS_MAX}.",
                 )
             if rf <= 0:
-                raise _Err(
+                raise ControllerError(
                     ErrorCode.INVALID_REPLICATION_FACTOR,
                     "Replication factor must be larger than 0, or -1 to use the default value.",
                 )
@@ -460,29 +432,33 @@ class Controller:
             results.append(result)
             try:
                 if not self.config.delete_topic_enable:
-                    raise _Err(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
+                    raise ControllerError(
+                        ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled."
+                    )
                 if name is not None and topic_id is not None:
-                    raise _Err(
+                    raise ControllerError(
                         ErrorCode.INVALID_REQUEST, "Both topic name and topic id were given."
                     )
                 if topic_id is not None:
                     topic = image.topic_by_id(topic_id)
                     if topic is None:
-                        raise _Err(
+                        raise ControllerError(
                             ErrorCode.UNKNOWN_TOPIC_ID, "This server does not host this topic ID."
                         )
                 elif name is not None:
                     topic = image.topic(name)
                     if topic is None:
-                        raise _Err(
+                        raise ControllerError(
                             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                             "This server does not host this topic-partition.",
                         )
                 else:
-                    raise _Err(ErrorCode.INVALID_REQUEST, "Neither topic name nor id was given.")
+                    raise ControllerError(
+                        ErrorCode.INVALID_REQUEST, "Neither topic name nor id was given."
+                    )
                 if topic.topic_id in seen:
-                    raise _Err(ErrorCode.INVALID_REQUEST, "Duplicate topic name or id.")
-            except _Err as err:
+                    raise ControllerError(ErrorCode.INVALID_REQUEST, "Duplicate topic name or id.")
+            except ControllerError as err:
                 result.error_code = int(err.code)
                 result.error_message = err.message
                 continue
@@ -510,9 +486,9 @@ class Controller:
             results.append(result)
             try:
                 if counts[t.name] > 1:
-                    raise _Err(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
+                    raise ControllerError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
                 records.extend(self._create_partitions(image, t))
-            except _Err as err:
+            except ControllerError as err:
                 result.error_code = int(err.code)
                 result.error_message = err.message
         response = CreatePartitionsResponse(throttle_time_ms=0, results=results)
@@ -523,21 +499,23 @@ class Controller:
     ) -> list[Message]:
         topic = image.topic(t.name)
         if topic is None:
-            raise _Err(
+            raise ControllerError(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                 "This server does not host this topic-partition.",
             )
         current = len(topic.partitions)
         if t.count < current:
-            raise _Err(
+            raise ControllerError(
                 ErrorCode.INVALID_PARTITIONS,
                 f"The topic {t.name} currently has {current} partition(s); {t.count} would "
                 "not be an increase.",
             )
         if t.count == current:
-            raise _Err(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partition(s).")
+            raise ControllerError(
+                ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partition(s)."
+            )
         if t.count > TOPIC_PARTITIONS_MAX:
-            raise _Err(
+            raise ControllerError(
                 ErrorCode.INVALID_PARTITIONS,
                 f"Number of partitions {t.count} exceeds the limit {TOPIC_PARTITIONS_MAX}.",
             )
@@ -546,7 +524,7 @@ class Controller:
         rf = len(first.replicas) if first is not None else self.config.default_replication_factor
         if t.assignments:
             if len(t.assignments) != added:
-                raise _Err(
+                raise ControllerError(
                     ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                     f"Attempted to add {added} additional partition(s), but only "
                     f"{len(t.assignments)} assignment(s) were specified.",
@@ -559,210 +537,15 @@ class Controller:
             for i, replicas in enumerate(assignment)
         ]
 
-    # ------------------------------------------------------------------ configs
-    def _resource_error(self, image: MetadataImage, rtype: int, rname: str) -> _Err | None:
-        if rtype == ResourceType.TOPIC:
-            if rname == METADATA_TOPIC:
-                return _Err(ErrorCode.INVALID_REQUEST, f"Cannot alter configs of {rname}.")
-            if image.topic(rname) is None:
-                return _Err(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    f"The topic '{rname}' does not exist.",
-                )
-            return None
-        if rtype == ResourceType.BROKER:
-            return _Err(
-                ErrorCode.INVALID_REQUEST,
-                "riverbed does not support dynamic broker configs yet; set them in "
-                "server.properties.",
-            )
-        return _Err(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}.")
 
-    def alter_configs(
-        self, image: MetadataImage, request: AlterConfigsRequest, now_ms: int
-    ) -> ControllerResult:
-        """Legacy AlterConfigs: the given set REPLACES the resource's dynamic configs."""
-        del now_ms
-        records: list[Message] = []
-        results = []
-        for res in list(request.resources)[:REQUEST_ITEMS_MAX]:
-            result = AlterConfigsResponse.AlterConfigsResourceResponse(
-                resource_type=res.resource_type, resource_name=res.resource_name
-            )
-            results.append(result)
-            try:
-                err = self._resource_error(image, res.resource_type, res.resource_name)
-                if err is not None:
-                    raise err
-                wanted: dict[str, str] = {}
-                for c in res.configs:
-                    if c.name in wanted:
-                        raise _Err(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
-                    if c.value is None:
-                        raise _Err(
-                            ErrorCode.INVALID_REQUEST, f"Null value not supported for : {c.name}"
-                        )
-                    wanted[c.name] = c.value
-                self._check_topic_configs(wanted)
-                current = image.topic_config(res.resource_name)
-                records.extend(self._config_diff(res.resource_name, current, wanted))
-            except _Err as err:
-                result.error_code = int(err.code)
-                result.error_message = err.message
-        response = AlterConfigsResponse(throttle_time_ms=0, responses=results)
-        return ControllerResult([] if request.validate_only else records, response)
-
-    def incremental_alter_configs(
-        self, image: MetadataImage, request: IncrementalAlterConfigsRequest, now_ms: int
-    ) -> ControllerResult:
-        del now_ms
-        records: list[Message] = []
-        results = []
-        for res in list(request.resources)[:REQUEST_ITEMS_MAX]:
-            result = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
-                resource_type=res.resource_type, resource_name=res.resource_name
-            )
-            results.append(result)
-            try:
-                err = self._resource_error(image, res.resource_type, res.resource_name)
-                if err is not None:
-                    raise err
-                current = dict(image.topic_config(res.resource_name))
-                wanted = dict(current)
-                seen: set[str] = set()
-                for c in res.configs:
-                    if c.name in seen:
-                        raise _Err(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
-                    seen.add(c.name)
-                    self._apply_op(wanted, c.name, c.config_operation, c.value)
-                self._check_topic_configs({k: v for k, v in wanted.items() if k in seen})
-                records.extend(self._config_diff(res.resource_name, current, wanted))
-            except _Err as err:
-                result.error_code = int(err.code)
-                result.error_message = err.message
-        response = IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=results)
-        return ControllerResult([] if request.validate_only else records, response)
-
-    @staticmethod
-    def _apply_op(wanted: dict[str, str], name: str, op: int, value: str | None) -> None:
-        tdef = TOPIC_CONFIG_DEFS.get(name)
-        if tdef is None:
-            raise _Err(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
-        if op == OP_SET:
-            if value is None:
-                raise _Err(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {name}")
-            wanted[name] = value
-        elif op == OP_DELETE:
-            wanted.pop(name, None)
-        elif op in (OP_APPEND, OP_SUBTRACT):
-            if tdef.definition.type != ConfigType.LIST:
-                raise _Err(
-                    ErrorCode.INVALID_CONFIG,
-                    f"Config value append is not allowed for config key: {name}",
-                )
-            base = wanted.get(name, tdef.definition.default or "")
-            items = [x.strip() for x in base.split(",") if x.strip()]
-            given = [x.strip() for x in (value or "").split(",") if x.strip()]
-            if op == OP_APPEND:
-                items.extend(x for x in given if x not in items)
-            else:
-                items = [x for x in items if x not in given]
-            wanted[name] = ",".join(items)
-        else:
-            raise _Err(ErrorCode.INVALID_REQUEST, f"Unknown config operation {op} for {name}")
-
-    @staticmethod
-    def _config_diff(
-        topic: str, current: Mapping[str, str], wanted: Mapping[str, str]
-    ) -> list[Message]:
-        out: list[Message] = []
-        for name in sorted(set(current) | set(wanted)):
-            new = wanted.get(name)
-            if current.get(name) != new:
-                out.append(
-                    ConfigRecord(
-                        resource_type=int(ResourceType.TOPIC),
-                        resource_name=topic,
-                        name=name,
-                        value=new,
-                    )
-                )
-        return out
-
-    def describe_configs(
-        self, image: MetadataImage, request: DescribeConfigsRequest
-    ) -> DescribeConfigsResponse:
-        results = []
-        for res in list(request.resources)[:REQUEST_ITEMS_MAX]:
-            keys = None if res.configuration_keys is None else set(res.configuration_keys)
-            synonyms = bool(getattr(request, "include_synonyms", False))
-            docs = bool(getattr(request, "include_documentation", False))
-            result = DescribeConfigsResponse.DescribeConfigsResult(
-                error_code=0,
-                error_message=None,
-                resource_type=res.resource_type,
-                resource_name=res.resource_name,
-                configs=[],
-            )
-            results.append(result)
-            entries: list[ConfigEntry]
-            if res.resource_type == ResourceType.TOPIC:
-                if image.topic(res.resource_name) is None:
-                    result.error_code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                    result.error_message = f"The topic '{res.resource_name}' does not exist."
-                    continue
-                entries = describe_topic_config(
-                    image.topic_config(res.resource_name),
-                    self.config.static_broker_config,
-                    keys,
-                    include_synonyms=synonyms,
-                    include_documentation=docs,
-                )
-            elif res.resource_type == ResourceType.BROKER:
-                if res.resource_name not in ("", str(self.config.node_id)):
-                    result.error_code = int(ErrorCode.INVALID_REQUEST)
-                    result.error_message = (
-                        f"Unexpected broker id, expected {self.config.node_id} or empty "
-                        f"string, but received {res.resource_name}"
-                    )
-                    continue
-                # The cluster-default resource ("") has no dynamic defaults in riverbed.
-                entries = (
-                    []
-                    if res.resource_name == ""
-                    else [
-                        e
-                        for e in self.config.broker_config_entries
-                        if keys is None or e.name in keys
-                    ]
-                )
-            elif res.resource_type == ResourceType.BROKER_LOGGER:
-                entries = []
-            else:
-                result.error_code = int(ErrorCode.INVALID_REQUEST)
-                result.error_message = f"Unsupported resource type {res.resource_type}."
-                continue
-            result.configs = [self._describe_row(e, synonyms, docs) for e in entries]
-        return DescribeConfigsResponse(throttle_time_ms=0, results=results)
-
-    @staticmethod
-    def _describe_row(
-        e: ConfigEntry, synonyms: bool, docs: bool
-    ) -> DescribeConfigsResponse.DescribeConfigsResourceResult:
-        R = DescribeConfigsResponse.DescribeConfigsResourceResult
-        return R(
-            name=e.name,
-            value=e.value,
-            read_only=e.read_only,
-            is_default=e.source == ConfigSource.DEFAULT_CONFIG,
-            config_source=int(e.source),
-            is_sensitive=e.sensitive,
-            synonyms=[
-                DescribeConfigsResponse.DescribeConfigsSynonym(
-                    name=s.name, value=s.value, source=int(s.source)
-                )
-                for s in (e.synonyms if synonyms else ())
-            ],
-            config_type=int(e.config_type),
-            documentation=e.documentation if docs else None,
-        )
+__all__ = [
+    "OP_APPEND",
+    "OP_DELETE",
+    "OP_SET",
+    "OP_SUBTRACT",
+    "Controller",
+    "ControllerConfig",
+    "ControllerError",
+    "ControllerResult",
+    "topic_name_error",
+]

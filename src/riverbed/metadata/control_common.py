@@ -1,0 +1,46 @@
+"""Types shared by the controller's operation modules (no state, no I/O)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from riverbed.metadata.config_defs import ConfigEntry
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import Message
+
+#: Items (topics, resources, configs, partitions) handled per request.
+REQUEST_ITEMS_MAX = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    node_id: int
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    #: server.properties keys explicitly set (STATIC_BROKER_CONFIG source), as strings.
+    static_broker_config: Mapping[str, str] = field(default_factory=dict)
+    #: DescribeConfigs rows for this broker (from ServerConfig.describe()).
+    broker_config_entries: tuple[ConfigEntry, ...] = ()
+    delete_topic_enable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerResult:
+    records: list[Message]
+    response: object
+
+
+class ControllerError(Exception):
+    """One item of a request failed: its error code and Kafka's message."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class ControllerBase:
+    """What the operation mixins share: the config (set by Controller.__init__)."""
+
+    config: ControllerConfig

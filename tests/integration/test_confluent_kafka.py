@@ -177,7 +177,14 @@ def test_admin_configs_partitions_records(
     produce(broker.bootstrap, topic_name, [{"value": b"x", "partition": 3} for _ in range(10)])
     [deleted] = admin.delete_records([TopicPartition(topic_name, 3, 6)]).values()
     assert deleted.result(15).low_watermark == 6
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "unused", **QUIET})
+    c = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            **QUIET,
+        }
+    )
     try:
         assert c.get_watermark_offsets(TopicPartition(topic_name, 3), timeout=10) == (6, 10)
     finally:

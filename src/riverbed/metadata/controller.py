@@ -43,6 +43,7 @@ from riverbed.metadata.image import (
     PartitionRegistration,
     replay_all,
 )
+from riverbed.metadata.partition_control import PartitionControl
 from riverbed.metadata.records import (
     METADATA_TOPIC_ID,
     METADATA_VERSION_FEATURE,
@@ -64,7 +65,6 @@ from riverbed.protocol.messages import (
     DeleteTopicsResponse,
     FeatureLevelRecord,
     Message,
-    PartitionChangeRecord,
     RemoveTopicRecord,
     TopicRecord,
     UnfenceBrokerRecord,
@@ -100,7 +100,7 @@ def _unify(name: str) -> str:
     return name.replace(".", "_")
 
 
-class Controller(ConfigControl, ControllerBase):
+class Controller(ConfigControl, PartitionControl, ControllerBase):
     """Pure controller operations over a MetadataImage (see module docstring)."""
 
     def __init__(
@@ -224,17 +224,9 @@ class Controller(ConfigControl, ControllerBase):
             registration.to_record(),
             UnfenceBrokerRecord(id=broker_id, epoch=epoch),
         ]
-        for topic in image.topics_by_id.values():
-            for index, part in topic.partitions.items():
-                if part.leader == -1 and broker_id in part.isr:
-                    records.append(
-                        PartitionChangeRecord(
-                            partition_id=index, topic_id=topic.topic_id, leader=broker_id
-                        )
-                    )
-        response = BrokerRegistration(
-            broker_id, incarnation_id, epoch, tuple(endpoints), rack, fenced=False
-        )
+        live = replay_all(image, records)
+        records += self.elect_leaderless(live, broker_id)
+        response = live.brokers[broker_id]
         return ControllerResult(records, response)
 
     # ------------------------------------------------------------------ create topics

@@ -1,0 +1,282 @@
+import uuid
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from riverbed.metadata.control_common import ControllerError
+from riverbed.metadata.image import MetadataImage, image_to_records, replay_all
+from riverbed.metadata.partition_control import ELECTION_PREFERRED, ELECTION_UNCLEAN
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import AlterPartitionRequest, ElectLeadersRequest
+
+from .conftest import cluster_image, make_controller
+from .test_controller import create, topic
+
+AP = AlterPartitionRequest
+
+
+def three_brokers(rf=3, partitions=3, configs=None):
+    c = make_controller()
+    image = cluster_image(c, brokers=3)
+    _, image = create(c, image, topic("t", partitions, rf, configs=configs))
+    return c, image
+
+
+def apply(image, result):
+    return replay_all(image, result.records)
+
+
+def test_fencing_moves_leaders_and_shrinks_isr():
+    c, image = three_brokers()
+    before = image.topic("t").partitions
+    led_by_1 = [i for i, p in before.items() if p.leader == 1]
+    assert led_by_1
+    image = apply(image, c.fence_broker(image, 1, 0))
+    assert image.brokers[1].fenced
+    for i, p in image.topic("t").partitions.items():
+        assert 1 not in p.isr and p.leader != 1
+        assert p.partition_epoch == before[i].partition_epoch + 1
+        bumped = before[i].leader_epoch + 1 if i in led_by_1 else before[i].leader_epoch
+        assert p.leader_epoch == bumped
+    # fencing again changes nothing
+    assert c.fence_broker(image, 1, 0).records == []
+
+
+def test_last_isr_member_stays_and_comes_back_as_leader():
+    c, image = three_brokers()
+    for b in (1, 2, 3):
+        image = apply(image, c.fence_broker(image, b, 0))
+    for p in image.topic("t").partitions.values():
+        assert p.leader == -1 and len(p.isr) == 1
+    last = image.topic("t").partitions[0].isr[0]
+    others = [b for b in (1, 2, 3) if b != last]
+    # an out-of-ISR broker coming back cannot lead (clean election only)
+    image = apply(image, c.unfence_broker(image, others[0], -1, 0))
+    assert image.topic("t").partitions[0].leader == -1
+    image = apply(image, c.unfence_broker(image, last, -1, 0))
+    assert image.topic("t").partitions[0].leader == last
+
+
+def test_unclean_election_when_topic_allows_it():
+    c, image = three_brokers(configs={"unclean.leader.election.enable": "true"})
+    for b in (1, 2, 3):
+        image = apply(image, c.fence_broker(image, b, 0))
+    p0 = image.topic("t").partitions[0]
+    other = next(b for b in (1, 2, 3) if b not in p0.isr)
+    image = apply(image, c.unfence_broker(image, other, -1, 0))
+    p0 = image.topic("t").partitions[0]
+    assert p0.leader == other and p0.isr == (other,) and p0.leader_recovery_state == 1
+
+
+def test_controlled_shutdown():
+    c, image = three_brokers()
+    epoch = image.brokers[2].broker_epoch
+    res = c.controlled_shutdown(image, 2, epoch, 0)
+    assert res.response == 0
+    image = apply(image, res)
+    assert image.brokers[2].in_controlled_shutdown
+    assert all(p.leader != 2 for p in image.topic("t").partitions.values())
+    with pytest.raises(ControllerError) as info:
+        c.controlled_shutdown(image, 2, epoch + 7, 0)
+    assert info.value.code == ErrorCode.STALE_BROKER_EPOCH
+    # with one replica there is nowhere to move: the partitions become leaderless
+    c1 = make_controller()
+    img1 = cluster_image(c1, brokers=1)
+    _, img1 = create(c1, img1, topic("solo", 2, 1))
+    res = c1.controlled_shutdown(img1, 1, img1.brokers[1].broker_epoch, 0)
+    assert res.response == 0
+    img1 = apply(img1, res)
+    assert all(p.leader == -1 and p.isr == (1,) for p in img1.topic("solo").partitions.values())
+    # unfencing does not end a controlled shutdown; registering again (a restart) does
+    assert c1.unfence_broker(img1, 1, -1, 0).records == []
+    img1 = apply(img1, c1.register_broker(img1, 1, uuid.uuid4(), [], None, 0))
+    assert not img1.brokers[1].in_controlled_shutdown
+    assert all(p.leader == 1 for p in img1.topic("solo").partitions.values())
+
+
+def isr_change(
+    image, leader_broker, new_isr, *, leader_epoch=None, partition_epoch=None, broker_epoch=None
+):
+    t = image.topic("t")
+    p = t.partitions[0]
+    return AP(
+        broker_id=leader_broker,
+        broker_epoch=image.brokers[leader_broker].broker_epoch if broker_epoch is None else broker_epoch,
+        topics=[
+            AP.TopicData(
+                topic_id=t.topic_id,
+                partitions=[
+                    AP.PartitionData(
+                        partition_index=0,
+                        leader_epoch=p.leader_epoch if leader_epoch is None else leader_epoch,
+                        new_isr_with_epochs=[AP.BrokerState(broker_id=b) for b in new_isr],
+                        partition_epoch=p.partition_epoch if partition_epoch is None else partition_epoch,
+                    )
+                ],
+            )
+        ],
+    )  # fmt: skip
+
+
+def test_alter_partition_shrink_and_expand():
+    c, image = three_brokers()
+    p = image.topic("t").partitions[0]
+    leader = p.leader
+    follower = next(r for r in p.replicas if r != leader)
+    smaller = tuple(r for r in p.isr if r != follower)
+    res = c.alter_partition(image, isr_change(image, leader, smaller), 0)
+    (part,) = res.response.topics[0].partitions
+    assert res.response.error_code == 0 and part.error_code == 0
+    assert tuple(part.isr) == smaller and part.partition_epoch == p.partition_epoch + 1
+    image = apply(image, res)
+    assert image.topic("t").partitions[0].isr == smaller
+    assert image.topic("t").partitions[0].leader_epoch == p.leader_epoch
+    # the same request again is stale
+    res = c.alter_partition(
+        image, isr_change(image, leader, smaller, partition_epoch=p.partition_epoch), 0
+    )
+    assert res.response.topics[0].partitions[0].error_code == ErrorCode.INVALID_UPDATE_VERSION
+    # expand back
+    res = c.alter_partition(image, isr_change(image, leader, p.isr), 0)
+    assert res.response.topics[0].partitions[0].error_code == 0
+    assert apply(image, res).topic("t").partitions[0].isr == p.isr
+
+
+def test_alter_partition_errors():
+    c, image = three_brokers()
+    p = image.topic("t").partitions[0]
+    leader = p.leader
+    follower = next(r for r in p.replicas if r != leader)
+
+    def code(req):
+        res = c.alter_partition(image, req, 0)
+        assert res.records == []
+        return res.response.error_code or res.response.topics[0].partitions[0].error_code
+
+    assert code(isr_change(image, follower, p.isr)) == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert (
+        code(isr_change(image, leader, p.isr, leader_epoch=p.leader_epoch - 1))
+        == ErrorCode.FENCED_LEADER_EPOCH
+    )
+    assert code(isr_change(image, leader, (follower,))) == ErrorCode.INVALID_REQUEST
+    assert code(isr_change(image, leader, (leader, 99))) == ErrorCode.INELIGIBLE_REPLICA
+    assert (
+        code(isr_change(image, leader, p.isr, broker_epoch=12345)) == ErrorCode.STALE_BROKER_EPOCH
+    )
+    # a fenced broker cannot rejoin the ISR
+    shrunk = apply(image, c.alter_partition(image, isr_change(image, leader, (leader,)), 0))
+    fenced = apply(shrunk, c.fence_broker(shrunk, follower, 0))
+    res = c.alter_partition(fenced, isr_change(fenced, leader, (leader, follower)), 0)
+    assert res.response.topics[0].partitions[0].error_code == ErrorCode.INELIGIBLE_REPLICA
+
+
+def test_preferred_and_unclean_elections():
+    c, image = three_brokers()
+    p0 = image.topic("t").partitions[0]
+    preferred = p0.replicas[0]
+    image = apply(image, c.fence_broker(image, preferred, 0))
+    assert image.topic("t").partitions[0].leader != preferred
+    # back, but not in the ISR yet: preferred election is not possible
+    image = apply(image, c.unfence_broker(image, preferred, -1, 0))
+    req = ElectLeadersRequest(
+        election_type=ELECTION_PREFERRED,
+        topic_partitions=[ElectLeadersRequest.TopicPartitions(topic="t", partitions=[0])],
+    )
+    res = c.elect_leaders(image, req, 0)
+    assert (
+        res.response.replica_election_results[0].partition_result[0].error_code
+        == ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    )
+    # the leader adds it back to the ISR, then the election moves leadership home
+    cur = image.topic("t").partitions[0]
+    image = apply(
+        image, c.alter_partition(image, isr_change(image, cur.leader, (*cur.isr, preferred)), 0)
+    )
+    res = c.elect_leaders(image, req, 0)
+    assert res.response.replica_election_results[0].partition_result[0].error_code == 0
+    image = apply(image, res)
+    assert image.topic("t").partitions[0].leader == preferred
+    again = c.elect_leaders(image, req, 0)
+    assert (
+        again.response.replica_election_results[0].partition_result[0].error_code
+        == ErrorCode.ELECTION_NOT_NEEDED
+    )
+    unclean = c.elect_leaders(
+        image, ElectLeadersRequest(election_type=ELECTION_UNCLEAN, topic_partitions=None), 0
+    )
+    codes = {
+        r.error_code for e in unclean.response.replica_election_results for r in e.partition_result
+    }
+    assert codes == {ErrorCode.ELECTION_NOT_NEEDED}
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            ["fence", "unfence", "shutdown", "shrink", "expand", "preferred", "unclean"]
+        ),
+        st.integers(1, 3),
+        st.integers(0, 3),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(ops=OPS, unclean=st.booleans())
+def test_leadership_invariants_hold(ops, unclean):
+    c = make_controller()
+    image = cluster_image(c, brokers=3)
+    cfg = {"unclean.leader.election.enable": "true"} if unclean else None
+    _, image = create(c, image, topic("t", 4, 3, configs=cfg))
+    log = image_to_records(image)
+    epochs = {
+        i: (p.leader_epoch, p.partition_epoch) for i, p in image.topic("t").partitions.items()
+    }
+    for kind, broker, index in ops:
+        part = image.topic("t").partitions[index]
+        if kind == "fence":
+            res = c.fence_broker(image, broker, 0)
+        elif kind == "unfence":
+            res = c.unfence_broker(image, broker, -1, 0)
+        elif kind == "shutdown":
+            res = c.controlled_shutdown(image, broker, -1, 0)
+        elif kind in ("shrink", "expand"):
+            if part.leader == -1:
+                continue
+            isr = (
+                tuple(r for r in part.isr if r != broker)
+                if kind == "shrink"
+                else (*part.isr, broker)
+            )
+            t = image.topic("t")
+            req = AP(
+                broker_id=part.leader,
+                broker_epoch=-1,
+                topics=[AP.TopicData(topic_id=t.topic_id, partitions=[AP.PartitionData(
+                    partition_index=index, leader_epoch=part.leader_epoch,
+                    new_isr=list(dict.fromkeys(isr)), partition_epoch=part.partition_epoch)])],
+            )  # fmt: skip
+            res = c.alter_partition(image, req, 0)
+        else:
+            req = ElectLeadersRequest(
+                election_type=ELECTION_PREFERRED if kind == "preferred" else ELECTION_UNCLEAN,
+                topic_partitions=[
+                    ElectLeadersRequest.TopicPartitions(topic="t", partitions=[index])
+                ],
+            )
+            res = c.elect_leaders(image, req, 0)
+        image = replay_all(image, res.records)
+        log += res.records
+        for i, p in image.topic("t").partitions.items():
+            assert p.isr, "the ISR never becomes empty"
+            assert set(p.isr) <= set(p.replicas)
+            assert p.leader == -1 or p.leader in p.isr
+            if p.leader != -1:
+                b = image.brokers[p.leader]
+                assert not b.fenced and not b.in_controlled_shutdown
+            le, pe = epochs[i]
+            assert p.leader_epoch >= le and p.partition_epoch >= pe
+            epochs[i] = (p.leader_epoch, p.partition_epoch)
+    assert replay_all(MetadataImage.EMPTY, log) == image

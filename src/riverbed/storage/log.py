@@ -581,32 +581,45 @@ class PartitionLog:
             full = offset >= bound
             while not full and i < len(self._segments):
                 seg = self._segments[i]
+                seg_end = self._segments[i + 1].base_offset if i + 1 < len(self._segments) else leo
                 try:
                     start = seg.translate_offset(next_offset)
                     if start is None:
                         i += 1
                         continue
-                    run_start, run_size = start.position, 0
-                    for b in seg.iter_headers(start.position):
-                        h = b.header
-                        if h.next_offset > bound:
-                            full = True
+                    h = start.header
+                    if h.next_offset > bound:
+                        break
+                    budget = max_bytes - total
+                    if h.size > budget:
+                        if not (min_one_batch and total == 0):
                             break
-                        if total + h.size > max_bytes and not (min_one_batch and total == 0):
-                            full = True
-                            break
-                        if first_offset < 0:
-                            first_offset = h.base_offset
-                        run_size += h.size
-                        total += h.size
-                        next_offset = h.next_offset
+                        end, nxt, full = start.position + h.size, h.next_offset, True
+                    else:
+                        # the end of the last whole batch within the byte budget and below
+                        # the bound, found via the offset index and a short header scan
+                        limit = start.position + budget
+                        if bound < seg_end:
+                            cut = seg.translate_offset(bound, start.position)
+                            if cut is not None:
+                                limit = min(limit, cut.position)
+                        end = seg.whole_batches_end(start.position, limit)
+                        if end < seg.size:
+                            after = seg.read_header(end)
+                            assert after is not None
+                            nxt, full = after.base_offset, True
+                        else:
+                            nxt = seg_end
                 except ProtocolError as e:
                     raise LogDirError(f"{self.name}: corrupt segment {seg.log_path}: {e}") from e
                 finally:
                     if not seg.active:
                         seg.close_files()
-                if run_size:
-                    ranges.append(FileRange(seg.log_path, run_start, run_size))
+                if first_offset < 0:
+                    first_offset = h.base_offset
+                ranges.append(FileRange(seg.log_path, start.position, end - start.position))
+                total += end - start.position
+                next_offset = nxt
                 i += 1
             return ReadResult(
                 ranges=ranges,

@@ -64,6 +64,16 @@ class OffsetIndex(IndexFile):
         erel, pos = self.entry_at(i)
         return self.base_offset + erel, pos
 
+    def floor_position(self, position: int) -> tuple[int, int]:
+        """(offset, position) of the last entry at or before byte ``position``."""
+        buf = self._entries()
+        keys = _PositionKeys(buf, self.entry.size)
+        i = bisect.bisect_right(keys, position) - 1
+        if i < 0:
+            return self.base_offset, 0
+        rel, pos = self.entry_at(i)
+        return self.base_offset + rel, pos
+
     def truncate_to(self, offset: int) -> None:
         """Remove every entry with offset >= ``offset``."""
         i = bisect.bisect_left(self.keys(), offset - self.base_offset)
@@ -91,3 +101,22 @@ class OffsetIndex(IndexFile):
                     f"(previous ({prev_rel}, {prev_pos}), log size {log_size})"
                 )
             prev_rel, prev_pos = rel, pos
+
+
+class _PositionKeys:
+    """The position field of every entry as a sequence (positions increase too)."""
+
+    __slots__ = ("_buf", "_n", "_size")
+    _fmt = struct.Struct(">I")
+
+    def __init__(self, buf: bytearray, size: int) -> None:
+        self._buf = buf
+        self._size = size
+        self._n = len(buf) // size
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int) -> int:
+        value: int = self._fmt.unpack_from(self._buf, i * self._size + 4)[0]
+        return value

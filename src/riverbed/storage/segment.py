@@ -289,6 +289,22 @@ class LogSegment:
                 return b
         return None
 
+    def whole_batches_end(self, start: int, limit: int) -> int:
+        """End of the last whole batch that starts at or after ``start`` within ``limit``.
+
+        ``start`` is a batch position; the offset index finds a batch start near
+        ``limit`` so only a few headers are read whatever the distance.
+        """
+        self.ensure_indexes()
+        _, pos = self.offset_index.floor_position(limit)
+        pos = max(pos, start)
+        for b in self.iter_headers(pos):
+            end = b.position + b.header.size
+            if end > limit:
+                break
+            pos = end
+        return pos
+
     def find_offset_by_timestamp(
         self, timestamp: int, starting_offset: int
     ) -> Iterator[SegmentBatch]:

@@ -34,6 +34,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--topic", "-t", required=True)
     p.add_argument("--partition", type=int, default=None, help="default: by key / sticky")
     p.add_argument("--value", action="append", help="send these values instead of stdin")
+    p.add_argument("--input", metavar="FILE", help="read lines from FILE instead of stdin")
     p.add_argument("--key", help="key for every record")
     p.add_argument("--parse-key", action="store_true", help="lines are KEY<sep>VALUE")
     p.add_argument("--key-separator", default="\t", help="default: TAB")
@@ -78,6 +79,14 @@ def parse_line(
 def _lines(args: argparse.Namespace) -> Iterator[str]:
     if args.value is not None:
         yield from args.value
+        return
+    if args.input:
+        try:
+            with open(args.input, encoding="utf-8") as fh:
+                for line in fh:
+                    yield line.rstrip("\n").rstrip("\r")
+        except OSError as exc:
+            raise CliError(f"cannot read {args.input}: {exc}") from None
         return
     for line in sys.stdin:
         yield line.rstrip("\n").rstrip("\r")

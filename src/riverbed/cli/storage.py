@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
@@ -30,11 +31,55 @@ def register(subparsers: Any) -> None:
     rnd = verb_parser(sub, "random-uuid", "print a new random cluster id")
     rnd.set_defaults(func=random_uuid_cmd)
 
+    dump = verb_parser(
+        sub, "dump-metadata", "print the cluster metadata records (snapshot + log), read-only"
+    )
+    dump.add_argument("--config", "-c", metavar="FILE", help="server.properties")
+    dump.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    dump.add_argument("--skip-snapshot", action="store_true", help="only the log segments")
+    dump.add_argument("--max-records", type=int, help="stop after this many records")
+    dump.add_argument("--json", action="store_true", help="one JSON object per record")
+    dump.set_defaults(func=dump_metadata_cmd)
+
     info = verb_parser(sub, "info", "show the format of each log directory")
     info.add_argument("--config", "-c", metavar="FILE", help="server.properties")
     info.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     add_json(info)
     info.set_defaults(func=info_cmd)
+
+
+def dump_metadata_cmd(args: argparse.Namespace) -> int:
+    from riverbed.metadata.log import MetadataLogError, read_metadata_log
+    from riverbed.protocol.exceptions import ProtocolError
+    from riverbed.server.config import ConfigError, ServerConfig
+
+    try:
+        config = ServerConfig.load(args.config, args.override)
+    except ConfigError as exc:
+        print(f"error: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    count = 0
+    try:
+        for offset, record in read_metadata_log(
+            config.metadata_log_dir, use_snapshot=not args.skip_snapshot
+        ):
+            fields = record.to_dict()
+            if args.json:
+                print(
+                    json.dumps(
+                        {"offset": offset, "type": type(record).__name__, **fields}, default=str
+                    )
+                )
+            else:
+                body = " ".join(f"{k}={v}" for k, v in fields.items())
+                print(f"{offset}\t{type(record).__name__}\t{body}")
+            count += 1
+            if args.max_records is not None and count >= args.max_records:
+                break
+    except (MetadataLogError, ProtocolError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def format_cmd(args: argparse.Namespace) -> int:

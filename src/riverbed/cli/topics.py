@@ -65,6 +65,15 @@ def register(subparsers: Any) -> None:
     add_bootstrap(desc)
     desc.add_argument("--topic", action="append", help="repeatable; default: all topics")
     desc.add_argument("--exclude-internal", action="store_true")
+    only = desc.add_mutually_exclusive_group()
+    only.add_argument(
+        "--under-replicated-partitions",
+        action="store_true",
+        help="only partitions with ISR < replicas",
+    )
+    only.add_argument(
+        "--unavailable-partitions", action="store_true", help="only partitions without a leader"
+    )
     add_json(desc)
     desc.set_defaults(func=run_guarded(describe_cmd))
 
@@ -241,7 +250,12 @@ def describe_cmd(args: argparse.Namespace) -> int:
             }
             for p in sorted(tmd.partitions.values(), key=lambda p: p.id)
         ]
-        topics.append({"topic": name, "partitions": parts})
+        if args.under_replicated_partitions:
+            parts = [p for p in parts if len(p["isr"]) < len(p["replicas"])]
+        elif args.unavailable_partitions:
+            parts = [p for p in parts if p["leader"] < 0]
+        if parts or not (args.under_replicated_partitions or args.unavailable_partitions):
+            topics.append({"topic": name, "partitions": parts})
     configs = _topic_configs(admin, [t["topic"] for t in topics])
     ids = _topic_ids(admin, [t["topic"] for t in topics])
     for t in topics:

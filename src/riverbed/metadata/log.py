@@ -78,6 +78,49 @@ class MetadataLog(Protocol):
     def close(self) -> None: ...
 
 
+def read_metadata_log(
+    metadata_log_dir: str | os.PathLike[str], *, use_snapshot: bool = True
+) -> Iterator[tuple[int, Message]]:
+    """Read-only walk of a metadata log directory (for tools): the newest snapshot's records
+    (all at its last offset), then every record of the segments after it; a torn tail is
+    skipped, never truncated.  `use_snapshot=False` reads only the segments."""
+    directory = metadata_partition_dir(metadata_log_dir)
+    if not directory.is_dir():
+        raise MetadataLogError(f"no metadata log in {directory}")
+    start = 0
+    if use_snapshot:
+        snapshots = FileSnapshotStore(directory).list()
+        if snapshots:
+            sid = snapshots[-1]
+            try:
+                contents = read_snapshot(FileSnapshotStore(directory).read_all(sid))
+            except (OSError, SnapshotFormatError) as exc:
+                raise MetadataLogError(f"metadata snapshot {sid.file_stem()}: {exc}") from exc
+            for value in contents.records:
+                yield sid.end_offset - 1, decode_record(value)
+            start = sid.end_offset
+    bases = sorted(
+        int(p.name[: -len(SEGMENT_SUFFIX)])
+        for p in directory.iterdir()
+        if p.name.endswith(SEGMENT_SUFFIX) and p.name[: -len(SEGMENT_SUFFIX)].isdigit()
+    )
+    for base in bases:
+        path = segment_path(directory, base)
+        if path.stat().st_size > LOG_READ_BYTES_MAX:
+            raise MetadataLogError(f"metadata log {path} is larger than {LOG_READ_BYTES_MAX}")
+        data = path.read_bytes()
+        _good, headers = valid_prefix(data)
+        pos = 0
+        for header in headers:
+            batch = data[pos : pos + header.size]
+            pos += header.size
+            if header.next_offset <= start:
+                continue
+            for record in iter_records(batch):
+                if record.offset >= start and record.value is not None:
+                    yield record.offset, decode_record(record.value)
+
+
 def metadata_partition_dir(metadata_log_dir: str | os.PathLike[str]) -> Path:
     return Path(metadata_log_dir) / f"{METADATA_TOPIC}-{METADATA_PARTITION}"
 

@@ -69,3 +69,31 @@ def test_server_start_bad_override(capsys):
 def test_config_errors_in_storage_format(tmp_path, capsys):
     assert main(["storage", "format", "--config", str(tmp_path / "missing.properties")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_dump_metadata(tmp_path, capsys):
+    import asyncio
+
+    from riverbed.metadata.log import LocalMetadataLog
+    from riverbed.protocol.messages import FeatureLevelRecord
+
+    cfg, data = write_config(tmp_path)
+    log = LocalMetadataLog(data)
+    asyncio.run(log.append([FeatureLevelRecord(name="metadata.version", feature_level=21)]))
+    log.close()
+    assert main(["storage", "dump-metadata", "--config", str(cfg), "--json"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert json.loads(line) == {
+        "offset": 0,
+        "type": "FeatureLevelRecord",
+        "name": "metadata.version",
+        "feature_level": 21,
+    }
+    assert main(["storage", "dump-metadata", "--override", f"log.dirs={tmp_path}/none"]) == 1
+    assert "no metadata log" in capsys.readouterr().err
+
+
+def test_produce_input_file_missing(tmp_path, capsys):
+    rc = main(["produce", "-b", "127.0.0.1:1", "-t", "x", "--input", str(tmp_path / "nope.txt")])
+    assert rc == 1
+    assert "cannot read" in capsys.readouterr().err

@@ -4,7 +4,12 @@ import uuid
 import pytest
 
 from riverbed.metadata.image import MetadataImage, image_to_records, replay_all
-from riverbed.metadata.log import LocalMetadataLog, MetadataLogError, metadata_partition_dir
+from riverbed.metadata.log import (
+    LocalMetadataLog,
+    MetadataLogError,
+    metadata_partition_dir,
+    read_metadata_log,
+)
 from riverbed.metadata.records import decode_record, encode_record
 from riverbed.metadata.storage_format import (
     StorageFormatError,
@@ -155,3 +160,22 @@ def test_corrupt_snapshot_is_a_clear_error(tmp_path):
     with pytest.raises(MetadataLogError, match="snapshot"):
         list(reopened.read_committed())
     reopened.close()
+
+
+def test_read_only_walk_never_truncates(tmp_path):
+    _, records = sample_records()
+    log = LocalMetadataLog(tmp_path)
+    asyncio.run(log.append(records[:3]))
+    log.write_snapshot_sync(records[:3], 3)
+    asyncio.run(log.append(records[3:5]))
+    log.close()
+    seg = metadata_partition_dir(tmp_path) / "00000000000000000003.log"
+    seg.write_bytes(seg.read_bytes() + b"\x00\x01garbage")
+    size = seg.stat().st_size
+    got = list(read_metadata_log(tmp_path))
+    assert [o for o, _ in got] == [2, 2, 2, 3, 4]
+    assert [r for _, r in got][3:] == records[3:5]
+    assert seg.stat().st_size == size  # the torn tail is left for the broker to recover
+    assert [o for o, _ in read_metadata_log(tmp_path, use_snapshot=False)] == [3, 4]
+    with pytest.raises(MetadataLogError, match="no metadata log"):
+        list(read_metadata_log(tmp_path / "elsewhere"))

@@ -159,6 +159,7 @@ class LocalMetadataLog:
             raise MetadataLogError(f"cannot open metadata log in {self.dir}: {exc}") from exc
         self._bytes_since_snapshot = 0
         self._next_offset = 0
+        self._failed: str | None = None
         self._segments = self._list_segments()
         if not self._segments:
             start = self.latest_snapshot.end_offset if self.latest_snapshot else 0
@@ -291,10 +292,18 @@ class LocalMetadataLog:
             base_offset=self._next_offset,
             partition_leader_epoch=self.leader_epoch,
         )
+        if self._failed is not None:
+            raise MetadataLogError(self._failed)
         # Reserve the offsets before yielding to the loop so appends never interleave.
         self._next_offset += len(records)
         self._bytes_since_snapshot += len(batch)
-        await asyncio.to_thread(self._write, batch)
+        try:
+            await asyncio.to_thread(self._write, batch)
+        except OSError as exc:
+            # The file may now end in a partial batch and the offsets are spent: refuse
+            # further appends (Kafka's controller stops too); a restart recovers the log.
+            self._failed = f"metadata log write failed, restart the node: {exc}"
+            raise MetadataLogError(self._failed) from exc
         return self._next_offset - 1
 
     def snapshot_due(self) -> bool:

@@ -179,3 +179,23 @@ def test_read_only_walk_never_truncates(tmp_path):
     assert [o for o, _ in read_metadata_log(tmp_path, use_snapshot=False)] == [3, 4]
     with pytest.raises(MetadataLogError, match="no metadata log"):
         list(read_metadata_log(tmp_path / "elsewhere"))
+
+
+def test_write_failure_stops_appends(tmp_path):
+    _, records = sample_records()
+    log = LocalMetadataLog(tmp_path)
+    asyncio.run(log.append(records[:1]))
+
+    def broken(batch):
+        raise OSError(28, "No space left on device")
+
+    log._write = broken
+    with pytest.raises(MetadataLogError, match="No space left"):
+        asyncio.run(log.append(records[1:2]))
+    del log._write
+    with pytest.raises(MetadataLogError, match="restart the node"):
+        asyncio.run(log.append(records[1:2]))
+    log.close()
+    reopened = LocalMetadataLog(tmp_path)
+    assert reopened.end_offset == 1
+    reopened.close()

@@ -200,8 +200,14 @@ class PartitionLog:
             return
         if clean_shutdown:
             self.active_segment.active = True
-            self.active_segment.load_tail_state()
-        else:
+            try:
+                self.active_segment.load_tail_state()
+            except ProtocolError as e:
+                # a "clean" log whose tail does not parse: trust nothing after the
+                # recovery point and recover as after a crash
+                log.warning("%s: unreadable tail despite clean shutdown: %s", self.name, e)
+                clean_shutdown = False
+        if not clean_shutdown:
             self._recover_from(recovery_point)
         leo = self.log_end_offset
         self._recovery_point = leo if not clean_shutdown else min(max(recovery_point, 0), leo)

@@ -529,6 +529,20 @@ def test_clean_restart_trusts_the_log_but_rebuilds_bad_indexes(
     assert got == want_index  # rebuilt indexes equal the ones written while appending
 
 
+def test_clean_flag_with_a_torn_tail_falls_back_to_recovery(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    log = _filled(tmp_path, clock)
+    path = log.active_segment.log_path
+    log.close()
+    os.truncate(path, path.stat().st_size - 9)
+    log = open_log(
+        tmp_path, clock, LogConfig(index_interval_bytes=100), clean_shutdown=True, recovery_point=30
+    )
+    assert log.log_end_offset == 27 and len(headers(log)) == 9
+    log.close()
+
+
 def test_index_file_formats_are_kafkas(tmp_path: Path, clock: ManualClock) -> None:
     log = open_log(tmp_path, clock, LogConfig(index_interval_bytes=1))
     positions = []

@@ -214,6 +214,7 @@ class Connection:
             asyncio.Queue()
         )
         self.slots = asyncio.Semaphore(server.inflight_requests_max)
+        self.outstanding = 0  # requests read and not yet answered (or dropped: acks=0)
         self.closing = False
 
     async def run(self) -> None:
@@ -244,7 +245,7 @@ class Connection:
                 head = await asyncio.wait_for(self.reader.readexactly(4), idle_s)
                 break
             except TimeoutError:
-                if self.inflight.qsize() == 0:
+                if self.outstanding == 0:
                     log.info("closing idle connection from %s", self.peer)
                     return None
             except (asyncio.IncompleteReadError, ConnectionError):
@@ -292,6 +293,7 @@ class Connection:
                 self.server.handler(ctx, body)
             )
             self.server.track(task)
+            self.outstanding += 1
             self.inflight.put_nowait((header, task))
 
     async def _write_loop(self) -> None:
@@ -331,6 +333,7 @@ class Connection:
                     )
                     self._close_with("internal error encoding a response")
                     return
+            self.outstanding -= 1
             self.slots.release()
 
     def _abort_pending(self) -> None:

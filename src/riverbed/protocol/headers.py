@@ -26,6 +26,7 @@ from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.messages import (
     ApiVersionsRequest,
     decode,
+    decode_prefix,
     encode_into,
     message_spec,
     request_class,
@@ -104,7 +105,8 @@ def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader
     """Decode a request frame (the bytes after the 4-byte size).
 
     Raises UnsupportedRequestError (with ``.header``) for APIs/versions riverbed does not
-    advertise, ProtocolError for malformed bytes.
+    advertise, ProtocolError for malformed bytes. Trailing bytes after the body are
+    ignored (as by Kafka).
     """
     buf = frame if isinstance(frame, bytes) else bytes(frame)
     if len(buf) >= 4:
@@ -127,8 +129,11 @@ def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader
     if not supported:
         # ApiVersions newer than ours: answer from an empty request (see module docstring)
         return header, ApiVersionsRequest()
-    # decode in place from the header's end: no copy of the (possibly large) frame
-    return header, decode(request_class(api_key), buf, api_version, pos)
+    # Decode in place from the header's end (no copy of a possibly large frame). Bytes after
+    # the body are ignored, as Kafka's broker does: some clients (librdkafka 2.x Metadata
+    # v12) send a few extra bytes.
+    body, _ = decode_prefix(request_class(api_key), buf, api_version, pos)
+    return header, body
 
 
 def _frame(out: bytearray) -> bytes:

@@ -58,6 +58,8 @@ def test_request_frame_v2_bytes_and_decode() -> None:
     header, body = h.decode_request(frame[4:])
     assert header == h.RequestHeader(18, 3, 7, "cli")
     assert body == req
+    # bytes after the body are ignored, as Kafka's broker does
+    assert h.decode_request(frame[4:] + b"\x00\x00\x00") == (header, body)
 
 
 def test_response_frames() -> None:

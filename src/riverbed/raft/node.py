@@ -378,7 +378,18 @@ class RaftNode(ReplicationMixin):
             self._emit(LeaderChanged(epoch, leader_id))
 
     def _leave_leader(self) -> None:
+        ls = self.leader_state
         self.leader_state = None
+        if ls is not None:
+            # parked fetches must not wait forever on a leader that is gone
+            for fetch in ls.parked.values():
+                self._emit(
+                    SendResponse(
+                        fetch.src,
+                        fetch.correlation_id,
+                        self._fetch_error(Errors.NOT_LEADER_OR_FOLLOWER),
+                    )
+                )
 
     def _randomized_election_timeout(self) -> int:
         t = self.config.election_timeout_ms

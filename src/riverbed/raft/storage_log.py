@@ -108,8 +108,15 @@ class StorageRaftLog:
         self.mem.delete_before(offset, epoch)
 
     def flush(self, end_offset: int) -> None:
-        self.storage.flush(end_offset)
-        self.mem.flush(end_offset)
+        self.mark_flushed(self.flush_storage(end_offset))
+
+    def flush_storage(self, end_offset: int) -> int:
+        """The fsync alone (safe on a worker thread); returns the durable end offset."""
+        return min(end_offset, self.storage.flush(end_offset))
+
+    def mark_flushed(self, end_offset: int) -> None:
+        """Back on the node's thread: record what ``flush_storage`` made durable."""
+        self.mem.flush(min(end_offset, self.storage.recovery_point))
 
     def close(self) -> None:
         self.storage.close()

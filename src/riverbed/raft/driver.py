@@ -1,0 +1,252 @@
+"""RaftDriver: the thin asyncio shell that runs one ``RaftNode`` on real files and a clock.
+
+It owns, in the metadata partition directory ``<metadata.log.dir>/__cluster_metadata-0``:
+the log (``StorageRaftLog`` over ``riverbed.storage``), the snapshots
+(``FileSnapshotStore``: ``.part`` files are removed at start), and the ``quorum-state``
+file. It executes the node's actions in order:
+
+- ``PersistQuorumState``: written (temp + fsync + rename) on a worker thread *before* the
+  actions after it run;
+- ``FlushLog``: fsync on a worker thread, in the background; then ``on_log_flushed``;
+- ``CommitEntries`` / ``LoadSnapshot`` / ``CreateSnapshot``: the injected ``StateMachine``
+  (``raft.state_machine.run_state_machine_actions``);
+- ``SendRequest``: ``await transport.send(dest, request)`` in a task, the reply fed back;
+  a failed send is dropped (the node's request timeout retries);
+- ``SendResponse``: resolves the ``handle_request`` call waiting for it (a Fetch may be
+  parked by the leader for up to ``fetch_max_wait_ms``).
+
+No sockets here: the ``Transport`` (core requests in, core responses out; the network shell
+translates with ``raft.wire``) and the server's RPC handlers (``await
+driver.handle_request(src, request)``) are the network layer's. Every input is serialized
+by one lock, so the node sees one event at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, Protocol
+
+from riverbed.raft.actions import (
+    Action,
+    FlushLog,
+    LeaderChanged,
+    PersistQuorumState,
+    SendRequest,
+    SendResponse,
+)
+from riverbed.raft.config import RaftConfig
+from riverbed.raft.messages import Errors, FetchRequest, FetchResponse, Request, Response
+from riverbed.raft.node import NotLeaderError, RaftNode
+from riverbed.raft.quorum_state import read_quorum_state_file, write_quorum_state_file
+from riverbed.raft.roles import Role
+from riverbed.raft.snapshot_files import FileSnapshotStore
+from riverbed.raft.state_machine import StateMachine, run_state_machine_actions
+from riverbed.raft.storage_log import StorageRaftLog
+from riverbed.storage.clock import SystemClock
+from riverbed.storage.config import LogConfig
+from riverbed.storage.log import PartitionLog
+
+log = logging.getLogger(__name__)
+
+METADATA_PARTITION_DIR = "__cluster_metadata-0"
+INBOUND_WAIT_MAX_S = 10.0  # a request waits at most this long for the node's answer
+
+
+class Transport(Protocol):
+    async def send(self, dest: int, request: Request) -> Response:
+        """Deliver ``request`` to node ``dest`` and return its reply; raise on failure."""
+        ...
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class RaftDriver:
+    def __init__(
+        self,
+        node_id: int,
+        config: RaftConfig,
+        metadata_log_dir: str | Path,
+        transport: Transport,
+        machine: StateMachine,
+        *,
+        directory_id: str = "",
+        clock_ms: Callable[[], int] = monotonic_ms,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.config = config
+        self.directory = Path(metadata_log_dir) / METADATA_PARTITION_DIR
+        self.transport = transport
+        self.machine = machine
+        self.clock_ms = clock_ms
+        self.snapshots = FileSnapshotStore(self.directory)
+        for name in self.snapshots.remove_partial_files():
+            log.info("removed partial snapshot %s", name)
+        partition = PartitionLog(
+            self.directory, "__cluster_metadata", 0, LogConfig(), SystemClock()
+        )
+        snaps = self.snapshots.list()
+        start_epoch = next(
+            (s.epoch for s in snaps if s.end_offset == partition.log_start_offset), 0
+        )
+        self.log = StorageRaftLog(partition, start_epoch)
+        if snaps and self.log.start_offset < snaps[-1].end_offset <= self.log.end_offset:
+            # the log below the newest snapshot is redundant; start the log there
+            self.log.delete_before(snaps[-1].end_offset, snaps[-1].epoch)
+        self.node = RaftNode(
+            node_id,
+            config,
+            self.log,
+            self.snapshots,
+            rng or random.Random(),
+            quorum_state=read_quorum_state_file(self.directory),
+            directory_id=directory_id,
+        )
+        self._lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._changed = asyncio.Event()  # HW, role or epoch moved: append waiters re-check
+        self._replies: dict[int, asyncio.Future[Response]] = {}
+        self._next_inbound = 1
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._timer: asyncio.Task[None] | None = None
+        self._closed = False
+        self._last_state: tuple[int, int, Role] = (-1, -1, Role.UNATTACHED)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self._feed(lambda now: self.node.start(now))
+        self._timer = asyncio.create_task(self._timer_loop())
+
+    async def close(self, graceful: bool = True) -> None:
+        if self._closed:
+            return
+        if graceful:
+            await self._feed(lambda now: self.node.resign(now))
+            await asyncio.sleep(0)  # let EndQuorumEpoch go out
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in [*self._tasks, *([self._timer] if self._timer else [])]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for fut in self._replies.values():
+            fut.cancel()
+        self.log.close()
+
+    # --- inputs ------------------------------------------------------------------------------
+    async def handle_request(self, src: int, request: Request) -> Response:
+        """For the server's RPC handler: the node's reply (may wait for a parked fetch)."""
+        corr = self._next_inbound
+        self._next_inbound += 1
+        fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._replies[corr] = fut
+        try:
+            await self._feed(lambda now: self.node.handle_request(src, corr, request, now))
+            return await asyncio.wait_for(fut, INBOUND_WAIT_MAX_S)
+        except TimeoutError:
+            if isinstance(request, FetchRequest):
+                return FetchResponse(Errors.REQUEST_TIMED_OUT, self.node.leader_id, self.node.epoch)
+            raise
+        finally:
+            self._replies.pop(corr, None)
+
+    async def append(self, values: list[bytes], timeout_s: float = 30.0) -> int:
+        """Leader only: append and wait until committed; returns the last offset.
+
+        NotLeaderError when this node is not the leader, or stops being the leader of this
+        epoch before the records commit (their fate is then unknown, as in Kafka)."""
+        async with self._lock:
+            now = self.clock_ms()
+            last, actions = self.node.append(values, now)
+            epoch = self.node.epoch
+            await self._run(actions, now)
+        self._wake.set()
+
+        async def committed() -> int:
+            while True:
+                if self.node.high_watermark > last:
+                    return last
+                if self.node.epoch != epoch or self.node.role is not Role.LEADER:
+                    raise NotLeaderError(self.node.leader_id, self.node.epoch)
+                self._changed.clear()
+                await self._changed.wait()
+
+        return await asyncio.wait_for(committed(), timeout_s)
+
+    # --- plumbing ----------------------------------------------------------------------------
+    async def _feed(self, step: Callable[[int], list[Action]]) -> None:
+        async with self._lock:
+            if self._closed:
+                return
+            now = self.clock_ms()
+            await self._run(step(now), now)
+        self._wake.set()
+
+    async def _run(self, actions: list[Action], now: int) -> None:
+        """Execute actions in order (the lock is held)."""
+        for action in run_state_machine_actions(self.node, self.machine, actions, now):
+            if isinstance(action, PersistQuorumState):
+                await asyncio.to_thread(write_quorum_state_file, self.directory, action.state)
+            elif isinstance(action, FlushLog):
+                self._spawn(self._flush(action.end_offset))
+            elif isinstance(action, SendRequest):
+                self._spawn(self._send(action))
+            elif isinstance(action, SendResponse):
+                fut = self._replies.get(action.correlation_id)
+                if fut is not None and not fut.done():
+                    fut.set_result(action.response)
+            elif isinstance(action, LeaderChanged):
+                log.info(
+                    "node %d: epoch %d leader %d", self.node_id, action.epoch, action.leader_id
+                )
+        state = (self.node.high_watermark, self.node.epoch, self.node.role)
+        if state != self._last_state:
+            self._last_state = state
+            self._changed.set()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _flush(self, end_offset: int) -> None:
+        durable = await asyncio.to_thread(self.log.flush_storage, end_offset)
+        async with self._lock:
+            if self._closed:
+                return
+            self.log.mark_flushed(durable)
+            now = self.clock_ms()
+            await self._run(self.node.on_log_flushed(durable, now), now)
+        self._wake.set()
+
+    async def _send(self, action: SendRequest) -> None:
+        try:
+            response = await asyncio.wait_for(
+                self.transport.send(action.dest, action.request),
+                self.config.request_timeout_ms / 1000,
+            )
+        except (OSError, TimeoutError, ConnectionError) as exc:
+            log.debug("node %d: request to %d failed: %s", self.node_id, action.dest, exc)
+            return
+        await self._feed(
+            lambda now: self.node.handle_response(action.dest, action.correlation_id, response, now)
+        )
+
+    async def _timer_loop(self) -> None:
+        while not self._closed:
+            delay = max(0, self.node.next_deadline_ms() - self.clock_ms()) / 1000
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+            if self.clock_ms() >= self.node.next_deadline_ms():
+                await self._feed(lambda now: self.node.tick(now))

@@ -1,0 +1,156 @@
+"""RaftDriver: three nodes on real files and asyncio timers, wired by an in-memory
+transport; the leader is killed (no resignation) and a follower's disk is wiped."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+from riverbed.raft.config import RaftConfig
+from riverbed.raft.driver import RaftDriver
+from riverbed.raft.messages import Entry, EntryKind, Request, Response, SnapshotId
+from riverbed.raft.node import NotLeaderError
+from riverbed.raft.roles import Role
+
+CONFIG = RaftConfig(
+    voters=frozenset({1, 2, 3}),
+    election_timeout_ms=150,
+    fetch_timeout_ms=300,
+    election_backoff_max_ms=100,
+    request_timeout_ms=300,
+    append_linger_ms=1,
+    fetch_max_wait_ms=50,
+    snapshot_minimum_records=20,
+    max_replication_lag_ms=500,
+    fetch_snapshot_bytes_max=64,
+)
+
+
+class KV:
+    def __init__(self) -> None:
+        self.state: dict[str, str] = {}
+        self.position = 0
+        self.loads: list[SnapshotId] = []
+
+    def apply(self, entries: tuple[Entry, ...]) -> None:
+        for e in entries:
+            assert e.offset == self.position
+            self.position += 1
+            if e.kind is EntryKind.DATA:
+                _, k, v = e.value.decode().split(" ")
+                self.state[k] = v
+
+    def snapshot_records(self) -> list[bytes]:
+        return [f"{k}={v}".encode() for k, v in sorted(self.state.items())]
+
+    def load_snapshot(self, snapshot_id: SnapshotId, records: list[bytes]) -> None:
+        self.state = dict(r.decode().split("=", 1) for r in records)  # type: ignore[misc]
+        self.position = snapshot_id.end_offset
+        self.loads.append(snapshot_id)
+
+
+class Net:
+    def __init__(self) -> None:
+        self.drivers: dict[int, RaftDriver] = {}
+
+    def transport(self, src: int) -> Transport:
+        return Transport(self, src)
+
+
+class Transport:
+    def __init__(self, net: Net, src: int) -> None:
+        self.net, self.src = net, src
+
+    async def send(self, dest: int, request: Request) -> Response:
+        driver = self.net.drivers.get(dest)
+        if driver is None or self.src not in self.net.drivers:
+            raise ConnectionError(f"{dest} is down")
+        await asyncio.sleep(0.001)
+        return await driver.handle_request(self.src, request)
+
+
+async def boot(net: Net, tmp: Path, node_id: int) -> tuple[RaftDriver, KV]:
+    kv = KV()
+    driver = RaftDriver(node_id, CONFIG, tmp / f"node{node_id}", net.transport(node_id), kv)
+    net.drivers[node_id] = driver
+    await driver.start()
+    return driver, kv
+
+
+async def wait_for(cond, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not cond():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+def leader_of(net: Net) -> RaftDriver | None:
+    leaders = [d for d in net.drivers.values() if d.node.role is Role.LEADER]
+    return leaders[0] if len(leaders) == 1 else None
+
+
+async def append(net: Net, values: list[bytes]) -> int:
+    for _ in range(100):
+        leader = leader_of(net)
+        if leader is not None:
+            try:
+                return await leader.append(values, timeout_s=3)
+            except (NotLeaderError, TimeoutError):
+                pass
+        await asyncio.sleep(0.02)
+    raise AssertionError("no leader accepted the append")
+
+
+async def scenario(tmp: Path) -> None:
+    net = Net()
+    kvs: dict[int, KV] = {}
+    for i in (1, 2, 3):
+        _, kvs[i] = await boot(net, tmp, i)
+    await wait_for(lambda: leader_of(net) is not None)
+    for i in range(30):
+        await append(net, [f"set k{i % 5} v{i}".encode()])
+    last = await append(net, [b"set done 1"])
+    await wait_for(lambda: all(kv.position > last for kv in kvs.values()))
+    assert kvs[1].state == kvs[2].state == kvs[3].state
+
+    # kill the leader (no EndQuorumEpoch): a new leader is elected and takes writes
+    old = leader_of(net)
+    assert old is not None
+    old_id, old_epoch = old.node_id, old.node.epoch
+    del net.drivers[old_id]
+    await old.close(graceful=False)
+    await wait_for(lambda: leader_of(net) is not None and leader_of(net).node.epoch > old_epoch)
+    for i in range(30, 60):
+        await append(net, [f"set k{i % 5} v{i}".encode()])
+    # the old leader restarts from its files and catches up
+    _, kvs[old_id] = await boot(net, tmp, old_id)
+    last = await append(net, [b"set back 1"])
+    await wait_for(lambda: all(kv.position > last for kv in kvs.values()))
+    assert kvs[1].state == kvs[2].state == kvs[3].state
+
+    # wipe a follower's disk: it comes back empty and must catch up from a snapshot
+    follower = next(d for d in net.drivers.values() if d.node.role is Role.FOLLOWER)
+    fid = follower.node_id
+    del net.drivers[fid]
+    await follower.close(graceful=False)
+    shutil.rmtree(tmp / f"node{fid}")
+    for i in range(60, 90):
+        await append(net, [f"set k{i % 5} v{i}".encode()])
+    await asyncio.sleep(0.6)  # past max.replication.lag.ms: the leader's LBO moves on
+    for i in range(90, 100):
+        await append(net, [f"set k{i % 5} v{i}".encode()])
+    leader = leader_of(net)
+    assert leader is not None and leader.node.log.start_offset > 0
+    _, kvs[fid] = await boot(net, tmp, fid)
+    last = await append(net, [b"set wiped 1"])
+    await wait_for(lambda: all(kv.position > last for kv in kvs.values()))
+    assert kvs[fid].loads, "the wiped node should have fetched a snapshot"
+    assert kvs[1].state == kvs[2].state == kvs[3].state
+    assert kvs[fid].state["k4"] == "v99"
+    for d in list(net.drivers.values()):
+        await d.close()
+
+
+def test_three_drivers_kill_leader_restart_and_wipe(tmp_path: Path) -> None:
+    asyncio.run(asyncio.wait_for(scenario(tmp_path), 60))

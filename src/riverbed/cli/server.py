@@ -59,3 +59,7 @@ def start_server(args: argparse.Namespace) -> int:
     except StorageFormatError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:
+        # Typically a listener port in use or an unwritable log dir: say so, no traceback.
+        print(f"error: cannot start the node: {exc}", file=sys.stderr)
+        return 1

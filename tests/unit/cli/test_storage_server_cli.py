@@ -97,3 +97,16 @@ def test_produce_input_file_missing(tmp_path, capsys):
     rc = main(["produce", "-b", "127.0.0.1:1", "-t", "x", "--input", str(tmp_path / "nope.txt")])
     assert rc == 1
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_server_start_port_in_use(tmp_path, capsys):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        rc = main(["server", "start", "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
+                   "--override", f"log.dirs={tmp_path}/data"])  # fmt: skip
+    assert rc == 1
+    assert "address already in use" in capsys.readouterr().err

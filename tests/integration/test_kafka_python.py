@@ -173,3 +173,11 @@ def test_create_existing_topic_fails(broker: BrokerProcess, admin: Any, topic_na
     create(admin, topic_name)
     with pytest.raises(TopicAlreadyExistsError):
         create(admin, topic_name)
+
+
+def test_producer_auto_creates_topic(broker: BrokerProcess, admin: Any, topic_name: str) -> None:
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    meta = producer.send(topic_name, value=b"first").get(15)
+    producer.close()
+    assert (meta.partition, meta.offset) == (0, 0)
+    assert topic_name in admin.list_topics()

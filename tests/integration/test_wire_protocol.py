@@ -183,6 +183,22 @@ def test_produce_errors_and_acks0(broker: BrokerProcess, client: Client, topic_n
     assert values_of(fetched.responses[0].partitions[0].records) == [b"silent", b"after"]
 
 
+def test_produce_validation_errors(client: Client, topic_name: str) -> None:
+    create_topic(client, topic_name, configs={"max.message.bytes": "2000"})
+    future = int(time.time() * 1000) + 7_200_000  # beyond message.timestamp.after.max.ms
+    assert (
+        produce(client, topic_name, batch(b"late", ts=future)).error_code
+        == ErrorCode.INVALID_TIMESTAMP
+    )
+    assert (
+        produce(client, topic_name, batch(b"z" * 5000)).error_code
+        == ErrorCode.MESSAGE_SIZE_TOO_LARGE
+    )
+    assert produce(client, topic_name, b"").error_code == ErrorCode.INVALID_RECORD
+    ok = produce(client, topic_name, batch(b"fine"))
+    assert (ok.error_code, ok.base_offset) == (0, 0)  # nothing refused was appended
+
+
 def test_log_append_time_in_produce_response(client: Client, topic_name: str) -> None:
     create_topic(client, topic_name, configs={"message.timestamp.type": "LogAppendTime"})
     before = int(time.time() * 1000)

@@ -114,7 +114,8 @@ def read_metadata_log(
         for header in headers:
             batch = data[pos : pos + header.size]
             pos += header.size
-            if header.next_offset <= start:
+            # Control batches (Raft's LeaderChange, ...) carry no metadata records.
+            if header.next_offset <= start or header.is_control:
                 continue
             for record in iter_records(batch):
                 if record.offset >= start and record.value is not None:
@@ -263,7 +264,7 @@ class LocalMetadataLog:
             for header in headers:
                 batch = data[pos : pos + header.size]
                 pos += header.size
-                if header.next_offset <= start:
+                if header.next_offset <= start or header.is_control:
                     continue
                 for record in iter_records(batch):
                     if record.offset < start:

@@ -199,3 +199,21 @@ def test_write_failure_stops_appends(tmp_path):
     reopened = LocalMetadataLog(tmp_path)
     assert reopened.end_offset == 1
     reopened.close()
+
+
+def test_control_batches_are_skipped(tmp_path):
+    from riverbed.protocol.control_records import ControlRecordType, build_control_batch
+
+    _, records = sample_records()
+    log = LocalMetadataLog(tmp_path)
+    asyncio.run(log.append(records[:2]))
+    log.close()
+    seg = metadata_partition_dir(tmp_path) / "00000000000000000000.log"
+    control = build_control_batch(
+        ControlRecordType.LEADER_CHANGE, b"\x00\x00", now_ms=0, base_offset=2
+    )
+    seg.write_bytes(seg.read_bytes() + control)
+    reopened = LocalMetadataLog(tmp_path)
+    assert [r for _, r in reopened.read_committed()] == records[:2]
+    assert [r for _, r in read_metadata_log(tmp_path)] == records[:2]
+    reopened.close()

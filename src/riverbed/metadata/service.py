@@ -110,6 +110,27 @@ class MetadataService:
         if self._image.is_empty() and last < 0:
             await self._commit(Controller.bootstrap_records())
 
+    # ----- records committed elsewhere (a Raft leader's log, seen by followers/brokers)
+    def apply_committed(self, batch: Sequence[tuple[int, Message]]) -> None:
+        """Replay records committed by the quorum (offset order) and publish the image."""
+        if not batch:
+            return
+        last = self._image.offset
+        delta = MetadataDelta(self._image)
+        for offset, record in batch:
+            if offset <= last:
+                raise MetadataServiceError(f"record at offset {offset} is not after {last}")
+            delta.replay(record)
+            last = offset
+        self._publish(delta, last)
+
+    def load_snapshot(self, records: Sequence[Message], end_offset: int) -> None:
+        """Replace the image by a snapshot's (every record below `end_offset`)."""
+        delta = MetadataDelta(MetadataImage.EMPTY)
+        for record in records:
+            delta.replay(record)
+        self._publish(delta, end_offset - 1)
+
     async def _commit(self, records: Sequence[Message]) -> None:
         if self._failed is not None:
             raise MetadataServiceError(self._failed)

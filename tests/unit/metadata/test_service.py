@@ -1,5 +1,7 @@
 import asyncio
 
+import pytest
+
 from riverbed.metadata.image import BrokerEndpoint
 from riverbed.metadata.log import LocalMetadataLog
 from riverbed.metadata.service import MetadataService
@@ -95,3 +97,32 @@ def test_service_snapshots_and_restarts_from_snapshot(tmp_path):
         svc.close()
 
     asyncio.run(second())
+
+
+def test_follower_side_apply_and_snapshot_load(tmp_path):
+    from riverbed.metadata.image import image_to_records
+    from riverbed.metadata.service import MetadataServiceError
+
+    leader = new_service(tmp_path / "leader")
+    follower = new_service(tmp_path / "follower")
+    seen = []
+    follower.add_listener(lambda old, new, delta: seen.append(new.offset))
+
+    async def run():
+        await leader.start()
+        await leader.register_broker(1, [])
+        await leader.auto_create_topic("f")
+
+    asyncio.run(run())
+    committed = list(leader.log.read_committed())
+    follower.apply_committed(committed[:2])
+    follower.apply_committed(committed[2:])
+    assert follower.image == leader.image and follower.image.offset == leader.image.offset
+    assert seen == [1, committed[-1][0]]
+    with pytest.raises(MetadataServiceError, match="not after"):
+        follower.apply_committed(committed[-1:])
+    fresh = new_service(tmp_path / "fresh")
+    fresh.load_snapshot(image_to_records(leader.image), leader.image.offset + 1)
+    assert fresh.image == leader.image and fresh.image.offset == leader.image.offset
+    for svc in (leader, follower, fresh):
+        svc.close()

@@ -105,6 +105,8 @@ class PartitionManager:
         if all_logs is None:
             return
         for topic, index in list(all_logs()):
+            if topic.startswith("__cluster_metadata"):
+                continue  # the metadata log is never a broker partition
             if (topic, index) not in self.partitions:
                 log.info("deleting log %s-%d: not in the metadata image", topic, index)
                 self.log_manager.delete(topic, index)

@@ -1,4 +1,5 @@
-"""Seeded raft simulation: 540 seeds over clusters of 1, 3 and 5 voters with 0-2 observers.
+"""Seeded raft simulation: 540 seeds over clusters of 1, 3 and 5 voters with 0-2 observers,
+and 60 more with every message through Kafka wire bytes.
 
 Each seed runs chaos (crashes losing unflushed writes, restarts, partitions, drops,
 duplicates, resignations, disk wipes, client appends, snapshots every 25 records) with the
@@ -31,6 +32,21 @@ def test_simulation_seeds(chunk: int) -> None:
     assert stats["snapshots written"] > 0
     assert stats["fetch->snapshot id"] > 0
     assert stats["snapshot loads"] > 0
+
+
+def test_simulation_through_kafka_wire_bytes() -> None:
+    # every message encoded by raft.wire + the message engine and decoded again: record
+    # batches (control batches for LeaderChange), DivergingEpoch, SnapshotId, PreVote tag
+    for seed in range(1000, 1060):
+        base = params_for(seed)
+        run_seed(SimParams(seed=seed, voters=base.voters, observers=base.observers, wire=True))
+
+
+def test_replay_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from riverbed.testing.raft_sim import main
+
+    assert main(["--seed", "4", "--voters", "3", "--observers", "1"]) == 0
+    assert "1/1 seeds passed" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("voters", [1, 3, 5])

@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from riverbed.protocol.messages import decode, encode, request_class, response_class
+from riverbed.raft import wire
 from riverbed.raft.actions import (
     Action,
     CommitEntries,
@@ -43,7 +45,14 @@ from riverbed.raft.actions import (
 )
 from riverbed.raft.config import RaftConfig
 from riverbed.raft.log import MemoryLog
-from riverbed.raft.messages import FetchResponse, FetchSnapshotResponse
+from riverbed.raft.messages import (
+    BeginQuorumEpochResponse,
+    DescribeQuorumResponse,
+    EndQuorumEpochResponse,
+    FetchResponse,
+    FetchSnapshotResponse,
+    VoteResponse,
+)
 from riverbed.raft.node import AppendQueueFullError, NotLeaderError, RaftNode
 from riverbed.raft.quorum_state import QuorumState
 from riverbed.raft.roles import Role
@@ -55,6 +64,28 @@ class SimulationFailure(AssertionError):
     pass
 
 
+_RESPONSE_API = {
+    VoteResponse: wire.API_VOTE,
+    BeginQuorumEpochResponse: wire.API_BEGIN_QUORUM_EPOCH,
+    EndQuorumEpochResponse: wire.API_END_QUORUM_EPOCH,
+    FetchResponse: wire.API_FETCH,
+    FetchSnapshotResponse: wire.API_FETCH_SNAPSHOT,
+    DescribeQuorumResponse: wire.API_DESCRIBE_QUORUM,
+}
+
+
+def through_wire(msg: Any) -> Any:
+    """The message as the peer would decode it from Kafka wire bytes."""
+    api = _RESPONSE_API.get(type(msg))
+    if api is None:
+        api, version, wire_msg = wire.encode_request(msg)
+        data = encode(wire_msg, version)
+        return wire.decode_request(api, decode(request_class(api), data, version))
+    version = wire.WIRE_VERSIONS[api]
+    data = encode(wire.encode_response(msg), version)
+    return wire.decode_response(api, decode(response_class(api), data, version))
+
+
 @dataclass(frozen=True)
 class SimParams:
     seed: int
@@ -63,13 +94,14 @@ class SimParams:
     chaos_ms: int = 8000
     calm_ms: int = 30000
     calm_records: int = 5
+    wire: bool = False  # send every message through raft.wire + the codec's bytes
     verbose: bool = False
 
     def replay_command(self) -> str:
         return (
             f".venv/bin/python -m riverbed.testing.raft_sim --seed {self.seed} "
             f"--voters {self.voters} --observers {self.observers} "
-            f"--chaos-ms {self.chaos_ms} -v"
+            f"--chaos-ms {self.chaos_ms}{' --wire' if self.wire else ''} -v"
         )
 
 
@@ -203,6 +235,8 @@ class Simulation:
             return
         copies = 2 if self.rng.random() < self.dup_rate else 1
         src_inc = self.nodes[src].incarnation
+        if self.p.wire:
+            msg = through_wire(msg)
         for _ in range(copies):
             delay = self.rng.randint(1, 12)
             self.schedule(self.now + delay, "msg", src, src_inc, dst, dst_inc, kind, corr, msg)
@@ -486,6 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--voters", type=int)
     ap.add_argument("--observers", type=int)
     ap.add_argument("--chaos-ms", type=int, default=SimParams.chaos_ms)
+    ap.add_argument("--wire", action="store_true", help="messages through Kafka wire bytes")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     seeds = (
@@ -504,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
             voters=base.voters,
             observers=base.observers,
             chaos_ms=args.chaos_ms,
+            wire=args.wire,
             verbose=args.verbose,
         )
         try:

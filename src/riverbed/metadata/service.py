@@ -97,8 +97,10 @@ class MetadataService:
     async def wait_for_change(self) -> None:
         await self._changed.wait()
 
-    async def start(self) -> None:
-        """Replay the committed log; bootstrap an empty log."""
+    async def start(self, *, bootstrap: bool = True) -> None:
+        """Replay the committed log; with `bootstrap`, write the bootstrap records into an
+        empty one (a quorum-backed service passes False and lets its first leader call
+        `bootstrap_if_needed`)."""
         delta = MetadataDelta(self._image)
         last = -1
         for offset, record in self.log.read_committed():
@@ -107,8 +109,16 @@ class MetadataService:
         if last >= 0:
             self._publish(delta, last)
             log.info("metadata replayed up to offset %d", last)
-        if self._image.is_empty() and last < 0:
+        if bootstrap and self._image.is_empty() and last < 0:
             await self._commit(Controller.bootstrap_records())
+
+    async def bootstrap_if_needed(self) -> bool:
+        """Write the bootstrap records unless `metadata.version` is already set."""
+        async with self._lock:
+            if self._image.metadata_version:
+                return False
+            await self._commit(Controller.bootstrap_records())
+            return True
 
     # ----- records committed elsewhere (a Raft leader's log, seen by followers/brokers)
     def apply_committed(self, batch: Sequence[tuple[int, Message]]) -> None:
@@ -117,12 +127,17 @@ class MetadataService:
             return
         last = self._image.offset
         delta = MetadataDelta(self._image)
+        replayed = False
         for offset, record in batch:
             if offset <= last:
-                raise MetadataServiceError(f"record at offset {offset} is not after {last}")
+                # The active controller already replayed its own records when it committed
+                # them; anything else at or below the image's offset is a caller bug.
+                continue
             delta.replay(record)
             last = offset
-        self._publish(delta, last)
+            replayed = True
+        if replayed:
+            self._publish(delta, last)
 
     def load_snapshot(self, records: Sequence[Message], end_offset: int) -> None:
         """Replace the image by a snapshot's (every record below `end_offset`)."""
@@ -137,6 +152,8 @@ class MetadataService:
         if not records:
             return
         offset = await self.log.append(records)
+        if self._image.offset >= offset:
+            return  # a quorum log already applied them through apply_committed
         delta = MetadataDelta(self._image)
         try:
             for record in records:

@@ -1,0 +1,70 @@
+"""The metadata layer on a Raft quorum: the glue between `riverbed.raft` and the service.
+
+`RaftMetadataLog` implements `MetadataLog` with a `RaftDriver`: an append is committed when
+a majority of voters has it (`driver.append` returns the last offset then).
+`MetadataStateMachine` is the driver's state machine: committed entries (decoded with
+`decode_record`; LeaderChange control entries skipped) and snapshots flow into the
+`MetadataService` through the same replay path as the local log; the snapshot the Raft node
+asks for is `image_to_records(image)`.
+
+The active controller commits through the service (`create_topics`, ...): the records come
+back through `apply` before `append` returns, so the service does not replay them twice
+(`MetadataService.apply_committed` skips offsets it already has).  The bootstrap records
+are written once, by the first leader that finds no `metadata.version`
+(`MetadataService.bootstrap_if_needed`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from riverbed.metadata.image import image_to_records
+from riverbed.metadata.records import decode_record, encode_record
+from riverbed.protocol.messages import Message
+from riverbed.raft.messages import Entry, EntryKind, SnapshotId
+
+if TYPE_CHECKING:
+    from riverbed.metadata.service import MetadataService
+    from riverbed.raft.driver import RaftDriver
+
+
+class MetadataStateMachine:
+    """`riverbed.raft.state_machine.StateMachine` over a MetadataService."""
+
+    def __init__(self, service: MetadataService) -> None:
+        self.service = service
+
+    def apply(self, entries: tuple[Entry, ...]) -> None:
+        batch = [(e.offset, decode_record(e.value)) for e in entries if e.kind is EntryKind.DATA]
+        self.service.apply_committed(batch)
+
+    def snapshot_records(self) -> list[bytes]:
+        return [encode_record(r) for r in image_to_records(self.service.image)]
+
+    def load_snapshot(self, snapshot_id: SnapshotId, records: list[bytes]) -> None:
+        self.service.load_snapshot([decode_record(v) for v in records], snapshot_id.end_offset)
+
+
+class RaftMetadataLog:
+    """`MetadataLog` on a RaftDriver (replays happen through `MetadataStateMachine`)."""
+
+    def __init__(self, driver: RaftDriver) -> None:
+        self.driver = driver
+
+    def read_committed(self) -> Iterator[tuple[int, Message]]:
+        # The driver replays the snapshot and the committed log through the state machine.
+        return iter(())
+
+    async def append(self, records: Sequence[Message]) -> int:
+        """Raises `riverbed.raft.node.NotLeaderError` on a replica that is not the leader."""
+        return await self.driver.append([encode_record(r) for r in records])
+
+    def snapshot_due(self) -> bool:
+        return False  # the Raft node schedules snapshots (CreateSnapshot) itself
+
+    async def write_snapshot(self, records: Sequence[Message], end_offset: int) -> None:
+        raise NotImplementedError("snapshots of a Raft log are taken by the Raft node")
+
+    def close(self) -> None:
+        """The driver is closed by its owner (`await driver.close()`)."""

@@ -101,7 +101,9 @@ class ReplicationMixin:
             return self._fetch_error(Errors.INVALID_REQUEST)
         ls = self.leader_state
         assert ls is not None
-        ls.parked.pop(req.replica_id, None)
+        replaced = ls.parked.pop(req.replica_id, None)
+        if replaced is not None:  # answer it so nothing waits on it (the fetcher moved on)
+            self._respond_fetch_now(replaced.src, replaced.correlation_id, replaced.request)
         # snapshot / divergence checks first: such replies carry no progress
         early = self._validate_fetch_position(req)
         if early is not None:

@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from riverbed.testing.cluster import BrokerProcess
+from riverbed.testing.cluster import BrokerProcess, BrokerStartError
 
 pytestmark = pytest.mark.integration
 
@@ -129,3 +129,13 @@ def test_restart_keeps_acknowledged_data(
     # Offsets continue after the restart.
     [(err, msg)] = produce(broker.bootstrap, topic_name, [b"after-restart"], partition=1)
     assert err is None and msg.offset() == len(values)
+
+
+def test_port_in_use_is_a_clear_start_error(broker: BrokerProcess) -> None:
+    second = BrokerProcess(port=broker.port)
+    try:
+        with pytest.raises(BrokerStartError, match=r"exited with code 1") as err:
+            second.start(timeout_s=20)
+        assert f"cannot listen on PLAINTEXT://127.0.0.1:{broker.port}" in str(err.value)
+    finally:
+        second.close()

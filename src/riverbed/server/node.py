@@ -48,6 +48,10 @@ HOUSEKEEPING_INTERVAL_MS = 1000
 INFLIGHT_REQUESTS_PER_CONNECTION_MAX = 16
 
 
+class NodeStartError(RuntimeError):
+    """The node cannot start (e.g. a listener's port is taken); the message says why."""
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -120,7 +124,13 @@ class Node:
             if lst.name in cfg.controller_listener_names and "broker" in cfg.process_roles:
                 # A one-voter quorum needs no controller RPCs yet; the Raft issue binds it.
                 continue
-            host, port = await self.server.listen(lst.name, lst.host, lst.port)
+            try:
+                host, port = await self.server.listen(lst.name, lst.host, lst.port)
+            except OSError as exc:
+                raise NodeStartError(
+                    f"cannot listen on {lst.name}://{lst.host}:{lst.port} (listeners): "
+                    f"{exc.strerror or exc}"
+                ) from None
             self.bound_listeners[lst.name] = (host, port)
         await self._register()
         self._tasks.append(asyncio.create_task(self._housekeeping()))
@@ -225,7 +235,12 @@ def run(config: Any) -> int:
     except ImportError:
         runner = asyncio.Runner()
     with runner:
-        runner.run(run_node(config))
+        try:
+            runner.run(run_node(config))
+        except NodeStartError as exc:
+            log.error("%s", exc)
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            return 1
     return 0
 
 

@@ -140,8 +140,9 @@ def test_advertised_versions() -> None:
         assert SUPPORTED_VERSIONS[key] == (0, spec_max), key
     for key, (_, hi) in SUPPORTED_VERSIONS.items():
         # the engine really has every advertised version of both directions
-        assert hi <= message_spec(request_class(key)).valid_versions.hi
-        assert hi <= message_spec(response_class(key)).valid_versions.hi
+        for cls in (request_class(key), response_class(key)):
+            assert message_spec(cls).valid_versions.lo == 0, key
+            assert hi <= message_spec(cls).valid_versions.hi, key
     assert is_supported(0, 9) and not is_supported(0, 10) and not is_supported(4, 0)
     public = api_versions_response(include_internal=False)
     assert ApiKey.VOTE not in {k.api_key for k in public.api_keys}

@@ -55,6 +55,12 @@ def test_round_trip_large_and_repetitive(compression: CompressionType) -> None:
         decompress(compression, z, len(data) - 1)
 
 
+@pytest.mark.parametrize("compression", CODECS)
+def test_output_larger_than_one_streaming_chunk(compression: CompressionType) -> None:
+    data = (b"\x00" * 1000 + os.urandom(24)) * 3000  # ~3 MiB: several 1 MiB output calls
+    assert decompress(compression, compress(compression, data)) == data
+
+
 def test_snappy_is_xerial_framed_like_java() -> None:
     data = b"0123456789" * 10_000  # 100 kB: 4 blocks of 32 KiB
     z = compress(CompressionType.SNAPPY, data)

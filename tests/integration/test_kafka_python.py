@@ -181,3 +181,22 @@ def test_producer_auto_creates_topic(broker: BrokerProcess, admin: Any, topic_na
     producer.close()
     assert (meta.partition, meta.offset) == (0, 0)
     assert topic_name in admin.list_topics()
+
+
+def test_create_topic_with_replica_assignment(admin: Any, topic_name: str) -> None:
+    admin.create_topics(
+        [
+            NewTopic(
+                topic_name,
+                num_partitions=-1,
+                replication_factor=-1,
+                replica_assignments={0: [1], 1: [1], 2: [1]},
+            )
+        ]
+    )
+    [desc] = admin.describe_topics([topic_name])
+    assert sorted((p["partition_index"], p["replica_nodes"]) for p in desc["partitions"]) == [
+        (0, [1]),
+        (1, [1]),
+        (2, [1]),
+    ]

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 
 from riverbed.metadata.config_defs import ConfigEntry, ConfigSource, ConfigType
 from riverbed.metadata.control_common import (
-    REQUEST_ITEMS_MAX,
     ControllerBase,
     ControllerResult,
+    check_request_items,
 )
 from riverbed.metadata.control_common import ControllerError as _Err
 from riverbed.metadata.image import MetadataImage
@@ -74,12 +74,14 @@ class ConfigControl(ControllerBase):
         del now_ms
         records: list[Message] = []
         results = []
-        for res in list(request.resources)[:REQUEST_ITEMS_MAX]:
+        for res in request.resources:
             result = AlterConfigsResponse.AlterConfigsResourceResponse(
                 resource_type=res.resource_type, resource_name=res.resource_name
             )
             results.append(result)
             try:
+                check_request_items(len(request.resources))
+                check_request_items(len(res.configs))
                 err = self._resource_error(image, res.resource_type, res.resource_name)
                 if err is not None:
                     raise err
@@ -107,12 +109,14 @@ class ConfigControl(ControllerBase):
         del now_ms
         records: list[Message] = []
         results = []
-        for res in list(request.resources)[:REQUEST_ITEMS_MAX]:
+        for res in request.resources:
             result = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
                 resource_type=res.resource_type, resource_name=res.resource_name
             )
             results.append(result)
             try:
+                check_request_items(len(request.resources))
+                check_request_items(len(res.configs))
                 err = self._resource_error(image, res.resource_type, res.resource_name)
                 if err is not None:
                     raise err
@@ -182,7 +186,7 @@ class ConfigControl(ControllerBase):
         self, image: MetadataImage, request: DescribeConfigsRequest
     ) -> DescribeConfigsResponse:
         results = []
-        for res in list(request.resources)[:REQUEST_ITEMS_MAX]:
+        for res in request.resources:
             keys = None if res.configuration_keys is None else set(res.configuration_keys)
             synonyms = bool(getattr(request, "include_synonyms", False))
             docs = bool(getattr(request, "include_documentation", False))

@@ -9,8 +9,12 @@ from riverbed.metadata.config_defs import ConfigEntry
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import Message
 
-#: Items (topics, resources, configs, partitions) handled per request.
+#: Items (topics, resources, partitions) one request may carry; Kafka bounds a user
+#: operation by the records one atomic batch may hold (MAX_RECORDS_PER_USER_OP).
 REQUEST_ITEMS_MAX = 10_000
+#: New partitions one CreateTopics / CreatePartitions request may add (Kafka's
+#: MAX_PARTITIONS_PER_BATCH).
+PARTITIONS_PER_REQUEST_MAX = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,3 +48,12 @@ class ControllerBase:
     """What the operation mixins share: the config (set by Controller.__init__)."""
 
     config: ControllerConfig
+
+
+def check_request_items(count: int) -> None:
+    """Fail an item of an oversized request (the whole request fails, as in Kafka)."""
+    if count > REQUEST_ITEMS_MAX:
+        raise ControllerError(
+            ErrorCode.POLICY_VIOLATION,
+            f"Excessively large number of items per request ({count} > {REQUEST_ITEMS_MAX}).",
+        )

@@ -30,11 +30,12 @@ from riverbed.metadata.config_control import (
     check_topic_configs,
 )
 from riverbed.metadata.control_common import (
-    REQUEST_ITEMS_MAX,
+    PARTITIONS_PER_REQUEST_MAX,
     ControllerBase,
     ControllerConfig,
     ControllerError,
     ControllerResult,
+    check_request_items,
 )
 from riverbed.metadata.image import (
     BrokerEndpoint,
@@ -71,8 +72,6 @@ from riverbed.protocol.messages import (
 )
 
 TOPIC_NAME_LENGTH_MAX = 249
-#: Partitions one topic may have; bounds what one CreateTopics can make us allocate.
-TOPIC_PARTITIONS_MAX = 100_000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
@@ -234,16 +233,23 @@ class Controller(ConfigControl, PartitionControl, ControllerBase):
         self, image: MetadataImage, request: CreateTopicsRequest, now_ms: int
     ) -> ControllerResult:
         del now_ms
-        topics = list(request.topics)[:REQUEST_ITEMS_MAX]
+        topics = list(request.topics)
         counts: dict[str, int] = {}
         for t in topics:
             counts[t.name] = counts.get(t.name, 0) + 1
+        total_partitions = sum(self._requested_partitions(t) for t in topics)
         scratch = image
         records: list[Message] = []
         results = []
         for t in topics:
             result = CreateTopicsResponse.CreatableTopicResult(name=t.name)
             try:
+                check_request_items(len(topics))
+                if total_partitions > PARTITIONS_PER_REQUEST_MAX:
+                    raise ControllerError(
+                        ErrorCode.POLICY_VIOLATION,
+                        "Excessively large number of partitions per request.",
+                    )
                 if counts[t.name] > 1:
                     raise ControllerError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
                 topic_records, topic_id, num_partitions, rf, overrides = self._create_topic(
@@ -263,6 +269,11 @@ class Controller(ConfigControl, PartitionControl, ControllerBase):
             records.extend(topic_records)
         response = CreateTopicsResponse(throttle_time_ms=0, topics=results)
         return ControllerResult([] if request.validate_only else records, response)
+
+    def _requested_partitions(self, t: CreateTopicsRequest.CreatableTopic) -> int:
+        if t.assignments:
+            return len(t.assignments)
+        return self.config.num_partitions if t.num_partitions == -1 else max(0, t.num_partitions)
 
     def _create_topic(
         self, image: MetadataImage, t: CreateTopicsRequest.CreatableTopic
@@ -310,12 +321,6 @@ class Controller(ConfigControl, PartitionControl, ControllerBase):
                         f"{a.partition_index}",
                     )
                 by_index[a.partition_index] = self._check_assignment(image, a.broker_ids)
-            if len(by_index) > TOPIC_PARTITIONS_MAX:
-                raise ControllerError(
-                    ErrorCode.INVALID_PARTITIONS,
-                    f"Number of partitions {len(by_index)} exceeds the limit "
-                    f"{TOPIC_PARTITIONS_MAX}.",
-                )
             for index in range(len(by_index)):
                 if index not in by_index:
                     raise ControllerError(
@@ -345,12 +350,6 @@ class Controller(ConfigControl, PartitionControl, ControllerBase):
                 raise ControllerError(
                     ErrorCode.INVALID_PARTITIONS,
                     "Number of partitions was set to an invalid non-positive value.",
-                )
-            if num_partitions > TOPIC_PARTITIONS_MAX:
-                raise ControllerError(
-                    ErrorCode.INVALID_PARTITIONS,
-                    f"Number of partitions {num_partitions} exceeds the limit "
-                    f"{TOPIC_PARTITIONS_MAX}.",
                 )
             if rf <= 0:
                 raise ControllerError(
@@ -413,7 +412,6 @@ class Controller(ConfigControl, PartitionControl, ControllerBase):
         for state in getattr(request, "topics", None) or []:
             topic_id = state.topic_id if state.topic_id != ZERO_UUID else None
             wanted.append((state.name, topic_id))
-        wanted = wanted[:REQUEST_ITEMS_MAX]
         records: list[Message] = []
         results = []
         seen: set[uuid.UUID] = set()
@@ -423,6 +421,7 @@ class Controller(ConfigControl, PartitionControl, ControllerBase):
             )
             results.append(result)
             try:
+                check_request_items(len(wanted))
                 if not self.config.delete_topic_enable:
                     raise ControllerError(
                         ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled."
@@ -467,16 +466,26 @@ class Controller(ConfigControl, PartitionControl, ControllerBase):
         self, image: MetadataImage, request: CreatePartitionsRequest, now_ms: int
     ) -> ControllerResult:
         del now_ms
-        topics = list(request.topics)[:REQUEST_ITEMS_MAX]
+        topics = list(request.topics)
         counts: dict[str, int] = {}
         for t in topics:
             counts[t.name] = counts.get(t.name, 0) + 1
+        added = 0
+        for t in topics:
+            current = image.topic(t.name)
+            added += max(0, t.count - (len(current.partitions) if current else 0))
         records: list[Message] = []
         results = []
         for t in topics:
             result = CreatePartitionsResponse.CreatePartitionsTopicResult(name=t.name)
             results.append(result)
             try:
+                check_request_items(len(topics))
+                if added > PARTITIONS_PER_REQUEST_MAX:
+                    raise ControllerError(
+                        ErrorCode.POLICY_VIOLATION,
+                        "Excessively large number of partitions per request.",
+                    )
                 if counts[t.name] > 1:
                     raise ControllerError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
                 records.extend(self._create_partitions(image, t))
@@ -505,11 +514,6 @@ class Controller(ConfigControl, PartitionControl, ControllerBase):
         if t.count == current:
             raise ControllerError(
                 ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partition(s)."
-            )
-        if t.count > TOPIC_PARTITIONS_MAX:
-            raise ControllerError(
-                ErrorCode.INVALID_PARTITIONS,
-                f"Number of partitions {t.count} exceeds the limit {TOPIC_PARTITIONS_MAX}.",
             )
         added = t.count - current
         first = topic.partitions.get(0)

@@ -26,6 +26,7 @@ from riverbed.metadata.control_common import (
     ControllerBase,
     ControllerError,
     ControllerResult,
+    check_request_items,
 )
 from riverbed.metadata.image import (
     NO_LEADER,
@@ -244,15 +245,18 @@ class PartitionControl(ControllerBase):
         except ControllerError as err:
             response.error_code = int(err.code)
             return ControllerResult([], response)
+        if sum(len(t.partitions) for t in request.topics) > REQUEST_ITEMS_MAX:
+            response.error_code = int(ErrorCode.INVALID_REQUEST)
+            return ControllerResult([], response)
         records: list[Message] = []
-        for t in list(request.topics)[:REQUEST_ITEMS_MAX]:
+        for t in request.topics:
             by_id = t.topic_id != ZERO_UUID
             topic = image.topic_by_id(t.topic_id) if by_id else image.topic(t.topic_name)
             out = AlterPartitionResponse.TopicData(
                 topic_name=t.topic_name, topic_id=t.topic_id, partitions=[]
             )
             response.topics.append(out)
-            for p in list(t.partitions)[:REQUEST_ITEMS_MAX]:
+            for p in t.partitions:
                 result = AlterPartitionResponse.PartitionData(partition_index=p.partition_index)
                 out.partitions.append(result)
                 try:
@@ -326,7 +330,6 @@ class PartitionControl(ControllerBase):
         else:
             for tp in request.topic_partitions:
                 wanted += [(tp.topic, i) for i in tp.partitions]
-        wanted = wanted[:REQUEST_ITEMS_MAX]
         results: dict[str, ElectLeadersResponse.ReplicaElectionResult] = {}
         records: list[Message] = []
         for name, index in wanted:
@@ -337,6 +340,7 @@ class PartitionControl(ControllerBase):
             res = ElectLeadersResponse.PartitionResult(partition_id=index, error_code=0)
             entry.partition_result.append(res)
             try:
+                check_request_items(len(wanted))
                 rec = self._elect_one(image, name, index, request.election_type)
             except ControllerError as err:
                 res.error_code = int(err.code)

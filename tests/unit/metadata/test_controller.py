@@ -111,7 +111,25 @@ def test_partition_and_replication_errors(controller, image):
 
 def test_too_many_partitions_is_refused_without_allocating(controller, image):
     res, _ = create(controller, image, topic("huge", 2**31 - 1))
-    assert res.response.topics[0].error_code == ErrorCode.INVALID_PARTITIONS
+    assert res.response.topics[0].error_code == ErrorCode.POLICY_VIOLATION
+    assert res.records == []
+    # the limit is per request (Kafka's 10,000), so the whole request fails
+    res, _ = create(controller, image, topic("a", 6000), topic("b", 5000))
+    assert [t.error_code for t in res.response.topics] == [ErrorCode.POLICY_VIOLATION] * 2
+    res, after = create(controller, image, topic("a", 6000), topic("b", 4000))
+    assert [t.error_code for t in res.response.topics] == [0, 0]
+    CP = CreatePartitionsRequest
+    grow = controller.create_partitions(
+        after, CP(topics=[CP.CreatePartitionsTopic(name="a", count=16001)]), 0
+    )
+    assert grow.response.results[0].error_code == ErrorCode.POLICY_VIOLATION
+
+
+def test_oversized_requests_fail_whole(controller, image):
+    names = [f"t{i}" for i in range(10_001)]
+    res = controller.delete_topics(image, DeleteTopicsRequest(topic_names=names), 0)
+    assert {r.error_code for r in res.response.responses} == {ErrorCode.POLICY_VIOLATION}
+    assert res.records == []
 
 
 def test_invalid_configs(controller, image):

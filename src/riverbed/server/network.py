@@ -234,6 +234,15 @@ class Connection:
             with contextlib.suppress(Exception):
                 await self.writer.wait_closed()
 
+    def stop_reading(self) -> None:
+        """Shutdown: read no more requests; the writer still answers those in flight."""
+        self.closing = True
+        transport = self.writer.transport
+        with contextlib.suppress(Exception):
+            if isinstance(transport, asyncio.ReadTransport):
+                transport.pause_reading()
+            self.reader.feed_eof()
+
     def _close_with(self, reason: str) -> None:
         log.warning("closing connection from %s: %s", self.peer, reason)
         self.closing = True
@@ -444,6 +453,7 @@ class SocketServer:
         self.stopping = False
         self._servers: list[asyncio.Server] = []
         self._connections: set[asyncio.Task[None]] = set()
+        self._open: set[Connection] = set()
         self._handler_tasks: set[asyncio.Task[Any]] = set()
         self._next_connection_id = 0
         self.sendfile_mode = "copy"
@@ -472,10 +482,12 @@ class SocketServer:
             task = asyncio.current_task()
             assert task is not None
             self._connections.add(task)
+            self._open.add(conn)
             try:
                 await conn.run()
             finally:
                 self._connections.discard(task)
+                self._open.discard(conn)
 
         server = await asyncio.start_server(
             on_client, host or None, port, reuse_address=True, limit=64 * 1024
@@ -486,16 +498,20 @@ class SocketServer:
         return self.bound[name]
 
     async def stop(self) -> None:
-        """Stop accepting, let in-flight requests finish (bounded wait), close everything."""
+        """Stop accepting, let in-flight requests finish and their responses go out
+        (bounded wait), then close every connection."""
         self.stopping = True
         for server in self._servers:
             server.close()
-        if self._handler_tasks:
-            await asyncio.wait(list(self._handler_tasks), timeout=SHUTDOWN_GRACE_MS / 1000)
+        grace_s = SHUTDOWN_GRACE_MS / 1000
+        for conn in list(self._open):
+            conn.stop_reading()
+        if self._connections:
+            await asyncio.wait(list(self._connections), timeout=grace_s)
         for task in list(self._connections):
             task.cancel()
         if self._connections:
-            await asyncio.wait(list(self._connections), timeout=SHUTDOWN_GRACE_MS / 1000)
+            await asyncio.wait(list(self._connections), timeout=grace_s)
         for server in self._servers:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 1.0)

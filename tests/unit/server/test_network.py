@@ -227,3 +227,25 @@ def test_splice_plan_rejects_missing_token() -> None:
     fr = FileRecords([Range("x", 0, 5)])
     with pytest.raises(ValueError, match="token not found"):
         splice_plan(b"no token here", SplicedResponse(body=None, files=[fr], compact=False))
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_stop_answers_inflight_requests_then_closes(loop_kind: str) -> None:
+    async def handler(ctx: RequestContext, body: bytes) -> Any:
+        await asyncio.sleep(0.3)
+        return body
+
+    async def main() -> tuple[tuple[int, bytes], bytes]:
+        server, port = await start(handler)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(frame(5, b"slow"))
+        await asyncio.sleep(0.05)  # the request is in flight when the server stops
+        await server.stop()
+        got = await read_response(reader)
+        rest = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        return got, rest
+
+    got, rest = run(loop_kind, main())
+    assert got == (5, b"slow")
+    assert rest == b""

@@ -34,6 +34,7 @@ import os
 import struct
 import threading
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +87,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _INT32: Final = struct.Struct(">i")
+# Inactive segments per log whose index mirrors stay in memory (an LRU).
+LOADED_INDEXES_MAX: Final = 8
 ORIGIN_CLIENT: Final = "client"
 ORIGIN_COORDINATOR: Final = "coordinator"
 # Decides whether a segment may be deleted by retention (False = keep it for now), e.g.
@@ -139,6 +142,7 @@ class PartitionLog:
         self._files = SegmentFiles(self.directory)
         self._truncations = 0  # bumped by every truncation (flush must not cover new data)
         self._roll_flush_pending = False
+        self._loaded: OrderedDict[int, LogSegment] = OrderedDict()
         self._unflushed_messages = 0
         self._last_flush_ms = clock.now_ms()
         self._closed = False
@@ -277,7 +281,9 @@ class PartitionLog:
         # read back from the log: the max timestamp of the last segment holding data.
         for seg in reversed(self._segments):
             if seg.size:
-                return seg.largest_timestamp()
+                largest = seg.largest_timestamp()
+                self._release(seg)
+                return largest
         return NO_TIMESTAMP
 
     def _append_segment(self, seg: LogSegment) -> None:
@@ -619,8 +625,7 @@ class PartitionLog:
                 except ProtocolError as e:
                     raise LogDirError(f"{self.name}: corrupt segment {seg.log_path}: {e}") from e
                 finally:
-                    if not seg.active:
-                        seg.close_files()
+                    self._release(seg)
                 if first_offset < 0:
                     first_offset = h.base_offset
                 ranges.append(FileRange(seg.log_path, start.position, end - start.position))
@@ -656,8 +661,7 @@ class PartitionLog:
                 except ProtocolError as e:
                     raise LogDirError(f"{self.name}: corrupt segment {seg.log_path}: {e}") from e
                 finally:
-                    if not seg.active:
-                        seg.close_files()
+                    self._release(seg)
             return None
 
     def max_timestamp_offset(self) -> TimestampOffset | None:
@@ -667,6 +671,7 @@ class PartitionLog:
             for seg in self._segments[self._segment_index_for(self._log_start_offset) :]:
                 if seg.size and (best is None or seg.largest_timestamp() > best.max_timestamp):
                     best = seg
+                self._release(seg)
             if best is None or best.max_timestamp == NO_TIMESTAMP:
                 return None
             try:
@@ -676,9 +681,24 @@ class PartitionLog:
                     best, b, best.max_timestamp, self._log_start_offset
                 )
             finally:
-                if not best.active:
-                    best.close_files()
+                self._release(best)
             return found
+
+    def _release(self, seg: LogSegment) -> None:
+        """After using an inactive segment: close its files, bound the loaded indexes.
+
+        At most ``LOADED_INDEXES_MAX`` inactive segments keep their index mirrors in
+        memory (least recently used go first; they are re-read on next use).
+        """
+        if seg.active:
+            return
+        seg.close_files()
+        self._loaded.pop(seg.base_offset, None)
+        self._loaded[seg.base_offset] = seg
+        while len(self._loaded) > LOADED_INDEXES_MAX:
+            _, old = self._loaded.popitem(last=False)
+            if not old.active:
+                old.unload_indexes()
 
     def _record_at_or_after(
         self, seg: LogSegment, b: SegmentBatch, timestamp: int, min_offset: int
@@ -793,6 +813,7 @@ class PartitionLog:
 
                 def too_old(seg: LogSegment, _next: _NextSegment) -> bool:
                     largest = seg.largest_timestamp()
+                    self._release(seg)
                     if largest == NO_TIMESTAMP:
                         largest = seg.modified_ms()
                     return now_ms - largest > cfg.retention_ms
@@ -837,6 +858,8 @@ class PartitionLog:
         return n
 
     def _schedule_delete(self, seg: LogSegment) -> None:
+        if self._loaded.get(seg.base_offset) is seg:
+            del self._loaded[seg.base_offset]
         self._files.schedule_delete(seg, self.clock.now_ms() + self.config.file_delete_delay_ms)
 
     def delete_expired_files(self, now_ms: int) -> int:

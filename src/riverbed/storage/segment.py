@@ -317,11 +317,21 @@ class LogSegment:
                 yield b
 
     def largest_timestamp(self) -> int:
-        """Max timestamp in the segment (the time index's last entry for inactive ones)."""
-        self.ensure_indexes()
-        if self.max_timestamp == NO_TIMESTAMP and len(self.time_index):
-            self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
+        """Max timestamp in the segment (the time index's last entry for inactive ones).
+
+        Kept once known, so retention scans do not reload every segment's index.
+        """
+        if self.max_timestamp == NO_TIMESTAMP and self.size:
+            self.ensure_indexes()
+            if self.max_timestamp == NO_TIMESTAMP and len(self.time_index):
+                self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
         return self.max_timestamp
+
+    def unload_indexes(self) -> None:
+        """Drop both index mirrors (re-read and re-checked on next use)."""
+        self.offset_index.unload()
+        self.time_index.unload()
+        self._indexes_checked = False
 
     def modified_ms(self) -> int:
         """The ``.log`` mtime: retention's fallback for segments without timestamps."""

@@ -278,6 +278,23 @@ def _all_records(log: PartitionLog) -> list:  # type: ignore[type-arg]
     return [r for pos, _ in iter_batches(data) for r in iter_records(memoryview(data)[pos:])]
 
 
+def test_loaded_index_mirrors_are_bounded(tmp_path: Path, clock: ManualClock) -> None:
+    from riverbed.storage.log import LOADED_INDEXES_MAX
+
+    log = open_log(tmp_path, clock, LogConfig(segment_bytes=300, index_interval_bytes=10))
+    for i in range(60):
+        log.append_as_leader(batch(2, ts=T0 + 10 * i), leader_epoch=0)
+    log.close()
+    log = open_log(tmp_path, clock, LogConfig(segment_bytes=300), clean_shutdown=True)
+    assert len(log.segments) > 2 * LOADED_INDEXES_MAX
+    for i in range(60):
+        assert log.read(2 * i, 1).first_offset == 2 * i
+        assert log.offset_for_timestamp(T0 + 10 * i).offset == 2 * i  # type: ignore[union-attr]
+        loaded = [s for s in log.segments if s.offset_index.loaded or s.time_index.loaded]
+        assert len(loaded) <= LOADED_INDEXES_MAX + 1  # + the active segment
+    log.close()
+
+
 # ---- roll ----------------------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ from riverbed.protocol.records import (
     CompressionType,
     SimpleRecord,
     build_batch,
+    check_dense_offsets,
     iter_batches,
     iter_records,
     parse_header,
@@ -124,3 +125,16 @@ def test_build_batch_rejects_inconsistent_arguments(kwargs: dict[str, object]) -
         build_batch(recs, **kwargs)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         build_batch([])
+
+
+def test_check_dense_offsets() -> None:
+    check_dense_offsets(validate_batch(_batch(3)))
+    gappy = build_batch([SimpleRecord(b"a"), SimpleRecord(b"b")], offset_deltas=[0, 5])
+    with pytest.raises(ProtocolError, match="inconsistent batch offset range"):
+        check_dense_offsets(validate_batch(gappy))
+
+
+def test_last_sequence_wraps_like_kafka() -> None:
+    h = validate_batch(_batch(3, producer_id=1, producer_epoch=0, base_sequence=2**31 - 2))
+    assert h.last_sequence == 0  # 2**31-2, 2**31-1, 0
+    assert validate_batch(_batch(3)).last_sequence == -1  # no producer: no sequence

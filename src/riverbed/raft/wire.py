@@ -1,7 +1,7 @@
 """Translation between the raft core's dataclasses and Kafka's wire messages.
 
-Each RPC is one partition of one topic, ``__cluster_metadata``-0 (topic id
-``AAAAAAAAAAAAAAAAAAAAAQ`` = UUID(int=1) for Fetch v13+), as KRaft sends it:
+Each RPC is one partition of one topic, ``__cluster_metadata``-0, as KRaft sends it (a
+Fetch naming the topic by id ``AAAAAAAAAAAAAAAAAAAAAQ`` = UUID(int=1), v13+, is accepted):
 
 =================  =======  =====================================================
 core               api key  wire (version riverbed sends)
@@ -11,7 +11,7 @@ VoteRequest        52       VoteRequest v1; PreVote (KIP-996 v2 field) travels a
                             Kafka ignores
 BeginQuorumEpoch   53       v1
 EndQuorumEpoch     54       v1 (PreferredCandidates from preferred_successors)
-Fetch              1        v13: ReplicaState/ReplicaId, FetchOffset,
+Fetch              1        v12: ReplicaId, FetchOffset,
                             LastFetchedEpoch; response DivergingEpoch,
                             CurrentLeader, SnapshotId, HighWatermark, LogStartOffset,
                             Records = record batches (below)
@@ -111,7 +111,7 @@ API_DESCRIBE_QUORUM = 55
 API_FETCH_SNAPSHOT = 59
 
 WIRE_VERSIONS: dict[int, int] = {
-    API_FETCH: 13,
+    API_FETCH: 12,  # the broker advertises Fetch 0-12; v12 has every KRaft field
     API_VOTE: 1,
     API_BEGIN_QUORUM_EPOCH: 1,
     API_END_QUORUM_EPOCH: 1,
@@ -256,7 +256,7 @@ def encode_request(req: Request) -> tuple[int, int, Message]:
             max_wait_ms=req.max_wait_ms,
             min_bytes=1,
             max_bytes=req.max_bytes,
-            topics=[WFetchReq.FetchTopic(topic_id=METADATA_TOPIC_ID, partitions=[fp])],
+            topics=[WFetchReq.FetchTopic(topic=METADATA_TOPIC, partitions=[fp])],
         )
         return API_FETCH, WIRE_VERSIONS[API_FETCH], msg
     if isinstance(req, FetchSnapshotRequest):
@@ -432,9 +432,7 @@ def encode_response(resp: Response, now_ms: int = -1) -> Message:
                 end_offset=resp.snapshot_id.end_offset, epoch=resp.snapshot_id.epoch
             )
         return WFetchResp(
-            responses=[
-                WFetchResp.FetchableTopicResponse(topic_id=METADATA_TOPIC_ID, partitions=[fp])
-            ]
+            responses=[WFetchResp.FetchableTopicResponse(topic=METADATA_TOPIC, partitions=[fp])]
         )
     if isinstance(resp, FetchSnapshotResponse):
         sp = WSnapResp.PartitionSnapshot(

@@ -15,10 +15,10 @@ from riverbed.raft.roles import Role
 
 CONFIG = RaftConfig(
     voters=frozenset({1, 2, 3}),
-    election_timeout_ms=150,
-    fetch_timeout_ms=300,
+    election_timeout_ms=200,
+    fetch_timeout_ms=400,
     election_backoff_max_ms=100,
-    request_timeout_ms=300,
+    request_timeout_ms=400,
     append_linger_ms=1,
     fetch_max_wait_ms=50,
     snapshot_minimum_records=20,

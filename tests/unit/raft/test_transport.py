@@ -1,0 +1,164 @@
+"""Three RaftDrivers talking Kafka's wire protocol over TCP on 127.0.0.1 (ephemeral ports):
+KafkaRaftTransport on the client side, serve_raft_request behind a minimal listener that
+frames, decodes and answers in request order as Kafka's network layer does."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+from pathlib import Path
+
+import pytest
+
+from riverbed.protocol.headers import decode_request, encode_response
+from riverbed.raft.config import RaftConfig
+from riverbed.raft.driver import RaftDriver
+from riverbed.raft.messages import DescribeQuorumRequest, DescribeQuorumResponse, Entry
+from riverbed.raft.node import NotLeaderError
+from riverbed.raft.roles import Role
+from riverbed.raft.transport import (
+    RAFT_API_KEYS,
+    KafkaRaftTransport,
+    is_raft_fetch,
+    serve_raft_request,
+)
+
+CONFIG = RaftConfig(
+    voters=frozenset({1, 2, 3}),
+    election_timeout_ms=300,
+    fetch_timeout_ms=600,
+    election_backoff_max_ms=100,
+    request_timeout_ms=600,
+    append_linger_ms=1,
+    fetch_max_wait_ms=50,
+    snapshot_minimum_records=10,
+)
+
+
+class Log:
+    def __init__(self) -> None:
+        self.values: list[bytes] = []
+        self.position = 0
+
+    def apply(self, entries: tuple[Entry, ...]) -> None:
+        for e in entries:
+            self.position = e.offset + 1
+            if e.kind == 0:
+                self.values.append(e.value)
+
+    def snapshot_records(self) -> list[bytes]:
+        return list(self.values)
+
+    def load_snapshot(self, snapshot_id, records: list[bytes]) -> None:  # type: ignore[no-untyped-def]
+        self.values = list(records)
+        self.position = snapshot_id.end_offset
+
+
+async def listener(
+    driver_of: dict[int, RaftDriver], node_id: int, errors: list[BaseException]
+) -> asyncio.Server:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        order: asyncio.Queue[asyncio.Task[bytes] | None] = asyncio.Queue()
+
+        async def answer(frame: bytes) -> bytes:
+            header, msg = decode_request(frame)
+            assert header.api_key in RAFT_API_KEYS or is_raft_fetch(header.api_key, msg)
+            reply = await serve_raft_request(driver_of[node_id], header.api_key, msg)
+            return encode_response(header, reply)
+
+        async def write_in_order() -> None:
+            while (task := await order.get()) is not None:
+                try:
+                    writer.write(await task)
+                    await writer.drain()
+                except Exception as exc:  # recorded: the test fails on any server error
+                    errors.append(exc)
+                    raise
+
+        writer_task = asyncio.create_task(write_in_order())
+        try:
+            while True:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                order.put_nowait(asyncio.create_task(answer(await reader.readexactly(size))))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            order.put_nowait(None)
+            with contextlib.suppress(Exception):
+                await writer_task
+            writer.close()
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+async def scenario(tmp: Path) -> None:
+    drivers: dict[int, RaftDriver] = {}
+    errors: list[BaseException] = []
+    servers = {i: await listener(drivers, i, errors) for i in (1, 2, 3)}
+    endpoints = {i: s.sockets[0].getsockname()[:2] for i, s in servers.items()}
+    transports = {i: KafkaRaftTransport(i, endpoints) for i in (1, 2, 3)}
+    logs = {i: Log() for i in (1, 2, 3)}
+    for i in (1, 2, 3):
+        drivers[i] = RaftDriver(i, CONFIG, tmp / f"n{i}", transports[i], logs[i])
+        await drivers[i].start()
+
+    def leader() -> RaftDriver | None:
+        found = [d for d in drivers.values() if d.node.role is Role.LEADER]
+        return found[0] if len(found) == 1 else None
+
+    for _ in range(500):
+        if leader() is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert leader() is not None and not errors
+
+    async def append(value: bytes) -> int:
+        # a loaded machine may still change leaders: retry on the current one
+        for _ in range(200):
+            current = leader()
+            if current is not None:
+                try:
+                    return await current.append([value], timeout_s=3)
+                except (NotLeaderError, TimeoutError):
+                    pass
+            await asyncio.sleep(0.02)
+        raise AssertionError("no leader took the append")
+
+    last = -1
+    for i in range(25):
+        last = await append(f"v{i}".encode())
+    for _ in range(500):
+        if all(log.position > last for log in logs.values()):
+            break
+        await asyncio.sleep(0.01)
+    assert logs[1].values == logs[2].values == logs[3].values
+    assert logs[1].values[-1] == b"v24"
+    lead = leader()
+    assert lead is not None
+    assert not errors
+    # DescribeQuorum through the wire, as `riverbed quorum describe` would ask it
+    other = next(i for i in (1, 2, 3) if i != lead.node_id)
+    reply = await transports[other].send(lead.node_id, DescribeQuorumRequest())
+    assert isinstance(reply, DescribeQuorumResponse)
+    assert reply.leader_id == lead.node_id and reply.high_watermark > last
+    assert sorted(r.replica_id for r in reply.current_voters) == [1, 2, 3]
+    # a peer that is down: send fails with ConnectionError, not a hang
+    servers[other].close()
+    await servers[other].wait_closed()
+    await drivers[other].close()
+    await transports[other].close()
+    dead = KafkaRaftTransport(9, {other: endpoints[other]})
+    with pytest.raises(ConnectionError):
+        await dead.send(other, DescribeQuorumRequest())
+    for i, d in drivers.items():
+        if i != other:
+            await d.close()
+            await transports[i].close()
+    for i, s in servers.items():
+        if i != other:
+            s.close()
+
+
+def test_three_nodes_over_tcp(tmp_path: Path) -> None:
+    asyncio.run(asyncio.wait_for(scenario(tmp_path), 60))

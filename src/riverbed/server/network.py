@@ -272,38 +272,50 @@ class Connection:
 
     async def _read_loop(self) -> None:
         while not self.closing and not self.server.stopping:
-            # Blocks when inflight_requests_max are outstanding: the socket is not read,
-            # so back-pressure reaches the client through TCP.
+            # Blocks when inflight_requests_max (this connection) or queued.max.requests
+            # (all connections) are outstanding: the socket is not read, so back-pressure
+            # reaches the client through TCP.
             await self.slots.acquire()
+            await self.server.queued.acquire()
+            permit = True  # the queued permit, until a request carries it to the writer
             try:
-                frame = await self._read_frame()
-            except ProtocolError as exc:
-                self._close_with(str(exc))
-                return
-            if frame is None:
-                return
-            try:
-                header, body = self.server.codec.decode_request(frame)
-            except ProtocolError as exc:
-                api = _HEADER_PREFIX.unpack_from(frame) if len(frame) >= 8 else None
-                self._close_with(f"malformed request {api}: {exc}")
-                return
-            except Exception as exc:  # a codec bug must not take the broker down
-                self._close_with(f"undecodable request: {exc!r}")
-                return
-            ctx = RequestContext(
-                header=header,
-                peer=self.peer,
-                listener_name=self.listener_name,
-                connection_id=self.connection_id,
-                received_ms=int(time.time() * 1000),
-            )
-            task: asyncio.Task[Response | None] = asyncio.create_task(
-                self.server.handler(ctx, body)
-            )
-            self.server.track(task)
-            self.outstanding += 1
-            self.inflight.put_nowait((header, task))
+                if not await self._read_one():
+                    return
+                permit = False
+            finally:
+                if permit:
+                    self.server.queued.release()
+
+    async def _read_one(self) -> bool:
+        """Read, decode and dispatch one request; False when the connection is done."""
+        try:
+            frame = await self._read_frame()
+        except ProtocolError as exc:
+            self._close_with(str(exc))
+            return False
+        if frame is None:
+            return False
+        try:
+            header, body = self.server.codec.decode_request(frame)
+        except ProtocolError as exc:
+            api = _HEADER_PREFIX.unpack_from(frame) if len(frame) >= 8 else None
+            self._close_with(f"malformed request {api}: {exc}")
+            return False
+        except Exception as exc:  # a codec bug must not take the broker down
+            self._close_with(f"undecodable request: {exc!r}")
+            return False
+        ctx = RequestContext(
+            header=header,
+            peer=self.peer,
+            listener_name=self.listener_name,
+            connection_id=self.connection_id,
+            received_ms=int(time.time() * 1000),
+        )
+        task: asyncio.Task[Response | None] = asyncio.create_task(self.server.handler(ctx, body))
+        self.server.track(task)
+        self.outstanding += 1
+        self.inflight.put_nowait((header, task))
+        return True
 
     async def _write_loop(self) -> None:
         transport = self.writer.transport
@@ -344,8 +356,13 @@ class Connection:
                     return
             self.outstanding -= 1
             self.slots.release()
+            self.server.queued.release()
 
     def _abort_pending(self) -> None:
+        """Connection gone: cancel unanswered requests and give back their queue slots."""
+        for _ in range(self.outstanding):
+            self.server.queued.release()
+        self.outstanding = 0
         while not self.inflight.empty():
             item = self.inflight.get_nowait()
             if item is not None:
@@ -442,13 +459,17 @@ class SocketServer:
         socket_request_max_bytes: int = 104857600,
         connections_max_idle_ms: int = 600000,
         inflight_requests_max: int = 16,
+        queued_requests_max: int = 500,
         codec: _Codec | None = None,
     ) -> None:
         assert socket_request_max_bytes > 0 and inflight_requests_max > 0
+        assert queued_requests_max > 0
         self.handler = handler
         self.socket_request_max_bytes = socket_request_max_bytes
         self.connections_max_idle_ms = connections_max_idle_ms
         self.inflight_requests_max = inflight_requests_max
+        # queued.max.requests: requests read and not yet answered, over all connections.
+        self.queued = asyncio.Semaphore(queued_requests_max)
         self.codec: _Codec = codec if codec is not None else _DefaultCodec()
         self.stopping = False
         self._servers: list[asyncio.Server] = []

@@ -119,6 +119,7 @@ class Node:
             socket_request_max_bytes=cfg.socket_request_max_bytes,
             connections_max_idle_ms=cfg.connections_max_idle_ms,
             inflight_requests_max=INFLIGHT_REQUESTS_PER_CONNECTION_MAX,
+            queued_requests_max=cfg.queued_max_requests,
         )
         for lst in cfg.listeners:
             if lst.name in cfg.controller_listener_names and "broker" in cfg.process_roles:

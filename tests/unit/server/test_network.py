@@ -249,3 +249,34 @@ def test_stop_answers_inflight_requests_then_closes(loop_kind: str) -> None:
     got, rest = run(loop_kind, main())
     assert got == (5, b"slow")
     assert rest == b""
+
+
+def test_queued_requests_bound_spans_connections() -> None:
+    started = 0
+    release = asyncio.Event()
+
+    async def handler(ctx: RequestContext, body: bytes) -> Any:
+        nonlocal started
+        started += 1
+        await release.wait()
+        return body
+
+    async def main() -> tuple[int, int, int]:
+        server, port = await start(handler, inflight_requests_max=4, queued_requests_max=3)
+        conns = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+        for _, w in conns:
+            w.write(b"".join(frame(i, b"x") for i in range(4)))
+        await asyncio.sleep(0.3)
+        blocked = started
+        release.set()
+        answered = [len([await read_response(r) for _ in range(4)]) for r, _ in conns]
+        # Every permit came back: another full round fits again.
+        for _, w in conns:
+            w.write(frame(9, b"again"))
+        again = [await read_response(r) for r, _ in conns]
+        for _, w in conns:
+            w.close()
+        await server.stop()
+        return blocked, sum(answered), len(again)
+
+    assert asyncio.run(main()) == (3, 8, 2)

@@ -200,3 +200,32 @@ def test_create_topic_with_replica_assignment(admin: Any, topic_name: str) -> No
         (1, [1]),
         (2, [1]),
     ]
+
+
+def test_batches_larger_than_fetch_limits_still_progress(
+    broker: BrokerProcess, admin: Any, topic_name: str
+) -> None:
+    create(admin, topic_name)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, max_request_size=2_000_000)
+    values = [bytes([i]) * 900_000 for i in range(3)]
+    for v in values:
+        producer.send(topic_name, value=v, partition=0).get(15)
+    producer.close()
+    tp = TopicPartition(topic_name, 0)
+    consumer = KafkaConsumer(
+        bootstrap_servers=broker.bootstrap,
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=1000,  # far below one batch
+        fetch_max_bytes=1000,
+    )
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        got: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 3 and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                got += [r.value for r in records]
+    finally:
+        consumer.close()
+    assert got == values

@@ -213,3 +213,22 @@ def test_compressed_batch_with_records_but_no_bytes() -> None:
     _fix_crc(bad)
     with pytest.raises(ProtocolError, match="cannot fit in 0 bytes"):
         validate_batch(bad)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), count=st.integers(1, 6), compression=st.sampled_from(CompressionType))
+def test_recovery_stops_at_the_first_corrupt_batch(
+    data: st.DataObject, count: int, compression: CompressionType
+) -> None:
+    batches = [
+        build_batch([SimpleRecord(b"r%d" % i * (i + 1))] * (i + 1), compression=compression)
+        for i in range(count)
+    ]
+    log = bytearray(b"".join(batches))
+    k = data.draw(st.integers(0, count - 1))
+    start = sum(len(b) for b in batches[:k])
+    log[start + data.draw(st.integers(17, len(batches[k]) - 1))] ^= data.draw(st.integers(1, 255))
+    size, headers = valid_prefix(log)
+    assert (size, len(headers)) == (start, k)
+    with pytest.raises(ProtocolError, match="CRC"):
+        list(iter_batches(log))

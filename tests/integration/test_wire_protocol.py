@@ -195,6 +195,11 @@ def test_produce_validation_errors(client: Client, topic_name: str) -> None:
         == ErrorCode.MESSAGE_SIZE_TOO_LARGE
     )
     assert produce(client, topic_name, b"").error_code == ErrorCode.INVALID_RECORD
+    magic1 = bytearray(batch(b"old"))
+    magic1[16] = 1  # a pre-0.11 message set
+    assert produce(client, topic_name, bytes(magic1)).error_code == (
+        ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
+    )
     ok = produce(client, topic_name, batch(b"fine"))
     assert (ok.error_code, ok.base_offset) == (0, 0)  # nothing refused was appended
 

@@ -5,7 +5,7 @@ pipelined produces on one connection reach the log in the order they were sent):
 
 - unknown topic or partition -> UNKNOWN_TOPIC_OR_PARTITION;
 - no records -> INVALID_RECORD; more bytes than the topic's ``segment.bytes`` ->
-  RECORD_LIST_TOO_LARGE;
+  RECORD_LIST_TOO_LARGE; old message sets (magic 0/1) -> UNSUPPORTED_FOR_MESSAGE_FORMAT;
 - storage validates every batch (magic 2, CRC-32C, lengths -> CORRUPT_MESSAGE; a batch
   above ``max.message.bytes`` -> MESSAGE_TOO_LARGE; CreateTime outside the topic's bounds
   -> INVALID_TIMESTAMP; anything else not appendable -> INVALID_RECORD) and assigns
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _VALID_ACKS = (0, 1, -1)
+#: Position of the magic byte in a batch / message set (after offset, length, epoch|crc).
+_MAGIC_OFFSET = 16
 
 
 def _partition_error(index: int, code: ErrorCode, message: str | None = None) -> Any:
@@ -74,6 +76,13 @@ def _produce_partition(broker: Broker, topic: str, index: int, records: bytes | 
         return _partition_error(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     if not records:
         return _partition_error(index, ErrorCode.INVALID_RECORD, "produce request without records")
+    if len(records) > _MAGIC_OFFSET and records[_MAGIC_OFFSET] < 2:
+        # Message sets v0/v1 (pre-0.11 clients): riverbed stores record batch v2 only.
+        return _partition_error(
+            index,
+            ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+            f"message format v{records[_MAGIC_OFFSET]} is not supported; use record batches v2",
+        )
     if len(records) > hosted.config.segment_bytes:
         return _partition_error(
             index,

@@ -535,6 +535,12 @@ class PartitionLog:
         old.delete_files()
         seg = self._new_segment(base_offset)
         self._append_segment(seg)
+        if len(self._segments) == 1:
+            # the log held nothing: it now starts at the batch (as after
+            # truncate_fully_and_start_at), keeping log start >= first segment base
+            self._log_start_offset = max(self._log_start_offset, base_offset)
+            self._high_watermark = max(self._high_watermark, self._log_start_offset)
+            self._recovery_point = max(self._recovery_point, self._log_start_offset)
         return seg
 
     def roll(self) -> LogSegment:
@@ -734,6 +740,13 @@ class PartitionLog:
             seg = self._segments[i]
             seg.active = True
             seg.truncate_to(offset)
+            if seg.size == 0 and i > 0:
+                # an emptied segment goes too, so the log end is where the data ends
+                self._schedule_delete(seg)
+                del self._segments[i], self._bases[i]
+                seg = self._segments[i - 1]
+                seg.active = True
+                seg.load_tail_state()
             leo = self.log_end_offset
             self.epoch_cache.truncate_from_end(leo)
             self._log_start_offset = min(self._log_start_offset, leo)

@@ -10,6 +10,7 @@ A failing seed is printed in the assertion message and replays exactly.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 from dataclasses import dataclass, field
@@ -140,17 +141,67 @@ class Harness:
 
     def retention(self) -> None:
         m = self.model
-        limit = self.rng.choice([0, 500, 3000])
-        self.log.update_config(self._with(retention_bytes=limit))
+        by_time = self.rng.random() < 0.5
+        retention_ms = self.rng.choice([0, 1_000_000, 3_000_000])
+        if by_time:
+            self.log.update_config(self._with(retention_ms=retention_ms))
+        else:
+            self.log.update_config(self._with(retention_bytes=self.rng.choice([0, 500, 3000])))
+        now = self.clock.now_ms()
+        segs = self.log.segments
+        info = [
+            (s.base_offset, s.largest_timestamp(), nxt.base_offset, s.size)
+            for s, nxt in itertools.pairwise(segs)
+        ] + [(segs[-1].base_offset, segs[-1].largest_timestamp(), m.leo, segs[-1].size)]
         before = self.log.size_bytes
-        self.log.delete_old_segments(self.clock.now_ms())
+        self.log.delete_old_segments(now)
         self.log.update_config(self.config)
         new_lso = self.log.log_start_offset
         assert new_lso >= m.lso and new_lso <= m.hw, self.ctx("retention lso")
         if new_lso > m.lso:
             assert any(b.base == new_lso for b in m.batches) or new_lso == m.leo
             assert self.log.size_bytes < before
+        if by_time:
+            first_kept = self.log.segments[0].base_offset
+            for base, largest, upper, size in info:
+                if base < first_kept:  # deleted: expired and below the high watermark
+                    assert now - largest > retention_ms and upper <= m.hw, self.ctx("ret")
+                elif size and upper <= m.hw and new_lso == first_kept:
+                    # the first kept segment was eligible: it must not have expired
+                    assert now - largest <= retention_ms, self.ctx("retention kept expired")
+                    break
+                else:
+                    break
         m.lso = new_lso
+
+    def follower_append(self) -> None:
+        if self.config.log_append_time:
+            return  # a LogAppendTime leader would send stamped batches; covered elsewhere
+        rng = self.rng
+        m = self.model
+        gap = rng.choice([0, 0, 0, 1, 7, 2**31 + 5]) if rng.random() < 0.3 else 0
+        base = m.leo + gap
+        n = rng.randint(1, 4)
+        now = self.clock.now_ms()
+        stamps = [now + rng.randint(-3_000_000, 3_000_000) for _ in range(n)]
+        values = [rng.randbytes(rng.choice([0, 40])) for _ in range(n)]
+        self.epoch += rng.choice([0, 0, 1])
+        raw = build_batch(
+            [SimpleRecord(v, timestamp=t) for v, t in zip(values, stamps, strict=True)],
+            base_offset=base,
+            partition_leader_epoch=self.epoch,
+        )
+        segs = self.log.segments
+        restarts = len(segs) == 1 and segs[0].size == 0 and base - segs[0].base_offset >= 2**31
+        info = self.log.append_as_follower(raw)
+        if restarts:
+            # an empty log whose offsets cannot reach the batch restarts at it
+            m.lso = max(m.lso, base)
+            m.hw = max(m.hw, m.lso)
+        assert (info.first_offset, info.last_offset) == (base, base + n - 1), self.ctx("follow")
+        m.batches.append(MBatch(base, [(base + i, stamps[i], values[i]) for i in range(n)]))
+        m.leo = base + n
+        assert self.log.epoch_cache.latest_epoch == self.epoch or self.epoch == 0
 
     def _with(self, **kw: int) -> LogConfig:
         props = self.config.to_props()
@@ -297,7 +348,9 @@ class Harness:
             # maximal: the next batch would break the size limit or the bound
             too_big = len(data) + self.sizes[live[nxt].base] > max_bytes
             assert too_big or live[nxt].last >= bound, f"{ctx} read stopped early"
-        assert res.next_offset == got[-1].next_offset
+        # the offset after the last batch, or the next batch's base across an offset gap
+        upper = live[nxt].base if nxt < len(live) else self.model.leo
+        assert got[-1].next_offset <= res.next_offset <= upper, ctx
 
     def check_indexes(self, ctx: str) -> None:
         for seg in self.log.segments:
@@ -327,6 +380,7 @@ class Harness:
 
 OPS = [
     ("append", 10),
+    ("follower_append", 3),
     ("set_hw", 3),
     ("truncate", 1),
     ("delete_records", 1),

@@ -247,6 +247,14 @@ def test_fetch_limits_whole_batches(client: Client, topic_name: str, version: in
     assert codes == [ErrorCode.OFFSET_OUT_OF_RANGE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
 
 
+def test_old_fetch_versions_are_not_down_converted(client: Client, topic_name: str) -> None:
+    create_topic(client, topic_name)
+    assert produce(client, topic_name, batch(b"v2 only")).error_code == 0
+    r = client.call(ApiKey.FETCH, 3, fetch_req(topic_name, [(0, 0, 1 << 20)]))
+    part = r.responses[0].partitions[0]
+    assert (part.error_code, part.records) == (ErrorCode.UNSUPPORTED_VERSION, b"")
+
+
 def test_delayed_fetch_is_woken_by_an_append(
     broker: BrokerProcess, client: Client, topic_name: str
 ) -> None:

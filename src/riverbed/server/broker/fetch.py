@@ -14,7 +14,8 @@ watermark (= LastStableOffset without transactions, for both isolation levels):
 
 When fewer than ``min_bytes`` are ready and no partition has an error, the request is
 parked in the fetch purgatory for up to ``max_wait_ms`` and woken by appends to any of
-its partitions. Fetch sessions (KIP-227) are not kept: every response has session id 0,
+its partitions. Fetch versions below 4 (message sets v0/v1) get UNSUPPORTED_VERSION for
+partitions with data: batches are never down-converted. Fetch sessions (KIP-227) are not kept: every response has session id 0,
 which clients treat as "no session, send full requests".
 """
 
@@ -33,6 +34,9 @@ if TYPE_CHECKING:
 
 #: Fetch versions from this one on are flexible (compact ``records`` length).
 FETCH_FLEXIBLE_VERSION = 12
+#: Older Fetch versions expect message sets v0/v1; riverbed does not down-convert (like
+#: Kafka with message.downconversion.enable=false: UNSUPPORTED_VERSION for such data).
+FETCH_RECORD_BATCH_V2_VERSION = 4
 
 
 @dataclass
@@ -107,6 +111,10 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
             return sum(r.size for r in reads) >= req.min_bytes or any(r.error for r in reads)
 
         await broker.fetch_purgatory.wait_until(keys, enough, req.max_wait_ms)
+    if version < FETCH_RECORD_BATCH_V2_VERSION:
+        for r in reads:
+            if r.ranges:
+                r.error, r.ranges, r.size = int(ErrorCode.UNSUPPORTED_VERSION), [], 0
     return _build_response(reads, version)
 
 

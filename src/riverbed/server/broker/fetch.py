@@ -15,8 +15,9 @@ watermark (= LastStableOffset without transactions, for both isolation levels):
 When fewer than ``min_bytes`` are ready and no partition has an error, the request is
 parked in the fetch purgatory for up to ``max_wait_ms`` and woken by appends to any of
 its partitions. Fetch versions below 4 (message sets v0/v1) get UNSUPPORTED_VERSION for
-partitions with data: batches are never down-converted. Fetch sessions (KIP-227) are not kept: every response has session id 0,
-which clients treat as "no session, send full requests".
+partitions with data: batches are never down-converted. Fetch sessions (KIP-227) are
+not kept: every response has session id 0, which clients treat as "no session, send
+full requests".
 """
 
 from __future__ import annotations

@@ -138,6 +138,8 @@ class Node:
         addrs = " ".join(f"{name}://{h}:{p}" for name, (h, p) in self.bound_listeners.items())
         print(f"riverbed node {cfg.node_id} ready: {addrs}", flush=True)
         log.info("node %d started (cluster id %s): %s", cfg.node_id, self.cluster_id, addrs)
+        bootstrap = ",".join(f"{h}:{p}" for _n, h, p, _s in self.advertised_endpoints())
+        log.info("clients connect with --bootstrap-server %s (bootstrap.servers)", bootstrap)
 
     def advertised_endpoints(self) -> list[tuple[str, str, int, str]]:
         """(listener name, host, port, security protocol); port 0 -> the bound port."""

@@ -138,3 +138,24 @@ def test_configs_describe_and_alter(broker, capsys):
     assert main(["configs", "alter", "-b", b, "--entity-type", "topics", "--entity-name", "cfgs",
                  "--add-config", "retention.ms=soon"]) == 1  # fmt: skip
     assert "INVALID_CONFIG" in capsys.readouterr().err
+
+
+def test_dynamic_broker_config_reaches_partitions(broker, capsys):
+    b = broker.bootstrap
+    assert main(["topics", "create", "-b", b, "--topic", "dyn"]) == 0
+    assert main(["configs", "alter", "-b", b, "--entity-type", "brokers", "--entity-name", "1",
+                 "--add-config", "message.max.bytes=2000"]) == 0  # fmt: skip
+    try:
+        rows = run_json(capsys, "configs", "describe", "-b", b, "--entity-type", "topics",
+                        "--entity-name", "dyn", "--json")  # fmt: skip
+        by_name = {r["name"]: r for r in rows}
+        assert by_name["max.message.bytes"]["value"] == "2000"
+        assert by_name["max.message.bytes"]["source"] == "DYNAMIC_BROKER_CONFIG"
+        capsys.readouterr()
+        big = "x" * 5000
+        assert main(["produce", "-b", b, "-t", "dyn", "--value", big]) == 1
+        assert "MSG_SIZE_TOO_LARGE" in capsys.readouterr().err
+    finally:
+        assert main(["configs", "alter", "-b", b, "--entity-type", "brokers", "--entity-name", "1",
+                     "--delete-config", "message.max.bytes"]) == 0  # fmt: skip
+    assert main(["produce", "-b", b, "-t", "dyn", "--value", big]) == 0

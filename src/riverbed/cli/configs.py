@@ -54,6 +54,10 @@ def register(subparsers: Any) -> None:
 def _resource(args: argparse.Namespace, **kw: Any) -> Any:
     from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
 
+    if not args.entity_name:
+        # librdkafka cannot address the cluster-wide default broker resource ("").
+        raise CliError("--entity-name must not be empty (a topic name or a broker id)")
+
     return ConfigResource(
         getattr(ResourceType, ENTITY_TYPES[args.entity_type]), args.entity_name, **kw
     )

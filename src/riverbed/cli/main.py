@@ -24,6 +24,7 @@ VERBS: tuple[str, ...] = (
     "consume",
     "cluster",
     "bench",
+    "pipeline",
 )
 
 

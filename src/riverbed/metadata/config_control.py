@@ -2,15 +2,28 @@
 
 Pure functions of (image, request): alterations return ConfigRecords (value null = delete)
 and the response; DescribeConfigs reads the image and the static broker config and reports
-each value's source and synonyms (see `riverbed.metadata.topic_configs`).  Only topic
-resources can be altered; broker configs are static (server.properties) in riverbed.
+each value's source and synonyms.  Resources: TOPIC (topic configs, see
+`riverbed.metadata.topic_configs`) and BROKER, either one broker ("<id>") or the cluster
+default (""), for the keys in `broker_configs.DYNAMIC_BROKER_CONFIGS`; everything else about
+a broker is static (server.properties) and read-only, as the non-dynamic keys are in Kafka.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from riverbed.metadata.config_defs import ConfigEntry, ConfigSource, ConfigType
+from riverbed.metadata.broker_configs import (
+    CONFIG_DEFS,
+    DYNAMIC_BROKER_CONFIGS,
+    describe_broker_config,
+)
+from riverbed.metadata.config_defs import (
+    ConfigDef,
+    ConfigEntry,
+    ConfigSource,
+    ConfigType,
+    ConfigValueError,
+)
 from riverbed.metadata.control_common import (
     ControllerBase,
     ControllerResult,
@@ -47,26 +60,75 @@ def check_topic_configs(configs: Mapping[str, str | None]) -> None:
             raise _Err(ErrorCode.INVALID_CONFIG, problem)
 
 
-class ConfigControl(ControllerBase):
-    # ------------------------------------------------------------------ configs
-    def _resource_error(self, image: MetadataImage, rtype: int, rname: str) -> _Err | None:
+class _Target:
+    """The config set an alteration edits: a topic's overrides or a broker layer."""
+
+    def __init__(self, image: MetadataImage, rtype: int, rname: str) -> None:
+        self.rtype = rtype
+        self.rname = rname
         if rtype == ResourceType.TOPIC:
             if rname == METADATA_TOPIC:
-                return _Err(ErrorCode.INVALID_REQUEST, f"Cannot alter configs of {rname}.")
+                raise _Err(ErrorCode.INVALID_REQUEST, f"Cannot alter configs of {rname}.")
             if image.topic(rname) is None:
-                return _Err(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    f"The topic '{rname}' does not exist.",
+                raise _Err(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{rname}' does not exist."
                 )
-            return None
-        if rtype == ResourceType.BROKER:
-            return _Err(
-                ErrorCode.INVALID_REQUEST,
-                "riverbed does not support dynamic broker configs yet; set them in "
-                "server.properties.",
-            )
-        return _Err(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}.")
+        elif rtype == ResourceType.BROKER:
+            if rname != "" and not (rname.isdigit() and len(rname) <= 10):
+                raise _Err(ErrorCode.INVALID_REQUEST, f"Invalid broker name {rname!r}.")
+            if rname:
+                rname = str(int(rname))
+                self.rname = rname
+        else:
+            raise _Err(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}.")
+        self.current: dict[str, str] = dict(image.configs.get((rtype, rname), {}))
 
+    @property
+    def is_topic(self) -> bool:
+        return self.rtype == ResourceType.TOPIC
+
+    def definition(self, name: str) -> ConfigDef:
+        if self.is_topic:
+            tdef = TOPIC_CONFIG_DEFS.get(name)
+            if tdef is None:
+                raise _Err(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
+            return tdef.definition
+        cdef = CONFIG_DEFS.get(name)
+        if cdef is None:
+            raise _Err(ErrorCode.INVALID_CONFIG, f"Unknown broker config name: {name}")
+        if name not in DYNAMIC_BROKER_CONFIGS:
+            raise _Err(
+                ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {name}"
+            )
+        return cdef
+
+    def validate(self, changed: Mapping[str, str]) -> None:
+        if self.is_topic:
+            check_topic_configs(changed)
+            return
+        for name, value in changed.items():
+            try:
+                self.definition(name).parse(value)
+            except ConfigValueError as exc:
+                raise _Err(ErrorCode.INVALID_CONFIG, str(exc)) from None
+
+    def diff(self, wanted: Mapping[str, str]) -> list[Message]:
+        out: list[Message] = []
+        for name in sorted(set(self.current) | set(wanted)):
+            new = wanted.get(name)
+            if self.current.get(name) != new:
+                out.append(
+                    ConfigRecord(
+                        resource_type=int(self.rtype),
+                        resource_name=self.rname,
+                        name=name,
+                        value=new,
+                    )
+                )
+        return out
+
+
+class ConfigControl(ControllerBase):
     def alter_configs(
         self, image: MetadataImage, request: AlterConfigsRequest, now_ms: int
     ) -> ControllerResult:
@@ -82,9 +144,7 @@ class ConfigControl(ControllerBase):
             try:
                 check_request_items(len(request.resources))
                 check_request_items(len(res.configs))
-                err = self._resource_error(image, res.resource_type, res.resource_name)
-                if err is not None:
-                    raise err
+                target = _Target(image, res.resource_type, res.resource_name)
                 wanted: dict[str, str] = {}
                 for c in res.configs:
                     if c.name in wanted:
@@ -93,10 +153,10 @@ class ConfigControl(ControllerBase):
                         raise _Err(
                             ErrorCode.INVALID_REQUEST, f"Null value not supported for : {c.name}"
                         )
+                    target.definition(c.name)
                     wanted[c.name] = c.value
-                check_topic_configs(wanted)
-                current = image.topic_config(res.resource_name)
-                records.extend(self._config_diff(res.resource_name, current, wanted))
+                target.validate(wanted)
+                records.extend(target.diff(wanted))
             except _Err as err:
                 result.error_code = int(err.code)
                 result.error_message = err.message
@@ -117,75 +177,27 @@ class ConfigControl(ControllerBase):
             try:
                 check_request_items(len(request.resources))
                 check_request_items(len(res.configs))
-                err = self._resource_error(image, res.resource_type, res.resource_name)
-                if err is not None:
-                    raise err
-                current = dict(image.topic_config(res.resource_name))
-                wanted = dict(current)
+                target = _Target(image, res.resource_type, res.resource_name)
+                wanted = dict(target.current)
                 seen: set[str] = set()
                 for c in res.configs:
                     if c.name in seen:
                         raise _Err(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
                     seen.add(c.name)
-                    self._apply_op(wanted, c.name, c.config_operation, c.value)
-                check_topic_configs({k: v for k, v in wanted.items() if k in seen})
-                records.extend(self._config_diff(res.resource_name, current, wanted))
+                    _apply_op(target.definition(c.name), wanted, c.config_operation, c.value)
+                target.validate({k: v for k, v in wanted.items() if k in seen})
+                records.extend(target.diff(wanted))
             except _Err as err:
                 result.error_code = int(err.code)
                 result.error_message = err.message
         response = IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=results)
         return ControllerResult([] if request.validate_only else records, response)
 
-    @staticmethod
-    def _apply_op(wanted: dict[str, str], name: str, op: int, value: str | None) -> None:
-        tdef = TOPIC_CONFIG_DEFS.get(name)
-        if tdef is None:
-            raise _Err(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
-        if op == OP_SET:
-            if value is None:
-                raise _Err(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {name}")
-            wanted[name] = value
-        elif op == OP_DELETE:
-            wanted.pop(name, None)
-        elif op in (OP_APPEND, OP_SUBTRACT):
-            if tdef.definition.type != ConfigType.LIST:
-                raise _Err(
-                    ErrorCode.INVALID_CONFIG,
-                    f"Config value append is not allowed for config key: {name}",
-                )
-            base = wanted.get(name, tdef.definition.default or "")
-            items = [x.strip() for x in base.split(",") if x.strip()]
-            given = [x.strip() for x in (value or "").split(",") if x.strip()]
-            if op == OP_APPEND:
-                items.extend(x for x in given if x not in items)
-            else:
-                items = [x for x in items if x not in given]
-            wanted[name] = ",".join(items)
-        else:
-            raise _Err(ErrorCode.INVALID_REQUEST, f"Unknown config operation {op} for {name}")
-
-    @staticmethod
-    def _config_diff(
-        topic: str, current: Mapping[str, str], wanted: Mapping[str, str]
-    ) -> list[Message]:
-        out: list[Message] = []
-        for name in sorted(set(current) | set(wanted)):
-            new = wanted.get(name)
-            if current.get(name) != new:
-                out.append(
-                    ConfigRecord(
-                        resource_type=int(ResourceType.TOPIC),
-                        resource_name=topic,
-                        name=name,
-                        value=new,
-                    )
-                )
-        return out
-
     def describe_configs(
         self, image: MetadataImage, request: DescribeConfigsRequest
     ) -> DescribeConfigsResponse:
         results = []
+        node = str(self.config.node_id)
         for res in request.resources:
             keys = None if res.configuration_keys is None else set(res.configuration_keys)
             synonyms = bool(getattr(request, "include_synonyms", False))
@@ -210,52 +222,88 @@ class ConfigControl(ControllerBase):
                     keys,
                     include_synonyms=synonyms,
                     include_documentation=docs,
+                    dynamic_default=image.broker_config(""),
+                    dynamic_broker=image.broker_config(node),
                 )
             elif res.resource_type == ResourceType.BROKER:
-                if res.resource_name not in ("", str(self.config.node_id)):
+                if res.resource_name == "":
+                    # The cluster-wide default resource: only what is set dynamically there.
+                    entries = [
+                        ConfigEntry(
+                            name=k,
+                            value=v,
+                            source=ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
+                            config_type=CONFIG_DEFS[k].type,
+                        )
+                        for k, v in sorted(image.broker_config("").items())
+                        if keys is None or k in keys
+                    ]
+                elif res.resource_name == node:
+                    entries = describe_broker_config(
+                        self.config.static_broker_config,
+                        image.broker_config(""),
+                        image.broker_config(node),
+                        keys,
+                    )
+                else:
                     result.error_code = int(ErrorCode.INVALID_REQUEST)
                     result.error_message = (
-                        f"Unexpected broker id, expected {self.config.node_id} or empty "
-                        f"string, but received {res.resource_name}"
+                        f"Unexpected broker id, expected {node} or empty string, but "
+                        f"received {res.resource_name}"
                     )
                     continue
-                # The cluster-default resource ("") has no dynamic defaults in riverbed.
-                entries = (
-                    []
-                    if res.resource_name == ""
-                    else [
-                        e
-                        for e in self.config.broker_config_entries
-                        if keys is None or e.name in keys
-                    ]
-                )
             elif res.resource_type == ResourceType.BROKER_LOGGER:
                 entries = []
             else:
                 result.error_code = int(ErrorCode.INVALID_REQUEST)
                 result.error_message = f"Unsupported resource type {res.resource_type}."
                 continue
-            result.configs = [self._describe_row(e, synonyms, docs) for e in entries]
+            result.configs = [_describe_row(e, synonyms, docs) for e in entries]
         return DescribeConfigsResponse(throttle_time_ms=0, results=results)
 
-    @staticmethod
-    def _describe_row(
-        e: ConfigEntry, synonyms: bool, docs: bool
-    ) -> DescribeConfigsResponse.DescribeConfigsResourceResult:
-        R = DescribeConfigsResponse.DescribeConfigsResourceResult
-        return R(
-            name=e.name,
-            value=e.value,
-            read_only=e.read_only,
-            is_default=e.source == ConfigSource.DEFAULT_CONFIG,
-            config_source=int(e.source),
-            is_sensitive=e.sensitive,
-            synonyms=[
-                DescribeConfigsResponse.DescribeConfigsSynonym(
-                    name=s.name, value=s.value, source=int(s.source)
-                )
-                for s in (e.synonyms if synonyms else ())
-            ],
-            config_type=int(e.config_type),
-            documentation=e.documentation if docs else None,
-        )
+
+def _apply_op(cdef: ConfigDef, wanted: dict[str, str], op: int, value: str | None) -> None:
+    name = cdef.name
+    if op == OP_SET:
+        if value is None:
+            raise _Err(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {name}")
+        wanted[name] = value
+    elif op == OP_DELETE:
+        wanted.pop(name, None)
+    elif op in (OP_APPEND, OP_SUBTRACT):
+        if cdef.type != ConfigType.LIST:
+            raise _Err(
+                ErrorCode.INVALID_CONFIG,
+                f"Config value append is not allowed for config key: {name}",
+            )
+        base = wanted.get(name, cdef.default or "")
+        items = [x.strip() for x in base.split(",") if x.strip()]
+        given = [x.strip() for x in (value or "").split(",") if x.strip()]
+        if op == OP_APPEND:
+            items.extend(x for x in given if x not in items)
+        else:
+            items = [x for x in items if x not in given]
+        wanted[name] = ",".join(items)
+    else:
+        raise _Err(ErrorCode.INVALID_REQUEST, f"Unknown config operation {op} for {name}")
+
+
+def _describe_row(
+    e: ConfigEntry, synonyms: bool, docs: bool
+) -> DescribeConfigsResponse.DescribeConfigsResourceResult:
+    return DescribeConfigsResponse.DescribeConfigsResourceResult(
+        name=e.name,
+        value=e.value,
+        read_only=e.read_only,
+        is_default=e.source == ConfigSource.DEFAULT_CONFIG,
+        config_source=int(e.source),
+        is_sensitive=e.sensitive,
+        synonyms=[
+            DescribeConfigsResponse.DescribeConfigsSynonym(
+                name=s.name, value=s.value, source=int(s.source)
+            )
+            for s in (e.synonyms if synonyms else ())
+        ],
+        config_type=int(e.config_type),
+        documentation=e.documentation if docs else None,
+    )

@@ -171,9 +171,14 @@ class Controller(ConfigControl, PartitionControl, ControllerBase):
         )
 
     def _topic_config_rows(
-        self, overrides: Mapping[str, str]
+        self, image: MetadataImage, overrides: Mapping[str, str]
     ) -> list[CreateTopicsResponse.CreatableTopicConfigs]:
-        rows = describe_topic_config(overrides, self.config.static_broker_config)
+        rows = describe_topic_config(
+            overrides,
+            self.config.static_broker_config,
+            dynamic_default=image.broker_config(""),
+            dynamic_broker=image.broker_config(self.config.node_id),
+        )
         return [
             CreateTopicsResponse.CreatableTopicConfigs(
                 name=e.name,
@@ -263,7 +268,7 @@ class Controller(ConfigControl, PartitionControl, ControllerBase):
             result.topic_id = topic_id
             result.num_partitions = num_partitions
             result.replication_factor = rf
-            result.configs = self._topic_config_rows(overrides)
+            result.configs = self._topic_config_rows(image, overrides)
             results.append(result)
             scratch = replay_all(scratch, topic_records)
             records.extend(topic_records)

@@ -2,7 +2,9 @@
 
 A topic config's effective value comes from, in order: the topic's dynamic override (a
 ConfigRecord for resource type TOPIC; source DYNAMIC_TOPIC_CONFIG), the first of its broker
-synonyms set in server.properties (source STATIC_BROKER_CONFIG; e.g. `retention.ms` <-
+synonyms that is set, each taken from its most specific layer (this broker's dynamic config
+DYNAMIC_BROKER_CONFIG, the cluster's dynamic default DYNAMIC_DEFAULT_BROKER_CONFIG, or
+server.properties STATIC_BROKER_CONFIG; e.g. `retention.ms` <-
 `log.retention.ms` <- `log.retention.minutes` <- `log.retention.hours`, converted to the
 topic key's unit), then the default (source DEFAULT_CONFIG).  This is what DescribeConfigs
 reports, with the synonyms in that order, and what storage's LogConfig reads
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from riverbed.metadata.config_defs import (
     LONG_MAX,
@@ -28,6 +31,9 @@ from riverbed.metadata.config_defs import (
     defs_by_name,
     one_of,
 )
+
+if TYPE_CHECKING:
+    from riverbed.metadata.image import MetadataImage
 
 _L = ConfigType.LONG
 _I = ConfigType.INT
@@ -141,10 +147,23 @@ def validate_topic_config(name: str, value: str | None) -> str | None:
     return None
 
 
-def _broker_value(syn: BrokerSynonym, static_broker_config: Mapping[str, str]) -> str | None:
-    raw = static_broker_config.get(syn.name)
-    if raw is None:
-        return None
+#: Broker layers, most specific first: (values, source).
+BrokerLayers = tuple[tuple[Mapping[str, str], ConfigSource], ...]
+
+
+def broker_layers(
+    static_broker_config: Mapping[str, str],
+    dynamic_default: Mapping[str, str] | None = None,
+    dynamic_broker: Mapping[str, str] | None = None,
+) -> BrokerLayers:
+    return (
+        (dynamic_broker or {}, ConfigSource.DYNAMIC_BROKER_CONFIG),
+        (dynamic_default or {}, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        (static_broker_config, ConfigSource.STATIC_BROKER_CONFIG),
+    )
+
+
+def _converted(syn: BrokerSynonym, raw: str) -> str | None:
     raw = raw.strip()
     if syn.multiplier == 1:
         return raw
@@ -155,9 +174,7 @@ def _broker_value(syn: BrokerSynonym, static_broker_config: Mapping[str, str]) -
 
 
 def _resolve(
-    tdef: TopicConfigDef,
-    overrides: Mapping[str, str],
-    static_broker_config: Mapping[str, str],
+    tdef: TopicConfigDef, overrides: Mapping[str, str], layers: BrokerLayers
 ) -> tuple[str | None, ConfigSource, tuple[ConfigSynonym, ...]]:
     synonyms: list[ConfigSynonym] = []
     if tdef.name in overrides:
@@ -165,30 +182,37 @@ def _resolve(
             ConfigSynonym(tdef.name, overrides[tdef.name], ConfigSource.DYNAMIC_TOPIC_CONFIG)
         )
     for syn in tdef.synonyms:
-        if syn.name in static_broker_config:
-            # Kafka reports the broker synonym with its own value, not converted.
-            synonyms.append(
-                ConfigSynonym(
-                    syn.name, static_broker_config[syn.name], ConfigSource.STATIC_BROKER_CONFIG
-                )
-            )
+        for values, source in layers:
+            if syn.name in values:
+                # Kafka reports the broker synonym with its own value, not converted.
+                synonyms.append(ConfigSynonym(syn.name, values[syn.name], source))
     synonyms.append(ConfigSynonym(tdef.name, tdef.definition.default, ConfigSource.DEFAULT_CONFIG))
     if tdef.name in overrides:
         return overrides[tdef.name], ConfigSource.DYNAMIC_TOPIC_CONFIG, tuple(synonyms)
+    # As Kafka: each broker key takes its most specific layer, then the first synonym
+    # (log.retention.ms before .minutes before .hours) that is set anywhere wins.
     for syn in tdef.synonyms:
-        value = _broker_value(syn, static_broker_config)
-        if value is not None:
-            return value, ConfigSource.STATIC_BROKER_CONFIG, tuple(synonyms)
+        for values, source in layers:
+            if syn.name in values:
+                value = _converted(syn, values[syn.name])
+                if value is not None:
+                    return value, source, tuple(synonyms)
+                break
     return tdef.definition.default, ConfigSource.DEFAULT_CONFIG, tuple(synonyms)
 
 
 def effective_topic_config(
-    overrides: Mapping[str, str], static_broker_config: Mapping[str, str]
+    overrides: Mapping[str, str],
+    static_broker_config: Mapping[str, str],
+    *,
+    dynamic_default: Mapping[str, str] | None = None,
+    dynamic_broker: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Every topic config key with the value the broker uses for this topic."""
+    layers = broker_layers(static_broker_config, dynamic_default, dynamic_broker)
     out: dict[str, str] = {}
     for tdef in TOPIC_CONFIGS:
-        value, _source, _syn = _resolve(tdef, overrides, static_broker_config)
+        value, _source, _syn = _resolve(tdef, overrides, layers)
         out[tdef.name] = "" if value is None else value
     return out
 
@@ -199,13 +223,17 @@ def describe_topic_config(
     names: set[str] | None = None,
     include_synonyms: bool = False,
     include_documentation: bool = False,
+    *,
+    dynamic_default: Mapping[str, str] | None = None,
+    dynamic_broker: Mapping[str, str] | None = None,
 ) -> list[ConfigEntry]:
     """DescribeConfigs rows for one topic (all keys, or only `names`), sorted by name."""
+    layers = broker_layers(static_broker_config, dynamic_default, dynamic_broker)
     entries: list[ConfigEntry] = []
     for tdef in TOPIC_CONFIGS:
         if names is not None and tdef.name not in names:
             continue
-        value, source, synonyms = _resolve(tdef, overrides, static_broker_config)
+        value, source, synonyms = _resolve(tdef, overrides, layers)
         entries.append(
             ConfigEntry(
                 name=tdef.name,
@@ -219,3 +247,15 @@ def describe_topic_config(
             )
         )
     return entries
+
+
+def topic_config_for(
+    image: MetadataImage, topic: str, node_id: int, static_broker_config: Mapping[str, str]
+) -> dict[str, str]:
+    """The effective config of `topic` on broker `node_id`: what its partition logs use."""
+    return effective_topic_config(
+        image.topic_config(topic),
+        static_broker_config,
+        dynamic_default=image.broker_config(""),
+        dynamic_broker=image.broker_config(node_id),
+    )

@@ -362,3 +362,88 @@ def test_image_to_records_roundtrip(controller, image):
     _, image = create(controller, image, topic("a", 3, configs={"retention.ms": "5"}), topic("b"))
     rebuilt = replay_all(type(image).EMPTY, image_to_records(image))
     assert rebuilt == image
+
+
+def _incremental(controller, image, rtype, name, *ops):
+    IA = IncrementalAlterConfigsRequest
+    req = IA(
+        resources=[
+            IA.AlterConfigsResource(
+                resource_type=rtype,
+                resource_name=name,
+                configs=[
+                    IA.AlterableConfig(name=k, config_operation=op, value=v) for k, op, v in ops
+                ],
+            )
+        ]
+    )
+    return controller.incremental_alter_configs(image, req, 0)
+
+
+def test_dynamic_broker_configs_layer_over_static():
+    from riverbed.metadata.topic_configs import topic_config_for
+
+    c = make_controller(static_broker_config={"log.retention.hours": "2"})
+    image = cluster_image(c)
+    _, image = create(c, image, topic("d"))
+    # cluster-wide default, then this broker's own value
+    res = _incremental(c, image, ResourceType.BROKER, "", ("log.retention.ms", OP_SET, "5000"))
+    assert res.response.responses[0].error_code == 0
+    image = replay_all(image, res.records)
+    assert topic_config_for(image, "d", 1, {"log.retention.hours": "2"})["retention.ms"] == "5000"
+    res = _incremental(c, image, ResourceType.BROKER, "1", ("log.retention.ms", OP_SET, "7000"))
+    image = replay_all(image, res.records)
+    assert topic_config_for(image, "d", 1, {"log.retention.hours": "2"})["retention.ms"] == "7000"
+    DC = DescribeConfigsRequest
+    resp = c.describe_configs(
+        image,
+        DC(
+            resources=[
+                DC.DescribeConfigsResource(
+                    resource_type=ResourceType.TOPIC, resource_name="d", configuration_keys=None
+                ),
+                DC.DescribeConfigsResource(
+                    resource_type=ResourceType.BROKER, resource_name="1", configuration_keys=None
+                ),
+                DC.DescribeConfigsResource(
+                    resource_type=ResourceType.BROKER, resource_name="", configuration_keys=None
+                ),
+            ],
+            include_synonyms=True,
+        ),
+    )
+    topic_rows = {r.name: r for r in resp.results[0].configs}
+    assert topic_rows["retention.ms"].value == "7000"
+    assert topic_rows["retention.ms"].config_source == ConfigSource.DYNAMIC_BROKER_CONFIG
+    assert [(s.name, s.source) for s in topic_rows["retention.ms"].synonyms] == [
+        ("log.retention.ms", ConfigSource.DYNAMIC_BROKER_CONFIG),
+        ("log.retention.ms", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ("log.retention.hours", ConfigSource.STATIC_BROKER_CONFIG),
+        ("retention.ms", ConfigSource.DEFAULT_CONFIG),
+    ]
+    broker_rows = {r.name: r for r in resp.results[1].configs}
+    assert broker_rows["log.retention.ms"].value == "7000"
+    assert broker_rows["log.retention.ms"].config_source == ConfigSource.DYNAMIC_BROKER_CONFIG
+    assert not broker_rows["log.retention.ms"].read_only
+    assert broker_rows["num.io.threads"].read_only
+    assert [(r.name, r.value) for r in resp.results[2].configs] == [("log.retention.ms", "5000")]
+    # deleting the broker's value falls back to the cluster default
+    res = _incremental(c, image, ResourceType.BROKER, "1", ("log.retention.ms", OP_DELETE, None))
+    image = replay_all(image, res.records)
+    assert topic_config_for(image, "d", 1, {})["retention.ms"] == "5000"
+
+
+def test_dynamic_broker_config_errors():
+    c = make_controller()
+    image = cluster_image(c)
+    cases = [
+        ("1", ("num.io.threads", OP_SET, "4"), ErrorCode.INVALID_REQUEST),  # static only
+        ("1", ("no.such.key", OP_SET, "4"), ErrorCode.INVALID_CONFIG),
+        ("1", ("log.retention.ms", OP_SET, "soon"), ErrorCode.INVALID_CONFIG),
+        ("1", ("log.segment.bytes", OP_SET, "3"), ErrorCode.INVALID_CONFIG),  # below minimum
+        ("x", ("log.retention.ms", OP_SET, "1"), ErrorCode.INVALID_REQUEST),
+    ]
+    for name, op, code in cases:
+        res = _incremental(c, image, ResourceType.BROKER, name, op)
+        assert res.response.responses[0].error_code == code, (name, op)
+        assert res.records == []

@@ -42,7 +42,14 @@ def log_config_for(
     image: MetadataImage, topic: str, static_broker_config: Mapping[str, str]
 ) -> LogConfig:
     """The storage config of ``topic``: its overrides <- broker ``log.*`` keys <- defaults."""
-    effective = effective_topic_config(image.topic_config(topic), static_broker_config)
+    # Dynamic broker configs (this node's, then the cluster default) layer over the static.
+    node = static_broker_config.get("node.id", "")
+    effective = effective_topic_config(
+        image.topic_config(topic),
+        static_broker_config,
+        dynamic_default=image.broker_config(""),
+        dynamic_broker=image.broker_config(node.strip()),
+    )
     return LogConfig.from_props(effective)
 
 

@@ -212,3 +212,16 @@ def test_unknown_topic_without_auto_create_fails_cleanly(broker: BrokerProcess) 
     p.produce("no-such-topic-xyz", value=b"x", on_delivery=lambda e, m: errors.append(e))
     p.flush(10)
     assert errors and errors[0] is not None
+
+
+def test_recreated_topic_starts_empty(
+    broker: BrokerProcess, admin: AdminClient, topic_name: str
+) -> None:
+    create(admin, topic_name)
+    produce(broker.bootstrap, topic_name, [{"value": b"old", "partition": 0} for _ in range(5)])
+    for fut in admin.delete_topics([topic_name]).values():
+        fut.result(15)
+    create(admin, topic_name)
+    produce(broker.bootstrap, topic_name, [{"value": b"new", "partition": 0}])
+    got = consume(broker.bootstrap, [TopicPartition(topic_name, 0, 0)], 1)
+    assert [(m.offset(), m.value()) for m in got] == [(0, b"new")]

@@ -159,3 +159,28 @@ def test_dynamic_broker_config_reaches_partitions(broker, capsys):
         assert main(["configs", "alter", "-b", b, "--entity-type", "brokers", "--entity-name", "1",
                      "--delete-config", "message.max.bytes"]) == 0  # fmt: skip
     assert main(["produce", "-b", b, "-t", "dyn", "--value", big]) == 0
+
+
+def test_cluster_default_broker_config(broker, capsys):
+    b = broker.bootstrap
+    assert main(["topics", "create", "-b", b, "--topic", "dflt"]) == 0
+    assert main(["configs", "alter", "-b", b, "--entity-type", "brokers", "--entity-default",
+                 "--add-config", "log.retention.ms=123456"]) == 0  # fmt: skip
+    try:
+        rows = run_json(capsys, "configs", "describe", "-b", b, "--entity-type", "brokers",
+                        "--entity-default", "--json")  # fmt: skip
+        assert [(r["name"], r["value"], r["source"]) for r in rows] == [
+            ("log.retention.ms", "123456", "DYNAMIC_DEFAULT_BROKER_CONFIG")
+        ]
+        rows = run_json(capsys, "configs", "describe", "-b", b, "--entity-type", "topics",
+                        "--entity-name", "dflt", "--json")  # fmt: skip
+        assert {r["name"]: r["value"] for r in rows}["retention.ms"] == "123456"
+        capsys.readouterr()
+        assert main(["configs", "alter", "-b", b, "--entity-type", "brokers", "--entity-default",
+                     "--add-config", "num.io.threads=2"]) == 1  # fmt: skip
+        assert "dynamically" in capsys.readouterr().err
+    finally:
+        assert main(["configs", "alter", "-b", b, "--entity-type", "brokers", "--entity-default",
+                     "--delete-config", "log.retention.ms"]) == 0  # fmt: skip
+    assert run_json(capsys, "configs", "describe", "-b", b, "--entity-type", "brokers",
+                    "--entity-default", "--json") == []  # fmt: skip

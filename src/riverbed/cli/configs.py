@@ -35,7 +35,7 @@ def register(subparsers: Any) -> None:
     desc = verb_parser(sub, "describe", "configs with their sources")
     add_bootstrap(desc)
     desc.add_argument("--entity-type", required=True, choices=sorted(ENTITY_TYPES))
-    desc.add_argument("--entity-name", required=True, help="topic name or broker id")
+    _entity_args(desc)
     desc.add_argument("--all", action="store_true", help="include defaults")
     desc.add_argument("--synonyms", action="store_true", help="show each config's fallbacks")
     add_json(desc)
@@ -44,11 +44,98 @@ def register(subparsers: Any) -> None:
     alter = verb_parser(sub, "alter", "set or delete configs (incremental)")
     add_bootstrap(alter)
     alter.add_argument("--entity-type", required=True, choices=sorted(ENTITY_TYPES))
-    alter.add_argument("--entity-name", required=True, help="topic name or broker id")
+    _entity_args(alter)
     alter.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V]")
     alter.add_argument("--delete-config", action="append", default=[], metavar="KEY")
     alter.add_argument("--validate-only", action="store_true")
     alter.set_defaults(func=run_guarded(alter_cmd))
+
+
+def _entity_args(parser: argparse.ArgumentParser) -> None:
+    who = parser.add_mutually_exclusive_group(required=True)
+    who.add_argument("--entity-name", help="topic name or broker id")
+    who.add_argument(
+        "--entity-default",
+        action="store_true",
+        help="the cluster-wide default broker config (with --entity-type brokers)",
+    )
+
+
+def _check_entity(args: argparse.Namespace) -> None:
+    if args.entity_default and args.entity_type != "brokers":
+        raise CliError("--entity-default only applies to --entity-type brokers")
+    if args.entity_default:
+        args.entity_name = ""
+
+
+def _wire_describe(args: argparse.Namespace) -> dict[str, Any]:
+    """DescribeConfigs for the cluster-default broker resource through riverbed's client."""
+    from riverbed.cli.wire import WireClient, WireError
+    from riverbed.protocol.api_versions import ApiKey
+    from riverbed.protocol.messages import DescribeConfigsRequest, DescribeConfigsResponse
+
+    DC = DescribeConfigsRequest
+    req = DC(
+        resources=[
+            DC.DescribeConfigsResource(resource_type=4, resource_name="", configuration_keys=None)
+        ],
+        include_synonyms=True,
+    )
+    try:
+        with WireClient(args.bootstrap_server) as client:
+            resp = client.request(ApiKey.DESCRIBE_CONFIGS, req)
+    except WireError as exc:
+        raise CliError(str(exc)) from None
+    assert isinstance(resp, DescribeConfigsResponse)
+    (result,) = resp.results
+    if result.error_code:
+        raise CliError(f"cannot describe the broker default: {result.error_message}")
+    return {
+        c.name: {
+            "name": c.name,
+            "value": c.value,
+            "source": _source_name(c.config_source),
+            "read_only": c.read_only,
+            "sensitive": c.is_sensitive,
+            "synonyms": [
+                {"name": s.name, "value": s.value, "source": _source_name(s.source)}
+                for s in c.synonyms
+            ],
+        }
+        for c in result.configs
+    }
+
+
+def _wire_alter(args: argparse.Namespace, adds: dict[str, str], deletes: list[str]) -> None:
+    from riverbed.cli.wire import WireClient, WireError
+    from riverbed.metadata.config_control import OP_DELETE, OP_SET
+    from riverbed.protocol.api_versions import ApiKey
+    from riverbed.protocol.messages import (
+        IncrementalAlterConfigsRequest,
+        IncrementalAlterConfigsResponse,
+    )
+
+    IA = IncrementalAlterConfigsRequest
+    configs = [
+        IA.AlterableConfig(name=k, config_operation=OP_SET, value=v) for k, v in adds.items()
+    ]
+    configs += [IA.AlterableConfig(name=k, config_operation=OP_DELETE, value=None) for k in deletes]
+    req = IA(
+        resources=[IA.AlterConfigsResource(resource_type=4, resource_name="", configs=configs)],
+        validate_only=args.validate_only,
+    )
+    try:
+        with WireClient(args.bootstrap_server) as client:
+            resp = client.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, req)
+    except WireError as exc:
+        raise CliError(str(exc)) from None
+    assert isinstance(resp, IncrementalAlterConfigsResponse)
+    (result,) = resp.responses
+    if result.error_code:
+        from riverbed.protocol.errors import ErrorCode
+
+        name = ErrorCode(result.error_code).name
+        raise CliError(f"cannot alter the broker default: {name}: {result.error_message}")
 
 
 def _resource(args: argparse.Namespace, **kw: Any) -> Any:
@@ -75,19 +162,20 @@ def _source_name(source: int) -> str:
 def describe_cmd(args: argparse.Namespace) -> int:
     from riverbed.metadata.config_defs import ConfigSource
 
-    admin = admin_client(args)
-    futures = admin.describe_configs([_resource(args)])
-    (entries,) = wait_futures(futures).values()
-    if isinstance(entries, Exception):
-        raise CliError(
-            f"cannot describe {args.entity_type} {args.entity_name}: {kafka_error_text(entries)}"
-        )
-    rows = []
-    for e in sorted(entries.values(), key=lambda e: e.name):
-        if not args.all and e.source == ConfigSource.DEFAULT_CONFIG:
-            continue
-        rows.append(
-            {
+    _check_entity(args)
+    if args.entity_default:
+        found = _wire_describe(args)
+    else:
+        admin = admin_client(args)
+        futures = admin.describe_configs([_resource(args)])
+        (entries,) = wait_futures(futures).values()
+        if isinstance(entries, Exception):
+            raise CliError(
+                f"cannot describe {args.entity_type} {args.entity_name}: "
+                f"{kafka_error_text(entries)}"
+            )
+        found = {
+            e.name: {
                 "name": e.name,
                 "value": None if e.is_sensitive else e.value,
                 "source": _source_name(e.source),
@@ -98,13 +186,19 @@ def describe_cmd(args: argparse.Namespace) -> int:
                     for s in e.synonyms.values()
                 ],
             }
-        )
+            for e in entries.values()
+        }
+    rows = [
+        found[name]
+        for name in sorted(found)
+        if args.all or found[name]["source"] != ConfigSource.DEFAULT_CONFIG.name
+    ]
     if args.json:
         print_json(rows)
         return 0
     columns = ["name", "value", "source"] + (["synonyms"] if args.synonyms else [])
     print_table(
-        f"configs of {args.entity_type[:-1]} {args.entity_name}",
+        f"configs of {args.entity_type[:-1]} {args.entity_name or '(cluster default)'}",
         columns,
         [
             (
@@ -139,6 +233,11 @@ def alter_cmd(args: argparse.Namespace) -> int:
     entries += [
         ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in deletes
     ]
+    _check_entity(args)
+    if args.entity_default:
+        _wire_alter(args, adds, deletes)
+        print("Completed updating default config for brokers in the cluster.")
+        return 0
     admin = admin_client(args)
     futures = admin.incremental_alter_configs(
         [_resource(args, incremental_configs=entries)], validate_only=args.validate_only

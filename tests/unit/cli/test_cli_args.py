@@ -173,3 +173,26 @@ def test_every_verb_module_registers():
     for verb in VERBS:
         importlib.import_module(f"riverbed.cli.{verb}").register(sub)
     assert set(VERBS) <= set(sub.choices)
+
+
+def test_wire_client_errors():
+    import socket
+
+    from riverbed.cli.wire import WireClient, WireError
+
+    with pytest.raises(WireError, match="host:port"):
+        WireClient("nohostport")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(WireError, match="cannot connect"):
+        WireClient(f"127.0.0.1:{port}")
+
+
+def test_entity_default_only_for_brokers(capsys):
+    rc = main(["configs", "describe", "-b", "127.0.0.1:1", "--entity-type", "topics",
+               "--entity-default"])  # fmt: skip
+    assert rc == 1
+    assert "--entity-default only applies" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["configs", "describe", "-b", "h:1", "--entity-type", "topics"])

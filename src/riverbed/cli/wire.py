@@ -1,0 +1,95 @@
+"""A small blocking Kafka client on riverbed's own protocol engine, for the few admin
+requests librdkafka cannot express (e.g. configs of the cluster-default broker resource "").
+
+Frames are Kafka's: int32 size, request header (v1/v2 by the API's flexible versions),
+body (`riverbed.protocol.headers.encode_request` / `decode_response`).  The version of each
+API is negotiated with ApiVersions (v0, which every broker answers) as the highest both
+sides support.  Responses larger than `RESPONSE_BYTES_MAX` are refused.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+from riverbed.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey
+from riverbed.protocol.exceptions import ProtocolError
+from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
+from riverbed.protocol.messages import ApiVersionsRequest, ApiVersionsResponse, Message
+
+#: Largest response frame accepted (bytes).
+RESPONSE_BYTES_MAX = 64 * 1024 * 1024
+CONNECT_TIMEOUT_S = 10.0
+CLIENT_ID = "riverbed-cli"
+
+
+class WireError(RuntimeError):
+    """The broker could not be reached or answered something unusable."""
+
+
+class WireClient:
+    def __init__(self, bootstrap: str, timeout_s: float = 30.0) -> None:
+        host, port = _first_address(bootstrap)
+        try:
+            self.sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+        except OSError as exc:
+            raise WireError(f"cannot connect to {host}:{port}: {exc}") from None
+        self.sock.settimeout(timeout_s)
+        self._correlation = 0
+        self._versions: dict[int, tuple[int, int]] = {}
+        response = self._send(ApiKey.API_VERSIONS, 0, ApiVersionsRequest())
+        assert isinstance(response, ApiVersionsResponse)
+        if response.error_code:
+            raise WireError(f"ApiVersions failed with error code {response.error_code}")
+        self._versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+
+    def version(self, api_key: ApiKey) -> int:
+        ours = SUPPORTED_VERSIONS[api_key]
+        theirs = self._versions.get(int(api_key))
+        if theirs is None or theirs[1] < ours[0] or ours[1] < theirs[0]:
+            raise WireError(f"the broker does not support {api_key.name}")
+        return min(ours[1], theirs[1])
+
+    def request(self, api_key: ApiKey, body: Message) -> Message:
+        return self._send(api_key, self.version(api_key), body)
+
+    def _send(self, api_key: int, version: int, body: Message) -> Message:
+        self._correlation += 1
+        header = RequestHeader(int(api_key), version, self._correlation, CLIENT_ID)
+        try:
+            self.sock.sendall(encode_request(header, body))
+            (size,) = struct.unpack(">i", self._read(4))
+            if not 0 < size <= RESPONSE_BYTES_MAX:
+                raise WireError(f"response frame of {size} bytes")
+            frame = self._read(size)
+            return decode_response(header, frame)
+        except OSError as exc:
+            raise WireError(f"connection failed: {exc}") from None
+        except ProtocolError as exc:
+            raise WireError(f"bad response: {exc}") from None
+
+    def _read(self, n: int) -> bytes:
+        chunks = bytearray()
+        while len(chunks) < n:
+            chunk = self.sock.recv(n - len(chunks))
+            if not chunk:
+                raise WireError("the broker closed the connection")
+            chunks += chunk
+        return bytes(chunks)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> WireClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _first_address(bootstrap: str) -> tuple[str, int]:
+    first = bootstrap.split(",")[0].strip()
+    host, sep, port = first.rpartition(":")
+    if not sep or not port.isdigit():
+        raise WireError(f"bootstrap server {first!r} must be host:port")
+    return host.strip("[]") or "localhost", int(port)

@@ -105,21 +105,24 @@ class SimParams:
         )
 
 
-def sim_config(voters: frozenset[int], directory_ids: dict[int, str]) -> RaftConfig:
-    # Kafka's defaults scaled down ~4x so a seed covers many elections in little CPU time.
+def sim_config(
+    voters: frozenset[int], directory_ids: dict[int, str], rng: random.Random
+) -> RaftConfig:
+    """Kafka's defaults scaled down ~4x (a seed covers many elections in little CPU time);
+    the snapshot and batching knobs vary per seed so every KIP-630 path gets exercised."""
     return RaftConfig(
         voters=voters,
         cluster_id="sim",
         election_timeout_ms=250,
         fetch_timeout_ms=500,
         election_backoff_max_ms=250,
-        append_linger_ms=5,
+        append_linger_ms=rng.choice((0, 5, 20)),
         request_timeout_ms=400,
         fetch_max_wait_ms=100,
-        snapshot_minimum_records=25,
-        max_replication_lag_ms=1500,
-        fetch_bytes_max=600,
-        fetch_snapshot_bytes_max=150,
+        snapshot_minimum_records=rng.choice((5, 25, 25, 80)),
+        max_replication_lag_ms=rng.choice((300, 1500, 1500, 6000)),
+        fetch_bytes_max=rng.choice((60, 600, 600, 5000)),
+        fetch_snapshot_bytes_max=rng.choice((40, 150, 150, 2000)),
         voter_directory_ids=directory_ids,
     )
 
@@ -158,7 +161,7 @@ class Simulation:
         self.voters = frozenset(range(1, params.voters + 1))
         ids = list(range(1, params.voters + params.observers + 1))
         self.dir_ids = {v: f"dir-{v}-0" for v in self.voters}
-        self.config = sim_config(self.voters, self.dir_ids)
+        self.config = sim_config(self.voters, self.dir_ids, self.rng)
         self.nodes = {i: SimNode(i, Disk(directory_id=f"dir-{i}-0")) for i in ids}
         self.checker = Checker(self.voters)
         self.partition: dict[int, int] = {}  # node -> side; empty = connected

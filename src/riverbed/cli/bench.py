@@ -342,17 +342,8 @@ def run_consume(
     extra: dict[str, Any] | None = None,
 ) -> BenchResult:
     extra = extra or {}
-    from confluent_kafka.admin import AdminClient
+    from confluent_kafka import Consumer, TopicPartition
 
-    md = AdminClient({**extra, "bootstrap.servers": bootstrap}).list_topics(
-        topic, timeout=ADMIN_TIMEOUT_S
-    )
-    tmd = md.topics.get(topic)
-    if tmd is None or not tmd.partitions:
-        raise CliError(f"topic {topic} does not exist; run `riverbed bench produce` first")
-    parts = sorted(tmd.partitions)
-    processes = max(1, min(processes, len(parts)))
-    groups = [parts[i::processes] for i in range(processes)]
     conf = {
         **extra,
         "bootstrap.servers": bootstrap,
@@ -360,15 +351,40 @@ def run_consume(
         "enable.auto.commit": False,
         "fetch.max.bytes": fetch_max_bytes,
     }
-    shares = [num_records * len(g) // len(parts) for g in groups]
-    shares[0] += num_records - sum(shares)
-    return _merge(
-        "consume",
-        _fan_out(
-            _consume_worker,
-            [(conf, topic, g, n, timeout_s) for g, n in zip(groups, shares, strict=True)],
-        ),
-    )
+    probe = Consumer(conf)
+    try:
+        md = probe.list_topics(topic, timeout=ADMIN_TIMEOUT_S)
+        tmd = md.topics.get(topic)
+        if tmd is None or not tmd.partitions:
+            raise CliError(f"topic {topic} does not exist; run `riverbed bench produce` first")
+        parts = sorted(tmd.partitions)
+        # Records a partition holds now; a producer's partitioner rarely splits evenly.
+        available = {}
+        for p in parts:
+            low, high = probe.get_watermark_offsets(
+                TopicPartition(topic, p), timeout=ADMIN_TIMEOUT_S
+            )
+            available[p] = max(0, high - low)
+    finally:
+        probe.close()
+    if sum(available.values()) < num_records:
+        raise CliError(
+            f"topic {topic} holds {sum(available.values())} records, fewer than "
+            f"--num-records {num_records}"
+        )
+    processes = max(1, min(processes, len(parts)))
+    groups = [parts[i::processes] for i in range(processes)]
+    left = num_records
+    wanted: dict[int, int] = {}
+    for p in parts:
+        wanted[p] = min(left, available[p])
+        left -= wanted[p]
+    jobs = [
+        (conf, topic, g, sum(wanted[p] for p in g), timeout_s)
+        for g in groups
+        if sum(wanted[p] for p in g)
+    ]
+    return _merge("consume", _fan_out(_consume_worker, jobs))
 
 
 def run_e2e(

@@ -385,6 +385,19 @@ def test_retention_ms_uses_largest_timestamp_not_file_time(
     log.close()
 
 
+def test_retention_keeps_a_segment_with_a_future_timestamp(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    # a producer clock running ahead (within message.timestamp.after.max.ms) keeps its
+    # segment until the wall clock has passed that timestamp by retention.ms
+    log = _log_with_segments(tmp_path, clock, [T0 + HOUR - 10, T0], retention_ms=60_000)
+    clock.set(T0 + HOUR)
+    assert log.delete_old_segments(clock.now_ms()) == 0  # the first one is from the future
+    clock.set(T0 + HOUR + 60_001)
+    assert log.delete_old_segments(clock.now_ms()) == 2
+    log.close()
+
+
 def test_retention_never_deletes_the_active_segment_it_rolls_first(
     tmp_path: Path, clock: ManualClock
 ) -> None:

@@ -88,7 +88,8 @@ _SNAKE_2 = re.compile(r"([a-z0-9])([A-Z])")
 
 def snake_case(name: str) -> str:
     """Kafka's CamelCase field name -> Python attribute (``ThrottleTimeMs`` -> ``throttle_time_ms``)."""
-    s = _SNAKE_1.sub(r"\1_\2", name)
+    # "KRaft" is one word (kraft_version, is_kraft_controller), not "k_raft"
+    s = _SNAKE_1.sub(r"\1_\2", name.replace("KRaft", "Kraft"))
     s = _SNAKE_2.sub(r"\1_\2", s)
     s = s.lower()
     if keyword.iskeyword(s):

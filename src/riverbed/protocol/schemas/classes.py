@@ -6272,14 +6272,14 @@ class JoinGroupResponse(Message):
 class KRaftVersionRecord(Message):
     """KRaftVersionRecord (data, versions 0, flexible 0+)."""
 
-    __slots__ = ("k_raft_version", "version")
+    __slots__ = ("kraft_version", "version")
     _SPEC_PATH: ClassVar[str] = "KRaftVersionRecord"
     version: int
-    k_raft_version: int
+    kraft_version: int
 
-    def __init__(self, *, version: int = 0, k_raft_version: int = 0) -> None:
+    def __init__(self, *, version: int = 0, kraft_version: int = 0) -> None:
         self.version = version
-        self.k_raft_version = k_raft_version
+        self.kraft_version = kraft_version
         self._unknown_tagged_fields = None
 
 
@@ -6290,7 +6290,7 @@ class LeaderAndIsrRequest(Message):
         "broker_epoch",
         "controller_epoch",
         "controller_id",
-        "is_k_raft_controller",
+        "is_kraft_controller",
         "live_leaders",
         "topic_states",
         "type",
@@ -6298,7 +6298,7 @@ class LeaderAndIsrRequest(Message):
     )
     _SPEC_PATH: ClassVar[str] = "LeaderAndIsrRequest"
     controller_id: int
-    is_k_raft_controller: bool
+    is_kraft_controller: bool
     controller_epoch: int
     broker_epoch: int
     type: int
@@ -6310,7 +6310,7 @@ class LeaderAndIsrRequest(Message):
         self,
         *,
         controller_id: int = 0,
-        is_k_raft_controller: bool = False,
+        is_kraft_controller: bool = False,
         controller_epoch: int = 0,
         broker_epoch: int = -1,
         type: int = 0,
@@ -6319,7 +6319,7 @@ class LeaderAndIsrRequest(Message):
         live_leaders: list[LeaderAndIsrRequest.LeaderAndIsrLiveLeader] = MISSING,
     ) -> None:
         self.controller_id = controller_id
-        self.is_k_raft_controller = is_k_raft_controller
+        self.is_kraft_controller = is_kraft_controller
         self.controller_epoch = controller_epoch
         self.broker_epoch = broker_epoch
         self.type = type
@@ -9199,14 +9199,14 @@ class StopReplicaRequest(Message):
         "controller_epoch",
         "controller_id",
         "delete_partitions",
-        "is_k_raft_controller",
+        "is_kraft_controller",
         "topic_states",
         "topics",
         "ungrouped_partitions",
     )
     _SPEC_PATH: ClassVar[str] = "StopReplicaRequest"
     controller_id: int
-    is_k_raft_controller: bool
+    is_kraft_controller: bool
     controller_epoch: int
     broker_epoch: int
     delete_partitions: bool
@@ -9218,7 +9218,7 @@ class StopReplicaRequest(Message):
         self,
         *,
         controller_id: int = 0,
-        is_k_raft_controller: bool = False,
+        is_kraft_controller: bool = False,
         controller_epoch: int = 0,
         broker_epoch: int = -1,
         delete_partitions: bool = False,
@@ -9227,7 +9227,7 @@ class StopReplicaRequest(Message):
         topic_states: list[StopReplicaRequest.StopReplicaTopicState] = MISSING,
     ) -> None:
         self.controller_id = controller_id
-        self.is_k_raft_controller = is_k_raft_controller
+        self.is_kraft_controller = is_kraft_controller
         self.controller_epoch = controller_epoch
         self.broker_epoch = broker_epoch
         self.delete_partitions = delete_partitions
@@ -9689,7 +9689,7 @@ class UpdateMetadataRequest(Message):
         "broker_epoch",
         "controller_epoch",
         "controller_id",
-        "is_k_raft_controller",
+        "is_kraft_controller",
         "live_brokers",
         "topic_states",
         "type",
@@ -9697,7 +9697,7 @@ class UpdateMetadataRequest(Message):
     )
     _SPEC_PATH: ClassVar[str] = "UpdateMetadataRequest"
     controller_id: int
-    is_k_raft_controller: bool
+    is_kraft_controller: bool
     type: int
     controller_epoch: int
     broker_epoch: int
@@ -9709,7 +9709,7 @@ class UpdateMetadataRequest(Message):
         self,
         *,
         controller_id: int = 0,
-        is_k_raft_controller: bool = False,
+        is_kraft_controller: bool = False,
         type: int = 0,
         controller_epoch: int = 0,
         broker_epoch: int = -1,
@@ -9720,7 +9720,7 @@ class UpdateMetadataRequest(Message):
         live_brokers: list[UpdateMetadataRequest.UpdateMetadataBroker] = MISSING,
     ) -> None:
         self.controller_id = controller_id
-        self.is_k_raft_controller = is_k_raft_controller
+        self.is_kraft_controller = is_kraft_controller
         self.type = type
         self.controller_epoch = controller_epoch
         self.broker_epoch = broker_epoch
@@ -9866,7 +9866,7 @@ class UpdateRaftVoterRequest(Message):
     __slots__ = (
         "cluster_id",
         "current_leader_epoch",
-        "k_raft_version_feature",
+        "kraft_version_feature",
         "listeners",
         "voter_directory_id",
         "voter_id",
@@ -9877,7 +9877,7 @@ class UpdateRaftVoterRequest(Message):
     voter_id: int
     voter_directory_id: uuid.UUID
     listeners: list[UpdateRaftVoterRequest.Listener]
-    k_raft_version_feature: UpdateRaftVoterRequest.KRaftVersionFeature
+    kraft_version_feature: UpdateRaftVoterRequest.KRaftVersionFeature
 
     def __init__(
         self,
@@ -9887,17 +9887,17 @@ class UpdateRaftVoterRequest(Message):
         voter_id: int = 0,
         voter_directory_id: uuid.UUID = ZERO_UUID,
         listeners: list[UpdateRaftVoterRequest.Listener] = MISSING,
-        k_raft_version_feature: UpdateRaftVoterRequest.KRaftVersionFeature = MISSING,
+        kraft_version_feature: UpdateRaftVoterRequest.KRaftVersionFeature = MISSING,
     ) -> None:
         self.cluster_id = cluster_id
         self.current_leader_epoch = current_leader_epoch
         self.voter_id = voter_id
         self.voter_directory_id = voter_directory_id
         self.listeners = [] if listeners is MISSING else listeners
-        self.k_raft_version_feature = (
+        self.kraft_version_feature = (
             UpdateRaftVoterRequest.KRaftVersionFeature()
-            if k_raft_version_feature is MISSING
-            else k_raft_version_feature
+            if kraft_version_feature is MISSING
+            else kraft_version_feature
         )
         self._unknown_tagged_fields = None
 
@@ -10148,12 +10148,12 @@ class VotersRecord(Message):
     class Voter(Message):
         """VotersRecord.Voter."""
 
-        __slots__ = ("endpoints", "k_raft_version_feature", "voter_directory_id", "voter_id")
+        __slots__ = ("endpoints", "kraft_version_feature", "voter_directory_id", "voter_id")
         _SPEC_PATH: ClassVar[str] = "VotersRecord.Voter"
         voter_id: int
         voter_directory_id: uuid.UUID
         endpoints: list[VotersRecord.Endpoint]
-        k_raft_version_feature: VotersRecord.KRaftVersionFeature
+        kraft_version_feature: VotersRecord.KRaftVersionFeature
 
         def __init__(
             self,
@@ -10161,15 +10161,15 @@ class VotersRecord(Message):
             voter_id: int = 0,
             voter_directory_id: uuid.UUID = ZERO_UUID,
             endpoints: list[VotersRecord.Endpoint] = MISSING,
-            k_raft_version_feature: VotersRecord.KRaftVersionFeature = MISSING,
+            kraft_version_feature: VotersRecord.KRaftVersionFeature = MISSING,
         ) -> None:
             self.voter_id = voter_id
             self.voter_directory_id = voter_directory_id
             self.endpoints = [] if endpoints is MISSING else endpoints
-            self.k_raft_version_feature = (
+            self.kraft_version_feature = (
                 VotersRecord.KRaftVersionFeature()
-                if k_raft_version_feature is MISSING
-                else k_raft_version_feature
+                if kraft_version_feature is MISSING
+                else kraft_version_feature
             )
             self._unknown_tagged_fields = None
 

@@ -28,7 +28,7 @@ from riverbed.protocol.schema import FieldSpec, MessageSpec, StructSpec
 DecodeFn = Callable[[bytes, int], tuple[Any, int]]
 EncodeFn = Callable[[Any, bytearray], None]
 
-# How many compiled (message, version) pairs are kept; the whole protocol has ~2000.
+# How many compiled (message, version) pairs are kept; all specs together have ~730.
 COMPILED_CACHE_ENTRIES_MAX = 4096
 
 _FIXED_FORMATS = {
@@ -52,10 +52,6 @@ class EncodeError(ProtocolError):
     """A message object whose values cannot be written (wrong type, out of range, null)."""
 
 
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    return read_uvarint(buf, pos)
-
-
 def with_context(
     e: ProtocolError,
     *,
@@ -77,7 +73,7 @@ _HELPERS: dict[str, Any] = {
     "_ctx": with_context,
     "UnsupportedVersionError": UnsupportedVersionError,
     "EncodeError": EncodeError,
-    "_uv": _uvarint,
+    "_uv": read_uvarint,  # 32-bit unsigned varint (lengths, tags, counts)
     "_uvb": encode_uvarint,
     "_UUID": uuid.UUID,
     "_unpack_from": struct.unpack_from,

@@ -8,8 +8,10 @@ file. It executes the node's actions in order:
 - ``PersistQuorumState``: written (temp + fsync + rename) on a worker thread *before* the
   actions after it run;
 - ``FlushLog``: fsync on a worker thread, in the background; then ``on_log_flushed``;
-- ``CommitEntries`` / ``LoadSnapshot`` / ``CreateSnapshot``: the injected ``StateMachine``
-  (``raft.state_machine.run_state_machine_actions``);
+- ``CommitEntries`` / ``LoadSnapshot``: the injected ``StateMachine``
+  (``raft.state_machine.run_state_machine_actions``), on the event loop;
+- ``CreateSnapshot``: ``machine.snapshot_records()`` is taken at once, encoded and written
+  (``.part`` + fsync + rename) on a worker thread, then ``on_snapshot_written``;
 - ``SendRequest``: ``await transport.send(dest, request)`` in a task, the reply fed back;
   a failed send is dropped (the node's request timeout retries);
 - ``SendResponse``: resolves the ``handle_request`` call waiting for it (a Fetch may be
@@ -28,12 +30,13 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
 from riverbed.raft.actions import (
     Action,
+    CreateSnapshot,
     FlushLog,
     LeaderChanged,
     PersistQuorumState,
@@ -41,11 +44,19 @@ from riverbed.raft.actions import (
     SendResponse,
 )
 from riverbed.raft.config import RaftConfig
-from riverbed.raft.messages import Errors, FetchRequest, FetchResponse, Request, Response
+from riverbed.raft.messages import (
+    Errors,
+    FetchRequest,
+    FetchResponse,
+    Request,
+    Response,
+    SnapshotId,
+)
 from riverbed.raft.node import NotLeaderError, RaftNode
 from riverbed.raft.quorum_state import read_quorum_state_file, write_quorum_state_file
 from riverbed.raft.roles import Role
 from riverbed.raft.snapshot_files import FileSnapshotStore
+from riverbed.raft.snapshot_format import iter_snapshot_chunks
 from riverbed.raft.state_machine import StateMachine, run_state_machine_actions
 from riverbed.raft.storage_log import StorageRaftLog
 from riverbed.storage.clock import SystemClock
@@ -194,8 +205,16 @@ class RaftDriver:
 
     async def _run(self, actions: list[Action], now: int) -> None:
         """Execute actions in order (the lock is held)."""
-        for action in run_state_machine_actions(self.node, self.machine, actions, now):
-            if isinstance(action, PersistQuorumState):
+        rest = run_state_machine_actions(
+            self.node, self.machine, actions, now, defer_snapshots=True
+        )
+        for action in rest:
+            if isinstance(action, CreateSnapshot):
+                # the records are taken now (the machine is at the snapshot's offset);
+                # encoding and writing them happens on a worker thread
+                records = self.machine.snapshot_records()
+                self._spawn(self._write_snapshot(action.snapshot_id, records))
+            elif isinstance(action, PersistQuorumState):
                 await asyncio.to_thread(write_quorum_state_file, self.directory, action.state)
             elif isinstance(action, FlushLog):
                 self._spawn(self._flush(action.end_offset))
@@ -228,6 +247,16 @@ class RaftDriver:
             now = self.clock_ms()
             await self._run(self.node.on_log_flushed(durable, now), now)
         self._wake.set()
+
+    async def _write_snapshot(self, snapshot_id: SnapshotId, records: Iterable[bytes]) -> None:
+        chunks = iter_snapshot_chunks(snapshot_id, records, now_ms=int(time.time() * 1000))
+        try:
+            await asyncio.to_thread(self.snapshots.write_chunks, snapshot_id, chunks)
+        except OSError:
+            log.exception("node %d: writing snapshot %s failed", self.node_id, snapshot_id)
+            await self._feed(lambda now: self.node.on_snapshot_failed(snapshot_id, now))
+            return
+        await self._feed(lambda now: self.node.on_snapshot_written(snapshot_id, now))
 
     async def _send(self, action: SendRequest) -> None:
         try:

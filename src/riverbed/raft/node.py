@@ -293,6 +293,13 @@ class RaftNode(ReplicationMixin):
         self._after_event()
         return self._drain()
 
+    def on_snapshot_failed(self, snapshot_id: SnapshotId, now_ms: int) -> list[Action]:
+        """Writing ``snapshot_id`` failed (disk error): forget it; the next trigger retries."""
+        self._now = now_ms
+        if self.snapshot_in_progress == snapshot_id:
+            self.snapshot_in_progress = None
+        return self._drain()
+
     def handle_request(
         self, src: int, correlation_id: int, request: Request, now_ms: int
     ) -> list[Action]:

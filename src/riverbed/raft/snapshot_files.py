@@ -17,6 +17,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from riverbed.raft.messages import SnapshotId
@@ -91,12 +92,25 @@ class FileSnapshotStore:
         return self.read(snapshot_id, 0, self.size(snapshot_id))
 
     def write(self, snapshot_id: SnapshotId, data: bytes) -> None:
+        self.write_chunks(snapshot_id, [data])
+
+    def write_chunks(self, snapshot_id: SnapshotId, chunks: Iterable[bytes]) -> int:
+        """Stream a snapshot to its ``.part`` file, fsync, rename; returns its size."""
         part = self._part(snapshot_id)
-        with open(part, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        size = 0
+        try:
+            with open(part, "wb") as f:
+                for chunk in chunks:
+                    f.write(chunk)
+                    size += len(chunk)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(part)
+            raise
         self._commit(snapshot_id)
+        return size
 
     def _commit(self, snapshot_id: SnapshotId) -> None:
         os.replace(self._part(snapshot_id), self._path(snapshot_id))

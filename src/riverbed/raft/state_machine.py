@@ -8,7 +8,9 @@ KRaft's listener contract (KIP-595/KIP-630) in riverbed's terms:
 - ``snapshot_records()``: the records that rebuild the current state from empty (for the
   metadata image: ``riverbed.metadata.image.image_to_records`` encoded with
   ``encode_record``); called exactly when the machine's position is the snapshot's end
-  offset;
+  offset. ``RaftDriver`` consumes the returned iterable on a worker thread, so a lazy
+  generator over an immutable state (the metadata image is one) keeps a big snapshot off
+  the event loop;
 - ``load_snapshot(snapshot_id, records)``: replace the state with a snapshot's records
   (start-up, or after a FetchSnapshot download); entries after it follow via ``apply``.
 
@@ -36,8 +38,15 @@ class StateMachine(Protocol):
 
 
 def run_state_machine_actions(
-    node: RaftNode, machine: StateMachine, actions: list[Action], now_ms: int
+    node: RaftNode,
+    machine: StateMachine,
+    actions: list[Action],
+    now_ms: int,
+    *,
+    defer_snapshots: bool = False,
 ) -> list[Action]:
+    """With ``defer_snapshots`` a CreateSnapshot is returned with the other actions (the
+    caller writes it in the background from ``machine.snapshot_records()`` taken *now*)."""
     rest: list[Action] = []
     queue = deque(actions)
     while queue:
@@ -48,6 +57,8 @@ def run_state_machine_actions(
             sid = action.snapshot_id
             data = node.snapshots.read(sid, 0, node.snapshots.size(sid))
             machine.load_snapshot(sid, read_snapshot(data).records)
+        elif isinstance(action, CreateSnapshot) and defer_snapshots:
+            rest.append(action)
         elif isinstance(action, CreateSnapshot):
             sid = action.snapshot_id
             data = b"".join(iter_snapshot_chunks(sid, machine.snapshot_records(), now_ms=now_ms))

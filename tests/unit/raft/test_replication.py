@@ -478,3 +478,15 @@ def test_snapshot_by_bytes_and_by_interval() -> None:
     assert by_time.high_watermark == 2
     creates = of_type(by_time.tick(now + 10_000), CreateSnapshot)
     assert creates == [CreateSnapshot(SnapshotId(2, 1))]
+
+
+def test_failed_snapshot_write_lets_the_next_trigger_retry() -> None:
+    node = make_node(append_linger_ms=0, snapshot_minimum_records=3)
+    now, _ = make_leader(node)
+    append_flushed(node, [b"set a 1", b"set b 2"], now)
+    creates = of_type(node.handle_request(2, 1, fetch(2, 3, 1, 1), now), CreateSnapshot)
+    assert creates == [CreateSnapshot(SnapshotId(3, 1))]
+    # while it is in progress no second one is asked for
+    assert of_type(node.tick(now + 1), CreateSnapshot) == []
+    node.on_snapshot_failed(SnapshotId(3, 1), now)
+    assert of_type(node.tick(now + 2), CreateSnapshot) == [CreateSnapshot(SnapshotId(3, 1))]

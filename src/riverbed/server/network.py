@@ -39,6 +39,7 @@ import secrets
 import socket
 import struct
 import time
+from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -52,6 +53,8 @@ _HEADER_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 
 #: Bytes copied per user-space chunk when sendfile cannot take a range whole.
 COPY_CHUNK_BYTES = 256 * 1024
+#: Encoded responses coalesced into one write at most (pipelined small responses).
+COALESCE_BYTES_MAX = 256 * 1024
 #: Responses buffered in the transport before the writer waits for the socket to drain.
 WRITE_BUFFER_HIGH_BYTES = 1024 * 1024
 #: How long a clean shutdown waits for in-flight requests before closing connections.
@@ -208,11 +211,14 @@ class Connection:
         self.listener_name = listener_name
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        # Items are (request header, task producing the response); order = request order.
-        # Its length is bounded by `slots`: one slot per request read and not yet answered.
-        self.inflight: asyncio.Queue[tuple[Any, asyncio.Task[Response | None]] | None] = (
-            asyncio.Queue()
-        )
+        # Items are (request header, task producing the response); order = request order;
+        # None ends the writer. Its length is bounded by `slots`: one per request read and
+        # not yet answered.
+        self.inflight: deque[tuple[Any, asyncio.Task[Response | None]] | None] = deque()
+        self._inflight_added = asyncio.Event()
+        # Encoded responses waiting to go out in one write (fewer syscalls when pipelined).
+        self._out: list[bytes] = []
+        self._out_bytes = 0
         self.slots = asyncio.Semaphore(server.inflight_requests_max)
         self.outstanding = 0  # requests read and not yet answered (or dropped: acks=0)
         self.closing = False
@@ -224,7 +230,7 @@ class Connection:
             await asyncio.wait({reader_task, writer_task}, return_when=asyncio.FIRST_COMPLETED)
             if not writer_task.done():
                 # The reader ended (EOF, bad frame, shutdown): answer what is in flight.
-                self.inflight.put_nowait(None)
+                self._push(None)
                 await writer_task
         finally:
             for task in (reader_task, writer_task):
@@ -314,17 +320,39 @@ class Connection:
         task: asyncio.Task[Response | None] = asyncio.create_task(self.server.handler(ctx, body))
         self.server.track(task)
         self.outstanding += 1
-        self.inflight.put_nowait((header, task))
+        self._push((header, task))
         return True
+
+    def _push(self, item: tuple[Any, asyncio.Task[Response | None]] | None) -> None:
+        self.inflight.append(item)
+        self._inflight_added.set()
 
     async def _write_loop(self) -> None:
         transport = self.writer.transport
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
+        try:
+            await self._write_responses(transport)
+        finally:
+            # Responses already encoded still go out before the connection closes.
+            if self._out and not transport.is_closing():
+                with contextlib.suppress(Exception):
+                    self.writer.write(b"".join(self._out))
+            self._out.clear()
+
+    async def _write_responses(self, transport: asyncio.WriteTransport) -> None:
         while True:
-            item = await self.inflight.get()
+            if not self.inflight:
+                await self._flush()
+                self._inflight_added.clear()
+                await self._inflight_added.wait()
+                continue
+            item = self.inflight[0]
             if item is None:
+                await self._flush()
                 return
             header, task = item
+            if not task.done():
+                await self._flush()  # never hold finished responses behind a slow one
             try:
                 response = await task
             except CloseConnection as exc:
@@ -354,26 +382,39 @@ class Connection:
                     )
                     self._close_with("internal error encoding a response")
                     return
+            self.inflight.popleft()
             self.outstanding -= 1
             self.slots.release()
             self.server.queued.release()
+
+    async def _flush(self) -> None:
+        if self._out:
+            data = b"".join(self._out)
+            self._out.clear()
+            self._out_bytes = 0
+            self.writer.write(data)
+        await self.writer.drain()
 
     def _abort_pending(self) -> None:
         """Connection gone: cancel unanswered requests and give back their queue slots."""
         for _ in range(self.outstanding):
             self.server.queued.release()
         self.outstanding = 0
-        while not self.inflight.empty():
-            item = self.inflight.get_nowait()
+        while self.inflight:
+            item = self.inflight.popleft()
             if item is not None:
                 item[1].cancel()
 
     async def _send(self, header: Any, response: Response) -> None:
         codec = self.server.codec
         if not isinstance(response, SplicedResponse):
-            self.writer.write(codec.encode_response(header, response))
-            await self.writer.drain()
+            encoded = codec.encode_response(header, response)
+            self._out.append(encoded)
+            self._out_bytes += len(encoded)
+            if self._out_bytes >= COALESCE_BYTES_MAX:
+                await self._flush()
             return
+        await self._flush()  # file ranges go straight to the socket: keep the order
         encoded = codec.encode_response(header, response.body)
         parts = splice_plan(encoded[4:], response)
         files = [p for p in parts if isinstance(p, FileRecords)]

@@ -280,3 +280,28 @@ def test_queued_requests_bound_spans_connections() -> None:
         return blocked, sum(answered), len(again)
 
     assert asyncio.run(main()) == (3, 8, 2)
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_pipelined_responses_before_a_close_are_delivered(loop_kind: str) -> None:
+    from riverbed.server.network import CloseConnection
+
+    async def handler(ctx: RequestContext, body: bytes) -> Any:
+        if body == b"close":
+            raise CloseConnection("test asked to close")
+        return body
+
+    async def main() -> tuple[list[tuple[int, bytes]], bytes]:
+        server, port = await start(handler)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        bodies = [b"r%d" % i for i in range(30)] + [b"close", b"never"]
+        writer.write(b"".join(frame(i, b) for i, b in enumerate(bodies)))
+        got = [await read_response(reader) for _ in range(30)]
+        rest = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        await server.stop()
+        return got, rest
+
+    got, rest = run(loop_kind, main())
+    assert got == [(i, b"r%d" % i) for i in range(30)]
+    assert rest == b""

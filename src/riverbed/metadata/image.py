@@ -15,7 +15,7 @@ markers, ZK migration) are accepted and ignored so that logs written by newer co
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, ClassVar, NamedTuple, TypeVar
@@ -446,37 +446,40 @@ def replay_all(
 
 def image_to_records(image: MetadataImage) -> list[Message]:
     """The records that rebuild `image` from EMPTY (snapshot content), in replay order."""
-    out: list[Message] = []
+    return list(iter_image_records(image))
+
+
+def iter_image_records(image: MetadataImage) -> Iterator[Message]:
+    """`image_to_records` lazily: safe on any thread, since the image never changes."""
     features = dict(image.features)
     # New logs and snapshots begin with metadata.version (see FeatureLevelRecord.json).
     if METADATA_VERSION_FEATURE in features:
-        out.append(
+        yield (
             FeatureLevelRecord(
                 name=METADATA_VERSION_FEATURE,
                 feature_level=features.pop(METADATA_VERSION_FEATURE),
             )
         )
     for name in sorted(features):
-        out.append(FeatureLevelRecord(name=name, feature_level=features[name]))
+        yield FeatureLevelRecord(name=name, feature_level=features[name])
     for broker_id in sorted(image.brokers):
-        out.append(image.brokers[broker_id].to_record())
+        yield image.brokers[broker_id].to_record()
     if image.next_producer_id:
         # The broker epoch in the record is informational for replay.
-        out.append(
+        yield (
             ProducerIdsRecord(
                 broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id
             )
         )
     for topic in sorted(image.topics_by_id.values(), key=lambda t: t.name):
-        out.append(TopicRecord(name=topic.name, topic_id=topic.topic_id))
+        yield TopicRecord(name=topic.name, topic_id=topic.topic_id)
         for index in sorted(topic.partitions):
-            out.append(topic.partitions[index].to_record(topic.topic_id, index))
+            yield topic.partitions[index].to_record(topic.topic_id, index)
     for rtype, rname in sorted(image.configs):
         entries = image.configs[(rtype, rname)]
         for name in sorted(entries):
-            out.append(
+            yield (
                 ConfigRecord(
                     resource_type=rtype, resource_name=rname, name=name, value=entries[name]
                 )
             )
-    return out

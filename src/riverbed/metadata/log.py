@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
@@ -71,8 +71,10 @@ class MetadataLog(Protocol):
         """True when enough has been appended since the last snapshot to write one."""
         ...
 
-    async def write_snapshot(self, records: Sequence[Message], end_offset: int) -> None:
-        """Store `records` (the image of every record below `end_offset`) as a snapshot."""
+    async def write_snapshot(self, records: Iterable[Message], end_offset: int) -> None:
+        """Store `records` (the image of every record below `end_offset`) as a snapshot.
+
+        `records` may be lazy; it is consumed off the event loop."""
         ...
 
     def close(self) -> None: ...
@@ -310,16 +312,17 @@ class LocalMetadataLog:
     def snapshot_due(self) -> bool:
         return self._bytes_since_snapshot >= self.snapshot_bytes
 
-    async def write_snapshot(self, records: Sequence[Message], end_offset: int) -> None:
+    async def write_snapshot(self, records: Iterable[Message], end_offset: int) -> None:
         await asyncio.to_thread(self.write_snapshot_sync, records, end_offset)
 
-    def write_snapshot_sync(self, records: Sequence[Message], end_offset: int) -> None:
+    def write_snapshot_sync(self, records: Iterable[Message], end_offset: int) -> None:
         if end_offset != self._next_offset:
             raise MetadataLogError(
                 f"snapshot must end at the log end {self._next_offset}, not {end_offset}"
             )
         sid = SnapshotId(end_offset, self.leader_epoch)
-        data = encode_snapshot(sid, [encode_record(r) for r in records])
+        values = [encode_record(r) for r in records]
+        data = encode_snapshot(sid, values)
         self.snapshots.write(sid, data)
         # Roll so that every older segment holds only records the snapshot covers.
         if self._segments[-1] != end_offset:
@@ -333,7 +336,7 @@ class LocalMetadataLog:
             self.snapshots.delete(old)
         _fsync_dir(self.dir)
         self._bytes_since_snapshot = 0
-        log.info("metadata snapshot %s written (%d records)", sid.file_stem(), len(records))
+        log.info("metadata snapshot %s written (%d records)", sid.file_stem(), len(values))
 
     def close(self) -> None:
         self._file.close()

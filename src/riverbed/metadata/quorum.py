@@ -16,10 +16,10 @@ are written once, by the first leader that finds no `metadata.version`
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from riverbed.metadata.image import image_to_records
+from riverbed.metadata.image import iter_image_records
 from riverbed.metadata.records import decode_record, encode_record
 from riverbed.protocol.messages import Message
 from riverbed.raft.messages import Entry, EntryKind, SnapshotId
@@ -39,8 +39,10 @@ class MetadataStateMachine:
         batch = [(e.offset, decode_record(e.value)) for e in entries if e.kind is EntryKind.DATA]
         self.service.apply_committed(batch)
 
-    def snapshot_records(self) -> list[bytes]:
-        return [encode_record(r) for r in image_to_records(self.service.image)]
+    def snapshot_records(self) -> Iterator[bytes]:
+        # Taken now, consumed later (maybe on a worker thread): the image is immutable.
+        image = self.service.image
+        return (encode_record(r) for r in iter_image_records(image))
 
     def load_snapshot(self, snapshot_id: SnapshotId, records: list[bytes]) -> None:
         self.service.load_snapshot([decode_record(v) for v in records], snapshot_id.end_offset)
@@ -63,7 +65,7 @@ class RaftMetadataLog:
     def snapshot_due(self) -> bool:
         return False  # the Raft node schedules snapshots (CreateSnapshot) itself
 
-    async def write_snapshot(self, records: Sequence[Message], end_offset: int) -> None:
+    async def write_snapshot(self, records: Iterable[Message], end_offset: int) -> None:
         raise NotImplementedError("snapshots of a Raft log are taken by the Raft node")
 
     def close(self) -> None:

@@ -24,7 +24,7 @@ from riverbed.metadata.image import (
     BrokerRegistration,
     MetadataDelta,
     MetadataImage,
-    image_to_records,
+    iter_image_records,
 )
 from riverbed.metadata.log import MetadataLog
 from riverbed.protocol.messages import (
@@ -169,7 +169,8 @@ class MetadataService:
     async def _snapshot(self) -> None:
         image = self._image
         try:
-            await self.log.write_snapshot(image_to_records(image), image.offset + 1)
+            # Lazy over the immutable image: the log encodes it off the event loop.
+            await self.log.write_snapshot(iter_image_records(image), image.offset + 1)
         except Exception as exc:
             # The records are committed either way; a missed snapshot only costs replay time.
             log.error("writing a metadata snapshot at offset %d failed: %s", image.offset, exc)

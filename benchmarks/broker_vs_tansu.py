@@ -94,10 +94,29 @@ def workload(
         processes=processes,
         extra=QUIET,
     )
-    consumed = run_consume(
-        bootstrap, topic, records, processes=processes, timeout_s=20, extra=QUIET
-    )
+    held = records_held(bootstrap, topic)
+    if held != records:
+        print(
+            f"  note: {tag} holds {held} records of {records} produced (errors {produced.errors})"
+        )
+    consumed = run_consume(bootstrap, topic, held, processes=processes, timeout_s=20, extra=QUIET)
     return produced, consumed
+
+
+def records_held(bootstrap: str, topic: str) -> int:
+    """Sum of (high watermark - log start) over the topic's partitions."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermarks", **QUIET})
+    try:
+        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+        total = 0
+        for p in parts:
+            lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            total += hi - lo
+        return total
+    finally:
+        c.close()
 
 
 def line(name: str, r: BenchResult) -> str:

@@ -510,7 +510,7 @@ class PartitionLog:
             elif self._should_roll(seg, h, now):
                 seg = self._roll(h.base_offset)
             try:
-                seg.append(mv[b.position : b.position + h.size], [SegmentBatch(0, h)])
+                seg.append(mv[b.position : b.position + h.size], h)
             except OSError as e:
                 raise LogDirError(f"{self.name}: append failed: {e}") from e
             if h.max_timestamp > max_ts:

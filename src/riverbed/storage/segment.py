@@ -21,6 +21,7 @@ The segment tracks its max timestamp and the offset of it from the batch headers
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -260,21 +261,26 @@ class LogSegment:
 
     # ---- appending -----------------------------------------------------------------------
 
-    def append(self, data: memoryview, batches: list[SegmentBatch]) -> None:
-        """Write ``data`` (whole batches; positions relative to ``data``) at the end."""
-        self.ensure_indexes()
-        fd = self._log_fd()
+    def append(self, data: memoryview, h: BatchHeader) -> None:
+        """Write one whole batch ``data`` (header ``h``) at the end and index it."""
+        assert h.base_offset >= self.next_offset, (h, self.next_offset)
+        if not self._indexes_checked:
+            self.ensure_indexes()
+        fd = self._fd if self._fd is not None else self._log_fd()
         start = self.size
-        view = data
-        written = 0
-        while written < len(data):
-            n = os.pwrite(fd, view[written:], start + written)
-            if n <= 0:
-                raise OSError(f"short write to {self.log_path}")
-            written += n
-        for b in batches:
-            assert b.header.base_offset >= self.next_offset, (b.header, self.next_offset)
-            self._account(start + b.position, b.header)
+        try:
+            written = os.pwrite(fd, data, start)
+            while written < len(data):
+                n = os.pwrite(fd, data[written:], start + written)
+                if n <= 0:
+                    raise OSError(f"short write to {self.log_path}")
+                written += n
+        except OSError:
+            # leave no partial batch behind (a later append would write over it anyway)
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+            raise
+        self._account(start, h)
         self.size = start + len(data)
 
     # ---- lookups -------------------------------------------------------------------------

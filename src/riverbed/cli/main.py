@@ -25,6 +25,7 @@ VERBS: tuple[str, ...] = (
     "cluster",
     "bench",
     "pipeline",
+    "quorum",
 )
 
 

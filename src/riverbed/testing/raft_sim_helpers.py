@@ -1,9 +1,14 @@
 """Small drivers for unit tests of ``RaftNode``: build a node, push it into a role, pick
-actions out of its output. Deterministic (seeded ``random.Random``)."""
+actions out of its output. Deterministic (seeded ``random.Random``). Also
+``raft_listener``: a minimal Kafka-framed TCP listener serving raft RPCs for a
+``RaftDriver`` (what the server's controller listener does), for in-process tests."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
+import struct
 from typing import Any, TypeVar
 
 from riverbed.raft.actions import Action, SendRequest, SendResponse
@@ -127,3 +132,46 @@ def entries(start: int, epoch: int, *values: str) -> list[Entry]:
 
 def fetch_reply(leader: int, epoch: int, hw: int, ents: list[Entry], lbo: int = 0) -> FetchResponse:
     return FetchResponse(Errors.NONE, leader, epoch, hw, lbo, tuple(ents))
+
+
+async def raft_listener(
+    drivers: dict[int, Any], node_id: int, errors: list[BaseException]
+) -> asyncio.Server:
+    """Listen on 127.0.0.1:0; answer raft RPCs with ``drivers[node_id]``, in request order
+    per connection (as Kafka's network layer). Server-side failures go to ``errors``."""
+    from riverbed.protocol.headers import decode_request, encode_response
+    from riverbed.raft.transport import RAFT_API_KEYS, is_raft_fetch, serve_raft_request
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        order: asyncio.Queue[asyncio.Task[bytes] | None] = asyncio.Queue()
+
+        async def answer(frame: bytes) -> bytes:
+            header, msg = decode_request(frame)
+            if not (header.api_key in RAFT_API_KEYS or is_raft_fetch(header.api_key, msg)):
+                raise ValueError(f"api key {header.api_key} is not a raft RPC")
+            reply = await serve_raft_request(drivers[node_id], header.api_key, msg)
+            return encode_response(header, reply)
+
+        async def write_in_order() -> None:
+            while (task := await order.get()) is not None:
+                try:
+                    writer.write(await task)
+                    await writer.drain()
+                except Exception as exc:
+                    errors.append(exc)
+                    raise
+
+        writer_task = asyncio.create_task(write_in_order())
+        try:
+            while True:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                order.put_nowait(asyncio.create_task(answer(await reader.readexactly(size))))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            order.put_nowait(None)
+            with contextlib.suppress(Exception):
+                await writer_task
+            writer.close()
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)

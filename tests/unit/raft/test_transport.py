@@ -1,28 +1,22 @@
 """Three RaftDrivers talking Kafka's wire protocol over TCP on 127.0.0.1 (ephemeral ports):
 KafkaRaftTransport on the client side, serve_raft_request behind a minimal listener that
-frames, decodes and answers in request order as Kafka's network layer does."""
+frames, decodes and answers in request order as Kafka's network layer does
+(``raft_sim_helpers.raft_listener``)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import struct
 from pathlib import Path
 
 import pytest
 
-from riverbed.protocol.headers import decode_request, encode_response
 from riverbed.raft.config import RaftConfig
 from riverbed.raft.driver import RaftDriver
 from riverbed.raft.messages import DescribeQuorumRequest, DescribeQuorumResponse, Entry
 from riverbed.raft.node import NotLeaderError
 from riverbed.raft.roles import Role
-from riverbed.raft.transport import (
-    RAFT_API_KEYS,
-    KafkaRaftTransport,
-    is_raft_fetch,
-    serve_raft_request,
-)
+from riverbed.raft.transport import KafkaRaftTransport
+from riverbed.testing.raft_sim_helpers import raft_listener
 
 CONFIG = RaftConfig(
     voters=frozenset({1, 2, 3}),
@@ -55,47 +49,10 @@ class Log:
         self.position = snapshot_id.end_offset
 
 
-async def listener(
-    driver_of: dict[int, RaftDriver], node_id: int, errors: list[BaseException]
-) -> asyncio.Server:
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        order: asyncio.Queue[asyncio.Task[bytes] | None] = asyncio.Queue()
-
-        async def answer(frame: bytes) -> bytes:
-            header, msg = decode_request(frame)
-            assert header.api_key in RAFT_API_KEYS or is_raft_fetch(header.api_key, msg)
-            reply = await serve_raft_request(driver_of[node_id], header.api_key, msg)
-            return encode_response(header, reply)
-
-        async def write_in_order() -> None:
-            while (task := await order.get()) is not None:
-                try:
-                    writer.write(await task)
-                    await writer.drain()
-                except Exception as exc:  # recorded: the test fails on any server error
-                    errors.append(exc)
-                    raise
-
-        writer_task = asyncio.create_task(write_in_order())
-        try:
-            while True:
-                (size,) = struct.unpack(">i", await reader.readexactly(4))
-                order.put_nowait(asyncio.create_task(answer(await reader.readexactly(size))))
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            order.put_nowait(None)
-            with contextlib.suppress(Exception):
-                await writer_task
-            writer.close()
-
-    return await asyncio.start_server(handle, "127.0.0.1", 0)
-
-
 async def scenario(tmp: Path) -> None:
     drivers: dict[int, RaftDriver] = {}
     errors: list[BaseException] = []
-    servers = {i: await listener(drivers, i, errors) for i in (1, 2, 3)}
+    servers = {i: await raft_listener(drivers, i, errors) for i in (1, 2, 3)}
     endpoints = {i: s.sockets[0].getsockname()[:2] for i, s in servers.items()}
     transports = {i: KafkaRaftTransport(i, endpoints) for i in (1, 2, 3)}
     logs = {i: Log() for i in (1, 2, 3)}

@@ -1,0 +1,128 @@
+"""`riverbed quorum describe --bootstrap-controller HOST:PORT`: the KRaft quorum's state.
+
+Like ``kafka-metadata-quorum --bootstrap-controller HOST:PORT describe --status
+--replication``: sends DescribeQuorum (api key 55) to the controller and prints the leader,
+its epoch and high watermark, and for each voter and observer its log end offset, its lag
+behind the leader's log end offset and how long ago it last fetched / was caught up.
+DescribeQuorum is answered by the leader; another controller answers
+NOT_LEADER_OR_FOLLOWER with the leader's id, which is printed as the error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+from riverbed.cli.common import (
+    CliError,
+    add_json,
+    print_json,
+    print_table,
+    run_guarded,
+    verb_parser,
+)
+
+DESCRIBE_TIMEOUT_S = 10.0
+
+
+def register(subparsers: Any) -> None:
+    parser = verb_parser(subparsers, "quorum", "inspect the KRaft metadata quorum")
+    sub = parser.add_subparsers(dest="quorum_command", metavar="SUBCOMMAND")
+    desc = verb_parser(sub, "describe", "leader, epoch, high watermark, replicas and lag")
+    desc.add_argument(
+        "--bootstrap-controller",
+        required=True,
+        metavar="HOST:PORT",
+        help="a controller listener (controller.quorum.voters endpoint)",
+    )
+    add_json(desc)
+    desc.set_defaults(func=run_guarded(describe_cmd))
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, colon, port = text.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise CliError(f"--bootstrap-controller: {text!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+async def _describe(host: str, port: int) -> Any:
+    from riverbed.raft.messages import DescribeQuorumRequest
+    from riverbed.raft.transport import KafkaRaftTransport
+
+    transport = KafkaRaftTransport(-1, {0: (host, port)})
+    try:
+        return await asyncio.wait_for(
+            transport.send(0, DescribeQuorumRequest()), DESCRIBE_TIMEOUT_S
+        )
+    finally:
+        await transport.close()
+
+
+def describe_cmd(args: argparse.Namespace) -> int:
+    from riverbed.raft.messages import Errors
+
+    host, port = _address(args.bootstrap_controller)
+    try:
+        reply = asyncio.run(_describe(host, port))
+    except (OSError, TimeoutError) as exc:
+        raise CliError(f"cannot reach controller {host}:{port}: {exc or 'timed out'}") from None
+    if reply.error_code != Errors.NONE:
+        try:
+            name = Errors(reply.error_code).name
+        except ValueError:
+            name = f"error {reply.error_code}"
+        hint = f" (the leader is node {reply.leader_id})" if reply.leader_id >= 0 else ""
+        raise CliError(f"{host}:{port} answered {name}{hint}")
+    leader_state = next((r for r in reply.current_voters if r.replica_id == reply.leader_id), None)
+    leader_leo = leader_state.log_end_offset if leader_state else reply.high_watermark
+    leader_now = leader_state.last_fetch_timestamp if leader_state else -1
+
+    def ago(ts: int) -> int | None:
+        return None if ts < 0 or leader_now < 0 else max(0, leader_now - ts)
+
+    rows = []
+    for role, states in (("Voter", reply.current_voters), ("Observer", reply.observers)):
+        for r in states:
+            rows.append(
+                {
+                    "node_id": r.replica_id,
+                    "role": "Leader" if r.replica_id == reply.leader_id else role,
+                    "log_end_offset": r.log_end_offset,
+                    "lag": max(0, leader_leo - r.log_end_offset) if r.log_end_offset >= 0 else None,
+                    "last_fetch_ms_ago": ago(r.last_fetch_timestamp),
+                    "last_caught_up_ms_ago": ago(r.last_caught_up_timestamp),
+                }
+            )
+    status = {
+        "leader_id": reply.leader_id,
+        "leader_epoch": reply.leader_epoch,
+        "high_watermark": reply.high_watermark,
+        "max_follower_lag": max((r["lag"] or 0 for r in rows), default=0),
+        "current_voters": [r.replica_id for r in reply.current_voters],
+        "current_observers": [r.replica_id for r in reply.observers],
+    }
+    if args.json:
+        print_json({"status": status, "replication": rows})
+        return 0
+    print(
+        f"LeaderId: {reply.leader_id}  LeaderEpoch: {reply.leader_epoch}  "
+        f"HighWatermark: {reply.high_watermark}  MaxFollowerLag: {status['max_follower_lag']}"
+    )
+    print_table(
+        None,
+        ["NodeId", "Role", "LogEndOffset", "Lag", "LastFetch (ms ago)", "LastCaughtUp (ms ago)"],
+        [
+            [
+                r["node_id"],
+                r["role"],
+                r["log_end_offset"],
+                r["lag"],
+                r["last_fetch_ms_ago"],
+                r["last_caught_up_ms_ago"],
+            ]
+            for r in rows
+        ],
+    )
+    return 0

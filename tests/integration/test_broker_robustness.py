@@ -139,3 +139,37 @@ def test_port_in_use_is_a_clear_start_error(broker: BrokerProcess) -> None:
         assert f"cannot listen on PLAINTEXT://127.0.0.1:{broker.port}" in str(err.value)
     finally:
         second.close()
+
+
+def test_broker_stops_when_its_launcher_dies(tmp_path: Any) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, time\n"
+        "from riverbed.testing.cluster import BrokerProcess\n"
+        "b = BrokerProcess(data_dir=sys.argv[1]).start()\n"
+        "print(b.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path / "data")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert launcher.stdout is not None
+        broker_pid = int(launcher.stdout.readline())
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+        deadline = time.monotonic() + 20
+        alive = True
+        while alive and time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{broker_pid}/status") as f:
+                    alive = "\nState:\tZ" not in f.read()  # a zombie has exited
+            except FileNotFoundError:
+                alive = False
+            time.sleep(0.1)
+        assert not alive, "the orphaned broker kept running"
+    finally:
+        launcher.kill()

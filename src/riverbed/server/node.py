@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 import time
@@ -44,6 +45,9 @@ log = logging.getLogger(__name__)
 
 #: How often the node runs the log manager's time-driven work (flush, retention) at most.
 HOUSEKEEPING_INTERVAL_MS = 1000
+#: Environment variable naming a parent pid: the node stops cleanly when that process is
+#: gone (set by riverbed.testing.cluster so a killed test run leaves no brokers behind).
+EXIT_WITH_PARENT_ENV = "RIVERBED_EXIT_WITH_PARENT"
 #: Requests read ahead per connection before the node stops reading it (back-pressure).
 INFLIGHT_REQUESTS_PER_CONNECTION_MAX = 16
 
@@ -64,6 +68,8 @@ class Node:
         self._log_manager_factory = log_manager_factory
         self.bound_listeners: dict[str, tuple[str, int]] = {}
         self._stopped = asyncio.Event()
+        #: Set to ask `run_node` for a clean shutdown (signals, a vanished parent).
+        self.stop_requested = asyncio.Event()
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self.server: SocketServer | None = None
@@ -167,8 +173,13 @@ class Node:
     async def _housekeeping(self) -> None:
         retention_every = int(self.config.get("log.retention.check.interval.ms"))
         next_retention = _now_ms() + retention_every
+        parent = os.environ.get(EXIT_WITH_PARENT_ENV)
         while not self._stopping:
             await asyncio.sleep(HOUSEKEEPING_INTERVAL_MS / 1000)
+            if parent is not None and os.getppid() != int(parent):
+                log.warning("parent process %s is gone: shutting down", parent)
+                self.stop_requested.set()
+                return
             now = _now_ms()
             try:
                 self.log_manager.flush_due(now)
@@ -204,7 +215,7 @@ async def run_node(config: Any, *, log_manager_factory: Any = None) -> None:
     """Start a node, stop it cleanly on SIGTERM/SIGINT, return once it has stopped."""
     node = Node(config, log_manager_factory=log_manager_factory)
     loop = asyncio.get_running_loop()
-    stop_requested = asyncio.Event()
+    stop_requested = node.stop_requested
     signals = 0
 
     def on_signal() -> None:

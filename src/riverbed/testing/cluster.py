@@ -113,6 +113,8 @@ class BrokerProcess:
         env = dict(os.environ)
         env.update(self.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        # The broker stops by itself if this process dies (no leaked brokers).
+        env.setdefault("RIVERBED_EXIT_WITH_PARENT", str(os.getpid()))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         logf = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         self._log_offset = logf.tell()

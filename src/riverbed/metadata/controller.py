@@ -12,7 +12,8 @@ AlterConfigs / IncrementalAlterConfigs / DescribeConfigs messages; the response 
 filled for the newest version and the encoder drops what an older version lacks.
 
 Topic operations live here; config operations in `config_control`, broker and partition
-leadership/ISR operations in `partition_control`; `Controller` combines them.
+leadership/ISR operations in `partition_control`, reassignments in `reassignment`;
+`Controller` combines them.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from riverbed.metadata.image import (
     replay_all,
 )
 from riverbed.metadata.partition_control import PartitionControl
+from riverbed.metadata.reassignment import ReassignmentControl
 from riverbed.metadata.records import (
     METADATA_TOPIC_ID,
     METADATA_VERSION_FEATURE,
@@ -99,7 +101,7 @@ def _unify(name: str) -> str:
     return name.replace(".", "_")
 
 
-class Controller(ConfigControl, PartitionControl, ControllerBase):
+class Controller(ConfigControl, PartitionControl, ReassignmentControl, ControllerBase):
     """Pure controller operations over a MetadataImage (see module docstring)."""
 
     def __init__(

@@ -37,6 +37,7 @@ from riverbed.metadata.image import (
     TopicImage,
     replay_all,
 )
+from riverbed.metadata.reassignment import completion
 from riverbed.metadata.records import ZERO_UUID
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
@@ -274,6 +275,11 @@ class PartitionControl(ControllerBase):
                 if rec is not None:
                     records.append(rec)
                     part = part.merge(rec)
+                    # New replicas in sync may finish a reassignment (KIP-455).
+                    done = completion(image, topic.topic_id, p.partition_index, part)
+                    if done is not None:
+                        records.append(done)
+                        part = part.merge(done)
                 result.leader_id = part.leader
                 result.leader_epoch = part.leader_epoch
                 result.isr = list(part.isr)

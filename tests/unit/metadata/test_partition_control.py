@@ -8,7 +8,11 @@ from riverbed.metadata.control_common import ControllerError
 from riverbed.metadata.image import MetadataImage, image_to_records, replay_all
 from riverbed.metadata.partition_control import ELECTION_PREFERRED, ELECTION_UNCLEAN
 from riverbed.protocol.errors import ErrorCode
-from riverbed.protocol.messages import AlterPartitionRequest, ElectLeadersRequest
+from riverbed.protocol.messages import (
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionRequest,
+    ElectLeadersRequest,
+)
 
 from .conftest import cluster_image, make_controller
 from .test_controller import create, topic
@@ -259,6 +263,12 @@ def test_leadership_invariants_hold(ops, unclean):
                     new_isr=list(dict.fromkeys(isr)), partition_epoch=part.partition_epoch)])],
             )  # fmt: skip
             res = c.alter_partition(image, req, 0)
+        elif kind in ("reassign", "cancel"):
+            AR = AlterPartitionReassignmentsRequest
+            target = None if kind == "cancel" else [broker, broker % 3 + 1][: 1 + index % 2]
+            req = AR(topics=[AR.ReassignableTopic(name="t", partitions=[
+                AR.ReassignablePartition(partition_index=index, replicas=target)])])  # fmt: skip
+            res = c.alter_partition_reassignments(image, req, 0)
         else:
             req = ElectLeadersRequest(
                 election_type=ELECTION_PREFERRED if kind == "preferred" else ELECTION_UNCLEAN,
@@ -272,6 +282,10 @@ def test_leadership_invariants_hold(ops, unclean):
         for i, p in image.topic("t").partitions.items():
             assert p.isr, "the ISR never becomes empty"
             assert set(p.isr) <= set(p.replicas)
+            assert set(p.adding_replicas) <= set(p.replicas)
+            assert set(p.removing_replicas) <= set(p.replicas)
+            assert not set(p.adding_replicas) & set(p.removing_replicas)
+            assert len(set(p.replicas)) == len(p.replicas)
             assert p.leader == -1 or p.leader in p.isr
             if p.leader != -1:
                 b = image.brokers[p.leader]

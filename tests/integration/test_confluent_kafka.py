@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -156,16 +156,20 @@ def test_admin_configs_partitions_records(
         "topic",
         topic_name,
         incremental_configs=[
-            ConfigEntry(
-                "max.message.bytes", "2000000", incremental_operation=AlterConfigOpType.SET
-            ),
+            ConfigEntry("max.message.bytes", "3000", incremental_operation=AlterConfigOpType.SET),
             ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE),
         ],
     )
     admin.incremental_alter_configs([inc])[inc].result(15)
     configs = admin.describe_configs([res])[res].result(15)
-    assert configs["max.message.bytes"].value == "2000000"
+    assert configs["max.message.bytes"].value == "3000"
     assert configs["retention.ms"].value == "604800000"  # back to the default
+    # The altered config is in force for the partition logs right away.
+    errors: list[Any] = []
+    p = Producer({"bootstrap.servers": broker.bootstrap, **QUIET})
+    p.produce(topic_name, value=b"z" * 6000, partition=0, on_delivery=lambda e, m: errors.append(e))
+    p.flush(10)
+    assert [e.code() for e in errors] == [KafkaError.MSG_SIZE_TOO_LARGE]
 
     for fut in admin.create_partitions([NewPartitions(topic_name, 4)]).values():
         fut.result(15)

@@ -167,8 +167,16 @@ class RaftNode(ReplicationMixin):
         if lbo > 0 and not any(s.end_offset >= lbo for s in snaps):
             # no snapshot covers LBO - 1: the log cannot be replayed; bootstrap from leader
             self.log.truncate_fully_and_start_at(0, 0)
-        if snaps and snaps[-1].end_offset > self.log.end_offset:
-            self.log.truncate_fully_and_start_at(snaps[-1].end_offset, snaps[-1].epoch)
+        if snaps:
+            latest = snaps[-1]
+            last = latest.end_offset - 1
+            if latest.end_offset > self.log.end_offset or (
+                last >= self.log.start_offset - 1 and self.log.epoch_at(last) != latest.epoch
+            ):
+                # the snapshot is ahead of the log, or the log disagrees with it (a crash
+                # between a downloaded snapshot's rename and the log truncation): the
+                # snapshot is committed state, the log tail is not
+                self.log.truncate_fully_and_start_at(latest.end_offset, latest.epoch)
         for s in snaps[:-1]:
             if s.end_offset < self.log.start_offset:
                 self.snapshots.delete(s)

@@ -490,3 +490,26 @@ def test_failed_snapshot_write_lets_the_next_trigger_retry() -> None:
     assert of_type(node.tick(now + 1), CreateSnapshot) == []
     node.on_snapshot_failed(SnapshotId(3, 1), now)
     assert of_type(node.tick(now + 2), CreateSnapshot) == [CreateSnapshot(SnapshotId(3, 1))]
+
+
+def test_startup_log_disagreeing_with_the_snapshot_restarts_at_the_snapshot() -> None:
+    # a crash after a downloaded snapshot was renamed but before the log was truncated:
+    # the old log has offset 4 from epoch 1 while the snapshot says epoch 2
+    snaps = MemorySnapshotStore()
+    sid = SnapshotId(5, 2)
+    snaps.write(sid, b"s")
+    log = MemoryLog()
+    log.append(entries(0, 1, *[f"set k {i}" for i in range(8)]))
+    log.flush(8)
+    node = make_node(log=log, snapshots=snaps)
+    node.start(0)
+    assert (node.log.start_offset, node.log.end_offset, node.log.last_epoch) == (5, 5, 2)
+    # when they agree, the log is kept
+    snaps2 = MemorySnapshotStore()
+    snaps2.write(SnapshotId(5, 1), b"s")
+    log2 = MemoryLog()
+    log2.append(entries(0, 1, *[f"set k {i}" for i in range(8)]))
+    log2.flush(8)
+    node2 = make_node(log=log2, snapshots=snaps2)
+    node2.start(0)
+    assert (node2.log.start_offset, node2.log.end_offset) == (0, 8)

@@ -67,6 +67,7 @@ log = logging.getLogger(__name__)
 
 METADATA_PARTITION_DIR = "__cluster_metadata-0"
 INBOUND_WAIT_MAX_S = 10.0  # a request waits at most this long for the node's answer
+FILE_CLEANUP_INTERVAL_S = 30.0  # how often segment files deleted below the LBO are removed
 
 
 class Transport(Protocol):
@@ -272,7 +273,13 @@ class RaftDriver:
         )
 
     async def _timer_loop(self) -> None:
+        next_cleanup = 0.0
         while not self._closed:
+            if time.monotonic() >= next_cleanup:
+                next_cleanup = time.monotonic() + FILE_CLEANUP_INTERVAL_S
+                async with self._lock:
+                    if not self._closed:
+                        self.log.delete_expired_files(int(time.time() * 1000))
             delay = max(0, self.node.next_deadline_ms() - self.clock_ms()) / 1000
             self._wake.clear()
             with contextlib.suppress(TimeoutError):

@@ -118,5 +118,9 @@ class StorageRaftLog:
         """Back on the node's thread: record what ``flush_storage`` made durable."""
         self.mem.flush(min(end_offset, self.storage.recovery_point))
 
+    def delete_expired_files(self, now_ms: int) -> int:
+        """Remove segment files deleted below the LBO once ``file.delete.delay.ms`` passed."""
+        return self.storage.delete_expired_files(now_ms)
+
     def close(self) -> None:
         self.storage.close()

@@ -30,6 +30,10 @@ from riverbed.metadata.log import MetadataLog
 from riverbed.protocol.messages import (
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
@@ -38,8 +42,12 @@ from riverbed.protocol.messages import (
     DeleteTopicsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
     Message,
 )
 
@@ -208,6 +216,50 @@ class MetadataService:
         c = self.controller
         response = await self._run(lambda img, now: c.incremental_alter_configs(img, request, now))
         return cast(IncrementalAlterConfigsResponse, response)
+
+    async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse:
+        c = self.controller
+        response = await self._run(lambda img, now: c.elect_leaders(img, request, now))
+        return cast(ElectLeadersResponse, response)
+
+    async def alter_partition_reassignments(
+        self, request: AlterPartitionReassignmentsRequest
+    ) -> AlterPartitionReassignmentsResponse:
+        c = self.controller
+        response = await self._run(
+            lambda img, now: c.alter_partition_reassignments(img, request, now)
+        )
+        return cast(AlterPartitionReassignmentsResponse, response)
+
+    def list_partition_reassignments(
+        self, request: ListPartitionReassignmentsRequest
+    ) -> ListPartitionReassignmentsResponse:
+        return self.controller.list_partition_reassignments(self._image, request)
+
+    async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
+        c = self.controller
+        response = await self._run(lambda img, now: c.alter_partition(img, request, now))
+        return cast(AlterPartitionResponse, response)
+
+    async def fence_broker(self, broker_id: int) -> BrokerRegistration:
+        c = self.controller
+        response = await self._run(lambda img, now: c.fence_broker(img, broker_id, now))
+        return cast(BrokerRegistration, response)
+
+    async def unfence_broker(self, broker_id: int, broker_epoch: int = -1) -> BrokerRegistration:
+        c = self.controller
+        response = await self._run(
+            lambda img, now: c.unfence_broker(img, broker_id, broker_epoch, now)
+        )
+        return cast(BrokerRegistration, response)
+
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int = -1) -> int:
+        """Move leaderships off `broker_id`; returns the partitions it still leads."""
+        c = self.controller
+        response = await self._run(
+            lambda img, now: c.controlled_shutdown(img, broker_id, broker_epoch, now)
+        )
+        return cast(int, response)
 
     async def auto_create_topic(
         self,

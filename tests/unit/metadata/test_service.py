@@ -3,6 +3,7 @@ import asyncio
 from riverbed.metadata.image import BrokerEndpoint
 from riverbed.metadata.log import LocalMetadataLog
 from riverbed.metadata.service import MetadataService
+from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import CreateTopicsRequest, DeleteTopicsRequest
 
 from .conftest import make_controller
@@ -124,3 +125,41 @@ def test_follower_side_apply_and_snapshot_load(tmp_path):
     assert fresh.image == leader.image and fresh.image.offset == leader.image.offset
     for svc in (leader, follower, fresh):
         svc.close()
+
+
+def test_service_leadership_operations(tmp_path):
+    from riverbed.protocol.messages import (
+        AlterPartitionReassignmentsRequest,
+        ElectLeadersRequest,
+        ListPartitionReassignmentsRequest,
+    )
+
+    async def run():
+        svc = new_service(tmp_path)
+        await svc.start()
+        await svc.register_broker(1, [])
+        await svc.auto_create_topic("l", num_partitions=1)
+        resp = await svc.elect_leaders(ElectLeadersRequest(election_type=0, topic_partitions=None))
+        (res,) = resp.replica_election_results
+        assert res.partition_result[0].error_code == ErrorCode.ELECTION_NOT_NEEDED
+        AR = AlterPartitionReassignmentsRequest
+        resp = await svc.alter_partition_reassignments(
+            AR(
+                topics=[
+                    AR.ReassignableTopic(
+                        name="l",
+                        partitions=[AR.ReassignablePartition(partition_index=0, replicas=[1])],
+                    )
+                ]
+            )
+        )
+        assert resp.responses[0].partitions[0].error_code == 0
+        listed = svc.list_partition_reassignments(ListPartitionReassignmentsRequest(topics=None))
+        assert listed.topics == []
+        assert await svc.controlled_shutdown(1) == 0
+        assert svc.image.partition("l", 0).leader == -1
+        fenced = await svc.fence_broker(1)
+        assert fenced.fenced
+        svc.close()
+
+    asyncio.run(run())

@@ -896,33 +896,45 @@ class PartitionLog:
     def flush_due(self, now_ms: int) -> bool:
         """True when flush.messages / flush.ms or a rolled segment asks for an fsync."""
         cfg = self.config
-        if self._closed or self._recovery_point >= self.log_end_offset:
+        if self._closed:
+            return False
+        if self._roll_flush_pending:
+            return True
+        if self._recovery_point >= self.log_end_offset:
             return False
         return (
-            self._roll_flush_pending
-            or self._unflushed_messages >= cfg.flush_messages
+            self._unflushed_messages >= cfg.flush_messages
             or now_ms - self._last_flush_ms >= cfg.flush_ms
         )
 
-    def flush(self, up_to: int | None = None) -> int:
+    def flush(self, up_to: int | None = None, *, all_indexes: bool = False) -> int:
         """fsync everything below ``up_to`` (default: the log end); returns the recovery point.
 
-        Only the active segment's ``.log`` and segments rolled since the last flush are
-        synced.
+        Synced: the ``.log`` of every segment holding data past the recovery point, and
+        the indexes of segments rolled since their last sync. The active segment's
+        indexes only with ``all_indexes`` (close does that): after a crash the segment
+        holding the recovery point is re-indexed from its ``.log`` anyway.
         """
         with self._lock:
             if self._closed:
                 return self._recovery_point
             target = self.log_end_offset if up_to is None else min(up_to, self.log_end_offset)
-            if target <= self._recovery_point:
-                return self._recovery_point
             truncations = self._truncations
             fds: list[int] = []
             synced: list[LogSegment] = []
             for seg in self._segments:
-                if seg.next_offset > self._recovery_point and seg.base_offset < target:
-                    fds += seg.dup_fds(with_indexes=not seg.active)
+                has_data = (
+                    target > self._recovery_point
+                    and seg.next_offset > self._recovery_point
+                    and seg.base_offset < target
+                )
+                indexes = all_indexes or (not seg.active and seg.index_sync_pending)
+                if has_data or indexes:
+                    fds += seg.dup_fds(with_indexes=indexes)
                     synced.append(seg)
+            if not synced:
+                self._roll_flush_pending = False
+                return self._recovery_point
         try:
             for fd in fds:
                 os.fsync(fd)
@@ -932,11 +944,17 @@ class PartitionLog:
             for fd in fds:
                 os.close(fd)
         with self._lock:
-            if self._truncations == truncations and target > self._recovery_point:
-                self._recovery_point = target
-                if target >= self.log_end_offset:
+            if self._truncations == truncations:
+                for seg in synced:
+                    if all_indexes or not seg.active:
+                        seg.index_sync_pending = False
+                if target > self._recovery_point:
+                    self._recovery_point = target
+                if self._recovery_point >= self.log_end_offset:
                     self._unflushed_messages = 0
-                    self._roll_flush_pending = False
+                self._roll_flush_pending = any(
+                    s.index_sync_pending for s in self._segments if not s.active
+                )
             self._last_flush_ms = self.clock.now_ms()
             for seg in synced:
                 if not seg.active:
@@ -950,7 +968,7 @@ class PartitionLog:
                 return
             self.active_segment.on_become_inactive()
         if flush:
-            self.flush()
+            self.flush(all_indexes=True)
         with self._lock:
             self._closed = True
             for seg in self._segments:

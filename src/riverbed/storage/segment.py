@@ -107,6 +107,7 @@ class LogSegment:
         self.rolling_based_timestamp = NO_TIMESTAMP  # max timestamp of the first batch
         self.bytes_since_last_index_entry = 0
         self.active = False  # the log's last segment (the one appended to)
+        self.index_sync_pending = False  # index files written since their last fsync
         self._indexes_checked = False
         self._tail_known = False  # next_offset / max_timestamp are exact
 
@@ -221,6 +222,7 @@ class LogSegment:
             self._account(b.position, b.header)
         self._indexes_checked = True
         self._tail_known = True
+        self.index_sync_pending = True
         if not self.active:
             self.on_become_inactive()
 
@@ -448,6 +450,7 @@ class LogSegment:
             )
         self.offset_index.write_pending()
         self.time_index.write_pending()
+        self.index_sync_pending = True
 
     # ---- durability and lifetime ---------------------------------------------------------
 
@@ -473,6 +476,7 @@ class LogSegment:
             os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.index_sync_pending = False
 
     def close_files(self) -> None:
         """Close file descriptors (reopened on demand); contents stay."""

@@ -600,3 +600,19 @@ def test_flush_moves_recovery_point_and_flush_due(tmp_path: Path, clock: ManualC
     clock.advance(10_000)
     assert log.flush_due(clock.now_ms())
     log.close()
+
+
+def test_rolled_segment_indexes_are_synced_even_past_the_recovery_point(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    log = open_log(tmp_path, clock, LogConfig(index_interval_bytes=10))
+    for _ in range(4):
+        log.append_as_leader(batch(2), leader_epoch=0)
+    assert log.flush() == 8  # the active segment's .log only
+    first = log.active_segment
+    log.roll()
+    assert first.index_sync_pending and log.flush_due(clock.now_ms())
+    assert log.recovery_point == log.log_end_offset
+    log.flush()  # nothing new to sync in .log files, but the rolled indexes are
+    assert not first.index_sync_pending and not log.flush_due(clock.now_ms())
+    log.close()

@@ -110,6 +110,7 @@ class LogSegment:
         self.index_sync_pending = False  # index files written since their last fsync
         self._indexes_checked = False
         self._tail_known = False  # next_offset / max_timestamp are exact
+        self._verified_sizes: tuple[int, int] | None = None  # index sizes when unloaded
 
     # ---- creation and loading ------------------------------------------------------------
 
@@ -198,6 +199,10 @@ class LogSegment:
         try:
             self.offset_index.load()
             self.time_index.load()
+            if self._verified_sizes == (self.offset_index.size_bytes, self.time_index.size_bytes):
+                # reloaded after an unload: these files passed the full check already
+                self._indexes_checked = True
+                return
             self.offset_index.sanity_check(self.size)
             self.time_index.sanity_check(self._offset_bound())
             if self.size and not len(self.time_index):
@@ -336,7 +341,9 @@ class LogSegment:
         return self.max_timestamp
 
     def unload_indexes(self) -> None:
-        """Drop both index mirrors (re-read and re-checked on next use)."""
+        """Drop both index mirrors (re-read on next use; re-checked only if resized)."""
+        if self._indexes_checked:
+            self._verified_sizes = (self.offset_index.size_bytes, self.time_index.size_bytes)
         self.offset_index.unload()
         self.time_index.unload()
         self._indexes_checked = False

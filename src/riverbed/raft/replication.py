@@ -265,9 +265,12 @@ class ReplicationMixin:
         self._send_fetch(self.leader_id)
 
     def _on_fetch_response(self, src: int, resp: FetchResponse) -> None:
+        known = (self.epoch, self.leader_id)
         self._maybe_learn(resp.leader_epoch, resp.leader_id)
         if resp.error_code != Errors.NONE:
-            self.backoff_until_ms = self._now + FETCH_ERROR_BACKOFF_MS
+            if (self.epoch, self.leader_id) == known:
+                # nothing new learned: do not hammer the same replica
+                self.backoff_until_ms = self._now + FETCH_ERROR_BACKOFF_MS
             return
         if self.role is not Role.FOLLOWER or src != self.leader_id:
             return

@@ -287,3 +287,48 @@ def test_restart_roles_from_quorum_state() -> None:
     # the persisted vote holds: no second vote in epoch 4
     reply = responses(voted.handle_request(2, 1, vote_req(4, 2), 0), VoteResponse)[0]
     assert not reply.vote_granted
+
+
+def test_end_quorum_epoch_stale_or_from_other_leader_is_ignored() -> None:
+    node = make_node(2)
+    make_follower(node, 1, 3)
+    from riverbed.raft.messages import EndQuorumEpochResponse
+
+    reply = responses(
+        node.handle_request(1, 1, EndQuorumEpochRequest("test", 1, 2, (2,)), 10),
+        EndQuorumEpochResponse,
+    )[0]
+    assert reply.error_code == Errors.FENCED_LEADER_EPOCH and node.role is Role.FOLLOWER
+    # same epoch, but not our leader: nothing changes
+    node.handle_request(3, 2, EndQuorumEpochRequest("test", 3, 3, (2,)), 11)
+    assert node.role is Role.FOLLOWER and node.leader_id == 1
+
+
+def test_begin_quorum_epoch_errors() -> None:
+    node = make_node(2)
+    node.start(0)
+    bad = responses(
+        node.handle_request(1, 1, BeginQuorumEpochRequest("other", 1, 1), 0),
+        BeginQuorumEpochResponse,
+    )[0]
+    assert bad.error_code == Errors.INCONSISTENT_CLUSTER_ID
+    bad = responses(
+        node.handle_request(9, 2, BeginQuorumEpochRequest("test", 9, 1), 0),
+        BeginQuorumEpochResponse,
+    )[0]
+    assert bad.error_code == Errors.INVALID_REQUEST and node.role is Role.UNATTACHED
+
+
+def test_observer_discovers_the_leader_from_a_voter_hint() -> None:
+    from riverbed.raft.messages import FetchRequest, FetchResponse
+
+    node = make_node(7)
+    node.start(0)
+    now, actions = timeout(node, 0)
+    sends = requests(actions, FetchRequest)
+    assert len(sends) == 1 and sends[0][0].dest in (1, 2, 3)
+    hint = FetchResponse(Errors.NOT_LEADER_OR_FOLLOWER, 2, 4)
+    actions = node.handle_response(sends[0][0].dest, sends[0][0].correlation_id, hint, now)
+    assert node.role is Role.FOLLOWER and node.leader_id == 2 and node.epoch == 4
+    nxt = requests(actions, FetchRequest)
+    assert nxt and nxt[0][0].dest == 2

@@ -176,3 +176,15 @@ def test_quorum_voters():
         with pytest.raises(ConfigError) as info:
             ServerConfig.load(overrides=[f"controller.quorum.voters={bad}"])
         assert info.value.key == "controller.quorum.voters"
+
+
+def test_shipped_server_properties_load():
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "config" / "server.properties"
+    c = ServerConfig.load(path)
+    assert c.process_roles == {"broker", "controller"}
+    assert [x.name for x in c.advertised_listeners] == ["PLAINTEXT"]
+    assert c.quorum_voters == {1: ("localhost", 9093)}
+    assert c.unknown_keys == ()
+    assert c.auto_format and c.group_initial_rebalance_delay_ms == 0

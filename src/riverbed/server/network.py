@@ -501,10 +501,12 @@ class SocketServer:
         connections_max_idle_ms: int = 600000,
         inflight_requests_max: int = 16,
         queued_requests_max: int = 500,
+        connections_max: int = 2**31 - 1,
         codec: _Codec | None = None,
     ) -> None:
         assert socket_request_max_bytes > 0 and inflight_requests_max > 0
-        assert queued_requests_max > 0
+        assert queued_requests_max > 0 and connections_max > 0
+        self.connections_max = connections_max
         self.handler = handler
         self.socket_request_max_bytes = socket_request_max_bytes
         self.connections_max_idle_ms = connections_max_idle_ms
@@ -533,6 +535,14 @@ class SocketServer:
 
         async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             if self.stopping:
+                writer.close()
+                return
+            if len(self._open) >= self.connections_max:
+                log.warning(
+                    "refusing connection from %s: %d connections open (max.connections)",
+                    writer.get_extra_info("peername"),
+                    len(self._open),
+                )
                 writer.close()
                 return
             sock = writer.get_extra_info("socket")

@@ -56,6 +56,20 @@ class NodeStartError(RuntimeError):
     """The node cannot start (e.g. a listener's port is taken); the message says why."""
 
 
+def _int_key(cfg: Any, key: str, default: int) -> int:
+    """A positive int config key riverbed reads from the originals (Kafka's name)."""
+    raw = cfg.originals.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise NodeStartError(f"{key}={raw!r} is not an integer") from None
+    if value <= 0:
+        raise NodeStartError(f"{key}={raw!r} must be at least 1")
+    return value
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -126,6 +140,7 @@ class Node:
             connections_max_idle_ms=cfg.connections_max_idle_ms,
             inflight_requests_max=INFLIGHT_REQUESTS_PER_CONNECTION_MAX,
             queued_requests_max=cfg.queued_max_requests,
+            connections_max=_int_key(cfg, "max.connections", 2**31 - 1),
         )
         for lst in cfg.listeners:
             if lst.name in cfg.controller_listener_names and "broker" in cfg.process_roles:

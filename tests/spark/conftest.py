@@ -9,11 +9,8 @@ work against any Kafka-compatible cluster).
 from __future__ import annotations
 
 import os
-import re
-import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -23,21 +20,6 @@ from typing import Any
 import pytest
 
 BROKER_KIND = os.environ.get("RIVERBED_SPARK_BROKER", "riverbed")
-
-
-def _java_major() -> int:
-    java = shutil.which("java")
-    if java is None:
-        raise RuntimeError(
-            "Spark needs Java 17+ but `java` is not on PATH: install openjdk-17-jre-headless "
-            "(make test does so on Debian when it can)"
-        )
-    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
-    m = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
-    if not m:
-        raise RuntimeError(f"cannot parse `java -version` output: {out.stderr!r}")
-    major = int(m.group(1))
-    return int(m.group(2)) if major == 1 and m.group(2) else major
 
 
 class TansuBroker:
@@ -72,8 +54,10 @@ class TansuBroker:
                 if self.proc.poll() is not None:
                     break
                 time.sleep(0.1)
+        with open(self.log.name, errors="replace") as f:
+            tail = f.read()[-2000:]
         self.stop()
-        raise RuntimeError(f"Tansu did not start; see {self.log.name}")
+        raise RuntimeError(f"Tansu did not start:\n{tail}")
 
     @property
     def bootstrap(self) -> str:
@@ -87,6 +71,8 @@ class TansuBroker:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+        self.log.close()
+        os.unlink(self.log.name)
 
 
 @pytest.fixture(scope="session")
@@ -109,28 +95,10 @@ def bootstrap() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    major = _java_major()
-    if major < 17:
-        raise RuntimeError(f"Spark 4 needs Java 17 or newer; `java -version` reports {major}")
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    # One session for every Spark test; local_session checks for Java 17+ with a clear error.
+    from riverbed.spark.session import local_session
 
-    from riverbed.spark import register
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("riverbed-spark-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.streaming.pollingDelay", "10ms")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
+    session = local_session("riverbed-spark-tests", **{"spark.sql.streaming.pollingDelay": "10ms"})
     try:
         yield session
     finally:

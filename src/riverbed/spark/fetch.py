@@ -118,9 +118,10 @@ def read_range(
         next_offset = r.from_offset
         last_progress = time.monotonic()
         while next_offset < r.until_offset:
-            msgs: list[Any] = consumer.consume(
-                num_messages=arrow_batch_rows_max, timeout=_consume_wait_s
-            )
+            # Ask for no more than the range still holds: consume() returns as soon as it
+            # has that many (an EOF event counts), instead of waiting out its timeout.
+            want = min(arrow_batch_rows_max, r.until_offset - next_offset)
+            msgs: list[Any] = consumer.consume(num_messages=want, timeout=_consume_wait_s)
             good: list[Any] = []
             done = False
             for m in msgs:

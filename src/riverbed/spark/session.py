@@ -1,0 +1,76 @@
+"""A local SparkSession with the riverbed data source registered (examples, benchmarks).
+
+Spark 4 needs Java 17+; :func:`check_java` says so clearly instead of letting the JVM
+launch fail obscurely. Python workers must run the interpreter that has riverbed
+installed, so ``PYSPARK_PYTHON`` defaults to this one; everything binds to 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+JAVA_MAJOR_MIN = 17
+
+
+class JavaMissingError(RuntimeError):
+    """No suitable Java runtime for Spark."""
+
+
+def java_major_version() -> int:
+    home = os.environ.get("JAVA_HOME")
+    java = shutil.which("java", path=os.path.join(home, "bin")) if home else None
+    java = java or shutil.which("java")
+    if java is None:
+        raise JavaMissingError(
+            f"Spark needs Java {JAVA_MAJOR_MIN}+ but `java` is not on PATH: install "
+            "openjdk-17-jre-headless (`make test` does so on Debian when it can)"
+        )
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    text = out.stderr + out.stdout
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', text)
+    if not m:
+        raise JavaMissingError(f"cannot read the Java version from `java -version`: {text!r}")
+    major = int(m.group(1))
+    # Java 8 and older report "1.8.0_x".
+    return int(m.group(2)) if major == 1 and m.group(2) else major
+
+
+def check_java() -> None:
+    major = java_major_version()
+    if major < JAVA_MAJOR_MIN:
+        raise JavaMissingError(
+            f"Spark needs Java {JAVA_MAJOR_MIN}+, `java -version` reports {major}: install "
+            "openjdk-17-jre-headless or point JAVA_HOME at a newer JDK"
+        )
+
+
+def local_session(app_name: str, cores: int = 2, **conf: str) -> Any:
+    """``local[cores]`` session, UI off, loopback only, UTC, riverbed registered."""
+    check_java()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from riverbed.spark import register
+
+    builder = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(cores))
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark

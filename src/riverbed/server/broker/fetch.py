@@ -74,6 +74,9 @@ def _read_partition(broker: Broker, topic: str, p: Any, budget: int, first: bool
         result = plog.read(p.fetch_offset, max_bytes, hw)
     except StorageError as exc:
         return _PartitionRead(topic, p.partition, exc.error_code, hw, start, [], 0)
+    except OSError:
+        code = ErrorCode.KAFKA_STORAGE_ERROR
+        return _PartitionRead(topic, p.partition, code, hw, start, [], 0)
     ranges = list(result.ranges)
     size = sum(r.size for r in ranges)
     if size > max_bytes and not first:

@@ -95,6 +95,9 @@ def _produce_partition(broker: Broker, topic: str, index: int, records: bytes | 
         return _partition_error(index, ErrorCode(exc.error_code), str(exc))
     except ProtocolError as exc:
         return _partition_error(index, ErrorCode.CORRUPT_MESSAGE, str(exc))
+    except OSError as exc:  # the disk failed under the log: the client may retry
+        log.error("append to %s-%d failed: %s", topic, index, exc)
+        return _partition_error(index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
     log_append_time = info.log_append_time if hosted.config.log_append_time else -1
     return ProduceResponse.PartitionProduceResponse(
         index=index,

@@ -126,8 +126,9 @@ class Harness:
         live = m.live()
         if not live:
             return
-        # followers truncate to batch boundaries (OffsetForLeaderEpoch answers)
-        offset = self.rng.choice([b.base for b in live] + [m.leo])
+        # followers truncate to batch boundaries (OffsetForLeaderEpoch answers), never
+        # below the log start
+        offset = self.rng.choice([b.base for b in live if b.base >= m.lso] + [m.leo])
         self.log.truncate_to(offset)
         m.truncate(offset)
         m.hw = min(m.hw, m.leo)

@@ -76,6 +76,8 @@ def dump_metadata_cmd(args: argparse.Namespace) -> int:
             count += 1
             if args.max_records is not None and count >= args.max_records:
                 break
+    except BrokenPipeError:
+        raise  # the reader went away; main() ends quietly
     except (MetadataLogError, ProtocolError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -110,3 +110,31 @@ def test_server_start_port_in_use(tmp_path, capsys):
                    "--override", f"log.dirs={tmp_path}/data"])  # fmt: skip
     assert rc == 1
     assert "address already in use" in capsys.readouterr().err
+
+
+def test_broken_pipe_ends_quietly(tmp_path):
+    import asyncio
+    import subprocess
+    import sys
+    import uuid
+
+    from riverbed.metadata.log import LocalMetadataLog
+    from riverbed.protocol.messages import TopicRecord
+
+    log = LocalMetadataLog(tmp_path)
+    asyncio.run(
+        log.append([TopicRecord(name=f"t{i}", topic_id=uuid.UUID(int=i + 9)) for i in range(5000)])
+    )
+    log.close()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "riverbed.cli.main", "storage", "dump-metadata",
+         "--override", f"log.dirs={tmp_path}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # the reader goes away, like `| head -1`
+    err = proc.stderr.read() if proc.stderr else b""
+    assert proc.wait(timeout=60) == 141
+    assert first.startswith(b"0\tTopicRecord")
+    assert b"Traceback" not in err and b"error" not in err

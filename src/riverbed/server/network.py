@@ -173,20 +173,11 @@ class _DefaultCodec:
         import importlib
 
         self._headers: Any = importlib.import_module("riverbed.protocol.headers")
-        self._messages: Any = importlib.import_module("riverbed.protocol.messages")
 
     def decode_request(self, frame: bytes) -> tuple[Any, Any]:
-        try:
-            header, body = self._headers.decode_request(frame)
-        except ProtocolError as exc:
-            if "trailing bytes" not in str(exc):
-                raise
-            # Kafka parses a request body and ignores what follows it; librdkafka 2.x
-            # sends MetadataRequest v12 with 3 extra bytes, so riverbed must accept them.
-            header, pos = self._headers.decode_request_header(frame)
-            body, _end = self._messages.decode_prefix(
-                self._messages.request_class(header.api_key), frame, header.api_version, pos
-            )
+        # Trailing bytes after a body are ignored there, as by Kafka (librdkafka 2.x sends
+        # MetadataRequest v12 with 3 extra bytes).
+        header, body = self._headers.decode_request(frame)
         return header, body
 
     def encode_response(self, header: Any, body: Any) -> bytes:

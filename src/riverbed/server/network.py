@@ -518,8 +518,12 @@ class SocketServer:
         self._handler_tasks.add(task)
         task.add_done_callback(self._handler_tasks.discard)
 
-    async def listen(self, name: str, host: str, port: int) -> tuple[str, int]:
-        """Bind one listener; returns the actual (host, port)."""
+    async def listen(
+        self, name: str, host: str, port: int, *, start_serving: bool = True
+    ) -> tuple[str, int]:
+        """Bind one listener; returns the actual (host, port). With ``start_serving=False``
+        connections wait in the backlog until `start_serving` (the node registers itself
+        first, so the first Metadata answer already lists it)."""
         loop = asyncio.get_running_loop()
         # The default loop has native sendfile; uvloop does not (see module docstring).
         self.sendfile_mode = "direct" if type(loop).__module__.startswith("uvloop") else "loop"
@@ -553,12 +557,21 @@ class SocketServer:
                 self._open.discard(conn)
 
         server = await asyncio.start_server(
-            on_client, host or None, port, reuse_address=True, limit=64 * 1024
+            on_client,
+            host or None,
+            port,
+            reuse_address=True,
+            limit=64 * 1024,
+            start_serving=start_serving,
         )
         self._servers.append(server)
         sockname = server.sockets[0].getsockname()
         self.bound[name] = (host, int(sockname[1]))
         return self.bound[name]
+
+    async def start_serving(self) -> None:
+        for server in self._servers:
+            await server.start_serving()
 
     async def stop(self) -> None:
         """Stop accepting, let in-flight requests finish and their responses go out

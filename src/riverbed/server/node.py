@@ -10,7 +10,7 @@ Start-up order (each step needs the previous one):
    one-voter quorum; bootstrap records on an empty log); the partition manager follows
    every published image (opens logs of new partitions, deletes removed topics);
 4. the listeners bind (port 0 binds a free port) and this node registers itself with
-   the advertised endpoints; then ONE ready line is printed to stdout:
+   the advertised endpoints, then starts accepting; then ONE ready line is printed:
    ``riverbed node <id> ready: PLAINTEXT://127.0.0.1:9092 ...``.
 
 Shutdown (SIGTERM, SIGINT or `Node.stop`): stop accepting, finish in-flight requests
@@ -147,7 +147,9 @@ class Node:
                 # A one-voter quorum needs no controller RPCs yet; the Raft issue binds it.
                 continue
             try:
-                host, port = await self.server.listen(lst.name, lst.host, lst.port)
+                host, port = await self.server.listen(
+                    lst.name, lst.host, lst.port, start_serving=False
+                )
             except OSError as exc:
                 raise NodeStartError(
                     f"cannot listen on {lst.name}://{lst.host}:{lst.port} (listeners): "
@@ -155,6 +157,7 @@ class Node:
                 ) from None
             self.bound_listeners[lst.name] = (host, port)
         await self._register()
+        await self.server.start_serving()
         self._tasks.append(asyncio.create_task(self._housekeeping()))
         addrs = " ".join(f"{name}://{h}:{p}" for name, (h, p) in self.bound_listeners.items())
         print(f"riverbed node {cfg.node_id} ready: {addrs}", flush=True)

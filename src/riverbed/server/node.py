@@ -5,10 +5,11 @@ Start-up order (each step needs the previous one):
 1. storage format: ``meta.properties`` in every log dir (written on first start when
    ``riverbed.storage.auto.format`` is on; otherwise ``riverbed storage format`` must
    have run) gives the cluster id;
-2. the LogManager opens (and recovers) every partition log under ``log.dirs``;
-3. the metadata service replays the local ``__cluster_metadata`` log into the image (a
-   one-voter quorum; bootstrap records on an empty log); the partition manager follows
-   every published image (opens logs of new partitions, deletes removed topics);
+2. the metadata service replays the local ``__cluster_metadata`` log into the image (a
+   one-voter quorum; bootstrap records on an empty log);
+3. the LogManager opens (and recovers) every partition log under ``log.dirs`` with each
+   topic's config from the image; the partition manager opens logs of partitions the
+   image has, deletes logs of topics it no longer has, and follows every new image;
 4. the listeners bind (port 0 binds a free port) and this node registers itself with
    the advertised endpoints, then starts accepting; then ONE ready line is printed:
    ``riverbed node <id> ready: PLAINTEXT://127.0.0.1:9092 ...``.

@@ -185,8 +185,9 @@ class Node:
             BrokerEndpoint(name=name, host=host, port=port, security_protocol=0)
             for name, host, port, _proto in self.advertised_endpoints()
         )
+        rack = getattr(self.config, "broker_rack", None) or None
         await self.metadata.register_broker(
-            self.config.node_id, endpoints, None, incarnation_id=uuid.uuid4()
+            self.config.node_id, endpoints, rack, incarnation_id=uuid.uuid4()
         )
 
     async def _housekeeping(self) -> None:

@@ -4,7 +4,7 @@ Directory ``<log dir>/<topic>-<partition>/`` holds the segments
 (:mod:`riverbed.storage.segment`), ``leader-epoch-checkpoint``
 (:mod:`riverbed.storage.epoch_cache`) and ``partition.metadata``
 (:mod:`riverbed.storage.checkpoints`). The per-dir checkpoints (recovery point, log start
-offset, high watermark) are the :class:`~riverbed.storage.manager.LogManager`'s; a
+offset, high watermark) are the :class:`~riverbed.storage.log_manager.LogManager`'s; a
 standalone log takes them as constructor arguments.
 
 Offsets: ``log_start_offset <= high_watermark <= log_end_offset``; the recovery point is
@@ -21,6 +21,10 @@ Reads return :class:`FileRange` s of whole batches for ``sendfile``. Retention, 
 truncation and recovery follow Kafka and the KIP-32 seed: time-based roll measures from
 the first batch's timestamp, time-based retention from a segment's largest timestamp.
 
+Code layout: state, loading and recovery in :mod:`riverbed.storage.log_base`, reads in
+:mod:`riverbed.storage.log_reads`, retention in :mod:`riverbed.storage.log_retention`;
+appends, truncation and flushing here.
+
 Locking: every public method takes the log's lock; :meth:`PartitionLog.flush` holds it
 only to pick the files and to advance the recovery point, the fsyncs run unlocked (on
 duplicated file descriptors) so a flush in the manager's thread pool never stalls appends.
@@ -28,14 +32,12 @@ duplicated file descriptors) so a flush in the manager's thread pool never stall
 
 from __future__ import annotations
 
-import bisect
 import logging
 import os
 import struct
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -46,7 +48,6 @@ from riverbed.protocol.records import (
     BatchHeader,
     Buffer,
     check_dense_offsets,
-    iter_records,
     parse_header,
     patch_base_offset,
     patch_partition_leader_epoch,
@@ -55,10 +56,6 @@ from riverbed.protocol.records import (
 )
 from riverbed.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
-    PARTITION_METADATA,
-    CheckpointError,
-    read_partition_metadata,
-    write_partition_metadata,
 )
 from riverbed.storage.clock import Clock
 from riverbed.storage.config import LogConfig
@@ -71,11 +68,15 @@ from riverbed.storage.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
+from riverbed.storage.log_base import LOADED_INDEXES_MAX, RetentionHook
 from riverbed.storage.log_files import FileRange, ReadResult, SegmentFiles, TimestampOffset
+from riverbed.storage.log_reads import LogReads
+from riverbed.storage.log_retention import LogRetention
 from riverbed.storage.segment import LogSegment, SegmentBatch
 from riverbed.storage.time_index import NO_TIMESTAMP
 
 __all__ = [
+    "LOADED_INDEXES_MAX",
     "AppendInfo",
     "FileRange",
     "PartitionLog",
@@ -87,13 +88,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _INT32: Final = struct.Struct(">i")
-# Inactive segments per log whose index mirrors stay in memory (an LRU).
-LOADED_INDEXES_MAX: Final = 8
 ORIGIN_CLIENT: Final = "client"
 ORIGIN_COORDINATOR: Final = "coordinator"
-# Decides whether a segment may be deleted by retention (False = keep it for now), e.g.
-# tiered storage vetoing segments not yet copied to the remote tier.
-RetentionHook = Callable[["PartitionLog", LogSegment], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +108,7 @@ class AppendInfo:
     flush_needed: bool = False  # flush.messages reached: caller should schedule a flush
 
 
-class PartitionLog:
+class PartitionLog(LogReads, LogRetention):
     """The segments of one partition and the offsets, epochs and timestamps over them."""
 
     def __init__(
@@ -153,189 +149,7 @@ class PartitionLog:
         self._high_watermark = min(max(high_watermark, self._log_start_offset), self.log_end_offset)
         self._last_append_time = self._recover_last_append_time()
 
-    # ---- identity ------------------------------------------------------------------------
-
-    @property
-    def name(self) -> str:
-        return f"{self.topic}-{self.partition}"
-
-    def _init_topic_id(self, topic_id: str | None) -> str | None:
-        path = self.directory / PARTITION_METADATA
-        try:
-            stored = read_partition_metadata(path)
-        except CheckpointError as e:
-            log.warning("%s: rewriting unreadable partition.metadata: %s", self.name, e)
-            stored = None
-        if topic_id is not None and stored != topic_id:
-            write_partition_metadata(path, topic_id)
-            return topic_id
-        return stored
-
-    # ---- loading and recovery ------------------------------------------------------------
-
-    def _new_segment(self, base_offset: int) -> LogSegment:
-        return LogSegment.create(
-            self.directory,
-            base_offset,
-            index_interval_bytes=self.config.index_interval_bytes,
-            max_index_bytes=self.config.segment_index_bytes,
-            created_ms=self.clock.now_ms(),
-        )
-
-    def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
-        now = self.clock.now_ms()
-        bases = self._files.clean_and_list()
-        for base in bases:
-            seg = LogSegment.open_existing(
-                self.directory,
-                base,
-                index_interval_bytes=self.config.index_interval_bytes,
-                max_index_bytes=self.config.segment_index_bytes,
-                created_ms=now,
-            )
-            self._segments.append(seg)
-            self._bases.append(base)
-        if not self._segments:
-            start = max(log_start_offset, 0)
-            self._append_segment(self._new_segment(start))
-            self._log_start_offset = start
-            self._recovery_point = start
-            self.epoch_cache.clear()
-            return
-        if clean_shutdown:
-            self.active_segment.active = True
-            try:
-                self.active_segment.load_tail_state()
-            except ProtocolError as e:
-                # a "clean" log whose tail does not parse: trust nothing after the
-                # recovery point and recover as after a crash
-                log.warning("%s: unreadable tail despite clean shutdown: %s", self.name, e)
-                clean_shutdown = False
-        if not clean_shutdown:
-            self._recover_from(recovery_point)
-        leo = self.log_end_offset
-        self._recovery_point = leo if not clean_shutdown else min(max(recovery_point, 0), leo)
-        first_base = self._segments[0].base_offset
-        self._log_start_offset = max(log_start_offset, first_base)
-        if self._log_start_offset > leo:
-            # everything below the checkpointed log start is logically deleted already
-            log.warning(
-                "%s: log start offset %d is past the log end %d; starting empty there",
-                self.name,
-                self._log_start_offset,
-                leo,
-            )
-            self._truncate_fully(self._log_start_offset)
-            return
-        self.epoch_cache.truncate_from_end(leo)
-        self.epoch_cache.truncate_from_start(self._log_start_offset)
-
-    def _recover_from(self, recovery_point: int) -> None:
-        """Unclean start: validate segments from the one holding the recovery point on."""
-        i = max(bisect.bisect_right(self._bases, recovery_point) - 1, 0)
-        first_recovered = self._segments[i].base_offset
-        self.epoch_cache.truncate_from_end(first_recovered)
-        last = len(self._segments) - 1
-        self._segments[last].active = True
-        while i < len(self._segments):
-            seg = self._segments[i]
-            if i > 0 and seg.base_offset < self._segments[i - 1].next_offset:
-                # would overlap the previous segment: everything from here on is garbage
-                self._drop_segments_from(i)
-                break
-            truncated = seg.recover(self._assign_epoch_from_batch)
-            if truncated:
-                log.warning(
-                    "%s: recovery truncated %d invalid bytes of %s",
-                    self.name,
-                    truncated,
-                    seg.log_path.name,
-                )
-            if truncated and i < len(self._segments) - 1:
-                self._drop_segments_from(i + 1)
-            if i < len(self._segments) - 1:
-                seg.on_become_inactive()
-            seg.flush()
-            i += 1
-        while len(self._segments) > 1 and self._segments[-1].size == 0:
-            # an empty last segment (its data torn away) would put the log end at its
-            # base offset, past the data when offsets have a gap: drop it
-            seg = self._segments.pop()
-            self._bases.pop()
-            seg.delete_files()
-        active = self._segments[-1]
-        active.active = True
-        active.load_tail_state()
-        log.info(
-            "%s: recovered from offset %d to log end %d",
-            self.name,
-            first_recovered,
-            active.next_offset,
-        )
-
-    def _assign_epoch_from_batch(self, h: BatchHeader) -> None:
-        if h.partition_leader_epoch > self.epoch_cache.latest_epoch:
-            self.epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
-
-    def _drop_segments_from(self, i: int) -> None:
-        for seg in self._segments[i:]:
-            log.warning("%s: deleting segment %s after invalid data", self.name, seg.log_path.name)
-            seg.delete_files()
-        del self._segments[i:], self._bases[i:]
-
-    def _recover_last_append_time(self) -> int:
-        # The last appended timestamp survives restarts and leader changes because it is
-        # read back from the log: the max timestamp of the last segment holding data.
-        for seg in reversed(self._segments):
-            if seg.size:
-                largest = seg.largest_timestamp()
-                self._release(seg)
-                return largest
-        return NO_TIMESTAMP
-
-    def _append_segment(self, seg: LogSegment) -> None:
-        assert not self._bases or seg.base_offset > self._bases[-1]
-        if self._segments:
-            self._segments[-1].active = False
-        seg.active = True
-        self._segments.append(seg)
-        self._bases.append(seg.base_offset)
-
-    # ---- offsets -------------------------------------------------------------------------
-
-    @property
-    def active_segment(self) -> LogSegment:
-        return self._segments[-1]
-
-    @property
-    def segments(self) -> list[LogSegment]:
-        with self._lock:
-            return list(self._segments)
-
-    @property
-    def log_start_offset(self) -> int:
-        return self._log_start_offset
-
-    @property
-    def log_end_offset(self) -> int:
-        return self._segments[-1].next_offset
-
-    @property
-    def high_watermark(self) -> int:
-        return self._high_watermark
-
-    @property
-    def recovery_point(self) -> int:
-        return self._recovery_point
-
-    @property
-    def last_append_time(self) -> int:
-        return self._last_append_time
-
-    @property
-    def size_bytes(self) -> int:
-        with self._lock:
-            return sum(s.size for s in self._segments)
+    # ---- offsets and config --------------------------------------------------------------
 
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark (clamped to [log start, log end]); returns it."""
@@ -558,171 +372,7 @@ class PartitionLog:
                 return self.active_segment
             return self._roll(self.log_end_offset)
 
-    def _roll(self, base_offset: int) -> LogSegment:
-        old = self.active_segment
-        assert base_offset >= old.next_offset, (base_offset, old)
-        old.on_become_inactive()
-        seg = self._new_segment(base_offset)
-        self._append_segment(seg)
-        self._roll_flush_pending = True
-        log.debug("%s: rolled new segment at %d", self.name, base_offset)
-        return seg
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise LogDirError(f"{self.name}: log is closed")
-
-    # ---- reading -------------------------------------------------------------------------
-
-    def _segment_index_for(self, offset: int) -> int:
-        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
-
-    def read(
-        self,
-        offset: int,
-        max_bytes: int,
-        upper_bound: int | None = None,
-        *,
-        min_one_batch: bool = True,
-    ) -> ReadResult:
-        """Whole batches from the one containing ``offset``, as file ranges.
-
-        At most ``max_bytes`` (but at least one whole batch when ``min_one_batch``), and
-        only batches entirely below ``upper_bound`` (high watermark or log end; default the
-        log end). Raises OffsetOutOfRangeError outside [log start, log end].
-        """
-        with self._lock:
-            lso, leo = self._log_start_offset, self.log_end_offset
-            if offset < lso or offset > leo:
-                raise OffsetOutOfRangeError(
-                    f"{self.name}: offset {offset} is out of range [{lso}, {leo}]"
-                )
-            bound = leo if upper_bound is None else min(upper_bound, leo)
-            ranges: list[FileRange] = []
-            total = 0
-            first_offset = -1
-            next_offset = offset
-            i = self._segment_index_for(offset)
-            full = offset >= bound
-            while not full and i < len(self._segments):
-                seg = self._segments[i]
-                seg_end = self._segments[i + 1].base_offset if i + 1 < len(self._segments) else leo
-                try:
-                    start = seg.translate_offset(next_offset)
-                    if start is None:
-                        i += 1
-                        continue
-                    h = start.header
-                    if h.next_offset > bound:
-                        break
-                    budget = max_bytes - total
-                    if h.size > budget:
-                        if not (min_one_batch and total == 0):
-                            break
-                        end, nxt, full = start.position + h.size, h.next_offset, True
-                    else:
-                        # the end of the last whole batch within the byte budget and below
-                        # the bound, found via the offset index and a short header scan
-                        limit = start.position + budget
-                        if bound < seg_end:
-                            cut = seg.translate_offset(bound, start.position)
-                            if cut is not None:
-                                limit = min(limit, cut.position)
-                        end = seg.whole_batches_end(start.position, limit)
-                        if end < seg.size:
-                            after = seg.read_header(end)
-                            assert after is not None
-                            nxt, full = after.base_offset, True
-                        else:
-                            nxt = seg_end
-                except ProtocolError as e:
-                    raise LogDirError(f"{self.name}: corrupt segment {seg.log_path}: {e}") from e
-                finally:
-                    self._release(seg)
-                if first_offset < 0:
-                    first_offset = h.base_offset
-                ranges.append(FileRange(seg.log_path, start.position, end - start.position))
-                total += end - start.position
-                next_offset = nxt
-                i += 1
-            return ReadResult(
-                ranges=ranges,
-                first_offset=first_offset,
-                next_offset=next_offset,
-                high_watermark=self._high_watermark,
-                log_start_offset=lso,
-                log_end_offset=leo,
-            )
-
-    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
-        """The first record at or after the log start with timestamp >= ``timestamp``.
-
-        ListOffsets by time: None when every record is older.
-        """
-        with self._lock:
-            lso = self._log_start_offset
-            for seg in self._segments[self._segment_index_for(lso) :]:
-                try:
-                    if seg.largest_timestamp() < timestamp:
-                        continue
-                    for b in seg.find_offset_by_timestamp(timestamp, lso):
-                        if b.header.max_timestamp < timestamp:
-                            continue
-                        found = self._record_at_or_after(seg, b, timestamp, lso)
-                        if found is not None:
-                            return found
-                except ProtocolError as e:
-                    raise LogDirError(f"{self.name}: corrupt segment {seg.log_path}: {e}") from e
-                finally:
-                    self._release(seg)
-            return None
-
-    def max_timestamp_offset(self) -> TimestampOffset | None:
-        """ListOffsets MAX_TIMESTAMP (-3): the record with the largest timestamp."""
-        with self._lock:
-            best: LogSegment | None = None
-            for seg in self._segments[self._segment_index_for(self._log_start_offset) :]:
-                if seg.size and (best is None or seg.largest_timestamp() > best.max_timestamp):
-                    best = seg
-                self._release(seg)
-            if best is None or best.max_timestamp == NO_TIMESTAMP:
-                return None
-            try:
-                b = best.translate_offset(best.offset_of_max_timestamp)
-                assert b is not None
-                found = self._record_at_or_after(
-                    best, b, best.max_timestamp, self._log_start_offset
-                )
-            finally:
-                self._release(best)
-            return found
-
-    def _release(self, seg: LogSegment) -> None:
-        """After using an inactive segment: close its files, bound the loaded indexes.
-
-        At most ``LOADED_INDEXES_MAX`` inactive segments keep their index mirrors in
-        memory (least recently used go first; they are re-read on next use).
-        """
-        if seg.active:
-            return
-        seg.close_files()
-        self._loaded.pop(seg.base_offset, None)
-        self._loaded[seg.base_offset] = seg
-        while len(self._loaded) > LOADED_INDEXES_MAX:
-            _, old = self._loaded.popitem(last=False)
-            if not old.active:
-                old.unload_indexes()
-
-    def _record_at_or_after(
-        self, seg: LogSegment, b: SegmentBatch, timestamp: int, min_offset: int
-    ) -> TimestampOffset | None:
-        data = seg.pread(b.header.size, b.position)
-        for rec in iter_records(data):
-            if rec.timestamp >= timestamp and rec.offset >= min_offset:
-                return TimestampOffset(rec.timestamp, rec.offset, b.header.partition_leader_epoch)
-        return None
-
-    # ---- truncation and deletion ---------------------------------------------------------
+    # ---- truncation ------------------------------------------------------------------------
 
     def truncate_to(self, offset: int) -> bool:
         """Remove every batch ending at or after ``offset`` (follower divergence).
@@ -781,111 +431,6 @@ class PartitionLog:
         self._high_watermark = offset
         self._recovery_point = offset
         self._unflushed_messages = 0
-
-    def delete_records_before(self, offset: int) -> int:
-        """DeleteRecords: advance the log start offset to ``offset`` (<= high watermark).
-
-        ``-1`` means the high watermark. Whole segments below the new log start are
-        deleted at once; returns the new log start offset.
-        """
-        with self._lock:
-            self._check_open()
-            if offset == -1:
-                offset = self._high_watermark
-            if offset < 0 or offset > self._high_watermark:
-                raise OffsetOutOfRangeError(
-                    f"{self.name}: cannot delete records before {offset}: beyond the high "
-                    f"watermark {self._high_watermark}"
-                )
-            if offset > self._log_start_offset:
-                self._log_start_offset = offset
-                self.epoch_cache.truncate_from_start(offset)
-                self._delete_segments(self._deletable(lambda seg, nxt: nxt.base_offset <= offset))
-            return self._log_start_offset
-
-    def delete_old_segments(self, now_ms: int) -> int:
-        """Retention: delete segments past retention.ms / retention.bytes / log start.
-
-        ``retention.ms`` compares ``now_ms`` with a segment's largest timestamp (KIP-32),
-        ``retention.bytes`` the partition size. Only segments entirely below the high
-        watermark go, and the retention hook may veto. Returns segments deleted.
-        """
-        with self._lock:
-            if self._closed:
-                return 0
-            lso = self._log_start_offset
-            deleted = self._delete_segments(self._deletable(lambda s, n: n.base_offset <= lso))
-            cfg = self.config
-            if not cfg.delete_enabled:
-                return deleted
-            if cfg.retention_bytes >= 0:
-                excess = sum(s.size for s in self._segments) - cfg.retention_bytes
-
-                def over_size(seg: LogSegment, _next: _NextSegment) -> bool:
-                    nonlocal excess
-                    if excess - seg.size < 0:
-                        return False
-                    excess -= seg.size
-                    return True
-
-                deleted += self._delete_segments(self._deletable(over_size))
-            if cfg.retention_ms >= 0:
-
-                def too_old(seg: LogSegment, _next: _NextSegment) -> bool:
-                    largest = seg.largest_timestamp()
-                    self._release(seg)
-                    if largest == NO_TIMESTAMP:
-                        largest = seg.modified_ms()
-                    return now_ms - largest > cfg.retention_ms
-
-                deleted += self._delete_segments(self._deletable(too_old))
-            return deleted
-
-    def _deletable(self, predicate: Callable[[LogSegment, _NextSegment], bool]) -> list[LogSegment]:
-        out: list[LogSegment] = []
-        for i, seg in enumerate(self._segments):
-            is_last = i == len(self._segments) - 1
-            nxt = _NextSegment(
-                self.log_end_offset if is_last else self._segments[i + 1].base_offset
-            )
-            if is_last and seg.size == 0:
-                break
-            if self._high_watermark < nxt.base_offset or not predicate(seg, nxt):
-                break
-            if self.retention_hook is not None and not self.retention_hook(self, seg):
-                break
-            out.append(seg)
-        return out
-
-    def _delete_segments(self, doomed: list[LogSegment]) -> int:
-        if not doomed:
-            return 0
-        if len(doomed) == len(self._segments):
-            self._roll(self.log_end_offset)  # never delete the active segment: roll first
-        n = len(doomed)
-        for seg in doomed:
-            self._schedule_delete(seg)
-        del self._segments[:n], self._bases[:n]
-        self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
-        self.epoch_cache.truncate_from_start(self._log_start_offset)
-        self._recovery_point = max(self._recovery_point, self._segments[0].base_offset)
-        log.info(
-            "%s: deleted %d segment(s); log start offset %d",
-            self.name,
-            n,
-            self._log_start_offset,
-        )
-        return n
-
-    def _schedule_delete(self, seg: LogSegment) -> None:
-        if self._loaded.get(seg.base_offset) is seg:
-            del self._loaded[seg.base_offset]
-        self._files.schedule_delete(seg, self.clock.now_ms() + self.config.file_delete_delay_ms)
-
-    def delete_expired_files(self, now_ms: int) -> int:
-        """Remove ``.deleted`` files whose ``file.delete.delay.ms`` has passed."""
-        with self._lock:
-            return self._files.delete_expired(now_ms)
 
     # ---- durability and lifetime ---------------------------------------------------------
 
@@ -995,10 +540,3 @@ class PartitionLog:
             f"hw={self._high_watermark}, end={self.log_end_offset}, "
             f"segments={len(self._segments)})"
         )
-
-
-@dataclass(frozen=True, slots=True)
-class _NextSegment:
-    """The offset bounding a segment from above (next segment base or the log end)."""
-
-    base_offset: int

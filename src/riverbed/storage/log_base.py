@@ -1,0 +1,300 @@
+"""LogBase: the state of a partition log, its loading and recovery, shared helpers.
+
+:class:`~riverbed.storage.log.PartitionLog` is assembled from this base and two mixins,
+:mod:`riverbed.storage.log_reads` (reads, timestamp lookups) and
+:mod:`riverbed.storage.log_retention` (retention, DeleteRecords); the module docstring of
+:mod:`riverbed.storage.log` describes the whole.
+
+Loading (at construction): leftover files are removed, segments listed by their
+20-digit names; after a clean shutdown the active segment's tail state is read from its
+indexes plus a short header scan, otherwise every segment from the one holding the
+recovery point on is validated batch by batch (length, CRC, offsets), the first invalid
+batch and everything after it truncated, indexes and leader epochs rebuilt, and the
+recovered segments fsynced. A checkpointed log start offset past the log end restarts
+the log empty there (as Kafka does).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from riverbed.protocol.exceptions import ProtocolError
+from riverbed.protocol.records import BatchHeader
+from riverbed.storage.checkpoints import (
+    PARTITION_METADATA,
+    CheckpointError,
+    read_partition_metadata,
+    write_partition_metadata,
+)
+from riverbed.storage.clock import Clock
+from riverbed.storage.config import LogConfig
+from riverbed.storage.epoch_cache import LeaderEpochCache
+from riverbed.storage.errors import LogDirError
+from riverbed.storage.log_files import SegmentFiles
+from riverbed.storage.segment import LogSegment
+from riverbed.storage.time_index import NO_TIMESTAMP
+
+__all__ = ["LOADED_INDEXES_MAX", "LogBase", "RetentionHook"]
+
+log = logging.getLogger("riverbed.storage.log")
+
+# Inactive segments per log whose index mirrors stay in memory (an LRU).
+LOADED_INDEXES_MAX: Final = 8
+# Decides whether a segment may be deleted by retention (False = keep it for now), e.g.
+# tiered storage vetoing segments not yet copied to the remote tier. Called with the
+# PartitionLog and the segment.
+RetentionHook = Callable[[Any, LogSegment], bool]
+
+
+class LogBase:
+    """State of one partition log plus what every part of it needs."""
+
+    directory: Path
+    topic: str
+    partition: int
+    config: LogConfig
+    clock: Clock
+    retention_hook: RetentionHook | None
+    epoch_cache: LeaderEpochCache
+    topic_id: str | None
+    _lock: threading.RLock
+    _segments: list[LogSegment]
+    _bases: list[int]
+    _files: SegmentFiles
+    _loaded: OrderedDict[int, LogSegment]
+    _truncations: int
+    _roll_flush_pending: bool
+    _unflushed_messages: int
+    _last_flush_ms: int
+    _closed: bool
+    _log_start_offset: int
+    _high_watermark: int
+    _recovery_point: int
+    _last_append_time: int
+
+    def _truncate_fully(self, offset: int) -> None:
+        raise NotImplementedError
+
+    # ---- identity and offsets ------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment.create(
+            self.directory,
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_bytes=self.config.segment_index_bytes,
+            created_ms=self.clock.now_ms(),
+        )
+
+    def _append_segment(self, seg: LogSegment) -> None:
+        assert not self._bases or seg.base_offset > self._bases[-1]
+        if self._segments:
+            self._segments[-1].active = False
+        seg.active = True
+        self._segments.append(seg)
+        self._bases.append(seg.base_offset)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        with self._lock:
+            return list(self._segments)
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def last_append_time(self) -> int:
+        return self._last_append_time
+
+    @property
+    def size_bytes(self) -> int:
+        with self._lock:
+            return sum(s.size for s in self._segments)
+
+    def _segment_index_for(self, offset: int) -> int:
+        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
+
+    def _release(self, seg: LogSegment) -> None:
+        """After using an inactive segment: close its files, bound the loaded indexes.
+
+        At most ``LOADED_INDEXES_MAX`` inactive segments keep their index mirrors in
+        memory (least recently used go first; they are re-read on next use).
+        """
+        if seg.active:
+            return
+        seg.close_files()
+        self._loaded.pop(seg.base_offset, None)
+        self._loaded[seg.base_offset] = seg
+        while len(self._loaded) > LOADED_INDEXES_MAX:
+            _, old = self._loaded.popitem(last=False)
+            if not old.active:
+                old.unload_indexes()
+
+    def _roll(self, base_offset: int) -> LogSegment:
+        old = self.active_segment
+        assert base_offset >= old.next_offset, (base_offset, old)
+        old.on_become_inactive()
+        seg = self._new_segment(base_offset)
+        self._append_segment(seg)
+        self._roll_flush_pending = True
+        log.debug("%s: rolled new segment at %d", self.name, base_offset)
+        return seg
+
+    def _schedule_delete(self, seg: LogSegment) -> None:
+        if self._loaded.get(seg.base_offset) is seg:
+            del self._loaded[seg.base_offset]
+        self._files.schedule_delete(seg, self.clock.now_ms() + self.config.file_delete_delay_ms)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogDirError(f"{self.name}: log is closed")
+
+    def _assign_epoch_from_batch(self, h: BatchHeader) -> None:
+        if h.partition_leader_epoch > self.epoch_cache.latest_epoch:
+            self.epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
+
+    def _init_topic_id(self, topic_id: str | None) -> str | None:
+        path = self.directory / PARTITION_METADATA
+        try:
+            stored = read_partition_metadata(path)
+        except CheckpointError as e:
+            log.warning("%s: rewriting unreadable partition.metadata: %s", self.name, e)
+            stored = None
+        if topic_id is not None and stored != topic_id:
+            write_partition_metadata(path, topic_id)
+            return topic_id
+        return stored
+
+    def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
+        now = self.clock.now_ms()
+        bases = self._files.clean_and_list()
+        for base in bases:
+            seg = LogSegment.open_existing(
+                self.directory,
+                base,
+                index_interval_bytes=self.config.index_interval_bytes,
+                max_index_bytes=self.config.segment_index_bytes,
+                created_ms=now,
+            )
+            self._segments.append(seg)
+            self._bases.append(base)
+        if not self._segments:
+            start = max(log_start_offset, 0)
+            self._append_segment(self._new_segment(start))
+            self._log_start_offset = start
+            self._recovery_point = start
+            self.epoch_cache.clear()
+            return
+        if clean_shutdown:
+            self.active_segment.active = True
+            try:
+                self.active_segment.load_tail_state()
+            except ProtocolError as e:
+                # a "clean" log whose tail does not parse: trust nothing after the
+                # recovery point and recover as after a crash
+                log.warning("%s: unreadable tail despite clean shutdown: %s", self.name, e)
+                clean_shutdown = False
+        if not clean_shutdown:
+            self._recover_from(recovery_point)
+        leo = self.log_end_offset
+        self._recovery_point = leo if not clean_shutdown else min(max(recovery_point, 0), leo)
+        first_base = self._segments[0].base_offset
+        self._log_start_offset = max(log_start_offset, first_base)
+        if self._log_start_offset > leo:
+            # everything below the checkpointed log start is logically deleted already
+            log.warning(
+                "%s: log start offset %d is past the log end %d; starting empty there",
+                self.name,
+                self._log_start_offset,
+                leo,
+            )
+            self._truncate_fully(self._log_start_offset)
+            return
+        self.epoch_cache.truncate_from_end(leo)
+        self.epoch_cache.truncate_from_start(self._log_start_offset)
+
+    def _recover_from(self, recovery_point: int) -> None:
+        """Unclean start: validate segments from the one holding the recovery point on."""
+        i = max(bisect.bisect_right(self._bases, recovery_point) - 1, 0)
+        first_recovered = self._segments[i].base_offset
+        self.epoch_cache.truncate_from_end(first_recovered)
+        last = len(self._segments) - 1
+        self._segments[last].active = True
+        while i < len(self._segments):
+            seg = self._segments[i]
+            if i > 0 and seg.base_offset < self._segments[i - 1].next_offset:
+                # would overlap the previous segment: everything from here on is garbage
+                self._drop_segments_from(i)
+                break
+            truncated = seg.recover(self._assign_epoch_from_batch)
+            if truncated:
+                log.warning(
+                    "%s: recovery truncated %d invalid bytes of %s",
+                    self.name,
+                    truncated,
+                    seg.log_path.name,
+                )
+            if truncated and i < len(self._segments) - 1:
+                self._drop_segments_from(i + 1)
+            if i < len(self._segments) - 1:
+                seg.on_become_inactive()
+            seg.flush()
+            i += 1
+        while len(self._segments) > 1 and self._segments[-1].size == 0:
+            # an empty last segment (its data torn away) would put the log end at its
+            # base offset, past the data when offsets have a gap: drop it
+            seg = self._segments.pop()
+            self._bases.pop()
+            seg.delete_files()
+        active = self._segments[-1]
+        active.active = True
+        active.load_tail_state()
+        log.info(
+            "%s: recovered from offset %d to log end %d",
+            self.name,
+            first_recovered,
+            active.next_offset,
+        )
+
+    def _drop_segments_from(self, i: int) -> None:
+        for seg in self._segments[i:]:
+            log.warning("%s: deleting segment %s after invalid data", self.name, seg.log_path.name)
+            seg.delete_files()
+        del self._segments[i:], self._bases[i:]
+
+    def _recover_last_append_time(self) -> int:
+        # The last appended timestamp survives restarts and leader changes because it is
+        # read back from the log: the max timestamp of the last segment holding data.
+        for seg in reversed(self._segments):
+            if seg.size:
+                largest = seg.largest_timestamp()
+                self._release(seg)
+                return largest
+        return NO_TIMESTAMP

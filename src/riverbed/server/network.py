@@ -360,6 +360,9 @@ class Connection:
             if response is not None and not transport.is_closing():
                 try:
                     await self._send(header, response)
+                except CloseConnection as exc:
+                    self._close_with(str(exc))
+                    return
                 except (ConnectionError, OSError) as exc:
                     log.info("connection to %s lost while writing: %s", self.peer, exc)
                     self.closing = True
@@ -412,14 +415,21 @@ class Connection:
         # Open every file before writing a byte: a segment deleted by retention after
         # this point stays readable through the open descriptor.
         opened: dict[int, list[int]] = {}
+        all_fds: list[int] = []
         try:
             for fr in files:
-                opened[id(fr)] = [os.open(r.path, os.O_RDONLY) for r in fr.ranges]
-        except OSError:
-            for fds in opened.values():
-                for fd in fds:
-                    os.close(fd)
-            raise
+                fds = opened.setdefault(id(fr), [])
+                for r in fr.ranges:
+                    fd = os.open(r.path, os.O_RDONLY)
+                    all_fds.append(fd)
+                    fds.append(fd)
+        except OSError as exc:
+            for fd in all_fds:
+                os.close(fd)
+            # Nothing written yet: the client reconnects and fetches again.
+            raise CloseConnection(
+                f"a segment file vanished before the fetch response was sent: {exc}"
+            ) from None
         try:
             self.writer.write(_INT32.pack(plan_size(parts)))
             for part in parts:
@@ -431,9 +441,8 @@ class Connection:
                     await self._send_range(fd, rng.position, rng.size)
             await self.writer.drain()
         finally:
-            for fds in opened.values():
-                for fd in fds:
-                    os.close(fd)
+            for fd in all_fds:
+                os.close(fd)
 
     async def _send_range(self, fd: int, position: int, size: int) -> None:
         """Write ``size`` bytes of ``fd`` from ``position``: sendfile, else copy."""

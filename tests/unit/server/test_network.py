@@ -334,3 +334,31 @@ def test_connections_beyond_the_limit_are_refused(caplog: pytest.LogCaptureFixtu
     assert refused == b""
     assert third == (3, b"third")
     assert any("max.connections" in r.getMessage() for r in caplog.records)
+
+
+def test_vanished_segment_closes_the_connection_cleanly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def handler(ctx: RequestContext, body: bytes) -> Any:
+        if body != b"fetch":
+            return body
+        fr = FileRecords([Range(str(tmp_path / "gone.log"), 0, 100)])
+        return SplicedResponse(
+            body=b"H" + struct.pack(">i", 16) + fr.token, files=[fr], compact=False
+        )
+
+    async def main() -> tuple[tuple[int, bytes], bytes]:
+        server, port = await start(handler)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(frame(1, b"before") + frame(2, b"fetch"))
+        first = await read_response(reader)
+        rest = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        await server.stop()
+        return first, rest
+
+    with caplog.at_level(logging.WARNING, logger="riverbed.server.network"):
+        first, rest = asyncio.run(main())
+    assert first == (1, b"before")
+    assert rest == b""  # no partial frame was written
+    assert any("segment file vanished" in r.getMessage() for r in caplog.records)

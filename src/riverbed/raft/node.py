@@ -147,6 +147,7 @@ class RaftNode(ReplicationMixin):
         self.pending: dict[int, tuple[int, str, int, int]] = {}
         self.next_correlation_id = 1
         self.fetch_in_flight = False
+        self.fetch_correlation_id = -1  # the latest Fetch/FetchSnapshot sent
         self.fetch_target = -1  # observer discovery target
         self.snapshot_download: SnapshotId | None = None
         self.started = False
@@ -345,12 +346,17 @@ class RaftNode(ReplicationMixin):
         if isinstance(response, VoteResponse):
             # whether it answers a pre-vote is ours to know (Kafka's reply has no flag)
             self._on_vote_response(src, response, sent_epoch, pre_vote=kind == "pre_vote")
-        elif isinstance(response, FetchResponse):
+        elif isinstance(response, FetchResponse | FetchSnapshotResponse):
+            # only the reply to the latest fetch may touch the log: an older one was
+            # computed for a position the log has since left (a stale DivergingEpoch would
+            # truncate entries this replica already reported to the leader as flushed)
+            if correlation_id != self.fetch_correlation_id:
+                return []
             self.fetch_in_flight = False
-            self._on_fetch_response(src, response)
-        elif isinstance(response, FetchSnapshotResponse):
-            self.fetch_in_flight = False
-            self._on_fetch_snapshot_response(src, response)
+            if isinstance(response, FetchResponse):
+                self._on_fetch_response(src, response)
+            else:
+                self._on_fetch_snapshot_response(src, response)
         elif isinstance(response, BeginQuorumEpochResponse):
             self._maybe_learn(response.leader_epoch, response.leader_id)
             if (
@@ -707,18 +713,19 @@ class RaftNode(ReplicationMixin):
     # ======================================================================================
     # plumbing
     # ======================================================================================
-    def _send(self, dest: int, kind: str, request: Request) -> None:
+    def _send(self, dest: int, kind: str, request: Request) -> int:
         corr = self.next_correlation_id
         self.next_correlation_id += 1
         self.pending[corr] = (dest, kind, self.epoch, self._now)
         self._emit(SendRequest(dest, corr, request))
+        return corr
 
     def _expire_pending(self) -> None:
         limit = self._now - self.config.request_timeout_ms
-        for corr, (_, kind, _, sent) in list(self.pending.items()):
+        for corr, (_, _, _, sent) in list(self.pending.items()):
             if sent <= limit:
                 del self.pending[corr]
-                if kind in ("fetch", "fetch_snapshot"):
+                if corr == self.fetch_correlation_id:
                     self.fetch_in_flight = False
 
     def _emit(self, action: Action) -> None:

@@ -71,12 +71,13 @@ class ReplicationMixin:
         leader_state: LeaderState | None
         fetch_deadline_ms: int
         fetch_in_flight: bool
+        fetch_correlation_id: int
         backoff_until_ms: int
         last_leader_contact_ms: int
         _now: int
 
         def _emit(self, action: Action) -> None: ...
-        def _send(self, dest: int, kind: str, request: Request) -> None: ...
+        def _send(self, dest: int, kind: str, request: Request) -> int: ...
         def _maybe_learn(self, epoch: int, leader_id: int) -> None: ...
         def _become_resigned(self) -> None: ...
 
@@ -238,7 +239,7 @@ class ReplicationMixin:
     # ======================================================================================
     def _send_fetch(self, dest: int) -> None:
         self.fetch_in_flight = True
-        self._send(
+        self.fetch_correlation_id = self._send(
             dest,
             "fetch",
             FetchRequest(
@@ -327,7 +328,7 @@ class ReplicationMixin:
         sid = self.snapshot_download
         assert sid is not None
         self.fetch_in_flight = True
-        self._send(
+        self.fetch_correlation_id = self._send(
             self.leader_id,
             "fetch_snapshot",
             FetchSnapshotRequest(

@@ -20,6 +20,7 @@ from riverbed.raft.messages import (
     FetchSnapshotResponse,
     OffsetAndEpoch,
     SnapshotId,
+    VoteResponse,
 )
 from riverbed.raft.node import NotLeaderError, RaftNode
 from riverbed.raft.quorum_state import QuorumState
@@ -513,3 +514,32 @@ def test_startup_log_disagreeing_with_the_snapshot_restarts_at_the_snapshot() ->
     node2 = make_node(log=log2, snapshots=snaps2)
     node2.start(0)
     assert (node2.log.start_offset, node2.log.end_offset) == (0, 8)
+
+
+def test_reply_to_an_older_fetch_is_ignored() -> None:
+    # found by the soak (seed 25598): a DivergingEpoch computed for an old fetch position,
+    # arriving after a newer fetch appended entries the leader then counted as flushed
+    log = MemoryLog()
+    log.append(entries(0, 1, "set a 1", "set b 2", "set c 3", "set d 4"))
+    log.flush(4)
+    node = make_node(2, log=log, request_timeout_ms=5000, fetch_timeout_ms=1000)
+    old = requests(make_follower(node, 1, 2), FetchRequest)[0][0]
+    # fetch timeout -> Prospective; the pre-vote is lost -> back to following 1, which
+    # sends a new fetch while the old one is still outstanding
+    node.tick(1000)
+    assert node.role is Role.PROSPECTIVE
+    for corr, (dest, kind, _, _) in list(node.pending.items()):
+        if kind == "pre_vote":
+            node.handle_response(dest, corr, VoteResponse(0, 1, 2, False), 1001)
+    assert node.role is Role.FOLLOWER
+    new = [
+        corr
+        for corr, (_, kind, _, _) in node.pending.items()
+        if kind == "fetch" and corr != old.correlation_id
+    ]
+    assert len(new) == 1 and old.correlation_id in node.pending
+    node.handle_response(1, new[0], fetch_reply(1, 2, 0, entries(4, 2, "set e 5")), 1002)
+    assert node.log.end_offset == 5
+    stale = FetchResponse(0, 1, 2, 0, 0, diverging_epoch=OffsetAndEpoch(2, 1))
+    assert node.handle_response(1, old.correlation_id, stale, 1003) == []
+    assert node.log.end_offset == 5  # not truncated

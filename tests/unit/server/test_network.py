@@ -68,6 +68,14 @@ class Range:
 LOOPS = ["asyncio", "uvloop"]
 
 
+async def _until(cond: Any, timeout_s: float = 10.0) -> None:
+    """Poll ``cond`` (a liveness wait under CPU contention, not a timing assertion)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not cond() and loop.time() < deadline:
+        await asyncio.sleep(0.01)
+
+
 def run(loop_kind: str, coro: Any) -> Any:
     if loop_kind == "uvloop":
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
@@ -145,7 +153,8 @@ def test_inflight_bound_applies_back_pressure() -> None:
         server, port = await start(handler, inflight_requests_max=3)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"".join(frame(i, b"x") for i in range(40)))
-        await asyncio.sleep(0.3)
+        await _until(lambda: started >= 3)
+        await asyncio.sleep(0.2)  # time to (wrongly) read more, were it not bounded
         blocked = started
         release.set()
         got = [await read_response(reader) for _ in range(40)]
@@ -231,7 +240,10 @@ def test_splice_plan_rejects_missing_token() -> None:
 
 @pytest.mark.parametrize("loop_kind", LOOPS)
 def test_stop_answers_inflight_requests_then_closes(loop_kind: str) -> None:
+    in_flight = asyncio.Event()
+
     async def handler(ctx: RequestContext, body: bytes) -> Any:
+        in_flight.set()
         await asyncio.sleep(0.3)
         return body
 
@@ -239,7 +251,7 @@ def test_stop_answers_inflight_requests_then_closes(loop_kind: str) -> None:
         server, port = await start(handler)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(frame(5, b"slow"))
-        await asyncio.sleep(0.05)  # the request is in flight when the server stops
+        await asyncio.wait_for(in_flight.wait(), 10)  # in flight when the server stops
         await server.stop()
         got = await read_response(reader)
         rest = await asyncio.wait_for(reader.read(), 5)
@@ -266,7 +278,8 @@ def test_queued_requests_bound_spans_connections() -> None:
         conns = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
         for _, w in conns:
             w.write(b"".join(frame(i, b"x") for i in range(4)))
-        await asyncio.sleep(0.3)
+        await _until(lambda: started >= 3)
+        await asyncio.sleep(0.2)  # time to (wrongly) read more, were it not bounded
         blocked = started
         release.set()
         answered = [len([await read_response(r) for _ in range(4)]) for r, _ in conns]
@@ -319,7 +332,7 @@ def test_connections_beyond_the_limit_are_refused(caplog: pytest.LogCaptureFixtu
         r2, w2 = await asyncio.open_connection("127.0.0.1", port)
         refused = await asyncio.wait_for(r2.read(), 5)
         w1.close()
-        await asyncio.sleep(0.1)  # the first connection is gone: room for a new one
+        await _until(lambda: not server._open)  # the first connection is gone: room again
         r3, w3 = await asyncio.open_connection("127.0.0.1", port)
         w3.write(frame(3, b"third"))
         third = await read_response(r3)

@@ -31,6 +31,10 @@ sysdeps:
 	  echo "Java 17+ is needed by Spark; installing openjdk-17-jre-headless"; \
 	  ( [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null ) || echo "WARNING: Java 17+ missing: install openjdk-17-jre-headless"; \
 	fi
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\(1\.\)\{0,1\}\([0-9]*\).*/\2/p' | head -n 1); \
+	if [ -n "$$v" ] && [ "$$v" -lt 17 ]; then \
+	  echo "WARNING: Spark needs Java 17+ but java -version reports $$v; tests/spark will fail: install openjdk-17-jre-headless and put it first on PATH (or set JAVA_HOME)"; \
+	fi
 
 run: $(STAMP)
 	@echo "riverbed: starting the embedded broker (data in ./riverbed-data); Ctrl-C stops it."

@@ -6,6 +6,8 @@ import struct
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from riverbed.storage import InvalidConfigError, LogConfig, ManualClock, SystemClock
 from riverbed.storage.checkpoints import (
@@ -218,3 +220,59 @@ def test_clocks() -> None:
     m.set(7)
     assert m.now_ms() == 7
     assert SystemClock().now_ms() > 1_600_000_000_000
+
+
+# ---- index lookups against a sorted-list model (hypothesis) --------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    gaps=st.lists(st.tuples(st.integers(1, 50), st.integers(1, 5000)), max_size=40),
+    probes=st.lists(st.integers(-10, 300_000), min_size=1, max_size=20),
+)
+def test_offset_index_lookup_matches_model(
+    tmp_path_factory: pytest.TempPathFactory, gaps: list[tuple[int, int]], probes: list[int]
+) -> None:
+    base = 1000
+    idx = OffsetIndex(tmp_path_factory.mktemp("oi") / "a.index", base, 1 << 20)
+    idx.reset()
+    entries = []
+    off, pos = base, 0
+    for d_off, d_pos in gaps:
+        off, pos = off + d_off, pos + d_pos
+        idx.append(off, pos)
+        entries.append((off, pos))
+    for p in probes:
+        target = base + p
+        want = max((e for e in entries if e[0] <= target), default=(base, 0))
+        assert idx.lookup(target) == want
+        want_pos = max((e for e in entries if e[1] <= p), default=(base, 0), key=lambda e: e[1])
+        assert idx.floor_position(p) == want_pos
+    idx.write_pending()
+    idx.close()
+    assert list(OffsetIndex(idx.path, base, 1 << 20).iter_raw()) == [
+        (o - base, p) for o, p in entries
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(st.tuples(st.integers(-5, 20), st.integers(0, 3)), max_size=50),
+    probes=st.lists(st.integers(0, 2000), min_size=1, max_size=20),
+)
+def test_time_index_lookup_matches_model(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[int, int]], probes: list[int]
+) -> None:
+    idx = TimeIndex(tmp_path_factory.mktemp("ti") / "a.timeindex", 0, 1 << 20)
+    idx.reset()
+    entries: list[tuple[int, int]] = []
+    ts, off = 100, 0
+    for d_ts, d_off in steps:
+        ts, off = ts + d_ts, off + d_off
+        appended = idx.maybe_append(ts, off)
+        assert appended == (not entries or ts > entries[-1][0])
+        if appended:
+            entries.append((ts, off))
+    for p in probes:
+        want = max((e for e in entries if e[0] <= p), default=(-1, 0))
+        assert idx.lookup(p) == want

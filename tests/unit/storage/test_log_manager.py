@@ -148,3 +148,31 @@ def test_corrupt_checkpoint_means_full_recovery(tmp_path: Path) -> None:
     m2.shutdown()
     with pytest.raises(LogDirError):
         LogManager([], clock)
+
+
+def test_appends_and_reads_while_the_pool_flushes(tmp_path: Path) -> None:
+    """Flushes run in the pool while the caller keeps appending, rolling and reading."""
+    clock = ManualClock(T0)
+    m = LogManager([tmp_path / "d"], clock, flush_threads_max=2)
+    plog = m.get_or_create("t", 0, LogConfig(segment_bytes=2000, flush_messages=6))
+    futures = []
+    points = []
+    for i in range(300):
+        plog.append_as_leader(batch(2, ts=T0 + i), leader_epoch=0)
+        futures += m.flush_due(clock.now_ms())
+        if i % 7 == 0:
+            assert plog.read(max(0, 2 * i - 10), 500).first_offset >= 0
+        points.append(plog.recovery_point)
+    for f in futures:
+        assert f.result(timeout=30) <= plog.log_end_offset
+    assert points == sorted(points)  # the recovery point only moves forward
+    assert len(plog.segments) > 10 and len(futures) >= 2  # one flush in flight per log
+    plog.flush()
+    m.write_checkpoints()
+    plog.abandon()  # crash after the final flush: nothing may be lost
+    m2 = LogManager([tmp_path / "d"], clock)
+    again = m2.get("t", 0)
+    assert again is not None and again.log_end_offset == 600
+    data = again.read(0, 1 << 20).read_bytes()
+    assert len(data) == again.size_bytes
+    m2.shutdown()

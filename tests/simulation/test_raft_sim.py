@@ -1,4 +1,4 @@
-"""Seeded raft simulation: 540 seeds over clusters of 1, 3 and 5 voters with 0-2 observers,
+"""Seeded raft simulation: 900 seeds over clusters of 1, 3 and 5 voters with 0-2 observers,
 and 60 more with every message through Kafka wire bytes.
 
 Each seed runs chaos (crashes losing unflushed writes, restarts, partitions, drops,
@@ -17,7 +17,7 @@ import pytest
 from riverbed.testing.raft_sim import SimParams, params_for, run_seed
 
 SEEDS_PER_CHUNK = 45
-CHUNKS = 12  # 540 seeds
+CHUNKS = 20  # 900 seeds
 
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))

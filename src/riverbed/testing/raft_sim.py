@@ -167,6 +167,7 @@ class Simulation:
         self.partition: dict[int, int] = {}  # node -> side; empty = connected
         self.drop_rate = 0.0
         self.dup_rate = 0.0
+        self.slow_until = 0
         self.chaos = True
         self.wiped_voters = 0
         self.key_counter = 0
@@ -241,7 +242,10 @@ class Simulation:
         if self.p.wire:
             msg = through_wire(msg)
         for _ in range(copies):
-            delay = self.rng.randint(1, 12)
+            # a slow network period: some messages outlive the request timeout, so late
+            # replies to requests already retried are common
+            slow = self.slow_until > self.now and self.rng.random() < 0.3
+            delay = self.rng.randint(1, 900) if slow else self.rng.randint(1, 12)
             self.schedule(self.now + delay, "msg", src, src_inc, dst, dst_inc, kind, corr, msg)
 
     def run_actions(self, sn: SimNode, actions: list[Action]) -> None:
@@ -400,6 +404,9 @@ class Simulation:
         elif r < 0.62:
             self.drop_rate = self.rng.choice((0.0, 0.0, 0.05, 0.2, 0.5))
             self.dup_rate = self.rng.choice((0.0, 0.02, 0.1))
+            if self.rng.random() < 0.3:
+                self.slow_until = self.now + self.rng.randint(200, 2000)
+                self.trace(f"slow network until {self.slow_until}")
         elif r < 0.70:
             leaders = [sn for sn in alive if sn.node and sn.node.role is Role.LEADER]
             if leaders:

@@ -4,6 +4,12 @@
 `HANDLERS` and awaits the handler with the broker, the request context and the decoded
 body. An api key riverbed decodes but does not serve on a client listener (e.g. the Raft
 RPCs) closes the connection, as Kafka does for an API a listener does not expose.
+
+A handler that raises (a bug, or an unexpected error below it) does not cost the client
+its connection: as in Kafka's ``KafkaApis.handleError``, the exception is logged and the
+request is answered with the error response (`error_response`: UNKNOWN_SERVER_ERROR, or
+the Kafka code a typed error carries, in every error field). A produce with acks=0 has
+no response to carry the error, so that connection is closed, as Kafka does.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import response_body_version
 from riverbed.server.broker import admin, cluster_info, fetch, offsets, placeholders, produce
+from riverbed.server.broker.error_response import error_code_of, error_response
 from riverbed.server.broker.partitions import PartitionManager
 from riverbed.server.broker.versioning import fit_to_version
 from riverbed.server.network import CloseConnection, RequestContext
@@ -96,7 +103,29 @@ class Broker:
         handler = HANDLERS.get(ctx.header.api_key)
         if handler is None:
             raise UnsupportedApi(f"api key {ctx.header.api_key} is not served on this listener")
-        response = await handler(self, ctx, body)
-        if response is not None and ctx.header.api_key not in _VERSION_EXACT:
-            fit_to_version(response, response_body_version(ctx.header))
+        version = response_body_version(ctx.header)
+        try:
+            response = await handler(self, ctx, body)
+            if response is not None and ctx.header.api_key not in _VERSION_EXACT:
+                fit_to_version(response, version)
+        except CloseConnection:
+            raise
+        except Exception as exc:
+            return self._error_response(ctx, body, version, exc)
         return response
+
+    def _error_response(self, ctx: RequestContext, body: Any, version: int, exc: Exception) -> Any:
+        header = ctx.header
+        code = error_code_of(exc)
+        log.error(
+            "error handling api_key=%s v%s (correlation id %s) from %s: answering %s",
+            header.api_key,
+            header.api_version,
+            header.correlation_id,
+            ctx.peer,
+            code.name,
+            exc_info=exc,
+        )
+        if header.api_key == ApiKey.PRODUCE and getattr(body, "acks", None) == 0:
+            raise CloseConnection(f"produce with acks=0 failed ({code.name})") from exc
+        return error_response(header.api_key, body, version, code)

@@ -1,0 +1,151 @@
+"""The error response for a request (Kafka's ``AbstractRequest.getErrorResponse``).
+
+When a handler fails unexpectedly, Kafka does not drop the connection: it answers the
+request with the error code in every error field of the response, logs the exception,
+and keeps serving. Kafka hand-writes that response per API; riverbed derives it from
+the message schema instead:
+
+- every top-level ``ErrorCode`` field of the response gets the code;
+- every response array of structs that carries an ``ErrorCode`` somewhere inside is
+  mirrored from the request array it answers (the request array sharing the most key
+  fields: topic name / id, partition index, resource type / name, group id): one
+  response entry per request entry, with the key fields copied and the error code set,
+  recursively (topics -> partitions);
+- a request array of plain strings (DeleteTopics v0-5 ``TopicNames``) mirrors into
+  entries whose key field takes the string;
+- everything else keeps the schema default (offsets -1 where Kafka's spec says so).
+
+The error message stays null for UNKNOWN_SERVER_ERROR, as in Kafka (``ApiError``
+withholds an internal exception's text from clients); the broker logs it instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import message_spec, response_class
+from riverbed.protocol.schema import FieldSpec, StructSpec
+from riverbed.server.broker.versioning import fit_to_version
+
+#: Request/response field names that name the same key, mapped to one canonical name.
+_CANONICAL = {
+    "name": "topic",
+    "topic": "topic",
+    "topic_name": "topic",
+    "topic_names": "topic",
+    "topics": "topic",
+    "partition_index": "partition",
+    "partition": "partition",
+    "index": "partition",
+    "partitions": "partition",
+    "groups": "group_id",
+    "group_id": "group_id",
+    "groups_names": "group_id",
+}
+#: Canonical names of the fields that identify an entry (copied from the request).
+_KEY_FIELDS = frozenset(
+    {"topic", "topic_id", "partition", "resource_type", "resource_name", "group_id"}
+)
+#: Nesting bound: Kafka's messages nest arrays three deep at most.
+_DEPTH_MAX = 8
+
+
+def _canon(attr: str) -> str:
+    return _CANONICAL.get(attr, attr)
+
+
+def _has_error_field(spec: StructSpec, depth: int = 0) -> bool:
+    if depth > _DEPTH_MAX:
+        return False
+    for f in spec.fields:
+        if f.attr == "error_code" and f.type == "int16":
+            return True
+        if f.is_struct_array and f.struct is not None and _has_error_field(f.struct, depth + 1):
+            return True
+    return False
+
+
+def _key_names(spec: StructSpec) -> set[str]:
+    return {_canon(f.attr) for f in spec.fields if not f.is_array and f.struct is None}
+
+
+def _matching_request_array(
+    resp_field: FieldSpec, req_spec: StructSpec, req: Any
+) -> FieldSpec | None:
+    """The request array ``resp_field`` answers: the one sharing the most key fields.
+
+    Only arrays the request fills count (DeleteTopics has ``TopicNames`` up to v5 and
+    ``Topics`` from v6); ties go to the field declared first (Fetch's ``Topics`` before
+    ``ForgottenTopicsData``).
+    """
+    assert resp_field.struct is not None
+    resp_keys = _key_names(resp_field.struct) & _KEY_FIELDS
+    best: FieldSpec | None = None
+    best_score = 0
+    for f in req_spec.fields:
+        if not f.is_array or not getattr(req, f.attr, None):
+            continue
+        if f.struct is not None:
+            score = len(resp_keys & _key_names(f.struct))
+        else:
+            score = 1 if _canon(f.attr) in resp_keys else 0
+        if score > best_score:
+            best, best_score = f, score
+    return best
+
+
+def _fill(resp: Any, resp_spec: StructSpec, req: Any, req_spec: StructSpec, code: int) -> None:
+    for f in resp_spec.fields:
+        if f.attr == "error_code" and f.type == "int16":
+            setattr(resp, f.attr, code)
+            continue
+        if not f.is_struct_array or f.struct is None or not _has_error_field(f.struct):
+            continue
+        match = _matching_request_array(f, req_spec, req)
+        if match is None:
+            continue
+        items = getattr(req, match.attr)
+        entries = []
+        for item in items:
+            entry = f.struct.cls()
+            if match.struct is None:
+                # A plain value (a topic name): it goes into the entry's key field.
+                for rf in f.struct.fields:
+                    if rf.attr == "error_code" and rf.type == "int16":
+                        setattr(entry, rf.attr, code)
+                    elif _canon(rf.attr) == _canon(match.attr) and rf.type == match.base_type:
+                        setattr(entry, rf.attr, item)
+            else:
+                _copy_keys(entry, f.struct, item, match.struct)
+                _fill(entry, f.struct, item, match.struct, code)
+            entries.append(entry)
+        setattr(resp, f.attr, entries)
+
+
+def _copy_keys(entry: Any, entry_spec: StructSpec, item: Any, item_spec: StructSpec) -> None:
+    sources = {
+        _canon(f.attr): f
+        for f in item_spec.fields
+        if not f.is_array and f.struct is None and _canon(f.attr) in _KEY_FIELDS
+    }
+    for f in entry_spec.fields:
+        src = sources.get(_canon(f.attr))
+        if src is not None and src.type == f.type and not f.is_array:
+            setattr(entry, f.attr, getattr(item, src.attr))
+
+
+def error_response(api_key: int, request: Any, version: int, code: ErrorCode | int) -> Any:
+    """The response to ``request`` (api ``api_key`` at ``version``) with every error = code."""
+    resp_cls = response_class(api_key)
+    response = resp_cls()
+    _fill(response, message_spec(resp_cls).struct, request, message_spec(request).struct, int(code))
+    return fit_to_version(response, version)
+
+
+def error_code_of(exc: BaseException) -> ErrorCode:
+    """The Kafka error a handler's exception stands for (typed errors carry their code)."""
+    code = getattr(exc, "error_code", None)
+    if isinstance(code, int) and not isinstance(code, bool):
+        return ErrorCode.of(code)
+    return ErrorCode.UNKNOWN_SERVER_ERROR

@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from riverbed.storage.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -319,12 +319,13 @@ class LogManager:
         self._delete_due(now_ms)
         return deleted
 
-    def flush_due(self, now_ms: int) -> list[Future[int]]:
+    def flush_due(self, now_ms: int) -> list[Future[Any]]:
         """Start fsyncs of logs that are due; delayed deletes; checkpoints when due.
 
-        Returns the futures of the flushes started (at most one per log in flight).
+        Returns the futures of the background work started: flushes (at most one per
+        log in flight; the result is the new recovery point) and partition dir removals.
         """
-        started: list[Future[int]] = []
+        started: list[Future[Any]] = []
         with self._lock:
             if self._closed:
                 return started
@@ -335,7 +336,7 @@ class LogManager:
                 self._inflight[key] = fut
                 fut.add_done_callback(functools.partial(self._flush_done, key))
                 started.append(fut)
-        self._delete_due(now_ms)
+        started += self._delete_due(now_ms)
         for name, interval in self._intervals.items():
             if now_ms >= self._next_checkpoint[name]:
                 self._next_checkpoint[name] = now_ms + interval
@@ -355,14 +356,18 @@ class LogManager:
         for plog in self.all_logs().values():
             plog.flush()
 
-    def _delete_due(self, now_ms: int) -> None:
+    def _delete_due(self, now_ms: int) -> list[Future[None]]:
+        """Unlink expired ``.deleted`` segments; remove due ``-delete`` dirs in the pool."""
         for plog in self.all_logs().values():
             plog.delete_expired_files(now_ms)
         with self._lock:
             due = [p for t, p in self._pending_dir_deletes if t <= now_ms]
             self._pending_dir_deletes = [(t, p) for t, p in self._pending_dir_deletes if t > now_ms]
+            if not self._closed:
+                return [self._pool.submit(shutil.rmtree, p, ignore_errors=True) for p in due]
         for path in due:
             shutil.rmtree(path, ignore_errors=True)
+        return []
 
     def write_checkpoints(self) -> None:
         """Write all three offset checkpoints of every log dir now."""

@@ -117,7 +117,8 @@ def test_retention_and_delete_partition(tmp_path: Path) -> None:
     pending = [p for p in (tmp_path / "d").iterdir() if p.name.endswith("-delete")]
     assert len(pending) == 1 and pending[0].name.startswith("t-0.")
     clock.advance(1000)
-    m.flush_due(clock.now_ms())
+    for fut in m.flush_due(clock.now_ms()):  # the removal runs in the pool
+        fut.result(timeout=10)
     assert not pending[0].exists()
     assert not m.delete("t", 0)
     m.shutdown()

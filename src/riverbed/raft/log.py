@@ -55,6 +55,9 @@ class MemoryLog:
         self._start_epoch = start_epoch
         self._entries: list[Entry] = []
         self._flushed = start_offset
+        # bumped by every truncation: an fsync that began before one may not cover the
+        # entries written after it (the simulation uses this to stay conservative)
+        self.truncations = 0
 
     # --- views -------------------------------------------------------------------------
     @property
@@ -127,9 +130,11 @@ class MemoryLog:
         assert self._start <= offset, (offset, self._start)
         if offset < self.end_offset:
             del self._entries[offset - self._start :]
+            self.truncations += 1
         self._flushed = min(self._flushed, self.end_offset)
 
     def truncate_fully_and_start_at(self, offset: int, epoch: int) -> None:
+        self.truncations += 1
         self._entries.clear()
         self._start = offset
         self._start_epoch = epoch

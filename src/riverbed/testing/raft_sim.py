@@ -262,7 +262,14 @@ class Simulation:
                 self.checker.on_persist(sn.node_id, a.state.leader_epoch)
             elif isinstance(a, FlushLog):
                 delay = self.rng.choice((0, 1, 2, 5, 20))
-                self.schedule(self.now + delay, "flush", sn.node_id, sn.incarnation, a.end_offset)
+                self.schedule(
+                    self.now + delay,
+                    "flush",
+                    sn.node_id,
+                    sn.incarnation,
+                    a.end_offset,
+                    sn.disk.log.truncations,
+                )
             elif isinstance(a, CommitEntries):
                 sn.sm.apply(a.entries)
                 self.checker.on_commit(sn.node_id, a.entries)
@@ -334,10 +341,13 @@ class Simulation:
                     self.trace(f"{src}->{dst} #{corr} {msg}")
                 self.feed(sn, lambda n: n.handle_response(src, corr, msg, self.now))
         elif kind == "flush":
-            nid, inc, end = payload
+            nid, inc, end, truncations = payload
             sn = self.nodes[nid]
             if sn.alive and sn.incarnation == inc:
-                sn.disk.log.flush(end)
+                # like storage's recovery point: an fsync that started before a truncation
+                # does not vouch for what was written after it
+                if sn.disk.log.truncations == truncations:
+                    sn.disk.log.flush(end)
                 self.feed(sn, lambda n: n.on_log_flushed(end, self.now))
         elif kind == "snapshot":
             nid, inc, sid, data = payload

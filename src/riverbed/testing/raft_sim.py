@@ -117,7 +117,7 @@ def sim_config(
         fetch_timeout_ms=500,
         election_backoff_max_ms=250,
         append_linger_ms=rng.choice((0, 5, 20)),
-        request_timeout_ms=400,
+        request_timeout_ms=rng.choice((400, 600, 1200)),  # Kafka: 2000 = fetch timeout
         fetch_max_wait_ms=100,
         snapshot_minimum_records=rng.choice((5, 25, 25, 80)),
         max_replication_lag_ms=rng.choice((300, 1500, 1500, 6000)),

@@ -259,6 +259,8 @@ class RaftNode(ReplicationMixin):
         """Leader only: queue records; they are written when the linger expires. Returns
         the offset the last record will get."""
         self._now = now_ms
+        if not values:
+            raise ValueError("append needs at least one record")
         ls = self.leader_state
         if self.role is not Role.LEADER or ls is None:
             raise NotLeaderError(self.leader_id, self.epoch)

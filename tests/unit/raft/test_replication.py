@@ -405,6 +405,8 @@ def test_append_only_on_the_leader_and_bounded() -> None:
     assert last == 2  # after the LeaderChange at 0
     with pytest.raises(AppendQueueFullError):
         leader.append([b"set c 3", b"set d 4"], now)
+    with pytest.raises(ValueError, match="at least one"):
+        leader.append([], now)
     assert leader.log.end_offset == 1  # lingering
     leader.tick(now + 25)
     assert leader.log.end_offset == 3

@@ -203,6 +203,66 @@ def test_admin_configs_partitions_records(
     assert topic_name not in admin.list_topics(timeout=10).topics
 
 
+def test_describe_configs_synonyms(admin: AdminClient, topic_name: str) -> None:
+    """Kafka's synonym lists: broker keys per layer (dynamic, static), then their defaults."""
+    create(admin, topic_name, 1, config={"max.message.bytes": "5000"})
+    broker_res = ConfigResource("broker", "1")
+    dyn = ConfigResource(
+        "broker",
+        "1",
+        incremental_configs=[
+            ConfigEntry(
+                "log.retention.ms", "987654321", incremental_operation=AlterConfigOpType.SET
+            )
+        ],
+    )
+    admin.incremental_alter_configs([dyn])[dyn].result(15)
+    try:
+        res = ConfigResource("topic", topic_name)
+        configs = admin.describe_configs([res])[res].result(15)
+
+        def syn(key: str) -> list[tuple[str, str | None, int]]:
+            return [(s.name, s.value, s.source) for s in configs[key].synonyms.values()]
+
+        S = ConfigSource
+        retention = configs["retention.ms"]
+        assert (retention.value, retention.source) == ("987654321", S.DYNAMIC_BROKER_CONFIG.value)
+        assert syn("retention.ms") == [
+            ("log.retention.ms", "987654321", S.DYNAMIC_BROKER_CONFIG.value),
+            ("log.retention.hours", "168", S.DEFAULT_CONFIG.value),
+        ]
+        # The module's broker sets log.segment.bytes in its static config.
+        assert configs["segment.bytes"].source == S.STATIC_BROKER_CONFIG.value
+        # confluent-kafka keys synonyms by name, so the static and default entries of
+        # log.segment.bytes collapse into one (the kafka-python test sees both).
+        assert [s[0] for s in syn("segment.bytes")] == ["log.segment.bytes"]
+        assert syn("max.message.bytes") == [
+            ("max.message.bytes", "5000", S.DYNAMIC_TOPIC_CONFIG.value),
+            ("message.max.bytes", "1048588", S.DEFAULT_CONFIG.value),
+        ]
+        assert syn("message.timestamp.type") == [
+            ("log.message.timestamp.type", "CreateTime", S.DEFAULT_CONFIG.value)
+        ]
+        broker_configs = admin.describe_configs([broker_res])[broker_res].result(15)
+        assert [
+            (s.name, s.source) for s in broker_configs["log.retention.ms"].synonyms.values()
+        ] == [
+            ("log.retention.ms", S.DYNAMIC_BROKER_CONFIG.value),
+            ("log.retention.hours", S.DEFAULT_CONFIG.value),
+        ]
+    finally:
+        undo = ConfigResource(
+            "broker",
+            "1",
+            incremental_configs=[
+                ConfigEntry(
+                    "log.retention.ms", None, incremental_operation=AlterConfigOpType.DELETE
+                )
+            ],
+        )
+        admin.incremental_alter_configs([undo])[undo].result(15)
+
+
 def test_unknown_topic_without_auto_create_fails_cleanly(broker: BrokerProcess) -> None:
     errors: list[Any] = []
     p = Producer(

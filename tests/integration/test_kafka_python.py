@@ -167,6 +167,32 @@ def test_admin_create_alter_partitions_delete(
     assert topic_name not in admin.list_topics()
 
 
+def test_describe_configs_synonyms(admin: Any, topic_name: str) -> None:
+    create(admin, topic_name, configs={"retention.ms": "3600000"})
+    described = admin.describe_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, topic_name)],
+        include_synonyms=True,
+        config_filter="all",
+    )
+    entries = described["topic"][topic_name]
+
+    def syn(key: str) -> list[tuple[str, str, str]]:
+        return [(s["name"], s["value"], s["source"]) for s in entries[key]["synonyms"]]
+
+    assert entries["retention.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG"
+    assert syn("retention.ms") == [
+        ("retention.ms", "3600000", "DYNAMIC_TOPIC_CONFIG"),
+        ("log.retention.hours", "168", "DEFAULT_CONFIG"),
+    ]
+    assert syn("segment.bytes")[0] == (
+        "log.segment.bytes",
+        str(1024 * 1024),
+        "STATIC_BROKER_CONFIG",
+    )
+    assert syn("max.message.bytes") == [("message.max.bytes", "1048588", "DEFAULT_CONFIG")]
+    assert entries["max.message.bytes"]["config_source"] == "DEFAULT_CONFIG"
+
+
 def test_create_existing_topic_fails(broker: BrokerProcess, admin: Any, topic_name: str) -> None:
     from kafka.errors import TopicAlreadyExistsError
 

@@ -248,10 +248,9 @@ def describe_broker_config(
         sensitive = cdef.type == ConfigType.PASSWORD
         chain = BROKER_SYNONYMS.get(name, (name,))
         synonyms: list[ConfigSynonym] = []
-        for syn in chain:
-            for layer, source in layers:
-                if syn in layer:
-                    synonyms.append(ConfigSynonym(syn, layer[syn], source))
+        # Kafka's order (DynamicBrokerConfig): layer by layer, each chain key set there.
+        for layer, source in layers:
+            synonyms.extend(ConfigSynonym(syn, layer[syn], source) for syn in chain if syn in layer)
         for syn in chain:
             sdef = CONFIG_DEFS[syn]
             if sdef.default is not None:

@@ -6,9 +6,12 @@ synonyms that is set, each taken from its most specific layer (this broker's dyn
 DYNAMIC_BROKER_CONFIG, the cluster's dynamic default DYNAMIC_DEFAULT_BROKER_CONFIG, or
 server.properties STATIC_BROKER_CONFIG; e.g. `retention.ms` <-
 `log.retention.ms` <- `log.retention.minutes` <- `log.retention.hours`, converted to the
-topic key's unit), then the default (source DEFAULT_CONFIG).  This is what DescribeConfigs
-reports, with the synonyms in that order, and what storage's LogConfig reads
-(`effective_topic_config`).
+topic key's unit), then the default (source DEFAULT_CONFIG).  That is the value
+DescribeConfigs reports and storage's LogConfig reads (`effective_topic_config`).  The
+synonyms DescribeConfigs lists are Kafka's: the topic override, then per layer (dynamic
+broker, dynamic default, static) the broker keys set there, then the broker keys' own
+defaults as DEFAULT_CONFIG (`log.retention.hours=168` for `retention.ms`); a topic key
+without a broker synonym lists none but its override.
 """
 
 from __future__ import annotations
@@ -173,22 +176,47 @@ def _converted(syn: BrokerSynonym, raw: str) -> str | None:
         return None
 
 
-def _resolve(
+def _broker_default(name: str) -> str | None:
+    # Imported here: broker_configs builds its dynamic-key set from this module's table.
+    from riverbed.metadata.broker_configs import CONFIG_DEFS
+
+    cdef = CONFIG_DEFS.get(name)
+    return None if cdef is None else cdef.default
+
+
+def _synonyms(
     tdef: TopicConfigDef, overrides: Mapping[str, str], layers: BrokerLayers
-) -> tuple[str | None, ConfigSource, tuple[ConfigSynonym, ...]]:
-    synonyms: list[ConfigSynonym] = []
+) -> tuple[ConfigSynonym, ...]:
+    """Kafka's synonym list for a topic key (``ConfigHelper.createTopicConfigEntry``).
+
+    The topic override first, then per layer (dynamic broker, dynamic default, static)
+    every broker synonym set there, then the broker synonyms' own defaults
+    (DEFAULT_CONFIG, e.g. ``log.retention.hours=168``): each broker key with its own
+    value, not converted to the topic key's unit.
+    """
+    out: list[ConfigSynonym] = []
     if tdef.name in overrides:
-        synonyms.append(
+        out.append(
             ConfigSynonym(tdef.name, overrides[tdef.name], ConfigSource.DYNAMIC_TOPIC_CONFIG)
         )
+    for values, source in layers:
+        out.extend(
+            ConfigSynonym(syn.name, values[syn.name], source)
+            for syn in tdef.synonyms
+            if syn.name in values
+        )
     for syn in tdef.synonyms:
-        for values, source in layers:
-            if syn.name in values:
-                # Kafka reports the broker synonym with its own value, not converted.
-                synonyms.append(ConfigSynonym(syn.name, values[syn.name], source))
-    synonyms.append(ConfigSynonym(tdef.name, tdef.definition.default, ConfigSource.DEFAULT_CONFIG))
+        default = _broker_default(syn.name)
+        if default is not None:
+            out.append(ConfigSynonym(syn.name, default, ConfigSource.DEFAULT_CONFIG))
+    return tuple(out)
+
+
+def _resolve(
+    tdef: TopicConfigDef, overrides: Mapping[str, str], layers: BrokerLayers
+) -> tuple[str | None, ConfigSource]:
     if tdef.name in overrides:
-        return overrides[tdef.name], ConfigSource.DYNAMIC_TOPIC_CONFIG, tuple(synonyms)
+        return overrides[tdef.name], ConfigSource.DYNAMIC_TOPIC_CONFIG
     # As Kafka: each broker key takes its most specific layer, then the first synonym
     # (log.retention.ms before .minutes before .hours) that is set anywhere wins.
     for syn in tdef.synonyms:
@@ -196,9 +224,9 @@ def _resolve(
             if syn.name in values:
                 value = _converted(syn, values[syn.name])
                 if value is not None:
-                    return value, source, tuple(synonyms)
+                    return value, source
                 break
-    return tdef.definition.default, ConfigSource.DEFAULT_CONFIG, tuple(synonyms)
+    return tdef.definition.default, ConfigSource.DEFAULT_CONFIG
 
 
 def effective_topic_config(
@@ -212,7 +240,7 @@ def effective_topic_config(
     layers = broker_layers(static_broker_config, dynamic_default, dynamic_broker)
     out: dict[str, str] = {}
     for tdef in TOPIC_CONFIGS:
-        value, _source, _syn = _resolve(tdef, overrides, layers)
+        value, _source = _resolve(tdef, overrides, layers)
         out[tdef.name] = "" if value is None else value
     return out
 
@@ -233,7 +261,7 @@ def describe_topic_config(
     for tdef in TOPIC_CONFIGS:
         if names is not None and tdef.name not in names:
             continue
-        value, source, synonyms = _resolve(tdef, overrides, layers)
+        value, source = _resolve(tdef, overrides, layers)
         entries.append(
             ConfigEntry(
                 name=tdef.name,
@@ -241,7 +269,7 @@ def describe_topic_config(
                 source=source,
                 read_only=False,
                 sensitive=False,
-                synonyms=synonyms if include_synonyms else (),
+                synonyms=_synonyms(tdef, overrides, layers) if include_synonyms else (),
                 config_type=tdef.definition.type,
                 documentation=tdef.definition.doc if include_documentation else None,
             )

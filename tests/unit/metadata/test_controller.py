@@ -317,11 +317,19 @@ def test_describe_configs_sources_and_synonyms():
     assert rows["segment.ms"].config_source == ConfigSource.DYNAMIC_TOPIC_CONFIG
     assert rows["retention.ms"].value == str(2 * 3_600_000)
     assert rows["retention.ms"].config_source == ConfigSource.STATIC_BROKER_CONFIG
-    syn = [(s.name, s.source) for s in rows["retention.ms"].synonyms]
-    assert syn == [
-        ("log.retention.hours", ConfigSource.STATIC_BROKER_CONFIG),
-        ("retention.ms", ConfigSource.DEFAULT_CONFIG),
+    # Kafka's list: broker keys per layer, then the broker key's own default (168 h).
+    assert [(s.name, s.value, s.source) for s in rows["retention.ms"].synonyms] == [
+        ("log.retention.hours", "2", ConfigSource.STATIC_BROKER_CONFIG),
+        ("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG),
     ]
+    assert [(s.name, s.source) for s in rows["segment.ms"].synonyms] == [
+        ("segment.ms", ConfigSource.DYNAMIC_TOPIC_CONFIG),
+        ("log.roll.hours", ConfigSource.DEFAULT_CONFIG),
+    ]
+    assert [(s.name, s.value, s.source) for s in rows["max.message.bytes"].synonyms] == [
+        ("message.max.bytes", "1048588", ConfigSource.DEFAULT_CONFIG)
+    ]
+    assert rows["remote.storage.enable"].synonyms == []  # no broker synonym in Kafka
     assert rows["cleanup.policy"].config_source == ConfigSource.DEFAULT_CONFIG
     only = c.describe_configs(
         image,
@@ -419,7 +427,7 @@ def test_dynamic_broker_configs_layer_over_static():
         ("log.retention.ms", ConfigSource.DYNAMIC_BROKER_CONFIG),
         ("log.retention.ms", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
         ("log.retention.hours", ConfigSource.STATIC_BROKER_CONFIG),
-        ("retention.ms", ConfigSource.DEFAULT_CONFIG),
+        ("log.retention.hours", ConfigSource.DEFAULT_CONFIG),
     ]
     broker_rows = {r.name: r for r in resp.results[1].configs}
     assert broker_rows["log.retention.ms"].value == "7000"

@@ -1,0 +1,276 @@
+"""The PySpark data source "riverbed": rows/s reading and writing, against a ceiling.
+
+Run: ``.venv/bin/python -m benchmarks.spark_bench [--records N] [--broker riverbed|tansu |
+--bootstrap-server HOST:PORT]``
+
+One ``local[2]`` SparkSession; the broker runs on 127.0.0.1 (riverbed through
+riverbed.testing.cluster with data on disk by default). Steps, all in the same run:
+
+1. write: ``spark.range(N)`` turned into 100-byte ``value`` rows, written with
+   ``df.write.format("riverbed")`` to a 2-partition topic (one idempotent producer per
+   task) -- rows/s, shown against writing the same DataFrame to Spark's ``noop`` sink
+   (what Spark alone costs);
+2. read: ``spark.read.format("riverbed")`` of those N records into the ``noop`` sink --
+   rows/s, shown as a ratio to the ceiling: a Python data source with the same schema and
+   partition count whose ``read`` yields the same number of rows as prebuilt Arrow record
+   batches of the same size (no Kafka client, no conversion): what any Python data
+   source can reach in this Spark;
+3. for context, the same records consumed by plain confluent-kafka consumers (one thread
+   per partition, no Spark): what the broker and client deliver by themselves.
+
+Not a test: nothing is asserted about time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from riverbed.spark.fetch import arrow_batch_rows_max
+from riverbed.spark.schema import arrow_schema, source_schema
+
+RECORD_BYTES = 100
+
+
+class CeilingSource(DataSource):
+    """Yields prebuilt Arrow batches of the riverbed schema (rows, partitions in options)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "riverbed_ceiling"
+
+    def schema(self) -> Any:
+        return source_schema(False)
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return CeilingReader(int(self.options["rows"]), int(self.options["partitions"]))
+
+
+class CeilingReader(DataSourceReader):
+    def __init__(self, rows: int, partitions: int) -> None:
+        self.rows = rows
+        self.parts = partitions
+
+    def partitions(self) -> list[InputPartition]:
+        share = self.rows // self.parts
+        sizes = [share + (1 if i < self.rows % self.parts else 0) for i in range(self.parts)]
+        return [InputPartition((i, n)) for i, n in enumerate(sizes)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        import datetime as dt
+
+        import pyarrow as pa
+
+        index, rows = partition.value
+        schema = arrow_schema(False)
+        n = arrow_batch_rows_max
+        now = dt.datetime.now(dt.UTC)
+        full = pa.RecordBatch.from_arrays(
+            [
+                pa.array([None] * n, type=pa.binary()),
+                pa.array([b"x" * RECORD_BYTES] * n, type=pa.binary()),
+                pa.array(["bench"] * n, type=pa.string()),
+                pa.array([index] * n, type=pa.int32()),
+                pa.array(range(n), type=pa.int64()),
+                pa.array([now] * n, type=schema.field("timestamp").type),
+                pa.array([0] * n, type=pa.int32()),
+            ],
+            schema=schema,
+        )
+        done = 0
+        while done < rows:
+            take = min(n, rows - done)
+            yield full if take == n else full.slice(0, take)
+            done += take
+
+
+@contextlib.contextmanager
+def broker(kind: str, bootstrap: str | None) -> Iterator[str]:
+    if bootstrap:
+        yield bootstrap
+    elif kind == "tansu":
+        from benchmarks.broker_vs_tansu import tansu_broker
+
+        with tansu_broker() as address:
+            yield address
+    else:
+        from riverbed.testing.cluster import start_broker
+
+        node = start_broker()
+        try:
+            yield node.bootstrap
+        finally:
+            node.stop()
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        fut.result(60)
+
+
+def records_in(bootstrap: str, topic: str, partitions: int) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "spark-bench"})
+    try:
+        marks = [
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            for p in range(partitions)
+        ]
+    finally:
+        consumer.close()
+    return sum(high - low for low, high in marks)
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int) -> None:
+    """librdkafka alone: one consumer thread per partition reads every record (no Spark)."""
+    import threading
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    def one(partition: int) -> None:
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "spark-bench-raw"})
+        try:
+            end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[1]
+            consumer.assign([TopicPartition(topic, partition, 0)])
+            last = -1
+            while last < end - 1:
+                for m in consumer.consume(20_000, timeout=1.0):
+                    if m.error() is None:
+                        m.value()
+                        last = m.offset()
+        finally:
+            consumer.close()
+
+    threads = [threading.Thread(target=one, args=(p,)) for p in range(partitions)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def timed(label: str, action: Any) -> float:
+    start = time.perf_counter()
+    action()
+    took = time.perf_counter() - start
+    print(f"  {label}: {took:.1f} s", flush=True)
+    return took
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=10_000_000)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--broker", choices=("riverbed", "tansu"), default="riverbed")
+    parser.add_argument("--bootstrap-server", default=None, help="use a running broker")
+    args = parser.parse_args(argv)
+    n, parts = args.records, args.partitions
+
+    from pyspark.sql import functions as F
+
+    from riverbed.spark.session import local_session
+
+    spark = local_session("riverbed-spark-bench")
+    spark.dataSource.register(CeilingSource)
+    where = args.bootstrap_server or args.broker
+    print(
+        f"spark_bench: {n:,} records of {RECORD_BYTES} B, {parts} partitions, local[2], "
+        f"broker {where}; {platform.machine()} x{os.cpu_count()}, load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    try:
+        with broker(args.broker, args.bootstrap_server) as bootstrap:
+            topic = f"spark-bench-{int(time.time())}"
+            create_topic(bootstrap, topic, parts)
+            rows = spark.range(0, n, numPartitions=parts).select(
+                F.expr(f"cast(lpad(cast(id as string), {RECORD_BYTES}, 'x') as binary)").alias(
+                    "value"
+                )
+            )
+            # Warm-up: JVM code paths and Python workers for both sources.
+            warm = f"{topic}-warm"
+            create_topic(bootstrap, warm, parts)
+            small = spark.range(0, 20_000, numPartitions=parts).selectExpr(
+                "cast(cast(id as string) as binary) as value"
+            )
+            small.write.format("riverbed").option("kafka.bootstrap.servers", bootstrap).option(
+                "topic", warm
+            ).mode("append").save()
+            read_warm = (
+                spark.read.format("riverbed")
+                .option("kafka.bootstrap.servers", bootstrap)
+                .option("subscribe", warm)
+                .load()
+            )
+            read_warm.write.format("noop").mode("overwrite").save()
+            spark.read.format("riverbed_ceiling").option("rows", "20000").option(
+                "partitions", str(parts)
+            ).load().write.format("noop").mode("overwrite").save()
+
+            print("write", flush=True)
+            t_noop_write = timed(
+                "same rows -> noop", lambda: rows.write.format("noop").mode("overwrite").save()
+            )
+            t_write = timed(
+                "same rows -> riverbed",
+                lambda: (
+                    rows.write.format("riverbed")
+                    .option("kafka.bootstrap.servers", bootstrap)
+                    .option("topic", topic)
+                    .mode("append")
+                    .save()
+                ),
+            )
+            print("read", flush=True)
+            source = (
+                spark.read.format("riverbed")
+                .option("kafka.bootstrap.servers", bootstrap)
+                .option("subscribe", topic)
+                .load()
+            )
+            ceiling = (
+                spark.read.format("riverbed_ceiling")
+                .option("rows", str(n))
+                .option("partitions", str(parts))
+                .load()
+            )
+            t_ceiling = timed(
+                "ceiling (prebuilt Arrow) -> noop",
+                lambda: ceiling.write.format("noop").mode("overwrite").save(),
+            )
+            t_read = timed(
+                "riverbed -> noop", lambda: source.write.format("noop").mode("overwrite").save()
+            )
+            t_raw = timed(
+                "confluent-kafka consume only (no Spark)",
+                lambda: consume_all(bootstrap, topic, parts),
+            )
+            stored = records_in(bootstrap, topic, parts)
+            assert stored == n, f"the topic holds {stored} records, {n} were written"
+    finally:
+        spark.stop()
+
+    def rate(t: float) -> str:
+        return f"{n / t:>12,.0f} rows/s"
+
+    print()
+    print(f"write  riverbed sink          {rate(t_write)}   (noop sink: {rate(t_noop_write)})")
+    print(f"read   riverbed source        {rate(t_read)}")
+    print(f"read   ceiling (Arrow only)   {rate(t_ceiling)}")
+    print(f"read   consume only, no Spark {rate(t_raw)}   (the broker + client limit)")
+    print(f"read ratio riverbed/ceiling   {t_ceiling / t_read:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

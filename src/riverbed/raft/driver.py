@@ -67,6 +67,7 @@ log = logging.getLogger(__name__)
 
 METADATA_PARTITION_DIR = "__cluster_metadata-0"
 INBOUND_WAIT_MAX_S = 10.0  # a request waits at most this long for the node's answer
+RESIGN_WAIT_MAX_S = 0.5  # close(graceful=True) waits this long for EndQuorumEpoch sends
 FILE_CLEANUP_INTERVAL_S = 30.0  # how often segment files deleted below the LBO are removed
 
 
@@ -142,7 +143,8 @@ class RaftDriver:
             return
         if graceful:
             await self._feed(lambda now: self.node.resign(now))
-            await asyncio.sleep(0)  # let EndQuorumEpoch go out
+            if self._tasks:  # let EndQuorumEpoch go out (bounded wait)
+                await asyncio.wait(list(self._tasks), timeout=RESIGN_WAIT_MAX_S)
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()

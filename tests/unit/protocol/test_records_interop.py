@@ -1,15 +1,12 @@
 """Interop with kafka-python's own record batch code, both directions, every codec.
 
 kafka-python reads snappy through the ``python-snappy`` module (raw snappy blocks, its own
-xerial framing code around them). That module is not a dependency here, so the tests hand
-kafka-python a stand-in with the same two functions backed by cramjam's raw snappy.
+xerial framing code around them); the dev extra installs it, so these tests use the real
+module, as a kafka-python user's installation would.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import cramjam
 import kafka.codec
 import pytest
 from hypothesis import given, settings
@@ -36,22 +33,11 @@ from riverbed.protocol.records import (
 ALL = list(CompressionType)
 
 
-class _RawSnappy:
-    """The two functions of ``python-snappy`` that kafka.codec uses."""
+def test_kafka_python_has_real_snappy() -> None:
+    import snappy
 
-    @staticmethod
-    def compress(data: bytes) -> bytes:
-        return bytes(cramjam.snappy.compress_raw(data))
-
-    @staticmethod
-    def decompress(data: bytes) -> bytes:
-        return bytes(cramjam.snappy.decompress_raw(data))
-
-
-@pytest.fixture(autouse=True)
-def _kafka_python_snappy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(kafka.codec, "snappy", _RawSnappy)
-    yield
+    assert kafka.codec.has_snappy()
+    assert kafka.codec.snappy is snappy
 
 
 def _records() -> list[SimpleRecord]:

@@ -116,6 +116,25 @@ def test_bench_produce_consume_e2e(broker, capsys):
     assert res["records"] == 200 and res["errors"] == 0
 
 
+def test_bench_consume_processes_read_everything_the_producer_spread_unevenly(broker, capsys):
+    from confluent_kafka import Producer
+
+    b = broker.bootstrap
+    assert main(["topics", "create", "-b", b, "--topic", "uneven", "--partitions", "3"]) == 0
+    p = Producer({"bootstrap.servers": b, "linger.ms": 5, "log_level": 3})
+    # 600 / 250 / 50 records: shares by record count would come up short.
+    for i, part in enumerate([0] * 600 + [1] * 250 + [2] * 50):
+        p.produce("uneven", value=b"v" * 10, key=str(i).encode(), partition=part)
+    assert p.flush(20) == 0
+    del p
+    res = run_json(capsys, "bench", "consume", "-b", b, "--topic", "uneven", "--num-records",
+                   "900", "--processes", "3", "--json")  # fmt: skip
+    assert res["records"] == 900 and res["bytes"] == 900 * 10 and res["errors"] == 0
+    res = run_json(capsys, "bench", "consume", "-b", b, "--topic", "uneven", "--num-records",
+                   "700", "--processes", "2", "--json")  # fmt: skip
+    assert res["records"] == 700
+
+
 def test_configs_describe_and_alter(broker, capsys):
     b = broker.bootstrap
     assert (

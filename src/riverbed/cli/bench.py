@@ -6,8 +6,10 @@ records/s, MB/s (MiB = 2^20 bytes, as Kafka's tools), and latency avg/p50/p95/p9
 
 - produce: latency = produce() call -> broker acknowledgement, as librdkafka measures it
   (`Message.latency()`; includes batching/linger).
-- consume: reads `--num-records` from the beginning of the topic; latency = none, the
-  figure is the time to fetch them all.
+- consume: reads `--num-records` from the beginning of the topic (partition by partition,
+  each from its low watermark; processes split the partitions between them and each
+  reads its own to a known end offset); latency = none, the figure is the time to fetch
+  them all.
 - e2e: a producer and a consumer in one process; latency = wall-clock send time (written
   into the record value) -> receive time.
 
@@ -167,27 +169,76 @@ def _produce_worker(
     }
 
 
+def consume_plan(
+    watermarks: dict[int, tuple[int, int]], num_records: int, processes: int
+) -> list[dict[int, tuple[int, int]]]:
+    """Split a consume run by partition: each process gets {partition: (start, end)}.
+
+    Partitions are taken in order, each from its low watermark up to what is still
+    wanted (the last one may stop short of its high watermark), then dealt round-robin
+    to at most ``processes`` processes.  The ranges add up to exactly ``num_records``:
+    every process knows where each of its partitions ends, whatever way the producer's
+    partitioner spread the records.
+    """
+    assert processes >= 1 and num_records >= 0
+    ranges: list[tuple[int, tuple[int, int]]] = []
+    left = num_records
+    for p in sorted(watermarks):
+        low, high = watermarks[p]
+        take = min(left, max(0, high - low))
+        if take:
+            ranges.append((p, (low, low + take)))
+            left -= take
+    if left:
+        raise CliError(
+            f"the topic holds {num_records - left} records, fewer than --num-records {num_records}"
+        )
+    n = max(1, min(processes, len(ranges)))
+    plans: list[dict[int, tuple[int, int]]] = [{} for _ in range(n)]
+    for i, (p, rng) in enumerate(ranges):
+        plans[i % n][p] = rng
+    return [plan for plan in plans if plan]
+
+
 def _consume_worker(
-    conf: dict[str, Any], topic: str, partitions: list[int], n: int, timeout_s: float
+    conf: dict[str, Any], topic: str, plan: dict[int, tuple[int, int]], timeout_s: float
 ) -> dict[str, Any]:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    """Read each partition of ``plan`` from its start offset to its end offset."""
+    from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(conf)
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+    consumer.assign([TopicPartition(topic, p, start) for p, (start, _end) in plan.items()])
+    ends = {p: end for p, (_start, end) in plan.items()}
+    n = sum(end - start for start, end in plan.values())
     count = 0
     nbytes = 0
     errors = 0
     start = time.perf_counter()
     last = start
-    while count < n and time.perf_counter() - last < timeout_s:
-        batch = consumer.consume(num_messages=min(10_000, n - count), timeout=0.5)
+    while ends and time.perf_counter() - last < timeout_s:
+        batch = consumer.consume(num_messages=min(10_000, max(1, n - count)), timeout=0.5)
         if not batch:
+            # A partition whose last offsets hold no data record (compaction, control
+            # records) ends where the consumer's position passes its end.
+            for tp in consumer.position([TopicPartition(topic, p) for p in ends]):
+                if tp.offset >= ends[tp.partition]:
+                    del ends[tp.partition]
             continue
-        # Per-record Python work is the client's bottleneck: one error check and len() each.
-        bad = [m for m in batch if m.error() is not None]
-        errors += len(bad)
-        got = len(batch) - len(bad)
-        nbytes += sum(len(m) for m in batch) - sum(len(m) for m in bad)
+        # Per-record Python work is the client's bottleneck: keep it to the offset check.
+        got = 0
+        for m in batch:
+            if m.error() is not None:
+                errors += 1
+                continue
+            p = m.partition()
+            end = ends.get(p)
+            if end is None or m.offset() >= end:
+                continue  # past this partition's share (written after the run started)
+            got += 1
+            nbytes += len(m)
+            if m.offset() == end - 1:
+                del ends[p]
+                consumer.pause([TopicPartition(topic, p)])
         count += got
         last = time.perf_counter()
         _tick(got)
@@ -360,33 +411,19 @@ def run_consume(
         tmd = md.topics.get(topic)
         if tmd is None or not tmd.partitions:
             raise CliError(f"topic {topic} does not exist; run `riverbed bench produce` first")
-        parts = sorted(tmd.partitions)
-        # Records a partition holds now; a producer's partitioner rarely splits evenly.
-        available = {}
-        for p in parts:
-            low, high = probe.get_watermark_offsets(
-                TopicPartition(topic, p), timeout=ADMIN_TIMEOUT_S
-            )
-            available[p] = max(0, high - low)
+        # Where each partition starts and ends now: a producer's partitioner rarely
+        # spreads records evenly, so processes split by partition, not by record count.
+        watermarks = {
+            p: probe.get_watermark_offsets(TopicPartition(topic, p), timeout=ADMIN_TIMEOUT_S)
+            for p in sorted(tmd.partitions)
+        }
     finally:
         probe.close()
-    if sum(available.values()) < num_records:
-        raise CliError(
-            f"topic {topic} holds {sum(available.values())} records, fewer than "
-            f"--num-records {num_records}"
-        )
-    processes = max(1, min(processes, len(parts)))
-    groups = [parts[i::processes] for i in range(processes)]
-    left = num_records
-    wanted: dict[int, int] = {}
-    for p in parts:
-        wanted[p] = min(left, available[p])
-        left -= wanted[p]
-    jobs = [
-        (conf, topic, g, sum(wanted[p] for p in g), timeout_s)
-        for g in groups
-        if sum(wanted[p] for p in g)
-    ]
+    try:
+        plans = consume_plan(watermarks, num_records, processes)
+    except CliError as exc:
+        raise CliError(f"topic {topic}: {exc}") from None
+    jobs = [(conf, topic, plan, timeout_s) for plan in plans]
     return _merge("consume", _fan_out(_consume_worker, jobs))
 
 

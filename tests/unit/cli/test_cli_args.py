@@ -158,6 +158,21 @@ def test_bench_merge_uses_longest_process_time():
     assert r.latency_ms["max"] == 3.0
 
 
+def test_bench_consume_plan_splits_by_partition_to_exact_end_offsets():
+    # An uneven spread (a keyed partitioner) and a partition trimmed by retention.
+    marks = {0: (0, 700), 1: (50, 150), 2: (0, 0), 3: (0, 200)}
+    plans = bench.consume_plan(marks, 1000, 3)
+    assert plans == [{0: (0, 700)}, {1: (50, 150)}, {3: (0, 200)}]
+    assert sum(e - s for plan in plans for s, e in plan.values()) == 1000
+    # Fewer records wanted: the last partition read stops short of its high watermark.
+    assert bench.consume_plan(marks, 750, 4) == [{0: (0, 700)}, {1: (50, 100)}]
+    # More processes than partitions with data; one process takes several partitions.
+    assert len(bench.consume_plan(marks, 1000, 8)) == 3
+    assert bench.consume_plan(marks, 1000, 2) == [{0: (0, 700), 3: (0, 200)}, {1: (50, 150)}]
+    with pytest.raises(common.CliError, match="holds 1000 records, fewer than --num-records 1001"):
+        bench.consume_plan(marks, 1001, 1)
+
+
 def test_bench_rejects_bad_numbers_before_connecting(capsys):
     assert main(["bench", "produce", "-b", "127.0.0.1:1", "--num-records", "0"]) == 1
     assert "--num-records" in capsys.readouterr().err

@@ -19,6 +19,8 @@ Run: ``.venv/bin/python -m benchmarks.raft_bench`` (``--partitions 100000`` for 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import os
 import random
 import tempfile
@@ -37,6 +39,7 @@ from riverbed.protocol.messages import (
 from riverbed.protocol.records import SimpleRecord, build_batch
 from riverbed.raft.actions import Action, CommitEntries, FlushLog, SendRequest, SendResponse
 from riverbed.raft.config import RaftConfig
+from riverbed.raft.driver import RaftDriver
 from riverbed.raft.log import MemoryLog
 from riverbed.raft.messages import SnapshotId
 from riverbed.raft.node import RaftNode
@@ -189,14 +192,182 @@ def bench_commit(records: int, batch: int) -> None:
     )
 
 
+QUORUM_CONFIG = dict(
+    election_timeout_ms=500,
+    fetch_timeout_ms=1000,
+    request_timeout_ms=1000,
+    append_linger_ms=0,
+    fetch_max_wait_ms=200,
+    snapshot_minimum_records=20000,
+)
+
+
+class _CountingMachine:
+    def __init__(self) -> None:
+        self.position = 0
+
+    def apply(self, entries: tuple) -> None:  # type: ignore[type-arg]
+        self.position = entries[-1].offset + 1
+
+    def snapshot_records(self) -> list[bytes]:
+        return []
+
+    def load_snapshot(self, snapshot_id: SnapshotId, records: list[bytes]) -> None:
+        self.position = snapshot_id.end_offset
+
+
+async def _commit_workload(driver: RaftDriver, records: int, concurrency: int) -> dict:
+    """Sequential appends (latency) then ``concurrency`` writers (throughput)."""
+    latencies = []
+    for i in range(records):
+        t0 = time.perf_counter()
+        await driver.append([f"set key-{i % 1000} value-{i}".encode()])
+        latencies.append(time.perf_counter() - t0)
+    latencies.sort()
+
+    async def writer(n: int) -> None:
+        for i in range(n):
+            await driver.append([f"set key-{i % 1000} value-{i}".encode()])
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(writer(records // concurrency) for _ in range(concurrency)))
+    elapsed = time.perf_counter() - t0
+    return {
+        "p50_ms": latencies[len(latencies) // 2] * 1000,
+        "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000,
+        "throughput": (records // concurrency) * concurrency / elapsed,
+    }
+
+
+async def _quorum_node(node_id: int, ports: list[int], directory: str, records: int) -> None:
+    from riverbed.raft.transport import KafkaRaftTransport
+    from riverbed.testing.raft_sim_helpers import raft_listener
+
+    voters = {i + 1: ("127.0.0.1", p) for i, p in enumerate(ports)}
+    cfg = RaftConfig(voters=frozenset(voters), **QUORUM_CONFIG)  # type: ignore[arg-type]
+    drivers: dict[int, RaftDriver] = {}
+    errors: list[BaseException] = []
+    server = await raft_listener(drivers, node_id, errors, port=voters[node_id][1])
+    transport = KafkaRaftTransport(node_id, voters)
+    driver = RaftDriver(node_id, cfg, directory, transport, _CountingMachine())
+    drivers[node_id] = driver
+    await driver.start()
+    while True:  # the leader runs the workload and reports; the others just serve
+        await asyncio.sleep(0.05)
+        if driver.node.role is Role.LEADER and driver.node.high_watermark > 0:
+            result = await _commit_workload(driver, records, 16)
+            print("RESULT " + json.dumps(result), flush=True)
+            break
+    await asyncio.sleep(3600)  # the parent stops every node by PID
+    server.close()
+
+
+def bench_quorum(records: int) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    ports = []
+    holders = []
+    for _ in range(3):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        holders.append(sock)
+        ports.append(sock.getsockname()[1])
+    for sock in holders:
+        sock.close()
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.raft_bench",
+                    "--quorum-node",
+                    str(i + 1),
+                    "--ports",
+                    ",".join(map(str, ports)),
+                    "--dir",
+                    os.path.join(tmp, f"n{i + 1}"),
+                    "--records",
+                    str(records),
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(3)
+        ]
+        try:
+            result = None
+            deadline = time.monotonic() + 300
+            import selectors
+
+            sel = selectors.DefaultSelector()
+            for p in procs:
+                assert p.stdout is not None
+                sel.register(p.stdout, selectors.EVENT_READ)
+            while result is None and time.monotonic() < deadline:
+                for key, _ in sel.select(timeout=1):
+                    line = key.fileobj.readline()  # type: ignore[union-attr]
+                    if line.startswith("RESULT "):
+                        result = json.loads(line[len("RESULT ") :])
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(10)
+    single = asyncio.run(_single_voter(records))
+    if result is None:
+        print("quorum benchmark: no result within 300 s")
+        return
+    print(
+        f"3-voter quorum, 3 processes over TCP loopback (Kafka framing), fsync per commit: "
+        f"p50 {result['p50_ms']:.2f} ms, p99 {result['p99_ms']:.2f} ms per sequential "
+        f"append; {result['throughput']:,.0f} records/s with 16 concurrent writers"
+    )
+    print(
+        f"  baseline 1-voter driver (same code, no network): p50 {single['p50_ms']:.2f} ms, "
+        f"p99 {single['p99_ms']:.2f} ms, {single['throughput']:,.0f} records/s -> "
+        f"p99 ratio {result['p99_ms'] / single['p99_ms']:.1f}x, throughput ratio "
+        f"{result['throughput'] / single['throughput']:.2f}x"
+    )
+
+
+async def _single_voter(records: int) -> dict:
+    class NoPeers:
+        async def send(self, dest: int, request: object) -> object:
+            raise ConnectionError("single voter")
+
+    cfg = RaftConfig(voters=frozenset({1}), **QUORUM_CONFIG)  # type: ignore[arg-type]
+    with tempfile.TemporaryDirectory() as tmp:
+        driver = RaftDriver(1, cfg, tmp, NoPeers(), _CountingMachine())  # type: ignore[arg-type]
+        await driver.start()
+        while driver.node.role is not Role.LEADER or driver.node.high_watermark == 0:
+            await asyncio.sleep(0.02)
+        result = await _commit_workload(driver, records, 16)
+        await driver.close()
+    return result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--partitions", type=int, default=1_000_000)
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--batch", type=int, default=100)
+    ap.add_argument("--quorum-records", type=int, default=2000)
+    ap.add_argument("--quorum-node", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--ports", help=argparse.SUPPRESS)
+    ap.add_argument("--dir", help=argparse.SUPPRESS)
+    ap.add_argument("--skip-snapshot", action="store_true")
     args = ap.parse_args()
+    if args.quorum_node:  # a child process of bench_quorum
+        ports = [int(p) for p in args.ports.split(",")]
+        asyncio.run(_quorum_node(args.quorum_node, ports, args.dir, args.records))
+        return
+    bench_quorum(args.quorum_records)
     bench_commit(args.records, args.batch)
-    bench_snapshot(args.partitions)
+    if not args.skip_snapshot:
+        bench_snapshot(args.partitions)
 
 
 if __name__ == "__main__":

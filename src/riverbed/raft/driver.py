@@ -131,6 +131,8 @@ class RaftDriver:
         self._tasks: set[asyncio.Task[None]] = set()
         self._timer: asyncio.Task[None] | None = None
         self._closed = False
+        self._flush_wanted = 0
+        self._flushing = False
         self._last_state: tuple[int, int, Role] = (-1, -1, Role.UNATTACHED)
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -220,7 +222,12 @@ class RaftDriver:
             elif isinstance(action, PersistQuorumState):
                 await asyncio.to_thread(write_quorum_state_file, self.directory, action.state)
             elif isinstance(action, FlushLog):
-                self._spawn(self._flush(action.end_offset))
+                # group commit: one fsync at a time; requests meanwhile are folded into
+                # the next one
+                self._flush_wanted = max(self._flush_wanted, action.end_offset)
+                if not self._flushing:
+                    self._flushing = True
+                    self._spawn(self._flush_loop())
             elif isinstance(action, SendRequest):
                 self._spawn(self._send(action))
             elif isinstance(action, SendResponse):
@@ -241,15 +248,23 @@ class RaftDriver:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _flush(self, end_offset: int) -> None:
-        durable = await asyncio.to_thread(self.log.flush_storage, end_offset)
-        async with self._lock:
-            if self._closed:
-                return
-            self.log.mark_flushed(durable)
-            now = self.clock_ms()
-            await self._run(self.node.on_log_flushed(durable, now), now)
-        self._wake.set()
+    async def _flush_loop(self) -> None:
+        try:
+            while not self._closed:
+                end_offset = self._flush_wanted
+                durable = await asyncio.to_thread(self.log.flush_storage, end_offset)
+                async with self._lock:
+                    if self._closed:
+                        return
+                    self.log.mark_flushed(durable)
+                    now = self.clock_ms()
+                    await self._run(self.node.on_log_flushed(durable, now), now)
+                    if self._flush_wanted <= end_offset:
+                        self._flushing = False
+                        break
+                self._wake.set()
+        finally:
+            self._wake.set()
 
     async def _write_snapshot(self, snapshot_id: SnapshotId, records: Iterable[bytes]) -> None:
         chunks = iter_snapshot_chunks(snapshot_id, records, now_ms=int(time.time() * 1000))

@@ -135,9 +135,9 @@ def fetch_reply(leader: int, epoch: int, hw: int, ents: list[Entry], lbo: int = 
 
 
 async def raft_listener(
-    drivers: dict[int, Any], node_id: int, errors: list[BaseException]
+    drivers: dict[int, Any], node_id: int, errors: list[BaseException], port: int = 0
 ) -> asyncio.Server:
-    """Listen on 127.0.0.1:0; answer raft RPCs with ``drivers[node_id]``, in request order
+    """Listen on 127.0.0.1:``port`` (0: a free one); answer raft RPCs with ``drivers[node_id]``, in request order
     per connection (as Kafka's network layer). Server-side failures go to ``errors``."""
     from riverbed.protocol.headers import decode_request, encode_response
     from riverbed.raft.transport import RAFT_API_KEYS, is_raft_fetch, serve_raft_request
@@ -174,4 +174,4 @@ async def raft_listener(
                 await writer_task
             writer.close()
 
-    return await asyncio.start_server(handle, "127.0.0.1", 0)
+    return await asyncio.start_server(handle, "127.0.0.1", port)

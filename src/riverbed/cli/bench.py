@@ -231,12 +231,13 @@ def _consume_worker(
                 errors += 1
                 continue
             p = m.partition()
-            end = ends.get(p)
-            if end is None or m.offset() >= end:
+            offset = m.offset()
+            end = None if p is None else ends.get(p)
+            if p is None or end is None or offset is None or offset >= end:
                 continue  # past this partition's share (written after the run started)
             got += 1
             nbytes += len(m)
-            if m.offset() == end - 1:
+            if offset == end - 1:
                 del ends[p]
                 consumer.pause([TopicPartition(topic, p)])
         count += got

@@ -203,3 +203,24 @@ def test_cluster_default_broker_config(broker, capsys):
                      "--delete-config", "log.retention.ms"]) == 0  # fmt: skip
     assert run_json(capsys, "configs", "describe", "-b", b, "--entity-type", "brokers",
                     "--entity-default", "--json") == []  # fmt: skip
+
+
+def test_alter_commands_print_json(broker, capsys):
+    b = broker.bootstrap
+    assert main(["topics", "create", "-b", b, "--topic", "alterjson"]) == 0
+    res = run_json(capsys, "topics", "alter", "-b", b, "--topic", "alterjson",
+                   "--partitions", "3", "--validate-only", "--json")  # fmt: skip
+    assert res == {"topic": "alterjson", "partitions": 3, "altered": False}
+    res = run_json(capsys, "topics", "alter", "-b", b, "--topic", "alterjson",
+                   "--partitions", "2", "--json")  # fmt: skip
+    assert res == {"topic": "alterjson", "partitions": 2, "altered": True}
+    res = run_json(capsys, "topics", "alter-config", "-b", b, "--topic", "alterjson",
+                   "--add-config", "retention.ms=5000", "--json")  # fmt: skip
+    assert res == {"topic": "alterjson", "set": {"retention.ms": "5000"}, "deleted": [],
+                   "altered": True}  # fmt: skip
+    res = run_json(capsys, "configs", "alter", "-b", b, "--entity-type", "topics",
+                   "--entity-name", "alterjson", "--delete-config", "retention.ms",
+                   "--json")  # fmt: skip
+    assert res["deleted"] == ["retention.ms"] and res["altered"] is True
+    info = run_json(capsys, "topics", "describe", "-b", b, "--topic", "alterjson", "--json")
+    assert len(info[0]["partitions"]) == 2

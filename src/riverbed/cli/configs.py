@@ -48,6 +48,7 @@ def register(subparsers: Any) -> None:
     alter.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V]")
     alter.add_argument("--delete-config", action="append", default=[], metavar="KEY")
     alter.add_argument("--validate-only", action="store_true")
+    add_json(alter)
     alter.set_defaults(func=run_guarded(alter_cmd))
 
 
@@ -234,9 +235,19 @@ def alter_cmd(args: argparse.Namespace) -> int:
         ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in deletes
     ]
     _check_entity(args)
+    summary = {
+        "entity_type": args.entity_type,
+        "entity_name": args.entity_name,
+        "set": adds,
+        "deleted": deletes,
+        "altered": not args.validate_only,
+    }
     if args.entity_default:
         _wire_alter(args, adds, deletes)
-        print("Completed updating default config for brokers in the cluster.")
+        if args.json:
+            print_json(summary)
+        else:
+            print("Completed updating default config for brokers in the cluster.")
         return 0
     admin = admin_client(args)
     futures = admin.incremental_alter_configs(
@@ -247,5 +258,8 @@ def alter_cmd(args: argparse.Namespace) -> int:
         raise CliError(
             f"cannot alter {args.entity_type} {args.entity_name}: {kafka_error_text(res)}"
         )
-    print(f"Completed updating config for {args.entity_type[:-1]} {args.entity_name}.")
+    if args.json:
+        print_json(summary)
+    else:
+        print(f"Completed updating config for {args.entity_type[:-1]} {args.entity_name}.")
     return 0

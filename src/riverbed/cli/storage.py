@@ -26,9 +26,11 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="skip directories that are already formatted instead of failing",
     )
+    add_json(fmt)
     fmt.set_defaults(func=format_cmd)
 
     rnd = verb_parser(sub, "random-uuid", "print a new random cluster id")
+    add_json(rnd)
     rnd.set_defaults(func=random_uuid_cmd)
 
     dump = verb_parser(
@@ -105,6 +107,9 @@ def format_cmd(args: argparse.Namespace) -> int:
     except StorageFormatError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    if args.json:
+        print_json({"cluster_id": cluster_id, "node_id": config.node_id, "formatted": dirs})
+        return 0
     for d in dirs:
         print(f"Formatting {d} with cluster.id {cluster_id} and node.id {config.node_id}")
     if not dirs:
@@ -115,7 +120,11 @@ def format_cmd(args: argparse.Namespace) -> int:
 def random_uuid_cmd(args: argparse.Namespace) -> int:
     from riverbed.metadata.storage_format import random_uuid
 
-    print(random_uuid())
+    cluster_id = random_uuid()
+    if args.json:
+        print_json({"cluster_id": cluster_id})
+    else:
+        print(cluster_id)
     return 0
 
 

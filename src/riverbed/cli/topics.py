@@ -82,6 +82,7 @@ def register(subparsers: Any) -> None:
     alter.add_argument("--topic", required=True)
     alter.add_argument("--partitions", type=int, required=True, help="new total count")
     alter.add_argument("--validate-only", action="store_true")
+    add_json(alter)
     alter.set_defaults(func=run_guarded(alter_cmd))
 
     ac = verb_parser(sub, "alter-config", "set or remove topic configs (incremental)")
@@ -90,6 +91,7 @@ def register(subparsers: Any) -> None:
     ac.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V]")
     ac.add_argument("--delete-config", action="append", default=[], metavar="KEY")
     ac.add_argument("--validate-only", action="store_true")
+    add_json(ac)
     ac.set_defaults(func=run_guarded(alter_config_cmd))
 
 
@@ -299,7 +301,14 @@ def alter_cmd(args: argparse.Namespace) -> int:
     )[args.topic]
     if isinstance(res, Exception):
         raise CliError(f"cannot add partitions to {args.topic}: {kafka_error_text(res)}")
-    print(f"Topic {args.topic} now has {args.partitions} partitions.")
+    if args.json:
+        print_json(
+            {"topic": args.topic, "partitions": args.partitions, "altered": not args.validate_only}
+        )
+    elif args.validate_only:
+        print(f"Topic {args.topic} can have {args.partitions} partitions (validate only).")
+    else:
+        print(f"Topic {args.topic} now has {args.partitions} partitions.")
     return 0
 
 
@@ -332,5 +341,17 @@ def alter_config_cmd(args: argparse.Namespace) -> int:
     )
     if isinstance(res, Exception):
         raise CliError(f"cannot alter configs of {args.topic}: {kafka_error_text(res)}")
-    print(f"Completed updating config for topic {args.topic}.")
+    if args.json:
+        print_json(
+            {
+                "topic": args.topic,
+                "set": adds,
+                "deleted": deletes,
+                "altered": not args.validate_only,
+            }
+        )
+    elif args.validate_only:
+        print(f"Config changes for topic {args.topic} are valid (validate only).")
+    else:
+        print(f"Completed updating config for topic {args.topic}.")
     return 0

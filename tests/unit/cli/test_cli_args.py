@@ -211,3 +211,22 @@ def test_entity_default_only_for_brokers(capsys):
     assert "--entity-default only applies" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["configs", "describe", "-b", "h:1", "--entity-type", "topics"])
+
+
+#: Verbs that move data or run things rather than administer: no JSON summary.
+_NOT_ADMIN = {"server", "produce", "consume", "bench", "pipeline"}
+
+
+def test_every_admin_command_takes_json():
+    parser = build_parser()
+    verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    missing = []
+    for verb, vparser in verbs.choices.items():
+        if verb in _NOT_ADMIN:
+            continue
+        subs = [a for a in vparser._actions if isinstance(a, argparse._SubParsersAction)]
+        leaves = list(subs[0].choices.items()) if subs else [(verb, vparser)]
+        for name, leaf in leaves:
+            if not any("--json" in a.option_strings for a in leaf._actions):
+                missing.append(f"{verb} {name}")
+    assert missing == []

@@ -138,3 +138,15 @@ def test_broken_pipe_ends_quietly(tmp_path):
     assert proc.wait(timeout=60) == 141
     assert first.startswith(b"0\tTopicRecord")
     assert b"Traceback" not in err and b"error" not in err
+
+
+def test_random_uuid_and_format_json(tmp_path, capsys):
+    assert main(["storage", "random-uuid", "--json"]) == 0
+    cid = json.loads(capsys.readouterr().out)["cluster_id"]
+    assert len(cid) == 22
+    cfg, data = write_config(tmp_path)
+    assert main(["storage", "format", "-c", str(cfg), "-t", cid, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out == {"cluster_id": cid, "node_id": 5, "formatted": [str(data)]}
+    assert main(["storage", "format", "-c", str(cfg), "-t", cid, "-g", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["formatted"] == []

@@ -47,7 +47,7 @@ from riverbed.storage.checkpoints import (
 )
 from riverbed.storage.clock import Clock
 from riverbed.storage.config import LogConfig
-from riverbed.storage.errors import LogDirError
+from riverbed.storage.errors import LogDirError, StorageError
 from riverbed.storage.log import PartitionLog, RetentionHook
 
 __all__ = ["CLEAN_SHUTDOWN_FILE", "LogManager", "parse_partition_dir"]
@@ -145,7 +145,12 @@ class LogManager:
                 jobs += self._submit_dir_loads(d, pool)
             total = len(jobs)
             for n, (d, key, fut) in enumerate(jobs, start=1):
-                plog = fut.result()
+                try:
+                    plog = fut.result()
+                except (OSError, StorageError) as e:
+                    raise LogDirError(
+                        f"cannot load partition log {d / f'{key[0]}-{key[1]}'}: {e}"
+                    ) from e
                 if key in self._logs:
                     raise LogDirError(
                         f"partition {key[0]}-{key[1]} is in both {self._dir_of[key]} and {d}"

@@ -177,3 +177,16 @@ def test_appends_and_reads_while_the_pool_flushes(tmp_path: Path) -> None:
     data = again.read(0, 1 << 20).read_bytes()
     assert len(data) == again.size_bytes
     m2.shutdown()
+
+
+def test_unloadable_partition_is_a_clear_log_dir_error(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    m = LogManager([tmp_path / "d"], clock)
+    m.get_or_create("t", 0).append_as_leader(batch(), leader_epoch=0)
+    m.shutdown()
+    seg = tmp_path / "d" / "t-0" / "00000000000000000000.log"
+    seg.unlink()
+    seg.mkdir()  # a directory where the segment file should be
+    with pytest.raises(LogDirError) as e:
+        LogManager([tmp_path / "d"], clock)
+    assert "t-0" in str(e.value) and e.value.error_code == 56

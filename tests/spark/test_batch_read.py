@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -118,6 +119,9 @@ def test_min_partitions_and_max_records_split_ranges(
         (p, o) for p in (0, 1) for o in range(10)
     ]
     assert _load(spark, bootstrap, subscribe=clicks, minPartitions="5").rdd.getNumPartitions() >= 5
+    # subscribePattern matches whole topic names (Java's Pattern.matches).
+    assert _load(spark, bootstrap, subscribePattern=re.escape(clicks)).count() == 20
+    assert _load(spark, bootstrap, subscribePattern=re.escape(clicks[:-1])).count() == 0
 
 
 def test_bad_options_fail_fast_naming_them(spark: Any, bootstrap: str, clicks: str) -> None:

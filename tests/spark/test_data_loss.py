@@ -117,3 +117,34 @@ def test_deleted_topic_fails_the_stream_or_is_skipped(
     # The same checkpoint with failOnDataLoss=false carries on with the surviving topic.
     assert run("false") is None
     assert sorted(seen) == [b"d0", b"k0", b"k1"]
+
+
+def _read_range(bootstrap: str, topic: str, start: int, end: int, fail: bool) -> list[int]:
+    from riverbed.spark.fetch import read_range
+    from riverbed.spark.offsets import OffsetRange
+
+    batches = read_range(
+        {"bootstrap.servers": bootstrap},
+        OffsetRange(topic, 0, start, end),
+        include_headers=False,
+        fail_on_data_loss=fail,
+        poll_timeout_ms=20_000,
+    )
+    return [o for b in batches for o in b.column("offset").to_pylist()]
+
+
+def test_executor_meets_records_deleted_after_planning(
+    bootstrap: str, new_topic: Callable[..., str], produce: Callable[..., None]
+) -> None:
+    """A range planned before DeleteRecords: the task fails or reads what is left."""
+    from riverbed.spark.client import DataLossError
+
+    topic = new_topic(1)
+    produce(topic, [{"value": f"v{i}".encode()} for i in range(10)])
+    assert _read_range(bootstrap, topic, 0, 10, True) == list(range(10))
+    _delete_records_before(bootstrap, topic, 0, 6)
+    with pytest.raises(DataLossError, match=f"Cannot fetch offset 0 of {topic}-0"):
+        _read_range(bootstrap, topic, 0, 10, True)
+    assert _read_range(bootstrap, topic, 0, 10, False) == [6, 7, 8, 9]
+    # A range wholly deleted yields nothing rather than waiting for offsets that are gone.
+    assert _read_range(bootstrap, topic, 1, 4, False) == []

@@ -148,11 +148,14 @@ def read_range(
                     done = True
                     break
                 if code in _OUT_OF_RANGE_CODES:
-                    raise DataLossError(
-                        f"Cannot fetch offset {next_offset} of {name}: it is out of range "
-                        f"(deleted by retention or DeleteRecords): {err.str()}. Set the source "
-                        'option "failOnDataLoss" to "false" to skip lost records.'
-                    )
+                    if fail_on_data_loss:
+                        raise DataLossError(
+                            f"Cannot fetch offset {next_offset} of {name}: it is out of range "
+                            f"(deleted by retention or DeleteRecords): {err.str()}. Set the "
+                            'source option "failOnDataLoss" to "false" to skip lost records.'
+                        )
+                    # auto.offset.reset=earliest: the consumer carries on at the log start.
+                    continue
                 if code in _LOST_TOPIC_CODES:
                     report_data_loss(fail_on_data_loss, f"{name} is gone ({err.str()}).")
                     done = True

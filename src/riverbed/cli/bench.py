@@ -108,14 +108,25 @@ def _merge(kind: str, parts: list[dict[str, Any]]) -> BenchResult:
 
 
 # --------------------------------------------------------------------------- workers
-#: Progress callback (records done) set by the CLI in the parent process; spawned worker
-#: processes start with None, so only single-process runs draw a progress bar.
+#: Progress callback (records done) set by the CLI in the parent process.  Spawned worker
+#: processes add to a shared counter instead (`_init_worker`), which the parent polls.
 _PROGRESS: Callable[[int], None] | None = None
+_SHARED_DONE: Any = None  # multiprocessing.Value("q") in a worker of a multi-process run
+#: How often the parent moves the progress bar of a multi-process run.
+PROGRESS_POLL_S = 0.2
 
 
 def _tick(n: int) -> None:
     if _PROGRESS is not None:
         _PROGRESS(n)
+    elif _SHARED_DONE is not None:
+        with _SHARED_DONE.get_lock():
+            _SHARED_DONE.value += n
+
+
+def _init_worker(done: Any) -> None:
+    global _SHARED_DONE
+    _SHARED_DONE = done
 
 
 def _produce_worker(
@@ -159,6 +170,7 @@ def _produce_worker(
             if i:
                 _tick(1000)
     left = producer.flush(120)
+    _tick(n - 1000 * ((n - 1) // 1000))  # the records since the last tick
     seconds = time.perf_counter() - start
     return {
         "records": stats["ok"],
@@ -306,8 +318,20 @@ def _fan_out(func: Any, jobs: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
     if len(jobs) == 1:
         return [func(*jobs[0])]
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(len(jobs)) as pool:
-        return pool.starmap(func, jobs)
+    progress = _PROGRESS
+    if progress is None:
+        with ctx.Pool(len(jobs)) as pool:
+            return pool.starmap(func, jobs)
+    done = ctx.Value("q", 0)
+    shown = 0
+    with ctx.Pool(len(jobs), initializer=_init_worker, initargs=(done,)) as pool:
+        pending = pool.starmap_async(func, jobs)
+        while not pending.ready():
+            pending.wait(PROGRESS_POLL_S)
+            now = done.value
+            progress(now - shown)
+            shown = now
+        return pending.get()
 
 
 # --------------------------------------------------------------------------- API
@@ -504,7 +528,7 @@ def bench_cmd(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def _progress_bar(args: argparse.Namespace, kind: str) -> Iterator[None]:
-    """A transient rich progress bar on stderr for interactive runs."""
+    """A transient rich progress bar on stderr for interactive runs (all process counts)."""
     global _PROGRESS
     if args.json or not sys.stderr.isatty():
         yield

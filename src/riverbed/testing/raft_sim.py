@@ -1,16 +1,18 @@
 """Seeded deterministic simulation of a KRaft quorum (``riverbed.raft``).
 
 One ``random.Random(seed)`` drives everything: event scheduling, message delays (reordering
-follows), drops and duplicates, network partitions, crashes that lose unflushed log writes
-and partial snapshot downloads, restarts, graceful leader resignation, a disk wipe (the
-replica comes back with a new directory id and never votes again under its id, as with
-KIP-853), client appends, slow fsyncs. Snapshots are taken every few dozen records and
-fetched in small chunks so KIP-630 paths run in every seed. After every event the
+follows), drops and duplicates, slow-network periods (replies outliving request timeouts),
+network partitions, crashes that lose unflushed log writes and partial snapshot downloads,
+restarts, graceful leader resignation, a disk wipe (the replica comes back with a new
+directory id and never votes again under its id, as with KIP-853), client appends, slow
+fsyncs. Snapshot and batching knobs vary per seed (a snapshot every 5-80 records, fetched
+in 40 B - 2 KB chunks) so KIP-630 paths run in every seed. After every event the
 invariants in ``raft_sim_checks`` are checked; then a calm phase (no faults, everyone
 restarted and connected) must elect a leader and commit every new record on every node
-within bounded simulated time.
+within bounded simulated time. ``--wire`` sends every message through ``raft.wire`` and
+the message engine's bytes.
 
-Replay one seed, soak many::
+Replay one seed, soak many (``make soak SEEDS=100000`` does the latter)::
 
     .venv/bin/python -m riverbed.testing.raft_sim --seed 1234 --voters 3 --observers 1 -v
     .venv/bin/python -m riverbed.testing.raft_sim --seeds 100000

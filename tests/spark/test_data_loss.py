@@ -148,3 +148,17 @@ def test_executor_meets_records_deleted_after_planning(
     assert _read_range(bootstrap, topic, 0, 10, False) == [6, 7, 8, 9]
     # A range wholly deleted yields nothing rather than waiting for offsets that are gone.
     assert _read_range(bootstrap, topic, 1, 4, False) == []
+
+
+def test_executor_meets_a_topic_deleted_after_planning(
+    bootstrap: str, new_topic: Callable[..., str], produce: Callable[..., None]
+) -> None:
+    from riverbed.spark.client import DataLossError
+
+    topic = new_topic(1)
+    produce(topic, [{"value": b"x"}, {"value": b"y"}])
+    _delete_topic(bootstrap, topic)
+    # Not a wait for kafkaConsumer.pollTimeoutMs (20 s here): the partition is seen gone.
+    with pytest.raises(DataLossError, match=f"{topic}-0 is gone"):
+        _read_range(bootstrap, topic, 0, 2, True)
+    assert _read_range(bootstrap, topic, 0, 2, False) == []

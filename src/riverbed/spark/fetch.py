@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from riverbed.spark.client import (
@@ -40,6 +40,11 @@ from riverbed.spark.schema import arrow_schema
 arrow_batch_rows_max = 20_000
 # Longest single wait inside consume(); the overall stall limit is pollTimeoutMs.
 _consume_wait_s = 0.5
+
+# No record for this long: check whether the partition still exists.
+_stall_check_s = 2.0
+# Timeout of that metadata request.
+_metadata_timeout_s = 10.0
 
 # librdkafka's timestamp type codes -> Kafka's TimestampType ids used by Spark.
 _TS_TYPE = {1: 0, 2: 1}
@@ -90,6 +95,15 @@ def _headers_array(msgs: list[Any], list_type: pa.DataType) -> pa.Array:
         fields=list(struct_type),
     )
     return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), items, type=list_type)
+
+
+def _partition_exists(consumer: Any, r: OffsetRange) -> bool:
+    try:
+        md = consumer.list_topics(r.topic, timeout=_metadata_timeout_s)
+    except KafkaException:
+        return True  # cannot tell; the poll timeout still bounds the wait
+    topic = md.topics.get(r.topic)
+    return topic is not None and topic.error is None and r.partition in topic.partitions
 
 
 def read_range(
@@ -169,7 +183,14 @@ def read_range(
                 yield _to_batch(good, r.topic, r.partition, schema, include_headers)
             if done:
                 return
-            if not msgs and (time.monotonic() - last_progress) * 1000 > poll_timeout_ms:
+            if msgs:
+                continue
+            stalled_s = time.monotonic() - last_progress
+            if stalled_s > _stall_check_s and not _partition_exists(consumer, r):
+                # librdkafka reports no error for an assigned partition that vanished.
+                report_data_loss(fail_on_data_loss, f"{name} is gone (topic deleted?).")
+                return
+            if stalled_s * 1000 > poll_timeout_ms:
                 raise RiverbedSourceError(
                     f"no records from {name} at offset {next_offset} for {poll_timeout_ms} ms "
                     "(kafkaConsumer.pollTimeoutMs); is the broker reachable?"

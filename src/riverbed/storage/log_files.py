@@ -41,10 +41,27 @@ class FileRange:
     position: int
     size: int
 
+    def open_fd(self) -> int:
+        """A read-only fd of the segment file, also while a retention delete is pending.
+
+        Retention renames a deleted segment to ``*.deleted`` and unlinks it only after
+        ``file.delete.delay.ms``, so a range handed out just before the rename is still
+        readable under that name; FileNotFoundError once it is really gone.
+        """
+        try:
+            return os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return os.open(
+                Path(self.path).with_name(Path(self.path).name + ".deleted"), os.O_RDONLY
+            )
+
     def read(self) -> bytes:
         """The bytes of the range (for callers that cannot sendfile, and tests)."""
-        with open(self.path, "rb") as f:
-            data = os.pread(f.fileno(), self.size, self.position)
+        fd = self.open_fd()
+        try:
+            data = os.pread(fd, self.size, self.position)
+        finally:
+            os.close(fd)
         if len(data) != self.size:
             raise FileNotFoundError(f"{self.path}: range {self.position}+{self.size} is gone")
         return data

@@ -370,14 +370,18 @@ def test_retention_ms_uses_largest_timestamp_not_file_time(
     stamps = [T0, T0 + day, T0 + 9 * day, T0 + 2 * day]
     log = _log_with_segments(tmp_path, clock, stamps, retention_ms=7 * day)
     assert len(log.segments) == 5  # four full + the empty active one
+    early = log.read(0, 100)  # a fetch that got its ranges just before retention ran
     deleted = log.delete_old_segments(clock.now_ms())
     # the 3rd segment is recent, so the 4th (old) one stays behind it, as in Kafka
     assert deleted == 2 and log.log_start_offset == 4
     assert not list((tmp_path / "t-0").glob("00000000000000000000.log"))
     assert list((tmp_path / "t-0").glob("*.deleted"))
+    assert early.read_bytes()[:8] == bytes(8)  # still readable under *.deleted
     clock.advance(60_000)
     log.delete_expired_files(clock.now_ms())
     assert not list((tmp_path / "t-0").glob("*.deleted"))
+    with pytest.raises(FileNotFoundError):
+        early.read_bytes()
     clock.advance(7 * day)
     assert log.delete_old_segments(clock.now_ms()) == 2
     assert log.log_start_offset == 8 == log.log_end_offset

@@ -24,6 +24,7 @@ from riverbed.protocol.headers import RequestHeader, decode_response, encode_req
 from riverbed.protocol.messages import (
     ApiVersionsRequest,
     CreateTopicsRequest,
+    DeleteRecordsRequest,
     DescribeLogDirsRequest,
     FetchRequest,
     FindCoordinatorRequest,
@@ -245,6 +246,62 @@ def test_fetch_limits_whole_batches(client: Client, topic_name: str, version: in
     r = client.call(ApiKey.FETCH, version, fetch_req(topic_name, [(0, 7, 1 << 20), (9, 0, 100)]))
     codes = [p.error_code for p in r.responses[0].partitions]
     assert codes == [ErrorCode.OFFSET_OUT_OF_RANGE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+
+
+def test_isolation_levels_and_offsets_below_the_log_start(client: Client, topic_name: str) -> None:
+    create_topic(client, topic_name)
+    for i in range(4):
+        assert produce(client, topic_name, batch(b"r%d" % i)).error_code == 0
+    answers = {}
+    for level in (0, 1):
+        req = fetch_req(topic_name, [(0, 0, 1 << 20)])
+        req.isolation_level = level
+        part = client.call(ApiKey.FETCH, 12, req).responses[0].partitions[0]
+        answers[level] = part
+        # No transactions: the last stable offset is the high watermark for both levels.
+        assert (part.error_code, part.high_watermark, part.last_stable_offset) == (0, 4, 4)
+        assert values_of(part.records) == [b"r0", b"r1", b"r2", b"r3"]
+    assert answers[0].aborted_transactions is None  # read_uncommitted: null, as Kafka
+    assert answers[1].aborted_transactions == []  # read_committed: none aborted
+
+    D = DeleteRecordsRequest
+    deleted = client.call(
+        ApiKey.DELETE_RECORDS,
+        2,
+        D(
+            topics=[
+                D.DeleteRecordsTopic(
+                    name=topic_name,
+                    partitions=[D.DeleteRecordsPartition(partition_index=0, offset=2)],
+                )
+            ],
+            timeout_ms=5000,
+        ),
+    )
+    assert deleted.topics[0].partitions[0].low_watermark == 2
+    below = client.call(ApiKey.FETCH, 12, fetch_req(topic_name, [(0, 1, 1 << 20)]))
+    part = below.responses[0].partitions[0]
+    assert (part.error_code, part.log_start_offset) == (ErrorCode.OFFSET_OUT_OF_RANGE, 2)
+    at_start = client.call(ApiKey.FETCH, 12, fetch_req(topic_name, [(0, 2, 1 << 20)]))
+    assert values_of(at_start.responses[0].partitions[0].records)[-2:] == [b"r2", b"r3"]
+
+
+def test_acks0_produce_error_closes_the_connection(broker: BrokerProcess, topic_name: str) -> None:
+    c = Client(broker.port)
+    try:
+        create_topic(c, topic_name)
+        # Kafka: no response can carry the error, so the producer's connection is closed.
+        c.send(ApiKey.PRODUCE, 9, produce_req(topic_name, 7, batch(b"lost"), acks=0))
+        with pytest.raises(ConnectionError):
+            c.recv(c.send(ApiKey.API_VERSIONS, 3, ApiVersionsRequest()))
+    finally:
+        c.close()
+    c = Client(broker.port)  # the broker serves on
+    try:
+        assert produce(c, topic_name, batch(b"kept")).error_code == 0
+    finally:
+        c.close()
+    assert "produce with acks=0 failed" in broker.log_tail()
 
 
 def test_old_fetch_versions_are_not_down_converted(client: Client, topic_name: str) -> None:

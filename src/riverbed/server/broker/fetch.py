@@ -2,7 +2,8 @@
 
 For every requested partition (all of them are answered: kafka-python rejects a full
 response that lacks one) the handler reads from the fetch offset up to the high
-watermark (= LastStableOffset without transactions, for both isolation levels):
+watermark (= LastStableOffset without transactions, for both isolation levels; a
+read_committed fetch gets an empty aborted-transactions list, read_uncommitted null):
 
 - unknown partition -> UNKNOWN_TOPIC_OR_PARTITION; a ``current_leader_epoch`` newer than
   ours -> UNKNOWN_LEADER_EPOCH, older -> FENCED_LEADER_EPOCH; an offset below the log
@@ -33,6 +34,8 @@ from riverbed.storage.errors import StorageError
 if TYPE_CHECKING:
     from riverbed.server.broker.dispatch import Broker
 
+#: FetchRequest.isolation_level of a read_committed consumer.
+READ_COMMITTED = 1
 #: Fetch versions from this one on are flexible (compact ``records`` length).
 FETCH_FLEXIBLE_VERSION = 12
 #: Older Fetch versions expect message sets v0/v1; riverbed does not down-convert (like
@@ -119,10 +122,10 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
         for r in reads:
             if r.ranges:
                 r.error, r.ranges, r.size = int(ErrorCode.UNSUPPORTED_VERSION), [], 0
-    return _build_response(reads, version)
+    return _build_response(reads, version, req.isolation_level == READ_COMMITTED)
 
 
-def _build_response(reads: list[_PartitionRead], version: int) -> Any:
+def _build_response(reads: list[_PartitionRead], version: int, read_committed: bool) -> Any:
     topics: list[Any] = []
     by_topic: dict[str, Any] = {}
     files: list[FileRecords] = []
@@ -146,7 +149,9 @@ def _build_response(reads: list[_PartitionRead], version: int) -> Any:
                 high_watermark=r.high_watermark,
                 last_stable_offset=r.high_watermark,
                 log_start_offset=r.log_start_offset,
-                aborted_transactions=None if version >= 4 else [],
+                # Kafka: null for read_uncommitted, the (here: empty) list of aborted
+                # transactions in the range for read_committed.
+                aborted_transactions=[] if read_committed or version < 4 else None,
                 preferred_read_replica=-1,
                 records=records,
             )

@@ -13,7 +13,9 @@ pipelined produces on one connection reach the log in the order they were sent):
 - the response carries the base offset, ``log_append_time_ms`` (-1 for CreateTime
   topics, as clients expect) and the log start offset.
 
-acks=0 writes no response at all; acks must be 0, 1 or -1 (else INVALID_REQUIRED_ACKS).
+acks=0 writes no response at all, and closes the connection when a partition failed (as
+Kafka: there is no response to carry the error); acks must be 0, 1 or -1 (else
+INVALID_REQUIRED_ACKS).
 With a single node the ISR is this node, so acks=-1 is answered as soon as the append
 returned (the data is in the OS page cache and survives a SIGKILL of the process).
 """
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.messages import ProduceRequest, ProduceResponse
-from riverbed.server.network import RequestContext
+from riverbed.server.network import CloseConnection, RequestContext
 from riverbed.storage.errors import StorageError
 
 if TYPE_CHECKING:
@@ -66,6 +68,16 @@ async def handle_produce(
             ProduceResponse.TopicProduceResponse(name=topic.name, partition_responses=parts)
         )
     if req.acks == 0:
+        failed = [
+            f"{t.name}-{p.index}: {ErrorCode.of(p.error_code).name}"
+            for t in responses
+            for p in t.partition_responses
+            if p.error_code
+        ]
+        if failed:
+            # As Kafka: no response can carry the error, so the connection is closed and
+            # the producer learns something went wrong (it refreshes its metadata).
+            raise CloseConnection(f"produce with acks=0 failed: {', '.join(failed[:5])}")
         return None
     return ProduceResponse(responses=responses, throttle_time_ms=0)
 

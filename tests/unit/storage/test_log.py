@@ -521,6 +521,25 @@ def test_recovery_truncates_torn_tail(tmp_path: Path, clock: ManualClock) -> Non
     log.close()
 
 
+@pytest.mark.parametrize("chunk", [61, 100, 150, 1000])
+def test_recovery_reads_in_chunks_smaller_than_batches(
+    tmp_path: Path, clock: ManualClock, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import riverbed.storage.segment as segment_module
+
+    monkeypatch.setattr(segment_module, "RECOVERY_READ_BYTES", chunk)
+    log = _filled(tmp_path, clock, n=12)
+    want = log.read(0, 1 << 20).read_bytes()
+    path = log.active_segment.log_path
+    log.abandon()
+    os.truncate(path, len(want) - 1)  # torn last batch
+    log = open_log(tmp_path, clock, LogConfig(index_interval_bytes=100), recovery_point=0)
+    assert log.log_end_offset == 33
+    got = log.read(0, 1 << 20).read_bytes()
+    assert got == want[: len(got)] and len(headers(log)) == 11
+    log.close()
+
+
 def test_recovery_truncates_from_a_corrupt_batch(tmp_path: Path, clock: ManualClock) -> None:
     log = _filled(tmp_path, clock)
     hs = list(log.active_segment.iter_headers())

@@ -94,6 +94,16 @@ def bootstrap() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def tansu_bootstrap() -> Iterator[str]:
+    """A Tansu broker whatever RIVERBED_SPARK_BROKER says (for what riverbed lacks yet)."""
+    broker = TansuBroker()
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     # One session for every Spark test; local_session checks for Java 17+ with a clear error.
     from riverbed.spark.session import local_session

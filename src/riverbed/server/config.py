@@ -277,6 +277,13 @@ class ServerConfig:
             if not 0 < port <= 65535:
                 raise ConfigError(key, f"{key} entry {item!r} has port {port} outside 1..65535")
             voters[node_id] = (host, port)
+        if not voters and "controller" not in self.process_roles:
+            # Kafka's check: a broker-only node must be told where the controllers are.
+            raise ConfigError(
+                key,
+                f"{key} must name the controller quorum (id@host:port,...) when "
+                "process.roles does not contain controller",
+            )
         if voters and "controller" in self.process_roles and self.node_id not in voters:
             raise ConfigError(
                 key,

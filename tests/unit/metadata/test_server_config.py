@@ -178,6 +178,16 @@ def test_quorum_voters():
         assert info.value.key == "controller.quorum.voters"
 
 
+def test_broker_only_node_needs_the_controller_quorum():
+    with pytest.raises(ConfigError, match="must name the controller quorum") as info:
+        ServerConfig.load(overrides=["process.roles=broker"])
+    assert info.value.key == "controller.quorum.voters"
+    c = ServerConfig.load(
+        overrides=["process.roles=broker", "node.id=2", "controller.quorum.voters=1@h:9093"]
+    )
+    assert c.process_roles == {"broker"} and c.quorum_voters == {1: ("h", 9093)}
+
+
 def test_shipped_server_properties_load():
     from pathlib import Path
 

@@ -64,6 +64,23 @@ def test_every_served_api_and_version_gets_an_encodable_error_response() -> None
                 assert resp.error_code == U, (api, version)
 
 
+def _filled(spec: Any, depth: int = 0) -> Any:
+    """A request struct whose arrays of structs hold one (recursively filled) entry."""
+    obj = spec.cls()
+    for f in spec.fields:
+        if f.is_struct_array and f.struct is not None and depth < 3:
+            setattr(obj, f.attr, [_filled(f.struct, depth + 1)])
+    return obj
+
+
+def test_error_responses_to_filled_requests_encode_at_every_version() -> None:
+    for api in dispatch.HANDLERS:
+        lo, hi = SUPPORTED_VERSIONS[ApiKey(api)]
+        req = _filled(message_spec(request_class(api)).struct)
+        for version in range(lo, hi + 1):
+            _roundtrip(api, version, error_response(api, req, version, U))
+
+
 def test_produce_mirrors_topics_and_partitions() -> None:
     P = ProduceRequest
     req = P(

@@ -131,8 +131,11 @@ def _copy_keys(entry: Any, entry_spec: StructSpec, item: Any, item_spec: StructS
     }
     for f in entry_spec.fields:
         src = sources.get(_canon(f.attr))
-        if src is not None and src.type == f.type and not f.is_array:
-            setattr(entry, f.attr, getattr(item, src.attr))
+        if src is None or src.type != f.type or f.is_array:
+            continue
+        value = getattr(item, src.attr)
+        if value is not None:  # a null key (DeleteTopics by id) keeps the response default
+            setattr(entry, f.attr, value)
 
 
 def error_response(api_key: int, request: Any, version: int, code: ErrorCode | int) -> Any:

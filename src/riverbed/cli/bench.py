@@ -182,7 +182,7 @@ def _produce_worker(
 
 
 def consume_plan(
-    watermarks: dict[int, tuple[int, int]], num_records: int, processes: int
+    watermarks: dict[int, tuple[int, int]], num_records: int, processes: int, topic: str = ""
 ) -> list[dict[int, tuple[int, int]]]:
     """Split a consume run by partition: each process gets {partition: (start, end)}.
 
@@ -203,7 +203,8 @@ def consume_plan(
             left -= take
     if left:
         raise CliError(
-            f"the topic holds {num_records - left} records, fewer than --num-records {num_records}"
+            f"topic {topic or '?'} holds {num_records - left} records, fewer than "
+            f"--num-records {num_records}"
         )
     n = max(1, min(processes, len(ranges)))
     plans: list[dict[int, tuple[int, int]]] = [{} for _ in range(n)]
@@ -444,10 +445,7 @@ def run_consume(
         }
     finally:
         probe.close()
-    try:
-        plans = consume_plan(watermarks, num_records, processes)
-    except CliError as exc:
-        raise CliError(f"topic {topic}: {exc}") from None
+    plans = consume_plan(watermarks, num_records, processes, topic)
     jobs = [(conf, topic, plan, timeout_s) for plan in plans]
     return _merge("consume", _fan_out(_consume_worker, jobs))
 

@@ -169,8 +169,10 @@ def test_bench_consume_plan_splits_by_partition_to_exact_end_offsets():
     # More processes than partitions with data; one process takes several partitions.
     assert len(bench.consume_plan(marks, 1000, 8)) == 3
     assert bench.consume_plan(marks, 1000, 2) == [{0: (0, 700), 3: (0, 200)}, {1: (50, 150)}]
-    with pytest.raises(common.CliError, match="holds 1000 records, fewer than --num-records 1001"):
-        bench.consume_plan(marks, 1001, 1)
+    with pytest.raises(
+        common.CliError, match="topic t holds 1000 records, fewer than --num-records 1001"
+    ):
+        bench.consume_plan(marks, 1001, 1, "t")
 
 
 def test_bench_rejects_bad_numbers_before_connecting(capsys):

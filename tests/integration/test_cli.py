@@ -170,6 +170,14 @@ def test_dynamic_broker_config_reaches_partitions(broker, capsys):
         by_name = {r["name"]: r for r in rows}
         assert by_name["max.message.bytes"]["value"] == "2000"
         assert by_name["max.message.bytes"]["source"] == "DYNAMIC_BROKER_CONFIG"
+        # --synonyms shows Kafka's whole list, the same broker key from two layers included.
+        rows = run_json(capsys, "configs", "describe", "-b", b, "--entity-type", "topics",
+                        "--entity-name", "dyn", "--synonyms", "--json")  # fmt: skip
+        syn = {r["name"]: r["synonyms"] for r in rows}["max.message.bytes"]
+        assert [(s["name"], s["value"], s["source"]) for s in syn] == [
+            ("message.max.bytes", "2000", "DYNAMIC_BROKER_CONFIG"),
+            ("message.max.bytes", "1048588", "DEFAULT_CONFIG"),
+        ]
         capsys.readouterr()
         big = "x" * 5000
         assert main(["produce", "-b", b, "-t", "dyn", "--value", big]) == 1

@@ -69,8 +69,14 @@ def _check_entity(args: argparse.Namespace) -> None:
         args.entity_name = ""
 
 
+#: DescribeConfigs resource types (Kafka's ConfigResource.Type ids).
+_RESOURCE_TYPE_IDS = {"topics": 2, "brokers": 4}
+
+
 def _wire_describe(args: argparse.Namespace) -> dict[str, Any]:
-    """DescribeConfigs for the cluster-default broker resource through riverbed's client."""
+    """DescribeConfigs through riverbed's own client: for the cluster-default broker
+    resource (librdkafka cannot address it) and for topics with ``--synonyms`` (librdkafka
+    keys synonyms by name, so ``log.segment.bytes`` STATIC and DEFAULT would collapse)."""
     from riverbed.cli.wire import WireClient, WireError
     from riverbed.protocol.api_versions import ApiKey
     from riverbed.protocol.messages import DescribeConfigsRequest, DescribeConfigsResponse
@@ -78,7 +84,11 @@ def _wire_describe(args: argparse.Namespace) -> dict[str, Any]:
     DC = DescribeConfigsRequest
     req = DC(
         resources=[
-            DC.DescribeConfigsResource(resource_type=4, resource_name="", configuration_keys=None)
+            DC.DescribeConfigsResource(
+                resource_type=_RESOURCE_TYPE_IDS[args.entity_type],
+                resource_name=args.entity_name,
+                configuration_keys=None,
+            )
         ],
         include_synonyms=True,
     )
@@ -90,7 +100,17 @@ def _wire_describe(args: argparse.Namespace) -> dict[str, Any]:
     assert isinstance(resp, DescribeConfigsResponse)
     (result,) = resp.results
     if result.error_code:
-        raise CliError(f"cannot describe the broker default: {result.error_message}")
+        from riverbed.protocol.errors import ErrorCode
+
+        what = (
+            "the broker default"
+            if args.entity_default
+            else f"{args.entity_type} {args.entity_name}"
+        )
+        raise CliError(
+            f"cannot describe {what}: {ErrorCode.of(result.error_code).name}: "
+            f"{result.error_message}"
+        )
     return {
         c.name: {
             "name": c.name,
@@ -164,7 +184,7 @@ def describe_cmd(args: argparse.Namespace) -> int:
     from riverbed.metadata.config_defs import ConfigSource
 
     _check_entity(args)
-    if args.entity_default:
+    if args.entity_default or (args.synonyms and args.entity_type == "topics"):
         found = _wire_describe(args)
     else:
         admin = admin_client(args)

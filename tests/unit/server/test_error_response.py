@@ -192,8 +192,16 @@ def test_a_typed_error_keeps_its_kafka_code() -> None:
     class Disk(StorageError):
         error_code = 56
 
+    from riverbed.metadata.control_common import ControllerError
+    from riverbed.raft.node import NotLeaderError
+
     assert error_code_of(Disk("gone")) is ErrorCode.KAFKA_STORAGE_ERROR
+    assert error_code_of(ControllerError(ErrorCode.POLICY_VIOLATION, "no")) is (
+        ErrorCode.POLICY_VIOLATION
+    )
+    assert error_code_of(NotLeaderError(2, 5)) is ErrorCode.NOT_CONTROLLER
     assert error_code_of(ValueError("bug")) is ErrorCode.UNKNOWN_SERVER_ERROR
+    assert error_code_of(OSError(5, "EIO")) is ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 # -- a real node in this process, one handler crashing ----------------------------------

@@ -147,8 +147,20 @@ def error_response(api_key: int, request: Any, version: int, code: ErrorCode | i
 
 
 def error_code_of(exc: BaseException) -> ErrorCode:
-    """The Kafka error a handler's exception stands for (typed errors carry their code)."""
+    """The Kafka error a handler's exception stands for.
+
+    Storage errors carry ``error_code`` (Kafka's number), controller errors ``code``; a
+    metadata append on a node that is not the quorum leader is NOT_CONTROLLER (the client
+    refreshes its metadata and retries); anything else is UNKNOWN_SERVER_ERROR.
+    """
     code = getattr(exc, "error_code", None)
     if isinstance(code, int) and not isinstance(code, bool):
         return ErrorCode.of(code)
+    code = getattr(exc, "code", None)
+    if isinstance(code, ErrorCode):
+        return code
+    from riverbed.raft.node import NotLeaderError
+
+    if isinstance(exc, NotLeaderError):
+        return ErrorCode.NOT_CONTROLLER
     return ErrorCode.UNKNOWN_SERVER_ERROR

@@ -1,10 +1,12 @@
 """Raw Kafka requests (riverbed's own codec as the client) against a real broker process.
 
 Checks per-partition error codes and edge cases that the client libraries hide: produce
-errors (unknown partition, bad acks, corrupt CRC), acks=0 silence, log_append_time, fetch
-limits (whole batches, partition_max_bytes, response max_bytes), the delayed fetch woken
-by an append, OFFSET_OUT_OF_RANGE, ListOffsets special timestamps (incl. v0), metadata
-auto-creation, ApiVersions at an unknown version, and the placeholder group APIs.
+errors (unknown partition, bad acks, corrupt CRC), acks=0 silence (and a closed connection
+when an acks=0 produce fails), log_append_time, fetch limits (whole batches,
+partition_max_bytes, response max_bytes), isolation levels (LastStableOffset = HW,
+aborted-transactions list), the delayed fetch woken by an append, OFFSET_OUT_OF_RANGE
+(above the end and below the log start), ListOffsets special timestamps (incl. v0),
+metadata auto-creation, ApiVersions at an unknown version, and the placeholder group APIs.
 """
 
 from __future__ import annotations

@@ -136,6 +136,7 @@ class FetchRequest:
     last_fetched_epoch: int
     max_bytes: int
     max_wait_ms: int = 500
+    replica_directory_id: str = ""  # KIP-853: tells a voter from a re-formatted replica
 
 
 @dataclass(frozen=True)

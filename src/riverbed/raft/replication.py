@@ -54,6 +54,7 @@ FETCH_ERROR_BACKOFF_MS = 50  # wait before re-fetching after an error reply
 class ReplicationMixin:
     if TYPE_CHECKING:  # provided by RaftNode
         node_id: int
+        directory_id: str
         config: RaftConfig
         log: RaftLog
         snapshots: SnapshotStore
@@ -109,13 +110,20 @@ class ReplicationMixin:
         early = self._validate_fetch_position(req)
         if early is not None:
             return early
-        progress = ls.progress(req.replica_id)
-        progress.end_offset = req.fetch_offset
-        progress.last_fetch_ms = self._now
-        if req.fetch_offset >= self.log.end_offset:
-            progress.last_caught_up_ms = self._now
-        if req.replica_id in self.config.voters:
-            self._leader_maybe_advance_hw()
+        expected_dir = self.config.voter_directory_ids.get(req.replica_id)
+        if expected_dir is not None and req.replica_directory_id != expected_dir:
+            # a voter id on a re-formatted disk (KIP-853): it forgot what it acknowledged
+            # and which epochs it saw, so its acks must not count toward any majority (a
+            # stale leader could otherwise commit with it); it still gets the data
+            pass
+        else:
+            progress = ls.progress(req.replica_id)
+            progress.end_offset = req.fetch_offset
+            progress.last_fetch_ms = self._now
+            if req.fetch_offset >= self.log.end_offset:
+                progress.last_caught_up_ms = self._now
+            if req.replica_id in self.config.voters:
+                self._leader_maybe_advance_hw()
         if req.fetch_offset >= self.log.end_offset and req.max_wait_ms > 0:
             wait = min(req.max_wait_ms, self.config.fetch_max_wait_ms)
             ls.parked[req.replica_id] = ParkedFetch(src, corr, req, self._now + wait)
@@ -250,6 +258,7 @@ class ReplicationMixin:
                 last_fetched_epoch=self.log.last_epoch,
                 max_bytes=self.config.fetch_bytes_max,
                 max_wait_ms=self.config.fetch_max_wait_ms,
+                replica_directory_id=self.directory_id,
             ),
         )
 

@@ -11,7 +11,8 @@ VoteRequest        52       VoteRequest v1; PreVote (KIP-996 v2 field) travels a
                             Kafka ignores
 BeginQuorumEpoch   53       v1
 EndQuorumEpoch     54       v1 (PreferredCandidates from preferred_successors)
-Fetch              1        v12: ReplicaId, FetchOffset,
+Fetch              1        v12: ReplicaId (+ directory id as tagged field
+                            ``DIRECTORY_ID_TAG``), FetchOffset,
                             LastFetchedEpoch; response DivergingEpoch,
                             CurrentLeader, SnapshotId, HighWatermark, LogStartOffset,
                             Records = record batches (below)
@@ -101,6 +102,8 @@ from riverbed.raft.messages import (
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_TOPIC_ID = uuid.UUID(int=1)
 PRE_VOTE_TAG = 0x7B0  # riverbed's tagged field for KIP-996 PreVote on Vote v0-1
+DIRECTORY_ID_TAG = 0x7B1  # riverbed's tagged field for KIP-853 ReplicaDirectoryId on Fetch v12
+DIRECTORY_ID_BYTES_MAX = 64
 FETCH_RESPONSE_ENTRIES_MAX = 100_000  # records decoded from one Fetch response
 
 API_FETCH = 1
@@ -250,6 +253,10 @@ def encode_request(req: Request) -> tuple[int, int, Message]:
             last_fetched_epoch=req.last_fetched_epoch,
             partition_max_bytes=req.max_bytes,
         )
+        if req.replica_directory_id:
+            fp._unknown_tagged_fields = [
+                (DIRECTORY_ID_TAG, req.replica_directory_id.encode()[:DIRECTORY_ID_BYTES_MAX])
+            ]
         msg = WFetchReq(
             cluster_id=req.cluster_id,
             replica_id=req.replica_id,
@@ -337,6 +344,13 @@ def decode_request(api_key: int, msg: Message) -> Request:
         msg = _expect(msg, WFetchReq, "Fetch")
         f = _one(msg.topics, "Fetch", "topic", "partition")
         replica = msg.replica_id if msg.replica_id != -1 else msg.replica_state.replica_id
+        directory = ""
+        for tag, value in f._unknown_tagged_fields or ():
+            if tag == DIRECTORY_ID_TAG and len(value) <= DIRECTORY_ID_BYTES_MAX:
+                directory = value.decode("utf-8", "replace")
+        v17_dir = getattr(f, "replica_directory_id", None)
+        if not directory and v17_dir not in (None, uuid.UUID(int=0)):
+            directory = str(v17_dir)  # Fetch v17 carries it as a field
         return FetchRequest(
             cluster_id=msg.cluster_id or "",
             replica_id=replica,
@@ -345,6 +359,7 @@ def decode_request(api_key: int, msg: Message) -> Request:
             last_fetched_epoch=f.last_fetched_epoch,
             max_bytes=min(f.partition_max_bytes, msg.max_bytes),
             max_wait_ms=msg.max_wait_ms,
+            replica_directory_id=directory,
         )
     if api_key == API_FETCH_SNAPSHOT:
         msg = _expect(msg, WSnapReq, "FetchSnapshot")

@@ -228,7 +228,8 @@ class Simulation:
                 f"node {sn.node_id}: durable log starts at {start} without a durable snapshot"
             )
         if wipe:
-            sn.wiped_coverage = sn.disk.log.flushed_end_offset
+            if sn.wiped_coverage is None:  # what it had as a voter, before any wipe
+                sn.wiped_coverage = sn.disk.log.flushed_end_offset
             sn.disk = Disk(directory_id=f"dir-{sn.node_id}-{sn.incarnation}")
             self.checker.on_restart(sn.node_id, wiped=True)
 

@@ -120,8 +120,11 @@ class Checker:
         holders = 0
         for v in self.voters:
             log, snaps, wiped_coverage = durable[v]
-            if wiped_coverage >= hw:  # flushed before its disk was wiped
-                holders += 1
+            if wiped_coverage >= 0:
+                # a wiped voter counts with what it flushed before the wipe, never with
+                # its new log: it forgot the epochs it saw, so acks after the wipe do not
+                # protect anything
+                holders += wiped_coverage >= hw
                 continue
             if log.flushed_end_offset < hw:
                 continue

@@ -545,3 +545,19 @@ def test_reply_to_an_older_fetch_is_ignored() -> None:
     stale = FetchResponse(0, 1, 2, 0, 0, diverging_epoch=OffsetAndEpoch(2, 1))
     assert node.handle_response(1, old.correlation_id, stale, 1003) == []
     assert node.log.end_offset == 5  # not truncated
+
+
+def test_acks_from_a_reformatted_voter_do_not_count() -> None:
+    # found by the soak (seed 103126): a stale leader of an old epoch committed with the
+    # acks of a voter whose disk had been wiped (it had acked the newer epoch before)
+    dirs = {1: "d1", 2: "d2", 3: "d3"}
+    node = make_node(append_linger_ms=0, voter_directory_ids=dirs, directory_id="d1")
+    now, _ = make_leader(node)
+    append_flushed(node, [b"set a 1"], now)
+    wiped = FetchRequest("test", 2, 1, 2, 1, 1 << 20, 0, replica_directory_id="d2-new")
+    reply = responses(node.handle_request(2, 1, wiped, now), FetchResponse)[0]
+    assert reply.error_code == 0  # it is served...
+    assert node.high_watermark == 0  # ...but its ack is not a vote for the majority
+    ok = FetchRequest("test", 3, 1, 2, 1, 1 << 20, 0, replica_directory_id="d3")
+    node.handle_request(3, 2, ok, now)
+    assert node.high_watermark == 2

@@ -33,6 +33,7 @@ REQUESTS = [
     BeginQuorumEpochRequest("c", 2, 5, voter_id=3),
     EndQuorumEpochRequest("c", 2, 5, (3, 1)),
     FetchRequest("c", 3, 5, 120, 4, 65536, 500),
+    FetchRequest("c", 3, 5, 120, 4, 65536, 500, replica_directory_id="dir-3-1"),
     FetchSnapshotRequest("c", 3, 5, SnapshotId(100, 4), 4096, 1 << 20),
     DescribeQuorumRequest(),
 ]

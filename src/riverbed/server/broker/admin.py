@@ -4,7 +4,8 @@ CreateTopics (19), DeleteTopics (20), CreatePartitions (37), AlterConfigs (33) a
 IncrementalAlterConfigs (44) are controller operations: the metadata service turns the
 request into metadata records against the current image, appends them to the metadata
 log, replays them and returns the response; the broker opens or deletes partition logs
-when the new image is published. DescribeConfigs (32) reads the image and the static
+when the new image is published (CreateTopics and CreatePartitions answer once the new
+logs exist). DescribeConfigs (32) reads the image and the static
 broker config (sources and synonyms). DescribeLogDirs (35) reports every log dir with
 the partitions stored in it, their sizes and the dir's total/usable bytes.
 """
@@ -24,7 +25,9 @@ if TYPE_CHECKING:
 
 
 async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) -> Any:
-    return await broker.metadata.create_topics(req)
+    response = await broker.metadata.create_topics(req)
+    await broker.partitions.settled()  # answer once the new partitions take requests
+    return response
 
 
 async def handle_delete_topics(broker: Broker, ctx: RequestContext, req: Any) -> Any:
@@ -32,7 +35,9 @@ async def handle_delete_topics(broker: Broker, ctx: RequestContext, req: Any) ->
 
 
 async def handle_create_partitions(broker: Broker, ctx: RequestContext, req: Any) -> Any:
-    return await broker.metadata.create_partitions(req)
+    response = await broker.metadata.create_partitions(req)
+    await broker.partitions.settled()
+    return response
 
 
 async def handle_alter_configs(broker: Broker, ctx: RequestContext, req: Any) -> Any:

@@ -137,6 +137,7 @@ async def handle_metadata(
                     await broker.metadata.auto_create_topic(name)
                 except Exception:  # reported below as UNKNOWN_TOPIC_OR_PARTITION
                     log.exception("auto-creating topic %r failed", name)
+            await broker.partitions.settled()
             image = broker.metadata.image
     include_ops = bool(getattr(req, "include_topic_authorized_operations", False))
     brokers = [

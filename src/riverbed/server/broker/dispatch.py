@@ -98,6 +98,8 @@ class Broker:
         self.fetch_purgatory = fetch_purgatory
         self.cluster_id = cluster_id
         self.producer_ids = placeholders.ProducerIdAllocator()
+        # Serving starts now: new partition logs are created off the event loop.
+        partitions.create_logs_off_loop()
 
     async def handle(self, ctx: RequestContext, body: Any) -> Any:
         handler = HANDLERS.get(ctx.header.api_key)

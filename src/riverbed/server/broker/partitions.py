@@ -8,11 +8,22 @@ effective config (topic overrides <- broker `log.*` keys <- defaults) as the log
 
 Single node (until replication lands): the ISR is this node alone, so the high
 watermark is the log end offset right after each append, for acks 0, 1 and -1 alike.
+
+Creating a partition log costs milliseconds of file creation and fsyncs; a topic of 500
+partitions would stall the event loop (every client) for seconds.  Once serving
+(`create_logs_off_loop`, called by the broker), new logs are created one at a time in a
+worker thread while the loop keeps serving; a partition becomes visible to produce and
+fetch when its log exists, and CreateTopics / CreatePartitions / auto-creation answer
+only once every pending log exists (`settled`).  A topic deleted or re-created while its
+log was being created has that log deleted again.  At start-up (before serving) logs are
+created inline, so `delete_orphans` sees every hosted partition.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +35,14 @@ from riverbed.server.purgatory import Purgatory
 from riverbed.storage.config import LogConfig
 
 log = logging.getLogger(__name__)
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 @dataclass
@@ -69,6 +88,21 @@ class PartitionManager:
         self.purgatory = purgatory
         self.partitions: dict[tuple[str, int], HostedPartition] = {}
         self.image: MetadataImage = MetadataImage.EMPTY
+        # Off-loop creation: partitions whose log is still to be created (-> topic id),
+        # in image order; bounded by the partitions the image holds for this node.
+        self._off_loop = False
+        self._pending: dict[tuple[str, int], uuid.UUID] = {}
+        self._creator: asyncio.Task[None] | None = None
+        self._settled = asyncio.Event()
+        self._settled.set()
+
+    def create_logs_off_loop(self) -> None:
+        """From now on create new partition logs in a worker thread (see the docstring)."""
+        self._off_loop = True
+
+    async def settled(self) -> None:
+        """Wait until every partition log the image asks for exists."""
+        await self._settled.wait()
 
     # -- image changes -------------------------------------------------------------
     def log_config_for(self, image: MetadataImage, topic: str) -> LogConfig:
@@ -88,6 +122,11 @@ class PartitionManager:
                 if hosted is None or hosted.topic_id != topic.topic_id:
                     if hosted is not None:  # same name, new topic id: the old log is gone
                         self._delete(key)
+                    if self._off_loop and _loop_running():
+                        if self._pending.get(key) != topic.topic_id:
+                            self._pending[key] = topic.topic_id
+                            self._start_creator()
+                        continue
                     plog = self.log_manager.get_or_create(
                         name, index, config, topic_id=uuid_to_str(topic.topic_id)
                     )
@@ -104,7 +143,58 @@ class PartitionManager:
             topic_img: TopicImage | None = image.topics_by_name.get(name)
             if topic_img is None or index not in topic_img.partitions:
                 self._delete(key)
+        for key, topic_id in list(self._pending.items()):
+            if not self._wanted(key, topic_id):
+                del self._pending[key]
         del old
+
+    def _wanted(self, key: tuple[str, int], topic_id: uuid.UUID) -> bool:
+        """Does the current image still want a log for ``key`` of topic ``topic_id`` here?"""
+        topic = self.image.topics_by_name.get(key[0])
+        if topic is None or topic.topic_id != topic_id:
+            return False
+        reg = topic.partitions.get(key[1])
+        return reg is not None and self.node_id in reg.replicas and key not in self.partitions
+
+    def _start_creator(self) -> None:
+        self._settled.clear()
+        if self._creator is None or self._creator.done():
+            self._creator = asyncio.get_running_loop().create_task(self._create_pending())
+
+    async def _create_pending(self) -> None:
+        try:
+            while self._pending:
+                key, topic_id = next(iter(self._pending.items()))
+                del self._pending[key]
+                if self._wanted(key, topic_id):
+                    await self._create_one(key, topic_id)
+        finally:
+            self._settled.set()
+
+    async def _create_one(self, key: tuple[str, int], topic_id: uuid.UUID) -> None:
+        name, index = key
+        config = self.log_config_for(self.image, name)
+        try:
+            plog = await asyncio.to_thread(
+                self.log_manager.get_or_create, name, index, config, topic_id=uuid_to_str(topic_id)
+            )
+        except Exception:
+            log.exception("cannot create the log of partition %s-%d", name, index)
+            return
+        if not self._wanted(key, topic_id):
+            # Deleted (or re-created under a new id) while the log was being created.
+            log.info("deleting partition log %s-%d: its topic went away", name, index)
+            self.log_manager.delete(name, index)
+            return
+        reg = self.image.topics_by_name[name].partitions[index]
+        hosted = HostedPartition(name, topic_id, index, reg, plog, config)
+        latest = self.log_config_for(self.image, name)
+        if latest != config:  # a config change arrived meanwhile
+            hosted.config = latest
+            self._update_config(hosted)
+        self.partitions[key] = hosted
+        self._sync_high_watermark(hosted)
+        self.purgatory.notify(key)
 
     def delete_orphans(self) -> None:
         """Delete logs found on disk whose topic the image no longer has (deleted while down)."""

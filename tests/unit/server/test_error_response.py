@@ -101,7 +101,7 @@ def test_produce_mirrors_topics_and_partitions() -> None:
             for t in resp.responses
             for p in t.partition_responses
         ]
-        assert [g[:3] for g in got] == [("a", 0, U), ("a", 3, U), ("b", 1, U)]
+        assert got == [("a", 0, U, -1), ("a", 3, U, -1), ("b", 1, U, -1)]
 
 
 def test_fetch_mirrors_requested_topics_not_forgotten_ones() -> None:
@@ -115,6 +115,8 @@ def test_fetch_mirrors_requested_topics_not_forgotten_ones() -> None:
     assert [
         (t.topic, [(p.partition_index, p.error_code) for p in t.partitions]) for t in resp.responses
     ] == [("t", [(2, U)])]
+    p = resp.responses[0].partitions[0]
+    assert (p.high_watermark, p.last_stable_offset, p.log_start_offset) == (-1, -1, -1)
 
 
 def test_list_offsets_and_offset_for_leader_epoch_and_delete_records() -> None:
@@ -150,7 +152,8 @@ def test_list_offsets_and_offset_for_leader_epoch_and_delete_records() -> None:
         ]
     )
     resp3 = _roundtrip(21, 2, error_response(21, req3, 2, U))
-    assert resp3.topics[0].partitions[0].error_code == U
+    p3 = resp3.topics[0].partitions[0]
+    assert (p3.error_code, p3.low_watermark) == (U, -1)
 
 
 def test_admin_apis_mirror_topics_and_resources() -> None:

@@ -13,7 +13,8 @@ the message schema instead:
   recursively (topics -> partitions);
 - a request array of plain strings (DeleteTopics v0-5 ``TopicNames``) mirrors into
   entries whose key field takes the string;
-- everything else keeps the schema default (offsets -1 where Kafka's spec says so).
+- offsets (base offset, high/low watermark, log start, ...) are -1, "unknown", as in
+  Kafka's error responses; everything else keeps the schema default.
 
 The error message stays null for UNKNOWN_SERVER_ERROR, as in Kafka (``ApiError``
 withholds an internal exception's text from clients); the broker logs it instead.
@@ -46,6 +47,19 @@ _CANONICAL = {
 #: Canonical names of the fields that identify an entry (copied from the request).
 _KEY_FIELDS = frozenset(
     {"topic", "topic_id", "partition", "resource_type", "resource_name", "group_id"}
+)
+#: Offsets an error entry reports as unknown (-1), as Kafka's error responses do
+#: (INVALID_OFFSET / INVALID_HIGH_WATERMARK / INVALID_LOW_WATERMARK).
+_UNKNOWN_OFFSETS = frozenset(
+    {
+        "base_offset",
+        "offset",
+        "end_offset",
+        "high_watermark",
+        "low_watermark",
+        "last_stable_offset",
+        "log_start_offset",
+    }
 )
 #: Nesting bound: Kafka's messages nest arrays three deep at most.
 _DEPTH_MAX = 8
@@ -99,6 +113,9 @@ def _fill(resp: Any, resp_spec: StructSpec, req: Any, req_spec: StructSpec, code
     for f in resp_spec.fields:
         if f.attr == "error_code" and f.type == "int16":
             setattr(resp, f.attr, code)
+            continue
+        if f.attr in _UNKNOWN_OFFSETS and f.type == "int64":
+            setattr(resp, f.attr, -1)
             continue
         if not f.is_struct_array or f.struct is None or not _has_error_field(f.struct):
             continue

@@ -130,7 +130,7 @@ def read_range(
     try:
         consumer.assign([KafkaTopicPartition(r.topic, r.partition, r.from_offset)])
         next_offset = r.from_offset
-        last_progress = time.monotonic()
+        last_progress = last_check = time.monotonic()
         while next_offset < r.until_offset:
             # Ask for no more than the range still holds: consume() returns as soon as it
             # has that many (an EOF event counts), instead of waiting out its timeout.
@@ -185,11 +185,14 @@ def read_range(
                 return
             if msgs:
                 continue
-            stalled_s = time.monotonic() - last_progress
-            if stalled_s > _stall_check_s and not _partition_exists(consumer, r):
-                # librdkafka reports no error for an assigned partition that vanished.
-                report_data_loss(fail_on_data_loss, f"{name} is gone (topic deleted?).")
-                return
+            now = time.monotonic()
+            stalled_s = now - last_progress
+            if stalled_s > _stall_check_s and now - last_check > _stall_check_s:
+                last_check = now
+                if not _partition_exists(consumer, r):
+                    # librdkafka reports no error for an assigned partition that vanished.
+                    report_data_loss(fail_on_data_loss, f"{name} is gone (topic deleted?).")
+                    return
             if stalled_s * 1000 > poll_timeout_ms:
                 raise RiverbedSourceError(
                     f"no records from {name} at offset {next_offset} for {poll_timeout_ms} ms "

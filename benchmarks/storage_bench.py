@@ -11,7 +11,11 @@ Every figure is printed next to a baseline measured in the same run on the same 
 - read MB/s of the whole log through ``read()`` (file ranges, 1 MiB per call) plus a
   ``pread`` of each range, as a ratio to a plain sequential read of the same file;
 - ``offset_for_timestamp`` latency on a 1 GiB log of 16 KiB batches (time index bisect,
-  offset index, header scan, one batch decoded), next to one 16 KiB ``pread``.
+  offset index, header scan, one batch decoded), next to one 16 KiB ``pread``;
+- partition lifecycle (``--only lifecycle`` runs just this): creating N empty partition
+  logs through ``LogManager.get_or_create`` (with a topic id) and closing them
+  (``LogManager.shutdown``), per partition, next to creating and closing one plain empty
+  file per partition in the same run.
 
 Not a test: it never asserts on time. Files go to a temporary directory that is removed
 at the end (``--dir`` picks where; it needs ~1.5 GiB free).
@@ -29,7 +33,7 @@ import time
 from pathlib import Path
 
 from riverbed.protocol.records import SimpleRecord, build_batch
-from riverbed.storage import LogConfig, ManualClock, PartitionLog
+from riverbed.storage import LogConfig, LogManager, ManualClock, PartitionLog
 
 T0 = 1_700_000_000_000
 MIB = 1 << 20
@@ -182,6 +186,34 @@ def run_timestamp_lookups(log: PartitionLog, count: int, lookups: int) -> None:
     )
 
 
+def run_lifecycle(root: Path, partitions: int) -> None:
+    """Create then close ``partitions`` empty partition logs; baseline: plain files."""
+    base_dir = root / "plain-files"
+    base_dir.mkdir()
+    start = time.perf_counter()
+    for p in range(partitions):
+        fd = os.open(base_dir / f"f{p}", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.close(fd)
+    plain = time.perf_counter() - start
+    clock = ManualClock(T0)
+    manager = LogManager([root / "lifecycle"], clock)
+    start = time.perf_counter()
+    for p in range(partitions):
+        manager.get_or_create("many", p, topic_id="AAAAAAAAAAAAAAAAAAAAAA")
+    created = time.perf_counter() - start
+    start = time.perf_counter()
+    manager.shutdown()
+    closed = time.perf_counter() - start
+    ms = 1000 / partitions
+    print(f"\npartition lifecycle, {partitions} empty partition logs (ms per partition)")
+    print(f"  create (get_or_create)   {created * ms:8.3f}  total {created:.2f} s")
+    print(f"  close (shutdown)         {closed * ms:8.3f}  total {closed:.2f} s")
+    print(
+        f"  baseline create+close of one plain file {plain * ms:.3f} -> create ratio "
+        f"{created / plain:.1f}x"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", default=None, help="where to put the temporary files")
@@ -189,9 +221,14 @@ def main() -> None:
     parser.add_argument("--append-mib", type=int, default=256)
     parser.add_argument("--fsync-mib", type=int, default=32)
     parser.add_argument("--lookups", type=int, default=2000)
+    parser.add_argument("--partitions", type=int, default=500)
+    parser.add_argument("--only", choices=["lifecycle"], default=None)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="riverbed-storage-bench-", dir=args.dir))
     try:
+        run_lifecycle(root, args.partitions)
+        if args.only == "lifecycle":
+            return
         run_appends(root, args.append_mib, args.fsync_mib)
         log, count = build_big_log(root, args.log_gib)
         run_reads(root, log)

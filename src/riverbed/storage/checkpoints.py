@@ -54,6 +54,7 @@ __all__ = [
     "RECOVERY_POINT_CHECKPOINT",
     "REPLICATION_OFFSET_CHECKPOINT",
     "CheckpointError",
+    "fsync_dir",
     "read_epoch_checkpoint",
     "read_meta_properties",
     "read_offset_checkpoint",

@@ -15,6 +15,13 @@ harmless (an index is sparse and lookups scan forward), and the segments after t
 recovery point are re-indexed anyway.
 An index whose file fails the sanity check raises :class:`CorruptIndexError`; the owning
 segment then rebuilds it from its ``.log``.
+
+Files are created lazily (Kafka's ``LazyIndex``): the index of a new segment
+(:meth:`IndexFile.start_empty`) has no file until its first entry is written or the
+segment is rolled (:meth:`IndexFile.materialize`), so creating an empty partition opens
+only its ``.log``. The first open of such an index truncates whatever stale file may sit
+under its name. A missing index of an empty segment is simply empty; of a non-empty one,
+rebuilt.
 """
 
 from __future__ import annotations
@@ -66,6 +73,7 @@ class IndexFile:
         self._buf: bytearray | None = None
         self._fd: int | None = None
         self._persisted = 0  # bytes of the mirror already written to the file
+        self._fresh = False  # no file created yet for this (new, empty) index
 
     # ---- loading -------------------------------------------------------------------------
 
@@ -94,13 +102,35 @@ class IndexFile:
         fd = self.open_fd()
         os.ftruncate(fd, 0)
 
+    def start_empty(self) -> None:
+        """Empty the index without touching the disk: the file is created on first write.
+
+        Any stale file under this name is truncated then (the first open truncates).
+        """
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._buf = bytearray()
+        self._persisted = 0
+        self._fresh = True
+
+    @property
+    def has_file(self) -> bool:
+        """False while a lazily started index has not created its file yet."""
+        return not self._fresh
+
+    def materialize(self) -> None:
+        """Create the file if it is still lazy and write pending entries (on roll)."""
+        self.open_fd()
+        self.write_pending()
+
     @property
     def loaded(self) -> bool:
         return self._buf is not None
 
     def unload(self) -> None:
         """Drop the in-memory mirror of an inactive index (re-read on next use)."""
-        self.write_pending()
+        self.materialize()
         self.close()
         self._buf = None
 
@@ -133,7 +163,9 @@ class IndexFile:
 
     def open_fd(self) -> int:
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if self._fresh else 0)
+            self._fd = os.open(self.path, flags, 0o644)
+            self._fresh = False
         return self._fd
 
     def write_pending(self) -> None:
@@ -167,9 +199,14 @@ class IndexFile:
             os.fsync(self._fd)
 
     def dup_fd(self) -> int | None:
-        """Write pending entries, then a duplicate fd for an fsync outside the lock."""
+        """Write pending entries, then a duplicate fd for an fsync outside the lock.
+
+        None while the index is lazy and empty (no file to sync).
+        """
         self.write_pending()
-        return os.dup(self._fd) if self._fd is not None else None
+        if not self.has_file:
+            return None
+        return os.dup(self.open_fd())
 
     def close(self) -> None:
         """Write pending entries and close the file (the mirror stays)."""
@@ -179,7 +216,8 @@ class IndexFile:
             self._fd = None
 
     def rename(self, path: Path) -> None:
-        os.replace(self.path, path)
+        if self.has_file:
+            os.replace(self.path, path)
         self.path = path
 
     def delete(self) -> None:
@@ -187,6 +225,7 @@ class IndexFile:
         self.path.unlink(missing_ok=True)
         self._buf = bytearray()
         self._persisted = 0
+        self._fresh = False
 
     def discard(self) -> None:
         """Close without writing pending entries (a simulated crash, or before delete)."""

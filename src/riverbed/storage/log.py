@@ -14,8 +14,9 @@ Appends work on whole batches (DESIGN principle 2): a leader validates each batc
 and CRC, assigns offsets and its leader epoch by patching the bytes in place, stamps
 LogAppendTime when the topic asks for it (``max(last appended LogAppendTime, now)``, so
 log timestamps never go backwards across leader changes, KIP-32), enforces the CreateTime
-bounds from the batch header's first and max timestamps (no per-record decode), and
-writes the bytes as they came. A follower appends the leader's batches unchanged.
+bounds (from the batch header where that is sound, decoding record timestamps only where
+it is not: the rule is in :mod:`riverbed.storage.timestamp_bounds`), and writes the bytes
+as they came. A follower appends the leader's batches unchanged.
 
 Reads return :class:`FileRange` s of whole batches for ``sendfile``. Retention, roll,
 truncation and recovery follow Kafka and the KIP-32 seed: time-based roll measures from
@@ -34,9 +35,9 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import struct
 import threading
-import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +75,7 @@ from riverbed.storage.log_reads import LogReads
 from riverbed.storage.log_retention import LogRetention
 from riverbed.storage.segment import LogSegment, SegmentBatch
 from riverbed.storage.time_index import NO_TIMESTAMP
+from riverbed.storage.timestamp_bounds import create_time_violation
 
 __all__ = [
     "LOADED_INDEXES_MAX",
@@ -125,6 +127,7 @@ class PartitionLog(LogReads, LogRetention):
         clean_shutdown: bool = False,
         topic_id: str | None = None,
         retention_hook: RetentionHook | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.topic = topic
@@ -142,7 +145,16 @@ class PartitionLog(LogReads, LogRetention):
         self._unflushed_messages = 0
         self._last_flush_ms = clock.now_ms()
         self._closed = False
-        self.directory.mkdir(parents=True, exist_ok=True)
+        # segment.jitter.ms draws (injected for deterministic tests)
+        self._rng = rng if rng is not None else random.Random()
+        self._metadata_dirty = False
+        self._dir_sync_pending = False
+        self._metadata_lock = threading.Lock()
+        try:
+            self.directory.mkdir(parents=True)
+            self._parent_sync_pending = True  # the new dir's entry is not durable yet
+        except FileExistsError:
+            self._parent_sync_pending = False
         self.topic_id = self._init_topic_id(topic_id)
         self.epoch_cache = LeaderEpochCache(self.directory / LEADER_EPOCH_CHECKPOINT)
         self._load(recovery_point, log_start_offset, clean_shutdown)
@@ -205,7 +217,7 @@ class PartitionLog(LogReads, LogRetention):
         if not found:
             raise InvalidRecordError(f"{self.name}: produce request holds no record batches")
         cfg = self.config
-        for _, h in found:
+        for pos, h in found:
             try:
                 check_dense_offsets(h)
             except ProtocolError as e:
@@ -220,18 +232,24 @@ class PartitionLog(LogReads, LogRetention):
                 raise InvalidTimestampError(
                     f"{self.name}: batch claims LogAppendTime but the topic uses CreateTime"
                 )
-            for ts in (h.first_timestamp, h.max_timestamp):
-                if ts == NO_TIMESTAMP:
-                    continue
-                if now - ts > cfg.message_timestamp_before_max_ms or (
-                    ts - now > cfg.message_timestamp_after_max_ms
-                ):
-                    raise InvalidTimestampError(
-                        f"{self.name}: timestamp {ts} is out of range: must be within "
-                        f"[{now} - message.timestamp.before.max.ms "
-                        f"({cfg.message_timestamp_before_max_ms}), {now} + "
-                        f"message.timestamp.after.max.ms ({cfg.message_timestamp_after_max_ms})]"
-                    )
+            try:
+                ts = create_time_violation(
+                    buf,
+                    pos,
+                    h,
+                    now,
+                    cfg.message_timestamp_before_max_ms,
+                    cfg.message_timestamp_after_max_ms,
+                )
+            except ProtocolError as e:
+                raise CorruptRecordError(f"{self.name}: {e}") from None
+            if ts is not None:
+                raise InvalidTimestampError(
+                    f"{self.name}: timestamp {ts} is out of range: must be within "
+                    f"[{now} - message.timestamp.before.max.ms "
+                    f"({cfg.message_timestamp_before_max_ms}), {now} + "
+                    f"message.timestamp.after.max.ms ({cfg.message_timestamp_after_max_ms})]"
+                )
         return found
 
     def _validate_batches(
@@ -299,14 +317,7 @@ class PartitionLog(LogReads, LogRetention):
             waited = h.max_timestamp - seg.rolling_based_timestamp
         else:
             waited = now - seg.created_ms
-        return waited > cfg.segment_ms - self._roll_jitter_ms()
-
-    def _roll_jitter_ms(self) -> int:
-        jitter = self.config.segment_jitter_ms
-        if jitter <= 0:
-            return 0
-        # deterministic per partition (Kafka draws it at random per segment)
-        return zlib.crc32(self.name.encode()) % jitter
+        return waited > cfg.segment_ms - seg.roll_jitter_ms
 
     def _append(
         self, buf: bytearray, batches: list[SegmentBatch], now: int, log_append_time: int
@@ -474,20 +485,24 @@ class PartitionLog(LogReads, LogRetention):
                     and seg.base_offset < target
                 )
                 indexes = all_indexes or (not seg.active and seg.index_sync_pending)
-                if has_data or indexes:
+                if has_data or (indexes and seg.size):  # an empty segment has nothing
                     fds += seg.dup_fds(with_indexes=indexes)
                     synced.append(seg)
             if not synced:
                 self._roll_flush_pending = False
-                return self._recovery_point
         try:
             for fd in fds:
                 os.fsync(fd)
+            # new segment files and a new partition dir must be findable after a crash
+            # before the recovery point may cover them; partition.metadata goes too
+            self._flush_metadata()
         except OSError as e:
             raise LogDirError(f"{self.name}: fsync failed: {e}") from e
         finally:
             for fd in fds:
                 os.close(fd)
+        if not synced:
+            return self._recovery_point
         with self._lock:
             if self._truncations == truncations:
                 for seg in synced:
@@ -506,12 +521,18 @@ class PartitionLog(LogReads, LogRetention):
                     seg.close_files()  # bound open files: inactive segments reopen on read
             return self._recovery_point
 
-    def close(self, *, flush: bool = True) -> None:
-        """Flush (unless told not to), write the final time index entry, close files."""
+    def close(self, *, flush: bool = True, sync_parent_dir: bool = True) -> None:
+        """Flush (unless told not to), write the final time index entry, close files.
+
+        ``sync_parent_dir=False``: the caller fsyncs the log dir holding this partition
+        dir itself afterwards (the LogManager does it once per log dir at shutdown).
+        """
         with self._lock:
             if self._closed:
                 return
             self.active_segment.on_become_inactive()
+            if not sync_parent_dir:
+                self._parent_sync_pending = False
         if flush:
             self.flush(all_indexes=True)
         with self._lock:

@@ -12,12 +12,25 @@ recovery point on is validated batch by batch (length, CRC, offsets), the first 
 batch and everything after it truncated, indexes and leader epochs rebuilt, and the
 recovered segments fsynced. A checkpointed log start offset past the log end restarts
 the log empty there (as Kafka does).
+
+Creation is cheap, as in Kafka: a new log opens only the ``.log`` of its first segment
+(indexes are lazy, :mod:`riverbed.storage.index_file`), and ``partition.metadata`` is
+only recorded as dirty (Kafka's ``PartitionMetadataFile.record``); the first flush or
+close writes it atomically and fsyncs the partition dir and, for a dir this log created,
+its parent (``maybeFlush``). A crash before that leaves a log without
+``partition.metadata`` or index files, which loads fine: the index files are rebuilt and
+the topic id is recorded again by the next ``get_or_create``.
+
+``segment.jitter.ms``: each segment draws its own jitter in
+``[0, min(segment.jitter.ms, segment.ms))`` from the log's ``random.Random`` (Kafka's
+``LogConfig.randomSegmentJitter``), injected so tests are deterministic.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
+import random
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -29,6 +42,7 @@ from riverbed.protocol.records import BatchHeader
 from riverbed.storage.checkpoints import (
     PARTITION_METADATA,
     CheckpointError,
+    fsync_dir,
     read_partition_metadata,
     write_partition_metadata,
 )
@@ -77,6 +91,11 @@ class LogBase:
     _high_watermark: int
     _recovery_point: int
     _last_append_time: int
+    _rng: random.Random
+    _metadata_dirty: bool  # partition.metadata to write on the next flush/close
+    _dir_sync_pending: bool  # files created in the partition dir since its last fsync
+    _parent_sync_pending: bool  # the partition dir itself is new in its parent
+    _metadata_lock: threading.Lock  # one metadata/dir flush at a time (outside _lock)
 
     def _truncate_fully(self, offset: int) -> None:
         raise NotImplementedError
@@ -88,13 +107,21 @@ class LogBase:
         return f"{self.topic}-{self.partition}"
 
     def _new_segment(self, base_offset: int) -> LogSegment:
-        return LogSegment.create(
+        seg = LogSegment.create(
             self.directory,
             base_offset,
             index_interval_bytes=self.config.index_interval_bytes,
             max_index_bytes=self.config.segment_index_bytes,
             created_ms=self.clock.now_ms(),
         )
+        seg.roll_jitter_ms = self._random_segment_jitter()
+        self._dir_sync_pending = True
+        return seg
+
+    def _random_segment_jitter(self) -> int:
+        """Kafka's ``randomSegmentJitter``: uniform in [0, min(jitter, segment.ms))."""
+        bound = min(self.config.segment_jitter_ms, self.config.segment_ms)
+        return self._rng.randrange(bound) if bound > 0 else 0
 
     def _append_segment(self, seg: LogSegment) -> None:
         assert not self._bases or seg.base_offset > self._bases[-1]
@@ -188,9 +215,38 @@ class LogBase:
             log.warning("%s: rewriting unreadable partition.metadata: %s", self.name, e)
             stored = None
         if topic_id is not None and stored != topic_id:
-            write_partition_metadata(path, topic_id)
+            self._metadata_dirty = True  # written by the first flush/close (maybeFlush)
             return topic_id
         return stored
+
+    def _flush_metadata(self) -> None:
+        """Kafka's ``maybeFlush``: write a dirty ``partition.metadata``; fsync new dirs.
+
+        Runs outside the log's lock (appends go on); ``_metadata_lock`` serializes it.
+        """
+        with self._metadata_lock:
+            with self._lock:
+                dirty, topic_id = self._metadata_dirty, self.topic_id
+                dir_sync, parent_sync = self._dir_sync_pending, self._parent_sync_pending
+                self._dir_sync_pending = False
+            if not (dirty or dir_sync or parent_sync):
+                return
+            try:
+                if dirty and topic_id is not None:
+                    # fsyncs the file and the partition dir (covering new segment files)
+                    write_partition_metadata(self.directory / PARTITION_METADATA, topic_id)
+                elif dir_sync:
+                    fsync_dir(self.directory)
+                if parent_sync:
+                    fsync_dir(self.directory.parent)
+            except OSError:
+                with self._lock:
+                    self._dir_sync_pending = self._dir_sync_pending or dir_sync
+                raise
+            with self._lock:
+                if self.topic_id == topic_id:
+                    self._metadata_dirty = False
+                self._parent_sync_pending = False
 
     def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
         now = self.clock.now_ms()
@@ -203,6 +259,7 @@ class LogBase:
                 max_index_bytes=self.config.segment_index_bytes,
                 created_ms=now,
             )
+            seg.roll_jitter_ms = self._random_segment_jitter()
             self._segments.append(seg)
             self._bases.append(base)
         if not self._segments:

@@ -16,10 +16,17 @@ Layout of each log dir (Kafka's)::
 
 Start-up loads every partition dir of every log dir in parallel (a thread pool of
 ``recovery_threads_per_dir`` per dir, progress logged); a dir without the clean-shutdown
-marker is recovered from each log's recovery point. Scheduled work is driven by the
+marker is recovered from each log's recovery point (and says so only when it holds
+partition logs: a brand-new dir has nothing to recover). Scheduled work is driven by the
 caller's timers through methods taking ``now_ms``: :meth:`LogManager.flush_due` (fsyncs
 in a bounded pool of ``flush_threads_max`` threads, plus delayed file deletes and periodic
 checkpoints) and :meth:`LogManager.run_retention`.
+
+:meth:`LogManager.get_or_create` picks the dir and reserves the partition under the
+manager's lock but builds the log (file work) outside it, so creations overlap each other
+and never block flushes, retention or lookups of other partitions; a second caller for
+the same partition waits for the first. ``delete`` and ``shutdown`` wait for creations in
+progress.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import random
 import shutil
 import threading
 import time
@@ -41,6 +49,7 @@ from riverbed.storage.checkpoints import (
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     CheckpointError,
+    fsync_dir,
     read_offset_checkpoint,
     write_atomic,
     write_offset_checkpoint,
@@ -65,6 +74,8 @@ RECOVERY_POINT_CHECKPOINT_INTERVAL_MS: Final = 60_000
 LOG_START_CHECKPOINT_INTERVAL_MS: Final = 60_000
 HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS: Final = 5_000
 FLUSH_THREADS_MAX: Final = 2
+# Threads closing logs at shutdown (each mostly waits in fsync; see shutdown()).
+SHUTDOWN_THREADS_MAX: Final = 8
 RECOVERY_THREADS_PER_DIR: Final = 1
 
 
@@ -92,6 +103,7 @@ class LogManager:
         recovery_point_checkpoint_interval_ms: int = RECOVERY_POINT_CHECKPOINT_INTERVAL_MS,
         log_start_checkpoint_interval_ms: int = LOG_START_CHECKPOINT_INTERVAL_MS,
         high_watermark_checkpoint_interval_ms: int = HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS,
+        rng: random.Random | None = None,
     ) -> None:
         if not log_dirs:
             raise LogDirError("log.dirs is empty")
@@ -103,9 +115,15 @@ class LogManager:
         self.default_config = default_config or LogConfig()
         self._config_for = config_for
         self.retention_hook = retention_hook
+        # segment.jitter.ms draws of every log (random.Random is safe to share: each
+        # draw is one call under the GIL); injected for deterministic tests
+        self._rng = rng if rng is not None else random.Random()
         self._lock = threading.RLock()
+        # partitions whose log is being built outside the lock (set when done)
+        self._creating: dict[tuple[str, int], threading.Event] = {}
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._dir_of: dict[tuple[str, int], Path] = {}
+        self._dir_counts: dict[Path, int] = dict.fromkeys(self.log_dirs, 0)  # of _dir_of
         self._pool = ThreadPoolExecutor(flush_threads_max, thread_name_prefix="riverbed-flush")
         self._inflight: dict[tuple[str, int], Future[int]] = {}
         self._pending_dir_deletes: list[tuple[int, Path]] = []
@@ -156,7 +174,7 @@ class LogManager:
                         f"partition {key[0]}-{key[1]} is in both {self._dir_of[key]} and {d}"
                     )
                 self._logs[key] = plog
-                self._dir_of[key] = d
+                self._assign_dir(key, d)
                 if n == total or n % 100 == 0:
                     log.info("loaded %d/%d partition logs", n, total)
         finally:
@@ -175,8 +193,6 @@ class LogManager:
         self, d: Path, pool: ThreadPoolExecutor
     ) -> list[tuple[Path, tuple[str, int], Future[PartitionLog]]]:
         clean = (d / CLEAN_SHUTDOWN_FILE).exists()
-        if not clean:
-            log.info("log dir %s was not shut down cleanly: recovering its logs", d)
         recovery = self._read_checkpoint(d / RECOVERY_POINT_CHECKPOINT)
         starts = self._read_checkpoint(d / LOG_START_OFFSET_CHECKPOINT)
         hws = self._read_checkpoint(d / REPLICATION_OFFSET_CHECKPOINT)
@@ -206,6 +222,8 @@ class LogManager:
                 clean_shutdown=clean and key in recovery,
             )
             jobs.append((d, key, fut))
+        if jobs and not clean:
+            log.info("log dir %s was not shut down cleanly: recovering its %d logs", d, len(jobs))
         return jobs
 
     def _config(self, topic: str) -> LogConfig:
@@ -236,6 +254,7 @@ class LogManager:
             clean_shutdown=clean_shutdown,
             topic_id=topic_id,
             retention_hook=self.retention_hook,
+            rng=self._rng,
         )
 
     # ---- partitions ----------------------------------------------------------------------
@@ -257,36 +276,73 @@ class LogManager:
     ) -> PartitionLog:
         """The log of ``topic-partition``, created in the least loaded log dir if new.
 
-        An existing log takes ``config`` (when given) as its new config.
+        An existing log takes ``config`` (when given) as its new config. The new log is
+        built outside the manager's lock (see the module docstring).
         """
         if not topic or "/" in topic or topic in (".", "..") or partition < 0:
             raise LogDirError(f"invalid partition {topic!r}-{partition}")
         key = (topic, partition)
-        with self._lock:
-            self._check_open()
-            existing = self._logs.get(key)
-            if existing is not None:
-                if config is not None and config != existing.config:
-                    existing.update_config(config)
-                return existing
-            counts = {d: 0 for d in self.log_dirs}
-            for d in self._dir_of.values():
-                counts[d] += 1
-            d = min(self.log_dirs, key=lambda p: counts[p])
+        while True:
+            with self._lock:
+                self._check_open()
+                existing = self._logs.get(key)
+                if existing is not None:
+                    if config is not None and config != existing.config:
+                        existing.update_config(config)
+                    return existing
+                pending = self._creating.get(key)
+                if pending is None:
+                    d = self._least_loaded_dir()
+                    self._assign_dir(key, d)  # reserves the dir for the balance of others
+                    done = self._creating[key] = threading.Event()
+                    break
+            pending.wait()  # another caller is creating it: then take (or retry) theirs
+        try:
             plog = self._open_log(
                 d, key, config or self._config(topic), clean_shutdown=True, topic_id=topic_id
             )
+        except BaseException:
+            with self._lock:
+                self._unassign_dir(key)
+                del self._creating[key]
+            done.set()
+            raise
+        with self._lock:
             self._logs[key] = plog
-            self._dir_of[key] = d
-            log.info("created log for partition %s-%d in %s", topic, partition, d)
-            return plog
+            del self._creating[key]
+        done.set()
+        log.info("created log for partition %s-%d in %s", topic, partition, d)
+        return plog
+
+    def _least_loaded_dir(self) -> Path:
+        return min(self.log_dirs, key=lambda p: self._dir_counts[p])
+
+    def _assign_dir(self, key: tuple[str, int], d: Path) -> None:
+        assert key not in self._dir_of, key
+        self._dir_of[key] = d
+        self._dir_counts[d] += 1
+
+    def _unassign_dir(self, key: tuple[str, int]) -> Path | None:
+        d = self._dir_of.pop(key, None)
+        if d is not None:
+            self._dir_counts[d] -= 1
+        return d
+
+    def _wait_for_creation(self, key: tuple[str, int] | None = None) -> None:
+        """Wait until the creation of ``key`` (None: of every partition) has finished."""
+        with self._lock:
+            events = list(self._creating.values()) if key is None else [self._creating.get(key)]
+        for event in events:
+            if event is not None:
+                event.wait()
 
     def delete(self, topic: str, partition: int) -> bool:
         """Close the log, rename its dir to ``...-delete``, remove it after the delay."""
         key = (topic, partition)
+        self._wait_for_creation(key)
         with self._lock:
             plog = self._logs.pop(key, None)
-            d = self._dir_of.pop(key, None)
+            d = self._unassign_dir(key)
             if plog is None or d is None:
                 return False
             fut = self._inflight.pop(key, None)
@@ -426,16 +482,33 @@ class LogManager:
                 return
             self._closed = True
             inflight = list(self._inflight.values())
+        self._wait_for_creation()  # no creation starts once closed; finish the running ones
         for fut in inflight:
             fut.exception()  # wait; failures were logged by the callback
         self._pool.shutdown(wait=True)
+        # closes are mostly fsyncs (and first partition.metadata writes): they overlap in
+        # a pool of their own so the file system can commit many in one journal flush
+        close_pool = ThreadPoolExecutor(SHUTDOWN_THREADS_MAX, thread_name_prefix="riverbed-close")
+        closes = [
+            (plog, close_pool.submit(plog.close, flush=True, sync_parent_dir=False))
+            for plog in self.all_logs().values()
+        ]
+        close_pool.shutdown(wait=True)
         ok = True
-        for plog in self.all_logs().values():
+        for d in self.log_dirs:
             try:
-                plog.close(flush=True)
-            except (OSError, LogDirError) as e:
+                fsync_dir(d)  # once per log dir instead of once per new partition dir
+            except OSError as e:
                 ok = False
-                log.error("closing %s failed: %s", plog.name, e)
+                log.error("cannot fsync log dir %s: %s", d, e)
+        for plog, closed in closes:
+            exc = closed.exception()
+            if exc is None:
+                continue
+            if not isinstance(exc, (OSError, LogDirError)):
+                raise exc
+            ok = False
+            log.error("closing %s failed: %s", plog.name, exc)
         self.write_checkpoints()
         if ok:
             for d in self.log_dirs:

@@ -17,6 +17,11 @@ offset index gets (batch last offset, batch position) and the time index gets th
 timestamp so far (if it grew); the first batch of a segment always gets a time index
 entry, and :meth:`LogSegment.on_become_inactive` adds the final max timestamp.
 The segment tracks its max timestamp and the offset of it from the batch headers only.
+
+A new segment opens only its ``.log``; the index files are created lazily (see
+:mod:`riverbed.storage.index_file`): on the first written entry, or when the segment
+becomes inactive (roll, close of a non-empty segment), so an inactive segment on disk
+always has both. An empty segment needs no index files at all.
 """
 
 from __future__ import annotations
@@ -99,6 +104,8 @@ class LogSegment:
             max_index_bytes,
         )
         self.created_ms = created_ms
+        # segment.jitter.ms drawn for this segment (Kafka's LogConfig.randomSegmentJitter)
+        self.roll_jitter_ms = 0
         self._fd: int | None = None
         self.size = 0
         self.next_offset = base_offset  # offset after the last batch (base when empty)
@@ -124,7 +131,8 @@ class LogSegment:
         max_index_bytes: int,
         created_ms: int,
     ) -> LogSegment:
-        """A new, empty segment (files created, truncating any stale ones)."""
+        """A new, empty segment: the ``.log`` is created (truncating a stale one); the
+        indexes are lazy (no files until needed, stale ones truncated then)."""
         seg = cls(
             directory,
             base_offset,
@@ -133,8 +141,8 @@ class LogSegment:
             created_ms=created_ms,
         )
         seg._fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        seg.offset_index.reset()
-        seg.time_index.reset()
+        seg.offset_index.start_empty()
+        seg.time_index.start_empty()
         seg._indexes_checked = True
         seg._tail_known = True
         return seg
@@ -195,6 +203,12 @@ class LogSegment:
     def ensure_indexes(self) -> None:
         """Load and sanity-check both indexes, rebuilding them from the log if bad."""
         if self._indexes_checked:
+            return
+        if self.size == 0:
+            # nothing to index: missing files are fine, stale ones get truncated on write
+            self.offset_index.start_empty()
+            self.time_index.start_empty()
+            self._indexes_checked = True
             return
         try:
             self.offset_index.load()
@@ -382,11 +396,14 @@ class LogSegment:
 
         Indexes are rebuilt. Returns the number of bytes truncated.
         """
-        self.offset_index.reset()
-        self.time_index.reset()
         self._reset_state()
         file_size = self.log_path.stat().st_size
         self.size = file_size
+        for idx in (self.offset_index, self.time_index):
+            if file_size:
+                idx.reset()
+            else:
+                idx.start_empty()  # nothing to index: no files needed
         pos = 0
         chunk = b""
         chunk_start = 0
@@ -451,12 +468,14 @@ class LogSegment:
     def on_become_inactive(self) -> None:
         """Roll: make the time index's last entry the segment's max timestamp."""
         self.ensure_indexes()
-        if self.size:
-            self.time_index.maybe_append(
-                self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
-            )
-        self.offset_index.write_pending()
-        self.time_index.write_pending()
+        if not self.size:
+            return  # an empty segment needs no index files (a later roll makes them)
+        self.time_index.maybe_append(
+            self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
+        )
+        # inactive segments always have both files (a missing one means "rebuild")
+        self.offset_index.materialize()
+        self.time_index.materialize()
         self.index_sync_pending = True
 
     # ---- durability and lifetime ---------------------------------------------------------
@@ -474,8 +493,9 @@ class LogSegment:
             return fds
         for idx in (self.offset_index, self.time_index):
             if idx.loaded:
-                idx.write_pending()
-                fds.append(os.dup(idx.open_fd()))
+                fd = idx.dup_fd()
+                if fd is not None:
+                    fds.append(fd)
         return fds
 
     def flush(self) -> None:

@@ -118,7 +118,20 @@ def test_bad_writes_fail_with_a_clear_error(
         base.save()
     with pytest.raises(Exception, match="'subscribe'"):
         base.option("topic", topic).option("subscribe", topic).save()
-    # A delivery error fails the task with the client's/broker's error.
+    # A broker-side rejection fails the task with the broker's error.
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    small = f"{topic}-small"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    new = NewTopic(small, 1, 1, config={"max.message.bytes": "2000"})
+    for fut in admin.create_topics([new]).values():
+        fut.result(30)
+    big = spark.createDataFrame([(b"x" * 5000,)], "value binary")
+    with pytest.raises(Exception, match=f"delivery to {small}-0 failed: MSG_SIZE_TOO_LARGE"):
+        big.write.format("riverbed").option("kafka.bootstrap.servers", bootstrap).option(
+            "topic", small
+        ).mode("append").save()
+    # A client-side one (no such partition) too.
     bad = spark.createDataFrame([("v", 7)], "value string, partition int")
     with pytest.raises(Exception, match=f"delivery to {topic}-7 failed: _UNKNOWN_PARTITION"):
         bad.write.format("riverbed").option("kafka.bootstrap.servers", bootstrap).option(

@@ -169,6 +169,13 @@ class PartitionLog(LogReads, LogRetention):
             self._high_watermark = min(max(offset, self._log_start_offset), self.log_end_offset)
             return self._high_watermark
 
+    def assign_topic_id(self, topic_id: str) -> None:
+        """Record the topic id (Kafka's ``assignTopicId``); written on the next flush."""
+        with self._lock:
+            if topic_id != self.topic_id:
+                self.topic_id = topic_id
+                self._metadata_dirty = True
+
     def update_config(self, config: LogConfig) -> None:
         with self._lock:
             self.config = config

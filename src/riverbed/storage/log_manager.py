@@ -276,7 +276,8 @@ class LogManager:
     ) -> PartitionLog:
         """The log of ``topic-partition``, created in the least loaded log dir if new.
 
-        An existing log takes ``config`` (when given) as its new config. The new log is
+        An existing log takes ``config`` and ``topic_id`` (when given) as its new config
+        and topic id (written with the next flush). The new log is
         built outside the manager's lock (see the module docstring).
         """
         if not topic or "/" in topic or topic in (".", "..") or partition < 0:
@@ -289,6 +290,9 @@ class LogManager:
                 if existing is not None:
                     if config is not None and config != existing.config:
                         existing.update_config(config)
+                    if topic_id is not None and topic_id != existing.topic_id:
+                        # e.g. lost with partition.metadata in a crash before the first flush
+                        existing.assign_topic_id(topic_id)
                     return existing
                 pending = self._creating.get(key)
                 if pending is None:

@@ -45,11 +45,11 @@ from riverbed.protocol.record_batch import (
     RECORD_MIN_BYTES,
     BatchHeader,
 )
+from riverbed.storage.config import LONG_MAX
 from riverbed.storage.time_index import NO_TIMESTAMP
 
-__all__ = ["LONG_MAX", "create_time_violation"]
+__all__ = ["create_time_violation"]
 
-LONG_MAX: Final = (1 << 63) - 1
 # A varint of a 32-bit field takes at most 5 bytes, of a 64-bit one at most 10.
 _VARINT32_BYTES_MAX: Final = 5
 _VARLONG_BYTES_MAX: Final = 10

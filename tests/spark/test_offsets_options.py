@@ -165,3 +165,17 @@ def test_split_ranges_covers_every_offset_once(
         assert covered == list(range(7, 7 + s))
     if max_records is not None:
         assert all(p.size <= max_records for p in out)
+
+
+def test_client_settings_librdkafka_rejects_are_option_errors() -> None:
+    from riverbed.spark.client import OffsetClient
+    from riverbed.spark.sink import check_producer_config
+
+    with pytest.raises(RiverbedOptionError, match=r"no\.such\.setting"):
+        OffsetClient(
+            parse_read_options(
+                {**BS, "subscribe": "t", "kafka.no.such.setting": "1"}, streaming=False
+            )
+        )
+    with pytest.raises(RiverbedOptionError, match="Invalid value for configuration property"):
+        check_producer_config(parse_write_options({**BS, "topic": "t", "kafka.linger.ms": "soon"}))

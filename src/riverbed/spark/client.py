@@ -12,6 +12,7 @@ import logging
 import re
 import uuid
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
@@ -64,6 +65,14 @@ def consumer_config(
     return config
 
 
+def new_client(kind: Any, config: Mapping[str, object]) -> Any:
+    """A confluent-kafka client; a bad ``kafka.*`` setting becomes a RiverbedOptionError."""
+    try:
+        return kind(dict(config))
+    except (KafkaException, ValueError, TypeError) as e:
+        raise RiverbedOptionError(f"invalid Kafka client option (kafka.*): {e}") from None
+
+
 def _tp_name(tp: TopicPartition) -> str:
     return f"{tp[0]}-{tp[1]}"
 
@@ -73,7 +82,7 @@ class OffsetClient:
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
-        self._consumer = Consumer(consumer_config(options.client_config))
+        self._consumer = new_client(Consumer, consumer_config(options.client_config))
 
     def close(self) -> None:
         self._consumer.close()

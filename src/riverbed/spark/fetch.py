@@ -31,6 +31,7 @@ from riverbed.spark.client import (
     DataLossError,
     RiverbedSourceError,
     consumer_config,
+    new_client,
     report_data_loss,
 )
 from riverbed.spark.offsets import OffsetRange
@@ -125,7 +126,7 @@ def read_range(
             "auto.offset.reset": "earliest" if not fail_on_data_loss else "error",
         },
     )
-    consumer = Consumer(config)
+    consumer = new_client(Consumer, config)
     name = f"{r.topic}-{r.partition}"
     try:
         consumer.assign([KafkaTopicPartition(r.topic, r.partition, r.from_offset)])

@@ -35,6 +35,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from riverbed.spark.client import new_client
 from riverbed.spark.options import RiverbedOptionError, WriteOptions
 from riverbed.spark.schema import HEADERS_TYPE
 
@@ -137,11 +138,7 @@ def produce_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) ->
         if err is not None and not first_error:
             first_error.append((err, msg.topic(), msg.partition()))
 
-    config: dict[str, Any] = {"enable.idempotence": True, "linger.ms": 5}
-    config.update(options.client_config)
-    config["on_delivery"] = on_error
-    config["delivery.report.only.error"] = True
-    producer = Producer(config)
+    producer = new_client(Producer, producer_config(options, on_error))
     produce = producer.produce
     count = 0
     for batch in batches:
@@ -199,9 +196,23 @@ def produce_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) ->
     return count
 
 
+def check_producer_config(options: WriteOptions) -> None:
+    """Fail on the driver, before any task runs, on a client setting librdkafka rejects."""
+    new_client(Producer, producer_config(options, lambda _err, _msg: None))
+
+
+def producer_config(options: WriteOptions, on_error: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {"enable.idempotence": True, "linger.ms": 5}
+    config.update(options.client_config)
+    config["on_delivery"] = on_error
+    config["delivery.report.only.error"] = True
+    return config
+
+
 class RiverbedWriter(DataSourceArrowWriter):
     def __init__(self, options: WriteOptions, schema: StructType) -> None:
         validate_write_schema(schema, options)
+        check_producer_config(options)
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
@@ -218,6 +229,7 @@ class RiverbedWriter(DataSourceArrowWriter):
 class RiverbedStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: WriteOptions, schema: StructType) -> None:
         validate_write_schema(schema, options)
+        check_producer_config(options)
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:

@@ -1,7 +1,11 @@
 """The leader-epoch cache of a partition: leader epoch -> first offset of that epoch.
 
 Persisted as ``leader-epoch-checkpoint`` in the partition dir (format in
-:mod:`riverbed.storage.checkpoints`), rewritten atomically on every change. Entries
+:mod:`riverbed.storage.checkpoints`), rewritten atomically on every change. With
+``sync_assign=False`` (what a partition log uses, as Kafka does since KAFKA-15046) a new
+leader epoch is written without fsync so the first append of a new leader does not wait
+for the disk; :attr:`LeaderEpochCache.unsynced` then tells the log's next flush to fsync
+the file before the recovery point covers that epoch. Truncations are always synced. Entries
 strictly increase in both epoch and start offset (KIP-101). Followers use
 :meth:`LeaderEpochCache.end_offset_for` (OffsetForLeaderEpoch) to find where their log
 diverges from the leader's.
@@ -12,11 +16,13 @@ from __future__ import annotations
 import bisect
 import itertools
 import logging
+import os
 from pathlib import Path
 from typing import Final
 
 from riverbed.storage.checkpoints import (
     CheckpointError,
+    fsync_dir,
     read_epoch_checkpoint,
     write_epoch_checkpoint,
 )
@@ -32,9 +38,12 @@ UNDEFINED_EPOCH_OFFSET: Final = -1
 class LeaderEpochCache:
     """Sorted (epoch, start offset) entries, optionally backed by a checkpoint file."""
 
-    def __init__(self, path: Path | None, *, sync: bool = True) -> None:
+    def __init__(self, path: Path | None, *, sync: bool = True, sync_assign: bool = True) -> None:
         self.path = path
         self._sync = sync
+        self._sync_assign = sync_assign
+        self.unsynced = False  # written since its last fsync (only with sync_assign=False)
+        self.unreadable = False  # the file was corrupt: the log rebuilds it from batches
         self._epochs: list[int] = []
         self._starts: list[int] = []
         if path is not None:
@@ -45,10 +54,12 @@ class LeaderEpochCache:
                 # partition log re-assigns epochs from batch headers during recovery).
                 log.warning("ignoring corrupt leader epoch checkpoint: %s", e)
                 entries = []
+                self.unreadable = True
             ordered = all(a[0] < b[0] and a[1] < b[1] for a, b in itertools.pairwise(entries))
             if not ordered:
                 log.warning("ignoring unordered leader epoch checkpoint %s", path)
                 entries = []
+                self.unreadable = True
             for epoch, start in entries:
                 self._add(epoch, start)
 
@@ -117,7 +128,7 @@ class LeaderEpochCache:
             self._epochs.pop()
             self._starts.pop()
         self._add(epoch, start_offset)
-        self._persist()
+        self._persist(sync=self._sync_assign)
         return True
 
     def truncate_from_end(self, end_offset: int) -> None:
@@ -153,6 +164,28 @@ class LeaderEpochCache:
         self._epochs.append(epoch)
         self._starts.append(start)
 
-    def _persist(self) -> None:
+    def _persist(self, *, sync: bool = True) -> None:
         if self.path is not None:
-            write_epoch_checkpoint(self.path, self.entries(), sync=self._sync)
+            synced = self._sync and sync
+            write_epoch_checkpoint(self.path, self.entries(), sync=synced)
+            if self._sync:
+                self.unsynced = not synced
+
+    def take_unsynced(self) -> bool:
+        """True (once) when the file was written without fsync since the last call."""
+        was, self.unsynced = self.unsynced, False
+        return was
+
+    def sync_file(self) -> None:
+        """fsync the checkpoint file (written earlier without fsync) and its dir."""
+        if self.path is None:
+            return
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return  # cleared since: a synced rewrite or a deleted log
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_dir(self.path.parent)

@@ -156,7 +156,9 @@ class PartitionLog(LogReads, LogRetention):
         except FileExistsError:
             self._parent_sync_pending = False
         self.topic_id = self._init_topic_id(topic_id)
-        self.epoch_cache = LeaderEpochCache(self.directory / LEADER_EPOCH_CHECKPOINT)
+        self.epoch_cache = LeaderEpochCache(
+            self.directory / LEADER_EPOCH_CHECKPOINT, sync_assign=False
+        )
         self._load(recovery_point, log_start_offset, clean_shutdown)
         self._high_watermark = min(max(high_watermark, self._log_start_offset), self.log_end_offset)
         self._last_append_time = self._recover_last_append_time()

@@ -220,7 +220,9 @@ class LogBase:
         return stored
 
     def _flush_metadata(self) -> None:
-        """Kafka's ``maybeFlush``: write a dirty ``partition.metadata``; fsync new dirs.
+        """Kafka's ``maybeFlush``: write a dirty ``partition.metadata``; fsync new dirs and
+        a ``leader-epoch-checkpoint`` written without fsync (before the recovery point may
+        cover the epoch).
 
         Runs outside the log's lock (appends go on); ``_metadata_lock`` serializes it.
         """
@@ -229,9 +231,13 @@ class LogBase:
                 dirty, topic_id = self._metadata_dirty, self.topic_id
                 dir_sync, parent_sync = self._dir_sync_pending, self._parent_sync_pending
                 self._dir_sync_pending = False
-            if not (dirty or dir_sync or parent_sync):
+                epochs = self.epoch_cache.take_unsynced()
+            if not (dirty or dir_sync or parent_sync or epochs):
                 return
             try:
+                if epochs:
+                    self.epoch_cache.sync_file()  # also fsyncs the partition dir
+                    dir_sync = False
                 if dirty and topic_id is not None:
                     # fsyncs the file and the partition dir (covering new segment files)
                     write_partition_metadata(self.directory / PARTITION_METADATA, topic_id)
@@ -242,6 +248,7 @@ class LogBase:
             except OSError:
                 with self._lock:
                     self._dir_sync_pending = self._dir_sync_pending or dir_sync
+                    self.epoch_cache.unsynced = self.epoch_cache.unsynced or epochs
                 raise
             with self._lock:
                 if self.topic_id == topic_id:
@@ -269,6 +276,11 @@ class LogBase:
             self._recovery_point = start
             self.epoch_cache.clear()
             return
+        if self.epoch_cache.unreadable:
+            # epochs of flushed segments are lost with the file: rebuild them all
+            log.warning("%s: recovering the whole log to rebuild its leader epochs", self.name)
+            clean_shutdown = False
+            recovery_point = 0
         if clean_shutdown:
             self.active_segment.active = True
             try:

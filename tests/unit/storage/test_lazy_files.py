@@ -13,7 +13,12 @@ import pytest
 
 from riverbed.protocol.records import SimpleRecord, build_batch
 from riverbed.storage import LogConfig, LogDirError, LogManager, ManualClock, PartitionLog
-from riverbed.storage.checkpoints import PARTITION_METADATA, read_partition_metadata
+from riverbed.storage.checkpoints import (
+    LEADER_EPOCH_CHECKPOINT,
+    PARTITION_METADATA,
+    read_epoch_checkpoint,
+    read_partition_metadata,
+)
 from riverbed.storage.segment import LogSegment, segment_file_name
 
 T0 = 1_700_000_000_000
@@ -249,3 +254,45 @@ def test_not_shut_down_cleanly_is_logged_only_with_logs_to_recover(
     m = LogManager(dirs, clock)  # after a clean shutdown
     assert not claims_recovery()
     m.shutdown()
+
+
+# ---- leader-epoch-checkpoint off the append path -------------------------------------------
+
+
+def test_new_leader_epoch_is_written_without_fsync_and_synced_by_flush(
+    tmp_path: Path, clock: ManualClock, fsyncs: list[int]
+) -> None:
+    d = tmp_path / "t-0"
+    log = PartitionLog(d, "t", 0, LogConfig(), clock)
+    log.flush()
+    before = len(fsyncs)
+    log.append_as_leader(batch(), leader_epoch=4)
+    assert len(fsyncs) == before  # the produce path does not wait for the disk
+    assert read_epoch_checkpoint(d / LEADER_EPOCH_CHECKPOINT) == [(4, 0)]
+    assert log.epoch_cache.unsynced
+    log.flush()
+    assert not log.epoch_cache.unsynced
+    # the .log, the checkpoint and the partition dir
+    assert len(fsyncs) >= before + 3
+    assert log.recovery_point == 3
+    log.close()
+
+
+def test_corrupt_epoch_checkpoint_rebuilds_epochs_from_the_whole_log(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    d = tmp_path / "t-0"
+    log = PartitionLog(d, "t", 0, LogConfig(segment_bytes=100), clock)
+    log.append_as_leader(batch(), leader_epoch=0)
+    log.append_as_leader(batch(), leader_epoch=3)
+    log.append_as_leader(batch(), leader_epoch=5)
+    assert len(log.segments) == 3
+    log.close()
+    (d / LEADER_EPOCH_CHECKPOINT).write_text("0\n2\n0 0\ngarbage\n")
+    # a clean shutdown with everything below the recovery point: the epochs of the old
+    # segments come back from their batch headers anyway
+    log = PartitionLog(d, "t", 0, LogConfig(), clock, recovery_point=9, clean_shutdown=True)
+    assert log.epoch_cache.entries() == [(0, 0), (3, 3), (5, 6)]
+    assert log.end_offset_for_epoch(3) == (3, 6)
+    log.close()
+    assert read_epoch_checkpoint(d / LEADER_EPOCH_CHECKPOINT) == [(0, 0), (3, 3), (5, 6)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -93,6 +94,10 @@ def test_restart_from_checkpoint_reads_every_record_exactly_once(
     )
     first = len(sink.records())
     assert first == 10
+    # The checkpoint holds Spark's Kafka offsets JSON: next offset per partition, string keys.
+    offsets_log = sorted((checkpoint / "offsets").glob("[0-9]*"), key=lambda p: int(p.name))
+    source_offsets = json.loads(offsets_log[-1].read_text().splitlines()[-1])
+    assert source_offsets == {topic: {"0": 5, "1": 5}}
     produce(topic, [{"value": f"b{i}".encode(), "partition": i % 3 % 2} for i in range(7)])
     # startingOffsets is ignored on restart: the checkpoint decides where to resume.
     _run_available_now(

@@ -13,9 +13,11 @@ Every figure is printed next to a baseline measured in the same run on the same 
 - ``offset_for_timestamp`` latency on a 1 GiB log of 16 KiB batches (time index bisect,
   offset index, header scan, one batch decoded), next to one 16 KiB ``pread``;
 - partition lifecycle (``--only lifecycle`` runs just this): creating N empty partition
-  logs through ``LogManager.get_or_create`` (with a topic id) and closing them
-  (``LogManager.shutdown``), per partition, next to creating and closing one plain empty
-  file per partition in the same run.
+  logs through ``LogManager.get_or_create`` (with a topic id), closing them
+  (``LogManager.shutdown``), and the same again with a first append of one small batch
+  to each new log between the two (a new leader's first produce: a new leader epoch), per
+  partition, next to creating and closing one plain empty file per partition in the same
+  run.
 
 Not a test: it never asserts on time. Files go to a temporary directory that is removed
 at the end (``--dir`` picks where; it needs ~1.5 GiB free).
@@ -204,10 +206,25 @@ def run_lifecycle(root: Path, partitions: int) -> None:
     start = time.perf_counter()
     manager.shutdown()
     closed = time.perf_counter() - start
+    small = bytes(make_batch(100, T0))
+    manager = LogManager([root / "lifecycle-append"], clock)
+    logs = [
+        manager.get_or_create("many", p, topic_id="AAAAAAAAAAAAAAAAAAAAAA")
+        for p in range(partitions)
+    ]
+    start = time.perf_counter()
+    for plog in logs:
+        plog.append_as_leader(small, leader_epoch=1)
+    appended = time.perf_counter() - start
+    start = time.perf_counter()
+    manager.shutdown()
+    closed_full = time.perf_counter() - start
     ms = 1000 / partitions
-    print(f"\npartition lifecycle, {partitions} empty partition logs (ms per partition)")
+    print(f"\npartition lifecycle, {partitions} partition logs (ms per partition)")
     print(f"  create (get_or_create)   {created * ms:8.3f}  total {created:.2f} s")
-    print(f"  close (shutdown)         {closed * ms:8.3f}  total {closed:.2f} s")
+    print(f"  close empty (shutdown)   {closed * ms:8.3f}  total {closed:.2f} s")
+    print(f"  first append (1 KiB)     {appended * ms:8.3f}  total {appended:.2f} s")
+    print(f"  close after one append   {closed_full * ms:8.3f}  total {closed_full:.2f} s")
     print(
         f"  baseline create+close of one plain file {plain * ms:.3f} -> create ratio "
         f"{created / plain:.1f}x"

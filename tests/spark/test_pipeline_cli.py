@@ -1,0 +1,51 @@
+"""`riverbed pipeline run|list` (the CLI side only; the pipelines are tested end to end)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from riverbed.cli.main import main
+
+PIPELINE = '''"""Records how it was called."""
+import json, sys
+from pathlib import Path
+
+
+def main(argv=None):
+    Path(__file__).with_suffix(".json").write_text(json.dumps(argv))
+    return 3
+'''
+
+
+def test_run_passes_the_bootstrap_server_and_the_arguments(tmp_path: Path) -> None:
+    script = tmp_path / "echo_pipeline.py"
+    script.write_text(PIPELINE)
+    assert main(["pipeline", "run", "-b", "h:1", str(script), "--events", "5", "--", "x"]) == 3
+    assert json.loads(script.with_suffix(".json").read_text()) == [
+        "--bootstrap-server",
+        "h:1",
+        "--events",
+        "5",
+        "--",
+        "x",
+    ]
+    assert main(["pipeline", "run", str(script)]) == 3
+    assert json.loads(script.with_suffix(".json").read_text())[:2] == [
+        "--bootstrap-server",
+        "localhost:9092",
+    ]
+
+
+def test_run_and_list_report_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["pipeline", "run", str(tmp_path / "missing.py")]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "no_main.py").write_text("x = 1\n")
+    assert main(["pipeline", "run", str(tmp_path / "no_main.py")]) == 1
+    assert "defines no main(argv)" in capsys.readouterr().err
+    (tmp_path / "p.py").write_text(PIPELINE)
+    assert main(["pipeline", "list", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "p.py  Records how it was called." in out and "no_main.py" not in out

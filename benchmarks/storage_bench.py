@@ -17,7 +17,10 @@ Every figure is printed next to a baseline measured in the same run on the same 
   (``LogManager.shutdown``), and the same again with a first append of one small batch
   to each new log between the two (a new leader's first produce: a new leader epoch), per
   partition, next to creating and closing one plain empty file per partition in the same
-  run.
+  run;
+- CreateTime bound check (``--only timestamps``): ``create_time_violation`` on a batch when
+  ``message.timestamp.before.max.ms`` is finite (record timestamps decoded) and at its
+  default (header only), next to a CRC-32C of the same batch.
 
 Not a test: it never asserts on time. Files go to a temporary directory that is removed
 at the end (``--dir`` picks where; it needs ~1.5 GiB free).
@@ -231,6 +234,46 @@ def run_lifecycle(root: Path, partitions: int) -> None:
     )
 
 
+def run_timestamp_checks() -> None:
+    """Cost of the CreateTime bound check per batch, next to a CRC-32C of the batch."""
+    from crc32c import crc32c
+
+    from riverbed.protocol.compression import CompressionType
+    from riverbed.protocol.records import parse_header
+    from riverbed.storage.config import LONG_MAX
+    from riverbed.storage.timestamp_bounds import create_time_violation
+
+    print("\nCreateTime bound check per batch (µs), ratio = check / CRC-32C of the batch")
+    cases = [
+        ("16 KiB, 16 records", 16 * 1024, 1000, CompressionType.NONE),
+        ("16 KiB, 160 records", 16 * 1024, 80, CompressionType.NONE),
+        ("1 MiB lz4, 1000 records", MIB, 1000, CompressionType.LZ4),
+    ]
+    for label, batch_bytes, value_size, compression in cases:
+        n = max(1, batch_bytes // (value_size + 20))
+        recs = [
+            SimpleRecord(random.randbytes(value_size // 2) * 2, timestamp=T0 + i % 7)
+            for i in range(n)
+        ]
+        data = bytes(build_batch(recs, compression=compression))
+        h = parse_header(data)
+        reps = max(20, 2_000_000 // len(data))
+        rows = []
+        for before in (3_600_000, LONG_MAX):
+            start = time.perf_counter()
+            for _ in range(reps):
+                create_time_violation(data, 0, h, T0, before, 3_600_000)
+            rows.append((time.perf_counter() - start) / reps)
+        start = time.perf_counter()
+        for _ in range(reps):
+            crc32c(data)
+        crc = (time.perf_counter() - start) / reps
+        print(
+            f"  {label:<24} decoded {rows[0] * 1e6:8.1f} ({rows[0] / crc:5.2f}x)  "
+            f"header only {rows[1] * 1e6:6.2f} ({rows[1] / crc:5.2f}x)  CRC {crc * 1e6:7.1f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", default=None, help="where to put the temporary files")
@@ -239,12 +282,15 @@ def main() -> None:
     parser.add_argument("--fsync-mib", type=int, default=32)
     parser.add_argument("--lookups", type=int, default=2000)
     parser.add_argument("--partitions", type=int, default=500)
-    parser.add_argument("--only", choices=["lifecycle"], default=None)
+    parser.add_argument("--only", choices=["lifecycle", "timestamps"], default=None)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="riverbed-storage-bench-", dir=args.dir))
     try:
-        run_lifecycle(root, args.partitions)
-        if args.only == "lifecycle":
+        if args.only in (None, "timestamps"):
+            run_timestamp_checks()
+        if args.only in (None, "lifecycle"):
+            run_lifecycle(root, args.partitions)
+        if args.only is not None:
             return
         run_appends(root, args.append_mib, args.fsync_mib)
         log, count = build_big_log(root, args.log_gib)

@@ -118,12 +118,29 @@ def _record_timestamps(
     out: list[int] = []
     pos = 0
     first = h.first_timestamp
+    varint = _varint
     for _ in range(h.records_count):
-        length, pos = _varint(data, pos, n, _VARINT32_BYTES_MAX)
+        # hot loop: most length varints are 1-2 bytes and most deltas 1 byte; those
+        # are decoded inline, anything longer through _varint
+        b = data[pos] if pos < n else 0x80
+        if b < 0x80:
+            z, pos = b, pos + 1
+        elif pos + 1 < n and data[pos + 1] < 0x80:
+            z, pos = (b & 0x7F) | (data[pos + 1] << 7), pos + 2
+        else:
+            z = -1
+        if z >= 0:
+            length = (z >> 1) ^ -(z & 1)
+        else:
+            length, pos = varint(data, pos, n, _VARINT32_BYTES_MAX)
         rec_end = pos + length
         if length < RECORD_MIN_BYTES - 1 or rec_end > n:
             raise ProtocolError(f"bad record length {length}", field="records")
-        delta, _ = _varint(data, pos + 1, rec_end, _VARLONG_BYTES_MAX)  # after attributes
-        out.append(first + delta)
+        b = data[pos + 1]  # after the attributes byte (a record holds >= 6 more bytes)
+        if b < 0x80:
+            out.append(first + ((b >> 1) ^ -(b & 1)))
+        else:
+            delta, _ = varint(data, pos + 1, rec_end, _VARLONG_BYTES_MAX)
+            out.append(first + delta)
         pos = rec_end
     return out

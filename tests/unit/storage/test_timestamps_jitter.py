@@ -69,6 +69,17 @@ def test_a_middle_record_out_of_bounds_rejects_the_batch(
     log.close()
 
 
+@pytest.mark.parametrize("value_size", [10, 100, 20_000])  # 1, 2 and 3-byte record lengths
+def test_every_record_timestamp_is_read_whatever_the_varint_sizes(value_size: int) -> None:
+    stamps = [T0, T0 + 1, T0 - 30, T0 - HOUR - 7, T0 + 63, T0 - 64, T0 + 8191]
+    recs = [SimpleRecord(bytes([i]) * value_size, timestamp=t) for i, t in enumerate(stamps)]
+    data = build_batch(recs)
+    assert timestamp_bounds._record_timestamps(data, 0, parse_header(data)) == stamps
+    h = parse_header(data)
+    assert create_time_violation(data, 0, h, T0, HOUR, HOUR) == T0 - HOUR - 7
+    assert create_time_violation(data, 0, h, T0, HOUR + 7, HOUR) is None
+
+
 def test_header_decides_when_it_can(monkeypatch: pytest.MonkeyPatch) -> None:
     decoded: list[int] = []
     real = timestamp_bounds._record_timestamps

@@ -107,7 +107,18 @@ def test_restart_from_checkpoint_reads_every_record_exactly_once(
     assert len(recs) == 17
     assert len(set(recs)) == 17
     assert sorted(v for _, _, v in recs[first:]) == sorted(f"b{i}".encode() for i in range(7))
-    # Nothing new: a third run plans no batch at all.
+    # A partition added while the query was down is read from its beginning.
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.create_partitions([NewPartitions(topic, 3)]).values():
+        fut.result(30)
+    produce(topic, [{"value": f"c{i}".encode(), "partition": 2} for i in range(3)])
+    _run_available_now(spark, bootstrap, checkpoint, sink, subscribe=topic)
+    recs = sink.records()
+    assert len(recs) == len(set(recs)) == 20
+    assert sorted(recs[17:]) == [(2, i, f"c{i}".encode()) for i in range(3)]
+    # Nothing new: a further run plans no batch at all.
     batches = len(sink.batches)
     _run_available_now(spark, bootstrap, checkpoint, sink, subscribe=topic)
     assert len(sink.batches) == batches

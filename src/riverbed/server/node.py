@@ -37,9 +37,10 @@ import time
 import uuid
 from typing import Any, cast
 
+from riverbed.protocol.errors import ErrorCode
 from riverbed.server.broker.dispatch import Broker
 from riverbed.server.broker.partitions import PartitionManager, log_config_for
-from riverbed.server.network import SocketServer
+from riverbed.server.network import CloseConnection, SocketServer
 from riverbed.server.purgatory import Purgatory
 
 log = logging.getLogger(__name__)
@@ -49,8 +50,16 @@ HOUSEKEEPING_INTERVAL_MS = 1000
 #: Environment variable naming a parent pid: the node stops cleanly when that process is
 #: gone (set by riverbed.testing.cluster so a killed test run leaves no brokers behind).
 EXIT_WITH_PARENT_ENV = "RIVERBED_EXIT_WITH_PARENT"
+#: Seconds between broker registration attempts while the quorum has no active controller.
+REGISTRATION_RETRY_S = 0.2
+#: Raft replies are built at their exact wire version by ``raft.wire``.
+_RAFT_EXACT = frozenset({1, 52, 53, 54, 55, 59})
 #: Requests read ahead per connection before the node stops reading it (back-pressure).
 INFLIGHT_REQUESTS_PER_CONNECTION_MAX = 16
+
+
+class UnsupportedControllerApi(CloseConnection):
+    """A request a controller listener does not serve; the connection is closed."""
 
 
 class NodeStartError(RuntimeError):
@@ -93,12 +102,15 @@ class Node:
         self.metadata_log: Any = None
         self.partitions: PartitionManager | None = None
         self.purgatory = Purgatory()
+        self.quorum: Any = None  # riverbed.server.quorum.QuorumMetadata on a Raft quorum
+        self.broker: Broker | None = None
 
     async def start(self) -> None:
         from riverbed.metadata.controller import Controller
         from riverbed.metadata.log import LocalMetadataLog
         from riverbed.metadata.service import MetadataService
-        from riverbed.metadata.storage_format import ensure_formatted
+        from riverbed.metadata.storage_format import ensure_formatted, read_meta_properties
+        from riverbed.server.quorum import QuorumMetadata, uses_raft_quorum
         from riverbed.storage.clock import SystemClock
 
         cfg = self.config
@@ -106,15 +118,47 @@ class Node:
             list(cfg.log_dirs), cfg.metadata_log_dir, cfg.node_id, auto_format=cfg.auto_format
         )
         clock = SystemClock()
-        self.metadata_log = LocalMetadataLog(cfg.metadata_log_dir)
-        self.metadata = MetadataService(
-            Controller(cfg.controller_config()),
-            self.metadata_log,
-            cast(Any, clock),
-            self.cluster_id,
+        self.server = SocketServer(
+            self._handle,
+            socket_request_max_bytes=cfg.socket_request_max_bytes,
+            connections_max_idle_ms=cfg.connections_max_idle_ms,
+            inflight_requests_max=INFLIGHT_REQUESTS_PER_CONNECTION_MAX,
+            queued_requests_max=cfg.queued_max_requests,
+            connections_max=_int_key(cfg, "max.connections", 2**31 - 1),
         )
-        # Replay the metadata log first: the partition logs' configs come from the image.
-        await self.metadata.start()
+        if uses_raft_quorum(cfg):
+            # The quorum: the controller listener serves Raft RPCs at once (the other
+            # voters need them to elect a leader), then this replica catches up with the
+            # committed metadata before any partition log is opened or deleted.
+            service = MetadataService(
+                Controller(cfg.controller_config()),
+                cast(Any, None),
+                cast(Any, clock),
+                self.cluster_id,
+            )
+            meta = read_meta_properties(cfg.metadata_log_dir)
+            self.quorum = QuorumMetadata(
+                cfg,
+                service,
+                self.cluster_id,
+                directory_id=(meta.directory_id or "") if meta is not None else "",
+            )
+            self.metadata = self.quorum
+            self.metadata_log = None
+            await self._listen(controller=True)
+            await self.quorum.start()
+            if not await self.quorum.wait_caught_up(self.stop_requested):
+                raise NodeStartError("stopped before the metadata quorum was reached")
+        else:
+            self.metadata_log = LocalMetadataLog(cfg.metadata_log_dir)
+            self.metadata = MetadataService(
+                Controller(cfg.controller_config()),
+                self.metadata_log,
+                cast(Any, clock),
+                self.cluster_id,
+            )
+            # Replay the metadata log first: the partition logs' configs come from the image.
+            await self.metadata.start()
         metadata = self.metadata
         static = cfg.static_config()
 
@@ -134,29 +178,10 @@ class Node:
         partitions.delete_orphans()
         metadata.add_listener(lambda old, new, delta: partitions.apply_image(new))
 
-        broker = Broker(cfg, self.metadata, partitions, self.purgatory, self.cluster_id)
-        self.server = SocketServer(
-            broker.handle,
-            socket_request_max_bytes=cfg.socket_request_max_bytes,
-            connections_max_idle_ms=cfg.connections_max_idle_ms,
-            inflight_requests_max=INFLIGHT_REQUESTS_PER_CONNECTION_MAX,
-            queued_requests_max=cfg.queued_max_requests,
-            connections_max=_int_key(cfg, "max.connections", 2**31 - 1),
-        )
-        for lst in cfg.listeners:
-            if lst.name in cfg.controller_listener_names and "broker" in cfg.process_roles:
-                # A one-voter quorum needs no controller RPCs yet; the Raft issue binds it.
-                continue
-            try:
-                host, port = await self.server.listen(
-                    lst.name, lst.host, lst.port, start_serving=False
-                )
-            except OSError as exc:
-                raise NodeStartError(
-                    f"cannot listen on {lst.name}://{lst.host}:{lst.port} (listeners): "
-                    f"{exc.strerror or exc}"
-                ) from None
-            self.bound_listeners[lst.name] = (host, port)
+        self.broker = Broker(cfg, self.metadata, partitions, self.purgatory, self.cluster_id)
+        if self.quorum is not None:
+            setattr(self.broker, "active_controller", self.quorum.active_controller_id)  # noqa: B010
+        await self._listen(controller=False)
         await self._register()
         await self.server.start_serving()
         self._tasks.append(asyncio.create_task(self._housekeeping()))
@@ -165,6 +190,64 @@ class Node:
         log.info("node %d started (cluster id %s): %s", cfg.node_id, self.cluster_id, addrs)
         bootstrap = ",".join(f"{h}:{p}" for _n, h, p, _s in self.advertised_endpoints())
         log.info("clients connect with --bootstrap-server %s (bootstrap.servers)", bootstrap)
+
+    async def _listen(self, *, controller: bool) -> None:
+        """Bind the controller listeners (serving at once) or the others (serving after
+        registration, so the first Metadata answer already lists this broker)."""
+        cfg = self.config
+        assert self.server is not None
+        for lst in cfg.listeners:
+            is_controller = lst.name in cfg.controller_listener_names
+            if is_controller != controller:
+                continue
+            if is_controller and self.quorum is None:
+                continue  # a one-voter local log needs no controller RPCs
+            try:
+                host, port = await self.server.listen(
+                    lst.name, lst.host, lst.port, start_serving=controller
+                )
+            except OSError as exc:
+                raise NodeStartError(
+                    f"cannot listen on {lst.name}://{lst.host}:{lst.port} (listeners): "
+                    f"{exc.strerror or exc}"
+                ) from None
+            self.bound_listeners[lst.name] = (host, port)
+
+    async def _handle(self, ctx: Any, body: Any) -> Any:
+        """The network layer's handler: controller listeners -> the quorum; others -> the
+        broker (not yet bound while the node starts)."""
+        if ctx.listener_name in self.config.controller_listener_names:
+            return await self._handle_controller(ctx, body)
+        assert self.broker is not None
+        return await self.broker.handle(ctx, body)
+
+    async def _handle_controller(self, ctx: Any, body: Any) -> Any:
+        from riverbed.protocol.api_versions import ApiKey
+        from riverbed.protocol.headers import response_body_version
+        from riverbed.server.broker.cluster_info import handle_api_versions
+        from riverbed.server.broker.error_response import error_code_of, error_response
+        from riverbed.server.broker.versioning import fit_to_version
+
+        api_key = ctx.header.api_key
+        if api_key == ApiKey.API_VERSIONS:
+            return await handle_api_versions(cast(Any, None), ctx, body)
+        if self.quorum is None:
+            raise UnsupportedControllerApi(f"api key {api_key} on a controller listener")
+        version = response_body_version(ctx.header)
+        try:
+            response = await self.quorum.handle_controller_request(api_key, body)
+        except Exception as exc:
+            code = error_code_of(exc)
+            if code is not ErrorCode.NOT_CONTROLLER:
+                log.exception("controller request api_key=%s failed", api_key)
+            return error_response(api_key, body, version, code)
+        if response is None:
+            raise UnsupportedControllerApi(
+                f"api key {api_key} is not served on {ctx.listener_name}"
+            )
+        if api_key not in _RAFT_EXACT:
+            fit_to_version(response, version)
+        return response
 
     def advertised_endpoints(self) -> list[tuple[str, str, int, str]]:
         """(listener name, host, port, security protocol); port 0 -> the bound port."""
@@ -186,9 +269,26 @@ class Node:
             for name, host, port, _proto in self.advertised_endpoints()
         )
         rack = getattr(self.config, "broker_rack", None) or None
-        await self.metadata.register_broker(
-            self.config.node_id, endpoints, rack, incarnation_id=uuid.uuid4()
-        )
+        incarnation = uuid.uuid4()
+        if self.quorum is None:
+            await self.metadata.register_broker(
+                self.config.node_id, endpoints, rack, incarnation_id=incarnation
+            )
+            return
+        from riverbed.raft.node import NotLeaderError
+
+        # The active controller may be changing (or not elected yet): retry until it
+        # takes the registration, as Kafka's broker lifecycle manager does.
+        while not self.stop_requested.is_set():
+            try:
+                await self.quorum.register_broker(
+                    self.config.node_id, endpoints, rack, incarnation_id=incarnation
+                )
+                return
+            except (NotLeaderError, TimeoutError, ConnectionError) as exc:
+                log.info("broker registration not accepted yet (%r): retrying", exc)
+                await asyncio.sleep(REGISTRATION_RETRY_S)
+        raise NodeStartError("stopped before this broker was registered")
 
     async def _housekeeping(self) -> None:
         retention_every = int(self.config.get("log.retention.check.interval.ms"))
@@ -220,6 +320,10 @@ class Node:
         self.purgatory.close()
         if self.server is not None:
             await self.server.stop()
+        if self.quorum is not None:
+            # first: no metadata change may reach the partitions once their logs close; a
+            # leader resigns (EndQuorumEpoch) on the way out
+            await self.quorum.close()
         if self.log_manager is not None:
             self.log_manager.shutdown()
         if self.metadata_log is not None:

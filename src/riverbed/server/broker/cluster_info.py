@@ -68,6 +68,12 @@ async def handle_api_versions(
     return ApiVersionsResponse(error_code=code, api_keys=keys, throttle_time_ms=0)
 
 
+def _controller_id(broker: Broker) -> int:
+    """The active controller on a Raft quorum (set by the node), else this node."""
+    active = getattr(broker, "active_controller", None)
+    return int(active()) if active is not None else broker.node_id
+
+
 def _brokers(image: MetadataImage, listener: str) -> list[tuple[int, str, int, str | None]]:
     out = []
     for broker_id, reg in sorted(image.brokers.items()):
@@ -149,7 +155,7 @@ async def handle_metadata(
         throttle_time_ms=0,
         brokers=brokers,
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
+        controller_id=_controller_id(broker),
         topics=[_topic_metadata(image, n, include_ops) for n in names],
         cluster_authorized_operations=(
             CLUSTER_OPERATIONS_ALL if include_cluster_ops else AUTHORIZED_OPERATIONS_OMITTED
@@ -167,7 +173,7 @@ async def handle_describe_cluster(
         error_message=None,
         endpoint_type=1,
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
+        controller_id=_controller_id(broker),
         brokers=[
             DescribeClusterResponse.DescribeClusterBroker(broker_id=i, host=h, port=p, rack=r)
             for i, h, p, r in _brokers(image, ctx.listener_name)

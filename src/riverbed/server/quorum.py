@@ -1,0 +1,391 @@
+"""A node's seat in the KRaft metadata quorum: the Raft-backed metadata log, the controller
+listener's request handler, and forwarding of metadata writes to the active controller.
+
+Used by `riverbed.server.node` when ``controller.quorum.voters`` names more than this node.
+Pieces (all from other layers, wired here):
+
+- ``RaftDriver`` over ``<metadata.log.dir>/__cluster_metadata-0`` with
+  ``KafkaRaftTransport`` to the voters' controller endpoints; ``MetadataStateMachine``
+  feeds committed records and snapshots into the node's ``MetadataService``, whose log is a
+  ``RaftMetadataLog``.
+- The controller listener (``controller.listener.names``) serves Vote, BeginQuorumEpoch,
+  EndQuorumEpoch, DescribeQuorum, FetchSnapshot and Fetch of ``__cluster_metadata``
+  (``raft.transport.serve_raft_request``), ApiVersions, BrokerRegistration (62), and the
+  metadata writes a follower forwards (CreateTopics, DeleteTopics, CreatePartitions,
+  AlterConfigs, IncrementalAlterConfigs) — Kafka's controller APIs.
+
+The *active controller* is the Raft leader once its epoch has started: the high watermark
+has passed the epoch's start offset (the LeaderChange record), so every record of earlier
+epochs is committed and applied and the image it computes against is current. Only then
+does it run a metadata operation locally (the first active leader also writes the bootstrap
+records). Any other node forwards the operation's request to the leader's controller
+endpoint (one short-lived connection per forwarded request; wire format: Kafka framing at
+the highest version riverbed speaks) and then waits, bounded by ``FORWARD_APPLY_WAIT_S``,
+until its own replica of the image shows the result, so a client that created a topic
+through a follower sees it there next. With no known leader the operation fails with
+``NotLeaderError`` (NOT_CONTROLLER: clients refresh metadata and retry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import struct
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from riverbed.metadata.image import BrokerEndpoint, BrokerRegistration
+from riverbed.metadata.quorum import MetadataStateMachine, RaftMetadataLog
+from riverbed.metadata.service import MetadataService
+from riverbed.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
+from riverbed.protocol.messages import (
+    AlterConfigsRequest,
+    BrokerRegistrationRequest,
+    BrokerRegistrationResponse,
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    IncrementalAlterConfigsRequest,
+    Message,
+)
+from riverbed.raft.config import RaftConfig
+from riverbed.raft.driver import RaftDriver
+from riverbed.raft.messages import SnapshotId
+from riverbed.raft.node import NotLeaderError
+from riverbed.raft.roles import Role
+from riverbed.raft.transport import RAFT_API_KEYS, KafkaRaftTransport, is_raft_fetch
+
+log = logging.getLogger(__name__)
+
+#: Seconds a forwarded request may take (connect + the leader's commit).
+FORWARD_TIMEOUT_S = 30.0
+#: Largest response frame accepted from the active controller.
+FORWARD_RESPONSE_BYTES_MAX = 16 * 1024 * 1024
+#: Seconds a follower waits for its replica to show a forwarded operation's result.
+FORWARD_APPLY_WAIT_S = 10.0
+#: Seconds an operation on a just-elected leader waits for its epoch to start.
+ACTIVATION_WAIT_S = 5.0
+#: How often the controller loop looks at the Raft role (bootstrap on activation).
+CONTROLLER_POLL_S = 0.05
+_SIZE = struct.Struct(">i")
+
+#: The metadata writes a follower forwards, by the service method that runs them.
+FORWARDED_APIS: dict[int, str] = {
+    ApiKey.CREATE_TOPICS: "create_topics",
+    ApiKey.DELETE_TOPICS: "delete_topics",
+    ApiKey.CREATE_PARTITIONS: "create_partitions",
+    ApiKey.ALTER_CONFIGS: "alter_configs",
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
+}
+
+
+class _LoggingStateMachine(MetadataStateMachine):
+    """Says when a snapshot replaces the image (at start-up, or after a FetchSnapshot)."""
+
+    def __init__(self, service: MetadataService, owner: QuorumMetadata) -> None:
+        super().__init__(service)
+        self.owner = owner
+
+    def load_snapshot(self, snapshot_id: SnapshotId, records: list[bytes]) -> None:
+        super().load_snapshot(snapshot_id, records)
+        self.owner.snapshots_loaded += 1
+        log.info("loaded metadata snapshot %s (%d records)", snapshot_id.file_stem(), len(records))
+
+
+def uses_raft_quorum(config: Any) -> bool:
+    """A Raft quorum when the voters include another node or exclude this one (a broker-only
+    observer); one voter that is this node keeps the local one-voter log (``make run``)."""
+    voters: dict[int, tuple[str, int]] = config.quorum_voters
+    return bool(voters) and set(voters) != {config.node_id}
+
+
+def raft_config(config: Any, cluster_id: str) -> RaftConfig:
+    """Kafka's ``controller.quorum.*`` / snapshot keys from the node's properties."""
+    props = {k: str(v) for k, v in config.originals.items()}
+    props["controller.quorum.voters"] = config.controller_quorum_voters
+    return dataclasses.replace(RaftConfig.from_properties(props), cluster_id=cluster_id)
+
+
+class QuorumMetadata:
+    """The node's MetadataService on the Raft quorum, with forwarding to the leader.
+
+    Exposes the service's read API (``image``, ``add_listener``, ``describe_configs``, ...)
+    by delegation; metadata writes go through `_write`."""
+
+    def __init__(
+        self,
+        config: Any,
+        service: MetadataService,
+        cluster_id: str,
+        *,
+        directory_id: str = "",
+    ) -> None:
+        self.node_id: int = config.node_id
+        self.service = service
+        self.voters: dict[int, tuple[str, int]] = dict(config.quorum_voters)
+        #: Snapshots loaded into the image (start-up, or downloaded with FetchSnapshot).
+        self.snapshots_loaded = 0
+        self.raft = raft_config(config, cluster_id)
+        self.transport = KafkaRaftTransport(self.node_id, self.voters)
+        self.driver = RaftDriver(
+            self.node_id,
+            self.raft,
+            config.metadata_log_dir,
+            self.transport,
+            _LoggingStateMachine(service, self),
+            directory_id=directory_id,
+        )
+        service.log = RaftMetadataLog(self.driver)
+        self._loop_task: asyncio.Task[None] | None = None
+        self._bootstrapped_epoch = -1
+
+    # --- delegation of the read side -------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.service, name)
+
+    @property
+    def image(self) -> Any:
+        return self.service.image
+
+    # --- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.driver.start()
+        await self.service.start(bootstrap=False)
+        self._loop_task = asyncio.create_task(self._controller_loop())
+
+    async def wait_caught_up(self, stop: asyncio.Event) -> bool:
+        """Wait until this replica has applied everything the quorum had committed when it
+        learned the high watermark (Kafka's broker waits for this before serving); False
+        when ``stop`` is set first."""
+        last_log = time.monotonic()
+        while not stop.is_set():
+            node = self.driver.node
+            image = self.service.image
+            if (
+                node.leader_id >= 0
+                and node.high_watermark > 0
+                and image.offset >= node.high_watermark - 1
+                and image.metadata_version
+            ):
+                return True
+            if time.monotonic() - last_log > 5:
+                last_log = time.monotonic()
+                log.info("waiting for the metadata quorum: %s", node.describe())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), CONTROLLER_POLL_S)
+        return False
+
+    async def close(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._loop_task
+        await self.driver.close(graceful=True)
+        await self.transport.close()
+
+    # --- who is the controller -------------------------------------------------------------
+    def leader_id(self) -> int:
+        return self.driver.node.leader_id
+
+    def active_controller_id(self) -> int:
+        """The node clients should send controller requests to (Metadata's controller_id)."""
+        leader = self.driver.node.leader_id
+        return leader if leader >= 0 else self.node_id
+
+    def is_active(self) -> bool:
+        node = self.driver.node
+        ls = node.leader_state
+        return (
+            node.role is Role.LEADER
+            and ls is not None
+            and (node.high_watermark > ls.epoch_start_offset)
+        )
+
+    async def _controller_loop(self) -> None:
+        while True:
+            await asyncio.sleep(CONTROLLER_POLL_S)
+            epoch = self.driver.node.epoch
+            if self.is_active() and self._bootstrapped_epoch != epoch:
+                try:
+                    if await self.service.bootstrap_if_needed():
+                        log.info("node %d wrote the bootstrap metadata records", self.node_id)
+                    self._bootstrapped_epoch = epoch
+                except (NotLeaderError, TimeoutError):
+                    continue
+                except Exception:
+                    log.exception("bootstrapping the metadata log failed")
+
+    async def _wait_active_or_leader(self) -> int:
+        """-1 when this node is the active controller, else the leader to forward to."""
+        deadline = time.monotonic() + ACTIVATION_WAIT_S
+        while True:
+            if self.is_active():
+                return -1
+            leader = self.driver.node.leader_id
+            if leader >= 0 and leader != self.node_id:
+                return leader
+            if time.monotonic() >= deadline:
+                raise NotLeaderError(leader, self.driver.node.epoch)
+            await asyncio.sleep(CONTROLLER_POLL_S)
+
+    # --- metadata writes -------------------------------------------------------------------
+    async def _write(self, api_key: int, request: Message, settled: Callable[[], bool]) -> Any:
+        leader = await self._wait_active_or_leader()
+        method = getattr(self.service, FORWARDED_APIS[api_key])
+        if leader < 0:
+            return await method(request)
+        response = await self.forward(leader, api_key, request)
+        await self._wait_until(settled)
+        return response
+
+    async def _wait_until(self, settled: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + FORWARD_APPLY_WAIT_S
+        while not settled() and time.monotonic() < deadline:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.service.wait_for_change(), 0.2)
+
+    async def create_topics(self, request: CreateTopicsRequest) -> Any:
+        names = [t.name for t in request.topics]
+        if request.validate_only:
+            return await self._write(ApiKey.CREATE_TOPICS, request, lambda: True)
+        return await self._write(
+            ApiKey.CREATE_TOPICS,
+            request,
+            lambda: all(self.service.image.topic(n) is not None for n in names),
+        )
+
+    async def auto_create_topic(self, name: str, **_: Any) -> Any:
+        request = CreateTopicsRequest(
+            topics=[
+                CreateTopicsRequest.CreatableTopic(
+                    name=name, num_partitions=-1, replication_factor=-1
+                )
+            ],
+            timeout_ms=int(FORWARD_TIMEOUT_S * 1000),
+        )
+        if self.is_active():
+            return await self.service.auto_create_topic(name)
+        return await self.create_topics(request)
+
+    async def delete_topics(self, request: DeleteTopicsRequest) -> Any:
+        names = [n for n in (request.topic_names or []) if n]
+        return await self._write(
+            ApiKey.DELETE_TOPICS,
+            request,
+            lambda: all(self.service.image.topic(n) is None for n in names),
+        )
+
+    async def create_partitions(self, request: CreatePartitionsRequest) -> Any:
+        return await self._write(ApiKey.CREATE_PARTITIONS, request, lambda: True)
+
+    async def alter_configs(self, request: AlterConfigsRequest) -> Any:
+        return await self._write(ApiKey.ALTER_CONFIGS, request, lambda: True)
+
+    async def incremental_alter_configs(self, request: IncrementalAlterConfigsRequest) -> Any:
+        return await self._write(ApiKey.INCREMENTAL_ALTER_CONFIGS, request, lambda: True)
+
+    async def register_broker(
+        self,
+        broker_id: int,
+        endpoints: Sequence[BrokerEndpoint],
+        rack: str | None = None,
+        incarnation_id: uuid.UUID | None = None,
+    ) -> BrokerRegistration | None:
+        """Register with the active controller (locally when this node is it)."""
+        inc = incarnation_id or uuid.uuid4()
+        leader = await self._wait_active_or_leader()
+        if leader < 0:
+            return await self.service.register_broker(broker_id, endpoints, rack, inc)
+        request = BrokerRegistrationRequest(
+            broker_id=broker_id,
+            cluster_id=self.raft.cluster_id,
+            incarnation_id=inc,
+            listeners=[
+                BrokerRegistrationRequest.Listener(
+                    name=e.name, host=e.host, port=e.port, security_protocol=e.security_protocol
+                )
+                for e in endpoints
+            ],
+            rack=rack,
+        )
+        response = await self.forward(leader, ApiKey.BROKER_REGISTRATION, request)
+        if response.error_code != 0:
+            raise NotLeaderError(leader, self.driver.node.epoch)
+
+        def registered() -> bool:
+            reg = self.service.image.brokers.get(broker_id)
+            return reg is not None and reg.incarnation_id == inc
+
+        await self._wait_until(registered)
+        return self.service.image.brokers.get(broker_id)
+
+    # --- the controller channel (client side) ----------------------------------------------
+    async def forward(self, leader: int, api_key: int, request: Message) -> Any:
+        """Send ``request`` to ``leader``'s controller listener; its decoded response.
+        ConnectionError/TimeoutError when the leader cannot be reached (the caller's client
+        retries)."""
+        host, port = self.voters[leader]
+        version = SUPPORTED_VERSIONS[ApiKey(api_key)][1]
+        header = RequestHeader(api_key, version, 1, f"riverbed-forward-{self.node_id}")
+
+        async def exchange() -> Any:
+            reader, writer = await asyncio.open_connection(host, port)
+            try:
+                writer.write(encode_request(header, request))
+                await writer.drain()
+                (size,) = _SIZE.unpack(await reader.readexactly(4))
+                if not 4 <= size <= FORWARD_RESPONSE_BYTES_MAX:
+                    raise ConnectionError(f"controller response frame of {size} bytes")
+                return decode_response(header, await reader.readexactly(size))
+            finally:
+                writer.close()
+
+        try:
+            return await asyncio.wait_for(exchange(), FORWARD_TIMEOUT_S)
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            raise NotLeaderError(leader, self.driver.node.epoch) from exc
+
+    # --- the controller listener (server side) ---------------------------------------------
+    async def handle_controller_request(self, api_key: int, body: Any) -> Any:
+        """Answer one request that arrived on a controller listener."""
+        if api_key in RAFT_API_KEYS or is_raft_fetch(api_key, body):
+            from riverbed.raft.transport import serve_raft_request
+
+            return await serve_raft_request(self.driver, api_key, body)
+        if api_key == ApiKey.BROKER_REGISTRATION:
+            return await self._serve_registration(body)
+        name = FORWARDED_APIS.get(api_key)
+        if name is not None:
+            if not self.is_active():
+                raise NotLeaderError(self.driver.node.leader_id, self.driver.node.epoch)
+            return await getattr(self.service, name)(body)
+        return None
+
+    async def _serve_registration(
+        self, req: BrokerRegistrationRequest
+    ) -> BrokerRegistrationResponse:
+        if not self.is_active():
+            return BrokerRegistrationResponse(
+                error_code=int(ErrorCode.NOT_CONTROLLER), broker_epoch=-1
+            )
+        if req.cluster_id and req.cluster_id != self.raft.cluster_id:
+            return BrokerRegistrationResponse(
+                error_code=int(ErrorCode.INCONSISTENT_CLUSTER_ID), broker_epoch=-1
+            )
+        endpoints = [
+            BrokerEndpoint(
+                name=lst.name, host=lst.host, port=lst.port, security_protocol=lst.security_protocol
+            )
+            for lst in req.listeners
+        ]
+        reg = await self.service.register_broker(
+            req.broker_id, endpoints, req.rack or None, req.incarnation_id
+        )
+        log.info("registered broker %d (epoch %d)", req.broker_id, reg.broker_epoch)
+        return BrokerRegistrationResponse(error_code=0, broker_epoch=reg.broker_epoch)

@@ -44,8 +44,8 @@ run: $(STAMP)
 	exec $(VENV)/bin/riverbed server start
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks scripts
-	$(VENV)/bin/ruff format --check src tests benchmarks scripts
+	$(VENV)/bin/ruff check src tests benchmarks scripts examples
+	$(VENV)/bin/ruff format --check src tests benchmarks scripts examples
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

@@ -176,8 +176,11 @@ class LeaderEpochCache:
         was, self.unsynced = self.unsynced, False
         return was
 
-    def sync_file(self) -> None:
-        """fsync the checkpoint file (written earlier without fsync) and its dir."""
+    def sync_file(self, *, sync_dir: bool = True) -> None:
+        """fsync the checkpoint file (written earlier without fsync) and its dir.
+
+        ``sync_dir=False``: the caller fsyncs the partition dir itself afterwards.
+        """
         if self.path is None:
             return
         try:
@@ -188,4 +191,5 @@ class LeaderEpochCache:
             os.fsync(fd)
         finally:
             os.close(fd)
-        fsync_dir(self.path.parent)
+        if sync_dir:
+            fsync_dir(self.path.parent)

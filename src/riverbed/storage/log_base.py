@@ -236,8 +236,9 @@ class LogBase:
                 return
             try:
                 if epochs:
-                    self.epoch_cache.sync_file()  # also fsyncs the partition dir
-                    dir_sync = False
+                    # its rename is made durable by the partition dir fsync below
+                    self.epoch_cache.sync_file(sync_dir=False)
+                    dir_sync = True
                 if dirty and topic_id is not None:
                     # fsyncs the file and the partition dir (covering new segment files)
                     write_partition_metadata(self.directory / PARTITION_METADATA, topic_id)

@@ -118,6 +118,8 @@ def test_bad_writes_fail_with_a_clear_error(
         base.save()
     with pytest.raises(Exception, match="'subscribe'"):
         base.option("topic", topic).option("subscribe", topic).save()
+    with pytest.raises(Exception, match="save mode 'overwrite' is not allowed"):
+        base.option("topic", topic).mode("overwrite").save()
     # A broker-side rejection fails the task with the broker's error.
     from confluent_kafka.admin import AdminClient, NewTopic
 

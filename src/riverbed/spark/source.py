@@ -217,6 +217,11 @@ class RiverbedDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from riverbed.spark.sink import RiverbedWriter
 
+        if overwrite:
+            # As Spark's Kafka sink: a topic is append-only, there is nothing to overwrite.
+            raise RiverbedOptionError(
+                "save mode 'overwrite' is not allowed for riverbed topics; use mode('append')"
+            )
         return RiverbedWriter(parse_write_options(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:

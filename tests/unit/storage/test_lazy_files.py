@@ -17,6 +17,7 @@ from riverbed.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     PARTITION_METADATA,
     read_epoch_checkpoint,
+    read_offset_checkpoint,
     read_partition_metadata,
 )
 from riverbed.storage.segment import LogSegment, segment_file_name
@@ -207,6 +208,55 @@ def test_get_or_create_builds_logs_outside_the_manager_lock(
     assert opened.count(("slow", 0)) == 1
     assert fast is m.get("fast", 0)
     m.shutdown()
+
+
+def test_delete_and_shutdown_wait_for_a_creation_in_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    m = LogManager([tmp_path / "d"], ManualClock(T0))
+    release = threading.Event()
+    entered = threading.Event()
+    real_open = m._open_log
+
+    def slow_open(d: Path, key: tuple[str, int], config: LogConfig, **kw: object) -> PartitionLog:
+        entered.set()
+        assert release.wait(10)
+        return real_open(d, key, config, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(m, "_open_log", slow_open)
+    creator = threading.Thread(target=m.get_or_create, args=("t", 0))
+    creator.start()
+    assert entered.wait(10)
+    deleted: list[bool] = []
+    deleter = threading.Thread(target=lambda: deleted.append(m.delete("t", 0)))
+    deleter.start()
+    deleter.join(0.2)
+    assert deleter.is_alive() and not deleted  # a delete cannot miss the log being built
+    release.set()
+    creator.join(10)
+    deleter.join(10)
+    assert deleted == [True] and m.get("t", 0) is None
+    assert not (tmp_path / "d" / "t-0").exists()
+    # shutdown: no creation starts once closed, running ones finish first
+    release.clear()
+    entered.clear()
+    creator = threading.Thread(target=m.get_or_create, args=("t", 1))
+    creator.start()
+    assert entered.wait(10)
+    stopper = threading.Thread(target=m.shutdown)
+    stopper.start()
+    stopper.join(0.2)
+    assert stopper.is_alive()
+    release.set()
+    creator.join(10)
+    stopper.join(10)
+    assert not stopper.is_alive()
+    # the log created meanwhile was closed and checkpointed with the others
+    checkpoint = read_offset_checkpoint(tmp_path / "d" / "recovery-point-offset-checkpoint")
+    assert checkpoint == {("t", 1): 0}
+    assert (tmp_path / "d" / ".kafka_cleanshutdown").exists()
+    with pytest.raises(LogDirError, match="shut down"):
+        m.get_or_create("t", 2)
 
 
 def test_failed_creation_releases_its_reservation(

@@ -170,7 +170,7 @@ class QuorumMetadata:
             if (
                 node.leader_id >= 0
                 and node.high_watermark > 0
-                and image.offset >= node.high_watermark - 1
+                and node.applied_offset >= node.high_watermark
                 and image.metadata_version
             ):
                 return True
@@ -354,6 +354,13 @@ class QuorumMetadata:
     # --- the controller listener (server side) ---------------------------------------------
     async def handle_controller_request(self, api_key: int, body: Any) -> Any:
         """Answer one request that arrived on a controller listener."""
+        if api_key == ApiKey.DESCRIBE_QUORUM:
+            # Answered by the leader; another controller passes it on, so `riverbed quorum
+            # describe` works against any controller endpoint.
+            leader = self.driver.node.leader_id
+            if self.driver.node.role is not Role.LEADER and leader not in (-1, self.node_id):
+                with contextlib.suppress(NotLeaderError, TimeoutError):
+                    return await self.forward(leader, api_key, body)
         if api_key in RAFT_API_KEYS or is_raft_fetch(api_key, body):
             from riverbed.raft.transport import serve_raft_request
 

@@ -1,0 +1,256 @@
+"""A 3-node KRaft quorum of real riverbed processes (`riverbed.testing.quorum_cluster`).
+
+One cluster (module fixture) with frequent metadata snapshots and fast elections:
+
+- produce + consume with confluent-kafka across partitions led by different nodes;
+- SIGKILL of the Raft leader while an AdminClient keeps creating topics (retrying): a
+  new leader is elected within seconds (DescribeQuorum), and after every node restarts
+  every topic whose creation was acknowledged is still there, on every node;
+- a follower whose data dir is removed restarts empty, downloads a snapshot from the leader
+  (FetchSnapshot: its log says it loaded one, and a ``.checkpoint`` it did not write sits in
+  its metadata dir) and then serves the same metadata (topics, ids, partitions, leaders).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
+from riverbed.protocol.messages import MetadataRequest
+from riverbed.raft.messages import DescribeQuorumRequest
+from riverbed.raft.transport import KafkaRaftTransport
+from riverbed.testing.quorum_cluster import QuorumCluster
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer, KafkaException, Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+pytestmark = pytest.mark.timeout(180)
+
+OVERRIDES = {
+    "controller.quorum.election.timeout.ms": "500",
+    "controller.quorum.fetch.timeout.ms": "1000",
+    "controller.quorum.election.backoff.max.ms": "300",
+    "controller.quorum.request.timeout.ms": "1000",
+    "controller.snapshot.minimum.records": "40",
+    "metadata.log.max.record.bytes.between.snapshots": "4096",
+    "max.replication.lag.ms": "2000",
+}
+#: Seconds the quorum may take to elect a new leader after the old one is killed.
+FAILOVER_S = 10.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    c = QuorumCluster(tmp_path_factory.mktemp("quorum"), 3, overrides=OVERRIDES)
+    try:
+        c.start(timeout_s=60)
+        yield c
+    finally:
+        c.stop()
+
+
+def describe(cluster: QuorumCluster, node_id: int) -> Any:
+    host, port = cluster.controller(node_id).split(":")
+
+    async def go() -> Any:
+        transport = KafkaRaftTransport(-1, {0: (host, int(port))})
+        try:
+            return await asyncio.wait_for(transport.send(0, DescribeQuorumRequest()), 3)
+        finally:
+            await transport.close()
+
+    return asyncio.run(go())
+
+
+def leader_of(cluster: QuorumCluster, among: list[int]) -> tuple[int, int] | None:
+    """(leader id, epoch) agreed by the leader itself, or None."""
+    for i in among:
+        try:
+            reply = describe(cluster, i)
+        except Exception:
+            continue
+        if reply.error_code == 0 and reply.leader_id in among:
+            return reply.leader_id, reply.leader_epoch
+    return None
+
+
+def wait_leader(cluster: QuorumCluster, among: list[int], timeout_s: float) -> tuple[int, int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = leader_of(cluster, among)
+        if found is not None:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"no leader among {among} within {timeout_s}s")
+
+
+def metadata_of(port: int) -> dict[str, Any]:
+    """Metadata v12 straight from one node: brokers, and per topic (id, {partition: leader})."""
+    header = RequestHeader(3, 12, 7, "quorum-test")
+    frame = encode_request(header, MetadataRequest(topics=None))
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(frame)
+        size = struct.unpack(">i", _read(sock, 4))[0]
+        reply: Any = decode_response(header, _read(sock, size))
+    return {
+        "brokers": sorted((b.node_id, b.port) for b in reply.brokers),
+        "topics": {
+            t.name: (t.topic_id, sorted((p.partition_index, p.leader_id) for p in t.partitions))
+            for t in reply.topics
+        },
+    }
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        assert chunk, "connection closed"
+        buf += chunk
+    return buf
+
+
+def wait_metadata(port: int, cond: Any, timeout_s: float = 15.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    last: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        try:
+            last = metadata_of(port)
+            if cond(last):
+                return last
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"metadata on port {port} never matched: {last}")
+
+
+def test_produce_and_consume_across_nodes(cluster: QuorumCluster) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic("events", 3, 1)])["events"].result(30)
+    port = cluster.ports[1][0]
+    md = wait_metadata(port, lambda m: "events" in m["topics"])
+    leaders = {leader for _p, leader in md["topics"]["events"][1]}
+    assert leaders == {1, 2, 3}  # the controller spread the partitions over the brokers
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+    sent = {f"k{i}".encode(): f"v{i}".encode() for i in range(60)}
+    for key, value in sent.items():
+        producer.produce("events", value=value, key=key)
+    assert producer.flush(30) == 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": "quorum-test",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    from confluent_kafka import TopicPartition
+
+    consumer.assign([TopicPartition("events", p, 0) for p in range(3)])
+    got: dict[bytes, bytes] = {}
+    deadline = time.monotonic() + 30
+    while len(got) < len(sent) and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got[msg.key()] = msg.value()
+    consumer.close()
+    assert got == sent
+
+
+def test_leader_killed_during_topic_creation(cluster: QuorumCluster) -> None:
+    ids = list(cluster.ids)
+    old_leader, old_epoch = wait_leader(cluster, ids, 15)
+    acked: list[str] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def create_loop() -> None:
+        conf = {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "topic.metadata.refresh.interval.ms": 500,
+        }
+        admin = AdminClient(conf)
+        i = 0
+        while not stop.is_set():
+            name = f"failover-{i}"
+            try:
+                admin.create_topics([NewTopic(name, 1, 1)], request_timeout=5)[name].result(10)
+                acked.append(name)
+                i += 1
+            except KafkaException as exc:
+                if "already exists" in str(exc):  # an earlier try of this name committed
+                    acked.append(name)
+                    i += 1
+                else:
+                    # a client retries with fresh metadata (the controller moved)
+                    errors.append(str(exc))
+                    admin = AdminClient(conf)
+                    time.sleep(0.1)
+
+    thread = threading.Thread(target=create_loop)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(acked) < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(acked) >= 5, "no topic creation acknowledged before the kill"
+        cluster.kill(old_leader)
+        killed_at = time.monotonic()
+        survivors = [i for i in ids if i != old_leader]
+        new_leader, new_epoch = wait_leader(cluster, survivors, FAILOVER_S)
+        failover_s = time.monotonic() - killed_at
+        assert new_leader != old_leader and new_epoch > old_epoch
+        count = len(acked)
+        deadline = time.monotonic() + 30
+        while len(acked) < count + 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(acked) >= count + 5, f"creations stopped after the failover: {errors[-3:]}"
+    finally:
+        stop.set()
+        thread.join(60)
+    print(f"new leader {new_leader} (epoch {new_epoch}) {failover_s:.2f}s after the kill")
+
+    cluster.start_nodes([old_leader], timeout_s=60)
+    cluster.stop()  # every node down, then all back up
+    cluster.start(timeout_s=60)
+    for i in ids:
+        md = wait_metadata(cluster.ports[i][0], lambda m: set(acked) <= set(m["topics"]))
+        assert set(acked) <= set(md["topics"])
+
+
+def test_wiped_node_catches_up_from_a_snapshot(cluster: QuorumCluster) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    names = [f"snap-{i}" for i in range(30)]  # enough records for several snapshots
+    for _name, future in admin.create_topics([NewTopic(n, 2, 1) for n in names]).items():
+        future.result(30)
+    leader, _epoch = wait_leader(cluster, list(cluster.ids), 15)
+    leader_port = cluster.ports[leader][0]
+    reference = wait_metadata(leader_port, lambda m: set(names) <= set(m["topics"]))
+    leader_dir = cluster.data_dir(leader) / "__cluster_metadata-0"
+    deadline = time.monotonic() + 20
+    while not list(leader_dir.glob("*.checkpoint")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert list(leader_dir.glob("*.checkpoint")), "the leader wrote no snapshot"
+
+    victim = next(i for i in cluster.ids if i != leader)
+    node = cluster.nodes[victim]
+    node.stop()
+    cluster.wipe(victim)
+    assert not cluster.data_dir(victim).exists()
+    cluster.start_nodes([victim], timeout_s=60)
+    port = cluster.ports[victim][0]
+    same = wait_metadata(port, lambda m: m["topics"] == reference["topics"])
+    assert same["topics"] == reference["topics"]
+    assert same["brokers"] == reference["brokers"]
+    since_start = node._log_text()  # this start's output
+    assert "loaded metadata snapshot" in since_start.split("ready:")[0]  # before it was ready
+    snaps = list((cluster.data_dir(victim) / "__cluster_metadata-0").glob("*.checkpoint"))
+    assert snaps, "the wiped node keeps no snapshot"

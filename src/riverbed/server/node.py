@@ -6,12 +6,17 @@ Start-up order (each step needs the previous one):
    ``riverbed.storage.auto.format`` is on; otherwise ``riverbed storage format`` must
    have run) gives the cluster id;
 2. the metadata service replays the local ``__cluster_metadata`` log into the image (a
-   one-voter quorum; bootstrap records on an empty log);
+   one-voter quorum; bootstrap records on an empty log). On a Raft quorum
+   (``controller.quorum.voters`` names other nodes; `riverbed.server.quorum`) the
+   controller listeners bind and serve first, and the node waits until its replica has
+   applied everything committed (the first active controller writes the bootstrap
+   records; a node without a log downloads a snapshot from the leader);
 3. the LogManager opens (and recovers) every partition log under ``log.dirs`` with each
    topic's config from the image; the partition manager opens logs of partitions the
    image has, deletes logs of topics it no longer has, and follows every new image;
 4. the listeners bind (port 0 binds a free port) and this node registers itself with
-   the advertised endpoints, then starts accepting; then ONE ready line is printed:
+   the advertised endpoints (on a quorum: with the active controller, retrying), then
+   starts accepting; then ONE ready line is printed:
    ``riverbed node <id> ready: PLAINTEXT://127.0.0.1:9092 ...``.
 
 Shutdown (SIGTERM, SIGINT or `Node.stop`): stop accepting, finish in-flight requests

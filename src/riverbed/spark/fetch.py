@@ -39,6 +39,9 @@ from riverbed.spark.schema import arrow_schema
 
 # Messages per consume() call and so rows per Arrow batch.
 arrow_batch_rows_max = 20_000
+# librdkafka's prefetch queue per task (queued.max.messages.kbytes) unless kafka.* sets it:
+# a few Arrow batches' worth ahead is enough to keep the task busy.
+fetch_queue_kbytes_max = 16_384
 # Longest single wait inside consume(); the overall stall limit is pollTimeoutMs.
 _consume_wait_s = 0.5
 
@@ -126,6 +129,7 @@ def read_range(
             "auto.offset.reset": "earliest" if not fail_on_data_loss else "error",
         },
     )
+    config.setdefault("queued.max.messages.kbytes", fetch_queue_kbytes_max)
     consumer = new_client(Consumer, config)
     name = f"{r.topic}-{r.partition}"
     try:

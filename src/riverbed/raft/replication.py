@@ -111,6 +111,7 @@ class ReplicationMixin:
         if early is not None:
             return early
         expected_dir = self.config.voter_directory_ids.get(req.replica_id)
+        hw_before = self.high_watermark
         if expected_dir is not None and req.replica_directory_id != expected_dir:
             # a voter id on a re-formatted disk (KIP-853): it forgot what it acknowledged
             # and which epochs it saw, so its acks must not count toward any majority (a
@@ -124,7 +125,14 @@ class ReplicationMixin:
                 progress.last_caught_up_ms = self._now
             if req.replica_id in self.config.voters:
                 self._leader_maybe_advance_hw()
-        if req.fetch_offset >= self.log.end_offset and req.max_wait_ms > 0:
+        # park only when there is nothing new for the fetcher: a high watermark this very
+        # fetch advanced must reach it now, not after fetch_max_wait_ms (Kafka completes
+        # fetches on a high-watermark change)
+        if (
+            req.fetch_offset >= self.log.end_offset
+            and req.max_wait_ms > 0
+            and self.high_watermark == hw_before
+        ):
             wait = min(req.max_wait_ms, self.config.fetch_max_wait_ms)
             ls.parked[req.replica_id] = ParkedFetch(src, corr, req, self._now + wait)
             return None

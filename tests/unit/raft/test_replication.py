@@ -54,6 +54,9 @@ def test_leader_serves_entries_and_parks_an_empty_fetch() -> None:
     reply = responses(node.handle_request(2, 1, fetch(2, 0, 0, 1), now), FetchResponse)[0]
     assert [e.offset for e in reply.entries] == [0, 1, 2, 3]
     assert reply.error_code == Errors.NONE and reply.leader_id == 1
+    # caught up, but this fetch moved the high watermark: answered at once with it
+    advanced = node.handle_request(2, 5, fetch(2, 4, 1, 1, max_wait_ms=500), now)
+    assert responses(advanced, FetchResponse)[0].high_watermark == 4
     # caught up with max wait: parked, answered when data arrives
     parked_now = node.handle_request(2, 2, fetch(2, 4, 1, 1, max_wait_ms=500), now)
     assert responses(parked_now, FetchResponse) == []

@@ -179,3 +179,26 @@ def test_client_settings_librdkafka_rejects_are_option_errors() -> None:
         )
     with pytest.raises(RiverbedOptionError, match="Invalid value for configuration property"):
         check_producer_config(parse_write_options({**BS, "topic": "t", "kafka.linger.ms": "soon"}))
+
+
+def test_sink_column_conversions() -> None:
+    import datetime as dt
+
+    import pyarrow as pa
+
+    from riverbed.spark.sink import _as_bytes, _headers, _timestamps_ms
+
+    assert _as_bytes(pa.array(["a", None, "é"]), 3) == [b"a", None, "é".encode()]
+    assert _as_bytes(None, 2) == [None, None]
+    when = dt.datetime(2024, 1, 2, 3, 4, 5, 678000, tzinfo=dt.UTC)
+    stamps = pa.array([when, None], type=pa.timestamp("us", tz="UTC"))
+    assert _timestamps_ms(stamps, 2) == [int(when.timestamp() * 1000), 0]  # 0 = now
+    assert _timestamps_ms(pa.array([1_700_000_000_123, None], type=pa.int64()), 2) == [
+        1_700_000_000_123,
+        0,
+    ]
+    headers_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    headers = pa.array(
+        [[{"key": "a", "value": b"1"}, {"key": "b", "value": None}], [], None], type=headers_type
+    )
+    assert _headers(headers, 3) == [[("a", b"1"), ("b", None)], None, None]

@@ -21,6 +21,7 @@ class ReplicaProgress:
     end_offset: int = -1  # last fetch offset (= its flushed log end offset)
     last_fetch_ms: int = -1
     last_caught_up_ms: int = -1
+    high_watermark_sent: int = -1  # in the last fetch reply (a newer one is not parked)
 
 
 @dataclass

@@ -111,7 +111,6 @@ class ReplicationMixin:
         if early is not None:
             return early
         expected_dir = self.config.voter_directory_ids.get(req.replica_id)
-        hw_before = self.high_watermark
         if expected_dir is not None and req.replica_directory_id != expected_dir:
             # a voter id on a re-formatted disk (KIP-853): it forgot what it acknowledged
             # and which epochs it saw, so its acks must not count toward any majority (a
@@ -125,13 +124,15 @@ class ReplicationMixin:
                 progress.last_caught_up_ms = self._now
             if req.replica_id in self.config.voters:
                 self._leader_maybe_advance_hw()
-        # park only when there is nothing new for the fetcher: a high watermark this very
-        # fetch advanced must reach it now, not after fetch_max_wait_ms (Kafka completes
-        # fetches on a high-watermark change)
+        # park only when there is nothing new for the fetcher: a high watermark it has not
+        # been sent yet (one this very fetch advanced, or another replica's fetch did while
+        # this one was on its way) must reach it now, not after fetch_max_wait_ms (Kafka
+        # completes fetches on a high-watermark change)
+        known = ls.replicas.get(req.replica_id)
         if (
             req.fetch_offset >= self.log.end_offset
             and req.max_wait_ms > 0
-            and self.high_watermark == hw_before
+            and (known is None or known.high_watermark_sent >= self.high_watermark)
         ):
             wait = min(req.max_wait_ms, self.config.fetch_max_wait_ms)
             ls.parked[req.replica_id] = ParkedFetch(src, corr, req, self._now + wait)
@@ -172,6 +173,9 @@ class ReplicationMixin:
     def _fetch_reply(self, req: FetchRequest) -> FetchResponse:
         max_bytes = min(req.max_bytes, self.config.fetch_bytes_max)
         entries = self.log.read(req.fetch_offset, max_bytes)
+        known = self.leader_state.replicas.get(req.replica_id) if self.leader_state else None
+        if known is not None:
+            known.high_watermark_sent = self.high_watermark
         return FetchResponse(
             Errors.NONE,
             self.node_id,

@@ -63,6 +63,9 @@ def test_leader_serves_entries_and_parks_an_empty_fetch() -> None:
     _, actions = node.append([b"set x y"], now)
     parked = responses(actions, FetchResponse)
     assert [e.offset for e in parked[0].entries] == [4]
+    # a replica not yet sent the current high watermark gets it at once
+    first = node.handle_request(3, 4, fetch(3, 5, 1, 1, max_wait_ms=500), now)
+    assert responses(first, FetchResponse)[0].high_watermark == node.high_watermark
     # or when the wait expires (empty)
     assert node.handle_request(3, 3, fetch(3, 5, 1, 1, max_wait_ms=500), now) == []
     expired = responses(node.tick(now + 500), FetchResponse)

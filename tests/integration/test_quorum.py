@@ -14,8 +14,10 @@ One cluster (module fixture) with frequent metadata snapshots and fast elections
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
 import struct
+import subprocess
 import threading
 import time
 from typing import Any
@@ -43,6 +45,7 @@ OVERRIDES = {
     "metadata.log.max.record.bytes.between.snapshots": "4096",
     "max.replication.lag.ms": "2000",
 }
+KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 #: Seconds the quorum may take to elect a new leader after the old one is killed.
 FAILOVER_S = 10.0
 
@@ -163,6 +166,53 @@ def test_produce_and_consume_across_nodes(cluster: QuorumCluster) -> None:
             got[msg.key()] = msg.value()
     consumer.close()
     assert got == sent
+
+
+def test_kcat_auto_creates_through_a_follower(cluster: QuorumCluster) -> None:
+    """kcat produces to a topic that does not exist through one node only: the node forwards
+    the auto-creation to the active controller and serves the new topic."""
+    assert KCAT is not None, "kcat is not installed (make sysdeps installs it)"
+    leader, _epoch = wait_leader(cluster, list(cluster.ids), 15)
+    follower = next(i for i in cluster.ids if i != leader)
+    bootstrap = f"127.0.0.1:{cluster.ports[follower][0]}"
+    lines = "".join(f"value {i}\n" for i in range(20))
+    subprocess.run(
+        [
+            KCAT,
+            "-b",
+            bootstrap,
+            "-P",
+            "-t",
+            "auto-kcat",
+            "-X",
+            "topic.metadata.refresh.interval.ms=200",
+        ],
+        input=lines.encode(),
+        check=True,
+        timeout=60,
+    )
+    out = subprocess.run(
+        [KCAT, "-b", cluster.bootstrap_servers, "-C", "-t", "auto-kcat", "-e", "-q", "-f", "%s\\n"],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout.decode()
+    assert sorted(out.splitlines()) == sorted(f"value {i}" for i in range(20))
+    for i in cluster.ids:  # every node serves the topic, led by one of them
+        md = wait_metadata(cluster.ports[i][0], lambda m: "auto-kcat" in m["topics"])
+        assert md["topics"]["auto-kcat"][1][0][1] in cluster.ids
+
+
+def test_metadata_names_the_active_controller(cluster: QuorumCluster) -> None:
+    leader, _epoch = wait_leader(cluster, list(cluster.ids), 15)
+    for i in cluster.ids:
+        header = RequestHeader(3, 12, 9, "quorum-test")
+        with socket.create_connection(("127.0.0.1", cluster.ports[i][0]), timeout=5) as sock:
+            sock.sendall(encode_request(header, MetadataRequest(topics=[])))
+            size = struct.unpack(">i", _read(sock, 4))[0]
+            reply: Any = decode_response(header, _read(sock, size))
+        assert reply.controller_id == leader
+        assert sorted(b.node_id for b in reply.brokers) == list(cluster.ids)
 
 
 def test_leader_killed_during_topic_creation(cluster: QuorumCluster) -> None:

@@ -101,6 +101,9 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     _d("metadata.log.segment.bytes", _I, "1073741824", at_least(12)),
     _d("metadata.log.max.record.bytes.between.snapshots", _L, "20971520", at_least(1)),
     _d("metadata.log.max.snapshot.interval.ms", _L, "3600000", at_least(0)),
+    # KIP-630's names (riverbed.raft.config): snapshot trigger and LBO advance wait
+    _d("controller.snapshot.minimum.records", _L, "20000", at_least(1)),
+    _d("max.replication.lag.ms", _L, "30000", at_least(0)),
     _d("metadata.max.retention.bytes", _L, "104857600"),
     _d("metadata.max.retention.ms", _L, "604800000"),
     _d("metadata.max.idle.interval.ms", _I, "500", at_least(0)),

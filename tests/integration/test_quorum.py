@@ -24,8 +24,14 @@ from typing import Any
 
 import pytest
 
+from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
-from riverbed.protocol.messages import MetadataRequest
+from riverbed.protocol.messages import (
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    MetadataRequest,
+)
 from riverbed.raft.messages import DescribeQuorumRequest
 from riverbed.raft.transport import KafkaRaftTransport
 from riverbed.testing.quorum_cluster import QuorumCluster
@@ -213,6 +219,49 @@ def test_metadata_names_the_active_controller(cluster: QuorumCluster) -> None:
             reply: Any = decode_response(header, _read(sock, size))
         assert reply.controller_id == leader
         assert sorted(b.node_id for b in reply.brokers) == list(cluster.ids)
+
+
+def request_to(port: int, api_key: int, version: int, body: Any) -> Any:
+    header = RequestHeader(api_key, version, 11, "quorum-test")
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(encode_request(header, body))
+        size = struct.unpack(">i", _read(sock, 4))[0]
+        return decode_response(header, _read(sock, size))
+
+
+def test_writes_through_a_follower_are_forwarded(cluster: QuorumCluster) -> None:
+    """Metadata writes sent to a follower reach the active controller; the follower answers
+    with the controller's result once its own replica shows it (errors come back as such)."""
+    leader, _epoch = wait_leader(cluster, list(cluster.ids), 15)
+    port = cluster.ports[next(i for i in cluster.ids if i != leader)][0]
+    CT = CreateTopicsRequest
+    created = request_to(
+        port,
+        19,
+        5,
+        CT(
+            topics=[
+                CT.CreatableTopic(name="fwd-a", num_partitions=2, replication_factor=1),
+                CT.CreatableTopic(name="bad name!", num_partitions=1, replication_factor=1),
+            ],
+            timeout_ms=30000,
+        ),
+    )
+    codes = {t.name: t.error_code for t in created.topics}
+    assert codes == {"fwd-a": 0, "bad name!": int(ErrorCode.INVALID_TOPIC_EXCEPTION)}
+    assert len(metadata_of(port)["topics"]["fwd-a"][1]) == 2  # no wait: already applied here
+    CP = CreatePartitionsRequest
+    grown = request_to(
+        port,
+        37,
+        3,
+        CP(topics=[CP.CreatePartitionsTopic(name="fwd-a", count=4)], timeout_ms=30000),
+    )
+    assert [r.error_code for r in grown.results] == [0]
+    assert len(metadata_of(port)["topics"]["fwd-a"][1]) == 4
+    deleted = request_to(port, 20, 5, DeleteTopicsRequest(topic_names=["fwd-a"], timeout_ms=30000))
+    assert [(r.name, r.error_code) for r in deleted.responses] == [("fwd-a", 0)]
+    assert "fwd-a" not in metadata_of(port)["topics"]
 
 
 def test_leader_killed_during_topic_creation(cluster: QuorumCluster) -> None:

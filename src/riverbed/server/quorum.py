@@ -235,13 +235,18 @@ class QuorumMetadata:
             await asyncio.sleep(CONTROLLER_POLL_S)
 
     # --- metadata writes -------------------------------------------------------------------
-    async def _write(self, api_key: int, request: Message, settled: Callable[[], bool]) -> Any:
+    async def _write(
+        self, api_key: int, request: Message, settled: Callable[[Any], bool] | None = None
+    ) -> Any:
+        """Run locally on the active controller, else forward; ``settled(response)`` says
+        when this node's replica shows a forwarded result."""
         leader = await self._wait_active_or_leader()
         method = getattr(self.service, FORWARDED_APIS[api_key])
         if leader < 0:
             return await method(request)
         response = await self.forward(leader, api_key, request)
-        await self._wait_until(settled)
+        if settled is not None:
+            await self._wait_until(lambda: settled(response))
         return response
 
     async def _wait_until(self, settled: Callable[[], bool]) -> None:
@@ -251,13 +256,13 @@ class QuorumMetadata:
                 await asyncio.wait_for(self.service.wait_for_change(), 0.2)
 
     async def create_topics(self, request: CreateTopicsRequest) -> Any:
-        names = [t.name for t in request.topics]
-        if request.validate_only:
-            return await self._write(ApiKey.CREATE_TOPICS, request, lambda: True)
+        def settled(response: Any) -> bool:
+            image = self.service.image
+            created = [t.name for t in response.topics if t.error_code == 0]
+            return all(image.topic(n) is not None for n in created)
+
         return await self._write(
-            ApiKey.CREATE_TOPICS,
-            request,
-            lambda: all(self.service.image.topic(n) is not None for n in names),
+            ApiKey.CREATE_TOPICS, request, None if request.validate_only else settled
         )
 
     async def auto_create_topic(self, name: str, **_: Any) -> Any:
@@ -274,21 +279,42 @@ class QuorumMetadata:
         return await self.create_topics(request)
 
     async def delete_topics(self, request: DeleteTopicsRequest) -> Any:
-        names = [n for n in (request.topic_names or []) if n]
-        return await self._write(
-            ApiKey.DELETE_TOPICS,
-            request,
-            lambda: all(self.service.image.topic(n) is None for n in names),
-        )
+        def settled(response: Any) -> bool:
+            image = self.service.image
+            deleted = [r.name for r in response.responses if r.error_code == 0 and r.name]
+            return all(image.topic(n) is None for n in deleted)
+
+        if request.topic_names and not request.topics:
+            # forwarded at v6+, where the names moved from TopicNames to Topics[].Name
+            request = DeleteTopicsRequest(
+                topics=[DeleteTopicsRequest.DeleteTopicState(name=n) for n in request.topic_names],
+                topic_names=[],
+                timeout_ms=request.timeout_ms,
+            )
+        return await self._write(ApiKey.DELETE_TOPICS, request, settled)
 
     async def create_partitions(self, request: CreatePartitionsRequest) -> Any:
-        return await self._write(ApiKey.CREATE_PARTITIONS, request, lambda: True)
+        if request.validate_only:
+            return await self._write(ApiKey.CREATE_PARTITIONS, request)
+        counts = {t.name: t.count for t in request.topics}
+
+        def settled(response: Any) -> bool:
+            image = self.service.image
+            for result in response.results:
+                topic = image.topic(result.name) if result.error_code == 0 else None
+                if result.error_code == 0 and (
+                    topic is None or len(topic.partitions) < counts.get(result.name, 0)
+                ):
+                    return False
+            return True
+
+        return await self._write(ApiKey.CREATE_PARTITIONS, request, settled)
 
     async def alter_configs(self, request: AlterConfigsRequest) -> Any:
-        return await self._write(ApiKey.ALTER_CONFIGS, request, lambda: True)
+        return await self._write(ApiKey.ALTER_CONFIGS, request)
 
     async def incremental_alter_configs(self, request: IncrementalAlterConfigsRequest) -> Any:
-        return await self._write(ApiKey.INCREMENTAL_ALTER_CONFIGS, request, lambda: True)
+        return await self._write(ApiKey.INCREMENTAL_ALTER_CONFIGS, request)
 
     async def register_broker(
         self,

@@ -50,6 +50,8 @@ OVERRIDES = {
     "controller.snapshot.minimum.records": "40",
     "metadata.log.max.record.bytes.between.snapshots": "4096",
     "max.replication.lag.ms": "2000",
+    "broker.heartbeat.interval.ms": "500",
+    "broker.session.timeout.ms": "3000",
 }
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 #: Seconds the quorum may take to elect a new leader after the old one is killed.
@@ -312,6 +314,10 @@ def test_leader_killed_during_topic_creation(cluster: QuorumCluster) -> None:
         while len(acked) < count + 5 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(acked) >= count + 5, f"creations stopped after the failover: {errors[-3:]}"
+        # the dead broker's session expires: it is fenced and no longer offered to clients
+        port = cluster.ports[new_leader][0]
+        md = wait_metadata(port, lambda m: old_leader not in [b for b, _ in m["brokers"]])
+        assert [b for b, _ in md["brokers"]] == survivors
     finally:
         stop.set()
         thread.join(60)
@@ -323,6 +329,14 @@ def test_leader_killed_during_topic_creation(cluster: QuorumCluster) -> None:
     for i in ids:
         md = wait_metadata(cluster.ports[i][0], lambda m: set(acked) <= set(m["topics"]))
         assert set(acked) <= set(md["topics"])
+        # every broker registered again (unfenced), and every acknowledged topic has a leader
+        md = wait_metadata(
+            cluster.ports[i][0],
+            lambda m: (
+                [b for b, _ in m["brokers"]] == ids
+                and all(leader in ids for t in acked for _p, leader in m["topics"][t][1])
+            ),
+        )
 
 
 def test_wiped_node_catches_up_from_a_snapshot(cluster: QuorumCluster) -> None:

@@ -190,6 +190,9 @@ class Node:
         await self._register()
         await self.server.start_serving()
         self._tasks.append(asyncio.create_task(self._housekeeping()))
+        if self.quorum is not None:
+            heartbeats = self.quorum.heartbeat_loop(cfg.node_id, self.stop_requested)
+            self._tasks.append(asyncio.create_task(heartbeats))
         addrs = " ".join(f"{name}://{h}:{p}" for name, (h, p) in self.bound_listeners.items())
         print(f"riverbed node {cfg.node_id} ready: {addrs}", flush=True)
         log.info("node %d started (cluster id %s): %s", cfg.node_id, self.cluster_id, addrs)

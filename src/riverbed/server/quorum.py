@@ -46,6 +46,8 @@ from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
 from riverbed.protocol.messages import (
     AlterConfigsRequest,
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
     CreatePartitionsRequest,
@@ -142,6 +144,12 @@ class QuorumMetadata:
             directory_id=directory_id,
         )
         service.log = RaftMetadataLog(self.driver)
+        self.heartbeat_interval_s = int(config.get("broker.heartbeat.interval.ms")) / 1000
+        self.session_timeout_s = int(config.get("broker.session.timeout.ms")) / 1000
+        #: On the active controller: broker id -> monotonic time of its last heartbeat (in
+        #: memory only, as in Kafka; a new active controller starts every session afresh).
+        self._heartbeats: dict[int, float] = {}
+        self._active_epoch = -1
         self._loop_task: asyncio.Task[None] | None = None
         self._bootstrapped_epoch = -1
 
@@ -211,15 +219,59 @@ class QuorumMetadata:
         while True:
             await asyncio.sleep(CONTROLLER_POLL_S)
             epoch = self.driver.node.epoch
-            if self.is_active() and self._bootstrapped_epoch != epoch:
-                try:
+            if not self.is_active():
+                continue
+            if self._active_epoch != epoch:
+                self._active_epoch = epoch
+                now = time.monotonic()
+                self._heartbeats = {b: now for b in self.service.image.brokers}
+            try:
+                if self._bootstrapped_epoch != epoch:
                     if await self.service.bootstrap_if_needed():
                         log.info("node %d wrote the bootstrap metadata records", self.node_id)
                     self._bootstrapped_epoch = epoch
-                except (NotLeaderError, TimeoutError):
-                    continue
-                except Exception:
-                    log.exception("bootstrapping the metadata log failed")
+                await self._fence_expired()
+            except (NotLeaderError, TimeoutError):
+                continue
+            except Exception:
+                log.exception("controller housekeeping failed")
+
+    async def _fence_expired(self) -> None:
+        """Fence every unfenced broker whose session (``broker.session.timeout.ms``) expired:
+        its partitions lose it as leader, so clients stop being sent to a dead node."""
+        self._heartbeats[self.node_id] = time.monotonic()  # this node's broker is alive
+        cutoff = time.monotonic() - self.session_timeout_s
+        for broker_id, reg in sorted(self.service.image.brokers.items()):
+            if reg.fenced:
+                continue
+            last = self._heartbeats.setdefault(broker_id, time.monotonic())
+            if last < cutoff:
+                log.warning(
+                    "fencing broker %d: no heartbeat for %.1f s (broker.session.timeout.ms)",
+                    broker_id,
+                    time.monotonic() - last,
+                )
+                await self.service.fence_broker(broker_id)
+
+    async def heartbeat_loop(self, broker_id: int, stop: asyncio.Event) -> None:
+        """The broker side: a BrokerHeartbeat to the active controller every
+        ``broker.heartbeat.interval.ms`` (the active controller's own broker needs none)."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.heartbeat_interval_s)
+            leader = self.driver.node.leader_id
+            if stop.is_set() or leader in (-1, self.node_id):
+                continue
+            reg = self.service.image.brokers.get(broker_id)
+            request = BrokerHeartbeatRequest(
+                broker_id=broker_id,
+                broker_epoch=reg.broker_epoch if reg is not None else -1,
+                current_metadata_offset=self.service.image.offset,
+            )
+            try:
+                await self.forward(leader, ApiKey.BROKER_HEARTBEAT, request)
+            except (NotLeaderError, TimeoutError) as exc:
+                log.debug("heartbeat to controller %d failed: %r", leader, exc)
 
     async def _wait_active_or_leader(self) -> int:
         """-1 when this node is the active controller, else the leader to forward to."""
@@ -393,12 +445,29 @@ class QuorumMetadata:
             return await serve_raft_request(self.driver, api_key, body)
         if api_key == ApiKey.BROKER_REGISTRATION:
             return await self._serve_registration(body)
+        if api_key == ApiKey.BROKER_HEARTBEAT:
+            return await self._serve_heartbeat(body)
         name = FORWARDED_APIS.get(api_key)
         if name is not None:
             if not self.is_active():
                 raise NotLeaderError(self.driver.node.leader_id, self.driver.node.epoch)
             return await getattr(self.service, name)(body)
         return None
+
+    async def _serve_heartbeat(self, req: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse:
+        if not self.is_active():
+            return BrokerHeartbeatResponse(error_code=int(ErrorCode.NOT_CONTROLLER))
+        reg = self.service.image.brokers.get(req.broker_id)
+        if reg is None or reg.broker_epoch != req.broker_epoch:
+            # registered again since (or never): that incarnation must register anew
+            return BrokerHeartbeatResponse(error_code=int(ErrorCode.STALE_BROKER_EPOCH))
+        self._heartbeats[req.broker_id] = time.monotonic()
+        if reg.fenced and not req.want_fence:
+            reg = await self.service.unfence_broker(req.broker_id, req.broker_epoch)
+            log.info("unfenced broker %d (heartbeat)", req.broker_id)
+        return BrokerHeartbeatResponse(
+            error_code=0, is_caught_up=True, is_fenced=reg.fenced, should_shut_down=False
+        )
 
     async def _serve_registration(
         self, req: BrokerRegistrationRequest
@@ -420,5 +489,6 @@ class QuorumMetadata:
         reg = await self.service.register_broker(
             req.broker_id, endpoints, req.rack or None, req.incarnation_id
         )
+        self._heartbeats[req.broker_id] = time.monotonic()  # a new session
         log.info("registered broker %d (epoch %d)", req.broker_id, reg.broker_epoch)
         return BrokerRegistrationResponse(error_code=0, broker_epoch=reg.broker_epoch)

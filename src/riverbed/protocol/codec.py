@@ -159,6 +159,20 @@ class _Gen:
         self.gen_decoder(s)
         self.gen_encoder(s)
 
+    def fixed_run(self, fields: list[FieldSpec], i: int) -> tuple[list[FieldSpec], int, str]:
+        """The run of present, untagged fixed-size fields from ``fields[i]`` on, the index
+        after it and the struct format that packs the whole run in one call."""
+        run: list[FieldSpec] = []
+        while (
+            i < len(fields)
+            and fields[i].type in _FIXED_FORMATS
+            and self.present(fields[i])
+            and not self.tagged(fields[i])
+        ):
+            run.append(fields[i])
+            i += 1
+        return run, i, ">" + "".join(_FIXED_FORMATS[g.type] for g in run)
+
     def gen_decoder(self, s: StructSpec) -> None:
         cls_name = self.const(s.cls)
         out = [f"def d_{s.name}(buf, pos):", "    n = len(buf)", "    f = None", "    try:"]
@@ -171,16 +185,7 @@ class _Gen:
                 i += 1
                 continue
             if f.type in _FIXED_FORMATS:
-                run = []
-                while (
-                    i < len(fields)
-                    and fields[i].type in _FIXED_FORMATS
-                    and self.present(fields[i])
-                    and not self.tagged(fields[i])
-                ):
-                    run.append(fields[i])
-                    i += 1
-                fmt = ">" + "".join(_FIXED_FORMATS[g.type] for g in run)
+                run, i, fmt = self.fixed_run(fields, i)
                 st = self.const(struct.Struct(fmt))
                 names = ", ".join(f"v_{g.attr}" for g in run)
                 body.append(f"f = {run[0].name!r}")
@@ -390,16 +395,7 @@ class _Gen:
                 i += 1
                 continue
             if f.type in _FIXED_FORMATS:
-                run = []
-                while (
-                    i < len(fields)
-                    and fields[i].type in _FIXED_FORMATS
-                    and self.present(fields[i])
-                    and not self.tagged(fields[i])
-                ):
-                    run.append(fields[i])
-                    i += 1
-                fmt = ">" + "".join(_FIXED_FORMATS[g.type] for g in run)
+                run, i, fmt = self.fixed_run(fields, i)
                 st = self.const(struct.Struct(fmt))
                 body.append(f"f = {run[0].name!r}")
                 body.append(f"out += {st}.pack({', '.join(f'o.{g.attr}' for g in run)})")

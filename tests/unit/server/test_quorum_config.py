@@ -1,0 +1,52 @@
+"""When a node runs its metadata on the Raft quorum, and which Raft settings it uses."""
+
+from __future__ import annotations
+
+import pytest
+
+from riverbed.server.config import ConfigError, ServerConfig
+from riverbed.server.quorum import raft_config, uses_raft_quorum
+
+
+def load(**overrides: str) -> ServerConfig:
+    base = {
+        "node.id": "1",
+        "process.roles": "broker,controller",
+        "listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+        "controller.listener.names": "CONTROLLER",
+        "log.dirs": "/tmp/riverbed-unit-unused",
+    }
+    base.update({k.replace("_", "."): v for k, v in overrides.items()})
+    return ServerConfig.load(None, [f"{k}={v}" for k, v in base.items()])
+
+
+def test_one_voter_that_is_this_node_keeps_the_local_log() -> None:
+    assert not uses_raft_quorum(load(controller_quorum_voters="1@127.0.0.1:9093"))
+
+
+def test_other_voters_mean_the_raft_quorum() -> None:
+    voters = "1@127.0.0.1:9093,2@127.0.0.1:9095,3@127.0.0.1:9097"
+    assert uses_raft_quorum(load(controller_quorum_voters=voters))
+
+
+def test_raft_settings_come_from_kafka_names_and_the_cluster_id() -> None:
+    cfg = load(
+        controller_quorum_voters="1@127.0.0.1:9093,2@127.0.0.1:9095",
+        **{
+            "controller_quorum_election_timeout_ms": "700",
+            "controller_snapshot_minimum_records": "123",
+        },
+    )
+    raft = raft_config(cfg, "abcdefghijklmnopqrstuv")
+    assert raft.voters == frozenset({1, 2})
+    assert raft.election_timeout_ms == 700
+    assert raft.snapshot_minimum_records == 123
+    assert raft.cluster_id == "abcdefghijklmnopqrstuv"
+
+
+def test_a_bad_raft_setting_is_an_error_naming_the_key() -> None:
+    with pytest.raises(ConfigError, match=r"controller\.snapshot\.minimum\.records"):
+        load(
+            controller_quorum_voters="1@127.0.0.1:9093,2@127.0.0.1:9095",
+            controller_snapshot_minimum_records="0",
+        )

@@ -61,6 +61,27 @@ def parse_kv(items: Iterable[str], what: str) -> dict[str, str]:
     return out
 
 
+def config_changes(args: argparse.Namespace) -> tuple[dict[str, str], list[str], list[Any]]:
+    """``--add-config`` / ``--delete-config`` as the keys to set, the keys to delete and
+    the same as confluent-kafka incremental ``ConfigEntry`` items (SET, then DELETE)."""
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AlterConfigOpType,
+        ConfigEntry,
+    )
+
+    adds = parse_kv(args.add_config, "--add-config")
+    deletes = [k.strip() for item in args.delete_config for k in item.split(",") if k.strip()]
+    if not adds and not deletes:
+        raise CliError("give --add-config KEY=VALUE and/or --delete-config KEY")
+    entries = [
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in adds.items()
+    ]
+    entries += [
+        ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in deletes
+    ]
+    return adds, deletes, entries
+
+
 def _split_commas(item: str) -> list[str]:
     # "a=1,b=2" is two settings, but a value may hold commas ("cleanup.policy=[a,b]").
     if "[" in item:

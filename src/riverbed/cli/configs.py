@@ -16,8 +16,8 @@ from riverbed.cli.common import (
     add_bootstrap,
     add_json,
     admin_client,
+    config_changes,
     kafka_error_text,
-    parse_kv,
     print_json,
     print_table,
     run_guarded,
@@ -239,21 +239,7 @@ def describe_cmd(args: argparse.Namespace) -> int:
 
 
 def alter_cmd(args: argparse.Namespace) -> int:
-    from confluent_kafka.admin import (  # type: ignore[attr-defined]
-        AlterConfigOpType,
-        ConfigEntry,
-    )
-
-    adds = parse_kv(args.add_config, "--add-config")
-    deletes = [k.strip() for item in args.delete_config for k in item.split(",") if k.strip()]
-    if not adds and not deletes:
-        raise CliError("give --add-config KEY=VALUE and/or --delete-config KEY")
-    entries = [
-        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in adds.items()
-    ]
-    entries += [
-        ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in deletes
-    ]
+    adds, deletes, entries = config_changes(args)
     _check_entity(args)
     summary = {
         "entity_type": args.entity_type,

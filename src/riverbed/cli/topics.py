@@ -14,6 +14,7 @@ from riverbed.cli.common import (
     add_bootstrap,
     add_json,
     admin_client,
+    config_changes,
     kafka_error_text,
     parse_kv,
     print_json,
@@ -314,22 +315,11 @@ def alter_cmd(args: argparse.Namespace) -> int:
 
 def alter_config_cmd(args: argparse.Namespace) -> int:
     from confluent_kafka.admin import (  # type: ignore[attr-defined]
-        AlterConfigOpType,
-        ConfigEntry,
         ConfigResource,
         ResourceType,
     )
 
-    adds = parse_kv(args.add_config, "--add-config")
-    deletes = [k.strip() for item in args.delete_config for k in item.split(",") if k.strip()]
-    if not adds and not deletes:
-        raise CliError("give --add-config KEY=VALUE and/or --delete-config KEY")
-    entries = [
-        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in adds.items()
-    ]
-    entries += [
-        ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in deletes
-    ]
+    adds, deletes, entries = config_changes(args)
     resource = ConfigResource(ResourceType.TOPIC, args.topic, incremental_configs=entries)
     admin = admin_client(args)
     res = next(

@@ -367,3 +367,26 @@ def test_wiped_node_catches_up_from_a_snapshot(cluster: QuorumCluster) -> None:
     assert "loaded metadata snapshot" in since_start.split("ready:")[0]  # before it was ready
     snaps = list((cluster.data_dir(victim) / "__cluster_metadata-0").glob("*.checkpoint"))
     assert snaps, "the wiped node keeps no snapshot"
+
+
+def test_broker_only_node_joins_as_an_observer(cluster: QuorumCluster) -> None:
+    """A ``process.roles=broker`` node follows the metadata log as a Raft observer,
+    registers, is given partitions by the controller and takes produce requests; it shows
+    up as an observer in DescribeQuorum. (Last: its shutdown fences it.)"""
+    observer = cluster.add_broker(4, timeout_s=60)
+    try:
+        leader, _epoch = wait_leader(cluster, [1, 2, 3], 15)
+        reply = describe(cluster, leader)
+        assert [o.replica_id for o in reply.observers] == [4]
+        assert sorted(v.replica_id for v in reply.current_voters) == [1, 2, 3]
+        admin = AdminClient({"bootstrap.servers": observer.bootstrap})
+        admin.create_topics([NewTopic("on-four", 8, 1)])["on-four"].result(30)
+        md = wait_metadata(cluster.ports[4][0], lambda m: "on-four" in m["topics"])
+        assert [b for b, _ in md["brokers"]] == [1, 2, 3, 4]
+        assert {leader for _p, leader in md["topics"]["on-four"][1]} == {1, 2, 3, 4}
+        producer = Producer({"bootstrap.servers": observer.bootstrap, "acks": "all"})
+        for p in range(8):
+            producer.produce("on-four", value=b"x", partition=p)
+        assert producer.flush(30) == 0
+    finally:
+        observer.stop()

@@ -152,8 +152,13 @@ class Node:
             self.metadata_log = None
             await self._listen(controller=True)
             await self.quorum.start()
-            if not await self.quorum.wait_caught_up(self.stop_requested):
-                raise NodeStartError("stopped before the metadata quorum was reached")
+            # the housekeeping task (which watches a test's parent) starts only later
+            watcher = asyncio.create_task(self._watch_parent())
+            try:
+                if not await self.quorum.wait_caught_up(self.stop_requested):
+                    raise NodeStartError("stopped before the metadata quorum was reached")
+            finally:
+                watcher.cancel()
         else:
             self.metadata_log = LocalMetadataLog(cfg.metadata_log_dir)
             self.metadata = MetadataService(
@@ -297,6 +302,15 @@ class Node:
                 log.info("broker registration not accepted yet (%r): retrying", exc)
                 await asyncio.sleep(REGISTRATION_RETRY_S)
         raise NodeStartError("stopped before this broker was registered")
+
+    async def _watch_parent(self) -> None:
+        parent = os.environ.get(EXIT_WITH_PARENT_ENV)
+        while parent is not None:
+            await asyncio.sleep(HOUSEKEEPING_INTERVAL_MS / 1000)
+            if os.getppid() != int(parent):
+                log.warning("parent process %s is gone: shutting down", parent)
+                self.stop_requested.set()
+                return
 
     async def _housekeeping(self) -> None:
         retention_every = int(self.config.get("log.retention.check.interval.ms"))

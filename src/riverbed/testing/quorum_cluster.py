@@ -43,6 +43,7 @@ class QuorumCluster:
         if base_port is not None and not 0 < base_port <= 65535 - 2 * nodes:
             raise ValueError(f"base port {base_port} leaves no room for {nodes} nodes")
         self.base_dir = Path(base_dir)
+        self.overrides = dict(overrides or {})
         self.cluster_id = cluster_id or random_uuid()
         self.ids = list(range(1, nodes + 1))
         ports: dict[int, tuple[int, int]] = {}
@@ -113,6 +114,30 @@ class QuorumCluster:
             t.join()
         if errors:
             raise errors[0]
+
+    def add_broker(self, node_id: int, timeout_s: float = START_TIMEOUT_S) -> BrokerProcess:
+        """Start a broker-only node (``process.roles=broker``, a Raft observer that never
+        votes) in ``base_dir/node-<id>``; it joins the cluster like the combined nodes."""
+        assert node_id not in self.nodes, f"node {node_id} exists"
+        port = free_port()
+        proc = BrokerProcess(
+            data_dir=self.data_dir(node_id),
+            port=port,
+            node_id=node_id,
+            overrides={
+                "process.roles": "broker",
+                "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                "controller.listener.names": "CONTROLLER",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "controller.quorum.voters": self.voters,
+                **self.overrides,
+            },
+        )
+        self.nodes[node_id] = proc
+        self.ports[node_id] = (port, 0)
+        self.format(node_id)
+        proc.start(timeout_s)
+        return proc
 
     def kill(self, node_id: int) -> None:
         self.nodes[node_id].kill()

@@ -150,6 +150,8 @@ class QuorumMetadata:
         #: memory only, as in Kafka; a new active controller starts every session afresh).
         self._heartbeats: dict[int, float] = {}
         self._active_epoch = -1
+        self._image_changed = asyncio.Event()
+        service.add_listener(lambda old, new, delta: self._image_changed.set())
         self._loop_task: asyncio.Task[None] | None = None
         self._bootstrapped_epoch = -1
 
@@ -303,9 +305,13 @@ class QuorumMetadata:
 
     async def _wait_until(self, settled: Callable[[], bool]) -> None:
         deadline = time.monotonic() + FORWARD_APPLY_WAIT_S
-        while not settled() and time.monotonic() < deadline:
+        while True:
+            # cleared before the check: an image published after it wakes the wait below
+            self._image_changed.clear()
+            if settled() or time.monotonic() >= deadline:
+                return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.service.wait_for_change(), 0.2)
+                await asyncio.wait_for(self._image_changed.wait(), 0.2)
 
     async def create_topics(self, request: CreateTopicsRequest) -> Any:
         def settled(response: Any) -> bool:

@@ -99,6 +99,7 @@ __all__ = [
     "parse_header",
     "patch_base_offset",
     "patch_partition_leader_epoch",
+    "record_timestamps",
     "set_log_append_time",
     "valid_prefix",
     "validate_batch",
@@ -141,7 +142,9 @@ class SimpleRecord:
 # ---------------------------------------------------------------------------- varints
 
 
-def _read_varint(buf: bytes, pos: int, end: int, max_bytes: int, what: str) -> tuple[int, int]:
+def _read_varint(
+    buf: bytes | memoryview, pos: int, end: int, max_bytes: int, what: str
+) -> tuple[int, int]:
     """(zigzag-decoded value, next position) of the varint at ``pos``."""
     result = 0
     shift = 0
@@ -252,6 +255,56 @@ def _decode_records(data: bytes, h: BatchHeader, log_append: bool) -> Iterator[R
             f"{n - pos} bytes after the {h.records_count} records of the batch",
             field="records",
         )
+
+
+def record_timestamps(
+    buf: bytes | bytearray | memoryview, position: int, h: BatchHeader
+) -> list[int]:
+    """Every record's timestamp, for a check that needs no other field: only the length,
+    attributes and timestampDelta varints of each record are read.
+
+    ``buf[position:]`` holds the whole (already CRC-validated) batch ``h``; a compressed
+    one is decompressed into at most ``DECOMPRESSED_MAX_BYTES``.
+    """
+    start = position + BATCH_HEADER_SIZE
+    end = position + h.size
+    section = memoryview(buf)[start:end]
+    codec = h.attributes & ATTR_COMPRESSION_MASK
+    data: bytes | memoryview = (
+        section if codec == 0 else decompress(codec, section, DECOMPRESSED_MAX_BYTES)
+    )
+    n = len(data)
+    if h.records_count * RECORD_MIN_BYTES > n:
+        raise ProtocolError(f"{h.records_count} records cannot fit in {n} bytes", field="records")
+    out: list[int] = []
+    pos = 0
+    first = h.first_timestamp
+    varint = _read_varint
+    for _ in range(h.records_count):
+        # hot loop: most length varints are 1-2 bytes and most deltas 1 byte; those
+        # are decoded inline, anything longer through _read_varint
+        b = data[pos] if pos < n else 0x80
+        if b < 0x80:
+            z, pos = b, pos + 1
+        elif pos + 1 < n and data[pos + 1] < 0x80:
+            z, pos = (b & 0x7F) | (data[pos + 1] << 7), pos + 2
+        else:
+            z = -1
+        if z >= 0:
+            length = (z >> 1) ^ -(z & 1)
+        else:
+            length, pos = varint(data, pos, n, 5, "length")
+        rec_end = pos + length
+        if length < RECORD_MIN_BYTES - 1 or rec_end > n:
+            raise ProtocolError(f"bad record length {length}", field="records")
+        b = data[pos + 1]  # after the attributes byte (a record holds >= 6 more bytes)
+        if b < 0x80:
+            out.append(first + ((b >> 1) ^ -(b & 1)))
+        else:
+            delta, _ = varint(data, pos + 1, rec_end, 10, "timestampDelta")
+            out.append(first + delta)
+        pos = rec_end
+    return out
 
 
 def _read_headers(

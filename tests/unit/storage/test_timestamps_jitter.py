@@ -11,7 +11,7 @@ import pytest
 from crc32c import crc32c
 
 from riverbed.protocol.compression import CompressionType
-from riverbed.protocol.records import SimpleRecord, build_batch, parse_header
+from riverbed.protocol.records import SimpleRecord, build_batch, parse_header, record_timestamps
 from riverbed.storage import (
     CorruptRecordError,
     InvalidTimestampError,
@@ -74,7 +74,7 @@ def test_every_record_timestamp_is_read_whatever_the_varint_sizes(value_size: in
     stamps = [T0, T0 + 1, T0 - 30, T0 - HOUR - 7, T0 + 63, T0 - 64, T0 + 8191]
     recs = [SimpleRecord(bytes([i]) * value_size, timestamp=t) for i, t in enumerate(stamps)]
     data = build_batch(recs)
-    assert timestamp_bounds._record_timestamps(data, 0, parse_header(data)) == stamps
+    assert record_timestamps(data, 0, parse_header(data)) == stamps
     h = parse_header(data)
     assert create_time_violation(data, 0, h, T0, HOUR, HOUR) == T0 - HOUR - 7
     assert create_time_violation(data, 0, h, T0, HOUR + 7, HOUR) is None
@@ -82,13 +82,13 @@ def test_every_record_timestamp_is_read_whatever_the_varint_sizes(value_size: in
 
 def test_header_decides_when_it_can(monkeypatch: pytest.MonkeyPatch) -> None:
     decoded: list[int] = []
-    real = timestamp_bounds._record_timestamps
+    real = timestamp_bounds.record_timestamps
 
     def spy(buf: bytes, position: int, h: object) -> list[int]:
         decoded.append(position)
         return real(buf, position, h)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(timestamp_bounds, "_record_timestamps", spy)
+    monkeypatch.setattr(timestamp_bounds, "record_timestamps", spy)
     long_max = 2**63 - 1
 
     def check(stamps: list[int], before: int, after: int = HOUR) -> int | None:

@@ -57,3 +57,12 @@ def check_request_items(count: int) -> None:
             ErrorCode.POLICY_VIOLATION,
             f"Excessively large number of items per request ({count} > {REQUEST_ITEMS_MAX}).",
         )
+
+
+def check_partitions_per_request(count: int) -> None:
+    """Fail an item of a CreateTopics / CreatePartitions request that adds more than
+    ``PARTITIONS_PER_REQUEST_MAX`` partitions in all (Kafka's message)."""
+    if count > PARTITIONS_PER_REQUEST_MAX:
+        raise ControllerError(
+            ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request."
+        )

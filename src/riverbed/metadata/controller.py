@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from riverbed.metadata.config_control import (
@@ -31,11 +32,11 @@ from riverbed.metadata.config_control import (
     check_topic_configs,
 )
 from riverbed.metadata.control_common import (
-    PARTITIONS_PER_REQUEST_MAX,
     ControllerBase,
     ControllerConfig,
     ControllerError,
     ControllerResult,
+    check_partitions_per_request,
     check_request_items,
 )
 from riverbed.metadata.image import (
@@ -241,9 +242,7 @@ class Controller(ConfigControl, PartitionControl, ReassignmentControl, Controlle
     ) -> ControllerResult:
         del now_ms
         topics = list(request.topics)
-        counts: dict[str, int] = {}
-        for t in topics:
-            counts[t.name] = counts.get(t.name, 0) + 1
+        counts = Counter(t.name for t in topics)
         total_partitions = sum(self._requested_partitions(t) for t in topics)
         scratch = image
         records: list[Message] = []
@@ -252,11 +251,7 @@ class Controller(ConfigControl, PartitionControl, ReassignmentControl, Controlle
             result = CreateTopicsResponse.CreatableTopicResult(name=t.name)
             try:
                 check_request_items(len(topics))
-                if total_partitions > PARTITIONS_PER_REQUEST_MAX:
-                    raise ControllerError(
-                        ErrorCode.POLICY_VIOLATION,
-                        "Excessively large number of partitions per request.",
-                    )
+                check_partitions_per_request(total_partitions)
                 if counts[t.name] > 1:
                     raise ControllerError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
                 topic_records, topic_id, num_partitions, rf, overrides = self._create_topic(
@@ -474,9 +469,7 @@ class Controller(ConfigControl, PartitionControl, ReassignmentControl, Controlle
     ) -> ControllerResult:
         del now_ms
         topics = list(request.topics)
-        counts: dict[str, int] = {}
-        for t in topics:
-            counts[t.name] = counts.get(t.name, 0) + 1
+        counts = Counter(t.name for t in topics)
         added = 0
         for t in topics:
             current = image.topic(t.name)
@@ -488,11 +481,7 @@ class Controller(ConfigControl, PartitionControl, ReassignmentControl, Controlle
             results.append(result)
             try:
                 check_request_items(len(topics))
-                if added > PARTITIONS_PER_REQUEST_MAX:
-                    raise ControllerError(
-                        ErrorCode.POLICY_VIOLATION,
-                        "Excessively large number of partitions per request.",
-                    )
+                check_partitions_per_request(added)
                 if counts[t.name] > 1:
                     raise ControllerError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
                 records.extend(self._create_partitions(image, t))

@@ -38,6 +38,7 @@ from riverbed.protocol.records import SimpleRecord, build_batch, iter_records, v
 from riverbed.raft.messages import SnapshotId
 from riverbed.raft.snapshot_files import FileSnapshotStore
 from riverbed.raft.snapshot_format import SnapshotFormatError, encode_snapshot, read_snapshot
+from riverbed.storage.checkpoints import fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -130,14 +131,6 @@ def metadata_partition_dir(metadata_log_dir: str | os.PathLike[str]) -> Path:
 
 def segment_path(directory: Path, base_offset: int) -> Path:
     return directory / f"{base_offset:020d}{SEGMENT_SUFFIX}"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class LocalMetadataLog:
@@ -334,7 +327,7 @@ class LocalMetadataLog:
         self._segments = self._segments[-1:]
         for old in self.snapshots.list()[:-SNAPSHOTS_KEPT]:
             self.snapshots.delete(old)
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)
         self._bytes_since_snapshot = 0
         log.info("metadata snapshot %s written (%d records)", sid.file_stem(), len(values))
 

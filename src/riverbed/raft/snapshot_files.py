@@ -28,14 +28,7 @@ from riverbed.raft.snapshots import (
     parse_snapshot_file_name,
     snapshot_file_name,
 )
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+from riverbed.storage.checkpoints import fsync_dir
 
 
 class SnapshotFileError(OSError):
@@ -69,7 +62,7 @@ class FileSnapshotStore:
                 os.unlink(self.directory / name)
                 removed.append(name)
         if removed:
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         return removed
 
     def size(self, snapshot_id: SnapshotId) -> int:
@@ -114,7 +107,7 @@ class FileSnapshotStore:
 
     def _commit(self, snapshot_id: SnapshotId) -> None:
         os.replace(self._part(snapshot_id), self._path(snapshot_id))
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
 
     def begin_download(self, snapshot_id: SnapshotId) -> None:
         with open(self._part(snapshot_id), "wb"):

@@ -9,9 +9,11 @@ from pathlib import Path
 
 from riverbed.raft.config import RaftConfig
 from riverbed.raft.driver import RaftDriver
-from riverbed.raft.messages import Entry, EntryKind, Request, Response, SnapshotId
+from riverbed.raft.messages import Request, Response
 from riverbed.raft.node import NotLeaderError
 from riverbed.raft.roles import Role
+
+from .conftest import KV
 
 CONFIG = RaftConfig(
     voters=frozenset({1, 2, 3}),
@@ -25,29 +27,6 @@ CONFIG = RaftConfig(
     max_replication_lag_ms=500,
     fetch_snapshot_bytes_max=64,
 )
-
-
-class KV:
-    def __init__(self) -> None:
-        self.state: dict[str, str] = {}
-        self.position = 0
-        self.loads: list[SnapshotId] = []
-
-    def apply(self, entries: tuple[Entry, ...]) -> None:
-        for e in entries:
-            assert e.offset == self.position
-            self.position += 1
-            if e.kind is EntryKind.DATA:
-                _, k, v = e.value.decode().split(" ")
-                self.state[k] = v
-
-    def snapshot_records(self) -> list[bytes]:
-        return [f"{k}={v}".encode() for k, v in sorted(self.state.items())]
-
-    def load_snapshot(self, snapshot_id: SnapshotId, records: list[bytes]) -> None:
-        self.state = dict(r.decode().split("=", 1) for r in records)  # type: ignore[misc]
-        self.position = snapshot_id.end_offset
-        self.loads.append(snapshot_id)
 
 
 class Net:

@@ -12,6 +12,8 @@ from riverbed.storage.clock import ManualClock
 from riverbed.storage.config import LogConfig
 from riverbed.storage.log import PartitionLog
 
+from .conftest import KV
+
 
 def open_log(path: Path, **kw: int) -> PartitionLog:
     return PartitionLog(path, "__cluster_metadata", 0, LogConfig(), ManualClock(0), **kw)
@@ -48,29 +50,6 @@ def test_roundtrip_reopen_truncate_and_lbo(tmp_path: Path) -> None:
     again.truncate_fully_and_start_at(20, 4)
     assert (again.start_offset, again.end_offset, again.last_epoch) == (20, 20, 4)
     again.close()
-
-
-class KV:
-    """A StateMachine: ``set k v`` records; snapshot = ``k=v`` records."""
-
-    def __init__(self) -> None:
-        self.state: dict[str, str] = {}
-        self.position = 0
-
-    def apply(self, entries: tuple[Entry, ...]) -> None:
-        for e in entries:
-            assert e.offset == self.position
-            self.position += 1
-            if e.kind is EntryKind.DATA:
-                _, k, v = e.value.decode().split(" ")
-                self.state[k] = v
-
-    def snapshot_records(self) -> list[bytes]:
-        return [f"{k}={v}".encode() for k, v in sorted(self.state.items())]
-
-    def load_snapshot(self, snapshot_id: object, records: list[bytes]) -> None:
-        self.state = dict(r.decode().split("=") for r in records)  # type: ignore[misc]
-        self.position = snapshot_id.end_offset  # type: ignore[attr-defined]
 
 
 def test_single_voter_node_on_disk_commits_snapshots_and_restarts(tmp_path: Path) -> None:

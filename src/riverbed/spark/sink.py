@@ -209,7 +209,10 @@ def producer_config(options: WriteOptions, on_error: Any) -> dict[str, Any]:
     return config
 
 
-class RiverbedWriter(DataSourceArrowWriter):
+class _ProducingWriter:
+    """What the batch and the streaming writer share: checks on the driver, then each task
+    produces its Arrow batches (Spark's two writer bases differ only in commit/abort)."""
+
     def __init__(self, options: WriteOptions, schema: StructType) -> None:
         validate_write_schema(schema, options)
         check_producer_config(options)
@@ -218,6 +221,8 @@ class RiverbedWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return RiverbedCommitMessage(produce_batches(self.options, iterator))
 
+
+class RiverbedWriter(_ProducingWriter, DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         return None
 
@@ -226,15 +231,7 @@ class RiverbedWriter(DataSourceArrowWriter):
         return None
 
 
-class RiverbedStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, options: WriteOptions, schema: StructType) -> None:
-        validate_write_schema(schema, options)
-        check_producer_config(options)
-        self.options = options
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return RiverbedCommitMessage(produce_batches(self.options, iterator))
-
+class RiverbedStreamWriter(_ProducingWriter, DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         return None
 

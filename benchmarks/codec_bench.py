@@ -20,7 +20,7 @@ import platform
 import random
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import cramjam
@@ -256,6 +256,21 @@ SECTIONS: list[Callable[[Timer], list[Row]]] = [
 ]
 
 
+def run_sections(
+    sections: Sequence[Callable[[Timer], list[Row]]], timer: Timer, only: str = ""
+) -> None:
+    """Run the sections whose name contains ``only`` and print a line per row."""
+    for section in sections:
+        if only not in section.__name__:
+            continue
+        print(f"\n## {section.__name__}: {(section.__doc__ or '').strip()}")
+        for row in section(timer):
+            line = f"  {row.name:<72} {row.us_per_op:>10.1f} us/op"
+            if row.ratio is not None:
+                line += f"   {row.ratio:5.2f}x  vs {row.baseline} ({row.baseline_us:.1f} us)"
+            print(line)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repeats")
@@ -266,15 +281,7 @@ def main(argv: list[str] | None = None) -> None:
         f"riverbed codec_bench: {platform.python_implementation()} {platform.python_version()}, "
         f"{platform.machine()}, {os.cpu_count()} CPUs"
     )
-    for section in SECTIONS:
-        if args.only not in section.__name__:
-            continue
-        print(f"\n## {section.__name__}: {(section.__doc__ or '').strip()}")
-        for row in section(timer):
-            line = f"  {row.name:<72} {row.us_per_op:>10.1f} us/op"
-            if row.ratio is not None:
-                line += f"   {row.ratio:5.2f}x  vs {row.baseline} ({row.baseline_us:.1f} us)"
-            print(line)
+    run_sections(SECTIONS, timer, args.only)
 
 
 if __name__ == "__main__":

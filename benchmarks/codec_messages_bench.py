@@ -16,7 +16,7 @@ from collections.abc import Callable
 from kafka.protocol.consumer.fetch import FetchResponse as KafkaPythonFetchResponse
 from kafka.protocol.producer import ProduceRequest as KafkaPythonProduceRequest
 
-from benchmarks.codec_bench import PARTITIONS, Row, Timer, _partition_buffers
+from benchmarks.codec_bench import PARTITIONS, Row, Timer, _partition_buffers, run_sections
 from riverbed.protocol.compression import CompressionType
 from riverbed.protocol.headers import RequestHeader, decode_request, encode_request
 from riverbed.protocol.messages import FetchResponse, ProduceRequest, encode, encode_into
@@ -166,13 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true", help="fewer repeats")
     args = ap.parse_args(argv)
     timer = Timer(repeats=3, min_seconds=0.02) if args.quick else Timer()
-    for section in SECTIONS:
-        print(f"\n## {section.__name__}: {(section.__doc__ or '').strip()}")
-        for row in section(timer):
-            line = f"  {row.name:<72} {row.us_per_op:>10.1f} us/op"
-            if row.ratio is not None:
-                line += f"   {row.ratio:5.2f}x  vs {row.baseline} ({row.baseline_us:.1f} us)"
-            print(line)
+    run_sections(SECTIONS, timer)
 
 
 if __name__ == "__main__":

@@ -123,6 +123,14 @@ class Node:
             list(cfg.log_dirs), cfg.metadata_log_dir, cfg.node_id, auto_format=cfg.auto_format
         )
         clock = SystemClock()
+        if cfg.get("controller.quorum.bootstrap.servers") and not cfg.quorum_voters:
+            # a dynamic quorum (KIP-853: voters discovered through the bootstrap servers,
+            # AddRaftVoter) is not implemented; a static voter set is
+            raise NodeStartError(
+                "controller.quorum.bootstrap.servers without controller.quorum.voters "
+                "(a dynamic KRaft quorum) is not supported: list the voters in "
+                "controller.quorum.voters (id@host:port,...)"
+            )
         self.server = SocketServer(
             self._handle,
             socket_request_max_bytes=cfg.socket_request_max_bytes,

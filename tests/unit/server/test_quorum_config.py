@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import pytest
 
 from riverbed.server.config import ConfigError, ServerConfig
@@ -50,3 +53,29 @@ def test_a_bad_raft_setting_is_an_error_naming_the_key() -> None:
             controller_quorum_voters="1@127.0.0.1:9093,2@127.0.0.1:9095",
             controller_snapshot_minimum_records="0",
         )
+
+
+def test_bootstrap_servers_without_voters_is_refused_at_start(tmp_path: Path) -> None:
+    from riverbed.server.node import Node, NodeStartError
+
+    cfg = ServerConfig.load(
+        None,
+        [
+            "node.id=1",
+            "process.roles=broker,controller",
+            "listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+            "controller.listener.names=CONTROLLER",
+            "controller.quorum.bootstrap.servers=127.0.0.1:9093",
+            f"log.dirs={tmp_path}",
+        ],
+    )
+
+    async def start() -> None:
+        node = Node(cfg)
+        try:
+            await node.start()
+        finally:
+            await node.stop()
+
+    with pytest.raises(NodeStartError, match=r"controller\.quorum\.voters"):
+        asyncio.run(start())

@@ -445,3 +445,61 @@ def test_api_versions_fallback_and_placeholders(client: Client) -> None:
         InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000),
     )
     assert pid1.error_code == 0 and pid1.producer_id >= 0 and pid2.producer_id != pid1.producer_id
+
+
+def test_a_current_leader_epoch_newer_than_the_leaders_is_refused(
+    client: Client, topic_name: str
+) -> None:
+    # A new topic's leader epoch is 0; a client that claims epoch 7 knows of a leader this
+    # broker has not seen yet: Fetch, ListOffsets and OffsetForLeaderEpoch answer
+    # UNKNOWN_LEADER_EPOCH (Kafka's checkCurrentLeaderEpoch), and -1 skips the check.
+    create_topic(client, topic_name)
+    assert produce(client, topic_name, batch(b"x")).error_code == 0
+    for claimed, code in ((7, ErrorCode.UNKNOWN_LEADER_EPOCH), (-1, 0), (0, 0)):
+        req = fetch_req(topic_name, [(0, 0, 1 << 20)])
+        req.topics[0].partitions[0].current_leader_epoch = claimed
+        part = client.call(ApiKey.FETCH, 12, req).responses[0].partitions[0]
+        assert part.error_code == code, (claimed, part)
+        assert values_of(part.records) == ([] if code else [b"x"])
+
+        L = ListOffsetsRequest
+        listed = client.call(
+            ApiKey.LIST_OFFSETS,
+            7,
+            L(
+                replica_id=-1,
+                topics=[
+                    L.ListOffsetsTopic(
+                        name=topic_name,
+                        partitions=[
+                            L.ListOffsetsPartition(
+                                partition_index=0, timestamp=-1, current_leader_epoch=claimed
+                            )
+                        ],
+                    )
+                ],
+            ),
+        )
+        assert listed.topics[0].partitions[0].error_code == code, (claimed, listed)
+
+        O = OffsetForLeaderEpochRequest  # noqa: E741
+        ends = client.call(
+            ApiKey.OFFSET_FOR_LEADER_EPOCH,
+            4,
+            O(
+                replica_id=-1,
+                topics=[
+                    O.OffsetForLeaderTopic(
+                        topic=topic_name,
+                        partitions=[
+                            O.OffsetForLeaderPartition(
+                                partition=0, current_leader_epoch=claimed, leader_epoch=0
+                            )
+                        ],
+                    )
+                ],
+            ),
+        )
+        end = ends.topics[0].partitions[0]
+        assert end.error_code == code, (claimed, end)
+        assert end.end_offset == (-1 if code else 1)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import FetchRequest, FetchResponse
+from riverbed.server.broker.partitions import leader_epoch_error
 from riverbed.server.network import FileRecords, RequestContext, SplicedResponse
 from riverbed.storage.errors import StorageError
 
@@ -64,10 +65,9 @@ def _read_partition(broker: Broker, topic: str, p: Any, budget: int, first: bool
     hw = plog.high_watermark
     start = plog.log_start_offset
     epoch = hosted.registration.leader_epoch
-    current = getattr(p, "current_leader_epoch", -1)
-    if current >= 0 and current != epoch:
-        code = ErrorCode.UNKNOWN_LEADER_EPOCH if current > epoch else ErrorCode.FENCED_LEADER_EPOCH
-        return _PartitionRead(topic, p.partition, code, hw, start, [], 0)
+    fenced = leader_epoch_error(p, epoch)
+    if fenced is not None:
+        return _PartitionRead(topic, p.partition, fenced, hw, start, [], 0)
     if p.fetch_offset < start or p.fetch_offset > plog.log_end_offset:
         return _PartitionRead(topic, p.partition, ErrorCode.OFFSET_OUT_OF_RANGE, hw, start, [], 0)
     if p.fetch_offset >= hw or (budget <= 0 and not first):

@@ -27,6 +27,7 @@ from riverbed.protocol.messages import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
 )
+from riverbed.server.broker.partitions import leader_epoch_error
 from riverbed.server.network import RequestContext
 from riverbed.storage.errors import StorageError
 
@@ -54,11 +55,9 @@ def _list_one(broker: Broker, topic: str, p: Any, version: int) -> Any:
     if hosted is None:
         return answer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     epoch = hosted.registration.leader_epoch
-    current = getattr(p, "current_leader_epoch", -1)
-    if current >= 0 and current != epoch:
-        return answer(
-            ErrorCode.UNKNOWN_LEADER_EPOCH if current > epoch else ErrorCode.FENCED_LEADER_EPOCH
-        )
+    fenced = leader_epoch_error(p, epoch)
+    if fenced is not None:
+        return answer(fenced)
     plog = hosted.log
     ts = p.timestamp
     if ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
@@ -102,13 +101,9 @@ async def handle_offset_for_leader_epoch(
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 leader_epoch = hosted.registration.leader_epoch
-                current = getattr(p, "current_leader_epoch", -1)
-                if current >= 0 and current != leader_epoch:
-                    code = (
-                        ErrorCode.UNKNOWN_LEADER_EPOCH
-                        if current > leader_epoch
-                        else ErrorCode.FENCED_LEADER_EPOCH
-                    )
+                fenced = leader_epoch_error(p, leader_epoch)
+                if fenced is not None:
+                    code = fenced
                 else:
                     epoch, end = hosted.log.end_offset_for_epoch(p.leader_epoch)
             parts.append(

@@ -31,10 +31,23 @@ from typing import Any
 from riverbed.metadata.image import MetadataImage, PartitionRegistration, TopicImage
 from riverbed.metadata.storage_format import uuid_to_str
 from riverbed.metadata.topic_configs import effective_topic_config
+from riverbed.protocol.errors import ErrorCode
 from riverbed.server.purgatory import Purgatory
 from riverbed.storage.config import LogConfig
 
 log = logging.getLogger(__name__)
+
+
+def leader_epoch_error(requested: Any, leader_epoch: int) -> ErrorCode | None:
+    """Kafka's ``checkCurrentLeaderEpoch`` for one partition of a request: a
+    ``current_leader_epoch`` (absent or -1 in old versions: no check) newer than ours is
+    UNKNOWN_LEADER_EPOCH, an older one FENCED_LEADER_EPOCH; None when it may go on."""
+    current = getattr(requested, "current_leader_epoch", -1)
+    if current < 0 or current == leader_epoch:
+        return None
+    return (
+        ErrorCode.UNKNOWN_LEADER_EPOCH if current > leader_epoch else ErrorCode.FENCED_LEADER_EPOCH
+    )
 
 
 def _loop_running() -> bool:

@@ -137,6 +137,18 @@ def kafka_error_text(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def load_server_config(args: argparse.Namespace) -> Any | None:
+    """The node's ``ServerConfig`` from ``--config`` and ``--override``, or None once
+    `error: invalid configuration: ...` is printed (the caller exits 2, as kafka-storage)."""
+    from riverbed.server.config import ConfigError, ServerConfig
+
+    try:
+        return ServerConfig.load(args.config, args.override)
+    except ConfigError as exc:
+        print(f"error: invalid configuration: {exc}", file=sys.stderr)
+        return None
+
+
 def print_table(
     title: str | None, columns: Sequence[str], rows: Iterable[Sequence[object]]
 ) -> None:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from riverbed.cli.common import verb_parser
+from riverbed.cli.common import load_server_config, verb_parser
 
 EPILOG = """\
 With no --config, runs the embedded default: one combined node
@@ -37,20 +37,11 @@ def register(subparsers: Any) -> None:
     start.set_defaults(func=start_server)
 
 
-def load_config(args: argparse.Namespace) -> Any:
-    from riverbed.server.config import ServerConfig
-
-    return ServerConfig.load(args.config, args.override)
-
-
 def start_server(args: argparse.Namespace) -> int:
     from riverbed.metadata.storage_format import StorageFormatError
-    from riverbed.server.config import ConfigError
 
-    try:
-        config = load_config(args)
-    except ConfigError as exc:
-        print(f"error: invalid configuration: {exc}", file=sys.stderr)
+    config = load_server_config(args)
+    if config is None:
         return 2
     from riverbed.server import node
 

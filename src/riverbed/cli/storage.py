@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from riverbed.cli.common import add_json, print_json, print_table, verb_parser
+from riverbed.cli.common import add_json, load_server_config, print_json, print_table, verb_parser
 
 
 def register(subparsers: Any) -> None:
@@ -53,12 +53,9 @@ def register(subparsers: Any) -> None:
 def dump_metadata_cmd(args: argparse.Namespace) -> int:
     from riverbed.metadata.log import MetadataLogError, read_metadata_log
     from riverbed.protocol.exceptions import ProtocolError
-    from riverbed.server.config import ConfigError, ServerConfig
 
-    try:
-        config = ServerConfig.load(args.config, args.override)
-    except ConfigError as exc:
-        print(f"error: invalid configuration: {exc}", file=sys.stderr)
+    config = load_server_config(args)
+    if config is None:
         return 2
     count = 0
     try:
@@ -88,12 +85,9 @@ def dump_metadata_cmd(args: argparse.Namespace) -> int:
 
 def format_cmd(args: argparse.Namespace) -> int:
     from riverbed.metadata.storage_format import StorageFormatError, format_storage, random_uuid
-    from riverbed.server.config import ConfigError, ServerConfig
 
-    try:
-        config = ServerConfig.load(args.config, args.override)
-    except ConfigError as exc:
-        print(f"error: invalid configuration: {exc}", file=sys.stderr)
+    config = load_server_config(args)
+    if config is None:
         return 2
     cluster_id = args.cluster_id or random_uuid()
     try:
@@ -130,12 +124,9 @@ def random_uuid_cmd(args: argparse.Namespace) -> int:
 
 def info_cmd(args: argparse.Namespace) -> int:
     from riverbed.metadata.storage_format import StorageFormatError, read_meta_properties
-    from riverbed.server.config import ConfigError, ServerConfig
 
-    try:
-        config = ServerConfig.load(args.config, args.override)
-    except ConfigError as exc:
-        print(f"error: invalid configuration: {exc}", file=sys.stderr)
+    config = load_server_config(args)
+    if config is None:
         return 2
     rows = []
     for d in dict.fromkeys([config.metadata_log_dir, *config.log_dirs]):

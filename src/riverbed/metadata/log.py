@@ -34,7 +34,13 @@ from riverbed.metadata.records import (
     encode_record,
 )
 from riverbed.protocol.messages import Message
-from riverbed.protocol.records import SimpleRecord, build_batch, iter_records, valid_prefix
+from riverbed.protocol.records import (
+    Record,
+    SimpleRecord,
+    build_batch,
+    iter_records,
+    valid_prefix,
+)
 from riverbed.raft.messages import SnapshotId
 from riverbed.raft.snapshot_files import FileSnapshotStore
 from riverbed.raft.snapshot_format import SnapshotFormatError, encode_snapshot, read_snapshot
@@ -111,18 +117,25 @@ def read_metadata_log(
         path = segment_path(directory, base)
         if path.stat().st_size > LOG_READ_BYTES_MAX:
             raise MetadataLogError(f"metadata log {path} is larger than {LOG_READ_BYTES_MAX}")
-        data = path.read_bytes()
-        _good, headers = valid_prefix(data)
-        pos = 0
-        for header in headers:
-            batch = data[pos : pos + header.size]
-            pos += header.size
-            # Control batches (Raft's LeaderChange, ...) carry no metadata records.
-            if header.next_offset <= start or header.is_control:
-                continue
-            for record in iter_records(batch):
-                if record.offset >= start and record.value is not None:
-                    yield record.offset, decode_record(record.value)
+        for record in _data_records(path.read_bytes(), start):
+            if record.value is not None:
+                yield record.offset, decode_record(record.value)
+
+
+def _data_records(data: bytes, start: int) -> Iterator[Record]:
+    """The records at offsets >= ``start`` in the valid prefix of a segment's bytes."""
+    good, headers = valid_prefix(data)
+    pos = 0
+    for header in headers:
+        batch = data[pos : pos + header.size]
+        pos += header.size
+        # Control batches (Raft's LeaderChange, ...) carry no metadata records.
+        if header.next_offset <= start or header.is_control:
+            continue
+        for record in iter_records(batch):
+            if record.offset >= start:
+                yield record
+    assert pos == good
 
 
 def metadata_partition_dir(metadata_log_dir: str | os.PathLike[str]) -> Path:
@@ -253,21 +266,10 @@ class LocalMetadataLog:
                 f"covers only offsets below {start}"
             )
         for base in self._segments:
-            data = self._read_segment(base)
-            good, headers = valid_prefix(data)
-            pos = 0
-            for header in headers:
-                batch = data[pos : pos + header.size]
-                pos += header.size
-                if header.next_offset <= start or header.is_control:
-                    continue
-                for record in iter_records(batch):
-                    if record.offset < start:
-                        continue
-                    if record.value is None:
-                        raise MetadataLogError(f"null record value at offset {record.offset}")
-                    yield record.offset, decode_record(record.value)
-            assert pos == good
+            for record in _data_records(self._read_segment(base), start):
+                if record.value is None:
+                    raise MetadataLogError(f"null record value at offset {record.offset}")
+                yield record.offset, decode_record(record.value)
 
     # ----- writing
     def _write(self, batch: bytes) -> None:

@@ -10,7 +10,8 @@ a broker is static (server.properties) and read-only, as the non-dynamic keys ar
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from riverbed.metadata.broker_configs import (
     CONFIG_DEFS,
@@ -128,38 +129,53 @@ class _Target:
         return out
 
 
+def _alter_each(
+    image: MetadataImage,
+    request: AlterConfigsRequest | IncrementalAlterConfigsRequest,
+    result_cls: Any,
+    changes: Callable[[_Target, Any], list[Message]],
+) -> tuple[list[Any], list[Message]]:
+    """Each resource of an (Incremental)AlterConfigs request: its result row (error code
+    and message when it fails) and the ConfigRecords ``changes`` makes of it."""
+    records: list[Message] = []
+    results = []
+    for res in request.resources:
+        result = result_cls(resource_type=res.resource_type, resource_name=res.resource_name)
+        results.append(result)
+        try:
+            check_request_items(len(request.resources))
+            check_request_items(len(res.configs))
+            records.extend(changes(_Target(image, res.resource_type, res.resource_name), res))
+        except _Err as err:
+            result.error_code = int(err.code)
+            result.error_message = err.message
+    return results, records
+
+
 class ConfigControl(ControllerBase):
     def alter_configs(
         self, image: MetadataImage, request: AlterConfigsRequest, now_ms: int
     ) -> ControllerResult:
         """Legacy AlterConfigs: the given set REPLACES the resource's dynamic configs."""
         del now_ms
-        records: list[Message] = []
-        results = []
-        for res in request.resources:
-            result = AlterConfigsResponse.AlterConfigsResourceResponse(
-                resource_type=res.resource_type, resource_name=res.resource_name
-            )
-            results.append(result)
-            try:
-                check_request_items(len(request.resources))
-                check_request_items(len(res.configs))
-                target = _Target(image, res.resource_type, res.resource_name)
-                wanted: dict[str, str] = {}
-                for c in res.configs:
-                    if c.name in wanted:
-                        raise _Err(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
-                    if c.value is None:
-                        raise _Err(
-                            ErrorCode.INVALID_REQUEST, f"Null value not supported for : {c.name}"
-                        )
-                    target.definition(c.name)
-                    wanted[c.name] = c.value
-                target.validate(wanted)
-                records.extend(target.diff(wanted))
-            except _Err as err:
-                result.error_code = int(err.code)
-                result.error_message = err.message
+
+        def replace(target: _Target, res: Any) -> list[Message]:
+            wanted: dict[str, str] = {}
+            for c in res.configs:
+                if c.name in wanted:
+                    raise _Err(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+                if c.value is None:
+                    raise _Err(
+                        ErrorCode.INVALID_REQUEST, f"Null value not supported for : {c.name}"
+                    )
+                target.definition(c.name)
+                wanted[c.name] = c.value
+            target.validate(wanted)
+            return target.diff(wanted)
+
+        results, records = _alter_each(
+            image, request, AlterConfigsResponse.AlterConfigsResourceResponse, replace
+        )
         response = AlterConfigsResponse(throttle_time_ms=0, responses=results)
         return ControllerResult([] if request.validate_only else records, response)
 
@@ -167,29 +183,21 @@ class ConfigControl(ControllerBase):
         self, image: MetadataImage, request: IncrementalAlterConfigsRequest, now_ms: int
     ) -> ControllerResult:
         del now_ms
-        records: list[Message] = []
-        results = []
-        for res in request.resources:
-            result = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
-                resource_type=res.resource_type, resource_name=res.resource_name
-            )
-            results.append(result)
-            try:
-                check_request_items(len(request.resources))
-                check_request_items(len(res.configs))
-                target = _Target(image, res.resource_type, res.resource_name)
-                wanted = dict(target.current)
-                seen: set[str] = set()
-                for c in res.configs:
-                    if c.name in seen:
-                        raise _Err(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
-                    seen.add(c.name)
-                    _apply_op(target.definition(c.name), wanted, c.config_operation, c.value)
-                target.validate({k: v for k, v in wanted.items() if k in seen})
-                records.extend(target.diff(wanted))
-            except _Err as err:
-                result.error_code = int(err.code)
-                result.error_message = err.message
+
+        def apply_ops(target: _Target, res: Any) -> list[Message]:
+            wanted = dict(target.current)
+            seen: set[str] = set()
+            for c in res.configs:
+                if c.name in seen:
+                    raise _Err(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+                seen.add(c.name)
+                _apply_op(target.definition(c.name), wanted, c.config_operation, c.value)
+            target.validate({k: v for k, v in wanted.items() if k in seen})
+            return target.diff(wanted)
+
+        results, records = _alter_each(
+            image, request, IncrementalAlterConfigsResponse.AlterConfigsResourceResponse, apply_ops
+        )
         response = IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=results)
         return ControllerResult([] if request.validate_only else records, response)
 

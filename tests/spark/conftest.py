@@ -22,6 +22,16 @@ import pytest
 BROKER_KIND = os.environ.get("RIVERBED_SPARK_BROKER", "riverbed")
 
 
+def riverbed_read(spark: Any, bootstrap: str, *, stream: bool = False, **options: str) -> Any:
+    """A batch (or, with ``stream``, a streaming) DataFrame of the riverbed source on
+    ``bootstrap`` with the given source options."""
+    reader = (spark.readStream if stream else spark.read).format("riverbed")
+    reader = reader.option("kafka.bootstrap.servers", bootstrap)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
 class TansuBroker:
     """Tansu (memory storage) on a free 127.0.0.1 port; stopped by PID."""
 

@@ -10,16 +10,11 @@ from typing import Any
 
 import pytest
 
+from .conftest import riverbed_read
+
 pytestmark = pytest.mark.spark
 
 BASE_MS = 1_700_000_000_000
-
-
-def _load(spark: Any, bootstrap: str, **options: str) -> Any:
-    reader = spark.read.format("riverbed").option("kafka.bootstrap.servers", bootstrap)
-    for k, v in options.items():
-        reader = reader.option(k, v)
-    return reader.load()
 
 
 @pytest.fixture
@@ -43,7 +38,7 @@ def clicks(new_topic: Callable[..., str], produce: Callable[..., None]) -> str:
 
 
 def test_offset_range_rows_have_the_kafka_schema(spark: Any, bootstrap: str, clicks: str) -> None:
-    df = _load(
+    df = riverbed_read(
         spark,
         bootstrap,
         subscribe=clicks,
@@ -78,7 +73,7 @@ def test_offset_range_rows_have_the_kafka_schema(spark: Any, bootstrap: str, cli
 
 def test_timestamp_range_uses_the_time_index(spark: Any, bootstrap: str, clicks: str) -> None:
     # Records with BASE+5s <= CreateTime < BASE+11s are i = 5..10.
-    df = _load(
+    df = riverbed_read(
         spark,
         bootstrap,
         subscribe=clicks,
@@ -90,7 +85,7 @@ def test_timestamp_range_uses_the_time_index(spark: Any, bootstrap: str, clicks:
     assert sorted(r.value for r in rows) == sorted(f"v{i}".encode() for i in range(5, 11))
     assert all([(h.key, h.value) for h in r.headers] == [("n", r.value[1:])] for r in rows)
     # Per-partition timestamps; a start after the last record resolves to the end (empty).
-    by_ts = _load(
+    by_ts = riverbed_read(
         spark,
         bootstrap,
         assign=json.dumps({clicks: [0, 1]}),
@@ -105,36 +100,41 @@ def test_timestamp_range_uses_the_time_index(spark: Any, bootstrap: str, clicks:
     assert sorted(r.value for r in by_ts.collect()) == [b"v16", b"v18"]
     # With the default strategy (error), a starting time after every record is an error.
     with pytest.raises(Exception, match="no offset matched the timestamp"):
-        _load(spark, bootstrap, subscribe=clicks, startingTimestamp=str(BASE_MS + 10**9)).collect()
+        riverbed_read(
+            spark, bootstrap, subscribe=clicks, startingTimestamp=str(BASE_MS + 10**9)
+        ).collect()
 
 
 def test_min_partitions_and_max_records_split_ranges(
     spark: Any, bootstrap: str, clicks: str
 ) -> None:
-    assert _load(spark, bootstrap, subscribe=clicks).rdd.getNumPartitions() == 2
-    df = _load(spark, bootstrap, subscribe=clicks, maxRecordsPerPartition="3")
+    assert riverbed_read(spark, bootstrap, subscribe=clicks).rdd.getNumPartitions() == 2
+    df = riverbed_read(spark, bootstrap, subscribe=clicks, maxRecordsPerPartition="3")
     assert df.rdd.getNumPartitions() == 8  # ceil(10 / 3) per Kafka partition
     rows = df.select("partition", "offset").collect()
     assert sorted((r.partition, r.offset) for r in rows) == [
         (p, o) for p in (0, 1) for o in range(10)
     ]
-    assert _load(spark, bootstrap, subscribe=clicks, minPartitions="5").rdd.getNumPartitions() >= 5
+    assert (
+        riverbed_read(spark, bootstrap, subscribe=clicks, minPartitions="5").rdd.getNumPartitions()
+        >= 5
+    )
     # subscribePattern matches whole topic names (Java's Pattern.matches).
-    assert _load(spark, bootstrap, subscribePattern=re.escape(clicks)).count() == 20
-    assert _load(spark, bootstrap, subscribePattern=re.escape(clicks[:-1])).count() == 0
+    assert riverbed_read(spark, bootstrap, subscribePattern=re.escape(clicks)).count() == 20
+    assert riverbed_read(spark, bootstrap, subscribePattern=re.escape(clicks[:-1])).count() == 0
 
 
 def test_bad_options_fail_fast_naming_them(spark: Any, bootstrap: str, clicks: str) -> None:
     with pytest.raises(Exception, match="'subscribe', 'subscribePattern', 'assign'"):
-        _load(spark, bootstrap).collect()
+        riverbed_read(spark, bootstrap).collect()
     with pytest.raises(Exception, match="'startingoffsetz'"):
-        _load(spark, bootstrap, subscribe=clicks, startingOffsetz="earliest").collect()
+        riverbed_read(spark, bootstrap, subscribe=clicks, startingOffsetz="earliest").collect()
     with pytest.raises(Exception, match="conflicting options"):
-        _load(
+        riverbed_read(
             spark, bootstrap, subscribe=clicks, startingOffsets="earliest", startingTimestamp="1"
         ).collect()
     with pytest.raises(Exception, match=f"missing: {clicks}-1"):
-        _load(
+        riverbed_read(
             spark, bootstrap, subscribe=clicks, startingOffsets=json.dumps({clicks: {"0": 0}})
         ).collect()
     with pytest.raises(Exception, match="fixed schema"):

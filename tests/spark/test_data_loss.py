@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from .conftest import riverbed_read
+
 pytestmark = pytest.mark.spark
 
 
@@ -47,13 +49,12 @@ def test_expired_offsets_fail_or_are_skipped(
     _delete_records_before(bootstrap, topic, 0, 5)
 
     def load(fail: str) -> Any:
-        return (
-            spark.read.format("riverbed")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic)
-            .option("startingOffsets", json.dumps({topic: {"0": 0}}))
-            .option("failOnDataLoss", fail)
-            .load()
+        return riverbed_read(
+            spark,
+            bootstrap,
+            subscribe=topic,
+            startingOffsets=json.dumps({topic: {"0": 0}}),
+            failOnDataLoss=fail,
         )
 
     with pytest.raises(Exception, match=rf"Cannot fetch offsets 0\.\.4 of {topic}-0") as info:
@@ -62,12 +63,7 @@ def test_expired_offsets_fail_or_are_skipped(
     rows = sorted(load("false").collect(), key=lambda r: r.offset)
     assert [(r.offset, r.value) for r in rows] == [(o, f"v{o}".encode()) for o in range(5, 10)]
     # earliest resolves to the new log start offset: no loss is reported at all.
-    earliest = (
-        spark.read.format("riverbed")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-        .load()
-    )
+    earliest = riverbed_read(spark, bootstrap, subscribe=topic)
     assert earliest.count() == 5
 
 
@@ -85,12 +81,14 @@ def test_deleted_topic_fails_the_stream_or_is_skipped(
 
     def run(fail: str) -> Any:
         query = (
-            spark.readStream.format("riverbed")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", f"{keep},{doomed}")
-            .option("startingOffsets", "earliest")
-            .option("failOnDataLoss", fail)
-            .load()
+            riverbed_read(
+                spark,
+                bootstrap,
+                stream=True,
+                subscribe=f"{keep},{doomed}",
+                startingOffsets="earliest",
+                failOnDataLoss=fail,
+            )
             .writeStream.foreachBatch(
                 lambda df, _id: seen.extend(bytes(r.value) for r in df.collect())
             )

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from .conftest import riverbed_read
+
 pytestmark = pytest.mark.spark
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -65,13 +67,7 @@ def test_click_pipeline_end_to_end(
     parquet = spark.read.parquet(str(tmp_path / "parquet")).collect()
     got = Counter({(int(r.window_start.timestamp() * 1000), r.page): r.clicks for r in parquet})
     assert got == expected
-    topic_rows = (
-        spark.read.format("riverbed")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", out_topic)
-        .load()
-        .collect()
-    )
+    topic_rows = riverbed_read(spark, bootstrap, subscribe=out_topic).collect()
     from_topic = Counter()
     for r in topic_rows:
         doc = json.loads(r.value)

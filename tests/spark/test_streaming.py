@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from .conftest import riverbed_read
+
 pytestmark = pytest.mark.spark
 
 
@@ -32,11 +34,8 @@ class BatchLog:
 def _run_available_now(
     spark: Any, bootstrap: str, checkpoint: Path, sink: BatchLog, **options: str
 ) -> None:
-    reader = spark.readStream.format("riverbed").option("kafka.bootstrap.servers", bootstrap)
-    for k, v in options.items():
-        reader = reader.option(k, v)
     query = (
-        reader.load()
+        riverbed_read(spark, bootstrap, stream=True, **options)
         .writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)

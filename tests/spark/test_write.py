@@ -9,19 +9,15 @@ from typing import Any
 
 import pytest
 
+from .conftest import riverbed_read
+
 pytestmark = pytest.mark.spark
 
 TS = dt.datetime(2024, 5, 1, 12, 30, 15, 123000, tzinfo=dt.UTC)
 
 
 def _read(spark: Any, bootstrap: str, topic: str) -> list[Any]:
-    df = (
-        spark.read.format("riverbed")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-        .option("includeHeaders", "true")
-        .load()
-    )
+    df = riverbed_read(spark, bootstrap, subscribe=topic, includeHeaders="true")
     return sorted(df.collect(), key=lambda r: (r.partition, r.offset))
 
 
@@ -84,11 +80,7 @@ def test_stream_write_copies_a_topic(
     src, dst = new_topic(2), new_topic(1)
     produce(src, [{"value": f"v{i}".encode(), "key": b"k", "partition": i % 2} for i in range(8)])
     query = (
-        spark.readStream.format("riverbed")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", src)
-        .option("startingOffsets", "earliest")
-        .load()
+        riverbed_read(spark, bootstrap, stream=True, subscribe=src, startingOffsets="earliest")
         .selectExpr("key", "value")
         .writeStream.format("riverbed")
         .option("kafka.bootstrap.servers", bootstrap)

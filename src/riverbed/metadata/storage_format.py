@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from riverbed.storage.checkpoints import write_atomic
+
 META_PROPERTIES = "meta.properties"
 META_PROPERTIES_BYTES_MAX = 65_536
 
@@ -103,20 +105,6 @@ def read_meta_properties(directory: str | os.PathLike[str]) -> MetaProperties | 
         raise StorageFormatError(f"{path} is malformed ({exc!r})") from None
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 def _all_dirs(log_dirs: Sequence[str], metadata_log_dir: str) -> list[Path]:
     out: list[Path] = []
     for d in [metadata_log_dir, *log_dirs]:
@@ -156,7 +144,7 @@ def format_storage(
         try:
             d.mkdir(parents=True, exist_ok=True)
             meta = MetaProperties(1, cluster_id, node_id, random_uuid())
-            _write_atomic(d / META_PROPERTIES, meta.render())
+            write_atomic(d / META_PROPERTIES, meta.render())
         except OSError as exc:
             raise StorageFormatError(f"cannot format {d}: {exc}") from exc
         formatted.append(d)

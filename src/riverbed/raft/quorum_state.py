@@ -19,6 +19,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from riverbed.storage.checkpoints import write_atomic
+
 QUORUM_STATE_FILE = "quorum-state"
 QUORUM_STATE_FILE_BYTES_MAX = 64 * 1024  # the file is a few dozen bytes; refuse garbage
 
@@ -81,20 +83,7 @@ class QuorumState:
 
 def write_quorum_state_file(directory: str | os.PathLike[str], state: QuorumState) -> None:
     """Atomically replace ``<directory>/quorum-state`` (temp + fsync + rename + dir fsync)."""
-    path = Path(directory) / QUORUM_STATE_FILE
-    tmp = path.with_name(QUORUM_STATE_FILE + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, state.to_json())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_atomic(Path(directory) / QUORUM_STATE_FILE, state.to_json().decode())
 
 
 def read_quorum_state_file(directory: str | os.PathLike[str]) -> QuorumState | None:

@@ -41,6 +41,9 @@ from riverbed.protocol.compression import (
 )
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.record_batch import (
+    _CRC_OFFSET,
+    _HEADER,
+    _UINT32,
     ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
     ATTR_DELETE_HORIZON,
@@ -109,10 +112,6 @@ _INT32_MIN: Final = -(1 << 31)
 _INT32_MAX: Final = (1 << 31) - 1
 _INT64_MIN: Final = -(1 << 63)
 _INT64_MAX: Final = (1 << 63) - 1
-
-_HEADER: Final = struct.Struct(">qiibIhiqqqhii")
-_UINT32: Final = struct.Struct(">I")
-_CRC_OFFSET: Final = 17
 
 
 class Record(NamedTuple):

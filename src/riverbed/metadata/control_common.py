@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from riverbed.metadata.config_defs import ConfigEntry
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import Message
+
+if TYPE_CHECKING:
+    from riverbed.metadata.image import MetadataImage, PartitionRegistration, TopicImage
 
 #: Items (topics, resources, partitions) one request may carry; Kafka bounds a user
 #: operation by the records one atomic batch may hold (MAX_RECORDS_PER_USER_OP).
@@ -66,3 +70,18 @@ def check_partitions_per_request(count: int) -> None:
         raise ControllerError(
             ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request."
         )
+
+
+def hosted_partition(
+    image: MetadataImage, name: str, index: int
+) -> tuple[TopicImage, PartitionRegistration]:
+    """Topic ``name`` and its partition ``index``; UNKNOWN_TOPIC_OR_PARTITION (Kafka's
+    message) when either does not exist."""
+    topic = image.topic(name)
+    part = topic.partitions.get(index) if topic is not None else None
+    if topic is None or part is None:
+        raise ControllerError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            "This server does not host this topic-partition.",
+        )
+    return topic, part

@@ -27,6 +27,7 @@ from riverbed.metadata.control_common import (
     ControllerError,
     ControllerResult,
     check_request_items,
+    hosted_partition,
 )
 from riverbed.metadata.image import (
     NO_LEADER,
@@ -361,13 +362,7 @@ class PartitionControl(ControllerBase):
     def _elect_one(
         self, image: MetadataImage, name: str, index: int, election_type: int
     ) -> PartitionChangeRecord:
-        topic = image.topic(name)
-        part = topic.partitions.get(index) if topic is not None else None
-        if topic is None or part is None:
-            raise ControllerError(
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                "This server does not host this topic-partition.",
-            )
+        topic, part = hosted_partition(image, name, index)
         if election_type == ELECTION_PREFERRED:
             preferred = part.replicas[0]
             if part.leader == preferred:

@@ -20,6 +20,7 @@ from riverbed.metadata.control_common import (
     ControllerError,
     ControllerResult,
     check_request_items,
+    hosted_partition,
 )
 from riverbed.metadata.image import (
     NO_LEADER,
@@ -137,13 +138,7 @@ class ReassignmentControl(ControllerBase):
     def _reassign_one(
         self, image: MetadataImage, name: str, index: int, target: list[int] | None
     ) -> list[Message]:
-        topic = image.topic(name)
-        part = topic.partitions.get(index) if topic is not None else None
-        if topic is None or part is None:
-            raise ControllerError(
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                "This server does not host this topic-partition.",
-            )
+        topic, part = hosted_partition(image, name, index)
         moving = bool(part.adding_replicas or part.removing_replicas)
         if target is None:
             if not moving:

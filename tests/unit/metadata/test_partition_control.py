@@ -215,6 +215,28 @@ def test_preferred_and_unclean_elections():
     assert codes == {ErrorCode.ELECTION_NOT_NEEDED}
 
 
+def test_election_of_an_unknown_topic_or_partition_fails_that_item_only():
+    c, image = three_brokers()
+    req = ElectLeadersRequest(
+        election_type=ELECTION_PREFERRED,
+        topic_partitions=[
+            ElectLeadersRequest.TopicPartitions(topic="t", partitions=[7]),
+            ElectLeadersRequest.TopicPartitions(topic="nope", partitions=[0]),
+        ],
+    )
+    res = c.elect_leaders(image, req, 0)
+    by_topic = {
+        e.topic: [(r.partition_id, r.error_code, r.error_message) for r in e.partition_result]
+        for e in res.response.replica_election_results
+    }
+    missing = "This server does not host this topic-partition."
+    assert by_topic == {
+        "t": [(7, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, missing)],
+        "nope": [(0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, missing)],
+    }
+    assert res.records == []
+
+
 OPS = st.lists(
     st.tuples(
         st.sampled_from(

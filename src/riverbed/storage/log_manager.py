@@ -134,6 +134,7 @@ class LogManager:
         }
         now = clock.now_ms()
         self._next_checkpoint = {name: now + ms for name, ms in self._intervals.items()}
+        self._checkpoint_inflight: dict[str, Future[None]] = {}
         self._closed = False
         self._load_all(recovery_threads_per_dir)
 
@@ -403,9 +404,12 @@ class LogManager:
                 started.append(fut)
         started += self._delete_due(now_ms)
         for name, interval in self._intervals.items():
-            if now_ms >= self._next_checkpoint[name]:
+            pending = self._checkpoint_inflight.get(name)
+            # At most one write per checkpoint file in flight: a stalled disk must not pile
+            # up writes in the pool's queue (a later write carries newer offsets anyway).
+            if now_ms >= self._next_checkpoint[name] and (pending is None or pending.done()):
                 self._next_checkpoint[name] = now_ms + interval
-                self._pool.submit(self._write_checkpoint, name)
+                self._checkpoint_inflight[name] = self._pool.submit(self._write_checkpoint, name)
         return started
 
     def _flush_done(self, key: tuple[str, int], fut: Future[int]) -> None:

@@ -195,3 +195,35 @@ def test_unloadable_partition_is_a_clear_log_dir_error(tmp_path: Path) -> None:
     with pytest.raises(LogDirError) as e:
         LogManager([tmp_path / "d"], clock)
     assert "t-0" in str(e.value) and e.value.error_code == 56
+
+
+def test_checkpoint_writes_do_not_pile_up_behind_a_stalled_disk(tmp_path: Path) -> None:
+    """A checkpoint file whose previous write is still in flight is not queued again."""
+    import threading
+
+    clock = ManualClock(T0)
+    m = LogManager(
+        [tmp_path / "d"],
+        clock,
+        flush_threads_max=1,
+        recovery_point_checkpoint_interval_ms=10,
+        log_start_checkpoint_interval_ms=10,
+        high_watermark_checkpoint_interval_ms=10,
+    )
+    gate = threading.Event()
+    calls: list[str] = []
+    real_write = m._write_checkpoint
+
+    def stalled_write(name: str) -> None:
+        calls.append(name)
+        gate.wait(timeout=30)
+        real_write(name)
+
+    m._write_checkpoint = stalled_write  # type: ignore[method-assign]
+    for _ in range(49):
+        clock.advance(20)
+        m.flush_due(clock.now_ms())
+    gate.set()
+    m._pool.submit(lambda: None).result(timeout=30)  # one worker, FIFO: the queue has drained
+    assert len(calls) <= 3, calls  # one per checkpoint file, not one per interval
+    m.shutdown()

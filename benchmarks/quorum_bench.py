@@ -31,7 +31,7 @@ from typing import Any
 from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
 from riverbed.protocol.messages import CreateTopicsRequest
 from riverbed.raft.messages import DescribeQuorumRequest
-from riverbed.raft.transport import KafkaRaftTransport
+from riverbed.server.raft_transport import KafkaRaftTransport
 from riverbed.testing.cluster import BrokerProcess
 from riverbed.testing.quorum_cluster import QuorumCluster
 

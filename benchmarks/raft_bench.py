@@ -39,7 +39,6 @@ from riverbed.protocol.messages import (
 from riverbed.protocol.records import SimpleRecord, build_batch
 from riverbed.raft.actions import Action, CommitEntries, FlushLog, SendRequest, SendResponse
 from riverbed.raft.config import RaftConfig
-from riverbed.raft.driver import RaftDriver
 from riverbed.raft.log import MemoryLog
 from riverbed.raft.messages import SnapshotId
 from riverbed.raft.node import RaftNode
@@ -47,6 +46,7 @@ from riverbed.raft.roles import Role
 from riverbed.raft.snapshot_files import FileSnapshotStore
 from riverbed.raft.snapshot_format import iter_snapshot_chunks, read_snapshot
 from riverbed.raft.snapshots import MemorySnapshotStore
+from riverbed.server.raft_driver import RaftDriver
 
 BROKERS = 10
 
@@ -240,7 +240,7 @@ async def _commit_workload(driver: RaftDriver, records: int, concurrency: int) -
 
 
 async def _quorum_node(node_id: int, ports: list[int], directory: str, records: int) -> None:
-    from riverbed.raft.transport import KafkaRaftTransport
+    from riverbed.server.raft_transport import KafkaRaftTransport
     from riverbed.testing.raft_sim_helpers import raft_listener
 
     voters = {i + 1: ("127.0.0.1", p) for i, p in enumerate(ports)}

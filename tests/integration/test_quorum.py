@@ -33,7 +33,7 @@ from riverbed.protocol.messages import (
     MetadataRequest,
 )
 from riverbed.raft.messages import DescribeQuorumRequest
-from riverbed.raft.transport import KafkaRaftTransport
+from riverbed.server.raft_transport import KafkaRaftTransport
 from riverbed.testing.quorum_cluster import QuorumCluster
 
 confluent_kafka = pytest.importorskip("confluent_kafka")

@@ -49,7 +49,7 @@ def _address(text: str) -> tuple[str, int]:
 
 async def _describe(host: str, port: int) -> Any:
     from riverbed.raft.messages import DescribeQuorumRequest
-    from riverbed.raft.transport import KafkaRaftTransport
+    from riverbed.server.raft_transport import KafkaRaftTransport
 
     transport = KafkaRaftTransport(-1, {0: (host, port)})
     try:

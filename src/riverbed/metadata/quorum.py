@@ -26,7 +26,7 @@ from riverbed.raft.messages import Entry, EntryKind, SnapshotId
 
 if TYPE_CHECKING:
     from riverbed.metadata.service import MetadataService
-    from riverbed.raft.driver import RaftDriver
+    from riverbed.server.raft_driver import RaftDriver
 
 
 class MetadataStateMachine:

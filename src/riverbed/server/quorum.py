@@ -10,7 +10,7 @@ Pieces (all from other layers, wired here):
   ``RaftMetadataLog``.
 - The controller listener (``controller.listener.names``) serves Vote, BeginQuorumEpoch,
   EndQuorumEpoch, DescribeQuorum, FetchSnapshot and Fetch of ``__cluster_metadata``
-  (``raft.transport.serve_raft_request``), ApiVersions, BrokerRegistration (62), and the
+  (``server.raft_transport.serve_raft_request``), ApiVersions, BrokerRegistration (62), and the
   metadata writes a follower forwards (CreateTopics, DeleteTopics, CreatePartitions,
   AlterConfigs, IncrementalAlterConfigs) — Kafka's controller APIs.
 
@@ -57,11 +57,11 @@ from riverbed.protocol.messages import (
     Message,
 )
 from riverbed.raft.config import RaftConfig
-from riverbed.raft.driver import RaftDriver
 from riverbed.raft.messages import SnapshotId
 from riverbed.raft.node import NotLeaderError
 from riverbed.raft.roles import Role
-from riverbed.raft.transport import RAFT_API_KEYS, KafkaRaftTransport, is_raft_fetch
+from riverbed.server.raft_driver import RaftDriver
+from riverbed.server.raft_transport import RAFT_API_KEYS, KafkaRaftTransport, is_raft_fetch
 
 log = logging.getLogger(__name__)
 
@@ -446,7 +446,7 @@ class QuorumMetadata:
                 with contextlib.suppress(NotLeaderError, TimeoutError):
                     return await self.forward(leader, api_key, body)
         if api_key in RAFT_API_KEYS or is_raft_fetch(api_key, body):
-            from riverbed.raft.transport import serve_raft_request
+            from riverbed.server.raft_transport import serve_raft_request
 
             return await serve_raft_request(self.driver, api_key, body)
         if api_key == ApiKey.BROKER_REGISTRATION:

@@ -140,7 +140,7 @@ async def raft_listener(
     """Listen on 127.0.0.1:``port`` (0: a free one); answer raft RPCs with ``drivers[node_id]``, in request order
     per connection (as Kafka's network layer). Server-side failures go to ``errors``."""
     from riverbed.protocol.headers import decode_request, encode_response
-    from riverbed.raft.transport import RAFT_API_KEYS, is_raft_fetch, serve_raft_request
+    from riverbed.server.raft_transport import RAFT_API_KEYS, is_raft_fetch, serve_raft_request
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         order: asyncio.Queue[asyncio.Task[bytes] | None] = asyncio.Queue()

@@ -6,8 +6,8 @@ from riverbed.metadata.quorum import MetadataStateMachine, RaftMetadataLog
 from riverbed.metadata.service import MetadataService
 from riverbed.protocol.messages import CreateTopicsRequest, DeleteTopicsRequest
 from riverbed.raft.config import RaftConfig
-from riverbed.raft.driver import RaftDriver
 from riverbed.raft.roles import Role
+from riverbed.server.raft_driver import RaftDriver
 
 from .conftest import make_controller
 

@@ -11,8 +11,7 @@ from riverbed.raft.storage_log import StorageRaftLog
 from riverbed.storage.clock import ManualClock
 from riverbed.storage.config import LogConfig
 from riverbed.storage.log import PartitionLog
-
-from .conftest import KV
+from riverbed.testing.raft_kv import KV
 
 
 def open_log(path: Path, **kw: int) -> PartitionLog:

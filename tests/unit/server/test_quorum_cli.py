@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 from riverbed.raft.config import RaftConfig
-from riverbed.raft.driver import RaftDriver
 from riverbed.raft.messages import Entry, SnapshotId
 from riverbed.raft.node import NotLeaderError
 from riverbed.raft.roles import Role
-from riverbed.raft.transport import KafkaRaftTransport
+from riverbed.server.raft_driver import RaftDriver
+from riverbed.server.raft_transport import KafkaRaftTransport
 from riverbed.testing.raft_sim_helpers import raft_listener
 
 CONFIG = RaftConfig(

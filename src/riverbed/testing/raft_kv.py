@@ -1,4 +1,4 @@
-"""Helpers shared by the raft tests."""
+"""A key/value state machine for the Raft tests (driver, storage log): test support only."""
 
 from __future__ import annotations
 
@@ -26,6 +26,6 @@ class KV:
         return [f"{k}={v}".encode() for k, v in sorted(self.state.items())]
 
     def load_snapshot(self, snapshot_id: SnapshotId, records: list[bytes]) -> None:
-        self.state = dict(r.decode().split("=", 1) for r in records)  # type: ignore[misc]
+        self.state = dict(r.decode().split("=", 1) for r in records)
         self.position = snapshot_id.end_offset
         self.loads.append(snapshot_id)

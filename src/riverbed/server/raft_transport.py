@@ -31,8 +31,8 @@ from riverbed.protocol.headers import (
 )
 from riverbed.protocol.messages import Message
 from riverbed.raft import wire
-from riverbed.raft.driver import RaftDriver
 from riverbed.raft.messages import Request, Response
+from riverbed.server.raft_driver import RaftDriver
 
 RAFT_API_KEYS = frozenset(
     {

@@ -8,12 +8,11 @@ import shutil
 from pathlib import Path
 
 from riverbed.raft.config import RaftConfig
-from riverbed.raft.driver import RaftDriver
 from riverbed.raft.messages import Request, Response
 from riverbed.raft.node import NotLeaderError
 from riverbed.raft.roles import Role
-
-from .conftest import KV
+from riverbed.server.raft_driver import RaftDriver
+from riverbed.testing.raft_kv import KV
 
 CONFIG = RaftConfig(
     voters=frozenset({1, 2, 3}),

@@ -323,6 +323,10 @@ class Connection:
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
         try:
             await self._write_responses(transport)
+        except ConnectionError as exc:
+            # The peer reset or went away (a normal close for a client): no traceback.
+            log.debug("connection to %s closed by the peer while writing: %s", self.peer, exc)
+            self.closing = True
         finally:
             # Responses already encoded still go out before the connection closes.
             if self._out and not transport.is_closing():
@@ -364,7 +368,7 @@ class Connection:
                     self._close_with(str(exc))
                     return
                 except (ConnectionError, OSError) as exc:
-                    log.info("connection to %s lost while writing: %s", self.peer, exc)
+                    log.debug("connection to %s lost while writing: %s", self.peer, exc)
                     self.closing = True
                     return
                 except Exception:

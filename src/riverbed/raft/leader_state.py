@@ -21,6 +21,9 @@ class ReplicaProgress:
     end_offset: int = -1  # last fetch offset (= its flushed log end offset)
     last_fetch_ms: int = -1
     last_caught_up_ms: int = -1
+    # last Fetch *or* FetchSnapshot served (check-quorum, as Kafka's
+    # updateCheckQuorumForFollowingVoter): a voter downloading a snapshot is following
+    last_active_ms: int = -1
     high_watermark_sent: int = -1  # in the last fetch reply (a newer one is not parked)
 
 
@@ -78,10 +81,11 @@ class LeaderState:
             return candidate
         return current
 
-    def voters_fetched_since(self, since_ms: int) -> int:
-        """Voters (the leader included) that fetched at or after ``since_ms``."""
+    def voters_active_since(self, since_ms: int) -> int:
+        """Voters (the leader included) that sent a Fetch or FetchSnapshot at or after
+        ``since_ms``."""
         return 1 + sum(
             1
             for v in self.voters
-            if v != self.local_id and self.replicas[v].last_fetch_ms >= since_ms
+            if v != self.local_id and self.replicas[v].last_active_ms >= since_ms
         )

@@ -119,7 +119,7 @@ class ReplicationMixin:
         else:
             progress = ls.progress(req.replica_id)
             progress.end_offset = req.fetch_offset
-            progress.last_fetch_ms = self._now
+            progress.last_fetch_ms = progress.last_active_ms = self._now
             if req.fetch_offset >= self.log.end_offset:
                 progress.last_caught_up_ms = self._now
             if req.replica_id in self.config.voters:
@@ -226,7 +226,7 @@ class ReplicationMixin:
             self._leader_write_pending()
         self._complete_parked(only_expired=True)
         window = self.config.fetch_timeout_ms * 3 // 2
-        if now - ls.started_ms >= window and ls.voters_fetched_since(now - window) < (
+        if now - ls.started_ms >= window and ls.voters_active_since(now - window) < (
             self.config.majority
         ):
             self._become_resigned()  # check-quorum: we may be partitioned away
@@ -418,6 +418,11 @@ class ReplicationMixin:
             return error(Errors.POSITION_OUT_OF_RANGE)
         max_bytes = max(1, min(req.max_bytes, self.config.fetch_snapshot_bytes_max))
         data = self.snapshots.read(req.snapshot_id, req.position, max_bytes)
+        ls = self.leader_state
+        if ls is not None and req.replica_id in self.config.voters - {self.node_id}:
+            # a voter downloading our snapshot follows us: check-quorum counts it (Kafka
+            # does), or a leader whose majority downloads resigns and restarts the download
+            ls.progress(req.replica_id).last_active_ms = self._now
         return FetchSnapshotResponse(
             Errors.NONE,
             self.node_id,

@@ -9,6 +9,9 @@ from riverbed.raft.messages import (
     EndQuorumEpochRequest,
     EntryKind,
     Errors,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    SnapshotId,
     VoteRequest,
     VoteResponse,
 )
@@ -332,3 +335,24 @@ def test_observer_discovers_the_leader_from_a_voter_hint() -> None:
     assert node.role is Role.FOLLOWER and node.leader_id == 2 and node.epoch == 4
     nxt = requests(actions, FetchRequest)
     assert nxt and nxt[0][0].dest == 2
+
+
+def test_check_quorum_counts_voters_downloading_a_snapshot() -> None:
+    # a majority downloading the leader's snapshot (FetchSnapshot only, for longer than
+    # 1.5 x fetch timeout) is following it: the leader must not resign and restart them
+    node = make_node(fetch_snapshot_bytes_max=10)
+    now, _ = make_leader(node)
+    sid = SnapshotId(5, 1)
+    node.snapshots.write(sid, bytes(1000))
+    for t in range(now, now + 4 * 2000, 100):
+        for voter in (2, 3):
+            position = (t // 100) * 10 % 1000
+            req = FetchSnapshotRequest("test", voter, node.epoch, sid, position, 10)
+            reply = responses(node.handle_request(voter, t, req, t), FetchSnapshotResponse)
+            assert reply[0].error_code == Errors.NONE
+        node.tick(t)
+        assert node.role is Role.LEADER, t
+    # an observer's download does not count: with the voters silent the leader resigns
+    node.handle_request(4, 1, FetchSnapshotRequest("test", 4, node.epoch, sid, 0, 10), t)
+    node.tick(t + 3001)
+    assert node.role is Role.RESIGNED

@@ -1,7 +1,9 @@
 """The metadata layer on a Raft quorum: the glue between `riverbed.raft` and the service.
 
-`RaftMetadataLog` implements `MetadataLog` with a `RaftDriver`: an append is committed when
-a majority of voters has it (`driver.append` returns the last offset then).
+`RaftMetadataLog` implements `MetadataLog` with a `RaftDriver`: each append (one controller
+operation's records) is one Raft batch, committed when a majority of voters has it
+(`driver.append` returns the last offset then). Commits reach `MetadataStateMachine.apply`
+in whole batches, so every image a replica publishes is the replay of whole operations.
 `MetadataStateMachine` is the driver's state machine: committed entries (decoded with
 `decode_record`; LeaderChange control entries skipped) and snapshots flow into the
 `MetadataService` through the same replay path as the local log; the snapshot the Raft node
@@ -59,7 +61,10 @@ class RaftMetadataLog:
         return iter(())
 
     async def append(self, records: Sequence[Message]) -> int:
-        """Raises `riverbed.raft.node.NotLeaderError` on a replica that is not the leader."""
+        """One controller operation = one Raft batch: committed, replicated, delivered to
+        every replica's image and truncated as a whole, never half (issue 11).
+
+        Raises `riverbed.raft.node.NotLeaderError` on a replica that is not the leader."""
         return await self.driver.append([encode_record(r) for r in records])
 
     def snapshot_due(self) -> bool:

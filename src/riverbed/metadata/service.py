@@ -159,6 +159,8 @@ class MetadataService:
             raise MetadataServiceError(self._failed)
         if not records:
             return
+        # the operation's records in one append: one batch in the metadata log, never
+        # committed, replicated or published in part
         offset = await self.log.append(records)
         if self._image.offset >= offset:
             return  # a quorum log already applied them through apply_committed

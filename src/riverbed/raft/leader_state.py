@@ -1,11 +1,11 @@
 """What a leader tracks for its epoch: each replica's replicated offset, parked (long-poll)
-fetches, the append linger buffer, and the high-watermark rule.
+fetches, the append linger buffer (one batch per append), and the high-watermark rule.
 
 High watermark rule (KIP-595): the largest offset that a majority of voters have *flushed*
 (the leader's own flushed end offset, and each voter's last fetch offset — followers only
 fetch after flushing), taken only once it is past the epoch start offset (so the leader's
 LeaderChange record is committed, which commits every earlier epoch's entries with it),
-and never moved backwards.
+and never moved backwards. The node aligns it down to a batch boundary of its log.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ class LeaderState:
     started_ms: int
     replicas: dict[int, ReplicaProgress] = field(default_factory=dict)
     parked: dict[int, ParkedFetch] = field(default_factory=dict)
-    pending_values: list[bytes] = field(default_factory=list)
+    pending_batches: list[list[bytes]] = field(default_factory=list)  # one per append
+    pending_records: int = 0  # records in pending_batches
     linger_deadline_ms: int | None = None
     begin_epoch_acked: set[int] = field(default_factory=set)
     begin_epoch_next_ms: int = 0

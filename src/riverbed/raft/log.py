@@ -8,6 +8,13 @@ durability is separate: the node emits ``FlushLog(end_offset)``, the shell calls
 and a crash keeps exactly the flushed prefix. Truncations are durable when they return
 (Kafka truncates the segment file), so a crash never resurrects truncated entries.
 
+Entries form record batches (``Entry.batch_end`` ends one; one ``append`` of the leader is
+one batch). A batch is all or nothing: ``read`` returns whole batches only (the first one
+even when it is larger than ``max_bytes``, as Kafka's fetch does), ``truncate_to`` removes
+the whole batch holding its offset (Kafka's segment truncation does the same), and
+``flush`` vouches for whole batches only, so a crash never keeps half of one.
+``batch_start`` is where the node aligns its high watermark.
+
 Layout (KIP-630 names)::
 
     log begin offset (LBO) = start_offset          end_offset (LEO)
@@ -43,6 +50,7 @@ class RaftLog(Protocol):
     def flush(self, end_offset: int) -> None: ...
     def read(self, start: int, max_bytes: int, upper: int | None = None) -> tuple[Entry, ...]: ...
     def entry(self, offset: int) -> Entry: ...
+    def batch_start(self, offset: int) -> int: ...
     def epoch_at(self, offset: int) -> int: ...
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch: ...
 
@@ -94,20 +102,42 @@ class MemoryLog:
             return self._start_epoch
         return self.entry(offset).epoch
 
+    def batch_start(self, offset: int) -> int:
+        """The largest batch boundary <= ``offset`` (the base of the batch holding it);
+        the log's start and end offsets are boundaries."""
+        if offset >= self.end_offset:
+            return self.end_offset
+        if offset <= self._start:
+            return self._start
+        i = offset - self._start
+        entries = self._entries
+        while i > 0 and not entries[i - 1].batch_end:
+            i -= 1
+        return self._start + i
+
     def read(self, start: int, max_bytes: int, upper: int | None = None) -> tuple[Entry, ...]:
-        """Entries from ``start`` up to ``upper`` (default LEO), at least one when any."""
+        """Whole batches from ``start`` within ``max_bytes``, all of them below ``upper``
+        (default LEO); the first batch even when it alone exceeds ``max_bytes``."""
         end = self.end_offset if upper is None else min(upper, self.end_offset)
         if start < self._start or start >= end:
             return ()
-        out: list[Entry] = []
+        entries = self._entries
+        stop = end - self._start
+        first = i = start - self._start
         size = 0
-        for i in range(start - self._start, end - self._start):
-            e = self._entries[i]
-            if out and size + e.size > max_bytes:
+        while i < stop:
+            j, batch_size = i, 0
+            while True:  # one batch: [i, j)
+                e = entries[j]
+                batch_size += e.size
+                j += 1
+                if e.batch_end or j == len(entries):
+                    break
+            if j > stop or (i > first and size + batch_size > max_bytes):
                 break
-            out.append(e)
-            size += e.size
-        return tuple(out)
+            size += batch_size
+            i = j
+        return tuple(entries[first:i])
 
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
         """Kafka's endOffsetFor: the largest epoch <= ``epoch`` in the log and the offset
@@ -121,13 +151,16 @@ class MemoryLog:
 
     # --- mutations ---------------------------------------------------------------------
     def append(self, entries: list[Entry]) -> None:
+        assert not self._entries or self._entries[-1].batch_end, "append inside a batch"
         for e in entries:
             assert e.offset == self.end_offset, (e.offset, self.end_offset)
             assert e.epoch >= self.last_epoch, (e.epoch, self.last_epoch)
             self._entries.append(e)
 
     def truncate_to(self, offset: int) -> None:
+        """Remove every entry from the batch holding ``offset`` on."""
         assert self._start <= offset, (offset, self._start)
+        offset = self.batch_start(offset)
         if offset < self.end_offset:
             del self._entries[offset - self._start :]
             self.truncations += 1
@@ -153,7 +186,8 @@ class MemoryLog:
         self._flushed = max(self._flushed, offset)
 
     def flush(self, end_offset: int) -> None:
-        self._flushed = max(self._flushed, min(end_offset, self.end_offset))
+        # a crash keeps whole batches (storage recovery cuts a torn one)
+        self._flushed = max(self._flushed, self.batch_start(min(end_offset, self.end_offset)))
 
     def durable_copy(self) -> MemoryLog:
         """The log as a crash leaves it: the flushed prefix only."""

@@ -3,9 +3,11 @@
 The core speaks these; ``riverbed.raft.wire`` translates them to and from Kafka's wire
 messages (VoteRequest/Response v0-1 plus a PreVote flag, BeginQuorumEpoch, EndQuorumEpoch,
 Fetch as used by KRaft, FetchSnapshot, DescribeQuorum). Field names follow the JSON specs
-in snake_case. The core replicates single-record ``Entry`` values; the wire layer packs runs
-of entries of one epoch into record batches (``partitionLeaderEpoch`` = the entry epoch,
-control batches for control records).
+in snake_case. The core replicates ``Entry`` values grouped into record batches: one
+``append`` (one controller operation) is one batch, and ``Entry.batch_end`` marks the last
+entry of each. Fetch, the high watermark, commit delivery, truncation and snapshots never
+split a batch (Kafka's rule); the wire layer writes each batch as one Kafka record batch
+(``partitionLeaderEpoch`` = the entry epoch, a control batch for a LeaderChange).
 
 Error codes are Kafka's numbers (``riverbed.protocol.errors.ErrorCode`` has the same
 values); only the ones KRaft uses are listed here so the core has no protocol dependency.
@@ -61,6 +63,9 @@ class Entry:
     epoch: int
     value: bytes
     kind: EntryKind = EntryKind.DATA
+    # the last entry of its record batch (one batch = one append = one operation): the
+    # default makes a lone entry a batch of one
+    batch_end: bool = True
 
     @property
     def size(self) -> int:

@@ -256,25 +256,27 @@ class RaftNode(ReplicationMixin):
         return max(self._now + 1, min(deadlines))
 
     def append(self, values: list[bytes], now_ms: int) -> tuple[int, list[Action]]:
-        """Leader only: queue records; they are written when the linger expires. Returns
-        the offset the last record will get."""
+        """Leader only: queue one batch (one operation: committed, delivered and truncated
+        as a whole); it is written when the linger expires. Returns the offset its last
+        record will get."""
         self._now = now_ms
         if not values:
             raise ValueError("append needs at least one record")
         ls = self.leader_state
         if self.role is not Role.LEADER or ls is None:
             raise NotLeaderError(self.leader_id, self.epoch)
-        if len(ls.pending_values) + len(values) > self.config.append_queue_records_max:
+        if ls.pending_records + len(values) > self.config.append_queue_records_max:
             raise AppendQueueFullError(
-                f"{len(ls.pending_values)} records wait for the linger; "
+                f"{ls.pending_records} records wait for the linger; "
                 f"append_queue_records_max is {self.config.append_queue_records_max}"
             )
-        ls.pending_values.extend(values)
+        ls.pending_batches.append(list(values))
+        ls.pending_records += len(values)
         if ls.linger_deadline_ms is None:
             ls.linger_deadline_ms = now_ms + self.config.append_linger_ms
         if self.config.append_linger_ms == 0:
             self._leader_write_pending()
-        last = self.log.end_offset + len(ls.pending_values) - 1
+        last = self.log.end_offset + ls.pending_records - 1
         self._after_event()
         return last, self._drain()
 

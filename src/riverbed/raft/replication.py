@@ -11,6 +11,11 @@ carries entries, or waits (long poll, ``fetch_max_wait_ms``) until there are som
 high watermark moves. Follower side: append + FlushLog, fetch again only once flushed;
 truncate on DivergingEpoch; on a snapshot id download it with FetchSnapshot
 (Position/MaxBytes, continued until Size), then truncate the log fully to it and load it.
+
+Batches (one ``append`` = one operation) are never split: a fetch returns whole batches
+(the first even when it exceeds the budget), the high watermark on leader and follower is
+aligned down to a batch boundary, commits are delivered in whole batches, a divergence
+truncates whole batches, and so snapshots (taken at the applied offset) end on one.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ if TYPE_CHECKING:
     from riverbed.raft.messages import Request
     from riverbed.raft.snapshots import SnapshotStore
 
-COMMIT_CHUNK_BYTES = 1024 * 1024  # entries per CommitEntries action, by size
+COMMIT_CHUNK_BYTES = 1024 * 1024  # whole batches per CommitEntries action, by size
 FETCH_ERROR_BACKOFF_MS = 50  # wait before re-fetching after an error reply
 
 
@@ -201,6 +206,10 @@ class ReplicationMixin:
         ls = self.leader_state
         assert ls is not None
         new_hw = ls.next_high_watermark(self.high_watermark, self.log.flushed_end_offset)
+        # never inside a batch: a committed half operation would be delivered and, after
+        # a failover, stay committed (replicas flush and fetch whole batches, so this only
+        # guards the rule)
+        new_hw = self.log.batch_start(new_hw)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
             self._complete_parked(only_expired=False)
@@ -209,11 +218,17 @@ class ReplicationMixin:
         ls = self.leader_state
         assert ls is not None
         ls.linger_deadline_ms = None
-        if not ls.pending_values:
+        if not ls.pending_batches:
             return
-        start = self.log.end_offset
-        entries = [Entry(start + i, self.epoch, v) for i, v in enumerate(ls.pending_values)]
-        ls.pending_values = []
+        offset = self.log.end_offset
+        entries = []
+        for values in ls.pending_batches:  # one record batch per append
+            last = len(values) - 1
+            for i, v in enumerate(values):
+                entries.append(Entry(offset, self.epoch, v, batch_end=i == last))
+                offset += 1
+        ls.pending_batches = []
+        ls.pending_records = 0
         self.log.append(entries)
         self._emit(FlushLog(self.log.end_offset))
         self._complete_parked(only_expired=False)
@@ -305,6 +320,7 @@ class ReplicationMixin:
             target = min(resp.diverging_epoch.offset, local.offset)
             if target < self.log.start_offset:
                 target = self.log.start_offset
+            target = self.log.batch_start(target)  # the log drops whole batches
             assert target >= self.applied_offset, (
                 f"node {self.node_id}: diverging truncation to {target} below committed "
                 f"{self.applied_offset}"
@@ -330,20 +346,27 @@ class ReplicationMixin:
             self.log.append(list(resp.entries))
             self._emit(FlushLog(self.log.end_offset))
         if resp.high_watermark > self.high_watermark:
-            self.high_watermark = max(
-                self.high_watermark, min(resp.high_watermark, self.log.end_offset)
-            )
+            hw = self.log.batch_start(min(resp.high_watermark, self.log.end_offset))
+            self.high_watermark = max(self.high_watermark, hw)
         self._follower_maybe_advance_log_start(resp.log_start_offset)
 
     def _entries_valid(self, entries: tuple[Entry, ...], leader_epoch: int) -> bool:
         """Contiguous offsets, epochs non-decreasing from our last and never past the
-        leader's: anything else is a corrupt or hostile reply, not something to append."""
+        leader's, whole batches (one epoch and kind each, the last one closed):
+        anything else is a corrupt or hostile reply, not something to append."""
+        prev = None
         prev_offset, prev_epoch = self.log.end_offset - 1, self.log.last_epoch
         for e in entries:
             if e.offset != prev_offset + 1 or not prev_epoch <= e.epoch <= leader_epoch:
                 return False
-            prev_offset, prev_epoch = e.offset, e.epoch
-        return True
+            if (
+                prev is not None
+                and not prev.batch_end
+                and (e.epoch != prev.epoch or e.kind != prev.kind)
+            ):
+                return False
+            prev, prev_offset, prev_epoch = e, e.offset, e.epoch
+        return prev is None or prev.batch_end
 
     def _send_fetch_snapshot(self) -> None:
         sid = self.snapshot_download
@@ -469,8 +492,11 @@ class ReplicationMixin:
                 self.applied_offset,
                 self.log.start_offset,
             )
+            # whole batches only: the state machine never sees half an operation
             entries = self.log.read(self.applied_offset, COMMIT_CHUNK_BYTES, upper)
-            assert entries and entries[0].offset == self.applied_offset
+            assert entries and entries[0].offset == self.applied_offset, (
+                f"node {self.node_id}: no whole batch at {self.applied_offset} below {upper}"
+            )
             self.applied_offset = entries[-1].offset + 1
             self.bytes_since_snapshot += sum(e.size for e in entries)
             self._emit(CommitEntries(entries, self.high_watermark))

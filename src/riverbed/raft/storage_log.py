@@ -2,8 +2,11 @@
 
 The metadata log on disk is a normal Kafka partition directory (segments, indexes,
 ``leader-epoch-checkpoint``); entries are written as record batches by
-``raft.wire.entries_to_records`` (LeaderChange as control batches) with
-``append_as_follower`` so offsets and epochs are kept exactly. Reads are served from an
+``raft.wire.entries_to_records`` (one record batch per raft batch, i.e. per controller
+operation; LeaderChange as control batches) with ``append_as_follower`` so offsets and
+epochs are kept exactly. Reading back, each record batch on disk is one raft batch: a log
+written before operations were batches (when one batch could hold several appends, and
+a truncation wrote kept entries back as a batch of their own) loads the same way. Reads are served from an
 in-memory mirror (``MemoryLog``): the metadata log between two snapshots is small (KIP-630
 bounds it with ``controller.snapshot.minimum.records``), and the raft core reads it on every
 fetch. ``flush`` is the fsync (the shell runs it on a thread); a reopened log treats what
@@ -64,6 +67,9 @@ class StorageRaftLog:
     def entry(self, offset: int) -> Entry:
         return self.mem.entry(offset)
 
+    def batch_start(self, offset: int) -> int:
+        return self.mem.batch_start(offset)
+
     def epoch_at(self, offset: int) -> int:
         return self.mem.epoch_at(offset)
 
@@ -78,18 +84,21 @@ class StorageRaftLog:
         self.mem.append(entries)
 
     def truncate_to(self, offset: int) -> None:
+        offset = self.mem.batch_start(offset)  # whole batches go, as in storage
         if offset >= self.mem.end_offset:
             return
-        # storage truncates whole batches: it may cut below ``offset``; write back the
-        # entries we keep (they were replicated as part of a larger batch)
+        # storage cuts below ``offset`` only when the first batch is partial (the log
+        # start moved inside it): write back the entries of it we keep
         self.storage.truncate_to(offset)
         self.mem.truncate_to(offset)
         cut = self.storage.log_end_offset
         if cut < offset:
-            self.storage.append_as_follower(
-                entries_to_records(self.mem.read(cut, 1 << 62, upper=offset))
-            )
-            self.storage.flush(offset)  # they were durable before the truncation
+            kept = self.mem.read(max(cut, self.mem.start_offset), 1 << 62, upper=offset)
+            if kept:
+                self.storage.append_as_follower(entries_to_records(kept))
+                self.storage.flush(offset)  # they were durable before the truncation
+            else:
+                self.storage.truncate_fully_and_start_at(offset)
         assert self.storage.log_end_offset == offset, (self.storage.log_end_offset, offset)
 
     def truncate_fully_and_start_at(self, offset: int, epoch: int) -> None:

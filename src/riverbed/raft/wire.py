@@ -21,9 +21,10 @@ FetchSnapshot      59       v0: SnapshotId, Position, MaxBytes; response Size,
 DescribeQuorum     55       v1
 =================  =======  =====================================================
 
-Records: runs of entries of one epoch and kind become one record batch
-(``partitionLeaderEpoch`` = the epoch); a LeaderChange entry is a control batch with a
-LEADER_CHANGE record whose value is the LeaderChangeMessage (the entry value). Decoding
+Records: each raft batch (one controller operation, ``Entry.batch_end`` on its last entry)
+is one record batch (``partitionLeaderEpoch`` = the epoch); a LeaderChange entry is a
+control batch of its own with a LEADER_CHANGE record whose value is the
+LeaderChangeMessage (the entry value). Decoding
 validates CRCs and offsets and raises ``RaftWireError`` for anything malformed.
 """
 
@@ -32,6 +33,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from riverbed.protocol.control_records import ControlRecordType, build_control_batch
@@ -134,6 +136,8 @@ class RaftWireError(ValueError):
 
 
 def entries_to_records(entries: Iterable[Entry], now_ms: int = -1) -> bytes:
+    """One Kafka record batch per raft batch (``Entry.batch_end`` closes one); a trailing
+    run without ``batch_end`` (a read cut at the log end) is a batch too."""
     out: list[bytes] = []
     run: list[Entry] = []
 
@@ -142,16 +146,17 @@ def entries_to_records(entries: Iterable[Entry], now_ms: int = -1) -> bytes:
             return
         first = run[0]
         if first.kind is EntryKind.LEADER_CHANGE:
-            for e in run:
-                out.append(
-                    build_control_batch(
-                        ControlRecordType.LEADER_CHANGE,
-                        e.value,
-                        now_ms=now_ms,
-                        base_offset=e.offset,
-                        partition_leader_epoch=e.epoch,
-                    )
+            if len(run) != 1:
+                raise ValueError(f"LeaderChange batch at {first.offset} has {len(run)} records")
+            out.append(
+                build_control_batch(
+                    ControlRecordType.LEADER_CHANGE,
+                    first.value,
+                    now_ms=now_ms,
+                    base_offset=first.offset,
+                    partition_leader_epoch=first.epoch,
                 )
+            )
         else:
             out.append(
                 build_batch(
@@ -167,13 +172,19 @@ def entries_to_records(entries: Iterable[Entry], now_ms: int = -1) -> bytes:
         if run and (
             e.epoch != run[-1].epoch or e.kind != run[-1].kind or e.offset != run[-1].offset + 1
         ):
-            flush()
+            # one batch has one epoch, one kind and contiguous offsets: splitting it here
+            # would publish half an operation downstream
+            raise ValueError(f"entry at offset {e.offset} does not continue its batch")
         run.append(e)
+        if e.batch_end:
+            flush()
     flush()
     return b"".join(out)
 
 
 def records_to_entries(data: bytes | None) -> tuple[Entry, ...]:
+    """Entries of whole record batches; the last record of each batch ends a raft batch
+    (so a log written when one batch could hold several appends decodes as well)."""
     if not data:
         return ()
     out: list[Entry] = []
@@ -181,17 +192,18 @@ def records_to_entries(data: bytes | None) -> tuple[Entry, ...]:
     try:
         for pos, h in iter_batches(view):
             batch = bytes(view[pos : pos + LOG_OVERHEAD + h.batch_length])
+            kind = EntryKind.LEADER_CHANGE if h.is_control else EntryKind.DATA
+            first = len(out)
             for rec in iter_records(batch, verify=False):
                 if rec.value is None:
                     raise RaftWireError(f"record at offset {rec.offset} has a null value")
-                kind = EntryKind.DATA
-                if h.is_control:
-                    kind = EntryKind.LEADER_CHANGE
-                out.append(Entry(rec.offset, h.partition_leader_epoch, rec.value, kind))
+                out.append(Entry(rec.offset, h.partition_leader_epoch, rec.value, kind, False))
                 if len(out) > FETCH_RESPONSE_ENTRIES_MAX:
                     raise RaftWireError(
                         f"more than {FETCH_RESPONSE_ENTRIES_MAX} records in one response"
                     )
+            if len(out) > first:
+                out[-1] = replace(out[-1], batch_end=True)
     except ProtocolError as exc:
         raise RaftWireError(f"bad records in fetch response: {exc}") from None
     for a, b in itertools.pairwise(out):

@@ -177,7 +177,8 @@ class RaftDriver:
             self._replies.pop(corr, None)
 
     async def append(self, values: list[bytes], timeout_s: float = 30.0) -> int:
-        """Leader only: append and wait until committed; returns the last offset.
+        """Leader only: append one operation's records as one batch and wait until the
+        whole batch is committed; returns its last offset.
 
         NotLeaderError when this node is not the leader, or stops being the leader of this
         epoch before the records commit (their fate is then unknown, as in Kafka)."""

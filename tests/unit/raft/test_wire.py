@@ -39,7 +39,7 @@ REQUESTS = [
 ]
 
 ENTRIES = (
-    Entry(10, 4, b"set a 1"),
+    Entry(10, 4, b"set a 1", batch_end=False),  # one operation of two records: one batch
     Entry(11, 4, b"set b 2"),
     Entry(12, 5, leader_change_value(2, [1, 2, 3]), EntryKind.LEADER_CHANGE),
     Entry(13, 5, b"set c 3"),

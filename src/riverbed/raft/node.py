@@ -150,6 +150,7 @@ class RaftNode(ReplicationMixin):
         self.fetch_correlation_id = -1  # the latest Fetch/FetchSnapshot sent
         self.fetch_target = -1  # observer discovery target
         self.snapshot_download: SnapshotId | None = None
+        self.rejected_inputs = 0  # invalid remote messages ignored (see _reject_input)
         self.started = False
         self._out: list[Action] = []
         self._now = 0

@@ -20,6 +20,7 @@ truncates whole batches, and so snapshots (taken at the applied offset) end on o
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from riverbed.raft.actions import (
@@ -43,6 +44,7 @@ from riverbed.raft.messages import (
     SnapshotId,
 )
 from riverbed.raft.roles import Role
+from riverbed.raft.snapshot_format import SnapshotFormatError, read_snapshot
 
 if TYPE_CHECKING:
     from riverbed.raft.actions import Action
@@ -54,6 +56,8 @@ if TYPE_CHECKING:
 
 COMMIT_CHUNK_BYTES = 1024 * 1024  # whole batches per CommitEntries action, by size
 FETCH_ERROR_BACKOFF_MS = 50  # wait before re-fetching after an error reply
+
+log = logging.getLogger(__name__)
 
 
 class ReplicationMixin:
@@ -80,12 +84,20 @@ class ReplicationMixin:
         fetch_correlation_id: int
         backoff_until_ms: int
         last_leader_contact_ms: int
+        rejected_inputs: int
         _now: int
 
         def _emit(self, action: Action) -> None: ...
         def _send(self, dest: int, kind: str, request: Request) -> int: ...
         def _maybe_learn(self, epoch: int, leader_id: int) -> None: ...
         def _become_resigned(self) -> None: ...
+
+    def _reject_input(self, src: int, problem: str) -> None:
+        """A message from ``src`` breaks the protocol's rules (corrupt, or impossible from a
+        correct peer): it is ignored, as Kafka treats an invalid response. These are explicit
+        checks, never ``assert`` (which ``python -O`` strips)."""
+        self.rejected_inputs += 1
+        log.warning("node %d: ignored input from node %d: %s", self.node_id, src, problem)
 
     # ======================================================================================
     # Fetch: leader side
@@ -406,6 +418,16 @@ class ReplicationMixin:
             return  # stale or inconsistent chunk: ask again from where we are
         self.snapshots.write_chunk(sid, resp.position, resp.data)
         if have + len(resp.data) < resp.size:
+            return
+        try:
+            read_snapshot(self.snapshots.read_partial(sid), sid)
+        except SnapshotFormatError as exc:
+            # a corrupt download never replaces the log: drop the .part; the next Fetch
+            # names the leader's latest snapshot again and the download restarts
+            self._reject_input(src, f"downloaded snapshot {sid.file_stem()}: {exc}")
+            self.snapshots.abort_download(sid)
+            self.snapshot_download = None
+            self.backoff_until_ms = self._now + FETCH_ERROR_BACKOFF_MS
             return
         self.snapshots.complete_download(sid)
         self.snapshot_download = None

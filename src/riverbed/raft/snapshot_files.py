@@ -116,6 +116,10 @@ class FileSnapshotStore:
     def partial_size(self, snapshot_id: SnapshotId) -> int:
         return self._part(snapshot_id).stat().st_size
 
+    def read_partial(self, snapshot_id: SnapshotId) -> bytes:
+        """A finished download's bytes, for validation before ``complete_download``."""
+        return self._part(snapshot_id).read_bytes()
+
     def write_chunk(self, snapshot_id: SnapshotId, position: int, data: bytes) -> None:
         part = self._part(snapshot_id)
         with open(part, "r+b") as f:

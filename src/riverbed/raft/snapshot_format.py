@@ -33,7 +33,7 @@ from riverbed.protocol.messages import (
     decode,
     encode,
 )
-from riverbed.protocol.record_batch import LOG_OVERHEAD, iter_batches
+from riverbed.protocol.record_batch import LOG_OVERHEAD, BatchHeader, iter_batches
 from riverbed.protocol.records import SimpleRecord, build_batch, iter_records
 from riverbed.raft.messages import SnapshotId
 
@@ -142,21 +142,44 @@ def _control_value(batch: bytes, expected: ControlRecordType, where: str) -> byt
     return value
 
 
-def read_snapshot(data: bytes | bytearray | memoryview) -> SnapshotContents:
-    """Validate and decode a whole snapshot file."""
+def read_snapshot(
+    data: bytes | bytearray | memoryview, snapshot_id: SnapshotId | None = None
+) -> SnapshotContents:
+    """Validate and decode a whole snapshot file: the one validator for snapshots loaded at
+    start-up and for downloaded ones before they replace the log.
+
+    Checks: every batch whole with its CRC-32C, nothing after the last batch, the
+    SnapshotHeader first and the SnapshotFooter last (and no other control batch),
+    offsets contiguous from 0, and with ``snapshot_id`` every batch stamped with its epoch.
+    """
     buf = memoryview(data)
     if len(buf) == 0:
         raise SnapshotFormatError("snapshot is empty (no SnapshotHeader)")
     spans: list[tuple[int, int, bool]] = []
+    headers: list[BatchHeader] = []
     try:
         for pos, h in iter_batches(buf):
             spans.append((pos, pos + LOG_OVERHEAD + h.batch_length, h.is_control))
+            headers.append(h)
     except ProtocolError as exc:
         raise SnapshotFormatError(f"snapshot batch {len(spans)}: {exc}") from None
     if len(spans) < 2 or not spans[0][2] or not spans[-1][2]:
         raise SnapshotFormatError(
             "snapshot must start with SnapshotHeader and end with SnapshotFooter"
         )
+    next_offset = 0
+    for (pos, _, _), h in zip(spans, headers, strict=True):
+        if h.base_offset != next_offset:
+            raise SnapshotFormatError(
+                f"snapshot batch at byte {pos}: base offset {h.base_offset}, "
+                f"expected {next_offset}"
+            )
+        if snapshot_id is not None and h.partition_leader_epoch != snapshot_id.epoch:
+            raise SnapshotFormatError(
+                f"snapshot batch at byte {pos}: epoch {h.partition_leader_epoch}, "
+                f"expected the snapshot's {snapshot_id.epoch}"
+            )
+        next_offset = h.base_offset + h.last_offset_delta + 1
     first, last = spans[0], spans[-1]
     header_value = _control_value(
         bytes(buf[first[0] : first[1]]), ControlRecordType.SNAPSHOT_HEADER, "header"

@@ -3,7 +3,8 @@
 A snapshot ``<end offset, 20 digits>-<epoch, 10 digits>.checkpoint`` holds the state
 machine's image of every record below ``end_offset``. While being written (by the local
 state machine, or downloaded with FetchSnapshot) it is a ``.checkpoint.part`` that is
-renamed when complete, so only complete snapshots are ever listed. The file contents (record
+renamed when complete, so only complete snapshots are ever listed; a download is validated
+(``read_partial`` + ``snapshot_format.read_snapshot``) before it is completed. The file contents (record
 batches from SnapshotHeader to SnapshotFooter) are produced by the state machine with
 ``riverbed.raft.snapshot_format``; the node only moves bytes. ``FileSnapshotStore``
 (``riverbed.raft.snapshot_files``) is the on-disk version.
@@ -44,6 +45,7 @@ class SnapshotStore(Protocol):
     def begin_download(self, snapshot_id: SnapshotId) -> None: ...
     def write_chunk(self, snapshot_id: SnapshotId, position: int, data: bytes) -> None: ...
     def partial_size(self, snapshot_id: SnapshotId) -> int: ...
+    def read_partial(self, snapshot_id: SnapshotId) -> bytes: ...
     def complete_download(self, snapshot_id: SnapshotId) -> None: ...
     def abort_download(self, snapshot_id: SnapshotId) -> None: ...
     def delete(self, snapshot_id: SnapshotId) -> None: ...
@@ -88,6 +90,9 @@ class MemorySnapshotStore:
 
     def partial_size(self, snapshot_id: SnapshotId) -> int:
         return len(self._partial[snapshot_id])
+
+    def read_partial(self, snapshot_id: SnapshotId) -> bytes:
+        return bytes(self._partial[snapshot_id])
 
     def complete_download(self, snapshot_id: SnapshotId) -> None:
         self._complete[snapshot_id] = bytes(self._partial.pop(snapshot_id))

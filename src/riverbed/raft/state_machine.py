@@ -56,7 +56,7 @@ def run_state_machine_actions(
         elif isinstance(action, LoadSnapshot):
             sid = action.snapshot_id
             data = node.snapshots.read(sid, 0, node.snapshots.size(sid))
-            machine.load_snapshot(sid, read_snapshot(data).records)
+            machine.load_snapshot(sid, read_snapshot(data, sid).records)
         elif isinstance(action, CreateSnapshot) and defer_snapshots:
             rest.append(action)
         elif isinstance(action, CreateSnapshot):

@@ -56,7 +56,7 @@ class KVStateMachine:
         return encode_snapshot(sid, records)
 
     def load(self, sid: SnapshotId, data: bytes) -> None:
-        contents = read_snapshot(data)
+        contents = read_snapshot(data, sid)
         self.data = dict(r.decode().split("=", 1) for r in contents.records)
         self.applied = sid.end_offset
 

@@ -3,7 +3,14 @@ snapshot triggers, log-begin-offset advancement and start-up validation."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import pytest
+
+from riverbed.protocol.record_batch import iter_batches
 from riverbed.raft.actions import (
+    Action,
     CommitEntries,
     CreateSnapshot,
     FlushLog,
@@ -25,6 +32,8 @@ from riverbed.raft.messages import (
 from riverbed.raft.node import NotLeaderError, RaftNode
 from riverbed.raft.quorum_state import QuorumState
 from riverbed.raft.roles import Role
+from riverbed.raft.snapshot_files import FileSnapshotStore
+from riverbed.raft.snapshot_format import encode_snapshot
 from riverbed.raft.snapshots import MemorySnapshotStore
 from riverbed.testing.raft_sim_helpers import (
     entries,
@@ -225,8 +234,10 @@ def test_fetch_snapshot_handler_and_errors() -> None:
     assert r.error_code == Errors.NOT_LEADER_OR_FOLLOWER
 
 
-def download_setup() -> tuple[RaftNode, SnapshotId, int]:
-    node = make_node(2, fetch_snapshot_bytes_max=40)
+def download_setup(
+    snapshots: FileSnapshotStore | None = None,
+) -> tuple[RaftNode, SnapshotId, int]:
+    node = make_node(2, snapshots=snapshots, fetch_snapshot_bytes_max=40)  # type: ignore[arg-type]
     node.log.append(entries(0, 1, "set old 1"))
     node.log.flush(1)
     actions = make_follower(node, 1, 1)
@@ -239,23 +250,32 @@ def download_setup() -> tuple[RaftNode, SnapshotId, int]:
     return node, sid, snap_reqs[0][0].correlation_id
 
 
-def test_follower_downloads_snapshot_in_chunks_then_truncates_fully_and_loads() -> None:
-    node, sid, corr = download_setup()
-    data = bytes(range(100))
+def feed_snapshot(
+    node: RaftNode, sid: SnapshotId, corr: int, data: bytes, now: int = 2
+) -> tuple[list[LoadSnapshot], list[Action]]:
+    """Answer the node's FetchSnapshot requests with ``data`` in 40-byte chunks; returns
+    the loads and the actions after the last chunk."""
     pos = 0
     loads: list[LoadSnapshot] = []
     while True:
         chunk = data[pos : pos + 40]
-        reply = FetchSnapshotResponse(0, 1, 1, sid, size=100, position=pos, data=chunk)
-        actions = node.handle_response(1, corr, reply, 2)
+        reply = FetchSnapshotResponse(0, 1, 1, sid, size=len(data), position=pos, data=chunk)
+        actions = node.handle_response(1, corr, reply, now)
         loads += of_type(actions, LoadSnapshot)
         pos += len(chunk)
-        if pos >= 100:
-            break
+        if pos >= len(data):
+            return loads, actions
         nxt = requests(actions, FetchSnapshotRequest)
         assert nxt[0][1].position == pos  # continuation from Position + len(Bytes)
         corr = nxt[0][0].correlation_id
         assert node.log.end_offset == 1  # the old log stays until the snapshot is complete
+
+
+def test_follower_downloads_snapshot_in_chunks_then_truncates_fully_and_loads() -> None:
+    node, sid, corr = download_setup()
+    data = encode_snapshot(sid, [f"k{i}={i}".encode() for i in range(5)])
+    assert len(data) > 100
+    loads, actions = feed_snapshot(node, sid, corr, data)
     assert loads == [LoadSnapshot(sid)]
     assert node.snapshots.get(sid) == data  # type: ignore[attr-defined]
     assert (node.log.start_offset, node.log.end_offset, node.log.start_epoch) == (50, 50, 1)
@@ -263,6 +283,49 @@ def test_follower_downloads_snapshot_in_chunks_then_truncates_fully_and_loads() 
     # then it fetches the log after the snapshot
     nxt = requests(actions, FetchRequest)
     assert nxt and nxt[0][1].fetch_offset == 50 and nxt[0][1].last_fetched_epoch == 1
+
+
+def _corruptions(sid: SnapshotId) -> dict[str, bytes]:
+    good = encode_snapshot(sid, [f"k{i}={i}".encode() for i in range(5)])
+    flipped = bytearray(good)
+    flipped[len(good) // 2] ^= 0x01
+    last_batch = [pos for pos, _ in iter_batches(good)][-1]
+    return {
+        "crc": bytes(flipped),
+        "truncated": good[:-5],
+        "no footer": good[:last_batch],
+        "other epoch": encode_snapshot(SnapshotId(sid.end_offset, sid.epoch + 1), [b"k=v"]),
+        "not a snapshot": bytes(range(100)),
+    }
+
+
+@pytest.mark.parametrize("store", ["memory", "files"])
+@pytest.mark.parametrize("kind", ["crc", "truncated", "no footer", "other epoch", "not a snapshot"])
+def test_corrupt_snapshot_download_is_discarded_and_fetched_again(
+    kind: str, store: str, tmp_path: Path
+) -> None:
+    snapshots = FileSnapshotStore(tmp_path) if store == "files" else None
+    node, sid, corr = download_setup(snapshots)
+    bad = _corruptions(sid)[kind]
+    assert feed_snapshot(node, sid, corr, bad)[0] == []  # never loaded
+    # it never replaced the log, and the partial download is gone
+    assert (node.log.start_offset, node.log.end_offset, node.applied_offset) == (0, 1, 0)
+    assert sid not in node.snapshots.list() and node.snapshot_download is None
+    assert node.rejected_inputs == 1
+    if snapshots is not None:
+        assert os.listdir(tmp_path) == []
+    # after the error backoff: a Fetch, which names the snapshot again; the download
+    # restarts from position 0 and a good copy is loaded
+    fetches = requests(node.tick(2 + 50), FetchRequest)
+    assert fetches and fetches[0][1].fetch_offset == 1
+    reply = FetchResponse(0, 1, 1, high_watermark=60, log_start_offset=50, snapshot_id=sid)
+    actions = node.handle_response(1, fetches[0][0].correlation_id, reply, 60)
+    again = requests(actions, FetchSnapshotRequest)
+    assert again and again[0][1].position == 0
+    good = encode_snapshot(sid, [b"k=v"])
+    loads, _ = feed_snapshot(node, sid, again[0][0].correlation_id, good, 61)
+    assert loads == [LoadSnapshot(sid)]
+    assert node.snapshots.list() == [sid] and node.log.start_offset == 50
 
 
 def test_snapshot_download_errors_rediscover_with_a_new_fetch() -> None:

@@ -171,8 +171,7 @@ def read_snapshot(
     for (pos, _, _), h in zip(spans, headers, strict=True):
         if h.base_offset != next_offset:
             raise SnapshotFormatError(
-                f"snapshot batch at byte {pos}: base offset {h.base_offset}, "
-                f"expected {next_offset}"
+                f"snapshot batch at byte {pos}: base offset {h.base_offset}, expected {next_offset}"
             )
         if snapshot_id is not None and h.partition_leader_epoch != snapshot_id.epoch:
             raise SnapshotFormatError(

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable, Sequence
-from typing import cast
+from typing import NoReturn, cast
 
 from riverbed.metadata.controller import Controller, ControllerResult
 from riverbed.metadata.image import (
@@ -50,19 +50,13 @@ from riverbed.protocol.messages import (
     ListPartitionReassignmentsResponse,
     Message,
 )
+from riverbed.storage.clock import Clock
 
 log = logging.getLogger(__name__)
 
 ImageListener = Callable[[MetadataImage, MetadataImage, MetadataDelta], None]
 #: Listeners one service notifies; they are the broker's partition manager and a few views.
 LISTENERS_MAX = 64
-
-
-class Clock:
-    """What the service needs of a clock (`riverbed.storage.clock` objects fit)."""
-
-    def now_ms(self) -> int:  # pragma: no cover - protocol shape
-        raise NotImplementedError
 
 
 class MetadataServiceError(RuntimeError):
@@ -130,7 +124,13 @@ class MetadataService:
 
     # ----- records committed elsewhere (a Raft leader's log, seen by followers/brokers)
     def apply_committed(self, batch: Sequence[tuple[int, Message]]) -> None:
-        """Replay records committed by the quorum (offset order) and publish the image."""
+        """Replay records committed by the quorum (offset order) and publish the image.
+
+        On every replica, the active controller's included. A record that fails to replay
+        latches the service (no further writes or applies: its image would diverge from
+        the log) and the exception goes on to the Raft driver, whose fault handler halts
+        the node; a restart replays the log from the files."""
+        self._check_not_failed()
         if not batch:
             return
         last = self._image.offset
@@ -141,18 +141,34 @@ class MetadataService:
                 # The active controller already replayed its own records when it committed
                 # them; anything else at or below the image's offset is a caller bug.
                 continue
-            delta.replay(record)
+            try:
+                delta.replay(record)
+            except Exception as exc:
+                self._fail(f"committed metadata record at offset {offset} failed to replay", exc)
             last = offset
             replayed = True
         if replayed:
             self._publish(delta, last)
 
     def load_snapshot(self, records: Sequence[Message], end_offset: int) -> None:
-        """Replace the image by a snapshot's (every record below `end_offset`)."""
+        """Replace the image by a snapshot's (every record below `end_offset`); a record
+        that fails to replay latches the service as in `apply_committed`."""
+        self._check_not_failed()
         delta = MetadataDelta(MetadataImage.EMPTY)
         for record in records:
-            delta.replay(record)
+            try:
+                delta.replay(record)
+            except Exception as exc:
+                self._fail(f"metadata snapshot ending at {end_offset} failed to replay", exc)
         self._publish(delta, end_offset - 1)
+
+    def _check_not_failed(self) -> None:
+        if self._failed is not None:
+            raise MetadataServiceError(self._failed)
+
+    def _fail(self, what: str, exc: Exception) -> NoReturn:
+        self._failed = f"{what}: {type(exc).__name__}: {exc}"
+        raise MetadataServiceError(self._failed) from exc
 
     async def _commit(self, records: Sequence[Message]) -> None:
         if self._failed is not None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import os
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -68,7 +67,9 @@ class MetaProperties:
     directory_id: str | None = None
 
     def render(self) -> str:
-        lines = ["#", "#" + time.strftime("%a %b %d %H:%M:%S UTC %Y", time.gmtime())]
+        # Kafka's file starts with a dated comment; metadata/ reads no clock, so ours is
+        # undated (readers skip comments)
+        lines = ["#", "#written by riverbed storage format"]
         lines.append(f"node.id={self.node_id}")
         if self.directory_id:
             lines.append(f"directory.id={self.directory_id}")

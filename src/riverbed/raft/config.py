@@ -109,12 +109,18 @@ class RaftConfig:
         return len(self.voters) // 2 + 1
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, str]) -> RaftConfig:
-        """Build from Kafka-named properties (strings, as in server.properties)."""
+    def from_properties(
+        cls, props: Mapping[str, str], *, voters: frozenset[int] | None = None
+    ) -> RaftConfig:
+        """Build from Kafka-named properties (strings, as in server.properties).
+
+        ``voters``: the voter ids when ``controller.quorum.voters`` is not set (a single
+        combined node is its own one voter, as in Kafka's standalone mode)."""
         voters_text = props.get("controller.quorum.voters", "")
-        if not voters_text:
+        if voters_text:
+            voters = frozenset(parse_voters(voters_text))
+        elif voters is None:
             raise RaftConfigError("controller.quorum.voters is required")
-        voters = parse_voters(voters_text)
         if "controller.quorum.bootstrap.servers" in props:
             parse_bootstrap_servers(props["controller.quorum.bootstrap.servers"])
 
@@ -128,7 +134,7 @@ class RaftConfig:
                 raise RaftConfigError(f"{key}: {value!r} is not an integer") from None
 
         return cls(
-            voters=frozenset(voters),
+            voters=voters,
             cluster_id=props.get("cluster.id", "riverbed"),
             election_timeout_ms=num("controller.quorum.election.timeout.ms", 1000),
             fetch_timeout_ms=num("controller.quorum.fetch.timeout.ms", 2000),

@@ -200,6 +200,11 @@ class RaftNode(ReplicationMixin):
             self.role = Role.UNATTACHED
             self._reset_election_timer()
         self._emit(LeaderChanged(self.epoch, self.leader_id))
+        if self.is_voter and self.config.voters == {self.node_id}:
+            # the only voter (Kafka's isOnlyVoter: a single combined node) needs nobody's
+            # vote: it campaigns at once instead of waiting out an election timeout
+            self._become_prospective()
+            self._after_event()
         return self._drain()
 
     def tick(self, now_ms: int) -> list[Action]:

@@ -5,12 +5,12 @@ Start-up order (each step needs the previous one):
 1. storage format: ``meta.properties`` in every log dir (written on first start when
    ``riverbed.storage.auto.format`` is on; otherwise ``riverbed storage format`` must
    have run) gives the cluster id;
-2. the metadata service replays the local ``__cluster_metadata`` log into the image (a
-   one-voter quorum; bootstrap records on an empty log). On a Raft quorum
-   (``controller.quorum.voters`` names other nodes; `riverbed.server.quorum`) the
-   controller listeners bind and serve first, and the node waits until its replica has
-   applied everything committed (the first active controller writes the bootstrap
-   records; a node without a log downloads a snapshot from the leader);
+2. the metadata quorum (`riverbed.server.quorum`; one path for every node: a single node
+   without ``controller.quorum.voters`` is the one voter of its own quorum, as Kafka's
+   combined mode): the controller listeners bind and serve first, and the node waits
+   until its replica has applied everything committed (the first active controller
+   writes the bootstrap records; a node without a log downloads a snapshot from the
+   leader);
 3. the LogManager opens (and recovers) every partition log under ``log.dirs`` with each
    topic's config from the image; the partition manager opens logs of partitions the
    image has, deletes logs of topics it no longer has, and follows every new image;
@@ -22,6 +22,12 @@ Start-up order (each step needs the previous one):
 Shutdown (SIGTERM, SIGINT or `Node.stop`): stop accepting, finish in-flight requests
 (bounded wait), wake parked fetches, flush and close every log (clean-shutdown markers),
 close the metadata log. Second signal: exit at once.
+
+Crash-only: an unexpected exception in the metadata quorum (a Raft driver loop, a
+state-machine apply on any replica, a snapshot load) goes to the node's fault handler
+(`riverbed.server.fault_handler`): one FATAL line naming the cause, then exit 1 with no
+clean shutdown; the start-up path is the recovery path. A request handler's error is
+answered UNKNOWN_SERVER_ERROR instead, as Kafka does.
 
 Flush policy (Kafka's): data is written to the segment files before a produce is
 acknowledged, so a SIGKILL of the process loses nothing acknowledged (the OS page cache
@@ -40,13 +46,16 @@ import signal
 import sys
 import time
 import uuid
-from typing import Any, cast
+from typing import Any
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.server.broker.dispatch import Broker
 from riverbed.server.broker.partitions import PartitionManager, log_config_for
+from riverbed.server.clock import SystemClock
+from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.network import CloseConnection, SocketServer
 from riverbed.server.purgatory import Purgatory
+from riverbed.server.quorum import QuorumMetadata, open_quorum_metadata
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +101,19 @@ def _now_ms() -> int:
 class Node:
     """A combined broker+controller node (``process.roles=broker,controller``)."""
 
-    def __init__(self, config: Any, *, log_manager_factory: Any = None) -> None:
+    def __init__(
+        self,
+        config: Any,
+        *,
+        log_manager_factory: Any = None,
+        fault_handler: FaultHandler | None = None,
+    ) -> None:
         self.config = config
         self._log_manager_factory = log_manager_factory
+        #: Where unexpected faults go (tests inject a RecordingFaultHandler).
+        self.fault_handler: FaultHandler = fault_handler or ProcessTerminatingFaultHandler(
+            config.node_id
+        )
         self.bound_listeners: dict[str, tuple[str, int]] = {}
         self._stopped = asyncio.Event()
         #: Set to ask `run_node` for a clean shutdown (signals, a vanished parent).
@@ -102,23 +121,19 @@ class Node:
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self.server: SocketServer | None = None
+        # built by start, in this order (each needs the ones before)
+        self.quorum: QuorumMetadata | None = None
         self.log_manager: Any = None
-        self.metadata: Any = None
-        self.metadata_log: Any = None
         self.partitions: PartitionManager | None = None
         self.purgatory = Purgatory()
-        self.quorum: Any = None  # riverbed.server.quorum.QuorumMetadata on a Raft quorum
         self.broker: Broker | None = None
 
     async def start(self) -> None:
-        from riverbed.metadata.controller import Controller
-        from riverbed.metadata.log import LocalMetadataLog
-        from riverbed.metadata.service import MetadataService
         from riverbed.metadata.storage_format import ensure_formatted, read_meta_properties
-        from riverbed.server.quorum import QuorumMetadata, uses_raft_quorum
-        from riverbed.storage.clock import SystemClock
 
         cfg = self.config
+        # first: a test run that dies while this node starts must not leave it behind
+        self._tasks.append(asyncio.create_task(self._watch_parent()))
         self.cluster_id = ensure_formatted(
             list(cfg.log_dirs), cfg.metadata_log_dir, cfg.node_id, auto_format=cfg.auto_format
         )
@@ -139,49 +154,27 @@ class Node:
             queued_requests_max=cfg.queued_max_requests,
             connections_max=_int_key(cfg, "max.connections", 2**31 - 1),
         )
-        if uses_raft_quorum(cfg):
-            # The quorum: the controller listener serves Raft RPCs at once (the other
-            # voters need them to elect a leader), then this replica catches up with the
-            # committed metadata before any partition log is opened or deleted.
-            service = MetadataService(
-                Controller(cfg.controller_config()),
-                cast(Any, None),
-                cast(Any, clock),
-                self.cluster_id,
-            )
-            meta = read_meta_properties(cfg.metadata_log_dir)
-            self.quorum = QuorumMetadata(
-                cfg,
-                service,
-                self.cluster_id,
-                directory_id=(meta.directory_id or "") if meta is not None else "",
-            )
-            self.metadata = self.quorum
-            self.metadata_log = None
-            await self._listen(controller=True)
-            await self.quorum.start()
-            # the housekeeping task (which watches a test's parent) starts only later
-            watcher = asyncio.create_task(self._watch_parent())
-            try:
-                if not await self.quorum.wait_caught_up(self.stop_requested):
-                    raise NodeStartError("stopped before the metadata quorum was reached")
-            finally:
-                watcher.cancel()
-        else:
-            self.metadata_log = LocalMetadataLog(cfg.metadata_log_dir)
-            self.metadata = MetadataService(
-                Controller(cfg.controller_config()),
-                self.metadata_log,
-                cast(Any, clock),
-                self.cluster_id,
-            )
-            # Replay the metadata log first: the partition logs' configs come from the image.
-            await self.metadata.start()
-        metadata = self.metadata
+        # The quorum: the controller listener serves Raft RPCs at once (the other voters
+        # need them to elect a leader), then this replica catches up with the committed
+        # metadata before any partition log is opened or deleted (their configs come
+        # from the image).
+        meta = read_meta_properties(cfg.metadata_log_dir)
+        quorum = open_quorum_metadata(
+            cfg,
+            self.cluster_id,
+            clock,
+            self.fault_handler,
+            directory_id=(meta.directory_id or "") if meta is not None else "",
+        )
+        self.quorum = quorum
+        await self._listen(controller=True)
+        await quorum.start()
+        if not await quorum.wait_caught_up(self.stop_requested):
+            raise NodeStartError("stopped before the metadata quorum was reached")
         static = cfg.static_config()
 
         def config_for(topic: str) -> Any:
-            return log_config_for(metadata.image, topic, static)
+            return log_config_for(quorum.image, topic, static)
 
         factory = self._log_manager_factory
         if factory is None:
@@ -192,20 +185,17 @@ class Node:
             self.log_manager = factory(list(cfg.log_dirs), clock)
         self.partitions = PartitionManager(self.log_manager, cfg.node_id, static, self.purgatory)
         partitions = self.partitions
-        partitions.apply_image(metadata.image)
+        partitions.apply_image(quorum.image)
         partitions.delete_orphans()
-        metadata.add_listener(lambda old, new, delta: partitions.apply_image(new))
+        quorum.add_listener(lambda old, new, delta: partitions.apply_image(new))
 
-        self.broker = Broker(cfg, self.metadata, partitions, self.purgatory, self.cluster_id)
-        if self.quorum is not None:
-            setattr(self.broker, "active_controller", self.quorum.active_controller_id)  # noqa: B010
+        self.broker = Broker(cfg, quorum, partitions, self.purgatory, self.cluster_id)
         await self._listen(controller=False)
-        await self._register()
+        await self._register(quorum)
         await self.server.start_serving()
         self._tasks.append(asyncio.create_task(self._housekeeping()))
-        if self.quorum is not None:
-            heartbeats = self.quorum.heartbeat_loop(cfg.node_id, self.stop_requested)
-            self._tasks.append(asyncio.create_task(heartbeats))
+        heartbeats = quorum.heartbeat_loop(cfg.node_id, self.stop_requested)
+        self._tasks.append(asyncio.create_task(heartbeats))
         addrs = " ".join(f"{name}://{h}:{p}" for name, (h, p) in self.bound_listeners.items())
         print(f"riverbed node {cfg.node_id} ready: {addrs}", flush=True)
         log.info("node %d started (cluster id %s): %s", cfg.node_id, self.cluster_id, addrs)
@@ -221,8 +211,6 @@ class Node:
             is_controller = lst.name in cfg.controller_listener_names
             if is_controller != controller:
                 continue
-            if is_controller and self.quorum is None:
-                continue  # a one-voter local log needs no controller RPCs
             try:
                 host, port = await self.server.listen(
                     lst.name, lst.host, lst.port, start_serving=controller
@@ -245,15 +233,15 @@ class Node:
     async def _handle_controller(self, ctx: Any, body: Any) -> Any:
         from riverbed.protocol.api_versions import ApiKey
         from riverbed.protocol.headers import response_body_version
-        from riverbed.server.broker.cluster_info import handle_api_versions
+        from riverbed.server.broker.cluster_info import api_versions_response
         from riverbed.server.broker.error_response import error_code_of, error_response
         from riverbed.server.broker.versioning import fit_to_version
 
         api_key = ctx.header.api_key
         if api_key == ApiKey.API_VERSIONS:
-            return await handle_api_versions(cast(Any, None), ctx, body)
+            return api_versions_response(ctx)
         if self.quorum is None:
-            raise UnsupportedControllerApi(f"api key {api_key} on a controller listener")
+            raise UnsupportedControllerApi(f"api key {api_key} before the quorum is open")
         version = response_body_version(ctx.header)
         try:
             response = await self.quorum.handle_controller_request(api_key, body)
@@ -282,7 +270,7 @@ class Node:
             out.append((adv.name, host, port, adv.security_protocol))
         return out
 
-    async def _register(self) -> None:
+    async def _register(self, quorum: QuorumMetadata) -> None:
         from riverbed.metadata.image import BrokerEndpoint
 
         endpoints = tuple(
@@ -291,18 +279,13 @@ class Node:
         )
         rack = getattr(self.config, "broker_rack", None) or None
         incarnation = uuid.uuid4()
-        if self.quorum is None:
-            await self.metadata.register_broker(
-                self.config.node_id, endpoints, rack, incarnation_id=incarnation
-            )
-            return
         from riverbed.raft.node import NotLeaderError
 
         # The active controller may be changing (or not elected yet): retry until it
         # takes the registration, as Kafka's broker lifecycle manager does.
         while not self.stop_requested.is_set():
             try:
-                await self.quorum.register_broker(
+                await quorum.register_broker(
                     self.config.node_id, endpoints, rack, incarnation_id=incarnation
                 )
                 return
@@ -312,6 +295,7 @@ class Node:
         raise NodeStartError("stopped before this broker was registered")
 
     async def _watch_parent(self) -> None:
+        """Ask for a clean stop once the parent named by EXIT_WITH_PARENT_ENV is gone."""
         parent = os.environ.get(EXIT_WITH_PARENT_ENV)
         while parent is not None:
             await asyncio.sleep(HOUSEKEEPING_INTERVAL_MS / 1000)
@@ -323,13 +307,8 @@ class Node:
     async def _housekeeping(self) -> None:
         retention_every = int(self.config.get("log.retention.check.interval.ms"))
         next_retention = _now_ms() + retention_every
-        parent = os.environ.get(EXIT_WITH_PARENT_ENV)
         while not self._stopping:
             await asyncio.sleep(HOUSEKEEPING_INTERVAL_MS / 1000)
-            if parent is not None and os.getppid() != int(parent):
-                log.warning("parent process %s is gone: shutting down", parent)
-                self.stop_requested.set()
-                return
             now = _now_ms()
             try:
                 self.log_manager.flush_due(now)
@@ -356,8 +335,6 @@ class Node:
             await self.quorum.close()
         if self.log_manager is not None:
             self.log_manager.shutdown()
-        if self.metadata_log is not None:
-            self.metadata_log.close()
         self._stopped.set()
         log.info("node %d stopped", self.config.node_id)
 
@@ -366,6 +343,7 @@ class Node:
 
 
 async def run_node(config: Any, *, log_manager_factory: Any = None) -> None:
+    # the process-terminating fault handler is Node's default: a fault ends this process
     """Start a node, stop it cleanly on SIGTERM/SIGINT, return once it has stopped."""
     node = Node(config, log_manager_factory=log_manager_factory)
     loop = asyncio.get_running_loop()

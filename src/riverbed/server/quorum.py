@@ -1,8 +1,11 @@
 """A node's seat in the KRaft metadata quorum: the Raft-backed metadata log, the controller
 listener's request handler, and forwarding of metadata writes to the active controller.
 
-Used by `riverbed.server.node` when ``controller.quorum.voters`` names more than this node.
-Pieces (all from other layers, wired here):
+Every node runs it (one metadata path): with ``controller.quorum.voters`` naming several
+nodes it is a voter or an observer of that quorum; a single node without voters (``make
+run``, ``riverbed server start``) is the one voter of its own quorum, as Kafka's combined
+standalone mode, and elects itself at once. Pieces (all from other layers, wired by
+`open_quorum_metadata`):
 
 - ``RaftDriver`` over ``<metadata.log.dir>/__cluster_metadata-0`` with
   ``KafkaRaftTransport`` to the voters' controller endpoints; ``MetadataStateMachine``
@@ -38,9 +41,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from riverbed.metadata.image import BrokerEndpoint, BrokerRegistration
+from riverbed.metadata.controller import Controller, ControllerError
+from riverbed.metadata.image import BrokerEndpoint, BrokerRegistration, MetadataImage
 from riverbed.metadata.quorum import MetadataStateMachine, RaftMetadataLog
-from riverbed.metadata.service import MetadataService
+from riverbed.metadata.service import ImageListener, MetadataService
 from riverbed.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
@@ -53,6 +57,8 @@ from riverbed.protocol.messages import (
     CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteTopicsRequest,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
     IncrementalAlterConfigsRequest,
     Message,
 )
@@ -60,8 +66,10 @@ from riverbed.raft.config import RaftConfig
 from riverbed.raft.messages import SnapshotId
 from riverbed.raft.node import NotLeaderError
 from riverbed.raft.roles import Role
+from riverbed.server.fault_handler import FaultHandler
 from riverbed.server.raft_driver import RaftDriver
 from riverbed.server.raft_transport import RAFT_API_KEYS, KafkaRaftTransport, is_raft_fetch
+from riverbed.storage.clock import Clock
 
 log = logging.getLogger(__name__)
 
@@ -90,60 +98,74 @@ FORWARDED_APIS: dict[int, str] = {
 class _LoggingStateMachine(MetadataStateMachine):
     """Says when a snapshot replaces the image (at start-up, or after a FetchSnapshot)."""
 
-    def __init__(self, service: MetadataService, owner: QuorumMetadata) -> None:
+    def __init__(self, service: MetadataService) -> None:
         super().__init__(service)
-        self.owner = owner
+        #: Snapshots loaded into the image (start-up, or downloaded with FetchSnapshot).
+        self.snapshots_loaded = 0
 
     def load_snapshot(self, snapshot_id: SnapshotId, records: list[bytes]) -> None:
         super().load_snapshot(snapshot_id, records)
-        self.owner.snapshots_loaded += 1
+        self.snapshots_loaded += 1
         log.info("loaded metadata snapshot %s (%d records)", snapshot_id.file_stem(), len(records))
 
 
-def uses_raft_quorum(config: Any) -> bool:
-    """A Raft quorum when the voters include another node or exclude this one (a broker-only
-    observer); one voter that is this node keeps the local one-voter log (``make run``)."""
-    voters: dict[int, tuple[str, int]] = config.quorum_voters
-    return bool(voters) and set(voters) != {config.node_id}
-
-
 def raft_config(config: Any, cluster_id: str) -> RaftConfig:
-    """Kafka's ``controller.quorum.*`` / snapshot keys from the node's properties."""
+    """Kafka's ``controller.quorum.*`` / snapshot keys from the node's properties; without
+    ``controller.quorum.voters`` the node is its own one voter."""
     props = {k: str(v) for k, v in config.originals.items()}
     props["controller.quorum.voters"] = config.controller_quorum_voters
-    return dataclasses.replace(RaftConfig.from_properties(props), cluster_id=cluster_id)
+    raft = RaftConfig.from_properties(props, voters=frozenset({config.node_id}))
+    return dataclasses.replace(raft, cluster_id=cluster_id)
+
+
+def open_quorum_metadata(
+    config: Any,
+    cluster_id: str,
+    clock: Clock,
+    fault_handler: FaultHandler,
+    *,
+    directory_id: str = "",
+) -> QuorumMetadata:
+    """Build the node's metadata quorum seat from its config (nothing runs until start)."""
+    raft = raft_config(config, cluster_id)
+    voters: dict[int, tuple[str, int]] = dict(config.quorum_voters)
+    transport = KafkaRaftTransport(config.node_id, voters)
+    driver = RaftDriver(
+        config.node_id,
+        raft,
+        config.metadata_log_dir,
+        transport,
+        fault_handler=fault_handler,
+        directory_id=directory_id,
+    )
+    controller = Controller(config.controller_config())
+    service = MetadataService(controller, RaftMetadataLog(driver), clock, cluster_id)
+    machine = _LoggingStateMachine(service)
+    driver.register(machine)
+    return QuorumMetadata(config, raft, service, driver, transport, machine)
 
 
 class QuorumMetadata:
-    """The node's MetadataService on the Raft quorum, with forwarding to the leader.
-
-    Exposes the service's read API (``image``, ``add_listener``, ``describe_configs``, ...)
-    by delegation; metadata writes go through `_write`."""
+    """The node's MetadataService on the Raft quorum, with forwarding to the leader: the
+    read side (``image``, ``add_listener``, ``describe_configs``) is the service's; metadata
+    writes go through `_write`."""
 
     def __init__(
         self,
         config: Any,
+        raft: RaftConfig,
         service: MetadataService,
-        cluster_id: str,
-        *,
-        directory_id: str = "",
+        driver: RaftDriver,
+        transport: KafkaRaftTransport,
+        machine: _LoggingStateMachine,
     ) -> None:
         self.node_id: int = config.node_id
         self.service = service
         self.voters: dict[int, tuple[str, int]] = dict(config.quorum_voters)
-        #: Snapshots loaded into the image (start-up, or downloaded with FetchSnapshot).
-        self.snapshots_loaded = 0
-        self.raft = raft_config(config, cluster_id)
-        self.transport = KafkaRaftTransport(self.node_id, self.voters)
-        self.driver = RaftDriver(
-            self.node_id,
-            self.raft,
-            config.metadata_log_dir,
-            self.transport,
-            _LoggingStateMachine(service, self),
-            directory_id=directory_id,
-        )
-        service.log = RaftMetadataLog(self.driver)
+        self.raft = raft
+        self.transport = transport
+        self.driver = driver
+        self.machine = machine
         self.heartbeat_interval_s = int(config.get("broker.heartbeat.interval.ms")) / 1000
         self.session_timeout_s = int(config.get("broker.session.timeout.ms")) / 1000
         #: On the active controller: broker id -> monotonic time of its last heartbeat (in
@@ -155,13 +177,20 @@ class QuorumMetadata:
         self._loop_task: asyncio.Task[None] | None = None
         self._bootstrapped_epoch = -1
 
-    # --- delegation of the read side -------------------------------------------------------
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.service, name)
+    # --- the read side (the service's) ----------------------------------------------------
+    @property
+    def image(self) -> MetadataImage:
+        return self.service.image
 
     @property
-    def image(self) -> Any:
-        return self.service.image
+    def snapshots_loaded(self) -> int:
+        return self.machine.snapshots_loaded
+
+    def add_listener(self, listener: ImageListener) -> None:
+        self.service.add_listener(listener)
+
+    def describe_configs(self, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
+        return self.service.describe_configs(request)
 
     # --- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -180,7 +209,7 @@ class QuorumMetadata:
             if (
                 node.leader_id >= 0
                 and node.high_watermark > 0
-                and node.applied_offset >= node.high_watermark
+                and self.driver.applied_offset >= node.high_watermark
                 and image.metadata_version
             ):
                 return True
@@ -233,10 +262,11 @@ class QuorumMetadata:
                         log.info("node %d wrote the bootstrap metadata records", self.node_id)
                     self._bootstrapped_epoch = epoch
                 await self._fence_expired()
-            except (NotLeaderError, TimeoutError):
-                continue
-            except Exception:
-                log.exception("controller housekeeping failed")
+            except (NotLeaderError, TimeoutError, ControllerError):
+                continue  # leadership moved, or the operation was refused: next round
+            except Exception as exc:
+                # crash-only: a controller loop that failed unexpectedly halts the node
+                self.driver.fault_handler.handle_fault("controller loop failed", exc)
 
     async def _fence_expired(self) -> None:
         """Fence every unfenced broker whose session (``broker.session.timeout.ms``) expired:

@@ -8,8 +8,9 @@ file. It executes the node's actions in order:
 - ``PersistQuorumState``: written (temp + fsync + rename) on a worker thread *before* the
   actions after it run;
 - ``FlushLog``: fsync on a worker thread, in the background; then ``on_log_flushed``;
-- ``CommitEntries`` / ``LoadSnapshot``: the injected ``StateMachine``
-  (``raft.state_machine.run_state_machine_actions``), on the event loop;
+- ``CommitEntries`` / ``LoadSnapshot``: the registered ``StateMachine``
+  (``raft.state_machine.run_state_machine_actions``), on the event loop; ``applied_offset``
+  moves only after the machine returned;
 - ``CreateSnapshot``: ``machine.snapshot_records()`` is taken at once, encoded and written
   (``.part`` + fsync + rename) on a worker thread, then ``on_snapshot_written``;
 - ``SendRequest``: ``await transport.send(dest, request)`` in a task, the reply fed back;
@@ -21,6 +22,12 @@ No sockets here: the ``Transport`` (core requests in, core responses out; the ne
 translates with ``raft.wire``) and the server's RPC handlers (``await
 driver.handle_request(src, request)``) are the network layer's. Every input is serialized
 by one lock, so the node sees one event at a time.
+
+Crash-only: an unexpected exception while the node handles an event or its actions run
+(a state-machine apply or snapshot load included), in the flush loop or in the timer loop
+goes to the injected ``FaultHandler`` (in production: FATAL line, exit 1). Nothing catches
+it and carries on: the in-memory node may be half-way through an event, and a node that
+keeps running must be correct. A restart recovers from the files.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from riverbed.raft.actions import (
 )
 from riverbed.raft.config import RaftConfig
 from riverbed.raft.messages import (
+    Entry,
     Errors,
     FetchRequest,
     FetchResponse,
@@ -59,13 +67,15 @@ from riverbed.raft.snapshot_files import FileSnapshotStore
 from riverbed.raft.snapshot_format import iter_snapshot_chunks
 from riverbed.raft.state_machine import StateMachine, run_state_machine_actions
 from riverbed.raft.storage_log import StorageRaftLog
-from riverbed.storage.clock import SystemClock
+from riverbed.raft.wire import RaftWireError
+from riverbed.server.clock import SystemClock
+from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.storage.config import LogConfig
 from riverbed.storage.log import PartitionLog
+from riverbed.storage.log_manager import METADATA_PARTITION_DIR
 
 log = logging.getLogger(__name__)
 
-METADATA_PARTITION_DIR = "__cluster_metadata-0"
 INBOUND_WAIT_MAX_S = 10.0  # a request waits at most this long for the node's answer
 RESIGN_WAIT_MAX_S = 0.5  # close(graceful=True) waits this long for EndQuorumEpoch sends
 FILE_CLEANUP_INTERVAL_S = 30.0  # how often segment files deleted below the LBO are removed
@@ -81,6 +91,39 @@ def monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+class _GuardedMachine:
+    """The registered state machine as the driver runs it: ``applied_offset`` moves only
+    past what the machine returned from, and an exception it raises is a fault."""
+
+    def __init__(self, driver: RaftDriver, machine: StateMachine) -> None:
+        self.driver = driver
+        self.machine = machine
+
+    def apply(self, entries: tuple[Entry, ...]) -> None:
+        if not entries:
+            return
+        try:
+            self.machine.apply(entries)
+        except Exception as exc:
+            self.driver.fault_handler.handle_fault(
+                f"state machine apply of offsets {entries[0].offset}..{entries[-1].offset} failed",
+                exc,
+            )
+        self.driver.applied_offset = entries[-1].offset + 1
+
+    def snapshot_records(self) -> Iterable[bytes]:
+        return self.machine.snapshot_records()
+
+    def load_snapshot(self, snapshot_id: SnapshotId, records: list[bytes]) -> None:
+        try:
+            self.machine.load_snapshot(snapshot_id, records)
+        except Exception as exc:
+            self.driver.fault_handler.handle_fault(
+                f"state machine load of snapshot {snapshot_id.file_stem()} failed", exc
+            )
+        self.driver.applied_offset = snapshot_id.end_offset
+
+
 class RaftDriver:
     def __init__(
         self,
@@ -88,17 +131,28 @@ class RaftDriver:
         config: RaftConfig,
         metadata_log_dir: str | Path,
         transport: Transport,
-        machine: StateMachine,
+        machine: StateMachine | None = None,
         *,
+        fault_handler: FaultHandler | None = None,
         directory_id: str = "",
         clock_ms: Callable[[], int] = monotonic_ms,
         rng: random.Random | None = None,
     ) -> None:
+        """``machine`` may instead be registered before ``start`` (``register``, Kafka's
+        ``RaftClient.register``): the metadata machine needs the service that appends
+        through this driver. ``fault_handler``: where unexpected exceptions go (default:
+        halt the process)."""
         self.node_id = node_id
         self.config = config
         self.directory = Path(metadata_log_dir) / METADATA_PARTITION_DIR
         self.transport = transport
-        self.machine = machine
+        self.fault_handler: FaultHandler = fault_handler or ProcessTerminatingFaultHandler(node_id)
+        self._machine: _GuardedMachine | None = None
+        if machine is not None:
+            self.register(machine)
+        #: The next offset the state machine has not applied (it returned from every
+        #: entry below; the node's own ``applied_offset`` moves when it hands entries out).
+        self.applied_offset = 0
         self.clock_ms = clock_ms
         self.snapshots = FileSnapshotStore(self.directory)
         for name in self.snapshots.remove_partial_files():
@@ -136,15 +190,29 @@ class RaftDriver:
         self._last_state: tuple[int, int, Role] = (-1, -1, Role.UNATTACHED)
 
     # --- lifecycle ---------------------------------------------------------------------------
+    def register(self, machine: StateMachine) -> None:
+        """The state machine committed entries and snapshots go to (once, before start)."""
+        if self._machine is not None:
+            raise RuntimeError("a state machine is already registered")
+        self._machine = _GuardedMachine(self, machine)
+
+    @property
+    def machine(self) -> StateMachine:
+        if self._machine is None:
+            raise RuntimeError("no state machine registered (RaftDriver.register)")
+        return self._machine.machine
+
     async def start(self) -> None:
-        await self._feed(lambda now: self.node.start(now))
-        self._timer = asyncio.create_task(self._timer_loop())
+        if self._machine is None:
+            raise RuntimeError("no state machine registered (RaftDriver.register)")
+        await self._feed(lambda now: self.node.start(now), "start-up (log and snapshot load)")
+        self._timer = asyncio.create_task(self._guarded("timer loop", self._timer_loop()))
 
     async def close(self, graceful: bool = True) -> None:
         if self._closed:
             return
         if graceful:
-            await self._feed(lambda now: self.node.resign(now))
+            await self._feed(lambda now: self.node.resign(now), "resigning")
             if self._tasks:  # let EndQuorumEpoch go out (bounded wait)
                 await asyncio.wait(list(self._tasks), timeout=RESIGN_WAIT_MAX_S)
         self._closed = True
@@ -167,7 +235,10 @@ class RaftDriver:
         fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._replies[corr] = fut
         try:
-            await self._feed(lambda now: self.node.handle_request(src, corr, request, now))
+            await self._feed(
+                lambda now: self.node.handle_request(src, corr, request, now),
+                f"handling {type(request).__name__}",
+            )
             return await asyncio.wait_for(fut, INBOUND_WAIT_MAX_S)
         except TimeoutError:
             if isinstance(request, FetchRequest):
@@ -201,25 +272,47 @@ class RaftDriver:
         return await asyncio.wait_for(committed(), timeout_s)
 
     # --- plumbing ----------------------------------------------------------------------------
-    async def _feed(self, step: Callable[[int], list[Action]]) -> None:
+    async def _feed(self, step: Callable[[int], list[Action]], what: str) -> None:
         async with self._lock:
             if self._closed:
                 return
             now = self.clock_ms()
-            await self._run(step(now), now)
+            try:
+                actions = step(now)
+            except Exception as exc:
+                self.fault_handler.handle_fault(f"raft node failed {what}", exc)
+            await self._run(actions, now, what)
         self._wake.set()
 
-    async def _run(self, actions: list[Action], now: int) -> None:
-        """Execute actions in order (the lock is held)."""
+    async def _guarded(self, what: str, work: Coroutine[Any, Any, None]) -> None:
+        """Run a driver task; an exception escaping it is a fault (no wedged loop)."""
+        try:
+            await work
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.fault_handler.handle_fault(f"raft driver {what} failed", exc)
+
+    async def _run(self, actions: list[Action], now: int, what: str = "appending") -> None:
+        """Execute actions in order (the lock is held); a failure is a fault."""
+        try:
+            await self._run_actions(actions, now)
+        except Exception as exc:
+            self.fault_handler.handle_fault(
+                f"raft driver failed running the actions of {what}", exc
+            )
+
+    async def _run_actions(self, actions: list[Action], now: int) -> None:
+        assert self._machine is not None
         rest = run_state_machine_actions(
-            self.node, self.machine, actions, now, defer_snapshots=True
+            self.node, self._machine, actions, now, defer_snapshots=True
         )
         for action in rest:
             if isinstance(action, CreateSnapshot):
                 # the records are taken now (the machine is at the snapshot's offset);
                 # encoding and writing them happens on a worker thread
-                records = self.machine.snapshot_records()
-                self._spawn(self._write_snapshot(action.snapshot_id, records))
+                records = self._machine.snapshot_records()
+                self._spawn("snapshot write", self._write_snapshot(action.snapshot_id, records))
             elif isinstance(action, PersistQuorumState):
                 await asyncio.to_thread(write_quorum_state_file, self.directory, action.state)
             elif isinstance(action, FlushLog):
@@ -228,9 +321,9 @@ class RaftDriver:
                 self._flush_wanted = max(self._flush_wanted, action.end_offset)
                 if not self._flushing:
                     self._flushing = True
-                    self._spawn(self._flush_loop())
+                    self._spawn("flush loop", self._flush_loop())
             elif isinstance(action, SendRequest):
-                self._spawn(self._send(action))
+                self._spawn("send", self._send(action))
             elif isinstance(action, SendResponse):
                 fut = self._replies.get(action.correlation_id)
                 if fut is not None and not fut.done():
@@ -244,8 +337,8 @@ class RaftDriver:
             self._last_state = state
             self._changed.set()
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(coro)
+    def _spawn(self, what: str, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(self._guarded(what, coro))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -259,7 +352,7 @@ class RaftDriver:
                         return
                     self.log.mark_flushed(durable)
                     now = self.clock_ms()
-                    await self._run(self.node.on_log_flushed(durable, now), now)
+                    await self._run(self.node.on_log_flushed(durable, now), now, "a log flush")
                     if self._flush_wanted <= end_offset:
                         self._flushing = False
                         break
@@ -273,9 +366,13 @@ class RaftDriver:
             await asyncio.to_thread(self.snapshots.write_chunks, snapshot_id, chunks)
         except OSError:
             log.exception("node %d: writing snapshot %s failed", self.node_id, snapshot_id)
-            await self._feed(lambda now: self.node.on_snapshot_failed(snapshot_id, now))
+            await self._feed(
+                lambda now: self.node.on_snapshot_failed(snapshot_id, now), "a failed snapshot"
+            )
             return
-        await self._feed(lambda now: self.node.on_snapshot_written(snapshot_id, now))
+        await self._feed(
+            lambda now: self.node.on_snapshot_written(snapshot_id, now), "a written snapshot"
+        )
 
     async def _send(self, action: SendRequest) -> None:
         try:
@@ -283,11 +380,15 @@ class RaftDriver:
                 self.transport.send(action.dest, action.request),
                 self.config.request_timeout_ms / 1000,
             )
-        except (OSError, TimeoutError, ConnectionError) as exc:
+        except (OSError, TimeoutError, ConnectionError, RaftWireError) as exc:
+            # a peer that is down or answers garbage: the node's request timeout retries
             log.debug("node %d: request to %d failed: %s", self.node_id, action.dest, exc)
             return
         await self._feed(
-            lambda now: self.node.handle_response(action.dest, action.correlation_id, response, now)
+            lambda now: self.node.handle_response(
+                action.dest, action.correlation_id, response, now
+            ),
+            f"handling {type(response).__name__} from {action.dest}",
         )
 
     async def _timer_loop(self) -> None:
@@ -303,4 +404,4 @@ class RaftDriver:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), delay)
             if self.clock_ms() >= self.node.next_deadline_ms():
-                await self._feed(lambda now: self.node.tick(now))
+                await self._feed(lambda now: self.node.tick(now), "a timer tick")

@@ -5,7 +5,7 @@ See :mod:`riverbed.storage.log` (PartitionLog), :mod:`riverbed.storage.manager`
 the file formats (Kafka's, byte for byte).
 """
 
-from riverbed.storage.clock import Clock, ManualClock, SystemClock
+from riverbed.storage.clock import Clock, ManualClock
 from riverbed.storage.config import LogConfig
 from riverbed.storage.errors import (
     CorruptRecordError,
@@ -39,6 +39,5 @@ __all__ = [
     "RecordTooLargeError",
     "RetentionHook",
     "StorageError",
-    "SystemClock",
     "TimestampOffset",
 ]

@@ -1,17 +1,17 @@
-"""The clock storage reads time from: injected, never the wall clock directly.
+"""The one Clock protocol: time is injected, never read directly below ``server/``.
 
-Storage never calls ``time.time()`` itself. Every component that needs "now" takes a
+Storage (and metadata) never call ``time.time()`` themselves. Every component that needs "now" takes a
 :class:`Clock` (an object with ``now_ms() -> int``, milliseconds since the Unix epoch) so
 that tests and the deterministic simulation drive time with a :class:`ManualClock`, and
-a clock that goes backwards (a new leader with a slower clock) can be exercised.
+a clock that goes backwards (a new leader with a slower clock) can be exercised. The real
+clock, ``riverbed.server.clock.SystemClock``, lives in the process shell.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "ManualClock", "SystemClock"]
+__all__ = ["Clock", "ManualClock"]
 
 
 @runtime_checkable
@@ -19,16 +19,6 @@ class Clock(Protocol):
     """Anything with ``now_ms()``: wall-clock milliseconds since the epoch."""
 
     def now_ms(self) -> int: ...
-
-
-class SystemClock:
-    """The real wall clock (``time.time_ns() // 1_000_000``)."""
-
-    def now_ms(self) -> int:
-        return time.time_ns() // 1_000_000
-
-    def __repr__(self) -> str:
-        return "SystemClock()"
 
 
 class ManualClock:

@@ -37,7 +37,6 @@ import os
 import random
 import shutil
 import threading
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -148,7 +147,7 @@ class LogManager:
             return {}
 
     def _load_all(self, threads_per_dir: int) -> None:
-        started = time.monotonic()
+        started = self.clock.now_ms()
         for d in self.log_dirs:
             try:
                 d.mkdir(parents=True, exist_ok=True)
@@ -187,7 +186,7 @@ class LogManager:
             "loaded %d partition logs from %d log dirs in %.0f ms",
             len(self._logs),
             len(self.log_dirs),
-            (time.monotonic() - started) * 1000,
+            self.clock.now_ms() - started,
         )
 
     def _submit_dir_loads(

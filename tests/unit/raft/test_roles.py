@@ -51,6 +51,19 @@ def test_fresh_voter_starts_unattached_and_times_out_into_prospective() -> None:
     assert all(r.pre_vote and r.candidate_epoch == 0 for _, r in votes)
 
 
+def test_the_only_voter_elects_itself_at_start_without_an_election_timeout() -> None:
+    # a single combined node (the embedded default) is its own one-voter quorum; like
+    # Kafka's isOnlyVoter it campaigns at once, so start-up does not wait 1-2 s
+    node = make_node(voters=(1,))
+    actions = node.start(0)
+    assert node.role is Role.LEADER and node.epoch == 1 and node.leader_id == 1
+    assert of_type(actions, PersistQuorumState)
+    # after a restart (the quorum-state says it led epoch 1) it leads again, in epoch 2
+    again = make_node(voters=(1,), log=node.log, quorum_state=node._quorum_state())
+    again.start(10)
+    assert again.role is Role.LEADER and again.epoch == 2
+
+
 def test_prospective_wins_pre_vote_then_candidate_then_leader() -> None:
     node = make_node()
     _now, actions = make_leader(node)

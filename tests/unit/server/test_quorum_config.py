@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from riverbed.server.config import ConfigError, ServerConfig
-from riverbed.server.quorum import raft_config, uses_raft_quorum
+from riverbed.server.quorum import raft_config
 
 
 def load(**overrides: str) -> ServerConfig:
@@ -23,13 +23,15 @@ def load(**overrides: str) -> ServerConfig:
     return ServerConfig.load(None, [f"{k}={v}" for k, v in base.items()])
 
 
-def test_one_voter_that_is_this_node_keeps_the_local_log() -> None:
-    assert not uses_raft_quorum(load(controller_quorum_voters="1@127.0.0.1:9093"))
+def test_a_node_without_voters_is_its_own_one_voter() -> None:
+    # one metadata path: the embedded default runs the Raft quorum with one voter
+    assert raft_config(load(), "abcdefghijklmnopqrstuv").voters == frozenset({1})
+    assert raft_config(load(node_id="7"), "c").voters == frozenset({7})
 
 
-def test_other_voters_mean_the_raft_quorum() -> None:
+def test_configured_voters_are_the_quorum() -> None:
     voters = "1@127.0.0.1:9093,2@127.0.0.1:9095,3@127.0.0.1:9097"
-    assert uses_raft_quorum(load(controller_quorum_voters=voters))
+    assert raft_config(load(controller_quorum_voters=voters), "c").voters == {1, 2, 3}
 
 
 def test_raft_settings_come_from_kafka_names_and_the_cluster_id() -> None:

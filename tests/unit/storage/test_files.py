@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from riverbed.storage import InvalidConfigError, LogConfig, ManualClock, SystemClock
+from riverbed.server.clock import SystemClock
+from riverbed.storage import InvalidConfigError, LogConfig, ManualClock
 from riverbed.storage.checkpoints import (
     CheckpointError,
     read_epoch_checkpoint,

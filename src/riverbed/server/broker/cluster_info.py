@@ -57,6 +57,12 @@ def valid_topic_name(name: str | None) -> bool:
 async def handle_api_versions(
     broker: Broker, ctx: RequestContext, req: ApiVersionsRequest
 ) -> ApiVersionsResponse:
+    return api_versions_response(ctx)
+
+
+def api_versions_response(ctx: RequestContext) -> ApiVersionsResponse:
+    """The versions this node speaks (any listener: the node answers before its broker
+    is built)."""
     keys = [
         ApiVersionsResponse.ApiVersion(api_key=int(k), min_version=lo, max_version=hi)
         for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
@@ -69,9 +75,8 @@ async def handle_api_versions(
 
 
 def _controller_id(broker: Broker) -> int:
-    """The active controller on a Raft quorum (set by the node), else this node."""
-    active = getattr(broker, "active_controller", None)
-    return int(active()) if active is not None else broker.node_id
+    """The active controller (this node when the quorum has no leader yet)."""
+    return broker.metadata.active_controller_id()
 
 
 def _brokers(image: MetadataImage, listener: str) -> list[tuple[int, str, int, str | None]]:

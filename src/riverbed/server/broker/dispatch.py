@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
@@ -27,6 +27,9 @@ from riverbed.server.broker.partitions import PartitionManager
 from riverbed.server.broker.versioning import fit_to_version
 from riverbed.server.network import CloseConnection, RequestContext
 from riverbed.server.purgatory import Purgatory
+
+if TYPE_CHECKING:
+    from riverbed.server.quorum import QuorumMetadata
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +89,7 @@ class Broker:
     def __init__(
         self,
         config: Any,
-        metadata: Any,
+        metadata: QuorumMetadata,
         partitions: PartitionManager,
         fetch_purgatory: Purgatory,
         cluster_id: str,

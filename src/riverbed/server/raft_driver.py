@@ -69,7 +69,11 @@ from riverbed.raft.state_machine import StateMachine, run_state_machine_actions
 from riverbed.raft.storage_log import StorageRaftLog
 from riverbed.raft.wire import RaftWireError
 from riverbed.server.clock import SystemClock
-from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
+from riverbed.server.fault_handler import (
+    FaultHalt,
+    FaultHandler,
+    ProcessTerminatingFaultHandler,
+)
 from riverbed.storage.config import LogConfig
 from riverbed.storage.log import PartitionLog
 from riverbed.storage.log_manager import METADATA_PARTITION_DIR
@@ -221,7 +225,8 @@ class RaftDriver:
         for task in list(self._tasks):
             task.cancel()
         for task in [*self._tasks, *([self._timer] if self._timer else [])]:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
+            # a task that halted (FaultHalt, tests only) has reported its fault already
+            with contextlib.suppress(asyncio.CancelledError, Exception, FaultHalt):
                 await task
         for fut in self._replies.values():
             fut.cancel()

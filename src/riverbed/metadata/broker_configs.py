@@ -90,6 +90,7 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     _d("connections.max.idle.ms", _L, "600000"),
     _d("max.connections", _I, _IMAX, at_least(0)),
     _d("max.connections.per.ip", _I, _IMAX, at_least(0)),
+    _d("max.connections.per.ip.overrides", _S, ""),
     _d("num.network.threads", _I, "3", at_least(1)),
     _d("num.io.threads", _I, "8", at_least(1)),
     _d("queued.max.requests", _I, "500", at_least(1)),

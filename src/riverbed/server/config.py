@@ -14,9 +14,11 @@ formatted automatically on first start (`riverbed.storage.auto.format=true`).
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import re
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +32,7 @@ from riverbed.metadata.broker_configs import (
 )
 from riverbed.metadata.config_defs import ConfigEntry, ConfigValueError
 from riverbed.metadata.controller import ControllerConfig
+from riverbed.server.connection_quotas import ConnectionLimits, normalize_ip
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,8 @@ EMBEDDED_DEFAULTS: dict[str, str] = {
 SUPPORTED_SECURITY_PROTOCOLS = frozenset({"PLAINTEXT"})
 _VOTER_RE = re.compile(r"^(\d+)@(\[[^\]]*\]|[^:\[\]@]+):(\d+)$")
 _LISTENER_RE = re.compile(r"^([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:\[\]]*):(-?\d+)$")
+#: Kafka's per-listener override of max.connections (ListenerName.configPrefix).
+_LISTENER_MAX_RE = re.compile(r"^listener\.name\.([a-z0-9_]+)\.max\.connections$")
 
 
 class ConfigError(ValueError):
@@ -157,7 +162,9 @@ class ServerConfig:
                 self._values[name] = cdef.parse(raw)
             except ConfigValueError as exc:
                 raise ConfigError(name, str(exc)) from None
-        self.unknown_keys = tuple(sorted(k for k in props if k not in CONFIG_DEFS))
+        self.unknown_keys = tuple(
+            sorted(k for k in props if k not in CONFIG_DEFS and not _LISTENER_MAX_RE.match(k))
+        )
         for key in self.unknown_keys:
             log.warning("ignoring unknown config key %s", key)
         self._derive()
@@ -250,6 +257,8 @@ class ServerConfig:
         self.num_network_threads: int = _int(v["num.network.threads"])
         self.num_io_threads: int = _int(v["num.io.threads"])
         self.queued_max_requests: int = _int(v["queued.max.requests"])
+        self.socket_listen_backlog_size: int = _int(v["socket.listen.backlog.size"])
+        self.connection_limits: ConnectionLimits = connection_limits(self)
         self.log_flush_interval_messages: int = _int(v["log.flush.interval.messages"])
         fim = v["log.flush.interval.ms"]
         self.log_flush_interval_ms: int | None = _int(fim) if fim is not None else None
@@ -407,6 +416,70 @@ def read_properties_file(path: str | os.PathLike[str]) -> dict[str, str]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(str(p), f"cannot read config file {p}: {exc}") from None
     return parse_properties(text)
+
+
+def connection_limits(cfg: ServerConfig) -> ConnectionLimits:
+    """max.connections, max.connections.per.ip(.overrides) and
+    listener.name.<listener>.max.connections, validated as Kafka does."""
+    per_ip = _int(cfg.get("max.connections.per.ip"))
+    key = "max.connections.per.ip.overrides"
+    overrides: dict[str, int] = {}
+    for item in str(cfg.get(key) or "").split(","):
+        if not item.strip():
+            continue
+        host, sep, count_text = item.strip().rpartition(":")
+        host = host.strip().strip("[]")
+        try:
+            count = int(count_text.strip())
+        except ValueError:
+            count = -1
+        if not sep or not host or count < 0:
+            raise ConfigError(
+                key, f"{key} entry {item.strip()!r} must be host:count with a count >= 0"
+            )
+        for address in _resolve(key, host):
+            overrides[address] = count
+    if per_ip == 0 and not overrides:
+        raise ConfigError(
+            "max.connections.per.ip",
+            "max.connections.per.ip can be set to zero only if "
+            "max.connections.per.ip.overrides is set",
+        )
+    listener_max: dict[str, int] = {}
+    names = {lst.name.lower(): lst.name for lst in cfg.listeners}
+    for prop, raw in cfg.originals.items():
+        match = _LISTENER_MAX_RE.match(prop)
+        if match is None:
+            continue
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise ConfigError(prop, f"{prop}={raw!r} must be an integer >= 0")
+        if match[1] not in names:
+            raise ConfigError(prop, f"{prop}: there is no listener {match[1].upper()}")
+        listener_max[names[match[1]]] = value
+    return ConnectionLimits(
+        max_connections=_int(cfg.get("max.connections")),
+        max_connections_per_ip=per_ip,
+        per_ip_overrides=overrides,
+        listener_max_connections=listener_max,
+        inter_broker_listener=cfg.inter_broker_listener_name,
+    )
+
+
+def _resolve(key: str, host: str) -> list[str]:
+    """The addresses of ``host`` (Kafka: InetAddress.getByName), spelled as peers are."""
+    try:
+        return [normalize_ip(str(ipaddress.ip_address(host)))]
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise ConfigError(key, f"{key}: cannot resolve host {host!r}: {exc}") from None
+    return list(dict.fromkeys(normalize_ip(str(info[4][0])) for info in infos))
 
 
 def _int(value: object) -> int:

@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from riverbed.protocol.exceptions import ProtocolError
+from riverbed.server.connection_quotas import ConnectionQuotas
+from riverbed.server.request_permits import RequestPermit, run_with_permit
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,10 @@ COALESCE_BYTES_MAX = 256 * 1024
 WRITE_BUFFER_HIGH_BYTES = 1024 * 1024
 #: How long a clean shutdown waits for in-flight requests before closing connections.
 SHUTDOWN_GRACE_MS = 5000
+#: Pause of an acceptor after a failed accept (e.g. EMFILE), instead of spinning.
+ACCEPT_ERROR_BACKOFF_MS = 100
+#: StreamReader buffer per connection (reading pauses above twice this).
+STREAM_LIMIT_BYTES = 64 * 1024
 
 
 class FileRange(Protocol):
@@ -269,38 +275,46 @@ class Connection:
 
     async def _read_loop(self) -> None:
         while not self.closing and not self.server.stopping:
-            # Blocks when inflight_requests_max (this connection) or queued.max.requests
-            # (all connections) are outstanding: the socket is not read, so back-pressure
-            # reaches the client through TCP.
+            # Blocks when inflight_requests_max requests of this connection are
+            # outstanding: the socket is not read, so back-pressure reaches the client
+            # through TCP.
             await self.slots.acquire()
-            await self.server.queued.acquire()
-            permit = True  # the queued permit, until a request carries it to the writer
-            try:
-                if not await self._read_one():
-                    return
-                permit = False
-            finally:
-                if permit:
-                    self.server.queued.release()
+            request = await self._read_one()
+            if request is None:
+                return
+            # queued.max.requests counts requests waiting for (or in) a handler over all
+            # connections, never idle connections: the permit is taken once a request has
+            # been read (Kafka's processor, too, holds one read request when the request
+            # queue is full) and given back when its handler finishes or parks.
+            permit = RequestPermit(self.server.queued)
+            await permit.acquire()
+            ctx, body = request
+            task: asyncio.Task[Response | None] = asyncio.create_task(
+                run_with_permit(self.server.handler, permit, ctx, body)
+            )
+            task.add_done_callback(permit.release_on_done)
+            self.server.track(task)
+            self.outstanding += 1
+            self._push((ctx.header, task))
 
-    async def _read_one(self) -> bool:
-        """Read, decode and dispatch one request; False when the connection is done."""
+    async def _read_one(self) -> tuple[RequestContext, Any] | None:
+        """Read and decode one request; None when the connection is done."""
         try:
             frame = await self._read_frame()
         except ProtocolError as exc:
             self._close_with(str(exc))
-            return False
+            return None
         if frame is None:
-            return False
+            return None
         try:
             header, body = self.server.codec.decode_request(frame)
         except ProtocolError as exc:
             api = _HEADER_PREFIX.unpack_from(frame) if len(frame) >= 8 else None
             self._close_with(f"malformed request {api}: {exc}")
-            return False
+            return None
         except Exception as exc:  # a codec bug must not take the broker down
             self._close_with(f"undecodable request: {exc!r}")
-            return False
+            return None
         ctx = RequestContext(
             header=header,
             peer=self.peer,
@@ -308,11 +322,7 @@ class Connection:
             connection_id=self.connection_id,
             received_ms=int(time.time() * 1000),
         )
-        task: asyncio.Task[Response | None] = asyncio.create_task(self.server.handler(ctx, body))
-        self.server.track(task)
-        self.outstanding += 1
-        self._push((header, task))
-        return True
+        return ctx, body
 
     def _push(self, item: tuple[Any, asyncio.Task[Response | None]] | None) -> None:
         self.inflight.append(item)
@@ -383,7 +393,6 @@ class Connection:
             self.inflight.popleft()
             self.outstanding -= 1
             self.slots.release()
-            self.server.queued.release()
 
     async def _flush(self) -> None:
         if self._out:
@@ -394,9 +403,8 @@ class Connection:
         await self.writer.drain()
 
     def _abort_pending(self) -> None:
-        """Connection gone: cancel unanswered requests and give back their queue slots."""
-        for _ in range(self.outstanding):
-            self.server.queued.release()
+        """Connection gone: cancel unanswered requests (their permits come back as their
+        tasks end)."""
         self.outstanding = 0
         while self.inflight:
             item = self.inflight.popleft()
@@ -494,6 +502,14 @@ class Connection:
         return transport.get_write_buffer_size() == 0
 
 
+@dataclass
+class _Listener:
+    name: str
+    sock: socket.socket
+    quotas: ConnectionQuotas
+    acceptor: asyncio.Task[None] | None = None
+
+
 class SocketServer:
     """Kafka listeners of one node: accepts connections and feeds the request handler."""
 
@@ -505,21 +521,28 @@ class SocketServer:
         connections_max_idle_ms: int = 600000,
         inflight_requests_max: int = 16,
         queued_requests_max: int = 500,
-        connections_max: int = 2**31 - 1,
+        quotas: ConnectionQuotas | None = None,
+        listen_backlog: int = 50,
         codec: _Codec | None = None,
     ) -> None:
-        assert socket_request_max_bytes > 0 and inflight_requests_max > 0
-        assert queued_requests_max > 0 and connections_max > 0
-        self.connections_max = connections_max
+        if socket_request_max_bytes <= 0 or inflight_requests_max <= 0:
+            raise ValueError("socket_request_max_bytes and inflight_requests_max must be > 0")
+        if queued_requests_max <= 0 or listen_backlog <= 0:
+            raise ValueError("queued_requests_max and listen_backlog must be > 0")
         self.handler = handler
         self.socket_request_max_bytes = socket_request_max_bytes
         self.connections_max_idle_ms = connections_max_idle_ms
         self.inflight_requests_max = inflight_requests_max
-        # queued.max.requests: requests read and not yet answered, over all connections.
+        # queued.max.requests: requests read and waiting for (or in) a handler, over all
+        # connections; parked requests and idle connections hold none (request_permits).
         self.queued = asyncio.Semaphore(queued_requests_max)
+        # max.connections(.per.ip): the default quotas; `listen` may name others (a
+        # combined node's controller listeners count apart, as in Kafka).
+        self.quotas = quotas if quotas is not None else ConnectionQuotas()
+        self.listen_backlog = listen_backlog
         self.codec: _Codec = codec if codec is not None else _DefaultCodec()
         self.stopping = False
-        self._servers: list[asyncio.Server] = []
+        self._listeners: list[_Listener] = []
         self._connections: set[asyncio.Task[None]] = set()
         self._open: set[Connection] = set()
         self._handler_tasks: set[asyncio.Task[Any]] = set()
@@ -531,8 +554,18 @@ class SocketServer:
         self._handler_tasks.add(task)
         task.add_done_callback(self._handler_tasks.discard)
 
+    @property
+    def connection_count(self) -> int:
+        return len(self._open)
+
     async def listen(
-        self, name: str, host: str, port: int, *, start_serving: bool = True
+        self,
+        name: str,
+        host: str,
+        port: int,
+        *,
+        start_serving: bool = True,
+        quotas: ConnectionQuotas | None = None,
     ) -> tuple[str, int]:
         """Bind one listener; returns the actual (host, port). With ``start_serving=False``
         connections wait in the backlog until `start_serving` (the node registers itself
@@ -540,58 +573,120 @@ class SocketServer:
         loop = asyncio.get_running_loop()
         # The default loop has native sendfile; uvloop does not (see module docstring).
         self.sendfile_mode = "direct" if type(loop).__module__.startswith("uvloop") else "loop"
+        quotas = quotas if quotas is not None else self.quotas
+        quotas.add_listener(name)
+        socks = await self._bind(host, port)
+        self._listeners.extend(_Listener(name, sock, quotas) for sock in socks)
+        if start_serving:
+            await self.start_serving()
+        self.bound[name] = (host, int(socks[0].getsockname()[1]))
+        return self.bound[name]
 
-        async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            if self.stopping:
-                writer.close()
+    async def _bind(self, host: str, port: int) -> list[socket.socket]:
+        """Listening sockets for ``host`` (all interfaces when empty), like start_server."""
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+        socks: list[socket.socket] = []
+        try:
+            for family, type_, proto, _, addr in dict.fromkeys(infos):
+                sock = socket.socket(family, type_, proto)
+                socks.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                if port == 0 and len(socks) > 1:
+                    addr = (addr[0], socks[0].getsockname()[1], *addr[2:])
+                try:
+                    sock.bind(addr)
+                except OSError as exc:
+                    reason = (exc.strerror or str(exc)).lower()
+                    raise OSError(exc.errno, f"cannot bind {addr[0]}:{addr[1]}: {reason}") from exc
+                sock.listen(self.listen_backlog)
+                sock.setblocking(False)
+        except OSError:
+            for sock in socks:
+                sock.close()
+            raise
+        return socks
+
+    async def _accept_loop(self, name: str, lsock: socket.socket, quotas: ConnectionQuotas) -> None:
+        """Kafka's acceptor: wait for a connection slot, accept, check the per-ip limit."""
+        loop = asyncio.get_running_loop()
+        while not self.stopping:
+            # max.connections / listener.name.<l>.max.connections: stop accepting until a
+            # connection closes; new connections wait in the listen backlog meanwhile.
+            await quotas.wait_for_slot(name)
+            try:
+                csock, addr = await loop.sock_accept(lsock)
+            except OSError as exc:
+                if self.stopping:
+                    return
+                # e.g. EMFILE: the socket stays readable, so back off instead of spinning
+                log.warning("cannot accept a connection on %s: %s", name, exc)
+                await asyncio.sleep(ACCEPT_ERROR_BACKOFF_MS / 1000)
+                continue
+            ip = str(addr[0]) if isinstance(addr, tuple) else str(addr)
+            if self.stopping or not quotas.try_add(name, ip):
+                if not self.stopping:
+                    log.info(
+                        "rejected connection from %s on %s: it already has the maximum of %d "
+                        "connections (max.connections.per.ip)",
+                        ip,
+                        name,
+                        quotas.ip_limit(ip),
+                    )
+                csock.close()
+                continue
+            task = asyncio.create_task(self._serve(name, csock, ip, quotas))
+            self._connections.add(task)
+            task.add_done_callback(self._connections.discard)
+
+    async def _serve(
+        self, name: str, csock: socket.socket, ip: str, quotas: ConnectionQuotas
+    ) -> None:
+        try:
+            with contextlib.suppress(OSError):
+                csock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            loop = asyncio.get_running_loop()
+            reader = asyncio.StreamReader(limit=STREAM_LIMIT_BYTES)
+            protocol = asyncio.StreamReaderProtocol(reader)
+            try:
+                transport, _ = await loop.connect_accepted_socket(lambda: protocol, csock)
+            except OSError as exc:
+                log.debug("connection from %s gone before it was set up: %s", ip, exc)
+                csock.close()
                 return
-            if len(self._open) >= self.connections_max:
-                log.warning(
-                    "refusing connection from %s: %d connections open (max.connections)",
-                    writer.get_extra_info("peername"),
-                    len(self._open),
-                )
-                writer.close()
-                return
-            sock = writer.get_extra_info("socket")
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
             self._next_connection_id += 1
             conn = Connection(self, reader, writer, self._next_connection_id, name)
-            task = asyncio.current_task()
-            assert task is not None
-            self._connections.add(task)
             self._open.add(conn)
             try:
                 await conn.run()
             finally:
-                self._connections.discard(task)
                 self._open.discard(conn)
-
-        server = await asyncio.start_server(
-            on_client,
-            host or None,
-            port,
-            reuse_address=True,
-            limit=64 * 1024,
-            start_serving=start_serving,
-        )
-        self._servers.append(server)
-        sockname = server.sockets[0].getsockname()
-        self.bound[name] = (host, int(sockname[1]))
-        return self.bound[name]
+        finally:
+            quotas.remove(name, ip)
 
     async def start_serving(self) -> None:
-        for server in self._servers:
-            await server.start_serving()
+        for lst in self._listeners:
+            if lst.acceptor is None:
+                lst.acceptor = asyncio.create_task(
+                    self._accept_loop(lst.name, lst.sock, lst.quotas)
+                )
 
     async def stop(self) -> None:
         """Stop accepting, let in-flight requests finish and their responses go out
         (bounded wait), then close every connection."""
         self.stopping = True
-        for server in self._servers:
-            server.close()
+        acceptors = [lst.acceptor for lst in self._listeners if lst.acceptor is not None]
+        for task in acceptors:
+            task.cancel()
+        if acceptors:
+            await asyncio.wait(acceptors, timeout=1.0)
+        for lst in self._listeners:
+            lst.sock.close()
         grace_s = SHUTDOWN_GRACE_MS / 1000
         for conn in list(self._open):
             conn.stop_reading()
@@ -601,6 +696,3 @@ class SocketServer:
             task.cancel()
         if self._connections:
             await asyncio.wait(list(self._connections), timeout=grace_s)
-        for server in self._servers:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 1.0)

@@ -46,12 +46,14 @@ import signal
 import sys
 import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.server.broker.dispatch import Broker
 from riverbed.server.broker.partitions import PartitionManager, log_config_for
 from riverbed.server.clock import SystemClock
+from riverbed.server.connection_quotas import ConnectionQuotas, raise_open_files_limit
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.network import CloseConnection, SocketServer
 from riverbed.server.purgatory import Purgatory
@@ -78,20 +80,6 @@ class UnsupportedControllerApi(CloseConnection):
 
 class NodeStartError(RuntimeError):
     """The node cannot start (e.g. a listener's port is taken); the message says why."""
-
-
-def _int_key(cfg: Any, key: str, default: int) -> int:
-    """A positive int config key riverbed reads from the originals (Kafka's name)."""
-    raw = cfg.originals.get(key)
-    if raw is None:
-        return default
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise NodeStartError(f"{key}={raw!r} is not an integer") from None
-    if value <= 0:
-        raise NodeStartError(f"{key}={raw!r} must be at least 1")
-    return value
 
 
 def _now_ms() -> int:
@@ -134,6 +122,7 @@ class Node:
         cfg = self.config
         # first: a test run that dies while this node starts must not leave it behind
         self._tasks.append(asyncio.create_task(self._watch_parent()))
+        raise_open_files_limit()  # one fd per connection: 1024 would cap max.connections
         self.cluster_id = ensure_formatted(
             list(cfg.log_dirs), cfg.metadata_log_dir, cfg.node_id, auto_format=cfg.auto_format
         )
@@ -152,7 +141,12 @@ class Node:
             connections_max_idle_ms=cfg.connections_max_idle_ms,
             inflight_requests_max=INFLIGHT_REQUESTS_PER_CONNECTION_MAX,
             queued_requests_max=cfg.queued_max_requests,
-            connections_max=_int_key(cfg, "max.connections", 2**31 - 1),
+            quotas=ConnectionQuotas(cfg.connection_limits),
+            listen_backlog=cfg.socket_listen_backlog_size,
+        )
+        # Kafka's KRaft controller listeners have a socket server (and quotas) of their own
+        self._controller_quotas = ConnectionQuotas(
+            replace(cfg.connection_limits, inter_broker_listener=None)
         )
         # The quorum: the controller listener serves Raft RPCs at once (the other voters
         # need them to elect a leader), then this replica catches up with the committed
@@ -213,7 +207,11 @@ class Node:
                 continue
             try:
                 host, port = await self.server.listen(
-                    lst.name, lst.host, lst.port, start_serving=controller
+                    lst.name,
+                    lst.host,
+                    lst.port,
+                    start_serving=controller,
+                    quotas=self._controller_quotas if is_controller else None,
                 )
             except OSError as exc:
                 raise NodeStartError(

@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Hashable, Iterable
 
+from riverbed.server.request_permits import park_current_request
+
 #: Default bound on parked operations per node.
 PURGATORY_WAITERS_MAX = 10000
 
@@ -72,6 +74,9 @@ class Purgatory:
             return True
         if timeout_ms <= 0 or self._closed or self._count >= self.waiters_max:
             return False
+        # Parked, the request no longer occupies a handler: its queued.max.requests
+        # permit goes back (Kafka's delayed operations hold no request-queue slot).
+        park_current_request()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000.0
         waiter = _Waiter(tuple(dict.fromkeys(keys)))

@@ -263,35 +263,6 @@ def test_pipelined_responses_before_a_close_are_delivered(loop_kind: str) -> Non
     assert rest == b""
 
 
-def test_connections_beyond_the_limit_are_refused(caplog: pytest.LogCaptureFixture) -> None:
-    async def handler(ctx: RequestContext, body: bytes) -> Any:
-        return body
-
-    async def main() -> tuple[tuple[int, bytes], bytes, tuple[int, bytes]]:
-        server, port = await start(handler, connections_max=1)
-        r1, w1 = await asyncio.open_connection("127.0.0.1", port)
-        w1.write(frame(1, b"first"))
-        first = await read_response(r1)
-        r2, w2 = await asyncio.open_connection("127.0.0.1", port)
-        refused = await asyncio.wait_for(r2.read(), 5)
-        w1.close()
-        await _until(lambda: not server._open)  # the first connection is gone: room again
-        r3, w3 = await asyncio.open_connection("127.0.0.1", port)
-        w3.write(frame(3, b"third"))
-        third = await read_response(r3)
-        w2.close()
-        w3.close()
-        await server.stop()
-        return first, refused, third
-
-    with caplog.at_level(logging.WARNING, logger="riverbed.server.network"):
-        first, refused, third = asyncio.run(main())
-    assert first == (1, b"first")
-    assert refused == b""
-    assert third == (3, b"third")
-    assert any("max.connections" in r.getMessage() for r in caplog.records)
-
-
 def test_vanished_segment_closes_the_connection_cleanly(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

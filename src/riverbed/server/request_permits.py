@@ -1,0 +1,69 @@
+"""``queued.max.requests`` permits: one per request that waits for or runs in a handler.
+
+Kafka bounds the request queue between its network threads and its request handler
+threads by ``queued.max.requests``; an idle connection holds nothing, and a request parked
+in a purgatory (a long-poll fetch, a delayed produce, a group join) has left the handler
+threads, so it holds nothing either. riverbed's handlers are asyncio tasks: a request takes
+a permit once it has been read, and gives it back when its handler returns or parks
+(`park_current_request`, called by the purgatory). The permit travels with the handler
+task in a context variable, so nothing between the network layer and the purgatory has to
+pass it along.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_CURRENT: contextvars.ContextVar[RequestPermit | None] = contextvars.ContextVar(
+    "riverbed_request_permit", default=None
+)
+
+
+class RequestPermit:
+    """One permit of a semaphore, given back exactly once."""
+
+    __slots__ = ("_held", "_semaphore")
+
+    def __init__(self, semaphore: asyncio.Semaphore) -> None:
+        self._semaphore = semaphore
+        self._held = False
+
+    async def acquire(self) -> None:
+        await self._semaphore.acquire()
+        self._held = True
+
+    @property
+    def held(self) -> bool:
+        return self._held
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._semaphore.release()
+
+    def release_on_done(self, _task: asyncio.Future[Any]) -> None:
+        """Done callback: also runs for a task cancelled before it ever started."""
+        self.release()
+
+
+async def run_with_permit(
+    handler: Callable[..., Coroutine[Any, Any, T]], permit: RequestPermit, *args: Any
+) -> T:
+    """Run ``handler(*args)`` in a task that owns ``permit`` (see `park_current_request`)."""
+    _CURRENT.set(permit)  # the task runs in its own copy of the context
+    try:
+        return await handler(*args)
+    finally:
+        permit.release()
+
+
+def park_current_request() -> None:
+    """The running request is about to wait in a purgatory: give back its permit."""
+    permit = _CURRENT.get()
+    if permit is not None:
+        permit.release()

@@ -602,7 +602,7 @@ class SocketServer:
                     sock.bind(addr)
                 except OSError as exc:
                     reason = (exc.strerror or str(exc)).lower()
-                    raise OSError(exc.errno, f"cannot bind {addr[0]}:{addr[1]}: {reason}") from exc
+                    raise OSError(exc.errno, f"cannot bind {addr!r}: {reason}") from exc
                 sock.listen(self.listen_backlog)
                 sock.setblocking(False)
         except OSError:

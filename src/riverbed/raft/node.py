@@ -687,8 +687,12 @@ class RaftNode(ReplicationMixin):
             return BeginQuorumEpochResponse(Errors.FENCED_LEADER_EPOCH, self.leader_id, self.epoch)
         if req.leader_id == self.node_id or req.leader_id not in self.config.voters:
             return BeginQuorumEpochResponse(Errors.INVALID_REQUEST, self.leader_id, self.epoch)
+        if req.leader_epoch == self.epoch and self.leader_id not in (-1, req.leader_id):
+            # a second leader for an epoch that has one (us, or the one we follow): only a
+            # broken peer sends this; refuse it rather than follow or crash
+            self._reject_input(req.leader_id, f"BeginQuorumEpoch conflicts: {req}")
+            return BeginQuorumEpochResponse(Errors.INVALID_REQUEST, self.leader_id, self.epoch)
         if req.leader_epoch > self.epoch or self.role is not Role.FOLLOWER:
-            assert not (req.leader_epoch == self.epoch and self.role is Role.LEADER), req
             self._become_follower(req.leader_epoch, req.leader_id)
         self.last_leader_contact_ms = self._now
         return BeginQuorumEpochResponse(Errors.NONE, self.leader_id, self.epoch)

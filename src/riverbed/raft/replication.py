@@ -40,6 +40,7 @@ from riverbed.raft.messages import (
     FetchResponse,
     FetchSnapshotRequest,
     FetchSnapshotResponse,
+    OffsetAndEpoch,
     ReplicaState,
     SnapshotId,
 )
@@ -116,7 +117,13 @@ class ReplicationMixin:
             return self._fetch_error(Errors.FENCED_LEADER_EPOCH)
         if req.current_leader_epoch > self.epoch:
             return self._fetch_error(Errors.UNKNOWN_LEADER_EPOCH)
-        if req.fetch_offset < 0 or req.max_bytes < 0 or req.replica_id == self.node_id:
+        if (
+            req.fetch_offset < 0
+            or not 0 <= req.last_fetched_epoch <= req.current_leader_epoch
+            or req.max_bytes < 0
+            or req.replica_id == self.node_id
+        ):
+            # Kafka's rule; a negative LastFetchedEpoch would name no epoch of our log
             return self._fetch_error(Errors.INVALID_REQUEST)
         ls = self.leader_state
         assert ls is not None
@@ -325,18 +332,18 @@ class ReplicationMixin:
             return
         if resp.leader_epoch != self.epoch:
             return
+        target = -1
+        if resp.diverging_epoch is not None:
+            target = self._diverging_target(resp.diverging_epoch)
+        problem = self._fetch_response_problem(resp, target)
+        if problem is not None:
+            # not proof of a working leader either: the fetch timer keeps running
+            self._reject_input(src, problem)
+            self.backoff_until_ms = self._now + FETCH_ERROR_BACKOFF_MS
+            return
         self.fetch_deadline_ms = self._now + self.config.fetch_timeout_ms
         self.last_leader_contact_ms = self._now
         if resp.diverging_epoch is not None:
-            local = self.log.end_offset_for_epoch(resp.diverging_epoch.epoch)
-            target = min(resp.diverging_epoch.offset, local.offset)
-            if target < self.log.start_offset:
-                target = self.log.start_offset
-            target = self.log.batch_start(target)  # the log drops whole batches
-            assert target >= self.applied_offset, (
-                f"node {self.node_id}: diverging truncation to {target} below committed "
-                f"{self.applied_offset}"
-            )
             self.log.truncate_to(target)
             return
         if resp.snapshot_id is not None:
@@ -361,6 +368,30 @@ class ReplicationMixin:
             hw = self.log.batch_start(min(resp.high_watermark, self.log.end_offset))
             self.high_watermark = max(self.high_watermark, hw)
         self._follower_maybe_advance_log_start(resp.log_start_offset)
+
+    def _diverging_target(self, diverging: OffsetAndEpoch) -> int:
+        """Where a DivergingEpoch truncates this log to (whole batches)."""
+        local = self.log.end_offset_for_epoch(diverging.epoch)
+        target = max(min(diverging.offset, local.offset), self.log.start_offset)
+        return self.log.batch_start(target)
+
+    def _fetch_response_problem(self, resp: FetchResponse, target: int) -> str | None:
+        """Why a successful Fetch reply from the leader cannot be right (None: it can).
+        A correct leader never asks to truncate committed entries (Kafka's check against
+        the high watermark) nor names a snapshot with a negative id or a future epoch."""
+        div = resp.diverging_epoch
+        if div is not None:
+            if div.offset < 0 or not 0 <= div.epoch <= resp.leader_epoch:
+                return f"invalid DivergingEpoch {div} at leader epoch {resp.leader_epoch}"
+            if target < self.high_watermark:
+                return (
+                    f"DivergingEpoch {div} would truncate to {target}, below the high "
+                    f"watermark {self.high_watermark}"
+                )
+        sid = resp.snapshot_id
+        if sid is not None and (sid.end_offset < 0 or not 0 <= sid.epoch <= resp.leader_epoch):
+            return f"invalid SnapshotId {sid} at leader epoch {resp.leader_epoch}"
+        return None
 
     def _entries_valid(self, entries: tuple[Entry, ...], leader_epoch: int) -> bool:
         """Contiguous offsets, epochs non-decreasing from our last and never past the
@@ -410,6 +441,8 @@ class ReplicationMixin:
             self.backoff_until_ms = self._now + FETCH_ERROR_BACKOFF_MS
             return
         if self.role is not Role.FOLLOWER or src != self.leader_id:
+            return
+        if resp.leader_epoch != self.epoch:
             return
         self.fetch_deadline_ms = self._now + self.config.fetch_timeout_ms
         self.last_leader_contact_ms = self._now

@@ -297,7 +297,10 @@ class Simulation:
         node = sn.node
         assert node is not None
         old_hw = node.high_watermark
+        old_rejected = node.rejected_inputs
         self.run_actions(sn, fn(node))
+        if node.rejected_inputs > old_rejected:
+            self.stats["rejected inputs"] += node.rejected_inputs - old_rejected
         if sn.node is not node:
             return
         self.checker.check_node(node)

@@ -4,16 +4,21 @@ and 60 more with every message through Kafka wire bytes.
 Each seed runs chaos (crashes losing unflushed writes, restarts, partitions, drops,
 duplicates, resignations, disk wipes, client appends, snapshots every 25 records) with the
 invariants of ``riverbed.testing.raft_sim_checks`` checked after every event, then a calm
-phase that must commit new records on every node. A failure message starts with the
+phase that must commit new records on every node. The metadata controller runs on top
+(``riverbed.testing.raft_sim_metadata``): every image any node publishes must be the
+replay of whole controller operations. A failure message starts with the
 one-line replay command. Soak: ``python -m riverbed.testing.raft_sim --seeds 100000``.
 """
 
 from __future__ import annotations
 
+import random
+import uuid
 from collections import Counter
 
 import pytest
 
+from riverbed.metadata.image import BrokerEndpoint, MetadataImage
 from riverbed.testing.raft_sim import SimParams, params_for, run_seed
 
 SEEDS_PER_CHUNK = 45
@@ -32,6 +37,8 @@ def test_simulation_seeds(chunk: int) -> None:
     assert stats["snapshots written"] > 0
     assert stats["fetch->snapshot id"] > 0
     assert stats["snapshot loads"] > 0
+    assert stats["metadata ops"] > SEEDS_PER_CHUNK
+    assert stats["metadata images checked"] > stats["metadata ops"]
 
 
 def test_simulation_through_kafka_wire_bytes() -> None:
@@ -74,3 +81,57 @@ def test_failure_message_has_replay_command(monkeypatch: pytest.MonkeyPatch) -> 
     text = str(info.value)
     assert text.startswith("replay: .venv/bin/python -m riverbed.testing.raft_sim --seed ")
     assert "voters hold it durably" in text
+
+
+def test_atomicity_check_catches_operations_split_by_the_fetch_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from riverbed.raft import replication
+    from riverbed.raft.messages import Entry, EntryKind
+    from riverbed.testing.raft_sim import SimulationFailure
+
+    # the leader writes every record as a batch of its own, as before operations were
+    # batches: a small fetch budget or the high watermark then cuts an operation in two
+    def one_batch_per_record(
+        offset: int, epoch: int, value: bytes, kind: EntryKind = EntryKind.DATA, **_: bool
+    ) -> Entry:
+        return Entry(offset, epoch, value, kind)
+
+    monkeypatch.setattr(replication, "Entry", one_batch_per_record)
+    with pytest.raises(SimulationFailure, match="inside a"):
+        for seed in range(1, 60, 3):  # 3-voter clusters
+            run_seed(params_for(seed))
+
+
+def test_half_a_topic_is_not_an_image_of_whole_operations() -> None:
+    from riverbed.metadata.image import replay_all
+    from riverbed.metadata.records import decode_record
+    from riverbed.protocol.messages import CreateTopicsRequest
+    from riverbed.raft.messages import Entry
+    from riverbed.testing.raft_sim_checks import InvariantError
+    from riverbed.testing.raft_sim_metadata import MetadataChecker, MetadataClient, encoded
+
+    client = MetadataClient(random.Random(1))
+    c = client.controller
+    boot = c.bootstrap_records()
+    image = replay_all(replay_all(MetadataImage.EMPTY, boot), [])
+    reg = c.register_broker(image, 1, uuid.UUID(int=7), [BrokerEndpoint("P", "h", 1)], None, 0)
+    image = replay_all(image, reg.records)
+    ct = CreateTopicsRequest.CreatableTopic(name="t", num_partitions=3, replication_factor=1)
+    topic = c.create_topics(image, CreateTopicsRequest(topics=[ct], timeout_ms=1), 0).records
+    ops = [boot, reg.records, topic]
+    committed: dict[int, tuple[int, bytes]] = {}
+    checker = MetadataChecker(committed)
+    offset = 0
+    for op in ops:
+        values = encoded(op)
+        for v in values:
+            committed[offset] = (1, v)
+            offset += 1
+        checker.on_append(1, offset - 1, metadata=True)
+    checker.on_commit(tuple(Entry(o, 1, v) for o, (_, v) in committed.items()))
+    whole = [decode_record(v) for _, (_, v) in sorted(committed.items())]
+    checker.check_image(1, replay_all(MetadataImage.EMPTY, whole, offset - 1), None)
+    half = offset - 2  # the TopicRecord and two of its three PartitionRecords
+    with pytest.raises(InvariantError, match="half an operation"):
+        checker.check_image(1, replay_all(MetadataImage.EMPTY, whole[: half + 1], half), None)

@@ -6,8 +6,13 @@ network partitions, crashes that lose unflushed log writes and partial snapshot 
 restarts, graceful leader resignation, a disk wipe (the replica comes back with a new
 directory id and never votes again under its id, as with KIP-853), client appends, slow
 fsyncs. Snapshot and batching knobs vary per seed (a snapshot every 5-80 records, fetched
-in 40 B - 2 KB chunks) so KIP-630 paths run in every seed. After every event the
-invariants in ``raft_sim_checks`` are checked; then a calm phase (no faults, everyone
+in 40 B - 2 KB chunks) so KIP-630 paths run in every seed. The client also runs the real
+metadata controller's operations (``raft_sim_metadata``: register broker, create topics
+with several partitions, ...) on the active leader, each one ``append`` = one batch, and
+every node replays committed metadata into its image as the server does. After every
+event the invariants in ``raft_sim_checks`` are checked, and the atomicity invariant of
+``raft_sim_metadata``: commits, snapshots and every image any node publishes end on
+whole operations (never half a topic). Then a calm phase (no faults, everyone
 restarted and connected) must elect a leader and commit every new record on every node
 within bounded simulated time. ``--wire`` sends every message through ``raft.wire`` and
 the message engine's bytes.
@@ -59,11 +64,20 @@ from riverbed.raft.node import AppendQueueFullError, NotLeaderError, RaftNode
 from riverbed.raft.quorum_state import QuorumState
 from riverbed.raft.roles import Role
 from riverbed.raft.snapshots import MemorySnapshotStore
-from riverbed.testing.raft_sim_checks import Checker, InvariantError, KVStateMachine
+from riverbed.testing.raft_sim_checks import Checker, InvariantError
+from riverbed.testing.raft_sim_metadata import (
+    MetadataChecker,
+    MetadataClient,
+    SimStateMachine,
+    encoded,
+)
 
 
 class SimulationFailure(AssertionError):
     pass
+
+
+METADATA_OP_SHARE = 0.35  # client events that run a controller operation (when active)
 
 
 _RESPONSE_API = {
@@ -141,12 +155,13 @@ class Disk:
 class SimNode:
     node_id: int
     disk: Disk
+    sm: SimStateMachine
     node: RaftNode | None = None
-    sm: KVStateMachine = field(default_factory=KVStateMachine)
     incarnation: int = 0
     tick_version: int = 0
     request_incarnation: dict[tuple[int, int], int] = field(default_factory=dict)
     wiped_coverage: int | None = None
+    metadata_op: tuple[int, int] | None = None  # (epoch, last offset) of the op in flight
 
     @property
     def alive(self) -> bool:
@@ -164,8 +179,12 @@ class Simulation:
         ids = list(range(1, params.voters + params.observers + 1))
         self.dir_ids = {v: f"dir-{v}-0" for v in self.voters}
         self.config = sim_config(self.voters, self.dir_ids, self.rng)
-        self.nodes = {i: SimNode(i, Disk(directory_id=f"dir-{i}-0")) for i in ids}
         self.checker = Checker(self.voters)
+        self.metadata = MetadataClient(random.Random(self.rng.getrandbits(64)))
+        self.metadata_checker = MetadataChecker(self.checker.committed)
+        self.nodes = {
+            i: SimNode(i, Disk(directory_id=f"dir-{i}-0"), self.new_machine(i)) for i in ids
+        }
         self.partition: dict[int, int] = {}  # node -> side; empty = connected
         self.drop_rate = 0.0
         self.dup_rate = 0.0
@@ -196,9 +215,17 @@ class Simulation:
         self.schedule(sn.node.next_deadline_ms(), "tick", sn.node_id, sn.tick_version)
 
     # --- node lifecycle ------------------------------------------------------------------------
+    def new_machine(self, node_id: int) -> SimStateMachine:
+        def on_image(image: Any, loaded: Any) -> None:
+            self.stats["metadata images checked"] += 1
+            self.metadata_checker.check_image(node_id, image, loaded)
+
+        return SimStateMachine(self.metadata.controller, lambda: self.now, on_image)
+
     def boot(self, sn: SimNode) -> None:
         sn.incarnation += 1
-        sn.sm = KVStateMachine()
+        sn.sm = self.new_machine(sn.node_id)
+        sn.metadata_op = None
         sn.request_incarnation = {}
         node = RaftNode(
             sn.node_id,
@@ -274,8 +301,10 @@ class Simulation:
                     sn.disk.log.truncations,
                 )
             elif isinstance(a, CommitEntries):
-                sn.sm.apply(a.entries)
+                # ground truth first: the image checks compare against the committed log
                 self.checker.on_commit(sn.node_id, a.entries)
+                self.metadata_checker.on_commit(a.entries)
+                sn.sm.apply(a.entries)
             elif isinstance(a, LoadSnapshot):
                 self.stats["snapshot loads"] += 1
                 sn.sm.load(a.snapshot_id, sn.disk.snapshots.get(a.snapshot_id))
@@ -283,6 +312,10 @@ class Simulation:
                 self.trace(f"node {sn.node_id} loaded snapshot {a.snapshot_id}")
             elif isinstance(a, CreateSnapshot):
                 self.stats["snapshots written"] += 1
+                if not self.metadata_checker.is_batch_boundary(a.snapshot_id.end_offset):
+                    raise InvariantError(
+                        f"node {sn.node_id}: snapshot {a.snapshot_id} ends inside a batch"
+                    )
                 data = sn.sm.snapshot(a.snapshot_id)
                 self.checker.check_snapshot_state(sn.node_id, a.snapshot_id, sn.sm.data)
                 # a crash before the rename loses it: write after a delay
@@ -304,6 +337,11 @@ class Simulation:
         if sn.node is not node:
             return
         self.checker.check_node(node)
+        if not self.metadata_checker.is_batch_boundary(node.applied_offset):
+            raise InvariantError(
+                f"node {node.node_id}: commits delivered up to {node.applied_offset}, "
+                "inside a batch"
+            )
         if node.role is Role.LEADER and node.high_watermark > old_hw:
             self.checker.check_leader_hw(node, old_hw, self.durable_view())
         self.reschedule_tick(sn)
@@ -383,6 +421,10 @@ class Simulation:
         if not leaders:
             return
         sn = self.rng.choice(leaders)
+        if self.rng.random() < METADATA_OP_SHARE:
+            if self.metadata_ready(sn):
+                self.metadata_append(sn)
+            return
         values = []
         for _ in range(self.rng.randint(1, 3)):
             self.key_counter += 1
@@ -390,13 +432,38 @@ class Simulation:
             values.append(f"set {key} v{self.key_counter}".encode())
         self.append_to(sn, values)
 
-    def append_to(self, sn: SimNode, values: list[bytes]) -> bool:
+    def metadata_ready(self, sn: SimNode) -> bool:
+        """The service's rule: an active controller (its epoch's LeaderChange committed
+        and applied, so its image is current) with no operation of its own in flight."""
+        node = sn.node
+        ls = node.leader_state if node is not None else None
+        if node is None or ls is None or node.role is not Role.LEADER:
+            return False
+        if node.high_watermark <= ls.epoch_start_offset or node.applied_offset < (
+            node.high_watermark
+        ):
+            return False
+        op = sn.metadata_op
+        return op is None or op[0] != node.epoch or node.applied_offset > op[1]
+
+    def metadata_append(self, sn: SimNode) -> None:
+        assert sn.node is not None
+        name, records = self.metadata.next_op(sn.sm.image, self.now)
+        if records:
+            self.stats["metadata ops"] += 1
+            self.trace(f"node {sn.node_id} controller op {name}: {len(records)} records")
+            self.append_to(sn, encoded(records), metadata=True)
+
+    def append_to(self, sn: SimNode, values: list[bytes], metadata: bool = False) -> bool:
         node = sn.node
         assert node is not None
         try:
-            _, actions = node.append(values, self.now)
+            last, actions = node.append(values, self.now)
         except (NotLeaderError, AppendQueueFullError):
             return False
+        self.metadata_checker.on_append(node.epoch, last, metadata)
+        if metadata:
+            sn.metadata_op = (node.epoch, last)
         self.run_actions(sn, actions)
         self.checker.check_node(node)
         self.reschedule_tick(sn)
@@ -514,6 +581,7 @@ class Simulation:
             ref = self.checker.reference_state(hw)
             if st != ref:
                 raise InvariantError(f"node {nid}: final state differs from the committed log")
+            self.metadata_checker.check_state(nid, sn.sm.image, hw)
             if set(st) - set(first) and nid != next(iter(states)):
                 pass
 

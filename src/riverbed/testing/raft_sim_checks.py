@@ -1,6 +1,7 @@
 """Invariants of the raft simulation and its deterministic state machine.
 
-``KVStateMachine`` applies ``set <key> <value>`` records; its snapshot is the sorted map as
+``KVStateMachine`` applies ``set <key> <value>`` records (and skips the metadata records
+of ``raft_sim_metadata``); its snapshot is the sorted map as
 ``<key>=<value>`` records in the real snapshot file format (``raft.snapshot_format``), so
 loading a snapshot must reproduce the state exactly.
 
@@ -45,7 +46,7 @@ class KVStateMachine:
                     f"state machine expected offset {self.applied}, got {e.offset}"
                 )
             self.applied += 1
-            if e.kind is EntryKind.DATA:
+            if e.kind is EntryKind.DATA and e.value.startswith(b"set "):  # not metadata
                 _, key, value = e.value.decode().split(" ", 2)
                 self.data[key] = value
 

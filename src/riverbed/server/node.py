@@ -172,9 +172,17 @@ class Node:
 
         factory = self._log_manager_factory
         if factory is None:
+            from riverbed.server.fault_handler import ProcessTerminatingFaultHandler
             from riverbed.storage.log_manager import LogManager
 
-            self.log_manager = LogManager(list(cfg.log_dirs), clock, config_for=config_for)
+            # a failed disk halts the node when no log dir is left (or the metadata one)
+            self.log_manager = LogManager(
+                list(cfg.log_dirs),
+                clock,
+                config_for=config_for,
+                halt=ProcessTerminatingFaultHandler(cfg.node_id).handle_fault,
+                metadata_log_dir=cfg.metadata_log_dir,
+            )
         else:
             self.log_manager = factory(list(cfg.log_dirs), clock)
         self.partitions = PartitionManager(self.log_manager, cfg.node_id, static, self.purgatory)
@@ -312,7 +320,7 @@ class Node:
                 self.log_manager.flush_due(now)
                 if now >= next_retention:
                     next_retention = now + retention_every
-                    self.log_manager.run_retention(now)
+                    self.log_manager.schedule_retention(now)  # in its pool
             except Exception:
                 log.exception("log housekeeping failed")
 

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Final
 
 from riverbed.storage.errors import LogDirError
+from riverbed.storage.file_io import OS_FILE_IO, FileIO
 
 __all__ = [
     "LEADER_EPOCH_CHECKPOINT",
@@ -82,31 +83,27 @@ class CheckpointError(LogDirError):
     """A checkpoint or metadata file that does not parse."""
 
 
-def fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path, io: FileIO = OS_FILE_IO) -> None:
     """fsync a directory so a rename or new file in it survives a crash."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    io.fsync_dir(path)
 
 
-def write_atomic(path: Path, text: str, *, sync: bool = True) -> None:
+def write_atomic(path: Path, text: str, *, sync: bool = True, io: FileIO = OS_FILE_IO) -> None:
     """Write ``text`` to ``path`` via ``path.tmp`` + fsync + rename (+ dir fsync)."""
     tmp = path.with_name(path.name + ".tmp")
     data = text.encode("utf-8")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = io.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view) :]
+            view = view[io.write(fd, view) :]
         if sync:
-            os.fsync(fd)
+            io.fsync(fd)
     finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        io.close(fd)
+    io.replace(tmp, path)
     if sync:
-        fsync_dir(path.parent)
+        io.fsync_dir(path.parent)
 
 
 def _read_text(path: Path) -> str | None:
@@ -160,11 +157,15 @@ def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
 
 
 def write_offset_checkpoint(
-    path: Path, offsets: Mapping[tuple[str, int], int], *, sync: bool = True
+    path: Path,
+    offsets: Mapping[tuple[str, int], int],
+    *,
+    sync: bool = True,
+    io: FileIO = OS_FILE_IO,
 ) -> None:
     lines = [str(CHECKPOINT_VERSION), str(len(offsets))]
     lines += [f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())]
-    write_atomic(path, "\n".join(lines) + "\n", sync=sync)
+    write_atomic(path, "\n".join(lines) + "\n", sync=sync, io=io)
 
 
 def read_epoch_checkpoint(path: Path) -> list[tuple[int, int]]:
@@ -184,11 +185,15 @@ def read_epoch_checkpoint(path: Path) -> list[tuple[int, int]]:
 
 
 def write_epoch_checkpoint(
-    path: Path, entries: Iterable[tuple[int, int]], *, sync: bool = True
+    path: Path,
+    entries: Iterable[tuple[int, int]],
+    *,
+    sync: bool = True,
+    io: FileIO = OS_FILE_IO,
 ) -> None:
     items = list(entries)
     lines = [str(CHECKPOINT_VERSION), str(len(items))] + [f"{e} {o}" for e, o in items]
-    write_atomic(path, "\n".join(lines) + "\n", sync=sync)
+    write_atomic(path, "\n".join(lines) + "\n", sync=sync, io=io)
 
 
 def read_partition_metadata(path: Path) -> str | None:
@@ -209,8 +214,8 @@ def read_partition_metadata(path: Path) -> str | None:
     return fields["topic_id"]
 
 
-def write_partition_metadata(path: Path, topic_id: str) -> None:
-    write_atomic(path, f"version: 0\ntopic_id: {topic_id}\n")
+def write_partition_metadata(path: Path, topic_id: str, io: FileIO = OS_FILE_IO) -> None:
+    write_atomic(path, f"version: 0\ntopic_id: {topic_id}\n", io=io)
 
 
 def read_meta_properties(path: Path) -> dict[str, str] | None:

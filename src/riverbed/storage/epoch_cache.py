@@ -26,6 +26,7 @@ from riverbed.storage.checkpoints import (
     read_epoch_checkpoint,
     write_epoch_checkpoint,
 )
+from riverbed.storage.file_io import OS_FILE_IO, FileIO
 
 __all__ = ["UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET", "LeaderEpochCache"]
 
@@ -38,8 +39,16 @@ UNDEFINED_EPOCH_OFFSET: Final = -1
 class LeaderEpochCache:
     """Sorted (epoch, start offset) entries, optionally backed by a checkpoint file."""
 
-    def __init__(self, path: Path | None, *, sync: bool = True, sync_assign: bool = True) -> None:
+    def __init__(
+        self,
+        path: Path | None,
+        *,
+        sync: bool = True,
+        sync_assign: bool = True,
+        io: FileIO = OS_FILE_IO,
+    ) -> None:
         self.path = path
+        self._io = io
         self._sync = sync
         self._sync_assign = sync_assign
         self.unsynced = False  # written since its last fsync (only with sync_assign=False)
@@ -167,7 +176,7 @@ class LeaderEpochCache:
     def _persist(self, *, sync: bool = True) -> None:
         if self.path is not None:
             synced = self._sync and sync
-            write_epoch_checkpoint(self.path, self.entries(), sync=synced)
+            write_epoch_checkpoint(self.path, self.entries(), sync=synced, io=self._io)
             if self._sync:
                 self.unsynced = not synced
 
@@ -184,12 +193,12 @@ class LeaderEpochCache:
         if self.path is None:
             return
         try:
-            fd = os.open(self.path, os.O_RDONLY)
+            fd = self._io.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
             return  # cleared since: a synced rewrite or a deleted log
         try:
-            os.fsync(fd)
+            self._io.fsync(fd)
         finally:
-            os.close(fd)
+            self._io.close(fd)
         if sync_dir:
-            fsync_dir(self.path.parent)
+            fsync_dir(self.path.parent, self._io)

@@ -32,6 +32,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar, Final
 
+from riverbed.storage.file_io import OS_FILE_IO, FileIO
+
 __all__ = ["CorruptIndexError", "IndexFile"]
 
 INT32_MAX: Final = 2**31 - 1
@@ -66,8 +68,11 @@ class IndexFile:
     entry: ClassVar[struct.Struct]  # full entry format
     key_at: ClassVar[struct.Struct]  # format reading the search key (the first field)
 
-    def __init__(self, path: Path, base_offset: int, max_index_bytes: int) -> None:
+    def __init__(
+        self, path: Path, base_offset: int, max_index_bytes: int, io: FileIO = OS_FILE_IO
+    ) -> None:
         self.path = path
+        self._io = io
         self.base_offset = base_offset
         self.max_entries = max(1, max_index_bytes // self.entry.size)
         self._buf: bytearray | None = None
@@ -100,7 +105,7 @@ class IndexFile:
         self._buf = bytearray()
         self._persisted = 0
         fd = self.open_fd()
-        os.ftruncate(fd, 0)
+        self._io.ftruncate(fd, 0)
 
     def start_empty(self) -> None:
         """Empty the index without touching the disk: the file is created on first write.
@@ -108,7 +113,7 @@ class IndexFile:
         Any stale file under this name is truncated then (the first open truncates).
         """
         if self._fd is not None:
-            os.close(self._fd)
+            self._io.close(self._fd)
             self._fd = None
         self._buf = bytearray()
         self._persisted = 0
@@ -164,7 +169,7 @@ class IndexFile:
     def open_fd(self) -> int:
         if self._fd is None:
             flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if self._fresh else 0)
-            self._fd = os.open(self.path, flags, 0o644)
+            self._fd = self._io.open(self.path, flags, 0o644)
             self._fresh = False
         return self._fd
 
@@ -176,7 +181,7 @@ class IndexFile:
         fd = self.open_fd()
         view = memoryview(buf)
         while self._persisted < len(buf):
-            self._persisted += os.pwrite(fd, view[self._persisted :], self._persisted)
+            self._persisted += self._io.pwrite(fd, view[self._persisted :], self._persisted)
 
     def _truncate_entries(self, count: int) -> None:
         buf = self._entries()
@@ -184,7 +189,7 @@ class IndexFile:
         if new_size < len(buf):
             del buf[new_size:]
             if new_size < self._persisted:
-                os.ftruncate(self.open_fd(), new_size)
+                self._io.ftruncate(self.open_fd(), new_size)
                 self._persisted = new_size
 
     def relative(self, offset: int) -> int:
@@ -196,7 +201,7 @@ class IndexFile:
     def flush(self) -> None:
         self.write_pending()
         if self._fd is not None:
-            os.fsync(self._fd)
+            self._io.fsync(self._fd)
 
     def dup_fd(self) -> int | None:
         """Write pending entries, then a duplicate fd for an fsync outside the lock.
@@ -206,23 +211,23 @@ class IndexFile:
         self.write_pending()
         if not self.has_file:
             return None
-        return os.dup(self.open_fd())
+        return self._io.dup(self.open_fd())
 
     def close(self) -> None:
         """Write pending entries and close the file (the mirror stays)."""
         self.write_pending()
         if self._fd is not None:
-            os.close(self._fd)
+            self._io.close(self._fd)
             self._fd = None
 
     def rename(self, path: Path) -> None:
         if self.has_file:
-            os.replace(self.path, path)
+            self._io.replace(self.path, path)
         self.path = path
 
     def delete(self) -> None:
         self.discard()
-        self.path.unlink(missing_ok=True)
+        self._io.unlink(self.path)
         self._buf = bytearray()
         self._persisted = 0
         self._fresh = False
@@ -230,7 +235,7 @@ class IndexFile:
     def discard(self) -> None:
         """Close without writing pending entries (a simulated crash, or before delete)."""
         if self._fd is not None:
-            os.close(self._fd)
+            self._io.close(self._fd)
             self._fd = None
         if self._buf is not None:
             del self._buf[self._persisted :]

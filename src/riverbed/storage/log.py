@@ -33,8 +33,8 @@ duplicated file descriptors) so a flush in the manager's thread pool never stall
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
 import random
 import struct
 import threading
@@ -65,11 +65,12 @@ from riverbed.storage.errors import (
     CorruptRecordError,
     InvalidRecordError,
     InvalidTimestampError,
-    LogDirError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
+from riverbed.storage.file_io import OS_FILE_IO, FileIO
 from riverbed.storage.log_base import LOADED_INDEXES_MAX, RetentionHook
+from riverbed.storage.log_dir import LogDir
 from riverbed.storage.log_files import FileRange, ReadResult, SegmentFiles, TimestampOffset
 from riverbed.storage.log_reads import LogReads
 from riverbed.storage.log_retention import LogRetention
@@ -128,17 +129,23 @@ class PartitionLog(LogReads, LogRetention):
         topic_id: str | None = None,
         retention_hook: RetentionHook | None = None,
         rng: random.Random | None = None,
+        io: FileIO = OS_FILE_IO,
+        log_dir: LogDir | None = None,
     ) -> None:
         self.directory = Path(directory)
+        self._io = io
+        # a standalone log (the metadata log, tests) is the only user of its dir's state
+        self.log_dir = log_dir if log_dir is not None else LogDir(self.directory.parent)
         self.topic = topic
         self.partition = partition
         self.config = config
         self.clock = clock
         self.retention_hook = retention_hook
         self._lock = threading.RLock()
+        self._flush_lock = threading.Lock()
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
-        self._files = SegmentFiles(self.directory)
+        self._files = SegmentFiles(self.directory, io)
         self._truncations = 0  # bumped by every truncation (flush must not cover new data)
         self._roll_flush_pending = False
         self._loaded: OrderedDict[int, LogSegment] = OrderedDict()
@@ -157,11 +164,11 @@ class PartitionLog(LogReads, LogRetention):
             self._parent_sync_pending = False
         self.topic_id = self._init_topic_id(topic_id)
         self.epoch_cache = LeaderEpochCache(
-            self.directory / LEADER_EPOCH_CHECKPOINT, sync_assign=False
+            self.directory / LEADER_EPOCH_CHECKPOINT, sync_assign=False, io=io
         )
         self._load(recovery_point, log_start_offset, clean_shutdown)
         self._high_watermark = min(max(high_watermark, self._log_start_offset), self.log_end_offset)
-        self._last_append_time = self._recover_last_append_time()
+        self._last_append_time: int | None = None  # read back on first use
 
     # ---- offsets and config --------------------------------------------------------------
 
@@ -206,7 +213,7 @@ class PartitionLog(LogReads, LogRetention):
             offset = self.log_end_offset
             log_append_time = NO_TIMESTAMP
             if self.config.log_append_time:
-                log_append_time = max(self._last_append_time, now)
+                log_append_time = max(self._known_last_append_time(), now)
             patched: list[SegmentBatch] = []
             for pos, h in found:
                 patch_base_offset(buf, pos, offset)
@@ -215,7 +222,10 @@ class PartitionLog(LogReads, LogRetention):
                     set_log_append_time(buf, pos, log_append_time)
                 patched.append(SegmentBatch(pos, parse_header(buf, pos)))
                 offset += h.last_offset_delta + 1
-            self.epoch_cache.assign(leader_epoch, self.log_end_offset)
+            try:
+                self.epoch_cache.assign(leader_epoch, self.log_end_offset)
+            except OSError as e:
+                raise self.log_dir.fail(f"{self.name}: leader epoch checkpoint", e) from e
             info = self._append(buf, patched, now, log_append_time)
             return info
 
@@ -307,8 +317,9 @@ class PartitionLog(LogReads, LogRetention):
                         f"follow {expected} (out of order or already appended)"
                     )
                 expected = h.next_offset
-            for _, h in found:
-                self._assign_epoch_from_batch(h)
+            with self._failing_dir("leader epoch checkpoint"):
+                for _, h in found:
+                    self._assign_epoch_from_batch(h)
             batches_found = [SegmentBatch(pos, h) for pos, h in found]
             return self._append(buf, batches_found, now, NO_TIMESTAMP)
 
@@ -338,19 +349,22 @@ class PartitionLog(LogReads, LogRetention):
         max_ts, max_ts_offset, count = NO_TIMESTAMP, -1, 0
         for b in batches:
             h = b.header
-            seg = self.active_segment
-            if seg.size == 0 and not seg.can_hold_offset(h.last_offset):
-                seg = self._replace_empty_active(h.base_offset)
-            elif self._should_roll(seg, h, now):
-                seg = self._roll(h.base_offset)
             try:
+                seg = self.active_segment
+                if seg.size == 0 and not seg.can_hold_offset(h.last_offset):
+                    seg = self._replace_empty_active(h.base_offset)
+                elif self._should_roll(seg, h, now):
+                    seg = self._roll(h.base_offset)
                 seg.append(mv[b.position : b.position + h.size], h)
             except OSError as e:
-                raise LogDirError(f"{self.name}: append failed: {e}") from e
+                # never retried: the dir goes offline (a partial batch was cut off, and
+                # recovery cuts whatever a crash leaves)
+                raise self.log_dir.fail(f"{self.name}: append", e) from e
             if h.max_timestamp > max_ts:
                 max_ts, max_ts_offset = h.max_timestamp, h.last_offset
             count += h.records_count
-            if h.timestamp_type == 1 and h.max_timestamp > self._last_append_time:
+            stamped = self._last_append_time
+            if h.timestamp_type == 1 and stamped is not None and h.max_timestamp > stamped:
                 self._last_append_time = h.max_timestamp
         self._unflushed_messages += count
         first = batches[0].header
@@ -390,7 +404,8 @@ class PartitionLog(LogReads, LogRetention):
             self._check_open()
             if self.active_segment.size == 0:
                 return self.active_segment
-            return self._roll(self.log_end_offset)
+            with self._failing_dir("roll"):
+                return self._roll(self.log_end_offset)
 
     # ---- truncation ------------------------------------------------------------------------
 
@@ -406,30 +421,35 @@ class PartitionLog(LogReads, LogRetention):
             self._check_open()
             if offset >= self.log_end_offset:
                 return False
-            if offset < self._segments[0].base_offset:
-                self._truncate_fully(offset)
-                return True
-            self._truncations += 1
-            i = self._segment_index_for(offset)
-            for seg in self._segments[i + 1 :]:
-                self._schedule_delete(seg)
-            del self._segments[i + 1 :], self._bases[i + 1 :]
-            seg = self._segments[i]
-            seg.active = True
-            seg.truncate_to(offset)
-            if seg.size == 0 and i > 0:
-                # an emptied segment goes too, so the log end is where the data ends
-                self._schedule_delete(seg)
-                del self._segments[i], self._bases[i]
-                seg = self._segments[i - 1]
-                seg.active = True
-                seg.load_tail_state()
-            leo = self.log_end_offset
-            self.epoch_cache.truncate_from_end(leo)
-            self._log_start_offset = min(self._log_start_offset, leo)
-            self._high_watermark = min(self._high_watermark, leo)
-            self._recovery_point = min(self._recovery_point, leo)
+            with self._failing_dir(f"truncate to {offset}"):
+                self._truncate_locked(offset)
             return True
+
+    def _truncate_locked(self, offset: int) -> None:
+        self._last_append_time = None  # read back again: its batch may be gone
+        if offset < self._segments[0].base_offset:
+            self._truncate_fully(offset)
+            return
+        self._truncations += 1
+        i = self._segment_index_for(offset)
+        for seg in self._segments[i + 1 :]:
+            self._schedule_delete(seg)
+        del self._segments[i + 1 :], self._bases[i + 1 :]
+        seg = self._segments[i]
+        seg.active = True
+        seg.truncate_to(offset)
+        if seg.size == 0 and i > 0:
+            # an emptied segment goes too, so the log end is where the data ends
+            self._schedule_delete(seg)
+            del self._segments[i], self._bases[i]
+            seg = self._segments[i - 1]
+            seg.active = True
+            seg.load_tail_state()
+        leo = self.log_end_offset
+        self.epoch_cache.truncate_from_end(leo)
+        self._log_start_offset = min(self._log_start_offset, leo)
+        self._high_watermark = min(self._high_watermark, leo)
+        self._recovery_point = min(self._recovery_point, leo)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the (empty) log at ``offset``."""
@@ -437,10 +457,12 @@ class PartitionLog(LogReads, LogRetention):
             raise OffsetOutOfRangeError(f"{self.name}: cannot start at {offset}")
         with self._lock:
             self._check_open()
-            self._truncate_fully(offset)
+            with self._failing_dir(f"restart at {offset}"):
+                self._truncate_fully(offset)
 
     def _truncate_fully(self, offset: int) -> None:
         self._truncations += 1
+        self._last_append_time = None
         for seg in self._segments:
             self._schedule_delete(seg)
         self._segments.clear()
@@ -461,7 +483,7 @@ class PartitionLog(LogReads, LogRetention):
     def flush_due(self, now_ms: int) -> bool:
         """True when flush.messages / flush.ms or a rolled segment asks for an fsync."""
         cfg = self.config
-        if self._closed:
+        if self._closed or self.log_dir.offline:
             return False
         if self._roll_flush_pending:
             return True
@@ -479,10 +501,19 @@ class PartitionLog(LogReads, LogRetention):
         the indexes of segments rolled since their last sync. The active segment's
         indexes only with ``all_indexes`` (close does that): after a crash the segment
         holding the recovery point is re-indexed from its ``.log`` anyway.
+
+        A failed write or fsync takes the log dir offline (LogDirError) and the recovery
+        point never moves again: a later fsync may "succeed" over pages the kernel dropped.
+        One flush at a time, so no flush can count fsyncs that ran after another failed.
         """
+        with self._flush_lock:
+            return self._flush(up_to, all_indexes)
+
+    def _flush(self, up_to: int | None, all_indexes: bool) -> int:
         with self._lock:
             if self._closed:
                 return self._recovery_point
+            self.log_dir.check(self.name)
             target = self.log_end_offset if up_to is None else min(up_to, self.log_end_offset)
             truncations = self._truncations
             fds: list[int] = []
@@ -495,25 +526,28 @@ class PartitionLog(LogReads, LogRetention):
                 )
                 indexes = all_indexes or (not seg.active and seg.index_sync_pending)
                 if has_data or (indexes and seg.size):  # an empty segment has nothing
-                    fds += seg.dup_fds(with_indexes=indexes)
+                    try:  # (writes pending index entries first)
+                        fds += seg.dup_fds(with_indexes=indexes)
+                    except OSError as e:
+                        self._close_fds(fds)
+                        raise self.log_dir.fail(f"{self.name}: flush", e) from e
                     synced.append(seg)
             if not synced:
                 self._roll_flush_pending = False
         try:
             for fd in fds:
-                os.fsync(fd)
+                self._io.fsync(fd)
             # new segment files and a new partition dir must be findable after a crash
             # before the recovery point may cover them; partition.metadata goes too
             self._flush_metadata()
         except OSError as e:
-            raise LogDirError(f"{self.name}: fsync failed: {e}") from e
+            raise self.log_dir.fail(f"{self.name}: fsync", e) from e
         finally:
-            for fd in fds:
-                os.close(fd)
+            self._close_fds(fds)
         if not synced:
             return self._recovery_point
         with self._lock:
-            if self._truncations == truncations:
+            if self._truncations == truncations and not self.log_dir.offline:
                 for seg in synced:
                     if all_indexes or not seg.active:
                         seg.index_sync_pending = False
@@ -530,16 +564,26 @@ class PartitionLog(LogReads, LogRetention):
                     seg.close_files()  # bound open files: inactive segments reopen on read
             return self._recovery_point
 
+    def _close_fds(self, fds: list[int]) -> None:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                self._io.close(fd)
+
     def close(self, *, flush: bool = True, sync_parent_dir: bool = True) -> None:
         """Flush (unless told not to), write the final time index entry, close files.
 
         ``sync_parent_dir=False``: the caller fsyncs the log dir holding this partition
         dir itself afterwards (the LogManager does it once per log dir at shutdown).
+        A log whose dir is offline writes nothing: its fds are just closed.
         """
+        if self.log_dir.offline:
+            self.abandon()
+            return
         with self._lock:
             if self._closed:
                 return
-            self.active_segment.on_become_inactive()
+            with self._failing_dir("close"):
+                self.active_segment.on_become_inactive()
             if not sync_parent_dir:
                 self._parent_sync_pending = False
         if flush:
@@ -554,7 +598,8 @@ class PartitionLog(LogReads, LogRetention):
         with self._lock:
             self._closed = True
             for seg in self._segments:
-                seg.discard_files()
+                with contextlib.suppress(OSError):  # a failed disk may refuse even this
+                    seg.discard_files()
 
     def delete_files_now(self) -> None:
         """Remove every file of this log, including pending ``.deleted`` ones."""

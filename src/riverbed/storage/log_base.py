@@ -29,11 +29,12 @@ the topic id is recorded again by the next ``get_or_create``.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -50,6 +51,8 @@ from riverbed.storage.clock import Clock
 from riverbed.storage.config import LogConfig
 from riverbed.storage.epoch_cache import LeaderEpochCache
 from riverbed.storage.errors import LogDirError
+from riverbed.storage.file_io import FileIO
+from riverbed.storage.log_dir import LogDir
 from riverbed.storage.log_files import SegmentFiles
 from riverbed.storage.segment import LogSegment
 from riverbed.storage.time_index import NO_TIMESTAMP
@@ -77,7 +80,10 @@ class LogBase:
     retention_hook: RetentionHook | None
     epoch_cache: LeaderEpochCache
     topic_id: str | None
+    log_dir: LogDir  # the dir's health: offline after any write/fsync failure in it
+    _io: FileIO
     _lock: threading.RLock
+    _flush_lock: threading.Lock  # one flush at a time (its fsyncs run outside _lock)
     _segments: list[LogSegment]
     _bases: list[int]
     _files: SegmentFiles
@@ -90,7 +96,7 @@ class LogBase:
     _log_start_offset: int
     _high_watermark: int
     _recovery_point: int
-    _last_append_time: int
+    _last_append_time: int | None  # None: not read back from the log yet
     _rng: random.Random
     _metadata_dirty: bool  # partition.metadata to write on the next flush/close
     _dir_sync_pending: bool  # files created in the partition dir since its last fsync
@@ -113,6 +119,7 @@ class LogBase:
             index_interval_bytes=self.config.index_interval_bytes,
             max_index_bytes=self.config.segment_index_bytes,
             created_ms=self.clock.now_ms(),
+            io=self._io,
         )
         seg.roll_jitter_ms = self._random_segment_jitter()
         self._dir_sync_pending = True
@@ -141,6 +148,15 @@ class LogBase:
             return list(self._segments)
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def offline(self) -> bool:
+        """True once a write or fsync failed in this log's dir (see log_dir.py)."""
+        return self.log_dir.offline
+
+    @property
     def log_start_offset(self) -> int:
         return self._log_start_offset
 
@@ -158,6 +174,13 @@ class LogBase:
 
     @property
     def last_append_time(self) -> int:
+        """The newest LogAppendTime stamped in this log (-1 when there is none)."""
+        with self._lock:
+            return self._known_last_append_time()
+
+    def _known_last_append_time(self) -> int:
+        if self._last_append_time is None:
+            self._last_append_time = self._recover_last_append_time()
         return self._last_append_time
 
     @property
@@ -199,7 +222,16 @@ class LogBase:
             del self._loaded[seg.base_offset]
         self._files.schedule_delete(seg, self.clock.now_ms() + self.config.file_delete_delay_ms)
 
+    @contextlib.contextmanager
+    def _failing_dir(self, what: str) -> Iterator[None]:
+        """An OSError inside takes the log dir offline (see riverbed.storage.log_dir)."""
+        try:
+            yield
+        except OSError as e:
+            raise self.log_dir.fail(f"{self.name}: {what}", e) from e
+
     def _check_open(self) -> None:
+        self.log_dir.check(self.name)
         if self._closed:
             raise LogDirError(f"{self.name}: log is closed")
 
@@ -241,11 +273,13 @@ class LogBase:
                     dir_sync = True
                 if dirty and topic_id is not None:
                     # fsyncs the file and the partition dir (covering new segment files)
-                    write_partition_metadata(self.directory / PARTITION_METADATA, topic_id)
+                    write_partition_metadata(
+                        self.directory / PARTITION_METADATA, topic_id, self._io
+                    )
                 elif dir_sync:
-                    fsync_dir(self.directory)
+                    fsync_dir(self.directory, self._io)
                 if parent_sync:
-                    fsync_dir(self.directory.parent)
+                    fsync_dir(self.directory.parent, self._io)
             except OSError:
                 with self._lock:
                     self._dir_sync_pending = self._dir_sync_pending or dir_sync
@@ -266,6 +300,7 @@ class LogBase:
                 index_interval_bytes=self.config.index_interval_bytes,
                 max_index_bytes=self.config.segment_index_bytes,
                 created_ms=now,
+                io=self._io,
             )
             seg.roll_jitter_ms = self._random_segment_jitter()
             self._segments.append(seg)
@@ -360,11 +395,15 @@ class LogBase:
         del self._segments[i:], self._bases[i:]
 
     def _recover_last_append_time(self) -> int:
-        # The last appended timestamp survives restarts and leader changes because it is
-        # read back from the log: the max timestamp of the last segment holding data.
+        # The last stamped LogAppendTime survives restarts and leader changes because it
+        # is read back from the log: from LogAppendTime batches only. A CreateTime batch
+        # carries a client's clock (maybe an hour ahead) and must not pin later stamps of
+        # a topic switched to LogAppendTime. Read lazily, on the first LogAppendTime
+        # append, so logs of CreateTime topics never pay for the scan.
         for seg in reversed(self._segments):
             if seg.size:
-                largest = seg.largest_timestamp()
+                found = seg.max_log_append_time()
                 self._release(seg)
-                return largest
+                if found != NO_TIMESTAMP:
+                    return found
         return NO_TIMESTAMP

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from riverbed.storage.file_io import OS_FILE_IO, FileIO
+
 if TYPE_CHECKING:
     from riverbed.storage.segment import LogSegment
 
@@ -98,8 +100,9 @@ class TimestampOffset:
 class SegmentFiles:
     """Lists segments of a partition dir, removes garbage, runs delayed deletes."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, io: FileIO = OS_FILE_IO) -> None:
         self.directory = directory
+        self._io = io
         self._pending: list[tuple[int, list[Path]]] = []  # (delete at ms, files)
 
     def clean_and_list(self) -> list[int]:
@@ -136,7 +139,7 @@ class SegmentFiles:
         for due, paths in self._pending:
             if now_ms is None or due <= now_ms:
                 for p in paths:
-                    p.unlink(missing_ok=True)
+                    self._io.unlink(p)
                 done += 1
             else:
                 keep.append((due, paths))

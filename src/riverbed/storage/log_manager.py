@@ -20,7 +20,14 @@ marker is recovered from each log's recovery point (and says so only when it hol
 partition logs: a brand-new dir has nothing to recover). Scheduled work is driven by the
 caller's timers through methods taking ``now_ms``: :meth:`LogManager.flush_due` (fsyncs
 in a bounded pool of ``flush_threads_max`` threads, plus delayed file deletes and periodic
-checkpoints) and :meth:`LogManager.run_retention`.
+checkpoints) and :meth:`LogManager.schedule_retention` (retention in the same pool: its
+index loads and deletes never run on the caller's event loop).
+
+Disk failures: each log dir has a :class:`~riverbed.storage.log_dir.LogDir`. The first
+failed write or fsync in a dir takes it offline (its logs answer KAFKA_STORAGE_ERROR, no
+recovery point or checkpoint moves, nothing is retried); new partitions go to the other
+dirs; the node halts (``halt``, Kafka's fault handler) when no dir is left online or the
+failed dir holds the metadata log. A restart recovers the dir's logs.
 
 :meth:`LogManager.get_or_create` picks the dir and reserves the partition under the
 manager's lock but builds the log (file work) outside it, so creations overlap each other
@@ -56,7 +63,9 @@ from riverbed.storage.checkpoints import (
 from riverbed.storage.clock import Clock
 from riverbed.storage.config import LogConfig
 from riverbed.storage.errors import LogDirError, StorageError
+from riverbed.storage.file_io import OS_FILE_IO, FileIO
 from riverbed.storage.log import PartitionLog, RetentionHook
+from riverbed.storage.log_dir import LogDir
 
 __all__ = ["CLEAN_SHUTDOWN_FILE", "LogManager", "parse_partition_dir"]
 
@@ -103,7 +112,13 @@ class LogManager:
         log_start_checkpoint_interval_ms: int = LOG_START_CHECKPOINT_INTERVAL_MS,
         high_watermark_checkpoint_interval_ms: int = HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS,
         rng: random.Random | None = None,
+        io: FileIO = OS_FILE_IO,
+        halt: Callable[[str, BaseException | None], object] | None = None,
+        metadata_log_dir: str | os.PathLike[str] | None = None,
     ) -> None:
+        """``halt``: Kafka's fault handler (never returns), called when the last online
+        log dir or the one holding the metadata log (``metadata_log_dir``) fails; ``io``:
+        the file layer (a fault-injecting one in tests)."""
         if not log_dirs:
             raise LogDirError("log.dirs is empty")
         assert flush_threads_max >= 1 and recovery_threads_per_dir >= 1
@@ -111,6 +126,12 @@ class LogManager:
         if len(set(self.log_dirs)) != len(self.log_dirs):
             raise LogDirError(f"duplicate entries in log.dirs: {log_dirs}")
         self.clock = clock
+        self._io = io
+        self._halt = halt
+        self._metadata_log_dir = (
+            Path(metadata_log_dir).resolve() if metadata_log_dir is not None else None
+        )
+        self._dirs = {d: LogDir(d, self._dir_went_offline) for d in self.log_dirs}
         self.default_config = default_config or LogConfig()
         self._config_for = config_for
         self.retention_hook = retention_hook
@@ -134,6 +155,8 @@ class LogManager:
         now = clock.now_ms()
         self._next_checkpoint = {name: now + ms for name, ms in self._intervals.items()}
         self._checkpoint_inflight: dict[str, Future[None]] = {}
+        self._retention_inflight: Future[int] | None = None
+        self._expiry_inflight: Future[None] | None = None
         self._closed = False
         self._load_all(recovery_threads_per_dir)
 
@@ -255,6 +278,8 @@ class LogManager:
             topic_id=topic_id,
             retention_hook=self.retention_hook,
             rng=self._rng,
+            io=self._io,
+            log_dir=self._dirs[d],
         )
 
     # ---- partitions ----------------------------------------------------------------------
@@ -319,7 +344,47 @@ class LogManager:
         return plog
 
     def _least_loaded_dir(self) -> Path:
-        return min(self.log_dirs, key=lambda p: self._dir_counts[p])
+        online = [d for d in self.log_dirs if not self._dirs[d].offline]
+        if not online:
+            raise LogDirError(f"every log dir is offline: {self.offline_dirs()}")
+        return min(online, key=lambda p: self._dir_counts[p])
+
+    # ---- disk failures -------------------------------------------------------------------
+
+    def _dir_went_offline(self, log_dir: LogDir, cause: OSError) -> None:
+        # Called in the failing thread, maybe holding a log's lock: reads LogDir states
+        # only (no manager or log lock). The logs' fds are closed by the next flush_due.
+        online = [d for d in self.log_dirs if not self._dirs[d].offline]
+        if log_dir.path == self._metadata_log_dir:
+            why = f"the metadata log dir {log_dir.path} failed ({log_dir.failure})"
+        elif not online:
+            why = f"the last online log dir {log_dir.path} failed ({log_dir.failure})"
+        else:
+            log.error(
+                "log dir %s is offline: its partitions answer KAFKA_STORAGE_ERROR until "
+                "a restart with the disk healthy again; still online: %s",
+                log_dir.path,
+                ", ".join(map(str, online)),
+            )
+            return
+        if self._halt is not None:
+            self._halt(why, cause)
+        log.error("%s (no fault handler: every log of the dir refuses requests)", why)
+
+    def offline_dirs(self) -> dict[Path, str]:
+        """The offline log dirs and the failure that took each one offline."""
+        return {d: ld.failure for d, ld in self._dirs.items() if ld.failure is not None}
+
+    def _close_offline_logs(self) -> None:
+        """Close the fds of logs in offline dirs (nothing is written to a failed disk)."""
+        with self._lock:
+            doomed = [
+                plog
+                for key, plog in self._logs.items()
+                if self._dirs[self._dir_of[key]].offline and not plog.closed
+            ]
+        for plog in doomed:
+            plog.abandon()
 
     def _assign_dir(self, key: tuple[str, int], d: Path) -> None:
         assert key not in self._dir_of, key
@@ -351,13 +416,17 @@ class LogManager:
                 return False
             fut = self._inflight.pop(key, None)
         if fut is not None:
-            fut.result()
+            fut.exception()  # wait (a failure was logged)
         plog.close(flush=False)
+        if self._dirs[d].offline:
+            # nothing is renamed on a failed disk: the next start deletes the orphan
+            log.info("deleted log %s-%d from offline log dir %s", topic, partition, d)
+            return True
         target = d / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
         try:
-            os.replace(plog.directory, target)
+            self._io.replace(plog.directory, target)
         except OSError as e:
-            raise LogDirError(f"cannot delete {plog.directory}: {e}") from e
+            raise self._dirs[d].fail(f"delete {plog.directory}", e) from e
         due = self.clock.now_ms() + plog.config.file_delete_delay_ms
         with self._lock:
             self._pending_dir_deletes.append((due, target))
@@ -371,8 +440,24 @@ class LogManager:
 
     # ---- scheduled work ------------------------------------------------------------------
 
+    def schedule_retention(self, now_ms: int) -> Future[int] | None:
+        """Run :meth:`run_retention` in the pool (None while the previous run is going on).
+
+        Retention loads inactive segments' indexes and deletes files: disk work that can
+        block, so it never runs on the caller's event loop.
+        """
+        with self._lock:
+            if self._closed:
+                return None
+            pending = self._retention_inflight
+            if pending is not None and not pending.done():
+                return None
+            fut = self._pool.submit(self.run_retention, now_ms)
+            self._retention_inflight = fut
+            return fut
+
     def run_retention(self, now_ms: int) -> int:
-        """Apply retention to every log; returns the number of segments deleted."""
+        """Apply retention to every log now (in this thread); returns segments deleted."""
         deleted = 0
         for plog in self.all_logs().values():
             try:
@@ -381,7 +466,7 @@ class LogManager:
                 log.error("retention of %s failed: %s", plog.name, e)
         if deleted:
             self._write_checkpoint(LOG_START_OFFSET_CHECKPOINT)
-        self._delete_due(now_ms)
+        self._delete_expired_segments(now_ms)
         return deleted
 
     def flush_due(self, now_ms: int) -> list[Future[Any]]:
@@ -391,6 +476,7 @@ class LogManager:
         log in flight; the result is the new recovery point) and partition dir removals.
         """
         started: list[Future[Any]] = []
+        self._close_offline_logs()
         with self._lock:
             if self._closed:
                 return started
@@ -425,17 +511,30 @@ class LogManager:
             plog.flush()
 
     def _delete_due(self, now_ms: int) -> list[Future[None]]:
-        """Unlink expired ``.deleted`` segments; remove due ``-delete`` dirs in the pool."""
-        for plog in self.all_logs().values():
-            plog.delete_expired_files(now_ms)
+        """In the pool: unlink expired ``.deleted`` segments, remove due ``-delete`` dirs
+        (an unlink of a large file can block for long: never on the caller's loop)."""
         with self._lock:
             due = [p for t, p in self._pending_dir_deletes if t <= now_ms]
             self._pending_dir_deletes = [(t, p) for t, p in self._pending_dir_deletes if t > now_ms]
             if not self._closed:
-                return [self._pool.submit(shutil.rmtree, p, ignore_errors=True) for p in due]
+                started = [self._pool.submit(shutil.rmtree, p, ignore_errors=True) for p in due]
+                pending = self._expiry_inflight
+                idle = pending is None or pending.done()  # at most one sweep in flight
+                if idle and any(plog.deletes_pending for plog in self._logs.values()):
+                    self._expiry_inflight = self._pool.submit(self._delete_expired_segments, now_ms)
+                    started.append(self._expiry_inflight)
+                return started
+        self._delete_expired_segments(now_ms)
         for path in due:
             shutil.rmtree(path, ignore_errors=True)
         return []
+
+    def _delete_expired_segments(self, now_ms: int) -> None:
+        for plog in self.all_logs().values():
+            try:
+                plog.delete_expired_files(now_ms)
+            except OSError as e:
+                log.error("cannot remove deleted segments of %s: %s", plog.name, e)
 
     def write_checkpoints(self) -> None:
         """Write all three offset checkpoints of every log dir now."""
@@ -454,10 +553,12 @@ class LogManager:
             for key, plog in self._logs.items():
                 per_dir[self._dir_of[key]][key] = get(plog)
         for d, offsets in per_dir.items():
+            if self._dirs[d].offline:
+                continue  # never again: the recovery points there must not move
             try:
-                write_offset_checkpoint(d / name, offsets)
+                write_offset_checkpoint(d / name, offsets, io=self._io)
             except OSError as e:
-                log.error("cannot write %s in %s: %s", name, d, e)
+                self._dirs[d].fail(f"write {d / name}", e)
 
     # ---- reporting -----------------------------------------------------------------------
 
@@ -496,28 +597,37 @@ class LogManager:
         # closes are mostly fsyncs (and first partition.metadata writes): they overlap in
         # a pool of their own so the file system can commit many in one journal flush
         close_pool = ThreadPoolExecutor(SHUTDOWN_THREADS_MAX, thread_name_prefix="riverbed-close")
+        with self._lock:
+            dir_of = dict(self._dir_of)
         closes = [
-            (plog, close_pool.submit(plog.close, flush=True, sync_parent_dir=False))
-            for plog in self.all_logs().values()
+            (dir_of[key], plog, close_pool.submit(plog.close, flush=True, sync_parent_dir=False))
+            for key, plog in self.all_logs().items()
         ]
         close_pool.shutdown(wait=True)
-        ok = True
-        for d in self.log_dirs:
-            try:
-                fsync_dir(d)  # once per log dir instead of once per new partition dir
-            except OSError as e:
-                ok = False
-                log.error("cannot fsync log dir %s: %s", d, e)
-        for plog, closed in closes:
+        failed: set[Path] = set()
+        for d, plog, closed in closes:
             exc = closed.exception()
             if exc is None:
                 continue
             if not isinstance(exc, (OSError, LogDirError)):
                 raise exc
-            ok = False
+            failed.add(d)
             log.error("closing %s failed: %s", plog.name, exc)
+        for d in self.log_dirs:
+            if self._dirs[d].offline:
+                continue
+            try:
+                fsync_dir(d, self._io)  # once per log dir instead of once per new partition dir
+            except OSError as e:
+                failed.add(d)
+                self._dirs[d].fail(f"fsync {d}", e)
         self.write_checkpoints()
-        if ok:
-            for d in self.log_dirs:
-                write_atomic(d / CLEAN_SHUTDOWN_FILE, '{"version":0,"brokerEpoch":-1}')
+        # a dir that failed is recovered from its recovery points at the next start
+        for d in self.log_dirs:
+            if d in failed or self._dirs[d].offline:
+                continue
+            try:
+                write_atomic(d / CLEAN_SHUTDOWN_FILE, '{"version":0,"brokerEpoch":-1}', io=self._io)
+            except OSError as e:
+                log.error("cannot write the clean-shutdown marker in %s: %s", d, e)
         log.info("log manager shut down (%d logs)", len(self._logs))

@@ -38,6 +38,7 @@ class LogReads(LogBase):
         log end). Raises OffsetOutOfRangeError outside [log start, log end].
         """
         with self._lock:
+            self.log_dir.check(self.name)  # an offline dir serves nothing (Kafka's rule)
             lso, leo = self._log_start_offset, self.log_end_offset
             if offset < lso or offset > leo:
                 raise OffsetOutOfRangeError(
@@ -106,6 +107,7 @@ class LogReads(LogBase):
         ListOffsets by time: None when every record is older.
         """
         with self._lock:
+            self.log_dir.check(self.name)
             lso = self._log_start_offset
             for seg in self._segments[self._segment_index_for(lso) :]:
                 try:
@@ -126,6 +128,7 @@ class LogReads(LogBase):
     def max_timestamp_offset(self) -> TimestampOffset | None:
         """ListOffsets MAX_TIMESTAMP (-3): the record with the largest timestamp."""
         with self._lock:
+            self.log_dir.check(self.name)
             best: LogSegment | None = None
             for seg in self._segments[self._segment_index_for(self._log_start_offset) :]:
                 if seg.size and (best is None or seg.largest_timestamp() > best.max_timestamp):

@@ -50,8 +50,11 @@ class LogRetention(LogBase):
                 )
             if offset > self._log_start_offset:
                 self._log_start_offset = offset
-                self.epoch_cache.truncate_from_start(offset)
-                self._delete_segments(self._deletable(lambda seg, nxt: nxt.base_offset <= offset))
+                with self._failing_dir("delete records"):
+                    self.epoch_cache.truncate_from_start(offset)
+                    self._delete_segments(
+                        self._deletable(lambda seg, nxt: nxt.base_offset <= offset)
+                    )
             return self._log_start_offset
 
     def delete_old_segments(self, now_ms: int) -> int:
@@ -61,8 +64,8 @@ class LogRetention(LogBase):
         ``retention.bytes`` the partition size. Only segments entirely below the high
         watermark go, and the retention hook may veto. Returns segments deleted.
         """
-        with self._lock:
-            if self._closed:
+        with self._lock, self._failing_dir("retention"):
+            if self._closed or self.log_dir.offline:
                 return 0
             lso = self._log_start_offset
             deleted = self._delete_segments(self._deletable(lambda s, n: n.base_offset <= lso))
@@ -127,6 +130,11 @@ class LogRetention(LogBase):
             self._log_start_offset,
         )
         return n
+
+    @property
+    def deletes_pending(self) -> bool:
+        """Segments renamed ``*.deleted`` wait for their ``file.delete.delay.ms``."""
+        return self._files.pending > 0
 
     def delete_expired_files(self, now_ms: int) -> int:
         """Remove ``.deleted`` files whose ``file.delete.delay.ms`` has passed."""

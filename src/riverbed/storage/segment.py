@@ -41,6 +41,7 @@ from riverbed.protocol.records import (
     parse_header,
     validate_batch,
 )
+from riverbed.storage.file_io import OS_FILE_IO, FileIO
 from riverbed.storage.index_file import INT32_MAX, CorruptIndexError
 from riverbed.storage.offset_index import OffsetIndex
 from riverbed.storage.time_index import NO_TIMESTAMP, TimeIndex
@@ -90,18 +91,24 @@ class LogSegment:
         index_interval_bytes: int,
         max_index_bytes: int,
         created_ms: int,
+        io: FileIO = OS_FILE_IO,
     ) -> None:
         self.directory = directory
+        self.io = io
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
         self.offset_index = OffsetIndex(
-            directory / segment_file_name(base_offset, INDEX_SUFFIX), base_offset, max_index_bytes
+            directory / segment_file_name(base_offset, INDEX_SUFFIX),
+            base_offset,
+            max_index_bytes,
+            io,
         )
         self.time_index = TimeIndex(
             directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX),
             base_offset,
             max_index_bytes,
+            io,
         )
         self.created_ms = created_ms
         # segment.jitter.ms drawn for this segment (Kafka's LogConfig.randomSegmentJitter)
@@ -130,6 +137,7 @@ class LogSegment:
         index_interval_bytes: int,
         max_index_bytes: int,
         created_ms: int,
+        io: FileIO = OS_FILE_IO,
     ) -> LogSegment:
         """A new, empty segment: the ``.log`` is created (truncating a stale one); the
         indexes are lazy (no files until needed, stale ones truncated then)."""
@@ -139,8 +147,9 @@ class LogSegment:
             index_interval_bytes=index_interval_bytes,
             max_index_bytes=max_index_bytes,
             created_ms=created_ms,
+            io=io,
         )
-        seg._fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        seg._fd = io.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         seg.offset_index.start_empty()
         seg.time_index.start_empty()
         seg._indexes_checked = True
@@ -156,6 +165,7 @@ class LogSegment:
         index_interval_bytes: int,
         max_index_bytes: int,
         created_ms: int,
+        io: FileIO = OS_FILE_IO,
     ) -> LogSegment:
         """An existing segment; contents are trusted until :meth:`recover` or a load."""
         seg = cls(
@@ -164,6 +174,7 @@ class LogSegment:
             index_interval_bytes=index_interval_bytes,
             max_index_bytes=max_index_bytes,
             created_ms=created_ms,
+            io=io,
         )
         seg.size = seg.log_path.stat().st_size
         return seg
@@ -172,7 +183,7 @@ class LogSegment:
 
     def _log_fd(self) -> int:
         if self._fd is None:
-            self._fd = os.open(self.log_path, os.O_RDWR)
+            self._fd = self.io.open(self.log_path, os.O_RDWR)
         return self._fd
 
     def pread(self, size: int, position: int) -> bytes:
@@ -290,16 +301,16 @@ class LogSegment:
         fd = self._fd if self._fd is not None else self._log_fd()
         start = self.size
         try:
-            written = os.pwrite(fd, data, start)
+            written = self.io.pwrite(fd, data, start)
             while written < len(data):
-                n = os.pwrite(fd, data[written:], start + written)
+                n = self.io.pwrite(fd, data[written:], start + written)
                 if n <= 0:
                     raise OSError(f"short write to {self.log_path}")
                 written += n
         except OSError:
             # leave no partial batch behind (a later append would write over it anyway)
             with contextlib.suppress(OSError):
-                os.ftruncate(fd, start)
+                self.io.ftruncate(fd, start)
             raise
         self._account(start, h)
         self.size = start + len(data)
@@ -353,6 +364,21 @@ class LogSegment:
             if self.max_timestamp == NO_TIMESTAMP and len(self.time_index):
                 self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
         return self.max_timestamp
+
+    def max_log_append_time(self) -> int:
+        """The largest timestamp of this segment's LogAppendTime batches (-1: none)."""
+        largest = self.largest_timestamp()
+        if largest != NO_TIMESTAMP:
+            # usually the batch holding the segment's max timestamp is a LogAppendTime one
+            b = self.translate_offset(self.offset_of_max_timestamp)
+            h = b.header if b is not None else None
+            if h is not None and h.timestamp_type == 1 and h.max_timestamp == largest:
+                return largest
+        found = NO_TIMESTAMP
+        for b in self.iter_headers():
+            if b.header.timestamp_type == 1 and b.header.max_timestamp > found:
+                found = b.header.max_timestamp
+        return found
 
     def unload_indexes(self) -> None:
         """Drop both index mirrors (re-read on next use; re-checked only if resized)."""
@@ -444,7 +470,7 @@ class LogSegment:
             pos += h.size
         truncated = file_size - pos
         if truncated:
-            os.ftruncate(self._log_fd(), pos)
+            self.io.ftruncate(self._log_fd(), pos)
             self.size = pos
         self._indexes_checked = True
         self._tail_known = True
@@ -460,7 +486,7 @@ class LogSegment:
         self.offset_index.truncate_to(offset)
         self.offset_index.truncate_to_position(position)
         self.time_index.truncate_to(offset)
-        os.ftruncate(self._log_fd(), position)
+        self.io.ftruncate(self._log_fd(), position)
         self.size = position
         self.load_tail_state()
         return removed
@@ -488,7 +514,7 @@ class LogSegment:
         The active segment's indexes need no fsync: after a crash the segment holding the
         recovery point, hence always the active one, is re-indexed from its ``.log``.
         """
-        fds = [os.dup(self._log_fd())]
+        fds = [self.io.dup(self._log_fd())]
         if not with_indexes:
             return fds
         for idx in (self.offset_index, self.time_index):
@@ -500,7 +526,7 @@ class LogSegment:
 
     def flush(self) -> None:
         if self._fd is not None:
-            os.fsync(self._fd)
+            self.io.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
         self.index_sync_pending = False
@@ -508,7 +534,7 @@ class LogSegment:
     def close_files(self) -> None:
         """Close file descriptors (reopened on demand); contents stay."""
         if self._fd is not None:
-            os.close(self._fd)
+            self.io.close(self._fd)
             self._fd = None
         self.offset_index.close()
         self.time_index.close()
@@ -516,7 +542,7 @@ class LogSegment:
     def discard_files(self) -> None:
         """Close fds without writing pending index entries (a simulated crash)."""
         if self._fd is not None:
-            os.close(self._fd)
+            self.io.close(self._fd)
             self._fd = None
         self.offset_index.discard()
         self.time_index.discard()
@@ -528,14 +554,14 @@ class LogSegment:
         for p in (self.log_path, self.offset_index.path, self.time_index.path):
             if p.exists():
                 target = p.with_name(p.name + DELETED_SUFFIX)
-                os.replace(p, target)
+                self.io.replace(p, target)
                 renamed.append(target)
         return renamed
 
     def delete_files(self) -> None:
         self.discard_files()
         for p in (self.log_path, self.offset_index.path, self.time_index.path):
-            p.unlink(missing_ok=True)
+            self.io.unlink(p)
 
     def __repr__(self) -> str:
         return (

@@ -109,7 +109,8 @@ def test_retention_and_delete_partition(tmp_path: Path) -> None:
     assert starts[("t", 0)] == 6
     assert list((tmp_path / "d" / "t-0").glob("*.deleted"))
     clock.advance(1000)
-    m.flush_due(clock.now_ms())
+    for fut in m.flush_due(clock.now_ms()):  # the unlinks run in the pool
+        fut.result(timeout=10)
     assert not list((tmp_path / "d" / "t-0").glob("*.deleted"))
 
     assert m.delete("t", 0)
@@ -226,4 +227,39 @@ def test_checkpoint_writes_do_not_pile_up_behind_a_stalled_disk(tmp_path: Path) 
     gate.set()
     m._pool.submit(lambda: None).result(timeout=30)  # one worker, FIFO: the queue has drained
     assert len(calls) <= 3, calls  # one per checkpoint file, not one per interval
+    m.shutdown()
+
+
+def test_retention_and_segment_deletes_run_in_the_pool(tmp_path: Path) -> None:
+    """Retention's index loads and the unlinks of deleted segments block on the disk:
+    they run in the manager's bounded pool, never in the caller's (event loop) thread."""
+    import threading
+
+    from riverbed.testing.faulty_files import FaultyFileIO
+
+    io = FaultyFileIO()
+    clock = ManualClock(T0 + 10 * 86_400_000)
+    seen: list[str] = []
+
+    def hook(_plog: object, _seg: object) -> bool:
+        seen.append(threading.current_thread().name)
+        return True
+
+    m = LogManager([tmp_path / "d"], clock, retention_hook=hook, io=io)
+    plog = m.get_or_create("t", 0, LogConfig(retention_ms=86_400_000, file_delete_delay_ms=0))
+    for _ in range(3):
+        plog.append_as_leader(batch(ts=T0), leader_epoch=0)
+        plog.roll()
+    plog.update_high_watermark(plog.log_end_offset)
+    io.calls.clear()
+    fut = m.schedule_retention(clock.now_ms())
+    assert fut is not None and fut.result(timeout=10) == 3
+    me = threading.current_thread().name
+    assert seen and all(name.startswith("riverbed-flush") for name in seen), seen
+    for f in m.flush_due(clock.now_ms()):
+        f.result(timeout=10)
+    unlinks = [t for op, path, t in io.calls if op == "unlink" and ".deleted" in path]
+    assert len(unlinks) >= 3 and me not in unlinks, unlinks
+    assert all(t != me for _op, _path, t in io.calls), io.calls  # the renames too
+    assert not list((tmp_path / "d" / "t-0").glob("*.deleted"))
     m.shutdown()

@@ -183,3 +183,24 @@ def test_log_manager_passes_its_rng_to_every_log(tmp_path: Path) -> None:
 
     expected = random.Random(7)
     assert jitters("a") == jitters("b") == [expected.randrange(HOUR) for _ in range(3)]
+
+
+def test_log_append_time_after_restart_ignores_create_time_batches(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    # a CreateTime record 50 minutes in the future (within message.timestamp.after.max.ms)
+    future = T0 + 50 * 60_000
+    log = open_log(tmp_path, clock, LogConfig())
+    log.append_as_leader(batch([T0, future]), leader_epoch=0)
+    log.close()
+    switched = LogConfig(message_timestamp_type="LogAppendTime")
+    reopened = open_log(tmp_path, clock, switched, recovery_point=2, clean_shutdown=True)
+    clock.advance(1_000)
+    info = reopened.append_as_leader(batch([T0]), leader_epoch=0)
+    assert info.log_append_time == T0 + 1_000  # not pinned 50 minutes ahead
+    reopened.close()
+    # a stamped LogAppendTime does survive a restart (stamps never go backwards)
+    clock.advance(-500)
+    again = open_log(tmp_path, clock, switched, recovery_point=4, clean_shutdown=True)
+    assert again.append_as_leader(batch([T0]), leader_epoch=0).log_append_time == T0 + 1_000
+    again.close()

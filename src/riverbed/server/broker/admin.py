@@ -81,13 +81,19 @@ async def handle_describe_log_dirs(
                 is_future_key=False,
             )
         )
+    offline_of = getattr(broker.partitions.log_manager, "offline_dirs", None)
+    offline = {os.path.abspath(d) for d in (offline_of() if offline_of is not None else ())}
     results = []
     for d, topics in per_dir.items():
         try:
+            if d in offline:
+                # Kafka: an offline dir answers KAFKA_STORAGE_ERROR and lists nothing
+                raise OSError(f"log dir {d} is offline")
             usage = shutil.disk_usage(d)
             code, total, usable = 0, usage.total, usage.free
         except OSError:
             code, total, usable = int(ErrorCode.KAFKA_STORAGE_ERROR), -1, -1
+            topics = {}
         results.append(
             DescribeLogDirsResponse.DescribeLogDirsResult(
                 error_code=code,

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import FetchRequest, FetchResponse
-from riverbed.server.broker.partitions import leader_epoch_error
+from riverbed.server.broker.partitions import leader_epoch_error, log_offline
 from riverbed.server.network import FileRecords, RequestContext, SplicedResponse
 from riverbed.storage.errors import StorageError
 
@@ -68,6 +68,8 @@ def _read_partition(broker: Broker, topic: str, p: Any, budget: int, first: bool
     fenced = leader_epoch_error(p, epoch)
     if fenced is not None:
         return _PartitionRead(topic, p.partition, fenced, hw, start, [], 0)
+    if log_offline(plog):
+        return _PartitionRead(topic, p.partition, ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, [], 0)
     if p.fetch_offset < start or p.fetch_offset > plog.log_end_offset:
         return _PartitionRead(topic, p.partition, ErrorCode.OFFSET_OUT_OF_RANGE, hw, start, [], 0)
     if p.fetch_offset >= hw or (budget <= 0 and not first):

@@ -27,7 +27,7 @@ from riverbed.protocol.messages import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
 )
-from riverbed.server.broker.partitions import leader_epoch_error
+from riverbed.server.broker.partitions import leader_epoch_error, log_offline
 from riverbed.server.network import RequestContext
 from riverbed.storage.errors import StorageError
 
@@ -59,6 +59,8 @@ def _list_one(broker: Broker, topic: str, p: Any, version: int) -> Any:
     if fenced is not None:
         return answer(fenced)
     plog = hosted.log
+    if log_offline(plog):
+        return answer(ErrorCode.KAFKA_STORAGE_ERROR)
     ts = p.timestamp
     if ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
         return answer(0, -1, plog.log_start_offset, epoch)
@@ -104,6 +106,8 @@ async def handle_offset_for_leader_epoch(
                 fenced = leader_epoch_error(p, leader_epoch)
                 if fenced is not None:
                     code = fenced
+                elif log_offline(hosted.log):
+                    code = ErrorCode.KAFKA_STORAGE_ERROR
                 else:
                     epoch, end = hosted.log.end_offset_for_epoch(p.leader_epoch)
             parts.append(

@@ -50,6 +50,13 @@ def leader_epoch_error(requested: Any, leader_epoch: int) -> ErrorCode | None:
     )
 
 
+def log_offline(plog: Any) -> bool:
+    """True when the partition's log dir went offline after a disk failure: the
+    partition answers KAFKA_STORAGE_ERROR to everything (Kafka's offline partitions)."""
+    log_dir = getattr(plog, "log_dir", None)
+    return log_dir is not None and bool(log_dir.offline)
+
+
 def _loop_running() -> bool:
     try:
         asyncio.get_running_loop()

@@ -21,7 +21,7 @@ from riverbed.raft.messages import (
 from riverbed.raft.node import RaftNode
 from riverbed.raft.storage_log import StorageRaftLog
 from riverbed.raft.wire import entries_to_records, records_to_entries
-from riverbed.storage.clock import SystemClock
+from riverbed.storage.clock import ManualClock
 from riverbed.storage.config import LogConfig
 from riverbed.storage.log import PartitionLog
 from riverbed.testing.raft_sim_helpers import (
@@ -192,7 +192,7 @@ def test_a_log_written_before_batches_were_operations_still_decodes(tmp_path: Pa
         base_offset=1,
         partition_leader_epoch=1,
     )
-    plog = PartitionLog(tmp_path / "m", "__cluster_metadata", 0, LogConfig(), SystemClock())
+    plog = PartitionLog(tmp_path / "m", "__cluster_metadata", 0, LogConfig(), ManualClock(0))
     plog.append_as_follower(old)
     plog.flush()
     reopened = StorageRaftLog(plog)
@@ -207,7 +207,7 @@ def test_a_log_written_before_batches_were_operations_still_decodes(tmp_path: Pa
     assert reopened.end_offset == 4 and plog.log_end_offset == 4
     reopened.close()
     again = StorageRaftLog(
-        PartitionLog(tmp_path / "m", "__cluster_metadata", 0, LogConfig(), SystemClock())
+        PartitionLog(tmp_path / "m", "__cluster_metadata", 0, LogConfig(), ManualClock(0))
     )
     assert [e.batch_end for e in again.read(0, 1 << 20)] == [True, False, False, True]
     again.close()

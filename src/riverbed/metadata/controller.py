@@ -14,6 +14,17 @@ filled for the newest version and the encoder drops what an older version lacks.
 Topic operations live here; config operations in `config_control`, broker and partition
 leadership/ISR operations in `partition_control`, reassignments in `reassignment`;
 `Controller` combines them.
+
+In-sync replicas: a new partition's ISR is its leader alone (the first live replica of its
+assignment), whatever the replication factor.  Brokers do not replicate partition data yet
+(the replication issue adds followers that fetch from the leader and join the ISR through
+AlterPartition), so no other replica can claim to hold the acknowledged records.  The
+assignment keeps every replica (a topic with replication factor 3 lists 3 replicas, ISR 1),
+followers keep empty logs and refuse client reads and writes (NOT_LEADER_OR_FOLLOWER), and
+every election is from the ISR: when the leader's broker is fenced or shuts down, the
+partition has no other ISR member and stays leaderless (-1) until that broker registers
+again, unless ``unclean.leader.election.enable`` (or an UNCLEAN ElectLeaders) picks a live
+replica outside the ISR, accepting the loss of what only the old leader held.
 """
 
 from __future__ import annotations
@@ -165,10 +176,14 @@ class Controller(ConfigControl, PartitionControl, ReassignmentControl, Controlle
 
     def _new_partition(self, image: MetadataImage, replicas: list[int]) -> PartitionRegistration:
         live = [r for r in replicas if (b := image.brokers.get(r)) is not None and not b.fenced]
+        # ISR = {leader}: until followers replicate, no other replica holds the data (see
+        # the module docstring).  With no live replica the first one is the ISR, so the
+        # partition gets a leader as soon as that broker registers.
+        leader = live[0] if live else -1
         return PartitionRegistration(
             replicas=tuple(replicas),
-            isr=tuple(live),
-            leader=live[0] if live else -1,
+            isr=(leader if leader >= 0 else replicas[0],),
+            leader=leader,
             leader_epoch=0,
             partition_epoch=0,
         )

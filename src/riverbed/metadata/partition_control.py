@@ -10,6 +10,9 @@ the controller.  Leadership follows Kafka's KRaft rules (PartitionChangeBuilder)
   to it alone and marks the partition RECOVERING (leader_recovery_state 1);
 - a fenced broker leaves every ISR except where it is the last member (the ISR never
   becomes empty, so a later clean election is still possible);
+- until brokers replicate, a new partition's ISR is its leader alone (see `controller`), so
+  a fenced or shut-down leader leaves its partitions leaderless until it registers again,
+  or until an unclean election (topic config, or ElectLeaders UNCLEAN) picks a live replica;
 - every PartitionChangeRecord bumps the partition epoch; one that names a leader also bumps
   the leader epoch (see `PartitionRegistration.merge`).
 """
@@ -137,14 +140,21 @@ class PartitionControl(ControllerBase):
 
         `image` must already show the broker as fenced or shutting down."""
         out: list[Message] = []
+        static = dict(self.config.static_broker_config)
         for topic, index, part in _partitions_of(image, broker_id):
             isr = tuple(r for r in part.isr if r != broker_id)
             if not isr and keep_last:
                 isr = part.isr
             leader = part.leader
+            recovery = -1
             if leader in (broker_id, NO_LEADER):
-                leader, _ = elect_leader(image, part, isr, unclean=False)
-            rec = change_record(topic.topic_id, index, part, isr=isr, leader=leader)
+                allowed = _unclean_allowed(image, topic, static)
+                leader, unclean = elect_leader(image, part, isr, unclean=allowed)
+                if unclean:  # Kafka elects unclean at once when the topic allows it
+                    isr, recovery = (leader,), RECOVERING
+            rec = change_record(
+                topic.topic_id, index, part, isr=isr, leader=leader, recovery=recovery
+            )
             if rec is not None:
                 out.append(rec)
         return out

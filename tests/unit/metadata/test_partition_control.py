@@ -11,6 +11,7 @@ from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
     AlterPartitionReassignmentsRequest,
     AlterPartitionRequest,
+    CreatePartitionsRequest,
     ElectLeadersRequest,
 )
 
@@ -20,10 +21,20 @@ from .test_controller import create, topic
 AP = AlterPartitionRequest
 
 
-def three_brokers(rf=3, partitions=3, configs=None):
+def three_brokers(rf=3, partitions=3, configs=None, *, in_sync=True):
+    """Topic t on 3 brokers; with `in_sync` every follower has caught up and its leader
+    added it to the ISR with AlterPartition (what replication does), otherwise the ISR is
+    the leader alone, as every new partition's."""
     c = make_controller()
     image = cluster_image(c, brokers=3)
     _, image = create(c, image, topic("t", partitions, rf, configs=configs))
+    for p in image.topic("t").partitions.values():
+        assert p.isr == (p.leader,)
+    if in_sync:
+        for index, p in sorted(image.topic("t").partitions.items()):
+            res = c.alter_partition(image, isr_change(image, p.leader, p.replicas, index=index), 0)
+            assert res.response.topics[0].partitions[0].error_code == 0
+            image = apply(image, res)
     return c, image
 
 
@@ -100,10 +111,17 @@ def test_controlled_shutdown():
 
 
 def isr_change(
-    image, leader_broker, new_isr, *, leader_epoch=None, partition_epoch=None, broker_epoch=None
+    image,
+    leader_broker,
+    new_isr,
+    *,
+    leader_epoch=None,
+    partition_epoch=None,
+    broker_epoch=None,
+    index=0,
 ):
     t = image.topic("t")
-    p = t.partitions[0]
+    p = t.partitions[index]
     return AP(
         broker_id=leader_broker,
         broker_epoch=image.brokers[leader_broker].broker_epoch if broker_epoch is None else broker_epoch,
@@ -112,7 +130,7 @@ def isr_change(
                 topic_id=t.topic_id,
                 partitions=[
                     AP.PartitionData(
-                        partition_index=0,
+                        partition_index=index,
                         leader_epoch=p.leader_epoch if leader_epoch is None else leader_epoch,
                         new_isr_with_epochs=[AP.BrokerState(broker_id=b) for b in new_isr],
                         partition_epoch=p.partition_epoch if partition_epoch is None else partition_epoch,
@@ -316,3 +334,94 @@ def test_leadership_invariants_hold(ops, unclean):
             assert p.leader_epoch >= le and p.partition_epoch >= pe
             epochs[i] = (p.leader_epoch, p.partition_epoch)
     assert replay_all(MetadataImage.EMPTY, log) == image
+
+
+# --- ISR = {leader} until brokers replicate (see riverbed.metadata.controller) ---------
+
+
+def elect(c, image, election_type, index=0):
+    req = ElectLeadersRequest(
+        election_type=election_type,
+        topic_partitions=[ElectLeadersRequest.TopicPartitions(topic="t", partitions=[index])],
+    )
+    res = c.elect_leaders(image, req, 0)
+    return res.response.replica_election_results[0].partition_result[0].error_code, apply(
+        image, res
+    )
+
+
+def test_new_partitions_have_every_replica_but_only_the_leader_in_sync():
+    c, image = three_brokers(rf=3, partitions=3, in_sync=False)
+    parts = image.topic("t").partitions
+    assert {p.leader for p in parts.values()} == {1, 2, 3}
+    for p in parts.values():
+        assert len(p.replicas) == 3 and p.leader == p.replicas[0] and p.isr == (p.leader,)
+    CP = CreatePartitionsRequest
+    req = CP(topics=[CP.CreatePartitionsTopic(name="t", count=5)], timeout_ms=0)
+    image = apply(image, c.create_partitions(image, req, 0))
+    for index in (3, 4):
+        p = image.topic("t").partitions[index]
+        assert len(p.replicas) == 3 and p.isr == (p.leader,) and p.leader == p.replicas[0]
+
+
+def test_fenced_leader_leaves_its_partition_leaderless_until_it_registers_again():
+    c, image = three_brokers(rf=3, partitions=3, in_sync=False)
+    before = image.topic("t").partitions
+    led_by_2 = [i for i, p in before.items() if p.leader == 2]
+    assert led_by_2
+    image = apply(image, c.fence_broker(image, 2, 0))
+    for i, p in image.topic("t").partitions.items():
+        if i in led_by_2:
+            # no other ISR member to elect: leaderless, the last ISR member kept
+            assert p.leader == -1 and p.isr == (2,)
+            assert p.leader_epoch == before[i].leader_epoch + 1
+        else:
+            assert p == before[i]  # 2 was only a follower there, never in the ISR
+    code, _ = elect(c, image, ELECTION_PREFERRED, led_by_2[0])
+    assert code == ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    image = apply(image, c.register_broker(image, 2, uuid.uuid4(), [], None, 0))
+    for i in led_by_2:
+        p = image.topic("t").partitions[i]
+        assert p.leader == 2 and p.isr == (2,)
+        assert p.leader_epoch == before[i].leader_epoch + 2
+
+
+def test_controlled_shutdown_of_a_sole_isr_leader_leaves_it_leaderless():
+    c, image = three_brokers(rf=3, partitions=3, in_sync=False)
+    led_by_3 = [i for i, p in image.topic("t").partitions.items() if p.leader == 3]
+    res = c.controlled_shutdown(image, 3, image.brokers[3].broker_epoch, 0)
+    image = apply(image, res)
+    assert res.response == 0  # it leads nothing any more
+    for i in led_by_3:
+        p = image.topic("t").partitions[i]
+        assert p.leader == -1 and p.isr == (3,)
+
+
+def test_unclean_topic_elects_a_live_replica_when_its_sole_isr_leader_is_fenced():
+    c, image = three_brokers(
+        rf=3, partitions=1, configs={"unclean.leader.election.enable": "true"}, in_sync=False
+    )
+    p = image.topic("t").partitions[0]
+    image = apply(image, c.fence_broker(image, p.leader, 0))
+    after = image.topic("t").partitions[0]
+    assert after.leader == p.replicas[1] and after.isr == (after.leader,)
+    assert after.leader_recovery_state == 1 and after.leader_epoch == p.leader_epoch + 1
+
+
+def test_elect_leaders_unclean_moves_a_leaderless_partition_to_a_live_replica():
+    c, image = three_brokers(rf=3, partitions=1, in_sync=False)
+    p = image.topic("t").partitions[0]
+    old = p.leader
+    image = apply(image, c.fence_broker(image, old, 0))
+    assert image.topic("t").partitions[0].leader == -1
+    code, image = elect(c, image, ELECTION_UNCLEAN)
+    moved = image.topic("t").partitions[0]
+    assert code == 0 and moved.leader == p.replicas[1] and moved.isr == (moved.leader,)
+    # the old leader comes back as a follower outside the ISR: its log may hold records
+    # the new leader lacks, so a preferred election must not hand it leadership
+    image = apply(image, c.register_broker(image, old, uuid.uuid4(), [], None, 0))
+    assert image.topic("t").partitions[0].leader == moved.leader
+    code, image = elect(c, image, ELECTION_PREFERRED)
+    assert code == ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    code, image = elect(c, image, ELECTION_UNCLEAN)
+    assert code == ErrorCode.ELECTION_NOT_NEEDED

@@ -502,7 +502,13 @@ class _Gen:
         if f.type in _FIXED_FORMATS or f.type == "uuid":
             return lines + self.encode_scalar(f.type, "x", compact, out)
         fmt = "_I16" if f.type == "string" else "_I32"
-        lines += self.encode_null(f, compact, fmt, out)
+        if self.nullable(f):
+            lines += self.encode_null(f, compact, fmt, out)
+        else:
+            # A null string/bytes goes out empty in the versions that cannot carry null
+            # (the default of a field nullable only in later versions is None).
+            empty = "''" if f.type == "string" else "b''"
+            lines += [f"if x is None: x = {empty}", "if True:"]
         lines += ["    " + line for line in self.encode_scalar(f.type, "x", compact, out)]
         return lines
 

@@ -140,10 +140,18 @@ class FieldSpec:
             return None if d == "null" else []
         if self.struct is not None:
             return None if d == "null" else self.struct.default_instance()
-        return _scalar_default(self.type, d, self.name)
+        return _scalar_default(self.type, d, self.name, not self.nullable_versions.empty)
 
 
-def _scalar_default(ftype: str, d: Any, name: str) -> Any:
+def _scalar_default(ftype: str, d: Any, name: str, nullable: bool = False) -> Any:
+    """A scalar field's default: the spec's ``default``, else the type's zero value.
+
+    A nullable string or bytes field without an explicit default is null, not empty:
+    that is what Kafka's brokers put on the wire for an absent error message, config
+    value or member id, and clients test for null (an empty ``ErrorMessage`` reads as an
+    error). The codec writes such a None as empty in the versions where the field is not
+    nullable.
+    """
     if ftype in INT_TYPES:
         if d is None or d == "":
             return 0
@@ -163,9 +171,11 @@ def _scalar_default(ftype: str, d: Any, name: str) -> Any:
         raise SchemaError(f"bad bool default {d!r} for {name}")
     if ftype == "string":
         if d is None:
-            return ""
+            return None if nullable else ""
         return None if d == "null" else str(d)
     if ftype == "bytes":
+        if d is None:
+            return None if nullable else b""
         return None if d == "null" else b""
     if ftype == "records":
         return None

@@ -87,3 +87,27 @@ def message_strategy(
 ) -> st.SearchStrategy[Any]:
     spec = message_spec(cls)
     return struct_strategy(spec, spec.struct, version, unknown_tags)
+
+
+def as_written(obj: Any, version: int) -> Any:
+    """``obj`` (a fresh copy) as the wire carries it at ``version``: a None string or bytes
+    in a version where the field is not nullable goes out, and comes back, empty."""
+    spec: StructSpec = obj._spec
+    kwargs: dict[str, Any] = {}
+    for f in spec.fields:
+        value = getattr(obj, f.attr)
+        if version not in f.versions:
+            kwargs[f.attr] = value
+        elif f.struct is not None and value is not None:
+            if f.is_array:
+                value = [as_written(item, version) for item in value]
+            else:
+                value = as_written(value, version)
+            kwargs[f.attr] = value
+        elif value is None and f.type in ("string", "bytes") and version not in f.nullable_versions:
+            kwargs[f.attr] = "" if f.type == "string" else b""
+        else:
+            kwargs[f.attr] = value
+    copy = type(obj)(**kwargs)
+    copy._unknown_tagged_fields = obj._unknown_tagged_fields
+    return copy

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.unit.protocol.strategies import message_strategy
+from tests.unit.protocol.strategies import as_written, message_strategy
 
 from riverbed.protocol import messages as m
 
@@ -26,7 +26,9 @@ def test_defaults_roundtrip(name: str, version: int) -> None:
     cls = m.get_message(name)
     obj = cls()
     data = m.encode(obj, version)
-    assert m.decode(cls, data, version) == obj
+    decoded = m.decode(cls, data, version)
+    assert decoded == as_written(obj, version)
+    assert m.encode(decoded, version) == data
 
 
 @pytest.mark.parametrize(("name", "version"), CASES, ids=[f"{n}-v{v}" for n, v in CASES])

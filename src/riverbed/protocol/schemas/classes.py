@@ -450,7 +450,7 @@ class AddRaftVoterRequest(Message):
     def __init__(
         self,
         *,
-        cluster_id: str | None = "",
+        cluster_id: str | None = None,
         timeout_ms: int = 0,
         voter_id: int = 0,
         voter_directory_id: uuid.UUID = ZERO_UUID,
@@ -489,7 +489,7 @@ class AddRaftVoterResponse(Message):
     error_message: str | None
 
     def __init__(
-        self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = ""
+        self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = None
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
@@ -580,7 +580,7 @@ class AlterClientQuotasRequest(Message):
         entity_type: str
         entity_name: str | None
 
-        def __init__(self, *, entity_type: str = "", entity_name: str | None = "") -> None:
+        def __init__(self, *, entity_type: str = "", entity_name: str | None = None) -> None:
             self.entity_type = entity_type
             self.entity_name = entity_name
             self._unknown_tagged_fields = None
@@ -632,7 +632,7 @@ class AlterClientQuotasResponse(Message):
             self,
             *,
             error_code: int = 0,
-            error_message: str | None = "",
+            error_message: str | None = None,
             entity: list[AlterClientQuotasResponse.EntityData] = MISSING,
         ) -> None:
             self.error_code = error_code
@@ -648,7 +648,7 @@ class AlterClientQuotasResponse(Message):
         entity_type: str
         entity_name: str | None
 
-        def __init__(self, *, entity_type: str = "", entity_name: str | None = "") -> None:
+        def __init__(self, *, entity_type: str = "", entity_name: str | None = None) -> None:
             self.entity_type = entity_type
             self.entity_name = entity_name
             self._unknown_tagged_fields = None
@@ -701,7 +701,7 @@ class AlterConfigsRequest(Message):
         name: str
         value: str | None
 
-        def __init__(self, *, name: str = "", value: str | None = "") -> None:
+        def __init__(self, *, name: str = "", value: str | None = None) -> None:
             self.name = name
             self.value = value
             self._unknown_tagged_fields = None
@@ -739,7 +739,7 @@ class AlterConfigsResponse(Message):
             self,
             *,
             error_code: int = 0,
-            error_message: str | None = "",
+            error_message: str | None = None,
             resource_type: int = 0,
             resource_name: str = "",
         ) -> None:
@@ -815,7 +815,7 @@ class AlterPartitionReassignmentsResponse(Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        error_message: str | None = "",
+        error_message: str | None = None,
         responses: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse] = MISSING,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -856,7 +856,7 @@ class AlterPartitionReassignmentsResponse(Message):
         error_message: str | None
 
         def __init__(
-            self, *, partition_index: int = 0, error_code: int = 0, error_message: str | None = ""
+            self, *, partition_index: int = 0, error_code: int = 0, error_message: str | None = None
         ) -> None:
             self.partition_index = partition_index
             self.error_code = error_code
@@ -1227,7 +1227,7 @@ class AlterUserScramCredentialsResponse(Message):
         error_message: str | None
 
         def __init__(
-            self, *, user: str = "", error_code: int = 0, error_message: str | None = ""
+            self, *, user: str = "", error_code: int = 0, error_message: str | None = None
         ) -> None:
             self.user = user
             self.error_code = error_code
@@ -1740,7 +1740,7 @@ class BrokerRegistrationRequest(Message):
         incarnation_id: uuid.UUID = ZERO_UUID,
         listeners: list[BrokerRegistrationRequest.Listener] = MISSING,
         features: list[BrokerRegistrationRequest.Feature] = MISSING,
-        rack: str | None = "",
+        rack: str | None = None,
         is_migrating_zk_broker: bool = False,
         log_dirs: list[uuid.UUID] = MISSING,
         previous_broker_epoch: int = -1,
@@ -2324,7 +2324,7 @@ class ControllerRegistrationResponse(Message):
     error_message: str | None
 
     def __init__(
-        self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = ""
+        self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = None
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
@@ -2411,7 +2411,7 @@ class CreateAclsResponse(Message):
         error_code: int
         error_message: str | None
 
-        def __init__(self, *, error_code: int = 0, error_message: str | None = "") -> None:
+        def __init__(self, *, error_code: int = 0, error_message: str | None = None) -> None:
             self.error_code = error_code
             self.error_message = error_message
             self._unknown_tagged_fields = None
@@ -2430,8 +2430,8 @@ class CreateDelegationTokenRequest(Message):
     def __init__(
         self,
         *,
-        owner_principal_type: str | None = "",
-        owner_principal_name: str | None = "",
+        owner_principal_type: str | None = None,
+        owner_principal_name: str | None = None,
         renewers: list[CreateDelegationTokenRequest.CreatableRenewers] = MISSING,
         max_lifetime_ms: int = 0,
     ) -> None:
@@ -2672,7 +2672,7 @@ class CreateTopicsRequest(Message):
         name: str
         value: str | None
 
-        def __init__(self, *, name: str = "", value: str | None = "") -> None:
+        def __init__(self, *, name: str = "", value: str | None = None) -> None:
             self.name = name
             self.value = value
             self._unknown_tagged_fields = None
@@ -2725,7 +2725,7 @@ class CreateTopicsResponse(Message):
             name: str = "",
             topic_id: uuid.UUID = ZERO_UUID,
             error_code: int = 0,
-            error_message: str | None = "",
+            error_message: str | None = None,
             topic_config_error_code: int = 0,
             num_partitions: int = -1,
             replication_factor: int = -1,
@@ -2756,7 +2756,7 @@ class CreateTopicsResponse(Message):
             self,
             *,
             name: str = "",
-            value: str | None = "",
+            value: str | None = None,
             read_only: bool = False,
             config_source: int = -1,
             is_sensitive: bool = False,
@@ -2823,10 +2823,10 @@ class DeleteAclsRequest(Message):
             self,
             *,
             resource_type_filter: int = 0,
-            resource_name_filter: str | None = "",
+            resource_name_filter: str | None = None,
             pattern_type_filter: int = 3,
-            principal_filter: str | None = "",
-            host_filter: str | None = "",
+            principal_filter: str | None = None,
+            host_filter: str | None = None,
             operation: int = 0,
             permission_type: int = 0,
         ) -> None:
@@ -2871,7 +2871,7 @@ class DeleteAclsResponse(Message):
             self,
             *,
             error_code: int = 0,
-            error_message: str | None = "",
+            error_message: str | None = None,
             matching_acls: list[DeleteAclsResponse.DeleteAclsMatchingAcl] = MISSING,
         ) -> None:
             self.error_code = error_code
@@ -2908,7 +2908,7 @@ class DeleteAclsResponse(Message):
             self,
             *,
             error_code: int = 0,
-            error_message: str | None = "",
+            error_message: str | None = None,
             resource_type: int = 0,
             resource_name: str = "",
             pattern_type: int = 3,
@@ -3240,7 +3240,7 @@ class DeleteTopicsResponse(Message):
         def __init__(
             self,
             *,
-            name: str | None = "",
+            name: str | None = None,
             topic_id: uuid.UUID = ZERO_UUID,
             error_code: int = 0,
             error_message: str | None = None,
@@ -3277,10 +3277,10 @@ class DescribeAclsRequest(Message):
         self,
         *,
         resource_type_filter: int = 0,
-        resource_name_filter: str | None = "",
+        resource_name_filter: str | None = None,
         pattern_type_filter: int = 3,
-        principal_filter: str | None = "",
-        host_filter: str | None = "",
+        principal_filter: str | None = None,
+        host_filter: str | None = None,
         operation: int = 0,
         permission_type: int = 0,
     ) -> None:
@@ -3309,7 +3309,7 @@ class DescribeAclsResponse(Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        error_message: str | None = "",
+        error_message: str | None = None,
         resources: list[DescribeAclsResponse.DescribeAclsResource] = MISSING,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -3395,7 +3395,7 @@ class DescribeClientQuotasRequest(Message):
         match: str | None
 
         def __init__(
-            self, *, entity_type: str = "", match_type: int = 0, match: str | None = ""
+            self, *, entity_type: str = "", match_type: int = 0, match: str | None = None
         ) -> None:
             self.entity_type = entity_type
             self.match_type = match_type
@@ -3418,7 +3418,7 @@ class DescribeClientQuotasResponse(Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        error_message: str | None = "",
+        error_message: str | None = None,
         entries: list[DescribeClientQuotasResponse.EntryData] | None = MISSING,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -3453,7 +3453,7 @@ class DescribeClientQuotasResponse(Message):
         entity_type: str
         entity_name: str | None
 
-        def __init__(self, *, entity_type: str = "", entity_name: str | None = "") -> None:
+        def __init__(self, *, entity_type: str = "", entity_name: str | None = None) -> None:
             self.entity_type = entity_type
             self.entity_name = entity_name
             self._unknown_tagged_fields = None
@@ -3629,7 +3629,7 @@ class DescribeConfigsResponse(Message):
             self,
             *,
             error_code: int = 0,
-            error_message: str | None = "",
+            error_message: str | None = None,
             resource_type: int = 0,
             resource_name: str = "",
             configs: list[DescribeConfigsResponse.DescribeConfigsResourceResult] = MISSING,
@@ -3670,14 +3670,14 @@ class DescribeConfigsResponse(Message):
             self,
             *,
             name: str = "",
-            value: str | None = "",
+            value: str | None = None,
             read_only: bool = False,
             is_default: bool = False,
             config_source: int = -1,
             is_sensitive: bool = False,
             synonyms: list[DescribeConfigsResponse.DescribeConfigsSynonym] = MISSING,
             config_type: int = 0,
-            documentation: str | None = "",
+            documentation: str | None = None,
         ) -> None:
             self.name = name
             self.value = value
@@ -3699,7 +3699,7 @@ class DescribeConfigsResponse(Message):
         value: str | None
         source: int
 
-        def __init__(self, *, name: str = "", value: str | None = "", source: int = 0) -> None:
+        def __init__(self, *, name: str = "", value: str | None = None, source: int = 0) -> None:
             self.name = name
             self.value = value
             self.source = source
@@ -4236,7 +4236,7 @@ class DescribeQuorumResponse(Message):
         self,
         *,
         error_code: int = 0,
-        error_message: str | None = "",
+        error_message: str | None = None,
         topics: list[DescribeQuorumResponse.TopicData] = MISSING,
         nodes: list[DescribeQuorumResponse.Node] = MISSING,
     ) -> None:
@@ -4292,7 +4292,7 @@ class DescribeQuorumResponse(Message):
             *,
             partition_index: int = 0,
             error_code: int = 0,
-            error_message: str | None = "",
+            error_message: str | None = None,
             leader_id: int = 0,
             leader_epoch: int = 0,
             high_watermark: int = 0,
@@ -4467,7 +4467,7 @@ class DescribeTopicPartitionsResponse(Message):
             self,
             *,
             error_code: int = 0,
-            name: str | None = "",
+            name: str | None = None,
             topic_id: uuid.UUID = ZERO_UUID,
             is_internal: bool = False,
             partitions: list[
@@ -4677,7 +4677,7 @@ class DescribeUserScramCredentialsResponse(Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        error_message: str | None = "",
+        error_message: str | None = None,
         results: list[
             DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
         ] = MISSING,
@@ -4705,7 +4705,7 @@ class DescribeUserScramCredentialsResponse(Message):
             *,
             user: str = "",
             error_code: int = 0,
-            error_message: str | None = "",
+            error_message: str | None = None,
             credential_infos: list[DescribeUserScramCredentialsResponse.CredentialInfo] = MISSING,
         ) -> None:
             self.user = user
@@ -4814,7 +4814,7 @@ class ElectLeadersResponse(Message):
         error_message: str | None
 
         def __init__(
-            self, *, partition_id: int = 0, error_code: int = 0, error_message: str | None = ""
+            self, *, partition_id: int = 0, error_code: int = 0, error_message: str | None = None
         ) -> None:
             self.partition_id = partition_id
             self.error_code = error_code
@@ -5071,7 +5071,7 @@ class EnvelopeRequest(Message):
         self,
         *,
         request_data: bytes = b"",
-        request_principal: bytes | None = b"",
+        request_principal: bytes | None = None,
         client_host_address: bytes = b"",
     ) -> None:
         self.request_data = request_data
@@ -5737,7 +5737,7 @@ class FindCoordinatorResponse(Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        error_message: str | None = "",
+        error_message: str | None = None,
         node_id: int = 0,
         host: str = "",
         port: int = 0,
@@ -5772,7 +5772,7 @@ class FindCoordinatorResponse(Message):
             host: str = "",
             port: int = 0,
             error_code: int = 0,
-            error_message: str | None = "",
+            error_message: str | None = None,
         ) -> None:
             self.key = key
             self.node_id = node_id
@@ -5935,7 +5935,7 @@ class IncrementalAlterConfigsRequest(Message):
         value: str | None
 
         def __init__(
-            self, *, name: str = "", config_operation: int = 0, value: str | None = ""
+            self, *, name: str = "", config_operation: int = 0, value: str | None = None
         ) -> None:
             self.name = name
             self.config_operation = config_operation
@@ -5975,7 +5975,7 @@ class IncrementalAlterConfigsResponse(Message):
             self,
             *,
             error_code: int = 0,
-            error_message: str | None = "",
+            error_message: str | None = None,
             resource_type: int = 0,
             resource_name: str = "",
         ) -> None:
@@ -5999,7 +5999,7 @@ class InitProducerIdRequest(Message):
     def __init__(
         self,
         *,
-        transactional_id: str | None = "",
+        transactional_id: str | None = None,
         transaction_timeout_ms: int = 0,
         producer_id: int = -1,
         producer_epoch: int = -1,
@@ -6230,7 +6230,7 @@ class JoinGroupResponse(Message):
         error_code: int = 0,
         generation_id: int = -1,
         protocol_type: str | None = None,
-        protocol_name: str | None = "",
+        protocol_name: str | None = None,
         leader: str = "",
         skip_assignment: bool = False,
         member_id: str = "",
@@ -6597,7 +6597,7 @@ class LeaveGroupResponse(Message):
         error_code: int
 
         def __init__(
-            self, *, member_id: str = "", group_instance_id: str | None = "", error_code: int = 0
+            self, *, member_id: str = "", group_instance_id: str | None = None, error_code: int = 0
         ) -> None:
             self.member_id = member_id
             self.group_instance_id = group_instance_id
@@ -6905,7 +6905,7 @@ class ListPartitionReassignmentsResponse(Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        error_message: str | None = "",
+        error_message: str | None = None,
         topics: list[ListPartitionReassignmentsResponse.OngoingTopicReassignment] = MISSING,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -7064,7 +7064,7 @@ class MetadataRequest(Message):
         topic_id: uuid.UUID
         name: str | None
 
-        def __init__(self, *, topic_id: uuid.UUID = ZERO_UUID, name: str | None = "") -> None:
+        def __init__(self, *, topic_id: uuid.UUID = ZERO_UUID, name: str | None = None) -> None:
             self.topic_id = topic_id
             self.name = name
             self._unknown_tagged_fields = None
@@ -7149,7 +7149,7 @@ class MetadataResponse(Message):
             self,
             *,
             error_code: int = 0,
-            name: str | None = "",
+            name: str | None = None,
             topic_id: uuid.UUID = ZERO_UUID,
             is_internal: bool = False,
             partitions: list[MetadataResponse.MetadataResponsePartition] = MISSING,
@@ -7284,7 +7284,7 @@ class OffsetCommitRequest(Message):
             committed_offset: int = 0,
             committed_leader_epoch: int = -1,
             commit_timestamp: int = -1,
-            committed_metadata: str | None = "",
+            committed_metadata: str | None = None,
         ) -> None:
             self.partition_index = partition_index
             self.committed_offset = committed_offset
@@ -7585,7 +7585,7 @@ class OffsetFetchResponse(Message):
             partition_index: int = 0,
             committed_offset: int = 0,
             committed_leader_epoch: int = -1,
-            metadata: str | None = "",
+            metadata: str | None = None,
             error_code: int = 0,
         ) -> None:
             self.partition_index = partition_index
@@ -7657,7 +7657,7 @@ class OffsetFetchResponse(Message):
             partition_index: int = 0,
             committed_offset: int = 0,
             committed_leader_epoch: int = -1,
-            metadata: str | None = "",
+            metadata: str | None = None,
             error_code: int = 0,
         ) -> None:
             self.partition_index = partition_index
@@ -8285,7 +8285,7 @@ class RemoveRaftVoterRequest(Message):
     def __init__(
         self,
         *,
-        cluster_id: str | None = "",
+        cluster_id: str | None = None,
         voter_id: int = 0,
         voter_directory_id: uuid.UUID = ZERO_UUID,
     ) -> None:
@@ -8305,7 +8305,7 @@ class RemoveRaftVoterResponse(Message):
     error_message: str | None
 
     def __init__(
-        self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = ""
+        self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = None
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
@@ -8361,7 +8361,7 @@ class RequestHeader(Message):
         request_api_key: int = 0,
         request_api_version: int = 0,
         correlation_id: int = 0,
-        client_id: str | None = "",
+        client_id: str | None = None,
     ) -> None:
         self.request_api_key = request_api_key
         self.request_api_version = request_api_version
@@ -8408,7 +8408,7 @@ class SaslAuthenticateResponse(Message):
         self,
         *,
         error_code: int = 0,
-        error_message: str | None = "",
+        error_message: str | None = None,
         auth_bytes: bytes = b"",
         session_lifetime_ms: int = 0,
     ) -> None:
@@ -8459,7 +8459,7 @@ class ShareAcknowledgeRequest(Message):
         self,
         *,
         group_id: str | None = None,
-        member_id: str | None = "",
+        member_id: str | None = None,
         share_session_epoch: int = 0,
         topics: list[ShareAcknowledgeRequest.AcknowledgeTopic] = MISSING,
     ) -> None:
@@ -8662,7 +8662,7 @@ class ShareFetchRequest(Message):
         self,
         *,
         group_id: str | None = None,
-        member_id: str | None = "",
+        member_id: str | None = None,
         share_session_epoch: int = 0,
         max_wait_ms: int = 0,
         min_bytes: int = 0,
@@ -9505,7 +9505,7 @@ class TxnOffsetCommitRequest(Message):
             partition_index: int = 0,
             committed_offset: int = 0,
             committed_leader_epoch: int = -1,
-            committed_metadata: str | None = "",
+            committed_metadata: str | None = None,
         ) -> None:
             self.partition_index = partition_index
             self.committed_offset = committed_offset
@@ -9586,7 +9586,7 @@ class UnregisterBrokerResponse(Message):
     error_message: str | None
 
     def __init__(
-        self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = ""
+        self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = None
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
@@ -9655,7 +9655,7 @@ class UpdateFeaturesResponse(Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        error_message: str | None = "",
+        error_message: str | None = None,
         results: list[UpdateFeaturesResponse.UpdatableFeatureResult] = MISSING,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -9674,7 +9674,7 @@ class UpdateFeaturesResponse(Message):
         error_message: str | None
 
         def __init__(
-            self, *, feature: str = "", error_code: int = 0, error_message: str | None = ""
+            self, *, feature: str = "", error_code: int = 0, error_message: str | None = None
         ) -> None:
             self.feature = feature
             self.error_code = error_code
@@ -9819,7 +9819,7 @@ class UpdateMetadataRequest(Message):
             v0_host: str = "",
             v0_port: int = 0,
             endpoints: list[UpdateMetadataRequest.UpdateMetadataEndpoint] = MISSING,
-            rack: str | None = "",
+            rack: str | None = None,
         ) -> None:
             self.id = id
             self.v0_host = v0_host
@@ -9882,7 +9882,7 @@ class UpdateRaftVoterRequest(Message):
     def __init__(
         self,
         *,
-        cluster_id: str | None = "",
+        cluster_id: str | None = None,
         current_leader_epoch: int = 0,
         voter_id: int = 0,
         voter_directory_id: uuid.UUID = ZERO_UUID,
@@ -10594,7 +10594,7 @@ class ClientQuotaRecord(Message):
         entity_type: str
         entity_name: str | None
 
-        def __init__(self, *, entity_type: str = "", entity_name: str | None = "") -> None:
+        def __init__(self, *, entity_type: str = "", entity_name: str | None = None) -> None:
             self.entity_type = entity_type
             self.entity_name = entity_name
             self._unknown_tagged_fields = None
@@ -10616,7 +10616,7 @@ class ConfigRecord(Message):
         resource_type: int = 0,
         resource_name: str = "",
         name: str = "",
-        value: str | None = "",
+        value: str | None = None,
     ) -> None:
         self.resource_type = resource_type
         self.resource_name = resource_name
@@ -10893,7 +10893,7 @@ class RegisterBrokerRecord(Message):
         broker_epoch: int = 0,
         end_points: list[RegisterBrokerRecord.BrokerEndpoint] = MISSING,
         features: list[RegisterBrokerRecord.BrokerFeature] = MISSING,
-        rack: str | None = "",
+        rack: str | None = None,
         fenced: bool = True,
         in_controlled_shutdown: bool = False,
         log_dirs: list[uuid.UUID] = MISSING,
@@ -11235,8 +11235,8 @@ class GroupMetadataValue(Message):
         *,
         protocol_type: str = "",
         generation: int = 0,
-        protocol: str | None = "",
-        leader: str | None = "",
+        protocol: str | None = None,
+        leader: str | None = None,
         current_state_timestamp: int = -1,
         members: list[GroupMetadataValue.MemberMetadata] = MISSING,
     ) -> None:

@@ -31,8 +31,8 @@ class StorageRaftLog:
         offset = partition_log.log_start_offset
         end = partition_log.log_end_offset
         while offset < end:
-            result = partition_log.read(offset, LOAD_READ_BYTES)
-            data = b"".join(r.read() for r in result.ranges)
+            with partition_log.read(offset, LOAD_READ_BYTES) as result:
+                data = result.read_bytes()
             loaded = [e for e in records_to_entries(data) if e.offset >= offset]
             if not loaded:
                 break

@@ -24,9 +24,12 @@ Per connection (like Kafka's Processor):
 Fetch responses carry record data as file ranges of segment files (`FileRecords`): the
 response is encoded with a unique 16-byte token in place of each ``records`` field, then
 written as the encoded bytes with each token (and its length prefix) replaced by the real
-length and the file bytes, sent with ``sendfile`` (``loop.sendfile`` on the default loop;
-on uvloop, which lacks it, ``os.sendfile`` straight to the socket once the transport's
-buffer is empty, copying through user space only what the socket did not take).
+length and the file bytes, sent with ``os.sendfile`` straight to the socket once the
+transport's buffer is empty (on both event loops: uvloop lacks ``loop.sendfile``, and
+each chunk must be checked against truncation, see ``Connection._send_range``), copying
+through user space only to wait for a full socket. The ranges are pinned by the read
+(fds of their own, closed after the send), so retention or a segment roll between the
+read and the send never changes the bytes sent.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.server.connection_quotas import ConnectionQuotas
@@ -52,9 +55,13 @@ log = logging.getLogger(__name__)
 
 _INT32 = struct.Struct(">i")
 _HEADER_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
+_LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends RST, drops the queue
 
-#: Bytes copied per user-space chunk when sendfile cannot take a range whole.
+#: Bytes copied per user-space chunk when sendfile is not used.
 COPY_CHUNK_BYTES = 256 * 1024
+#: Bytes copied through the transport when the socket is full, to wait for it to drain
+#: (asyncio offers no writability wait on a socket a transport owns).
+SENDFILE_WAIT_COPY_BYTES = 16 * 1024
 #: Encoded responses coalesced into one write at most (pipelined small responses).
 COALESCE_BYTES_MAX = 256 * 1024
 #: Responses buffered in the transport before the writer waits for the socket to drain.
@@ -68,16 +75,22 @@ STREAM_LIMIT_BYTES = 64 * 1024
 
 
 class FileRange(Protocol):
-    """A byte range of a segment file (storage's ``FileRange``)."""
+    """A byte range of a segment file pinned at read time (storage's ``FileRange``)."""
 
     @property
-    def path(self) -> str | os.PathLike[str]: ...
+    def fd(self) -> int: ...
 
     @property
     def position(self) -> int: ...
 
     @property
     def size(self) -> int: ...
+
+    def intact(self) -> bool:
+        """False once the file was truncated under the range (its bytes may differ)."""
+        ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -421,73 +434,80 @@ class Connection:
                 await self._flush()
             return
         await self._flush()  # file ranges go straight to the socket: keep the order
-        encoded = codec.encode_response(header, response.body)
-        parts = splice_plan(encoded[4:], response)
-        files = [p for p in parts if isinstance(p, FileRecords)]
-        # Open every file before writing a byte: a segment deleted by retention after
-        # this point stays readable through the open descriptor.
-        opened: dict[int, list[int]] = {}
-        all_fds: list[int] = []
         try:
-            for fr in files:
-                fds = opened.setdefault(id(fr), [])
-                for r in fr.ranges:
-                    fd = os.open(r.path, os.O_RDONLY)
-                    all_fds.append(fd)
-                    fds.append(fd)
-        except OSError as exc:
-            for fd in all_fds:
-                os.close(fd)
-            # Nothing written yet: the client reconnects and fetches again.
-            raise CloseConnection(
-                f"a segment file vanished before the fetch response was sent: {exc}"
-            ) from None
-        try:
+            encoded = codec.encode_response(header, response.body)
+            parts = splice_plan(encoded[4:], response)
+            # The ranges were pinned by the read (their own fds): retention since then
+            # changed nothing; a truncation did, and nothing is written yet.
+            stale = [r for fr in response.files for r in fr.ranges if not r.intact()]
+            if stale:
+                raise CloseConnection(
+                    f"a segment was truncated before the fetch response was sent: {stale[0]}"
+                )
             self.writer.write(_INT32.pack(plan_size(parts)))
             for part in parts:
                 if isinstance(part, bytes):
                     if part:
                         self.writer.write(part)
                     continue
-                for fd, rng in zip(opened[id(part)], part.ranges, strict=True):
-                    await self._send_range(fd, rng.position, rng.size)
+                for rng in part.ranges:
+                    await self._send_range(rng)
             await self.writer.drain()
         finally:
-            for fd in all_fds:
-                os.close(fd)
+            for fr in response.files:
+                for r in fr.ranges:
+                    r.close()
 
-    async def _send_range(self, fd: int, position: int, size: int) -> None:
-        """Write ``size`` bytes of ``fd`` from ``position``: sendfile, else copy."""
-        if size <= 0:
-            return
-        transport = self.writer.transport
-        loop = asyncio.get_running_loop()
+    async def _send_range(self, rng: FileRange) -> None:
+        """Write the bytes of ``rng``: sendfile straight to the socket, else copies.
+
+        Every chunk is taken while the range is intact (checked after it is read, and
+        after each sendfile): a truncation in the middle closes the connection with the
+        frame incomplete, so the client drops it; it never gets other bytes or zeros.
+        """
+        size = rng.size
         sent = 0
-        if self.server.sendfile_mode == "loop":
-            await self.writer.drain()
-            with open(fd, "rb", closefd=False) as f:
-                sent = await loop.sendfile(transport, f, position, size, fallback=True)
-        elif self.server.sendfile_mode == "direct":
-            sock = transport.get_extra_info("socket")
+        sock = self.writer.transport.get_extra_info("socket") if self.server.sendfile else None
+        while sent < size:
+            position = rng.position + sent
+            n = 0
             if sock is not None and await self._drain_fully():
                 try:
-                    while sent < size:
-                        n = os.sendfile(sock.fileno(), fd, position + sent, size - sent)
-                        if n == 0:
-                            break
-                        sent += n
+                    n = os.sendfile(sock.fileno(), rng.fd, position, size - sent)
+                    if n == 0:
+                        self._range_changed(rng)  # end of file: it got shorter
                 except (BlockingIOError, InterruptedError):
-                    pass
-        while sent < size:
-            chunk = os.pread(fd, min(COPY_CHUNK_BYTES, size - sent), position + sent)
-            if not chunk:
-                # The segment got shorter (truncated) after the read was planned: pad so
-                # the frame keeps its declared size; clients drop a partial last batch.
-                log.warning("segment range shrank while sending to %s; padding", self.peer)
-                chunk = bytes(min(COPY_CHUNK_BYTES, size - sent))
+                    n = 0
+                if not rng.intact():
+                    self._range_changed(rng)
+                if n:
+                    sent += n
+                    continue
+                # the socket is full: a small copy waits for it in the transport's buffer
+                want = min(SENDFILE_WAIT_COPY_BYTES, size - sent)
+            else:
+                want = min(COPY_CHUNK_BYTES, size - sent)
+            chunk = os.pread(rng.fd, want, position)
+            if len(chunk) != want or not rng.intact():
+                self._range_changed(rng)
             self.writer.write(chunk)
-            sent += len(chunk)
+            sent += want
             await self.writer.drain()
+
+    def _range_changed(self, rng: FileRange) -> NoReturn:
+        """Fail the response half-sent: reset the connection, dropping what the socket
+        still holds. sendfile hands the kernel page-cache pages, not copies: a truncation
+        rewrites the page it cuts in place, so bytes of the removed batches queued before
+        it could change on their way (Kafka has the same window; the client's CRC check
+        catches it). The reset leaves only what the client already received."""
+        sock = self.writer.transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+        self.writer.transport.abort()
+        raise CloseConnection(
+            f"a segment was truncated while its fetch response was being sent ({rng})"
+        )
 
     async def _drain_fully(self) -> bool:
         """Wait until the transport holds no buffered bytes (so raw writes keep order)."""
@@ -547,7 +567,8 @@ class SocketServer:
         self._open: set[Connection] = set()
         self._handler_tasks: set[asyncio.Task[Any]] = set()
         self._next_connection_id = 0
-        self.sendfile_mode = "copy"
+        #: os.sendfile from the pinned fds (False: every byte is copied; tests, non-Linux)
+        self.sendfile = hasattr(os, "sendfile")
         self.bound: dict[str, tuple[str, int]] = {}
 
     def track(self, task: asyncio.Task[Any]) -> None:
@@ -570,9 +591,6 @@ class SocketServer:
         """Bind one listener; returns the actual (host, port). With ``start_serving=False``
         connections wait in the backlog until `start_serving` (the node registers itself
         first, so the first Metadata answer already lists it)."""
-        loop = asyncio.get_running_loop()
-        # The default loop has native sendfile; uvloop does not (see module docstring).
-        self.sendfile_mode = "direct" if type(loop).__module__.startswith("uvloop") else "loop"
         quotas = quotas if quotas is not None else self.quotas
         quotas.add_listener(name)
         socks = await self._bind(host, port)

@@ -25,7 +25,7 @@ from riverbed.storage.file_io import OS_FILE_IO, FileIO
 if TYPE_CHECKING:
     from riverbed.storage.segment import LogSegment
 
-__all__ = ["FileRange", "ReadResult", "SegmentFiles", "TimestampOffset"]
+__all__ = ["FileRange", "ReadResult", "SegmentFiles", "StaleRangeError", "TimestampOffset"]
 
 log = logging.getLogger(__name__)
 
@@ -35,38 +35,85 @@ _GARBAGE_SUFFIXES: Final = (".deleted", ".tmp", ".cleaned", ".swap")
 # bounds them by max_bytes (or one batch, itself bounded by max.message.bytes)
 
 
-@dataclass(frozen=True, slots=True)
+class StaleRangeError(OSError):
+    """A pinned range can no longer be read as it was: its segment was truncated (the same
+    bytes may have been replaced), or the range was closed."""
+
+
 class FileRange:
-    """``size`` bytes of the segment file ``path`` from ``position`` (whole batches)."""
+    """``size`` bytes of a segment's ``.log`` from ``position`` (whole batches), pinned.
 
-    path: Path
-    position: int
-    size: int
+    The read that produced the range took its own fd of the segment file, under the log's
+    lock: retention renaming the file to ``*.deleted`` and unlinking it, or a new segment
+    taking the same name, never changes what the range reads (the inode stays). A
+    truncation cuts that same inode and may be followed by other batches at the same
+    positions, so it bumps the segment's ``truncations``; from then on ``intact()`` is
+    False and readers fail cleanly (``StaleRangeError``) instead of returning other bytes
+    or a short read padded with zeros.
 
-    def open_fd(self) -> int:
-        """A read-only fd of the segment file, also while a retention delete is pending.
+    The holder ``close()`` s the range when done (the network layer after sending it);
+    ``__del__`` closes a range that was dropped without it.
+    """
 
-        Retention renames a deleted segment to ``*.deleted`` and unlinks it only after
-        ``file.delete.delay.ms``, so a range handed out just before the rename is still
-        readable under that name; FileNotFoundError once it is really gone.
-        """
-        try:
-            return os.open(self.path, os.O_RDONLY)
-        except FileNotFoundError:
-            return os.open(
-                Path(self.path).with_name(Path(self.path).name + ".deleted"), os.O_RDONLY
-            )
+    __slots__ = ("_fd", "_generation", "_segment", "path", "position", "size")
+
+    def __init__(
+        self,
+        path: Path,
+        position: int,
+        size: int,
+        fd: int,
+        segment: LogSegment | None = None,
+    ) -> None:
+        self.path = path
+        self.position = position
+        self.size = size
+        self._fd = fd
+        self._segment = segment
+        self._generation = segment.truncations if segment is not None else 0
+
+    @classmethod
+    def pin(cls, segment: LogSegment, position: int, size: int) -> FileRange:
+        """A range of ``segment``'s ``.log`` with its own fd (call under the log's lock)."""
+        return cls(segment.log_path, position, size, segment.dup_log_fd(), segment)
+
+    @classmethod
+    def open(cls, path: Path | str, position: int, size: int) -> FileRange:
+        """A range of the file at ``path`` (no segment: never truncated under it)."""
+        return cls(Path(path), position, size, os.open(path, os.O_RDONLY))
+
+    @property
+    def fd(self) -> int:
+        """The pinned fd (StaleRangeError once closed)."""
+        if self._fd < 0:
+            raise StaleRangeError(f"{self.path}: range {self.position}+{self.size} is closed")
+        return self._fd
+
+    def intact(self) -> bool:
+        """True while the bytes of the range are the ones the read found."""
+        seg = self._segment
+        return self._fd >= 0 and (seg is None or seg.truncations == self._generation)
 
     def read(self) -> bytes:
         """The bytes of the range (for callers that cannot sendfile, and tests)."""
-        fd = self.open_fd()
-        try:
-            data = os.pread(fd, self.size, self.position)
-        finally:
-            os.close(fd)
-        if len(data) != self.size:
-            raise FileNotFoundError(f"{self.path}: range {self.position}+{self.size} is gone")
+        data = os.pread(self.fd, self.size, self.position)
+        # checked after the read: a truncation bumps the generation before it cuts
+        if len(data) != self.size or not self.intact():
+            raise StaleRangeError(
+                f"{self.path}: range {self.position}+{self.size} was truncated after the read"
+            )
         return data
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"FileRange({self.path.name}, {self.position}+{self.size})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +133,17 @@ class ReadResult:
 
     def read_bytes(self) -> bytes:
         return b"".join(r.read() for r in self.ranges)
+
+    def close(self) -> None:
+        """Release the pinned fds of every range."""
+        for r in self.ranges:
+            r.close()
+
+    def __enter__(self) -> ReadResult:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,60 +46,79 @@ class LogReads(LogBase):
                 )
             bound = leo if upper_bound is None else min(upper_bound, leo)
             ranges: list[FileRange] = []
-            total = 0
-            first_offset = -1
-            next_offset = offset
-            i = self._segment_index_for(offset)
-            full = offset >= bound
-            while not full and i < len(self._segments):
-                seg = self._segments[i]
-                seg_end = self._segments[i + 1].base_offset if i + 1 < len(self._segments) else leo
-                try:
-                    start = seg.translate_offset(next_offset)
-                    if start is None:
-                        i += 1
-                        continue
-                    h = start.header
-                    if h.next_offset > bound:
+            try:
+                return self._read_locked(offset, bound, max_bytes, min_one_batch, ranges, lso, leo)
+            except BaseException:
+                for r in ranges:
+                    r.close()
+                raise
+
+    def _read_locked(
+        self,
+        offset: int,
+        bound: int,
+        max_bytes: int,
+        min_one_batch: bool,
+        ranges: list[FileRange],
+        lso: int,
+        leo: int,
+    ) -> ReadResult:
+        # the lock is held; ``ranges`` is the caller's so it closes them if this fails
+        total = 0
+        first_offset = -1
+        next_offset = offset
+        i = self._segment_index_for(offset)
+        full = offset >= bound
+        while not full and i < len(self._segments):
+            seg = self._segments[i]
+            seg_end = self._segments[i + 1].base_offset if i + 1 < len(self._segments) else leo
+            try:
+                start = seg.translate_offset(next_offset)
+                if start is None:
+                    i += 1
+                    continue
+                h = start.header
+                if h.next_offset > bound:
+                    break
+                budget = max_bytes - total
+                if h.size > budget:
+                    if not (min_one_batch and total == 0):
                         break
-                    budget = max_bytes - total
-                    if h.size > budget:
-                        if not (min_one_batch and total == 0):
-                            break
-                        end, nxt, full = start.position + h.size, h.next_offset, True
+                    end, nxt, full = start.position + h.size, h.next_offset, True
+                else:
+                    # the end of the last whole batch within the byte budget and below
+                    # the bound, found via the offset index and a short header scan
+                    limit = start.position + budget
+                    if bound < seg_end:
+                        cut = seg.translate_offset(bound, start.position)
+                        if cut is not None:
+                            limit = min(limit, cut.position)
+                    end = seg.whole_batches_end(start.position, limit)
+                    if end < seg.size:
+                        after = seg.read_header(end)
+                        assert after is not None
+                        nxt, full = after.base_offset, True
                     else:
-                        # the end of the last whole batch within the byte budget and below
-                        # the bound, found via the offset index and a short header scan
-                        limit = start.position + budget
-                        if bound < seg_end:
-                            cut = seg.translate_offset(bound, start.position)
-                            if cut is not None:
-                                limit = min(limit, cut.position)
-                        end = seg.whole_batches_end(start.position, limit)
-                        if end < seg.size:
-                            after = seg.read_header(end)
-                            assert after is not None
-                            nxt, full = after.base_offset, True
-                        else:
-                            nxt = seg_end
-                except ProtocolError as e:
-                    raise LogDirError(f"{self.name}: corrupt segment {seg.log_path}: {e}") from e
-                finally:
-                    self._release(seg)
-                if first_offset < 0:
-                    first_offset = h.base_offset
-                ranges.append(FileRange(seg.log_path, start.position, end - start.position))
-                total += end - start.position
-                next_offset = nxt
-                i += 1
-            return ReadResult(
-                ranges=ranges,
-                first_offset=first_offset,
-                next_offset=next_offset,
-                high_watermark=self._high_watermark,
-                log_start_offset=lso,
-                log_end_offset=leo,
-            )
+                        nxt = seg_end
+                # pinned before _release closes the segment's own fd
+                ranges.append(FileRange.pin(seg, start.position, end - start.position))
+            except ProtocolError as e:
+                raise LogDirError(f"{self.name}: corrupt segment {seg.log_path}: {e}") from e
+            finally:
+                self._release(seg)
+            if first_offset < 0:
+                first_offset = h.base_offset
+            total += end - start.position
+            next_offset = nxt
+            i += 1
+        return ReadResult(
+            ranges=ranges,
+            first_offset=first_offset,
+            next_offset=next_offset,
+            high_watermark=self._high_watermark,
+            log_start_offset=lso,
+            log_end_offset=leo,
+        )
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
         """The first record at or after the log start with timestamp >= ``timestamp``.

@@ -114,6 +114,8 @@ class LogSegment:
         # segment.jitter.ms drawn for this segment (Kafka's LogConfig.randomSegmentJitter)
         self.roll_jitter_ms = 0
         self._fd: int | None = None
+        #: Bumped before every truncation: a pinned FileRange read before it is stale.
+        self.truncations = 0
         self.size = 0
         self.next_offset = base_offset  # offset after the last batch (base when empty)
         self.max_timestamp = NO_TIMESTAMP
@@ -185,6 +187,10 @@ class LogSegment:
         if self._fd is None:
             self._fd = self.io.open(self.log_path, os.O_RDWR)
         return self._fd
+
+    def dup_log_fd(self) -> int:
+        """An fd of the ``.log`` of its own (a fetch pins the file it sends from)."""
+        return os.dup(self._log_fd())
 
     def pread(self, size: int, position: int) -> bytes:
         """Up to ``size`` bytes of the ``.log`` at ``position``."""
@@ -486,6 +492,7 @@ class LogSegment:
         self.offset_index.truncate_to(offset)
         self.offset_index.truncate_to_position(position)
         self.time_index.truncate_to(offset)
+        self.truncations += 1  # before the cut: a range read after it sees the bump
         self.io.ftruncate(self._log_fd(), position)
         self.size = position
         self.load_tail_state()

@@ -29,6 +29,7 @@ from riverbed.storage import (
     RecordTooLargeError,
 )
 from riverbed.storage.log import ORIGIN_COORDINATOR
+from riverbed.storage.log_files import StaleRangeError
 
 T0 = 1_700_000_000_000
 HOUR = 3_600_000
@@ -376,11 +377,14 @@ def test_retention_ms_uses_largest_timestamp_not_file_time(
     assert deleted == 2 and log.log_start_offset == 4
     assert not list((tmp_path / "t-0").glob("00000000000000000000.log"))
     assert list((tmp_path / "t-0").glob("*.deleted"))
-    assert early.read_bytes()[:8] == bytes(8)  # still readable under *.deleted
+    before = early.read_bytes()
+    assert before[:8] == bytes(8)  # the pinned range still reads its segment
     clock.advance(60_000)
     log.delete_expired_files(clock.now_ms())
     assert not list((tmp_path / "t-0").glob("*.deleted"))
-    with pytest.raises(FileNotFoundError):
+    assert early.read_bytes() == before  # unlinked: the pinned fd keeps the inode
+    early.close()
+    with pytest.raises(StaleRangeError):
         early.read_bytes()
     clock.advance(7 * day)
     assert log.delete_old_segments(clock.now_ms()) == 2

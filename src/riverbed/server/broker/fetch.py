@@ -31,6 +31,7 @@ from riverbed.protocol.messages import FetchRequest, FetchResponse
 from riverbed.server.broker.partitions import leader_epoch_error, log_offline
 from riverbed.server.network import FileRecords, RequestContext, SplicedResponse
 from riverbed.storage.errors import StorageError
+from riverbed.storage.log_files import FileRange
 
 if TYPE_CHECKING:
     from riverbed.server.broker.dispatch import Broker
@@ -51,7 +52,7 @@ class _PartitionRead:
     error: int
     high_watermark: int
     log_start_offset: int
-    ranges: list[Any]
+    ranges: list[FileRange]
     size: int
 
 
@@ -86,6 +87,7 @@ def _read_partition(broker: Broker, topic: str, p: Any, budget: int, first: bool
     size = sum(r.size for r in ranges)
     if size > max_bytes and not first:
         # Only the first partition with data may exceed the limits (one whole batch).
+        result.close()
         return _PartitionRead(topic, p.partition, 0, hw, start, [], 0)
     return _PartitionRead(topic, p.partition, 0, hw, start, ranges, size)
 
@@ -104,6 +106,13 @@ def _read_all(broker: Broker, req: Any) -> list[_PartitionRead]:
     return reads
 
 
+def _close(reads: list[_PartitionRead]) -> None:
+    """Release the pinned ranges of reads that will not be sent."""
+    for r in reads:
+        for rng in r.ranges:
+            rng.close()
+
+
 async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -> Any:
     version = ctx.header.api_version
     if req.session_id != 0:
@@ -116,6 +125,7 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
 
         def enough() -> bool:
             nonlocal reads
+            _close(reads)
             reads = _read_all(broker, req)
             return sum(r.size for r in reads) >= req.min_bytes or any(r.error for r in reads)
 
@@ -123,6 +133,7 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
     if version < FETCH_RECORD_BATCH_V2_VERSION:
         for r in reads:
             if r.ranges:
+                _close([r])
                 r.error, r.ranges, r.size = int(ErrorCode.UNSUPPORTED_VERSION), [], 0
     return _build_response(reads, version, req.isolation_level == READ_COMMITTED)
 

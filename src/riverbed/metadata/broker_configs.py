@@ -190,6 +190,17 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     _d("producer.id.expiration.ms", _I, "86400000", at_least(1)),
     # --- tiered storage
     _d("remote.log.storage.system.enable", _B, "false"),
+    _d("remote.log.storage.manager.class.name", _S,
+       "riverbed.tiered.rsm.FsspecRemoteStorageManager"),
+    _d("remote.log.storage.manager.impl.prefix", _S, "rsm.config."),
+    _d("remote.log.manager.task.interval.ms", _L, "30000", at_least(1)),
+    _d("remote.log.manager.thread.pool.size", _I, "10", at_least(1)),
+    _d("remote.log.manager.copier.thread.pool.size", _I, "-1", at_least(-1)),
+    _d("remote.log.manager.task.retry.backoff.ms", _L, "500", at_least(1)),
+    _d("remote.log.manager.task.retry.backoff.max.ms", _L, "30000", at_least(1)),
+    _d("remote.log.reader.threads", _I, "10", at_least(1)),
+    _d("remote.log.reader.max.pending.tasks", _I, "100", at_least(1)),
+    _d("remote.fetch.max.wait.ms", _I, "500", at_least(1)),
     # --- riverbed's own keys
     _d("riverbed.storage.auto.format", _B, "false", None,
        "Format unformatted log dirs on start (true in the embedded default)."),

@@ -59,6 +59,19 @@ def check_topic_configs(configs: Mapping[str, str | None]) -> None:
         problem = validate_topic_config(name, value)
         if problem is not None:
             raise _Err(ErrorCode.INVALID_CONFIG, problem)
+    check_tiering_combination(configs)
+
+
+def check_tiering_combination(configs: Mapping[str, str | None]) -> None:
+    """A topic's whole override set: tiering and compaction exclude each other."""
+    tiered = (configs.get("remote.storage.enable") or "").strip().lower() == "true"
+    if tiered and "compact" in (configs.get("cleanup.policy") or ""):
+        # KIP-405: compacted topics have no remote storage support
+        raise _Err(
+            ErrorCode.INVALID_CONFIG,
+            "Remote log storage is unsupported for compacted topics: remote.storage.enable="
+            "true cannot be set with cleanup.policy=compact",
+        )
 
 
 class _Target:
@@ -193,6 +206,8 @@ class ConfigControl(ControllerBase):
                 seen.add(c.name)
                 _apply_op(target.definition(c.name), wanted, c.config_operation, c.value)
             target.validate({k: v for k, v in wanted.items() if k in seen})
+            if target.is_topic:
+                check_tiering_combination(wanted)
             return target.diff(wanted)
 
         results, records = _alter_each(

@@ -162,8 +162,15 @@ class ServerConfig:
                 self._values[name] = cdef.parse(raw)
             except ConfigValueError as exc:
                 raise ConfigError(name, str(exc)) from None
+        rsm_prefix = str(self._values["remote.log.storage.manager.impl.prefix"])
         self.unknown_keys = tuple(
-            sorted(k for k in props if k not in CONFIG_DEFS and not _LISTENER_MAX_RE.match(k))
+            sorted(
+                k
+                for k in props
+                if k not in CONFIG_DEFS
+                and not _LISTENER_MAX_RE.match(k)
+                and not k.startswith(rsm_prefix)  # the remote storage manager's own keys
+            )
         )
         for key in self.unknown_keys:
             log.warning("ignoring unknown config key %s", key)

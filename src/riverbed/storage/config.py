@@ -26,7 +26,16 @@ file.delete.delay.ms                60000                   keep deleted files t
 cleanup.policy                      delete                  "delete" and/or "compact"
 min.insync.replicas                 1                       for acks=all (replication)
 preallocate                         false                   accepted, not used
+remote.storage.enable               false                   tier rolled segments (KIP-405)
+local.retention.ms                  -2 (= retention.ms)     local part of a tiered log
+local.retention.bytes               -2 (= retention.bytes)  local part of a tiered log
 ==================================  ======================  ===============================
+
+With ``remote.storage.enable`` (and the broker's ``remote.log.storage.system.enable``),
+``retention.*`` bound the whole log (remote + local) and ``local.retention.*`` the local
+segments. A compacted topic is never tiered: the controller refuses the combination
+(INVALID_CONFIG) and :attr:`LogConfig.tiered` stays False should one slip through (e.g. a
+broker default ``log.cleanup.policy=compact``).
 """
 
 from __future__ import annotations
@@ -46,6 +55,7 @@ CLEANUP_POLICIES: Final = ("delete", "compact")
 # Kafka's lower bounds (TopicConfig / LogConfig validators).
 SEGMENT_BYTES_MIN: Final = 14  # LegacyRecord.RECORD_OVERHEAD_V0; tests use tiny segments
 SEGMENT_INDEX_BYTES_MIN: Final = 4
+_BOOLEAN_ATTRS: Final = ("preallocate", "remote_storage_enable")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +79,9 @@ class LogConfig:
     cleanup_policy: tuple[str, ...] = ("delete",)
     min_insync_replicas: int = 1
     preallocate: bool = False
+    remote_storage_enable: bool = False
+    local_retention_ms: int = -2
+    local_retention_bytes: int = -2
 
     def __post_init__(self) -> None:
         self._check_range("segment.bytes", self.segment_bytes, SEGMENT_BYTES_MIN, INT_MAX)
@@ -97,6 +110,8 @@ class LogConfig:
         self._check_range("flush.ms", self.flush_ms, 0, LONG_MAX)
         self._check_range("file.delete.delay.ms", self.file_delete_delay_ms, 0, LONG_MAX)
         self._check_range("min.insync.replicas", self.min_insync_replicas, 1, INT_MAX)
+        self._check_range("local.retention.ms", self.local_retention_ms, -2, LONG_MAX)
+        self._check_range("local.retention.bytes", self.local_retention_bytes, -2, LONG_MAX)
         if not self.cleanup_policy or any(p not in CLEANUP_POLICIES for p in self.cleanup_policy):
             raise InvalidConfigError(
                 "cleanup.policy",
@@ -125,6 +140,22 @@ class LogConfig:
     @property
     def compact_enabled(self) -> bool:
         return "compact" in self.cleanup_policy
+
+    @property
+    def tiered(self) -> bool:
+        """The topic asks for tiering and can have it (never for compacted topics)."""
+        return self.remote_storage_enable and not self.compact_enabled
+
+    @property
+    def local_retention_ms_effective(self) -> int:
+        """``local.retention.ms``, where -2 means ``retention.ms`` (Kafka's rule)."""
+        return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+
+    @property
+    def local_retention_bytes_effective(self) -> int:
+        return (
+            self.retention_bytes if self.local_retention_bytes == -2 else self.local_retention_bytes
+        )
 
     # ---- parsing -------------------------------------------------------------------------
 
@@ -176,7 +207,7 @@ def _parse_value(key: str, attr: str, raw: object) -> object:
         if isinstance(raw, (tuple, list)):
             return tuple(str(p).strip() for p in raw)
         return tuple(p.strip() for p in str(raw).split(",") if p.strip())
-    if attr == "preallocate":
+    if attr in _BOOLEAN_ATTRS:
         if isinstance(raw, bool):
             return raw
         text = str(raw).strip().lower()

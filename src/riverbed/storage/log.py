@@ -131,8 +131,12 @@ class PartitionLog(LogReads, LogRetention):
         rng: random.Random | None = None,
         io: FileIO = OS_FILE_IO,
         log_dir: LogDir | None = None,
+        remote_log_enabled: bool = False,
     ) -> None:
         self.directory = Path(directory)
+        self.remote_log_enabled = remote_log_enabled
+        self._highest_offset_in_remote = -1
+        self.roll_listener = None
         self._io = io
         # a standalone log (the metadata log, tests) is the only user of its dir's state
         self.log_dir = log_dir if log_dir is not None else LogDir(self.directory.parent)

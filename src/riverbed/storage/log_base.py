@@ -102,6 +102,15 @@ class LogBase:
     _dir_sync_pending: bool  # files created in the partition dir since its last fsync
     _parent_sync_pending: bool  # the partition dir itself is new in its parent
     _metadata_lock: threading.Lock  # one metadata/dir flush at a time (outside _lock)
+    # Tiered storage (KIP-405): the broker's remote.log.storage.system.enable; the log is
+    # tiered when that and the topic's remote.storage.enable hold (see `tiered`).
+    remote_log_enabled: bool
+    # Last offset the remote tier holds ("copied up to"; -1: none), published by the
+    # remote log manager; local retention deletes only segments at or below it.
+    _highest_offset_in_remote: int
+    # Called with the new segment's base offset after a roll (under the log's lock: it
+    # must be quick and thread-safe), e.g. to wake the remote log manager.
+    roll_listener: Callable[[int], None] | None
 
     def _truncate_fully(self, offset: int) -> None:
         raise NotImplementedError
@@ -161,6 +170,24 @@ class LogBase:
         return self._log_start_offset
 
     @property
+    def tiered(self) -> bool:
+        """Rolled segments go to the remote tier (broker and topic both enable it)."""
+        return self.remote_log_enabled and self.config.tiered
+
+    @property
+    def local_log_start_offset(self) -> int:
+        """The first offset on local disk (Kafka's localLogStartOffset; ListOffsets -4).
+
+        Equal to the log start offset unless the log is tiered: then the log start
+        offset is the earliest offset of the remote tier.
+        """
+        return max(self._log_start_offset, self._segments[0].base_offset)
+
+    @property
+    def highest_offset_in_remote(self) -> int:
+        return self._highest_offset_in_remote
+
+    @property
     def log_end_offset(self) -> int:
         return self._segments[-1].next_offset
 
@@ -215,6 +242,8 @@ class LogBase:
         self._append_segment(seg)
         self._roll_flush_pending = True
         log.debug("%s: rolled new segment at %d", self.name, base_offset)
+        if self.roll_listener is not None:
+            self.roll_listener(base_offset)
         return seg
 
     def _schedule_delete(self, seg: LogSegment) -> None:
@@ -331,7 +360,9 @@ class LogBase:
         leo = self.log_end_offset
         self._recovery_point = leo if not clean_shutdown else min(max(recovery_point, 0), leo)
         first_base = self._segments[0].base_offset
-        self._log_start_offset = max(log_start_offset, first_base)
+        # a tiered log starts where its remote tier starts, below its first local segment
+        floor = 0 if self.tiered else first_base
+        self._log_start_offset = max(log_start_offset, floor)
         if self._log_start_offset > leo:
             # everything below the checkpointed log start is logically deleted already
             log.warning(

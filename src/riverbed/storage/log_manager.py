@@ -115,8 +115,10 @@ class LogManager:
         io: FileIO = OS_FILE_IO,
         halt: Callable[[str, BaseException | None], object] | None = None,
         metadata_log_dir: str | os.PathLike[str] | None = None,
+        remote_log_enabled: bool = False,
     ) -> None:
-        """``halt``: Kafka's fault handler (never returns), called when the last online
+        """``remote_log_enabled``: the broker's ``remote.log.storage.system.enable`` (logs
+        of topics with ``remote.storage.enable`` are then tiered); ``halt``: Kafka's fault handler (never returns), called when the last online
         log dir or the one holding the metadata log (``metadata_log_dir``) fails; ``io``:
         the file layer (a fault-injecting one in tests)."""
         if not log_dirs:
@@ -135,6 +137,7 @@ class LogManager:
         self.default_config = default_config or LogConfig()
         self._config_for = config_for
         self.retention_hook = retention_hook
+        self.remote_log_enabled = remote_log_enabled
         # segment.jitter.ms draws of every log (random.Random is safe to share: each
         # draw is one call under the GIL); injected for deterministic tests
         self._rng = rng if rng is not None else random.Random()
@@ -280,6 +283,7 @@ class LogManager:
             rng=self._rng,
             io=self._io,
             log_dir=self._dirs[d],
+            remote_log_enabled=self.remote_log_enabled,
         )
 
     # ---- partitions ----------------------------------------------------------------------

@@ -35,11 +35,12 @@ class LogReads(LogBase):
 
         At most ``max_bytes`` (but at least one whole batch when ``min_one_batch``), and
         only batches entirely below ``upper_bound`` (high watermark or log end; default the
-        log end). Raises OffsetOutOfRangeError outside [log start, log end].
+        log end). Raises OffsetOutOfRangeError outside [local log start, log end] (below
+        the local log start of a tiered log, the remote tier serves the offset).
         """
         with self._lock:
             self.log_dir.check(self.name)  # an offline dir serves nothing (Kafka's rule)
-            lso, leo = self._log_start_offset, self.log_end_offset
+            lso, leo = self.local_log_start_offset, self.log_end_offset
             if offset < lso or offset > leo:
                 raise OffsetOutOfRangeError(
                     f"{self.name}: offset {offset} is out of range [{lso}, {leo}]"
@@ -116,7 +117,7 @@ class LogReads(LogBase):
             first_offset=first_offset,
             next_offset=next_offset,
             high_watermark=self._high_watermark,
-            log_start_offset=lso,
+            log_start_offset=self._log_start_offset,
             log_end_offset=leo,
         )
 

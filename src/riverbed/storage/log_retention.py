@@ -8,6 +8,14 @@ leading run of segments entirely below the high watermark is deleted, the retent
 may stop it, and when every segment would go the log rolls first so the active segment
 itself is never deleted. Deleted segments are renamed ``*.deleted`` and unlinked after
 ``file.delete.delay.ms``.
+
+A tiered log (KIP-405, see ``LogBase.tiered``) applies ``local.retention.ms`` /
+``local.retention.bytes`` (-2: the ``retention.*`` value) to its local segments, deletes
+a segment only once the remote tier holds all of it (its last offset <= the "copied up
+to" offset the remote log manager publishes: the seed's copy-done guard, read here
+without any remote I/O), and keeps its log start offset: local deletion moves only the
+local log start offset; the remote log manager moves the log start offset when remote
+retention deletes remote segments (:meth:`LogRetention.advance_log_start_offset`).
 """
 
 from __future__ import annotations
@@ -72,8 +80,11 @@ class LogRetention(LogBase):
             cfg = self.config
             if not cfg.delete_enabled:
                 return deleted
-            if cfg.retention_bytes >= 0:
-                excess = sum(s.size for s in self._segments) - cfg.retention_bytes
+            tiered = self.tiered
+            retention_bytes = cfg.local_retention_bytes_effective if tiered else cfg.retention_bytes
+            retention_ms = cfg.local_retention_ms_effective if tiered else cfg.retention_ms
+            if retention_bytes >= 0:
+                excess = sum(s.size for s in self._segments) - retention_bytes
 
                 def over_size(seg: LogSegment, _next: _NextSegment) -> bool:
                     nonlocal excess
@@ -83,14 +94,14 @@ class LogRetention(LogBase):
                     return True
 
                 deleted += self._delete_segments(self._deletable(over_size))
-            if cfg.retention_ms >= 0:
+            if retention_ms >= 0:
 
                 def too_old(seg: LogSegment, _next: _NextSegment) -> bool:
                     largest = seg.largest_timestamp()
                     self._release(seg)
                     if largest == NO_TIMESTAMP:
                         largest = seg.modified_ms()
-                    return now_ms - largest > cfg.retention_ms
+                    return now_ms - largest > retention_ms
 
                 deleted += self._delete_segments(self._deletable(too_old))
             return deleted
@@ -106,6 +117,9 @@ class LogRetention(LogBase):
                 break
             if self._high_watermark < nxt.base_offset or not predicate(seg, nxt):
                 break
+            uncopied = nxt.base_offset - 1 > self._highest_offset_in_remote
+            if self.tiered and nxt.base_offset > self._log_start_offset and uncopied:
+                break  # data not (entirely) in the remote tier yet: the copy-done guard
             if self.retention_hook is not None and not self.retention_hook(self, seg):
                 break
             out.append(seg)
@@ -120,16 +134,35 @@ class LogRetention(LogBase):
         for seg in doomed:
             self._schedule_delete(seg)
         del self._segments[:n], self._bases[:n]
-        self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
-        self.epoch_cache.truncate_from_start(self._log_start_offset)
+        if not self.tiered:  # a tiered log's start stays in the remote tier
+            self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
+        self.epoch_cache.truncate_from_start(self.local_log_start_offset)
         self._recovery_point = max(self._recovery_point, self._segments[0].base_offset)
         log.info(
-            "%s: deleted %d segment(s); log start offset %d",
+            "%s: deleted %d segment(s); log start offset %d, local log start offset %d",
             self.name,
             n,
             self._log_start_offset,
+            self.local_log_start_offset,
         )
         return n
+
+    def update_highest_offset_in_remote(self, offset: int) -> None:
+        """The remote tier now holds everything up to ``offset`` (the remote log
+        manager's "copied up to"; it never goes back while the remote data exists)."""
+        with self._lock:
+            self._highest_offset_in_remote = offset
+
+    def advance_log_start_offset(self, offset: int) -> int:
+        """Remote retention deleted remote data: the log now starts at ``offset`` (at
+        most the high watermark; never moves back). Local segments entirely below it go
+        with the next retention run. Returns the log start offset."""
+        with self._lock:
+            offset = min(offset, self._high_watermark)
+            if offset > self._log_start_offset:
+                self._log_start_offset = offset
+                log.info("%s: log start offset %d (remote retention)", self.name, offset)
+            return self._log_start_offset
 
     @property
     def deletes_pending(self) -> bool:

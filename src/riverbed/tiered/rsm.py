@@ -1,0 +1,390 @@
+"""The remote storage manager: remote segments in any fsspec file system (file://, s3://).
+
+Configured under Kafka's ``rsm.config.`` prefix (``remote.log.storage.manager.impl.prefix``):
+
+==================================  ===================================================
+rsm.config.url                      ``file:///abs/dir`` or ``s3://bucket/prefix`` (any
+                                    fsspec URL: gcs://, abfs:// with their packages)
+rsm.config.s3.endpoint.url          S3 endpoint (SeaweedFS, MinIO, ...); default AWS
+rsm.config.s3.access.key.id         S3 credentials (default: the usual AWS chain)
+rsm.config.s3.secret.access.key
+rsm.config.s3.region                default us-east-1
+rsm.config.s3.timeout.ms            connect/read timeout of one S3 call (default 10000)
+==================================  ===================================================
+
+Object layout (one prefix per partition, one upload = one segment id)::
+
+    <url>/<topic>-<topic id>/<partition>/
+        <segment id>.log                       the segment's batches, as on disk
+        <segment id>.index, .timeindex         its offset and time index (if present)
+        <segment id>.snapshot                  producer snapshot at its end (if present)
+        <segment id>.leader-epoch-checkpoint   the epochs covering it (Kafka's text format)
+        <segment id>.remotelogindex            its remote log index entries (shipped so
+                                               followers build the same local indexes)
+        <segment id>.manifest.json             written LAST: the upload is complete
+
+``segment id`` = ``<20-digit base offset>-<32 hex uuid4>``: a new uuid per upload attempt,
+so a retried or concurrent upload never overwrites another; objects whose segment id has
+no manifest are orphans of a failed attempt (:meth:`FsspecRemoteStorageManager.orphans`).
+Deletion removes the manifest first (the segment is gone at once), then the rest.
+
+The manifest (JSON, UTF-8)::
+
+    {"version": 0, "segment_id": ..., "base_offset": int, "end_offset": int (last offset),
+     "max_timestamp": int, "size_bytes": int, "leader_epochs": [[epoch, start], ...],
+     "created_ms": int, "files": [suffix, ...]}
+
+Every call blocks (network I/O): only the server's bounded copier/reader pools call it.
+Failures raise :class:`RemoteStorageError` (retriable) or
+:class:`RemoteResourceNotFoundError` (the object is gone, e.g. deleted by retention).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from riverbed.tiered.remote_log_index import (
+    RemoteLogIndexEntry,
+    decode_entries,
+    encode_entries,
+)
+
+__all__ = [
+    "RSM_CONFIG_PREFIX",
+    "FsspecRemoteStorageManager",
+    "RemoteResourceNotFoundError",
+    "RemoteSegmentMetadata",
+    "RemoteStorageError",
+    "SegmentUpload",
+]
+
+log = logging.getLogger(__name__)
+
+RSM_CONFIG_PREFIX: Final = "rsm.config."
+MANIFEST_SUFFIX: Final = ".manifest.json"
+S3_TIMEOUT_MS_DEFAULT: Final = 10_000
+#: Attempts of one S3 call inside botocore before our own retry/back-off takes over.
+S3_ATTEMPTS_MAX: Final = 2
+_DATA_SUFFIXES: Final = (".log", ".index", ".timeindex", ".snapshot")
+_EPOCHS_SUFFIX: Final = ".leader-epoch-checkpoint"
+_ENTRIES_SUFFIX: Final = ".remotelogindex"
+
+
+class RemoteStorageError(Exception):
+    """The remote tier failed (unreachable, timed out, refused): retriable."""
+
+
+class RemoteResourceNotFoundError(RemoteStorageError):
+    """The remote object does not exist (deleted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSegmentMetadata:
+    """A complete remote segment (its manifest)."""
+
+    segment_id: str
+    base_offset: int
+    end_offset: int  # last offset in the segment
+    max_timestamp: int
+    size_bytes: int
+    leader_epochs: tuple[tuple[int, int], ...]
+    created_ms: int
+    files: tuple[str, ...]
+
+    def to_json(self) -> bytes:
+        doc = {
+            "version": 0,
+            "segment_id": self.segment_id,
+            "base_offset": self.base_offset,
+            "end_offset": self.end_offset,
+            "max_timestamp": self.max_timestamp,
+            "size_bytes": self.size_bytes,
+            "leader_epochs": [list(e) for e in self.leader_epochs],
+            "created_ms": self.created_ms,
+            "files": list(self.files),
+        }
+        return json.dumps(doc, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> RemoteSegmentMetadata:
+        doc = json.loads(data)
+        if doc.get("version") != 0:
+            raise ValueError(f"unknown manifest version {doc.get('version')!r}")
+        return cls(
+            segment_id=str(doc["segment_id"]),
+            base_offset=int(doc["base_offset"]),
+            end_offset=int(doc["end_offset"]),
+            max_timestamp=int(doc["max_timestamp"]),
+            size_bytes=int(doc["size_bytes"]),
+            leader_epochs=tuple((int(e), int(s)) for e, s in doc["leader_epochs"]),
+            created_ms=int(doc["created_ms"]),
+            files=tuple(str(f) for f in doc["files"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentUpload:
+    """Everything one upload sends (local paths are read in the copier thread)."""
+
+    segment_id: str
+    log_path: Path
+    entries: list[RemoteLogIndexEntry]
+    base_offset: int
+    end_offset: int
+    max_timestamp: int
+    size_bytes: int
+    leader_epochs: tuple[tuple[int, int], ...]
+    created_ms: int
+    offset_index_path: Path | None = None
+    time_index_path: Path | None = None
+    producer_snapshot_path: Path | None = None
+
+
+def epochs_checkpoint_text(epochs: Sequence[tuple[int, int]]) -> str:
+    """Kafka's leader-epoch-checkpoint text (version, count, ``epoch offset`` lines)."""
+    lines = ["0", str(len(epochs)), *(f"{e} {s}" for e, s in epochs)]
+    return "\n".join(lines) + "\n"
+
+
+def segment_id_base(segment_id: str) -> int:
+    return int(segment_id.split("-", 1)[0])
+
+
+def _storage_options(props: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
+    def get(key: str) -> str | None:
+        value = props.get(RSM_CONFIG_PREFIX + key)
+        return value if value not in (None, "") else None
+
+    url = get("url")
+    if url is None:
+        raise ValueError(f"{RSM_CONFIG_PREFIX}url must name the remote tier (file:// or s3://)")
+    options: dict[str, Any] = {}
+    if url.startswith(("s3://", "s3a://")):
+        timeout_s = int(get("s3.timeout.ms") or S3_TIMEOUT_MS_DEFAULT) / 1000
+        options = {
+            "client_kwargs": {"region_name": get("s3.region") or "us-east-1"},
+            "config_kwargs": {
+                "connect_timeout": timeout_s,
+                "read_timeout": timeout_s,
+                "retries": {"max_attempts": S3_ATTEMPTS_MAX},
+            },
+            "use_listings_cache": False,
+            "skip_instance_cache": True,
+            "retries": S3_ATTEMPTS_MAX,
+        }
+        if get("s3.endpoint.url"):
+            options["client_kwargs"]["endpoint_url"] = get("s3.endpoint.url")
+        if get("s3.access.key.id"):
+            options["key"] = get("s3.access.key.id")
+            options["secret"] = get("s3.secret.access.key")
+    elif not url.startswith("file://") and "://" not in url:
+        raise ValueError(f"{RSM_CONFIG_PREFIX}url={url!r} is not a URL (file:///dir, s3://b/p)")
+    return url, options
+
+
+class FsspecRemoteStorageManager:
+    """Remote segments of every partition in one fsspec file system (see docstring)."""
+
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
+        import fsspec
+
+        self.url = url
+        try:
+            self.fs, root = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+        except ImportError as e:
+            raise ValueError(f"{RSM_CONFIG_PREFIX}url={url!r} needs a package: {e}") from None
+        self.root = root.rstrip("/")
+        self._manifests: dict[str, RemoteSegmentMetadata] = {}  # immutable once written
+        self._lock = threading.Lock()
+        self._root_checked = False
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, str]) -> FsspecRemoteStorageManager:
+        url, options = _storage_options(props)
+        return cls(url, options)
+
+    # ---- paths ----------------------------------------------------------------------------
+
+    def partition_path(self, topic: str, partition: int, topic_id: str | None) -> str:
+        return f"{self.root}/{topic}-{topic_id or 'none'}/{partition}"
+
+    def _ensure_root(self) -> None:
+        if self._root_checked:
+            return
+        try:
+            if not self.fs.exists(self.root):
+                self.fs.makedirs(self.root, exist_ok=True)
+        except FileExistsError:
+            pass
+        self._root_checked = True
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except FileNotFoundError as e:
+            raise RemoteResourceNotFoundError(f"{what}: not found: {e}") from e
+        except RemoteStorageError:
+            raise
+        except Exception as e:  # fsspec backends raise anything (botocore, aiohttp, OSError)
+            raise RemoteStorageError(f"{what}: {type(e).__name__}: {e}") from e
+
+    # ---- upload ---------------------------------------------------------------------------
+
+    def copy_segment(
+        self, topic: str, partition: int, topic_id: str | None, upload: SegmentUpload
+    ) -> RemoteSegmentMetadata:
+        """Upload a segment with its indexes, snapshot and epochs; the manifest last."""
+        base = f"{self.partition_path(topic, partition, topic_id)}/{upload.segment_id}"
+        self._call("create the remote root", self._ensure_root)
+        self._call(
+            "create the partition prefix", self.fs.makedirs, base.rsplit("/", 1)[0], exist_ok=True
+        )
+        files: list[str] = []
+        locals_ = (
+            (".log", upload.log_path),
+            (".index", upload.offset_index_path),
+            (".timeindex", upload.time_index_path),
+            (".snapshot", upload.producer_snapshot_path),
+        )
+        for suffix, path in locals_:
+            if path is None or not path.exists():
+                continue
+            self._call(f"upload {path.name}", self.fs.put_file, str(path), base + suffix)
+            files.append(suffix)
+        blobs = (
+            (_EPOCHS_SUFFIX, epochs_checkpoint_text(upload.leader_epochs).encode()),
+            (_ENTRIES_SUFFIX, encode_entries(upload.entries)),
+        )
+        for suffix, data in blobs:
+            self._call(f"upload {suffix}", self.fs.pipe_file, base + suffix, data)
+            files.append(suffix)
+        meta = RemoteSegmentMetadata(
+            segment_id=upload.segment_id,
+            base_offset=upload.base_offset,
+            end_offset=upload.end_offset,
+            max_timestamp=upload.max_timestamp,
+            size_bytes=upload.size_bytes,
+            leader_epochs=upload.leader_epochs,
+            created_ms=upload.created_ms,
+            files=tuple(files),
+        )
+        self._call("upload the manifest", self.fs.pipe_file, base + MANIFEST_SUFFIX, meta.to_json())
+        with self._lock:
+            self._manifests[base + MANIFEST_SUFFIX] = meta
+        return meta
+
+    # ---- listing --------------------------------------------------------------------------
+
+    def _names(self, prefix: str) -> list[str]:
+        try:
+            paths = self.fs.ls(prefix, detail=False)
+        except FileNotFoundError:
+            return []
+        return [str(p).rsplit("/", 1)[-1] for p in paths]
+
+    def list_segments(
+        self, topic: str, partition: int, topic_id: str | None
+    ) -> list[RemoteSegmentMetadata]:
+        """The complete remote segments of a partition, by base offset."""
+        prefix = self.partition_path(topic, partition, topic_id)
+        names = self._call(f"list {prefix}", self._names, prefix)
+        out: list[RemoteSegmentMetadata] = []
+        for name in names:
+            if not name.endswith(MANIFEST_SUFFIX):
+                continue
+            path = f"{prefix}/{name}"
+            with self._lock:
+                meta = self._manifests.get(path)
+            if meta is None:
+                try:
+                    data = self._call(f"read {name}", self.fs.cat_file, path)
+                except RemoteResourceNotFoundError:
+                    continue  # deleted since the listing
+                try:
+                    meta = RemoteSegmentMetadata.from_json(data)
+                except (ValueError, KeyError, TypeError) as e:
+                    log.warning("ignoring unreadable remote manifest %s: %s", path, e)
+                    continue
+                with self._lock:
+                    self._manifests[path] = meta
+            out.append(meta)
+        return sorted(out, key=lambda m: (m.base_offset, m.created_ms))
+
+    def orphans(
+        self, topic: str, partition: int, topic_id: str | None, in_progress: set[str]
+    ) -> list[str]:
+        """Segment ids with objects but no manifest (failed uploads), minus ``in_progress``."""
+        prefix = self.partition_path(topic, partition, topic_id)
+        names = self._call(f"list {prefix}", self._names, prefix)
+        complete = {n[: -len(MANIFEST_SUFFIX)] for n in names if n.endswith(MANIFEST_SUFFIX)}
+        ids = {n.split(".", 1)[0] for n in names}
+        return sorted(ids - complete - in_progress)
+
+    # ---- reads ----------------------------------------------------------------------------
+
+    def read(
+        self,
+        topic: str,
+        partition: int,
+        topic_id: str | None,
+        segment_id: str,
+        position: int,
+        length: int,
+    ) -> bytes:
+        """``length`` bytes of a remote segment's log from ``position`` (a ranged read)."""
+        path = f"{self.partition_path(topic, partition, topic_id)}/{segment_id}.log"
+        data: bytes = self._call(
+            f"read {segment_id}", self.fs.cat_file, path, start=position, end=position + length
+        )
+        if len(data) != length:
+            raise RemoteStorageError(
+                f"read {segment_id}: got {len(data)} of {length} bytes at {position}"
+            )
+        return data
+
+    def index_entries(
+        self, topic: str, partition: int, topic_id: str | None, segment_id: str
+    ) -> list[RemoteLogIndexEntry]:
+        path = f"{self.partition_path(topic, partition, topic_id)}/{segment_id}{_ENTRIES_SUFFIX}"
+        data = self._call(f"read {segment_id} index entries", self.fs.cat_file, path)
+        try:
+            return decode_entries(data)
+        except ValueError as e:
+            raise RemoteStorageError(f"corrupt remote index entries of {segment_id}: {e}") from e
+
+    # ---- deletion -------------------------------------------------------------------------
+
+    def delete_segment(
+        self,
+        topic: str,
+        partition: int,
+        topic_id: str | None,
+        segment_id: str,
+        files: Sequence[str] = (*_DATA_SUFFIXES, _EPOCHS_SUFFIX, _ENTRIES_SUFFIX),
+    ) -> None:
+        """Delete one upload: the manifest first (invisible at once), then its objects."""
+        base = f"{self.partition_path(topic, partition, topic_id)}/{segment_id}"
+        for suffix in (MANIFEST_SUFFIX, *files):
+            with contextlib.suppress(RemoteResourceNotFoundError):
+                self._call(f"delete {segment_id}{suffix}", self.fs.rm_file, base + suffix)
+        with self._lock:
+            self._manifests.pop(base + MANIFEST_SUFFIX, None)
+
+    def delete_partition(self, topic: str, partition: int, topic_id: str | None) -> None:
+        prefix = self.partition_path(topic, partition, topic_id)
+        with contextlib.suppress(RemoteResourceNotFoundError):
+            self._call(f"delete {prefix}", self.fs.rm, prefix, recursive=True)
+        with self._lock:
+            for key in [k for k in self._manifests if k.startswith(prefix + "/")]:
+                del self._manifests[key]
+
+    def close(self) -> None:
+        with self._lock:
+            self._manifests.clear()

@@ -110,7 +110,8 @@ class ApiKey(IntEnum):
 
 
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
-    ApiKey.PRODUCE: (0, 9),
+    # Produce v10 (KIP-951): NOT_LEADER_OR_FOLLOWER answers name the current leader.
+    ApiKey.PRODUCE: (0, 10),
     ApiKey.FETCH: (0, 12),
     ApiKey.LIST_OFFSETS: (0, 7),
     ApiKey.METADATA: (0, 12),

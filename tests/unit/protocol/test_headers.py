@@ -118,7 +118,7 @@ def test_unsupported_request_versions() -> None:
 
 def test_advertised_versions() -> None:
     required = {
-        ApiKey.API_VERSIONS: 3, ApiKey.METADATA: 12, ApiKey.PRODUCE: 9, ApiKey.FETCH: 12,
+        ApiKey.API_VERSIONS: 3, ApiKey.METADATA: 12, ApiKey.PRODUCE: 10, ApiKey.FETCH: 12,
         ApiKey.LIST_OFFSETS: 7, ApiKey.OFFSET_FOR_LEADER_EPOCH: 4, ApiKey.CREATE_TOPICS: 7,
         ApiKey.DELETE_TOPICS: 6, ApiKey.CREATE_PARTITIONS: 3, ApiKey.DESCRIBE_CONFIGS: 4,
         ApiKey.ALTER_CONFIGS: 2, ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
@@ -143,7 +143,7 @@ def test_advertised_versions() -> None:
         for cls in (request_class(key), response_class(key)):
             assert message_spec(cls).valid_versions.lo == 0, key
             assert hi <= message_spec(cls).valid_versions.hi, key
-    assert is_supported(0, 9) and not is_supported(0, 10) and not is_supported(4, 0)
+    assert is_supported(0, 10) and not is_supported(0, 11) and not is_supported(4, 0)
     public = api_versions_response(include_internal=False)
     assert ApiKey.VOTE not in {k.api_key for k in public.api_keys}
 

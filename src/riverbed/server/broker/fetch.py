@@ -6,8 +6,10 @@ watermark (= LastStableOffset without transactions, for both isolation levels; a
 read_committed fetch gets an empty aborted-transactions list, read_uncommitted null):
 
 - unknown partition -> UNKNOWN_TOPIC_OR_PARTITION; a ``current_leader_epoch`` newer than
-  ours -> UNKNOWN_LEADER_EPOCH, older -> FENCED_LEADER_EPOCH; an offset below the log
-  start or above the log end -> OFFSET_OUT_OF_RANGE;
+  ours -> UNKNOWN_LEADER_EPOCH, older -> FENCED_LEADER_EPOCH; a partition this node does
+  not lead -> NOT_LEADER_OR_FOLLOWER (both with the current leader in ``current_leader``
+  from v12 on, KIP-951); an offset below the log start or above the log end ->
+  OFFSET_OUT_OF_RANGE;
 - ``partition_max_bytes`` and the response's ``max_bytes`` bound the data, except that
   the first partition returning data returns at least one whole batch (so a batch larger
   than the limits still makes progress), and no partition ever returns part of a batch;
@@ -19,6 +21,11 @@ its partitions. Fetch versions below 4 (message sets v0/v1) get UNSUPPORTED_VERS
 partitions with data: batches are never down-converted. Fetch sessions (KIP-227) are
 not kept: every response has session id 0, which clients treat as "no session, send
 full requests".
+
+Follower fetches (``replica_id`` >= 0; KIP-903's ``replica_state`` from v15) come with
+replication: today they are served like a consumer's (leader only, up to the high
+watermark). `_fetch_upper_bound` is where a follower will read up to the log end
+instead, and the leader check where follower progress will be recorded.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import FetchRequest, FetchResponse
-from riverbed.server.broker.partitions import leader_epoch_error, log_offline
+from riverbed.server.broker.partitions import DEBUGGING_REPLICA_ID, HostedPartition, NotServed
 from riverbed.server.network import FileRecords, RequestContext, SplicedResponse
 from riverbed.storage.errors import StorageError
 from riverbed.storage.log_files import FileRange
@@ -54,23 +61,29 @@ class _PartitionRead:
     log_start_offset: int
     ranges: list[FileRange]
     size: int
+    #: the current leader, named with NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH
+    leader: NotServed | None = None
 
 
-def _read_partition(broker: Broker, topic: str, p: Any, budget: int, first: bool) -> _PartitionRead:
-    hosted = broker.partitions.get(topic, p.partition)
-    if hosted is None:
-        return _PartitionRead(
-            topic, p.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, [], 0
-        )
+def _fetch_upper_bound(hosted: HostedPartition, replica_id: int) -> int:
+    """The offset a fetch reads up to: the high watermark for consumers. (Replication: a
+    follower of this leader reads up to the log end offset.)"""
+    del replica_id
+    return int(hosted.log.high_watermark)
+
+
+def _read_partition(
+    broker: Broker, topic: str, p: Any, budget: int, first: bool, replica_id: int
+) -> _PartitionRead:
+    hosted = broker.partitions.leader_partition(
+        topic, p.partition, p, require_leader=replica_id != DEBUGGING_REPLICA_ID
+    )
+    if isinstance(hosted, NotServed):
+        leader = hosted if hosted.names_leader else None
+        return _PartitionRead(topic, p.partition, hosted.error, -1, -1, [], 0, leader)
     plog = hosted.log
-    hw = plog.high_watermark
+    hw = _fetch_upper_bound(hosted, replica_id)
     start = plog.log_start_offset
-    epoch = hosted.registration.leader_epoch
-    fenced = leader_epoch_error(p, epoch)
-    if fenced is not None:
-        return _PartitionRead(topic, p.partition, fenced, hw, start, [], 0)
-    if log_offline(plog):
-        return _PartitionRead(topic, p.partition, ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, [], 0)
     if p.fetch_offset < start or p.fetch_offset > plog.log_end_offset:
         return _PartitionRead(topic, p.partition, ErrorCode.OFFSET_OUT_OF_RANGE, hw, start, [], 0)
     if p.fetch_offset >= hw or (budget <= 0 and not first):
@@ -94,11 +107,12 @@ def _read_partition(broker: Broker, topic: str, p: Any, budget: int, first: bool
 
 def _read_all(broker: Broker, req: Any) -> list[_PartitionRead]:
     budget = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
+    replica_id = getattr(req, "replica_id", -1)
     reads: list[_PartitionRead] = []
     first = True
     for topic in req.topics:
         for p in topic.partitions:
-            r = _read_partition(broker, topic.topic, p, budget, first)
+            r = _read_partition(broker, topic.topic, p, budget, first, replica_id)
             if r.size:
                 first = False
                 budget -= r.size
@@ -155,20 +169,23 @@ def _build_response(reads: list[_PartitionRead], version: int, read_committed: b
             records = fr.token
         else:
             records = b""
-        t.partitions.append(
-            FetchResponse.PartitionData(
-                partition_index=r.index,
-                error_code=int(r.error),
-                high_watermark=r.high_watermark,
-                last_stable_offset=r.high_watermark,
-                log_start_offset=r.log_start_offset,
-                # Kafka: null for read_uncommitted, the (here: empty) list of aborted
-                # transactions in the range for read_committed.
-                aborted_transactions=[] if read_committed or version < 4 else None,
-                preferred_read_replica=-1,
-                records=records,
-            )
+        part = FetchResponse.PartitionData(
+            partition_index=r.index,
+            error_code=int(r.error),
+            high_watermark=r.high_watermark,
+            last_stable_offset=r.high_watermark,
+            log_start_offset=r.log_start_offset,
+            # Kafka: null for read_uncommitted, the (here: empty) list of aborted
+            # transactions in the range for read_committed.
+            aborted_transactions=[] if read_committed or version < 4 else None,
+            preferred_read_replica=-1,
+            records=records,
         )
+        if r.leader is not None and version >= FETCH_FLEXIBLE_VERSION:  # a v12+ tagged field
+            part.current_leader = FetchResponse.LeaderIdAndEpoch(
+                leader_id=r.leader.leader_id, leader_epoch=r.leader.leader_epoch
+            )
+        t.partitions.append(part)
     body = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
     if not files:
         return body

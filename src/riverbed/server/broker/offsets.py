@@ -12,6 +12,11 @@ leader-epoch cache.
 
 DeleteRecords moves the log start offset forward (-1 means "up to the high watermark");
 an offset above the high watermark is OFFSET_OUT_OF_RANGE.
+
+All three are served by the partition's leader only (Kafka's fetchOnlyFromLeader): a
+follower or a node that does not host the partition answers NOT_LEADER_OR_FOLLOWER
+(these responses have no field for the current leader; clients refresh their metadata),
+except for Kafka's debugging replica id (-2) in ListOffsets and OffsetForLeaderEpoch.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from riverbed.protocol.messages import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
 )
-from riverbed.server.broker.partitions import leader_epoch_error, log_offline
+from riverbed.server.broker.partitions import DEBUGGING_REPLICA_ID, NotServed
 from riverbed.server.network import RequestContext
 from riverbed.storage.errors import StorageError
 
@@ -40,7 +45,7 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 
 
-def _list_one(broker: Broker, topic: str, p: Any, version: int) -> Any:
+def _list_one(broker: Broker, topic: str, p: Any, version: int, replica_id: int) -> Any:
     def answer(code: int, timestamp: int = -1, offset: int = -1, epoch: int = -1) -> Any:
         return ListOffsetsResponse.ListOffsetsPartitionResponse(
             partition_index=p.partition_index,
@@ -51,16 +56,13 @@ def _list_one(broker: Broker, topic: str, p: Any, version: int) -> Any:
             leader_epoch=epoch,
         )
 
-    hosted = broker.partitions.get(topic, p.partition_index)
-    if hosted is None:
-        return answer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    hosted = broker.partitions.leader_partition(
+        topic, p.partition_index, p, require_leader=replica_id != DEBUGGING_REPLICA_ID
+    )
+    if isinstance(hosted, NotServed):
+        return answer(hosted.error)
     epoch = hosted.registration.leader_epoch
-    fenced = leader_epoch_error(p, epoch)
-    if fenced is not None:
-        return answer(fenced)
     plog = hosted.log
-    if log_offline(plog):
-        return answer(ErrorCode.KAFKA_STORAGE_ERROR)
     ts = p.timestamp
     if ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
         return answer(0, -1, plog.log_start_offset, epoch)
@@ -85,7 +87,7 @@ async def handle_list_offsets(
     version = ctx.header.api_version
     topics = []
     for t in req.topics:
-        parts = [_list_one(broker, t.name, p, version) for p in t.partitions]
+        parts = [_list_one(broker, t.name, p, version, req.replica_id) for p in t.partitions]
         topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=t.name, partitions=parts))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 
@@ -93,23 +95,20 @@ async def handle_list_offsets(
 async def handle_offset_for_leader_epoch(
     broker: Broker, ctx: RequestContext, req: OffsetForLeaderEpochRequest
 ) -> OffsetForLeaderEpochResponse:
+    # v3+: -1 for consumers, -2 debugging; a follower's broker id (replication's truncation)
+    replica_id = getattr(req, "replica_id", -1)
     topics = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
             code, epoch, end = 0, -1, -1
-            hosted = broker.partitions.get(t.topic, p.partition)
-            if hosted is None:
-                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            hosted = broker.partitions.leader_partition(
+                t.topic, p.partition, p, require_leader=replica_id != DEBUGGING_REPLICA_ID
+            )
+            if isinstance(hosted, NotServed):
+                code = hosted.error
             else:
-                leader_epoch = hosted.registration.leader_epoch
-                fenced = leader_epoch_error(p, leader_epoch)
-                if fenced is not None:
-                    code = fenced
-                elif log_offline(hosted.log):
-                    code = ErrorCode.KAFKA_STORAGE_ERROR
-                else:
-                    epoch, end = hosted.log.end_offset_for_epoch(p.leader_epoch)
+                epoch, end = hosted.log.end_offset_for_epoch(p.leader_epoch)
             parts.append(
                 OffsetForLeaderEpochResponse.EpochEndOffset(
                     error_code=int(code), partition=p.partition, leader_epoch=epoch, end_offset=end
@@ -129,9 +128,9 @@ async def handle_delete_records(
         parts = []
         for p in t.partitions:
             code, low = 0, -1
-            hosted = broker.partitions.get(t.name, p.partition_index)
-            if hosted is None:
-                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            hosted = broker.partitions.leader_partition(t.name, p.partition_index)
+            if isinstance(hosted, NotServed):
+                code = hosted.error
             else:
                 plog = hosted.log
                 offset = plog.high_watermark if p.offset == -1 else p.offset

@@ -6,8 +6,16 @@ adds the partition, deleted on the one that removes its topic), applies the topi
 effective config (topic overrides <- broker `log.*` keys <- defaults) as the log's
 `LogConfig`, and wakes the fetch purgatory after every append.
 
-Single node (until replication lands): the ISR is this node alone, so the high
-watermark is the log end offset right after each append, for acks 0, 1 and -1 alike.
+Leadership: the image names each partition's leader and leader epoch. Client requests
+are served by the leader only (`leader_partition`): a partition this node hosts as a
+follower, or knows from the image without hosting it, answers NOT_LEADER_OR_FOLLOWER with
+the current leader (Kafka's ``getPartitionOrError`` + ``localLogWithEpochOrThrow``). A
+follower keeps its log (empty until replication) and never appends or serves it.
+
+High watermark: until replication lands the controller keeps the ISR = {leader} (see
+`riverbed.metadata.controller`), so the leader's high watermark is its log end offset
+right after each append, for acks 0, 1 and -1 alike, and again whenever this node becomes
+leader. Replication replaces `_sync_high_watermark` by the min over the ISR's log ends.
 
 Creating a partition log costs milliseconds of file creation and fsyncs; a topic of 500
 partitions would stall the event loop (every client) for seconds.  Once serving
@@ -24,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +56,39 @@ def leader_epoch_error(requested: Any, leader_epoch: int) -> ErrorCode | None:
     return (
         ErrorCode.UNKNOWN_LEADER_EPOCH if current > leader_epoch else ErrorCode.FENCED_LEADER_EPOCH
     )
+
+
+#: ``replica_id`` of Kafka's debugging consumer: it may read any replica, not only the leader.
+DEBUGGING_REPLICA_ID = -2
+
+
+@dataclass(frozen=True)
+class NotServed:
+    """Why this node does not serve a client's request for a partition, and the current
+    leader (id, epoch) as this node's image knows it; -1 when unknown or irrelevant."""
+
+    error: ErrorCode
+    leader_id: int = -1
+    leader_epoch: int = -1
+
+    @property
+    def names_leader(self) -> bool:
+        """Does the answer carry the current leader (KIP-951 ``current_leader``)?"""
+        return self.error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
+
+
+def leader_endpoints(
+    image: MetadataImage, leader_ids: Iterable[int], listener: str
+) -> list[tuple[int, str, int, str | None]]:
+    """(node id, host, port, rack) on ``listener`` for each named leader the image knows
+    (KIP-951 ``node_endpoints``: the client can connect without a metadata round trip)."""
+    out = []
+    for leader_id in sorted(set(leader_ids)):
+        reg = image.brokers.get(leader_id)
+        ep = reg.endpoint(listener) if reg is not None and not reg.fenced else None
+        if reg is not None and ep is not None:
+            out.append((leader_id, ep.host, ep.port, reg.rack))
+    return out
 
 
 def log_offline(plog: Any) -> bool:
@@ -154,7 +195,13 @@ class PartitionManager:
                     self.partitions[key] = hosted
                     self._sync_high_watermark(hosted)
                 else:
+                    previous = hosted.registration
                     hosted.registration = reg
+                    if (reg.leader, reg.leader_epoch) != (previous.leader, previous.leader_epoch):
+                        # A leadership change: a new leader's HW catches up with its log
+                        # (ISR = {leader}); parked fetches wake up to answer the change.
+                        self._sync_high_watermark(hosted)
+                        self.purgatory.notify(key)
                     if config != hosted.config:
                         hosted.config = config
                         self._update_config(hosted)
@@ -245,6 +292,32 @@ class PartitionManager:
     def get(self, topic: str, index: int) -> HostedPartition | None:
         return self.partitions.get((topic, index))
 
+    def leader_partition(
+        self, topic: str, index: int, requested: Any = None, *, require_leader: bool = True
+    ) -> HostedPartition | NotServed:
+        """The partition when this node may serve a client request for it (as its leader
+        at the current epoch), else why not: UNKNOWN_TOPIC_OR_PARTITION (not in the image),
+        NOT_LEADER_OR_FOLLOWER (hosted as a follower, or not hosted here),
+        FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (``requested.current_leader_epoch``),
+        KAFKA_STORAGE_ERROR (its log dir is offline). ``require_leader=False`` (Kafka's
+        debugging replica) skips the leader check."""
+        hosted = self.partitions.get((topic, index))
+        reg = hosted.registration if hosted is not None else self.image.partition(topic, index)
+        if reg is None:
+            return NotServed(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if hosted is None:
+            # in the image but not here (another node's, or its log is still being created)
+            return NotServed(ErrorCode.NOT_LEADER_OR_FOLLOWER, reg.leader, reg.leader_epoch)
+        if requested is not None:
+            fenced = leader_epoch_error(requested, reg.leader_epoch)
+            if fenced is not None:
+                return NotServed(fenced, reg.leader, reg.leader_epoch)
+        if log_offline(hosted.log):
+            return NotServed(ErrorCode.KAFKA_STORAGE_ERROR)
+        if require_leader and reg.leader != self.node_id:
+            return NotServed(ErrorCode.NOT_LEADER_OR_FOLLOWER, reg.leader, reg.leader_epoch)
+        return hosted
+
     def append(self, hosted: HostedPartition, batches: bytearray) -> Any:
         """Append as leader (raises storage's typed errors); advances the HW, wakes fetches."""
         info = hosted.log.append_as_leader(batches, hosted.registration.leader_epoch)
@@ -253,7 +326,10 @@ class PartitionManager:
         return info
 
     def _sync_high_watermark(self, hosted: HostedPartition) -> None:
-        # ISR = {this node}: everything appended is replicated to the whole ISR.
+        # The leader's ISR is itself alone (the controller's rule until replication), so
+        # everything it appended is on the whole ISR. A follower's HW is not its to move.
+        if hosted.registration.leader != self.node_id:
+            return
         plog = hosted.log
         leo = plog.log_end_offset
         if plog.high_watermark < leo:

@@ -3,7 +3,11 @@
 Per partition, in request order (appends happen before the handler's first ``await``, so
 pipelined produces on one connection reach the log in the order they were sent):
 
-- unknown topic or partition -> UNKNOWN_TOPIC_OR_PARTITION;
+- unknown topic or partition -> UNKNOWN_TOPIC_OR_PARTITION; a partition this node does
+  not lead at the current leader epoch -> NOT_LEADER_OR_FOLLOWER, with the current leader
+  in ``current_leader`` and its endpoint (on the request's listener) in
+  ``node_endpoints`` from v10 on (KIP-951: the client redirects without a metadata
+  round trip); an offline log dir -> KAFKA_STORAGE_ERROR;
 - no records -> INVALID_RECORD; more bytes than the topic's ``segment.bytes`` ->
   RECORD_LIST_TOO_LARGE; old message sets (magic 0/1) -> UNSUPPORTED_FOR_MESSAGE_FORMAT;
 - storage validates every batch (magic 2, CRC-32C, lengths -> CORRUPT_MESSAGE; a batch
@@ -16,8 +20,9 @@ pipelined produces on one connection reach the log in the order they were sent):
 acks=0 writes no response at all, and closes the connection when a partition failed (as
 Kafka: there is no response to carry the error); acks must be 0, 1 or -1 (else
 INVALID_REQUIRED_ACKS).
-With a single node the ISR is this node, so acks=-1 is answered as soon as the append
-returned (the data is in the OS page cache and survives a SIGKILL of the process).
+Until replication lands the ISR is the leader alone (the controller's rule), so acks=-1
+is answered as soon as the append returned (the data is in the OS page cache and survives
+a SIGKILL of the process).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.messages import ProduceRequest, ProduceResponse
+from riverbed.server.broker.partitions import NotServed, leader_endpoints
 from riverbed.server.network import CloseConnection, RequestContext
 from riverbed.storage.errors import StorageError
 
@@ -37,6 +43,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _VALID_ACKS = (0, 1, -1)
+#: From this version on a NOT_LEADER_OR_FOLLOWER answer names the leader (KIP-951).
+PRODUCE_CURRENT_LEADER_VERSION = 10
 #: Position of the magic byte in a batch / message set (after offset, length, epoch|crc).
 _MAGIC_OFFSET = 16
 
@@ -57,13 +65,18 @@ async def handle_produce(
 ) -> ProduceResponse | None:
     responses = []
     acks_ok = req.acks in _VALID_ACKS
+    leaders: list[int] = []  # named in NOT_LEADER_OR_FOLLOWER answers
+    names_leader = ctx.header.api_version >= PRODUCE_CURRENT_LEADER_VERSION
     for topic in req.topic_data:
         parts = []
         for pd in topic.partition_data:
             if not acks_ok:
                 parts.append(_partition_error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS))
                 continue
-            parts.append(_produce_partition(broker, topic.name, pd.index, pd.records))
+            part = _produce_partition(broker, topic.name, pd.index, pd.records, names_leader)
+            if names_leader and part.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                leaders.append(part.current_leader.leader_id)
+            parts.append(part)
         responses.append(
             ProduceResponse.TopicProduceResponse(name=topic.name, partition_responses=parts)
         )
@@ -79,13 +92,28 @@ async def handle_produce(
             # the producer learns something went wrong (it refreshes its metadata).
             raise CloseConnection(f"produce with acks=0 failed: {', '.join(failed[:5])}")
         return None
-    return ProduceResponse(responses=responses, throttle_time_ms=0)
+    endpoints = [
+        ProduceResponse.NodeEndpoint(node_id=i, host=h, port=p, rack=r)
+        for i, h, p, r in leader_endpoints(broker.metadata.image, leaders, ctx.listener_name)
+    ]
+    return ProduceResponse(responses=responses, throttle_time_ms=0, node_endpoints=endpoints)
 
 
-def _produce_partition(broker: Broker, topic: str, index: int, records: bytes | None) -> Any:
-    hosted = broker.partitions.get(topic, index)
-    if hosted is None:
-        return _partition_error(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+def _not_served(index: int, why: NotServed, names_leader: bool) -> Any:
+    part = _partition_error(index, why.error)
+    if names_leader and why.names_leader:
+        part.current_leader = ProduceResponse.LeaderIdAndEpoch(
+            leader_id=why.leader_id, leader_epoch=why.leader_epoch
+        )
+    return part
+
+
+def _produce_partition(
+    broker: Broker, topic: str, index: int, records: bytes | None, names_leader: bool
+) -> Any:
+    hosted = broker.partitions.leader_partition(topic, index)
+    if isinstance(hosted, NotServed):
+        return _not_served(index, hosted, names_leader)
     if not records:
         return _partition_error(index, ErrorCode.INVALID_RECORD, "produce request without records")
     if len(records) > _MAGIC_OFFSET and records[_MAGIC_OFFSET] < 2:

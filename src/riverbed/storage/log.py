@@ -74,6 +74,7 @@ from riverbed.storage.log_dir import LogDir
 from riverbed.storage.log_files import FileRange, ReadResult, SegmentFiles, TimestampOffset
 from riverbed.storage.log_reads import LogReads
 from riverbed.storage.log_retention import LogRetention
+from riverbed.storage.producer_hook import DuplicateBatch, ProducerStateHook
 from riverbed.storage.segment import LogSegment, SegmentBatch
 from riverbed.storage.time_index import NO_TIMESTAMP
 from riverbed.storage.timestamp_bounds import create_time_violation
@@ -109,6 +110,9 @@ class AppendInfo:
     valid_bytes: int
     batches: tuple[BatchHeader, ...] = field(repr=False)
     flush_needed: bool = False  # flush.messages reached: caller should schedule a flush
+    #: True: the batch repeats one appended before (idempotent retry); first/last offset
+    #: are the original batch's and nothing was appended
+    duplicate: bool = False
 
 
 class PartitionLog(LogReads, LogRetention):
@@ -145,6 +149,7 @@ class PartitionLog(LogReads, LogRetention):
         self.config = config
         self.clock = clock
         self.retention_hook = retention_hook
+        self.producer_state: ProducerStateHook | None = None  # set by its attach()
         self._lock = threading.RLock()
         self._flush_lock = threading.Lock()
         self._segments: list[LogSegment] = []
@@ -214,6 +219,10 @@ class PartitionLog(LogReads, LogRetention):
             self._check_open()
             now = self.clock.now_ms()
             found = self._validate_leader_batches(buf, now, origin)
+            if self.producer_state is not None:
+                dup = self.producer_state.check_leader_append([h for _, h in found])
+                if dup is not None:
+                    return self._duplicate_info(dup)
             offset = self.log_end_offset
             log_append_time = NO_TIMESTAMP
             if self.config.log_append_time:
@@ -232,6 +241,21 @@ class PartitionLog(LogReads, LogRetention):
                 raise self.log_dir.fail(f"{self.name}: leader epoch checkpoint", e) from e
             info = self._append(buf, patched, now, log_append_time)
             return info
+
+    def _duplicate_info(self, dup: DuplicateBatch) -> AppendInfo:
+        stamped = dup.timestamp if self.config.log_append_time else NO_TIMESTAMP
+        return AppendInfo(
+            first_offset=dup.first_offset,
+            last_offset=dup.last_offset,
+            max_timestamp=dup.timestamp,
+            offset_of_max_timestamp=dup.last_offset,
+            log_append_time=stamped,
+            log_start_offset=self._log_start_offset,
+            records_count=0,
+            valid_bytes=0,
+            batches=(),
+            duplicate=True,
+        )
 
     def _validate_leader_batches(
         self, buf: bytearray, now: int, origin: str
@@ -351,6 +375,7 @@ class PartitionLog(LogReads, LogRetention):
             return AppendInfo(leo, leo - 1, NO_TIMESTAMP, -1, -1, self._log_start_offset, 0, 0, ())
         mv = memoryview(buf)
         max_ts, max_ts_offset, count = NO_TIMESTAMP, -1, 0
+        producer_state = self.producer_state
         for b in batches:
             h = b.header
             try:
@@ -364,6 +389,8 @@ class PartitionLog(LogReads, LogRetention):
                 # never retried: the dir goes offline (a partial batch was cut off, and
                 # recovery cuts whatever a crash leaves)
                 raise self.log_dir.fail(f"{self.name}: append", e) from e
+            if producer_state is not None:
+                producer_state.on_batch(h)
             if h.max_timestamp > max_ts:
                 max_ts, max_ts_offset = h.max_timestamp, h.last_offset
             count += h.records_count
@@ -454,6 +481,8 @@ class PartitionLog(LogReads, LogRetention):
         self._log_start_offset = min(self._log_start_offset, leo)
         self._high_watermark = min(self._high_watermark, leo)
         self._recovery_point = min(self._recovery_point, leo)
+        if self.producer_state is not None:
+            self.producer_state.on_truncate(self._log_start_offset, leo)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the (empty) log at ``offset``."""
@@ -477,6 +506,8 @@ class PartitionLog(LogReads, LogRetention):
         self._high_watermark = offset
         self._recovery_point = offset
         self._unflushed_messages = 0
+        if self.producer_state is not None:
+            self.producer_state.on_truncate_fully(offset)
 
     # ---- durability and lifetime ---------------------------------------------------------
 
@@ -588,6 +619,8 @@ class PartitionLog(LogReads, LogRetention):
                 return
             with self._failing_dir("close"):
                 self.active_segment.on_become_inactive()
+                if flush and self.producer_state is not None:
+                    self.producer_state.on_close(self.log_end_offset)
             if not sync_parent_dir:
                 self._parent_sync_pending = False
         if flush:

@@ -54,6 +54,7 @@ from riverbed.storage.errors import LogDirError
 from riverbed.storage.file_io import FileIO
 from riverbed.storage.log_dir import LogDir
 from riverbed.storage.log_files import SegmentFiles
+from riverbed.storage.producer_hook import ProducerStateHook
 from riverbed.storage.segment import LogSegment
 from riverbed.storage.time_index import NO_TIMESTAMP
 
@@ -78,6 +79,7 @@ class LogBase:
     config: LogConfig
     clock: Clock
     retention_hook: RetentionHook | None
+    producer_state: ProducerStateHook | None
     epoch_cache: LeaderEpochCache
     topic_id: str | None
     log_dir: LogDir  # the dir's health: offline after any write/fsync failure in it
@@ -241,6 +243,8 @@ class LogBase:
         seg = self._new_segment(base_offset)
         self._append_segment(seg)
         self._roll_flush_pending = True
+        if self.producer_state is not None:
+            self.producer_state.on_roll(base_offset)  # a producer snapshot per segment
         log.debug("%s: rolled new segment at %d", self.name, base_offset)
         if self.roll_listener is not None:
             self.roll_listener(base_offset)

@@ -9,8 +9,10 @@ time index, scans batch headers from there and decodes only the batch holding th
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from riverbed.protocol.exceptions import ProtocolError
-from riverbed.protocol.records import iter_records
+from riverbed.protocol.records import BatchHeader, iter_records
 from riverbed.storage.errors import LogDirError, OffsetOutOfRangeError
 from riverbed.storage.log_base import LogBase
 from riverbed.storage.log_files import FileRange, ReadResult, TimestampOffset
@@ -120,6 +122,21 @@ class LogReads(LogBase):
             log_start_offset=self._log_start_offset,
             log_end_offset=leo,
         )
+
+    def batch_headers_from(self, offset: int) -> Iterator[BatchHeader]:
+        """Headers of the batches ending at or after ``offset`` up to the log end (for
+        rebuilding state from the log, e.g. producer state; no CRC check)."""
+        with self._lock:
+            i = self._segment_index_for(offset)
+            for seg in self._segments[i:]:
+                try:
+                    start = seg.translate_offset(offset)
+                    if start is None:
+                        continue
+                    for b in seg.iter_headers(start.position):
+                        yield b.header
+                finally:
+                    self._release(seg)
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
         """The first record at or after the log start with timestamp >= ``timestamp``.

@@ -138,6 +138,8 @@ class LogRetention(LogBase):
             self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
         self.epoch_cache.truncate_from_start(self.local_log_start_offset)
         self._recovery_point = max(self._recovery_point, self._segments[0].base_offset)
+        if self.producer_state is not None:
+            self.producer_state.on_segments_deleted(self._segments[0].base_offset)
         log.info(
             "%s: deleted %d segment(s); log start offset %d, local log start offset %d",
             self.name,

@@ -39,9 +39,15 @@ from typing import Any
 from riverbed.metadata.image import MetadataImage, PartitionRegistration, TopicImage
 from riverbed.metadata.storage_format import uuid_to_str
 from riverbed.metadata.topic_configs import effective_topic_config
+from riverbed.producer.manager import (
+    PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+    ProducerStateConfig,
+    ProducerStateManager,
+)
 from riverbed.protocol.errors import ErrorCode
 from riverbed.server.purgatory import Purgatory
 from riverbed.storage.config import LogConfig
+from riverbed.storage.log import PartitionLog
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +154,13 @@ class PartitionManager:
         self.static_broker_config = dict(static_broker_config)
         self.purgatory = purgatory
         self.partitions: dict[tuple[str, int], HostedPartition] = {}
+        self.producer_state_config = ProducerStateConfig(
+            producer_id_expiration_ms=int(
+                static_broker_config.get(
+                    "producer.id.expiration.ms", PRODUCER_ID_EXPIRATION_MS_DEFAULT
+                )
+            )
+        )
         self.image: MetadataImage = MetadataImage.EMPTY
         # Off-loop creation: partitions whose log is still to be created (-> topic id),
         # in image order; bounded by the partitions the image holds for this node.
@@ -188,9 +201,7 @@ class PartitionManager:
                             self._pending[key] = topic.topic_id
                             self._start_creator()
                         continue
-                    plog = self.log_manager.get_or_create(
-                        name, index, config, topic_id=uuid_to_str(topic.topic_id)
-                    )
+                    plog = self._open_log(name, index, config, uuid_to_str(topic.topic_id))
                     hosted = HostedPartition(name, topic.topic_id, index, reg, plog, config)
                     self.partitions[key] = hosted
                     self._sync_high_watermark(hosted)
@@ -243,7 +254,7 @@ class PartitionManager:
         config = self.log_config_for(self.image, name)
         try:
             plog = await asyncio.to_thread(
-                self.log_manager.get_or_create, name, index, config, topic_id=uuid_to_str(topic_id)
+                self._open_log, name, index, config, uuid_to_str(topic_id)
             )
         except Exception:
             log.exception("cannot create the log of partition %s-%d", name, index)
@@ -262,6 +273,16 @@ class PartitionManager:
         self.partitions[key] = hosted
         self._sync_high_watermark(hosted)
         self.purgatory.notify(key)
+
+    def _open_log(self, name: str, index: int, config: LogConfig, topic_id: str) -> Any:
+        """The partition's log, with its producer state rebuilt and attached (snapshots +
+        replay of the batch headers after the latest one)."""
+        plog = self.log_manager.get_or_create(name, index, config, topic_id=topic_id)
+        if isinstance(plog, PartitionLog) and plog.producer_state is None:
+            ProducerStateManager(
+                plog.directory, plog.clock.now_ms, self.producer_state_config, plog.name
+            ).attach(plog)
+        return plog
 
     def delete_orphans(self) -> None:
         """Delete logs found on disk whose topic the image no longer has (deleted while down)."""
@@ -334,6 +355,15 @@ class PartitionManager:
         leo = plog.log_end_offset
         if plog.high_watermark < leo:
             plog.update_high_watermark(leo)
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Forget producers idle for producer.id.expiration.ms in every hosted partition."""
+        gone = 0
+        for hosted in list(self.partitions.values()):
+            state = getattr(hosted.log, "producer_state", None)
+            if state is not None:
+                gone += state.remove_expired(now_ms)
+        return gone
 
     def close(self) -> None:
         self.partitions.clear()

@@ -188,6 +188,7 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     _d("transactional.id.expiration.ms", _I, "604800000", at_least(1)),
     _d("transaction.max.timeout.ms", _I, "900000", at_least(1)),
     _d("producer.id.expiration.ms", _I, "86400000", at_least(1)),
+    _d("producer.id.expiration.check.interval.ms", _I, "600000", at_least(1)),
     # --- tiered storage
     _d("remote.log.storage.system.enable", _B, "false"),
     _d("remote.log.storage.manager.class.name", _S,

@@ -58,6 +58,7 @@ from riverbed.metadata.image import (
     replay_all,
 )
 from riverbed.metadata.partition_control import PartitionControl
+from riverbed.metadata.producer_id_control import ProducerIdControl
 from riverbed.metadata.reassignment import ReassignmentControl
 from riverbed.metadata.records import (
     METADATA_TOPIC_ID,
@@ -113,7 +114,9 @@ def _unify(name: str) -> str:
     return name.replace(".", "_")
 
 
-class Controller(ConfigControl, PartitionControl, ReassignmentControl, ControllerBase):
+class Controller(
+    ConfigControl, PartitionControl, ReassignmentControl, ProducerIdControl, ControllerBase
+):
     """Pure controller operations over a MetadataImage (see module docstring)."""
 
     def __init__(

@@ -28,6 +28,8 @@ from riverbed.metadata.image import (
 )
 from riverbed.metadata.log import MetadataLog
 from riverbed.protocol.messages import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
     AlterConfigsRequest,
     AlterConfigsResponse,
     AlterPartitionReassignmentsRequest,
@@ -258,6 +260,13 @@ class MetadataService:
         c = self.controller
         response = await self._run(lambda img, now: c.alter_partition(img, request, now))
         return cast(AlterPartitionResponse, response)
+
+    async def allocate_producer_ids(
+        self, request: AllocateProducerIdsRequest
+    ) -> AllocateProducerIdsResponse:
+        c = self.controller
+        response = await self._run(lambda img, now: c.allocate_producer_ids(img, request, now))
+        return cast(AllocateProducerIdsResponse, response)
 
     async def fence_broker(self, broker_id: int) -> BrokerRegistration:
         c = self.controller

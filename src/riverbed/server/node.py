@@ -313,6 +313,8 @@ class Node:
     async def _housekeeping(self) -> None:
         retention_every = int(self.config.get("log.retention.check.interval.ms"))
         next_retention = _now_ms() + retention_every
+        expiry_every = int(self.config.get("producer.id.expiration.check.interval.ms"))
+        next_expiry = _now_ms() + expiry_every
         while not self._stopping:
             await asyncio.sleep(HOUSEKEEPING_INTERVAL_MS / 1000)
             now = _now_ms()
@@ -321,6 +323,9 @@ class Node:
                 if now >= next_retention:
                     next_retention = now + retention_every
                     self.log_manager.schedule_retention(now)  # in its pool
+                if now >= next_expiry and self.partitions is not None:
+                    next_expiry = now + expiry_every
+                    self.partitions.remove_expired_producers()  # on each log's clock
             except Exception:
                 log.exception("log housekeeping failed")
 

@@ -15,7 +15,7 @@ standalone mode, and elects itself at once. Pieces (all from other layers, wired
   EndQuorumEpoch, DescribeQuorum, FetchSnapshot and Fetch of ``__cluster_metadata``
   (``server.raft_transport.serve_raft_request``), ApiVersions, BrokerRegistration (62), and the
   metadata writes a follower forwards (CreateTopics, DeleteTopics, CreatePartitions,
-  AlterConfigs, IncrementalAlterConfigs) — Kafka's controller APIs.
+  AlterConfigs, IncrementalAlterConfigs, AllocateProducerIds) — Kafka's controller APIs.
 
 The *active controller* is the Raft leader once its epoch has started: the high watermark
 has passed the epoch's start offset (the LeaderChange record), so every record of earlier
@@ -49,6 +49,7 @@ from riverbed.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
 from riverbed.protocol.messages import (
+    AllocateProducerIdsRequest,
     AlterConfigsRequest,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
@@ -92,6 +93,7 @@ FORWARDED_APIS: dict[int, str] = {
     ApiKey.CREATE_PARTITIONS: "create_partitions",
     ApiKey.ALTER_CONFIGS: "alter_configs",
     ApiKey.INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
+    ApiKey.ALLOCATE_PRODUCER_IDS: "allocate_producer_ids",
 }
 
 
@@ -403,6 +405,10 @@ class QuorumMetadata:
 
     async def incremental_alter_configs(self, request: IncrementalAlterConfigsRequest) -> Any:
         return await self._write(ApiKey.INCREMENTAL_ALTER_CONFIGS, request)
+
+    async def allocate_producer_ids(self, request: AllocateProducerIdsRequest) -> Any:
+        """A block of producer ids for this broker (AllocateProducerIds, forwarded)."""
+        return await self._write(ApiKey.ALLOCATE_PRODUCER_IDS, request)
 
     async def register_broker(
         self,

@@ -21,7 +21,15 @@ from typing import TYPE_CHECKING, Any
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import response_body_version
-from riverbed.server.broker import admin, cluster_info, fetch, offsets, placeholders, produce
+from riverbed.server.broker import (
+    admin,
+    cluster_info,
+    fetch,
+    offsets,
+    placeholders,
+    produce,
+    producers,
+)
 from riverbed.server.broker.error_response import error_code_of, error_response
 from riverbed.server.broker.partitions import PartitionManager
 from riverbed.server.broker.versioning import fit_to_version
@@ -56,7 +64,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: admin.handle_incremental_alter_configs,
     ApiKey.DELETE_RECORDS: offsets.handle_delete_records,
     ApiKey.DESCRIBE_LOG_DIRS: admin.handle_describe_log_dirs,
-    ApiKey.INIT_PRODUCER_ID: placeholders.handle_init_producer_id,
+    ApiKey.INIT_PRODUCER_ID: producers.handle_init_producer_id,
     ApiKey.FIND_COORDINATOR: placeholders.handle_find_coordinator,
     ApiKey.OFFSET_COMMIT: placeholders.handle_offset_commit,
     ApiKey.OFFSET_FETCH: placeholders.handle_offset_fetch,
@@ -70,7 +78,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.OFFSET_DELETE: placeholders.error_only(_G),
     ApiKey.SASL_HANDSHAKE: placeholders.error_only(ErrorCode.UNSUPPORTED_SASL_MECHANISM),
     ApiKey.SASL_AUTHENTICATE: placeholders.error_only(ErrorCode.ILLEGAL_SASL_STATE),
-    ApiKey.DESCRIBE_PRODUCERS: placeholders.handle_describe_producers,
+    ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
     ApiKey.ELECT_LEADERS: placeholders.handle_elect_leaders,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: placeholders.error_only(
         ErrorCode.INVALID_REPLICA_ASSIGNMENT
@@ -100,7 +108,7 @@ class Broker:
         self.partitions = partitions
         self.fetch_purgatory = fetch_purgatory
         self.cluster_id = cluster_id
-        self.producer_ids = placeholders.ProducerIdAllocator()
+        self.producer_ids = producers.BrokerProducerIds(self.node_id, metadata)
         # Serving starts now: new partition logs are created off the event loop.
         partitions.create_logs_off_loop()
 

@@ -356,13 +356,14 @@ class PartitionManager:
         if plog.high_watermark < leo:
             plog.update_high_watermark(leo)
 
-    def remove_expired_producers(self, now_ms: int) -> int:
-        """Forget producers idle for producer.id.expiration.ms in every hosted partition."""
+    def remove_expired_producers(self) -> int:
+        """Forget producers idle for producer.id.expiration.ms in every hosted partition
+        (each measured on its log's injected clock)."""
         gone = 0
         for hosted in list(self.partitions.values()):
             state = getattr(hosted.log, "producer_state", None)
             if state is not None:
-                gone += state.remove_expired(now_ms)
+                gone += state.remove_expired()
         return gone
 
     def close(self) -> None:

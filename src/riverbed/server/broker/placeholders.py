@@ -6,30 +6,20 @@
   Consumers that assign partitions themselves and keep no committed offsets work.
 - SASL: no mechanism is enabled -> SaslHandshake UNSUPPORTED_SASL_MECHANISM with an
   empty mechanism list, SaslAuthenticate ILLEGAL_SASL_STATE.
-- InitProducerId without a transactional id hands out a fresh producer id (epoch 0) so
-  idempotent producers (kafka-python turns idempotence on by default) can produce; ids
-  are ``seconds since the epoch << 20 | counter``, unique across restarts of one node.
-  Sequence checks arrive with the producer-state issue. With a transactional id:
-  COORDINATOR_NOT_AVAILABLE (no transaction coordinator yet).
-- DescribeProducers: no producer state is kept yet -> an empty producer list per
-  existing partition. ElectLeaders: a single node already leads everything ->
+- ElectLeaders: a single node already leads everything ->
   ELECTION_NOT_NEEDED. Partition reassignment: NO_REASSIGNMENT_IN_PROGRESS / empty list.
 """
 
 from __future__ import annotations
 
-import itertools
-import time
 from typing import TYPE_CHECKING, Any
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
     DeleteGroupsResponse,
     DescribeGroupsResponse,
-    DescribeProducersResponse,
     ElectLeadersResponse,
     FindCoordinatorResponse,
-    InitProducerIdResponse,
     ListPartitionReassignmentsResponse,
     OffsetCommitResponse,
     OffsetFetchResponse,
@@ -41,27 +31,6 @@ if TYPE_CHECKING:
     from riverbed.server.broker.dispatch import Broker
 
 _NO_COORDINATOR = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-#: Producer ids per second of uptime this scheme can hand out without overlap.
-_PRODUCER_IDS_PER_SECOND = 1 << 20
-
-
-class ProducerIdAllocator:
-    """Unique producer ids for one node until ProducerIdsRecord blocks land."""
-
-    def __init__(self, now_s: int | None = None) -> None:
-        base = int(time.time()) if now_s is None else now_s
-        self._ids = itertools.count(base * _PRODUCER_IDS_PER_SECOND)
-
-    def next_id(self) -> int:
-        return next(self._ids)
-
-
-async def handle_init_producer_id(broker: Broker, ctx: RequestContext, req: Any) -> Any:
-    if req.transactional_id is not None:
-        return InitProducerIdResponse(error_code=_NO_COORDINATOR, producer_id=-1, producer_epoch=-1)
-    return InitProducerIdResponse(
-        error_code=0, producer_id=broker.producer_ids.next_id(), producer_epoch=0
-    )
 
 
 async def handle_find_coordinator(broker: Broker, ctx: RequestContext, req: Any) -> Any:
@@ -124,23 +93,6 @@ async def handle_delete_groups(broker: Broker, ctx: RequestContext, req: Any) ->
             for g in req.groups_names
         ]
     )
-
-
-async def handle_describe_producers(broker: Broker, ctx: RequestContext, req: Any) -> Any:
-    topics = []
-    for t in req.topics:
-        parts = []
-        for index in t.partition_indexes:
-            exists = broker.partitions.get(t.name, index) is not None
-            parts.append(
-                DescribeProducersResponse.PartitionResponse(
-                    partition_index=index,
-                    error_code=0 if exists else int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                    active_producers=[],
-                )
-            )
-        topics.append(DescribeProducersResponse.TopicResponse(name=t.name, partitions=parts))
-    return DescribeProducersResponse(topics=topics)
 
 
 async def handle_elect_leaders(broker: Broker, ctx: RequestContext, req: Any) -> Any:

@@ -1,0 +1,155 @@
+"""InitProducerId and DescribeProducers, and the broker's supply of producer id blocks.
+
+InitProducerId without a transactional id answers a fresh producer id with epoch 0, as
+Kafka's ``TransactionCoordinator.handleInitProducerId`` does for idempotent producers: a
+producer that sends its old id and epoch (KIP-360, after an UNKNOWN_PRODUCER_ID or an
+epoch exhaustion) gets a new id too; idempotent clients bump their epoch locally for
+sequence resets, which the partition's producer state accepts when the new epoch starts
+at sequence 0. Transactional ids need the transaction coordinator (not built yet):
+COORDINATOR_NOT_AVAILABLE. Ids come from blocks the active controller allocates
+(:mod:`riverbed.metadata.producer_id_control`); the next block is fetched when 90 % of
+the current one is used, and a request that finds no id waits for it at most
+``PRODUCER_ID_WAIT_S`` (then COORDINATOR_LOAD_IN_PROGRESS, retriable, as Kafka answers).
+
+DescribeProducers answers, per partition, the active producers of its producer state
+(id, epoch, last sequence, last timestamp, coordinator epoch, open transaction start).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any, Final
+
+from riverbed.producer.id_blocks import IdBlock, ProducerIdBlocks
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import (
+    AllocateProducerIdsRequest,
+    DescribeProducersResponse,
+    InitProducerIdResponse,
+)
+from riverbed.server.network import RequestContext
+
+if TYPE_CHECKING:
+    from riverbed.server.broker.dispatch import Broker
+
+log = logging.getLogger(__name__)
+
+#: Longest an InitProducerId waits for a block from the controller.
+PRODUCER_ID_WAIT_S: Final = 10.0
+#: Pause between attempts to get a block (controller moving, broker not registered yet).
+_RETRY_S: Final = 0.2
+
+
+class ProducerIdsUnavailable(Exception):
+    pass
+
+
+class BrokerProducerIds:
+    """The shell around :class:`ProducerIdBlocks`: fetches blocks via the metadata quorum."""
+
+    def __init__(self, node_id: int, metadata: Any) -> None:
+        self.node_id = node_id
+        self.metadata = metadata
+        self.blocks = ProducerIdBlocks()
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+
+    async def next_id(self, wait_s: float = PRODUCER_ID_WAIT_S) -> int:
+        pid = self.blocks.next_id()
+        if pid is None:
+            async with asyncio.timeout(wait_s):
+                while pid is None:
+                    await self._fetch()
+                    pid = self.blocks.next_id()
+        if self.blocks.needs_prefetch() and (self._task is None or self._task.done()):
+            self._task = asyncio.get_running_loop().create_task(self._prefetch())
+        return pid
+
+    async def _prefetch(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._fetch()
+
+    async def _fetch(self) -> None:
+        async with self._lock:
+            if not self.blocks.needs_prefetch():
+                return  # another waiter got the block meanwhile
+            self.blocks.fetching = True
+            try:
+                block = await self._allocate()
+            finally:
+                self.blocks.fetching = False
+            self.blocks.add_block(block)
+            log.info("producer id block [%d, %d)", block.start, block.end)
+
+    async def _allocate(self) -> IdBlock:
+        while True:
+            reg = self.metadata.image.brokers.get(self.node_id)
+            request = AllocateProducerIdsRequest(
+                broker_id=self.node_id, broker_epoch=reg.broker_epoch if reg else -1
+            )
+            try:
+                resp = await self.metadata.allocate_producer_ids(request)
+            except Exception as exc:  # controller moving: try again
+                log.debug("AllocateProducerIds failed: %r", exc)
+                await asyncio.sleep(_RETRY_S)
+                continue
+            if resp.error_code == 0 and resp.producer_id_len > 0:
+                return IdBlock(resp.producer_id_start, resp.producer_id_len)
+            log.debug("AllocateProducerIds: %s", ErrorCode.of(resp.error_code).name)
+            await asyncio.sleep(_RETRY_S)
+
+
+async def handle_init_producer_id(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    if req.transactional_id is not None:
+        return InitProducerIdResponse(
+            error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), producer_id=-1, producer_epoch=-1
+        )
+    try:
+        pid = await broker.producer_ids.next_id()
+    except TimeoutError:
+        return InitProducerIdResponse(
+            error_code=int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+    return InitProducerIdResponse(error_code=0, producer_id=pid, producer_epoch=0)
+
+
+async def handle_describe_producers(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    topics = []
+    for t in req.topics:
+        parts = []
+        for index in t.partition_indexes:
+            hosted = broker.partitions.get(t.name, index)
+            if hosted is None:
+                parts.append(
+                    DescribeProducersResponse.PartitionResponse(
+                        partition_index=index,
+                        error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                        active_producers=[],
+                    )
+                )
+                continue
+            state = getattr(hosted.log, "producer_state", None)
+            entries = state.describe() if state is not None else []
+            parts.append(
+                DescribeProducersResponse.PartitionResponse(
+                    partition_index=index,
+                    error_code=0,
+                    active_producers=[
+                        DescribeProducersResponse.ProducerState(
+                            producer_id=e.producer_id,
+                            producer_epoch=e.epoch,
+                            last_sequence=e.last_seq,
+                            last_timestamp=e.last_timestamp,
+                            coordinator_epoch=e.coordinator_epoch,
+                            current_txn_start_offset=e.current_txn_first_offset,
+                        )
+                        for e in sorted(entries, key=lambda e: e.producer_id)
+                    ],
+                )
+            )
+        topics.append(DescribeProducersResponse.TopicResponse(name=t.name, partitions=parts))
+    return DescribeProducersResponse(topics=topics)

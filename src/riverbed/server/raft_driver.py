@@ -183,7 +183,9 @@ class RaftDriver:
         )
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
-        self._changed = asyncio.Event()  # HW, role or epoch moved: append waiters re-check
+        #: Appends waiting for their commit: (last offset, epoch, future); settled after
+        #: every step (``_settle_appends``).
+        self._appends: list[tuple[int, int, asyncio.Future[int]]] = []
         self._replies: dict[int, asyncio.Future[Response]] = {}
         self._next_inbound = 1
         self._tasks: set[asyncio.Task[None]] = set()
@@ -191,7 +193,6 @@ class RaftDriver:
         self._closed = False
         self._flush_wanted = 0
         self._flushing = False
-        self._last_state: tuple[int, int, Role] = (-1, -1, Role.UNATTACHED)
 
     # --- lifecycle ---------------------------------------------------------------------------
     def register(self, machine: StateMachine) -> None:
@@ -230,6 +231,8 @@ class RaftDriver:
                 await task
         for fut in self._replies.values():
             fut.cancel()
+        for _, _, append in self._appends:
+            append.cancel()
         self.log.close()
 
     # --- inputs ------------------------------------------------------------------------------
@@ -258,23 +261,46 @@ class RaftDriver:
 
         NotLeaderError when this node is not the leader, or stops being the leader of this
         epoch before the records commit (their fate is then unknown, as in Kafka)."""
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         async with self._lock:
             now = self.clock_ms()
             last, actions = self.node.append(values, now)
-            epoch = self.node.epoch
+            self._appends.append((last, self.node.epoch, fut))
             await self._run(actions, now)
         self._wake.set()
+        return await asyncio.wait_for(fut, timeout_s)
 
-        async def committed() -> int:
-            while True:
-                if self.node.high_watermark > last:
-                    return last
-                if self.node.epoch != epoch or self.node.role is not Role.LEADER:
-                    raise NotLeaderError(self.node.leader_id, self.node.epoch)
-                self._changed.clear()
-                await self._changed.wait()
+    def _settle_appends(self) -> None:
+        """Answer the appends this step decided, under the lock, after every step: the
+        batch ending at (last, epoch) is committed once the high watermark is past
+        ``last`` AND the committed entry there has the append's epoch (another leader's
+        entry may have taken the offset); it is lost to the caller (NotLeaderError) once
+        the node left that epoch's leadership first. No waiter has to observe the steps
+        in between, so asyncio's scheduling order does not matter."""
+        node = self.node
+        waiting: list[tuple[int, int, asyncio.Future[int]]] = []
+        for last, epoch, fut in self._appends:
+            if fut.done():  # timed out (cancelled)
+                continue
+            if node.high_watermark > last:
+                if self._committed_epoch(last, epoch) == epoch:
+                    fut.set_result(last)
+                else:
+                    fut.set_exception(NotLeaderError(node.leader_id, node.epoch))
+            elif node.epoch != epoch or node.role is not Role.LEADER:
+                fut.set_exception(NotLeaderError(node.leader_id, node.epoch))
+            else:
+                waiting.append((last, epoch, fut))
+        self._appends = waiting
 
-        return await asyncio.wait_for(committed(), timeout_s)
+    def _committed_epoch(self, offset: int, epoch: int) -> int:
+        """The epoch of the committed entry at ``offset`` (-1: not knowable as ``epoch``)."""
+        log = self.log
+        if offset >= log.start_offset:
+            return log.epoch_at(offset)
+        # below a snapshot: the record before it has our epoch, so every record from our
+        # epoch's start (at or below ``offset``, which we appended as its leader) has too
+        return epoch if log.start_epoch == epoch else -1
 
     # --- plumbing ----------------------------------------------------------------------------
     async def _feed(self, step: Callable[[int], list[Action]], what: str) -> None:
@@ -337,10 +363,7 @@ class RaftDriver:
                 log.info(
                     "node %d: epoch %d leader %d", self.node_id, action.epoch, action.leader_id
                 )
-        state = (self.node.high_watermark, self.node.epoch, self.node.role)
-        if state != self._last_state:
-            self._last_state = state
-            self._changed.set()
+        self._settle_appends()
 
     def _spawn(self, what: str, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(self._guarded(what, coro))

@@ -31,6 +31,7 @@ CONFIG = RaftConfig(
 class Net:
     def __init__(self) -> None:
         self.drivers: dict[int, RaftDriver] = {}
+        self.isolated: set[int] = set()  # nodes cut off from every other node
 
     def transport(self, src: int) -> Transport:
         return Transport(self, src)
@@ -44,6 +45,8 @@ class Transport:
         driver = self.net.drivers.get(dest)
         if driver is None or self.src not in self.net.drivers:
             raise ConnectionError(f"{dest} is down")
+        if {self.src, dest} & self.net.isolated:
+            raise ConnectionError(f"{self.src} and {dest} are partitioned")
         await asyncio.sleep(0.001)
         return await driver.handle_request(self.src, request)
 
@@ -132,3 +135,56 @@ async def scenario(tmp: Path) -> None:
 
 def test_three_drivers_kill_leader_restart_and_wipe(tmp_path: Path) -> None:
     asyncio.run(asyncio.wait_for(scenario(tmp_path), 60))
+
+
+class _Unobserved(asyncio.Event):
+    """Wake-ups nobody sees: a waiting task that is not scheduled in between (a driver
+    that settled appends from a task polling its state depended on being scheduled)."""
+
+    def set(self) -> None:
+        pass
+
+
+async def overtaken_append(tmp: Path) -> None:
+    net = Net()
+    for i in (1, 2, 3):
+        await boot(net, tmp, i)
+    await wait_for(lambda: leader_of(net) is not None)
+    await append(net, [b"set a 1"])
+    old = leader_of(net)
+    assert old is not None
+    epoch = old.node.epoch
+    # the leader is cut off with an append in flight; it writes the batch locally
+    net.isolated.add(old.node_id)
+    end = old.node.log.end_offset
+    pending = asyncio.create_task(old.append([b"set lost 1"], timeout_s=20))
+    await wait_for(lambda: old.node.log.end_offset > end)
+    last = old.node.log.end_offset - 1
+    waiter_event = getattr(old, "_changed", None)
+    if waiter_event is not None:
+        # until the end, the append's waiter observes none of the steps in between
+        old._changed = _Unobserved()
+    # the others elect a leader, whose entries take the offset and commit past it
+    others = Net()
+    others.drivers = {i: d for i, d in net.drivers.items() if i != old.node_id}
+    await wait_for(lambda: leader_of(others) is not None and leader_of(others).node.epoch > epoch)
+    while leader_of(others) is None or leader_of(others).node.high_watermark <= last + 2:
+        await append(others, [b"set other 1"])
+    net.isolated.clear()
+    await wait_for(lambda: old.node.high_watermark > last + 2)
+    assert old.node.log.epoch_at(last) != epoch  # the offset holds another leader's entry
+    if waiter_event is not None:
+        waiter_event.set()
+    try:
+        outcome: object = await pending
+    except NotLeaderError as exc:
+        outcome = exc
+    for d in list(net.drivers.values()):
+        await d.close()
+    assert isinstance(outcome, NotLeaderError), f"append reported committed at {outcome}"
+
+
+def test_append_overtaken_by_another_leader_is_not_reported_committed(tmp_path: Path) -> None:
+    """Commit detection checks the epoch of the committed entry and answers after every
+    step, whatever the order asyncio runs the waiting task in (issue 11)."""
+    asyncio.run(asyncio.wait_for(overtaken_append(tmp_path), 60))

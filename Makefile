@@ -59,10 +59,12 @@ unit: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.codec_bench
 
-# raft simulation soak: `make soak SEEDS=100000` (each failure prints its replay command)
+# simulation soak, raft then replication: `make soak SEEDS=100000` (each failure prints
+# its replay command)
 SEEDS ?= 10000
 soak: $(STAMP)
 	$(VENV)/bin/python -m riverbed.testing.raft_sim --seeds $(SEEDS)
+	$(VENV)/bin/python -m riverbed.testing.replication_sim --seeds $(SEEDS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

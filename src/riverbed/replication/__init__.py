@@ -1,0 +1,1 @@
+"""One partition's replica state (sans-I/O): ISR, high watermark, follower progress, fencing."""

@@ -1,0 +1,671 @@
+"""Seeded deterministic simulation of partition replication (``riverbed.replication``).
+
+Brokers each run the real partition core (``replication.partition.Partition``) over an
+in-memory log; a model controller runs the real controller logic
+(``metadata.controller.Controller``: registration, fencing on session timeout, unfencing,
+AlterPartition through its wire form, preferred elections) on an image it replays itself;
+brokers learn metadata from heartbeat answers (so late, but never backwards); a client
+produces acks=all to whoever the controller names leader. One ``random.Random(seed)``
+drives everything: message delays (reordering), drops, duplicates, cut links (between
+brokers or to the controller), slow followers (beyond ``replica.lag.time.max.ms``),
+broker crashes (SIGKILL model: the log survives, memory and unsent messages do not; the
+high watermark comes back from its last checkpoint) and restarts, forced fencing,
+preferred-leader elections, controller fail-overs (NOT_CONTROLLER for a while).
+
+After every step the invariants of ``replication_sim_parts`` are checked. Then a calm
+phase (everyone up, network healed) must bring every replica back into the ISR, agree on
+every log and acknowledge every new record.
+
+Replay one seed or soak many (``make soak`` runs this too)::
+
+    .venv/bin/python -m riverbed.testing.replication_sim --seed 12 -v
+    .venv/bin/python -m riverbed.testing.replication_sim --seeds 10000
+
+A failure raises ``SimulationFailure`` whose message starts with the replay command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+import uuid
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from riverbed.metadata.control_common import ControllerConfig, ControllerError
+from riverbed.metadata.controller import Controller
+from riverbed.metadata.image import BrokerEndpoint, MetadataImage, PartitionRegistration, replay_all
+from riverbed.metadata.partition_control import ELECTION_PREFERRED
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import (
+    AlterPartitionResponse,
+    CreateTopicsRequest,
+    ElectLeadersRequest,
+    Message,
+)
+from riverbed.replication.actions import (
+    Action,
+    AlterIsr,
+    FetchAnswer,
+    FetchPosition,
+    FetchResult,
+    HighWatermarkChanged,
+    ProduceCompleted,
+    StateChange,
+)
+from riverbed.replication.config import ReplicaConfig
+from riverbed.replication.partition import Partition
+from riverbed.replication.wire import alter_partition_request, alter_partition_results
+from riverbed.testing.replication_sim_parts import (
+    CLIENT,
+    CONTROLLER,
+    Checker,
+    InvariantError,
+    MemLog,
+    Net,
+)
+
+STEP_MS = 10
+LAG_MAX_MS = 1000  # replica.lag.time.max.ms
+SESSION_TIMEOUT_MS = 1500  # broker.session.timeout.ms
+HEARTBEAT_MS = 200
+FETCH_WAIT_MS = 40  # the leader parks a fetch with nothing new this long
+FETCH_TIMEOUT_MS = 600
+PRODUCE_TIMEOUT_MS = 1500
+CHECKPOINT_MS = 300  # replica.high.watermark.checkpoint.interval.ms
+TOPIC = "t"
+
+
+class SimulationFailure(AssertionError):
+    pass
+
+
+@dataclass(frozen=True)
+class SimParams:
+    seed: int
+    brokers: int = 3
+    replication_factor: int = 3
+    min_insync: int = 2
+    chaos_ms: int = 12_000
+    calm_ms: int = 20_000
+    calm_records: int = 10
+    verbose: bool = False
+
+    def replay_command(self) -> str:
+        return (
+            f".venv/bin/python -m riverbed.testing.replication_sim --seed {self.seed} "
+            f"--brokers {self.brokers} --rf {self.replication_factor} "
+            f"--min-insync {self.min_insync} --chaos-ms {self.chaos_ms} -v"
+        )
+
+
+def params_for(seed: int) -> SimParams:
+    rng = random.Random(seed * 7919 + 1)
+    brokers = rng.choice((3, 3, 3, 4, 5))
+    rf = rng.choice((3, 3, 2)) if brokers == 3 else rng.choice((3, brokers))
+    return SimParams(
+        seed=seed, brokers=brokers, replication_factor=rf, min_insync=rng.choice((1, 2))
+    )
+
+
+# ---------------------------------------------------------------------------- messages
+@dataclass(frozen=True)
+class Register:
+    incarnation: int
+
+
+@dataclass(frozen=True)
+class Registered:
+    broker_epoch: int
+    incarnation: int
+    image: MetadataImage
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    broker_epoch: int
+
+
+@dataclass(frozen=True)
+class HeartbeatAnswer:
+    error: ErrorCode
+    image: MetadataImage
+
+
+@dataclass(frozen=True)
+class AlterReq:
+    broker_epoch: int
+    topic_id: uuid.UUID
+    req: AlterIsr
+
+
+@dataclass(frozen=True)
+class AlterAnswer:
+    topic_id: uuid.UUID
+    response: AlterPartitionResponse | None
+    error: ErrorCode
+    req: AlterIsr
+
+
+@dataclass(frozen=True)
+class ProduceReq:
+    request_id: int
+    value: str
+
+
+@dataclass(frozen=True)
+class ProduceAnswer:
+    request_id: int
+    error: ErrorCode
+    offset: int
+
+
+# ---------------------------------------------------------------------------- broker
+@dataclass
+class SimBroker:
+    broker_id: int
+    log: MemLog = field(default_factory=MemLog)
+    alive: bool = True
+    incarnation: int = 0
+    checkpoint_hw: int = 0
+    broker_epoch: int = -1
+    image: MetadataImage | None = None
+    part: Partition | None = None
+    fetching: FetchPosition | None = None
+    fetch_sent_ms: int = 0
+    next_fetch_ms: int = 0
+    next_heartbeat_ms: int = 0
+    next_register_ms: int = 0
+    next_checkpoint_ms: int = 0
+    produces: dict[int, tuple[int, str]] = field(default_factory=dict)  # rid -> offset, value
+
+    def crash(self) -> None:
+        self.alive = False
+        self.image, self.part, self.fetching = None, None, None
+        self.broker_epoch = -1
+        self.produces.clear()
+
+    def restart(self, now_ms: int) -> None:
+        self.alive = True
+        self.incarnation += 1
+        self.next_register_ms = self.next_heartbeat_ms = now_ms
+
+
+class ReplicationSim:
+    def __init__(self, params: SimParams) -> None:
+        self.p = params
+        self.rng = random.Random(params.seed)
+        self.now = 0
+        self.net = Net(self.rng)
+        self.checker = Checker()
+        self.stats: Counter[str] = Counter()
+        self.trace: deque[str] = deque(maxlen=60)
+        self.config = ReplicaConfig(
+            replica_lag_time_max_ms=LAG_MAX_MS,
+            min_insync_replicas=params.min_insync,
+            replica_fetch_backoff_ms=100,
+            alter_partition_timeout_ms=800,
+        )
+        self.brokers = {b: SimBroker(b) for b in range(1, params.brokers + 1)}
+        ids = random.Random(self.rng.getrandbits(64))
+        self.controller = Controller(
+            ControllerConfig(node_id=CONTROLLER),
+            uuid_factory=lambda: uuid.UUID(int=ids.getrandbits(128)),
+        )
+        self.image = MetadataImage.EMPTY
+        self.image_offset = 0
+        self.last_heartbeat: dict[int, int] = {}
+        self.not_controller_until = -1
+        self.next_request_id = 0
+        self.pending_produces: dict[int, str] = {}
+        self.acked: dict[str, int] = {}
+        self._setup()
+
+    # ------------------------------------------------------------------ controller side
+    def _commit(self, records: list[Message]) -> None:
+        if records:
+            self.image_offset += 1
+            self.image = replay_all(self.image, records, offset=self.image_offset)
+
+    def _setup(self) -> None:
+        self._commit(self.controller.bootstrap_records())
+        for b in self.brokers.values():
+            self._register(b.broker_id, 0)
+            b.broker_epoch = self.image.brokers[b.broker_id].broker_epoch
+        ct = CreateTopicsRequest.CreatableTopic
+        req = CreateTopicsRequest(
+            topics=[ct(name=TOPIC, num_partitions=1, replication_factor=self.p.replication_factor)]
+        )
+        self._commit(list(self.controller.create_topics(self.image, req, 0).records))
+        assert self.partition_reg() is not None, "topic creation failed"
+
+    def _register(self, broker_id: int, incarnation: int) -> None:
+        inc = uuid.UUID(int=broker_id << 32 | incarnation)
+        endpoint = BrokerEndpoint("PLAINTEXT", f"broker{broker_id}", 9092)
+        result = self.controller.register_broker(
+            self.image, broker_id, inc, [endpoint], None, self.now
+        )
+        self._commit(list(result.records))
+        self.last_heartbeat[broker_id] = self.now
+        self.stats["registrations"] += 1
+
+    def partition_reg(self, image: MetadataImage | None = None) -> PartitionRegistration | None:
+        topic = (image or self.image).topic(TOPIC)
+        return None if topic is None else topic.partitions.get(0)
+
+    def _controller_receive(self, src: int, msg: Any) -> None:
+        if self.now < self.not_controller_until:
+            if isinstance(msg, AlterReq):
+                self.net.send(
+                    CONTROLLER,
+                    src,
+                    AlterAnswer(msg.topic_id, None, ErrorCode.NOT_CONTROLLER, msg.req),
+                    self.now,
+                )
+            return  # registrations and heartbeats are retried by the broker's timers
+        if isinstance(msg, Register):
+            self._register(src, msg.incarnation)
+            epoch = self.image.brokers[src].broker_epoch
+            self.net.send(CONTROLLER, src, Registered(epoch, msg.incarnation, self.image), self.now)
+        elif isinstance(msg, Heartbeat):
+            reg = self.image.brokers.get(src)
+            if reg is None or reg.broker_epoch != msg.broker_epoch:
+                self.net.send(
+                    CONTROLLER,
+                    src,
+                    HeartbeatAnswer(ErrorCode.STALE_BROKER_EPOCH, self.image),
+                    self.now,
+                )
+                return
+            self.last_heartbeat[src] = self.now
+            if reg.fenced:
+                result = self.controller.unfence_broker(self.image, src, msg.broker_epoch, self.now)
+                self._commit(list(result.records))
+                self.stats["unfenced"] += 1
+            self.net.send(CONTROLLER, src, HeartbeatAnswer(ErrorCode.NONE, self.image), self.now)
+        elif isinstance(msg, AlterReq):
+            request = alter_partition_request(src, msg.broker_epoch, [(msg.topic_id, 0, msg.req)])
+            result = self.controller.alter_partition(self.image, request, self.now)
+            self._commit(list(result.records))
+            response = result.response
+            assert isinstance(response, AlterPartitionResponse)
+            self.stats["alter partition"] += 1
+            self.net.send(
+                CONTROLLER,
+                src,
+                AlterAnswer(msg.topic_id, response, ErrorCode.NONE, msg.req),
+                self.now,
+            )
+
+    def _controller_tick(self) -> None:
+        for bid, reg in self.image.brokers.items():
+            if not reg.fenced and self.now - self.last_heartbeat.get(bid, 0) > SESSION_TIMEOUT_MS:
+                self._commit(list(self.controller.fence_broker(self.image, bid, self.now).records))
+                self.stats["fenced"] += 1
+
+    # ------------------------------------------------------------------ broker side
+    def _broker_receive(self, b: SimBroker, src: int, msg: Any) -> None:
+        if isinstance(msg, Registered):
+            if msg.incarnation == b.incarnation and b.broker_epoch < msg.broker_epoch:
+                b.broker_epoch = msg.broker_epoch
+                if b.part is not None:
+                    b.part.set_broker_epoch(msg.broker_epoch)
+                self._apply_image(b, msg.image)
+        elif isinstance(msg, HeartbeatAnswer):
+            if msg.error is ErrorCode.STALE_BROKER_EPOCH:
+                b.broker_epoch = -1  # register again
+            else:
+                self._apply_image(b, msg.image)
+        elif isinstance(msg, FetchPosition):
+            self._leader_fetch(b, src, msg)
+        elif isinstance(msg, FetchResult):
+            part = b.part
+            if b.fetching == msg.position:
+                b.fetching = None
+                b.next_fetch_ms = self.now + (0 if msg.records else FETCH_WAIT_MS)
+            if part is not None and part.follower is not None:
+                before = part.follower.truncations
+                self._run(b, part.follower.on_fetch_result(msg, self.now))
+                self.stats["truncations"] += part.follower.truncations - before
+        elif isinstance(msg, AlterAnswer):
+            part = b.part
+            if part is not None and part.leader is not None:
+                (result,) = alter_partition_results(
+                    [(msg.topic_id, 0, msg.req)], msg.response, msg.error
+                )
+                self.stats[f"alter result {result.error.name}"] += 1
+                self._run(b, part.leader.on_alter_partition_response(result, self.now))
+        elif isinstance(msg, ProduceReq):
+            self._produce(b, msg)
+
+    def _apply_image(self, b: SimBroker, image: MetadataImage) -> None:
+        if b.image is not None and image.offset <= b.image.offset:
+            return
+        b.image = image
+        reg = self.partition_reg(image)
+        if reg is None or b.broker_epoch < 0:
+            return
+        if b.part is None:
+            b.part = Partition(
+                b.broker_id,
+                b.log,
+                self.config,
+                high_watermark=b.checkpoint_hw,
+                broker_epoch=b.broker_epoch,
+                name=f"{TOPIC}-0",
+            )
+        was_leader = b.part.leader
+        self._run(b, b.part.apply_registration(reg, self.now))
+        if b.part.leader is not None and b.part.leader is not was_leader:
+            self.checker.on_leader(b.broker_id, b.part.leader.leader_epoch)
+            self.stats["leaders"] += 1
+            self._run(b, [HighWatermarkChanged(b.part.leader.high_watermark)])
+        if b.part.follower is not None:
+            b.fetching = None
+
+    def _leader_fetch(self, b: SimBroker, src: int, pos: FetchPosition) -> None:
+        part = b.part
+        if part is None or part.leader is None:
+            answer = FetchAnswer(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            self.net.send(b.broker_id, src, FetchResult(pos, answer), self.now)
+            return
+        answer, actions = part.leader.on_follower_fetch(pos, self.now)
+        self._run(b, actions)
+        records = None
+        if answer.read_records:
+            records = b.log.read(pos.fetch_offset, self.rng.randint(1, 8)) or None
+        self.stats[
+            f"fetch {answer.error.name}{' diverging' if answer.diverging_epoch else ''}"
+        ] += 1
+        self.net.send(b.broker_id, src, FetchResult(pos, answer, records), self.now)
+
+    def _produce(self, b: SimBroker, msg: ProduceReq) -> None:
+        part = b.part
+        if part is None or part.leader is None:
+            self.net.send(
+                b.broker_id,
+                CLIENT,
+                ProduceAnswer(msg.request_id, ErrorCode.NOT_LEADER_OR_FOLLOWER, -1),
+                self.now,
+            )
+            return
+        leader = part.leader
+        error = leader.check_produce(-1)
+        if error is not ErrorCode.NONE:
+            self.stats[f"produce {error.name}"] += 1
+            self.net.send(b.broker_id, CLIENT, ProduceAnswer(msg.request_id, error, -1), self.now)
+            return
+        offset = b.log.append_as_leader(msg.value, leader.leader_epoch)
+        b.produces[msg.request_id] = (offset, msg.value)
+        self._run(b, leader.on_local_append(self.now))
+        self._run(b, leader.park_produce(msg.request_id, offset + 1, PRODUCE_TIMEOUT_MS, self.now))
+
+    def _run(self, b: SimBroker, actions: list[Action]) -> None:
+        for a in actions:
+            if isinstance(a, AlterIsr):
+                assert b.image is not None
+                topic = b.image.topic(TOPIC)
+                assert topic is not None
+                self.net.send(
+                    b.broker_id, CONTROLLER, AlterReq(b.broker_epoch, topic.topic_id, a), self.now
+                )
+            elif isinstance(a, HighWatermarkChanged):
+                part = b.part
+                if part is not None and part.leader is not None:
+                    self.checker.on_leader_hw(
+                        b.broker_id,
+                        b.incarnation,
+                        part.leader.leader_epoch,
+                        b.log,
+                        a.high_watermark,
+                    )
+            elif isinstance(a, ProduceCompleted):
+                offset, _ = b.produces.pop(a.request_id, (-1, ""))
+                self.net.send(
+                    b.broker_id, CLIENT, ProduceAnswer(a.request_id, a.error, offset), self.now
+                )
+            elif isinstance(a, StateChange):
+                self._note(a.message)
+
+    def _broker_tick(self, b: SimBroker) -> None:
+        now = self.now
+        if b.broker_epoch < 0:
+            if now >= b.next_register_ms:
+                b.next_register_ms = now + 300
+                self.net.send(b.broker_id, CONTROLLER, Register(b.incarnation), now)
+            return
+        if now >= b.next_heartbeat_ms:
+            b.next_heartbeat_ms = now + HEARTBEAT_MS
+            self.net.send(b.broker_id, CONTROLLER, Heartbeat(b.broker_epoch), now)
+        part = b.part
+        if part is None:
+            return
+        if now >= b.next_checkpoint_ms:
+            b.next_checkpoint_ms = now + CHECKPOINT_MS
+            b.checkpoint_hw = part.high_watermark
+        if part.leader is not None:
+            self._run(b, part.leader.tick(now))
+        follower = part.follower
+        if follower is None:
+            return
+        if b.fetching is not None and now - b.fetch_sent_ms < FETCH_TIMEOUT_MS:
+            return
+        if now < b.next_fetch_ms:
+            return
+        pos = follower.fetch_position(now)
+        if pos is not None:
+            b.fetching, b.fetch_sent_ms = pos, now
+            self.net.send(b.broker_id, follower.leader_id, pos, now)
+
+    # ------------------------------------------------------------------ client
+    def _client_produce(self, tag: str) -> None:
+        reg = self.partition_reg()
+        if reg is None or reg.leader < 0:
+            return
+        self.next_request_id += 1
+        value = f"{tag}{self.next_request_id}"
+        self.pending_produces[self.next_request_id] = value
+        self.net.send(CLIENT, reg.leader, ProduceReq(self.next_request_id, value), self.now)
+
+    def _client_receive(self, msg: ProduceAnswer) -> None:
+        value = self.pending_produces.pop(msg.request_id, None)
+        if value is None:
+            return  # a duplicate answer
+        self.stats[f"acks {msg.error.name}"] += 1
+        if msg.error is ErrorCode.NONE:
+            self.checker.on_ack(msg.offset, value)
+            self.acked[value] = msg.offset
+
+    # ------------------------------------------------------------------ chaos
+    def _chaos(self) -> None:
+        rng, now = self.rng, self.now
+        alive = [b for b in self.brokers.values() if b.alive]
+        dead = [b for b in self.brokers.values() if not b.alive]
+        r = rng.random()
+        if r < 0.002 and alive:
+            b = rng.choice(alive)
+            b.crash()
+            self.stats["crashes"] += 1
+            self._note(f"broker {b.broker_id} crashed")
+        elif r < 0.006 and dead:
+            b = rng.choice(dead)
+            b.restart(now)
+            self._note(f"broker {b.broker_id} restarted")
+        elif r < 0.009:
+            nodes = [*self.brokers, CONTROLLER]
+            a, c = rng.sample(nodes, 2)
+            self.net.cut[frozenset((a, c))] = now + rng.randint(200, 3000)
+            self.stats["cuts"] += 1
+        elif r < 0.011:
+            b = rng.choice(list(self.brokers.values()))
+            self.net.slow[b.broker_id] = now + rng.randint(1000, 4000)
+            self.stats["slow periods"] += 1
+        elif r < 0.012:
+            self.not_controller_until = now + rng.randint(200, 1500)
+            self.stats["controller fail-overs"] += 1
+        elif r < 0.013:
+            req = ElectLeadersRequest(election_type=ELECTION_PREFERRED, topic_partitions=None)
+            result = self.controller.elect_leaders(self.image, req, now)
+            self._commit(list(result.records))
+            self.stats["preferred elections"] += bool(result.records)
+        elif r < 0.014 and alive:
+            bid = rng.choice(alive).broker_id
+            try:
+                self._commit(list(self.controller.fence_broker(self.image, bid, now).records))
+                self.stats["forced fences"] += 1
+            except ControllerError:
+                pass
+
+    # ------------------------------------------------------------------ driver
+    def _note(self, line: str) -> None:
+        line = f"[{self.now:>6} ms] {line}"
+        self.trace.append(line)
+        if self.p.verbose:
+            print(line)
+
+    def step(self) -> None:
+        self.now += STEP_MS
+        for src, dst, msg in self.net.due(self.now):
+            if dst == CONTROLLER:
+                self._controller_receive(src, msg)
+            elif dst == CLIENT:
+                self._client_receive(msg)
+            elif self.brokers[dst].alive:
+                self._broker_receive(self.brokers[dst], src, msg)
+        self._controller_tick()
+        for b in self.brokers.values():
+            if b.alive:
+                self._broker_tick(b)
+        self._check()
+
+    def _check(self) -> None:
+        reg = self.partition_reg()
+        assert reg is not None
+        self.checker.check_isr(reg.isr, {b.broker_id: b.log for b in self.brokers.values()})
+        for b in self.brokers.values():
+            if b.part is not None and b.part.leader is not None:
+                self.checker.on_leader(b.broker_id, b.part.leader.leader_epoch)
+
+    def run(self) -> None:
+        rng = self.rng
+        self.net.drop_p, self.net.dup_p = rng.choice((0.0, 0.01, 0.05)), rng.choice((0.0, 0.01))
+        while self.now < self.p.chaos_ms:
+            self._chaos()
+            if rng.random() < 0.15:
+                self._client_produce("v")
+            self.step()
+        self._calm()
+
+    def _calm(self) -> None:
+        self.net.heal()
+        self.not_controller_until = -1
+        for b in self.brokers.values():
+            if not b.alive:
+                b.restart(self.now)
+        start = self.now
+        wanted: list[str] = []
+        while self.now - start < self.p.calm_ms:
+            self.step()
+            if (
+                len(wanted) < self.p.calm_records
+                and self.now - start > 3000
+                and self.now % 200 == 0
+            ):
+                self._client_produce("calm")
+                wanted.append(f"calm{self.next_request_id}")
+            elif self.pending_produces and self.now % 1000 == 0:
+                # a produce that timed out or failed is retried (as a client does)
+                for rid, value in list(self.pending_produces.items()):
+                    if value.startswith("calm"):
+                        del self.pending_produces[rid]
+                        self._client_produce("calm")
+                        wanted[wanted.index(value)] = f"calm{self.next_request_id}"
+            if len(wanted) == self.p.calm_records and self._settled(wanted):
+                self.stats["calm ms"] += self.now - start
+                return
+        raise InvariantError(f"calm phase did not settle: {self._describe()}")
+
+    def _settled(self, wanted: list[str]) -> bool:
+        reg = self.partition_reg()
+        if reg is None or reg.leader < 0 or set(reg.isr) != set(reg.replicas):
+            return False
+        if any(v not in self.acked for v in wanted):
+            return False
+        leader = self.brokers[reg.leader]
+        if leader.part is None or leader.part.leader is None:
+            return False
+        end = leader.log.log_end_offset
+        if leader.part.high_watermark != end:
+            return False
+        return all(self.brokers[r].log.records == leader.log.records for r in reg.replicas)
+
+    def _describe(self) -> str:
+        reg = self.partition_reg()
+        lines = [f"controller: {reg}"]
+        for b in self.brokers.values():
+            part = b.part
+            role = part.role.value if part else "-"
+            hw = part.high_watermark if part else -1
+            lines.append(
+                f"broker {b.broker_id}: alive={b.alive} epoch={b.broker_epoch} role={role} "
+                f"leo={b.log.log_end_offset} hw={hw} last={b.log.records[-3:]}"
+            )
+        return "\n".join(lines)
+
+
+def run_seed(params: SimParams) -> ReplicationSim:
+    sim = ReplicationSim(params)
+    try:
+        sim.run()
+    except InvariantError as err:
+        trace = "\n".join(sim.trace)
+        raise SimulationFailure(
+            f"replay: {params.replay_command()}\n{err}\n{sim._describe()}\nlast events:\n{trace}"
+        ) from err
+    return sim
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seed", type=int, help="run one seed (with the params given)")
+    ap.add_argument("--seeds", type=int, default=100, help="run seeds 0..N-1 (params per seed)")
+    ap.add_argument("--brokers", type=int, default=3)
+    ap.add_argument("--rf", type=int, default=3)
+    ap.add_argument("--min-insync", type=int, default=2)
+    ap.add_argument("--chaos-ms", type=int, default=SimParams.chaos_ms)
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args(argv)
+    if args.seed is not None:
+        todo = [
+            SimParams(
+                args.seed,
+                args.brokers,
+                args.rf,
+                args.min_insync,
+                args.chaos_ms,
+                verbose=args.verbose,
+            )
+        ]
+    else:
+        todo = [params_for(s) for s in range(args.seeds)]
+    failed, stats = 0, Counter[str]()
+    started = time.monotonic()
+    for params in todo:
+        try:
+            stats.update(run_seed(params).stats)
+        except SimulationFailure as err:
+            failed += 1
+            print(f"FAILED seed {params.seed}:\n{err}\n", file=sys.stderr)
+    took = time.monotonic() - started
+    print(f"{len(todo) - failed}/{len(todo)} seeds passed in {took:.1f} s")
+    if args.verbose or len(todo) > 1:
+        for key, count in sorted(stats.items()):
+            print(f"  {key}: {count}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

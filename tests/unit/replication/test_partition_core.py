@@ -1,0 +1,228 @@
+"""The partition core's rules one by one (the simulation covers their interplay)."""
+
+from __future__ import annotations
+
+import uuid
+
+from riverbed.metadata.image import PartitionRegistration
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import AlterPartitionRequest, AlterPartitionResponse, decode, encode
+from riverbed.replication.actions import (
+    AlterIsr,
+    AlterIsrResult,
+    FetchAnswer,
+    FetchPosition,
+    FetchResult,
+    HighWatermarkChanged,
+    ProduceCompleted,
+)
+from riverbed.replication.config import ReplicaConfig
+from riverbed.replication.follower import PartitionFollower
+from riverbed.replication.leader import PartitionLeader
+from riverbed.replication.partition import Partition, Role
+from riverbed.replication.wire import alter_partition_request, alter_partition_results
+from riverbed.testing.replication_sim_parts import MemLog
+
+CONFIG = ReplicaConfig(replica_lag_time_max_ms=1000, min_insync_replicas=2)
+
+
+def reg(
+    isr: tuple[int, ...] = (1, 2, 3), leader: int = 1, epoch: int = 5, pepoch: int = 7
+) -> PartitionRegistration:
+    return PartitionRegistration(
+        replicas=(1, 2, 3), isr=isr, leader=leader, leader_epoch=epoch, partition_epoch=pepoch
+    )
+
+
+def leader_with(
+    records: int, isr: tuple[int, ...] = (1, 2, 3), now: int = 0
+) -> tuple[PartitionLeader, MemLog]:
+    log = MemLog()
+    for i in range(records):
+        log.append_as_leader(f"r{i}", 4)
+    return PartitionLeader(1, reg(isr), log, CONFIG, high_watermark=0, now_ms=now), log
+
+
+def fetch(replica: int, offset: int, epoch: int = 5, last_epoch: int = -1) -> FetchPosition:
+    return FetchPosition(replica, epoch, offset, last_epoch)
+
+
+def of(kind: type, actions: list) -> list:  # type: ignore[type-arg]
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def test_high_watermark_is_min_log_end_over_isr_and_never_moves_back() -> None:
+    ld, log = leader_with(10)
+    assert ld.high_watermark == 0 and log.cache.end_offset_for(5, 10) == (5, 10)
+    _, acts = ld.on_follower_fetch(fetch(2, 6, last_epoch=4), 10)
+    assert ld.high_watermark == 0  # replica 3 has not fetched at this epoch
+    answer, acts = ld.on_follower_fetch(fetch(3, 8, last_epoch=4), 20)
+    assert of(HighWatermarkChanged, acts) == [HighWatermarkChanged(6)]
+    assert answer == FetchAnswer(ErrorCode.NONE, 6, 0)
+    ld.on_follower_fetch(fetch(2, 3, last_epoch=4), 30)  # a reordered old fetch
+    assert ld.high_watermark == 6
+
+
+def test_fetch_epoch_fencing_and_divergence() -> None:
+    ld, _ = leader_with(10)
+    assert ld.on_follower_fetch(fetch(2, 0, epoch=4), 0)[0].error is ErrorCode.FENCED_LEADER_EPOCH
+    assert ld.on_follower_fetch(fetch(2, 0, epoch=6), 0)[0].error is ErrorCode.UNKNOWN_LEADER_EPOCH
+    # the follower has epoch-4 records up to 12 but the leader's epoch 4 ends at 10
+    answer, acts = ld.on_follower_fetch(fetch(2, 12, last_epoch=4), 0)
+    assert answer.diverging_epoch == (4, 10) and acts == []
+    assert ld.remotes[2].log_end_offset == -1  # a diverging fetch says nothing of progress
+    assert ld.on_follower_fetch(fetch(9, 0), 0)[0].error is ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_shrink_uses_maximal_isr_until_the_controller_agrees() -> None:
+    ld, _ = leader_with(10)
+    ld.on_follower_fetch(fetch(2, 10, last_epoch=4), 100)
+    ld.on_follower_fetch(fetch(3, 4, last_epoch=4), 100)
+    assert ld.tick(1000) == []  # within replica.lag.time.max.ms
+    acts = ld.tick(1200)
+    (req,) = of(AlterIsr, acts)
+    assert req == AlterIsr(5, 7, (1, 2), (-1, -1))
+    ld.on_follower_fetch(fetch(2, 10, last_epoch=4), 1210)
+    assert ld.high_watermark == 4  # 3 still counts while the shrink is in flight
+    acts = ld.on_alter_partition_response(
+        AlterIsrResult(req, ErrorCode.NONE, 1, 5, 8, (1, 2)), 1300
+    )
+    assert ld.isr.isr == (1, 2) and ld.high_watermark == 10
+    assert HighWatermarkChanged(10) in acts
+
+
+def test_expand_needs_high_watermark_and_epoch_start() -> None:
+    ld, log = leader_with(10, isr=(1, 2))
+    ld.on_follower_fetch(fetch(2, 10, last_epoch=4), 0)
+    assert ld.high_watermark == 10
+    _, acts = ld.on_follower_fetch(fetch(3, 9, last_epoch=4), 0)
+    assert of(AlterIsr, acts) == []  # below the high watermark
+    _, acts = ld.on_follower_fetch(fetch(3, 10, last_epoch=4), 0)
+    (req,) = of(AlterIsr, acts)
+    assert req.new_isr == (1, 2, 3) and ld.isr.maximal == (1, 2, 3)
+    log.append_as_leader("x", 5)
+    ld.on_local_append(1)
+    ld.on_follower_fetch(fetch(2, 11, last_epoch=5), 1)
+    assert ld.high_watermark == 10  # the joining replica already holds it back
+
+
+def test_alter_partition_errors() -> None:
+    ld, log = leader_with(10, isr=(1, 2))
+    ld.on_follower_fetch(fetch(2, 10, last_epoch=4), 0)
+    _, acts = ld.on_follower_fetch(fetch(3, 10, last_epoch=4), 0)
+    (req,) = of(AlterIsr, acts)
+    # NOT_CONTROLLER: the same request again after the back-off
+    assert ld.on_alter_partition_response(AlterIsrResult(req, ErrorCode.NOT_CONTROLLER), 10) == []
+    assert ld.tick(500) == []
+    assert of(AlterIsr, ld.tick(1010)) == [req]
+    # INELIGIBLE_REPLICA: definitely not applied, back to the committed ISR, quiet a while
+    ld.on_alter_partition_response(AlterIsrResult(req, ErrorCode.INELIGIBLE_REPLICA), 1020)
+    assert ld.isr.maximal == (1, 2)
+    assert of(AlterIsr, ld.on_follower_fetch(fetch(3, 10, last_epoch=4), 1500)[1]) == []
+    (req,) = of(AlterIsr, ld.on_follower_fetch(fetch(3, 10, last_epoch=4), 2100)[1])
+    # INVALID_UPDATE_VERSION / FENCED_LEADER_EPOCH: wait for metadata, never resend
+    ld.on_alter_partition_response(AlterIsrResult(req, ErrorCode.INVALID_UPDATE_VERSION), 2200)
+    assert of(AlterIsr, ld.tick(60_000)) == [] and ld.isr.in_flight
+    ld.update_registration(reg(isr=(1, 2, 3), pepoch=9), 60_000)
+    assert not ld.isr.in_flight and ld.isr.isr == (1, 2, 3)
+    # the same partition epoch again does not clear a change in flight
+    log.append_as_leader("x", 5)
+    ld.on_follower_fetch(fetch(2, 10, last_epoch=4), 60_000)
+    (req,) = of(AlterIsr, ld.tick(70_000))
+    assert req.new_isr == (1,)
+    ld.update_registration(reg(isr=(1, 2, 3), pepoch=9), 70_000)
+    assert ld.isr.in_flight
+    ld.on_alter_partition_response(AlterIsrResult(req, ErrorCode.FENCED_LEADER_EPOCH), 70_001)
+    assert of(AlterIsr, ld.tick(90_000)) == []
+
+
+def test_acks_all_delayed_produce() -> None:
+    ld, log = leader_with(0, isr=(1, 2))
+    assert ld.check_produce(-1) is ErrorCode.NONE
+    log.append_as_leader("a", 5)
+    assert ld.on_local_append(0) == []
+    assert ld.park_produce(1, 1, 100, 0) == []
+    log.append_as_leader("b", 5)
+    ld.park_produce(2, 2, 100, 0)
+    _, acts = ld.on_follower_fetch(fetch(2, 1, last_epoch=5), 10)
+    assert of(ProduceCompleted, acts) == [ProduceCompleted(1, ErrorCode.NONE)]
+    assert of(ProduceCompleted, ld.tick(100)) == [ProduceCompleted(2, ErrorCode.REQUEST_TIMED_OUT)]
+    log.append_as_leader("c", 5)
+    ld.park_produce(3, 3, 5000, 100)
+    # the ISR shrank below min.insync.replicas: committed, but not as safe as asked
+    acts = ld.update_registration(reg(isr=(1,), pepoch=8), 200)
+    assert ProduceCompleted(3, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND) in acts
+    assert ld.check_produce(-1) is ErrorCode.NOT_ENOUGH_REPLICAS
+    assert ld.check_produce(1) is ErrorCode.NONE
+    log.append_as_leader("d", 5)
+    ld.park_produce(4, 5, 5000, 300)
+    assert ld.resign() == [ProduceCompleted(4, ErrorCode.NOT_LEADER_OR_FOLLOWER)]
+
+
+def test_follower_truncates_by_epochs_never_to_the_high_watermark() -> None:
+    log = MemLog()
+    for i in range(6):
+        log.append_as_leader(f"old{i}", 3 if i < 4 else 4)
+    fl = PartitionFollower(2, 1, 5, log, CONFIG, high_watermark=2)
+    pos = fl.fetch_position(0)
+    assert pos == FetchPosition(2, 5, 6, 4)
+    # the leader never had epoch 4: its epoch 3 ends at 5
+    fl.on_fetch_result(FetchResult(pos, FetchAnswer(ErrorCode.NONE, 5, 0, (3, 5))), 0)
+    assert log.log_end_offset == 4  # our own end of epoch 3, not the high watermark 2
+    pos = fl.fetch_position(0)
+    assert pos is not None and pos.last_fetched_epoch == 3
+    stale = FetchResult(
+        FetchPosition(2, 5, 6, 4), FetchAnswer(ErrorCode.NONE, 6, 0), ((6, 4, "x"),)
+    )
+    assert fl.on_fetch_result(stale, 0) == []  # answers a position we left
+    recs = ((4, 5, "n4"), (5, 5, "n5"))
+    acts = fl.on_fetch_result(FetchResult(pos, FetchAnswer(ErrorCode.NONE, 9, 0), recs), 0)
+    assert log.log_end_offset == 6 and acts == [HighWatermarkChanged(6)]  # min(9, own end)
+    pos = fl.fetch_position(0)
+    assert pos is not None
+    fl.on_fetch_result(FetchResult(pos, FetchAnswer(ErrorCode.FENCED_LEADER_EPOCH)), 50)
+    assert fl.fetch_position(100) is None and fl.fetch_position(50 + 1000) is not None
+
+
+def test_partition_role_changes_follow_leader_epochs() -> None:
+    log = MemLog()
+    p = Partition(2, log, CONFIG, high_watermark=0)
+    p.apply_registration(reg(leader=1, epoch=5), 0)
+    assert p.role is Role.FOLLOWER
+    p.apply_registration(reg(leader=2, epoch=6), 0)
+    assert p.leader is not None and log.cache.entries() == [(6, 0)]
+    assert p.apply_registration(reg(leader=1, epoch=5, pepoch=99), 0) == []  # stale
+    log.append_as_leader("a", 6)
+    assert p.leader is not None
+    p.leader.park_produce(7, 1, 1000, 0)
+    acts = p.apply_registration(reg(leader=3, epoch=7), 0)
+    assert ProduceCompleted(7, ErrorCode.NOT_LEADER_OR_FOLLOWER) in acts
+    assert p.role is Role.FOLLOWER and log.log_end_offset == 1  # no truncation yet
+    p.apply_registration(PartitionRegistration((1, 3, 4), (1, 3), leader=1, leader_epoch=8), 0)
+    assert p.leader is None and p.follower is None
+
+
+def test_alter_partition_through_kafka_wire_bytes() -> None:
+    tid = uuid.uuid4()
+    req = AlterIsr(5, 7, (1, 2), (10, 11))
+    msg = alter_partition_request(1, 9, [(tid, 0, req)])
+    back = decode(AlterPartitionRequest, encode(msg, 3), 3)
+    (p,) = back.topics[0].partitions
+    assert back.topics[0].topic_id == tid and p.partition_epoch == 7
+    assert [(b.broker_id, b.broker_epoch) for b in p.new_isr_with_epochs] == [(1, 10), (2, 11)]
+    part = AlterPartitionResponse.PartitionData(
+        partition_index=0, leader_id=1, leader_epoch=5, isr=[1, 2], partition_epoch=8
+    )
+    resp = AlterPartitionResponse(
+        topics=[AlterPartitionResponse.TopicData(topic_id=tid, partitions=[part])]
+    )
+    resp = decode(AlterPartitionResponse, encode(resp, 3), 3)
+    (res,) = alter_partition_results([(tid, 0, req)], resp, ErrorCode.NONE)
+    assert res == AlterIsrResult(req, ErrorCode.NONE, 1, 5, 8, (1, 2))
+    resp.error_code = int(ErrorCode.NOT_CONTROLLER)
+    assert alter_partition_results([(tid, 0, req)], resp, ErrorCode.NONE)[0].error is (
+        ErrorCode.NOT_CONTROLLER
+    )
+    assert alter_partition_results([(tid, 0, req)], None, ErrorCode.REQUEST_TIMED_OUT)[0].error is (
+        ErrorCode.REQUEST_TIMED_OUT
+    )

@@ -104,7 +104,7 @@ def test_broken_rules_are_caught(
 ) -> None:
     breakage(monkeypatch)
     with pytest.raises(SimulationFailure) as info:
-        for seed in range(200):
+        for seed in range(400):  # the first failure stops it (seed 273 at the latest today)
             run_seed(params_for(seed))
     message = str(info.value)
     assert message.startswith(

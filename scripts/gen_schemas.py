@@ -5,7 +5,9 @@ Usage: python scripts/gen_schemas.py [--reference DIR]
 Reads DIR/{message,metadata,raft,group-coordinator,transaction-coordinator}/*.json (Kafka's
 message specs, JSON with // comments; Apache-2.0, see NOTICE) and writes
 
-- src/riverbed/protocol/schemas/generated.py: ``SCHEMAS``, the tables as plain data;
+- src/riverbed/protocol/schemas/generated.py: ``SCHEMAS``, the tables as plain data (a
+  request keeps its ``listeners``: the listener types that serve it, which ApiVersions
+  follows per listener);
 - src/riverbed/protocol/schemas/classes.py: one typed ``Message`` subclass per spec with its
   structs as nested classes (``ProduceRequest.TopicProduceData``).
 
@@ -38,6 +40,7 @@ TOP_KEYS = (
     "name",
     "type",
     "apiKey",
+    "listeners",
     "validVersions",
     "flexibleVersions",
     "fields",

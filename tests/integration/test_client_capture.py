@@ -25,7 +25,13 @@ import kafka
 import pytest
 
 from riverbed.protocol import headers as h
-from riverbed.protocol.api_versions import ApiKey, api_versions_response
+from riverbed.protocol.api_versions import (
+    BROKER_LISTENER,
+    SUPPORTED_VERSIONS,
+    ApiKey,
+    api_versions_response,
+    listener_api_versions,
+)
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
     InitProducerIdResponse,
@@ -40,6 +46,8 @@ from riverbed.protocol.records import CompressionType, iter_batches, iter_record
 pytestmark = pytest.mark.integration
 
 FRAME_BYTES_MAX = 16 << 20
+#: What the capture server advertises: a broker listener's APIs.
+BROKER_VERSIONS = listener_api_versions(BROKER_LISTENER, SUPPORTED_VERSIONS)
 CLIENT_TIMEOUT_S = 20
 RECORDS = [(b"k1", b"hello"), (b"k2", b"world" * 50)]
 
@@ -60,8 +68,8 @@ class Capture:
 def _answer(cap: Capture, header: h.RequestHeader, body: Message) -> Message | None:
     if header.api_key == ApiKey.API_VERSIONS:
         if h.response_body_version(header) != header.api_version:
-            return api_versions_response(ErrorCode.UNSUPPORTED_VERSION, include_internal=False)
-        return api_versions_response(include_internal=False)
+            return api_versions_response(ErrorCode.UNSUPPORTED_VERSION, versions=BROKER_VERSIONS)
+        return api_versions_response(versions=BROKER_VERSIONS)
     if header.api_key == ApiKey.METADATA:
         assert isinstance(body, MetadataRequest)
         names = [t.name for t in body.topics or [] if t.name]

@@ -280,6 +280,11 @@ class MetadataService:
         )
         return cast(BrokerRegistration, response)
 
+    async def unregister_broker(self, broker_id: int) -> None:
+        """Remove a broker's registration for good (ControllerError when it has none)."""
+        c = self.controller
+        await self._run(lambda img, now: c.unregister_broker(img, broker_id, now))
+
     async def controlled_shutdown(self, broker_id: int, broker_epoch: int = -1) -> int:
         """Move leaderships off `broker_id`; returns the partitions it still leads."""
         c = self.controller

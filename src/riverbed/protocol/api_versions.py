@@ -5,12 +5,22 @@ for every entry of ``SUPPORTED_VERSIONS``. Every API is advertised from version 
 message engine encodes every version the specs define, and old clients such as librdkafka
 2.0 only enable features when the ranges contain specific old versions). Produce and Fetch
 stop before 13 (the versions that replace topic names with topic IDs).
+
+Each listener advertises exactly what it serves (Kafka's ``ApiKeys.apisForListener``): the
+APIs whose request spec names its listener type (the ``listeners`` field of
+``message/*Request.json``: ``broker`` for client listeners, ``controller`` for the
+``controller.listener.names``) among those it has a handler for; see
+`listener_api_versions`. A request for any other API closes the connection, as Kafka's
+socket server does for an API not enabled on the listener.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from enum import IntEnum
 from typing import TYPE_CHECKING
+
+from riverbed.protocol.schemas.generated import SCHEMAS
 
 if TYPE_CHECKING:
     from riverbed.protocol.messages import ApiVersionsResponse
@@ -157,21 +167,28 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
 }
 
-# APIs only cluster members call; a broker may leave them out of what it shows clients.
-INTERNAL_APIS: frozenset[ApiKey] = frozenset(
-    {
-        ApiKey.VOTE,
-        ApiKey.BEGIN_QUORUM_EPOCH,
-        ApiKey.END_QUORUM_EPOCH,
-        ApiKey.DESCRIBE_QUORUM,
-        ApiKey.ALTER_PARTITION,
-        ApiKey.FETCH_SNAPSHOT,
-        ApiKey.BROKER_REGISTRATION,
-        ApiKey.BROKER_HEARTBEAT,
-        ApiKey.UNREGISTER_BROKER,
-        ApiKey.ALLOCATE_PRODUCER_IDS,
+#: Listener types of Kafka's request specs (the ``listeners`` field).
+BROKER_LISTENER = "broker"
+CONTROLLER_LISTENER = "controller"
+
+#: api key -> the listener types its request spec names.
+API_LISTENERS: dict[int, frozenset[str]] = {
+    int(table["apiKey"]): frozenset(table.get("listeners", ()))
+    for table in SCHEMAS.values()
+    if table["type"] == "request" and "apiKey" in table
+}
+
+
+def listener_api_versions(
+    listener_type: str, served: Collection[int]
+) -> dict[ApiKey, tuple[int, int]]:
+    """What a listener of ``listener_type`` advertises: the APIs of ``served`` (those it has
+    handlers for) whose spec lists that listener type, at ``SUPPORTED_VERSIONS``."""
+    return {
+        key: versions
+        for key, versions in SUPPORTED_VERSIONS.items()
+        if key in served and listener_type in API_LISTENERS.get(key, ())
     }
-)
 
 
 def is_supported(api_key: int, api_version: int) -> bool:
@@ -186,10 +203,10 @@ def is_supported(api_key: int, api_version: int) -> bool:
 def api_versions_response(
     error_code: int = 0,
     *,
-    include_internal: bool = True,
+    versions: Mapping[ApiKey, tuple[int, int]] = SUPPORTED_VERSIONS,
     throttle_time_ms: int = 0,
 ) -> ApiVersionsResponse:
-    """The ApiVersions answer listing ``SUPPORTED_VERSIONS``.
+    """The ApiVersions answer listing ``versions`` (a listener's `listener_api_versions`).
 
     Pass ``error_code=ErrorCode.UNSUPPORTED_VERSION`` when the client asked an ApiVersions
     version above ours; ``headers.encode_response`` then writes the body at v0.
@@ -198,8 +215,7 @@ def api_versions_response(
 
     keys = [
         ApiVersionsResponse.ApiVersion(api_key=int(key), min_version=lo, max_version=hi)
-        for key, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
-        if include_internal or key not in INTERNAL_APIS
+        for key, (lo, hi) in sorted(versions.items())
     ]
     return ApiVersionsResponse(
         error_code=error_code, api_keys=keys, throttle_time_ms=throttle_time_ms

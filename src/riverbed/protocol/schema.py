@@ -1,7 +1,8 @@
 """Typed view of the message schema tables (``schemas/generated.py``).
 
 The tables keep Kafka's JSON spec vocabulary: every message has ``name``, ``type``
-(request/response/header/data/metadata), ``apiKey``, ``validVersions``,
+(request/response/header/data/metadata), ``apiKey``, ``listeners`` (requests: the listener
+types serving the API, of ``zkBroker``, ``broker``, ``controller``), ``validVersions``,
 ``flexibleVersions``, ``fields`` and ``commonStructs``; every field has ``name``, ``type``
 (``int8`` .. ``int64``, ``uint16``, ``uint32``, ``float64``, ``bool``, ``string``, ``bytes``,
 ``records``, ``uuid``, ``[]T`` or a struct name), ``versions``, ``nullableVersions``,
@@ -209,6 +210,7 @@ class MessageSpec:
     flexible_versions: VersionRange
     struct: StructSpec
     structs: dict[str, StructSpec] = field(default_factory=dict)  # every nested struct by name
+    listeners: frozenset[str] = frozenset()  # requests: listener types that serve the API
 
     def is_flexible(self, version: int) -> bool:
         return version in self.flexible_versions
@@ -290,6 +292,7 @@ def build_message_spec(table: Mapping[str, Any]) -> MessageSpec:
         flexible_versions=flexible,
         struct=top,
         structs=structs,
+        listeners=frozenset(str(x) for x in table.get("listeners", ())),
     )
 
 

@@ -57,7 +57,7 @@ from riverbed.server.connection_quotas import ConnectionQuotas, raise_open_files
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.network import CloseConnection, SocketServer
 from riverbed.server.purgatory import Purgatory
-from riverbed.server.quorum import QuorumMetadata, open_quorum_metadata
+from riverbed.server.quorum import CONTROLLER_API_VERSIONS, QuorumMetadata, open_quorum_metadata
 
 log = logging.getLogger(__name__)
 
@@ -244,8 +244,12 @@ class Node:
         from riverbed.server.broker.versioning import fit_to_version
 
         api_key = ctx.header.api_key
+        if api_key not in CONTROLLER_API_VERSIONS:
+            raise UnsupportedControllerApi(
+                f"api key {api_key} is not served on {ctx.listener_name}"
+            )
         if api_key == ApiKey.API_VERSIONS:
-            return api_versions_response(ctx)
+            return api_versions_response(ctx, CONTROLLER_API_VERSIONS)
         if self.quorum is None:
             raise UnsupportedControllerApi(f"api key {api_key} before the quorum is open")
         version = response_body_version(ctx.header)
@@ -256,6 +260,10 @@ class Node:
             if code is not ErrorCode.NOT_CONTROLLER:
                 log.exception("controller request api_key=%s failed", api_key)
             return error_response(api_key, body, version, code)
+        if response is None and api_key == ApiKey.FETCH:
+            # A controller only serves the metadata partition (Kafka's raft client answers
+            # any other Fetch INVALID_REQUEST).
+            return error_response(api_key, body, version, ErrorCode.INVALID_REQUEST)
         if response is None:
             raise UnsupportedControllerApi(
                 f"api key {api_key} is not served on {ctx.listener_name}"

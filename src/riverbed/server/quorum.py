@@ -13,9 +13,13 @@ standalone mode, and elects itself at once. Pieces (all from other layers, wired
   ``RaftMetadataLog``.
 - The controller listener (``controller.listener.names``) serves Vote, BeginQuorumEpoch,
   EndQuorumEpoch, DescribeQuorum, FetchSnapshot and Fetch of ``__cluster_metadata``
-  (``server.raft_transport.serve_raft_request``), ApiVersions, BrokerRegistration (62), and the
-  metadata writes a follower forwards (CreateTopics, DeleteTopics, CreatePartitions,
-  AlterConfigs, IncrementalAlterConfigs, AllocateProducerIds) — Kafka's controller APIs.
+  (``server.raft_transport.serve_raft_request``), ApiVersions, BrokerRegistration (62),
+  BrokerHeartbeat (63), UnregisterBroker (64), and the metadata writes a follower forwards
+  (CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs,
+  AllocateProducerIds) — Kafka's controller APIs; ``CONTROLLER_API_VERSIONS`` is what it
+  advertises, and anything else closes the connection. DescribeQuorum and UnregisterBroker
+  also reach the broker listeners, which pass them on to the quorum leader / active
+  controller.
 
 The *active controller* is the Raft leader once its epoch has started: the high watermark
 has passed the epoch's start offset (the LeaderChange record), so every record of earlier
@@ -45,7 +49,12 @@ from riverbed.metadata.controller import Controller, ControllerError
 from riverbed.metadata.image import BrokerEndpoint, BrokerRegistration, MetadataImage
 from riverbed.metadata.quorum import MetadataStateMachine, RaftMetadataLog
 from riverbed.metadata.service import ImageListener, MetadataService
-from riverbed.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey
+from riverbed.protocol.api_versions import (
+    CONTROLLER_LISTENER,
+    SUPPORTED_VERSIONS,
+    ApiKey,
+    listener_api_versions,
+)
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
 from riverbed.protocol.messages import (
@@ -62,6 +71,8 @@ from riverbed.protocol.messages import (
     DescribeConfigsResponse,
     IncrementalAlterConfigsRequest,
     Message,
+    UnregisterBrokerRequest,
+    UnregisterBrokerResponse,
 )
 from riverbed.raft.config import RaftConfig
 from riverbed.raft.messages import SnapshotId
@@ -69,7 +80,12 @@ from riverbed.raft.node import NotLeaderError
 from riverbed.raft.roles import Role
 from riverbed.server.fault_handler import FaultHandler
 from riverbed.server.raft_driver import RaftDriver
-from riverbed.server.raft_transport import RAFT_API_KEYS, KafkaRaftTransport, is_raft_fetch
+from riverbed.server.raft_transport import (
+    RAFT_API_KEYS,
+    KafkaRaftTransport,
+    is_raft_fetch,
+    serve_raft_request,
+)
 from riverbed.storage.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -95,6 +111,20 @@ FORWARDED_APIS: dict[int, str] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
     ApiKey.ALLOCATE_PRODUCER_IDS: "allocate_producer_ids",
 }
+
+#: What the controller listener serves (`handle_controller_request`), and so advertises.
+CONTROLLER_API_VERSIONS = listener_api_versions(
+    CONTROLLER_LISTENER,
+    {
+        ApiKey.API_VERSIONS,
+        ApiKey.FETCH,  # of __cluster_metadata only
+        *RAFT_API_KEYS,
+        ApiKey.BROKER_REGISTRATION,
+        ApiKey.BROKER_HEARTBEAT,
+        ApiKey.UNREGISTER_BROKER,
+        *FORWARDED_APIS,
+    },
+)
 
 
 class _LoggingStateMachine(MetadataStateMachine):
@@ -445,6 +475,27 @@ class QuorumMetadata:
         await self._wait_until(registered)
         return self.service.image.brokers.get(broker_id)
 
+    async def describe_quorum(self, request: Message) -> Any:
+        """DescribeQuorum, answered by the Raft leader: any other node passes it on, so it
+        works against every controller endpoint and, forwarded, every broker endpoint."""
+        leader = self.driver.node.leader_id
+        if self.driver.node.role is not Role.LEADER and leader not in (-1, self.node_id):
+            with contextlib.suppress(NotLeaderError, TimeoutError):
+                return await self.forward(leader, ApiKey.DESCRIBE_QUORUM, request)
+        return await serve_raft_request(self.driver, ApiKey.DESCRIBE_QUORUM, request)
+
+    async def unregister_broker(self, request: UnregisterBrokerRequest) -> Any:
+        """UnregisterBroker on the active controller (forwarded there from elsewhere)."""
+        leader = await self._wait_active_or_leader()
+        if leader >= 0:
+            return await self.forward(leader, ApiKey.UNREGISTER_BROKER, request)
+        try:
+            await self.service.unregister_broker(request.broker_id)
+        except ControllerError as err:
+            return UnregisterBrokerResponse(error_code=int(err.code), error_message=err.message)
+        log.info("unregistered broker %d", request.broker_id)
+        return UnregisterBrokerResponse(error_code=0)
+
     # --- the controller channel (client side) ----------------------------------------------
     async def forward(self, leader: int, api_key: int, request: Message) -> Any:
         """Send ``request`` to ``leader``'s controller listener; its decoded response.
@@ -475,20 +526,17 @@ class QuorumMetadata:
     async def handle_controller_request(self, api_key: int, body: Any) -> Any:
         """Answer one request that arrived on a controller listener."""
         if api_key == ApiKey.DESCRIBE_QUORUM:
-            # Answered by the leader; another controller passes it on, so `riverbed quorum
-            # describe` works against any controller endpoint.
-            leader = self.driver.node.leader_id
-            if self.driver.node.role is not Role.LEADER and leader not in (-1, self.node_id):
-                with contextlib.suppress(NotLeaderError, TimeoutError):
-                    return await self.forward(leader, api_key, body)
+            return await self.describe_quorum(body)
         if api_key in RAFT_API_KEYS or is_raft_fetch(api_key, body):
-            from riverbed.server.raft_transport import serve_raft_request
-
             return await serve_raft_request(self.driver, api_key, body)
         if api_key == ApiKey.BROKER_REGISTRATION:
             return await self._serve_registration(body)
         if api_key == ApiKey.BROKER_HEARTBEAT:
             return await self._serve_heartbeat(body)
+        if api_key == ApiKey.UNREGISTER_BROKER:
+            if not self.is_active():
+                return UnregisterBrokerResponse(error_code=int(ErrorCode.NOT_CONTROLLER))
+            return await self.unregister_broker(body)
         name = FORWARDED_APIS.get(api_key)
         if name is not None:
             if not self.is_active():

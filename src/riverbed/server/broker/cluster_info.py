@@ -12,9 +12,10 @@ an empty one in v0 means every topic.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from riverbed.protocol.api_versions import SUPPORTED_VERSIONS, is_supported
+from riverbed.protocol.api_versions import ApiKey, is_supported
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
     ApiVersionsRequest,
@@ -57,15 +58,16 @@ def valid_topic_name(name: str | None) -> bool:
 async def handle_api_versions(
     broker: Broker, ctx: RequestContext, req: ApiVersionsRequest
 ) -> ApiVersionsResponse:
-    return api_versions_response(ctx)
+    return api_versions_response(ctx, broker.api_versions)
 
 
-def api_versions_response(ctx: RequestContext) -> ApiVersionsResponse:
-    """The versions this node speaks (any listener: the node answers before its broker
-    is built)."""
+def api_versions_response(
+    ctx: RequestContext, versions: Mapping[ApiKey, tuple[int, int]]
+) -> ApiVersionsResponse:
+    """The versions the listener ``ctx`` came in on serves (its `listener_api_versions`)."""
     keys = [
         ApiVersionsResponse.ApiVersion(api_key=int(k), min_version=lo, max_version=hi)
-        for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
+        for k, (lo, hi) in sorted(versions.items())
     ]
     # A newer version than ours is answered at v0 (see protocol.headers) with
     # UNSUPPORTED_VERSION and our ranges, so the client retries with a version we speak.

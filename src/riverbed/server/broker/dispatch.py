@@ -2,8 +2,10 @@
 
 `Broker.handle` is the network layer's `RequestHandler`: it looks the api key up in
 `HANDLERS` and awaits the handler with the broker, the request context and the decoded
-body. An api key riverbed decodes but does not serve on a client listener (e.g. the Raft
-RPCs) closes the connection, as Kafka does for an API a listener does not expose.
+body. A broker listener serves and advertises (ApiVersions) exactly
+``BROKER_API_VERSIONS``: the handled APIs whose Kafka request spec lists the ``broker``
+listener. Any other api key riverbed decodes (the Raft RPCs, BrokerRegistration, ...)
+closes the connection, as Kafka does for an API a listener does not expose.
 
 A handler that raises (a bug, or an unexpected error below it) does not cost the client
 its connection: as in Kafka's ``KafkaApis.handleError``, the exception is logged and the
@@ -18,13 +20,14 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from riverbed.protocol.api_versions import ApiKey
+from riverbed.protocol.api_versions import BROKER_LISTENER, ApiKey, listener_api_versions
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import response_body_version
 from riverbed.server.broker import (
     admin,
     cluster_info,
     fetch,
+    forwarded,
     offsets,
     placeholders,
     produce,
@@ -84,7 +87,12 @@ HANDLERS: dict[int, Handler] = {
         ErrorCode.INVALID_REPLICA_ASSIGNMENT
     ),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: placeholders.handle_list_partition_reassignments,
+    ApiKey.DESCRIBE_QUORUM: forwarded.handle_describe_quorum,
+    ApiKey.UNREGISTER_BROKER: forwarded.handle_unregister_broker,
 }
+
+#: What a broker listener serves and advertises.
+BROKER_API_VERSIONS = listener_api_versions(BROKER_LISTENER, HANDLERS)
 
 
 class UnsupportedApi(CloseConnection):
@@ -109,12 +117,13 @@ class Broker:
         self.fetch_purgatory = fetch_purgatory
         self.cluster_id = cluster_id
         self.producer_ids = producers.BrokerProducerIds(self.node_id, metadata)
+        self.api_versions = BROKER_API_VERSIONS
         # Serving starts now: new partition logs are created off the event loop.
         partitions.create_logs_off_loop()
 
     async def handle(self, ctx: RequestContext, body: Any) -> Any:
         handler = HANDLERS.get(ctx.header.api_key)
-        if handler is None:
+        if handler is None or ctx.header.api_key not in BROKER_API_VERSIONS:
             raise UnsupportedApi(f"api key {ctx.header.api_key} is not served on this listener")
         version = response_body_version(ctx.header)
         try:

@@ -87,7 +87,7 @@ from riverbed.protocol.messages import (
 )
 
 TOPIC_NAME_LENGTH_MAX = 249
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 
 
 def topic_name_error(name: str) -> str | None:
@@ -101,7 +101,7 @@ def topic_name_error(name: str) -> str | None:
             f"Topic name is illegal, it can't be longer than {TOPIC_NAME_LENGTH_MAX} "
             f"characters, topic name: {name}"
         )
-    if not _LEGAL_TOPIC.match(name):
+    if not _LEGAL_TOPIC.fullmatch(name):
         return (
             f'Topic name "{name}" is illegal, it contains a character other than ASCII '
             "alphanumerics, '.', '_' and '-'"

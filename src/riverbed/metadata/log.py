@@ -27,12 +27,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from riverbed.metadata.records import (
-    METADATA_PARTITION,
-    METADATA_TOPIC,
-    decode_record,
-    encode_record,
-)
+from riverbed.metadata.records import decode_record, encode_record
 from riverbed.protocol.messages import Message
 from riverbed.protocol.records import (
     Record,
@@ -45,6 +40,7 @@ from riverbed.raft.messages import SnapshotId
 from riverbed.raft.snapshot_files import FileSnapshotStore
 from riverbed.raft.snapshot_format import SnapshotFormatError, encode_snapshot, read_snapshot
 from riverbed.storage.checkpoints import fsync_dir
+from riverbed.storage.layout import METADATA_PARTITION_DIR
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +135,7 @@ def _data_records(data: bytes, start: int) -> Iterator[Record]:
 
 
 def metadata_partition_dir(metadata_log_dir: str | os.PathLike[str]) -> Path:
-    return Path(metadata_log_dir) / f"{METADATA_TOPIC}-{METADATA_PARTITION}"
+    return Path(metadata_log_dir) / METADATA_PARTITION_DIR
 
 
 def segment_path(directory: Path, base_offset: int) -> Path:

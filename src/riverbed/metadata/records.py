@@ -15,14 +15,17 @@ from collections.abc import Callable
 
 from riverbed.metadata.config_defs import ConfigSource
 from riverbed.protocol.messages import Message
+from riverbed.raft.wire import METADATA_TOPIC_ID
+from riverbed.storage.layout import METADATA_PARTITION, METADATA_TOPIC
 
 FRAME_VERSION = 1
-METADATA_TOPIC = "__cluster_metadata"
-METADATA_PARTITION = 0
-#: Kafka's fixed id of the metadata topic: Uuid(0, 1).
-METADATA_TOPIC_ID = uuid.UUID(int=1)
 ZERO_UUID = uuid.UUID(int=0)
-__all__ = ["ConfigSource"]  # re-exported for callers of this module
+__all__ = [  # re-exported for callers of this module
+    "METADATA_PARTITION",
+    "METADATA_TOPIC",
+    "METADATA_TOPIC_ID",
+    "ConfigSource",
+]
 
 #: metadata.version riverbed bootstraps with (Kafka 3.9-IV0).
 METADATA_VERSION_FEATURE = "metadata.version"

@@ -25,10 +25,10 @@ Layout (KIP-630 names)::
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from typing import Protocol
 
 from riverbed.raft.messages import Entry, OffsetAndEpoch
+from riverbed.storage.epoch_cache import UNDEFINED_EPOCH, LeaderEpochCache
 
 
 class RaftLog(Protocol):
@@ -63,6 +63,9 @@ class MemoryLog:
         self._start_epoch = start_epoch
         self._entries: list[Entry] = []
         self._flushed = start_offset
+        # leader epoch -> its first offset in the log (storage's cache, no file): the one
+        # end-offset-for-epoch lookup, as KRaft's log uses the partition's cache
+        self._epochs = LeaderEpochCache(None)
         # bumped by every truncation: an fsync that began before one may not cover the
         # entries written after it (the simulation uses this to stay conservative)
         self.truncations = 0
@@ -140,11 +143,15 @@ class MemoryLog:
         return tuple(entries[first:i])
 
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
-        """Kafka's endOffsetFor: the largest epoch <= ``epoch`` in the log and the offset
-        where it ends; (-1, -1) when the log has no such epoch (it is below the LBO)."""
-        idx = bisect_right(self._entries, epoch, key=lambda e: e.epoch)
-        if idx > 0:
-            return OffsetAndEpoch(self._start + idx, self._entries[idx - 1].epoch)
+        """Kafka's KafkaMetadataLog.endOffsetForEpoch: the largest epoch <= ``epoch`` in
+        the log and the offset where it ends (the leader epoch cache's answer); below every
+        epoch of the log, the snapshot at the LBO stands for the older ones; (-1, -1) when
+        ``epoch`` is older than that snapshot too."""
+        if epoch >= self.last_epoch:
+            return OffsetAndEpoch(self.end_offset, self.last_epoch)
+        found, end = self._epochs.end_offset_for(epoch, self.end_offset)
+        if found != UNDEFINED_EPOCH and self._epochs.start_offset_of(found) is not None:
+            return OffsetAndEpoch(end, found)
         if self._start_epoch <= epoch:
             return OffsetAndEpoch(self._start, self._start_epoch)
         return OffsetAndEpoch(-1, -1)
@@ -155,6 +162,8 @@ class MemoryLog:
         for e in entries:
             assert e.offset == self.end_offset, (e.offset, self.end_offset)
             assert e.epoch >= self.last_epoch, (e.epoch, self.last_epoch)
+            if e.epoch > self._epochs.latest_epoch:
+                self._epochs.assign(e.epoch, e.offset)
             self._entries.append(e)
 
     def truncate_to(self, offset: int) -> None:
@@ -163,12 +172,14 @@ class MemoryLog:
         offset = self.batch_start(offset)
         if offset < self.end_offset:
             del self._entries[offset - self._start :]
+            self._epochs.truncate_from_end(offset)
             self.truncations += 1
         self._flushed = min(self._flushed, self.end_offset)
 
     def truncate_fully_and_start_at(self, offset: int, epoch: int) -> None:
         self.truncations += 1
         self._entries.clear()
+        self._epochs.clear()
         self._start = offset
         self._start_epoch = epoch
         self._flushed = offset
@@ -181,6 +192,7 @@ class MemoryLog:
             self.truncate_fully_and_start_at(offset, epoch)
             return
         del self._entries[: offset - self._start]
+        self._epochs.truncate_from_start(offset)
         self._start = offset
         self._start_epoch = epoch
         self._flushed = max(self._flushed, offset)
@@ -192,6 +204,6 @@ class MemoryLog:
     def durable_copy(self) -> MemoryLog:
         """The log as a crash leaves it: the flushed prefix only."""
         copy = MemoryLog(self._start, self._start_epoch)
-        copy._entries = self._entries[: self._flushed - self._start]
+        copy.append(self._entries[: self._flushed - self._start])
         copy._flushed = copy.end_offset
         return copy

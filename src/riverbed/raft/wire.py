@@ -100,8 +100,8 @@ from riverbed.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
+from riverbed.storage.layout import METADATA_TOPIC
 
-METADATA_TOPIC = "__cluster_metadata"
 METADATA_TOPIC_ID = uuid.UUID(int=1)
 PRE_VOTE_TAG = 0x7B0  # riverbed's tagged field for KIP-996 PreVote on Vote v0-1
 DIRECTORY_ID_TAG = 0x7B1  # riverbed's tagged field for KIP-853 ReplicaDirectoryId on Fetch v12

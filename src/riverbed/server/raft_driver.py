@@ -75,8 +75,8 @@ from riverbed.server.fault_handler import (
     ProcessTerminatingFaultHandler,
 )
 from riverbed.storage.config import LogConfig
+from riverbed.storage.layout import METADATA_PARTITION, METADATA_PARTITION_DIR, METADATA_TOPIC
 from riverbed.storage.log import PartitionLog
-from riverbed.storage.log_manager import METADATA_PARTITION_DIR
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ class RaftDriver:
         for name in self.snapshots.remove_partial_files():
             log.info("removed partial snapshot %s", name)
         partition = PartitionLog(
-            self.directory, "__cluster_metadata", 0, LogConfig(), SystemClock()
+            self.directory, METADATA_TOPIC, METADATA_PARTITION, LogConfig(), SystemClock()
         )
         snaps = self.snapshots.list()
         start_epoch = next(

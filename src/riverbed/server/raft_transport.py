@@ -33,6 +33,7 @@ from riverbed.protocol.messages import Message
 from riverbed.raft import wire
 from riverbed.raft.messages import Request, Response
 from riverbed.server.raft_driver import RaftDriver
+from riverbed.storage.layout import METADATA_TOPIC
 
 RAFT_API_KEYS = frozenset(
     {
@@ -52,7 +53,7 @@ def is_raft_fetch(api_key: int, message: Message) -> bool:
         return False
     topics = getattr(message, "topics", [])
     return len(topics) == 1 and (
-        getattr(topics[0], "topic", "") == wire.METADATA_TOPIC
+        getattr(topics[0], "topic", "") == METADATA_TOPIC
         or getattr(topics[0], "topic_id", None) == wire.METADATA_TOPIC_ID
     )
 

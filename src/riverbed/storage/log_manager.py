@@ -64,6 +64,7 @@ from riverbed.storage.clock import Clock
 from riverbed.storage.config import LogConfig
 from riverbed.storage.errors import LogDirError, StorageError
 from riverbed.storage.file_io import OS_FILE_IO, FileIO
+from riverbed.storage.layout import METADATA_PARTITION_DIR, partition_dir_name
 from riverbed.storage.log import PartitionLog, RetentionHook
 from riverbed.storage.log_dir import LogDir
 
@@ -73,8 +74,7 @@ log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX: Final = "-delete"
-# Directories in a log dir that are not partition logs managed here.
-METADATA_PARTITION_DIR: Final = "__cluster_metadata-0"
+# Directories in a log dir that are not partition logs managed here: METADATA_PARTITION_DIR
 _IGNORED_DIR_SUFFIXES: Final = ("-future", "-stray")
 # Kafka's defaults (log.flush.offset.checkpoint.interval.ms,
 # log.flush.start.offset.checkpoint.interval.ms, replica.high.watermark.checkpoint...).
@@ -269,7 +269,7 @@ class LogManager:
     ) -> PartitionLog:
         topic, partition = key
         return PartitionLog(
-            d / f"{topic}-{partition}",
+            d / partition_dir_name(topic, partition),
             topic,
             partition,
             config,

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from riverbed.metadata.controller import topic_name_error
 from riverbed.protocol.api_versions import ApiKey, is_supported
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
@@ -41,18 +42,11 @@ TOPIC_OPERATIONS_ALL = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 #: CREATE(5) ALTER(7) DESCRIBE(8) CLUSTER_ACTION(9) DESCRIBE_CONFIGS(10) ALTER_CONFIGS(11)
 #: IDEMPOTENT_WRITE(12).
 CLUSTER_OPERATIONS_ALL = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
-#: Longest legal topic name (Kafka's Topic.MAX_NAME_LENGTH).
-TOPIC_NAME_LENGTH_MAX = 249
-_LEGAL = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
 def valid_topic_name(name: str | None) -> bool:
-    return (
-        bool(name)
-        and name not in (".", "..")
-        and len(name or "") <= TOPIC_NAME_LENGTH_MAX
-        and set(name or "") <= _LEGAL
-    )
+    """Kafka's topic name rules (one definition: the controller's ``topic_name_error``)."""
+    return name is not None and topic_name_error(name) is None
 
 
 async def handle_api_versions(

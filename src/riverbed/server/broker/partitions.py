@@ -47,6 +47,7 @@ from riverbed.producer.manager import (
 from riverbed.protocol.errors import ErrorCode
 from riverbed.server.purgatory import Purgatory
 from riverbed.storage.config import LogConfig
+from riverbed.storage.layout import METADATA_TOPIC
 from riverbed.storage.log import PartitionLog
 
 log = logging.getLogger(__name__)
@@ -290,7 +291,7 @@ class PartitionManager:
         if all_logs is None:
             return
         for topic, index in list(all_logs()):
-            if topic.startswith("__cluster_metadata"):
+            if topic == METADATA_TOPIC:
                 continue  # the metadata log is never a broker partition
             if (topic, index) not in self.partitions:
                 log.info("deleting log %s-%d: not in the metadata image", topic, index)

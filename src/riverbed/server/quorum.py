@@ -16,10 +16,10 @@ standalone mode, and elects itself at once. Pieces (all from other layers, wired
   (``server.raft_transport.serve_raft_request``), ApiVersions, BrokerRegistration (62),
   BrokerHeartbeat (63), UnregisterBroker (64), and the metadata writes a follower forwards
   (CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs,
-  AllocateProducerIds) — Kafka's controller APIs; ``CONTROLLER_API_VERSIONS`` is what it
-  advertises, and anything else closes the connection. DescribeQuorum and UnregisterBroker
-  also reach the broker listeners, which pass them on to the quorum leader / active
-  controller.
+  AllocateProducerIds, AlterPartitionReassignments) — Kafka's controller APIs;
+  ``CONTROLLER_API_VERSIONS`` is what it advertises, and anything else closes the
+  connection. DescribeQuorum and UnregisterBroker also reach the broker listeners, which
+  pass them on to the quorum leader / active controller.
 
 The *active controller* is the Raft leader once its epoch has started: the high watermark
 has passed the epoch's start offset (the LeaderChange record), so every record of earlier
@@ -60,6 +60,7 @@ from riverbed.protocol.headers import RequestHeader, decode_response, encode_req
 from riverbed.protocol.messages import (
     AllocateProducerIdsRequest,
     AlterConfigsRequest,
+    AlterPartitionReassignmentsRequest,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
@@ -70,6 +71,8 @@ from riverbed.protocol.messages import (
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     IncrementalAlterConfigsRequest,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
     Message,
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
@@ -110,6 +113,7 @@ FORWARDED_APIS: dict[int, str] = {
     ApiKey.ALTER_CONFIGS: "alter_configs",
     ApiKey.INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
     ApiKey.ALLOCATE_PRODUCER_IDS: "allocate_producer_ids",
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: "alter_partition_reassignments",
 }
 
 #: What the controller listener serves (`handle_controller_request`), and so advertises.
@@ -223,6 +227,11 @@ class QuorumMetadata:
 
     def describe_configs(self, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
         return self.service.describe_configs(request)
+
+    def list_partition_reassignments(
+        self, request: ListPartitionReassignmentsRequest
+    ) -> ListPartitionReassignmentsResponse:
+        return self.service.list_partition_reassignments(request)
 
     # --- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -435,6 +444,33 @@ class QuorumMetadata:
 
     async def incremental_alter_configs(self, request: IncrementalAlterConfigsRequest) -> Any:
         return await self._write(ApiKey.INCREMENTAL_ALTER_CONFIGS, request)
+
+    async def alter_partition_reassignments(
+        self, request: AlterPartitionReassignmentsRequest
+    ) -> Any:
+        """Through the controller's reassignment logic; a forwarded answer returns once this
+        node's image shows every accepted target (or cancellation)."""
+        targets = {
+            (t.name, p.partition_index): p.replicas for t in request.topics for p in t.partitions
+        }
+
+        def settled(response: Any) -> bool:
+            image = self.service.image
+            for t in response.responses:
+                topic = image.topic(t.name)
+                for p in t.partitions:
+                    part = topic.partitions.get(p.partition_index) if topic else None
+                    target = targets.get((t.name, p.partition_index))
+                    if p.error_code != 0 or part is None:
+                        continue
+                    if target is None:
+                        if part.adding_replicas or part.removing_replicas:
+                            return False
+                    elif tuple(part.replicas[: len(target)]) != tuple(target):
+                        return False
+            return True
+
+        return await self._write(ApiKey.ALTER_PARTITION_REASSIGNMENTS, request, settled)
 
     async def allocate_producer_ids(self, request: AllocateProducerIdsRequest) -> Any:
         """A block of producer ids for this broker (AllocateProducerIds, forwarded)."""

@@ -1,11 +1,14 @@
-"""Admin APIs: topics, partitions, configs (through the controller) and DescribeLogDirs.
+"""Admin APIs: topics, partitions, configs, reassignments (through the controller) and
+DescribeLogDirs.
 
-CreateTopics (19), DeleteTopics (20), CreatePartitions (37), AlterConfigs (33) and
-IncrementalAlterConfigs (44) are controller operations: the metadata service turns the
+CreateTopics (19), DeleteTopics (20), CreatePartitions (37), AlterConfigs (33),
+IncrementalAlterConfigs (44) and AlterPartitionReassignments (45) are controller
+operations: the metadata service turns the
 request into metadata records against the current image, appends them to the metadata
 log, replays them and returns the response; the broker opens or deletes partition logs
 when the new image is published (CreateTopics and CreatePartitions answer once the new
-logs exist). DescribeConfigs (32) reads the image and the static
+logs exist). ListPartitionReassignments (46) reads the partitions' adding/removing replicas
+from the image. DescribeConfigs (32) reads the image and the static
 broker config (sources and synonyms). DescribeLogDirs (35) reports every log dir with
 the partitions stored in it, their sizes and the dir's total/usable bytes.
 """
@@ -50,6 +53,18 @@ async def handle_incremental_alter_configs(broker: Broker, ctx: RequestContext, 
 
 async def handle_describe_configs(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     return broker.metadata.describe_configs(req)
+
+
+async def handle_alter_partition_reassignments(
+    broker: Broker, ctx: RequestContext, req: Any
+) -> Any:
+    response = await broker.metadata.alter_partition_reassignments(req)
+    await broker.partitions.settled()  # new replicas' logs exist before the answer
+    return response
+
+
+async def handle_list_partition_reassignments(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    return broker.metadata.list_partition_reassignments(req)
 
 
 def _partition_dir(broker: Broker, topic: str, index: int) -> str:

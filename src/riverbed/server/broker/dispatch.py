@@ -83,10 +83,8 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.SASL_AUTHENTICATE: placeholders.error_only(ErrorCode.ILLEGAL_SASL_STATE),
     ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
     ApiKey.ELECT_LEADERS: placeholders.handle_elect_leaders,
-    ApiKey.ALTER_PARTITION_REASSIGNMENTS: placeholders.error_only(
-        ErrorCode.INVALID_REPLICA_ASSIGNMENT
-    ),
-    ApiKey.LIST_PARTITION_REASSIGNMENTS: placeholders.handle_list_partition_reassignments,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: admin.handle_alter_partition_reassignments,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: admin.handle_list_partition_reassignments,
     ApiKey.DESCRIBE_QUORUM: forwarded.handle_describe_quorum,
     ApiKey.UNREGISTER_BROKER: forwarded.handle_unregister_broker,
 }

@@ -6,8 +6,7 @@
   Consumers that assign partitions themselves and keep no committed offsets work.
 - SASL: no mechanism is enabled -> SaslHandshake UNSUPPORTED_SASL_MECHANISM with an
   empty mechanism list, SaslAuthenticate ILLEGAL_SASL_STATE.
-- ElectLeaders: a single node already leads everything ->
-  ELECTION_NOT_NEEDED. Partition reassignment: NO_REASSIGNMENT_IN_PROGRESS / empty list.
+- ElectLeaders: a single node already leads everything -> ELECTION_NOT_NEEDED.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from riverbed.protocol.messages import (
     DescribeGroupsResponse,
     ElectLeadersResponse,
     FindCoordinatorResponse,
-    ListPartitionReassignmentsResponse,
     OffsetCommitResponse,
     OffsetFetchResponse,
     response_class,
@@ -109,10 +107,6 @@ async def handle_elect_leaders(broker: Broker, ctx: RequestContext, req: Any) ->
             ElectLeadersResponse.ReplicaElectionResult(topic=t.topic, partition_result=parts)
         )
     return ElectLeadersResponse(error_code=0, replica_election_results=results)
-
-
-async def handle_list_partition_reassignments(broker: Broker, ctx: RequestContext, req: Any) -> Any:
-    return ListPartitionReassignmentsResponse(error_code=0, topics=[])
 
 
 def error_only(code: ErrorCode) -> Any:

@@ -1,0 +1,162 @@
+"""AlterPartitionReassignments / ListPartitionReassignments through the controller.
+
+kafka-python's admin client (unmodified) against real riverbed processes:
+
+- one node: a reassignment to the current replicas is a no-op answered NONE; a target
+  naming an unregistered broker is INVALID_REPLICA_ASSIGNMENT for that partition, an
+  unknown partition UNKNOWN_TOPIC_OR_PARTITION, and nothing is listed as moving;
+- three nodes (the KRaft quorum of `riverbed.testing.quorum_cluster`): a move to another
+  broker is accepted and listed (replicas = target + old, adding, removing) until it is
+  cancelled; a shrink to the in-sync leader completes at once in the metadata. Sent to a
+  broker that is not the active controller, the request is forwarded and the answer comes
+  once that broker's metadata shows the move. (Moving the data needs replication, which
+  comes with the replication issue; the metadata side is what is checked here.)
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import TopicPartition
+from kafka.admin import KafkaAdminClient
+from kafka.errors import InvalidReplicationAssignmentError, UnknownTopicOrPartitionError
+
+from riverbed.protocol.api_versions import ApiKey
+from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
+from riverbed.protocol.messages import AlterPartitionReassignmentsRequest, MetadataRequest
+from riverbed.testing.cluster import BrokerProcess
+from riverbed.testing.quorum_cluster import QuorumCluster
+
+pytestmark = pytest.mark.integration
+
+
+def admin_for(bootstrap: str) -> KafkaAdminClient:
+    return KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20000)
+
+
+def replicas_of(admin: KafkaAdminClient, topic: str) -> dict[int, list[int]]:
+    [desc] = admin.describe_topics([topic])
+    return {p["partition_index"]: list(p["replica_nodes"]) for p in desc["partitions"]}
+
+
+def call(port: int, key: int, version: int, body: Any) -> Any:
+    header = RequestHeader(key, version, 7, "reassign-test")
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(encode_request(header, body))
+        buf = b""
+        while len(buf) < 4 or len(buf) < 4 + struct.unpack(">i", buf[:4])[0]:
+            chunk = sock.recv(65536)
+            assert chunk, "connection closed"
+            buf += chunk
+    return decode_response(header, buf[4:])
+
+
+def test_single_node_noop_and_errors(broker: BrokerProcess, topic_name: str) -> None:
+    admin = admin_for(broker.bootstrap)
+    try:
+        admin.create_topics({topic_name: {"num_partitions": 2, "replication_factor": 1}})
+        tp0, tp1 = TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)
+        me = broker.node_id
+        assert admin.alter_partition_reassignments({tp0: [me], tp1: [me]}) == {
+            tp0: None,
+            tp1: None,
+        }
+        assert admin.list_partition_reassignments() == {}
+        assert replicas_of(admin, topic_name) == {0: [me], 1: [me]}
+
+        missing = TopicPartition(topic_name, 7)
+        result = admin.alter_partition_reassignments({tp0: [me, 99], missing: [me]})
+        assert result == {
+            tp0: InvalidReplicationAssignmentError,
+            missing: UnknownTopicOrPartitionError,
+        }
+        assert admin.list_partition_reassignments() == {}
+        assert replicas_of(admin, topic_name) == {0: [me], 1: [me]}
+    finally:
+        admin.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuorumCluster]:
+    c = QuorumCluster(Path(tmp_path_factory.mktemp("reassign")), 3)
+    try:
+        c.start(timeout_s=60)
+        yield c
+    finally:
+        c.stop()
+
+
+def wait_for(what: str, check: Any, timeout_s: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_three_node_reassignment(cluster: QuorumCluster) -> None:
+    admin = admin_for(cluster.bootstrap_servers)
+    try:
+        wait_for("3 brokers", lambda: len(admin.describe_cluster()["brokers"]) == 3)
+        admin.create_topics(
+            {
+                "moving": {"num_partitions": 1, "replication_factor": 1},
+                "shrinking": {"num_partitions": 1, "replication_factor": 3},
+            }
+        )
+        [old] = wait_for("moving's replica", lambda: replicas_of(admin, "moving").get(0))
+        new = next(i for i in cluster.ids if i != old)
+        tp = TopicPartition("moving", 0)
+        assert admin.alter_partition_reassignments({tp: [new]}) == {tp: None}
+        assert admin.list_partition_reassignments() == {
+            tp: {"replicas": [new, old], "adding_replicas": [new], "removing_replicas": [old]}
+        }
+        assert replicas_of(admin, "moving") == {0: [new, old]}
+        # without replication the new replica never joins the ISR: cancel reverts it
+        assert admin.alter_partition_reassignments({tp: None}) == {tp: None}
+        assert admin.list_partition_reassignments() == {}
+        assert replicas_of(admin, "moving") == {0: [old]}
+
+        # ISR = {leader} until replication lands: shrinking to the leader completes at once
+        [desc] = admin.describe_topics(["shrinking"])
+        leader = desc["partitions"][0]["leader_id"]
+        assert len(desc["partitions"][0]["replica_nodes"]) == 3
+        shrink = TopicPartition("shrinking", 0)
+        assert admin.alter_partition_reassignments({shrink: [leader]}) == {shrink: None}
+        assert admin.list_partition_reassignments() == {}
+        assert replicas_of(admin, "shrinking") == {0: [leader]}
+        controller = admin.describe_cluster()["controller_id"]
+    finally:
+        admin.close()
+
+    # through a broker that is not the active controller: forwarded, and answered once
+    # that broker's own metadata shows the move
+    other = next(i for i in cluster.ids if i != controller)
+    port = cluster.nodes[other].port
+    R = AlterPartitionReassignmentsRequest
+    req = R(
+        timeout_ms=10000,
+        topics=[
+            R.ReassignableTopic(
+                name="moving",
+                partitions=[R.ReassignablePartition(partition_index=0, replicas=[new])],
+            )
+        ],
+    )
+    resp = call(port, ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, req)
+    assert [p.error_code for t in resp.responses for p in t.partitions] == [0]
+    meta = call(
+        port,
+        ApiKey.METADATA,
+        12,
+        MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="moving")]),
+    )
+    assert meta.topics[0].partitions[0].replica_nodes == [new, old]

@@ -1,24 +1,33 @@
-"""ProducerStateManager: one partition's producer state beside its log, and its snapshots.
+"""ProducerStateManager: one partition's producer state beside its log, kept in the ledger.
 
-The partition log calls it (``riverbed.storage.producer_hook``) under the log's lock; it
-keeps a :class:`~riverbed.producer.state.ProducerStateTable` and the snapshot files
-``<offset, 20 digits>.snapshot`` (:mod:`riverbed.producer.snapshot`) in the partition dir:
+The partition log calls it (``riverbed.storage.producer_hook``) under the log's lock. The
+state (:class:`~riverbed.producer.state.ProducerStateTable`) keeps its entries in the
+producer-id ledger (:mod:`riverbed.producer.ledger`: ``<offset>.snapshot`` files in Kafka's
+format with ``.bloom`` filters beside them, and a mapped active ``.ledger`` file) behind a
+bounded write-through cache (:mod:`riverbed.producer.cache`), so memory stays bounded
+whatever the number of producer ids, and an id is on disk (in the mapped file) as soon
+as its first batch is appended.
 
-- written at every segment roll (named by the new segment's base offset) and at a clean
-  close (named by the log end offset, fsynced with the dir); written to ``.tmp`` and
-  renamed, so a crash never leaves a torn file under a snapshot name (``.tmp`` files are
-  garbage the log removes at load);
-- on attach (start-up) and after a truncation: snapshots past the log end are deleted,
-  the newest readable one at or below it is loaded (a corrupt one is deleted and the next
-  older tried, as Kafka does), and the batch headers after it are replayed from the log;
-- deleted with their segments: when retention deletes segments, every snapshot below the
-  first remaining segment goes;
-- ``remove_expired(now_ms)``: producers idle for ``producer.id.expiration.ms`` are
-  forgotten (the broker calls it every ``producer.id.expiration.check.interval.ms``).
+Snapshot files and the log:
 
-Thread safety: changes come under the log's lock; ``describe`` and ``remove_expired`` may
-run on another thread, so the table is guarded by this manager's own lock too (taken
-after the log's, never before).
+- the ledger is flushed (a new ``<offset>.snapshot``, :meth:`PidLedger.flush`) at every
+  segment roll (named by the new segment's base offset), at a clean close (the log end
+  offset), every ``riverbed.producer.id.ledger.flush.interval.ms`` and when the active
+  file's filter is full; a sealed file holds the entries updated since the previous
+  flush, the newest file holding a producer id wins;
+- at attach (start-up) and after a truncation: files past the log end are deleted, the
+  ``.ledger`` files a crash left are recovered, and the batch headers after the newest
+  sealed file are replayed from the log (after a truncation the active entries are
+  dropped first, since they may reflect batches that are gone);
+- deleted with their segments: sealed files below the first remaining segment go, after
+  the entries of live (unexpired) producers that only they hold were carried forward;
+- ``remove_expired(now_ms)``: producers idle for ``producer.id.expiration.ms`` read as
+  absent (the broker calls it every ``producer.id.expiration.check.interval.ms``).
+
+Kafka's own code reading these files sees only the newest one's producers (its loader
+takes the latest snapshot); a producer missing there is "unknown" to it, which Kafka
+accepts since KIP-360 (any sequence), so going back costs duplicate detection for those
+producers' in-flight retries, never a refused producer.
 """
 
 from __future__ import annotations
@@ -26,20 +35,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
-from riverbed.producer.snapshot import (
-    CorruptSnapshotError,
-    decode_snapshot,
-    encode_snapshot,
-    snapshot_name,
-    snapshot_offset,
-)
-from riverbed.producer.state import ProducerEntry, ProducerStateTable
+from riverbed.producer.cache import PRODUCER_ID_CACHE_MAX_ENTRIES_DEFAULT, LedgerStore
+from riverbed.producer.ledger import LedgerConfig, LedgerStats, PidLedger
+from riverbed.producer.snapshot import snapshot_offset
+from riverbed.producer.state import ProducerEntry, ProducerStateTable, is_expired
 from riverbed.protocol.records import BatchHeader
 from riverbed.storage.producer_hook import DuplicateBatch
 
@@ -54,6 +58,8 @@ PRODUCER_ID_EXPIRATION_MS_DEFAULT: Final = 86_400_000
 @dataclass(frozen=True, slots=True)
 class ProducerStateConfig:
     producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT
+    cache_max_entries: int = PRODUCER_ID_CACHE_MAX_ENTRIES_DEFAULT
+    ledger: LedgerConfig = field(default_factory=LedgerConfig)
 
 
 class ProducerStateManager:
@@ -70,10 +76,13 @@ class ProducerStateManager:
         self.now_ms = now_ms
         self.config = config
         self.name = name or self.directory.name
-        self.table = ProducerStateTable()
-        self._lock = threading.Lock()
+        self.ledger = PidLedger(self.directory, config.ledger)
+        self.store = LedgerStore(
+            self.ledger, config.cache_max_entries, now_ms, config.producer_id_expiration_ms
+        )
+        self.table = ProducerStateTable(store=self.store)
         self._log: Any = None
-        self._last_snapshot_offset = -1
+        self._last_flush_ms = now_ms()
 
     # ---- attaching to a log (load + replay) ----------------------------------------------
 
@@ -81,7 +90,8 @@ class ProducerStateManager:
         """Rebuild the state for ``plog`` and become its producer state hook."""
         with plog._lock:
             self._log = plog
-            self._reload(plog.log_start_offset, plog.log_end_offset)
+            self.ledger.open(plog.log_end_offset)
+            self._replay(plog.log_start_offset, plog.log_end_offset)
             plog.producer_state = self
 
     def snapshot_offsets(self) -> list[int]:
@@ -93,52 +103,21 @@ class ProducerStateManager:
                     offsets.append(off)
         return sorted(offsets)
 
-    def _path(self, offset: int) -> Path:
-        return self.directory / snapshot_name(offset)
-
-    def _delete_snapshot(self, offset: int) -> None:
-        self._path(offset).unlink(missing_ok=True)
-
-    def _reload(self, log_start: int, log_end: int) -> None:
-        offsets = self.snapshot_offsets()
-        for off in offsets:
-            if off > log_end:
-                self._delete_snapshot(off)
-        candidates = [o for o in offsets if o <= log_end]
-        now = self.now_ms()
-        expiration = self.config.producer_id_expiration_ms
-        start = log_start  # no snapshot: replay the whole log
-        entries: list[ProducerEntry] = []
-        self._last_snapshot_offset = -1
-        while candidates:
-            off = candidates.pop()
-            try:
-                loaded = decode_snapshot(self._path(off).read_bytes())
-            except (CorruptSnapshotError, OSError) as e:
-                log.warning("%s: deleting unreadable producer snapshot %s: %s", self.name, off, e)
-                self._delete_snapshot(off)
-                continue
-            entries = [
-                e
-                for e in loaded
-                if e.current_txn_first_offset >= 0 or now - e.last_timestamp < expiration
-            ]
-            start = off
-            self._last_snapshot_offset = off
-            break
-        with self._lock:
-            self.table.load(entries, start)
-            replayed = 0
-            for h in self._headers_from(start):
-                self.table.apply(h)
-                replayed += 1
-            self.table.map_end_offset = log_end
-        if replayed or entries:
+    def _replay(self, log_start: int, log_end: int) -> None:
+        """Apply the batches after the newest sealed file (all of them without one)."""
+        newest = self.ledger.newest_offset()
+        start = log_start if newest is None else newest
+        self.store.clear()
+        replayed = 0
+        for h in self._headers_from(start):
+            self.table.apply(h)
+            replayed += 1
+        self.table.map_end_offset = log_end
+        if replayed or newest is not None:
             log.info(
-                "%s: producer state of %d producers from snapshot %d + %d batches",
+                "%s: producer state from ledger files up to %s + %d replayed batches",
                 self.name,
-                len(self.table),
-                self._last_snapshot_offset,
+                newest,
                 replayed,
             )
 
@@ -154,69 +133,59 @@ class ProducerStateManager:
         return self.table.check(headers)
 
     def on_batch(self, header: BatchHeader) -> None:
-        with self._lock:
-            self.table.apply(header)
+        self.table.apply(header)
 
     def on_roll(self, base_offset: int) -> None:
-        self.write_snapshot(base_offset, sync=False)
+        self.flush(base_offset)
 
     def on_truncate(self, log_start_offset: int, log_end_offset: int) -> None:
-        self._reload(log_start_offset, log_end_offset)
+        self.ledger.truncate_after(log_end_offset)
+        self._replay(log_start_offset, log_end_offset)
 
     def on_truncate_fully(self, offset: int) -> None:
-        for off in self.snapshot_offsets():
-            self._delete_snapshot(off)
-        self._last_snapshot_offset = -1
-        with self._lock:
-            self.table.clear(offset)
+        self.ledger.clear()
+        self.table.clear(offset)
 
     def on_segments_deleted(self, first_segment_base: int) -> None:
-        for off in self.snapshot_offsets():
-            if off < first_segment_base:
-                self._delete_snapshot(off)
+        now = self.now_ms()
+        expiration = self.config.producer_id_expiration_ms
+        self.ledger.delete_before(
+            first_segment_base, lambda f: not (f[7] < 0 and now - f[5] >= expiration)
+        )
 
     def on_close(self, log_end_offset: int) -> None:
-        self.write_snapshot(log_end_offset, sync=True)
+        self.flush(log_end_offset)
+        self.ledger.close()
 
-    # ---- snapshots ------------------------------------------------------------------------
+    # ---- flushing ---------------------------------------------------------------------------
 
-    def write_snapshot(self, offset: int, *, sync: bool) -> bool:
-        """Write the state as of ``offset`` (nothing when a snapshot there exists)."""
-        if offset <= self._last_snapshot_offset and self._path(offset).exists():
-            return False
-        with self._lock:
-            data = encode_snapshot(self.table.producers.values())
-        path = self._path(offset)
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data)
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        if sync:
-            dfd = os.open(self.directory, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        self._last_snapshot_offset = max(self._last_snapshot_offset, offset)
-        return True
+    def flush(self, offset: int | None = None) -> bool:
+        """Seal the ledger's active file at ``offset`` (default: the state's end offset)."""
+        self._last_flush_ms = self.now_ms()
+        return self.ledger.flush(self.table.map_end_offset if offset is None else offset)
+
+    def flush_if_due(self) -> bool:
+        """The timer / full-filter flush (the broker calls it on its housekeeping tick)."""
+        if self.ledger.flush_due(self.now_ms(), self._last_flush_ms):
+            return self.flush()
+        return False
 
     # ---- expiry and views -----------------------------------------------------------------
 
     def remove_expired(self, now_ms: int | None = None) -> int:
         now = self.now_ms() if now_ms is None else now_ms
-        with self._lock:
-            gone = self.table.expire(now, self.config.producer_id_expiration_ms)
-        return len(gone)
+        return len(self.table.expire(now, self.config.producer_id_expiration_ms))
 
     def describe(self) -> list[ProducerEntry]:
-        """Copies of the active producers' entries (for DescribeProducers)."""
-        with self._lock:
-            return [replace(e, batches=list(e.batches)) for e in self.table.producers.values()]
+        """Copies of the active (unexpired) producers' entries (for DescribeProducers)."""
+        now = self.now_ms()
+        expiration = self.config.producer_id_expiration_ms
+        return [
+            replace(e, batches=list(e.batches))
+            for e in self.store.entries()
+            if not is_expired(e, now, expiration)
+        ]
 
-    def __len__(self) -> int:
-        return len(self.table)
+    def stats(self) -> tuple[LedgerStats, float, int]:
+        """(ledger counts, cache hit rate, cached entries)."""
+        return self.ledger.stats(), self.store.hit_rate, len(self.store)

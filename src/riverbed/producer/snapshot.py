@@ -117,6 +117,14 @@ def decode_snapshot(data: bytes) -> list[ProducerEntry]:
 
 
 def iter_snapshot(data: bytes) -> Iterator[ProducerEntry]:
+    for fields in iter_snapshot_fields(data):
+        yield entry_from_fields(*fields)
+
+
+def iter_snapshot_fields(
+    data: bytes,
+) -> Iterator[tuple[int, int, int, int, int, int, int, int]]:
+    """The raw 8 fields of every entry (CRC and length checked first)."""
     if len(data) < ENTRIES_OFFSET + _COUNT.size:
         raise CorruptSnapshotError(f"snapshot of {len(data)} bytes is too short")
     version, crc = _HEAD.unpack_from(data, 0)
@@ -132,5 +140,4 @@ def iter_snapshot(data: bytes) -> Iterator[ProducerEntry]:
     start = ENTRIES_OFFSET + _COUNT.size
     if count < 0 or start + count * ENTRY.size != len(data):
         raise CorruptSnapshotError(f"snapshot claims {count} entries in {len(data)} bytes")
-    for fields in ENTRY.iter_unpack(memoryview(data)[start:]):
-        yield entry_from_fields(*fields)
+    yield from ENTRY.iter_unpack(memoryview(data)[start:])

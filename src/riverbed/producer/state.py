@@ -30,9 +30,9 @@ log written by one must not fail.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Protocol
 
 from riverbed.protocol.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
 from riverbed.storage.errors import StorageError
@@ -41,10 +41,12 @@ from riverbed.storage.producer_hook import DuplicateBatch
 __all__ = [
     "BATCHES_RETAINED",
     "BatchMetadata",
+    "DictStore",
     "InvalidProducerEpochError",
     "OutOfOrderSequenceError",
     "ProducerEntry",
     "ProducerStateTable",
+    "ProducerStore",
     "in_sequence",
 ]
 
@@ -137,6 +139,43 @@ def _batch_metadata(h: BatchHeader) -> BatchMetadata:
     )
 
 
+class ProducerStore(Protocol):
+    """Where the entries live: a dict (:class:`DictStore`) or the ledger behind a bounded
+    write-through cache (:class:`riverbed.producer.cache.LedgerStore`)."""
+
+    def get(self, producer_id: int) -> ProducerEntry | None: ...
+
+    def put(self, entry: ProducerEntry) -> None: ...
+
+    def expire(self, now_ms: int, expiration_ms: int) -> list[int]: ...
+
+    def clear(self) -> None: ...
+
+    def entries(self) -> list[ProducerEntry]: ...
+
+
+def is_expired(e: ProducerEntry, now_ms: int, expiration_ms: int) -> bool:
+    """Kafka's ``isProducerExpired``: idle since the last batch's max timestamp, and no
+    transaction open."""
+    return e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= expiration_ms
+
+
+class DictStore(dict[int, ProducerEntry]):
+    """Every entry in memory (Kafka's way; the state machine's tests use it)."""
+
+    def put(self, entry: ProducerEntry) -> None:
+        self[entry.producer_id] = entry
+
+    def expire(self, now_ms: int, expiration_ms: int) -> list[int]:
+        gone = [pid for pid, e in self.items() if is_expired(e, now_ms, expiration_ms)]
+        for pid in gone:
+            del self[pid]
+        return gone
+
+    def entries(self) -> list[ProducerEntry]:
+        return list(self.values())
+
+
 class ProducerStateTable:
     """Producer id -> :class:`ProducerEntry` for one partition, plus the offset it covers.
 
@@ -144,12 +183,9 @@ class ProducerStateTable:
     Not thread-safe by itself: the caller (the partition log's lock) serializes changes.
     """
 
-    def __init__(self, map_end_offset: int = 0) -> None:
-        self.producers: dict[int, ProducerEntry] = {}
+    def __init__(self, map_end_offset: int = 0, store: ProducerStore | None = None) -> None:
+        self.producers: ProducerStore = store if store is not None else DictStore()
         self.map_end_offset = map_end_offset
-
-    def __len__(self) -> int:
-        return len(self.producers)
 
     def get(self, producer_id: int) -> ProducerEntry | None:
         return self.producers.get(producer_id)
@@ -217,7 +253,7 @@ class ProducerStateTable:
             return
         entry = self.producers.get(pid)
         if entry is None:
-            entry = self.producers[pid] = ProducerEntry(pid)
+            entry = ProducerEntry(pid)
         if h.is_control:
             # an end transaction marker: the transaction is over, the epoch may move on
             if h.producer_epoch > entry.epoch:
@@ -225,31 +261,18 @@ class ProducerStateTable:
                 entry.batches.clear()
             entry.current_txn_first_offset = -1
             entry.last_timestamp = h.max_timestamp
-            return
-        entry.add_batch(h.producer_epoch, _batch_metadata(h))
-        if h.is_transactional and entry.current_txn_first_offset < 0:
-            entry.current_txn_first_offset = h.base_offset
+        else:
+            entry.add_batch(h.producer_epoch, _batch_metadata(h))
+            if h.is_transactional and entry.current_txn_first_offset < 0:
+                entry.current_txn_first_offset = h.base_offset
+        self.producers.put(entry)  # write-through: the ledger records it now
 
     def expire(self, now_ms: int, expiration_ms: int) -> list[int]:
         """Remove producers idle for ``producer.id.expiration.ms`` (not in a transaction);
         returns their ids. Idle is measured from the max timestamp of the last batch, as
         Kafka does."""
-        gone = [
-            pid
-            for pid, e in self.producers.items()
-            if e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= expiration_ms
-        ]
-        for pid in gone:
-            del self.producers[pid]
-        return gone
+        return self.producers.expire(now_ms, expiration_ms)
 
     def clear(self, map_end_offset: int) -> None:
         self.producers.clear()
         self.map_end_offset = map_end_offset
-
-    def load(self, entries: Iterable[ProducerEntry], map_end_offset: int) -> None:
-        self.producers = {e.producer_id: e for e in entries}
-        self.map_end_offset = map_end_offset
-
-    def entries(self) -> Iterator[ProducerEntry]:
-        return iter(list(self.producers.values()))

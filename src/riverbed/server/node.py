@@ -331,6 +331,8 @@ class Node:
                 if now >= next_retention:
                     next_retention = now + retention_every
                     self.log_manager.schedule_retention(now)  # in its pool
+                if self.partitions is not None:
+                    self.partitions.flush_producer_ledgers()  # timer / full filter
                 if now >= next_expiry and self.partitions is not None:
                     next_expiry = now + expiry_every
                     self.partitions.remove_expired_producers()  # on each log's clock

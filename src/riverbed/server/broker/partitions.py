@@ -39,11 +39,8 @@ from typing import Any
 from riverbed.metadata.image import MetadataImage, PartitionRegistration, TopicImage
 from riverbed.metadata.storage_format import uuid_to_str
 from riverbed.metadata.topic_configs import effective_topic_config
-from riverbed.producer.manager import (
-    PRODUCER_ID_EXPIRATION_MS_DEFAULT,
-    ProducerStateConfig,
-    ProducerStateManager,
-)
+from riverbed.producer.ledger import LedgerConfig
+from riverbed.producer.manager import ProducerStateConfig, ProducerStateManager
 from riverbed.protocol.errors import ErrorCode
 from riverbed.server.purgatory import Purgatory
 from riverbed.storage.config import LogConfig
@@ -125,6 +122,28 @@ class HostedPartition:
     config: LogConfig
 
 
+def producer_state_config(props: Mapping[str, str]) -> ProducerStateConfig:
+    """Producer state and ledger settings from the broker's static config."""
+    base = ProducerStateConfig()
+
+    def get(key: str, default: object) -> str:
+        return str(props.get(key, default))
+
+    return ProducerStateConfig(
+        producer_id_expiration_ms=int(
+            get("producer.id.expiration.ms", base.producer_id_expiration_ms)
+        ),
+        cache_max_entries=int(get("producer.id.cache.max.entries", base.cache_max_entries)),
+        ledger=LedgerConfig(
+            fpp=float(get("riverbed.producer.id.ledger.fpp", base.ledger.fpp)),
+            file_bytes=int(get("riverbed.producer.id.ledger.file.bytes", base.ledger.file_bytes)),
+            flush_interval_ms=int(
+                get("riverbed.producer.id.ledger.flush.interval.ms", base.ledger.flush_interval_ms)
+            ),
+        ),
+    )
+
+
 def log_config_for(
     image: MetadataImage, topic: str, static_broker_config: Mapping[str, str]
 ) -> LogConfig:
@@ -155,13 +174,7 @@ class PartitionManager:
         self.static_broker_config = dict(static_broker_config)
         self.purgatory = purgatory
         self.partitions: dict[tuple[str, int], HostedPartition] = {}
-        self.producer_state_config = ProducerStateConfig(
-            producer_id_expiration_ms=int(
-                static_broker_config.get(
-                    "producer.id.expiration.ms", PRODUCER_ID_EXPIRATION_MS_DEFAULT
-                )
-            )
-        )
+        self.producer_state_config = producer_state_config(static_broker_config)
         self.image: MetadataImage = MetadataImage.EMPTY
         # Off-loop creation: partitions whose log is still to be created (-> topic id),
         # in image order; bounded by the partitions the image holds for this node.
@@ -356,6 +369,15 @@ class PartitionManager:
         leo = plog.log_end_offset
         if plog.high_watermark < leo:
             plog.update_high_watermark(leo)
+
+    def flush_producer_ledgers(self) -> int:
+        """Seal every partition's active ledger file whose timer ran out or filter is full."""
+        flushed = 0
+        for hosted in list(self.partitions.values()):
+            state = getattr(hosted.log, "producer_state", None)
+            if state is not None and state.flush_if_due():
+                flushed += 1
+        return flushed
 
     def remove_expired_producers(self) -> int:
         """Forget producers idle for producer.id.expiration.ms in every hosted partition

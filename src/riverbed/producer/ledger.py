@@ -1,0 +1,558 @@
+"""The producer-id ledger of one partition (the seed pid-ledger-bloom-filters.txt).
+
+Files in the partition dir:
+
+- ``<offset, 20 digits>.snapshot``: sealed ledger files in Kafka's producer snapshot format
+  (:mod:`riverbed.producer.snapshot`; Kafka's own code reads them), each holding the
+  entries updated since the previous flush (newest file wins), written sorted by producer
+  id so a lookup is a binary search of ``pread`` s; ``offset`` = every batch below it is
+  reflected in this file or an older one;
+- ``<offset>.bloom`` beside each: its Bloom filter (:mod:`riverbed.producer.bloom`);
+- ``<generation, 20 digits>.ledger``: the active file, memory-mapped, same layout as a
+  snapshot (version, CRC 0 while active, count, 46-byte entries), fixed size
+  (``riverbed.producer.id.ledger.file.bytes``), with its own Bloom filter in memory and a
+  producer id -> slot dict bounded by the file's capacity (a scan of the mapping per
+  update would cost O(entries) of Python per produce).
+
+In memory: the list of (Bloom filter, sealed file) pairs, newest first, plus the active
+file's filter and slot dict. That is ``~1.2 bytes`` per id at 1 % false positives plus a
+bounded active part, instead of a Python object per producer.
+
+API (thread-safe, one lock; the flush's file work runs outside it):
+
+- ``update(fields)``: the active filter says maybe -> overwrite the slot in place;
+  otherwise append, add to the filter. ``fields`` are a snapshot entry's 8 fields.
+- ``read(pid)``: active file, then the file being flushed, then each sealed file whose
+  filter matches, newest first, continuing past false positives; None when absent.
+- ``flush(offset)``: the seed's eight steps (numbered in :meth:`PidLedger.flush`), so a
+  known producer id is reachable at every moment. Due on the timer
+  (``riverbed.producer.id.ledger.flush.interval.ms``), when the active filter is full
+  (estimate_n >= estimate_max_n for ``riverbed.producer.id.ledger.fpp``) or the active
+  file is, and at segment roll and clean close.
+
+The seed's open question (``.snapshot`` name for the active file, or another extension and
+a rename at flush): riverbed gives the active file its own extension and, at flush,
+writes its entries sorted into ``<offset>.snapshot.tmp``, fsyncs and renames it. So no
+``.snapshot`` without a valid CRC ever exists (Kafka's loader and riverbed's never meet a
+half-written one), the sealed file is sorted for binary search (an append-ordered file
+would need a scan per lookup), and the rename is the atomic commit point.
+
+Crash safety (each step, ``crash_at`` in tests): before step 5's rename the old
+``.ledger`` is still on disk and is recovered at open (both ``.ledger`` files when the
+crash came between steps 1 and 8, oldest first); a ``.bloom`` without its ``.snapshot``
+(crash after step 4) is deleted; a ``.snapshot`` without ``.bloom`` gets its filter rebuilt
+from the file; after the rename a leftover ``.ledger`` only repeats what the sealed file
+holds. Nothing an update wrote to the mapping is lost by a process crash (the pages are
+the page cache's); a machine crash may lose the active file's unsynced tail, which the
+partition log's replay after the newest sealed file restores.
+
+Deletion (``delete_before``): sealed files below the first remaining segment go with
+their segments, but first every entry whose newest version lives in such a file and that
+the caller still wants (a live producer) is carried forward into the active file, so no
+live producer id depends on a deleted file.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import logging
+import mmap
+import os
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from crc32c import crc32c
+
+from riverbed.producer.bloom import BloomFilter, BloomFormatError
+from riverbed.producer.snapshot import (
+    ENTRY,
+    SNAPSHOT_VERSION,
+    CorruptSnapshotError,
+    iter_snapshot_fields,
+    snapshot_name,
+    snapshot_offset,
+)
+
+__all__ = ["FLUSH_STEPS", "Fields", "LedgerConfig", "LedgerStats", "PidLedger"]
+
+log = logging.getLogger(__name__)
+
+Fields = tuple[int, int, int, int, int, int, int, int]
+_HEADER: Final = 10  # version int16, crc uint32, count int32
+FLUSH_STEPS: Final = 8
+#: Sealed files whose descriptor stays open for lookups (least recently used close).
+OPEN_FILES_MAX: Final = 64
+_LEDGER: Final = re.compile(r"^(\d{20})\.ledger$")
+_BLOOM: Final = re.compile(r"^(\d{20})\.bloom$")
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerConfig:
+    #: riverbed.producer.id.ledger.fpp: false-positive probability of every filter.
+    fpp: float = 0.01
+    #: riverbed.producer.id.ledger.file.bytes: size of the active mapped file.
+    file_bytes: int = 1 << 20
+    #: riverbed.producer.id.ledger.flush.interval.ms
+    flush_interval_ms: int = 60_000
+
+    @property
+    def capacity(self) -> int:
+        return max(1, (self.file_bytes - _HEADER) // ENTRY.size)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerStats:
+    active_entries: int
+    sealed_files: int
+    sealed_entries: int
+    filter_fill: float  # of the active filter
+    filter_bytes: int  # every filter in memory
+    reads: int
+    false_positive_checks: int  # sealed files read because a filter said maybe, in vain
+    filter_checks: int  # sealed-file filter checks made by reads
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    """tmp + fsync + rename + dir fsync: the file appears whole or not at all."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+class ActiveFile:
+    """A mapped ``.ledger`` file: slots of 46-byte entries after a 10-byte header."""
+
+    def __init__(self, path: Path, capacity: int, fpp: float, *, create: bool) -> None:
+        self.path = path
+        self.capacity = capacity
+        size = _HEADER + capacity * ENTRY.size
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+        try:
+            if create:
+                os.ftruncate(fd, size)
+            else:
+                size = os.fstat(fd).st_size
+                self.capacity = max(0, (size - _HEADER) // ENTRY.size)
+            self.mm = mmap.mmap(fd, size) if size else None
+        finally:
+            os.close(fd)
+        self.filter = BloomFilter.for_items(max(capacity, 1), fpp)
+        self.slots: dict[int, int] = {}
+        self.count = 0
+        if create and self.mm is not None:
+            self.mm[0:_HEADER] = SNAPSHOT_VERSION.to_bytes(2, "big") + bytes(8)
+
+    def recovered_entries(self) -> list[Fields]:
+        """Entries of a file left by a crash (count from its header, bounded by its size)."""
+        if self.mm is None or len(self.mm) < _HEADER:
+            return []
+        count = int.from_bytes(self.mm[6:10], "big", signed=True)
+        count = max(0, min(count, self.capacity))
+        return [ENTRY.unpack_from(self.mm, _HEADER + i * ENTRY.size) for i in range(count)]
+
+    def get(self, pid: int) -> Fields | None:
+        if not self.filter.might_contain(pid):
+            return None
+        slot = self.slots.get(pid)
+        if slot is None or self.mm is None:
+            return None
+        fields: Fields = ENTRY.unpack_from(self.mm, _HEADER + slot * ENTRY.size)
+        return fields
+
+    def put(self, fields: Fields) -> bool:
+        """Write in place or append; False when the file is full (nothing written)."""
+        pid = fields[0]
+        assert self.mm is not None
+        slot = self.slots.get(pid) if self.filter.might_contain(pid) else None
+        if slot is None:
+            if self.count >= self.capacity:
+                return False
+            slot = self.count
+            ENTRY.pack_into(self.mm, _HEADER + slot * ENTRY.size, *fields)
+            self.count += 1
+            # count after the entry: a crash never exposes a slot that was not written
+            self.mm[6:10] = self.count.to_bytes(4, "big")
+            self.slots[pid] = slot
+            self.filter.add(pid)
+        else:
+            ENTRY.pack_into(self.mm, _HEADER + slot * ENTRY.size, *fields)
+        return True
+
+    def entries(self) -> list[Fields]:
+        assert self.mm is not None
+        return [ENTRY.unpack_from(self.mm, _HEADER + i * ENTRY.size) for i in range(self.count)]
+
+    def full(self) -> bool:
+        return self.count >= self.capacity or self.filter.is_full()
+
+    def close(self, *, delete: bool) -> None:
+        if self.mm is not None:
+            with contextlib.suppress(BufferError, ValueError):
+                self.mm.close()
+            self.mm = None
+        if delete:
+            self.path.unlink(missing_ok=True)
+
+
+class SealedFile:
+    """A sealed ``<offset>.snapshot`` (sorted by producer id) and its filter."""
+
+    def __init__(self, path: Path, offset: int, filter_: BloomFilter, count: int) -> None:
+        self.path = path
+        self.offset = offset
+        self.filter = filter_
+        self.count = count
+        self.fd: int | None = None
+
+    def lookup(self, pid: int, fds: OrderedDict[int, SealedFile]) -> Fields | None:
+        if self.fd is None:
+            self.fd = os.open(self.path, os.O_RDONLY)
+            fds[id(self)] = self
+            while len(fds) > OPEN_FILES_MAX:
+                _, old = fds.popitem(last=False)
+                old.close()
+        else:
+            fds.move_to_end(id(self))
+        lo, hi = 0, self.count
+        while lo < hi:
+            mid = (lo + hi) // 2
+            raw = os.pread(self.fd, ENTRY.size, _HEADER + mid * ENTRY.size)
+            fields: Fields = ENTRY.unpack(raw)
+            if fields[0] == pid:
+                return fields
+            if fields[0] < pid:
+                lo = mid + 1
+            else:
+                hi = mid
+        return None
+
+    def entries(self) -> list[Fields]:
+        return list(iter_snapshot_fields(self.path.read_bytes()))
+
+    def close(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
+
+    def delete(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+        self.path.with_name(self.path.name.replace(".snapshot", ".bloom")).unlink(missing_ok=True)
+
+
+def encode_sorted(entries: dict[int, Fields]) -> bytes:
+    body = bytearray(len(entries).to_bytes(4, "big", signed=True))
+    for pid in sorted(entries):
+        body += ENTRY.pack(*entries[pid])
+    return SNAPSHOT_VERSION.to_bytes(2, "big") + crc32c(body).to_bytes(4, "big") + bytes(body)
+
+
+class PidLedger:
+    def __init__(
+        self,
+        directory: Path,
+        config: LedgerConfig = LedgerConfig(),
+        crash_at: Callable[[int], None] | None = None,
+    ) -> None:
+        self.directory = Path(directory)
+        self.config = config
+        self._lock = threading.RLock()
+        self._flush_lock = threading.Lock()  # one flush at a time
+        self._crash_at = crash_at or (lambda step: None)
+        self._sealed: list[SealedFile] = []  # newest (highest offset) first
+        self._fds: OrderedDict[int, SealedFile] = OrderedDict()
+        self._generation = 0
+        self.active: ActiveFile | None = None
+        #: files no longer written (full, or being flushed) and not sealed yet, newest
+        #: first: still on the read path, after the active file
+        self.retired: list[ActiveFile] = []
+        self.reads = 0
+        self.filter_checks = 0
+        self.false_positive_checks = 0
+
+    # ---- opening and recovery ------------------------------------------------------------
+
+    def open(self, log_end_offset: int | None = None) -> None:
+        """Load the sealed files (those past ``log_end_offset`` are deleted), recover any
+        ``.ledger`` a crash left (entries at or past the log end dropped) into a new
+        active file."""
+        with self._lock:
+            self._close_all()
+            sealed: dict[int, Path] = {}
+            blooms: dict[int, Path] = {}
+            ledgers: list[tuple[int, Path]] = []
+            for entry in os.scandir(self.directory):
+                p = Path(entry.path)
+                if (off := snapshot_offset(entry.name)) is not None:
+                    sealed[off] = p
+                elif m := _BLOOM.match(entry.name):
+                    blooms[int(m.group(1))] = p
+                elif m := _LEDGER.match(entry.name):
+                    ledgers.append((int(m.group(1)), p))
+            for off, p in blooms.items():
+                if off not in sealed:
+                    p.unlink(missing_ok=True)  # a crash between flush steps 4 and 5
+            for off in sorted(sealed, reverse=True):
+                p = sealed[off]
+                if log_end_offset is not None and off > log_end_offset:
+                    p.unlink(missing_ok=True)
+                    blooms.pop(off, Path(os.devnull)).unlink(missing_ok=True)
+                    continue
+                f = self._load_sealed(p, off, blooms.get(off))
+                if f is not None:
+                    self._sealed.append(f)
+            ledgers.sort()
+            self._generation = ledgers[-1][0] + 1 if ledgers else 0
+            self.active = self._new_active()
+            for _gen, p in ledgers:
+                old = ActiveFile(p, 0, self.config.fpp, create=False)
+                for fields in old.recovered_entries():
+                    if log_end_offset is None or fields[3] < log_end_offset:
+                        self._put(fields)
+                old.close(delete=True)
+
+    def _load_sealed(self, path: Path, off: int, bloom: Path | None) -> SealedFile | None:
+        size = path.stat().st_size
+        count = (size - _HEADER) // ENTRY.size
+        f: BloomFilter | None = None
+        if bloom is not None:
+            try:
+                f = BloomFilter.from_bytes(bloom.read_bytes(), self.config.fpp)
+            except (BloomFormatError, OSError) as e:
+                log.warning("%s: rebuilding filter %s: %s", self.directory.name, bloom.name, e)
+        if f is None or size < _HEADER or (size - _HEADER) % ENTRY.size:
+            try:
+                entries = list(iter_snapshot_fields(path.read_bytes()))
+            except CorruptSnapshotError as e:
+                log.warning("%s: deleting unreadable %s: %s", self.directory.name, path.name, e)
+                path.unlink(missing_ok=True)
+                return None
+            f = BloomFilter.for_items(max(len(entries), 1), self.config.fpp)
+            for fields in entries:
+                f.add(fields[0])
+            _write_file(path.with_name(path.name.replace(".snapshot", ".bloom")), f.to_bytes())
+            count = len(entries)
+        return SealedFile(path, off, f, count)
+
+    def _new_active(self) -> ActiveFile:
+        path = self.directory / f"{self._generation:020d}.ledger"
+        self._generation += 1
+        return ActiveFile(path, self.config.capacity, self.config.fpp, create=True)
+
+    # ---- the API -------------------------------------------------------------------------
+
+    def update(self, fields: Fields) -> None:
+        with self._lock:
+            self._put(fields)
+
+    def _put(self, fields: Fields) -> None:
+        assert self.active is not None
+        if not self.active.put(fields):
+            # full before its owner flushed it (a flush in progress, recovery, carrying
+            # entries forward): retire it to the read path; the next flush seals it too
+            self.retired.insert(0, self.active)
+            self.active = self._new_active()
+            self.active.put(fields)
+
+    def read(self, pid: int) -> Fields | None:
+        with self._lock:
+            self.reads += 1
+            for f in (self.active, *self.retired):
+                if f is not None and (found := f.get(pid)) is not None:
+                    return found
+            for s in self._sealed:
+                self.filter_checks += 1
+                if s.filter.might_contain(pid):
+                    found = s.lookup(pid, self._fds)
+                    if found is not None:
+                        return found
+                    self.false_positive_checks += 1
+            return None
+
+    def flush_due(self, now_ms: int, last_flush_ms: int) -> bool:
+        with self._lock:
+            a = self.active
+            if a is None or (a.count == 0 and not self.retired):
+                return False
+            return (
+                a.full()
+                or bool(self.retired)
+                or now_ms - last_flush_ms >= self.config.flush_interval_ms
+            )
+
+    def flush(self, offset: int) -> bool:
+        """Seal the active file as ``<offset>.snapshot`` (every batch below ``offset`` is
+        reflected in the ledger). False when there was nothing to flush."""
+        with self._flush_lock:
+            return self._flush(offset)
+
+    def _flush(self, offset: int) -> bool:
+        step = self._crash_at
+        with self._lock:
+            if self.active is None or (self.active.count == 0 and not self.retired):
+                return False
+            olds = [self.active, *self.retired]  # newest first
+            new = self._new_active()  # 1. new mapped file and filter
+            step(1)
+            self.active = new  # 2. writes go to the new file
+            step(2)
+            self.retired = list(olds)  # 3. reads: new, then the old ones, then sealed files
+            step(3)
+            entries: dict[int, Fields] = {}
+            for old in reversed(olds):  # newest wins
+                entries.update((e[0], e) for e in old.entries())
+            same = self._sealed[0] if self._sealed and self._sealed[0].offset >= offset else None
+            if same is not None:
+                offset = same.offset  # nothing new was appended to the log since: merge
+                merged = {e[0]: e for e in same.entries()}
+                merged.update(entries)
+                entries = merged
+        filt = BloomFilter.for_items(max(len(entries), 1), self.config.fpp)
+        for pid in entries:
+            filt.add(pid)
+        path = self.directory / snapshot_name(offset)
+        _write_file(path.with_name(path.name.replace(".snapshot", ".bloom")), filt.to_bytes())
+        step(4)  # 4. the old file's filter is on disk
+        _write_file(path, encode_sorted(entries))
+        step(5)  # 5. CRC computed, sorted copy fsynced and renamed into place
+        with self._lock:
+            sealed = SealedFile(path, offset, filt, len(entries))
+            if same is not None:
+                self._sealed.remove(same)
+                same.close()
+            bisect.insort(self._sealed, sealed, key=lambda s: -s.offset)
+            step(6)  # 6. the (filter, file) pair is in the index
+            self.retired = [f for f in self.retired if f not in olds]
+            step(7)  # 7. the old mappings leave the read path
+        for old in olds:
+            old.close(delete=True)
+        step(8)  # 8. unmapped (and the files removed)
+        return True
+
+    # ---- lifetime of files ------------------------------------------------------------------
+
+    def newest_offset(self) -> int | None:
+        with self._lock:
+            return self._sealed[0].offset if self._sealed else None
+
+    def delete_before(self, offset: int, keep: Callable[[Fields], bool]) -> int:
+        """Delete sealed files below ``offset``, carrying forward the entries whose newest
+        version lives there and that ``keep`` wants (live producers). Returns files gone."""
+        with self._lock:
+            doomed = [s for s in self._sealed if s.offset < offset]
+            if not doomed:
+                return 0
+            for s in sorted(doomed, key=lambda s: s.offset):
+                for fields in s.entries():
+                    if keep(fields) and self._newest_home(fields[0]) is s:
+                        self._put(fields)
+            for s in doomed:
+                self._sealed.remove(s)
+                self._fds.pop(id(s), None)
+                s.delete()
+            return len(doomed)
+
+    def _newest_home(self, pid: int) -> object | None:
+        for f in (self.active, *self.retired):
+            if f is not None and f.get(pid) is not None:
+                return f
+        for s in self._sealed:
+            if s.filter.might_contain(pid) and s.lookup(pid, self._fds) is not None:
+                return s
+        return None
+
+    def truncate_after(self, offset: int) -> None:
+        """Drop sealed files past ``offset`` and the active entries (the caller replays
+        the log after ``newest_offset()``)."""
+        with self._lock:
+            for s in [s for s in self._sealed if s.offset > offset]:
+                self._sealed.remove(s)
+                self._fds.pop(id(s), None)
+                s.delete()
+            for f in (self.active, *self.retired):
+                if f is not None:
+                    f.close(delete=True)
+            self.retired = []
+            self.active = self._new_active()
+
+    def clear(self) -> None:
+        with self._lock:
+            for s in self._sealed:
+                s.delete()
+            self._sealed.clear()
+            self._fds.clear()
+            for f in (self.active, *self.retired):
+                if f is not None:
+                    f.close(delete=True)
+            self.retired = []
+            self.active = self._new_active()
+
+    def _close_all(self) -> None:
+        for s in self._sealed:
+            s.close()
+        self._sealed.clear()
+        self._fds.clear()
+        for f in (self.active, *self.retired):
+            if f is not None:
+                f.close(delete=False)
+        self.active = None
+        self.retired = []
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_all()
+
+    # ---- views ------------------------------------------------------------------------------
+
+    def iter_newest(self) -> Iterator[Fields]:
+        """Every producer's newest entry (active first, then sealed files newest first)."""
+        with self._lock:
+            seen: set[int] = set()
+            sources: list[list[Fields]] = []
+            for f in (self.active, *self.retired):
+                if f is not None:
+                    sources.append(f.entries())
+            sources += [s.entries() for s in self._sealed]
+        for entries in sources:
+            for fields in entries:
+                if fields[0] not in seen:
+                    seen.add(fields[0])
+                    yield fields
+
+    def stats(self) -> LedgerStats:
+        with self._lock:
+            a = self.active
+            filters = [s.filter for s in self._sealed] + [
+                f.filter for f in (self.active, *self.retired) if f is not None
+            ]
+            return LedgerStats(
+                active_entries=a.count if a else 0,
+                sealed_files=len(self._sealed),
+                sealed_entries=sum(s.count for s in self._sealed),
+                filter_fill=a.filter.fill_ratio if a else 0.0,
+                filter_bytes=sum(f.memory_bytes() for f in filters),
+                reads=self.reads,
+                false_positive_checks=self.false_positive_checks,
+                filter_checks=self.filter_checks,
+            )

@@ -95,13 +95,17 @@ def monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
-class _GuardedMachine:
-    """The registered state machine as the driver runs it: ``applied_offset`` moves only
-    past what the machine returned from, and an exception it raises is a fault."""
+class GuardedMachine:
+    """A state machine as a Raft shell runs it (the driver, and the simulation): its
+    ``applied_offset`` moves only past what the machine returned from, and an exception it
+    raises goes to the fault handler, which never returns (crash-only: the process halts
+    and its restart replays from the log and the snapshot)."""
 
-    def __init__(self, driver: RaftDriver, machine: StateMachine) -> None:
-        self.driver = driver
+    def __init__(self, machine: StateMachine, fault_handler: FaultHandler) -> None:
         self.machine = machine
+        self.fault_handler = fault_handler
+        #: The next offset the machine has not applied (it returned from every entry below).
+        self.applied_offset = 0
 
     def apply(self, entries: tuple[Entry, ...]) -> None:
         if not entries:
@@ -109,11 +113,11 @@ class _GuardedMachine:
         try:
             self.machine.apply(entries)
         except Exception as exc:
-            self.driver.fault_handler.handle_fault(
+            self.fault_handler.handle_fault(
                 f"state machine apply of offsets {entries[0].offset}..{entries[-1].offset} failed",
                 exc,
             )
-        self.driver.applied_offset = entries[-1].offset + 1
+        self.applied_offset = entries[-1].offset + 1
 
     def snapshot_records(self) -> Iterable[bytes]:
         return self.machine.snapshot_records()
@@ -122,10 +126,10 @@ class _GuardedMachine:
         try:
             self.machine.load_snapshot(snapshot_id, records)
         except Exception as exc:
-            self.driver.fault_handler.handle_fault(
+            self.fault_handler.handle_fault(
                 f"state machine load of snapshot {snapshot_id.file_stem()} failed", exc
             )
-        self.driver.applied_offset = snapshot_id.end_offset
+        self.applied_offset = snapshot_id.end_offset
 
 
 class RaftDriver:
@@ -151,12 +155,9 @@ class RaftDriver:
         self.directory = Path(metadata_log_dir) / METADATA_PARTITION_DIR
         self.transport = transport
         self.fault_handler: FaultHandler = fault_handler or ProcessTerminatingFaultHandler(node_id)
-        self._machine: _GuardedMachine | None = None
+        self._machine: GuardedMachine | None = None
         if machine is not None:
             self.register(machine)
-        #: The next offset the state machine has not applied (it returned from every
-        #: entry below; the node's own ``applied_offset`` moves when it hands entries out).
-        self.applied_offset = 0
         self.clock_ms = clock_ms
         self.snapshots = FileSnapshotStore(self.directory)
         for name in self.snapshots.remove_partial_files():
@@ -199,7 +200,13 @@ class RaftDriver:
         """The state machine committed entries and snapshots go to (once, before start)."""
         if self._machine is not None:
             raise RuntimeError("a state machine is already registered")
-        self._machine = _GuardedMachine(self, machine)
+        self._machine = GuardedMachine(machine, self.fault_handler)
+
+    @property
+    def applied_offset(self) -> int:
+        """The next offset the state machine has not applied (it returned from every entry
+        below; the node's own ``applied_offset`` moves when it hands entries out)."""
+        return self._machine.applied_offset if self._machine is not None else 0
 
     @property
     def machine(self) -> StateMachine:

@@ -5,7 +5,11 @@ follows), drops and duplicates, slow-network periods (replies outliving request 
 network partitions, crashes that lose unflushed log writes and partial snapshot downloads,
 restarts, graceful leader resignation, a disk wipe (the replica comes back with a new
 directory id and never votes again under its id, as with KIP-853), client appends, slow
-fsyncs. Snapshot and batching knobs vary per seed (a snapshot every 5-80 records, fetched
+fsyncs, and state-machine exceptions: an apply or snapshot load that raises goes through
+the shell's ``GuardedMachine`` to the fault handler, the node halts (losing what it had
+not flushed) and a supervisor restarts it; its applied offset never passes an entry the
+machine did not apply. Check-quorum is checked too: a leader whose majority fetched or
+downloaded its snapshot (FetchSnapshot) within 1.5 x fetch timeout must not resign. Snapshot and batching knobs vary per seed (a snapshot every 5-80 records, fetched
 in 40 B - 2 KB chunks) so KIP-630 paths run in every seed. The client also runs the real
 metadata controller's operations (``raft_sim_metadata``: register broker, create topics
 with several partitions, ...) on the active leader, each one ``append`` = one batch, and
@@ -63,7 +67,10 @@ from riverbed.raft.messages import (
 from riverbed.raft.node import AppendQueueFullError, NotLeaderError, RaftNode
 from riverbed.raft.quorum_state import QuorumState
 from riverbed.raft.roles import Role
+from riverbed.raft.snapshot_format import read_snapshot
 from riverbed.raft.snapshots import MemorySnapshotStore
+from riverbed.server.fault_handler import FaultHalt, RecordingFaultHandler
+from riverbed.server.raft_driver import GuardedMachine
 from riverbed.testing.raft_sim_checks import Checker, InvariantError
 from riverbed.testing.raft_sim_metadata import (
     MetadataChecker,
@@ -157,6 +164,7 @@ class SimNode:
     disk: Disk
     sm: SimStateMachine
     node: RaftNode | None = None
+    guard: GuardedMachine | None = None  # the shell's view of sm (applied offset, faults)
     incarnation: int = 0
     tick_version: int = 0
     request_incarnation: dict[tuple[int, int], int] = field(default_factory=dict)
@@ -179,6 +187,11 @@ class Simulation:
         ids = list(range(1, params.voters + params.observers + 1))
         self.dir_ids = {v: f"dir-{v}-0" for v in self.voters}
         self.config = sim_config(self.voters, self.dir_ids, self.rng)
+        # chance that a state-machine apply or snapshot load raises (chaos phase only)
+        self.machine_fault_rate = self.rng.choice((0.0, 0.0, 0.002, 0.01))
+        self.faults = RecordingFaultHandler()
+        # (leader, epoch) -> voter -> last time the leader served it a snapshot chunk
+        self.snapshot_follows: dict[tuple[int, int], dict[int, int]] = {}
         self.checker = Checker(self.voters)
         self.metadata = MetadataClient(random.Random(self.rng.getrandbits(64)))
         self.metadata_checker = MetadataChecker(self.checker.committed)
@@ -220,11 +233,38 @@ class Simulation:
             self.stats["metadata images checked"] += 1
             self.metadata_checker.check_image(node_id, image, loaded)
 
-        return SimStateMachine(self.metadata.controller, lambda: self.now, on_image)
+        sm = SimStateMachine(self.metadata.controller, lambda: self.now, on_image)
+        sm.fault = self.machine_fault  # type: ignore[method-assign]
+        return sm
+
+    def machine_fault(self) -> bool:
+        return (
+            self.chaos
+            and self.machine_fault_rate > 0
+            and (self.rng.random() < self.machine_fault_rate)
+        )
+
+    def halt(self, sn: SimNode) -> None:
+        """The fault handler ran (FaultHalt): the process is gone with what it had not
+        flushed; a supervisor restarts it, and the start-up path recovers."""
+        what, cause = self.faults.faults[-1]
+        guard = sn.guard
+        assert guard is not None
+        self.stats["state machine faults"] += 1
+        self.trace(f"node {sn.node_id} halted: {what}: {cause}")
+        # the shell's applied offset stays before the entries the machine did not apply
+        if guard.applied_offset != sn.sm.kv.applied:
+            raise InvariantError(
+                f"node {sn.node_id}: applied offset {guard.applied_offset} after a failed "
+                f"apply, but the machine applied up to {sn.sm.kv.applied}"
+            )
+        self.crash(sn)
+        self.schedule(self.now + self.rng.randint(10, 500), "restart", sn.node_id)
 
     def boot(self, sn: SimNode) -> None:
         sn.incarnation += 1
         sn.sm = self.new_machine(sn.node_id)
+        sn.guard = GuardedMachine(sn.sm, self.faults)
         sn.metadata_op = None
         sn.request_incarnation = {}
         node = RaftNode(
@@ -285,6 +325,15 @@ class Simulation:
             if isinstance(a, SendRequest):
                 self.send(sn.node_id, a.dest, "req", a.correlation_id, a.request, -1)
             elif isinstance(a, SendResponse):
+                resp = a.response
+                if (
+                    isinstance(resp, FetchSnapshotResponse)
+                    and resp.error_code == 0
+                    and node.role is Role.LEADER
+                    and a.dest in self.voters
+                ):
+                    follows = self.snapshot_follows.setdefault((sn.node_id, node.epoch), {})
+                    follows[a.dest] = self.now
                 inc = sn.request_incarnation.pop((a.dest, a.correlation_id), -1)
                 self.send(sn.node_id, a.dest, "resp", a.correlation_id, a.response, inc)
             elif isinstance(a, PersistQuorumState):
@@ -304,10 +353,13 @@ class Simulation:
                 # ground truth first: the image checks compare against the committed log
                 self.checker.on_commit(sn.node_id, a.entries)
                 self.metadata_checker.on_commit(a.entries)
-                sn.sm.apply(a.entries)
+                assert sn.guard is not None
+                sn.guard.apply(a.entries)
             elif isinstance(a, LoadSnapshot):
                 self.stats["snapshot loads"] += 1
-                sn.sm.load(a.snapshot_id, sn.disk.snapshots.get(a.snapshot_id))
+                assert sn.guard is not None
+                records = read_snapshot(sn.disk.snapshots.get(a.snapshot_id)).records
+                sn.guard.load_snapshot(a.snapshot_id, records)
                 self.checker.check_snapshot_state(sn.node_id, a.snapshot_id, sn.sm.data)
                 self.trace(f"node {sn.node_id} loaded snapshot {a.snapshot_id}")
             elif isinstance(a, CreateSnapshot):
@@ -331,11 +383,21 @@ class Simulation:
         assert node is not None
         old_hw = node.high_watermark
         old_rejected = node.rejected_inputs
-        self.run_actions(sn, fn(node))
+        try:
+            self.run_actions(sn, fn(node))
+        except FaultHalt:
+            self.halt(sn)
+            return
         if node.rejected_inputs > old_rejected:
             self.stats["rejected inputs"] += node.rejected_inputs - old_rejected
         if sn.node is not node:
             return
+        assert sn.guard is not None
+        if sn.guard.applied_offset != sn.sm.kv.applied:
+            raise InvariantError(
+                f"node {node.node_id}: shell applied offset {sn.guard.applied_offset}, "
+                f"machine at {sn.sm.kv.applied}"
+            )
         self.checker.check_node(node)
         if not self.metadata_checker.is_batch_boundary(node.applied_offset):
             raise InvariantError(
@@ -362,7 +424,10 @@ class Simulation:
             nid, version = payload
             sn = self.nodes[nid]
             if sn.alive and version == sn.tick_version:
+                before = self.leader_view(sn)
                 self.feed(sn, lambda n: n.tick(self.now))
+                if before is not None:
+                    self.check_quorum_kept(sn, *before)
         elif kind == "msg":
             src, src_inc, dst, dst_inc, mkind, corr, msg = payload
             sn = self.nodes[dst]
@@ -416,6 +481,42 @@ class Simulation:
             self.partition = {}
             self.trace("partition healed")
 
+    def leader_view(self, sn: SimNode) -> tuple[int, int, dict[int, int]] | None:
+        """(epoch, start ms, voter -> last Fetch ms) of a leader, before its tick."""
+        node = sn.node
+        ls = node.leader_state if node is not None else None
+        if node is None or ls is None or node.role is not Role.LEADER:
+            return None
+        fetches = {v: ls.replicas[v].last_fetch_ms for v in self.voters if v in ls.replicas}
+        return node.epoch, ls.started_ms, fetches
+
+    def check_quorum_kept(
+        self, sn: SimNode, epoch: int, started_ms: int, fetches: dict[int, int]
+    ) -> None:
+        """Check-quorum counts FetchSnapshot as following (Kafka does): a leader whose
+        majority fetched or downloaded its snapshot within 1.5 x fetch timeout must not
+        resign; without that a snapshot download restarts with every new leader."""
+        window = self.config.fetch_timeout_ms * 3 // 2
+        since = self.now - window
+        if self.now - started_ms < window:
+            return
+        follows = self.snapshot_follows.get((sn.node_id, epoch), {})
+        fetching = {v for v, ms in fetches.items() if ms >= since and v != sn.node_id}
+        downloading = {v for v, ms in follows.items() if ms >= since} - fetching
+        majority = len(self.voters) // 2 + 1
+        active = 1 + len(fetching) + len(downloading)
+        node = sn.node
+        if active < majority or not downloading:
+            return
+        if 1 + len(fetching) < majority:
+            self.stats["leader kept by FetchSnapshot"] += 1
+        if node is not None and node.epoch == epoch and node.role is Role.RESIGNED:
+            raise InvariantError(
+                f"node {sn.node_id} resigned epoch {epoch} by check-quorum while voters "
+                f"{sorted(fetching | downloading)} followed it ({sorted(downloading)} "
+                f"downloading its snapshot)"
+            )
+
     def client_append(self) -> None:
         leaders = [sn for sn in self.nodes.values() if sn.node and sn.node.role is Role.LEADER]
         if not leaders:
@@ -464,7 +565,11 @@ class Simulation:
         self.metadata_checker.on_append(node.epoch, last, metadata)
         if metadata:
             sn.metadata_op = (node.epoch, last)
-        self.run_actions(sn, actions)
+        try:
+            self.run_actions(sn, actions)
+        except FaultHalt:
+            self.halt(sn)
+            return True
         self.checker.check_node(node)
         self.reschedule_tick(sn)
         return True

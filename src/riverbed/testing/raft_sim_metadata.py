@@ -80,10 +80,20 @@ class _Clock:
 ImageCheck = Callable[[MetadataImage, "SnapshotId | None"], None]
 
 
+class SimulatedMachineError(RuntimeError):
+    """A state-machine bug injected by the simulation (the node must halt on it)."""
+
+
 class SimStateMachine:
     """KV records into ``KVStateMachine``, metadata records into a ``MetadataService``
     through ``MetadataStateMachine`` (the server's glue); ``on_image`` sees every image
-    the service publishes, with the snapshot id when a snapshot load published it."""
+    the service publishes, with the snapshot id when a snapshot load published it.
+    ``fault()`` True makes the next apply or snapshot load raise before it changes
+    anything (the simulation's injected state-machine exceptions)."""
+
+    @staticmethod
+    def fault() -> bool:
+        return False
 
     def __init__(self, controller: Controller, now_ms: Callable[[], int], on_image: ImageCheck):
         self.kv = KVStateMachine()
@@ -103,6 +113,8 @@ class SimStateMachine:
         return self.service.image
 
     def apply(self, entries: tuple[Entry, ...]) -> None:
+        if self.fault():
+            raise SimulatedMachineError(f"injected: apply of {entries[0].offset}..")
         self.kv.apply(entries)
         metadata = tuple(e for e in entries if is_metadata(e))
         if metadata:
@@ -111,12 +123,18 @@ class SimStateMachine:
     def snapshot(self, sid: SnapshotId) -> bytes:
         if self.kv.applied != sid.end_offset:
             raise InvariantError(f"snapshot {sid} requested at applied offset {self.kv.applied}")
+        return encode_snapshot(sid, self.snapshot_records())
+
+    def snapshot_records(self) -> list[bytes]:
         records = [f"{k}={v}".encode() for k, v in sorted(self.kv.data.items())]
-        records += [MD_SNAPSHOT_TAG + v for v in self.glue.snapshot_records()]
-        return encode_snapshot(sid, records)
+        return records + [MD_SNAPSHOT_TAG + v for v in self.glue.snapshot_records()]
 
     def load(self, sid: SnapshotId, data: bytes) -> None:
-        records = read_snapshot(data).records
+        self.load_snapshot(sid, read_snapshot(data).records)
+
+    def load_snapshot(self, sid: SnapshotId, records: list[bytes]) -> None:
+        if self.fault():
+            raise SimulatedMachineError(f"injected: load of snapshot {sid}")
         kv = [r for r in records if not r.startswith(MD_SNAPSHOT_TAG)]
         self.kv.data = dict(r.decode().split("=", 1) for r in kv)
         self.kv.applied = sid.end_offset

@@ -16,10 +16,11 @@ standalone mode, and elects itself at once. Pieces (all from other layers, wired
   (``server.raft_transport.serve_raft_request``), ApiVersions, BrokerRegistration (62),
   BrokerHeartbeat (63), UnregisterBroker (64), and the metadata writes a follower forwards
   (CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs,
-  AllocateProducerIds, AlterPartitionReassignments) — Kafka's controller APIs;
-  ``CONTROLLER_API_VERSIONS`` is what it advertises, and anything else closes the
-  connection. DescribeQuorum and UnregisterBroker also reach the broker listeners, which
-  pass them on to the quorum leader / active controller.
+  AllocateProducerIds, AlterPartitionReassignments, ElectLeaders) and AlterPartition (a
+  partition leader's ISR change) — Kafka's controller APIs; ``CONTROLLER_API_VERSIONS`` is
+  what it advertises, and anything else closes the connection. DescribeQuorum and
+  UnregisterBroker also reach the broker listeners, which pass them on to the quorum
+  leader / active controller.
 
 The *active controller* is the Raft leader once its epoch has started: the high watermark
 has passed the epoch's start offset (the LeaderChange record), so every record of earlier
@@ -61,6 +62,7 @@ from riverbed.protocol.messages import (
     AllocateProducerIdsRequest,
     AlterConfigsRequest,
     AlterPartitionReassignmentsRequest,
+    AlterPartitionRequest,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
@@ -70,6 +72,7 @@ from riverbed.protocol.messages import (
     DeleteTopicsRequest,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
@@ -114,6 +117,9 @@ FORWARDED_APIS: dict[int, str] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
     ApiKey.ALLOCATE_PRODUCER_IDS: "allocate_producer_ids",
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: "alter_partition_reassignments",
+    ApiKey.ELECT_LEADERS: "elect_leaders",
+    # sent by partition leaders (ISR changes; replication), served on controller listeners
+    ApiKey.ALTER_PARTITION: "alter_partition",
 }
 
 #: What the controller listener serves (`handle_controller_request`), and so advertises.
@@ -475,6 +481,33 @@ class QuorumMetadata:
     async def allocate_producer_ids(self, request: AllocateProducerIdsRequest) -> Any:
         """A block of producer ids for this broker (AllocateProducerIds, forwarded)."""
         return await self._write(ApiKey.ALLOCATE_PRODUCER_IDS, request)
+
+    async def elect_leaders(self, request: ElectLeadersRequest) -> Any:
+        """ElectLeaders on the active controller; a forwarded one returns once this node's
+        image shows every election it reports as done (a new leader epoch)."""
+        image = self.service.image
+        epochs = {
+            (topic.name, index): part.leader_epoch
+            for topic in image.topics_by_id.values()
+            for index, part in topic.partitions.items()
+        }
+
+        def settled(response: Any) -> bool:
+            now = self.service.image
+            for result in response.replica_election_results:
+                for p in result.partition_result:
+                    part = now.partition(result.topic, p.partition_id)
+                    before = epochs.get((result.topic, p.partition_id), -1)
+                    if p.error_code == 0 and (part is None or part.leader_epoch <= before):
+                        return False
+            return True
+
+        return await self._write(ApiKey.ELECT_LEADERS, request, settled)
+
+    async def alter_partition(self, request: AlterPartitionRequest) -> Any:
+        """A partition leader's ISR change (Kafka's AlterPartition), on the active
+        controller; the caller learns the outcome from the response (its epochs)."""
+        return await self._write(ApiKey.ALTER_PARTITION, request)
 
     async def register_broker(
         self,

@@ -2,7 +2,8 @@
 DescribeLogDirs.
 
 CreateTopics (19), DeleteTopics (20), CreatePartitions (37), AlterConfigs (33),
-IncrementalAlterConfigs (44) and AlterPartitionReassignments (45) are controller
+IncrementalAlterConfigs (44), AlterPartitionReassignments (45) and ElectLeaders (43,
+PREFERRED or UNCLEAN; see `riverbed.metadata.partition_control`) are controller
 operations: the metadata service turns the
 request into metadata records against the current image, appends them to the metadata
 log, replays them and returns the response; the broker opens or deletes partition logs
@@ -49,6 +50,10 @@ async def handle_alter_configs(broker: Broker, ctx: RequestContext, req: Any) ->
 
 async def handle_incremental_alter_configs(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     return await broker.metadata.incremental_alter_configs(req)
+
+
+async def handle_elect_leaders(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    return await broker.metadata.elect_leaders(req)
 
 
 async def handle_describe_configs(broker: Broker, ctx: RequestContext, req: Any) -> Any:

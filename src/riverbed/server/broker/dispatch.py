@@ -82,7 +82,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.SASL_HANDSHAKE: placeholders.error_only(ErrorCode.UNSUPPORTED_SASL_MECHANISM),
     ApiKey.SASL_AUTHENTICATE: placeholders.error_only(ErrorCode.ILLEGAL_SASL_STATE),
     ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
-    ApiKey.ELECT_LEADERS: placeholders.handle_elect_leaders,
+    ApiKey.ELECT_LEADERS: admin.handle_elect_leaders,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: admin.handle_alter_partition_reassignments,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: admin.handle_list_partition_reassignments,
     ApiKey.DESCRIBE_QUORUM: forwarded.handle_describe_quorum,

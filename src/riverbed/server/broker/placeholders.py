@@ -6,7 +6,6 @@
   Consumers that assign partitions themselves and keep no committed offsets work.
 - SASL: no mechanism is enabled -> SaslHandshake UNSUPPORTED_SASL_MECHANISM with an
   empty mechanism list, SaslAuthenticate ILLEGAL_SASL_STATE.
-- ElectLeaders: a single node already leads everything -> ELECTION_NOT_NEEDED.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
     DeleteGroupsResponse,
     DescribeGroupsResponse,
-    ElectLeadersResponse,
     FindCoordinatorResponse,
     OffsetCommitResponse,
     OffsetFetchResponse,
@@ -91,22 +89,6 @@ async def handle_delete_groups(broker: Broker, ctx: RequestContext, req: Any) ->
             for g in req.groups_names
         ]
     )
-
-
-async def handle_elect_leaders(broker: Broker, ctx: RequestContext, req: Any) -> Any:
-    results = []
-    for t in req.topic_partitions or []:
-        parts = []
-        for index in t.partitions:
-            exists = broker.partitions.get(t.topic, index) is not None
-            code = ErrorCode.ELECTION_NOT_NEEDED if exists else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            parts.append(
-                ElectLeadersResponse.PartitionResult(partition_id=index, error_code=int(code))
-            )
-        results.append(
-            ElectLeadersResponse.ReplicaElectionResult(topic=t.topic, partition_result=parts)
-        )
-    return ElectLeadersResponse(error_code=0, replica_election_results=results)
 
 
 def error_only(code: ErrorCode) -> Any:

@@ -1,0 +1,371 @@
+"""Partition leadership on a 3-node cluster of real riverbed processes (issue 11).
+
+Until replication lands the controller keeps every partition's ISR = {leader}:
+
+- a topic with replication factor 3 keeps 3 replicas, ISR the leader alone; the followers
+  hold empty logs and answer Produce (v10: with the leader and its endpoint, KIP-951),
+  Fetch (v12: with the leader) and ListOffsets with NOT_LEADER_OR_FOLLOWER, while a
+  confluent-kafka producer and consumer bootstrapped at followers work through the leader;
+- SIGKILL of a partition's leader leaves it leaderless (no other ISR member) until an
+  UNCLEAN ElectLeaders (confluent-kafka AdminClient) moves it to a live replica; the old
+  leader comes back as a follower outside the ISR, and a PREFERRED election refuses to
+  hand it leadership (PREFERRED_LEADER_NOT_AVAILABLE: it may lack acknowledged records);
+- a PREFERRED election that can happen (the new leader adds the caught-up preferred replica
+  to the ISR with AlterPartition on the controller listener; both logs are empty, so the
+  claim is true) moves leadership home, and a producer whose metadata still names the old
+  leader is answered NOT_LEADER_OR_FOLLOWER there, redirected, and delivers to the new one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from riverbed.cli.wire import WireClient
+from riverbed.protocol.api_versions import ApiKey
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import (
+    AlterPartitionRequest,
+    FetchRequest,
+    ListOffsetsRequest,
+    MetadataRequest,
+    ProduceRequest,
+)
+from riverbed.protocol.records import SimpleRecord, build_batch
+from riverbed.testing.quorum_cluster import QuorumCluster
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import (  # noqa: E402
+    Consumer,
+    ElectionType,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+pytestmark = pytest.mark.timeout(240)
+
+OVERRIDES = {
+    "controller.quorum.election.timeout.ms": "500",
+    "controller.quorum.fetch.timeout.ms": "1000",
+    "controller.quorum.election.backoff.max.ms": "300",
+    "controller.quorum.request.timeout.ms": "1000",
+    "broker.heartbeat.interval.ms": "300",
+    "broker.session.timeout.ms": "3000",
+}
+#: Liveness bound for one wait on the cluster (not a timing under test).
+WAIT_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    with QuorumCluster(tmp_path_factory.mktemp("leadership"), 3, overrides=OVERRIDES) as c:
+        yield c.start(timeout_s=60)
+
+
+def broker(cluster: QuorumCluster, node_id: int) -> str:
+    return f"127.0.0.1:{cluster.ports[node_id][0]}"
+
+
+def partitions(cluster: QuorumCluster, node_id: int, topic: str) -> dict[int, Any]:
+    """Metadata of ``topic`` as node ``node_id`` answers it: partition -> its entry."""
+    with WireClient(broker(cluster, node_id)) as client:
+        reply: Any = client.request(
+            ApiKey.METADATA,
+            MetadataRequest(
+                topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                allow_auto_topic_creation=False,
+            ),
+        )
+    (t,) = reply.topics
+    return {p.partition_index: p for p in t.partitions} | {-1: t.topic_id}
+
+
+def wait_partition(cluster: QuorumCluster, topic: str, index: int, cond: Any) -> Any:
+    """Wait until every live node's metadata for ``topic``-``index`` satisfies ``cond``."""
+    deadline = time.monotonic() + WAIT_S
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            views = [
+                partitions(cluster, i, topic)[index]
+                for i, node in cluster.nodes.items()
+                if node.proc is not None and node.proc.poll() is None
+            ]
+            last = views
+            if views and all(cond(p) for p in views):
+                return views[0]
+        except (OSError, KeyError, ValueError):
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"{topic}-{index} never matched: {last}")
+
+
+def produce_request(topic: str, index: int) -> ProduceRequest:
+    P = ProduceRequest
+    batch = build_batch([SimpleRecord(b"raw")], now_ms=int(time.time() * 1000))
+    return P(
+        acks=-1,
+        timeout_ms=5000,
+        topic_data=[
+            P.TopicProduceData(
+                name=topic, partition_data=[P.PartitionProduceData(index=index, records=batch)]
+            )
+        ],
+    )
+
+
+def fetch_request(topic: str, index: int) -> FetchRequest:
+    F = FetchRequest
+    return F(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        topics=[
+            F.FetchTopic(
+                topic=topic,
+                partitions=[
+                    F.FetchPartition(partition=index, fetch_offset=0, partition_max_bytes=1 << 20)
+                ],
+            )
+        ],
+    )
+
+
+def list_offsets_request(topic: str, index: int) -> ListOffsetsRequest:
+    L = ListOffsetsRequest
+    return L(
+        replica_id=-1,
+        topics=[
+            L.ListOffsetsTopic(
+                name=topic,
+                partitions=[L.ListOffsetsPartition(partition_index=index, timestamp=-1)],
+            )
+        ],
+    )
+
+
+def segment_bytes(cluster: QuorumCluster, node_id: int, topic: str, index: int) -> int:
+    part_dir = cluster.data_dir(node_id) / f"{topic}-{index}"
+    assert part_dir.is_dir(), f"node {node_id} holds no log for {topic}-{index}"
+    return sum(f.stat().st_size for f in Path(part_dir).glob("*.log"))
+
+
+def live_bootstrap(cluster: QuorumCluster) -> str:
+    return ",".join(
+        broker(cluster, i)
+        for i, node in cluster.nodes.items()
+        if node.proc is not None and node.proc.poll() is None
+    )
+
+
+def elect(cluster: QuorumCluster, kind: Any, topic: str, index: int) -> Any:
+    """The election's outcome for one partition: None (done) or its KafkaError. (A new
+    admin client each time: librdkafka keeps calling a dead controller it cached.)"""
+    admin = AdminClient({"bootstrap.servers": live_bootstrap(cluster)})
+    tp = TopicPartition(topic, index)
+    try:
+        results = admin.elect_leaders(kind, [tp]).result(WAIT_S)
+    except KafkaException as exc:
+        return exc.args[0]
+    (outcome,) = results.values()
+    return outcome.args[0] if isinstance(outcome, KafkaException) else outcome
+
+
+def test_followers_refuse_clients_and_name_the_leader(cluster: QuorumCluster) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic("rf3", 1, 3)])["rf3"].result(WAIT_S)
+    p = wait_partition(cluster, "rf3", 0, lambda p: p.leader_id > 0)
+    leader, epoch = p.leader_id, p.leader_epoch
+    # the full assignment, but only the leader is in sync: nothing else holds the data
+    assert sorted(p.replica_nodes) == [1, 2, 3] and p.isr_nodes == [leader]
+    assert leader == p.replica_nodes[0]
+    followers = [i for i in cluster.ids if i != leader]
+    for f in followers:
+        with WireClient(broker(cluster, f)) as client:
+            assert client.version(ApiKey.PRODUCE) >= 10 and client.version(ApiKey.FETCH) >= 12
+            produced: Any = client.request(ApiKey.PRODUCE, produce_request("rf3", 0))
+            part = produced.responses[0].partition_responses[0]
+            assert part.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+            assert (part.current_leader.leader_id, part.current_leader.leader_epoch) == (
+                leader,
+                epoch,
+            )
+            assert [(e.node_id, e.host, e.port) for e in produced.node_endpoints] == [
+                (leader, "127.0.0.1", cluster.ports[leader][0])
+            ]
+            fetched: Any = client.request(ApiKey.FETCH, fetch_request("rf3", 0))
+            part = fetched.responses[0].partitions[0]
+            assert part.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER and not part.records
+            assert part.current_leader.leader_id == leader
+            listed: Any = client.request(ApiKey.LIST_OFFSETS, list_offsets_request("rf3", 0))
+            assert listed.topics[0].partitions[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    # real clients that only know followers: metadata sends them to the leader
+    at_followers = ",".join(broker(cluster, f) for f in followers)
+    producer = Producer({"bootstrap.servers": at_followers, "acks": "all"})
+    sent = [f"v{i}".encode() for i in range(50)]
+    for value in sent:
+        producer.produce("rf3", value=value, partition=0)
+    assert producer.flush(WAIT_S) == 0
+    consumer = Consumer(
+        {"bootstrap.servers": at_followers, "group.id": "rf3", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition("rf3", 0, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + WAIT_S
+    while len(got) < len(sent) and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got.append(msg.value())
+    consumer.close()
+    assert got == sent
+    assert segment_bytes(cluster, leader, "rf3", 0) > 0
+    for f in followers:  # the followers' logs exist and stay empty
+        assert segment_bytes(cluster, f, "rf3", 0) == 0
+
+
+def alter_isr(cluster: QuorumCluster, topic: str, index: int, isr: list[int]) -> Any:
+    """AlterPartition as ``topic``-``index``'s leader would send it, to the active
+    controller. The partition epoch is not in Metadata: the controller refuses every
+    other with INVALID_UPDATE_VERSION (changing nothing), so the lowest accepted is it."""
+    p = partitions(cluster, isr[0], topic)
+    topic_id, part = p[-1], p[index]
+    controller = _active_controller(cluster)
+    AP = AlterPartitionRequest
+    with WireClient(cluster.controller(controller)) as client:
+        for partition_epoch in range(64):
+            req = AP(
+                broker_id=part.leader_id,
+                broker_epoch=-1,
+                topics=[
+                    AP.TopicData(
+                        topic_id=topic_id,
+                        partitions=[
+                            AP.PartitionData(
+                                partition_index=index,
+                                leader_epoch=part.leader_epoch,
+                                new_isr_with_epochs=[AP.BrokerState(broker_id=b) for b in isr],
+                                leader_recovery_state=0,
+                                partition_epoch=partition_epoch,
+                            )
+                        ],
+                    )
+                ],
+            )
+            reply: Any = client.request(ApiKey.ALTER_PARTITION, req)
+            assert reply.error_code == 0, reply
+            result = reply.topics[0].partitions[0]
+            if result.error_code != ErrorCode.INVALID_UPDATE_VERSION:
+                return result
+    raise AssertionError("no partition epoch accepted")
+
+
+def retry(attempt: Any, done: Any) -> Any:
+    """``attempt()`` until ``done(result)`` or WAIT_S; the last result."""
+    deadline = time.monotonic() + WAIT_S
+    result = attempt()
+    while not done(result) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        result = attempt()
+    return result
+
+
+def _active_controller(cluster: QuorumCluster) -> int:
+    any_node = next(i for i, n in cluster.nodes.items() if n.proc and n.proc.poll() is None)
+    with WireClient(broker(cluster, any_node)) as client:
+        reply: Any = client.request(ApiKey.METADATA, MetadataRequest(topics=[]))
+    return int(reply.controller_id)
+
+
+def produce_requests_by_broker(stats: dict[str, Any]) -> dict[int, int]:
+    """Produce requests a librdkafka client sent, per broker node id (its statistics)."""
+    out: dict[int, int] = {}
+    for b in stats["brokers"].values():
+        if b.get("nodeid", -1) >= 0:
+            out[b["nodeid"]] = int(b.get("req", {}).get("Produce", 0))
+    return out
+
+
+def test_unclean_then_preferred_election_and_a_stale_producer_is_redirected(
+    cluster: QuorumCluster,
+) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    # partition 0 is preferred on node 1 and stays empty until the end (its followers are
+    # truly in sync); partition 1, led by 2, gives a client the topic's metadata
+    new = NewTopic("moved", 2, replica_assignment=[[1, 2, 3], [2, 3, 1]])
+    admin.create_topics([new])["moved"].result(WAIT_S)
+    wait_partition(cluster, "moved", 0, lambda p: p.leader_id == 1 and p.isr_nodes == [1])
+    assert elect(cluster, ElectionType.PREFERRED, "moved", 0).code() == (
+        KafkaError.ELECTION_NOT_NEEDED
+    )
+
+    cluster.kill(1)  # the only ISR member of moved-0: no clean election is possible
+    p = wait_partition(cluster, "moved", 0, lambda p: p.leader_id == -1)
+    assert p.isr_nodes == [1]
+    outcome = elect(cluster, ElectionType.UNCLEAN, "moved", 0)
+    assert outcome is None, outcome
+    p = wait_partition(cluster, "moved", 0, lambda p: p.leader_id == 2)
+    assert p.isr_nodes == [2]
+
+    cluster.start_nodes([1], timeout_s=60)
+    # back as a follower outside the ISR: leadership stays with 2, and a preferred
+    # election must not hand it to 1 (its log could lack records acknowledged by 2)
+    p = wait_partition(cluster, "moved", 0, lambda p: p.leader_id == 2)
+    assert p.isr_nodes == [2]
+    outcome = elect(cluster, ElectionType.PREFERRED, "moved", 0)
+    assert outcome is not None
+    assert outcome.code() == KafkaError.PREFERRED_LEADER_NOT_AVAILABLE
+
+    stats: list[dict[str, Any]] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "acks": "all",
+            "topic.metadata.refresh.interval.ms": 600_000,  # keep the stale view
+            "statistics.interval.ms": 100,
+            "stats_cb": lambda s: stats.append(json.loads(s)),
+        }
+    )
+    producer.produce("moved", value=b"warm", partition=1)
+    assert producer.flush(WAIT_S) == 0  # the producer now knows: moved-0 is led by 2
+    producer.poll(0.5)  # a statistics report after the warm-up
+    before = produce_requests_by_broker(stats[-1])
+
+    # both logs of moved-0 are empty, so 1 is caught up: the leader adds it to the ISR
+    # (INELIGIBLE_REPLICA while the controller sees 1 fenced: a loaded machine can delay
+    # the restarted broker's first heartbeats past its session; it retries, as a leader)
+    result = retry(
+        lambda: alter_isr(cluster, "moved", 0, [2, 1]),
+        lambda r: r.error_code != ErrorCode.INELIGIBLE_REPLICA,
+    )
+    assert result.error_code == 0 and sorted(result.isr) == [1, 2]
+    outcome = retry(
+        lambda: elect(cluster, ElectionType.PREFERRED, "moved", 0),
+        lambda e: e is None or e.code() != KafkaError.PREFERRED_LEADER_NOT_AVAILABLE,
+    )
+    assert outcome is None, outcome
+    p = wait_partition(cluster, "moved", 0, lambda p: p.leader_id == 1)
+    assert sorted(p.isr_nodes) == [1, 2]
+
+    delivered: list[Any] = []
+    producer.produce(
+        "moved", value=b"home", partition=0, on_delivery=lambda e, m: delivered.append((e, m))
+    )
+    assert producer.flush(WAIT_S) == 0
+    ((error, msg),) = delivered
+    assert error is None and msg.offset() == 0
+    producer.poll(0.5)  # one more statistics report
+    after = produce_requests_by_broker(stats[-1])
+    sent = {b: after.get(b, 0) - before.get(b, 0) for b in after}
+    # the stale produce went to 2 (which answered NOT_LEADER_OR_FOLLOWER), then to 1
+    assert sent.get(2, 0) >= 1 and sent.get(1, 0) >= 1, (before, after)
+    assert segment_bytes(cluster, 1, "moved", 0) > 0
+    assert segment_bytes(cluster, 2, "moved", 0) == 0

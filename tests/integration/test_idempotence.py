@@ -2,7 +2,8 @@
 
 - raw protocol: a re-sent batch is acknowledged with its original base offset and not
   appended again; a gap is OUT_OF_ORDER_SEQUENCE_NUMBER, an older epoch
-  INVALID_PRODUCER_EPOCH; DescribeProducers shows the producer;
+  INVALID_PRODUCER_EPOCH; DescribeProducers and `riverbed producers describe` show the
+  producer (and the ledger's counts);
 - producer ids come from controller blocks persisted in the metadata log: after a SIGKILL
   and restart no id is handed out twice;
 - confluent-kafka with enable.idempotence=true keeps producing while the broker is
@@ -11,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +21,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from riverbed.cli.main import main
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
@@ -75,7 +78,7 @@ def fetch_values(c: Client, topic: str) -> list[bytes | None]:
 
 
 def test_resent_batch_gets_its_original_offset_and_is_not_appended(
-    node: BrokerProcess, topic_name: str
+    node: BrokerProcess, topic_name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     c = Client(node.port)
     try:
@@ -112,6 +115,13 @@ def test_resent_batch_gets_its_original_offset_and_is_not_appended(
         assert (p.producer_id, p.producer_epoch, p.last_sequence) == (pid, epoch + 1, 0)
     finally:
         c.close()
+    # the CLI shows the same producer and the partition's ledger counts
+    code = main(["producers", "describe", "-b", node.bootstrap, "--topic", topic_name, "--json"])
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    (row,) = doc["partitions"]
+    assert [p["producer_id"] for p in row["producers"]] == [pid]
+    assert row["ledger"]["ledger_entries"] >= 1 and row["ledger"]["cached_entries"] >= 1
 
 
 def test_producer_ids_are_never_reused_across_a_crash(node: BrokerProcess) -> None:

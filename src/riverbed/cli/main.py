@@ -27,6 +27,7 @@ VERBS: tuple[str, ...] = (
     "bench",
     "pipeline",
     "quorum",
+    "producers",
     "dev",
 )
 

@@ -12,13 +12,17 @@ the current one is used, and a request that finds no id waits for it at most
 ``PRODUCER_ID_WAIT_S`` (then COORDINATOR_LOAD_IN_PROGRESS, retriable, as Kafka answers).
 
 DescribeProducers answers, per partition, the active producers of its producer state
-(id, epoch, last sequence, last timestamp, coordinator epoch, open transaction start).
+(id, epoch, last sequence, last timestamp, coordinator epoch, open transaction start),
+plus riverbed's ledger counts as a tagged field Kafka clients skip
+(``LEDGER_STATS_TAG``: JSON of ledger ids, files, filter fill, cache hit rate,
+false-positive checks; read by ``riverbed producers describe``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from typing import TYPE_CHECKING, Any, Final
 
@@ -38,6 +42,9 @@ log = logging.getLogger(__name__)
 
 #: Longest an InitProducerId waits for a block from the controller.
 PRODUCER_ID_WAIT_S: Final = 10.0
+#: Tag of riverbed's ledger counts in DescribeProducersResponse.PartitionResponse (tags
+#: unknown to a client are skipped by it; Kafka's spec defines none there).
+LEDGER_STATS_TAG: Final = 10_000
 #: Pause between attempts to get a block (controller moving, broker not registered yet).
 _RETRY_S: Final = 0.2
 
@@ -117,6 +124,24 @@ async def handle_init_producer_id(broker: Broker, ctx: RequestContext, req: Any)
     return InitProducerIdResponse(error_code=0, producer_id=pid, producer_epoch=0)
 
 
+def ledger_stats_json(state: Any) -> bytes:
+    ledger, hit_rate, cached = state.stats()
+    return json.dumps(
+        {
+            "ledger_entries": ledger.active_entries + ledger.sealed_entries,
+            "active_entries": ledger.active_entries,
+            "files": ledger.sealed_files,
+            "active_filter_fill": round(ledger.filter_fill, 4),
+            "filter_bytes": ledger.filter_bytes,
+            "cached_entries": cached,
+            "cache_hit_rate": round(hit_rate, 4),
+            "reads": ledger.reads,
+            "filter_checks": ledger.filter_checks,
+            "false_positive_checks": ledger.false_positive_checks,
+        }
+    ).encode()
+
+
 async def handle_describe_producers(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     topics = []
     for t in req.topics:
@@ -135,7 +160,7 @@ async def handle_describe_producers(broker: Broker, ctx: RequestContext, req: An
             state = getattr(hosted.log, "producer_state", None)
             entries = state.describe() if state is not None else []
             parts.append(
-                DescribeProducersResponse.PartitionResponse(
+                part := DescribeProducersResponse.PartitionResponse(
                     partition_index=index,
                     error_code=0,
                     active_producers=[
@@ -151,5 +176,7 @@ async def handle_describe_producers(broker: Broker, ctx: RequestContext, req: An
                     ],
                 )
             )
+            if state is not None and hasattr(state, "stats"):
+                part._unknown_tagged_fields = [(LEDGER_STATS_TAG, ledger_stats_json(state))]
         topics.append(DescribeProducersResponse.TopicResponse(name=t.name, partitions=parts))
     return DescribeProducersResponse(topics=topics)

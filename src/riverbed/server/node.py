@@ -191,7 +191,7 @@ class Node:
         partitions.delete_orphans()
         quorum.add_listener(lambda old, new, delta: partitions.apply_image(new))
 
-        self.broker = Broker(cfg, quorum, partitions, self.purgatory, self.cluster_id)
+        self.broker = Broker(cfg, quorum, partitions, self.purgatory, self.cluster_id, clock)
         await self._listen(controller=False)
         await self._register(quorum)
         await self.server.start_serving()
@@ -348,6 +348,8 @@ class Node:
         for task in self._tasks:
             task.cancel()
         self.purgatory.close()
+        if self.broker is not None:
+            self.broker.close()
         if self.server is not None:
             await self.server.stop()
         if self.quorum is not None:

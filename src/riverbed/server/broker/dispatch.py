@@ -28,6 +28,7 @@ from riverbed.server.broker import (
     cluster_info,
     fetch,
     forwarded,
+    groups,
     offsets,
     placeholders,
     produce,
@@ -36,6 +37,8 @@ from riverbed.server.broker import (
 from riverbed.server.broker.error_response import error_code_of, error_response
 from riverbed.server.broker.partitions import PartitionManager
 from riverbed.server.broker.versioning import fit_to_version
+from riverbed.server.clock import SystemClock
+from riverbed.server.coordinator import GroupCoordinator
 from riverbed.server.network import CloseConnection, RequestContext
 from riverbed.server.purgatory import Purgatory
 
@@ -48,8 +51,6 @@ log = logging.getLogger(__name__)
 _VERSION_EXACT = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
 
 Handler = Callable[["Broker", RequestContext, Any], Coroutine[Any, Any, Any]]
-
-_G = ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 HANDLERS: dict[int, Handler] = {
     ApiKey.PRODUCE: produce.handle_produce,
@@ -68,17 +69,17 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DELETE_RECORDS: offsets.handle_delete_records,
     ApiKey.DESCRIBE_LOG_DIRS: admin.handle_describe_log_dirs,
     ApiKey.INIT_PRODUCER_ID: producers.handle_init_producer_id,
-    ApiKey.FIND_COORDINATOR: placeholders.handle_find_coordinator,
-    ApiKey.OFFSET_COMMIT: placeholders.handle_offset_commit,
-    ApiKey.OFFSET_FETCH: placeholders.handle_offset_fetch,
-    ApiKey.DESCRIBE_GROUPS: placeholders.handle_describe_groups,
-    ApiKey.DELETE_GROUPS: placeholders.handle_delete_groups,
-    ApiKey.JOIN_GROUP: placeholders.error_only(_G),
-    ApiKey.SYNC_GROUP: placeholders.error_only(_G),
-    ApiKey.HEARTBEAT: placeholders.error_only(_G),
-    ApiKey.LEAVE_GROUP: placeholders.error_only(_G),
-    ApiKey.LIST_GROUPS: placeholders.error_only(_G),
-    ApiKey.OFFSET_DELETE: placeholders.error_only(_G),
+    ApiKey.FIND_COORDINATOR: groups.handle_find_coordinator,
+    ApiKey.OFFSET_COMMIT: groups.handle_offset_commit,
+    ApiKey.OFFSET_FETCH: groups.handle_offset_fetch,
+    ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
+    ApiKey.DELETE_GROUPS: groups.handle_delete_groups,
+    ApiKey.JOIN_GROUP: groups.handle_join_group,
+    ApiKey.SYNC_GROUP: groups.handle_sync_group,
+    ApiKey.HEARTBEAT: groups.handle_heartbeat,
+    ApiKey.LEAVE_GROUP: groups.handle_leave_group,
+    ApiKey.LIST_GROUPS: groups.handle_list_groups,
+    ApiKey.OFFSET_DELETE: groups.handle_offset_delete,
     ApiKey.SASL_HANDSHAKE: placeholders.error_only(ErrorCode.UNSUPPORTED_SASL_MECHANISM),
     ApiKey.SASL_AUTHENTICATE: placeholders.error_only(ErrorCode.ILLEGAL_SASL_STATE),
     ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
@@ -98,7 +99,8 @@ class UnsupportedApi(CloseConnection):
 
 
 class Broker:
-    """What request handlers share: config, metadata service, partitions, purgatory."""
+    """What request handlers share: config, metadata service, partitions, purgatory,
+    the group coordinator."""
 
     def __init__(
         self,
@@ -107,6 +109,7 @@ class Broker:
         partitions: PartitionManager,
         fetch_purgatory: Purgatory,
         cluster_id: str,
+        clock: Any = None,
     ) -> None:
         self.config = config
         self.node_id: int = config.node_id
@@ -116,8 +119,15 @@ class Broker:
         self.cluster_id = cluster_id
         self.producer_ids = producers.BrokerProducerIds(self.node_id, metadata)
         self.api_versions = BROKER_API_VERSIONS
+        self.groups = GroupCoordinator(
+            config, self.node_id, partitions, metadata, clock or SystemClock()
+        )
+        self.groups.start()
         # Serving starts now: new partition logs are created off the event loop.
         partitions.create_logs_off_loop()
+
+    def close(self) -> None:
+        self.groups.close()
 
     async def handle(self, ctx: RequestContext, body: Any) -> Any:
         handler = HANDLERS.get(ctx.header.api_key)

@@ -1,0 +1,470 @@
+"""The groups of one ``__consumer_offsets`` partition: a sans-I/O coordinator shard.
+
+Inputs: requests with a `Reply` handle and ``now_ms``, `tick(now_ms)` for timers,
+`complete_write(token, error)` once a write is durable (or failed), and `replay` of
+the partition's records when the shard is loaded. Outputs (`take_output`): responses
+for `Reply` handles and `Write` s, each a list of (key, value) records that the shell
+appends as one batch to the partition and then confirms with `complete_write`.
+Nothing is answered before the records it depends on are durable: an OffsetCommit
+changes the committed offsets (and is answered) only when its write completed.
+
+Offsets: OffsetCommit fences by generation and member id (admin commits with
+generation -1 only into an Empty group); metadata longer than
+``offset.metadata.max.bytes`` is OFFSET_METADATA_TOO_LARGE. `expire_offsets` drops
+offsets ``offsets.retention.minutes`` after an Empty group became empty (or, for a
+group that never had members, after each commit) and forgets groups left with nothing.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from riverbed.coordinator.group import ClassicGroup, GroupState, Member, Reply
+from riverbed.coordinator.membership import Membership
+from riverbed.coordinator.records import (
+    GroupRecord,
+    OffsetAndMetadata,
+    OffsetRecord,
+    group_metadata_key,
+    offset_commit_key,
+    offset_commit_value,
+)
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import (
+    DescribeGroupsResponse,
+    OffsetCommitResponse,
+    OffsetDeleteResponse,
+    OffsetFetchResponse,
+)
+
+E = ErrorCode
+S = GroupState
+#: Group metadata records plus every offset of a group, written by one deletion.
+Record = tuple[bytes, bytes | None]
+#: DescribeGroups' "authorized operations not requested".
+_OPERATIONS_OMITTED = -(2**31)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    """The broker configs the classic coordinator obeys (Kafka's names, ms units)."""
+
+    initial_rebalance_delay_ms: int = 3000
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+    max_size: int = 2**31 - 1
+    offset_metadata_max_bytes: int = 4096
+    offsets_retention_ms: int = 10080 * 60_000
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> GroupConfig:
+        return cls(
+            initial_rebalance_delay_ms=int(cfg.get("group.initial.rebalance.delay.ms")),
+            min_session_timeout_ms=int(cfg.get("group.min.session.timeout.ms")),
+            max_session_timeout_ms=int(cfg.get("group.max.session.timeout.ms")),
+            max_size=int(cfg.get("group.max.size")),
+            offset_metadata_max_bytes=int(cfg.get("offset.metadata.max.bytes")),
+            offsets_retention_ms=int(cfg.get("offsets.retention.minutes")) * 60_000,
+        )
+
+
+@dataclass(slots=True)
+class Write:
+    token: int
+    records: list[Record] = field(default_factory=list)
+
+
+class GroupShard(Membership):
+    """Every group of one ``__consumer_offsets`` partition."""
+
+    def __init__(self, partition: int, config: GroupConfig, rng: random.Random) -> None:
+        self.partition = partition
+        self.config = config
+        self._random = rng
+        self.groups: dict[str, ClassicGroup] = {}
+        self._outbox: list[tuple[Reply, Any]] = []
+        self._writes: list[Write] = []
+        self._on_written: dict[int, Callable[[ErrorCode], None]] = {}
+        self._next_token = 0
+        self._timers: list[tuple[int, str]] = []
+        self._scheduled: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ plumbing
+    def take_output(self) -> tuple[list[tuple[Reply, Any]], list[Write]]:
+        out, writes = self._outbox, self._writes
+        self._outbox, self._writes = [], []
+        return out, writes
+
+    def _respond(self, reply: Reply, response: Any) -> None:
+        self._outbox.append((reply, response))
+
+    def _write(self, records: list[Record], done: Callable[[ErrorCode], None]) -> None:
+        self._next_token += 1
+        self._writes.append(Write(self._next_token, records))
+        self._on_written[self._next_token] = done
+
+    def complete_write(self, token: int, code: ErrorCode) -> None:
+        done = self._on_written.pop(token, None)
+        if done is not None:
+            done(code)
+
+    def pending_writes(self) -> int:
+        return len(self._on_written)
+
+    def _schedule(self, group: ClassicGroup) -> None:
+        deadline = self.group_deadline(group)
+        if deadline is None:
+            return
+        current = self._scheduled.get(group.group_id)
+        if current is None or deadline < current:
+            self._scheduled[group.group_id] = deadline
+            heapq.heappush(self._timers, (deadline, group.group_id))
+
+    def next_deadline(self) -> int | None:
+        return self._timers[0][0] if self._timers else None
+
+    def tick(self, now_ms: int) -> None:
+        while self._timers and self._timers[0][0] <= now_ms:
+            deadline, group_id = heapq.heappop(self._timers)
+            if self._scheduled.get(group_id) != deadline:
+                continue  # superseded by an earlier deadline, already handled
+            del self._scheduled[group_id]
+            group = self.groups.get(group_id)
+            if group is not None:
+                self.tick_group(group, now_ms)
+                self._schedule(group)
+
+    # ------------------------------------------------------------------ loading
+    def replay(self, record: OffsetRecord | GroupRecord) -> None:
+        """Apply one record of the partition, in log order (loading)."""
+        if isinstance(record, OffsetRecord):
+            group = self.groups.get(record.group)
+            key = (record.topic, record.partition)
+            if record.value is None:
+                if group is not None:
+                    group.offsets.pop(key, None)
+                return
+            if group is None:
+                group = self.groups[record.group] = ClassicGroup(record.group)
+            group.offsets[key] = record.value
+            return
+        if record.value is None:
+            self.groups.pop(record.group, None)
+            return
+        stored = record.value
+        old = self.groups.get(record.group)
+        group = ClassicGroup(record.group, state_timestamp_ms=stored.current_state_timestamp_ms)
+        if old is not None:
+            group.offsets = old.offsets
+        group.protocol_type = stored.protocol_type or None
+        group.protocol_name = stored.protocol
+        group.generation = stored.generation
+        for sm in stored.members:
+            group.add(
+                Member(
+                    member_id=sm.member_id,
+                    group_instance_id=sm.group_instance_id,
+                    client_id=sm.client_id,
+                    client_host=sm.client_host,
+                    rebalance_timeout_ms=sm.rebalance_timeout_ms,
+                    session_timeout_ms=sm.session_timeout_ms,
+                    protocol_type=stored.protocol_type,
+                    protocols=[(stored.protocol or "", sm.subscription)],
+                    assignment=sm.assignment,
+                )
+            )
+        group.leader_id = stored.leader if stored.members else None
+        group.state = S.STABLE if stored.members else S.EMPTY
+        self.groups[record.group] = group
+
+    def finish_load(self, now_ms: int) -> None:
+        """Loaded members get a full session from now (Kafka does the same)."""
+        for group in self.groups.values():
+            for m in group.members.values():
+                m.heartbeat_deadline_ms = now_ms + m.session_timeout_ms
+            self._schedule(group)
+
+    # ------------------------------------------------------------------ OffsetCommit
+    def offset_commit(
+        self, reply: Reply, req: Any, now_ms: int, unknown: Iterable[tuple[str, int]] = ()
+    ) -> None:
+        """Commit, fenced by generation and member; ``unknown`` partitions fail alone."""
+        generation = req.generation_id_or_member_epoch if reply.version >= 1 else -1
+        member_id = req.member_id if reply.version >= 1 else ""
+        instance = req.group_instance_id
+        group = self.groups.get(req.group_id)
+        code = E.NONE
+        if not req.group_id:
+            code = E.INVALID_GROUP_ID
+        elif group is None:
+            if generation < 0:
+                group = self.groups[req.group_id] = ClassicGroup(
+                    req.group_id, state_timestamp_ms=now_ms
+                )
+            else:
+                code = E.ILLEGAL_GENERATION
+        if group is not None and code == E.NONE:
+            code = self._commit_check(group, member_id, instance, generation, now_ms)
+        missing = set(unknown)
+        results: dict[tuple[str, int], ErrorCode] = {}
+        commits: dict[tuple[str, int], OffsetAndMetadata] = {}
+        for t in req.topics:
+            for p in t.partitions:
+                key = (t.name, p.partition_index)
+                metadata = p.committed_metadata or ""
+                if code != E.NONE:
+                    results[key] = code
+                elif key in missing:
+                    results[key] = E.UNKNOWN_TOPIC_OR_PARTITION
+                elif len(metadata.encode()) > self.config.offset_metadata_max_bytes:
+                    results[key] = E.OFFSET_METADATA_TOO_LARGE
+                else:
+                    commits[key] = OffsetAndMetadata(
+                        offset=p.committed_offset,
+                        leader_epoch=p.committed_leader_epoch,
+                        metadata=metadata,
+                        commit_timestamp_ms=now_ms,
+                    )
+                    results[key] = E.NONE
+
+        def answer(write_code: ErrorCode) -> None:
+            if write_code == E.NONE and group is not None:
+                group.offsets.update(commits)
+            by_topic: dict[str, list[Any]] = {}
+            for (topic, index), c in results.items():
+                if (topic, index) in commits:
+                    c = write_code
+                by_topic.setdefault(topic, []).append(
+                    OffsetCommitResponse.OffsetCommitResponsePartition(
+                        partition_index=index, error_code=int(c)
+                    )
+                )
+            self._respond(
+                reply,
+                OffsetCommitResponse(
+                    throttle_time_ms=0,
+                    topics=[
+                        OffsetCommitResponse.OffsetCommitResponseTopic(name=n, partitions=ps)
+                        for n, ps in by_topic.items()
+                    ],
+                ),
+            )
+
+        if not commits:
+            answer(E.NONE)
+            return
+        assert group is not None
+        records: list[Record] = [
+            (offset_commit_key(group.group_id, t, p), offset_commit_value(v))
+            for (t, p), v in commits.items()
+        ]
+        self._write(records, answer)
+
+    def _commit_check(
+        self, group: ClassicGroup, member_id: str, instance: str | None, generation: int, now: int
+    ) -> ErrorCode:
+        if group.state is S.DEAD:
+            return E.COORDINATOR_NOT_AVAILABLE
+        if group.static_member_fenced(member_id, instance):
+            return E.FENCED_INSTANCE_ID
+        if generation < 0 and group.state is S.EMPTY:
+            return E.NONE  # an admin / manual-assignment commit
+        if member_id not in group.members:
+            return E.UNKNOWN_MEMBER_ID
+        if generation != group.generation:
+            return E.ILLEGAL_GENERATION
+        if group.state is S.COMPLETING_REBALANCE:
+            return E.REBALANCE_IN_PROGRESS
+        member = group.members[member_id]
+        member.heartbeat_deadline_ms = now + member.session_timeout_ms  # a commit is alive
+        self._schedule(group)
+        return E.NONE
+
+    # ------------------------------------------------------------------ OffsetFetch
+    def offset_fetch(
+        self, group_id: str, topics: list[tuple[str, list[int]]] | None
+    ) -> OffsetFetchResponse.OffsetFetchResponseGroup:
+        """One group's committed offsets (all of them when ``topics`` is None), in the
+        v8+ shape; partitions without a commit answer offset -1."""
+        group = self.groups.get(group_id)
+        offsets = group.offsets if group is not None else {}
+        wanted: dict[str, list[int]] = {}
+        if topics is None:
+            for topic, index in sorted(offsets):
+                wanted.setdefault(topic, []).append(index)
+        else:
+            for name, parts in topics:
+                wanted.setdefault(name, []).extend(parts)
+        out = []
+        for name, parts in wanted.items():
+            rows = []
+            for index in parts:
+                om = offsets.get((name, index))
+                rows.append(
+                    OffsetFetchResponse.OffsetFetchResponsePartitions(
+                        partition_index=index,
+                        committed_offset=om.offset if om is not None else -1,
+                        committed_leader_epoch=om.leader_epoch if om is not None else -1,
+                        metadata=om.metadata if om is not None else "",
+                        error_code=0,
+                    )
+                )
+            out.append(OffsetFetchResponse.OffsetFetchResponseTopics(name=name, partitions=rows))
+        return OffsetFetchResponse.OffsetFetchResponseGroup(
+            group_id=group_id, topics=out, error_code=0
+        )
+
+    # ------------------------------------------------------------------ admin
+    def list_groups(self, states: set[str] | None) -> list[tuple[str, str, str]]:
+        """(group id, protocol type, state) of every group, filtered by state name
+        (case-insensitive, as Kafka)."""
+        wanted = {s.lower() for s in states} if states else None
+        return [
+            (g.group_id, g.protocol_type or "", g.state.value)
+            for g in self.groups.values()
+            if g.state is not S.DEAD and (wanted is None or g.state.value.lower() in wanted)
+        ]
+
+    def describe_group(self, group_id: str) -> DescribeGroupsResponse.DescribedGroup:
+        group = self.groups.get(group_id)
+        if group is None:
+            return DescribeGroupsResponse.DescribedGroup(
+                error_code=0,
+                group_id=group_id,
+                group_state=S.DEAD.value,
+                protocol_type="",
+                protocol_data="",
+                members=[],
+                authorized_operations=_OPERATIONS_OMITTED,
+            )
+        stable = group.state is S.STABLE
+        members = [
+            DescribeGroupsResponse.DescribedGroupMember(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                member_metadata=m.metadata_for(group.protocol_name) if stable else b"",
+                member_assignment=m.assignment if stable else b"",
+            )
+            for m in group.members.values()
+        ]
+        return DescribeGroupsResponse.DescribedGroup(
+            error_code=0,
+            group_id=group_id,
+            group_state=group.state.value,
+            protocol_type=group.protocol_type or "",
+            protocol_data=(group.protocol_name or "") if stable else "",
+            members=members,
+            authorized_operations=_OPERATIONS_OMITTED,
+        )
+
+    def delete_group(self, reply: Reply, group_id: str, now_ms: int) -> None:
+        """DeleteGroups of one group: answers an ErrorCode once its tombstones are written."""
+        group = self.groups.get(group_id)
+        if group is None or group.state is S.DEAD:
+            self._respond(reply, E.GROUP_ID_NOT_FOUND)
+            return
+        if group.state is not S.EMPTY:
+            self._respond(reply, E.NON_EMPTY_GROUP)
+            return
+        group.transition(S.DEAD, now_ms)
+        records = self._tombstones(group, list(group.offsets))
+        records.append((group_metadata_key(group_id), None))
+        del self.groups[group_id]
+
+        def answer(code: ErrorCode) -> None:
+            self._respond(reply, code)
+
+        self._write(records, answer)
+
+    def _tombstones(self, group: ClassicGroup, keys: list[tuple[str, int]]) -> list[Record]:
+        return [(offset_commit_key(group.group_id, t, p), None) for t, p in keys]
+
+    def offset_delete(self, reply: Reply, req: Any) -> None:
+        group = self.groups.get(req.group_id)
+        if group is None or group.state is S.DEAD:
+            self._respond(
+                reply,
+                OffsetDeleteResponse(
+                    error_code=int(E.GROUP_ID_NOT_FOUND), throttle_time_ms=0, topics=[]
+                ),
+            )
+            return
+        if group.state is not S.EMPTY and group.protocol_type != "consumer":
+            self._respond(
+                reply,
+                OffsetDeleteResponse(
+                    error_code=int(E.NON_EMPTY_GROUP), throttle_time_ms=0, topics=[]
+                ),
+            )
+            return
+        subscribed = group.subscribed_topics() if group.state is not S.EMPTY else set()
+        deleted: list[tuple[str, int]] = []
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                code = E.NONE
+                if subscribed is None or t.name in subscribed:
+                    code = E.GROUP_SUBSCRIBED_TO_TOPIC
+                elif (t.name, p.partition_index) in group.offsets:
+                    deleted.append((t.name, p.partition_index))
+                parts.append(
+                    OffsetDeleteResponse.OffsetDeleteResponsePartition(
+                        partition_index=p.partition_index, error_code=int(code)
+                    )
+                )
+            topics.append(
+                OffsetDeleteResponse.OffsetDeleteResponseTopic(name=t.name, partitions=parts)
+            )
+        for key in deleted:
+            group.offsets.pop(key, None)
+        response = OffsetDeleteResponse(error_code=0, throttle_time_ms=0, topics=topics)
+        if not deleted:
+            self._respond(reply, response)
+            return
+
+        def answer(code: ErrorCode) -> None:
+            if code != E.NONE:
+                response.error_code = int(code)
+            self._respond(reply, response)
+
+        self._write(self._tombstones(group, deleted), answer)
+
+    # ------------------------------------------------------------------ retention
+    def expire_offsets(self, now_ms: int) -> int:
+        """Drop expired offsets (``offsets.retention.minutes``) and groups left with
+        nothing; returns how many offsets expired. The tombstones go out as one write."""
+        retention = self.config.offsets_retention_ms
+        records: list[Record] = []
+        expired = 0
+        for group in list(self.groups.values()):
+            if group.state is not S.EMPTY:
+                continue  # a group with members keeps its offsets (Kafka 2.1+)
+            standalone = group.protocol_type is None
+            gone = []
+            for key, om in group.offsets.items():
+                if om.expire_timestamp_ms >= 0:
+                    due = om.expire_timestamp_ms
+                elif standalone:
+                    due = om.commit_timestamp_ms + retention
+                else:
+                    due = max(group.state_timestamp_ms, 0) + retention
+                if due <= now_ms:
+                    gone.append(key)
+            for key in gone:
+                del group.offsets[key]
+            records.extend(self._tombstones(group, gone))
+            expired += len(gone)
+            if not group.offsets and not group.members:
+                group.transition(S.DEAD, now_ms)
+                del self.groups[group.group_id]
+                records.append((group_metadata_key(group.group_id), None))
+        if records:
+            self._write(records, lambda _code: None)
+        return expired

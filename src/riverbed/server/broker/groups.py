@@ -1,0 +1,330 @@
+"""Group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
+
+Each request goes to the shard of its group (`riverbed.server.coordinator`); an error
+about the coordinator itself (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
+COORDINATOR_NOT_AVAILABLE) fills every error field of the response so the client looks
+the coordinator up again. FindCoordinator (key type 0 = group, 1 = transaction; batched
+keys v4+) creates ``__consumer_offsets`` / ``__transaction_state`` on first use, with
+``offsets.topic.num.partitions`` / ``offsets.topic.replication.factor`` /
+``offsets.topic.segment.bytes`` (and the ``transaction.state.log.*`` equivalents),
+``cleanup.policy=compact``, and answers the leader of the key's partition on the
+listener the request came in on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from riverbed.coordinator.records import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, partition_for
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.headers import response_body_version
+from riverbed.protocol.messages import (
+    CreateTopicsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsResponse,
+    FindCoordinatorResponse,
+    ListGroupsResponse,
+    OffsetFetchResponse,
+)
+from riverbed.server.broker.error_response import error_response
+from riverbed.server.coordinator import CoordinatorError
+from riverbed.server.network import RequestContext
+
+if TYPE_CHECKING:
+    from riverbed.server.broker.dispatch import Broker
+
+log = logging.getLogger(__name__)
+
+E = ErrorCode
+_KEY_GROUP = 0
+_KEY_TRANSACTION = 1
+
+
+def _client_host(ctx: RequestContext) -> str:
+    peer = ctx.peer
+    host = peer[0] if isinstance(peer, tuple) and peer else str(peer or "")
+    return f"/{host}"
+
+
+async def _answer(broker: Broker, ctx: RequestContext, req: Any, group_id: str, op: Any) -> Any:
+    version = response_body_version(ctx.header)
+    try:
+        return await broker.groups.call(group_id, ctx.header.api_version, op)
+    except CoordinatorError as exc:
+        return error_response(ctx.header.api_key, req, version, exc.code)
+
+
+# ---------------------------------------------------------------------- FindCoordinator
+def _internal_topic(broker: Broker, key_type: int) -> tuple[str, int, int, dict[str, str]]:
+    cfg = broker.config
+    if key_type == _KEY_GROUP:
+        return (
+            OFFSETS_TOPIC,
+            int(cfg.get("offsets.topic.num.partitions")),
+            int(cfg.get("offsets.topic.replication.factor")),
+            {
+                "cleanup.policy": "compact",
+                "segment.bytes": str(cfg.get("offsets.topic.segment.bytes")),
+                "compression.type": "producer",
+            },
+        )
+    return (
+        TRANSACTION_STATE_TOPIC,
+        int(cfg.get("transaction.state.log.num.partitions")),
+        int(cfg.get("transaction.state.log.replication.factor")),
+        {
+            "cleanup.policy": "compact",
+            "segment.bytes": str(cfg.get("transaction.state.log.segment.bytes")),
+            "min.insync.replicas": str(cfg.get("transaction.state.log.min.isr")),
+            "compression.type": "uncompressed",
+        },
+    )
+
+
+async def ensure_internal_topic(broker: Broker, key_type: int) -> ErrorCode:
+    """Create the internal topic of ``key_type`` unless it exists (Kafka does this on the
+    first FindCoordinator); NONE once it exists and its local logs are open."""
+    name, partitions, rf, configs = _internal_topic(broker, key_type)
+    if broker.metadata.image.topic(name) is not None:
+        return E.NONE
+    async with broker.groups.create_lock:
+        if broker.metadata.image.topic(name) is None:
+            request = CreateTopicsRequest(
+                topics=[
+                    CreateTopicsRequest.CreatableTopic(
+                        name=name,
+                        num_partitions=partitions,
+                        replication_factor=rf,
+                        assignments=[],
+                        configs=[
+                            CreateTopicsRequest.CreatableTopicConfig(name=k, value=v)
+                            for k, v in configs.items()
+                        ],
+                    )
+                ],
+                timeout_ms=30_000,
+                validate_only=False,
+            )
+            try:
+                response = await broker.metadata.create_topics(request)
+            except Exception as exc:
+                log.warning("creating %s failed: %r", name, exc)
+                return E.COORDINATOR_NOT_AVAILABLE
+            code = response.topics[0].error_code if response.topics else 0
+            if code not in (0, int(E.TOPIC_ALREADY_EXISTS)):
+                log.warning(
+                    "creating %s failed: %s (%s)",
+                    name,
+                    E.of(code).name,
+                    response.topics[0].error_message,
+                )
+                return E.COORDINATOR_NOT_AVAILABLE
+            log.info("created internal topic %s (%d partitions, rf %d)", name, partitions, rf)
+    await broker.partitions.settled()
+    return E.NONE
+
+
+async def _find_one(
+    broker: Broker, ctx: RequestContext, key: str, key_type: int
+) -> tuple[ErrorCode, int, str, int]:
+    if key_type not in (_KEY_GROUP, _KEY_TRANSACTION):
+        return E.INVALID_REQUEST, -1, "", -1
+    code = await ensure_internal_topic(broker, key_type)
+    if code != E.NONE:
+        return code, -1, "", -1
+    name = _internal_topic(broker, key_type)[0]
+    image = broker.metadata.image
+    topic = image.topic(name)
+    if topic is None or not topic.partitions:
+        return E.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+    reg = topic.partitions.get(partition_for(key, len(topic.partitions)))
+    leader = reg.leader if reg is not None else -1
+    broker_reg = image.brokers.get(leader)
+    endpoint = broker_reg.endpoint(ctx.listener_name) if broker_reg is not None else None
+    if endpoint is None or broker_reg is None or broker_reg.fenced:
+        return E.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+    return E.NONE, leader, endpoint.host, endpoint.port
+
+
+async def handle_find_coordinator(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    if ctx.header.api_version >= 4:
+        coordinators = []
+        for key in req.coordinator_keys or []:
+            code, node, host, port = await _find_one(broker, ctx, key, req.key_type)
+            coordinators.append(
+                FindCoordinatorResponse.Coordinator(
+                    key=key,
+                    node_id=node,
+                    host=host,
+                    port=port,
+                    error_code=int(code),
+                    error_message=None if code == E.NONE else code.name,
+                )
+            )
+        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
+    code, node, host, port = await _find_one(broker, ctx, req.key, req.key_type)
+    return FindCoordinatorResponse(
+        throttle_time_ms=0,
+        error_code=int(code),
+        error_message=None if code == E.NONE else code.name,
+        node_id=node,
+        host=host,
+        port=port,
+        coordinators=[],
+    )
+
+
+# ---------------------------------------------------------------------- membership
+async def handle_join_group(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    client_id = ctx.header.client_id or ""
+    host = _client_host(ctx)
+    return await _answer(
+        broker,
+        ctx,
+        req,
+        req.group_id,
+        lambda shard, reply, now: shard.join_group(reply, req, client_id, host, now),
+    )
+
+
+async def handle_sync_group(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    return await _answer(
+        broker, ctx, req, req.group_id, lambda shard, reply, now: shard.sync_group(reply, req, now)
+    )
+
+
+async def handle_heartbeat(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    return await _answer(
+        broker, ctx, req, req.group_id, lambda shard, reply, now: shard.heartbeat(reply, req, now)
+    )
+
+
+async def handle_leave_group(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    return await _answer(
+        broker, ctx, req, req.group_id, lambda shard, reply, now: shard.leave_group(reply, req, now)
+    )
+
+
+# ---------------------------------------------------------------------- offsets
+async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    image = broker.metadata.image
+    unknown = set()
+    for t in req.topics:
+        topic = image.topic(t.name)
+        for p in t.partitions:
+            if topic is None or p.partition_index not in topic.partitions:
+                unknown.add((t.name, p.partition_index))
+    return await _answer(
+        broker,
+        ctx,
+        req,
+        req.group_id,
+        lambda shard, reply, now: shard.offset_commit(reply, req, now, unknown),
+    )
+
+
+def _fetch_group(broker: Broker, group_id: str, topics: Any) -> Any:
+    wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
+    try:
+        _partition, shard = broker.groups.shard_of(group_id)
+    except CoordinatorError as exc:
+        return OffsetFetchResponse.OffsetFetchResponseGroup(
+            group_id=group_id, topics=[], error_code=exc.error_code
+        )
+    return shard.offset_fetch(group_id, wanted)
+
+
+async def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    # require_stable (v7+): no transactional offsets are ever pending here, so every
+    # committed offset is stable.
+    if ctx.header.api_version >= 8:
+        groups = [_fetch_group(broker, g.group_id, g.topics) for g in req.groups or []]
+        return OffsetFetchResponse(throttle_time_ms=0, groups=groups, topics=[], error_code=0)
+    one = _fetch_group(broker, req.group_id, req.topics)
+    if one.error_code and ctx.header.api_version < 2:
+        # v0/v1 have no top-level error: every requested partition carries it
+        return error_response(
+            ctx.header.api_key, req, response_body_version(ctx.header), E.of(one.error_code)
+        )
+    topics = [
+        OffsetFetchResponse.OffsetFetchResponseTopic(
+            name=t.name,
+            partitions=[
+                OffsetFetchResponse.OffsetFetchResponsePartition(
+                    partition_index=p.partition_index,
+                    committed_offset=p.committed_offset,
+                    committed_leader_epoch=p.committed_leader_epoch,
+                    metadata=p.metadata,
+                    error_code=p.error_code,
+                )
+                for p in t.partitions
+            ],
+        )
+        for t in one.topics
+    ]
+    return OffsetFetchResponse(
+        throttle_time_ms=0, topics=topics, error_code=one.error_code, groups=[]
+    )
+
+
+async def handle_offset_delete(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    return await _answer(
+        broker, ctx, req, req.group_id, lambda shard, reply, now: shard.offset_delete(reply, req)
+    )
+
+
+# ---------------------------------------------------------------------- admin
+async def handle_list_groups(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    states = set(req.states_filter or []) if ctx.header.api_version >= 4 else None
+    listed = []
+    code = E.NONE
+    if broker.groups.loading():
+        code = E.COORDINATOR_LOAD_IN_PROGRESS
+    for shard in list(broker.groups.shards.values()):
+        for group_id, ptype, state in shard.list_groups(states):
+            listed.append(
+                ListGroupsResponse.ListedGroup(
+                    group_id=group_id, protocol_type=ptype, group_state=state, group_type="classic"
+                )
+            )
+    return ListGroupsResponse(throttle_time_ms=0, error_code=int(code), groups=listed)
+
+
+async def handle_describe_groups(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    out = []
+    for group_id in req.groups:
+        try:
+            _partition, shard = broker.groups.shard_of(group_id)
+        except CoordinatorError as exc:
+            out.append(
+                DescribeGroupsResponse.DescribedGroup(
+                    error_code=exc.error_code,
+                    group_id=group_id,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    members=[],
+                )
+            )
+            continue
+        out.append(shard.describe_group(group_id))
+    return DescribeGroupsResponse(throttle_time_ms=0, groups=out)
+
+
+async def handle_delete_groups(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    async def one(group_id: str) -> Any:
+        try:
+            code = await broker.groups.call(
+                group_id,
+                ctx.header.api_version,
+                lambda shard, reply, now: shard.delete_group(reply, group_id, now),
+            )
+        except CoordinatorError as exc:
+            code = exc.code
+        return DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=int(code))
+
+    results = await asyncio.gather(*(one(g) for g in req.groups_names))
+    return DeleteGroupsResponse(throttle_time_ms=0, results=list(results))

@@ -1,0 +1,327 @@
+"""The group coordinator's asyncio shell: shards per led ``__consumer_offsets`` partition.
+
+Which groups this node coordinates follows the metadata image: a node leads partition
+``p`` of ``__consumer_offsets`` -> it loads shard ``p`` (a `GroupShard`) by replaying
+that partition from its log start to its high watermark in a worker thread
+(COORDINATOR_LOAD_IN_PROGRESS meanwhile); it stops leading (or the leader epoch
+changes) -> the shard is dropped and its parked requests answer NOT_COORDINATOR. A
+group whose partition another node leads is NOT_COORDINATOR; before the topic exists,
+COORDINATOR_NOT_AVAILABLE (FindCoordinator creates it, as Kafka does).
+
+Writes: a shard's records become one record batch appended through the partition
+manager as leader (the same path as a produce); the shard hears back once the high
+watermark has passed the batch (acks=all: with replication the HW waits for the ISR),
+or REQUEST_TIMED_OUT after ``offsets.commit.timeout.ms``, NOT_COORDINATOR when the
+append is refused.
+
+Delayed responses (a JoinGroup waiting for the rebalance, a SyncGroup waiting for the
+leader, a commit waiting for its write) are futures; a request parked on one gives its
+``queued.max.requests`` permit back. Timers run on the node's clock in one task that
+sleeps until the earliest shard deadline (or a wake-up after any request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import os
+import random
+from collections.abc import Callable
+from typing import Any
+
+from riverbed.coordinator.group import Reply
+from riverbed.coordinator.records import OFFSETS_TOPIC, parse_record, partition_for
+from riverbed.coordinator.shard import GroupConfig, GroupShard, Write
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.record_batch import iter_batches
+from riverbed.protocol.records import SimpleRecord, build_batch, iter_records
+from riverbed.server.request_permits import park_current_request
+
+log = logging.getLogger(__name__)
+
+#: Longest sleep of the timer task: also how often leadership is re-checked.
+RECONCILE_INTERVAL_MS = 200
+#: Bytes read per step while loading a partition (Kafka's offsets.load.buffer.size).
+LOAD_READ_BYTES_DEFAULT = 5 * 1024 * 1024
+
+
+class CoordinatorError(Exception):
+    """A request this node cannot serve for the group (a Kafka error code)."""
+
+    def __init__(self, code: ErrorCode) -> None:
+        super().__init__(code.name)
+        self.error_code = int(code)
+        self.code = code
+
+
+def _read_shard(plog: Any, partition: int, config: GroupConfig, read_bytes: int) -> GroupShard:
+    """Replay one partition into a fresh shard (worker thread: file reads)."""
+    shard = GroupShard(partition, config, random.Random(int.from_bytes(os.urandom(8), "big")))
+    offset = plog.log_start_offset
+    end = plog.high_watermark
+    while offset < end:
+        result = plog.read(offset, read_bytes, end)
+        if not result.ranges:
+            break
+        data = bytearray()
+        for r in result.ranges:
+            with open(r.path, "rb") as f:
+                data += os.pread(f.fileno(), r.size, r.position)
+        for pos, h in iter_batches(data):
+            if h.is_control:
+                continue
+            for rec in iter_records(memoryview(data)[pos : pos + h.size]):
+                if rec.key is not None:
+                    parsed = parse_record(rec.key, rec.value)
+                    if parsed is not None:
+                        shard.replay(parsed)
+        if result.next_offset <= offset:
+            break
+        offset = result.next_offset
+    return shard
+
+
+class GroupCoordinator:
+    """This node's classic group coordinator (see the module docstring)."""
+
+    def __init__(self, config: Any, node_id: int, partitions: Any, metadata: Any, clock: Any):
+        self.config = config
+        self.node_id = node_id
+        self.partitions = partitions
+        self.metadata = metadata
+        self.clock = clock
+        self.group_config = GroupConfig.from_config(config)
+        self.commit_timeout_ms = int(config.get("offsets.commit.timeout.ms"))
+        self.retention_check_ms = int(config.get("offsets.retention.check.interval.ms"))
+        self.load_read_bytes = int(config.get("offsets.load.buffer.size"))
+        self.shards: dict[int, GroupShard] = {}
+        self._epochs: dict[int, int] = {}
+        self._loading: dict[int, asyncio.Task[None]] = {}
+        self._replies: dict[int, tuple[int, asyncio.Future[Any]]] = {}
+        self._next_reply = 0
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._timer_task: asyncio.Task[None] | None = None
+        self._closed = False
+        #: FindCoordinator creates the internal topics once, whoever asks first.
+        self.create_lock = asyncio.Lock()
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        if self._timer_task is None:
+            self._timer_task = self._spawn(self._timer_loop())
+
+    def close(self) -> None:
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        for partition in list(self.shards):
+            self._unload(partition)
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        # a fresh context: background work must not release the permit of the request
+        # that happened to start it (see request_permits)
+        task = asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # ------------------------------------------------------------------ leadership
+    def _led_partitions(self) -> dict[int, int]:
+        """partition -> leader epoch of every offsets partition this node leads and hosts."""
+        topic = self.metadata.image.topic(OFFSETS_TOPIC)
+        if topic is None:
+            return {}
+        return {
+            p: reg.leader_epoch
+            for p, reg in topic.partitions.items()
+            if reg.leader == self.node_id and self.partitions.get(OFFSETS_TOPIC, p) is not None
+        }
+
+    def reconcile(self) -> None:
+        """Load the partitions this node now leads; unload the ones it no longer does."""
+        if self._closed:
+            return
+        led = self._led_partitions()
+        for p in list(self.shards) + list(self._loading):
+            if led.get(p) != self._epochs.get(p):
+                self._unload(p)
+        for p, epoch in led.items():
+            if p not in self.shards and p not in self._loading:
+                self._epochs[p] = epoch
+                self._loading[p] = self._spawn(self._load(p, epoch))
+
+    async def _load(self, partition: int, epoch: int) -> None:
+        hosted = self.partitions.get(OFFSETS_TOPIC, partition)
+        try:
+            shard = await asyncio.to_thread(
+                _read_shard, hosted.log, partition, self.group_config, self.load_read_bytes
+            )
+        except Exception:
+            log.exception("loading groups of %s-%d failed", OFFSETS_TOPIC, partition)
+            self._loading.pop(partition, None)
+            self._epochs.pop(partition, None)
+            return
+        if self._loading.get(partition) is not asyncio.current_task():
+            return  # unloaded (or reloaded) meanwhile
+        del self._loading[partition]
+        shard.finish_load(self.clock.now_ms())
+        self.shards[partition] = shard
+        log.info(
+            "loaded %d groups of %s-%d (leader epoch %d)",
+            len(shard.groups),
+            OFFSETS_TOPIC,
+            partition,
+            epoch,
+        )
+        self._wake.set()
+
+    def _unload(self, partition: int) -> None:
+        task = self._loading.pop(partition, None)
+        if task is not None:
+            task.cancel()
+        self._epochs.pop(partition, None)
+        shard = self.shards.pop(partition, None)
+        if shard is None:
+            return
+        log.info("unloaded groups of %s-%d", OFFSETS_TOPIC, partition)
+        for rid, (p, fut) in list(self._replies.items()):
+            if p == partition:
+                del self._replies[rid]
+                if not fut.done():
+                    fut.set_exception(CoordinatorError(ErrorCode.NOT_COORDINATOR))
+
+    def loading(self) -> bool:
+        return bool(self._loading)
+
+    # ------------------------------------------------------------------ routing
+    def partition_of(self, group_id: str) -> int:
+        topic = self.metadata.image.topic(OFFSETS_TOPIC)
+        if topic is None or not topic.partitions:
+            raise CoordinatorError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return partition_for(group_id, len(topic.partitions))
+
+    def shard_of(self, group_id: str) -> tuple[int, GroupShard]:
+        """The loaded shard of ``group_id``, or CoordinatorError with Kafka's code."""
+        partition = self.partition_of(group_id)
+        shard = self.shards.get(partition)
+        if shard is not None:
+            return partition, shard
+        topic = self.metadata.image.topic(OFFSETS_TOPIC)
+        reg = topic.partitions.get(partition) if topic is not None else None
+        if reg is None or reg.leader != self.node_id:
+            raise CoordinatorError(ErrorCode.NOT_COORDINATOR)
+        self.reconcile()
+        raise CoordinatorError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+
+    async def call(
+        self, group_id: str, version: int, op: Callable[[GroupShard, Reply, int], None]
+    ) -> Any:
+        """Run ``op(shard, reply, now_ms)`` on the group's shard; await its response."""
+        partition, shard = self.shard_of(group_id)
+        return await self.call_shard(partition, shard, version, op)
+
+    async def call_shard(
+        self,
+        partition: int,
+        shard: GroupShard,
+        version: int,
+        op: Callable[[GroupShard, Reply, int], None],
+    ) -> Any:
+        self._next_reply += 1
+        reply = Reply(self._next_reply, version)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._replies[reply.id] = (partition, fut)
+        try:
+            op(shard, reply, self.clock.now_ms())
+            self._flush(partition, shard)
+        except BaseException:
+            self._replies.pop(reply.id, None)
+            raise
+        self._wake.set()
+        if not fut.done():
+            park_current_request()  # a parked join/sync/commit holds no handler permit
+        try:
+            return await fut
+        finally:
+            self._replies.pop(reply.id, None)
+
+    # ------------------------------------------------------------------ outputs
+    def _flush(self, partition: int, shard: GroupShard) -> None:
+        while True:
+            out, writes = shard.take_output()
+            if not out and not writes:
+                return
+            for reply, response in out:
+                entry = self._replies.pop(reply.id, None)
+                if entry is not None and not entry[1].done():
+                    entry[1].set_result(response)
+            for write in writes:
+                self._start_write(partition, shard, write)
+
+    def _start_write(self, partition: int, shard: GroupShard, write: Write) -> None:
+        hosted = self.partitions.get(OFFSETS_TOPIC, partition)
+        if hosted is None or self.shards.get(partition) is not shard:
+            shard.complete_write(write.token, ErrorCode.NOT_COORDINATOR)
+            return
+        now = self.clock.now_ms()
+        batch = build_batch(
+            [SimpleRecord(value=v, key=k, timestamp=now) for k, v in write.records], now_ms=now
+        )
+        try:
+            info = self.partitions.append(hosted, bytearray(batch))
+        except Exception as exc:
+            code = ErrorCode.of(getattr(exc, "error_code", int(ErrorCode.NOT_COORDINATOR)))
+            log.warning("writing to %s-%d failed: %r", OFFSETS_TOPIC, partition, exc)
+            if code not in (ErrorCode.NOT_COORDINATOR, ErrorCode.REQUEST_TIMED_OUT):
+                code = ErrorCode.NOT_COORDINATOR  # Kafka maps append errors the same way
+            shard.complete_write(write.token, code)
+            return
+        end = info.last_offset + 1
+        if hosted.log.high_watermark >= end:
+            shard.complete_write(write.token, ErrorCode.NONE)
+            return
+        self._spawn(self._await_durable(partition, shard, hosted, write.token, end))
+
+    async def _await_durable(
+        self, partition: int, shard: GroupShard, hosted: Any, token: int, end: int
+    ) -> None:
+        purgatory = self.partitions.purgatory
+        ok = await purgatory.wait_until(
+            [(OFFSETS_TOPIC, partition)],
+            lambda: hosted.log.high_watermark >= end,
+            self.commit_timeout_ms,
+        )
+        if self.shards.get(partition) is not shard:
+            shard.complete_write(token, ErrorCode.NOT_COORDINATOR)
+        else:
+            shard.complete_write(token, ErrorCode.NONE if ok else ErrorCode.REQUEST_TIMED_OUT)
+        self._flush(partition, shard)
+
+    # ------------------------------------------------------------------ timers
+    async def _timer_loop(self) -> None:
+        next_expiry = self.clock.now_ms() + self.retention_check_ms
+        while not self._closed:
+            self._wake.clear()
+            now = self.clock.now_ms()
+            try:
+                self.reconcile()
+                for partition, shard in list(self.shards.items()):
+                    deadline = shard.next_deadline()
+                    if deadline is not None and deadline <= now:
+                        shard.tick(now)
+                        self._flush(partition, shard)
+                if now >= next_expiry:
+                    next_expiry = now + self.retention_check_ms
+                    for partition, shard in list(self.shards.items()):
+                        if shard.expire_offsets(now):
+                            log.info("expired offsets in %s-%d", OFFSETS_TOPIC, partition)
+                        self._flush(partition, shard)
+            except Exception:
+                log.exception("group coordinator timers failed")
+            deadlines = [d for s in self.shards.values() if (d := s.next_deadline()) is not None]
+            wait_ms = min([RECONCILE_INTERVAL_MS, next_expiry - now, *(d - now for d in deadlines)])
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), max(wait_ms, 1) / 1000)

@@ -199,8 +199,10 @@ class Membership:
         protocols = _protocols(req)
         unchanged = member.matches(protocols)
         is_leader = group.leader_id == new_id
-        if group.state is S.STABLE and unchanged and not (is_leader and reply.version < 9):
-            # KIP-345: the same instance came back; persist its new id, no rebalance.
+        if group.state is S.STABLE and unchanged:
+            # KIP-345: the same instance came back; persist its new id, no rebalance. A
+            # returning leader gets the members with skipAssignment (KIP-814); before v9
+            # it assigns again and its SyncGroup gets the stored assignment (Stable).
             def written(code: ErrorCode) -> None:
                 self._join_response(
                     reply,

@@ -1,0 +1,184 @@
+"""A driver for one `GroupShard` in tests: builds requests, completes writes, collects replies."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from riverbed.coordinator.consumer_protocol import encode_assignment, encode_subscription
+from riverbed.coordinator.group import Reply
+from riverbed.coordinator.records import parse_record
+from riverbed.coordinator.shard import GroupConfig, GroupShard, Write
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    OffsetCommitRequest,
+    SyncGroupRequest,
+)
+
+CONFIG = GroupConfig(
+    initial_rebalance_delay_ms=0,
+    min_session_timeout_ms=100,
+    max_session_timeout_ms=60_000,
+)
+
+
+def join_req(
+    group: str = "g",
+    member_id: str = "",
+    *,
+    session_ms: int = 1000,
+    rebalance_ms: int = 2000,
+    instance: str | None = None,
+    protocols: list[tuple[str, bytes]] | None = None,
+    topics: tuple[str, ...] = ("t",),
+) -> JoinGroupRequest:
+    protos = protocols or [("range", encode_subscription(list(topics)))]
+    return JoinGroupRequest(
+        group_id=group,
+        session_timeout_ms=session_ms,
+        rebalance_timeout_ms=rebalance_ms,
+        member_id=member_id,
+        group_instance_id=instance,
+        protocol_type="consumer",
+        protocols=[
+            JoinGroupRequest.JoinGroupRequestProtocol(name=n, metadata=m) for n, m in protos
+        ],
+    )
+
+
+class Harness:
+    """Drives a shard like the shell does; writes complete at once unless held."""
+
+    def __init__(self, config: GroupConfig = CONFIG, seed: int = 0) -> None:
+        self.shard = GroupShard(0, config, random.Random(seed))
+        self.now = 1_000_000
+        self.replies: dict[int, Any] = {}
+        self.answered: list[int] = []
+        self.next_id = 0
+        self.hold_writes = False
+        self.held: list[Write] = []
+        self.log: list[tuple[bytes, bytes | None]] = []
+
+    def reply(self, version: int) -> Reply:
+        self.next_id += 1
+        return Reply(self.next_id, version)
+
+    def flush(self) -> None:
+        while True:
+            out, writes = self.shard.take_output()
+            if not out and not writes:
+                return
+            for r, resp in out:
+                assert r.id not in self.replies, f"reply {r.id} answered twice"
+                self.replies[r.id] = resp
+                self.answered.append(r.id)
+            for w in writes:
+                if self.hold_writes:
+                    self.held.append(w)
+                else:
+                    self.log.extend(w.records)
+                    self.shard.complete_write(w.token, ErrorCode.NONE)
+
+    def release(self, code: ErrorCode = ErrorCode.NONE) -> None:
+        held, self.held = self.held, []
+        for w in held:
+            if code == ErrorCode.NONE:
+                self.log.extend(w.records)
+            self.shard.complete_write(w.token, code)
+        self.flush()
+
+    def run(self, op: Any, version: int) -> int:
+        r = self.reply(version)
+        op(r)
+        self.flush()
+        return r.id
+
+    def join(self, req: JoinGroupRequest, version: int = 9, client: str = "c") -> int:
+        return self.run(lambda r: self.shard.join_group(r, req, client, "/h", self.now), version)
+
+    def sync(
+        self,
+        member: str,
+        generation: int,
+        assignments: dict[str, bytes] | None = None,
+        group: str = "g",
+        instance: str | None = None,
+    ) -> int:
+        req = SyncGroupRequest(
+            group_id=group,
+            generation_id=generation,
+            member_id=member,
+            group_instance_id=instance,
+            assignments=[
+                SyncGroupRequest.SyncGroupRequestAssignment(member_id=m, assignment=a)
+                for m, a in (assignments or {}).items()
+            ],
+        )
+        return self.run(lambda r: self.shard.sync_group(r, req, self.now), 5)
+
+    def heartbeat(
+        self, member: str, generation: int, group: str = "g", instance: str | None = None
+    ) -> Any:
+        req = HeartbeatRequest(
+            group_id=group, generation_id=generation, member_id=member, group_instance_id=instance
+        )
+        return self.replies[self.run(lambda r: self.shard.heartbeat(r, req, self.now), 4)]
+
+    def leave(self, members: list[tuple[str, str | None]], group: str = "g") -> Any:
+        req = LeaveGroupRequest(
+            group_id=group,
+            members=[
+                LeaveGroupRequest.MemberIdentity(member_id=m, group_instance_id=i)
+                for m, i in members
+            ],
+        )
+        return self.replies[self.run(lambda r: self.shard.leave_group(r, req, self.now), 5)]
+
+    def commit(
+        self, member: str, generation: int, offsets: dict[tuple[str, int], int], group: str = "g"
+    ) -> int:
+        topics: dict[str, list[Any]] = {}
+        for (t, p), off in offsets.items():
+            topics.setdefault(t, []).append(
+                OffsetCommitRequest.OffsetCommitRequestPartition(
+                    partition_index=p, committed_offset=off, committed_metadata="m"
+                )
+            )
+        req = OffsetCommitRequest(
+            group_id=group,
+            generation_id_or_member_epoch=generation,
+            member_id=member,
+            topics=[
+                OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps)
+                for t, ps in topics.items()
+            ],
+        )
+        return self.run(lambda r: self.shard.offset_commit(r, req, self.now), 8)
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+        self.shard.tick(self.now)
+        self.flush()
+
+    def join_member(self, group: str = "g", **kw: Any) -> str:
+        """A v4+ join: MEMBER_ID_REQUIRED, then the join with the id (parked)."""
+        first = self.replies[self.join(join_req(group, **kw))]
+        assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED
+        self.pending = self.join(join_req(group, first.member_id, **kw))
+        return str(first.member_id)
+
+    def replay_into_new_shard(self) -> GroupShard:
+        fresh = GroupShard(0, self.shard.config, random.Random(1))
+        for key, value in self.log:
+            parsed = parse_record(key, value)
+            assert parsed is not None
+            fresh.replay(parsed)
+        fresh.finish_load(self.now)
+        return fresh
+
+
+def assignment(parts: list[int], topic: str = "t") -> bytes:
+    return encode_assignment({topic: parts})

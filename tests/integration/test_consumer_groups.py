@@ -1,0 +1,331 @@
+"""Consumer groups with real clients: confluent-kafka, kafka-python and aiokafka.
+
+One broker for the module with short group timings (initial rebalance delay 200 ms,
+sessions down to 500 ms) and a 5-partition ``__consumer_offsets`` so each test stays fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from riverbed.testing.cluster import BrokerProcess
+
+pytestmark = pytest.mark.integration
+
+QUIET = {"log_level": 3}
+FAST = {"heartbeat.interval.ms": 100, "session.timeout.ms": 6000, **QUIET}
+#: The same settings in kafka-python's and aiokafka's keyword spelling.
+PY_FAST: dict[str, Any] = {
+    "auto_offset_reset": "earliest",
+    "enable_auto_commit": False,
+    "heartbeat_interval_ms": 100,
+    "session_timeout_ms": 6000,
+}
+
+
+@pytest.fixture(scope="module")
+def gbroker() -> Iterator[BrokerProcess]:
+    proc = BrokerProcess(
+        overrides={
+            "group.initial.rebalance.delay.ms": "200",
+            "group.min.session.timeout.ms": "500",
+            "offsets.topic.num.partitions": "5",
+            "num.partitions": "1",
+        }
+    )
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.close()
+
+
+def create(bootstrap: str, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(20)
+
+
+def produce(bootstrap: str, topic: str, n: int, partitions: int) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, **QUIET})
+    for i in range(n):
+        p.produce(topic, f"{i}".encode(), key=f"k{i}".encode(), partition=i % partitions)
+    assert p.flush(20) == 0
+
+
+def fill(bootstrap: str, topic: str, partitions: int, records: int) -> None:
+    create(bootstrap, topic, partitions)
+    produce(bootstrap, topic, records, partitions)
+
+
+def consumer(bootstrap: str, group: str, **extra: Any) -> Consumer:
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        **FAST,
+        **extra,
+    }
+    return Consumer(conf)
+
+
+def poll_until(
+    consumers: list[Consumer], done: Callable[[], bool], timeout_s: float = 30
+) -> list[Any]:
+    """Poll every consumer round-robin until ``done()``; returns the messages seen."""
+    got = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for c in consumers:
+            msg = c.poll(0.05)
+            if msg is not None and msg.error() is None:
+                got.append(msg)
+        if done():
+            return got
+    raise AssertionError("timed out: " + str([parts(c) for c in consumers]))
+
+
+def parts(c: Consumer) -> list[int]:
+    return sorted(tp.partition for tp in c.assignment())
+
+
+def split(consumers: list[Consumer], sizes: list[int]) -> Callable[[], bool]:
+    def check() -> bool:
+        got = [parts(c) for c in consumers]
+        flat = sorted(p for ps in got for p in ps)
+        return sorted(len(ps) for ps in got) == sorted(sizes) and flat == list(range(sum(sizes)))
+
+    return check
+
+
+def test_three_consumers_get_two_partitions_each_and_rebalance_on_join_and_leave(
+    gbroker: BrokerProcess,
+) -> None:
+    topic, group = "six-a", "g-six-a"
+    fill(gbroker.bootstrap, topic, 6, 60)
+    a, b = consumer(gbroker.bootstrap, group), consumer(gbroker.bootstrap, group)
+    for c in (a, b):
+        c.subscribe([topic])
+    poll_until([a, b], split([a, b], [3, 3]))
+    c3 = consumer(gbroker.bootstrap, group)
+    c3.subscribe([topic])
+    seen = poll_until([a, b, c3], split([a, b, c3], [2, 2, 2]))
+    del seen
+    c3.close()  # LeaveGroup: the other two take its partitions back
+    poll_until([a, b], split([a, b], [3, 3]))
+    a.close()
+    poll_until([b], split([b], [6]))
+    b.close()
+
+
+_CRASHER = """
+import sys, time
+from confluent_kafka import Consumer
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
+              "session.timeout.ms": 1500, "heartbeat.interval.ms": 100, "log_level": 3})
+c.subscribe([sys.argv[3]])
+while True:
+    c.poll(0.1)
+    if c.assignment():
+        print("assigned", flush=True)
+"""
+
+
+def test_a_crashed_consumer_is_removed_after_its_session_timeout(gbroker: BrokerProcess) -> None:
+    topic, group = "six-crash", "g-crash"
+    create(gbroker.bootstrap, topic, 6)
+    a = consumer(gbroker.bootstrap, group)
+    a.subscribe([topic])
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CRASHER, gbroker.bootstrap, group, topic],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        poll_until([a], lambda: len(parts(a)) == 3)
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "assigned"
+        os.kill(child.pid, signal.SIGKILL)  # no LeaveGroup: only the session timeout tells
+        child.wait(10)
+        start = time.monotonic()
+        poll_until([a], lambda: len(parts(a)) == 6, timeout_s=20)
+        assert time.monotonic() - start >= 1.0  # it took the 1.5 s session timeout
+    finally:
+        if child.poll() is None:
+            child.kill()
+        a.close()
+
+
+def test_commit_and_resume_after_a_broker_restart_with_no_gap_and_no_repeat(
+    gbroker: BrokerProcess,
+) -> None:
+    topic, group = "resume", "g-resume"
+    fill(gbroker.bootstrap, topic, 3, 90)
+    first = consumer(gbroker.bootstrap, group, **{"enable.auto.commit": False})
+    first.subscribe([topic])
+    taken: list[tuple[int, int]] = []
+    deadline = time.monotonic() + 30
+    while len(taken) < 40 and time.monotonic() < deadline:
+        msg = first.poll(0.1)
+        if msg is not None and msg.error() is None:
+            taken.append((msg.partition(), msg.offset()))
+            first.commit(message=msg, asynchronous=False)
+    assert len(taken) == 40
+    first.close()
+    gbroker.restart(kill=True)  # committed offsets must survive a crash of the broker
+    second = consumer(gbroker.bootstrap, group, **{"enable.auto.commit": False})
+    second.subscribe([topic])
+    rest: list[tuple[int, int]] = []
+    deadline = time.monotonic() + 40
+    while len(taken) + len(rest) < 90 and time.monotonic() < deadline:
+        msg = second.poll(0.1)
+        if msg is not None and msg.error() is None:
+            rest.append((msg.partition(), msg.offset()))
+    extra = second.poll(1.0)
+    second.close()
+    assert extra is None or extra.error() is not None
+    assert not set(taken) & set(rest), "records delivered twice"
+    assert sorted(taken + rest) == sorted((p, o) for p in range(3) for o in range(30))
+
+
+def test_static_membership_rejoins_without_a_rebalance(gbroker: BrokerProcess) -> None:
+    topic, group = "static", "g-static"
+    create(gbroker.bootstrap, topic, 4)
+    events: list[str] = []
+
+    def on_revoke(_c: Any, ps: list[TopicPartition]) -> None:
+        events.append("revoke")
+
+    a = consumer(gbroker.bootstrap, group, **{"group.instance.id": "a"})
+    a.subscribe([topic], on_revoke=on_revoke)
+    b = consumer(gbroker.bootstrap, group, **{"group.instance.id": "b"})
+    b.subscribe([topic])
+    poll_until([a, b], split([a, b], [2, 2]))
+    before = parts(b)
+    events.clear()
+    b.close()  # a static member sends no LeaveGroup (KIP-345)
+    b2 = consumer(gbroker.bootstrap, group, **{"group.instance.id": "b"})
+    b2.subscribe([topic])
+    poll_until([a, b2], lambda: parts(b2) == before)
+    settle = time.monotonic() + 1.0
+    poll_until([a, b2], lambda: time.monotonic() > settle)  # heartbeats run meanwhile
+    assert events == [], "the other member was made to rebalance"
+    assert len(parts(a)) == 2
+    a.close()
+    b2.close()
+
+
+def test_cooperative_sticky_revokes_only_what_moves(gbroker: BrokerProcess) -> None:
+    topic, group = "coop", "g-coop"
+    create(gbroker.bootstrap, topic, 6)
+    revoked: dict[str, list[int]] = {"a": [], "b": []}
+
+    def revoker(name: str) -> Callable[[Any, list[TopicPartition]], None]:
+        def cb(_c: Any, ps: list[TopicPartition]) -> None:
+            revoked[name] += [tp.partition for tp in ps]
+
+        return cb
+
+    sticky = {"partition.assignment.strategy": "cooperative-sticky"}
+    a = consumer(gbroker.bootstrap, group, **sticky)
+    b = consumer(gbroker.bootstrap, group, **sticky)
+    a.subscribe([topic], on_revoke=revoker("a"))
+    b.subscribe([topic], on_revoke=revoker("b"))
+    poll_until([a, b], split([a, b], [3, 3]))
+    held = {"a": set(parts(a)), "b": set(parts(b))}
+    revoked["a"].clear()
+    revoked["b"].clear()
+    c = consumer(gbroker.bootstrap, group, **sticky)
+    c.subscribe([topic])
+    poll_until([a, b, c], split([a, b, c], [2, 2, 2]))
+    assert len(revoked["a"]) == 1 and len(revoked["b"]) == 1, revoked
+    assert set(parts(a)) == held["a"] - set(revoked["a"])  # the rest never moved
+    assert set(parts(b)) == held["b"] - set(revoked["b"])
+    for x in (a, b, c):
+        x.close()
+
+
+def test_kafka_python_group_consumers_share_and_commit(gbroker: BrokerProcess) -> None:
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    topic, group = "kp-group", "g-kp"
+    fill(gbroker.bootstrap, topic, 4, 40)
+    opts = {"bootstrap_servers": gbroker.bootstrap, "group_id": group, **PY_FAST}
+    c1 = KafkaConsumer(topic, **opts)
+    c2 = KafkaConsumer(topic, **opts)
+    got = []
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:
+        for c in (c1, c2):
+            for records in c.poll(timeout_ms=100).values():
+                got += [(r.partition, r.offset) for r in records]
+        if len(c1.assignment()) == 2 and len(c2.assignment()) == 2 and len(set(got)) >= 40:
+            break
+    assert len(c1.assignment()) == len(c2.assignment()) == 2
+    c1.commit()
+    c2.commit()
+    c1.close()
+    c2.close()
+    c3 = KafkaConsumer(**opts)
+    committed = {p: c3.committed(KafkaTopicPartition(topic, p)) for p in range(4)}
+    c3.close()
+    assert committed == {p: 10 for p in range(4)}
+
+
+def test_aiokafka_group_consumer_commits_and_resumes(gbroker: BrokerProcess) -> None:
+    from aiokafka import AIOKafkaConsumer
+
+    topic, group = "aio-group", "g-aio"
+    fill(gbroker.bootstrap, topic, 2, 20)
+
+    async def consume(n: int) -> list[tuple[int, int]]:
+        c = AIOKafkaConsumer(topic, bootstrap_servers=gbroker.bootstrap, group_id=group, **PY_FAST)
+        await c.start()
+        out: list[tuple[int, int]] = []
+        try:
+            deadline = time.monotonic() + 30
+            while len(out) < n and time.monotonic() < deadline:
+                batch = await c.getmany(timeout_ms=200, max_records=n - len(out))
+                for records in batch.values():
+                    out += [(r.partition, r.offset) for r in records]
+            await c.commit()
+        finally:
+            await c.stop()
+        return out
+
+    first = asyncio.run(consume(12))
+    second = asyncio.run(consume(8))
+    assert len(first) == 12 and len(second) == 8
+    assert sorted(first + second) == sorted((p, o) for p in range(2) for o in range(10))
+
+
+def test_describe_list_and_delete_groups_through_the_admin_client(gbroker: BrokerProcess) -> None:
+    topic, group = "admin-g", "g-admin"
+    create(gbroker.bootstrap, topic, 2)
+    c = consumer(gbroker.bootstrap, group)
+    c.subscribe([topic])
+    poll_until([c], lambda: len(parts(c)) == 2)
+    admin = AdminClient({"bootstrap.servers": gbroker.bootstrap, **QUIET})
+    desc = admin.describe_consumer_groups([group])[group].result(10)
+    assert str(desc.state).endswith("STABLE") and len(desc.members) == 1
+    listed = admin.list_consumer_groups().result(10)
+    assert group in {g.group_id for g in listed.valid}
+    fut = admin.delete_consumer_groups([group])[group]
+    with pytest.raises(Exception) as err:
+        fut.result(10)
+    assert err.value.args[0].code() == KafkaError.NON_EMPTY_GROUP
+    c.close()
+    admin.delete_consumer_groups([group])[group].result(10)
+    listed = admin.list_consumer_groups().result(10)
+    assert group not in {g.group_id for g in listed.valid}

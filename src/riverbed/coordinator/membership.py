@@ -20,6 +20,7 @@ groups, the outbox of responses and the records to write):
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +35,7 @@ from riverbed.protocol.messages import (
     SyncGroupResponse,
 )
 
+log = logging.getLogger(__name__)
 E = ErrorCode
 S = GroupState
 #: How long a new member's parked JoinGroup keeps it (Kafka's NewMemberJoinTimeoutMs).
@@ -307,6 +309,12 @@ class Membership:
             group.initial_delay_active = False
             group.join_deadline_ms = now + group.rebalance_timeout_ms()
         group.transition(S.PREPARING_REBALANCE, now)
+        log.info(
+            "preparing to rebalance group %s (generation %d, %d members)",
+            group.group_id,
+            group.generation,
+            group.size,
+        )
         if not group.initial_delay_active and group.all_joined():
             self._complete_join(group, now)
 
@@ -330,6 +338,14 @@ class Membership:
             return
         group.protocol_name = group.select_protocol()
         group.transition(S.COMPLETING_REBALANCE, now)
+        log.info(
+            "group %s generation %d: %d members, protocol %s, leader %s",
+            group.group_id,
+            group.generation,
+            group.size,
+            group.protocol_name,
+            group.leader_id,
+        )
         for m in group.members.values():
             if m.awaiting_join is not None:
                 is_leader = m.member_id == group.leader_id
@@ -516,6 +532,7 @@ class Membership:
                 continue
             if m.heartbeat_deadline_ms <= now:
                 # session timeout (or a new member's join timeout): the member is gone
+                log.info("member %s of group %s timed out", m.member_id, group.group_id)
                 self._remove_member(group, m.member_id, now)
         if group.join_deadline_ms is not None and group.join_deadline_ms <= now:
             if group.initial_delay_active and group.new_member_added:

@@ -58,6 +58,7 @@ from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultH
 from riverbed.server.network import CloseConnection, SocketServer
 from riverbed.server.purgatory import Purgatory
 from riverbed.server.quorum import CONTROLLER_API_VERSIONS, QuorumMetadata, open_quorum_metadata
+from riverbed.server.replication.manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,7 @@ class Node:
         self.partitions: PartitionManager | None = None
         self.purgatory = Purgatory()
         self.broker: Broker | None = None
+        self.replicas: ReplicaManager | None = None
 
     async def start(self) -> None:
         from riverbed.metadata.storage_format import ensure_formatted, read_meta_properties
@@ -187,6 +189,18 @@ class Node:
             self.log_manager = factory(list(cfg.log_dirs), clock)
         self.partitions = PartitionManager(self.log_manager, cfg.node_id, static, self.purgatory)
         partitions = self.partitions
+        # every hosted partition gets a partition core (leader/follower, ISR, HW)
+        self.replicas = ReplicaManager(
+            cfg.node_id,
+            static,
+            partitions,
+            self.purgatory,
+            clock.now_ms,
+            quorum.alter_partition,
+            lambda: quorum.image,
+            cfg.inter_broker_listener_name,
+        )
+        partitions.replicas = self.replicas
         partitions.apply_image(quorum.image)
         partitions.delete_orphans()
         quorum.add_listener(lambda old, new, delta: partitions.apply_image(new))
@@ -195,6 +209,7 @@ class Node:
         await self._listen(controller=False)
         await self._register(quorum)
         await self.server.start_serving()
+        self.replicas.start()
         self._tasks.append(asyncio.create_task(self._housekeeping()))
         heartbeats = quorum.heartbeat_loop(cfg.node_id, self.stop_requested)
         self._tasks.append(asyncio.create_task(heartbeats))
@@ -352,6 +367,8 @@ class Node:
             self.broker.close()
         if self.server is not None:
             await self.server.stop()
+        if self.replicas is not None:
+            await self.replicas.close()  # no fetcher writes once the logs close
         if self.quorum is not None:
             # first: no metadata change may reach the partitions once their logs close; a
             # leader resigns (EndQuorumEpoch) on the way out

@@ -22,10 +22,11 @@ partitions with data: batches are never down-converted. Fetch sessions (KIP-227)
 not kept: every response has session id 0, which clients treat as "no session, send
 full requests".
 
-Follower fetches (``replica_id`` >= 0; KIP-903's ``replica_state`` from v15) come with
-replication: today they are served like a consumer's (leader only, up to the high
-watermark). `_fetch_upper_bound` is where a follower will read up to the log end
-instead, and the leader check where follower progress will be recorded.
+Follower fetches (``replica_id`` >= 0): the leader's partition core judges each one
+first (``riverbed.replication.leader``: epoch fencing, KIP-320 DivergingEpoch, follower
+progress, ISR and high watermark); a follower then reads up to the log end, not the high
+watermark, and is parked like a consumer (``replica.fetch.wait.max.ms`` /
+``replica.fetch.min.bytes`` are its max_wait_ms / min_bytes).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import FetchRequest, FetchResponse
+from riverbed.replication.actions import FetchPosition
 from riverbed.server.broker.partitions import DEBUGGING_REPLICA_ID, HostedPartition, NotServed
 from riverbed.server.network import FileRecords, RequestContext, SplicedResponse
 from riverbed.storage.errors import StorageError
@@ -63,13 +65,17 @@ class _PartitionRead:
     size: int
     #: the current leader, named with NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH
     leader: NotServed | None = None
+    #: KIP-320 (epoch, end offset) for a follower whose log diverges from the leader's
+    diverging: tuple[int, int] | None = None
 
 
-def _fetch_upper_bound(hosted: HostedPartition, replica_id: int) -> int:
-    """The offset a fetch reads up to: the high watermark for consumers. (Replication: a
-    follower of this leader reads up to the log end offset.)"""
-    del replica_id
-    return int(hosted.log.high_watermark)
+def _follower_read(broker: Broker, hosted: HostedPartition, p: Any, replica_id: int) -> Any:
+    """The leader core's verdict on a follower's fetch (None: no replication here)."""
+    replicas = broker.partitions.replicas
+    if replica_id < 0 or replicas is None:
+        return None
+    pos = FetchPosition(replica_id, p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch)
+    return replicas.follower_fetch(hosted, pos)
 
 
 def _read_partition(
@@ -82,15 +88,22 @@ def _read_partition(
         leader = hosted if hosted.names_leader else None
         return _PartitionRead(topic, p.partition, hosted.error, -1, -1, [], 0, leader)
     plog = hosted.log
-    hw = _fetch_upper_bound(hosted, replica_id)
+    hw = upper = int(plog.high_watermark)
     start = plog.log_start_offset
+    verdict = _follower_read(broker, hosted, p, replica_id)
+    if verdict is not None:
+        hw, upper = verdict.high_watermark, int(plog.log_end_offset)
+        if verdict.error or verdict.diverging_epoch is not None:
+            return _PartitionRead(
+                topic, p.partition, verdict.error, hw, start, [], 0, None, verdict.diverging_epoch
+            )
     if p.fetch_offset < start or p.fetch_offset > plog.log_end_offset:
         return _PartitionRead(topic, p.partition, ErrorCode.OFFSET_OUT_OF_RANGE, hw, start, [], 0)
-    if p.fetch_offset >= hw or (budget <= 0 and not first):
+    if p.fetch_offset >= upper or (budget <= 0 and not first):
         return _PartitionRead(topic, p.partition, 0, hw, start, [], 0)
     max_bytes = max(1, min(p.partition_max_bytes, budget))
     try:
-        result = plog.read(p.fetch_offset, max_bytes, hw)
+        result = plog.read(p.fetch_offset, max_bytes, upper)
     except StorageError as exc:
         return _PartitionRead(topic, p.partition, exc.error_code, hw, start, [], 0)
     except OSError:
@@ -133,7 +146,7 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
         return FetchResponse(error_code=int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND), session_id=0)
     reads = _read_all(broker, req)
     ready = sum(r.size for r in reads)
-    has_error = any(r.error for r in reads)
+    has_error = any(r.error or r.diverging for r in reads)  # answered at once
     if ready < req.min_bytes and req.max_wait_ms > 0 and not has_error and reads:
         keys = [(r.topic, r.index) for r in reads]
 
@@ -141,7 +154,8 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
             nonlocal reads
             _close(reads)
             reads = _read_all(broker, req)
-            return sum(r.size for r in reads) >= req.min_bytes or any(r.error for r in reads)
+            ready = sum(r.size for r in reads)
+            return ready >= req.min_bytes or any(r.error or r.diverging for r in reads)
 
         await broker.fetch_purgatory.wait_until(keys, enough, req.max_wait_ms)
     if version < FETCH_RECORD_BATCH_V2_VERSION:
@@ -181,6 +195,10 @@ def _build_response(reads: list[_PartitionRead], version: int, read_committed: b
             preferred_read_replica=-1,
             records=records,
         )
+        if r.diverging is not None and version >= FETCH_FLEXIBLE_VERSION:  # v12+ tagged
+            part.diverging_epoch = FetchResponse.EpochEndOffset(
+                epoch=r.diverging[0], end_offset=r.diverging[1]
+            )
         if r.leader is not None and version >= FETCH_FLEXIBLE_VERSION:  # a v12+ tagged field
             part.current_leader = FetchResponse.LeaderIdAndEpoch(
                 leader_id=r.leader.leader_id, leader_epoch=r.leader.leader_epoch

@@ -12,10 +12,11 @@ follower, or knows from the image without hosting it, answers NOT_LEADER_OR_FOLL
 the current leader (Kafka's ``getPartitionOrError`` + ``localLogWithEpochOrThrow``). A
 follower keeps its log (empty until replication) and never appends or serves it.
 
-High watermark: until replication lands the controller keeps the ISR = {leader} (see
-`riverbed.metadata.controller`), so the leader's high watermark is its log end offset
-right after each append, for acks 0, 1 and -1 alike, and again whenever this node becomes
-leader. Replication replaces `_sync_high_watermark` by the min over the ISR's log ends.
+High watermark: with a replica manager attached (``replicas``, the node always attaches
+one: `riverbed.server.replication.manager`) each hosted partition has a partition core
+that becomes leader or follower with every registration change and owns the high
+watermark (the min log end over the ISR on a leader). Without one (unit tests of this
+module) the leader's high watermark is its log end offset after each append.
 
 Creating a partition log costs milliseconds of file creation and fsyncs; a topic of 500
 partitions would stall the event loop (every client) for seconds.  Once serving
@@ -176,6 +177,8 @@ class PartitionManager:
         self.partitions: dict[tuple[str, int], HostedPartition] = {}
         self.producer_state_config = producer_state_config(static_broker_config)
         self.image: MetadataImage = MetadataImage.EMPTY
+        #: riverbed.server.replication.manager.ReplicaManager, attached by the node
+        self.replicas: Any = None
         # Off-loop creation: partitions whose log is still to be created (-> topic id),
         # in image order; bounded by the partitions the image holds for this node.
         self._off_loop = False
@@ -227,6 +230,8 @@ class PartitionManager:
                         # (ISR = {leader}); parked fetches wake up to answer the change.
                         self._sync_high_watermark(hosted)
                         self.purgatory.notify(key)
+                    elif self.replicas is not None and reg != previous:
+                        self.replicas.apply(hosted)  # ISR / replicas / partition epoch
                     if config != hosted.config:
                         hosted.config = config
                         self._update_config(hosted)
@@ -319,6 +324,8 @@ class PartitionManager:
 
     def _delete(self, key: tuple[str, int]) -> None:
         hosted = self.partitions.pop(key)
+        if self.replicas is not None:
+            self.replicas.remove(key)
         log.info("deleting partition log %s-%d", hosted.topic, hosted.index)
         self.log_manager.delete(hosted.topic, hosted.index)
         self.purgatory.notify(key)
@@ -356,13 +363,18 @@ class PartitionManager:
     def append(self, hosted: HostedPartition, batches: bytearray) -> Any:
         """Append as leader (raises storage's typed errors); advances the HW, wakes fetches."""
         info = hosted.log.append_as_leader(batches, hosted.registration.leader_epoch)
-        self._sync_high_watermark(hosted)
+        if self.replicas is not None:
+            self.replicas.on_local_append(hosted)
+        else:
+            self._sync_high_watermark(hosted)
         self.purgatory.notify((hosted.topic, hosted.index))
         return info
 
     def _sync_high_watermark(self, hosted: HostedPartition) -> None:
-        # The leader's ISR is itself alone (the controller's rule until replication), so
-        # everything it appended is on the whole ISR. A follower's HW is not its to move.
+        if self.replicas is not None:
+            self.replicas.apply(hosted)  # the partition core owns the high watermark
+            return
+        # No replication (this module's unit tests): the leader's ISR is itself alone.
         if hosted.registration.leader != self.node_id:
             return
         plog = hosted.log

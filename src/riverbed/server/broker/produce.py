@@ -20,13 +20,17 @@ pipelined produces on one connection reach the log in the order they were sent):
 acks=0 writes no response at all, and closes the connection when a partition failed (as
 Kafka: there is no response to carry the error); acks must be 0, 1 or -1 (else
 INVALID_REQUIRED_ACKS).
-Until replication lands the ISR is the leader alone (the controller's rule), so acks=-1
-is answered as soon as the append returned (the data is in the OS page cache and survives
-a SIGKILL of the process).
+acks=-1 (all): NOT_ENOUGH_REPLICAS before the append when the ISR is smaller than the
+topic's ``min.insync.replicas``; after the append the partition waits (a delayed produce,
+`riverbed.server.replication.manager`) until every ISR member has the batch, then answers
+NONE, or NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below the minimum meanwhile,
+or REQUEST_TIMED_OUT after the request's ``timeout_ms``. The waits start after every
+partition of the request was appended, and run concurrently.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -67,19 +71,28 @@ async def handle_produce(
     acks_ok = req.acks in _VALID_ACKS
     leaders: list[int] = []  # named in NOT_LEADER_OR_FOLLOWER answers
     names_leader = ctx.header.api_version >= PRODUCE_CURRENT_LEADER_VERSION
+    waits: list[tuple[Any, Any]] = []  # acks=all: (partition response, wait)
     for topic in req.topic_data:
         parts = []
         for pd in topic.partition_data:
             if not acks_ok:
                 parts.append(_partition_error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS))
                 continue
-            part = _produce_partition(broker, topic.name, pd.index, pd.records, names_leader)
+            part, wait = _produce_partition(
+                broker, topic.name, pd.index, pd.records, names_leader, req.acks, req.timeout_ms
+            )
             if names_leader and part.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
                 leaders.append(part.current_leader.leader_id)
+            if wait is not None:
+                waits.append((part, wait))
             parts.append(part)
         responses.append(
             ProduceResponse.TopicProduceResponse(name=topic.name, partition_responses=parts)
         )
+    if waits:
+        errors = await asyncio.gather(*(w for _, w in waits))
+        for (part, _), error in zip(waits, errors, strict=True):
+            part.error_code = int(error)
     if req.acks == 0:
         failed = [
             f"{t.name}-{p.index}: {ErrorCode.of(p.error_code).name}"
@@ -109,40 +122,62 @@ def _not_served(index: int, why: NotServed, names_leader: bool) -> Any:
 
 
 def _produce_partition(
-    broker: Broker, topic: str, index: int, records: bytes | None, names_leader: bool
-) -> Any:
+    broker: Broker,
+    topic: str,
+    index: int,
+    records: bytes | None,
+    names_leader: bool,
+    acks: int = 1,
+    timeout_ms: int = 0,
+) -> tuple[Any, Any]:
+    """(partition response, None or the acks=all wait to await once all are appended)."""
     hosted = broker.partitions.leader_partition(topic, index)
     if isinstance(hosted, NotServed):
-        return _not_served(index, hosted, names_leader)
+        return _not_served(index, hosted, names_leader), None
+    replicas = broker.partitions.replicas
+    if acks == -1 and replicas is not None:
+        error = replicas.check_produce(hosted, acks)
+        if error is not ErrorCode.NONE:
+            return _partition_error(index, error, "the ISR is below min.insync.replicas"), None
+    part, end = _append_partition(broker, hosted, index, records)
+    if acks != -1 or replicas is None or part.error_code:
+        return part, None
+    return part, replicas.wait_for_acks(hosted, end, timeout_ms)
+
+
+def _append_partition(
+    broker: Broker, hosted: Any, index: int, records: bytes | None
+) -> tuple[Any, int]:
+    """(partition response, the offset after its last record; -1 when nothing appended)."""
     if not records:
-        return _partition_error(index, ErrorCode.INVALID_RECORD, "produce request without records")
+        return _partition_error(
+            index, ErrorCode.INVALID_RECORD, "produce request without records"
+        ), -1
     if len(records) > _MAGIC_OFFSET and records[_MAGIC_OFFSET] < 2:
         # Message sets v0/v1 (pre-0.11 clients): riverbed stores record batch v2 only.
-        return _partition_error(
-            index,
-            ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
-            f"message format v{records[_MAGIC_OFFSET]} is not supported; use record batches v2",
+        message = (
+            f"message format v{records[_MAGIC_OFFSET]} is not supported; use record batches v2"
         )
+        return _partition_error(index, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, message), -1
     if len(records) > hosted.config.segment_bytes:
-        return _partition_error(
-            index,
-            ErrorCode.RECORD_LIST_TOO_LARGE,
-            f"{len(records)} bytes of records exceed segment.bytes {hosted.config.segment_bytes}",
-        )
+        limit = hosted.config.segment_bytes
+        message = f"{len(records)} bytes of records exceed segment.bytes {limit}"
+        return _partition_error(index, ErrorCode.RECORD_LIST_TOO_LARGE, message), -1
     try:
         info = broker.partitions.append(hosted, bytearray(records))
     except StorageError as exc:
-        return _partition_error(index, ErrorCode(exc.error_code), str(exc))
+        return _partition_error(index, ErrorCode(exc.error_code), str(exc)), -1
     except ProtocolError as exc:
-        return _partition_error(index, ErrorCode.CORRUPT_MESSAGE, str(exc))
+        return _partition_error(index, ErrorCode.CORRUPT_MESSAGE, str(exc)), -1
     except OSError as exc:  # the disk failed under the log: the client may retry
-        log.error("append to %s-%d failed: %s", topic, index, exc)
-        return _partition_error(index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
+        log.error("append to %s-%d failed: %s", hosted.topic, index, exc)
+        return _partition_error(index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc)), -1
     log_append_time = info.log_append_time if hosted.config.log_append_time else -1
-    return ProduceResponse.PartitionProduceResponse(
+    part = ProduceResponse.PartitionProduceResponse(
         index=index,
         error_code=0,
         base_offset=info.first_offset,
         log_append_time_ms=log_append_time,
         log_start_offset=hosted.log.log_start_offset,
     )
+    return part, info.last_offset + 1

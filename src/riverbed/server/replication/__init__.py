@@ -1,0 +1,1 @@
+"""The replication shell: partition cores on the broker, replica fetchers, AlterPartition."""

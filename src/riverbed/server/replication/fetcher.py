@@ -1,0 +1,251 @@
+"""Replica fetchers: followers pull the leader's log with Fetch (``replica_id`` >= 0).
+
+Each hosted follower partition is assigned to one fetcher per source broker:
+``num.replica.fetchers`` fetchers per leader, a partition's fetcher chosen by a stable hash
+of (topic, partition). A fetcher is one asyncio task with one connection to the leader's
+inter-broker listener and one Fetch (v12: LastFetchedEpoch, CurrentLeaderEpoch; the
+answer may carry a DivergingEpoch) in flight for all its partitions:
+``replica.fetch.wait.max.ms`` / ``replica.fetch.min.bytes`` let the leader park it,
+``replica.fetch.max.bytes`` bounds each partition, ``replica.fetch.response.max.bytes``
+the response. What a response means for each partition (append, truncate, high
+watermark, back-off) is the partition core's decision (``riverbed.replication.follower``);
+a failed connection backs off ``replica.fetch.backoff.ms`` and reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+import zlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from riverbed.protocol.api_versions import ApiKey
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
+from riverbed.protocol.messages import FetchRequest, FetchResponse
+from riverbed.replication.actions import FetchAnswer, FetchPosition, FetchResult
+
+if TYPE_CHECKING:
+    from riverbed.server.replication.manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, int]
+REPLICA_FETCH_VERSION = 12
+_SIZE = struct.Struct(">i")
+#: Upper bound on a response frame a fetcher accepts (replica.fetch.response.max.bytes
+#: plus headers); a larger one is a protocol error and the connection is dropped.
+FRAME_SLACK_BYTES = 1 << 20
+#: Pause of a fetcher with partitions that all back off (no request to send).
+IDLE_POLL_S = 0.05
+
+
+class BrokerChannel:
+    """One connection to another broker, one request at a time."""
+
+    def __init__(self, host: str, port: int, client_id: str, frame_bytes_max: int) -> None:
+        self.host, self.port = host, port
+        self.client_id = client_id
+        self.frame_bytes_max = frame_bytes_max
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._correlation = 0
+
+    async def request(self, api_key: int, version: int, body: Any, timeout_s: float) -> Any:
+        return await asyncio.wait_for(self._exchange(api_key, version, body), timeout_s)
+
+    async def _exchange(self, api_key: int, version: int, body: Any) -> Any:
+        if self._writer is None:
+            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        assert self._reader is not None
+        self._correlation += 1
+        header = RequestHeader(api_key, version, self._correlation, self.client_id)
+        self._writer.write(encode_request(header, body))
+        await self._writer.drain()
+        (size,) = _SIZE.unpack(await self._reader.readexactly(4))
+        if not 4 <= size <= self.frame_bytes_max:
+            raise ConnectionError(f"response frame of {size} bytes from {self.host}:{self.port}")
+        return decode_response(header, await self._reader.readexactly(size))
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+
+
+class ReplicaFetcher:
+    def __init__(
+        self, manager: ReplicaManager, owner: ReplicaFetcherManager, leader_id: int
+    ) -> None:
+        self.manager = manager
+        self.owner = owner
+        self.leader_id = leader_id
+        self.partitions: set[Key] = set()
+        self.wake = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        channel: BrokerChannel | None = None
+        o = self.owner
+        try:
+            while True:
+                if not self.partitions:
+                    self.wake.clear()
+                    await self.wake.wait()
+                    continue
+                positions = {
+                    key: pos
+                    for key in sorted(self.partitions)
+                    if (pos := self.manager.fetch_position(key)) is not None
+                }
+                if not positions:
+                    await asyncio.sleep(IDLE_POLL_S)
+                    continue
+                if channel is None:
+                    channel = o.channel_to(self.leader_id)
+                    if channel is None:  # the leader has no endpoint we can use yet
+                        await asyncio.sleep(o.backoff_ms / 1000)
+                        continue
+                try:
+                    response = await channel.request(
+                        ApiKey.FETCH,
+                        REPLICA_FETCH_VERSION,
+                        o.request_for(positions),
+                        (o.wait_max_ms + o.socket_timeout_ms) / 1000,
+                    )
+                except (OSError, TimeoutError, asyncio.IncompleteReadError, ConnectionError) as exc:
+                    log.info(
+                        "replica fetch from broker %d failed (%r): backing off", self.leader_id, exc
+                    )
+                    channel.close()
+                    channel = None
+                    await asyncio.sleep(o.backoff_ms / 1000)
+                    continue
+                if response.error_code:
+                    await asyncio.sleep(o.backoff_ms / 1000)
+                    continue
+                self._handle(positions, response)
+        finally:
+            if channel is not None:
+                channel.close()
+
+    def _handle(self, positions: dict[Key, FetchPosition], response: FetchResponse) -> None:
+        for topic in response.responses:
+            for p in topic.partitions:
+                key = (topic.topic, p.partition_index)
+                pos = positions.get(key)
+                if pos is None or key not in self.partitions:
+                    continue
+                de = p.diverging_epoch
+                diverging = (de.epoch, de.end_offset) if de is not None and de.epoch >= 0 else None
+                answer = FetchAnswer(
+                    ErrorCode(p.error_code), p.high_watermark, p.log_start_offset, diverging
+                )
+                try:
+                    self.manager.on_fetch_result(key, FetchResult(pos, answer, p.records or None))
+                except Exception:
+                    # a batch the local log refuses (corrupt, out of order): retry later
+                    log.exception("replica fetch of %s-%d: cannot apply the response", *key)
+
+
+class ReplicaFetcherManager:
+    def __init__(
+        self,
+        manager: ReplicaManager,
+        node_id: int,
+        config: Mapping[str, str],
+        listener: str,
+    ) -> None:
+        self.manager = manager
+        self.node_id = node_id
+        self.listener = listener
+        self.num_fetchers = max(1, int(config.get("num.replica.fetchers", "1")))
+        self.fetch_max_bytes = int(config.get("replica.fetch.max.bytes", "1048576"))
+        self.response_max_bytes = int(config.get("replica.fetch.response.max.bytes", "10485760"))
+        self.wait_max_ms = int(config.get("replica.fetch.wait.max.ms", "500"))
+        self.min_bytes = int(config.get("replica.fetch.min.bytes", "1"))
+        self.backoff_ms = int(config.get("replica.fetch.backoff.ms", "1000"))
+        self.socket_timeout_ms = int(config.get("replica.socket.timeout.ms", "30000"))
+        self.assigned: dict[Key, tuple[int, int]] = {}  # -> (leader, fetcher index)
+        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+
+    def _index(self, key: Key) -> int:
+        return (zlib.crc32(key[0].encode()) + key[1]) % self.num_fetchers
+
+    def ensure(self, key: Key, leader_id: int) -> None:
+        target = (leader_id, self._index(key))
+        if self.assigned.get(key) == target:
+            fetcher = self.fetchers.get(target)
+            if fetcher is not None:
+                fetcher.wake.set()
+            return
+        self.remove(key)
+        fetcher = self.fetchers.get(target)
+        if fetcher is None:
+            fetcher = ReplicaFetcher(self.manager, self, leader_id)
+            self.fetchers[target] = fetcher
+            fetcher.start()
+        fetcher.partitions.add(key)
+        fetcher.wake.set()
+        self.assigned[key] = target
+
+    def remove(self, key: Key) -> None:
+        target = self.assigned.pop(key, None)
+        if target is None:
+            return
+        fetcher = self.fetchers.get(target)
+        if fetcher is None:
+            return
+        fetcher.partitions.discard(key)
+        if not fetcher.partitions and fetcher.task is not None:
+            fetcher.task.cancel()
+            del self.fetchers[target]
+
+    async def close(self) -> None:
+        tasks = [f.task for f in self.fetchers.values() if f.task is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self.fetchers.clear()
+        self.assigned.clear()
+
+    def channel_to(self, broker_id: int) -> BrokerChannel | None:
+        reg = self.manager._image().brokers.get(broker_id)
+        ep = reg.endpoint(self.listener) if reg is not None else None
+        if ep is None:
+            return None
+        frame_max = self.response_max_bytes + FRAME_SLACK_BYTES
+        return BrokerChannel(ep.host, ep.port, f"replica-fetcher-{self.node_id}", frame_max)
+
+    def request_for(self, positions: dict[Key, FetchPosition]) -> FetchRequest:
+        topics: dict[str, FetchRequest.FetchTopic] = {}
+        for (topic, index), pos in positions.items():
+            t = topics.setdefault(topic, FetchRequest.FetchTopic(topic=topic))
+            t.partitions.append(
+                FetchRequest.FetchPartition(
+                    partition=index,
+                    current_leader_epoch=pos.current_leader_epoch,
+                    fetch_offset=pos.fetch_offset,
+                    last_fetched_epoch=pos.last_fetched_epoch,
+                    log_start_offset=-1,
+                    partition_max_bytes=self.fetch_max_bytes,
+                )
+            )
+        return FetchRequest(
+            replica_id=self.node_id,
+            max_wait_ms=self.wait_max_ms,
+            min_bytes=self.min_bytes,
+            max_bytes=self.response_max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=list(topics.values()),
+        )

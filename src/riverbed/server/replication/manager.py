@@ -1,0 +1,280 @@
+"""The broker's replica manager: one ``riverbed.replication.partition.Partition`` core per
+hosted partition, driven by metadata, follower fetches, appends, AlterPartition answers
+and a timer (Kafka's ``ReplicaManager`` + ``Partition`` + ``AlterPartitionManager``).
+
+- Metadata: after every image the partition manager calls ``apply`` for each hosted
+  partition: the core becomes leader or follower at the registration's leader epoch;
+  followers are handed to the replica fetchers (``fetcher``), leaders taken from them.
+- Leader: ``follower_fetch`` is the core's verdict on a Fetch with ``replica_id`` >= 0;
+  ``on_local_append`` after every append; acks=all produces wait in ``wait_for_acks``
+  (the delayed produce: parked without a request permit, completed by the core when the
+  high watermark covers the batch, REQUEST_TIMED_OUT after the request's ``timeout.ms``).
+- High watermark: set on the log when the core moves it (consumers read below it; the
+  log manager checkpoints it to ``replication-offset-checkpoint``), and parked fetches
+  are woken.
+- AlterPartition: the cores' ISR proposals are sent to the active controller, batched,
+  one request in flight; NOT_CONTROLLER / timeouts come back to the cores as such.
+- Timer: every ``TICK_MS`` each leader core ticks (ISR shrink after
+  ``replica.lag.time.max.ms``, produce timeouts, AlterPartition resends), on the injected
+  clock.
+- State changes are logged to the ``riverbed.state.change`` logger (state-change.log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from riverbed.metadata.image import MetadataImage
+from riverbed.metadata.topic_configs import effective_topic_config
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import AlterPartitionRequest, AlterPartitionResponse
+from riverbed.replication.actions import (
+    Action,
+    AlterIsr,
+    FetchAnswer,
+    FetchPosition,
+    FetchResult,
+    HighWatermarkChanged,
+    ProduceCompleted,
+    StateChange,
+)
+from riverbed.replication.config import ReplicaConfig
+from riverbed.replication.partition import Partition
+from riverbed.replication.wire import Item, alter_partition_request, alter_partition_results
+from riverbed.server.replication.fetcher import ReplicaFetcherManager
+from riverbed.server.replication.replica_log import PartitionReplicaLog
+from riverbed.server.request_permits import park_current_request
+
+log = logging.getLogger(__name__)
+state_change_log = logging.getLogger("riverbed.state.change")
+
+Key = tuple[str, int]
+#: Period of the leader cores' timer (ISR checks, produce timeouts, AlterPartition resends).
+TICK_MS = 100
+#: Partitions per AlterPartition request (Kafka batches all pending ones too).
+ALTER_PARTITION_ITEMS_MAX = 1000
+
+AlterPartitionCall = Callable[[AlterPartitionRequest], Awaitable[AlterPartitionResponse]]
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        node_id: int,
+        static_config: Mapping[str, str],
+        partitions: Any,  # riverbed.server.broker.partitions.PartitionManager
+        purgatory: Any,
+        now_ms: Callable[[], int],
+        alter_partition: AlterPartitionCall,
+        image: Callable[[], MetadataImage],
+        inter_broker_listener: str,
+    ) -> None:
+        self.node_id = node_id
+        self.static_config = dict(static_config)
+        self.partitions = partitions
+        self.purgatory = purgatory
+        self.now_ms = now_ms
+        self._alter_partition = alter_partition
+        self._image = image
+        self.cores: dict[Key, Partition] = {}
+        self._waiters: dict[int, asyncio.Future[ErrorCode]] = {}
+        self._request_ids = itertools.count(1)
+        self._alter_queue: dict[Key, tuple[uuid.UUID, AlterIsr]] = {}
+        self._alter_wakeup = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.fetchers = ReplicaFetcherManager(self, node_id, static_config, inter_broker_listener)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self._tasks.append(asyncio.create_task(self._ticker()))
+        self._tasks.append(asyncio.create_task(self._alter_loop()))
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.fetchers.close()
+        for fut in self._waiters.values():
+            if not fut.done():
+                fut.set_result(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+    def broker_epoch(self) -> int:
+        reg = self._image().brokers.get(self.node_id)
+        return reg.broker_epoch if reg is not None else -1
+
+    def _config_for(self, image: MetadataImage, topic: str) -> ReplicaConfig:
+        node = self.static_config.get("node.id", "")
+        values = effective_topic_config(
+            image.topic_config(topic),
+            self.static_config,
+            dynamic_default=image.broker_config(""),
+            dynamic_broker=image.broker_config(node.strip()),
+        )
+        merged = {**self.static_config, **values}
+        return ReplicaConfig.from_configs(merged)
+
+    # ------------------------------------------------------------------ metadata
+    def apply(self, hosted: Any) -> None:
+        """The hosted partition's registration (maybe) changed: switch role accordingly."""
+        key: Key = (hosted.topic, hosted.index)
+        image = self._image()
+        config = self._config_for(image, hosted.topic)
+        core = self.cores.get(key)
+        if core is None:
+            core = Partition(
+                self.node_id,
+                PartitionReplicaLog(hosted.log),
+                config,
+                high_watermark=int(hosted.log.high_watermark),
+                broker_epoch=self.broker_epoch(),
+                name=f"{hosted.topic}-{hosted.index}",
+            )
+            self.cores[key] = core
+        else:
+            core.set_broker_epoch(self.broker_epoch())
+        core.config = config
+        if core.leader is not None:
+            core.leader.config = config
+        actions = core.apply_registration(hosted.registration, self.now_ms())
+        self._run(key, hosted, actions)
+        if int(hosted.log.high_watermark) != core.high_watermark:
+            hosted.log.update_high_watermark(core.high_watermark)
+        if core.follower is not None and core.follower.leader_id >= 0:
+            self.fetchers.ensure(key, core.follower.leader_id)
+        else:
+            self.fetchers.remove(key)
+
+    def remove(self, key: Key) -> None:
+        core = self.cores.pop(key, None)
+        self.fetchers.remove(key)
+        self._alter_queue.pop(key, None)
+        if core is not None:
+            self._run(key, None, core.stop("partition deleted here"))
+
+    # ------------------------------------------------------------------ actions
+    def _run(self, key: Key, hosted: Any, actions: list[Action]) -> None:
+        for a in actions:
+            if isinstance(a, HighWatermarkChanged):
+                if hosted is None:
+                    hosted = self.partitions.get(*key)
+                if hosted is not None:
+                    hosted.log.update_high_watermark(a.high_watermark)
+                self.purgatory.notify(key)
+            elif isinstance(a, ProduceCompleted):
+                fut = self._waiters.get(a.request_id)
+                if fut is not None and not fut.done():
+                    fut.set_result(a.error)
+            elif isinstance(a, AlterIsr):
+                topic = self._image().topic(key[0])
+                if topic is not None:
+                    self._alter_queue[key] = (topic.topic_id, a)
+                    self._alter_wakeup.set()
+            elif isinstance(a, StateChange):
+                state_change_log.info("%s", a.message)
+
+    # ------------------------------------------------------------------ leader side
+    def follower_fetch(self, hosted: Any, pos: FetchPosition) -> FetchAnswer:
+        key: Key = (hosted.topic, hosted.index)
+        core = self.cores.get(key)
+        if core is None or core.leader is None:
+            return FetchAnswer(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        answer, actions = core.leader.on_follower_fetch(pos, self.now_ms())
+        self._run(key, hosted, actions)
+        return answer
+
+    def on_local_append(self, hosted: Any) -> None:
+        key: Key = (hosted.topic, hosted.index)
+        core = self.cores.get(key)
+        if core is not None and core.leader is not None:
+            self._run(key, hosted, core.leader.on_local_append(self.now_ms()))
+
+    def check_produce(self, hosted: Any, acks: int) -> ErrorCode:
+        core = self.cores.get((hosted.topic, hosted.index))
+        if core is None or core.leader is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return core.leader.check_produce(acks)
+
+    async def wait_for_acks(self, hosted: Any, required_offset: int, timeout_ms: int) -> ErrorCode:
+        """acks=all: wait until the ISR holds every offset below ``required_offset``."""
+        key: Key = (hosted.topic, hosted.index)
+        core = self.cores.get(key)
+        if core is None or core.leader is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        rid = next(self._request_ids)
+        fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+        self._waiters[rid] = fut
+        try:
+            self._run(
+                key,
+                hosted,
+                core.leader.park_produce(rid, required_offset, timeout_ms, self.now_ms()),
+            )
+            if not fut.done():
+                park_current_request()  # a delayed produce holds no request permit
+            return await fut
+        finally:
+            del self._waiters[rid]
+
+    # ------------------------------------------------------------------ follower side
+    def on_fetch_result(self, key: Key, result: FetchResult) -> bool:
+        """A fetch response for a follower; False when the partition is not followed now."""
+        core = self.cores.get(key)
+        if core is None or core.follower is None:
+            return False
+        self._run(key, None, core.follower.on_fetch_result(result, self.now_ms()))
+        return True
+
+    def fetch_position(self, key: Key) -> FetchPosition | None:
+        core = self.cores.get(key)
+        if core is None or core.follower is None:
+            return None
+        return core.follower.fetch_position(self.now_ms())
+
+    # ------------------------------------------------------------------ loops
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_MS / 1000)
+            now = self.now_ms()
+            for key, core in list(self.cores.items()):
+                if core.leader is not None:
+                    try:
+                        self._run(key, None, core.leader.tick(now))
+                    except Exception:
+                        log.exception("replica tick of %s-%d failed", *key)
+
+    async def _alter_loop(self) -> None:
+        while True:
+            await self._alter_wakeup.wait()
+            self._alter_wakeup.clear()
+            batch = list(self._alter_queue.items())[:ALTER_PARTITION_ITEMS_MAX]
+            for key, _ in batch:
+                del self._alter_queue[key]
+            if self._alter_queue:
+                self._alter_wakeup.set()
+            if not batch:
+                continue
+            items: list[Item] = [(tid, key[1], req) for key, (tid, req) in batch]
+            request = alter_partition_request(self.node_id, self.broker_epoch(), items)
+            response: AlterPartitionResponse | None = None
+            error = ErrorCode.NONE
+            try:
+                response = await self._alter_partition(request)
+            except TimeoutError:
+                error = ErrorCode.REQUEST_TIMED_OUT
+            except Exception as exc:  # no controller reachable right now
+                log.info("AlterPartition not accepted (%r): the cores retry", exc)
+                error = ErrorCode.NOT_CONTROLLER
+            results = alter_partition_results(items, response, error)
+            now = self.now_ms()
+            for (key, _), result in zip(batch, results, strict=True):
+                core = self.cores.get(key)
+                if core is not None and core.leader is not None:
+                    self._run(key, None, core.leader.on_alter_partition_response(result, now))

@@ -1,0 +1,220 @@
+"""Replication on 3 real nodes with real clients (issue 12).
+
+- SIGKILL of the partition leader during idempotent acks=all production: every record
+  the producer saw acknowledged is readable after the fail-over and after the killed node
+  restarts, at the offset it was acknowledged with, and no offset holds two records;
+- SIGSTOP of a follower for longer than ``replica.lag.time.max.ms``: the leader shrinks
+  the ISR (AlterPartition), acks=all production goes on, and after SIGCONT the follower
+  catches up and the ISR is whole again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from riverbed.testing.quorum_cluster import QuorumCluster
+
+from .test_quorum import OVERRIDES as QUORUM_OVERRIDES
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+LAG_MAX_MS = 2000
+OVERRIDES = {
+    **QUORUM_OVERRIDES,
+    "default.replication.factor": "3",
+    "min.insync.replicas": "2",
+    "replica.lag.time.max.ms": str(LAG_MAX_MS),
+    "replica.fetch.backoff.ms": "200",
+    "broker.session.timeout.ms": "4000",
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    c = QuorumCluster(tmp_path_factory.mktemp("replication"), 3, overrides=OVERRIDES)
+    try:
+        c.start(timeout_s=60)
+        yield c
+    finally:
+        c.stop()
+
+
+def partition_state(admin: AdminClient, topic: str) -> tuple[int, list[int], list[int]]:
+    md = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+    return md.leader, list(md.replicas), sorted(md.isrs)
+
+
+def wait_for(what: str, check: Any, timeout_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except Exception as exc:  # metadata from a node that is just starting
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
+def create_topic(cluster: QuorumCluster, topic: str) -> AdminClient:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
+
+    def whole() -> bool:
+        leader, replicas, isr = partition_state(admin, topic)
+        return leader > 0 and len(replicas) == 3 and isr == sorted(replicas)
+
+    wait_for(f"{topic}: ISR = all 3 replicas", whole)
+    return admin
+
+
+def read_all(cluster: QuorumCluster, topic: str, end: int) -> dict[int, bytes]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": f"check-{topic}",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: dict[int, bytes] = {}
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < end and time.monotonic() < deadline:
+            for msg in consumer.consume(500, timeout=1.0):
+                offset, value = msg.offset(), msg.value()
+                if msg.error() is None and offset is not None and value is not None:
+                    assert offset not in got, f"offset {offset} read twice"
+                    got[offset] = value
+    finally:
+        consumer.close()
+    return got
+
+
+class Production:
+    """An idempotent acks=all producer in a thread, recording every acknowledgement."""
+
+    def __init__(self, cluster: QuorumCluster, topic: str) -> None:
+        self.producer = Producer(
+            {
+                "bootstrap.servers": cluster.bootstrap_servers,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "message.timeout.ms": 60000,
+            }
+        )
+        self.topic = topic
+        self.acked: dict[bytes, int] = {}
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        self.sent = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.errors.append(str(err))
+        else:
+            self.acked[msg.value()] = msg.offset()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.producer.produce(
+                    self.topic, f"m{self.sent}".encode(), callback=self._on_delivery
+                )
+                self.sent += 1
+            except BufferError:
+                pass
+            self.producer.poll(0.001 if self.sent % 50 else 0.01)
+        self.producer.flush(90)
+
+    def __enter__(self) -> Production:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(120)
+
+
+def test_sigkill_leader_during_acks_all_loses_nothing_acknowledged(cluster: QuorumCluster) -> None:
+    topic = "replicated-kill"
+    admin = create_topic(cluster, topic)
+    leader, _, _ = partition_state(admin, topic)
+    with Production(cluster, topic) as prod:
+        wait_for("2000 acks before the kill", lambda: len(prod.acked) >= 2000, 60)
+        cluster.kill(leader)
+        killed_at = len(prod.acked)
+
+        def new_leader() -> bool:
+            now, _, isr = partition_state(admin, topic)
+            return now not in (-1, leader) and leader not in isr
+
+        wait_for("a new leader without the killed node", new_leader)
+        wait_for("acks after the fail-over", lambda: len(prod.acked) >= killed_at + 2000, 90)
+    assert not prod.errors, prod.errors[:5]
+    cluster.nodes[leader].start(60)
+    wait_for(
+        "the restarted node back in the ISR",
+        lambda: partition_state(admin, topic)[2] == [1, 2, 3],
+        60,
+    )
+    end = max(prod.acked.values()) + 1
+    got = read_all(cluster, topic, end)
+    missing = [(v, o) for v, o in prod.acked.items() if got.get(o) != v]
+    assert not missing, (
+        f"{len(missing)} of {len(prod.acked)} acknowledged records lost: {missing[:5]}"
+    )
+    values = list(got.values())
+    assert len(values) == len(set(values))  # idempotence: no record written twice
+    # the restarted node's copy equals the others' (it truncated its unreplicated tail)
+    sizes = {
+        i: sum(f.stat().st_size for f in (cluster.data_dir(i) / f"{topic}-0").glob("*.log"))
+        for i in cluster.ids
+    }
+    assert len(set(sizes.values())) == 1, sizes
+
+
+def test_sigstop_follower_shrinks_and_expands_the_isr(cluster: QuorumCluster) -> None:
+    topic = "replicated-stop"
+    admin = create_topic(cluster, topic)
+    leader, replicas, _ = partition_state(admin, topic)
+    follower = next(r for r in replicas if r != leader)
+    pid = cluster.nodes[follower].pid
+    assert pid is not None
+    with Production(cluster, topic) as prod:
+        wait_for("acks before the stop", lambda: len(prod.acked) >= 500, 60)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            stopped_at = len(prod.acked)
+            wait_for(
+                f"ISR without the stopped follower {follower}",
+                lambda: follower not in partition_state(admin, topic)[2],
+                LAG_MAX_MS / 1000 + 20,
+            )
+            wait_for("acks while it is stopped", lambda: len(prod.acked) >= stopped_at + 1000, 60)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_for(
+            f"follower {follower} back in the ISR",
+            lambda: partition_state(admin, topic)[2] == [1, 2, 3],
+            60,
+        )
+    assert not prod.errors, prod.errors[:5]
+    log_text = Path(cluster.node_dir(leader) / f"broker-{leader}.log").read_text()
+    assert "shrink" in log_text and "expand with" in log_text

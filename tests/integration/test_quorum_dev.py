@@ -101,6 +101,13 @@ def test_dev_three_nodes(tmp_path: Path) -> None:
             )
             assert describe.returncode == 0, describe.stderr
             assert re.search(r"LeaderId: [123]\s", describe.stdout), describe.stdout
+        # topics are replicated by default (replication factor 3, min.insync.replicas 2)
+        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+        admin = AdminClient({"bootstrap.servers": expected})
+        admin.create_topics([NewTopic("dev-default", 1)])["dev-default"].result(30)
+        part = admin.list_topics("dev-default", timeout=10).topics["dev-default"].partitions[0]
+        assert sorted(part.replicas) == [1, 2, 3]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
         deadline = time.monotonic() + 10

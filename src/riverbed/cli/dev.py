@@ -7,6 +7,9 @@ in ``DIR/node-i/data`` (formatted with one cluster id on first start; a second r
 it) and its log in ``DIR/node-i/broker-i.log``. Prints the bootstrap servers and the
 controller quorum, then waits; Ctrl-C or SIGTERM stops every node by PID (SIGTERM, clean
 shutdown). A node that exits on its own is reported and the others are stopped too.
+
+Topics are replicated by default: ``default.replication.factor`` = min(3, N) and, from 3
+nodes on, ``min.insync.replicas=2`` (acks=all survives the loss of any one node).
 """
 
 from __future__ import annotations
@@ -48,12 +51,26 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run_guarded(dev_cmd))
 
 
+def dev_overrides(nodes: int) -> dict[str, str]:
+    """Replication defaults of a dev cluster of ``nodes`` nodes (see the docstring)."""
+    rf = max(1, min(3, nodes))
+    return {
+        "default.replication.factor": str(rf),
+        "min.insync.replicas": "2" if rf >= 3 else "1",
+    }
+
+
 def dev_cmd(args: argparse.Namespace) -> int:
     from riverbed.testing.cluster import BrokerStartError
     from riverbed.testing.quorum_cluster import QuorumCluster
 
     try:
-        cluster = QuorumCluster(Path(args.dir), args.nodes, base_port=args.base_port)
+        cluster = QuorumCluster(
+            Path(args.dir),
+            args.nodes,
+            base_port=args.base_port,
+            overrides=dev_overrides(args.nodes),
+        )
     except ValueError as exc:
         raise CliError(str(exc)) from None
     meta = Path(args.dir) / "node-1" / "data" / "meta.properties"

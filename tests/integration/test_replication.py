@@ -50,7 +50,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
         c.stop()
 
 
-def partition_state(admin: AdminClient, topic: str) -> tuple[int, list[int], list[int]]:
+def partition_state(
+    admin: AdminClient, topic: str, via: str | None = None
+) -> tuple[int, list[int], list[int]]:
+    """(leader, replicas, sorted ISR); ``via`` asks that one node (a fresh client whose
+    only connection is to it: librdkafka would otherwise wait on a stopped node)."""
+    if via is not None:
+        admin = AdminClient({"bootstrap.servers": via})
     md = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
     return md.leader, list(md.replicas), sorted(md.isrs)
 
@@ -197,6 +203,7 @@ def test_sigstop_follower_shrinks_and_expands_the_isr(cluster: QuorumCluster) ->
     follower = next(r for r in replicas if r != leader)
     pid = cluster.nodes[follower].pid
     assert pid is not None
+    via = f"127.0.0.1:{cluster.ports[leader][0]}"
     with Production(cluster, topic) as prod:
         wait_for("acks before the stop", lambda: len(prod.acked) >= 500, 60)
         os.kill(pid, signal.SIGSTOP)
@@ -204,7 +211,7 @@ def test_sigstop_follower_shrinks_and_expands_the_isr(cluster: QuorumCluster) ->
             stopped_at = len(prod.acked)
             wait_for(
                 f"ISR without the stopped follower {follower}",
-                lambda: follower not in partition_state(admin, topic)[2],
+                lambda: follower not in partition_state(admin, topic, via)[2],
                 LAG_MAX_MS / 1000 + 20,
             )
             wait_for("acks while it is stopped", lambda: len(prod.acked) >= stopped_at + 1000, 60)
@@ -212,7 +219,7 @@ def test_sigstop_follower_shrinks_and_expands_the_isr(cluster: QuorumCluster) ->
             os.kill(pid, signal.SIGCONT)
         wait_for(
             f"follower {follower} back in the ISR",
-            lambda: partition_state(admin, topic)[2] == [1, 2, 3],
+            lambda: partition_state(admin, topic, via)[2] == [1, 2, 3],
             60,
         )
     assert not prod.errors, prod.errors[:5]

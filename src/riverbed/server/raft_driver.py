@@ -372,10 +372,11 @@ class RaftDriver:
                 )
         self._settle_appends()
 
-    def _spawn(self, what: str, coro: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, what: str, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(self._guarded(what, coro))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _flush_loop(self) -> None:
         try:
@@ -426,14 +427,19 @@ class RaftDriver:
             f"handling {type(response).__name__} from {action.dest}",
         )
 
+    async def _delete_expired_files(self) -> None:
+        await asyncio.to_thread(self.log.delete_expired_files, int(time.time() * 1000))
+
     async def _timer_loop(self) -> None:
         next_cleanup = 0.0
+        cleanup: asyncio.Task[None] | None = None
         while not self._closed:
-            if time.monotonic() >= next_cleanup:
+            if time.monotonic() >= next_cleanup and (cleanup is None or cleanup.done()):
                 next_cleanup = time.monotonic() + FILE_CLEANUP_INTERVAL_S
-                async with self._lock:
-                    if not self._closed:
-                        self.log.delete_expired_files(int(time.time() * 1000))
+                # unlinks wait for the disk: a worker thread, beside the ticks and outside
+                # the driver's lock (the partition log's lock guards its pending deletes);
+                # one sweep at a time
+                cleanup = self._spawn("file cleanup", self._delete_expired_files())
             delay = max(0, self.node.next_deadline_ms() - self.clock_ms()) / 1000
             self._wake.clear()
             with contextlib.suppress(TimeoutError):

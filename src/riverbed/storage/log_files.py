@@ -192,17 +192,27 @@ class SegmentFiles:
 
     def delete_expired(self, now_ms: int | None) -> int:
         """Unlink pending files due at ``now_ms`` (all of them when None)."""
+        due = self.take_expired(now_ms)
+        self.unlink(due)
+        return len(due)
+
+    def take_expired(self, now_ms: int | None) -> list[list[Path]]:
+        """The files of the deletes due at ``now_ms`` (all when None), no longer pending:
+        the caller unlinks them (``unlink``), outside the log's lock."""
         keep: list[tuple[int, list[Path]]] = []
-        done = 0
-        for due, paths in self._pending:
-            if now_ms is None or due <= now_ms:
-                for p in paths:
-                    self._io.unlink(p)
-                done += 1
+        due: list[list[Path]] = []
+        for at, paths in self._pending:
+            if now_ms is None or at <= now_ms:
+                due.append(paths)
             else:
-                keep.append((due, paths))
+                keep.append((at, paths))
         self._pending = keep
-        return done
+        return due
+
+    def unlink(self, due: list[list[Path]]) -> None:
+        for paths in due:
+            for p in paths:
+                self._io.unlink(p)
 
     @property
     def pending(self) -> int:

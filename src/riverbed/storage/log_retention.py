@@ -174,4 +174,6 @@ class LogRetention(LogBase):
     def delete_expired_files(self, now_ms: int) -> int:
         """Remove ``.deleted`` files whose ``file.delete.delay.ms`` has passed."""
         with self._lock:
-            return self._files.delete_expired(now_ms)
+            due = self._files.take_expired(now_ms)
+        self._files.unlink(due)  # unlinks wait for the disk: not under the log's lock
+        return len(due)

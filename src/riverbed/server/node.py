@@ -58,6 +58,7 @@ from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultH
 from riverbed.server.network import CloseConnection, SocketServer
 from riverbed.server.purgatory import Purgatory
 from riverbed.server.quorum import CONTROLLER_API_VERSIONS, QuorumMetadata, open_quorum_metadata
+from riverbed.server.remote_log import RemoteLogManager, RemoteLogSettings
 from riverbed.server.replication.manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,7 @@ class Node:
         self.purgatory = Purgatory()
         self.broker: Broker | None = None
         self.replicas: ReplicaManager | None = None
+        self.remote_log: RemoteLogManager | None = None
 
     async def start(self) -> None:
         from riverbed.metadata.storage_format import ensure_formatted, read_meta_properties
@@ -168,6 +170,7 @@ class Node:
         if not await quorum.wait_caught_up(self.stop_requested):
             raise NodeStartError("stopped before the metadata quorum was reached")
         static = cfg.static_config()
+        remote_settings, rsm = _remote_log_setup(cfg)
 
         def config_for(topic: str) -> Any:
             return log_config_for(quorum.image, topic, static)
@@ -184,6 +187,7 @@ class Node:
                 config_for=config_for,
                 halt=ProcessTerminatingFaultHandler(cfg.node_id).handle_fault,
                 metadata_log_dir=cfg.metadata_log_dir,
+                remote_log_enabled=remote_settings.enabled,
             )
         else:
             self.log_manager = factory(list(cfg.log_dirs), clock)
@@ -206,6 +210,13 @@ class Node:
         quorum.add_listener(lambda old, new, delta: partitions.apply_image(new))
 
         self.broker = Broker(cfg, quorum, partitions, self.purgatory, self.cluster_id, clock)
+        if rsm is not None:
+            # tiered storage (KIP-405): follows the hosted partitions and their leaders
+            self.remote_log = RemoteLogManager(remote_settings, rsm, cfg.node_id)
+            self.broker.remote_log = self.remote_log
+            self.remote_log.start(lambda: partitions.partitions, lambda: quorum.image)
+            remote_log = self.remote_log
+            quorum.add_listener(lambda old, new, delta: remote_log.wake())
         await self._listen(controller=False)
         await self._register(quorum)
         await self.server.start_serving()
@@ -373,6 +384,8 @@ class Node:
             # first: no metadata change may reach the partitions once their logs close; a
             # leader resigns (EndQuorumEpoch) on the way out
             await self.quorum.close()
+        if self.remote_log is not None:
+            await self.remote_log.close()  # running uploads end before the logs close
         if self.log_manager is not None:
             self.log_manager.shutdown()
         self._stopped.set()
@@ -380,6 +393,35 @@ class Node:
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+
+def _remote_log_setup(cfg: Any) -> tuple[RemoteLogSettings, Any]:
+    """Tiered storage's broker configs, validated at start; the remote storage manager
+    when ``remote.log.storage.system.enable`` (else None)."""
+    from riverbed.tiered.rsm import FsspecRemoteStorageManager
+
+    try:
+        settings = RemoteLogSettings.from_config(cfg)
+    except ValueError as exc:
+        raise NodeStartError(str(exc)) from None
+    if not settings.enabled:
+        return settings, None
+    name = str(cfg.get("remote.log.storage.manager.class.name"))
+    default = f"{FsspecRemoteStorageManager.__module__}.{FsspecRemoteStorageManager.__name__}"
+    if name != default:
+        raise NodeStartError(
+            f"remote.log.storage.manager.class.name={name}: riverbed ships {default} only"
+        )
+    prefix = str(cfg.get("remote.log.storage.manager.impl.prefix"))
+    props = {
+        "rsm.config." + k[len(prefix) :]: v
+        for k, v in cfg.originals.items()
+        if k.startswith(prefix)
+    }
+    try:
+        return settings, FsspecRemoteStorageManager.from_props(props)
+    except ValueError as exc:
+        raise NodeStartError(f"tiered storage: {exc}") from None
 
 
 async def run_node(config: Any, *, log_manager_factory: Any = None) -> None:

@@ -177,7 +177,6 @@ def _storage_options(props: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
             },
             "use_listings_cache": False,
             "skip_instance_cache": True,
-            "retries": S3_ATTEMPTS_MAX,
         }
         if get("s3.endpoint.url"):
             options["client_kwargs"]["endpoint_url"] = get("s3.endpoint.url")
@@ -201,6 +200,10 @@ class FsspecRemoteStorageManager:
         except ImportError as e:
             raise ValueError(f"{RSM_CONFIG_PREFIX}url={url!r} needs a package: {e}") from None
         self.root = root.rstrip("/")
+        if hasattr(self.fs, "retries"):
+            # s3fs retries a failed call 5 times with back-off by default: one outage then
+            # costs seconds per call; the remote log manager does its own back-off
+            self.fs.retries = S3_ATTEMPTS_MAX
         self._manifests: dict[str, RemoteSegmentMetadata] = {}  # immutable once written
         self._lock = threading.Lock()
         self._root_checked = False

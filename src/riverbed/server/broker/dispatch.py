@@ -123,6 +123,8 @@ class Broker:
             config, self.node_id, partitions, metadata, clock or SystemClock()
         )
         self.groups.start()
+        # the remote log manager (riverbed.server.remote_log) when tiering is enabled
+        self.remote_log: Any = None
         # Serving starts now: new partition logs are created off the event loop.
         partitions.create_logs_off_loop()
 

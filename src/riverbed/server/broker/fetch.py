@@ -13,7 +13,9 @@ read_committed fetch gets an empty aborted-transactions list, read_uncommitted n
 - ``partition_max_bytes`` and the response's ``max_bytes`` bound the data, except that
   the first partition returning data returns at least one whole batch (so a batch larger
   than the limits still makes progress), and no partition ever returns part of a batch;
-- the data is the storage's file ranges, streamed with sendfile (network.FileRecords).
+- the data is the storage's file ranges, streamed with sendfile (network.FileRecords);
+- an offset below the local log start of a tiered partition is read from the remote
+  tier (tiered storage, :mod:`riverbed.server.broker.remote_fetch`): in-memory bytes.
 
 When fewer than ``min_bytes`` are ready and no partition has an error, the request is
 parked in the fetch purgatory for up to ``max_wait_ms`` and woken by appends to any of
@@ -38,6 +40,7 @@ from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import FetchRequest, FetchResponse
 from riverbed.replication.actions import FetchPosition
 from riverbed.server.broker.partitions import DEBUGGING_REPLICA_ID, HostedPartition, NotServed
+from riverbed.server.broker.remote_fetch import read_remote, remote_tier_serves
 from riverbed.server.network import FileRecords, RequestContext, SplicedResponse
 from riverbed.storage.errors import StorageError
 from riverbed.storage.log_files import FileRange
@@ -67,6 +70,9 @@ class _PartitionRead:
     leader: NotServed | None = None
     #: KIP-320 (epoch, end offset) for a follower whose log diverges from the leader's
     diverging: tuple[int, int] | None = None
+    data: bytes = b""  # in-memory records (read from the remote tier)
+    remote_max_bytes: int = 0  # > 0: the offset lives in the remote tier (tiered storage)
+    fetch_offset: int = -1
 
 
 def _follower_read(broker: Broker, hosted: HostedPartition, p: Any, replica_id: int) -> Any:
@@ -102,6 +108,13 @@ def _read_partition(
     if p.fetch_offset >= upper or (budget <= 0 and not first):
         return _PartitionRead(topic, p.partition, 0, hw, start, [], 0)
     max_bytes = max(1, min(p.partition_max_bytes, budget))
+    if p.fetch_offset < plog.local_log_start_offset and remote_tier_serves(broker, topic, p):
+        if replica_id >= 0:  # followers never read the remote tier (KIP-405)
+            code = ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE
+            return _PartitionRead(topic, p.partition, code, hw, start, [], 0)
+        read = _PartitionRead(topic, p.partition, 0, hw, start, [], 0)
+        read.remote_max_bytes, read.fetch_offset = max_bytes, p.fetch_offset
+        return read
     try:
         result = plog.read(p.fetch_offset, max_bytes, upper)
     except StorageError as exc:
@@ -145,9 +158,12 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
     if req.session_id != 0:
         return FetchResponse(error_code=int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND), session_id=0)
     reads = _read_all(broker, req)
+    remote = [r for r in reads if r.remote_max_bytes]
+    if remote:  # the delayed remote fetch instead of the fetch purgatory
+        await read_remote(broker, remote)
     ready = sum(r.size for r in reads)
     has_error = any(r.error or r.diverging for r in reads)  # answered at once
-    if ready < req.min_bytes and req.max_wait_ms > 0 and not has_error and reads:
+    if ready < req.min_bytes and req.max_wait_ms > 0 and not has_error and reads and not remote:
         keys = [(r.topic, r.index) for r in reads]
 
         def enough() -> bool:
@@ -182,7 +198,7 @@ def _build_response(reads: list[_PartitionRead], version: int, read_committed: b
             files.append(fr)
             records = fr.token
         else:
-            records = b""
+            records = r.data
         part = FetchResponse.PartitionData(
             partition_index=r.index,
             error_code=int(r.error),

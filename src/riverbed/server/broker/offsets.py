@@ -1,9 +1,11 @@
 """ListOffsets (2), OffsetForLeaderEpoch (23) and DeleteRecords (21).
 
-ListOffsets special timestamps (Kafka's): -2 earliest (log start offset), -1 latest (the
+ListOffsets special timestamps (Kafka's): -2 earliest (log start offset: in the remote
+tier for a tiered log), -4 earliest local (the local log start offset), -1 latest (the
 high watermark; also the last stable offset, there being no transactions yet), -3 the
 offset of the record with the largest timestamp; any other timestamp finds the first
-offset whose timestamp is >= it through the time index (offset -1, timestamp -1 when
+offset whose timestamp is >= it through the time index (the remote time index first for a
+tiered log, :mod:`riverbed.server.broker.remote_fetch`) (offset -1, timestamp -1 when
 there is none). Version 0 answers in ``old_style_offsets``.
 
 OffsetForLeaderEpoch returns the largest epoch <= the requested one and its end offset
@@ -33,8 +35,10 @@ from riverbed.protocol.messages import (
     OffsetForLeaderEpochResponse,
 )
 from riverbed.server.broker.partitions import DEBUGGING_REPLICA_ID, NotServed
+from riverbed.server.broker.remote_fetch import offset_for_timestamp
 from riverbed.server.network import RequestContext
 from riverbed.storage.errors import StorageError
+from riverbed.tiered.rsm import RemoteStorageError
 
 if TYPE_CHECKING:
     from riverbed.server.broker.dispatch import Broker
@@ -45,7 +49,7 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 
 
-def _list_one(broker: Broker, topic: str, p: Any, version: int, replica_id: int) -> Any:
+async def _list_one(broker: Broker, topic: str, p: Any, version: int, replica_id: int) -> Any:
     def answer(code: int, timestamp: int = -1, offset: int = -1, epoch: int = -1) -> Any:
         return ListOffsetsResponse.ListOffsetsPartitionResponse(
             partition_index=p.partition_index,
@@ -64,8 +68,10 @@ def _list_one(broker: Broker, topic: str, p: Any, version: int, replica_id: int)
     epoch = hosted.registration.leader_epoch
     plog = hosted.log
     ts = p.timestamp
-    if ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+    if ts == EARLIEST_TIMESTAMP:  # a tiered log starts in the remote tier
         return answer(0, -1, plog.log_start_offset, epoch)
+    if ts == EARLIEST_LOCAL_TIMESTAMP:
+        return answer(0, -1, plog.local_log_start_offset, epoch)
     if ts == LATEST_TIMESTAMP:
         return answer(0, -1, plog.high_watermark, epoch)
     if ts == MAX_TIMESTAMP:
@@ -73,7 +79,10 @@ def _list_one(broker: Broker, topic: str, p: Any, version: int, replica_id: int)
     elif ts < 0:
         return answer(ErrorCode.INVALID_REQUEST)
     else:
-        found = plog.offset_for_timestamp(ts)
+        try:
+            found = await offset_for_timestamp(broker, topic, p.partition_index, plog, ts)
+        except RemoteStorageError:
+            return answer(ErrorCode.KAFKA_STORAGE_ERROR)
     if found is None:
         return answer(0, -1, -1, -1)
     if found.offset >= plog.high_watermark:
@@ -87,7 +96,7 @@ async def handle_list_offsets(
     version = ctx.header.api_version
     topics = []
     for t in req.topics:
-        parts = [_list_one(broker, t.name, p, version, req.replica_id) for p in t.partitions]
+        parts = [await _list_one(broker, t.name, p, version, req.replica_id) for p in t.partitions]
         topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=t.name, partitions=parts))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 

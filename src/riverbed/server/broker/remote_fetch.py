@@ -1,0 +1,65 @@
+"""Fetch and ListOffsets from the remote tier (tiered storage, KIP-405).
+
+A consumer fetch whose offset is below the local log start of a tiered partition is
+served by the remote log manager (`riverbed.server.remote_log`): as in Kafka, only the
+first such partition of a request is read remotely (the others answer no data this time,
+their consumers fetch again); the request is parked (its ``queued.max.requests`` permit
+given back) while the bounded reader pool reads, for up to ``remote.fetch.max.wait.ms``.
+The records are whole batches in memory: the response carries them as ordinary bytes
+(no file ranges). Errors: KAFKA_STORAGE_ERROR (retriable) when the remote tier keeps
+failing, OFFSET_OUT_OF_RANGE when the remote segment is gone.
+
+Followers never read the remote tier through Fetch: below the local log start they get
+OFFSET_MOVED_TO_TIERED_STORAGE, as from Kafka (KIP-405).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from riverbed.server.request_permits import park_current_request
+from riverbed.storage.log_files import TimestampOffset
+
+if TYPE_CHECKING:
+    from riverbed.server.broker.dispatch import Broker
+
+__all__ = ["offset_for_timestamp", "read_remote", "remote_tier_serves"]
+
+
+def _manager(broker: Broker) -> Any:
+    return getattr(broker, "remote_log", None)
+
+
+def remote_tier_serves(broker: Broker, topic: str, p: Any) -> bool:
+    """Does the remote tier serve ``p``'s partition (a tiered partition of this node)?"""
+    manager = _manager(broker)
+    return manager is not None and bool(manager.serves((topic, p.partition)))
+
+
+async def read_remote(broker: Broker, reads: list[Any]) -> None:
+    """Fill the first remote read (``reads``: the partitions routed to the remote tier)."""
+    manager = _manager(broker)
+    first = reads[0]
+    park_current_request()  # the delayed remote fetch holds no request permit
+    result = await manager.read(
+        (first.topic, first.index), first.fetch_offset, first.remote_max_bytes
+    )
+    first.error = result.error
+    first.data = result.data
+    first.size = len(result.data)
+
+
+async def offset_for_timestamp(
+    broker: Broker, topic: str, partition: int, plog: Any, timestamp: int
+) -> TimestampOffset | None:
+    """ListOffsets by time over the remote tier first (its offsets come before the
+    local ones), then the local log. Raises RemoteStorageError."""
+    manager = _manager(broker)
+    if manager is not None and getattr(plog, "tiered", False):
+        found: TimestampOffset | None = await manager.offset_for_timestamp(
+            (topic, partition), timestamp
+        )
+        if found is not None:
+            return found
+    result: TimestampOffset | None = plog.offset_for_timestamp(timestamp)
+    return result

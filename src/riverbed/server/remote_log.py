@@ -1,0 +1,646 @@
+"""The remote log manager's shell: bounded pools around the tiered core (KIP-405).
+
+Runs only with ``remote.log.storage.system.enable=true``, for partitions whose log is
+tiered (topic ``remote.storage.enable=true``, not compacted). Leadership is read from
+the metadata image (the partition registration's leader), so the same code runs with
+one node and with replication.
+
+Threads, all bounded (object-store slowness or outage never blocks produce, local
+fetch, admin or the event loop; nothing remote runs under a log's lock):
+
+- the copier pool (``remote.log.manager.copier.thread.pool.size``, -1 = the
+  ``remote.log.manager.thread.pool.size``) runs one task per due partition (never two
+  for one partition): list the remote segments and bring the local remote indexes in
+  step (leader and followers alike); the leader then deletes orphans of failed
+  uploads, copies rolled segments earliest first (publishing "copied up to" to the log
+  after each), and applies remote retention (moving the log start offset);
+- the reader pool (``remote.log.reader.threads``) serves remote fetches and ListOffsets
+  lookups; at most ``remote.log.reader.max.pending.tasks`` wait (more are answered
+  with no data, the client polls again). A read waits up to ``remote.fetch.max.wait.ms``
+  (the delayed remote fetch); transient remote errors are retried with exponential
+  back-off until then, after which the client gets KAFKA_STORAGE_ERROR (retriable); a
+  remote segment that is gone gives OFFSET_OUT_OF_RANGE.
+
+Reads fetch whole remote index entries (runs of whole batches) with ranged reads, plus
+the next contiguous entry as read-ahead, into an LRU cache of ``READ_CACHE_BYTES_MAX``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.exceptions import ProtocolError
+from riverbed.protocol.records import iter_batches, iter_records
+from riverbed.storage.log_files import TimestampOffset
+from riverbed.tiered.remote_indexes import RemoteIndexes
+from riverbed.tiered.remote_log_index import RemoteLogIndexEntry
+from riverbed.tiered.rlm import (
+    LocalSegmentInfo,
+    RlmScheduler,
+    remote_segments_to_delete,
+    segments_to_copy,
+)
+from riverbed.tiered.rsm import (
+    FsspecRemoteStorageManager,
+    RemoteResourceNotFoundError,
+    RemoteSegmentMetadata,
+    RemoteStorageError,
+    SegmentUpload,
+)
+from riverbed.tiered.segment_chunks import chunk_segment
+
+__all__ = ["READ_CACHE_BYTES_MAX", "RemoteLogManager", "RemoteLogSettings", "RemoteRead"]
+
+log = logging.getLogger(__name__)
+
+#: Bytes of remote chunks kept for sequential readers (read-ahead included).
+READ_CACHE_BYTES_MAX: Final = 32 * 1024 * 1024
+#: Largest single ranged read (an entry plus its read-ahead neighbour).
+READ_AHEAD_BYTES_MAX: Final = 4 * 1024 * 1024
+#: First back-off of a failed remote read; doubles up to READ_RETRY_BACKOFF_MAX_MS.
+READ_RETRY_BACKOFF_MS: Final = 50
+READ_RETRY_BACKOFF_MAX_MS: Final = 1000
+#: The scheduling loop wakes at least this often (partition set changes, shutdown).
+LOOP_WAKE_MS_MAX: Final = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogSettings:
+    """The broker's tiered-storage keys (Kafka's names), validated at start."""
+
+    enabled: bool
+    task_interval_ms: int
+    copier_threads: int
+    retry_backoff_ms: int
+    retry_backoff_max_ms: int
+    reader_threads: int
+    reader_max_pending: int
+    fetch_max_wait_ms: int
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> RemoteLogSettings:
+        def get(key: str) -> int:
+            return int(cfg.get(key))
+
+        copier = get("remote.log.manager.copier.thread.pool.size")
+        if copier == -1:
+            copier = get("remote.log.manager.thread.pool.size")
+        if copier < 1:
+            raise ValueError(
+                "remote.log.manager.copier.thread.pool.size must be -1 (use "
+                "remote.log.manager.thread.pool.size) or at least 1"
+            )
+        settings = cls(
+            enabled=bool(cfg.get("remote.log.storage.system.enable")),
+            task_interval_ms=get("remote.log.manager.task.interval.ms"),
+            copier_threads=copier,
+            retry_backoff_ms=get("remote.log.manager.task.retry.backoff.ms"),
+            retry_backoff_max_ms=get("remote.log.manager.task.retry.backoff.max.ms"),
+            reader_threads=get("remote.log.reader.threads"),
+            reader_max_pending=get("remote.log.reader.max.pending.tasks"),
+            fetch_max_wait_ms=get("remote.fetch.max.wait.ms"),
+        )
+        if settings.retry_backoff_max_ms < settings.retry_backoff_ms:
+            raise ValueError(
+                "remote.log.manager.task.retry.backoff.max.ms must be >= "
+                "remote.log.manager.task.retry.backoff.ms"
+            )
+        return settings
+
+
+@dataclass
+class RemoteRead:
+    """The outcome of a remote fetch: whole batches, or an error code (0: none)."""
+
+    data: bytes = b""
+    error: int = 0
+
+
+@dataclass
+class _Tier:
+    """A tiered partition this node hosts."""
+
+    key: tuple[str, int]
+    topic_id: str | None
+    plog: Any  # riverbed.storage.PartitionLog
+    leader: bool
+    indexes: RemoteIndexes | None = None  # opened by the first task (file I/O)
+    remote: list[RemoteSegmentMetadata] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class _ChunkCache:
+    """LRU of remote chunks by (segment id, position), bounded in bytes; thread-safe."""
+
+    def __init__(self, bytes_max: int) -> None:
+        self.bytes_max = bytes_max
+        self._chunks: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: tuple[str, int]) -> bytes | None:
+        with self._lock:
+            data = self._chunks.get(key)
+            if data is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+            self._chunks.move_to_end(key)
+            return data
+
+    def put(self, key: tuple[str, int], data: bytes) -> None:
+        with self._lock:
+            old = self._chunks.pop(key, None)
+            if old is not None:
+                self._bytes -= len(old)
+            self._chunks[key] = data
+            self._bytes += len(data)
+            while self._bytes > self.bytes_max and len(self._chunks) > 1:
+                _, dropped = self._chunks.popitem(last=False)
+                self._bytes -= len(dropped)
+
+
+class RemoteLogManager:
+    """Schedules copy/sync/retention tasks and serves remote reads (see the docstring)."""
+
+    def __init__(
+        self,
+        settings: RemoteLogSettings,
+        rsm: FsspecRemoteStorageManager,
+        node_id: int,
+        *,
+        now_ms: Callable[[], int] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings
+        self.rsm = rsm
+        self.node_id = node_id
+        self._now_ms = now_ms or (lambda: int(time.time() * 1000))
+        self.scheduler = RlmScheduler(
+            task_interval_ms=settings.task_interval_ms,
+            retry_backoff_ms=settings.retry_backoff_ms,
+            retry_backoff_max_ms=settings.retry_backoff_max_ms,
+            rng=rng or random.Random(),
+        )
+        self._copiers = ThreadPoolExecutor(settings.copier_threads, "riverbed-rlm-copier")
+        self._readers = ThreadPoolExecutor(settings.reader_threads, "riverbed-rlm-reader")
+        self._copying = 0  # tasks in the copier pool (at most copier_threads)
+        self._reads_pending = 0  # reads queued or running (bounded by reader_max_pending)
+        self._tiers: dict[tuple[str, int], _Tier] = {}
+        self._cache = _ChunkCache(READ_CACHE_BYTES_MAX)
+        self._wake = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing = False
+        self._task: asyncio.Task[None] | None = None
+        self._partitions: Callable[[], dict[tuple[str, int], Any]] = dict
+        self._image: Callable[[], Any] = lambda: None
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    def start(
+        self,
+        partitions: Callable[[], dict[tuple[str, int], Any]],
+        image: Callable[[], Any],
+    ) -> None:
+        """Follow ``partitions()`` (the hosted partitions) and ``image()`` (metadata)."""
+        self._partitions = partitions
+        self._image = image
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.create_task(self._run())
+
+    def wake(self) -> None:
+        """Something changed (a new image): re-read the partitions now."""
+        self._wake.set()
+
+    async def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for tier in self._tiers.values():
+            tier.plog.roll_listener = None
+        # running copies finish their current object; queued ones see _closing and stop
+        await asyncio.to_thread(self._copiers.shutdown, wait=True, cancel_futures=True)
+        await asyncio.to_thread(self._readers.shutdown, wait=True, cancel_futures=True)
+        self.rsm.close()
+
+    # ---- the scheduling loop (event loop) -------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._closing:
+            try:
+                self._sync_partitions()
+                self._submit_due()
+            except Exception:
+                log.exception("remote log manager scheduling failed")
+            due = self.scheduler.next_due_ms()
+            wait_ms = LOOP_WAKE_MS_MAX if due is None else due - self._now_ms()
+            wait_ms = max(1, min(wait_ms, LOOP_WAKE_MS_MAX))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait_ms / 1000)
+            self._wake.clear()
+
+    def _sync_partitions(self) -> None:
+        now = self._now_ms()
+        hosted_all = self._partitions()
+        for key, hosted in hosted_all.items():
+            plog = hosted.log
+            if not getattr(plog, "tiered", False):
+                if key in self._tiers:
+                    self._drop(key, deleted=False)
+                continue
+            leader = hosted.registration.leader == self.node_id
+            tier = self._tiers.get(key)
+            if tier is None or tier.plog is not plog:
+                topic_id = getattr(plog, "topic_id", None)
+                tier = _Tier(key, topic_id, plog, leader)
+                self._tiers[key] = tier
+                plog.roll_listener = self._roll_listener(key)
+            tier.leader = leader
+            self.scheduler.assign(key, leader, now)
+        image = self._image()
+        for key in [k for k in self._tiers if k not in hosted_all]:
+            topic = image.topics_by_name.get(key[0]) if image is not None else None
+            self._drop(key, deleted=topic is None or key[1] not in topic.partitions)
+
+    def _roll_listener(self, key: tuple[str, int]) -> Callable[[int], None]:
+        def rolled(_base_offset: int) -> None:
+            # called under the log's lock, maybe from a pool thread: hand over and return
+            loop = self._loop
+            if loop is not None and not self._closing:
+                loop.call_soon_threadsafe(self._on_roll, key)
+
+        return rolled
+
+    def _on_roll(self, key: tuple[str, int]) -> None:
+        self.scheduler.notify_roll(key, self._now_ms())
+        self._wake.set()
+
+    def _drop(self, key: tuple[str, int], *, deleted: bool) -> None:
+        tier = self._tiers.pop(key)
+        tier.plog.roll_listener = None
+        tier.leader = False
+        self.scheduler.unassign(key)
+        if deleted and not self._closing:
+            # topic deletion deletes its remote data too (one leader's worth of work)
+            log.info("deleting the remote data of deleted partition %s-%d", *key)
+            self._copiers.submit(self._delete_remote_partition, tier)
+
+    def _delete_remote_partition(self, tier: _Tier) -> None:
+        try:
+            self.rsm.delete_partition(tier.key[0], tier.key[1], tier.topic_id)
+        except RemoteStorageError as e:
+            log.warning("cannot delete the remote data of %s-%d: %s", *tier.key, e)
+
+    def _submit_due(self) -> None:
+        free = self.settings.copier_threads - self._copying
+        for task in self.scheduler.due(self._now_ms(), free):
+            tier = self._tiers[task.key]  # type: ignore[index]
+            self._copying += 1
+            fut = self._copiers.submit(self._process, tier, task.leader)
+            fut.add_done_callback(self._task_done_callback(task.key))
+
+    def _task_done_callback(self, key: Hashable) -> Callable[[Future[None]], None]:
+        def done(fut: Future[None]) -> None:
+            loop = self._loop
+            if loop is not None and not loop.is_closed():
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(self._task_done, key, fut)
+
+        return done
+
+    def _task_done(self, key: Hashable, fut: Future[None]) -> None:
+        self._copying -= 1
+        exc = None if fut.cancelled() else fut.exception()
+        if exc is not None:
+            failures = self.scheduler.failures(key)
+            level = logging.WARNING if failures < 3 else logging.DEBUG
+            log.log(level, "remote log task of %s failed (will retry): %s", key, exc)
+        self.scheduler.finished(key, exc is None and not fut.cancelled(), self._now_ms())
+        self._wake.set()
+
+    # ---- one partition's task (copier thread) ---------------------------------------------
+
+    def _process(self, tier: _Tier, leader: bool) -> None:
+        if self._closing:
+            return
+        topic, partition = tier.key
+        plog = tier.plog
+        remote = self.rsm.list_segments(topic, partition, tier.topic_id)
+        self._sync_indexes(tier, remote)
+        if leader and tier.leader:
+            for orphan in self.rsm.orphans(topic, partition, tier.topic_id, set()):
+                log.info("%s-%d: deleting orphan remote upload %s", topic, partition, orphan)
+                self.rsm.delete_segment(topic, partition, tier.topic_id, orphan)
+            self._copy_rolled(tier)
+            self._remote_retention(tier)
+        with tier.lock:
+            remote = list(tier.remote)
+        if remote:
+            # followers too: the leader's remote retention moved the start of the log
+            plog.advance_log_start_offset(remote[0].base_offset)
+        elif plog.log_start_offset < plog.local_log_start_offset:
+            plog.advance_log_start_offset(plog.local_log_start_offset)
+
+    def _sync_indexes(self, tier: _Tier, remote: list[RemoteSegmentMetadata]) -> None:
+        """Make the local remote indexes describe exactly the listed remote segments."""
+        topic, partition = tier.key
+        now = self._now_ms()
+        with tier.lock:
+            if tier.indexes is None:
+                tier.indexes = RemoteIndexes(tier.plog.directory, now)
+            indexes = tier.indexes
+            known = indexes.segment_ids
+        listed = {m.segment_id for m in remote}
+        missing = [m for m in remote if m.segment_id not in known]
+        fetched = [
+            (m, self.rsm.index_entries(topic, partition, tier.topic_id, m.segment_id))
+            for m in missing
+        ]
+        with tier.lock:
+            highest = indexes.highest_offset
+            if any(m.end_offset <= highest for m, _ in fetched):
+                # a segment below what is indexed (a new leader's overlap): rebuild in order
+                indexes.delete_all()
+                fetched = [
+                    (m, self.rsm.index_entries(topic, partition, tier.topic_id, m.segment_id))
+                    for m in remote
+                ]
+            for _, entries in fetched:
+                indexes.add_segment(entries, now)
+            indexes.retain_segments(listed)
+            tier.remote = list(remote)
+        tier.plog.update_highest_offset_in_remote(max((m.end_offset for m in remote), default=-1))
+
+    def _copy_rolled(self, tier: _Tier) -> None:
+        plog = tier.plog
+        topic, partition = tier.key
+        segments = plog.segments
+        infos = [LocalSegmentInfo(s.base_offset, s.next_offset, s.size, s.active) for s in segments]
+        by_base = {s.base_offset: s for s in segments}
+        for info in segments_to_copy(infos, plog.highest_offset_in_remote, plog.high_watermark):
+            if self._closing or not tier.leader:
+                return  # leadership moved: the new leader continues from the remote listing
+            seg = by_base[info.base_offset]
+            segment_id = f"{info.base_offset:020d}-{uuid.uuid4().hex}"
+            summary = chunk_segment(seg.log_path, segment_id, size_bytes=info.size_bytes)
+            epochs = _epoch_slice(plog.epoch_cache.entries(), info.base_offset, info.next_offset)
+            upload = SegmentUpload(
+                segment_id=segment_id,
+                log_path=seg.log_path,
+                entries=summary.entries,
+                base_offset=summary.base_offset,
+                end_offset=summary.last_offset,
+                max_timestamp=summary.max_timestamp,
+                size_bytes=summary.size_bytes,
+                leader_epochs=epochs,
+                created_ms=self._now_ms(),
+                offset_index_path=seg.offset_index.path,
+                time_index_path=seg.time_index.path,
+                producer_snapshot_path=plog.directory / f"{info.next_offset:020d}.snapshot",
+            )
+            try:
+                meta = self.rsm.copy_segment(topic, partition, tier.topic_id, upload)
+            except RemoteStorageError:
+                # best effort now; the next task's orphan sweep catches what is left
+                with contextlib.suppress(RemoteStorageError):
+                    self.rsm.delete_segment(topic, partition, tier.topic_id, segment_id)
+                raise
+            with tier.lock:
+                assert tier.indexes is not None
+                tier.indexes.add_segment(summary.entries, self._now_ms())
+                tier.remote.append(meta)
+            plog.update_highest_offset_in_remote(meta.end_offset)
+            log.info(
+                "%s-%d: copied segment %d..%d (%d bytes) to the remote tier as %s",
+                topic,
+                partition,
+                meta.base_offset,
+                meta.end_offset,
+                meta.size_bytes,
+                segment_id,
+            )
+
+    def _remote_retention(self, tier: _Tier) -> None:
+        plog = tier.plog
+        topic, partition = tier.key
+        cfg = plog.config
+        with tier.lock:
+            remote = list(tier.remote)
+        if not remote:
+            return
+        highest = remote[-1].end_offset
+        local_only = sum(s.size for s in plog.segments if s.base_offset > highest)
+        doomed = remote_segments_to_delete(
+            remote,
+            log_start_offset=plog.log_start_offset,
+            retention_ms=cfg.retention_ms,
+            retention_bytes=cfg.retention_bytes,
+            local_only_bytes=local_only,
+            now_ms=self._now_ms(),
+        )
+        for meta in doomed:
+            if self._closing or not tier.leader:
+                return
+            # the log start moves first: no reader is sent to a segment being deleted
+            plog.advance_log_start_offset(meta.end_offset + 1)
+            self.rsm.delete_segment(topic, partition, tier.topic_id, meta.segment_id, meta.files)
+            with tier.lock:
+                tier.remote = [m for m in tier.remote if m.segment_id != meta.segment_id]
+                assert tier.indexes is not None
+                tier.indexes.retain_segments(m.segment_id for m in tier.remote)
+            log.info(
+                "%s-%d: remote retention deleted segment %d..%d",
+                topic,
+                partition,
+                meta.base_offset,
+                meta.end_offset,
+            )
+
+    # ---- reads (event loop -> reader pool) ------------------------------------------------
+
+    def serves(self, key: tuple[str, int]) -> bool:
+        return key in self._tiers
+
+    async def read(self, key: tuple[str, int], offset: int, max_bytes: int) -> RemoteRead:
+        """Whole batches from ``offset`` (below the local log start) out of the remote tier.
+
+        Waits up to remote.fetch.max.wait.ms; see the module docstring for the errors.
+        """
+        tier = self._tiers.get(key)
+        if tier is None:
+            return RemoteRead(error=int(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+        result = await self._in_reader(self._read_sync, tier, offset, max_bytes)
+        return result if result is not None else RemoteRead()
+
+    async def offset_for_timestamp(
+        self, key: tuple[str, int], timestamp: int
+    ) -> TimestampOffset | None:
+        """The first remote record with a timestamp >= ``timestamp`` at or after the log
+        start (None: the remote tier has none). Raises RemoteStorageError."""
+        tier = self._tiers.get(key)
+        if tier is None:
+            return None
+        with tier.lock:
+            indexes = tier.indexes
+            if indexes is None or indexes.entry_for_timestamp(timestamp) is None:
+                return None  # no remote I/O when the index says there is nothing
+        found = await self._in_reader(self._timestamp_sync, tier, timestamp)
+        if found is None:
+            raise RemoteStorageError("remote timestamp lookup timed out (remote.fetch.max.wait.ms)")
+        if isinstance(found, RemoteRead):
+            if found.error:
+                raise RemoteStorageError(f"remote timestamp lookup failed (error {found.error})")
+            return None
+        assert isinstance(found, TimestampOffset)
+        return found
+
+    async def _in_reader(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self._reads_pending >= self.settings.reader_max_pending or self._closing:
+            return None  # remote.log.reader.max.pending.tasks: no data this time
+        deadline = time.monotonic() + self.settings.fetch_max_wait_ms / 1000
+        self._reads_pending += 1
+        failures: list[str] = []  # appended to by the reader thread
+        fut = self._readers.submit(self._with_retries, fn, deadline, failures, *args)
+        fut.add_done_callback(lambda _f: self._read_finished())
+        try:
+            return await asyncio.wait_for(
+                asyncio.shield(asyncio.wrap_future(fut)), self.settings.fetch_max_wait_ms / 1000
+            )
+        except TimeoutError:
+            if failures:  # an attempt is still running, but the remote tier keeps failing
+                return RemoteRead(error=int(ErrorCode.KAFKA_STORAGE_ERROR))
+            return None  # just slow (it fills the cache): the client polls again
+
+    def _read_finished(self) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._dec_pending)
+
+    def _dec_pending(self) -> None:
+        self._reads_pending -= 1
+
+    def _with_retries(
+        self, fn: Callable[..., Any], deadline: float, failures: list[str], *args: Any
+    ) -> Any:
+        backoff_ms = READ_RETRY_BACKOFF_MS
+        while True:
+            try:
+                return fn(*args)
+            except RemoteResourceNotFoundError as e:
+                log.info("remote read: %s", e)
+                return RemoteRead(error=int(ErrorCode.OFFSET_OUT_OF_RANGE))
+            except (RemoteStorageError, ProtocolError, ValueError) as e:
+                failures.append(str(e))
+                if time.monotonic() + backoff_ms / 1000 >= deadline or self._closing:
+                    log.warning("remote read failed: %s", e)
+                    return RemoteRead(error=int(ErrorCode.KAFKA_STORAGE_ERROR))
+                time.sleep(backoff_ms / 1000)
+                backoff_ms = min(backoff_ms * 2, READ_RETRY_BACKOFF_MAX_MS)
+
+    def _entries_for(self, tier: _Tier, offset: int, max_bytes: int) -> list[RemoteLogIndexEntry]:
+        with tier.lock:
+            if tier.indexes is None:
+                return []
+            out: list[RemoteLogIndexEntry] = []
+            total = 0
+            for e in tier.indexes.entries_from(offset):
+                out.append(e)
+                total += e.data_length
+                if total >= max_bytes:
+                    break
+            return out
+
+    def _read_sync(self, tier: _Tier, offset: int, max_bytes: int) -> RemoteRead:
+        entries = self._entries_for(tier, offset, max_bytes)
+        if not entries:
+            if tier.indexes is None:
+                return RemoteRead()  # not synced yet after start: the client polls again
+            raise RemoteResourceNotFoundError(f"no remote data at offset {offset}")
+        out = bytearray()
+        for i, e in enumerate(entries):
+            nxt = entries[i + 1] if i + 1 < len(entries) else None
+            chunk = self._chunk(tier, e, nxt)
+            for pos, h in iter_batches(chunk):
+                if h.next_offset <= offset:
+                    continue
+                if out and len(out) + h.size > max_bytes:
+                    return RemoteRead(bytes(out))
+                out += chunk[pos : pos + h.size]
+        return RemoteRead(bytes(out))
+
+    def _chunk(self, tier: _Tier, e: RemoteLogIndexEntry, nxt: RemoteLogIndexEntry | None) -> bytes:
+        key = (e.segment_id, e.position)
+        data = self._cache.get(key)
+        if data is not None:
+            return data
+        topic, partition = tier.key
+        ahead = (
+            nxt is not None
+            and nxt.segment_id == e.segment_id
+            and nxt.position == e.position + e.data_length
+            and e.data_length + nxt.data_length <= READ_AHEAD_BYTES_MAX
+        )
+        length = e.data_length + (nxt.data_length if ahead and nxt is not None else 0)
+        blob = self.rsm.read(topic, partition, tier.topic_id, e.segment_id, e.position, length)
+        data = blob[: e.data_length]
+        self._cache.put(key, data)
+        if ahead and nxt is not None:
+            self._cache.put((nxt.segment_id, nxt.position), blob[e.data_length :])
+        return data
+
+    def _timestamp_sync(self, tier: _Tier, timestamp: int) -> TimestampOffset | RemoteRead:
+        """The record found, or an empty RemoteRead when the remote tier has none."""
+        start = tier.plog.log_start_offset
+        with tier.lock:
+            assert tier.indexes is not None
+            first = tier.indexes.entry_for_timestamp(timestamp)
+            if first is None:
+                return RemoteRead()
+            entries = list(tier.indexes.entries_from(max(first.first_offset, start)))
+        for i, e in enumerate(entries):
+            if e.last_timestamp < timestamp:
+                continue
+            chunk = self._chunk(tier, e, entries[i + 1] if i + 1 < len(entries) else None)
+            for pos, h in iter_batches(chunk):
+                if h.max_timestamp < timestamp or h.next_offset <= start:
+                    continue
+                for rec in iter_records(chunk[pos : pos + h.size]):
+                    if rec.timestamp >= timestamp and rec.offset >= start:
+                        return TimestampOffset(rec.timestamp, rec.offset, h.partition_leader_epoch)
+        return RemoteRead()
+
+    @property
+    def cache_stats(self) -> tuple[int, int]:
+        """(hits, misses) of the read-ahead cache."""
+        return self._cache.hits, self._cache.misses
+
+
+def _epoch_slice(
+    entries: list[tuple[int, int]], base_offset: int, next_offset: int
+) -> tuple[tuple[int, int], ...]:
+    """The leader epochs covering [base_offset, next_offset), the first clamped to base."""
+    out: list[tuple[int, int]] = []
+    for i, (epoch, start) in enumerate(entries):
+        following = entries[i + 1][1] if i + 1 < len(entries) else None
+        if start >= next_offset or (following is not None and following <= base_offset):
+            continue
+        out.append((epoch, max(start, base_offset)))
+    return tuple(out)

@@ -124,6 +124,37 @@ def test_resent_batch_gets_its_original_offset_and_is_not_appended(
     assert row["ledger"]["ledger_entries"] >= 1 and row["ledger"]["cached_entries"] >= 1
 
 
+@pytest.mark.parametrize("kill", [True, False], ids=["sigkill", "clean"])
+def test_retry_after_restart_is_still_a_duplicate(
+    node: BrokerProcess, topic_name: str, kill: bool
+) -> None:
+    # the producer state is rebuilt at start (ledger files + replay of the log after them)
+    c = Client(node.port)
+    try:
+        create_topic(c, topic_name)
+        pid, epoch = init_pid(c)
+        first = idem_batch(pid, epoch, 0, b"a", b"b")
+        second = idem_batch(pid, epoch, 2, b"c")
+        assert produce(c, topic_name, first).base_offset == 0
+        assert produce(c, topic_name, second).base_offset == 2
+    finally:
+        c.close()
+    node.restart(kill=kill)
+    c = Client(node.port)
+    try:
+        deadline = time.monotonic() + 20
+        while (r := produce(c, topic_name, second)).error_code and time.monotonic() < deadline:
+            time.sleep(0.2)  # the partition may still be loading
+        assert (r.error_code, r.base_offset) == (0, 2)
+        gap = produce(c, topic_name, idem_batch(pid, epoch, 5, b"x"))
+        assert gap.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        nxt = produce(c, topic_name, idem_batch(pid, epoch, 3, b"d"))
+        assert (nxt.error_code, nxt.base_offset) == (0, 3)
+        assert fetch_values(c, topic_name) == [b"a", b"b", b"c", b"d"]
+    finally:
+        c.close()
+
+
 def test_producer_ids_are_never_reused_across_a_crash(node: BrokerProcess) -> None:
     c = Client(node.port)
     try:
@@ -208,5 +239,58 @@ def test_confluent_idempotent_producer_survives_sigkill(
         msg = consumer.poll(0.2)
         if msg is not None and msg.error() is None:
             values.append(msg.value())
+    consumer.close()
+    assert values == [b"%06d" % i for i in range(total)]
+
+
+def test_kafka_python_idempotent_producer_survives_sigkill(
+    node: BrokerProcess, topic_name: str
+) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTopicPartition
+
+    c = Client(node.port)
+    try:
+        create_topic(c, topic_name)
+    finally:
+        c.close()
+    total = 2000
+    producer = KafkaProducer(
+        bootstrap_servers=node.bootstrap,
+        enable_idempotence=True,
+        acks="all",
+        linger_ms=2,
+        retries=1_000_000,
+        retry_backoff_ms=100,
+        request_timeout_ms=10_000,
+        delivery_timeout_ms=120_000,
+        reconnect_backoff_max_ms=500,
+    )
+    futures = []
+    for i in range(total):
+        futures.append(producer.send(topic_name, value=b"%06d" % i, partition=0))
+        if i == total // 2:
+            producer.flush(60)  # half acknowledged; the rest goes out around the kill
+            node.kill()
+            restarter = threading.Thread(target=node.start)
+            restarter.start()
+    restarter.join(60)
+    producer.flush(120)
+    for f in futures:
+        f.get(timeout=60)  # every send acknowledged
+    producer.close()
+
+    consumer = KafkaConsumer(bootstrap_servers=node.bootstrap, enable_auto_commit=False)
+    tp = KTopicPartition(topic_name, 0)
+    consumer.assign([tp])
+    consumer.seek(tp, 0)
+    values: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        batch = consumer.poll(timeout_ms=500)
+        got = [m.value for msgs in batch.values() for m in msgs]
+        values += got
+        if len(values) >= total and not got:
+            break
     consumer.close()
     assert values == [b"%06d" % i for i in range(total)]

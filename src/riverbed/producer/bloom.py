@@ -39,8 +39,20 @@ class BloomFormatError(Exception):
     pass
 
 
+def pid_hash(pid: int) -> tuple[int, int]:
+    """The two unsigned 64-bit halves of MurmurHash3 x64 128 of the id (8 bytes, BE)."""
+    h: tuple[int, int] = mmh3.mmh3_x64_128_utupledigest(_PID.pack(pid), 0)
+    return h
+
+
 def _indices(pid: int, m: int, k: int) -> list[int]:
-    initial, increment = mmh3.mmh3_x64_128_utupledigest(_PID.pack(pid), 0)
+    return indices_of(pid_hash(pid), m, k)
+
+
+def indices_of(h: tuple[int, int], m: int, k: int) -> list[int]:
+    """Enhanced double hashing of a :func:`pid_hash` for a filter of ``m`` bits, ``k``
+    hash functions (computed once per shape when many filters are probed)."""
+    initial, increment = h
     index = initial % m
     out = [index]
     inc = increment % m
@@ -87,10 +99,18 @@ class BloomFilter:
                 self.set_bits += 1
 
     def might_contain(self, pid: int) -> bool:
+        return self.contains_indices(_indices(pid, self.num_bits, self.num_hashes))
+
+    def contains_indices(self, indices: list[int]) -> bool:
         bits = self.bits
-        return all(
-            bits[i >> 3] & (1 << (i & 7)) for i in _indices(pid, self.num_bits, self.num_hashes)
-        )
+        for i in indices:  # noqa: SIM110 - a plain loop: no generator per probe (hot)
+            if not bits[i >> 3] & (1 << (i & 7)):
+                return False
+        return True
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.num_bits, self.num_hashes
 
     def estimate_n(self) -> float:
         m, x = self.num_bits, self.set_bits

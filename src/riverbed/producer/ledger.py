@@ -69,7 +69,7 @@ from typing import Final
 
 from crc32c import crc32c
 
-from riverbed.producer.bloom import BloomFilter, BloomFormatError
+from riverbed.producer.bloom import BloomFilter, BloomFormatError, indices_of, pid_hash
 from riverbed.producer.snapshot import (
     ENTRY,
     SNAPSHOT_VERSION,
@@ -324,7 +324,7 @@ class PidLedger:
                     self._sealed.append(f)
             ledgers.sort()
             self._generation = ledgers[-1][0] + 1 if ledgers else 0
-            self.active = self._new_active()
+            self.active = None  # created by the first update (idle partitions cost nothing)
             for _gen, p in ledgers:
                 old = ActiveFile(p, 0, self.config.fpp, create=False)
                 for fields in old.recovered_entries():
@@ -367,7 +367,8 @@ class PidLedger:
             self._put(fields)
 
     def _put(self, fields: Fields) -> None:
-        assert self.active is not None
+        if self.active is None:
+            self.active = self._new_active()
         if not self.active.put(fields):
             # full before its owner flushed it (a flush in progress, recovery, carrying
             # entries forward): retire it to the read path; the next flush seals it too
@@ -381,9 +382,17 @@ class PidLedger:
             for f in (self.active, *self.retired):
                 if f is not None and (found := f.get(pid)) is not None:
                     return found
+            if not self._sealed:
+                return None
+            h = pid_hash(pid)
+            shapes: dict[tuple[int, int], list[int]] = {}  # one hash, indices per shape
             for s in self._sealed:
                 self.filter_checks += 1
-                if s.filter.might_contain(pid):
+                flt = s.filter
+                idx = shapes.get(flt.shape)
+                if idx is None:
+                    idx = shapes[flt.shape] = indices_of(h, flt.num_bits, flt.num_hashes)
+                if flt.contains_indices(idx):
                     found = s.lookup(pid, self._fds)
                     if found is not None:
                         return found
@@ -428,7 +437,8 @@ class PidLedger:
                 merged = {e[0]: e for e in same.entries()}
                 merged.update(entries)
                 entries = merged
-        filt = BloomFilter.for_items(max(len(entries), 1), self.config.fpp)
+        # sealed filters share the active file's shape when they fit: a read hashes once
+        filt = BloomFilter.for_items(max(len(entries), self.config.capacity), self.config.fpp)
         for pid in entries:
             filt.add(pid)
         path = self.directory / snapshot_name(offset)
@@ -494,7 +504,7 @@ class PidLedger:
                 if f is not None:
                     f.close(delete=True)
             self.retired = []
-            self.active = self._new_active()
+            self.active = None
 
     def clear(self) -> None:
         with self._lock:
@@ -506,7 +516,7 @@ class PidLedger:
                 if f is not None:
                     f.close(delete=True)
             self.retired = []
-            self.active = self._new_active()
+            self.active = None
 
     def _close_all(self) -> None:
         for s in self._sealed:

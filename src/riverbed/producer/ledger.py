@@ -20,8 +20,10 @@ bounded active part, instead of a Python object per producer.
 
 API (thread-safe, one lock; the flush's file work runs outside it):
 
-- ``update(fields)``: the active filter says maybe -> overwrite the slot in place;
-  otherwise append, add to the filter. ``fields`` are a snapshot entry's 8 fields.
+- ``update(fields)``: known to the active file -> overwrite the slot in place; otherwise
+  append and add to the active filter. ``fields`` are a snapshot entry's 8 fields. (The
+  seed asks the active filter first; with the exact slot dict that would only add a hash
+  before the same lookup, so the active file's filter serves its sealed file.)
 - ``read(pid)``: active file, then the file being flushed, then each sealed file whose
   filter matches, newest first, continuing past false positives; None when absent.
 - ``flush(offset)``: the seed's eight steps (numbered in :meth:`PidLedger.flush`), so a
@@ -171,8 +173,6 @@ class ActiveFile:
         return [ENTRY.unpack_from(self.mm, _HEADER + i * ENTRY.size) for i in range(count)]
 
     def get(self, pid: int) -> Fields | None:
-        if not self.filter.might_contain(pid):
-            return None
         slot = self.slots.get(pid)
         if slot is None or self.mm is None:
             return None
@@ -183,7 +183,7 @@ class ActiveFile:
         """Write in place or append; False when the file is full (nothing written)."""
         pid = fields[0]
         assert self.mm is not None
-        slot = self.slots.get(pid) if self.filter.might_contain(pid) else None
+        slot = self.slots.get(pid)
         if slot is None:
             if self.count >= self.capacity:
                 return False

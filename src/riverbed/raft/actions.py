@@ -70,6 +70,16 @@ class CreateSnapshot:
 
 
 @dataclass(frozen=True)
+class CompleteSnapshotDownload:
+    """The last chunk of a downloaded snapshot is written: the shell validates the partial
+    file (``raft.snapshots.finish_download``: CRC of every batch, header and footer), then
+    fsyncs and renames it, off its event loop, and reports back with
+    ``RaftNode.on_snapshot_downloaded``; the log is replaced only then."""
+
+    snapshot_id: SnapshotId
+
+
+@dataclass(frozen=True)
 class LeaderChanged:
     epoch: int
     leader_id: int
@@ -83,5 +93,6 @@ Action = (
     | CommitEntries
     | LoadSnapshot
     | CreateSnapshot
+    | CompleteSnapshotDownload
     | LeaderChanged
 )

@@ -150,6 +150,9 @@ class RaftNode(ReplicationMixin):
         self.fetch_correlation_id = -1  # the latest Fetch/FetchSnapshot sent
         self.fetch_target = -1  # observer discovery target
         self.snapshot_download: SnapshotId | None = None
+        #: the download whose last chunk is written, handed to the shell to validate and
+        #: make durable (CompleteSnapshotDownload); nothing else touches its file meanwhile
+        self.snapshot_completing: SnapshotId | None = None
         self.rejected_inputs = 0  # invalid remote messages ignored (see _reject_input)
         self.started = False
         self._out: list[Action] = []
@@ -309,6 +312,16 @@ class RaftNode(ReplicationMixin):
             self.snapshot_created_ms[snapshot_id] = now_ms
         self.last_snapshot_ms = now_ms
         self.bytes_since_snapshot = 0
+        self._after_event()
+        return self._drain()
+
+    def on_snapshot_downloaded(
+        self, snapshot_id: SnapshotId, problem: str | None, now_ms: int
+    ) -> list[Action]:
+        """The shell finished a CompleteSnapshotDownload: ``problem`` is None when the
+        snapshot is valid and durable, else why it was rejected."""
+        self._now = now_ms
+        self._snapshot_downloaded(snapshot_id, problem)
         self._after_event()
         return self._drain()
 
@@ -518,7 +531,8 @@ class RaftNode(ReplicationMixin):
         self._set_epoch_state(self.epoch, self.node_id, self.voted_id, persist=True)
         self.role = Role.LEADER
         if self.snapshot_download is not None:
-            self.snapshots.abort_download(self.snapshot_download)
+            if self.snapshot_completing is None:  # else the shell owns the file
+                self.snapshots.abort_download(self.snapshot_download)
             self.snapshot_download = None
         start = self.log.end_offset
         self.leader_state = LeaderState(

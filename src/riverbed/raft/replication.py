@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from riverbed.raft.actions import (
     CommitEntries,
+    CompleteSnapshotDownload,
     CreateSnapshot,
     FlushLog,
     LoadSnapshot,
@@ -45,7 +46,6 @@ from riverbed.raft.messages import (
     SnapshotId,
 )
 from riverbed.raft.roles import Role
-from riverbed.raft.snapshot_format import SnapshotFormatError, read_snapshot
 
 if TYPE_CHECKING:
     from riverbed.raft.actions import Action
@@ -76,6 +76,7 @@ class ReplicationMixin:
         latest_snapshot: SnapshotId | None
         snapshot_in_progress: SnapshotId | None
         snapshot_download: SnapshotId | None
+        snapshot_completing: SnapshotId | None
         snapshot_created_ms: dict[SnapshotId, int]
         last_snapshot_ms: int
         bytes_since_snapshot: int
@@ -313,6 +314,8 @@ class ReplicationMixin:
             return
         if self._now < self.backoff_until_ms:
             return
+        if self.snapshot_completing is not None:
+            return  # the downloaded snapshot replaces the log first
         if self.snapshot_download is not None:
             self._send_fetch_snapshot()
             return
@@ -347,6 +350,8 @@ class ReplicationMixin:
             self.log.truncate_to(target)
             return
         if resp.snapshot_id is not None:
+            if self.snapshot_completing is not None:
+                return  # a late reply: the snapshot being completed decides first
             if resp.snapshot_id.end_offset <= self.applied_offset:
                 self.backoff_until_ms = self._now + FETCH_ERROR_BACKOFF_MS
                 return  # we already have that state; fetch again
@@ -431,7 +436,7 @@ class ReplicationMixin:
     def _on_fetch_snapshot_response(self, src: int, resp: FetchSnapshotResponse) -> None:
         self._maybe_learn(resp.leader_epoch, resp.leader_id)
         sid = self.snapshot_download
-        if sid is None or resp.snapshot_id != sid:
+        if sid is None or resp.snapshot_id != sid or self.snapshot_completing is not None:
             return
         if resp.error_code != Errors.NONE:
             # SNAPSHOT_NOT_FOUND / POSITION_OUT_OF_RANGE / NOT_LEADER_OR_FOLLOWER / fenced:
@@ -452,17 +457,30 @@ class ReplicationMixin:
         self.snapshots.write_chunk(sid, resp.position, resp.data)
         if have + len(resp.data) < resp.size:
             return
-        try:
-            read_snapshot(self.snapshots.read_partial(sid), sid)
-        except SnapshotFormatError as exc:
+        # the last chunk: validating the whole file, fsyncing and renaming it is disk work
+        # for the shell's worker thread; the log is replaced when it reports back
+        self.snapshot_completing = sid
+        self._emit(CompleteSnapshotDownload(sid))
+
+    def _snapshot_downloaded(self, sid: SnapshotId, problem: str | None) -> None:
+        if self.snapshot_completing != sid:
+            return  # not this incarnation's download
+        self.snapshot_completing = None
+        if self.snapshot_download != sid:
+            # given up meanwhile (this node became the leader): not ours to install
+            if problem is None:
+                self.snapshots.delete(sid)
+            else:
+                self.snapshots.abort_download(sid)
+            return
+        if problem is not None:
             # a corrupt download never replaces the log: drop the .part; the next Fetch
             # names the leader's latest snapshot again and the download restarts
-            self._reject_input(src, f"downloaded snapshot {sid.file_stem()}: {exc}")
+            self._reject_input(self.leader_id, f"downloaded snapshot {sid.file_stem()}: {problem}")
             self.snapshots.abort_download(sid)
             self.snapshot_download = None
             self.backoff_until_ms = self._now + FETCH_ERROR_BACKOFF_MS
             return
-        self.snapshots.complete_download(sid)
         self.snapshot_download = None
         # the snapshot replaces everything below its end offset (KIP-630)
         self.log.truncate_fully_and_start_at(sid.end_offset, sid.epoch)

@@ -51,6 +51,21 @@ class SnapshotStore(Protocol):
     def delete(self, snapshot_id: SnapshotId) -> None: ...
 
 
+def finish_download(store: SnapshotStore, snapshot_id: SnapshotId) -> str | None:
+    """Validate a fully downloaded ``.part`` (every batch's CRC, the SnapshotHeader first
+    and the SnapshotFooter last, contiguous offsets, the snapshot's epoch) and, when it is
+    sound, make it durable under its final name. Returns the problem, or None when done.
+    Disk work (a whole read, fsyncs, a rename): the shells run it off their event loop."""
+    from riverbed.raft.snapshot_format import SnapshotFormatError, read_snapshot
+
+    try:
+        read_snapshot(store.read_partial(snapshot_id), snapshot_id)
+    except SnapshotFormatError as exc:
+        return str(exc)
+    store.complete_download(snapshot_id)
+    return None
+
+
 class SnapshotNotFoundError(KeyError):
     pass
 

@@ -43,6 +43,7 @@ from typing import Any, Protocol
 
 from riverbed.raft.actions import (
     Action,
+    CompleteSnapshotDownload,
     CreateSnapshot,
     FlushLog,
     LeaderChanged,
@@ -65,6 +66,7 @@ from riverbed.raft.quorum_state import read_quorum_state_file, write_quorum_stat
 from riverbed.raft.roles import Role
 from riverbed.raft.snapshot_files import FileSnapshotStore
 from riverbed.raft.snapshot_format import iter_snapshot_chunks
+from riverbed.raft.snapshots import finish_download
 from riverbed.raft.state_machine import StateMachine, run_state_machine_actions
 from riverbed.raft.storage_log import StorageRaftLog
 from riverbed.raft.wire import RaftWireError
@@ -351,6 +353,8 @@ class RaftDriver:
                 # encoding and writing them happens on a worker thread
                 records = self._machine.snapshot_records()
                 self._spawn("snapshot write", self._write_snapshot(action.snapshot_id, records))
+            elif isinstance(action, CompleteSnapshotDownload):
+                self._spawn("snapshot download", self._complete_download(action.snapshot_id))
             elif isinstance(action, PersistQuorumState):
                 await asyncio.to_thread(write_quorum_state_file, self.directory, action.state)
             elif isinstance(action, FlushLog):
@@ -408,6 +412,15 @@ class RaftDriver:
             return
         await self._feed(
             lambda now: self.node.on_snapshot_written(snapshot_id, now), "a written snapshot"
+        )
+
+    async def _complete_download(self, snapshot_id: SnapshotId) -> None:
+        """Validate, fsync and rename a downloaded snapshot on a worker thread, outside the
+        lock (the node sends no fetch meanwhile); a disk error halts the node."""
+        problem = await asyncio.to_thread(finish_download, self.snapshots, snapshot_id)
+        await self._feed(
+            lambda now: self.node.on_snapshot_downloaded(snapshot_id, problem, now),
+            "a downloaded snapshot",
         )
 
     async def _send(self, action: SendRequest) -> None:

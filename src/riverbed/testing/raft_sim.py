@@ -46,6 +46,7 @@ from riverbed.raft import wire
 from riverbed.raft.actions import (
     Action,
     CommitEntries,
+    CompleteSnapshotDownload,
     CreateSnapshot,
     FlushLog,
     LeaderChanged,
@@ -68,7 +69,7 @@ from riverbed.raft.node import AppendQueueFullError, NotLeaderError, RaftNode
 from riverbed.raft.quorum_state import QuorumState
 from riverbed.raft.roles import Role
 from riverbed.raft.snapshot_format import read_snapshot
-from riverbed.raft.snapshots import MemorySnapshotStore
+from riverbed.raft.snapshots import MemorySnapshotStore, finish_download
 from riverbed.server.fault_handler import FaultHalt, RecordingFaultHandler
 from riverbed.server.raft_driver import GuardedMachine
 from riverbed.testing.raft_sim_checks import Checker, InvariantError
@@ -375,6 +376,12 @@ class Simulation:
                 self.schedule(
                     self.now + delay, "snapshot", sn.node_id, sn.incarnation, a.snapshot_id, data
                 )
+            elif isinstance(a, CompleteSnapshotDownload):
+                # validated, fsynced and renamed on the shell's worker thread: later
+                delay = self.rng.choice((0, 1, 5, 30))
+                self.schedule(
+                    self.now + delay, "download done", sn.node_id, sn.incarnation, a.snapshot_id
+                )
             elif isinstance(a, LeaderChanged):
                 self.trace(f"node {sn.node_id}: epoch {a.epoch} leader {a.leader_id}")
 
@@ -464,6 +471,13 @@ class Simulation:
             if sn.alive and sn.incarnation == inc:
                 sn.disk.snapshots.write(sid, data)
                 self.feed(sn, lambda n: n.on_snapshot_written(sid, self.now))
+        elif kind == "download done":
+            nid, inc, sid = payload
+            sn = self.nodes[nid]
+            if sn.alive and sn.incarnation == inc:
+                problem = finish_download(sn.disk.snapshots, sid)
+                self.stats["snapshot downloads completed" if problem is None else "bad"] += 1
+                self.feed(sn, lambda n: n.on_snapshot_downloaded(sid, problem, self.now))
         elif kind == "fault":
             if self.chaos:
                 self.inject_fault()

@@ -12,6 +12,7 @@ from riverbed.protocol.record_batch import iter_batches
 from riverbed.raft.actions import (
     Action,
     CommitEntries,
+    CompleteSnapshotDownload,
     CreateSnapshot,
     FlushLog,
     LoadSnapshot,
@@ -34,7 +35,7 @@ from riverbed.raft.quorum_state import QuorumState
 from riverbed.raft.roles import Role
 from riverbed.raft.snapshot_files import FileSnapshotStore
 from riverbed.raft.snapshot_format import encode_snapshot
-from riverbed.raft.snapshots import MemorySnapshotStore
+from riverbed.raft.snapshots import MemorySnapshotStore, finish_download
 from riverbed.testing.raft_sim_helpers import (
     entries,
     fetch,
@@ -256,15 +257,17 @@ def feed_snapshot(
     """Answer the node's FetchSnapshot requests with ``data`` in 40-byte chunks; returns
     the loads and the actions after the last chunk."""
     pos = 0
-    loads: list[LoadSnapshot] = []
     while True:
         chunk = data[pos : pos + 40]
         reply = FetchSnapshotResponse(0, 1, 1, sid, size=len(data), position=pos, data=chunk)
         actions = node.handle_response(1, corr, reply, now)
-        loads += of_type(actions, LoadSnapshot)
         pos += len(chunk)
         if pos >= len(data):
-            return loads, actions
+            # the shell validates and completes the file, then reports back
+            (done,) = of_type(actions, CompleteSnapshotDownload)
+            problem = finish_download(node.snapshots, done.snapshot_id)
+            actions = node.on_snapshot_downloaded(done.snapshot_id, problem, now)
+            return of_type(actions, LoadSnapshot), actions
         nxt = requests(actions, FetchSnapshotRequest)
         assert nxt[0][1].position == pos  # continuation from Position + len(Bytes)
         corr = nxt[0][0].correlation_id
@@ -630,3 +633,30 @@ def test_acks_from_a_reformatted_voter_do_not_count() -> None:
     ok = FetchRequest("test", 3, 1, 2, 1, 1 << 20, 0, replica_directory_id="d3")
     node.handle_request(3, 2, ok, now)
     assert node.high_watermark == 2
+
+
+def test_last_snapshot_chunk_hands_completion_to_the_shell() -> None:
+    # validating, fsyncing and renaming a downloaded snapshot is disk work: the core asks
+    # the shell for it (off the event loop and the driver's lock) and replaces the log
+    # only when the shell reports back; meanwhile it sends no fetch
+    node, sid, corr = download_setup()
+    data = encode_snapshot(sid, [f"k{i}={i}".encode() for i in range(5)])
+    pos = 0
+    while pos + 40 < len(data):
+        reply = FetchSnapshotResponse(
+            0, 1, 1, sid, size=len(data), position=pos, data=data[pos : pos + 40]
+        )
+        corr = requests(node.handle_response(1, corr, reply, 2), FetchSnapshotRequest)[0][
+            0
+        ].correlation_id
+        pos += 40
+    last = FetchSnapshotResponse(0, 1, 1, sid, size=len(data), position=pos, data=data[pos:])
+    actions = node.handle_response(1, corr, last, 3)
+    assert of_type(actions, CompleteSnapshotDownload) == [CompleteSnapshotDownload(sid)]
+    assert not of_type(actions, LoadSnapshot) and sid not in node.snapshots.list()
+    assert node.log.end_offset == 1  # the old log stays until the shell reports back
+    assert not requests(node.tick(4), FetchRequest) + requests(node.tick(4), FetchSnapshotRequest)
+    assert finish_download(node.snapshots, sid) is None
+    done = node.on_snapshot_downloaded(sid, None, 5)
+    assert of_type(done, LoadSnapshot) == [LoadSnapshot(sid)]
+    assert node.snapshots.list() == [sid] and node.log.start_offset == 50

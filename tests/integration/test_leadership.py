@@ -60,7 +60,7 @@ OVERRIDES = {
     "controller.quorum.election.backoff.max.ms": "300",
     "controller.quorum.request.timeout.ms": "1000",
     "broker.heartbeat.interval.ms": "300",
-    "broker.session.timeout.ms": "3000",
+    "broker.session.timeout.ms": "5000",
 }
 #: Liveness bound for one wait on the cluster (not a timing under test).
 WAIT_S = 30.0

@@ -1,27 +1,24 @@
 """Partition leadership on a 3-node cluster of real riverbed processes (issue 11).
 
-Until replication lands the controller keeps every partition's ISR = {leader}:
-
-- a topic with replication factor 3 keeps 3 replicas, ISR the leader alone; the followers
-  hold empty logs and answer Produce (v10: with the leader and its endpoint, KIP-951),
-  Fetch (v12: with the leader) and ListOffsets with NOT_LEADER_OR_FOLLOWER, while a
-  confluent-kafka producer and consumer bootstrapped at followers work through the leader;
-- SIGKILL of a partition's leader leaves it leaderless (no other ISR member) until an
-  UNCLEAN ElectLeaders (confluent-kafka AdminClient) moves it to a live replica; the old
-  leader comes back as a follower outside the ISR, and a PREFERRED election refuses to
-  hand it leadership (PREFERRED_LEADER_NOT_AVAILABLE: it may lack acknowledged records);
-- a PREFERRED election that can happen (the new leader adds the caught-up preferred replica
-  to the ISR with AlterPartition on the controller listener; both logs are empty, so the
-  claim is true), sent to a node that is not the active controller (it forwards it, and
-  answers once its own metadata shows the result), moves leadership home, and a producer whose metadata still names the old
-  leader is answered NOT_LEADER_OR_FOLLOWER there, redirected, and delivers to the new one.
+- a topic with replication factor 3 keeps 3 replicas led by the first; the followers
+  answer Produce (v10: with the leader and its endpoint, KIP-951), Fetch (v12: with the
+  leader) and ListOffsets with NOT_LEADER_OR_FOLLOWER, while a confluent-kafka producer
+  and consumer bootstrapped at followers only work through the leader;
+- PREFERRED ElectLeaders (confluent-kafka AdminClient, and riverbed's own client through
+  a node that is not the active controller, which forwards it and answers once its own
+  metadata shows the result): not needed while the preferred replica leads; after a
+  SIGKILL moved leadership to the next ISR member and the preferred replica came back in
+  sync, it moves leadership home, and a producer whose metadata still names the old
+  leader is answered NOT_LEADER_OR_FOLLOWER there, redirected, and delivers to the new one;
+- UNCLEAN ElectLeaders: when the only ISR member of a partition dies, the partition has
+  no leader (clean elections pick from the ISR only) until an unclean election hands it
+  to a live replica outside the ISR, which then takes writes.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,7 +28,6 @@ from riverbed.metadata.partition_control import ELECTION_PREFERRED
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
-    AlterPartitionRequest,
     ElectLeadersRequest,
     FetchRequest,
     ListOffsetsRequest,
@@ -155,12 +151,6 @@ def list_offsets_request(topic: str, index: int) -> ListOffsetsRequest:
     )
 
 
-def segment_bytes(cluster: QuorumCluster, node_id: int, topic: str, index: int) -> int:
-    part_dir = cluster.data_dir(node_id) / f"{topic}-{index}"
-    assert part_dir.is_dir(), f"node {node_id} holds no log for {topic}-{index}"
-    return sum(f.stat().st_size for f in Path(part_dir).glob("*.log"))
-
-
 def live_bootstrap(cluster: QuorumCluster) -> str:
     return ",".join(
         broker(cluster, i)
@@ -187,9 +177,9 @@ def test_followers_refuse_clients_and_name_the_leader(cluster: QuorumCluster) ->
     admin.create_topics([NewTopic("rf3", 1, 3)])["rf3"].result(WAIT_S)
     p = wait_partition(cluster, "rf3", 0, lambda p: p.leader_id > 0)
     leader, epoch = p.leader_id, p.leader_epoch
-    # the full assignment, but only the leader is in sync: nothing else holds the data
-    assert sorted(p.replica_nodes) == [1, 2, 3] and p.isr_nodes == [leader]
-    assert leader == p.replica_nodes[0]
+    # the full assignment, led by its first replica (the preferred one), which is in sync
+    assert sorted(p.replica_nodes) == [1, 2, 3] and leader == p.replica_nodes[0]
+    assert leader in p.isr_nodes
     followers = [i for i in cluster.ids if i != leader]
     for f in followers:
         with WireClient(broker(cluster, f)) as client:
@@ -230,45 +220,6 @@ def test_followers_refuse_clients_and_name_the_leader(cluster: QuorumCluster) ->
             got.append(msg.value())
     consumer.close()
     assert got == sent
-    assert segment_bytes(cluster, leader, "rf3", 0) > 0
-    for f in followers:  # the followers' logs exist and stay empty
-        assert segment_bytes(cluster, f, "rf3", 0) == 0
-
-
-def alter_isr(cluster: QuorumCluster, topic: str, index: int, isr: list[int]) -> Any:
-    """AlterPartition as ``topic``-``index``'s leader would send it, to the active
-    controller. The partition epoch is not in Metadata: the controller refuses every
-    other with INVALID_UPDATE_VERSION (changing nothing), so the lowest accepted is it."""
-    p = partitions(cluster, isr[0], topic)
-    topic_id, part = p[-1], p[index]
-    controller = _active_controller(cluster)
-    AP = AlterPartitionRequest
-    with WireClient(cluster.controller(controller)) as client:
-        for partition_epoch in range(64):
-            req = AP(
-                broker_id=part.leader_id,
-                broker_epoch=-1,
-                topics=[
-                    AP.TopicData(
-                        topic_id=topic_id,
-                        partitions=[
-                            AP.PartitionData(
-                                partition_index=index,
-                                leader_epoch=part.leader_epoch,
-                                new_isr_with_epochs=[AP.BrokerState(broker_id=b) for b in isr],
-                                leader_recovery_state=0,
-                                partition_epoch=partition_epoch,
-                            )
-                        ],
-                    )
-                ],
-            )
-            reply: Any = client.request(ApiKey.ALTER_PARTITION, req)
-            assert reply.error_code == 0, reply
-            result = reply.topics[0].partitions[0]
-            if result.error_code != ErrorCode.INVALID_UPDATE_VERSION:
-                return result
-    raise AssertionError("no partition epoch accepted")
 
 
 def elect_through(cluster: QuorumCluster, node_id: int, kind: int, topic: str, index: int) -> int:
@@ -312,36 +263,51 @@ def produce_requests_by_broker(stats: dict[str, Any]) -> dict[int, int]:
     return out
 
 
-def test_unclean_then_preferred_election_and_a_stale_producer_is_redirected(
+def consume(
+    cluster: QuorumCluster, topic: str, index: int, count: int, until: bytes | None = None
+) -> list[bytes]:
+    """The partition's values from offset 0: ``count`` of them, or up to ``until``."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": live_bootstrap(cluster),
+            "group.id": f"read-{topic}",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, index, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + WAIT_S
+    while len(got) < count and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got.append(msg.value())
+            if msg.value() == until:
+                break
+    consumer.close()
+    return got
+
+
+def test_preferred_election_moves_leadership_home_and_redirects_a_stale_producer(
     cluster: QuorumCluster,
 ) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
-    # partition 0 is preferred on node 1 and stays empty until the end (its followers are
-    # truly in sync); partition 1, led by 2, gives a client the topic's metadata
+    # partition 0 is preferred on node 1; partition 1, led by 2, gives a client the
+    # topic's metadata
     new = NewTopic("moved", 2, replica_assignment=[[1, 2, 3], [2, 3, 1]])
     admin.create_topics([new])["moved"].result(WAIT_S)
-    wait_partition(cluster, "moved", 0, lambda p: p.leader_id == 1 and p.isr_nodes == [1])
+    wait_partition(cluster, "moved", 0, lambda p: p.leader_id == 1)
+    first = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+    for i in range(10):
+        first.produce("moved", value=f"a{i}".encode(), partition=0)
+    assert first.flush(WAIT_S) == 0
+    wait_partition(cluster, "moved", 0, lambda p: sorted(p.isr_nodes) == [1, 2, 3])
     assert elect(cluster, ElectionType.PREFERRED, "moved", 0).code() == (
         KafkaError.ELECTION_NOT_NEEDED
     )
 
-    cluster.kill(1)  # the only ISR member of moved-0: no clean election is possible
-    p = wait_partition(cluster, "moved", 0, lambda p: p.leader_id == -1)
-    assert p.isr_nodes == [1]
-    outcome = elect(cluster, ElectionType.UNCLEAN, "moved", 0)
-    assert outcome is None, outcome
-    p = wait_partition(cluster, "moved", 0, lambda p: p.leader_id == 2)
-    assert p.isr_nodes == [2]
-
+    cluster.kill(1)  # a clean election: the next in-sync replica in assignment order
+    wait_partition(cluster, "moved", 0, lambda p: p.leader_id == 2)
     cluster.start_nodes([1], timeout_s=60)
-    # back as a follower outside the ISR: leadership stays with 2, and a preferred
-    # election must not hand it to 1 (its log could lack records acknowledged by 2)
-    p = wait_partition(cluster, "moved", 0, lambda p: p.leader_id == 2)
-    assert p.isr_nodes == [2]
-    outcome = elect(cluster, ElectionType.PREFERRED, "moved", 0)
-    assert outcome is not None
-    assert outcome.code() == KafkaError.PREFERRED_LEADER_NOT_AVAILABLE
-
     stats: list[dict[str, Any]] = []
     producer = Producer(
         {
@@ -352,31 +318,24 @@ def test_unclean_then_preferred_election_and_a_stale_producer_is_redirected(
             "stats_cb": lambda s: stats.append(json.loads(s)),
         }
     )
+    for i in range(10):
+        producer.produce("moved", value=f"b{i}".encode(), partition=0)  # led by 2
     producer.produce("moved", value=b"warm", partition=1)
     assert producer.flush(WAIT_S) == 0  # the producer now knows: moved-0 is led by 2
     producer.poll(0.5)  # a statistics report after the warm-up
     before = produce_requests_by_broker(stats[-1])
 
-    # both logs of moved-0 are empty, so 1 is caught up: the leader adds it to the ISR
-    # (INELIGIBLE_REPLICA while the controller sees 1 fenced: a loaded machine can delay
-    # the restarted broker's first heartbeats past its session; it retries, as a leader)
-    result = retry(
-        lambda: alter_isr(cluster, "moved", 0, [2, 1]),
-        lambda r: r.error_code != ErrorCode.INELIGIBLE_REPLICA,
-    )
-    assert result.error_code == 0 and sorted(result.isr) == [1, 2]
-    # through a node that is not the active controller: it forwards the election and
-    # answers once its own metadata shows the new leader
+    # node 1 catches up and rejoins the ISR (replication); meanwhile the preferred replica
+    # is not available. Through a node that is not the active controller: it forwards the
+    # election and answers once its own metadata shows the new leader.
     via = next(i for i in cluster.ids if i != _active_controller(cluster))
     code = retry(
         lambda: elect_through(cluster, via, ELECTION_PREFERRED, "moved", 0),
         lambda c: c != ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
     )
     assert code == 0
-    p = partitions(cluster, via, "moved")[0]
-    assert p.leader_id == 1 and sorted(p.isr_nodes) == [1, 2]
-    p = wait_partition(cluster, "moved", 0, lambda p: p.leader_id == 1)
-    assert sorted(p.isr_nodes) == [1, 2]
+    assert partitions(cluster, via, "moved")[0].leader_id == 1
+    wait_partition(cluster, "moved", 0, lambda p: p.leader_id == 1)
 
     delivered: list[Any] = []
     producer.produce(
@@ -384,11 +343,40 @@ def test_unclean_then_preferred_election_and_a_stale_producer_is_redirected(
     )
     assert producer.flush(WAIT_S) == 0
     ((error, msg),) = delivered
-    assert error is None and msg.offset() == 0
+    assert error is None and msg.offset() == 20
     producer.poll(0.5)  # one more statistics report
     after = produce_requests_by_broker(stats[-1])
     sent = {b: after.get(b, 0) - before.get(b, 0) for b in after}
     # the stale produce went to 2 (which answered NOT_LEADER_OR_FOLLOWER), then to 1
     assert sent.get(2, 0) >= 1 and sent.get(1, 0) >= 1, (before, after)
-    assert segment_bytes(cluster, 1, "moved", 0) > 0
-    assert segment_bytes(cluster, 2, "moved", 0) == 0
+    expected = [f"a{i}".encode() for i in range(10)] + [f"b{i}".encode() for i in range(10)]
+    assert consume(cluster, "moved", 0, 21) == [*expected, b"home"]
+
+
+def test_unclean_election_of_a_partition_whose_isr_died(cluster: QuorumCluster) -> None:
+    """On a broker-only node 4 and node 3 (the quorum of 1, 2, 3 keeps a majority)."""
+    cluster.add_broker(4, timeout_s=60)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    new = NewTopic("lost", 1, replica_assignment=[[4, 3]])
+    admin.create_topics([new])["lost"].result(WAIT_S)
+    wait_partition(cluster, "lost", 0, lambda p: p.leader_id == 4)
+    cluster.kill(3)  # fenced: it leaves the ISR
+    wait_partition(cluster, "lost", 0, lambda p: p.isr_nodes == [4])
+    cluster.kill(4)  # the last ISR member: no clean election is possible
+    p = wait_partition(cluster, "lost", 0, lambda p: p.leader_id == -1)
+    assert p.isr_nodes == [4]
+    cluster.start_nodes([3], timeout_s=60)
+    # back, but outside the ISR: it could lack acknowledged records, so it stays a follower
+    p = wait_partition(cluster, "lost", 0, lambda p: p.leader_id == -1)
+    assert p.isr_nodes == [4]
+    outcome = elect(cluster, ElectionType.PREFERRED, "lost", 0)
+    assert outcome is not None
+    assert outcome.code() == KafkaError.PREFERRED_LEADER_NOT_AVAILABLE
+    outcome = elect(cluster, ElectionType.UNCLEAN, "lost", 0)
+    assert outcome is None, outcome
+    p = wait_partition(cluster, "lost", 0, lambda p: p.leader_id == 3)
+    assert p.isr_nodes == [3]
+    producer = Producer({"bootstrap.servers": live_bootstrap(cluster), "acks": "all"})
+    producer.produce("lost", value=b"after", partition=0)
+    assert producer.flush(WAIT_S) == 0
+    assert consume(cluster, "lost", 0, 1_000, until=b"after")[-1:] == [b"after"]

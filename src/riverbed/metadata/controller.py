@@ -16,15 +16,13 @@ leadership/ISR operations in `partition_control`, reassignments in `reassignment
 `Controller` combines them.
 
 In-sync replicas: a new partition's ISR is its leader alone (the first live replica of its
-assignment), whatever the replication factor.  Brokers do not replicate partition data yet
-(the replication issue adds followers that fetch from the leader and join the ISR through
-AlterPartition), so no other replica can claim to hold the acknowledged records.  The
-assignment keeps every replica (a topic with replication factor 3 lists 3 replicas, ISR 1),
-followers keep empty logs and refuse client reads and writes (NOT_LEADER_OR_FOLLOWER), and
-every election is from the ISR: when the leader's broker is fenced or shuts down, the
-partition has no other ISR member and stays leaderless (-1) until that broker registers
-again, unless ``unclean.leader.election.enable`` (or an UNCLEAN ElectLeaders) picks a live
-replica outside the ISR, accepting the loss of what only the old leader held.
+assignment), whatever the replication factor: a follower holds none of the partition's
+records until it has fetched them, and joins the ISR only when its leader reports it caught
+up (AlterPartition, `partition_control`).  The ISR therefore never names a replica that
+lacks acknowledged records, and every election is from the ISR: when the ISR's last live
+member is fenced or shuts down, the partition stays leaderless (-1) until a member
+registers again, unless ``unclean.leader.election.enable`` (or an UNCLEAN ElectLeaders)
+picks a live replica outside the ISR, accepting the loss of what only the old ISR held.
 """
 
 from __future__ import annotations
@@ -179,8 +177,8 @@ class Controller(
 
     def _new_partition(self, image: MetadataImage, replicas: list[int]) -> PartitionRegistration:
         live = [r for r in replicas if (b := image.brokers.get(r)) is not None and not b.fenced]
-        # ISR = {leader}: until followers replicate, no other replica holds the data (see
-        # the module docstring).  With no live replica the first one is the ISR, so the
+        # ISR = {leader}: no follower holds the data before it has fetched it (see the
+        # module docstring).  With no live replica the first one is the ISR, so the
         # partition gets a leader as soon as that broker registers.
         leader = live[0] if live else -1
         return PartitionRegistration(

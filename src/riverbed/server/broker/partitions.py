@@ -10,7 +10,7 @@ Leadership: the image names each partition's leader and leader epoch. Client req
 are served by the leader only (`leader_partition`): a partition this node hosts as a
 follower, or knows from the image without hosting it, answers NOT_LEADER_OR_FOLLOWER with
 the current leader (Kafka's ``getPartitionOrError`` + ``localLogWithEpochOrThrow``). A
-follower keeps its log (empty until replication) and never appends or serves it.
+follower's log is written by its replica fetcher only, never by client produces.
 
 High watermark: with a replica manager attached (``replicas``, the node always attaches
 one: `riverbed.server.replication.manager`) each hosted partition has a partition core
@@ -226,8 +226,8 @@ class PartitionManager:
                     previous = hosted.registration
                     hosted.registration = reg
                     if (reg.leader, reg.leader_epoch) != (previous.leader, previous.leader_epoch):
-                        # A leadership change: a new leader's HW catches up with its log
-                        # (ISR = {leader}); parked fetches wake up to answer the change.
+                        # A leadership change: the HW's owner learns it; parked fetches
+                        # wake up to answer the change.
                         self._sync_high_watermark(hosted)
                         self.purgatory.notify(key)
                     elif self.replicas is not None and reg != previous:

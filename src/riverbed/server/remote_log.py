@@ -40,6 +40,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from riverbed.producer.snapshot import snapshot_name
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.records import iter_batches, iter_records
@@ -413,7 +414,7 @@ class RemoteLogManager:
                 created_ms=self._now_ms(),
                 offset_index_path=seg.offset_index.path,
                 time_index_path=seg.time_index.path,
-                producer_snapshot_path=plog.directory / f"{info.next_offset:020d}.snapshot",
+                producer_snapshot_path=plog.directory / snapshot_name(info.next_offset),
             )
             try:
                 meta = self.rsm.copy_segment(topic, partition, tier.topic_id, upload)

@@ -278,10 +278,21 @@ class FsspecRemoteStorageManager:
             created_ms=upload.created_ms,
             files=tuple(files),
         )
-        self._call("upload the manifest", self.fs.pipe_file, base + MANIFEST_SUFFIX, meta.to_json())
+        self._call("upload the manifest", self._put_atomic, base + MANIFEST_SUFFIX, meta.to_json())
         with self._lock:
             self._manifests[base + MANIFEST_SUFFIX] = meta
         return meta
+
+    def _put_atomic(self, path: str, data: bytes) -> None:
+        """An object store PUT is atomic; a local file is written aside and renamed, so
+        a concurrent listing never reads half a manifest."""
+        protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
+        if "file" not in protocols and "local" not in protocols:
+            self.fs.pipe_file(path, data)
+            return
+        tmp = path + ".tmp"
+        self.fs.pipe_file(tmp, data)
+        self.fs.mv(tmp, path)
 
     # ---- listing --------------------------------------------------------------------------
 

@@ -108,14 +108,15 @@ class Partition:
             now_ms=now_ms,
             previous=previous,
         )
-        return [
-            StateChange(
-                f"broker {self.broker_id}: {self.name} become-leader at leader epoch "
-                f"{reg.leader_epoch} partition epoch {reg.partition_epoch}, ISR "
-                f"{list(reg.isr)}, log end {self.log.log_end_offset}, HW "
-                f"{self.leader.high_watermark}"
-            )
-        ]
+        line = StateChange(
+            f"broker {self.broker_id}: {self.name} become-leader at leader epoch "
+            f"{reg.leader_epoch} partition epoch {reg.partition_epoch}, ISR "
+            f"{list(reg.isr)}, log end {self.log.log_end_offset}, HW "
+            f"{self.leader.high_watermark}"
+        )
+        # an ISR of this leader alone commits its whole log at once (Kafka's
+        # maybeIncrementLeaderHW on becoming leader)
+        return [line, *self.leader.on_local_append(now_ms)]
 
     def _become_follower(self, reg: PartitionRegistration) -> list[Action]:
         out: list[Action] = []

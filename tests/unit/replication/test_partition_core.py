@@ -106,6 +106,20 @@ def test_expand_needs_high_watermark_and_epoch_start() -> None:
     assert ld.high_watermark == 10  # the joining replica already holds it back
 
 
+def test_no_expansion_below_the_start_of_the_leader_epoch() -> None:
+    # a new leader whose high watermark lags (5) must not let in a replica at 7: records
+    # 7..9 may be committed by the previous leader and that replica lacks them
+    log = MemLog()
+    for i in range(10):
+        log.append_as_leader(f"r{i}", 4)
+    ld = PartitionLeader(1, reg(isr=(1, 2)), log, CONFIG, high_watermark=5, now_ms=0)
+    assert ld.epoch_start_offset == 10
+    _, acts = ld.on_follower_fetch(fetch(3, 7, last_epoch=4), 0)
+    assert of(AlterIsr, acts) == []
+    _, acts = ld.on_follower_fetch(fetch(3, 10, last_epoch=4), 0)
+    assert of(AlterIsr, acts) == [AlterIsr(5, 7, (1, 2, 3), (-1, -1, -1))]
+
+
 def test_alter_partition_errors() -> None:
     ld, log = leader_with(10, isr=(1, 2))
     ld.on_follower_fetch(fetch(2, 10, last_epoch=4), 0)
@@ -192,6 +206,12 @@ def test_partition_role_changes_follow_leader_epochs() -> None:
     p.apply_registration(reg(leader=2, epoch=6), 0)
     assert p.leader is not None and log.cache.entries() == [(6, 0)]
     assert p.apply_registration(reg(leader=1, epoch=5, pepoch=99), 0) == []  # stale
+    # a restarted sole-ISR leader commits its whole log at once
+    log2 = MemLog()
+    log2.append_as_leader("x", 3)
+    solo = Partition(1, log2, CONFIG, high_watermark=0)
+    acts = solo.apply_registration(reg(isr=(1,), leader=1, epoch=6), 0)
+    assert HighWatermarkChanged(1) in acts and solo.high_watermark == 1
     log.append_as_leader("a", 6)
     assert p.leader is not None
     p.leader.park_produce(7, 1, 1000, 0)

@@ -7,6 +7,7 @@ sessions down to 500 ms) and a 5-partition ``__consumer_offsets`` so each test s
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -332,3 +333,65 @@ def test_describe_list_and_delete_groups_through_the_admin_client(gbroker: Broke
     admin.delete_consumer_groups([group])[group].result(10)
     listed = admin.list_consumer_groups().result(10)
     assert group not in {g.group_id for g in listed.valid}
+
+
+def _cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
+    from riverbed.cli.main import main
+
+    capsys.readouterr()
+    assert main(list(argv)) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+def test_groups_cli_lists_describes_with_lag_resets_and_deletes(
+    gbroker: BrokerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from riverbed.cli.main import main
+
+    b = gbroker.bootstrap
+    topic, group = "cli-lag", "g-cli"
+    fill(b, topic, 2, 20)  # 10 records per partition
+    c = consumer(b, group, **{"enable.auto.commit": False})
+    c.subscribe([topic])
+    seen = 0
+    deadline = time.monotonic() + 30
+    while seen < 6 and time.monotonic() < deadline:
+        msg = c.poll(0.1)
+        if msg is not None and msg.error() is None and msg.partition() == 0:
+            seen += 1
+            c.commit(message=msg, asynchronous=False)
+    assert seen == 6
+    listed = _cli_json(capsys, "groups", "list", "-b", b, "--json")["groups"]
+    assert {"group": group, "protocol_type": "consumer", "state": "Stable"} in listed
+    (d,) = _cli_json(capsys, "groups", "describe", "-b", b, "--group", group, "--json")["groups"]
+    assert d["state"] == "Stable" and len(d["members"]) == 1
+    assert d["members"][0]["assignment"] == {topic: [0, 1]}
+    assert d["members"][0]["host"] == "/127.0.0.1"
+    rows = {r["partition"]: r for r in d["offsets"]}
+    assert (rows[0]["current_offset"], rows[0]["log_end_offset"], rows[0]["lag"]) == (6, 10, 4)
+    assert rows[0]["member_id"] == d["members"][0]["member_id"]
+    # an active group's offsets cannot be reset
+    capsys.readouterr()
+    assert main(["groups", "reset-offsets", "-b", b, "--group", group, "--all-topics",
+                 "--to-earliest", "--execute"]) == 1  # fmt: skip
+    assert "inactive" in capsys.readouterr().err
+    c.close()
+    plan = _cli_json(capsys, "groups", "reset-offsets", "-b", b, "--group", group,
+                     "--topic", f"{topic}:0", "--shift-by", "-2", "--json")  # fmt: skip
+    assert not plan["executed"]
+    assert [(r["partition"], r["new_offset"]) for r in plan["partitions"]] == [(0, 4)]
+    (d,) = _cli_json(capsys, "groups", "describe", "-b", b, "--group", group, "--json")["groups"]
+    assert {r["partition"]: r["current_offset"] for r in d["offsets"]}[0] == 6  # dry run
+    done = _cli_json(capsys, "groups", "reset-offsets", "-b", b, "--group", group,
+                     "--topic", topic, "--to-latest", "--execute", "--json")  # fmt: skip
+    assert [(r["new_offset"], r["error"]) for r in done["partitions"]] == [(10, None)] * 2
+    (d,) = _cli_json(capsys, "groups", "describe", "-b", b, "--group", group, "--json")["groups"]
+    assert d["state"] == "Empty"
+    assert [(r["current_offset"], r["lag"]) for r in d["offsets"]] == [(10, 0), (10, 0)]
+    shifted = _cli_json(capsys, "groups", "reset-offsets", "-b", b, "--group", group,
+                        "--all-topics", "--shift-by", "-100", "--execute", "--json")  # fmt: skip
+    assert [r["new_offset"] for r in shifted["partitions"]] == [0, 0]  # clamped to log start
+    deleted = _cli_json(capsys, "groups", "delete", "-b", b, "--group", group, "--json")
+    assert deleted == {"deleted": [group], "errors": {}}
+    listed = _cli_json(capsys, "groups", "list", "-b", b, "--json")["groups"]
+    assert group not in {g["group"] for g in listed}

@@ -28,6 +28,7 @@ VERBS: tuple[str, ...] = (
     "pipeline",
     "quorum",
     "producers",
+    "groups",
     "dev",
 )
 

@@ -44,9 +44,9 @@ _KEY_TRANSACTION = 1
 
 
 def _client_host(ctx: RequestContext) -> str:
-    peer = ctx.peer
-    host = peer[0] if isinstance(peer, tuple) and peer else str(peer or "")
-    return f"/{host}"
+    """Kafka's member host: ``/`` and the client's address, without the port."""
+    host, sep, port = str(ctx.peer).rpartition(":")
+    return f"/{host if sep and port.isdigit() else ctx.peer}"
 
 
 async def _answer(broker: Broker, ctx: RequestContext, req: Any, group_id: str, op: Any) -> Any:

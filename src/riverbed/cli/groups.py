@@ -1,0 +1,317 @@
+"""`riverbed groups list|describe|delete|reset-offsets`: consumer groups, as
+kafka-consumer-groups does them.
+
+- ``list [--state S ...]``: every group of the cluster (ListGroups to each broker);
+- ``describe --group G [--members] [--state]``: per partition the committed offset, the
+  log end offset and the lag, with the member that owns it (``--members``: one row per
+  member with its assignment; ``--state``: coordinator, state, protocol, member count);
+- ``delete --group G ...``: only Empty groups can be deleted (NON_EMPTY_GROUP otherwise);
+- ``reset-offsets --group G (--topic T[:P,P] ... | --all-topics)`` with one of
+  ``--to-earliest``, ``--to-latest``, ``--to-current``, ``--to-offset N``,
+  ``--shift-by N`` or ``--to-datetime 2024-01-01T00:00:00[.000][Z|+hh:mm]``: prints the
+  plan (``--dry-run``, the default) or commits it (``--execute``); the group must be
+  inactive (Empty or Dead), as in Kafka. Offsets out of range are clamped to
+  [log start, log end].
+
+``--json`` prints the same data as one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+from typing import Any
+
+from riverbed.cli.common import (
+    CliError,
+    add_bootstrap,
+    add_json,
+    print_json,
+    print_table,
+    run_guarded,
+    verb_parser,
+)
+
+_INACTIVE = ("Empty", "Dead")
+
+
+def register(subparsers: Any) -> None:
+    parser = verb_parser(
+        subparsers, "groups", "list, describe, delete consumer groups; reset offsets"
+    )
+    sub = parser.add_subparsers(dest="groups_command", metavar="SUBCOMMAND")
+
+    lst = verb_parser(sub, "list", "every consumer group of the cluster")
+    add_bootstrap(lst)
+    lst.add_argument(
+        "--state", action="append", default=[], help="only groups in this state (repeatable)"
+    )
+    add_json(lst)
+    lst.set_defaults(func=run_guarded(list_cmd))
+
+    desc = verb_parser(sub, "describe", "offsets, log end offsets and lag per partition")
+    add_bootstrap(desc)
+    desc.add_argument("--group", required=True, action="append", help="repeatable")
+    view = desc.add_mutually_exclusive_group()
+    view.add_argument("--members", action="store_true", help="one row per member")
+    view.add_argument("--state", action="store_true", help="the group's state only")
+    add_json(desc)
+    desc.set_defaults(func=run_guarded(describe_cmd))
+
+    delete = verb_parser(sub, "delete", "delete empty groups and their committed offsets")
+    add_bootstrap(delete)
+    delete.add_argument("--group", required=True, action="append", help="repeatable")
+    add_json(delete)
+    delete.set_defaults(func=run_guarded(delete_cmd))
+
+    reset = verb_parser(sub, "reset-offsets", "move an inactive group's committed offsets")
+    add_bootstrap(reset)
+    reset.add_argument("--group", required=True)
+    which = reset.add_mutually_exclusive_group(required=True)
+    which.add_argument("--topic", action="append", help="TOPIC or TOPIC:P,P (repeatable)")
+    which.add_argument(
+        "--all-topics", action="store_true", help="every topic the group has offsets for"
+    )
+    how = reset.add_mutually_exclusive_group(required=True)
+    how.add_argument("--to-earliest", action="store_true")
+    how.add_argument("--to-latest", action="store_true")
+    how.add_argument("--to-current", action="store_true")
+    how.add_argument("--to-offset", type=int, metavar="N")
+    how.add_argument("--shift-by", type=int, metavar="N")
+    how.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS[.sss][Z|+hh:mm]")
+    mode = reset.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="print the plan only (the default)")
+    mode.add_argument("--execute", action="store_true", help="commit the new offsets")
+    add_json(reset)
+    reset.set_defaults(func=run_guarded(reset_cmd))
+
+
+def _dash(value: Any) -> Any:
+    return "-" if value is None else value
+
+
+# ---------------------------------------------------------------------- list
+def list_cmd(args: argparse.Namespace) -> int:
+    from riverbed.cli import group_admin
+
+    groups = group_admin.list_groups(args.bootstrap_server, args.state or None)
+    if args.json:
+        print_json({"groups": groups})
+        return 0
+    if args.state:
+        print_table(
+            "consumer groups",
+            ["GROUP", "STATE", "PROTOCOL TYPE"],
+            [(g["group"], g["state"], g["protocol_type"]) for g in groups],
+        )
+    else:
+        for g in groups:
+            print(g["group"])
+    return 0
+
+
+# ---------------------------------------------------------------------- describe
+def describe_cmd(args: argparse.Namespace) -> int:
+    from riverbed.cli import group_admin
+
+    described = [group_admin.describe(args.bootstrap_server, g) for g in args.group]
+    if args.json:
+        print_json({"groups": described})
+        return 0
+    for d in described:
+        if args.state:
+            print_table(
+                f"group {d['group']}",
+                ["GROUP", "COORDINATOR", "STATE", "PROTOCOL TYPE", "PROTOCOL", "#MEMBERS"],
+                [
+                    (
+                        d["group"],
+                        d["coordinator"],
+                        d["state"],
+                        d["protocol_type"],
+                        d["protocol"],
+                        len(d["members"]),
+                    )
+                ],
+            )
+        elif args.members:
+            print_table(
+                f"members of {d['group']}",
+                [
+                    "GROUP",
+                    "CONSUMER-ID",
+                    "GROUP-INSTANCE-ID",
+                    "HOST",
+                    "CLIENT-ID",
+                    "#PARTITIONS",
+                    "ASSIGNMENT",
+                ],
+                [
+                    (
+                        d["group"],
+                        m["member_id"],
+                        _dash(m["group_instance_id"]),
+                        m["host"],
+                        m["client_id"],
+                        sum(len(ps) for ps in m["assignment"].values()),
+                        ", ".join(
+                            f"{t}({','.join(map(str, ps))})" for t, ps in m["assignment"].items()
+                        ),
+                    )
+                    for m in d["members"]
+                ],
+            )
+        else:
+            if not d["offsets"] and d["state"] in _INACTIVE:
+                print(f"Consumer group '{d['group']}' has no active members and no offsets.")
+                continue
+            print_table(
+                f"group {d['group']} ({d['state']})",
+                [
+                    "GROUP",
+                    "TOPIC",
+                    "PARTITION",
+                    "CURRENT-OFFSET",
+                    "LOG-END-OFFSET",
+                    "LAG",
+                    "CONSUMER-ID",
+                    "HOST",
+                    "CLIENT-ID",
+                ],
+                [
+                    (
+                        d["group"],
+                        r["topic"],
+                        r["partition"],
+                        _dash(r["current_offset"]),
+                        _dash(r["log_end_offset"]),
+                        _dash(r["lag"]),
+                        _dash(r["member_id"]),
+                        _dash(r["host"]),
+                        _dash(r["client_id"]),
+                    )
+                    for r in d["offsets"]
+                ],
+            )
+    return 0
+
+
+# ---------------------------------------------------------------------- delete
+def delete_cmd(args: argparse.Namespace) -> int:
+    from riverbed.cli import group_admin
+
+    results = group_admin.delete_groups(args.bootstrap_server, args.group)
+    if args.json:
+        print_json(
+            {
+                "deleted": [g for g, e in results.items() if e is None],
+                "errors": {g: e for g, e in results.items() if e is not None},
+            }
+        )
+    else:
+        for group, error in results.items():
+            if error is None:
+                print(f"Deletion of requested consumer group '{group}' was successful.")
+            else:
+                print(f"Deletion of requested consumer group '{group}' failed: {error}")
+    return 0 if all(e is None for e in results.values()) else 1
+
+
+# ---------------------------------------------------------------------- reset-offsets
+def _parse_datetime(text: str) -> int:
+    try:
+        when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise CliError(
+            f"--to-datetime {text!r}: expected YYYY-MM-DDTHH:mm:SS[.sss][Z|+hh:mm]"
+        ) from None
+    if when.tzinfo is None:
+        when = when.astimezone()  # local time, as Kafka's tool reads it
+    return int(when.timestamp() * 1000)
+
+
+def _targets(
+    args: argparse.Namespace, committed: dict[tuple[str, int], int]
+) -> list[tuple[str, int]]:
+    from riverbed.cli import group_admin
+
+    if args.all_topics:
+        return sorted(committed)
+    out: list[tuple[str, int]] = []
+    for spec in args.topic:
+        topic, _, parts = spec.partition(":")
+        if parts:
+            try:
+                out += [(topic, int(p)) for p in parts.split(",") if p.strip()]
+            except ValueError:
+                raise CliError(f"--topic {spec!r}: partitions must be numbers") from None
+        else:
+            out += group_admin.topic_partitions(args.bootstrap_server, [topic])
+    return sorted(set(out))
+
+
+def plan_reset(
+    args: argparse.Namespace, committed: dict[tuple[str, int], int], targets: list[tuple[str, int]]
+) -> dict[tuple[str, int], int]:
+    """The new offset of every target partition, clamped to [log start, log end]."""
+    from riverbed.cli import group_admin as ga
+
+    boot = args.bootstrap_server
+    earliest = ga.list_offsets(boot, targets, ga.EARLIEST)
+    latest = ga.list_offsets(boot, targets, ga.LATEST)
+    if args.to_earliest:
+        wanted = dict(earliest)
+    elif args.to_latest:
+        wanted = dict(latest)
+    elif args.to_datetime is not None:
+        found = ga.list_offsets(boot, targets, _parse_datetime(args.to_datetime))
+        wanted = {tp: (off if off >= 0 else latest[tp]) for tp, off in found.items()}
+    elif args.to_offset is not None:
+        wanted = {tp: args.to_offset for tp in targets}
+    else:  # --to-current / --shift-by: from the committed offset (log end when none)
+        shift = args.shift_by or 0
+        wanted = {tp: committed.get(tp, latest[tp]) + shift for tp in targets}
+    return {tp: min(max(off, earliest[tp]), latest[tp]) for tp, off in wanted.items()}
+
+
+def reset_cmd(args: argparse.Namespace) -> int:
+    from riverbed.cli import group_admin
+
+    address = group_admin.coordinator(args.bootstrap_server, args.group)
+    state = group_admin.describe_group(address, args.group).group_state
+    if state not in _INACTIVE:
+        raise CliError(
+            f"Assignments can only be reset if the group '{args.group}' is inactive, "
+            f"but the current state is {state}."
+        )
+    committed = group_admin.committed_offsets(address, args.group)
+    targets = _targets(args, committed)
+    plan = plan_reset(args, committed, targets)
+    errors: dict[tuple[str, int], str | None] = {}
+    if args.execute and plan:
+        errors = group_admin.commit_offsets(address, args.group, plan)
+    rows = [
+        {
+            "topic": t,
+            "partition": p,
+            "new_offset": off,
+            "previous_offset": committed.get((t, p)),
+            "error": errors.get((t, p)),
+        }
+        for (t, p), off in sorted(plan.items())
+    ]
+    if args.json:
+        print_json({"group": args.group, "executed": bool(args.execute), "partitions": rows})
+    else:
+        if not args.execute:
+            print("(dry run: nothing committed; add --execute to commit these offsets)")
+        print_table(
+            f"group {args.group}",
+            ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"] + (["ERROR"] if errors else []),
+            [
+                (args.group, r["topic"], r["partition"], r["new_offset"])
+                + ((_dash(r["error"]),) if errors else ())
+                for r in rows
+            ],
+        )
+    return 1 if any(e is not None for e in errors.values()) else 0

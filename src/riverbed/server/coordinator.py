@@ -2,7 +2,7 @@
 
 Which groups this node coordinates follows the metadata image: a node leads partition
 ``p`` of ``__consumer_offsets`` -> it loads shard ``p`` (a `GroupShard`) by replaying
-that partition from its log start to its high watermark in a worker thread
+that partition from its log start to its log end in a worker thread
 (COORDINATOR_LOAD_IN_PROGRESS meanwhile); it stops leading (or the leader epoch
 changes) -> the shard is dropped and its parked requests answer NOT_COORDINATOR. A
 group whose partition another node leads is NOT_COORDINATOR; before the topic exists,
@@ -60,7 +60,9 @@ def _read_shard(plog: Any, partition: int, config: GroupConfig, read_bytes: int)
     """Replay one partition into a fresh shard (worker thread: file reads)."""
     shard = GroupShard(partition, config, random.Random(int.from_bytes(os.urandom(8), "big")))
     offset = plog.log_start_offset
-    end = plog.high_watermark
+    # to the log end, as Kafka's loader: this leader wrote (or replicated) all of it, and
+    # a truncation below it means a new leader epoch, hence a reload
+    end = plog.log_end_offset
     while offset < end:
         result = plog.read(offset, read_bytes, end)
         if not result.ranges:

@@ -7,12 +7,12 @@ metadata image (built by the real controller) of four brokers and topic ``t``:
 - partition 1: replicas (1, 2, 3), led by 1;
 - partition 2: replicas (2, 3, 4), not hosted by node 1 at all.
 
-Produce, Fetch, ListOffsets, OffsetForLeaderEpoch and DeleteRecords to partitions 0 and 2
-answer NOT_LEADER_OR_FOLLOWER; Produce v10+ and Fetch v12+ name the current leader
-(KIP-951 tagged fields, checked on the encoded bytes), and Produce v10+ gives its
-endpoint. The follower's log stays empty. When the image moves leadership to node 1, the
-same requests succeed; when it moves away again, a parked long-poll Fetch wakes up and
-answers NOT_LEADER_OR_FOLLOWER at once.
+Produce, Fetch, ListOffsets, OffsetForLeaderEpoch, DeleteRecords and DescribeProducers to
+partitions 0 and 2 answer NOT_LEADER_OR_FOLLOWER; Produce v10+ and Fetch v12+ name the
+current leader (KIP-951 tagged fields, checked on the encoded bytes), and Produce v10+
+gives its endpoint. A client's produce never reaches the follower's log. When the image
+moves leadership to node 1, the same requests succeed; when it moves away again, a
+parked long-poll Fetch wakes up and answers NOT_LEADER_OR_FOLLOWER at once.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from riverbed.protocol.headers import (
 from riverbed.protocol.messages import (
     CreateTopicsRequest,
     DeleteRecordsRequest,
+    DescribeProducersRequest,
     FetchRequest,
     ListOffsetsRequest,
     OffsetForLeaderEpochRequest,
@@ -44,7 +45,7 @@ from riverbed.protocol.messages import (
     ProduceRequest,
 )
 from riverbed.protocol.records import SimpleRecord, build_batch
-from riverbed.server.broker import fetch, offsets, produce
+from riverbed.server.broker import fetch, offsets, produce, producers
 from riverbed.server.broker.partitions import PartitionManager
 from riverbed.server.network import RequestContext
 from riverbed.server.purgatory import Purgatory
@@ -272,6 +273,18 @@ def test_list_offsets_epochs_and_delete_records_on_a_non_leader(node: Node) -> N
     )
     resp = asyncio.run(node.call(ApiKey.DELETE_RECORDS, 2, offsets.handle_delete_records, req))
     assert resp.topics[0].partitions[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    DP = DescribeProducersRequest
+    req = DP(topics=[DP.TopicRequest(name="t", partition_indexes=[0, 1, 2, 9])])
+    resp = asyncio.run(
+        node.call(ApiKey.DESCRIBE_PRODUCERS, 0, producers.handle_describe_producers, req)
+    )
+    codes = {p.partition_index: p.error_code for p in resp.topics[0].partitions}
+    assert codes == {
+        FOLLOWED: ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        LED: 0,
+        ELSEWHERE: ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        9: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    }
 
 
 def test_leadership_moving_here_and_away(node: Node) -> None:

@@ -15,7 +15,8 @@ DescribeProducers answers, per partition, the active producers of its producer s
 (id, epoch, last sequence, last timestamp, coordinator epoch, open transaction start),
 plus riverbed's ledger counts as a tagged field Kafka clients skip
 (``LEDGER_STATS_TAG``: JSON of ledger ids, files, filter fill, cache hit rate,
-false-positive checks; read by ``riverbed producers describe``).
+false-positive checks; read by ``riverbed producers describe``). Only the partition's
+leader answers (a follower or another node: NOT_LEADER_OR_FOLLOWER), as in Kafka.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from riverbed.protocol.messages import (
     DescribeProducersResponse,
     InitProducerIdResponse,
 )
+from riverbed.server.broker.partitions import NotServed
 from riverbed.server.network import RequestContext
 
 if TYPE_CHECKING:
@@ -147,13 +149,11 @@ async def handle_describe_producers(broker: Broker, ctx: RequestContext, req: An
     for t in req.topics:
         parts = []
         for index in t.partition_indexes:
-            hosted = broker.partitions.get(t.name, index)
-            if hosted is None:
+            hosted = broker.partitions.leader_partition(t.name, index)
+            if isinstance(hosted, NotServed):  # the leader's producer state only (Kafka)
                 parts.append(
                     DescribeProducersResponse.PartitionResponse(
-                        partition_index=index,
-                        error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                        active_producers=[],
+                        partition_index=index, error_code=int(hosted.error), active_producers=[]
                     )
                 )
                 continue

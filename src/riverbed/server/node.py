@@ -59,7 +59,11 @@ from riverbed.server.network import CloseConnection, SocketServer
 from riverbed.server.purgatory import Purgatory
 from riverbed.server.quorum import CONTROLLER_API_VERSIONS, QuorumMetadata, open_quorum_metadata
 from riverbed.server.remote_log import RemoteLogManager, RemoteLogSettings
-from riverbed.server.replication.manager import ReplicaManager
+from riverbed.server.replication.manager import (
+    ReplicaManager,
+    open_state_change_log,
+    state_change_log,
+)
 
 log = logging.getLogger(__name__)
 
@@ -205,6 +209,7 @@ class Node:
             cfg.inter_broker_listener_name,
         )
         partitions.replicas = self.replicas
+        self._state_change_log = open_state_change_log(cfg.log_dirs[0])
         partitions.apply_image(quorum.image)
         partitions.delete_orphans()
         quorum.add_listener(lambda old, new, delta: partitions.apply_image(new))
@@ -380,6 +385,8 @@ class Node:
             await self.server.stop()
         if self.replicas is not None:
             await self.replicas.close()  # no fetcher writes once the logs close
+            state_change_log.removeHandler(self._state_change_log)
+            self._state_change_log.close()
         if self.quorum is not None:
             # first: no metadata change may reach the partitions once their logs close; a
             # leader resigns (EndQuorumEpoch) on the way out

@@ -17,7 +17,10 @@ and a timer (Kafka's ``ReplicaManager`` + ``Partition`` + ``AlterPartitionManage
 - Timer: every ``TICK_MS`` each leader core ticks (ISR shrink after
   ``replica.lag.time.max.ms``, produce timeouts, AlterPartition resends), on the injected
   clock.
-- State changes are logged to the ``riverbed.state.change`` logger (state-change.log).
+- State changes (become leader/follower with epochs, ISR proposals and commits,
+  truncations) go to the ``riverbed.state.change`` logger, which ``open_state_change_log``
+  also writes to ``state-change.log`` in the first log dir (rotated at
+  ``STATE_CHANGE_LOG_BYTES_MAX``, as Kafka's log4j appender does).
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import logging.handlers
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from riverbed.metadata.image import MetadataImage
@@ -59,6 +64,23 @@ Key = tuple[str, int]
 TICK_MS = 100
 #: Partitions per AlterPartition request (Kafka batches all pending ones too).
 ALTER_PARTITION_ITEMS_MAX = 1000
+#: state-change.log rolls at this size, keeping STATE_CHANGE_LOG_BACKUPS old files.
+STATE_CHANGE_LOG_BYTES_MAX = 10 * 1024 * 1024
+STATE_CHANGE_LOG_BACKUPS = 2
+
+
+def open_state_change_log(log_dir: str | Path) -> logging.Handler:
+    """Write the state-change lines of this process to ``<log_dir>/state-change.log``."""
+    handler = logging.handlers.RotatingFileHandler(
+        Path(log_dir) / "state-change.log",
+        maxBytes=STATE_CHANGE_LOG_BYTES_MAX,
+        backupCount=STATE_CHANGE_LOG_BACKUPS,
+    )
+    handler.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s %(message)s"))
+    state_change_log.addHandler(handler)
+    state_change_log.setLevel(logging.INFO)
+    return handler
+
 
 AlterPartitionCall = Callable[[AlterPartitionRequest], Awaitable[AlterPartitionResponse]]
 

@@ -1,0 +1,182 @@
+"""Replication cost and fail-over time on real riverbed nodes (issue 12).
+
+In one run, with the same client workload (confluent-kafka, acks=all, ``--messages``
+records of ``--size`` bytes, linger.ms=5, one partition):
+
+- throughput with replication factor 3 on a 3-node ``QuorumCluster`` (min.insync.replicas
+  2) against the baseline, replication factor 1 on a one-node cluster: the ratio (goal
+  >= 0.5);
+- produce latency p50/p99 at half of each one's peak throughput (paced for ``--paced-s``);
+- leader fail-over time: SIGKILL of the partition leader to the first acknowledged acks=all
+  produce, with ``broker.session.timeout.ms`` at its default (9000) and at 2000; median and
+  max over ``--trials`` trials each (the killed node restarts and rejoins the ISR between
+  trials).
+
+Run: ``.venv/bin/python -m benchmarks.replication_bench [--messages 30000] [--trials 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from riverbed.testing.quorum_cluster import QuorumCluster
+
+TOPIC = "bench"
+
+
+def wait_isr(admin: AdminClient, size: int, timeout_s: float = 60) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            part = admin.list_topics(TOPIC, timeout=5).topics[TOPIC].partitions[0]
+            if part.leader >= 0 and len(part.isrs) == size:
+                return int(part.leader)
+        except Exception:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"ISR of {size} never reached")
+
+
+def producer(bootstrap: str, **extra: Any) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, **extra})
+
+
+def throughput(bootstrap: str, messages: int, size: int) -> float:
+    p = producer(bootstrap)
+    value = b"x" * size
+    done = [0]
+
+    def cb(err: Any, msg: Any) -> None:
+        assert err is None, err
+        done[0] += 1
+
+    for _ in range(1000):  # warm-up: connections, metadata
+        p.produce(TOPIC, value, callback=cb)
+    p.flush(60)
+    done[0] = 0
+    start = time.perf_counter()
+    for _ in range(messages):
+        while True:
+            try:
+                p.produce(TOPIC, value, callback=cb)
+                break
+            except BufferError:
+                p.poll(0.01)
+        p.poll(0)
+    p.flush(120)
+    took = time.perf_counter() - start
+    assert done[0] == messages
+    return messages / took
+
+
+def paced_latency(bootstrap: str, rate: float, seconds: float, size: int) -> tuple[float, float]:
+    p = producer(bootstrap)
+    value = b"y" * size
+    lat: list[float] = []
+    start = time.perf_counter()
+    n = 0
+    while time.perf_counter() - start < seconds:
+        due = start + n / rate
+        now = time.perf_counter()
+        if now < due:
+            p.poll(min(due - now, 0.01))
+            continue
+        sent_at = time.perf_counter()
+
+        def on_delivery(err: Any, msg: Any, t: float = sent_at) -> None:
+            lat.append(time.perf_counter() - t)
+
+        p.produce(TOPIC, value, callback=on_delivery)
+        n += 1
+        p.poll(0)
+    p.flush(60)
+    lat.sort()
+    return lat[len(lat) // 2] * 1000, lat[int(len(lat) * 0.99)] * 1000
+
+
+def failover(base: Path, session_ms: int, trials: int) -> list[float]:
+    overrides = {
+        "default.replication.factor": "3",
+        "min.insync.replicas": "2",
+        "controller.quorum.election.timeout.ms": "1000",
+        "controller.quorum.fetch.timeout.ms": "2000",
+    }
+    if session_ms:
+        overrides["broker.session.timeout.ms"] = str(session_ms)
+    times: list[float] = []
+    with QuorumCluster(base, 3, overrides=overrides) as c:
+        c.start(timeout_s=60)
+        admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
+        admin.create_topics([NewTopic(TOPIC, 1, 3)])[TOPIC].result(30)
+        for _ in range(trials):
+            leader = wait_isr(admin, 3)
+            p = producer(c.bootstrap_servers, **{"message.timeout.ms": 120000})
+            p.produce(TOPIC, b"warm")
+            p.flush(30)
+            c.kill(leader)
+            killed = time.perf_counter()
+            acked: list[float] = []
+
+            def on_delivery(err: Any, msg: Any, acked: list[float] = acked) -> None:
+                if err is None:
+                    acked.append(time.perf_counter())
+
+            p.produce(TOPIC, b"after", callback=on_delivery)
+            while not acked and time.perf_counter() - killed < 120:
+                p.poll(0.005)
+            assert acked, "no acknowledged produce within 120 s of the kill"
+            times.append(acked[0] - killed)
+            p.flush(10)
+            c.nodes[leader].start(60)
+    return times
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--messages", type=int, default=30000)
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--paced-s", type=float, default=5.0)
+    ap.add_argument("--trials", type=int, default=3)
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        rows = {}
+        for name, nodes, rf in (("rf1-1node", 1, 1), ("rf3-3nodes", 3, 3)):
+            overrides = {
+                "default.replication.factor": str(rf),
+                "min.insync.replicas": "2" if rf == 3 else "1",
+            }
+            with QuorumCluster(base / name, nodes, overrides=overrides) as c:
+                c.start(timeout_s=60)
+                admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
+                admin.create_topics([NewTopic(TOPIC, 1, rf)])[TOPIC].result(30)
+                wait_isr(admin, rf)
+                peak = throughput(c.bootstrap_servers, args.messages, args.size)
+                p50, p99 = paced_latency(c.bootstrap_servers, peak / 2, args.paced_s, args.size)
+                rows[name] = (peak, p50, p99)
+                print(
+                    f"{name}: {peak:,.0f} msg/s; at {peak / 2:,.0f} msg/s p50 {p50:.1f} ms p99 {p99:.1f} ms",
+                    flush=True,
+                )
+        ratio = rows["rf3-3nodes"][0] / rows["rf1-1node"][0]
+        print(f"acks=all throughput ratio RF3/3 nodes vs RF1/1 node: {ratio:.2f} (goal >= 0.5)")
+        for session_ms, label in ((0, "default 9000"), (2000, "2000")):
+            times = failover(base / f"failover-{session_ms}", session_ms, args.trials)
+            print(
+                f"fail-over (broker.session.timeout.ms {label}): median {statistics.median(times):.2f} s, "
+                f"max {max(times):.2f} s over {len(times)} trials",
+                flush=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -2,10 +2,14 @@
 
 Persisted as ``leader-epoch-checkpoint`` in the partition dir (format in
 :mod:`riverbed.storage.checkpoints`), rewritten atomically on every change. With
-``sync_assign=False`` (what a partition log uses, as Kafka does since KAFKA-15046) a new
-leader epoch is written without fsync so the first append of a new leader does not wait
-for the disk; :attr:`LeaderEpochCache.unsynced` then tells the log's next flush to fsync
-the file before the recovery point covers that epoch. Truncations are always synced. Entries
+``sync_assign=False`` (what a partition log uses, as Kafka does since KAFKA-15046: its
+``truncateFromEndAsyncFlush`` / ``truncateFromStartAsyncFlush``) every change (a new
+leader epoch, a truncation from the end or the start, a clear) is written without fsync so
+neither the first append of a new leader nor a follower's truncation waits for the disk;
+:attr:`LeaderEpochCache.unsynced` then tells the log's next flush (on its worker thread)
+to fsync the file before the recovery point moves. A file that a crash left behind with
+entries past the recovered log end, or before its start, is trimmed when the log loads
+(``truncate_from_end`` / ``truncate_from_start`` at recovery). Entries
 strictly increase in both epoch and start offset (KIP-101). Followers use
 :meth:`LeaderEpochCache.end_offset_for` (OffsetForLeaderEpoch) to find where their log
 diverges from the leader's.
@@ -145,7 +149,7 @@ class LeaderEpochCache:
         i = bisect.bisect_left(self._starts, end_offset)
         if i < len(self._starts):
             del self._epochs[i:], self._starts[i:]
-            self._persist()
+            self._persist(sync=self._sync_assign)
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Log start moved to ``start_offset``: drop older entries, keep the one covering it."""
@@ -156,13 +160,13 @@ class LeaderEpochCache:
         del self._epochs[:i], self._starts[:i]
         self._starts[0] = start_offset
         if changed:
-            self._persist()
+            self._persist(sync=self._sync_assign)
 
     def clear(self) -> None:
         if self._epochs:
             self._epochs.clear()
             self._starts.clear()
-            self._persist()
+            self._persist(sync=self._sync_assign)
 
     def _add(self, epoch: int, start: int) -> None:
         if self._epochs:

@@ -354,7 +354,9 @@ class RemoteLogManager:
         with tier.lock:
             remote = list(tier.remote)
         if remote:
-            # followers too: the leader's remote retention moved the start of the log
+            # followers too: the leader's remote retention moved the start of the log,
+            # or the log restarted at the leader's local start above the remote data
+            plog.adopt_remote_log_start(remote[0].base_offset)
             plog.advance_log_start_offset(remote[0].base_offset)
         elif plog.log_start_offset < plog.local_log_start_offset:
             plog.advance_log_start_offset(plog.local_log_start_offset)

@@ -155,6 +155,22 @@ class LogRetention(LogBase):
         with self._lock:
             self._highest_offset_in_remote = offset
 
+    def adopt_remote_log_start(self, offset: int) -> bool:
+        """A tiered log restarted at its leader's local log start (a follower that was
+        behind it) takes the remote tier's start as its log start, once the remote tier
+        reaches its first local offset. Returns True when the log start moved back."""
+        with self._lock:
+            local = self.local_log_start_offset
+            if not (
+                self.tiered
+                and offset < self._log_start_offset == local
+                and self._highest_offset_in_remote >= local - 1
+            ):
+                return False
+            self._log_start_offset = offset
+            log.info("%s: log start offset %d (the remote tier's start)", self.name, offset)
+            return True
+
     def advance_log_start_offset(self, offset: int) -> int:
         """Remote retention deleted remote data: the log now starts at ``offset`` (at
         most the high watermark; never moves back). Local segments entirely below it go

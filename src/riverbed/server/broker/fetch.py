@@ -109,9 +109,12 @@ def _read_partition(
         return _PartitionRead(topic, p.partition, 0, hw, start, [], 0)
     max_bytes = max(1, min(p.partition_max_bytes, budget))
     if p.fetch_offset < plog.local_log_start_offset and remote_tier_serves(broker, topic, p):
-        if replica_id >= 0:  # followers never read the remote tier (KIP-405)
-            code = ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE
-            return _PartitionRead(topic, p.partition, code, hw, start, [], 0)
+        if replica_id >= 0:
+            # Followers never read the remote tier (KIP-405): OFFSET_OUT_OF_RANGE with the
+            # local log start, where the follower restarts its log (its remote log manager
+            # then finds the rest in the remote tier).
+            code, local = ErrorCode.OFFSET_OUT_OF_RANGE, plog.local_log_start_offset
+            return _PartitionRead(topic, p.partition, code, hw, local, [], 0)
         read = _PartitionRead(topic, p.partition, 0, hw, start, [], 0)
         read.remote_max_bytes, read.fetch_offset = max_bytes, p.fetch_offset
         return read

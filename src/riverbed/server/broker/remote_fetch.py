@@ -9,8 +9,11 @@ The records are whole batches in memory: the response carries them as ordinary b
 (no file ranges). Errors: KAFKA_STORAGE_ERROR (retriable) when the remote tier keeps
 failing, OFFSET_OUT_OF_RANGE when the remote segment is gone.
 
-Followers never read the remote tier through Fetch: below the local log start they get
-OFFSET_MOVED_TO_TIERED_STORAGE, as from Kafka (KIP-405).
+Followers never read the remote tier through Fetch (KIP-405): below the leader's local
+log start they get OFFSET_OUT_OF_RANGE naming the local log start as the log start, so
+the follower restarts its log there (riverbed's follower logic); its remote log manager
+then adopts the remote tier's start as the log start (Kafka answers
+OFFSET_MOVED_TO_TIERED_STORAGE and its follower does the same in more steps).
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ InvalidTimestampError        32   CreateTime outside the before/after bounds
 InvalidConfigError           40   a LogConfig key or value is not acceptable
 InvalidRecordError           87   batch is well-formed but not appendable here
 LogDirError                  56   I/O failure in a log dir (KAFKA_STORAGE_ERROR)
+LogDirNotFoundError          57   a path that is not one of ``log.dirs``
+ReplicaNotAvailableError      9   no replica of the partition on this node
 ==========================  ====  ==========================================
 
 The numbers are Kafka's (``org.apache.kafka.common.protocol.Errors``) and equal the
@@ -29,8 +31,10 @@ __all__ = [
     "InvalidRecordError",
     "InvalidTimestampError",
     "LogDirError",
+    "LogDirNotFoundError",
     "OffsetOutOfRangeError",
     "RecordTooLargeError",
+    "ReplicaNotAvailableError",
     "StorageError",
 ]
 
@@ -39,7 +43,9 @@ CORRUPT_MESSAGE: Final = 2
 MESSAGE_TOO_LARGE: Final = 10
 INVALID_TIMESTAMP: Final = 32
 INVALID_CONFIG: Final = 40
+REPLICA_NOT_AVAILABLE: Final = 9
 KAFKA_STORAGE_ERROR: Final = 56
+LOG_DIR_NOT_FOUND: Final = 57
 INVALID_RECORD: Final = 87
 UNKNOWN_SERVER_ERROR: Final = -1
 
@@ -87,3 +93,11 @@ class InvalidRecordError(StorageError):
 
 class LogDirError(StorageError):
     error_code = KAFKA_STORAGE_ERROR
+
+
+class LogDirNotFoundError(StorageError):
+    error_code = LOG_DIR_NOT_FOUND
+
+
+class ReplicaNotAvailableError(StorageError):
+    error_code = REPLICA_NOT_AVAILABLE

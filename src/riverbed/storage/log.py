@@ -440,6 +440,11 @@ class PartitionLog(LogReads, LogRetention):
 
     # ---- truncation ------------------------------------------------------------------------
 
+    @property
+    def truncations(self) -> int:
+        """How many truncations this log has seen (a copy of it restarts after one)."""
+        return self._truncations
+
     def truncate_to(self, offset: int) -> bool:
         """Remove every batch ending at or after ``offset`` (follower divergence).
 

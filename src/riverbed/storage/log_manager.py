@@ -12,6 +12,8 @@ Layout of each log dir (Kafka's)::
       <topic>-<partition>/                a partition log (riverbed.storage.log)
       <topic>-<partition>.<id>-delete/    a deleted partition, removed after
                                           file.delete.delay.ms (at once on start-up)
+      <topic>-<partition>.<id>-future/    a replica moving here from another log dir
+                                          (riverbed.storage.log_moves)
       __cluster_metadata-0/               the metadata log: not managed here
 
 Start-up loads every partition dir of every log dir in parallel (a thread pool of
@@ -67,6 +69,7 @@ from riverbed.storage.file_io import OS_FILE_IO, FileIO
 from riverbed.storage.layout import METADATA_PARTITION_DIR, partition_dir_name
 from riverbed.storage.log import PartitionLog, RetentionHook
 from riverbed.storage.log_dir import LogDir
+from riverbed.storage.log_moves import LogMoves, ReplicaMove, parse_future_dir
 
 __all__ = ["CLEAN_SHUTDOWN_FILE", "LogManager", "parse_partition_dir"]
 
@@ -75,7 +78,7 @@ log = logging.getLogger(__name__)
 CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX: Final = "-delete"
 # Directories in a log dir that are not partition logs managed here: METADATA_PARTITION_DIR
-_IGNORED_DIR_SUFFIXES: Final = ("-future", "-stray")
+_IGNORED_DIR_SUFFIXES: Final = ("-stray",)
 # Kafka's defaults (log.flush.offset.checkpoint.interval.ms,
 # log.flush.start.offset.checkpoint.interval.ms, replica.high.watermark.checkpoint...).
 RECOVERY_POINT_CHECKPOINT_INTERVAL_MS: Final = 60_000
@@ -95,8 +98,8 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     return topic, int(part)
 
 
-class LogManager:
-    """Creates, loads, deletes, flushes and retains the partition logs of a node."""
+class LogManager(LogMoves):
+    """Creates, loads, deletes, flushes, retains and moves the partition logs of a node."""
 
     def __init__(
         self,
@@ -161,6 +164,11 @@ class LogManager:
         self._retention_inflight: Future[int] | None = None
         self._expiry_inflight: Future[None] | None = None
         self._closed = False
+        self._moves: dict[tuple[str, int], ReplicaMove] = {}
+        self._preferred_dirs: dict[tuple[str, int], Path] = {}
+        self.log_attach = None
+        self.on_log_replaced = None
+        self._found_futures: list[tuple[Path, tuple[str, int], Path]] = []
         self._load_all(recovery_threads_per_dir)
 
     # ---- start-up ------------------------------------------------------------------------
@@ -206,6 +214,8 @@ class LogManager:
         finally:
             for pool in pools:
                 pool.shutdown(wait=True)
+        self._resolve_future_dirs(self._found_futures)
+        self._found_futures = []
         for d in self.log_dirs:
             (d / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
         log.info(
@@ -229,6 +239,10 @@ class LogManager:
             if entry.name.endswith(DELETE_DIR_SUFFIX):
                 log.info("removing deleted partition dir %s", entry.path)
                 shutil.rmtree(entry.path, ignore_errors=True)
+                continue
+            future = parse_future_dir(entry.name)
+            if future is not None:
+                self._found_futures.append((d, future, Path(entry.path)))
                 continue
             if entry.name.endswith(_IGNORED_DIR_SUFFIXES):
                 continue
@@ -325,7 +339,7 @@ class LogManager:
                     return existing
                 pending = self._creating.get(key)
                 if pending is None:
-                    d = self._least_loaded_dir()
+                    d = self.preferred_dir(key) or self._least_loaded_dir()
                     self._assign_dir(key, d)  # reserves the dir for the balance of others
                     done = self._creating[key] = threading.Event()
                     break
@@ -413,6 +427,7 @@ class LogManager:
         """Close the log, rename its dir to ``...-delete``, remove it after the delay."""
         key = (topic, partition)
         self._wait_for_creation(key)
+        self._cancel_move_of(key)  # its future dir goes before the current one
         with self._lock:
             plog = self._logs.pop(key, None)
             d = self._unassign_dir(key)
@@ -598,6 +613,7 @@ class LogManager:
         for fut in inflight:
             fut.exception()  # wait; failures were logged by the callback
         self._pool.shutdown(wait=True)
+        self._close_moves()
         # closes are mostly fsyncs (and first partition.metadata writes): they overlap in
         # a pool of their own so the file system can commit many in one journal flush
         close_pool = ThreadPoolExecutor(SHUTDOWN_THREADS_MAX, thread_name_prefix="riverbed-close")

@@ -11,18 +11,27 @@ when the new image is published (CreateTopics and CreatePartitions answer once t
 logs exist). ListPartitionReassignments (46) reads the partitions' adding/removing replicas
 from the image. DescribeConfigs (32) reads the image and the static
 broker config (sources and synonyms). DescribeLogDirs (35) reports every log dir with
-the partitions stored in it, their sizes and the dir's total/usable bytes.
+the partitions stored in it, their sizes and the dir's total/usable bytes, and a replica
+moving to another dir there as a future replica (``is_future_key``, its offset lag);
+AlterReplicaLogDirs (34) starts such moves (``riverbed.storage.log_moves``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 from typing import TYPE_CHECKING, Any
 
 from riverbed.protocol.errors import ErrorCode
-from riverbed.protocol.messages import DescribeLogDirsRequest, DescribeLogDirsResponse
+from riverbed.protocol.messages import (
+    AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirsResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
+)
 from riverbed.server.network import RequestContext
+from riverbed.storage.errors import StorageError
 
 if TYPE_CHECKING:
     from riverbed.server.broker.dispatch import Broker
@@ -75,7 +84,40 @@ async def handle_list_partition_reassignments(broker: Broker, ctx: RequestContex
 def _partition_dir(broker: Broker, topic: str, index: int) -> str:
     dir_of = getattr(broker.partitions.log_manager, "log_dir_of", None)
     found = dir_of(topic, index) if dir_of is not None else None
-    return os.path.abspath(found) if found is not None else ""
+    return os.path.realpath(found) if found is not None else ""
+
+
+async def handle_alter_replica_log_dirs(
+    broker: Broker, ctx: RequestContext, req: AlterReplicaLogDirsRequest
+) -> AlterReplicaLogDirsResponse:
+    log_manager = broker.partitions.log_manager
+    R = AlterReplicaLogDirsResponse
+
+    def alter() -> dict[str, list[Any]]:
+        # in a thread: retargeting a move waits for its running copy step
+        results: dict[str, list[Any]] = {}
+        for d in req.dirs:
+            for t in d.topics:
+                for index in t.partitions:
+                    code = 0
+                    try:
+                        log_manager.alter_log_dir(t.name, index, d.path)
+                    except StorageError as e:
+                        code = e.error_code
+                    parts = results.setdefault(t.name, [])
+                    parts.append(
+                        R.AlterReplicaLogDirPartitionResult(partition_index=index, error_code=code)
+                    )
+        return results
+
+    results = await asyncio.to_thread(alter)
+    return R(
+        throttle_time_ms=0,
+        results=[
+            R.AlterReplicaLogDirTopicResult(topic_name=name, partitions=parts)
+            for name, parts in results.items()
+        ],
+    )
 
 
 async def handle_describe_log_dirs(
@@ -85,22 +127,29 @@ async def handle_describe_log_dirs(
     if req.topics is not None:
         wanted = {t.topic: set(t.partitions) for t in req.topics}
     dirs = [os.path.abspath(d) for d in broker.config.log_dirs]
+    real = {os.path.realpath(d): d for d in dirs}  # the log manager resolves symlinks
     per_dir: dict[str, dict[str, list[Any]]] = {d: {} for d in dirs}
-    for (topic, index), hosted in sorted(broker.partitions.partitions.items()):
+
+    def add(topic: str, index: int, d: str, size: int, lag: int, future: bool) -> None:
         if wanted is not None and index not in wanted.get(topic, ()):
-            continue
-        d = _partition_dir(broker, topic, index)
-        bucket = per_dir.get(d)
+            return
+        bucket = per_dir.get(real.get(d, d))
         if bucket is None:
             bucket = per_dir.setdefault(dirs[0] if dirs else d, {})
         bucket.setdefault(topic, []).append(
             DescribeLogDirsResponse.DescribeLogDirsPartition(
-                partition_index=index,
-                partition_size=int(hosted.log.size_bytes),
-                offset_lag=0,
-                is_future_key=False,
+                partition_index=index, partition_size=size, offset_lag=lag, is_future_key=future
             )
         )
+
+    for (topic, index), hosted in sorted(broker.partitions.partitions.items()):
+        d = _partition_dir(broker, topic, index)
+        add(topic, index, d, int(hosted.log.size_bytes), 0, False)
+    future_logs = getattr(broker.partitions.log_manager, "future_logs", None)
+    moving = future_logs() if future_logs is not None else {}
+    for (topic, index), (dest, size, lag) in sorted(moving.items()):
+        # a replica moving between dirs: Kafka's "future" replica in its target dir
+        add(topic, index, os.path.realpath(dest), size, lag, True)
     offline_of = getattr(broker.partitions.log_manager, "offline_dirs", None)
     offline = {os.path.abspath(d) for d in (offline_of() if offline_of is not None else ())}
     results = []

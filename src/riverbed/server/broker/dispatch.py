@@ -68,6 +68,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: admin.handle_incremental_alter_configs,
     ApiKey.DELETE_RECORDS: offsets.handle_delete_records,
     ApiKey.DESCRIBE_LOG_DIRS: admin.handle_describe_log_dirs,
+    ApiKey.ALTER_REPLICA_LOG_DIRS: admin.handle_alter_replica_log_dirs,
     ApiKey.INIT_PRODUCER_ID: producers.handle_init_producer_id,
     ApiKey.FIND_COORDINATOR: groups.handle_find_coordinator,
     ApiKey.OFFSET_COMMIT: groups.handle_offset_commit,

@@ -186,10 +186,17 @@ class PartitionManager:
         self._creator: asyncio.Task[None] | None = None
         self._settled = asyncio.Event()
         self._settled.set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # A replica moved to another log dir (AlterReplicaLogDirs) reopens there: its
+        # producer state is attached again and the hosted partition takes the new log.
+        if hasattr(log_manager, "on_log_replaced"):
+            log_manager.log_attach = self._attach_producer_state
+            log_manager.on_log_replaced = self._log_replaced
 
     def create_logs_off_loop(self) -> None:
         """From now on create new partition logs in a worker thread (see the docstring)."""
         self._off_loop = True
+        self._loop = asyncio.get_running_loop() if _loop_running() else None
 
     async def settled(self) -> None:
         """Wait until every partition log the image asks for exists."""
@@ -297,11 +304,22 @@ class PartitionManager:
         """The partition's log, with its producer state rebuilt and attached (snapshots +
         replay of the batch headers after the latest one)."""
         plog = self.log_manager.get_or_create(name, index, config, topic_id=topic_id)
+        self._attach_producer_state(plog)
+        return plog
+
+    def _attach_producer_state(self, plog: Any) -> None:
         if isinstance(plog, PartitionLog) and plog.producer_state is None:
             ProducerStateManager(
                 plog.directory, plog.clock.now_ms, self.producer_state_config, plog.name
             ).attach(plog)
-        return plog
+
+    def _log_replaced(self, key: tuple[str, int], plog: Any) -> None:
+        # in a log manager thread, under the old log's lock (the partition's appends wait)
+        hosted = self.partitions.get(key)
+        if hosted is not None:
+            hosted.log = plog
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self.purgatory.notify, key)
 
     def delete_orphans(self) -> None:
         """Delete logs found on disk whose topic the image no longer has (deleted while down)."""

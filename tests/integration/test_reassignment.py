@@ -6,11 +6,11 @@ kafka-python's admin client (unmodified) against real riverbed processes:
   naming an unregistered broker is INVALID_REPLICA_ASSIGNMENT for that partition, an
   unknown partition UNKNOWN_TOPIC_OR_PARTITION, and nothing is listed as moving;
 - three nodes (the KRaft quorum of `riverbed.testing.quorum_cluster`): a move to another
-  broker is accepted and listed (replicas = target + old, adding, removing) until it is
-  cancelled; a shrink to the in-sync leader completes at once in the metadata. Sent to a
-  broker that is not the active controller, the request is forwarded and the answer comes
-  once that broker's metadata shows the move. (Moving the data needs replication, which
-  comes with the replication issue; the metadata side is what is checked here.)
+  broker completes once the new replica is in sync; a shrink to the in-sync leader
+  completes at once; a move to a broker that is down is listed (replicas = target + old,
+  adding, removing) until it is cancelled. Sent to a broker that is not the active
+  controller, the request is forwarded and the answer comes once that broker's metadata
+  shows the move.
 """
 
 from __future__ import annotations
@@ -106,57 +106,63 @@ def test_three_node_reassignment(cluster: QuorumCluster) -> None:
     admin = admin_for(cluster.bootstrap_servers)
     try:
         wait_for("3 brokers", lambda: len(admin.describe_cluster()["brokers"]) == 3)
+        controller = admin.describe_cluster()["controller_id"]
+        a, b = (i for i in cluster.ids if i != controller)
         admin.create_topics(
             {
-                "moving": {"num_partitions": 1, "replication_factor": 1},
-                "shrinking": {"num_partitions": 1, "replication_factor": 3},
+                "moving": {"assignments": {0: [a]}},
+                "stuck": {"assignments": {0: [a]}},
+                "shrinking": {"assignments": {0: [controller, a, b]}},
             }
         )
-        [old] = wait_for("moving's replica", lambda: replicas_of(admin, "moving").get(0))
-        new = next(i for i in cluster.ids if i != old)
-        tp = TopicPartition("moving", 0)
-        assert admin.alter_partition_reassignments({tp: [new]}) == {tp: None}
-        assert admin.list_partition_reassignments() == {
-            tp: {"replicas": [new, old], "adding_replicas": [new], "removing_replicas": [old]}
-        }
-        assert replicas_of(admin, "moving") == {0: [new, old]}
-        # without replication the new replica never joins the ISR: cancel reverts it
-        assert admin.alter_partition_reassignments({tp: None}) == {tp: None}
-        assert admin.list_partition_reassignments() == {}
-        assert replicas_of(admin, "moving") == {0: [old]}
+        wait_for("the topics", lambda: replicas_of(admin, "moving") == {0: [a]})
 
-        # ISR = {leader} until replication lands: shrinking to the leader completes at once
+        # a move to another broker: accepted, and complete once the new replica is in sync
+        tp = TopicPartition("moving", 0)
+        assert admin.alter_partition_reassignments({tp: [b]}) == {tp: None}
+        wait_for("the move to complete", lambda: replicas_of(admin, "moving") == {0: [b]})
+        assert admin.list_partition_reassignments() == {}
+
+        # shrinking to the in-sync leader completes at once
         [desc] = admin.describe_topics(["shrinking"])
         leader = desc["partitions"][0]["leader_id"]
-        assert len(desc["partitions"][0]["replica_nodes"]) == 3
         shrink = TopicPartition("shrinking", 0)
         assert admin.alter_partition_reassignments({shrink: [leader]}) == {shrink: None}
         assert admin.list_partition_reassignments() == {}
         assert replicas_of(admin, "shrinking") == {0: [leader]}
-        controller = admin.describe_cluster()["controller_id"]
+
+        # a target that cannot catch up (b is down) stays listed until it is cancelled
+        cluster.kill(b)
+        stuck = TopicPartition("stuck", 0)
+        assert admin.alter_partition_reassignments({stuck: [a, b]}) == {stuck: None}
+        assert admin.list_partition_reassignments() == {
+            stuck: {"replicas": [a, b], "adding_replicas": [b], "removing_replicas": []}
+        }
+        assert admin.alter_partition_reassignments({stuck: None}) == {stuck: None}
+        assert admin.list_partition_reassignments() == {}
+        assert replicas_of(admin, "stuck") == {0: [a]}
     finally:
         admin.close()
 
     # through a broker that is not the active controller: forwarded, and answered once
     # that broker's own metadata shows the move
-    other = next(i for i in cluster.ids if i != controller)
-    port = cluster.nodes[other].port
     R = AlterPartitionReassignmentsRequest
     req = R(
         timeout_ms=10000,
         topics=[
             R.ReassignableTopic(
-                name="moving",
-                partitions=[R.ReassignablePartition(partition_index=0, replicas=[new])],
+                name="stuck",
+                partitions=[R.ReassignablePartition(partition_index=0, replicas=[a, b])],
             )
         ],
     )
+    port = cluster.nodes[a].port
     resp = call(port, ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, req)
     assert [p.error_code for t in resp.responses for p in t.partitions] == [0]
     meta = call(
         port,
         ApiKey.METADATA,
         12,
-        MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="moving")]),
+        MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="stuck")]),
     )
-    assert meta.topics[0].partitions[0].replica_nodes == [new, old]
+    assert meta.topics[0].partitions[0].replica_nodes == [a, b]

@@ -318,6 +318,8 @@ class PartitionManager:
         hosted = self.partitions.get(key)
         if hosted is not None:
             hosted.log = plog
+        if self.replicas is not None:
+            self.replicas.replace_log(key, plog)
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self.purgatory.notify, key)
 

@@ -174,6 +174,13 @@ class ReplicaManager:
         else:
             self.fetchers.remove(key)
 
+    def replace_log(self, key: Key, plog: Any) -> None:
+        """The partition's log reopened in another log dir (AlterReplicaLogDirs): the same
+        batches, offsets and epochs; the core goes on over the new one."""
+        core = self.cores.get(key)
+        if core is not None and isinstance(core.log, PartitionReplicaLog):
+            core.log.plog = plog
+
     def remove(self, key: Key) -> None:
         core = self.cores.pop(key, None)
         self.fetchers.remove(key)

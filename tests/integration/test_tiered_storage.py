@@ -314,3 +314,19 @@ def test_object_store_outage(tier: Tier, topic_name: str) -> None:
     # back: remote reads resume, and the new data gets tiered too
     assert consume(tier, topic_name, 0, MESSAGES + 300) == sent + more
     wait_tiered(tier, topic_name, MESSAGES + 300)
+
+
+def test_topic_deletion_deletes_remote_data(tier: Tier, topic_name: str) -> None:
+    if tier.s3 is not None:
+        pytest.skip("the remote objects are inspected on the file:// tier")
+    create(tier, topic_name)
+    produce(tier, topic_name, 600)
+    wait_tiered(tier, topic_name, 600)
+    remote = list(tier.remote_dir.glob(f"{topic_name}-*/0/*.manifest.json"))
+    assert remote
+    for fut in tier.admin.delete_topics([topic_name]).values():
+        fut.result(15)
+    wait_for(
+        "the remote data of the deleted topic gone",
+        lambda: not list(tier.remote_dir.glob(f"{topic_name}-*/0/*")),
+    )

@@ -1,0 +1,102 @@
+"""The remote log manager's task and reads, in process, on a real log and a file:// tier."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.records import SimpleRecord, build_batch, iter_batches
+from riverbed.server.remote_log import RemoteLogManager, RemoteLogSettings, _epoch_slice
+from riverbed.storage import LogConfig, ManualClock, PartitionLog
+from riverbed.tiered.rsm import FsspecRemoteStorageManager
+
+T0 = 1_700_000_000_000
+SETTINGS = RemoteLogSettings(
+    enabled=True,
+    task_interval_ms=1000,
+    copier_threads=1,
+    retry_backoff_ms=10,
+    retry_backoff_max_ms=100,
+    reader_threads=2,
+    reader_max_pending=4,
+    fetch_max_wait_ms=2000,
+)
+
+
+def _setup(tmp_path: Path) -> tuple[RemoteLogManager, Any, PartitionLog]:
+    clock = ManualClock(T0)
+    config = LogConfig.from_props(
+        {"segment.bytes": 4000, "remote.storage.enable": "true", "local.retention.bytes": 0}
+    )
+    plog = PartitionLog(
+        tmp_path / "t-0", "t", 0, config, clock, remote_log_enabled=True, topic_id="TID"
+    )
+    for i in range(40):
+        recs = [SimpleRecord(b"v%04d" % (i * 10 + j) * 10, timestamp=T0 + i) for j in range(10)]
+        plog.append_as_leader(build_batch(recs), leader_epoch=i // 20)
+    plog.update_high_watermark(plog.log_end_offset)
+    rsm = FsspecRemoteStorageManager(f"file://{tmp_path}/remote")
+    rlm = RemoteLogManager(SETTINGS, rsm, node_id=1, now_ms=clock.now_ms, rng=random.Random(1))
+    hosted = SimpleNamespace(log=plog, registration=SimpleNamespace(leader=1))
+    rlm._partitions = lambda: {("t", 0): hosted}
+    rlm._image = lambda: None
+    return rlm, hosted, plog
+
+
+def test_task_copies_rolled_segments_and_reads_come_back(tmp_path: Path) -> None:
+    rlm, _, plog = _setup(tmp_path)
+    rlm._sync_partitions()
+    (task,) = rlm.scheduler.due(T0, 5)
+    assert task.leader
+    tier = rlm._tiers[("t", 0)]
+    rlm._process(tier, True)  # in this thread: list, sync, orphans, copy, retention
+    segments = plog.segments
+    assert plog.highest_offset_in_remote == segments[-1].base_offset - 1
+    assert [m.base_offset for m in tier.remote] == [s.base_offset for s in segments[:-1]]
+    # the leader epochs of a segment travel with it
+    assert tier.remote[0].leader_epochs == ((0, 0),)
+    assert tier.remote[-1].leader_epochs[-1][0] == 1  # epoch 1 starts at offset 200
+    for m in tier.remote:
+        assert all(m.base_offset <= start <= m.end_offset for _, start in m.leader_epochs)
+        assert (1, 200) in m.leader_epochs or not m.base_offset < 200 <= m.end_offset
+    expected = plog.read(0, 1 << 30, segments[-1].base_offset).read_bytes()
+    assert plog.delete_old_segments(T0) == len(segments) - 1
+    assert plog.local_log_start_offset == segments[-1].base_offset and plog.log_start_offset == 0
+
+    async def reads() -> None:
+        rlm._loop = asyncio.get_running_loop()
+        got = b""
+        offset = 0
+        while offset < plog.local_log_start_offset:
+            r = await rlm.read(("t", 0), offset, 3000)
+            assert r.error == 0 and r.data
+            headers = [h for _, h in iter_batches(r.data)]
+            assert headers[0].base_offset <= offset < headers[0].next_offset
+            got += r.data
+            offset = headers[-1].next_offset
+        assert got == expected  # byte-identical whole batches
+        hits, _ = rlm.cache_stats
+        assert hits > 0  # sequential reads are served from the read-ahead
+        found = await rlm.offset_for_timestamp(("t", 0), T0 + 3)
+        assert found is not None and found.offset == 30
+        # a remote segment gone under the reader: OFFSET_OUT_OF_RANGE
+        for m in tier.remote:
+            rlm.rsm.delete_segment("t", 0, "TID", m.segment_id)
+        rlm._cache = type(rlm._cache)(1 << 20)
+        r = await rlm.read(("t", 0), 0, 3000)
+        assert r.error == ErrorCode.OFFSET_OUT_OF_RANGE
+        await rlm.close()
+
+    asyncio.run(reads())
+
+
+def test_epoch_slice() -> None:
+    epochs = [(0, 0), (3, 100), (5, 250)]
+    assert _epoch_slice(epochs, 0, 100) == ((0, 0),)
+    assert _epoch_slice(epochs, 50, 200) == ((0, 50), (3, 100))
+    assert _epoch_slice(epochs, 120, 300) == ((3, 120), (5, 250))
+    assert _epoch_slice(epochs, 300, 400) == ((5, 300),)

@@ -228,3 +228,43 @@ def test_sigstop_follower_shrinks_and_expands_the_isr(cluster: QuorumCluster) ->
     assert "become-leader" in log_text and "shrink" in log_text and "expand with" in log_text
     follower_log = Path(cluster.data_dir(follower) / "state-change.log").read_text()
     assert f"become-follower of {leader}" in follower_log
+
+
+def test_reassignment_moves_the_data_under_production(cluster: QuorumCluster) -> None:
+    from kafka import TopicPartition as KafkaTopicPartition
+    from kafka.admin import KafkaAdminClient
+
+    topic = "replicated-move"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    new = NewTopic(topic, 1, replica_assignment=[[1, 2]])
+    admin.create_topics([new])[topic].result(30)
+    wait_for(f"{topic}: ISR [1, 2]", lambda: partition_state(admin, topic)[2] == [1, 2])
+    mover = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=20000)
+    tp = KafkaTopicPartition(topic, 0)
+    try:
+        with Production(cluster, topic) as prod:
+            wait_for("acks before the move", lambda: len(prod.acked) >= 1000, 60)
+            assert mover.alter_partition_reassignments({tp: [2, 3]}) == {tp: None}
+
+            def moved() -> bool:
+                leader, replicas, isr = partition_state(admin, topic)
+                return replicas == [2, 3] and isr == [2, 3] and leader in (2, 3)
+
+            wait_for("the move to [2, 3] completed", moved, 60)
+            assert mover.list_partition_reassignments() == {}
+            at_move = len(prod.acked)
+            wait_for("acks after the move", lambda: len(prod.acked) >= at_move + 1000, 60)
+    finally:
+        mover.close()
+    assert not prod.errors, prod.errors[:5]
+    end = max(prod.acked.values()) + 1
+    got = read_all(cluster, topic, end)
+    missing = [(v, o) for v, o in prod.acked.items() if got.get(o) != v]
+    assert not missing, f"{len(missing)} acknowledged records lost: {missing[:5]}"
+    # the removed replica's log is deleted; the added one holds the same data as 2
+    wait_for("node 1's log deleted", lambda: not (cluster.data_dir(1) / f"{topic}-0").exists())
+
+    def size(i: int) -> int:
+        return sum(f.stat().st_size for f in (cluster.data_dir(i) / f"{topic}-0").glob("*.log"))
+
+    wait_for("node 3 caught up with node 2", lambda: size(3) == size(2) > 0)

@@ -213,9 +213,13 @@ class PartitionManager:
         for name, topic in image.topics_by_name.items():
             config = self.log_config_for(image, name)
             for index, reg in topic.partitions.items():
-                if self.node_id not in reg.replicas:
-                    continue
                 key = (name, index)
+                if self.node_id not in reg.replicas:
+                    if key in self.partitions:
+                        # reassigned away (the move completed): the replica stops and its
+                        # log goes, as Kafka's StopReplica with delete
+                        self._delete(key)
+                    continue
                 hosted = self.partitions.get(key)
                 if hosted is None or hosted.topic_id != topic.topic_id:
                     if hosted is not None:  # same name, new topic id: the old log is gone

@@ -11,8 +11,11 @@
 from __future__ import annotations
 
 import itertools
+import json
 import socket
 import struct
+import subprocess
+import sys
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -195,3 +198,29 @@ def test_controller_listener_serves_exactly_what_it_advertises(broker: BrokerPro
     assert call_every_advertised_api(broker.controller_port, versions) == sorted(versions)
     with pytest.raises(ConnectionError):
         raw_call(broker.controller_port, ApiKey.PRODUCE, 9, ProduceRequest(acks=1))
+
+
+def test_describe_quorum_through_a_broker_listener(broker: BrokerProcess) -> None:
+    """Real tools ask a broker: kafka-python's describe_metadata_quorum and
+    ``riverbed quorum describe --bootstrap-server`` (as kafka-metadata-quorum does)."""
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=20000)
+    try:
+        quorum = admin.describe_metadata_quorum()
+    finally:
+        admin.close()
+    [topic] = quorum["topics"]
+    [part] = topic["partitions"]
+    assert part["error"] is None and part["leader_id"] == broker.node_id, quorum
+    assert [v["replica_id"] for v in part["current_voters"]] == [broker.node_id]
+
+    cli = [sys.executable, "-m", "riverbed.cli.main", "quorum", "describe"]
+    done = subprocess.run(
+        [*cli, "--bootstrap-server", broker.bootstrap, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    status = json.loads(done.stdout)["status"]
+    assert status["leader_id"] == broker.node_id
+    assert status["current_voters"] == [broker.node_id]

@@ -10,7 +10,7 @@ kafka-python's admin client (unmodified) against real riverbed processes:
   completes at once; a move to a broker that is down is listed (replicas = target + old,
   adding, removing) until it is cancelled. Sent to a broker that is not the active
   controller, the request is forwarded and the answer comes once that broker's metadata
-  shows the move.
+  shows the move. DescribeQuorum asked of any broker is answered by the quorum leader.
 """
 
 from __future__ import annotations
@@ -29,7 +29,11 @@ from kafka.errors import InvalidReplicationAssignmentError, UnknownTopicOrPartit
 
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
-from riverbed.protocol.messages import AlterPartitionReassignmentsRequest, MetadataRequest
+from riverbed.protocol.messages import (
+    AlterPartitionReassignmentsRequest,
+    DescribeQuorumRequest,
+    MetadataRequest,
+)
 from riverbed.testing.cluster import BrokerProcess
 from riverbed.testing.quorum_cluster import QuorumCluster
 
@@ -100,6 +104,27 @@ def wait_for(what: str, check: Any, timeout_s: float = 20.0) -> Any:
             return value
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.2)
+
+
+def test_describe_quorum_through_every_broker(cluster: QuorumCluster) -> None:
+    """DescribeQuorum on any broker listener is passed on to the quorum leader."""
+    Q = DescribeQuorumRequest
+    req = Q(
+        topics=[
+            Q.TopicData(
+                topic_name="__cluster_metadata", partitions=[Q.PartitionData(partition_index=0)]
+            )
+        ]
+    )
+    leaders = set()
+    for i in cluster.ids:
+        resp = call(cluster.nodes[i].port, ApiKey.DESCRIBE_QUORUM, 1, req)
+        [part] = resp.topics[0].partitions
+        assert resp.error_code == 0 and part.error_code == 0, resp
+        assert sorted(v.replica_id for v in part.current_voters) == cluster.ids
+        leaders.add(part.leader_id)
+    [leader] = leaders
+    assert leader in cluster.ids
 
 
 def test_three_node_reassignment(cluster: QuorumCluster) -> None:

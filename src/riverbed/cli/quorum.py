@@ -1,7 +1,10 @@
-"""`riverbed quorum describe --bootstrap-controller HOST:PORT`: the KRaft quorum's state.
+"""`riverbed quorum describe --bootstrap-controller|--bootstrap-server HOST:PORT`: the KRaft
+quorum's state.
 
 Like ``kafka-metadata-quorum --bootstrap-controller HOST:PORT describe --status
---replication``: sends DescribeQuorum (api key 55) to the controller and prints the leader,
+--replication``: sends DescribeQuorum (api key 55) to a controller listener, or to a broker
+listener with ``--bootstrap-server`` (the broker passes it on to the quorum leader, as
+Kafka's brokers do), and prints the leader,
 its epoch and high watermark, and for each voter and observer its log end offset, its lag
 behind the leader's log end offset and how long ago it last fetched / was caught up.
 DescribeQuorum is answered by the leader; another controller answers
@@ -30,20 +33,25 @@ def register(subparsers: Any) -> None:
     parser = verb_parser(subparsers, "quorum", "inspect the KRaft metadata quorum")
     sub = parser.add_subparsers(dest="quorum_command", metavar="SUBCOMMAND")
     desc = verb_parser(sub, "describe", "leader, epoch, high watermark, replicas and lag")
-    desc.add_argument(
+    where = desc.add_mutually_exclusive_group(required=True)
+    where.add_argument(
         "--bootstrap-controller",
-        required=True,
         metavar="HOST:PORT",
         help="a controller listener (controller.quorum.voters endpoint)",
+    )
+    where.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT",
+        help="a broker listener (it forwards the request to the quorum leader)",
     )
     add_json(desc)
     desc.set_defaults(func=run_guarded(describe_cmd))
 
 
-def _address(text: str) -> tuple[str, int]:
-    host, colon, port = text.rpartition(":")
+def _address(text: str, flag: str) -> tuple[str, int]:
+    host, colon, port = text.split(",")[0].rpartition(":")
     if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise CliError(f"--bootstrap-controller: {text!r} is not HOST:PORT")
+        raise CliError(f"{flag}: {text!r} is not HOST:PORT")
     return host.strip("[]"), int(port)
 
 
@@ -63,11 +71,16 @@ async def _describe(host: str, port: int) -> Any:
 def describe_cmd(args: argparse.Namespace) -> int:
     from riverbed.raft.messages import Errors
 
-    host, port = _address(args.bootstrap_controller)
+    if args.bootstrap_server:
+        host, port = _address(args.bootstrap_server, "--bootstrap-server")
+        what = "broker"
+    else:
+        host, port = _address(args.bootstrap_controller, "--bootstrap-controller")
+        what = "controller"
     try:
         reply = asyncio.run(_describe(host, port))
     except (OSError, TimeoutError) as exc:
-        raise CliError(f"cannot reach controller {host}:{port}: {exc or 'timed out'}") from None
+        raise CliError(f"cannot reach {what} {host}:{port}: {exc or 'timed out'}") from None
     if reply.error_code != Errors.NONE:
         try:
             name = Errors(reply.error_code).name

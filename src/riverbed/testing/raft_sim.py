@@ -476,7 +476,9 @@ class Simulation:
             sn = self.nodes[nid]
             if sn.alive and sn.incarnation == inc:
                 problem = finish_download(sn.disk.snapshots, sid)
-                self.stats["snapshot downloads completed" if problem is None else "bad"] += 1
+                self.stats[
+                    "snapshot downloads " + ("completed" if problem is None else "rejected")
+                ] += 1
                 self.feed(sn, lambda n: n.on_snapshot_downloaded(sid, problem, self.now))
         elif kind == "fault":
             if self.chaos:

@@ -28,8 +28,8 @@ from riverbed.producer.state import ProducerEntry, is_expired
 
 __all__ = ["PRODUCER_ID_CACHE_MAX_ENTRIES_DEFAULT", "LedgerStore"]
 
-#: producer.id.cache.max.entries default.
-PRODUCER_ID_CACHE_MAX_ENTRIES_DEFAULT: Final = 100_000
+#: producer.id.cache.max.entries default (per partition; a cached entry is ~350 bytes).
+PRODUCER_ID_CACHE_MAX_ENTRIES_DEFAULT: Final = 10_000
 _ABSENT: Final = None
 
 

@@ -99,7 +99,7 @@ class LedgerConfig:
     #: riverbed.producer.id.ledger.fpp: false-positive probability of every filter.
     fpp: float = 0.01
     #: riverbed.producer.id.ledger.file.bytes: size of the active mapped file.
-    file_bytes: int = 1 << 20
+    file_bytes: int = 4 << 20
     #: riverbed.producer.id.ledger.flush.interval.ms
     flush_interval_ms: int = 60_000
 

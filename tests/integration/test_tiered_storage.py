@@ -330,3 +330,11 @@ def test_topic_deletion_deletes_remote_data(tier: Tier, topic_name: str) -> None
         "the remote data of the deleted topic gone",
         lambda: not list(tier.remote_dir.glob(f"{topic_name}-*/0/*")),
     )
+
+
+def test_tiering_needs_the_broker_system(broker: BrokerProcess, topic_name: str) -> None:
+    """``remote.storage.enable=true`` on a broker without remote.log.storage.system.enable."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, **QUIET})
+    fut = admin.create_topics([NewTopic(topic_name, 1, 1, config=dict(TOPIC_CONFIGS))])[topic_name]
+    with pytest.raises(Exception, match="Tiered Storage functionality is disabled"):
+        fut.result(15)

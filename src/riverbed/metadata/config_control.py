@@ -62,6 +62,21 @@ def check_topic_configs(configs: Mapping[str, str | None]) -> None:
     check_tiering_combination(configs)
 
 
+def check_tiering_allowed(
+    configs: Mapping[str, str | None], static_broker_config: Mapping[str, str]
+) -> None:
+    """``remote.storage.enable=true`` needs the broker's tiered storage system (Kafka's
+    validateRemoteStorageOnlyIfSystemEnabled; the controller's static config decides)."""
+    tiered = (configs.get("remote.storage.enable") or "").strip().lower() == "true"
+    enabled = static_broker_config.get("remote.log.storage.system.enable", "false")
+    if tiered and enabled.strip().lower() != "true":
+        raise _Err(
+            ErrorCode.INVALID_CONFIG,
+            "Tiered Storage functionality is disabled in the broker. Topic cannot be "
+            "configured with remote log storage.",
+        )
+
+
 def check_tiering_combination(configs: Mapping[str, str | None]) -> None:
     """A topic's whole override set: tiering and compaction exclude each other."""
     tiered = (configs.get("remote.storage.enable") or "").strip().lower() == "true"
@@ -184,6 +199,8 @@ class ConfigControl(ControllerBase):
                 target.definition(c.name)
                 wanted[c.name] = c.value
             target.validate(wanted)
+            if target.is_topic:
+                check_tiering_allowed(wanted, self.config.static_broker_config)
             return target.diff(wanted)
 
         results, records = _alter_each(
@@ -208,6 +225,7 @@ class ConfigControl(ControllerBase):
             target.validate({k: v for k, v in wanted.items() if k in seen})
             if target.is_topic:
                 check_tiering_combination(wanted)
+                check_tiering_allowed(wanted, self.config.static_broker_config)
             return target.diff(wanted)
 
         results, records = _alter_each(

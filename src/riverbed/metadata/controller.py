@@ -38,6 +38,7 @@ from riverbed.metadata.config_control import (
     OP_SET,
     OP_SUBTRACT,
     ConfigControl,
+    check_tiering_allowed,
     check_topic_configs,
 )
 from riverbed.metadata.control_common import (
@@ -316,6 +317,7 @@ class Controller(
                 raise ControllerError(ErrorCode.INVALID_CONFIG, f"Duplicate config {c.name}")
             configs[c.name] = c.value
         check_topic_configs(configs)
+        check_tiering_allowed(configs, self.config.static_broker_config)
         overrides = {k: v for k, v in configs.items() if v is not None}
         if t.assignments:
             if t.num_partitions != -1:

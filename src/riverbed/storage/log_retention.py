@@ -15,7 +15,9 @@ a segment only once the remote tier holds all of it (its last offset <= the "cop
 to" offset the remote log manager publishes: the seed's copy-done guard, read here
 without any remote I/O), and keeps its log start offset: local deletion moves only the
 local log start offset; the remote log manager moves the log start offset when remote
-retention deletes remote segments (:meth:`LogRetention.advance_log_start_offset`).
+retention deletes remote segments (:meth:`LogRetention.advance_log_start_offset`). Past
+the total ``retention.ms`` a segment is deleted even if it was never copied (and the log
+start moves past it): a remote tier that stays down does not fill the disk forever.
 """
 
 from __future__ import annotations
@@ -95,18 +97,37 @@ class LogRetention(LogBase):
 
                 deleted += self._delete_segments(self._deletable(over_size))
             if retention_ms >= 0:
-
-                def too_old(seg: LogSegment, _next: _NextSegment) -> bool:
-                    largest = seg.largest_timestamp()
-                    self._release(seg)
-                    if largest == NO_TIMESTAMP:
-                        largest = seg.modified_ms()
-                    return now_ms - largest > retention_ms
-
-                deleted += self._delete_segments(self._deletable(too_old))
+                deleted += self._delete_segments(
+                    self._deletable(self._older_than(retention_ms, now_ms))
+                )
+            if tiered and cfg.retention_ms >= 0:
+                # past the total retention.ms a segment goes even if never copied (the
+                # remote tier would delete it at once anyway; KIP-405's follower rule)
+                older = self._older_than(cfg.retention_ms, now_ms)
+                doomed = self._deletable(older, copy_guard=False)
+                if doomed:
+                    deleted += self._delete_segments(doomed)
+                    # nothing below survives anywhere: the log starts after them
+                    self._log_start_offset = max(
+                        self._log_start_offset, self._segments[0].base_offset
+                    )
             return deleted
 
-    def _deletable(self, predicate: Callable[[LogSegment, _NextSegment], bool]) -> list[LogSegment]:
+    def _older_than(self, limit_ms: int, now_ms: int) -> Callable[[LogSegment, _NextSegment], bool]:
+        """Is a segment's largest timestamp (KIP-32; file time without one) older?"""
+
+        def too_old(seg: LogSegment, _next: _NextSegment) -> bool:
+            largest = seg.largest_timestamp()
+            self._release(seg)
+            if largest == NO_TIMESTAMP:
+                largest = seg.modified_ms()
+            return now_ms - largest > limit_ms
+
+        return too_old
+
+    def _deletable(
+        self, predicate: Callable[[LogSegment, _NextSegment], bool], *, copy_guard: bool = True
+    ) -> list[LogSegment]:
         out: list[LogSegment] = []
         for i, seg in enumerate(self._segments):
             is_last = i == len(self._segments) - 1
@@ -118,7 +139,7 @@ class LogRetention(LogBase):
             if self._high_watermark < nxt.base_offset or not predicate(seg, nxt):
                 break
             uncopied = nxt.base_offset - 1 > self._highest_offset_in_remote
-            if self.tiered and nxt.base_offset > self._log_start_offset and uncopied:
+            if copy_guard and self.tiered and nxt.base_offset > self._log_start_offset and uncopied:
                 break  # data not (entirely) in the remote tier yet: the copy-done guard
             if self.retention_hook is not None and not self.retention_hook(self, seg):
                 break

@@ -95,3 +95,15 @@ def test_compacted_topic_is_never_tiered() -> None:
         ).local_retention_ms_effective
         == 5
     )
+
+
+def test_total_retention_deletes_uncopied_segments(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    plog = _tiered_log(tmp_path, clock, **{"retention.ms": "1000", "local.retention.ms": "10"})
+    _fill(plog, 6)
+    # past local.retention.ms but never copied: kept (the copy-done guard)
+    assert plog.delete_old_segments(T0 + 500) == 0
+    # past the total retention.ms: gone even though the remote tier never got them
+    before = len(plog.segments)
+    assert plog.delete_old_segments(T0 + 5000) == before  # the active one too, after a roll
+    assert plog.log_start_offset == plog.local_log_start_offset == plog.log_end_offset

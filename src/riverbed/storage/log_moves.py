@@ -203,6 +203,10 @@ class LogMoves:
                 if move.future is None:
                     move.future = self._open_future(move, current)
                 copied = self._copy(move, current, MOVE_STEP_BYTES_MAX)
+                if copied < MOVE_STEP_BYTES_MAX:
+                    # caught up: fsync what was copied now, so the swap (which holds the
+                    # partition's lock) syncs only the last batches
+                    move.future.flush()
                 again = copied >= MOVE_STEP_BYTES_MAX or not self._swap(move, current)
             except (OSError, StorageError) as e:
                 log.error("moving %s-%d to %s failed: %s", *move.key, move.dest, e)

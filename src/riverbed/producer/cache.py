@@ -31,6 +31,9 @@ __all__ = ["PRODUCER_ID_CACHE_MAX_ENTRIES_DEFAULT", "LedgerStore"]
 #: producer.id.cache.max.entries default (per partition; a cached entry is ~350 bytes).
 PRODUCER_ID_CACHE_MAX_ENTRIES_DEFAULT: Final = 10_000
 _ABSENT: Final = None
+#: Producers one DescribeProducers partition lists at most (the ledger may hold millions;
+#: the most recently active come first).
+DESCRIBE_ENTRIES_MAX: Final = 10_000
 
 
 class LedgerStore:
@@ -96,8 +99,9 @@ class LedgerStore:
         with self._lock:
             self._cache.clear()
 
-    def entries(self) -> list[ProducerEntry]:
-        """Every live producer's newest entry (the cache's when cached, else the ledger's)."""
+    def entries(self, limit: int = DESCRIBE_ENTRIES_MAX) -> list[ProducerEntry]:
+        """Live producers' newest entries (the cache's when cached, else the ledger's),
+        most recently written files first, at most ``limit`` of them."""
         now = self.now_ms()
         with self._lock:
             cached = dict(self._cache)
@@ -107,6 +111,8 @@ class LedgerStore:
             entry = cached[pid] if pid in cached else entry_from_fields(*fields)
             if entry is not None and not is_expired(entry, now, self.expiration_ms):
                 out.append(entry)
+                if len(out) >= limit:
+                    break
         return out
 
     def __len__(self) -> int:

@@ -536,15 +536,22 @@ class PidLedger:
     # ---- views ------------------------------------------------------------------------------
 
     def iter_newest(self) -> Iterator[Fields]:
-        """Every producer's newest entry (active first, then sealed files newest first)."""
+        """Every producer's newest entry (active first, then sealed files newest first;
+        files are read one at a time, as the caller consumes)."""
         with self._lock:
-            seen: set[int] = set()
-            sources: list[list[Fields]] = []
-            for f in (self.active, *self.retired):
-                if f is not None:
-                    sources.append(f.entries())
-            sources += [s.entries() for s in self._sealed]
-        for entries in sources:
+            mapped = [f.entries() for f in (self.active, *self.retired) if f is not None]
+            sealed = list(self._sealed)
+        seen: set[int] = set()
+        for entries in mapped:
+            for fields in entries:
+                if fields[0] not in seen:
+                    seen.add(fields[0])
+                    yield fields
+        for s in sealed:
+            try:
+                entries = s.entries()
+            except (OSError, CorruptSnapshotError):
+                continue  # deleted meanwhile (retention) or unreadable: skip it
             for fields in entries:
                 if fields[0] not in seen:
                     seen.add(fields[0])

@@ -14,6 +14,10 @@ pipelined produces on one connection reach the log in the order they were sent):
   above ``max.message.bytes`` -> MESSAGE_TOO_LARGE; CreateTime outside the topic's bounds
   -> INVALID_TIMESTAMP; anything else not appendable -> INVALID_RECORD) and assigns
   offsets by patching the batch header in place;
+- idempotent producers (``riverbed.producer.state``, checked by the log under its lock):
+  an exact retry of one of the producer's last 5 batches is answered with its original
+  base offset and not appended again; a gap in the sequence is
+  OUT_OF_ORDER_SEQUENCE_NUMBER, an older epoch INVALID_PRODUCER_EPOCH;
 - the response carries the base offset, ``log_append_time_ms`` (-1 for CreateTime
   topics, as clients expect) and the log start offset.
 

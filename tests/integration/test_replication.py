@@ -268,3 +268,36 @@ def test_reassignment_moves_the_data_under_production(cluster: QuorumCluster) ->
         return sum(f.stat().st_size for f in (cluster.data_dir(i) / f"{topic}-0").glob("*.log"))
 
     wait_for("node 3 caught up with node 2", lambda: size(3) == size(2) > 0)
+
+
+def test_sigterm_of_the_leader_moves_leadership_before_it_stops(cluster: QuorumCluster) -> None:
+    topic = "replicated-term"
+    admin = create_topic(cluster, topic)
+    leader, _, _ = partition_state(admin, topic)
+    via = next(f"127.0.0.1:{cluster.ports[i][0]}" for i in cluster.ids if i != leader)
+    with Production(cluster, topic) as prod:
+        wait_for("acks before the stop", lambda: len(prod.acked) >= 1000, 60)
+        cluster.nodes[leader].stop()  # SIGTERM: a controlled shutdown first
+        stopped = time.monotonic()
+        # the others already name a new leader (without it, only the session timeout of
+        # 4 s would fence the stopped node and elect one)
+        wait_for(
+            "a new leader named right after the stop",
+            lambda: partition_state(admin, topic, via)[0] not in (-1, leader),
+            2.0,
+        )
+        assert time.monotonic() - stopped < 2.0
+        at_stop = len(prod.acked)
+        wait_for("acks after the stop", lambda: len(prod.acked) >= at_stop + 1000, 60)
+    assert not prod.errors, prod.errors[:5]
+    log_text = (cluster.node_dir(leader) / f"broker-{leader}.log").read_text()
+    assert "controlled shutdown complete" in log_text
+    cluster.nodes[leader].start(60)
+    wait_for(
+        "the stopped node back in the ISR",
+        lambda: partition_state(admin, topic)[2] == [1, 2, 3],
+        60,
+    )
+    end = max(prod.acked.values()) + 1
+    got = read_all(cluster, topic, end)
+    assert all(got.get(o) == v for v, o in prod.acked.items())

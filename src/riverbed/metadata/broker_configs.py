@@ -155,6 +155,7 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     _d("compression.zstd.level", _I, "3", between(-131072, 22)),
     _d("min.insync.replicas", _I, "1", at_least(1)),
     _d("unclean.leader.election.enable", _B, "false"),
+    _d("controlled.shutdown.enable", _B, "true"),
     # --- replication
     _d("replica.lag.time.max.ms", _L, "30000"),
     _d("replica.fetch.max.bytes", _I, "1048576", at_least(0)),

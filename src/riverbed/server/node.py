@@ -76,6 +76,9 @@ EXIT_WITH_PARENT_ENV = "RIVERBED_EXIT_WITH_PARENT"
 REGISTRATION_RETRY_S = 0.2
 #: Raft replies are built at their exact wire version by ``raft.wire``.
 _RAFT_EXACT = frozenset({1, 52, 53, 54, 55, 59})
+#: Upper bound on the controlled shutdown (leaderships moved away) before a stop goes on.
+CONTROLLED_SHUTDOWN_S = 10.0
+CONTROLLED_SHUTDOWN_RETRY_S = 0.2
 #: Requests read ahead per connection before the node stops reading it (back-pressure).
 INFLIGHT_REQUESTS_PER_CONNECTION_MAX = 16
 
@@ -376,6 +379,7 @@ class Node:
             return
         self._stopping = True
         log.info("node %d shutting down", self.config.node_id)
+        await self._controlled_shutdown()
         for task in self._tasks:
             task.cancel()
         self.purgatory.close()
@@ -397,6 +401,30 @@ class Node:
             self.log_manager.shutdown()
         self._stopped.set()
         log.info("node %d stopped", self.config.node_id)
+
+    async def _controlled_shutdown(self) -> None:
+        """Before stopping, hand every leadership another in-sync replica can take to it
+        (``controlled.shutdown.enable``), so clients move on at once instead of waiting
+        for broker.session.timeout.ms; bounded by CONTROLLED_SHUTDOWN_S."""
+        replicas, quorum = self.replicas, self.quorum
+        if replicas is None or quorum is None or not self.config.get("controlled.shutdown.enable"):
+            return
+        deadline = time.monotonic() + CONTROLLED_SHUTDOWN_S
+        while replicas.leads_with_followers() and time.monotonic() < deadline:
+            try:
+                done = await asyncio.wait_for(
+                    quorum.controlled_shutdown(self.config.node_id),
+                    max(0.1, deadline - time.monotonic()),
+                )
+            except Exception as exc:  # no controller reachable: stop anyway, uncontrolled
+                log.info("controlled shutdown not accepted (%r)", exc)
+                done = False
+            if not done or replicas.leads_with_followers():
+                await asyncio.sleep(CONTROLLED_SHUTDOWN_RETRY_S)
+        if replicas.leads_with_followers():
+            log.warning("controlled shutdown incomplete: stopping as leader of some partitions")
+        else:
+            log.info("controlled shutdown complete: no partition leadership left here")
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()

@@ -352,6 +352,23 @@ class QuorumMetadata:
             except (NotLeaderError, TimeoutError) as exc:
                 log.debug("heartbeat to controller %d failed: %r", leader, exc)
 
+    async def controlled_shutdown(self, broker_id: int) -> bool:
+        """One controlled-shutdown round (a BrokerHeartbeat with WantShutDown, handled
+        locally on the active controller): True once ``broker_id`` leads nothing."""
+        reg = self.service.image.brokers.get(broker_id)
+        epoch = reg.broker_epoch if reg is not None else -1
+        leader = await self._wait_active_or_leader()
+        if leader < 0:
+            return await self.service.controlled_shutdown(broker_id, epoch) == 0
+        request = BrokerHeartbeatRequest(
+            broker_id=broker_id,
+            broker_epoch=epoch,
+            current_metadata_offset=self.service.image.offset,
+            want_shut_down=True,
+        )
+        response = await self.forward(leader, ApiKey.BROKER_HEARTBEAT, request)
+        return response.error_code == 0 and bool(response.should_shut_down)
+
     async def _wait_active_or_leader(self) -> int:
         """-1 when this node is the active controller, else the leader to forward to."""
         deadline = time.monotonic() + ACTIVATION_WAIT_S
@@ -621,6 +638,15 @@ class QuorumMetadata:
             # registered again since (or never): that incarnation must register anew
             return BrokerHeartbeatResponse(error_code=int(ErrorCode.STALE_BROKER_EPOCH))
         self._heartbeats[req.broker_id] = time.monotonic()
+        if req.want_shut_down:
+            # controlled shutdown (KRaft): leaderships move away; it may stop at 0
+            remaining = await self.service.controlled_shutdown(req.broker_id, req.broker_epoch)
+            return BrokerHeartbeatResponse(
+                error_code=0,
+                is_caught_up=True,
+                is_fenced=reg.fenced,
+                should_shut_down=not remaining,
+            )
         if reg.fenced and not req.want_fence:
             reg = await self.service.unfence_broker(req.broker_id, req.broker_epoch)
             log.info("unfenced broker %d (heartbeat)", req.broker_id)

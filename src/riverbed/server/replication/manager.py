@@ -181,6 +181,12 @@ class ReplicaManager:
         if core is not None and isinstance(core.log, PartitionReplicaLog):
             core.log.plog = plog
 
+    def leads_with_followers(self) -> bool:
+        """Does this broker lead a partition another in-sync replica could take over?"""
+        return any(
+            core.leader is not None and len(core.leader.isr.isr) > 1 for core in self.cores.values()
+        )
+
     def remove(self, key: Key) -> None:
         core = self.cores.pop(key, None)
         self.fetchers.remove(key)

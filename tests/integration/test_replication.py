@@ -111,6 +111,19 @@ def read_all(cluster: QuorumCluster, topic: str, end: int) -> dict[int, bytes]:
     return got
 
 
+def restart_and_read(
+    cluster: QuorumCluster, admin: AdminClient, topic: str, node: int, prod: Production
+) -> dict[int, bytes]:
+    """Start ``node`` again, wait until it is back in the ISR, read every acked offset."""
+    cluster.nodes[node].start(60)
+    wait_for(
+        f"node {node} back in the ISR",
+        lambda: partition_state(admin, topic)[2] == [1, 2, 3],
+        60,
+    )
+    return read_all(cluster, topic, max(prod.acked.values()) + 1)
+
+
 class Production:
     """An idempotent acks=all producer in a thread, recording every acknowledgement."""
 
@@ -174,14 +187,7 @@ def test_sigkill_leader_during_acks_all_loses_nothing_acknowledged(cluster: Quor
         wait_for("a new leader without the killed node", new_leader)
         wait_for("acks after the fail-over", lambda: len(prod.acked) >= killed_at + 2000, 90)
     assert not prod.errors, prod.errors[:5]
-    cluster.nodes[leader].start(60)
-    wait_for(
-        "the restarted node back in the ISR",
-        lambda: partition_state(admin, topic)[2] == [1, 2, 3],
-        60,
-    )
-    end = max(prod.acked.values()) + 1
-    got = read_all(cluster, topic, end)
+    got = restart_and_read(cluster, admin, topic, leader, prod)
     missing = [(v, o) for v, o in prod.acked.items() if got.get(o) != v]
     assert not missing, (
         f"{len(missing)} of {len(prod.acked)} acknowledged records lost: {missing[:5]}"
@@ -292,12 +298,5 @@ def test_sigterm_of_the_leader_moves_leadership_before_it_stops(cluster: QuorumC
     assert not prod.errors, prod.errors[:5]
     log_text = (cluster.node_dir(leader) / f"broker-{leader}.log").read_text()
     assert "controlled shutdown complete" in log_text
-    cluster.nodes[leader].start(60)
-    wait_for(
-        "the stopped node back in the ISR",
-        lambda: partition_state(admin, topic)[2] == [1, 2, 3],
-        60,
-    )
-    end = max(prod.acked.values()) + 1
-    got = read_all(cluster, topic, end)
+    got = restart_and_read(cluster, admin, topic, leader, prod)
     assert all(got.get(o) == v for v, o in prod.acked.items())

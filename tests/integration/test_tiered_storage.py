@@ -236,6 +236,7 @@ def test_consumer_reads_from_zero_out_of_the_remote_tier(tier: Tier, topic_name:
     sent = produce(tier, topic_name, MESSAGES)
     local_start = wait_tiered(tier, topic_name, MESSAGES)
     assert list_offset(tier, topic_name, -2) == (0, 0)  # earliest covers the remote tier
+    assert list_offset(tier, topic_name, -3) == (0, MESSAGES - 1)  # max timestamp: local
     got = consume(tier, topic_name, 0, MESSAGES)
     assert got == sent  # key, value and timestamp of every record, in order
     # offsets_for_times into the remote range (and one into the local range)

@@ -514,6 +514,45 @@ class RemoteLogManager:
         assert isinstance(found, TimestampOffset)
         return found
 
+    async def max_timestamp_offset(
+        self, key: tuple[str, int], above: int
+    ) -> TimestampOffset | None:
+        """The remote record with the largest timestamp if that timestamp is >= ``above``
+        (None: the remote tier has none as late). Raises RemoteStorageError."""
+        tier = self._tiers.get(key)
+        if tier is None:
+            return None
+        start = tier.plog.log_start_offset
+        with tier.lock:
+            live = [m for m in tier.remote if m.end_offset >= start]
+        best = max(live, key=lambda m: m.max_timestamp, default=None)
+        if best is None or best.max_timestamp < above or best.max_timestamp < 0:
+            return None  # from the manifests alone: no remote I/O
+        found = await self._in_reader(self._max_timestamp_sync, tier, best)
+        if found is None or (isinstance(found, RemoteRead) and found.error):
+            raise RemoteStorageError("remote max timestamp lookup failed or timed out")
+        return found if isinstance(found, TimestampOffset) else None
+
+    def _max_timestamp_sync(
+        self, tier: _Tier, meta: RemoteSegmentMetadata
+    ) -> TimestampOffset | RemoteRead:
+        with tier.lock:
+            assert tier.indexes is not None
+            entries = [
+                e
+                for e in tier.indexes.entries_from(meta.base_offset)
+                if e.segment_id == meta.segment_id and e.last_timestamp == meta.max_timestamp
+            ]
+        for e in entries:
+            chunk = self._chunk(tier, e, None)
+            for pos, h in iter_batches(chunk):
+                if h.max_timestamp != meta.max_timestamp:
+                    continue
+                for rec in iter_records(chunk[pos : pos + h.size]):
+                    if rec.timestamp == meta.max_timestamp:
+                        return TimestampOffset(rec.timestamp, rec.offset, h.partition_leader_epoch)
+        return RemoteRead()
+
     async def _in_reader(self, fn: Callable[..., Any], *args: Any) -> Any:
         if self._reads_pending >= self.settings.reader_max_pending or self._closing:
             return None  # remote.log.reader.max.pending.tasks: no data this time

@@ -83,6 +83,12 @@ def test_task_copies_rolled_segments_and_reads_come_back(tmp_path: Path) -> None
         assert hits > 0  # sequential reads are served from the read-ahead
         found = await rlm.offset_for_timestamp(("t", 0), T0 + 3)
         assert found is not None and found.offset == 30
+        # MAX_TIMESTAMP over the remote tier: the first record of the latest remote batch
+        latest = max(m.max_timestamp for m in tier.remote)
+        top = await rlm.max_timestamp_offset(("t", 0), -1)
+        assert top is not None and top.timestamp == latest
+        assert top.offset == (latest - T0) * 10
+        assert await rlm.max_timestamp_offset(("t", 0), latest + 1) is None  # local wins
         # a remote segment gone under the reader: OFFSET_OUT_OF_RANGE
         for m in tier.remote:
             rlm.rsm.delete_segment("t", 0, "TID", m.segment_id)

@@ -84,6 +84,31 @@ def _follower_read(broker: Broker, hosted: HostedPartition, p: Any, replica_id: 
     return replicas.follower_fetch(hosted, pos)
 
 
+def _remote_read(
+    broker: Broker,
+    topic: str,
+    p: Any,
+    plog: Any,
+    replica_id: int,
+    hw: int,
+    start: int,
+    max_bytes: int,
+) -> _PartitionRead | None:
+    """The read of an offset below the local log start of a tiered partition (None: the
+    offset is local, or the partition is not tiered here)."""
+    if p.fetch_offset >= plog.local_log_start_offset or not remote_tier_serves(broker, topic, p):
+        return None
+    if replica_id >= 0:
+        # Followers never read the remote tier (KIP-405): OFFSET_OUT_OF_RANGE with the
+        # local log start, where the follower restarts its log (its remote log manager
+        # then finds the rest in the remote tier).
+        code, local = ErrorCode.OFFSET_OUT_OF_RANGE, plog.local_log_start_offset
+        return _PartitionRead(topic, p.partition, code, hw, local, [], 0)
+    read = _PartitionRead(topic, p.partition, 0, hw, start, [], 0)
+    read.remote_max_bytes, read.fetch_offset = max_bytes, p.fetch_offset
+    return read
+
+
 def _read_partition(
     broker: Broker, topic: str, p: Any, budget: int, first: bool, replica_id: int
 ) -> _PartitionRead:
@@ -108,19 +133,16 @@ def _read_partition(
     if p.fetch_offset >= upper or (budget <= 0 and not first):
         return _PartitionRead(topic, p.partition, 0, hw, start, [], 0)
     max_bytes = max(1, min(p.partition_max_bytes, budget))
-    if p.fetch_offset < plog.local_log_start_offset and remote_tier_serves(broker, topic, p):
-        if replica_id >= 0:
-            # Followers never read the remote tier (KIP-405): OFFSET_OUT_OF_RANGE with the
-            # local log start, where the follower restarts its log (its remote log manager
-            # then finds the rest in the remote tier).
-            code, local = ErrorCode.OFFSET_OUT_OF_RANGE, plog.local_log_start_offset
-            return _PartitionRead(topic, p.partition, code, hw, local, [], 0)
-        read = _PartitionRead(topic, p.partition, 0, hw, start, [], 0)
-        read.remote_max_bytes, read.fetch_offset = max_bytes, p.fetch_offset
-        return read
+    remote = _remote_read(broker, topic, p, plog, replica_id, hw, start, max_bytes)
+    if remote is not None:
+        return remote
     try:
         result = plog.read(p.fetch_offset, max_bytes, upper)
     except StorageError as exc:
+        # local retention may have just moved the local start past the offset
+        remote = _remote_read(broker, topic, p, plog, replica_id, hw, start, max_bytes)
+        if remote is not None:
+            return remote
         return _PartitionRead(topic, p.partition, exc.error_code, hw, start, [], 0)
     except OSError:
         code = ErrorCode.KAFKA_STORAGE_ERROR

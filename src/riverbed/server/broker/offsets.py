@@ -3,7 +3,7 @@
 ListOffsets special timestamps (Kafka's): -2 earliest (log start offset: in the remote
 tier for a tiered log), -4 earliest local (the local log start offset), -1 latest (the
 high watermark; also the last stable offset, there being no transactions yet), -3 the
-offset of the record with the largest timestamp; any other timestamp finds the first
+offset of the record with the largest timestamp (over the remote tier too); any other timestamp finds the first
 offset whose timestamp is >= it through the time index (the remote time index first for a
 tiered log, :mod:`riverbed.server.broker.remote_fetch`) (offset -1, timestamp -1 when
 there is none). Version 0 answers in ``old_style_offsets``.
@@ -35,7 +35,7 @@ from riverbed.protocol.messages import (
     OffsetForLeaderEpochResponse,
 )
 from riverbed.server.broker.partitions import DEBUGGING_REPLICA_ID, NotServed
-from riverbed.server.broker.remote_fetch import offset_for_timestamp
+from riverbed.server.broker.remote_fetch import max_timestamp_offset, offset_for_timestamp
 from riverbed.server.network import RequestContext
 from riverbed.storage.errors import StorageError
 from riverbed.tiered.rsm import RemoteStorageError
@@ -75,7 +75,10 @@ async def _list_one(broker: Broker, topic: str, p: Any, version: int, replica_id
     if ts == LATEST_TIMESTAMP:
         return answer(0, -1, plog.high_watermark, epoch)
     if ts == MAX_TIMESTAMP:
-        found = plog.max_timestamp_offset()
+        try:
+            found = await max_timestamp_offset(broker, topic, p.partition_index, plog)
+        except RemoteStorageError:
+            return answer(ErrorCode.KAFKA_STORAGE_ERROR)
     elif ts < 0:
         return answer(ErrorCode.INVALID_REQUEST)
     else:

@@ -26,7 +26,7 @@ from riverbed.storage.log_files import TimestampOffset
 if TYPE_CHECKING:
     from riverbed.server.broker.dispatch import Broker
 
-__all__ = ["offset_for_timestamp", "read_remote", "remote_tier_serves"]
+__all__ = ["max_timestamp_offset", "offset_for_timestamp", "read_remote", "remote_tier_serves"]
 
 
 def _manager(broker: Broker) -> Any:
@@ -66,3 +66,18 @@ async def offset_for_timestamp(
             return found
     result: TimestampOffset | None = plog.offset_for_timestamp(timestamp)
     return result
+
+
+async def max_timestamp_offset(
+    broker: Broker, topic: str, partition: int, plog: Any
+) -> TimestampOffset | None:
+    """ListOffsets MAX_TIMESTAMP (-3) over the remote tier and the local log: the record
+    with the largest timestamp (the earlier one on a tie). Raises RemoteStorageError."""
+    local: TimestampOffset | None = plog.max_timestamp_offset()
+    manager = _manager(broker)
+    if manager is None or not getattr(plog, "tiered", False):
+        return local
+    remote: TimestampOffset | None = await manager.max_timestamp_offset(
+        (topic, partition), local.timestamp if local is not None else -1
+    )
+    return remote if remote is not None else local

@@ -80,6 +80,15 @@ class CompleteSnapshotDownload:
 
 
 @dataclass(frozen=True)
+class DeleteSnapshots:
+    """Remove these snapshot files (all below the log start, a newer snapshot covers
+    them) off the event loop. The core serves them no more from now on; a crash before
+    the shell got to it leaves them to the start-up cleanup."""
+
+    snapshot_ids: tuple[SnapshotId, ...]
+
+
+@dataclass(frozen=True)
 class LeaderChanged:
     epoch: int
     leader_id: int
@@ -94,5 +103,6 @@ Action = (
     | LoadSnapshot
     | CreateSnapshot
     | CompleteSnapshotDownload
+    | DeleteSnapshots
     | LeaderChanged
 )

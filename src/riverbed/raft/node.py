@@ -153,6 +153,8 @@ class RaftNode(ReplicationMixin):
         #: the download whose last chunk is written, handed to the shell to validate and
         #: make durable (CompleteSnapshotDownload); nothing else touches its file meanwhile
         self.snapshot_completing: SnapshotId | None = None
+        #: snapshots handed to the shell for deletion (DeleteSnapshots): never served again
+        self.snapshots_deleting: set[SnapshotId] = set()
         self.rejected_inputs = 0  # invalid remote messages ignored (see _reject_input)
         self.started = False
         self._out: list[Action] = []

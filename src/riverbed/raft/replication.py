@@ -27,6 +27,7 @@ from riverbed.raft.actions import (
     CommitEntries,
     CompleteSnapshotDownload,
     CreateSnapshot,
+    DeleteSnapshots,
     FlushLog,
     LoadSnapshot,
     SendResponse,
@@ -77,6 +78,7 @@ class ReplicationMixin:
         snapshot_in_progress: SnapshotId | None
         snapshot_download: SnapshotId | None
         snapshot_completing: SnapshotId | None
+        snapshots_deleting: set[SnapshotId]
         snapshot_created_ms: dict[SnapshotId, int]
         last_snapshot_ms: int
         bytes_since_snapshot: int
@@ -507,7 +509,10 @@ class ReplicationMixin:
             return error(Errors.FENCED_LEADER_EPOCH)
         if req.current_leader_epoch > self.epoch:
             return error(Errors.UNKNOWN_LEADER_EPOCH)
-        if req.snapshot_id not in self.snapshots.list():
+        if (
+            req.snapshot_id in self.snapshots_deleting
+            or req.snapshot_id not in self.snapshots.list()
+        ):
             return error(Errors.SNAPSHOT_NOT_FOUND)
         size = self.snapshots.size(req.snapshot_id)
         if req.position < 0 or req.position > size:
@@ -624,8 +629,16 @@ class ReplicationMixin:
         self._delete_snapshots_below(self.log.start_offset)
 
     def _delete_snapshots_below(self, lbo: int) -> None:
+        """Older snapshots go (keeping at least one): unlinking them is the shell's disk
+        work (DeleteSnapshots); from now on they are not served."""
         snaps = self.snapshots.list()
-        for s in snaps[:-1]:  # keep at least one
-            if s.end_offset < lbo:
-                self.snapshots.delete(s)
-                self.snapshot_created_ms.pop(s, None)
+        self.snapshots_deleting &= set(snaps)  # those the shell removed already
+        doomed = tuple(
+            s for s in snaps[:-1] if s.end_offset < lbo and s not in self.snapshots_deleting
+        )
+        if not doomed:
+            return
+        for s in doomed:
+            self.snapshot_created_ms.pop(s, None)
+        self.snapshots_deleting.update(doomed)
+        self._emit(DeleteSnapshots(doomed))

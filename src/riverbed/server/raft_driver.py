@@ -45,6 +45,7 @@ from riverbed.raft.actions import (
     Action,
     CompleteSnapshotDownload,
     CreateSnapshot,
+    DeleteSnapshots,
     FlushLog,
     LeaderChanged,
     PersistQuorumState,
@@ -353,6 +354,8 @@ class RaftDriver:
                 # encoding and writing them happens on a worker thread
                 records = self._machine.snapshot_records()
                 self._spawn("snapshot write", self._write_snapshot(action.snapshot_id, records))
+            elif isinstance(action, DeleteSnapshots):
+                self._spawn("snapshot delete", self._delete_snapshots(action.snapshot_ids))
             elif isinstance(action, CompleteSnapshotDownload):
                 self._spawn("snapshot download", self._complete_download(action.snapshot_id))
             elif isinstance(action, PersistQuorumState):
@@ -413,6 +416,16 @@ class RaftDriver:
         await self._feed(
             lambda now: self.node.on_snapshot_written(snapshot_id, now), "a written snapshot"
         )
+
+    async def _delete_snapshots(self, snapshot_ids: tuple[SnapshotId, ...]) -> None:
+        """Unlink snapshots below the log start on a worker thread (the node no longer
+        serves them); a disk error halts the node."""
+
+        def delete() -> None:
+            for sid in snapshot_ids:
+                self.snapshots.delete(sid)
+
+        await asyncio.to_thread(delete)
 
     async def _complete_download(self, snapshot_id: SnapshotId) -> None:
         """Validate, fsync and rename a downloaded snapshot on a worker thread, outside the

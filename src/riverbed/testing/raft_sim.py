@@ -48,6 +48,7 @@ from riverbed.raft.actions import (
     CommitEntries,
     CompleteSnapshotDownload,
     CreateSnapshot,
+    DeleteSnapshots,
     FlushLog,
     LeaderChanged,
     LoadSnapshot,
@@ -376,6 +377,12 @@ class Simulation:
                 self.schedule(
                     self.now + delay, "snapshot", sn.node_id, sn.incarnation, a.snapshot_id, data
                 )
+            elif isinstance(a, DeleteSnapshots):
+                # unlinked on the shell's worker thread: later (a crash may come first)
+                delay = self.rng.choice((0, 2, 20))
+                self.schedule(
+                    self.now + delay, "snapshot delete", sn.node_id, sn.incarnation, a.snapshot_ids
+                )
             elif isinstance(a, CompleteSnapshotDownload):
                 # validated, fsynced and renamed on the shell's worker thread: later
                 delay = self.rng.choice((0, 1, 5, 30))
@@ -471,6 +478,13 @@ class Simulation:
             if sn.alive and sn.incarnation == inc:
                 sn.disk.snapshots.write(sid, data)
                 self.feed(sn, lambda n: n.on_snapshot_written(sid, self.now))
+        elif kind == "snapshot delete":
+            nid, inc, sids = payload
+            sn = self.nodes[nid]
+            if sn.alive and sn.incarnation == inc:
+                for sid in sids:
+                    sn.disk.snapshots.delete(sid)
+                self.stats["snapshots deleted"] += len(sids)
         elif kind == "download done":
             nid, inc, sid = payload
             sn = self.nodes[nid]

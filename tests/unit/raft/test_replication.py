@@ -14,6 +14,7 @@ from riverbed.raft.actions import (
     CommitEntries,
     CompleteSnapshotDownload,
     CreateSnapshot,
+    DeleteSnapshots,
     FlushLog,
     LoadSnapshot,
 )
@@ -418,9 +419,25 @@ def test_old_snapshots_are_deleted_keeping_the_one_at_lbo() -> None:
     log.flush(12)
     node = make_node(log=log, snapshots=snaps)
     node.start(0)
+    now, _ = make_leader(node)
     node._set_log_start(SnapshotId(9, 1))
-    assert snaps.list() == [SnapshotId(9, 1)]
     assert node.log.start_offset == 9
+    # unlinking is the shell's disk work; the node serves the doomed ones no more
+    (delete,) = of_type(node._drain(), DeleteSnapshots)
+    assert delete.snapshot_ids == (SnapshotId(3, 1), SnapshotId(6, 1))
+    req = FetchSnapshotRequest(
+        cluster_id=node.config.cluster_id,
+        replica_id=2,
+        current_leader_epoch=node.epoch,
+        snapshot_id=SnapshotId(6, 1),
+        position=0,
+        max_bytes=100,
+    )
+    (reply,) = responses(node.handle_request(2, 1, req, now), FetchSnapshotResponse)
+    assert reply.error_code == Errors.SNAPSHOT_NOT_FOUND
+    for sid in delete.snapshot_ids:
+        snaps.delete(sid)
+    assert snaps.list() == [SnapshotId(9, 1)]
 
 
 def test_startup_loads_latest_snapshot_and_removes_ones_below_lbo() -> None:

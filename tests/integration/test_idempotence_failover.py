@@ -17,14 +17,7 @@ import pytest
 from riverbed.cli.producers import describe
 from riverbed.testing.quorum_cluster import QuorumCluster
 
-from .test_replication import (
-    OVERRIDES,
-    Production,
-    create_topic,
-    partition_state,
-    read_all,
-    wait_for,
-)
+from .test_replication import OVERRIDES, create_topic, kill_leader_under_production, read_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -42,19 +35,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
 def test_no_duplicates_no_reordering_across_leader_sigkill(cluster: QuorumCluster) -> None:
     topic = "idempotent-failover"
     admin = create_topic(cluster, topic)
-    leader, _, _ = partition_state(admin, topic)
-    with Production(cluster, topic) as prod:
-        wait_for("1000 acks before the kill", lambda: len(prod.acked) >= 1000, 60)
-        cluster.kill(leader)
-        killed_at = len(prod.acked)
-
-        def new_leader() -> bool:
-            now, _, isr = partition_state(admin, topic)
-            return now not in (-1, leader) and leader not in isr
-
-        wait_for("a new leader", new_leader)
-        wait_for("acks after the fail-over", lambda: len(prod.acked) >= killed_at + 1000, 90)
-    assert not prod.errors, prod.errors[:5]
+    prod, leader = kill_leader_under_production(cluster, admin, topic, 1000)
     end = max(prod.acked.values()) + 1
     got = read_all(cluster, topic, end)
     values = [got[o] for o in sorted(got)]

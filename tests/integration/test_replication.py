@@ -171,12 +171,14 @@ class Production:
         self.thread.join(120)
 
 
-def test_sigkill_leader_during_acks_all_loses_nothing_acknowledged(cluster: QuorumCluster) -> None:
-    topic = "replicated-kill"
-    admin = create_topic(cluster, topic)
+def kill_leader_under_production(
+    cluster: QuorumCluster, admin: AdminClient, topic: str, acks: int
+) -> tuple[Production, int]:
+    """SIGKILL the partition leader after ``acks`` acknowledgements of an idempotent
+    acks=all producer; ``acks`` more after the fail-over. (production, killed leader)"""
     leader, _, _ = partition_state(admin, topic)
     with Production(cluster, topic) as prod:
-        wait_for("2000 acks before the kill", lambda: len(prod.acked) >= 2000, 60)
+        wait_for(f"{acks} acks before the kill", lambda: len(prod.acked) >= acks, 60)
         cluster.kill(leader)
         killed_at = len(prod.acked)
 
@@ -185,8 +187,15 @@ def test_sigkill_leader_during_acks_all_loses_nothing_acknowledged(cluster: Quor
             return now not in (-1, leader) and leader not in isr
 
         wait_for("a new leader without the killed node", new_leader)
-        wait_for("acks after the fail-over", lambda: len(prod.acked) >= killed_at + 2000, 90)
+        wait_for("acks after the fail-over", lambda: len(prod.acked) >= killed_at + acks, 90)
     assert not prod.errors, prod.errors[:5]
+    return prod, leader
+
+
+def test_sigkill_leader_during_acks_all_loses_nothing_acknowledged(cluster: QuorumCluster) -> None:
+    topic = "replicated-kill"
+    admin = create_topic(cluster, topic)
+    prod, leader = kill_leader_under_production(cluster, admin, topic, 2000)
     got = restart_and_read(cluster, admin, topic, leader, prod)
     missing = [(v, o) for v, o in prod.acked.items() if got.get(o) != v]
     assert not missing, (

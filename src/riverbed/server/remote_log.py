@@ -343,10 +343,11 @@ class RemoteLogManager:
             return
         topic, partition = tier.key
         plog = tier.plog
-        remote = self.rsm.list_segments(topic, partition, tier.topic_id)
+        remote, incomplete = self.rsm.list_partition(topic, partition, tier.topic_id)
         self._sync_indexes(tier, remote)
         if leader and tier.leader:
-            for orphan in self.rsm.orphans(topic, partition, tier.topic_id, set()):
+            # no upload of this partition runs now (one task at a time): leftovers only
+            for orphan in incomplete:
                 log.info("%s-%d: deleting orphan remote upload %s", topic, partition, orphan)
                 self.rsm.delete_segment(topic, partition, tier.topic_id, orphan)
             self._copy_rolled(tier)

@@ -307,6 +307,13 @@ class FsspecRemoteStorageManager:
         self, topic: str, partition: int, topic_id: str | None
     ) -> list[RemoteSegmentMetadata]:
         """The complete remote segments of a partition, by base offset."""
+        return self.list_partition(topic, partition, topic_id)[0]
+
+    def list_partition(
+        self, topic: str, partition: int, topic_id: str | None
+    ) -> tuple[list[RemoteSegmentMetadata], list[str]]:
+        """One listing: the complete remote segments (by base offset) and the segment ids
+        with objects but no manifest (failed or running uploads)."""
         prefix = self.partition_path(topic, partition, topic_id)
         names = self._call(f"list {prefix}", self._names, prefix)
         out: list[RemoteSegmentMetadata] = []
@@ -329,17 +336,17 @@ class FsspecRemoteStorageManager:
                 with self._lock:
                     self._manifests[path] = meta
             out.append(meta)
-        return sorted(out, key=lambda m: (m.base_offset, m.created_ms))
+        complete = {n[: -len(MANIFEST_SUFFIX)] for n in names if n.endswith(MANIFEST_SUFFIX)}
+        incomplete = sorted({n.split(".", 1)[0] for n in names} - complete)
+        return sorted(out, key=lambda m: (m.base_offset, m.created_ms)), incomplete
 
     def orphans(
         self, topic: str, partition: int, topic_id: str | None, in_progress: set[str]
     ) -> list[str]:
         """Segment ids with objects but no manifest (failed uploads), minus ``in_progress``."""
-        prefix = self.partition_path(topic, partition, topic_id)
-        names = self._call(f"list {prefix}", self._names, prefix)
-        complete = {n[: -len(MANIFEST_SUFFIX)] for n in names if n.endswith(MANIFEST_SUFFIX)}
-        ids = {n.split(".", 1)[0] for n in names}
-        return sorted(ids - complete - in_progress)
+        return [
+            i for i in self.list_partition(topic, partition, topic_id)[1] if i not in in_progress
+        ]
 
     # ---- reads ----------------------------------------------------------------------------
 

@@ -2,8 +2,10 @@
 
 Records produced before the move (confluent-kafka, acks=all), the replica moved to the
 other dir with ``KafkaAdminClient.alter_replica_log_dirs``, records produced during and
-after it, and every record read back; DescribeLogDirs lists the partition in its new dir
-(and, while the copy runs, as a future replica there); the move survives a restart; a path
+after it, and every record read back; DescribeLogDirs lists the partition as a future
+replica in the target dir while the copy runs (paced by
+``replica.alter.log.dirs.io.max.bytes.per.second``) and in its new dir after the swap; the
+move survives a restart; a path
 that is not a log dir is LOG_DIR_NOT_FOUND and a partition without a replica here
 REPLICA_NOT_AVAILABLE.
 """
@@ -29,6 +31,7 @@ pytestmark = pytest.mark.integration
 QUIET = {"log_level": 3}
 TOPIC = "jbod"
 VALUE_BYTES = 1000
+MOVE_BYTES_PER_S = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +40,12 @@ def two_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerP
     dirs = [str((base / "d1").resolve()), str((base / "d2").resolve())]
     proc = BrokerProcess(
         data_dir=base / "data",
-        overrides={"log.dirs": ",".join(dirs), "num.partitions": "1"},
+        overrides={
+            "log.dirs": ",".join(dirs),
+            "num.partitions": "1",
+            # ~5 s for the ~5 MB partition: DescribeLogDirs sees the future replica
+            "replica.alter.log.dirs.io.max.bytes.per.second": str(MOVE_BYTES_PER_S),
+        },
     )
     proc.start()
     try:
@@ -110,12 +118,13 @@ def test_move_a_replica_between_log_dirs(two_dirs: tuple[BrokerProcess, list[str
             TopicPartitionReplica(TOPIC, 7, me): ReplicaNotAvailableError,
             TopicPartitionReplica("no-such-topic", 0, me): LogDirNotFoundError,
         }
-        # while the copy runs the target dir lists a future replica; it may finish first
+        # while the copy runs (paced by the rate) the target dir lists a future replica
         seen = where(admin)
-        for e in seen.get(target, []):
-            if e["is_future_key"]:
-                assert [x["is_future_key"] for x in seen[source]] == [False]
-        produce(broker.bootstrap, 5000, 500)  # during (or right after) the move
+        [future] = seen[target]
+        assert future["is_future_key"] is True and future["offset_lag"] > 0, seen
+        assert [x["is_future_key"] for x in seen[source]] == [False]
+        produce(broker.bootstrap, 5000, 500)  # during the move
+        assert any(e["is_future_key"] for e in where(admin).get(target, []))
 
         deadline = time.monotonic() + 30
         while (placed := where(admin)) != {target: placed.get(target, [])} or not placed:

@@ -166,6 +166,8 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     _d("replica.socket.timeout.ms", _I, "30000"),
     _d("replica.high.watermark.checkpoint.interval.ms", _L, "5000"),
     _d("num.replica.fetchers", _I, "1"),
+    # Kafka's quota on copying a replica between log dirs (AlterReplicaLogDirs)
+    _d("replica.alter.log.dirs.io.max.bytes.per.second", _L, str(LONG_MAX), at_least(1)),
     _d("fetch.max.bytes", _I, "57671680", at_least(1024)),
     # --- groups and offsets
     _d("group.initial.rebalance.delay.ms", _I, "3000"),

@@ -83,6 +83,12 @@ CONTROLLED_SHUTDOWN_RETRY_S = 0.2
 INFLIGHT_REQUESTS_PER_CONNECTION_MAX = 16
 
 
+def _move_rate(cfg: Any) -> int | None:
+    """replica.alter.log.dirs.io.max.bytes.per.second; None when unlimited (the default)."""
+    rate = int(cfg.get("replica.alter.log.dirs.io.max.bytes.per.second"))
+    return None if rate >= 2**63 - 1 else rate
+
+
 class UnsupportedControllerApi(CloseConnection):
     """A request a controller listener does not serve; the connection is closed."""
 
@@ -195,6 +201,7 @@ class Node:
                 halt=ProcessTerminatingFaultHandler(cfg.node_id).handle_fault,
                 metadata_log_dir=cfg.metadata_log_dir,
                 remote_log_enabled=remote_settings.enabled,
+                move_bytes_per_s=_move_rate(cfg),
             )
         else:
             self.log_manager = factory(list(cfg.log_dirs), clock)

@@ -119,8 +119,11 @@ class LogManager(LogMoves):
         halt: Callable[[str, BaseException | None], object] | None = None,
         metadata_log_dir: str | os.PathLike[str] | None = None,
         remote_log_enabled: bool = False,
+        move_bytes_per_s: int | None = None,
     ) -> None:
-        """``remote_log_enabled``: the broker's ``remote.log.storage.system.enable`` (logs
+        """``move_bytes_per_s``: ``replica.alter.log.dirs.io.max.bytes.per.second`` (None:
+        unlimited), the pace of replica moves between log dirs (``alter_log_dir``);
+        ``remote_log_enabled``: the broker's ``remote.log.storage.system.enable`` (logs
         of topics with ``remote.storage.enable`` are then tiered); ``halt``: Kafka's fault handler (never returns), called when the last online
         log dir or the one holding the metadata log (``metadata_log_dir``) fails; ``io``:
         the file layer (a fault-injecting one in tests)."""
@@ -168,6 +171,7 @@ class LogManager(LogMoves):
         self._preferred_dirs: dict[tuple[str, int], Path] = {}
         self.log_attach = None
         self.on_log_replaced = None
+        self.move_bytes_per_s = move_bytes_per_s
         self._found_futures: list[tuple[Path, tuple[str, int], Path]] = []
         self._load_all(recovery_threads_per_dir)
 
@@ -496,6 +500,7 @@ class LogManager(LogMoves):
         """
         started: list[Future[Any]] = []
         self._close_offline_logs()
+        self._schedule_throttled_moves(now_ms)
         with self._lock:
             if self._closed:
                 return started

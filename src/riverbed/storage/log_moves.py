@@ -8,7 +8,9 @@ A move of ``<topic>-<p>`` from log dir S to log dir D (mixed into the LogManager
    appended as a follower appends: offsets, epochs and timestamps kept), at most
    ``MOVE_STEP_BYTES_MAX`` per step, each step a job in the manager's bounded pool, so
    flushes and retention interleave and nothing runs on the caller's event loop; a
-   truncation of the current log (or retention past the copy) restarts the copy;
+   truncation of the current log (or retention past the copy) restarts the copy. With
+   Kafka's ``replica.alter.log.dirs.io.max.bytes.per.second`` the steps are paced by the
+   caller's timer (``flush_due``): each copies what the rate allows since the last one;
 3. once a step finds it caught up, the swap runs under the current log's lock (appends
    wait): the last batches are copied, the future log is closed (fsynced), the current
    one is closed, ``S/<topic>-<p>`` is renamed to ``S/<topic>-<p>.<uuid>-delete`` (dir
@@ -97,6 +99,8 @@ class ReplicaMove:
     future: PartitionLog | None = None
     cancelled: bool = False
     truncations: int = -1  # the current log's count when the copy (re)started
+    in_flight: bool = False  # a step is queued or running
+    last_step_ms: int = -1  # when the last throttled step was scheduled
 
 
 class LogMoves:
@@ -119,6 +123,8 @@ class LogMoves:
     log_attach: Callable[[PartitionLog], None] | None
     #: Told (key, new log) after a swap, under the old log's lock (its appends wait).
     on_log_replaced: Callable[[Key, PartitionLog], None] | None
+    #: Kafka's replica.alter.log.dirs.io.max.bytes.per.second (None: unlimited).
+    move_bytes_per_s: int | None
 
     _open_log: Callable[..., PartitionLog]
     _assign_dir: Callable[[Key, Path], None]
@@ -162,7 +168,11 @@ class LogMoves:
                 return  # a concurrent request won, or the partition went away
             self._moves[key] = move
         log.info("moving %s-%d from %s to %s", topic, partition, current, dest)
-        self._schedule_step(move)
+        if self.move_bytes_per_s is None:
+            self._schedule_step(move)
+        else:
+            move.last_step_ms = self.clock.now_ms()
+            self._schedule_step(move, min(MOVE_STEP_BYTES_MAX, self.move_bytes_per_s))
 
     def future_logs(self) -> dict[Key, tuple[Path, int, int]]:
         """Moving partitions -> (target dir, future log bytes, offsets behind the current)."""
@@ -186,28 +196,47 @@ class LogMoves:
 
     # ---- the copy ----------------------------------------------------------------------------
 
-    def _schedule_step(self, move: ReplicaMove) -> None:
+    def _schedule_step(self, move: ReplicaMove, budget: int | None = None) -> None:
+        """Queue ``move``'s next step, copying at most ``budget`` bytes (None: a full step)."""
         with self._lock:
-            if self._closed or move.cancelled:
+            if self._closed or move.cancelled or move.in_flight:
                 return
-            self._pool.submit(self._move_step, move)
+            move.in_flight = True
+            self._pool.submit(self._move_step, move, budget)
 
-    def _move_step(self, move: ReplicaMove) -> None:
-        """One pool job: copy up to MOVE_STEP_BYTES_MAX, or swap when caught up."""
+    def _schedule_throttled_moves(self, now_ms: int) -> None:
+        """With ``replica.alter.log.dirs.io.max.bytes.per.second``: each waiting move copies
+        what the rate allows since its last step (the caller's timer drives this)."""
+        rate = self.move_bytes_per_s
+        if rate is None:
+            return
+        with self._lock:
+            moves = [m for m in self._moves.values() if not m.in_flight]
+        for move in moves:
+            elapsed = now_ms - move.last_step_ms if move.last_step_ms >= 0 else 1000
+            budget = min(MOVE_STEP_BYTES_MAX, rate * max(0, elapsed) // 1000)
+            if budget > 0:
+                move.last_step_ms = now_ms
+                self._schedule_step(move, budget)
+
+    def _move_step(self, move: ReplicaMove, budget: int | None = None) -> None:
+        """One pool job: copy up to ``budget`` bytes, or swap when caught up."""
+        if budget is None:
+            budget = MOVE_STEP_BYTES_MAX
         again = False
         with move.lock:
-            current = self._logs.get(move.key)
-            if move.cancelled or self._closed or current is None:
-                return
             try:
+                current = self._logs.get(move.key)
+                if move.cancelled or self._closed or current is None:
+                    return
                 if move.future is None:
                     move.future = self._open_future(move, current)
-                copied = self._copy(move, current, MOVE_STEP_BYTES_MAX)
-                if copied < MOVE_STEP_BYTES_MAX:
+                copied = self._copy(move, current, budget)
+                if copied < budget:
                     # caught up: fsync what was copied now, so the swap (which holds the
                     # partition's lock) syncs only the last batches
                     move.future.flush()
-                again = copied >= MOVE_STEP_BYTES_MAX or not self._swap(move, current)
+                again = copied >= budget or not self._swap(move, current)
             except (OSError, StorageError) as e:
                 log.error("moving %s-%d to %s failed: %s", *move.key, move.dest, e)
                 self._drop_future(move)
@@ -215,8 +244,10 @@ class LogMoves:
                     if self._moves.get(move.key) is move:
                         del self._moves[move.key]
                 return
-        if again:
-            self._schedule_step(move)
+            finally:
+                move.in_flight = False
+        if again and self.move_bytes_per_s is None:
+            self._schedule_step(move)  # unthrottled: the next step at once
 
     def _open_future(self, move: ReplicaMove, current: PartitionLog) -> PartitionLog:
         topic, partition = move.key

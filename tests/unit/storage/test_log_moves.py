@@ -214,9 +214,9 @@ def test_a_crash_during_the_swap_leaves_the_old_or_the_new_log(
     outcome: list[Any] = []
     original = m._move_step
 
-    def step(move: Any) -> None:
+    def step(move: Any, budget: int | None = None) -> None:
         try:
-            original(move)
+            original(move, budget)
         except Crash as e:
             outcome.append(e)
         finally:
@@ -235,3 +235,33 @@ def test_a_crash_during_the_swap_leaves_the_old_or_the_new_log(
     assert not any(p.name.endswith(("-future", "-delete")) for d in dirs for p in d.iterdir())
     assert not (dirs[1 - lands_in] / "t-0").exists()
     again.shutdown()
+
+
+def test_the_move_rate_paces_the_copy(dirs: list[Path]) -> None:
+    """replica.alter.log.dirs.io.max.bytes.per.second: each flush_due tick copies what the
+    rate allows since the last step; no tick, no progress."""
+    clock = ManualClock(T0)
+    m = LogManager(dirs, clock, move_bytes_per_s=600)
+    plog = filled(m)
+    size, before = plog.size_bytes, contents(plog)
+    m.alter_log_dir("t", 0, str(dirs[1]))
+    move = m._moves[("t", 0)]
+    ticks = 0
+    lags = []
+    while m.log_dir_of("t", 0) != dirs[1]:
+        wait_until("the step", lambda: not move.in_flight)
+        if m.log_dir_of("t", 0) == dirs[1]:
+            break
+        lags.append(m.future_logs()[("t", 0)][2])
+        m.flush_due(clock.now_ms())  # no time passed: nothing more is copied
+        assert not move.in_flight
+        clock.advance(1000)
+        m.flush_due(clock.now_ms())
+        ticks += 1
+        assert ticks < 50
+    # ~600 bytes per second of a ~1.7 KB log: the copy took a few ticks, the lag shrank
+    assert size // 600 - 1 <= ticks <= size // 600 + 2
+    assert lags == sorted(lags, reverse=True) and lags[0] > 0
+    moved = m.get("t", 0)
+    assert moved is not None and contents(moved) == before
+    m.shutdown()

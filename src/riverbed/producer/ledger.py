@@ -76,6 +76,7 @@ from riverbed.producer.snapshot import (
     ENTRY,
     SNAPSHOT_VERSION,
     CorruptSnapshotError,
+    check_snapshot,
     iter_snapshot_fields,
     snapshot_name,
     snapshot_offset,
@@ -287,6 +288,9 @@ class PidLedger:
         #: files no longer written (full, or being flushed) and not sealed yet, newest
         #: first: still on the read path, after the active file
         self.retired: list[ActiveFile] = []
+        #: where the log replay after open() / truncate_after() starts (None: the log
+        #: start): the newest sealed file, or below a corrupt one that was deleted
+        self._replay_from: int | None = None
         self.reads = 0
         self.filter_checks = 0
         self.false_positive_checks = 0
@@ -313,15 +317,25 @@ class PidLedger:
             for off, p in blooms.items():
                 if off not in sealed:
                     p.unlink(missing_ok=True)  # a crash between flush steps 4 and 5
+            corrupt: list[int] = []
             for off in sorted(sealed, reverse=True):
                 p = sealed[off]
                 if log_end_offset is not None and off > log_end_offset:
                     p.unlink(missing_ok=True)
-                    blooms.pop(off, Path(os.devnull)).unlink(missing_ok=True)
+                    if (b := blooms.pop(off, None)) is not None:
+                        b.unlink(missing_ok=True)
                     continue
                 f = self._load_sealed(p, off, blooms.get(off))
                 if f is not None:
                     self._sealed.append(f)
+                else:
+                    corrupt.append(off)
+            self._replay_from = self._sealed[0].offset if self._sealed else None
+            if corrupt:
+                # the deleted file's entries are gone: replay the log from the newest
+                # file below it (or from the log start) to write them again
+                below = [s.offset for s in self._sealed if s.offset < min(corrupt)]
+                self._replay_from = max(below) if below else None
             ledgers.sort()
             self._generation = ledgers[-1][0] + 1 if ledgers else 0
             self.active = None  # created by the first update (idle partitions cost nothing)
@@ -333,7 +347,19 @@ class PidLedger:
                 old.close(delete=True)
 
     def _load_sealed(self, path: Path, off: int, bloom: Path | None) -> SealedFile | None:
-        size = path.stat().st_size
+        """The sealed file with its filter (rebuilt when its .bloom is missing or bad);
+        None (and the file deleted) when its CRC or length is wrong, as Kafka's loader
+        deletes a corrupt snapshot."""
+        data = path.read_bytes()
+        try:
+            check_snapshot(data)
+        except CorruptSnapshotError as e:
+            log.warning("%s: deleting corrupt %s: %s", self.directory.name, path.name, e)
+            path.unlink(missing_ok=True)
+            if bloom is not None:
+                bloom.unlink(missing_ok=True)
+            return None
+        size = len(data)
         count = (size - _HEADER) // ENTRY.size
         f: BloomFilter | None = None
         if bloom is not None:
@@ -342,12 +368,7 @@ class PidLedger:
             except (BloomFormatError, OSError) as e:
                 log.warning("%s: rebuilding filter %s: %s", self.directory.name, bloom.name, e)
         if f is None or size < _HEADER or (size - _HEADER) % ENTRY.size:
-            try:
-                entries = list(iter_snapshot_fields(path.read_bytes()))
-            except CorruptSnapshotError as e:
-                log.warning("%s: deleting unreadable %s: %s", self.directory.name, path.name, e)
-                path.unlink(missing_ok=True)
-                return None
+            entries = list(iter_snapshot_fields(data))
             f = BloomFilter.for_items(max(len(entries), 1), self.config.fpp)
             for fields in entries:
                 f.add(fields[0])
@@ -466,6 +487,12 @@ class PidLedger:
         with self._lock:
             return self._sealed[0].offset if self._sealed else None
 
+    def replay_offset(self) -> int | None:
+        """Where the log replay after open() or truncate_after() starts: the newest sealed
+        file's offset, or below a corrupt file that open() deleted (None: the log start)."""
+        with self._lock:
+            return self._replay_from
+
     def delete_before(self, offset: int, keep: Callable[[Fields], bool]) -> int:
         """Delete sealed files below ``offset``, carrying forward the entries whose newest
         version lives there and that ``keep`` wants (live producers). Returns files gone."""
@@ -492,19 +519,26 @@ class PidLedger:
                 return s
         return None
 
-    def truncate_after(self, offset: int) -> None:
-        """Drop sealed files past ``offset`` and the active entries (the caller replays
-        the log after ``newest_offset()``)."""
+    def truncate_after(self, offset: int, log_start_offset: int = 0) -> None:
+        """Drop sealed files past ``offset`` and the mapped entries the caller's log
+        replay (from ``replay_offset()``) writes again; entries below where it starts
+        (carried forward from deleted files) are kept."""
         with self._lock:
             for s in [s for s in self._sealed if s.offset > offset]:
                 self._sealed.remove(s)
                 self._fds.pop(id(s), None)
                 s.delete()
-            for f in (self.active, *self.retired):
+            self._replay_from = self._sealed[0].offset if self._sealed else None
+            start = log_start_offset if self._replay_from is None else self._replay_from
+            kept: dict[int, Fields] = {}
+            for f in reversed([self.active, *self.retired]):  # oldest first: newest wins
                 if f is not None:
+                    kept.update((e[0], e) for e in f.entries() if e[3] < start)
                     f.close(delete=True)
             self.retired = []
             self.active = None
+            for fields in kept.values():
+                self._put(fields)
 
     def clear(self) -> None:
         with self._lock:

@@ -105,8 +105,8 @@ class ProducerStateManager:
 
     def _replay(self, log_start: int, log_end: int) -> None:
         """Apply the batches after the newest sealed file (all of them without one)."""
-        newest = self.ledger.newest_offset()
-        start = log_start if newest is None else newest
+        newest = self.ledger.replay_offset()
+        start = log_start if newest is None else max(newest, log_start)
         self.store.clear()
         replayed = 0
         for h in self._headers_from(start):
@@ -139,7 +139,7 @@ class ProducerStateManager:
         self.flush(base_offset)
 
     def on_truncate(self, log_start_offset: int, log_end_offset: int) -> None:
-        self.ledger.truncate_after(log_end_offset)
+        self.ledger.truncate_after(log_end_offset, log_start_offset)
         self._replay(log_start_offset, log_end_offset)
 
     def on_truncate_fully(self, offset: int) -> None:

@@ -125,6 +125,12 @@ def iter_snapshot_fields(
     data: bytes,
 ) -> Iterator[tuple[int, int, int, int, int, int, int, int]]:
     """The raw 8 fields of every entry (CRC and length checked first)."""
+    start = check_snapshot(data)
+    yield from ENTRY.iter_unpack(memoryview(data)[start:])
+
+
+def check_snapshot(data: bytes) -> int:
+    """Check version, CRC-32C and length; the position of the first entry."""
     if len(data) < ENTRIES_OFFSET + _COUNT.size:
         raise CorruptSnapshotError(f"snapshot of {len(data)} bytes is too short")
     version, crc = _HEAD.unpack_from(data, 0)
@@ -140,4 +146,4 @@ def iter_snapshot_fields(
     start = ENTRIES_OFFSET + _COUNT.size
     if count < 0 or start + count * ENTRY.size != len(data):
         raise CorruptSnapshotError(f"snapshot claims {count} entries in {len(data)} bytes")
-    yield from ENTRY.iter_unpack(memoryview(data)[start:])
+    return start

@@ -223,3 +223,36 @@ def test_cache_is_bounded_write_through_and_caches_absence(tmp_path: Path) -> No
     assert led.read(0) is not None  # written through before it was evicted
     e = store.get(0)  # a miss: read back from the ledger
     assert e is not None and e.producer_id == 0 and store.misses >= 2
+
+
+def test_truncation_keeps_entries_carried_forward_below_the_replay(tmp_path: Path) -> None:
+    led = PidLedger(tmp_path, SMALL)
+    led.open()
+    for pid in range(5):
+        led.update(fields(pid, pid))  # last offsets 1000..1004
+    led.flush(5000)
+    led.update(fields(9, 9))
+    led.flush(6000)
+    led.delete_before(5500, keep=lambda f: True)  # 0..4 carried into the active file
+    led.update(fields(7, 4000))  # last offset 5000: the replay after 6000 would not...
+    led.truncate_after(6000, log_start_offset=5500)
+    assert [led.read(pid) for pid in range(5)] == [fields(pid, pid) for pid in range(5)]
+    assert led.read(9) == fields(9, 9) and led.replay_offset() == 6000
+    assert led.read(7) == fields(7, 4000)  # ...so it is kept (below the replay start)
+
+
+def test_corrupt_sealed_file_is_deleted_and_the_replay_starts_below_it(tmp_path: Path) -> None:
+    led = PidLedger(tmp_path, SMALL)
+    led.open()
+    for off in (100, 200, 300):
+        led.update(fields(off, off))
+        led.flush(off)
+    led.close()
+    path = tmp_path / snapshot_name(200)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    again = PidLedger(tmp_path, SMALL)
+    again.open()
+    assert not path.exists() and again.replay_offset() == 100
+    assert again.read(300) == fields(300, 300) and again.read(200) is None

@@ -217,3 +217,24 @@ def test_expiry_on_injected_clock(tmp_path: Path) -> None:
     assert mgr.remove_expired() == 0
     clock.advance(1000)
     assert mgr.remove_expired() == 1 and mgr.describe() == []
+
+
+def test_corrupt_older_file_is_rebuilt_from_the_log(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    plog = open_log(tmp_path, clock, segment_bytes=400)
+    plog.append_as_leader(idem(4, 0, 0, 2), 0)  # producer 4 only writes at the start
+    seq = 0
+    for _ in range(10):
+        plog.append_as_leader(idem(5, 0, seq, 2), 0)
+        seq += 2
+    plog.close()
+    first = min(state_of(plog).snapshot_offsets())
+    path = plog.directory / snapshot_name(first)
+    data = bytearray(path.read_bytes())
+    data[8] ^= 0xFF
+    path.write_bytes(bytes(data))
+    plog2 = open_log(tmp_path, clock, segment_bytes=400)
+    e4 = state_of(plog2).table.get(4)
+    assert e4 is not None and e4.last_seq == 1  # replayed from the log start
+    dup = plog2.append_as_leader(idem(4, 0, 0, 2), 0)
+    assert dup.duplicate and dup.first_offset == 0

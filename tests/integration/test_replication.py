@@ -3,6 +3,9 @@
 - SIGKILL of the partition leader during idempotent acks=all production: every record
   the producer saw acknowledged is readable after the fail-over and after the killed node
   restarts, at the offset it was acknowledged with, and no offset holds two records;
+- SIGTERM of the leader: a controlled shutdown hands leadership to an in-sync replica
+  before the process exits; once back in the ISR, preferred-leader balancing returns it;
+- reassignment [1, 2] -> [2, 3] under production moves the data and deletes node 1's log;
 - SIGSTOP of a follower for longer than ``replica.lag.time.max.ms``: the leader shrinks
   the ISR (AlterPartition), acks=all production goes on, and after SIGCONT the follower
   catches up and the ISR is whole again; each node's ``state-change.log`` records it.
@@ -37,6 +40,7 @@ OVERRIDES = {
     "replica.lag.time.max.ms": str(LAG_MAX_MS),
     "replica.fetch.backoff.ms": "200",
     "broker.session.timeout.ms": "4000",
+    "leader.imbalance.check.interval.seconds": "2",
 }
 
 
@@ -309,3 +313,11 @@ def test_sigterm_of_the_leader_moves_leadership_before_it_stops(cluster: QuorumC
     assert "controlled shutdown complete" in log_text
     got = restart_and_read(cluster, admin, topic, leader, prod)
     assert all(got.get(o) == v for v, o in prod.acked.items())
+    # preferred-leader balancing (auto.leader.rebalance.enable) hands it back its leadership
+    preferred = partition_state(admin, topic)[1][0]
+    assert preferred == leader
+    wait_for(
+        "leadership back on the preferred replica",
+        lambda: partition_state(admin, topic)[0] == leader,
+        20,
+    )

@@ -113,6 +113,8 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     _d("auto.create.topics.enable", _B, "true"),
     _d("delete.topic.enable", _B, "true"),
     _d("auto.leader.rebalance.enable", _B, "true"),
+    _d("leader.imbalance.check.interval.seconds", _L, "300", at_least(1)),
+    _d("leader.imbalance.per.broker.percentage", _I, "10", at_least(0)),
     _d("message.max.bytes", _I, "1048588", at_least(0)),
     _d("log.segment.bytes", _I, "1073741824", at_least(14)),
     _d("log.roll.ms", _L, None, at_least(1)),

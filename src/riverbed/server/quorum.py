@@ -46,8 +46,11 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from riverbed.metadata.control_common import REQUEST_ITEMS_MAX
 from riverbed.metadata.controller import Controller, ControllerError
 from riverbed.metadata.image import BrokerEndpoint, BrokerRegistration, MetadataImage
+from riverbed.metadata.leader_balance import imbalanced_partitions
+from riverbed.metadata.partition_control import ELECTION_PREFERRED
 from riverbed.metadata.quorum import MetadataStateMachine, RaftMetadataLog
 from riverbed.metadata.service import ImageListener, MetadataService
 from riverbed.protocol.api_versions import (
@@ -218,6 +221,11 @@ class QuorumMetadata:
         service.add_listener(lambda old, new, delta: self._image_changed.set())
         self._loop_task: asyncio.Task[None] | None = None
         self._bootstrapped_epoch = -1
+        # preferred-leader balancing (riverbed.metadata.leader_balance)
+        self._rebalance = bool(config.get("auto.leader.rebalance.enable"))
+        self._rebalance_every_s = int(config.get("leader.imbalance.check.interval.seconds"))
+        self._imbalance_pct = int(config.get("leader.imbalance.per.broker.percentage"))
+        self._next_rebalance = time.monotonic() + self._rebalance_every_s
 
     # --- the read side (the service's) ----------------------------------------------------
     @property
@@ -309,6 +317,9 @@ class QuorumMetadata:
                         log.info("node %d wrote the bootstrap metadata records", self.node_id)
                     self._bootstrapped_epoch = epoch
                 await self._fence_expired()
+                if self._rebalance and time.monotonic() >= self._next_rebalance:
+                    self._next_rebalance = time.monotonic() + self._rebalance_every_s
+                    await self._balance_leaders()
             except (NotLeaderError, TimeoutError, ControllerError):
                 continue  # leadership moved, or the operation was refused: next round
             except Exception as exc:
@@ -331,6 +342,24 @@ class QuorumMetadata:
                     time.monotonic() - last,
                 )
                 await self.service.fence_broker(broker_id)
+
+    async def _balance_leaders(self) -> None:
+        """Elect preferred replicas back where a broker leads too few of its own."""
+        wanted = imbalanced_partitions(self.service.image, self._imbalance_pct)
+        for start in range(0, len(wanted), REQUEST_ITEMS_MAX):
+            by_topic: dict[str, list[int]] = {}
+            for name, index in wanted[start : start + REQUEST_ITEMS_MAX]:
+                by_topic.setdefault(name, []).append(index)
+            EL = ElectLeadersRequest
+            request = EL(
+                election_type=ELECTION_PREFERRED,
+                topic_partitions=[
+                    EL.TopicPartitions(topic=t, partitions=p) for t, p in by_topic.items()
+                ],
+                timeout_ms=int(FORWARD_TIMEOUT_S * 1000),
+            )
+            await self.service.elect_leaders(request)
+            log.info("preferred-leader balancing: elected %d partition(s) back", len(wanted))
 
     async def heartbeat_loop(self, broker_id: int, stop: asyncio.Event) -> None:
         """The broker side: a BrokerHeartbeat to the active controller every

@@ -143,6 +143,7 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     _d("log.cleaner.min.cleanable.ratio", _D, "0.5", between(0, 1)),
     _d("log.cleaner.dedupe.buffer.size", _L, "134217728"),
     _d("log.cleaner.backoff.ms", _L, "15000", at_least(0)),
+    _d("log.cleaner.io.max.bytes.per.second", _D, "1.7976931348623157E308", at_least(0)),
     _d("log.preallocate", _B, "false"),
     _d("log.flush.interval.messages", _L, _LMAX, at_least(1)),
     _d("log.flush.interval.ms", _L, None),

@@ -191,6 +191,7 @@ class Node:
         factory = self._log_manager_factory
         if factory is None:
             from riverbed.server.fault_handler import ProcessTerminatingFaultHandler
+            from riverbed.storage.log_cleaner import CleanerConfig
             from riverbed.storage.log_manager import LogManager
 
             # a failed disk halts the node when no log dir is left (or the metadata one)
@@ -200,6 +201,7 @@ class Node:
                 config_for=config_for,
                 halt=ProcessTerminatingFaultHandler(cfg.node_id).handle_fault,
                 metadata_log_dir=cfg.metadata_log_dir,
+                cleaner_config=CleanerConfig.from_broker(cfg.get),
                 remote_log_enabled=remote_settings.enabled,
                 move_bytes_per_s=_move_rate(cfg),
             )

@@ -24,6 +24,10 @@ flush.messages                      Long.MAX_VALUE (OS)     fsync after this man
 flush.ms                            Long.MAX_VALUE (OS)     fsync after this much time
 file.delete.delay.ms                60000                   keep deleted files this long
 cleanup.policy                      delete                  "delete" and/or "compact"
+delete.retention.ms                 86400000 (1 day)        tombstones kept after cleaning
+min.compaction.lag.ms               0                       records younger are not cleaned
+max.compaction.lag.ms               Long.MAX_VALUE          dirty records older force a clean
+min.cleanable.dirty.ratio           0.5                     dirty share that triggers a clean
 min.insync.replicas                 1                       for acks=all (replication)
 preallocate                         false                   accepted, not used
 remote.storage.enable               false                   tier rolled segments (KIP-405)
@@ -77,6 +81,10 @@ class LogConfig:
     flush_ms: int = LONG_MAX
     file_delete_delay_ms: int = 60000
     cleanup_policy: tuple[str, ...] = ("delete",)
+    delete_retention_ms: int = 86400000
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    min_cleanable_dirty_ratio: float = 0.5
     min_insync_replicas: int = 1
     preallocate: bool = False
     remote_storage_enable: bool = False
@@ -110,6 +118,12 @@ class LogConfig:
         self._check_range("flush.ms", self.flush_ms, 0, LONG_MAX)
         self._check_range("file.delete.delay.ms", self.file_delete_delay_ms, 0, LONG_MAX)
         self._check_range("min.insync.replicas", self.min_insync_replicas, 1, INT_MAX)
+        self._check_range("delete.retention.ms", self.delete_retention_ms, 0, LONG_MAX)
+        self._check_range("min.compaction.lag.ms", self.min_compaction_lag_ms, 0, LONG_MAX)
+        self._check_range("max.compaction.lag.ms", self.max_compaction_lag_ms, 1, LONG_MAX)
+        ratio = self.min_cleanable_dirty_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
+            raise InvalidConfigError("min.cleanable.dirty.ratio", ratio, "must be between 0 and 1")
         self._check_range("local.retention.ms", self.local_retention_ms, -2, LONG_MAX)
         self._check_range("local.retention.bytes", self.local_retention_bytes, -2, LONG_MAX)
         if not self.cleanup_policy or any(p not in CLEANUP_POLICIES for p in self.cleanup_policy):
@@ -207,6 +221,11 @@ def _parse_value(key: str, attr: str, raw: object) -> object:
         if isinstance(raw, (tuple, list)):
             return tuple(str(p).strip() for p in raw)
         return tuple(p.strip() for p in str(raw).split(",") if p.strip())
+    if attr == "min_cleanable_dirty_ratio":
+        try:
+            return float(str(raw).strip())
+        except ValueError:
+            raise InvalidConfigError(key, raw, "must be a number") from None
     if attr in _BOOLEAN_ATTRS:
         if isinstance(raw, bool):
             return raw

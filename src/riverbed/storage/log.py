@@ -58,6 +58,7 @@ from riverbed.protocol.records import (
 from riverbed.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
 )
+from riverbed.storage.cleaner import require_keys
 from riverbed.storage.clock import Clock
 from riverbed.storage.config import LogConfig
 from riverbed.storage.epoch_cache import LeaderEpochCache
@@ -70,6 +71,7 @@ from riverbed.storage.errors import (
 )
 from riverbed.storage.file_io import OS_FILE_IO, FileIO
 from riverbed.storage.log_base import LOADED_INDEXES_MAX, RetentionHook
+from riverbed.storage.log_cleaning import LogCleaning
 from riverbed.storage.log_dir import LogDir
 from riverbed.storage.log_files import FileRange, ReadResult, SegmentFiles, TimestampOffset
 from riverbed.storage.log_reads import LogReads
@@ -115,7 +117,7 @@ class AppendInfo:
     duplicate: bool = False
 
 
-class PartitionLog(LogReads, LogRetention):
+class PartitionLog(LogReads, LogRetention, LogCleaning):
     """The segments of one partition and the offsets, epochs and timestamps over them."""
 
     def __init__(
@@ -271,6 +273,8 @@ class PartitionLog(LogReads, LogRetention):
                 raise InvalidRecordError(f"{self.name}: {e}") from None
             if h.records_count == 0:
                 raise InvalidRecordError(f"{self.name}: record batch with no records")
+            if cfg.compact_enabled:
+                require_keys(memoryview(buf)[pos : pos + h.size], h)
             if h.is_control and origin == ORIGIN_CLIENT:
                 raise InvalidRecordError(f"{self.name}: clients may not write control batches")
             if cfg.log_append_time:

@@ -6,8 +6,9 @@ A partition dir ``<topic>-<partition>/`` holds, besides the live segments
 - ``*.deleted``: a segment removed by retention or truncation, kept for
   ``file.delete.delay.ms`` so that in-flight reads of it can finish, then unlinked
   (left over at start-up: unlinked at once);
-- ``*.tmp`` (an unfinished checkpoint), ``*.cleaned`` / ``*.swap`` (reserved for the log
-  cleaner): unlinked at start-up;
+- ``*.tmp`` (an unfinished checkpoint): unlinked at start-up;
+- ``*.cleaned`` (a cleaning that did not commit): unlinked; ``<base>.log.swap`` (a
+  committed cleaning): replaces ``<base>.log`` (`riverbed.storage.cleaner.complete_swaps`);
 - an ``.index`` / ``.timeindex`` without its ``.log``: unlinked at start-up.
 """
 
@@ -165,6 +166,9 @@ class SegmentFiles:
 
     def clean_and_list(self) -> list[int]:
         """Base offsets of the segments with a ``.log``, after removing garbage files."""
+        from riverbed.storage.cleaner import complete_swaps
+
+        complete_swaps(self.directory)  # first: a committed cleaning's .swap is no garbage
         logs: set[int] = set()
         indexes: list[tuple[int, Path]] = []
         for entry in os.scandir(self.directory):

@@ -68,6 +68,7 @@ from riverbed.storage.errors import LogDirError, StorageError
 from riverbed.storage.file_io import OS_FILE_IO, FileIO
 from riverbed.storage.layout import METADATA_PARTITION_DIR, partition_dir_name
 from riverbed.storage.log import PartitionLog, RetentionHook
+from riverbed.storage.log_cleaner import CleanerConfig, LogCleaner
 from riverbed.storage.log_dir import LogDir
 from riverbed.storage.log_moves import LogMoves, ReplicaMove, parse_future_dir
 
@@ -120,6 +121,7 @@ class LogManager(LogMoves):
         metadata_log_dir: str | os.PathLike[str] | None = None,
         remote_log_enabled: bool = False,
         move_bytes_per_s: int | None = None,
+        cleaner_config: CleanerConfig | None = None,
     ) -> None:
         """``move_bytes_per_s``: ``replica.alter.log.dirs.io.max.bytes.per.second`` (None:
         unlimited), the pace of replica moves between log dirs (``alter_log_dir``);
@@ -174,6 +176,13 @@ class LogManager(LogMoves):
         self.move_bytes_per_s = move_bytes_per_s
         self._found_futures: list[tuple[Path, tuple[str, int], Path]] = []
         self._load_all(recovery_threads_per_dir)
+        #: Compaction of the logs whose cleanup.policy contains compact (log.cleaner.*).
+        self.cleaner = LogCleaner(
+            cleaner_config or CleanerConfig(),
+            self.all_logs,
+            lambda key: self.log_dir_of(*key),
+            self.log_dirs,
+        )
 
     # ---- start-up ------------------------------------------------------------------------
 
@@ -430,6 +439,7 @@ class LogManager(LogMoves):
     def delete(self, topic: str, partition: int) -> bool:
         """Close the log, rename its dir to ``...-delete``, remove it after the delay."""
         key = (topic, partition)
+        self.cleaner.forget(key)
         self._wait_for_creation(key)
         self._cancel_move_of(key)  # its future dir goes before the current one
         with self._lock:
@@ -512,6 +522,7 @@ class LogManager(LogMoves):
                 fut.add_done_callback(functools.partial(self._flush_done, key))
                 started.append(fut)
         started += self._delete_due(now_ms)
+        self.cleaner.maybe_schedule(now_ms)  # its own threads (see LogCleaner.wait)
         for name, interval in self._intervals.items():
             pending = self._checkpoint_inflight.get(name)
             # At most one write per checkpoint file in flight: a stalled disk must not pile
@@ -614,6 +625,7 @@ class LogManager(LogMoves):
                 return
             self._closed = True
             inflight = list(self._inflight.values())
+        self.cleaner.shutdown()  # a cleaning in progress stops before its next read/write
         self._wait_for_creation()  # no creation starts once closed; finish the running ones
         for fut in inflight:
             fut.exception()  # wait; failures were logged by the callback

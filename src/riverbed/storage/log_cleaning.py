@@ -1,0 +1,209 @@
+"""Compaction of one partition log (mixed into PartitionLog); the rules are in `cleaner`.
+
+Reads happen outside the log's lock through fds duplicated under it (appends and fetches
+go on meanwhile); only the swap of a rewritten segment takes the lock, and it is skipped
+when the segment changed in between (deleted by retention, truncated).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from riverbed.storage.checkpoints import fsync_dir
+from riverbed.storage.cleaner import (
+    CLEANED_SUFFIX,
+    SWAP_SUFFIX,
+    CleanStats,
+    OffsetMap,
+    clean_segment,
+    last_batches_by_producer,
+    map_segment,
+)
+from riverbed.storage.log_base import LogBase, log
+from riverbed.storage.segment import LogSegment, segment_file_name
+from riverbed.storage.time_index import NO_TIMESTAMP
+
+__all__ = ["CleanResult", "LogCleaning"]
+
+#: Called with a byte count after every read or write (the cleaner's I/O throttle).
+Throttle = Callable[[int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Cleanable:
+    """A closed segment the cleaner may rewrite: it and its end offset (next base)."""
+
+    segment: LogSegment
+    end_offset: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class CleanResult:
+    #: The next cleaning's first dirty offset (the cleaner checkpoint).
+    first_dirty: int
+    bytes_read: int
+    bytes_written: int
+    segments_swapped: int
+    stats: CleanStats
+
+
+class _IoCount:
+    """Bytes read and written by one cleaning, through the throttle."""
+
+    def __init__(self, throttle: Throttle) -> None:
+        self.throttle = throttle
+        self.read = 0
+        self.written = 0
+
+    def __call__(self, n: int, *, read: bool = False) -> None:
+        if read:
+            self.read += n
+        else:
+            self.written += n
+        self.throttle(n)
+
+
+class LogCleaning(LogBase):
+    """`cleanable_segments` and `clean` (see the module docstring)."""
+
+    def cleanable_segments(self, now_ms: int) -> list[Cleanable]:
+        """Closed segments entirely below the high watermark whose records are all older
+        than ``min.compaction.lag.ms``, from the log start."""
+        lag = self.config.min_compaction_lag_ms
+        out: list[Cleanable] = []
+        with self._lock:
+            segs = self._segments
+            for i, seg in enumerate(segs[:-1]):
+                end = segs[i + 1].base_offset
+                if end > self._high_watermark:
+                    break
+                if lag > 0:
+                    newest = seg.largest_timestamp()
+                    if newest != NO_TIMESTAMP and newest > now_ms - lag:
+                        break
+                out.append(Cleanable(seg, end, seg.size))
+                self._release(seg)
+        return out
+
+    def dirty_ratio(self, first_dirty: int, now_ms: int) -> tuple[float, int]:
+        """(dirty bytes / cleanable bytes, dirty bytes) from ``first_dirty``."""
+        cleanable = self.cleanable_segments(now_ms)
+        total = sum(c.size for c in cleanable)
+        dirty = sum(c.size for c in cleanable if c.end_offset > first_dirty)
+        return (dirty / total if total else 0.0), dirty
+
+    def _read_segment(self, seg: LogSegment) -> bytes | None:
+        with self._lock:
+            if seg not in self._segments:
+                return None
+            fd = seg.dup_log_fd()
+            size = seg.size
+            self._release(seg)
+        try:
+            return os.pread(fd, size, 0)
+        finally:
+            os.close(fd)
+
+    def clean(
+        self,
+        first_dirty: int,
+        offset_map: OffsetMap,
+        now_ms: int,
+        throttle: Throttle,
+        *,
+        expire_tombstones: bool = False,
+    ) -> CleanResult | None:
+        """One cleaning pass from ``first_dirty``; None when nothing is dirty (unless
+        ``expire_tombstones``: tombstones past their delete horizon are due)."""
+        cleanable = self.cleanable_segments(now_ms)
+        first_dirty = max(first_dirty, self.log_start_offset)
+        dirty = [c for c in cleanable if c.end_offset > first_dirty]
+        if not dirty and not (expire_tombstones and cleanable):
+            return None
+        offset_map.clear()
+        io = _IoCount(throttle)
+        map_end = first_dirty
+        for c, data in self._segment_bytes(dirty, io):
+            map_end, whole = map_segment(data, max(first_dirty, c.segment.base_offset), offset_map)
+            if not whole:
+                break
+            map_end = c.end_offset
+        if dirty and map_end <= first_dirty:
+            log.warning(
+                "%s: log.cleaner.dedupe.buffer.size holds %d keys, fewer than one batch "
+                "needs: nothing cleaned", self.name, offset_map.capacity,
+            )  # fmt: skip
+            return None
+        targets = [c for c in cleanable if c.segment.base_offset < max(map_end, first_dirty)]
+        # one segment in memory at a time: a header pass for the producers' last batches,
+        # then read, rewrite and swap each segment
+        last_batch_of = last_batches_by_producer(d for _c, d in self._segment_bytes(targets, io))
+        stats = CleanStats()
+        swapped = before = after = 0
+        for c, data in self._segment_bytes(targets, io):
+            cleaned = clean_segment(
+                data, offset_map, now_ms, self.config.delete_retention_ms, last_batch_of, stats
+            )
+            before += len(data)
+            after += len(data)
+            if cleaned == data:
+                continue
+            io(len(cleaned))
+            if self._swap(c.segment, c.size, cleaned):
+                swapped += 1
+                after += len(cleaned) - len(data)
+        log.info(
+            "%s: cleaned offsets [%d, %d): %d segment(s) rewritten, %d records and %d "
+            "tombstones removed, %d -> %d bytes",
+            self.name, first_dirty, map_end, swapped, stats.records_dropped,
+            stats.tombstones_dropped, before, after,
+        )  # fmt: skip
+        return CleanResult(map_end, io.read, io.written, swapped, stats)
+
+    def _segment_bytes(
+        self, cleanables: list[Cleanable], io: _IoCount
+    ) -> Iterator[tuple[Cleanable, bytes]]:
+        for c in cleanables:
+            data = self._read_segment(c.segment)
+            if data is not None:
+                io(len(data), read=True)
+                yield c, data
+
+    def _swap(self, seg: LogSegment, size: int, data: bytes) -> bool:
+        """Replace ``seg`` by ``data`` (see the cleaner docstring); False when it changed."""
+        base = segment_file_name(seg.base_offset, ".log")
+        cleaned = self.directory / (base + CLEANED_SUFFIX)
+        swap = self.directory / (base + SWAP_SUFFIX)
+        fd = os.open(cleaned, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(cleaned, swap)
+        fsync_dir(self.directory)  # the commit point: recovery completes the swap from here on
+        with self._lock:
+            if seg not in self._segments or seg.size != size:
+                swap.unlink(missing_ok=True)
+                return False
+            i = self._segments.index(seg)
+            self._schedule_delete(seg)
+            os.replace(swap, seg.log_path)
+            fresh = LogSegment.open_existing(
+                self.directory,
+                seg.base_offset,
+                index_interval_bytes=self.config.index_interval_bytes,
+                max_index_bytes=self.config.segment_index_bytes,
+                created_ms=self.clock.now_ms(),
+                io=self._io,
+            )
+            fresh.rebuild_indexes()
+            self._segments[i] = fresh
+            self._release(fresh)
+        fsync_dir(self.directory)
+        return True

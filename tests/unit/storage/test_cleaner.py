@@ -1,0 +1,217 @@
+"""Log compaction: latest value per key, tombstones after delete.retention.ms, offsets and
+batch boundaries kept, bounded offset map, crash-safe swap, checkpoint, keyless refusal."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from riverbed.protocol.record_batch import iter_batches
+from riverbed.protocol.records import Record, SimpleRecord, build_batch, iter_records
+from riverbed.storage import LogConfig, LogManager, ManualClock, PartitionLog
+from riverbed.storage.checkpoints import read_offset_checkpoint
+from riverbed.storage.cleaner import CLEANER_CHECKPOINT, OffsetMap
+from riverbed.storage.errors import InvalidRecordError
+from riverbed.storage.log_cleaner import CleanerConfig
+from riverbed.storage.segment import segment_file_name
+
+T0 = 1_700_000_000_000
+COMPACT = LogConfig(
+    cleanup_policy=("compact",),
+    segment_bytes=600,
+    delete_retention_ms=1000,
+    min_cleanable_dirty_ratio=0.0,
+)
+
+
+def no_throttle(_n: int) -> None:
+    return None
+
+
+def keyed(pairs: list[tuple[bytes, bytes | None]], ts: int = T0, **kw: object) -> bytes:
+    return build_batch(
+        [SimpleRecord(value=v, key=k, timestamp=ts) for k, v in pairs], now_ms=ts, **kw
+    )  # type: ignore[arg-type]
+
+
+def records(log: PartitionLog) -> list[Record]:
+    out: list[Record] = []
+    with log.read(log.log_start_offset, 1 << 30) as result:
+        data = result.read_bytes()
+    for pos, h in iter_batches(data):
+        out += iter_records(memoryview(data)[pos : pos + h.size])
+    return out
+
+
+def latest(log: PartitionLog) -> dict[bytes, tuple[int, bytes | None]]:
+    out: dict[bytes, tuple[int, bytes | None]] = {}
+    for r in records(log):
+        assert r.key is not None
+        out[r.key] = (r.offset, r.value)
+    return out
+
+
+def fill(
+    log: PartitionLog, rng: random.Random, n: int, keys: int
+) -> dict[bytes, tuple[int, bytes | None]]:
+    """n records over ``keys`` keys (some tombstones), a few per batch; the model."""
+    model: dict[bytes, tuple[int, bytes | None]] = {}
+    i = 0
+    while i < n:
+        size = rng.randint(1, 4)
+        pairs: list[tuple[bytes, bytes | None]] = []
+        for _ in range(size):
+            k = b"k%d" % rng.randrange(keys)
+            v = None if rng.random() < 0.1 else b"v%d" % i
+            pairs.append((k, v))
+            i += 1
+        info = log.append_as_leader(keyed(pairs), 0)
+        for j, (k, v) in enumerate(pairs):
+            model[k] = (info.first_offset + j, v)
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    return model
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(T0)
+
+
+def open_log(d: Path, clock: ManualClock, cfg: LogConfig = COMPACT) -> PartitionLog:
+    return PartitionLog(d, "t", 0, cfg, clock)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_cleaning_keeps_the_latest_record_per_key_at_its_offset(
+    tmp_path: Path, clock: ManualClock, seed: int
+) -> None:
+    rng = random.Random(seed)
+    log = open_log(tmp_path / "t-0", clock)
+    model = fill(log, rng, 400, 30)
+    before = records(log)
+    result = log.clean(0, OffsetMap(1 << 20), clock.now_ms(), no_throttle)
+    assert result is not None and result.segments_swapped > 0
+    after = records(log)
+    assert latest(log) == model, f"seed {seed}"
+    assert len(after) < len(before)
+    # every kept record is the same record at the same offset
+    original = {r.offset: r for r in before}
+    assert all(original[r.offset][1:4] == r[1:4] for r in after)
+    assert log.log_end_offset == before[-1].offset + 1
+    # tombstones survive the first cleaning (delete.retention.ms from now)...
+    tombstones = {k for k, (_o, v) in model.items() if v is None}
+    assert {r.key for r in after if r.value is None} == tombstones
+    # ...and go in a cleaning after the horizon
+    clock.advance(1001)
+    log.clean(0, OffsetMap(1 << 20), clock.now_ms(), no_throttle)
+    assert latest(log) == {k: ov for k, ov in model.items() if ov[1] is not None}
+    log.close()
+    reopened = open_log(tmp_path / "t-0", clock)
+    assert latest(reopened) == {k: ov for k, ov in model.items() if ov[1] is not None}
+    reopened.close()
+
+
+def test_a_small_dedupe_buffer_cleans_in_several_passes(tmp_path: Path, clock: ManualClock) -> None:
+    log = open_log(tmp_path / "t-0", clock)
+    model = fill(log, random.Random(7), 300, 40)
+    tiny = OffsetMap(25 * 24)  # 22 entries for 40 keys: several passes
+    first_dirty = 0
+    passes = 0
+    while True:
+        result = log.clean(first_dirty, tiny, clock.now_ms(), no_throttle)
+        if result is None:
+            break
+        assert result.first_dirty > first_dirty and len(tiny) <= tiny.capacity
+        first_dirty = result.first_dirty
+        passes += 1
+    assert passes > 1
+    # a key's older copies in segments before the pass that saw its latest stay until a
+    # later pass covers them again from the start: one more full pass compacts all
+    log.clean(0, OffsetMap(1 << 20), clock.now_ms(), no_throttle)
+    assert latest(log) == model
+
+
+def test_producer_state_keeps_the_last_batch_of_each_producer(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    log = open_log(tmp_path / "t-0", clock)
+    log.append_as_leader(keyed([(b"a", b"1")], producer_id=7, producer_epoch=0, base_sequence=0), 0)
+    log.append_as_leader(keyed([(b"a", b"2")]), 0)
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    log.clean(0, OffsetMap(1 << 20), clock.now_ms(), no_throttle)
+    with log.read(0, 1 << 20) as result:
+        data = result.read_bytes()
+    headers = [h for _p, h in iter_batches(data)]
+    assert [(h.base_offset, h.producer_id, h.records_count) for h in headers] == [
+        (0, 7, 0),  # emptied, kept as a header for the producer's sequence
+        (1, -1, 1),
+    ]
+
+
+def test_a_crash_during_the_swap_loses_nothing(tmp_path: Path, clock: ManualClock) -> None:
+    d = tmp_path / "t-0"
+    log = open_log(d, clock)
+    model = fill(log, random.Random(3), 200, 10)
+    original = records(log)
+    log.close()
+    seg0 = segment_file_name(0, ".log")
+    # crash after the cleaned file was written, before it committed: rolled back
+    log = open_log(d, clock)
+    data = (d / seg0).read_bytes()
+    (d / (seg0 + ".cleaned")).write_bytes(data[: len(data) // 2])
+    log.close()
+    log = open_log(d, clock)
+    assert not (d / (seg0 + ".cleaned")).exists()
+    assert records(log) == original
+    log.close()
+    # crash after the commit point (.swap written), before the old file was replaced
+    log = open_log(d, clock)
+    log.clean(0, OffsetMap(1 << 20), clock.now_ms(), no_throttle)
+    cleaned_first = (d / seg0).read_bytes()
+    log.close()
+    (d / seg0).write_bytes(data)  # the old segment is back, as before the swap
+    (d / (seg0 + ".swap")).write_bytes(cleaned_first)
+    (d / segment_file_name(0, ".index")).unlink(missing_ok=True)
+    log = open_log(d, clock)
+    assert not (d / (seg0 + ".swap")).exists()
+    assert (d / seg0).read_bytes() == cleaned_first
+    assert latest(log) == model
+    log.close()
+
+
+def test_keyless_records_are_refused_on_compacted_topics(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    log = open_log(tmp_path / "t-0", clock)
+    with pytest.raises(InvalidRecordError, match="without key"):
+        log.append_as_leader(build_batch([SimpleRecord(b"v")], now_ms=T0), 0)
+    assert log.log_end_offset == 0
+    log.append_as_leader(keyed([(b"k", b"v")]), 0)
+    plain = open_log(tmp_path / "u-0", clock, LogConfig())
+    plain.append_as_leader(build_batch([SimpleRecord(b"v")], now_ms=T0), 0)
+    log.close()
+    plain.close()
+
+
+def test_log_manager_cleans_compacted_logs_in_the_background(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    manager = LogManager(
+        [tmp_path / "data"],
+        clock,
+        default_config=COMPACT,
+        cleaner_config=CleanerConfig(backoff_ms=0),
+    )
+    log = manager.get_or_create("t", 0, COMPACT)
+    model = fill(log, random.Random(11), 200, 8)
+    manager.flush_due(clock.now_ms())  # starts the cleaner's scan (backoff 0)
+    manager.cleaner.wait(30)
+    assert manager.cleaner.cleanings == 1
+    assert latest(log) == model
+    checkpoint = read_offset_checkpoint(tmp_path / "data" / CLEANER_CHECKPOINT)
+    assert checkpoint[("t", 0)] == manager.cleaner.first_dirty[("t", 0)] > 0
+    manager.shutdown()

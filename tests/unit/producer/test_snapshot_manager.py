@@ -38,6 +38,17 @@ def open_log(path: Path, clock: ManualClock, **cfg: int) -> PartitionLog:
     return plog
 
 
+def rolled_log(
+    path: Path, clock: ManualClock, plog: PartitionLog | None = None
+) -> tuple[PartitionLog, int]:
+    """Producer 5 writes 10 batches of 2 records over 400-byte segments (many rolls);
+    returns the log and the producer's next sequence."""
+    plog = plog or open_log(path, clock, segment_bytes=400)
+    for seq in range(0, 20, 2):
+        plog.append_as_leader(idem(5, 0, seq, 2), 0)
+    return plog, 20
+
+
 def state_of(plog: PartitionLog) -> ProducerStateManager:
     assert isinstance(plog.producer_state, ProducerStateManager)
     return plog.producer_state
@@ -121,11 +132,7 @@ def test_fenced_epoch_is_refused(tmp_path: Path) -> None:
 
 def test_roll_writes_snapshot_and_restart_after_crash_rebuilds(tmp_path: Path) -> None:
     clock = ManualClock(T0)
-    plog = open_log(tmp_path, clock, segment_bytes=400)
-    seq = 0
-    for _ in range(10):
-        plog.append_as_leader(idem(5, 0, seq, 2), 0)
-        seq += 2
+    plog, seq = rolled_log(tmp_path, clock)
     plog.append_as_leader(idem(6, 1, 0), 0)
     bases = [s.base_offset for s in plog.segments]
     assert len(bases) > 2
@@ -154,11 +161,7 @@ def test_clean_close_snapshot_at_log_end_needs_no_replay(tmp_path: Path) -> None
 
 def test_corrupt_latest_snapshot_falls_back_to_older(tmp_path: Path) -> None:
     clock = ManualClock(T0)
-    plog = open_log(tmp_path, clock, segment_bytes=400)
-    seq = 0
-    for _ in range(10):
-        plog.append_as_leader(idem(5, 0, seq, 2), 0)
-        seq += 2
+    plog, seq = rolled_log(tmp_path, clock)
     plog.close()
     latest = max(state_of(plog).snapshot_offsets())
     (plog.directory / snapshot_name(latest)).write_bytes(b"\x00\x01garbage")
@@ -170,11 +173,7 @@ def test_corrupt_latest_snapshot_falls_back_to_older(tmp_path: Path) -> None:
 
 def test_truncation_cuts_snapshots_and_rewinds_state(tmp_path: Path) -> None:
     clock = ManualClock(T0)
-    plog = open_log(tmp_path, clock, segment_bytes=400)
-    seq = 0
-    for _ in range(10):
-        plog.append_as_leader(idem(5, 0, seq, 2), 0)
-        seq += 2
+    plog, _ = rolled_log(tmp_path, clock)
     plog.truncate_to(6)
     assert all(o <= plog.log_end_offset for o in state_of(plog).snapshot_offsets())
     e = state_of(plog).table.get(5)
@@ -186,11 +185,7 @@ def test_truncation_cuts_snapshots_and_rewinds_state(tmp_path: Path) -> None:
 
 def test_snapshots_are_deleted_with_their_segments(tmp_path: Path) -> None:
     clock = ManualClock(T0)
-    plog = open_log(tmp_path, clock, segment_bytes=400)
-    seq = 0
-    for _ in range(10):
-        plog.append_as_leader(idem(5, 0, seq, 2), 0)
-        seq += 2
+    plog, _ = rolled_log(tmp_path, clock)
     plog.update_high_watermark(plog.log_end_offset)
     start = plog.delete_records_before(plog.segments[2].base_offset)
     first_base = plog.segments[0].base_offset
@@ -223,10 +218,7 @@ def test_corrupt_older_file_is_rebuilt_from_the_log(tmp_path: Path) -> None:
     clock = ManualClock(T0)
     plog = open_log(tmp_path, clock, segment_bytes=400)
     plog.append_as_leader(idem(4, 0, 0, 2), 0)  # producer 4 only writes at the start
-    seq = 0
-    for _ in range(10):
-        plog.append_as_leader(idem(5, 0, seq, 2), 0)
-        seq += 2
+    rolled_log(tmp_path, clock, plog)
     plog.close()
     first = min(state_of(plog).snapshot_offsets())
     path = plog.directory / snapshot_name(first)

@@ -22,7 +22,10 @@ Printed next to their baselines from the same run:
   0 (all of it but the active segment from the remote tier), as a ratio to the same
   consumer reading the local topic (goal >= 0.5);
 - local disk use of the tiered topic after production (its ``.log`` files), next to the
-  bytes produced.
+  bytes produced;
+- with ``--soak-s N`` (``--stores none`` to run only it): continuous production at
+  ``--soak-mib-s`` into a tiered topic with ``local.retention.ms=60000`` for N seconds,
+  local ``.log`` bytes sampled every second (bounded: about rate x 70 s + a segment).
 
 Not a test: it never asserts on time.
 """
@@ -196,6 +199,60 @@ def run_store(store: str, mib: int, segment_mib: int, workdir: Path) -> dict[str
             s3.stop()
 
 
+def soak(seconds: int, rate_mib_s: float, workdir: Path) -> dict[str, float]:
+    """Continuous production for ``seconds`` into a tiered topic with a 1-minute local
+    retention (file:// tier): local ``.log`` bytes sampled every second."""
+    overrides = {
+        "remote.log.storage.system.enable": "true",
+        "rsm.config.url": f"file://{workdir / 'remote'}",
+        "remote.log.manager.task.interval.ms": "1000",
+        "log.retention.check.interval.ms": "1000",
+        "num.partitions": "1",
+    }
+    broker = BrokerProcess(data_dir=workdir / "data", overrides=overrides).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap, **QUIET})
+        configs = {
+            "remote.storage.enable": "true",
+            "segment.bytes": str(4 * MIB),
+            "segment.ms": "10000",
+            "local.retention.ms": "60000",
+            "retention.ms": "-1",
+            "file.delete.delay.ms": "0",
+        }
+        for fut in admin.create_topics([NewTopic("soak", 1, 1, config=configs)]).values():
+            fut.result(30)
+        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20, **QUIET})
+        value = os.urandom(VALUE_BYTES)
+        per_tick = max(1, int(rate_mib_s * MIB / VALUE_BYTES / 10))
+        part_dir = broker.data_dir / "soak-0"
+        start = time.monotonic()
+        produced = 0
+        samples: list[tuple[float, int]] = []
+        next_sample = start
+        while (now := time.monotonic()) - start < seconds:
+            for _ in range(per_tick):
+                p.produce("soak", value)
+            produced += per_tick * VALUE_BYTES
+            p.poll(0)
+            if now >= next_sample:
+                local = sum(f.stat().st_size for f in part_dir.glob("*.log"))
+                samples.append((now - start, local))
+                next_sample += 1.0
+            time.sleep(max(0.0, start + (produced / (rate_mib_s * MIB)) - time.monotonic()))
+        p.flush(60)
+        late = [b for t, b in samples if t >= 90]
+        return {
+            "produced_mib": produced / MIB,
+            "rate_mib_s": produced / MIB / seconds,
+            "max_local_mib": max(b for _, b in samples) / MIB,
+            "max_local_after_90s_mib": (max(late) if late else 0) / MIB,
+            "final_local_mib": samples[-1][1] / MIB,
+        }
+    finally:
+        broker.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.tiered_bench")
     parser.add_argument("--mib", type=int, default=48, help="MiB produced per topic")
@@ -203,7 +260,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--segment-mib", type=int, default=4, help="segment.bytes of the tiered topic"
     )
+    parser.add_argument("--soak-s", type=int, default=0, help="also run the disk-use soak (s)")
+    parser.add_argument("--soak-mib-s", type=float, default=1.0, help="soak production rate")
     args = parser.parse_args(argv)
+    if args.soak_s:
+        with tempfile.TemporaryDirectory(prefix="riverbed-tiered-soak-") as tmp:
+            r = soak(args.soak_s, args.soak_mib_s, Path(tmp))
+        bound = r["rate_mib_s"] * (60 + 10 + 2) + 4  # retention + roll + checks, one segment
+        print(
+            f"\n== soak: {r['produced_mib']:.0f} MiB over {args.soak_s} s at {r['rate_mib_s']:.2f} "
+            f"MiB/s, local.retention.ms=60000, segment.ms=10000"
+        )
+        print(
+            f"local .log bytes: max {r['max_local_mib']:.1f} MiB, max after 90 s "
+            f"{r['max_local_after_90s_mib']:.1f} MiB, at the end {r['final_local_mib']:.1f} MiB "
+            f"(expected bound ~{bound:.0f} MiB: rate x (60 s retention + 10 s roll + checks) "
+            f"+ one segment)"
+        )
+    if args.stores == "none":
+        return 0
     for store in args.stores.split(","):
         with tempfile.TemporaryDirectory(prefix="riverbed-tiered-bench-") as tmp:
             r = run_store(store, args.mib, args.segment_mib, Path(tmp))

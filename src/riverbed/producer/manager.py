@@ -165,10 +165,17 @@ class ProducerStateManager:
         return self.ledger.flush(self.table.map_end_offset if offset is None else offset)
 
     def flush_if_due(self) -> bool:
-        """The timer / full-filter flush (the broker calls it on its housekeeping tick)."""
-        if self.ledger.flush_due(self.now_ms(), self._last_flush_ms):
+        """The timer / full-filter flush (the broker calls it on its housekeeping tick).
+
+        Under the log's lock, like every other change: no batch is appended between
+        reading the end offset that names the sealed file and switching the active file,
+        so the file reflects exactly the batches below its name."""
+        if not self.ledger.flush_due(self.now_ms(), self._last_flush_ms):
+            return False
+        if self._log is None:
             return self.flush()
-        return False
+        with self._log._lock:
+            return self.flush()
 
     # ---- expiry and views -----------------------------------------------------------------
 

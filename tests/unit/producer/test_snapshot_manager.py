@@ -230,3 +230,18 @@ def test_corrupt_older_file_is_rebuilt_from_the_log(tmp_path: Path) -> None:
     assert e4 is not None and e4.last_seq == 1  # replayed from the log start
     dup = plog2.append_as_leader(idem(4, 0, 0, 2), 0)
     assert dup.duplicate and dup.first_offset == 0
+
+
+def test_timer_flush_seals_the_active_file_at_the_log_end(tmp_path: Path) -> None:
+    from riverbed.producer.ledger import LedgerConfig
+
+    clock = ManualClock(T0)
+    plog = PartitionLog(tmp_path / "t-0", "t", 0, LogConfig(), clock)
+    config = ProducerStateConfig(ledger=LedgerConfig(flush_interval_ms=1000))
+    mgr = ProducerStateManager(plog.directory, clock.now_ms, config)
+    mgr.attach(plog)
+    plog.append_as_leader(idem(1, 0, 0, 3), 0)
+    assert not mgr.flush_if_due() and mgr.snapshot_offsets() == []
+    clock.advance(1000)
+    assert mgr.flush_if_due() and mgr.snapshot_offsets() == [3]
+    assert not mgr.flush_if_due()  # nothing new since

@@ -207,6 +207,7 @@ class FsspecRemoteStorageManager:
         self._manifests: dict[str, RemoteSegmentMetadata] = {}  # immutable once written
         self._lock = threading.Lock()
         self._root_checked = False
+        self._prefixes: set[str] = set()  # partition prefixes known to exist
 
     @classmethod
     def from_props(cls, props: Mapping[str, str]) -> FsspecRemoteStorageManager:
@@ -246,28 +247,31 @@ class FsspecRemoteStorageManager:
         """Upload a segment with its indexes, snapshot and epochs; the manifest last."""
         base = f"{self.partition_path(topic, partition, topic_id)}/{upload.segment_id}"
         self._call("create the remote root", self._ensure_root)
-        self._call(
-            "create the partition prefix", self.fs.makedirs, base.rsplit("/", 1)[0], exist_ok=True
-        )
-        files: list[str] = []
+        prefix = base.rsplit("/", 1)[0]
+        if prefix not in self._prefixes:
+            self._call("create the partition prefix", self.fs.makedirs, prefix, exist_ok=True)
+            self._prefixes.add(prefix)
         locals_ = (
             (".log", upload.log_path),
             (".index", upload.offset_index_path),
             (".timeindex", upload.time_index_path),
             (".snapshot", upload.producer_snapshot_path),
         )
-        for suffix, path in locals_:
-            if path is None or not path.exists():
-                continue
-            self._call(f"upload {path.name}", self.fs.put_file, str(path), base + suffix)
-            files.append(suffix)
-        blobs = (
-            (_EPOCHS_SUFFIX, epochs_checkpoint_text(upload.leader_epochs).encode()),
-            (_ENTRIES_SUFFIX, encode_entries(upload.entries)),
+        present = [(sfx, p) for sfx, p in locals_ if p is not None and p.exists()]
+        files = [sfx for sfx, _ in present]
+        # one call each: object stores (s3fs) run the PUTs of a list concurrently
+        self._call(
+            f"upload {upload.segment_id}",
+            self.fs.put,
+            [str(p) for _, p in present],
+            [base + sfx for sfx, _ in present],
         )
-        for suffix, data in blobs:
-            self._call(f"upload {suffix}", self.fs.pipe_file, base + suffix, data)
-            files.append(suffix)
+        blobs = {
+            base + _EPOCHS_SUFFIX: epochs_checkpoint_text(upload.leader_epochs).encode(),
+            base + _ENTRIES_SUFFIX: encode_entries(upload.entries),
+        }
+        self._call(f"upload {upload.segment_id} epochs and index entries", self.fs.pipe, blobs)
+        files += [_EPOCHS_SUFFIX, _ENTRIES_SUFFIX]
         meta = RemoteSegmentMetadata(
             segment_id=upload.segment_id,
             base_offset=upload.base_offset,
@@ -405,6 +409,7 @@ class FsspecRemoteStorageManager:
         with self._lock:
             for key in [k for k in self._manifests if k.startswith(prefix + "/")]:
                 del self._manifests[key]
+        self._prefixes.discard(prefix)
 
     def close(self) -> None:
         with self._lock:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from riverbed.tiered.rlm import (
     LocalSegmentInfo,
     RlmScheduler,
@@ -124,3 +126,48 @@ def test_remote_retention() -> None:
     assert doomed(retention_bytes=200) == [0]
     assert doomed(retention_bytes=200, local_only_bytes=100) == [0, 100]
     assert doomed(retention_bytes=0) == [0, 100, 200]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_scheduler_random_operations_keep_its_invariants(seed: int) -> None:
+    """Seeded random assign/unassign/roll/due/finish; replay: pytest -k 'invariants and <seed>'."""
+    rng = random.Random(seed)
+    s = _sched(seed)
+    keys = [f"p{i}" for i in range(6)]
+    assigned: set[str] = set()
+    running: set[str] = set()
+    removed_while_running: set[str] = set()
+    now = 0
+    for step in range(400):
+        now += rng.randrange(0, 300)
+        op = rng.random()
+        key = rng.choice(keys)
+        where = f"seed {seed} step {step}"
+        if op < 0.2:
+            s.assign(key, rng.random() < 0.5, now)
+            assigned.add(key)
+            removed_while_running.discard(key)
+        elif op < 0.3:
+            s.unassign(key)
+            assigned.discard(key)
+            if key in running:
+                removed_while_running.add(key)
+        elif op < 0.4:
+            s.notify_roll(key, now)
+        elif op < 0.7:
+            tasks = s.due(now, rng.randrange(0, 4))
+            for t in tasks:
+                assert t.key in assigned and t.key not in running, where  # one task per key
+                running.add(t.key)
+        elif running:
+            done = rng.choice(sorted(running))
+            running.discard(done)
+            s.finished(done, rng.random() < 0.7, now)
+            if done in removed_while_running:
+                removed_while_running.discard(done)
+                assert done not in s, where  # dropped after its running task
+        due = s.next_due_ms()
+        idle = assigned - running
+        assert (due is None) == (not idle), where
+        for k in keys:
+            assert (k in s) == (k in assigned), where

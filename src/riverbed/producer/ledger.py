@@ -62,7 +62,9 @@ import logging
 import mmap
 import os
 import re
+import struct
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -88,6 +90,9 @@ log = logging.getLogger(__name__)
 
 Fields = tuple[int, int, int, int, int, int, int, int]
 _HEADER: Final = 10  # version int16, crc uint32, count int32
+_PID: Final = struct.Struct(">q")
+#: Entries per fence of a sealed file's in-memory index (one pread of <= 64 x 46 bytes).
+FENCE_STRIDE: Final = 64
 FLUSH_STEPS: Final = 8
 #: Sealed files whose descriptor stays open for lookups (least recently used close).
 OPEN_FILES_MAX: Final = 64
@@ -215,14 +220,30 @@ class ActiveFile:
             self.path.unlink(missing_ok=True)
 
 
-class SealedFile:
-    """A sealed ``<offset>.snapshot`` (sorted by producer id) and its filter."""
+def fences_of(data: bytes | bytearray, count: int) -> array[int]:
+    """Every ``FENCE_STRIDE``-th producer id of a sorted sealed file's entries."""
+    return array(
+        "q",
+        (
+            _PID.unpack_from(data, _HEADER + i * ENTRY.size)[0]
+            for i in range(0, count, FENCE_STRIDE)
+        ),
+    )
 
-    def __init__(self, path: Path, offset: int, filter_: BloomFilter, count: int) -> None:
+
+class SealedFile:
+    """A sealed ``<offset>.snapshot`` (sorted by producer id), its filter, and fence ids
+    (every 64th producer id: 8 bytes per 64 entries in memory) so a lookup is one bisect
+    in memory and one ``pread`` of at most 64 entries."""
+
+    def __init__(
+        self, path: Path, offset: int, filter_: BloomFilter, count: int, fences: array[int]
+    ) -> None:
         self.path = path
         self.offset = offset
         self.filter = filter_
         self.count = count
+        self.fences = fences
         self.fd: int | None = None
 
     def lookup(self, pid: int, fds: OrderedDict[int, SealedFile]) -> Fields | None:
@@ -234,14 +255,20 @@ class SealedFile:
                 old.close()
         else:
             fds.move_to_end(id(self))
-        lo, hi = 0, self.count
+        block = bisect.bisect_right(self.fences, pid) - 1
+        if block < 0:
+            return None
+        first = block * FENCE_STRIDE
+        n = min(FENCE_STRIDE, self.count - first)
+        data = os.pread(self.fd, n * ENTRY.size, _HEADER + first * ENTRY.size)
+        lo, hi = 0, len(data) // ENTRY.size
         while lo < hi:
             mid = (lo + hi) // 2
-            raw = os.pread(self.fd, ENTRY.size, _HEADER + mid * ENTRY.size)
-            fields: Fields = ENTRY.unpack(raw)
-            if fields[0] == pid:
+            (found,) = _PID.unpack_from(data, mid * ENTRY.size)
+            if found == pid:
+                fields: Fields = ENTRY.unpack_from(data, mid * ENTRY.size)
                 return fields
-            if fields[0] < pid:
+            if found < pid:
                 lo = mid + 1
             else:
                 hi = mid
@@ -374,7 +401,7 @@ class PidLedger:
                 f.add(fields[0])
             _write_file(path.with_name(path.name.replace(".snapshot", ".bloom")), f.to_bytes())
             count = len(entries)
-        return SealedFile(path, off, f, count)
+        return SealedFile(path, off, f, count, fences_of(data, count))
 
     def _new_active(self) -> ActiveFile:
         path = self.directory / f"{self._generation:020d}.ledger"
@@ -465,10 +492,12 @@ class PidLedger:
         path = self.directory / snapshot_name(offset)
         _write_file(path.with_name(path.name.replace(".snapshot", ".bloom")), filt.to_bytes())
         step(4)  # 4. the old file's filter is on disk
-        _write_file(path, encode_sorted(entries))
+        data = encode_sorted(entries)
+        _write_file(path, data)
         step(5)  # 5. CRC computed, sorted copy fsynced and renamed into place
+        fences = fences_of(data, len(entries))
         with self._lock:
-            sealed = SealedFile(path, offset, filt, len(entries))
+            sealed = SealedFile(path, offset, filt, len(entries), fences)
             if same is not None:
                 self._sealed.remove(same)
                 same.close()

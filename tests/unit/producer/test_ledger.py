@@ -256,3 +256,18 @@ def test_corrupt_sealed_file_is_deleted_and_the_replay_starts_below_it(tmp_path:
     again.open()
     assert not path.exists() and again.replay_offset() == 100
     assert again.read(300) == fields(300, 300) and again.read(200) is None
+
+
+def test_sealed_lookup_across_fence_blocks(tmp_path: Path) -> None:
+    led = PidLedger(tmp_path, LedgerConfig(fpp=0.01, file_bytes=10 + 46 * 1000))
+    led.open()
+    pids = random.Random(5).sample(range(0, 10**9, 2), 1000)  # even ids only
+    for pid in pids:
+        led.update(fields(pid, pid % 1000))
+    led.flush(10)
+    led.close()
+    again = PidLedger(tmp_path, LedgerConfig(fpp=0.01, file_bytes=10 + 46 * 1000))
+    again.open()  # fences rebuilt from the file
+    assert all(again.read(pid) == fields(pid, pid % 1000) for pid in pids)
+    assert all(again.read(pid + 1) is None for pid in pids[:200])  # odd: absent
+    assert again.read(-5) is None and again.read(10**9 + 1) is None

@@ -8,6 +8,7 @@ lives only in the remote tier once copied.
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -339,3 +340,28 @@ def test_tiering_needs_the_broker_system(broker: BrokerProcess, topic_name: str)
     fut = admin.create_topics([NewTopic(topic_name, 1, 1, config=dict(TOPIC_CONFIGS))])[topic_name]
     with pytest.raises(Exception, match="Tiered Storage functionality is disabled"):
         fut.result(15)
+
+
+def test_hung_object_store_blocks_nothing_local(tier: Tier, topic_name: str) -> None:
+    """SIGSTOP of the S3 server: every remote call hangs until its timeout."""
+    if tier.s3 is None:
+        pytest.skip("the hang is simulated with the S3 server only")
+    create(tier, topic_name)
+    sent = produce(tier, topic_name, MESSAGES)
+    wait_tiered(tier, topic_name, MESSAGES)
+    assert tier.s3.proc is not None
+    tier.s3.proc.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        more = produce(tier, topic_name, 300, start=MESSAGES)
+        assert consume(tier, topic_name, MESSAGES, 300) == more
+        assert time.monotonic() - started < 20  # produce and local reads do not wait
+        started = time.monotonic()
+        part = raw_fetch(tier, topic_name, 0)
+        # answered within remote.fetch.max.wait.ms (4 s) plus slack: no data, maybe the
+        # retriable error, never a hang of the request
+        assert time.monotonic() - started < 10
+        assert part.error_code in (0, ErrorCode.KAFKA_STORAGE_ERROR) and not part.records
+    finally:
+        tier.s3.proc.send_signal(signal.SIGCONT)
+    assert consume(tier, topic_name, 0, MESSAGES + 300) == sent + more

@@ -43,6 +43,8 @@ def gbroker() -> Iterator[BrokerProcess]:
             "group.min.session.timeout.ms": "500",
             "offsets.topic.num.partitions": "5",
             "num.partitions": "1",
+            "group.consumer.heartbeat.interval.ms": "200",
+            "group.consumer.session.timeout.ms": "3000",
         }
     )
     proc.start()
@@ -395,3 +397,60 @@ def test_groups_cli_lists_describes_with_lag_resets_and_deletes(
     assert deleted == {"deleted": [group], "errors": {}}
     listed = _cli_json(capsys, "groups", "list", "-b", b, "--json")["groups"]
     assert group not in {g["group"] for g in listed}
+
+
+def test_consumer_protocol_group_rebalances_incrementally_and_commits(
+    gbroker: BrokerProcess,
+) -> None:
+    """``group.protocol=consumer`` (KIP-848): server-side assignment; a join moves only the
+    partitions the newcomer takes, a leave hands the leaver's over; commits resume."""
+    topic, group = "kip848", "g-kip848"
+    fill(gbroker.bootstrap, topic, 6, 60)
+    revoked: dict[str, list[int]] = {"a": [], "b": []}
+
+    def revoker(name: str) -> Callable[[Any, list[TopicPartition]], None]:
+        def cb(_c: Any, ps: list[TopicPartition]) -> None:
+            revoked[name] += [tp.partition for tp in ps]
+
+        return cb
+
+    def new(**extra: Any) -> Consumer:
+        return Consumer(
+            {
+                "bootstrap.servers": gbroker.bootstrap,
+                "group.id": group,
+                "group.protocol": "consumer",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                **QUIET,
+                **extra,
+            }
+        )
+
+    a, b = new(), new()
+    a.subscribe([topic], on_revoke=revoker("a"))
+    b.subscribe([topic], on_revoke=revoker("b"))
+    poll_until([a, b], split([a, b], [3, 3]))
+    held = {"a": set(parts(a)), "b": set(parts(b))}
+    revoked["a"].clear()
+    revoked["b"].clear()
+    c = new()
+    c.subscribe([topic])
+    poll_until([a, b, c], split([a, b, c], [2, 2, 2]))
+    assert len(revoked["a"]) == 1 and len(revoked["b"]) == 1, revoked
+    assert set(parts(a)) == held["a"] - set(revoked["a"])
+    c.close()
+    poll_until([a, b], split([a, b], [3, 3]))
+
+    def at_end(x: Consumer) -> bool:
+        return all(tp.offset == 10 for tp in x.position(x.assignment()))
+
+    poll_until([a, b], lambda: at_end(a) and at_end(b))
+    for x in (a, b):
+        x.commit(asynchronous=False)
+        x.close()
+    # the committed positions survive the group's members
+    check = new()
+    committed = check.committed([TopicPartition(topic, p) for p in range(6)], timeout=10)
+    check.close()
+    assert [tp.offset for tp in committed] == [10] * 6

@@ -23,6 +23,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from riverbed.coordinator.consumer_group import (
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    ConsumerProtocol,
+)
+from riverbed.coordinator.consumer_protocol import encode_assignment
 from riverbed.coordinator.group import ClassicGroup, GroupState, Member, Reply
 from riverbed.coordinator.membership import Membership
 from riverbed.coordinator.records import (
@@ -78,14 +84,22 @@ class Write:
     records: list[Record] = field(default_factory=list)
 
 
-class GroupShard(Membership):
-    """Every group of one ``__consumer_offsets`` partition."""
+class GroupShard(Membership, ConsumerProtocol):
+    """Every group of one ``__consumer_offsets`` partition (classic and consumer protocol)."""
 
-    def __init__(self, partition: int, config: GroupConfig, rng: random.Random) -> None:
+    def __init__(
+        self,
+        partition: int,
+        config: GroupConfig,
+        rng: random.Random,
+        consumer_config: ConsumerGroupConfig | None = None,
+    ) -> None:
         self.partition = partition
         self.config = config
+        self.consumer_config = consumer_config or ConsumerGroupConfig()
         self._random = rng
         self.groups: dict[str, ClassicGroup] = {}
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
         self._outbox: list[tuple[Reply, Any]] = []
         self._writes: list[Write] = []
         self._on_written: dict[int, Callable[[ErrorCode], None]] = {}
@@ -116,13 +130,15 @@ class GroupShard(Membership):
         return len(self._on_written)
 
     def _schedule(self, group: ClassicGroup) -> None:
-        deadline = self.group_deadline(group)
+        self._schedule_id(group.group_id, self.group_deadline(group))
+
+    def _schedule_id(self, group_id: str, deadline: int | None) -> None:
         if deadline is None:
             return
-        current = self._scheduled.get(group.group_id)
+        current = self._scheduled.get(group_id)
         if current is None or deadline < current:
-            self._scheduled[group.group_id] = deadline
-            heapq.heappush(self._timers, (deadline, group.group_id))
+            self._scheduled[group_id] = deadline
+            heapq.heappush(self._timers, (deadline, group_id))
 
     def next_deadline(self) -> int | None:
         return self._timers[0][0] if self._timers else None
@@ -137,6 +153,9 @@ class GroupShard(Membership):
             if group is not None:
                 self.tick_group(group, now_ms)
                 self._schedule(group)
+            consumer = self.consumer_groups.get(group_id)
+            if consumer is not None:
+                self.tick_consumer_group(consumer, now_ms)
 
     # ------------------------------------------------------------------ loading
     def replay(self, record: OffsetRecord | GroupRecord) -> None:
@@ -196,10 +215,13 @@ class GroupShard(Membership):
         generation = req.generation_id_or_member_epoch if reply.version >= 1 else -1
         member_id = req.member_id if reply.version >= 1 else ""
         instance = req.group_instance_id
+        holder: Any = self.consumer_groups.get(req.group_id)
         group = self.groups.get(req.group_id)
         code = E.NONE
         if not req.group_id:
             code = E.INVALID_GROUP_ID
+        elif holder is not None:
+            code = self.consumer_commit_check(holder, member_id, generation)
         elif group is None:
             if generation < 0:
                 group = self.groups[req.group_id] = ClassicGroup(
@@ -207,8 +229,9 @@ class GroupShard(Membership):
                 )
             else:
                 code = E.ILLEGAL_GENERATION
-        if group is not None and code == E.NONE:
+        if holder is None and group is not None and code == E.NONE:
             code = self._commit_check(group, member_id, instance, generation, now_ms)
+        holder = holder if holder is not None else group
         missing = set(unknown)
         results: dict[tuple[str, int], ErrorCode] = {}
         commits: dict[tuple[str, int], OffsetAndMetadata] = {}
@@ -232,8 +255,8 @@ class GroupShard(Membership):
                     results[key] = E.NONE
 
         def answer(write_code: ErrorCode) -> None:
-            if write_code == E.NONE and group is not None:
-                group.offsets.update(commits)
+            if write_code == E.NONE and holder is not None:
+                holder.offsets.update(commits)
             by_topic: dict[str, list[Any]] = {}
             for (topic, index), c in results.items():
                 if (topic, index) in commits:
@@ -257,9 +280,8 @@ class GroupShard(Membership):
         if not commits:
             answer(E.NONE)
             return
-        assert group is not None
         records: list[Record] = [
-            (offset_commit_key(group.group_id, t, p), offset_commit_value(v))
+            (offset_commit_key(req.group_id, t, p), offset_commit_value(v))
             for (t, p), v in commits.items()
         ]
         self._write(records, answer)
@@ -290,8 +312,8 @@ class GroupShard(Membership):
     ) -> OffsetFetchResponse.OffsetFetchResponseGroup:
         """One group's committed offsets (all of them when ``topics`` is None), in the
         v8+ shape; partitions without a commit answer offset -1."""
-        group = self.groups.get(group_id)
-        offsets = group.offsets if group is not None else {}
+        holder: Any = self.consumer_groups.get(group_id) or self.groups.get(group_id)
+        offsets = holder.offsets if holder is not None else {}
         wanted: dict[str, list[int]] = {}
         if topics is None:
             for topic, index in sorted(offsets):
@@ -323,13 +345,20 @@ class GroupShard(Membership):
         """(group id, protocol type, state) of every group, filtered by state name
         (case-insensitive, as Kafka)."""
         wanted = {s.lower() for s in states} if states else None
-        return [
+        listed = [
             (g.group_id, g.protocol_type or "", g.state.value)
             for g in self.groups.values()
-            if g.state is not S.DEAD and (wanted is None or g.state.value.lower() in wanted)
+            if g.state is not S.DEAD
         ]
+        listed += [(g.group_id, "consumer", g.state) for g in self.consumer_groups.values()]
+        return [row for row in listed if wanted is None or row[2].lower() in wanted]
 
-    def describe_group(self, group_id: str) -> DescribeGroupsResponse.DescribedGroup:
+    def describe_group(
+        self, group_id: str, names: dict[Any, str] | None = None
+    ) -> DescribeGroupsResponse.DescribedGroup:
+        consumer = self.consumer_groups.get(group_id)
+        if consumer is not None:
+            return self._describe_as_classic(consumer, names or {})
         group = self.groups.get(group_id)
         if group is None:
             return DescribeGroupsResponse.DescribedGroup(
@@ -363,8 +392,43 @@ class GroupShard(Membership):
             authorized_operations=_OPERATIONS_OMITTED,
         )
 
+    def _describe_as_classic(
+        self, group: ConsumerGroup, names: dict[Any, str]
+    ) -> DescribeGroupsResponse.DescribedGroup:
+        """A consumer-protocol group through DescribeGroups: its members, each with its
+        assignment in the consumer embedded protocol's format."""
+        return DescribeGroupsResponse.DescribedGroup(
+            error_code=0,
+            group_id=group.group_id,
+            group_state=group.state,
+            protocol_type="consumer",
+            protocol_data="",
+            authorized_operations=_OPERATIONS_OMITTED,
+            members=[
+                DescribeGroupsResponse.DescribedGroupMember(
+                    member_id=m.member_id,
+                    group_instance_id=m.instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    member_metadata=b"",
+                    member_assignment=encode_assignment(
+                        {names.get(t, str(t)): sorted(p) for t, p in m.assigned.items()}
+                    ),
+                )
+                for m in group.members.values()
+            ],
+        )
+
     def delete_group(self, reply: Reply, group_id: str, now_ms: int) -> None:
         """DeleteGroups of one group: answers an ErrorCode once its tombstones are written."""
+        consumer = self.consumer_groups.get(group_id)
+        if consumer is not None:
+            if consumer.members:
+                self._respond(reply, E.NON_EMPTY_GROUP)
+                return
+            # as an empty classic group from here: its offsets and metadata go
+            del self.consumer_groups[group_id]
+            self.groups[group_id] = ClassicGroup(group_id, offsets=consumer.offsets)
         group = self.groups.get(group_id)
         if group is None or group.state is S.DEAD:
             self._respond(reply, E.GROUP_ID_NOT_FOUND)

@@ -1,5 +1,6 @@
 """Group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
+OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete, and the consumer group
+protocol's ConsumerGroupHeartbeat and ConsumerGroupDescribe (KIP-848).
 
 Each request goes to the shard of its group (`riverbed.server.coordinator`); an error
 about the coordinator itself (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
@@ -22,6 +23,7 @@ from riverbed.coordinator.records import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC,
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import response_body_version
 from riverbed.protocol.messages import (
+    ConsumerGroupDescribeResponse,
     CreateTopicsRequest,
     DeleteGroupsResponse,
     DescribeGroupsResponse,
@@ -276,6 +278,57 @@ async def handle_offset_delete(broker: Broker, ctx: RequestContext, req: Any) ->
     )
 
 
+# ---------------------------------------------------------------------- KIP-848
+def _topics(broker: Broker) -> dict[str, tuple[Any, int]]:
+    """name -> (topic id, partitions) of the image's topics, for the server assignors."""
+    return {
+        name: (t.topic_id, len(t.partitions))
+        for name, t in broker.metadata.image.topics_by_name.items()
+    }
+
+
+def _topic_names(broker: Broker) -> dict[Any, str]:
+    return {t.topic_id: name for name, t in broker.metadata.image.topics_by_name.items()}
+
+
+async def handle_consumer_group_heartbeat(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    client_id = ctx.header.client_id or ""
+    host = _client_host(ctx)
+    topics = _topics(broker)
+    return await _answer(
+        broker,
+        ctx,
+        req,
+        req.group_id,
+        lambda shard, reply, now: shard.consumer_heartbeat(
+            reply, req, client_id, host, topics, now
+        ),
+    )
+
+
+async def handle_consumer_group_describe(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    names = _topic_names(broker)
+    out = []
+    for group_id in req.group_ids:
+        try:
+            _partition, shard = broker.groups.shard_of(group_id)
+        except CoordinatorError as exc:
+            out.append(
+                ConsumerGroupDescribeResponse.DescribedGroup(
+                    error_code=exc.error_code,
+                    group_id=group_id,
+                    group_state="",
+                    group_epoch=-1,
+                    assignment_epoch=-1,
+                    assignor_name="",
+                    members=[],
+                )
+            )
+            continue
+        out.append(shard.describe_consumer_group(group_id, names))
+    return ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=out)
+
+
 # ---------------------------------------------------------------------- admin
 async def handle_list_groups(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     states = set(req.states_filter or []) if ctx.header.api_version >= 4 else None
@@ -310,7 +363,7 @@ async def handle_describe_groups(broker: Broker, ctx: RequestContext, req: Any) 
                 )
             )
             continue
-        out.append(shard.describe_group(group_id))
+        out.append(shard.describe_group(group_id, _topic_names(broker)))
     return DescribeGroupsResponse(throttle_time_ms=0, groups=out)
 
 

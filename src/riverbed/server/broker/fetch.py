@@ -96,8 +96,8 @@ def _remote_read(
 ) -> _PartitionRead | None:
     """The read of an offset below the local log start of a tiered partition (None: the
     offset is local, or the partition is not tiered here)."""
-    if p.fetch_offset >= plog.local_log_start_offset or not remote_tier_serves(broker, topic, p):
-        return None
+    if not remote_tier_serves(broker, topic, p) or p.fetch_offset >= plog.local_log_start_offset:
+        return None  # (no remote tier here: nothing more is asked of the log)
     if replica_id >= 0:
         # Followers never read the remote tier (KIP-405): OFFSET_OUT_OF_RANGE with the
         # local log start, where the follower restarts its log (its remote log manager

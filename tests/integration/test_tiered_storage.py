@@ -156,6 +156,25 @@ def consume(
     return out
 
 
+def consume_kafka_python(tier: Tier, topic: str, n: int) -> list[tuple[bytes, bytes, int]]:
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KpTopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=tier.broker.bootstrap, enable_auto_commit=False)
+    tp = KpTopicPartition(topic, 0)
+    c.assign([tp])
+    c.seek(tp, 0)
+    out: list[tuple[bytes, bytes, int]] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(out) < n and time.monotonic() < deadline:
+            for records in c.poll(timeout_ms=500).values():
+                out += [(r.key, r.value, r.timestamp) for r in records]
+    finally:
+        c.close()
+    return out
+
+
 def partition_dir(tier: Tier, topic: str) -> Path:
     return tier.broker.data_dir / f"{topic}-0"
 
@@ -240,6 +259,7 @@ def test_consumer_reads_from_zero_out_of_the_remote_tier(tier: Tier, topic_name:
     assert list_offset(tier, topic_name, -3) == (0, MESSAGES - 1)  # max timestamp: local
     got = consume(tier, topic_name, 0, MESSAGES)
     assert got == sent  # key, value and timestamp of every record, in order
+    assert consume_kafka_python(tier, topic_name, MESSAGES) == sent  # another client
     # offsets_for_times into the remote range (and one into the local range)
     c = Consumer({"bootstrap.servers": tier.broker.bootstrap, "group.id": "t", **QUIET})
     try:

@@ -3,7 +3,9 @@
 Usage: python scripts/gen_schemas.py [--reference DIR]
 
 Reads DIR/{message,metadata,raft,group-coordinator,transaction-coordinator}/*.json (Kafka's
-message specs, JSON with // comments; Apache-2.0, see NOTICE) and writes
+message specs, JSON with // comments; Apache-2.0, see NOTICE), plus the same layout under
+scripts/kafka-specs/ (record formats the reference lacks: the KIP-848 consumer group
+records of ``__consumer_offsets``), and writes
 
 - src/riverbed/protocol/schemas/generated.py: ``SCHEMAS``, the tables as plain data (a
   request keeps its ``listeners``: the listener types that serve it, which ApiVersions
@@ -59,6 +61,8 @@ FIELD_KEYS = (
     "fields",
 )
 OUT_DIR = ROOT / "src" / "riverbed" / "protocol" / "schemas"
+#: Specs kept in this repository (same layout as the reference directory).
+EXTRA_SPECS = ROOT / "scripts" / "kafka-specs"
 
 
 def strip_comments(text: str) -> str:
@@ -99,9 +103,9 @@ def _clean_fields(fields: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return cleaned
 
 
-def load_tables(reference: Path) -> dict[str, dict[str, Any]]:
+def load_tables(*references: Path) -> dict[str, dict[str, Any]]:
     tables: dict[str, dict[str, Any]] = {}
-    for sub in SPEC_DIRS:
+    for reference, sub in ((r, sub) for r in references for sub in SPEC_DIRS):
         for path in sorted((reference / sub).glob("*.json")):
             spec = json.loads(strip_comments(path.read_text()))
             table = {k: spec[k] for k in TOP_KEYS if k in spec}
@@ -218,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         help="directory holding Kafka's message/ metadata/ raft/ ... JSON specs",
     )
     args = parser.parse_args(argv)
-    tables = load_tables(args.reference)
+    tables = load_tables(args.reference, EXTRA_SPECS)
     specs = build_all(tables)  # validates the tables before anything is written
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     (OUT_DIR / "generated.py").write_text(write_tables(tables))

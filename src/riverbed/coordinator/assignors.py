@@ -1,92 +1,122 @@
-"""Server-side assignors of the consumer group protocol (KIP-848): ``uniform`` and ``range``.
+"""Server-side assignors of KIP-848 consumer groups: ``uniform`` and ``range``.
 
-Input: each member's subscribed topic names, its current assignment, and the topics'
-(id, partition count). Output: member -> {topic id: partitions}. Deterministic (members
-and topics taken in sorted order).
+An assignor maps each member to the partitions it should own (the *target assignment*),
+from every member's subscribed topic ids and each topic's partition count. Both are
+pure and deterministic: the same inputs (in any dict order) give the same output.
 
-- ``uniform`` (the default, as in Kafka): every subscribed partition goes to one of its
-  subscribers, sticky first: a member keeps what it owns up to its fair share (the
-  partitions divided by the members, the remainder to the first members), then the rest
-  goes, partition by partition, to the subscriber holding the fewest;
-- ``range``: per topic, its subscribers sorted by member id get contiguous ranges of the
-  partitions, the first ``partitions % subscribers`` one more (the classic RangeAssignor).
+- ``uniform`` (Kafka's UniformAssignor, the default): balanced and sticky. Every member
+  keeps the partitions of its previous target it is still subscribed to, unowned
+  partitions go to the least loaded subscriber, then partitions move one at a time from
+  the most to the least loaded eligible member until no two eligible members differ by
+  more than one. A member joining takes only what it must from the others; a member
+  leaving spreads its partitions without moving anyone else's.
+- ``range`` (Kafka's RangeAssignor): per topic, the subscribers sorted by member id get
+  consecutive ranges of ``partitions // n`` (the first ``partitions % n`` one more), so
+  members subscribed to co-partitioned topics get the same partition numbers.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-Assignment = dict[uuid.UUID, set[int]]
-#: topic name -> (topic id, partition count), for the topics the image has.
-TopicsMeta = Mapping[str, tuple[uuid.UUID, int]]
-
+#: topic id -> partitions of one member.
+Assignment = dict[uuid.UUID, frozenset[int]]
+TopicPartition = tuple[uuid.UUID, int]
+#: (subscriptions: member -> topic ids, topics: topic id -> partition count,
+#:  previous target: member -> assignment) -> new target.
+Assignor = Callable[
+    [Mapping[str, frozenset[uuid.UUID]], Mapping[uuid.UUID, int], Mapping[str, Assignment]],
+    dict[str, Assignment],
+]
 UNIFORM = "uniform"
 RANGE = "range"
-ASSIGNORS = (UNIFORM, RANGE)
+#: The assignors riverbed ships, in Kafka's default order (the first is the default).
+DEFAULT_ASSIGNORS = (UNIFORM, RANGE)
 
 
-def assign(
-    name: str,
-    subscriptions: Mapping[str, set[str]],
-    current: Mapping[str, Assignment],
-    topics: TopicsMeta,
-) -> dict[str, Assignment]:
-    if name == RANGE:
-        return _range(subscriptions, topics)
-    return _uniform(subscriptions, current, topics)
+def to_assignment(parts: set[TopicPartition] | frozenset[TopicPartition]) -> Assignment:
+    by_topic: dict[uuid.UUID, set[int]] = {}
+    for topic, p in parts:
+        by_topic.setdefault(topic, set()).add(p)
+    return {t: frozenset(ps) for t, ps in by_topic.items()}
 
 
-def _range(subscriptions: Mapping[str, set[str]], topics: TopicsMeta) -> dict[str, Assignment]:
-    out: dict[str, Assignment] = {m: {} for m in subscriptions}
-    for topic in sorted({t for subs in subscriptions.values() for t in subs}):
-        if topic not in topics:
-            continue
-        topic_id, count = topics[topic]
-        members = sorted(m for m, subs in subscriptions.items() if topic in subs)
-        per, extra = divmod(count, len(members))
-        start = 0
-        for i, m in enumerate(members):
-            n = per + (1 if i < extra else 0)
-            if n:
-                out[m][topic_id] = set(range(start, start + n))
-            start += n
-    return out
+def to_partitions(assignment: Mapping[uuid.UUID, frozenset[int]]) -> set[TopicPartition]:
+    return {(t, p) for t, ps in assignment.items() for p in ps}
 
 
-def _uniform(
-    subscriptions: Mapping[str, set[str]], current: Mapping[str, Assignment], topics: TopicsMeta
+def uniform(
+    subscriptions: Mapping[str, frozenset[uuid.UUID]],
+    topics: Mapping[uuid.UUID, int],
+    previous: Mapping[str, Assignment],
 ) -> dict[str, Assignment]:
     members = sorted(subscriptions)
-    out: dict[str, Assignment] = {m: {} for m in members}
-    if not members:
-        return out
-    subscribers: dict[tuple[uuid.UUID, int], list[str]] = {}
-    for topic in sorted({t for subs in subscriptions.values() for t in subs}):
-        if topic not in topics:
+    owned: dict[str, set[TopicPartition]] = {m: set() for m in members}
+    owner: dict[TopicPartition, str] = {}
+
+    def eligible(member: str, tp: TopicPartition) -> bool:
+        return tp[0] in subscriptions[member] and 0 <= tp[1] < topics.get(tp[0], 0)
+
+    # stickiness: what each member had and may still have (the first claimant wins)
+    for m in members:
+        for tp in sorted(to_partitions(previous.get(m, {}))):
+            if tp not in owner and eligible(m, tp):
+                owner[tp] = m
+                owned[m].add(tp)
+    subscribers: dict[uuid.UUID, list[str]] = {}
+    for m in members:
+        for t in subscriptions[m]:
+            if t in topics:
+                subscribers.setdefault(t, []).append(m)
+    # unowned partitions, fewest candidates first, to the least loaded candidate
+    free = [(t, p) for t in sorted(subscribers) for p in range(topics[t]) if (t, p) not in owner]
+    free.sort(key=lambda tp: len(subscribers[tp[0]]))
+    for tp in free:
+        m = min(subscribers[tp[0]], key=lambda c: (len(owned[c]), c))
+        owner[tp] = m
+        owned[m].add(tp)
+    # balance: move from the most loaded to an eligible member with two fewer or less
+    moves_max = sum(topics.get(t, 0) for t in subscribers) * 2  # a bound, never reached
+    for _ in range(moves_max):
+        moved = False
+        for donor in sorted(members, key=lambda c: (-len(owned[c]), c)):
+            best: tuple[int, str, TopicPartition] | None = None
+            for tp in sorted(owned[donor], reverse=True):
+                for c in subscribers.get(tp[0], ()):
+                    if len(owned[c]) + 1 < len(owned[donor]):
+                        cand = (len(owned[c]), c, tp)
+                        if best is None or cand[:2] < best[:2]:
+                            best = cand
+            if best is not None:
+                _, receiver, tp = best
+                owned[donor].discard(tp)
+                owned[receiver].add(tp)
+                moved = True
+                break
+        if not moved:
+            break
+    return {m: to_assignment(owned[m]) for m in members}
+
+
+def range_assignor(
+    subscriptions: Mapping[str, frozenset[uuid.UUID]],
+    topics: Mapping[uuid.UUID, int],
+    previous: Mapping[str, Assignment],
+) -> dict[str, Assignment]:
+    del previous  # ranges depend only on the members and the partition counts
+    out: dict[str, set[TopicPartition]] = {m: set() for m in subscriptions}
+    for topic in sorted(topics):
+        subs = sorted(m for m, ts in subscriptions.items() if topic in ts)
+        if not subs:
             continue
-        topic_id, count = topics[topic]
-        who = [m for m in members if topic in subscriptions[m]]
-        for p in range(count):
-            subscribers[(topic_id, p)] = who
-    total = len(subscribers)
-    per, extra = divmod(total, len(members))
-    quota = {m: per + (1 if i < extra else 0) for i, m in enumerate(members)}
-    counts = dict.fromkeys(members, 0)
-    taken: set[tuple[uuid.UUID, int]] = set()
-    for m in members:  # stickiness: what a member owns stays, up to its share
-        for topic_id, parts in sorted(current.get(m, {}).items()):
-            for p in sorted(parts):
-                tp = (topic_id, p)
-                mine = tp in subscribers and m in subscribers[tp] and tp not in taken
-                if mine and counts[m] < quota[m]:
-                    out[m].setdefault(topic_id, set()).add(p)
-                    counts[m] += 1
-                    taken.add(tp)
-    for tp, who in sorted(subscribers.items()):
-        if tp in taken:
-            continue
-        m = min(who, key=lambda x: (counts[x], x))
-        out[m].setdefault(tp[0], set()).add(tp[1])
-        counts[m] += 1
-    return out
+        base, extra = divmod(topics[topic], len(subs))
+        start = 0
+        for i, m in enumerate(subs):
+            n = base + (1 if i < extra else 0)
+            out[m].update((topic, p) for p in range(start, start + n))
+            start += n
+    return {m: to_assignment(ps) for m, ps in out.items()}
+
+
+ASSIGNORS: dict[str, Assignor] = {UNIFORM: uniform, RANGE: range_assignor}

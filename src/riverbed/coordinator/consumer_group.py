@@ -1,59 +1,59 @@
-"""Consumer groups of the new protocol (KIP-848): ConsumerGroupHeartbeat and its reconciliation.
+"""One KIP-848 consumer group: epochs, members, target assignment, reconciliation.
 
-A mixin of `GroupShard`. The group has an epoch, bumped whenever a member joins, leaves,
-changes its subscription or assignor, or a subscribed topic's partitions change; each
-bump computes a new *target assignment* with the server-side assignor (`assignors`).
-Each member then converges on its target one heartbeat at a time (Kafka's
-CurrentAssignmentBuilder):
+The group epoch moves whenever what the assignment depends on changes (a member joins
+or leaves, a subscription changes, a subscribed topic gains partitions). The target
+assignment is then recomputed by the server-side assignor and stamped with that epoch
+(the assignment epoch). Each member converges to its target on its own heartbeats
+(Kafka's ``CurrentAssignmentBuilder``), never by stopping the group:
 
-- partitions of its current assignment the target no longer gives it must be revoked
-  first: the member is told its assignment without them (state ``unrevoked``) and keeps
-  its epoch until a heartbeat reports it owns no more than that;
-- then it moves to the target epoch and receives the target partitions no other member
-  still holds; those still held elsewhere come in a later heartbeat (``unreleased``).
+- ``Stable`` member behind the target: it keeps ``assigned & target``; partitions it
+  must give up go to *pending revocation* (state ``UnrevokedPartitions``, epoch
+  unchanged) until a heartbeat's owned partitions show they are gone; then its epoch
+  advances and it takes the new partitions that no other member still holds.
+- Partitions of its target still held by another member (assigned or pending
+  revocation) are withheld (state ``UnreleasedPartitions``, at the target epoch) and
+  handed over on a later heartbeat once released.
 
-Heartbeats carry the member epoch: 0 joins (a member id is generated when the request has
-none), -1 leaves, -2 leaves as a static member that will come back; an epoch newer than
-the member's, or older without being the previous epoch with a subset of the current
-assignment, is FENCED_MEMBER_EPOCH; an unknown member id UNKNOWN_MEMBER_ID. A member that
-sends no heartbeat for ``group.consumer.session.timeout.ms`` is removed. Offsets commit
-with the member epoch (STALE_MEMBER_EPOCH when it is not the member's).
+So a partition is never held by two members at once (`check_invariants`), and members
+whose partitions do not move are never revoked.
 
-Not done (yet): the group's state is kept in memory only (its membership records are
-not written to ``__consumer_offsets``): after a coordinator change members rejoin with
-epoch 0 and their committed offsets, which are written, are kept; a member slow to revoke
-is not fenced after its rebalance timeout (only its session timeout removes it);
-``SubscribedTopicRegex`` is not evaluated (such a member is assigned nothing); an
-empty classic group becomes a consumer group on its first heartbeat, not the reverse.
+Group states (ConsumerGroupDescribe, ListGroups): Empty (no members), Assigning (group
+epoch ahead of the assignment epoch), Reconciling (a member not yet Stable at the
+assignment epoch), Stable, Dead.
 """
 
 from __future__ import annotations
 
-import logging
+import enum
 import uuid
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from riverbed.coordinator.assignors import ASSIGNORS, UNIFORM, Assignment, TopicsMeta, assign
-from riverbed.coordinator.group import ClassicGroup, GroupState, Reply
+from riverbed.coordinator.assignors import Assignment, TopicPartition, to_partitions
 from riverbed.coordinator.records import OffsetAndMetadata
-from riverbed.protocol.errors import ErrorCode
-from riverbed.protocol.messages import ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse
 
-log = logging.getLogger(__name__)
-E = ErrorCode
+
+class MemberState(enum.IntEnum):
+    """Kafka's ``MemberState`` (the int8 ``State`` of the current assignment record)."""
+
+    UNREVOKED_PARTITIONS = 0
+    UNRELEASED_PARTITIONS = 1
+    STABLE = 2
+    UNKNOWN = 127
+
+
+class ConsumerGroupState(enum.Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+#: Epochs a heartbeat carries to join, leave, or (static members) leave temporarily.
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerGroupConfig:
-    session_timeout_ms: int = 45_000
-    heartbeat_interval_ms: int = 5_000
-    max_size: int = 2**31 - 1
-    assignors: tuple[str, ...] = ASSIGNORS
 
 
 @dataclass(slots=True)
@@ -63,381 +63,180 @@ class ConsumerMember:
     rack_id: str | None = None
     client_id: str = ""
     client_host: str = ""
-    rebalance_timeout_ms: int = 300_000
-    subscribed: set[str] = field(default_factory=set)
-    assignor: str | None = None
+    subscribed_topic_names: list[str] = field(default_factory=list)
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    rebalance_timeout_ms: int = -1
     member_epoch: int = 0
-    previous_epoch: int = -1
+    previous_member_epoch: int = -1
+    state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
-    revoking: Assignment = field(default_factory=dict)
+    pending_revocation: Assignment = field(default_factory=dict)
+    # not persisted: timers restart when a coordinator loads the group
     session_deadline_ms: int = 0
-    #: the assignment the member was last told (None: tell it on the next heartbeat)
-    sent: Assignment | None = None
+    revocation_deadline_ms: int | None = None
 
-    @property
-    def state(self) -> str:
-        if self.revoking:
-            return "unrevoked"
-        return "stable"
+    def metadata_key(self) -> tuple[object, ...]:
+        """What the member metadata record holds (a change rewrites it)."""
+        return (
+            self.instance_id,
+            self.rack_id,
+            self.client_id,
+            self.client_host,
+            tuple(self.subscribed_topic_names),
+            self.subscribed_topic_regex,
+            self.server_assignor,
+            self.rebalance_timeout_ms,
+        )
 
 
 @dataclass(slots=True)
 class ConsumerGroup:
     group_id: str
-    epoch: int = 0
+    group_epoch: int = 0
     assignment_epoch: int = 0
     members: dict[str, ConsumerMember] = field(default_factory=dict)
-    static: dict[str, str] = field(default_factory=dict)
+    #: group.instance.id -> member id.
+    static_members: dict[str, str] = field(default_factory=dict)
+    #: member id -> target assignment (at ``assignment_epoch``).
     target: dict[str, Assignment] = field(default_factory=dict)
-    #: subscribed topics' (name, id, partitions) when the target was computed
-    topics_seen: tuple[tuple[str, uuid.UUID, int], ...] = ()
+    #: subscribed topic name -> (topic id, partition count), as of ``group_epoch``.
+    subscription_metadata: dict[str, tuple[uuid.UUID, int]] = field(default_factory=dict)
+    #: partition -> member holding it (assigned or pending revocation).
+    owners: dict[TopicPartition, str] = field(default_factory=dict)
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
     state_timestamp_ms: int = -1
 
-    def owners(self) -> dict[tuple[uuid.UUID, int], str]:
-        """Who holds each partition now (assigned, or still being revoked)."""
-        out: dict[tuple[uuid.UUID, int], str] = {}
-        for m in self.members.values():
-            for source in (m.assigned, m.revoking):
-                for topic_id, parts in source.items():
-                    for p in parts:
-                        out[(topic_id, p)] = m.member_id
-        return out
-
     @property
-    def state(self) -> str:
-        """Kafka's ConsumerGroupState names."""
+    def state(self) -> ConsumerGroupState:
         if not self.members:
-            return "Empty"
-        if self.assignment_epoch != self.epoch:
-            return "Assigning"
-        if any(m.member_epoch != self.epoch or m.revoking for m in self.members.values()):
-            return "Reconciling"
-        return "Stable"
+            return ConsumerGroupState.EMPTY
+        if self.group_epoch > self.assignment_epoch:
+            return ConsumerGroupState.ASSIGNING
+        for m in self.members.values():
+            if m.state is not MemberState.STABLE or m.member_epoch != self.assignment_epoch:
+                return ConsumerGroupState.RECONCILING
+        return ConsumerGroupState.STABLE
 
-
-def _copy(a: Assignment) -> Assignment:
-    return {t: set(p) for t, p in a.items() if p}
-
-
-def _minus(a: Assignment, b: Assignment) -> Assignment:
-    return {t: p - b.get(t, set()) for t, p in a.items() if p - b.get(t, set())}
-
-
-def _subset(a: Assignment, b: Assignment) -> bool:
-    return all(p <= b.get(t, set()) for t, p in a.items())
-
-
-class ConsumerProtocol:
-    """The consumer-protocol half of `GroupShard` (see the module docstring)."""
-
-    groups: dict[str, ClassicGroup]
-    consumer_groups: dict[str, ConsumerGroup]
-    consumer_config: ConsumerGroupConfig
-    _respond: Callable[[Reply, Any], None]
-    _random: Any
-    _schedule_id: Callable[[str, int | None], None]
-
-    def _cg_response(
-        self,
-        reply: Reply,
-        code: ErrorCode,
-        message: str | None = None,
-        *,
-        member_id: str | None = None,
-        epoch: int = -1,
-        interval_ms: int = 0,
-        assignment: Any = None,
+    def set_assignment(
+        self, member: ConsumerMember, assigned: Assignment, pending: Assignment
     ) -> None:
-        self._respond(
-            reply,
-            ConsumerGroupHeartbeatResponse(
-                throttle_time_ms=0,
-                error_code=int(code),
-                error_message=message,
-                member_id=member_id,
-                member_epoch=epoch,
-                heartbeat_interval_ms=interval_ms,
-                assignment=assignment,
-            ),
-        )
+        """Replace what ``member`` holds, keeping `owners` in step."""
+        for tp in to_partitions(member.assigned) | to_partitions(member.pending_revocation):
+            if self.owners.get(tp) == member.member_id:
+                del self.owners[tp]
+        member.assigned = {t: ps for t, ps in assigned.items() if ps}
+        member.pending_revocation = {t: ps for t, ps in pending.items() if ps}
+        for tp in to_partitions(member.assigned) | to_partitions(member.pending_revocation):
+            self.owners[tp] = member.member_id
 
-    def consumer_heartbeat(
-        self, reply: Reply, req: Any, client_id: str, host: str, topics: TopicsMeta, now: int
-    ) -> None:
-        cfg = self.consumer_config
-        if not req.group_id:
-            return self._cg_response(reply, E.INVALID_GROUP_ID)
-        if req.server_assignor is not None and req.server_assignor not in cfg.assignors:
-            return self._cg_response(reply, E.UNSUPPORTED_ASSIGNOR, req.server_assignor)
-        group = self.consumer_groups.get(req.group_id)
-        if group is None:
-            classic = self.groups.get(req.group_id)
-            if classic is not None and classic.members:
-                return self._cg_response(
-                    reply, E.GROUP_ID_NOT_FOUND, f"{req.group_id} is a classic group"
-                )
-            if req.member_epoch != JOIN_EPOCH:
-                return self._cg_response(reply, E.UNKNOWN_MEMBER_ID)
-            group = ConsumerGroup(req.group_id, state_timestamp_ms=now)
-            if classic is not None:  # an empty classic group: its offsets carry over
-                group.offsets = classic.offsets
-                del self.groups[req.group_id]
-            self.consumer_groups[req.group_id] = group
-        epoch = req.member_epoch
-        if epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-            return self._consumer_leave(reply, group, req, topics, now)
-        member = self._consumer_member(reply, group, req, client_id, host, now)
+    def add(self, member: ConsumerMember) -> None:
+        self.members[member.member_id] = member
+        if member.instance_id is not None:
+            self.static_members[member.instance_id] = member.member_id
+
+    def remove(self, member_id: str) -> ConsumerMember | None:
+        member = self.members.get(member_id)
         if member is None:
             return None
-        changed = False
-        if req.rebalance_timeout_ms > 0:
-            member.rebalance_timeout_ms = req.rebalance_timeout_ms
-        if req.rack_id is not None:
-            member.rack_id = req.rack_id
-        if (
-            req.subscribed_topic_names is not None
-            and set(req.subscribed_topic_names) != member.subscribed
-        ):
-            member.subscribed = set(req.subscribed_topic_names)
-            changed = True
-        if req.server_assignor is not None and req.server_assignor != member.assignor:
-            member.assignor = req.server_assignor
-            changed = True
-        member.session_deadline_ms = now + cfg.session_timeout_ms
-        seen = self._topics_seen(group, topics)
-        if changed or seen != group.topics_seen:
-            self._bump(group, topics, now)
-        owned = None
-        if req.topic_partitions is not None:
-            owned = {tp.topic_id: set(tp.partitions) for tp in req.topic_partitions}
-        self._reconcile(group, member, owned)
-        self._schedule_id(group.group_id, self._consumer_deadline(group))
-        assignment = None
-        if member.sent is None or member.sent != member.assigned or epoch == JOIN_EPOCH:
-            member.sent = _copy(member.assigned)
-            assignment = ConsumerGroupHeartbeatResponse.Assignment(
-                topic_partitions=[
-                    ConsumerGroupHeartbeatResponse.TopicPartitions(topic_id=t, partitions=sorted(p))
-                    for t, p in sorted(member.assigned.items(), key=lambda kv: str(kv[0]))
-                ]
-            )
-        self._cg_response(
-            reply,
-            E.NONE,
-            member_id=member.member_id,
-            epoch=member.member_epoch,
-            interval_ms=cfg.heartbeat_interval_ms,
-            assignment=assignment,
-        )
-        return None
-
-    def _consumer_member(
-        self, reply: Reply, group: ConsumerGroup, req: Any, client_id: str, host: str, now: int
-    ) -> ConsumerMember | None:
-        epoch = req.member_epoch
-        member = group.members.get(req.member_id) if req.member_id else None
-        if epoch == JOIN_EPOCH:
-            if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
-                self._cg_response(reply, E.INVALID_REQUEST, "SubscribedTopicNames must be set")
-                return None
-            if member is None:
-                if len(group.members) >= self.consumer_config.max_size:
-                    self._cg_response(reply, E.GROUP_MAX_SIZE_REACHED)
-                    return None
-                member_id = req.member_id or str(
-                    uuid.UUID(int=self._random.getrandbits(128), version=4)
-                )
-                if req.instance_id is not None and req.instance_id in group.static:
-                    # a static member back: it takes its old place (and assignment)
-                    old = group.members.pop(group.static[req.instance_id])
-                    old.member_id = member_id
-                    member = old
-                else:
-                    member = ConsumerMember(member_id, instance_id=req.instance_id)
-                group.members[member_id] = member
-                if req.instance_id is not None:
-                    group.static[req.instance_id] = member_id
-            member.client_id, member.client_host = client_id, host
-            member.sent = None
-            return member
-        if member is None:
-            self._cg_response(reply, E.UNKNOWN_MEMBER_ID)
-            return None
-        if epoch > member.member_epoch or (
-            epoch < member.member_epoch
-            and (
-                epoch != member.previous_epoch
-                or not _subset(
-                    {tp.topic_id: set(tp.partitions) for tp in req.topic_partitions or []},
-                    member.assigned,
-                )
-            )
-        ):
-            self._cg_response(reply, E.FENCED_MEMBER_EPOCH)
-            return None
+        self.set_assignment(member, {}, {})
+        del self.members[member_id]
+        self.target.pop(member_id, None)
+        instance = member.instance_id
+        if instance is not None and self.static_members.get(instance) == member_id:
+            del self.static_members[instance]
         return member
 
-    def _consumer_leave(
-        self, reply: Reply, group: ConsumerGroup, req: Any, topics: TopicsMeta, now: int
-    ) -> None:
-        member = group.members.get(req.member_id)
-        if member is None:
-            return self._cg_response(reply, E.UNKNOWN_MEMBER_ID)
-        if req.member_epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
-            # KIP-848 static leave: the member keeps its assignment for its session
-            member.member_epoch = STATIC_LEAVE_EPOCH
-        else:
-            self._remove_consumer(group, member, topics, now)
-        self._cg_response(reply, E.NONE, member_id=req.member_id, epoch=req.member_epoch)
-        return None
+    def subscribed_names(self) -> set[str]:
+        names: set[str] = set()
+        for m in self.members.values():
+            names.update(m.subscribed_topic_names)
+        return names
 
-    def _remove_consumer(
-        self, group: ConsumerGroup, member: ConsumerMember, topics: TopicsMeta | None, now: int
-    ) -> None:
-        del group.members[member.member_id]
-        if (
-            member.instance_id is not None
-            and group.static.get(member.instance_id) == member.member_id
-        ):
-            del group.static[member.instance_id]
-        group.target.pop(member.member_id, None)
-        self._bump(group, topics, now)
+    def check_invariants(self) -> None:
+        """No partition held by two members; `owners` matches the members (tests)."""
+        seen: dict[TopicPartition, str] = {}
+        for m in self.members.values():
+            held = to_partitions(m.assigned) | to_partitions(m.pending_revocation)
+            overlap = to_partitions(m.assigned) & to_partitions(m.pending_revocation)
+            assert not overlap, f"{m.member_id} has {overlap} both assigned and revoking"
+            for tp in held:
+                other = seen.get(tp)
+                assert other is None, f"{tp} held by {other} and {m.member_id}"
+                seen[tp] = m.member_id
+        assert seen == self.owners, f"owners {self.owners} != held {seen}"
 
-    def _topics_seen(
-        self, group: ConsumerGroup, topics: TopicsMeta
-    ) -> tuple[tuple[str, uuid.UUID, int], ...]:
-        wanted = sorted({t for m in group.members.values() for t in m.subscribed})
-        return tuple((t, *topics[t]) for t in wanted if t in topics)
 
-    def _bump(self, group: ConsumerGroup, topics: TopicsMeta | None, now: int) -> None:
-        """A new group epoch and its target assignment."""
-        group.epoch += 1
-        group.state_timestamp_ms = now
-        meta: dict[str, tuple[uuid.UUID, int]] = {}
-        if topics is not None:
-            meta = dict(topics)
-            group.topics_seen = self._topics_seen(group, topics)
-        else:
-            meta = {name: (tid, n) for name, tid, n in group.topics_seen}
-        names = [m.assignor for m in group.members.values() if m.assignor]
-        assignor = max(set(names), key=names.count) if names else UNIFORM
-        group.target = assign(
-            assignor,
-            {m.member_id: m.subscribed for m in group.members.values()},
-            {m.member_id: m.assigned for m in group.members.values()},
-            meta,
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    epoch: int
+    state: MemberState
+    assigned: Assignment
+    pending_revocation: Assignment
+
+
+def _next(
+    member: ConsumerMember,
+    epoch: int,
+    current: Assignment,
+    target_epoch: int,
+    target: Mapping[uuid.UUID, frozenset[int]],
+    owned: Assignment | None,
+    owners: Mapping[TopicPartition, str],
+) -> Reconciled:
+    keep: dict[uuid.UUID, frozenset[int]] = {}
+    revoke: dict[uuid.UUID, frozenset[int]] = {}
+    gain: dict[uuid.UUID, frozenset[int]] = {}
+    unreleased = False
+    for topic in set(current) | set(target):
+        have = current.get(topic, frozenset())
+        want = target.get(topic, frozenset())
+        keep[topic] = have & want
+        revoke[topic] = have - want
+        free = frozenset(
+            p for p in want - have if owners.get((topic, p), member.member_id) == member.member_id
         )
-        group.assignment_epoch = group.epoch
-        log.info(
-            "consumer group %s epoch %d: %d members, assignor %s",
-            group.group_id,
-            group.epoch,
-            len(group.members),
-            assignor,
-        )
+        gain[topic] = free
+        unreleased = unreleased or len(free) < len(want - have)
+    revoke = {t: ps for t, ps in revoke.items() if ps}
+    if revoke and _still_owns(owned, revoke):
+        return Reconciled(epoch, MemberState.UNREVOKED_PARTITIONS, keep, revoke)
+    assigned = {
+        t: keep.get(t, frozenset()) | gain.get(t, frozenset()) for t in set(keep) | set(gain)
+    }
+    state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
+    return Reconciled(target_epoch, state, assigned, {})
 
-    def _reconcile(
-        self, group: ConsumerGroup, member: ConsumerMember, owned: Assignment | None
-    ) -> None:
-        """One step of the member towards its target (see the module docstring)."""
-        if member.revoking:
-            kept = member.assigned
-            if owned is None or not _subset(owned, kept):
-                return  # still revoking: nothing changes until the member confirms
-            member.revoking = {}
-        target = group.target.get(member.member_id, {})
-        revoke = _minus(member.assigned, target)
-        if revoke:
-            member.revoking = revoke
-            member.assigned = _minus(member.assigned, revoke)
-            return
-        owners = group.owners()
-        grant: Assignment = {}
-        for topic_id, parts in target.items():
-            free = {
-                p for p in parts if owners.get((topic_id, p), member.member_id) == member.member_id
-            }
-            if free:
-                grant[topic_id] = free
-        if member.member_epoch != group.assignment_epoch:
-            member.previous_epoch = member.member_epoch
-            member.member_epoch = group.assignment_epoch
-        member.assigned = grant
 
-    def _consumer_deadline(self, group: ConsumerGroup) -> int | None:
-        return min((m.session_deadline_ms for m in group.members.values()), default=None)
+def _still_owns(owned: Assignment | None, revoke: Mapping[uuid.UUID, frozenset[int]]) -> bool:
+    """Whether the member may still hold some of ``revoke``: unknown (``owned`` None, the
+    heartbeat did not list its partitions) counts as yes."""
+    if owned is None:
+        return True
+    return any(owned.get(t, frozenset()) & ps for t, ps in revoke.items())
 
-    def tick_consumer_group(self, group: ConsumerGroup, now: int) -> None:
-        for m in list(group.members.values()):
-            if m.session_deadline_ms <= now:
-                log.info("consumer %s of group %s timed out", m.member_id, group.group_id)
-                self._remove_consumer(group, m, None, now)
-        self._schedule_id(group.group_id, self._consumer_deadline(group))
 
-    # ------------------------------------------------------------------ offsets, admin
-    def consumer_commit_check(self, group: ConsumerGroup, member_id: str, epoch: int) -> ErrorCode:
-        if not member_id and epoch < 0:
-            return E.NONE if not group.members else E.UNKNOWN_MEMBER_ID
-        member = group.members.get(member_id)
-        if member is None:
-            return E.UNKNOWN_MEMBER_ID
-        if epoch != member.member_epoch:
-            return E.STALE_MEMBER_EPOCH
-        return E.NONE
+def reconcile(
+    member: ConsumerMember,
+    target_epoch: int,
+    target: Mapping[uuid.UUID, frozenset[int]],
+    owned: Assignment | None,
+    owners: Mapping[TopicPartition, str],
+) -> Reconciled:
+    """The member's next state towards ``target`` (Kafka's CurrentAssignmentBuilder).
 
-    def describe_consumer_group(
-        self, group_id: str, names: dict[uuid.UUID, str]
-    ) -> ConsumerGroupDescribeResponse.DescribedGroup:
-        D = ConsumerGroupDescribeResponse
-        group = self.consumer_groups.get(group_id)
-        if group is None:
-            return D.DescribedGroup(
-                error_code=int(E.GROUP_ID_NOT_FOUND),
-                group_id=group_id,
-                group_state="Dead",
-                group_epoch=-1,
-                assignment_epoch=-1,
-                assignor_name="",
-                members=[],
+    ``owned`` is what the member's heartbeat says it holds (None: not said); ``owners``
+    maps every held partition of the group to its holder."""
+    state = member.state
+    if state is MemberState.UNREVOKED_PARTITIONS:
+        if _still_owns(owned, member.pending_revocation):
+            return Reconciled(
+                member.member_epoch, state, member.assigned, member.pending_revocation
             )
-
-        def encode(a: Assignment) -> Any:
-            return D.Assignment(
-                topic_partitions=[
-                    D.TopicPartitions(topic_id=t, topic_name=names.get(t, ""), partitions=sorted(p))
-                    for t, p in sorted(a.items(), key=lambda kv: str(kv[0]))
-                ]
-            )
-
-        return D.DescribedGroup(
-            error_code=0,
-            error_message=None,
-            group_id=group_id,
-            group_state=group.state,
-            group_epoch=group.epoch,
-            assignment_epoch=group.assignment_epoch,
-            assignor_name=UNIFORM,
-            members=[
-                D.Member(
-                    member_id=m.member_id,
-                    instance_id=m.instance_id,
-                    rack_id=m.rack_id,
-                    member_epoch=m.member_epoch,
-                    client_id=m.client_id,
-                    client_host=m.client_host,
-                    subscribed_topic_names=sorted(m.subscribed),
-                    subscribed_topic_regex=None,
-                    assignment=encode(m.assigned),
-                    target_assignment=encode(group.target.get(m.member_id, {})),
-                )
-                for m in group.members.values()
-            ],
+        epoch = min(member.member_epoch + 1, target_epoch)
+        return _next(member, epoch, member.assigned, target_epoch, target, owned, owners)
+    if state is MemberState.UNRELEASED_PARTITIONS or member.member_epoch != target_epoch:
+        return _next(
+            member, member.member_epoch, member.assigned, target_epoch, target, owned, owners
         )
-
-
-def classic_state(group: ConsumerGroup) -> GroupState:
-    """The classic state name DescribeGroups shows for a consumer group."""
-    if not group.members:
-        return GroupState.EMPTY
-    return GroupState.STABLE if group.state == "Stable" else GroupState.PREPARING_REBALANCE
+    return Reconciled(member.member_epoch, state, member.assigned, member.pending_revocation)

@@ -55,6 +55,7 @@ class Membership:
     _write: Callable[..., None]
     _schedule: Callable[[ClassicGroup], None]
     _random: Any
+    consumer_group_blocks_classic: Callable[[str], bool]
 
     # ------------------------------------------------------------------ responses
     def _join_response(
@@ -122,6 +123,8 @@ class Membership:
         session = req.session_timeout_ms
         if not cfg.min_session_timeout_ms <= session <= cfg.max_session_timeout_ms:
             return self._join_response(reply, E.INVALID_SESSION_TIMEOUT, member_id=member_id)
+        if self.consumer_group_blocks_classic(group_id):
+            return self._join_response(reply, E.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
         group = self.groups.get(group_id)
         if group is None:
             if member_id:

@@ -23,12 +23,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from riverbed.coordinator.consumer_group import (
-    ConsumerGroup,
-    ConsumerGroupConfig,
-    ConsumerProtocol,
-)
-from riverbed.coordinator.consumer_protocol import encode_assignment
+from riverbed.coordinator.assignors import DEFAULT_ASSIGNORS
+from riverbed.coordinator.consumer_admin import ConsumerAdmin
+from riverbed.coordinator.consumer_group import ConsumerGroup
+from riverbed.coordinator.consumer_membership import ConsumerMembership
 from riverbed.coordinator.group import ClassicGroup, GroupState, Member, Reply
 from riverbed.coordinator.membership import Membership
 from riverbed.coordinator.records import (
@@ -65,6 +63,11 @@ class GroupConfig:
     max_size: int = 2**31 - 1
     offset_metadata_max_bytes: int = 4096
     offsets_retention_ms: int = 10080 * 60_000
+    # KIP-848 consumer groups (group.consumer.*)
+    consumer_session_timeout_ms: int = 45_000
+    consumer_heartbeat_interval_ms: int = 5_000
+    consumer_max_size: int = 2**31 - 1
+    consumer_assignors: tuple[str, ...] = DEFAULT_ASSIGNORS
 
     @classmethod
     def from_config(cls, cfg: Any) -> GroupConfig:
@@ -75,7 +78,23 @@ class GroupConfig:
             max_size=int(cfg.get("group.max.size")),
             offset_metadata_max_bytes=int(cfg.get("offset.metadata.max.bytes")),
             offsets_retention_ms=int(cfg.get("offsets.retention.minutes")) * 60_000,
+            consumer_session_timeout_ms=int(cfg.get("group.consumer.session.timeout.ms")),
+            consumer_heartbeat_interval_ms=int(cfg.get("group.consumer.heartbeat.interval.ms")),
+            consumer_max_size=int(cfg.get("group.consumer.max.size")),
+            consumer_assignors=tuple(_assignor_names(cfg.get("group.consumer.assignors"))),
         )
+
+
+def _assignor_names(value: Any) -> list[str]:
+    """``group.consumer.assignors``: short names, or Kafka's class names of the same."""
+    items = value if isinstance(value, list | tuple) else str(value).split(",")
+    names = []
+    for item in items:
+        name = str(item).strip().rsplit(".", 1)[-1]
+        name = {"UniformAssignor": "uniform", "RangeAssignor": "range"}.get(name, name)
+        if name:
+            names.append(name)
+    return names or list(DEFAULT_ASSIGNORS)
 
 
 @dataclass(slots=True)
@@ -84,22 +103,17 @@ class Write:
     records: list[Record] = field(default_factory=list)
 
 
-class GroupShard(Membership, ConsumerProtocol):
-    """Every group of one ``__consumer_offsets`` partition (classic and consumer protocol)."""
+class GroupShard(Membership, ConsumerMembership, ConsumerAdmin):
+    """Every group of one ``__consumer_offsets`` partition."""
 
-    def __init__(
-        self,
-        partition: int,
-        config: GroupConfig,
-        rng: random.Random,
-        consumer_config: ConsumerGroupConfig | None = None,
-    ) -> None:
+    def __init__(self, partition: int, config: GroupConfig, rng: random.Random) -> None:
         self.partition = partition
         self.config = config
-        self.consumer_config = consumer_config or ConsumerGroupConfig()
         self._random = rng
         self.groups: dict[str, ClassicGroup] = {}
+        #: KIP-848 groups; a group id names a classic or a consumer group, never both.
         self.consumer_groups: dict[str, ConsumerGroup] = {}
+        self._regexes: dict[str, Any] = {}
         self._outbox: list[tuple[Reply, Any]] = []
         self._writes: list[Write] = []
         self._on_written: dict[int, Callable[[ErrorCode], None]] = {}
@@ -129,16 +143,17 @@ class GroupShard(Membership, ConsumerProtocol):
     def pending_writes(self) -> int:
         return len(self._on_written)
 
-    def _schedule(self, group: ClassicGroup) -> None:
-        self._schedule_id(group.group_id, self.group_deadline(group))
-
-    def _schedule_id(self, group_id: str, deadline: int | None) -> None:
+    def _schedule(self, group: ClassicGroup | ConsumerGroup) -> None:
+        if isinstance(group, ConsumerGroup):
+            deadline = self.consumer_group_deadline(group)
+        else:
+            deadline = self.group_deadline(group)
         if deadline is None:
             return
-        current = self._scheduled.get(group_id)
+        current = self._scheduled.get(group.group_id)
         if current is None or deadline < current:
-            self._scheduled[group_id] = deadline
-            heapq.heappush(self._timers, (deadline, group_id))
+            self._scheduled[group.group_id] = deadline
+            heapq.heappush(self._timers, (deadline, group.group_id))
 
     def next_deadline(self) -> int | None:
         return self._timers[0][0] if self._timers else None
@@ -156,12 +171,15 @@ class GroupShard(Membership, ConsumerProtocol):
             consumer = self.consumer_groups.get(group_id)
             if consumer is not None:
                 self.tick_consumer_group(consumer, now_ms)
+                self._schedule(consumer)
 
     # ------------------------------------------------------------------ loading
     def replay(self, record: OffsetRecord | GroupRecord) -> None:
         """Apply one record of the partition, in log order (loading)."""
         if isinstance(record, OffsetRecord):
-            group = self.groups.get(record.group)
+            group: ClassicGroup | ConsumerGroup | None = self.consumer_groups.get(record.group)
+            if group is None:
+                group = self.groups.get(record.group)
             key = (record.topic, record.partition)
             if record.value is None:
                 if group is not None:
@@ -206,6 +224,7 @@ class GroupShard(Membership, ConsumerProtocol):
             for m in group.members.values():
                 m.heartbeat_deadline_ms = now_ms + m.session_timeout_ms
             self._schedule(group)
+        self.finish_consumer_load(now_ms)
 
     # ------------------------------------------------------------------ OffsetCommit
     def offset_commit(
@@ -215,13 +234,16 @@ class GroupShard(Membership, ConsumerProtocol):
         generation = req.generation_id_or_member_epoch if reply.version >= 1 else -1
         member_id = req.member_id if reply.version >= 1 else ""
         instance = req.group_instance_id
-        holder: Any = self.consumer_groups.get(req.group_id)
-        group = self.groups.get(req.group_id)
+        group: ClassicGroup | ConsumerGroup | None = self.groups.get(req.group_id)
+        consumer = self.consumer_groups.get(req.group_id)
         code = E.NONE
         if not req.group_id:
             code = E.INVALID_GROUP_ID
-        elif holder is not None:
-            code = self.consumer_commit_check(holder, member_id, generation)
+        elif consumer is not None:
+            group = consumer
+            code = self.consumer_commit_check(
+                consumer, member_id, generation, reply.version, now_ms
+            )
         elif group is None:
             if generation < 0:
                 group = self.groups[req.group_id] = ClassicGroup(
@@ -229,9 +251,8 @@ class GroupShard(Membership, ConsumerProtocol):
                 )
             else:
                 code = E.ILLEGAL_GENERATION
-        if holder is None and group is not None and code == E.NONE:
+        if isinstance(group, ClassicGroup) and code == E.NONE:
             code = self._commit_check(group, member_id, instance, generation, now_ms)
-        holder = holder if holder is not None else group
         missing = set(unknown)
         results: dict[tuple[str, int], ErrorCode] = {}
         commits: dict[tuple[str, int], OffsetAndMetadata] = {}
@@ -255,8 +276,8 @@ class GroupShard(Membership, ConsumerProtocol):
                     results[key] = E.NONE
 
         def answer(write_code: ErrorCode) -> None:
-            if write_code == E.NONE and holder is not None:
-                holder.offsets.update(commits)
+            if write_code == E.NONE and group is not None:
+                group.offsets.update(commits)
             by_topic: dict[str, list[Any]] = {}
             for (topic, index), c in results.items():
                 if (topic, index) in commits:
@@ -280,8 +301,9 @@ class GroupShard(Membership, ConsumerProtocol):
         if not commits:
             answer(E.NONE)
             return
+        assert group is not None
         records: list[Record] = [
-            (offset_commit_key(req.group_id, t, p), offset_commit_value(v))
+            (offset_commit_key(group.group_id, t, p), offset_commit_value(v))
             for (t, p), v in commits.items()
         ]
         self._write(records, answer)
@@ -312,8 +334,10 @@ class GroupShard(Membership, ConsumerProtocol):
     ) -> OffsetFetchResponse.OffsetFetchResponseGroup:
         """One group's committed offsets (all of them when ``topics`` is None), in the
         v8+ shape; partitions without a commit answer offset -1."""
-        holder: Any = self.consumer_groups.get(group_id) or self.groups.get(group_id)
-        offsets = holder.offsets if holder is not None else {}
+        group: ClassicGroup | ConsumerGroup | None = self.consumer_groups.get(group_id)
+        if group is None:
+            group = self.groups.get(group_id)
+        offsets = group.offsets if group is not None else {}
         wanted: dict[str, list[int]] = {}
         if topics is None:
             for topic, index in sorted(offsets):
@@ -345,20 +369,15 @@ class GroupShard(Membership, ConsumerProtocol):
         """(group id, protocol type, state) of every group, filtered by state name
         (case-insensitive, as Kafka)."""
         wanted = {s.lower() for s in states} if states else None
-        listed = [
+        return [
             (g.group_id, g.protocol_type or "", g.state.value)
             for g in self.groups.values()
-            if g.state is not S.DEAD
+            if g.state is not S.DEAD and (wanted is None or g.state.value.lower() in wanted)
         ]
-        listed += [(g.group_id, "consumer", g.state) for g in self.consumer_groups.values()]
-        return [row for row in listed if wanted is None or row[2].lower() in wanted]
 
-    def describe_group(
-        self, group_id: str, names: dict[Any, str] | None = None
-    ) -> DescribeGroupsResponse.DescribedGroup:
-        consumer = self.consumer_groups.get(group_id)
-        if consumer is not None:
-            return self._describe_as_classic(consumer, names or {})
+    def describe_group(self, group_id: str) -> DescribeGroupsResponse.DescribedGroup:
+        if group_id in self.consumer_groups:
+            return self.describe_consumer_group_classic(group_id)
         group = self.groups.get(group_id)
         if group is None:
             return DescribeGroupsResponse.DescribedGroup(
@@ -392,43 +411,10 @@ class GroupShard(Membership, ConsumerProtocol):
             authorized_operations=_OPERATIONS_OMITTED,
         )
 
-    def _describe_as_classic(
-        self, group: ConsumerGroup, names: dict[Any, str]
-    ) -> DescribeGroupsResponse.DescribedGroup:
-        """A consumer-protocol group through DescribeGroups: its members, each with its
-        assignment in the consumer embedded protocol's format."""
-        return DescribeGroupsResponse.DescribedGroup(
-            error_code=0,
-            group_id=group.group_id,
-            group_state=group.state,
-            protocol_type="consumer",
-            protocol_data="",
-            authorized_operations=_OPERATIONS_OMITTED,
-            members=[
-                DescribeGroupsResponse.DescribedGroupMember(
-                    member_id=m.member_id,
-                    group_instance_id=m.instance_id,
-                    client_id=m.client_id,
-                    client_host=m.client_host,
-                    member_metadata=b"",
-                    member_assignment=encode_assignment(
-                        {names.get(t, str(t)): sorted(p) for t, p in m.assigned.items()}
-                    ),
-                )
-                for m in group.members.values()
-            ],
-        )
-
     def delete_group(self, reply: Reply, group_id: str, now_ms: int) -> None:
         """DeleteGroups of one group: answers an ErrorCode once its tombstones are written."""
-        consumer = self.consumer_groups.get(group_id)
-        if consumer is not None:
-            if consumer.members:
-                self._respond(reply, E.NON_EMPTY_GROUP)
-                return
-            # as an empty classic group from here: its offsets and metadata go
-            del self.consumer_groups[group_id]
-            self.groups[group_id] = ClassicGroup(group_id, offsets=consumer.offsets)
+        if group_id in self.consumer_groups:
+            return self.delete_consumer_group(reply, group_id)
         group = self.groups.get(group_id)
         if group is None or group.state is S.DEAD:
             self._respond(reply, E.GROUP_ID_NOT_FOUND)
@@ -446,10 +432,16 @@ class GroupShard(Membership, ConsumerProtocol):
 
         self._write(records, answer)
 
-    def _tombstones(self, group: ClassicGroup, keys: list[tuple[str, int]]) -> list[Record]:
+    def _tombstones(
+        self, group: ClassicGroup | ConsumerGroup, keys: list[tuple[str, int]]
+    ) -> list[Record]:
         return [(offset_commit_key(group.group_id, t, p), None) for t, p in keys]
 
     def offset_delete(self, reply: Reply, req: Any) -> None:
+        consumer = self.consumer_groups.get(req.group_id)
+        if consumer is not None:
+            subscribed = consumer.subscribed_names() | set(consumer.subscription_metadata)
+            return self._delete_offsets(reply, req, consumer, subscribed)
         group = self.groups.get(req.group_id)
         if group is None or group.state is S.DEAD:
             self._respond(
@@ -467,7 +459,16 @@ class GroupShard(Membership, ConsumerProtocol):
                 ),
             )
             return
-        subscribed = group.subscribed_topics() if group.state is not S.EMPTY else set()
+        known = group.subscribed_topics() if group.state is not S.EMPTY else set()
+        return self._delete_offsets(reply, req, group, known)
+
+    def _delete_offsets(
+        self,
+        reply: Reply,
+        req: Any,
+        group: ClassicGroup | ConsumerGroup,
+        subscribed: set[str] | None,
+    ) -> None:
         deleted: list[tuple[str, int]] = []
         topics = []
         for t in req.topics:

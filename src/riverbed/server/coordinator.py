@@ -31,7 +31,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from riverbed.coordinator.consumer_group import ConsumerGroupConfig
+from riverbed.coordinator.consumer_records import parse_consumer_record
 from riverbed.coordinator.group import Reply
 from riverbed.coordinator.records import OFFSETS_TOPIC, parse_record, partition_for
 from riverbed.coordinator.shard import GroupConfig, GroupShard, Write
@@ -57,16 +57,9 @@ class CoordinatorError(Exception):
         self.code = code
 
 
-def _read_shard(
-    plog: Any,
-    partition: int,
-    config: GroupConfig,
-    consumer_config: ConsumerGroupConfig,
-    read_bytes: int,
-) -> GroupShard:
+def _read_shard(plog: Any, partition: int, config: GroupConfig, read_bytes: int) -> GroupShard:
     """Replay one partition into a fresh shard (worker thread: file reads)."""
-    rng = random.Random(int.from_bytes(os.urandom(8), "big"))
-    shard = GroupShard(partition, config, rng, consumer_config)
+    shard = GroupShard(partition, config, random.Random(int.from_bytes(os.urandom(8), "big")))
     offset = plog.log_start_offset
     # to the log end, as Kafka's loader: this leader wrote (or replicated) all of it, and
     # a truncation below it means a new leader epoch, hence a reload
@@ -87,6 +80,8 @@ def _read_shard(
                     parsed = parse_record(rec.key, rec.value)
                     if parsed is not None:
                         shard.replay(parsed)
+                    elif (consumer := parse_consumer_record(rec.key, rec.value)) is not None:
+                        shard.replay_consumer(consumer)
         if result.next_offset <= offset:
             break
         offset = result.next_offset
@@ -103,11 +98,6 @@ class GroupCoordinator:
         self.metadata = metadata
         self.clock = clock
         self.group_config = GroupConfig.from_config(config)
-        self.consumer_config = ConsumerGroupConfig(
-            session_timeout_ms=int(config.get("group.consumer.session.timeout.ms")),
-            heartbeat_interval_ms=int(config.get("group.consumer.heartbeat.interval.ms")),
-            max_size=int(config.get("group.consumer.max.size")),
-        )
         self.commit_timeout_ms = int(config.get("offsets.commit.timeout.ms"))
         self.retention_check_ms = int(config.get("offsets.retention.check.interval.ms"))
         self.load_read_bytes = int(config.get("offsets.load.buffer.size"))
@@ -172,12 +162,7 @@ class GroupCoordinator:
         hosted = self.partitions.get(OFFSETS_TOPIC, partition)
         try:
             shard = await asyncio.to_thread(
-                _read_shard,
-                hosted.log,
-                partition,
-                self.group_config,
-                self.consumer_config,
-                self.load_read_bytes,
+                _read_shard, hosted.log, partition, self.group_config, self.load_read_bytes
             )
         except Exception:
             log.exception("loading groups of %s-%d failed", OFFSETS_TOPIC, partition)

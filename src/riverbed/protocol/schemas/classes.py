@@ -49,10 +49,22 @@ __all__ = [
     "BrokerRegistrationResponse",
     "ClientQuotaRecord",
     "ConfigRecord",
+    "ConsumerGroupCurrentMemberAssignmentKey",
+    "ConsumerGroupCurrentMemberAssignmentValue",
     "ConsumerGroupDescribeRequest",
     "ConsumerGroupDescribeResponse",
     "ConsumerGroupHeartbeatRequest",
     "ConsumerGroupHeartbeatResponse",
+    "ConsumerGroupMemberMetadataKey",
+    "ConsumerGroupMemberMetadataValue",
+    "ConsumerGroupMetadataKey",
+    "ConsumerGroupMetadataValue",
+    "ConsumerGroupPartitionMetadataKey",
+    "ConsumerGroupPartitionMetadataValue",
+    "ConsumerGroupTargetAssignmentMemberKey",
+    "ConsumerGroupTargetAssignmentMemberValue",
+    "ConsumerGroupTargetAssignmentMetadataKey",
+    "ConsumerGroupTargetAssignmentMetadataValue",
     "ConsumerProtocolAssignment",
     "ConsumerProtocolSubscription",
     "ControlledShutdownRequest",
@@ -11417,3 +11429,294 @@ class TransactionLogValue(Message):
             self.topic = topic
             self.partition_ids = [] if partition_ids is MISSING else partition_ids
             self._unknown_tagged_fields = None
+
+
+class ConsumerGroupCurrentMemberAssignmentKey(Message):
+    """ConsumerGroupCurrentMemberAssignmentKey (data, versions 8, flexible none)."""
+
+    __slots__ = ("group_id", "member_id")
+    _SPEC_PATH: ClassVar[str] = "ConsumerGroupCurrentMemberAssignmentKey"
+    group_id: str
+    member_id: str
+
+    def __init__(self, *, group_id: str = "", member_id: str = "") -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self._unknown_tagged_fields = None
+
+
+class ConsumerGroupCurrentMemberAssignmentValue(Message):
+    """ConsumerGroupCurrentMemberAssignmentValue (data, versions 0, flexible 0+)."""
+
+    __slots__ = (
+        "assigned_partitions",
+        "member_epoch",
+        "partitions_pending_revocation",
+        "previous_member_epoch",
+        "state",
+    )
+    _SPEC_PATH: ClassVar[str] = "ConsumerGroupCurrentMemberAssignmentValue"
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned_partitions: list[ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions]
+    partitions_pending_revocation: list[ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions]
+
+    def __init__(
+        self,
+        *,
+        member_epoch: int = 0,
+        previous_member_epoch: int = 0,
+        state: int = 0,
+        assigned_partitions: list[
+            ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions
+        ] = MISSING,
+        partitions_pending_revocation: list[
+            ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions
+        ] = MISSING,
+    ) -> None:
+        self.member_epoch = member_epoch
+        self.previous_member_epoch = previous_member_epoch
+        self.state = state
+        self.assigned_partitions = [] if assigned_partitions is MISSING else assigned_partitions
+        self.partitions_pending_revocation = (
+            [] if partitions_pending_revocation is MISSING else partitions_pending_revocation
+        )
+        self._unknown_tagged_fields = None
+
+    class TopicPartitions(Message):
+        """ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions."""
+
+        __slots__ = ("partitions", "topic_id")
+        _SPEC_PATH: ClassVar[str] = "ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions"
+        topic_id: uuid.UUID
+        partitions: list[int]
+
+        def __init__(
+            self, *, topic_id: uuid.UUID = ZERO_UUID, partitions: list[int] = MISSING
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self._unknown_tagged_fields = None
+
+
+class ConsumerGroupMemberMetadataKey(Message):
+    """ConsumerGroupMemberMetadataKey (data, versions 5, flexible none)."""
+
+    __slots__ = ("group_id", "member_id")
+    _SPEC_PATH: ClassVar[str] = "ConsumerGroupMemberMetadataKey"
+    group_id: str
+    member_id: str
+
+    def __init__(self, *, group_id: str = "", member_id: str = "") -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self._unknown_tagged_fields = None
+
+
+class ConsumerGroupMemberMetadataValue(Message):
+    """ConsumerGroupMemberMetadataValue (data, versions 0, flexible 0+)."""
+
+    __slots__ = (
+        "client_host",
+        "client_id",
+        "instance_id",
+        "rack_id",
+        "rebalance_timeout_ms",
+        "server_assignor",
+        "subscribed_topic_names",
+        "subscribed_topic_regex",
+    )
+    _SPEC_PATH: ClassVar[str] = "ConsumerGroupMemberMetadataValue"
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: list[str]
+    subscribed_topic_regex: str | None
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+
+    def __init__(
+        self,
+        *,
+        instance_id: str | None = None,
+        rack_id: str | None = None,
+        client_id: str = "",
+        client_host: str = "",
+        subscribed_topic_names: list[str] = MISSING,
+        subscribed_topic_regex: str | None = None,
+        rebalance_timeout_ms: int = -1,
+        server_assignor: str | None = None,
+    ) -> None:
+        self.instance_id = instance_id
+        self.rack_id = rack_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.subscribed_topic_names = (
+            [] if subscribed_topic_names is MISSING else subscribed_topic_names
+        )
+        self.subscribed_topic_regex = subscribed_topic_regex
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.server_assignor = server_assignor
+        self._unknown_tagged_fields = None
+
+
+class ConsumerGroupMetadataKey(Message):
+    """ConsumerGroupMetadataKey (data, versions 3, flexible none)."""
+
+    __slots__ = ("group_id",)
+    _SPEC_PATH: ClassVar[str] = "ConsumerGroupMetadataKey"
+    group_id: str
+
+    def __init__(self, *, group_id: str = "") -> None:
+        self.group_id = group_id
+        self._unknown_tagged_fields = None
+
+
+class ConsumerGroupMetadataValue(Message):
+    """ConsumerGroupMetadataValue (data, versions 0, flexible 0+)."""
+
+    __slots__ = ("epoch", "metadata_hash")
+    _SPEC_PATH: ClassVar[str] = "ConsumerGroupMetadataValue"
+    epoch: int
+    metadata_hash: int
+
+    def __init__(self, *, epoch: int = 0, metadata_hash: int = 0) -> None:
+        self.epoch = epoch
+        self.metadata_hash = metadata_hash
+        self._unknown_tagged_fields = None
+
+
+class ConsumerGroupPartitionMetadataKey(Message):
+    """ConsumerGroupPartitionMetadataKey (data, versions 4, flexible none)."""
+
+    __slots__ = ("group_id",)
+    _SPEC_PATH: ClassVar[str] = "ConsumerGroupPartitionMetadataKey"
+    group_id: str
+
+    def __init__(self, *, group_id: str = "") -> None:
+        self.group_id = group_id
+        self._unknown_tagged_fields = None
+
+
+class ConsumerGroupPartitionMetadataValue(Message):
+    """ConsumerGroupPartitionMetadataValue (data, versions 0, flexible 0+)."""
+
+    __slots__ = ("topics",)
+    _SPEC_PATH: ClassVar[str] = "ConsumerGroupPartitionMetadataValue"
+    topics: list[ConsumerGroupPartitionMetadataValue.TopicMetadata]
+
+    def __init__(
+        self, *, topics: list[ConsumerGroupPartitionMetadataValue.TopicMetadata] = MISSING
+    ) -> None:
+        self.topics = [] if topics is MISSING else topics
+        self._unknown_tagged_fields = None
+
+    class TopicMetadata(Message):
+        """ConsumerGroupPartitionMetadataValue.TopicMetadata."""
+
+        __slots__ = ("num_partitions", "partition_metadata", "topic_id", "topic_name")
+        _SPEC_PATH: ClassVar[str] = "ConsumerGroupPartitionMetadataValue.TopicMetadata"
+        topic_id: uuid.UUID
+        topic_name: str
+        num_partitions: int
+        partition_metadata: list[ConsumerGroupPartitionMetadataValue.PartitionMetadata]
+
+        def __init__(
+            self,
+            *,
+            topic_id: uuid.UUID = ZERO_UUID,
+            topic_name: str = "",
+            num_partitions: int = 0,
+            partition_metadata: list[
+                ConsumerGroupPartitionMetadataValue.PartitionMetadata
+            ] = MISSING,
+        ) -> None:
+            self.topic_id = topic_id
+            self.topic_name = topic_name
+            self.num_partitions = num_partitions
+            self.partition_metadata = [] if partition_metadata is MISSING else partition_metadata
+            self._unknown_tagged_fields = None
+
+    class PartitionMetadata(Message):
+        """ConsumerGroupPartitionMetadataValue.PartitionMetadata."""
+
+        __slots__ = ("partition", "racks")
+        _SPEC_PATH: ClassVar[str] = "ConsumerGroupPartitionMetadataValue.PartitionMetadata"
+        partition: int
+        racks: list[str]
+
+        def __init__(self, *, partition: int = 0, racks: list[str] = MISSING) -> None:
+            self.partition = partition
+            self.racks = [] if racks is MISSING else racks
+            self._unknown_tagged_fields = None
+
+
+class ConsumerGroupTargetAssignmentMemberKey(Message):
+    """ConsumerGroupTargetAssignmentMemberKey (data, versions 7, flexible none)."""
+
+    __slots__ = ("group_id", "member_id")
+    _SPEC_PATH: ClassVar[str] = "ConsumerGroupTargetAssignmentMemberKey"
+    group_id: str
+    member_id: str
+
+    def __init__(self, *, group_id: str = "", member_id: str = "") -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self._unknown_tagged_fields = None
+
+
+class ConsumerGroupTargetAssignmentMemberValue(Message):
+    """ConsumerGroupTargetAssignmentMemberValue (data, versions 0, flexible 0+)."""
+
+    __slots__ = ("topic_partitions",)
+    _SPEC_PATH: ClassVar[str] = "ConsumerGroupTargetAssignmentMemberValue"
+    topic_partitions: list[ConsumerGroupTargetAssignmentMemberValue.TopicPartition]
+
+    def __init__(
+        self,
+        *,
+        topic_partitions: list[ConsumerGroupTargetAssignmentMemberValue.TopicPartition] = MISSING,
+    ) -> None:
+        self.topic_partitions = [] if topic_partitions is MISSING else topic_partitions
+        self._unknown_tagged_fields = None
+
+    class TopicPartition(Message):
+        """ConsumerGroupTargetAssignmentMemberValue.TopicPartition."""
+
+        __slots__ = ("partitions", "topic_id")
+        _SPEC_PATH: ClassVar[str] = "ConsumerGroupTargetAssignmentMemberValue.TopicPartition"
+        topic_id: uuid.UUID
+        partitions: list[int]
+
+        def __init__(
+            self, *, topic_id: uuid.UUID = ZERO_UUID, partitions: list[int] = MISSING
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self._unknown_tagged_fields = None
+
+
+class ConsumerGroupTargetAssignmentMetadataKey(Message):
+    """ConsumerGroupTargetAssignmentMetadataKey (data, versions 6, flexible none)."""
+
+    __slots__ = ("group_id",)
+    _SPEC_PATH: ClassVar[str] = "ConsumerGroupTargetAssignmentMetadataKey"
+    group_id: str
+
+    def __init__(self, *, group_id: str = "") -> None:
+        self.group_id = group_id
+        self._unknown_tagged_fields = None
+
+
+class ConsumerGroupTargetAssignmentMetadataValue(Message):
+    """ConsumerGroupTargetAssignmentMetadataValue (data, versions 0, flexible 0+)."""
+
+    __slots__ = ("assignment_epoch",)
+    _SPEC_PATH: ClassVar[str] = "ConsumerGroupTargetAssignmentMetadataValue"
+    assignment_epoch: int
+
+    def __init__(self, *, assignment_epoch: int = 0) -> None:
+        self.assignment_epoch = assignment_epoch
+        self._unknown_tagged_fields = None

@@ -26,6 +26,7 @@ from riverbed.protocol.headers import response_body_version
 from riverbed.server.broker import (
     admin,
     cluster_info,
+    consumer_groups,
     fetch,
     forwarded,
     groups,
@@ -81,8 +82,8 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.LEAVE_GROUP: groups.handle_leave_group,
     ApiKey.LIST_GROUPS: groups.handle_list_groups,
     ApiKey.OFFSET_DELETE: groups.handle_offset_delete,
-    ApiKey.CONSUMER_GROUP_HEARTBEAT: groups.handle_consumer_group_heartbeat,
-    ApiKey.CONSUMER_GROUP_DESCRIBE: groups.handle_consumer_group_describe,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_groups.handle_consumer_group_heartbeat,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: consumer_groups.handle_consumer_group_describe,
     ApiKey.SASL_HANDSHAKE: placeholders.error_only(ErrorCode.UNSUPPORTED_SASL_MECHANISM),
     ApiKey.SASL_AUTHENTICATE: placeholders.error_only(ErrorCode.ILLEGAL_SASL_STATE),
     ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,

@@ -1,6 +1,5 @@
 """Group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete, and the consumer group
-protocol's ConsumerGroupHeartbeat and ConsumerGroupDescribe (KIP-848).
+OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
 
 Each request goes to the shard of its group (`riverbed.server.coordinator`); an error
 about the coordinator itself (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
@@ -23,7 +22,6 @@ from riverbed.coordinator.records import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC,
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import response_body_version
 from riverbed.protocol.messages import (
-    ConsumerGroupDescribeResponse,
     CreateTopicsRequest,
     DeleteGroupsResponse,
     DescribeGroupsResponse,
@@ -228,13 +226,22 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: Any) ->
     )
 
 
-def _fetch_group(broker: Broker, group_id: str, topics: Any) -> Any:
+def _fetch_group(
+    broker: Broker, group_id: str, topics: Any, member: tuple[str | None, int] = (None, -1)
+) -> Any:
+    """One group's offsets; ``member`` (OffsetFetch v9+: member id, epoch) is checked
+    against a KIP-848 group."""
     wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
     try:
         _partition, shard = broker.groups.shard_of(group_id)
     except CoordinatorError as exc:
         return OffsetFetchResponse.OffsetFetchResponseGroup(
             group_id=group_id, topics=[], error_code=exc.error_code
+        )
+    code = shard.consumer_fetch_check(group_id, *member)
+    if code != E.NONE:
+        return OffsetFetchResponse.OffsetFetchResponseGroup(
+            group_id=group_id, topics=[], error_code=int(code)
         )
     return shard.offset_fetch(group_id, wanted)
 
@@ -243,7 +250,10 @@ async def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: Any) -> 
     # require_stable (v7+): no transactional offsets are ever pending here, so every
     # committed offset is stable.
     if ctx.header.api_version >= 8:
-        groups = [_fetch_group(broker, g.group_id, g.topics) for g in req.groups or []]
+        groups = [
+            _fetch_group(broker, g.group_id, g.topics, (g.member_id, g.member_epoch))
+            for g in req.groups or []
+        ]
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups, topics=[], error_code=0)
     one = _fetch_group(broker, req.group_id, req.topics)
     if one.error_code and ctx.header.api_version < 2:
@@ -278,69 +288,25 @@ async def handle_offset_delete(broker: Broker, ctx: RequestContext, req: Any) ->
     )
 
 
-# ---------------------------------------------------------------------- KIP-848
-def _topics(broker: Broker) -> dict[str, tuple[Any, int]]:
-    """name -> (topic id, partitions) of the image's topics, for the server assignors."""
-    return {
-        name: (t.topic_id, len(t.partitions))
-        for name, t in broker.metadata.image.topics_by_name.items()
-    }
-
-
-def _topic_names(broker: Broker) -> dict[Any, str]:
-    return {t.topic_id: name for name, t in broker.metadata.image.topics_by_name.items()}
-
-
-async def handle_consumer_group_heartbeat(broker: Broker, ctx: RequestContext, req: Any) -> Any:
-    client_id = ctx.header.client_id or ""
-    host = _client_host(ctx)
-    topics = _topics(broker)
-    return await _answer(
-        broker,
-        ctx,
-        req,
-        req.group_id,
-        lambda shard, reply, now: shard.consumer_heartbeat(
-            reply, req, client_id, host, topics, now
-        ),
-    )
-
-
-async def handle_consumer_group_describe(broker: Broker, ctx: RequestContext, req: Any) -> Any:
-    names = _topic_names(broker)
-    out = []
-    for group_id in req.group_ids:
-        try:
-            _partition, shard = broker.groups.shard_of(group_id)
-        except CoordinatorError as exc:
-            out.append(
-                ConsumerGroupDescribeResponse.DescribedGroup(
-                    error_code=exc.error_code,
-                    group_id=group_id,
-                    group_state="",
-                    group_epoch=-1,
-                    assignment_epoch=-1,
-                    assignor_name="",
-                    members=[],
-                )
-            )
-            continue
-        out.append(shard.describe_consumer_group(group_id, names))
-    return ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=out)
-
-
 # ---------------------------------------------------------------------- admin
 async def handle_list_groups(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     states = set(req.states_filter or []) if ctx.header.api_version >= 4 else None
+    # v5+: a types filter ("classic", "consumer"; case-insensitive, empty = all)
+    types = {t.lower() for t in req.types_filter or []} if ctx.header.api_version >= 5 else set()
     listed = []
     code = E.NONE
     if broker.groups.loading():
         code = E.COORDINATOR_LOAD_IN_PROGRESS
     for shard in list(broker.groups.shards.values()):
-        for group_id, ptype, state in shard.list_groups(states):
+        found = []
+        if not types or "classic" in types:
+            found += [(g, "classic") for g in shard.list_groups(states)]
+        if not types or "consumer" in types:
+            found += [(g, "consumer") for g in shard.list_consumer_groups(states)]
+        for (group_id, ptype, state), gtype in found:
             listed.append(
                 ListGroupsResponse.ListedGroup(
-                    group_id=group_id, protocol_type=ptype, group_state=state, group_type="classic"
+                    group_id=group_id, protocol_type=ptype, group_state=state, group_type=gtype
                 )
             )
     return ListGroupsResponse(throttle_time_ms=0, error_code=int(code), groups=listed)
@@ -363,7 +329,7 @@ async def handle_describe_groups(broker: Broker, ctx: RequestContext, req: Any) 
                 )
             )
             continue
-        out.append(shard.describe_group(group_id, _topic_names(broker)))
+        out.append(shard.describe_group(group_id))
     return DescribeGroupsResponse(throttle_time_ms=0, groups=out)
 
 

@@ -1,0 +1,534 @@
+"""KIP-848 membership: ConsumerGroupHeartbeat and the consumer groups' timers.
+
+A mixin of `GroupShard` (which owns the outbox, the writes and the timers). One
+heartbeat, as Kafka's ``GroupMetadataManager.consumerGroupHeartbeat``:
+
+1. validate (INVALID_REQUEST, UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION); epoch
+   -1 leaves (-2 with ``group.instance.id``: a static member leaves for now and keeps its
+   assignment until its session expires or its instance rejoins with epoch 0);
+2. find the group (epoch 0 creates it; GROUP_ID_NOT_FOUND otherwise, or when the id
+   belongs to a classic group with members) and the member (UNKNOWN_MEMBER_ID;
+   GROUP_MAX_SIZE_REACHED for one member too many; UNRELEASED_INSTANCE_ID when a static
+   instance is still in use); fence a stale epoch with FENCED_MEMBER_EPOCH (a member
+   one epoch behind is accepted if it owns no more than it is assigned: the response
+   that bumped it was lost);
+3. a new member, a changed subscription or a changed partition count of a subscribed
+   topic bumps the group epoch, and the target assignment is recomputed by the group's
+   assignor (the one most members ask for, else the first of
+   ``group.consumer.assignors``);
+4. reconcile the member towards its target (`consumer_group.reconcile`); the response
+   carries the member epoch, ``group.consumer.heartbeat.interval.ms`` and, when it
+   changed (or on a join, or when the member reports owning something else), the
+   partitions it may use now.
+
+Records for every change are written (`consumer_records`) and the heartbeat is answered
+once they are durable. A member silent for ``group.consumer.session.timeout.ms``, or
+holding revoked partitions longer than its rebalance timeout, is removed and its
+partitions go back to the assignor.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from riverbed.coordinator.assignors import ASSIGNORS, Assignment, to_partitions
+from riverbed.coordinator.consumer_group import (
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    ConsumerGroup,
+    ConsumerMember,
+    MemberState,
+    reconcile,
+)
+from riverbed.coordinator.consumer_records import (
+    Record,
+    current_assignment_record,
+    group_epoch_record,
+    member_metadata_record,
+    member_tombstones,
+    partition_metadata_record,
+    target_member_record,
+    target_metadata_record,
+)
+from riverbed.coordinator.group import ClassicGroup, GroupState, Reply
+from riverbed.coordinator.records import group_metadata_key
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import ConsumerGroupHeartbeatResponse
+
+log = logging.getLogger(__name__)
+E = ErrorCode
+#: Compiled subscription regexes kept per shard (members usually share a few).
+REGEX_CACHE_MAX = 1024
+
+
+class TopicView(Protocol):
+    """The cluster's topics as the coordinator sees them (the shell's metadata image)."""
+
+    def get(self, name: str) -> tuple[uuid.UUID, int] | None:
+        """(topic id, partition count) of ``name``; None when it does not exist."""
+
+    def names(self) -> Iterable[str]:
+        """Every topic a regex may match (internal topics excluded)."""
+
+
+class StaticTopics:
+    """A `TopicView` over a fixed mapping (tests, simulations)."""
+
+    def __init__(self, topics: dict[str, tuple[uuid.UUID, int]]) -> None:
+        self.topics = topics
+
+    def get(self, name: str) -> tuple[uuid.UUID, int] | None:
+        return self.topics.get(name)
+
+    def names(self) -> Iterable[str]:
+        return [n for n in self.topics if not n.startswith("__")]
+
+
+def owned_partitions(rows: list[Any] | None) -> Assignment | None:
+    if rows is None:
+        return None
+    return {r.topic_id: frozenset(r.partitions) for r in rows if r.partitions}
+
+
+class ConsumerMembership:
+    """The KIP-848 half of `GroupShard` (see the module docstring)."""
+
+    groups: dict[str, ClassicGroup]
+    consumer_groups: dict[str, ConsumerGroup]
+    config: Any
+    _respond: Callable[[Reply, Any], None]
+    _write: Callable[..., None]
+    _schedule: Callable[[Any], None]
+    _random: Any
+    _regexes: dict[str, re.Pattern[str]]
+
+    # ------------------------------------------------------------------ helpers
+    def _regex(self, pattern: str) -> re.Pattern[str]:
+        compiled = self._regexes.get(pattern)
+        if compiled is None:
+            if len(self._regexes) >= REGEX_CACHE_MAX:
+                self._regexes.clear()
+            compiled = self._regexes[pattern] = re.compile(pattern)
+        return compiled
+
+    def _member_topics(self, member: ConsumerMember, candidates: Iterable[str]) -> set[str]:
+        names = set(member.subscribed_topic_names)
+        if member.subscribed_topic_regex:
+            regex = self._regex(member.subscribed_topic_regex)
+            names.update(n for n in candidates if regex.fullmatch(n))
+        return names
+
+    def _subscription_metadata(
+        self,
+        group: ConsumerGroup,
+        lookup: Callable[[str], tuple[uuid.UUID, int] | None],
+        candidates: Iterable[str],
+    ) -> dict[str, tuple[uuid.UUID, int]]:
+        wanted: set[str] = set()
+        pool = list(candidates)
+        for m in group.members.values():
+            wanted |= self._member_topics(m, pool)
+        out = {}
+        for name in sorted(wanted):
+            found = lookup(name)
+            if found is not None and found[1] > 0:
+                out[name] = found
+        return out
+
+    def _assignor_name(self, group: ConsumerGroup) -> str:
+        configured = self.config.consumer_assignors
+        votes = Counter(
+            m.server_assignor for m in group.members.values() if m.server_assignor in configured
+        )
+        if votes:
+            best = max(votes.values())
+            return str(next(a for a in configured if votes.get(a) == best))
+        return str(configured[0])
+
+    def _compute_target(self, group: ConsumerGroup, records: list[Record]) -> None:
+        """A new target assignment at the group epoch (records for what changed)."""
+        meta = group.subscription_metadata
+        subs = {
+            mid: frozenset(meta[n][0] for n in self._member_topics(m, meta) if n in meta)
+            for mid, m in group.members.items()
+        }
+        topics = {tid: n for tid, n in meta.values()}
+        target = ASSIGNORS[self._assignor_name(group)](subs, topics, group.target)
+        for mid, assignment in target.items():
+            if assignment != group.target.get(mid, {}):
+                records.append(target_member_record(group.group_id, mid, assignment))
+        group.target = target
+        group.assignment_epoch = group.group_epoch
+        records.append(target_metadata_record(group.group_id, group.assignment_epoch))
+
+    def _bump(self, group: ConsumerGroup, records: list[Record]) -> None:
+        group.group_epoch += 1
+        records.append(group_epoch_record(group.group_id, group.group_epoch))
+
+    def _apply(
+        self, group: ConsumerGroup, member: ConsumerMember, owned: Assignment | None, now: int
+    ) -> bool:
+        """Reconcile ``member``; True when its assignment or epoch changed."""
+        r = reconcile(
+            member,
+            group.assignment_epoch,
+            group.target.get(member.member_id, {}),
+            owned,
+            group.owners,
+        )
+        if (r.epoch, r.state, r.assigned, r.pending_revocation) == (
+            member.member_epoch,
+            member.state,
+            member.assigned,
+            member.pending_revocation,
+        ):
+            return False
+        if r.epoch != member.member_epoch:
+            member.previous_member_epoch = member.member_epoch
+            member.member_epoch = r.epoch
+        if r.state is MemberState.UNREVOKED_PARTITIONS:
+            if member.state is not MemberState.UNREVOKED_PARTITIONS:
+                member.revocation_deadline_ms = now + max(member.rebalance_timeout_ms, 0)
+        else:
+            member.revocation_deadline_ms = None
+        member.state = r.state
+        group.set_assignment(member, r.assigned, r.pending_revocation)
+        return True
+
+    def _hb_response(
+        self,
+        reply: Reply,
+        code: ErrorCode,
+        message: str | None = None,
+        member_id: str | None = None,
+        epoch: int = 0,
+        assignment: Assignment | None = None,
+    ) -> None:
+        body = None
+        if assignment is not None:
+            body = ConsumerGroupHeartbeatResponse.Assignment(
+                topic_partitions=[
+                    ConsumerGroupHeartbeatResponse.TopicPartitions(
+                        topic_id=t, partitions=sorted(ps)
+                    )
+                    for t, ps in sorted(assignment.items())
+                ]
+            )
+        interval = self.config.consumer_heartbeat_interval_ms if code == E.NONE else 0
+        self._respond(
+            reply,
+            ConsumerGroupHeartbeatResponse(
+                throttle_time_ms=0,
+                error_code=int(code),
+                error_message=message,
+                member_id=member_id,
+                member_epoch=epoch if code == E.NONE else -1,
+                heartbeat_interval_ms=interval,
+                assignment=body,
+            ),
+        )
+
+    def _commit(self, records: list[Record], done: Callable[[ErrorCode], None]) -> None:
+        if records:
+            self._write(records, done)
+        else:
+            done(E.NONE)
+
+    # ------------------------------------------------------------------ heartbeat
+    def consumer_group_heartbeat(
+        self,
+        reply: Reply,
+        req: Any,
+        client_id: str,
+        client_host: str,
+        topics: TopicView,
+        now_ms: int,
+    ) -> None:
+        epoch = req.member_epoch
+        regex = req.subscribed_topic_regex if reply.version >= 1 else None
+        error = self._validate(req, epoch, regex)
+        if error is not None:
+            return self._hb_response(reply, error[0], error[1])
+        if epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+            return self._leave(reply, req, epoch, now_ms)
+        group = self.consumer_groups.get(req.group_id)
+        records: list[Record] = []
+        if group is None:
+            classic = self.groups.get(req.group_id)
+            if classic is not None and classic.members:
+                msg = f"Group {req.group_id} is not a consumer group."
+                return self._hb_response(reply, E.GROUP_ID_NOT_FOUND, msg)
+            if epoch != JOIN_EPOCH:
+                msg = f"Consumer group {req.group_id} not found."
+                return self._hb_response(reply, E.GROUP_ID_NOT_FOUND, msg)
+            group = ConsumerGroup(req.group_id, state_timestamp_ms=now_ms)
+            if classic is not None:  # an empty classic group (offsets only) converts
+                group.offsets = classic.offsets
+                del self.groups[req.group_id]
+                records.append((group_metadata_key(req.group_id), None))
+            self.consumer_groups[req.group_id] = group
+        found = self._find_member(reply, group, req, epoch)
+        if found is None:
+            return None
+        member, is_new = found
+        before = member.metadata_key()
+        subscription = (tuple(member.subscribed_topic_names), member.subscribed_topic_regex)
+        if req.instance_id is not None:
+            member.instance_id = req.instance_id
+        if req.rack_id is not None:
+            member.rack_id = req.rack_id
+        member.client_id, member.client_host = client_id, client_host
+        if req.subscribed_topic_names is not None:
+            member.subscribed_topic_names = sorted(set(req.subscribed_topic_names))
+        if regex is not None:
+            member.subscribed_topic_regex = regex or None
+        if req.server_assignor is not None:
+            member.server_assignor = req.server_assignor
+        if req.rebalance_timeout_ms != -1:
+            member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        member.session_deadline_ms = now_ms + self.config.consumer_session_timeout_ms
+        bump = is_new or subscription != (
+            tuple(member.subscribed_topic_names),
+            member.subscribed_topic_regex,
+        )
+        if is_new:
+            group.add(member)
+        if is_new or member.metadata_key() != before:
+            records.append(member_metadata_record(group.group_id, member))
+        meta = self._subscription_metadata(group, topics.get, topics.names())
+        if meta != group.subscription_metadata:
+            group.subscription_metadata = meta
+            records.append(partition_metadata_record(group.group_id, meta))
+            bump = True
+        if bump:
+            self._bump(group, records)
+        if group.group_epoch > group.assignment_epoch:
+            self._compute_target(group, records)
+        owned = owned_partitions(req.topic_partitions)
+        changed = self._apply(group, member, owned, now_ms)
+        if changed:
+            records.append(current_assignment_record(group.group_id, member))
+        send = (
+            epoch == JOIN_EPOCH
+            or changed
+            or (owned is not None and to_partitions(owned) != to_partitions(member.assigned))
+        )
+        self._schedule(group)
+        member_id, member_epoch = member.member_id, member.member_epoch
+        assignment = dict(member.assigned) if send else None
+
+        def answer(code: ErrorCode) -> None:
+            if code != E.NONE:
+                return self._hb_response(reply, code)
+            return self._hb_response(reply, E.NONE, None, member_id, member_epoch, assignment)
+
+        self._commit(records, answer)
+        return None
+
+    def _validate(self, req: Any, epoch: int, regex: str | None) -> tuple[ErrorCode, str] | None:
+        bad = E.INVALID_REQUEST
+        if not req.group_id:
+            return bad, "GroupId can't be empty."
+        if epoch < STATIC_LEAVE_EPOCH:
+            return bad, f"MemberEpoch is {epoch}, but must be greater than or equal to -2."
+        if epoch == JOIN_EPOCH:
+            if req.rebalance_timeout_ms == -1:
+                return bad, "RebalanceTimeoutMs must be provided in first request."
+            if req.topic_partitions:
+                return bad, "TopicPartitions must be empty when (re-)joining."
+            if req.subscribed_topic_names is None and regex is None:
+                return (
+                    bad,
+                    "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.",
+                )
+        elif not req.member_id:
+            return bad, "MemberId can't be empty."
+        if epoch == STATIC_LEAVE_EPOCH and req.instance_id is None:
+            return bad, "InstanceId can't be null."
+        assignor = req.server_assignor
+        if assignor is not None and assignor not in self.config.consumer_assignors:
+            return E.UNSUPPORTED_ASSIGNOR, f"ServerAssignor {assignor} is not supported."
+        if regex:
+            try:
+                self._regex(regex)
+            except re.error as exc:
+                return (
+                    E.INVALID_REGULAR_EXPRESSION,
+                    f"SubscribedTopicRegex {regex} is invalid: {exc}",
+                )
+        return None
+
+    def _find_member(
+        self, reply: Reply, group: ConsumerGroup, req: Any, epoch: int
+    ) -> tuple[ConsumerMember, bool] | None:
+        member_id = req.member_id or ""
+        if epoch == JOIN_EPOCH:
+            instance = req.instance_id
+            old_id = group.static_members.get(instance) if instance is not None else None
+            if old_id is not None and old_id != member_id:
+                old = group.members[old_id]
+                if old.member_epoch != STATIC_LEAVE_EPOCH:
+                    msg = f"Static member {old_id} with instance id {instance} is not released."
+                    self._hb_response(reply, E.UNRELEASED_INSTANCE_ID, msg)
+                    return None
+                return self._replace_static(group, old, member_id or self._new_id()), False
+            member = group.members.get(member_id) if member_id else None
+            if member is not None:
+                # a rejoin: the member gave up everything it held (TopicPartitions is empty)
+                group.set_assignment(member, {}, {})
+                member.member_epoch, member.state = 0, MemberState.STABLE
+                return member, False
+            if len(group.members) >= self.config.consumer_max_size:
+                msg = f"The consumer group has reached its maximum capacity of {len(group.members)} members."
+                self._hb_response(reply, E.GROUP_MAX_SIZE_REACHED, msg)
+                return None
+            return ConsumerMember(member_id=member_id or self._new_id()), True
+        member = group.members.get(member_id)
+        if member is None:
+            msg = f"Member {member_id} is not a member of group {group.group_id}."
+            self._hb_response(reply, E.UNKNOWN_MEMBER_ID, msg)
+            return None
+        if epoch != member.member_epoch:
+            owned = owned_partitions(req.topic_partitions)
+            lost_bump = (
+                epoch == member.previous_member_epoch
+                and owned is not None
+                and to_partitions(owned) <= to_partitions(member.assigned)
+            )
+            if epoch > member.member_epoch or not lost_bump:
+                which = "smaller" if epoch < member.member_epoch else "greater"
+                msg = (
+                    f"The consumer group member has a {which} member epoch ({epoch}) than "
+                    f"the one known by the group coordinator ({member.member_epoch})."
+                )
+                self._hb_response(reply, E.FENCED_MEMBER_EPOCH, msg)
+                return None
+        return member, False
+
+    def _new_id(self) -> str:
+        return str(uuid.UUID(int=self._random.getrandbits(128), version=4))
+
+    def _replace_static(
+        self, group: ConsumerGroup, old: ConsumerMember, new_id: str
+    ) -> ConsumerMember:
+        """A static instance rejoining under a new member id takes over its assignment
+        and epoch: no rebalance (KIP-345 for the new protocol)."""
+        assigned, pending, target = (
+            old.assigned,
+            old.pending_revocation,
+            group.target.get(old.member_id),
+        )
+        group.remove(old.member_id)
+        old.member_id = new_id
+        old.member_epoch = max(old.previous_member_epoch, 0)
+        group.add(old)
+        group.set_assignment(old, assigned, pending)
+        if target is not None:
+            group.target[new_id] = target
+        return old
+
+    # ------------------------------------------------------------------ leaving
+    def _leave(self, reply: Reply, req: Any, epoch: int, now: int) -> None:
+        group = self.consumer_groups.get(req.group_id)
+        if group is None:
+            msg = f"Consumer group {req.group_id} not found."
+            return self._hb_response(reply, E.GROUP_ID_NOT_FOUND, msg)
+        member_id = req.member_id
+        if req.instance_id is not None and req.instance_id in group.static_members:
+            member_id = group.static_members[req.instance_id]
+        member = group.members.get(member_id)
+        if member is None:
+            msg = f"Member {member_id} is not a member of group {group.group_id}."
+            return self._hb_response(reply, E.UNKNOWN_MEMBER_ID, msg)
+        records: list[Record] = []
+        if epoch == STATIC_LEAVE_EPOCH:
+            # keeps its partitions for its session: the same instance may come back
+            member.previous_member_epoch = member.member_epoch
+            member.member_epoch = STATIC_LEAVE_EPOCH
+            records.append(current_assignment_record(group.group_id, member))
+        else:
+            self._remove(group, member_id, records, now)
+        self._schedule(group)
+
+        def answer(code: ErrorCode) -> None:
+            if code != E.NONE:
+                return self._hb_response(reply, code)
+            return self._hb_response(reply, E.NONE, None, req.member_id, epoch)
+
+        self._commit(records, answer)
+        return None
+
+    def _remove(
+        self, group: ConsumerGroup, member_id: str, records: list[Record], now: int
+    ) -> None:
+        """Fence a member out: tombstones, a new group epoch and a new target."""
+        group.remove(member_id)
+        records.extend(member_tombstones(group.group_id, member_id))
+        meta = group.subscription_metadata
+        kept = self._subscription_metadata(group, meta.get, meta)
+        if kept != meta:
+            group.subscription_metadata = kept
+            records.append(partition_metadata_record(group.group_id, kept))
+        self._bump(group, records)
+        if group.members:
+            self._compute_target(group, records)
+        else:
+            group.assignment_epoch = group.group_epoch
+            group.target.clear()
+            records.append(target_metadata_record(group.group_id, group.assignment_epoch))
+            group.state_timestamp_ms = now
+
+    # ------------------------------------------------------------------ timers
+    def consumer_group_deadline(self, group: ConsumerGroup) -> int | None:
+        times = [m.session_deadline_ms for m in group.members.values()]
+        times.extend(
+            m.revocation_deadline_ms
+            for m in group.members.values()
+            if m.revocation_deadline_ms is not None
+        )
+        return min(times, default=None)
+
+    def tick_consumer_group(self, group: ConsumerGroup, now: int) -> None:
+        records: list[Record] = []
+        for m in list(group.members.values()):
+            expired = m.session_deadline_ms <= now
+            stuck = m.revocation_deadline_ms is not None and m.revocation_deadline_ms <= now
+            if expired or stuck:
+                why = (
+                    "session timed out"
+                    if expired
+                    else "did not revoke within its rebalance timeout"
+                )
+                log.info("member %s of consumer group %s %s", m.member_id, group.group_id, why)
+                self._remove(group, m.member_id, records, now)
+        if records:
+            self._write(records, lambda _code: None)
+
+    def consumer_group_blocks_classic(self, group_id: str) -> bool:
+        """A classic JoinGroup for ``group_id``: True when a consumer group with members
+        owns the id (INCONSISTENT_GROUP_PROTOCOL); an empty one gives way (its offsets
+        stay with the classic group that replaces it)."""
+        group = self.consumer_groups.get(group_id)
+        if group is None:
+            return False
+        if group.members:
+            return True
+        del self.consumer_groups[group_id]
+        if group.offsets:
+            self.groups[group_id] = ClassicGroup(group_id, state=GroupState.EMPTY)
+            self.groups[group_id].offsets = group.offsets
+        return False
+
+    def finish_consumer_load(self, now_ms: int) -> None:
+        for group in self.consumer_groups.values():
+            for m in group.members.values():
+                m.session_deadline_ms = now_ms + self.config.consumer_session_timeout_ms
+                if m.state is MemberState.UNREVOKED_PARTITIONS:
+                    m.revocation_deadline_ms = now_ms + max(m.rebalance_timeout_ms, 0)
+            self._schedule(group)

@@ -1,0 +1,93 @@
+"""KIP-848 group APIs: ConsumerGroupHeartbeat (68) and ConsumerGroupDescribe (69).
+
+A heartbeat goes to its group's shard (`riverbed.coordinator.consumer_membership`) with
+a view of the topics in this node's metadata image (ids and partition counts, names for
+subscription regexes; internal topics are never matched). With ``consumer`` missing from
+``group.coordinator.rebalance.protocols`` the API answers UNSUPPORTED_VERSION, as Kafka
+does when the new protocol is disabled.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.headers import response_body_version
+from riverbed.protocol.messages import ConsumerGroupDescribeResponse
+from riverbed.server.broker.error_response import error_response
+from riverbed.server.broker.groups import _answer, _client_host
+from riverbed.server.coordinator import CoordinatorError
+from riverbed.server.network import RequestContext
+
+if TYPE_CHECKING:
+    from riverbed.server.broker.dispatch import Broker
+
+E = ErrorCode
+CONSUMER_PROTOCOL = "consumer"
+
+
+class ImageTopics:
+    """The `TopicView` of a metadata image (looked up on demand, nothing copied)."""
+
+    def __init__(self, image: Any) -> None:
+        self.image = image
+
+    def get(self, name: str) -> tuple[uuid.UUID, int] | None:
+        topic = self.image.topic(name)
+        if topic is None:
+            return None
+        return topic.topic_id, len(topic.partitions)
+
+    def names(self) -> Iterable[str]:
+        return [n for n in self.image.topics_by_name if not n.startswith("__")]
+
+
+def _enabled(broker: Broker) -> bool:
+    protocols = broker.config.get("group.coordinator.rebalance.protocols")
+    if isinstance(protocols, str):
+        protocols = protocols.split(",")
+    return CONSUMER_PROTOCOL in [str(p).strip() for p in protocols]
+
+
+async def handle_consumer_group_heartbeat(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    if not _enabled(broker):
+        return error_response(
+            ctx.header.api_key, req, response_body_version(ctx.header), E.UNSUPPORTED_VERSION
+        )
+    client_id = ctx.header.client_id or ""
+    host = _client_host(ctx)
+    topics = ImageTopics(broker.metadata.image)
+    return await _answer(
+        broker,
+        ctx,
+        req,
+        req.group_id,
+        lambda shard, reply, now: shard.consumer_group_heartbeat(
+            reply, req, client_id, host, topics, now
+        ),
+    )
+
+
+async def handle_consumer_group_describe(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    out = []
+    for group_id in req.group_ids:
+        try:
+            _partition, shard = broker.groups.shard_of(group_id)
+        except CoordinatorError as exc:
+            out.append(
+                ConsumerGroupDescribeResponse.DescribedGroup(
+                    error_code=exc.error_code,
+                    error_message=None,
+                    group_id=group_id,
+                    group_state="",
+                    group_epoch=-1,
+                    assignment_epoch=-1,
+                    assignor_name="",
+                    members=[],
+                )
+            )
+            continue
+        out.append(shard.describe_consumer_group(group_id))
+    return ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=out)

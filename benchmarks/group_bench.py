@@ -6,7 +6,8 @@ process. Each figure has a baseline measured in the same run against the same br
 
 - rebalance: 10 consumers subscribe to a 10-partition topic at once; the time until every
   one holds exactly one partition, against the time one consumer alone takes to get all
-  of them (one join + sync round);
+  of them (one join + sync round); the same with ``group.protocol=consumer`` (KIP-848,
+  ``group.consumer.heartbeat.interval.ms=100``);
 - OffsetCommit: synchronous commits (``commit(asynchronous=False)``, one partition) per
   second, against synchronous acks=all produces (``produce`` + ``flush``) per second:
   both are one durable append to a partition and one response.
@@ -32,21 +33,20 @@ REBALANCE_TIMEOUT_S = 120.0
 QUIET = {"log_level": 3}
 
 
-def _consumer(bootstrap: str, group: str) -> Consumer:
-    return Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "heartbeat.interval.ms": 100,
-            "session.timeout.ms": 10000,
-            **QUIET,
-        }
-    )
+def _consumer(bootstrap: str, group: str, protocol: str = "classic") -> Consumer:
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group, **QUIET}
+    if protocol == "classic":
+        conf.update({"heartbeat.interval.ms": 100, "session.timeout.ms": 10000})
+    else:  # KIP-848: timings are the broker's (group.consumer.*)
+        conf["group.protocol"] = "consumer"
+    return Consumer(conf)
 
 
-def _settle(bootstrap: str, topic: str, group: str, n: int, partitions: int) -> float:
+def _settle(
+    bootstrap: str, topic: str, group: str, n: int, partitions: int, protocol: str = "classic"
+) -> float:
     """Seconds from n subscribes until the partitions are split evenly; consumers closed."""
-    consumers = [_consumer(bootstrap, group) for _ in range(n)]
+    consumers = [_consumer(bootstrap, group, protocol) for _ in range(n)]
     started = time.perf_counter()
     for c in consumers:
         c.subscribe([topic])
@@ -90,7 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--commits", type=int, default=2000)
     args = parser.parse_args(argv)
-    overrides = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "10"}
+    overrides = {
+        "group.initial.rebalance.delay.ms": "0",
+        "offsets.topic.num.partitions": "10",
+        "group.consumer.heartbeat.interval.ms": "100",
+    }
     with BrokerProcess(overrides=overrides) as broker:
         b = broker.bootstrap
         admin = AdminClient({"bootstrap.servers": b, **QUIET})
@@ -100,19 +104,22 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.rounds):
             one = _settle(b, "bench-ten", f"solo-{r}", 1, CONSUMERS)
             ten = _settle(b, "bench-ten", f"ten-{r}", CONSUMERS, CONSUMERS)
+            new = _settle(b, "bench-ten", f"new-{r}", CONSUMERS, CONSUMERS, "consumer")
             commit = _commit_rate(b, "bench-one", f"commit-{r}", args.commits)
             produce = _produce_rate(b, "bench-one", args.commits)
-            rows.append({"one": one, "ten": ten, "commit": commit, "produce": produce})
+            rows.append({"one": one, "ten": ten, "new": new, "commit": commit, "produce": produce})
             print(
                 f"round {r}: 1 consumer {one * 1000:.0f} ms, {CONSUMERS} consumers "
-                f"{ten * 1000:.0f} ms; commits {commit:.0f}/s, acks=all produces "
+                f"{ten * 1000:.0f} ms (consumer protocol {new * 1000:.0f} ms); commits {commit:.0f}/s, acks=all produces "
                 f"{produce:.0f}/s",
                 flush=True,
             )
     med = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
     print(
         f"median: rebalance of {CONSUMERS} consumers {med['ten'] * 1000:.0f} ms vs one "
-        f"consumer's join {med['one'] * 1000:.0f} ms ({med['ten'] / med['one']:.2f}x); "
+        f"consumer's join {med['one'] * 1000:.0f} ms ({med['ten'] / med['one']:.2f}x), "
+        f"with group.protocol=consumer {med['new'] * 1000:.0f} ms "
+        f"({med['new'] / med['one']:.2f}x); "
         f"OffsetCommit {med['commit']:.0f}/s vs acks=all produce {med['produce']:.0f}/s "
         f"({med['commit'] / med['produce']:.2f}x)"
     )

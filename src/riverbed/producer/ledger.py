@@ -432,19 +432,29 @@ class PidLedger:
                     return found
             if not self._sealed:
                 return None
+            # the hot loop of a cache miss: one hash per read, and per filter shape the
+            # (byte, mask) pairs to test, so each file costs a few byte tests
             h = pid_hash(pid)
-            shapes: dict[tuple[int, int], list[int]] = {}  # one hash, indices per shape
+            shape: tuple[int, int] = (0, 0)
+            probes: list[tuple[int, int]] = []
+            checked = 0
             for s in self._sealed:
-                self.filter_checks += 1
+                checked += 1
                 flt = s.filter
-                idx = shapes.get(flt.shape)
-                if idx is None:
-                    idx = shapes[flt.shape] = indices_of(h, flt.num_bits, flt.num_hashes)
-                if flt.contains_indices(idx):
+                if (flt.num_bits, flt.num_hashes) != shape:
+                    shape = (flt.num_bits, flt.num_hashes)
+                    probes = [(i >> 3, 1 << (i & 7)) for i in indices_of(h, *shape)]
+                bits = flt.bits
+                for byte, mask in probes:
+                    if not bits[byte] & mask:
+                        break
+                else:
                     found = s.lookup(pid, self._fds)
                     if found is not None:
+                        self.filter_checks += checked
                         return found
                     self.false_positive_checks += 1
+            self.filter_checks += checked
             return None
 
     def flush_due(self, now_ms: int, last_flush_ms: int) -> bool:

@@ -14,6 +14,10 @@ watermark has passed the batch (acks=all: with replication the HW waits for the 
 or REQUEST_TIMED_OUT after ``offsets.commit.timeout.ms``, NOT_COORDINATOR when the
 append is refused.
 
+Crash-only: an exception out of a shard's timers halts the node through its fault
+handler (the start-up path reloads every group); one out of a request is answered
+UNKNOWN_SERVER_ERROR by the broker's dispatch, as for any handler.
+
 Delayed responses (a JoinGroup waiting for the rebalance, a SyncGroup waiting for the
 leader, a commit waiting for its write) are futures; a request parked on one gives its
 ``queued.max.requests`` permit back. Timers run on the node's clock in one task that
@@ -38,6 +42,7 @@ from riverbed.coordinator.shard import GroupConfig, GroupShard, Write
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.record_batch import iter_batches
 from riverbed.protocol.records import SimpleRecord, build_batch, iter_records
+from riverbed.server.fault_handler import FaultHandler
 from riverbed.server.request_permits import park_current_request
 
 log = logging.getLogger(__name__)
@@ -91,12 +96,22 @@ def _read_shard(plog: Any, partition: int, config: GroupConfig, read_bytes: int)
 class GroupCoordinator:
     """This node's classic group coordinator (see the module docstring)."""
 
-    def __init__(self, config: Any, node_id: int, partitions: Any, metadata: Any, clock: Any):
+    def __init__(
+        self,
+        config: Any,
+        node_id: int,
+        partitions: Any,
+        metadata: Any,
+        clock: Any,
+        fault_handler: FaultHandler | None = None,
+    ) -> None:
         self.config = config
         self.node_id = node_id
         self.partitions = partitions
         self.metadata = metadata
         self.clock = clock
+        #: Crash-only: a failure in the timer loop (a core's tick) halts the node.
+        self.fault_handler = fault_handler
         self.group_config = GroupConfig.from_config(config)
         self.commit_timeout_ms = int(config.get("offsets.commit.timeout.ms"))
         self.retention_check_ms = int(config.get("offsets.retention.check.interval.ms"))
@@ -324,8 +339,10 @@ class GroupCoordinator:
                         if shard.expire_offsets(now):
                             log.info("expired offsets in %s-%d", OFFSETS_TOPIC, partition)
                         self._flush(partition, shard)
-            except Exception:
+            except Exception as exc:
                 log.exception("group coordinator timers failed")
+                if self.fault_handler is not None:
+                    self.fault_handler.handle_fault("group coordinator timers failed", exc)
             deadlines = [d for s in self.shards.values() if (d := s.next_deadline()) is not None]
             wait_ms = min([RECONCILE_INTERVAL_MS, next_expiry - now, *(d - now for d in deadlines)])
             with contextlib.suppress(TimeoutError):

@@ -226,7 +226,9 @@ class Node:
         partitions.delete_orphans()
         quorum.add_listener(lambda old, new, delta: partitions.apply_image(new))
 
-        self.broker = Broker(cfg, quorum, partitions, self.purgatory, self.cluster_id, clock)
+        self.broker = Broker(
+            cfg, quorum, partitions, self.purgatory, self.cluster_id, clock, self.fault_handler
+        )
         if rsm is not None:
             # tiered storage (KIP-405): follows the hosted partitions and their leaders
             self.remote_log = RemoteLogManager(remote_settings, rsm, cfg.node_id)

@@ -114,6 +114,7 @@ class Broker:
         fetch_purgatory: Purgatory,
         cluster_id: str,
         clock: Any = None,
+        fault_handler: Any = None,
     ) -> None:
         self.config = config
         self.node_id: int = config.node_id
@@ -124,7 +125,7 @@ class Broker:
         self.producer_ids = producers.BrokerProducerIds(self.node_id, metadata)
         self.api_versions = BROKER_API_VERSIONS
         self.groups = GroupCoordinator(
-            config, self.node_id, partitions, metadata, clock or SystemClock()
+            config, self.node_id, partitions, metadata, clock or SystemClock(), fault_handler
         )
         self.groups.start()
         # the remote log manager (riverbed.server.remote_log) when tiering is enabled

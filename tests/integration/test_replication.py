@@ -41,6 +41,9 @@ OVERRIDES = {
     "replica.fetch.backoff.ms": "200",
     "broker.session.timeout.ms": "4000",
     "leader.imbalance.check.interval.seconds": "2",
+    # any partition away from its preferred leader counts (the 50 __consumer_offsets
+    # partitions would dilute one topic's share below the default 10 %)
+    "leader.imbalance.per.broker.percentage": "0",
 }
 
 
@@ -321,3 +324,67 @@ def test_sigterm_of_the_leader_moves_leadership_before_it_stops(cluster: QuorumC
         lambda: partition_state(admin, topic)[0] == leader,
         20,
     )
+
+
+def test_isr_below_min_insync_replicas_refuses_acks_all(cluster: QuorumCluster) -> None:
+    # the topic asks for all 3 replicas in sync; one broker down leaves 2 (with 3 combined
+    # nodes two down would also lose the metadata quorum, so the ISR could not shrink)
+    topic = "replicated-minisr"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    new = NewTopic(topic, 1, 3, config={"min.insync.replicas": "3"})
+    admin.create_topics([new])[topic].result(30)
+    wait_for(f"{topic}: ISR = 3", lambda: len(partition_state(admin, topic)[2]) == 3)
+    leader, replicas, _ = partition_state(admin, topic)
+    follower = next(r for r in replicas if r != leader)
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+    delivered: list[Any] = []
+    p.produce(topic, b"before", on_delivery=lambda e, m: delivered.append(e))
+    p.flush(30)
+    assert delivered == [None]
+    cluster.kill(follower)
+    try:
+        wait_for("the ISR shrinks to 2", lambda: len(partition_state(admin, topic)[2]) == 2)
+        refused = Producer(
+            {
+                "bootstrap.servers": cluster.bootstrap_servers,
+                "acks": "all",
+                "retries": 0,
+                "message.timeout.ms": 10000,
+            }
+        )
+        errors: list[Any] = []
+        refused.produce(topic, b"refused", on_delivery=lambda e, m: errors.append(e))
+        refused.flush(30)
+        assert len(errors) == 1 and errors[0] is not None
+        assert errors[0].code() == confluent_kafka.KafkaError.NOT_ENOUGH_REPLICAS, errors
+        one = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "1"})
+        acks_one: list[Any] = []
+        one.produce(topic, b"acks=1", on_delivery=lambda e, m: acks_one.append(e))
+        one.flush(30)
+        assert acks_one == [None]  # min.insync.replicas only binds acks=all
+    finally:
+        cluster.nodes[follower].start(60)
+
+
+def test_topic_deleted_while_a_broker_is_down_is_removed_when_it_returns(
+    cluster: QuorumCluster,
+) -> None:
+    topic = "replicated-deleted"
+    create_topic(cluster, topic)
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+    p.produce(topic, b"x")
+    p.flush(30)
+    # a node other than the active controller (a DeleteTopics right after killing the
+    # active controller is another test's subject)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    controller = admin.list_topics(timeout=10).controller_id
+    down = next(i for i in sorted(cluster.ids, reverse=True) if i != controller)
+    part_dir = cluster.data_dir(down) / f"{topic}-0"
+    wait_for(f"node {down} holds a replica", lambda: part_dir.is_dir())
+    cluster.kill(down)
+    # a new client of the live nodes (librdkafka keeps calling a dead controller it cached)
+    live = ",".join(f"127.0.0.1:{cluster.ports[i][0]}" for i in cluster.ids if i != down)
+    fresh = AdminClient({"bootstrap.servers": live})
+    fresh.delete_topics([topic])[topic].result(30)
+    cluster.nodes[down].start(60)
+    wait_for("the stray log removed at start-up", lambda: not part_dir.exists(), 30)

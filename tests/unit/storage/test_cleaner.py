@@ -3,8 +3,10 @@ batch boundaries kept, bounded offset map, crash-safe swap, checkpoint, keyless 
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -215,3 +217,43 @@ def test_log_manager_cleans_compacted_logs_in_the_background(
     checkpoint = read_offset_checkpoint(tmp_path / "data" / CLEANER_CHECKPOINT)
     assert checkpoint[("t", 0)] == manager.cleaner.first_dirty[("t", 0)] > 0
     manager.shutdown()
+
+
+class Crash(Exception):
+    """The process dies here (raised from the n-th rename of a cleaning)."""
+
+
+@pytest.mark.parametrize("crash_at", [1, 2, 3, 4, 5, 6])
+def test_a_crash_at_each_step_of_the_swap_recovers_every_record(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, crash_at: int
+) -> None:
+    """The renames of the first swap: 1 .cleaned -> .swap (the commit point), 2-4 the old
+    .log/.index/.timeindex -> .deleted, 5 .swap -> .log; 6 is the next segment's first.
+    A crash before any of them (fault injection on os.replace) is followed by a restart
+    that must read the latest value of every key."""
+    d = tmp_path / "t-0"
+    log = open_log(d, clock)
+    model = fill(log, random.Random(5), 200, 10)
+    real_replace = os.replace
+    calls = 0
+
+    def replace(src: Any, dst: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == crash_at:
+            raise Crash(f"crash before renaming {src} -> {dst}")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(Crash):
+        log.clean(0, OffsetMap(1 << 20), clock.now_ms(), no_throttle)
+    log.abandon()
+    monkeypatch.setattr(os, "replace", real_replace)
+    reopened = open_log(d, clock)
+    assert latest(reopened) == model
+    assert not [p for p in d.iterdir() if p.name.endswith((".cleaned", ".swap"))]
+    # and cleaning works again after the recovery
+    reopened.update_high_watermark(reopened.log_end_offset)
+    reopened.clean(0, OffsetMap(1 << 20), clock.now_ms(), no_throttle)
+    assert latest(reopened) == model
+    reopened.close()

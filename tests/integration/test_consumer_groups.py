@@ -454,3 +454,16 @@ def test_consumer_protocol_group_rebalances_incrementally_and_commits(
     committed = check.committed([TopicPartition(topic, p) for p in range(6)], timeout=10)
     check.close()
     assert [tp.offset for tp in committed] == [10] * 6
+
+
+@pytest.mark.parametrize("assignor", ["range", "roundrobin"])
+def test_client_side_assignors_work_unchanged(gbroker: BrokerProcess, assignor: str) -> None:
+    topic, group = f"assignor-{assignor}", f"g-assignor-{assignor}"
+    create(gbroker.bootstrap, topic, 4)
+    a = consumer(gbroker.bootstrap, group, **{"partition.assignment.strategy": assignor})
+    b = consumer(gbroker.bootstrap, group, **{"partition.assignment.strategy": assignor})
+    for c in (a, b):
+        c.subscribe([topic])
+    poll_until([a, b], split([a, b], [2, 2]))
+    for c in (a, b):
+        c.close()

@@ -9,7 +9,10 @@ controller quorum, then waits; Ctrl-C or SIGTERM stops every node by PID (SIGTER
 shutdown). A node that exits on its own is reported and the others are stopped too.
 
 Topics are replicated by default: ``default.replication.factor`` = min(3, N) and, from 3
-nodes on, ``min.insync.replicas=2`` (acks=all survives the loss of any one node).
+nodes on, ``min.insync.replicas=2`` (acks=all survives the loss of any one node); the
+internal ``__consumer_offsets`` and ``__transaction_state`` topics likewise
+(``offsets.topic.replication.factor``, ``transaction.state.log.replication.factor`` /
+``.min.isr``), so consumer groups survive the loss of their coordinator.
 """
 
 from __future__ import annotations
@@ -54,9 +57,13 @@ def register(subparsers: Any) -> None:
 def dev_overrides(nodes: int) -> dict[str, str]:
     """Replication defaults of a dev cluster of ``nodes`` nodes (see the docstring)."""
     rf = max(1, min(3, nodes))
+    min_isr = "2" if rf >= 3 else "1"
     return {
         "default.replication.factor": str(rf),
-        "min.insync.replicas": "2" if rf >= 3 else "1",
+        "min.insync.replicas": min_isr,
+        "offsets.topic.replication.factor": str(rf),
+        "transaction.state.log.replication.factor": str(rf),
+        "transaction.state.log.min.isr": min_isr,
     }
 
 

@@ -6,7 +6,8 @@ that version (`riverbed.protocol` encodes the structs from Kafka's JSON specs in
 
 - key version 0 or 1: ``OffsetCommitKey`` (group, topic, partition) -> value
   ``OffsetCommitValue`` (offset, leaderEpoch v3+, metadata, commitTimestamp,
-  expireTimestamp v1 only); riverbed writes key v1 and value v3;
+  expireTimestamp v1 only); riverbed writes key v1 and value v3 (v1 for a commit with
+  its own retention time);
 - key version 2: ``GroupMetadataKey`` (group) -> value ``GroupMetadataValue``
   (protocolType, generation, protocol, leader, currentStateTimestamp v2+, members with
   memberId, groupInstanceId v3+, clientId, clientHost, rebalanceTimeout v1+,
@@ -41,6 +42,8 @@ OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
 #: Value versions riverbed writes (Kafka 2.3+ writes these as well).
 OFFSET_COMMIT_VALUE_VERSION = 3
+#: The only value version with an expireTimestamp (a commit with its own retention).
+OFFSET_COMMIT_VALUE_V1 = 1
 GROUP_METADATA_VALUE_VERSION = 3
 _INT16 = struct.Struct(">h")
 _INT32_MIN = -(2**31)
@@ -106,14 +109,18 @@ def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
 
 
 def offset_commit_value(value: OffsetAndMetadata) -> bytes:
+    """Version 3, or version 1 when the commit asked for its own retention (OffsetCommit
+    v2-4 ``retention_time_ms``: only v1 stores ``expireTimestamp``), as Kafka writes."""
+    expiring = value.expire_timestamp_ms >= 0
+    version = OFFSET_COMMIT_VALUE_V1 if expiring else OFFSET_COMMIT_VALUE_VERSION
     msg = OffsetCommitValue(
         offset=value.offset,
-        leader_epoch=value.leader_epoch,
+        leader_epoch=-1 if expiring else value.leader_epoch,
         metadata=value.metadata,
         commit_timestamp=value.commit_timestamp_ms,
-        expire_timestamp=-1,
+        expire_timestamp=value.expire_timestamp_ms,
     )
-    return _versioned(OFFSET_COMMIT_VALUE_VERSION, encode(msg, OFFSET_COMMIT_VALUE_VERSION))
+    return _versioned(version, encode(msg, version))
 
 
 def group_metadata_key(group: str) -> bytes:

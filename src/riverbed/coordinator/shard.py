@@ -254,6 +254,9 @@ class GroupShard(Membership, ConsumerMembership, ConsumerAdmin):
         if isinstance(group, ClassicGroup) and code == E.NONE:
             code = self._commit_check(group, member_id, instance, generation, now_ms)
         missing = set(unknown)
+        # OffsetCommit v2-4 may ask for a retention of its own (-1: the broker's)
+        retention = req.retention_time_ms if 2 <= reply.version <= 4 else -1
+        expire_ms = now_ms + retention if retention >= 0 else -1
         results: dict[tuple[str, int], ErrorCode] = {}
         commits: dict[tuple[str, int], OffsetAndMetadata] = {}
         for t in req.topics:
@@ -272,6 +275,7 @@ class GroupShard(Membership, ConsumerMembership, ConsumerAdmin):
                         leader_epoch=p.committed_leader_epoch,
                         metadata=metadata,
                         commit_timestamp_ms=now_ms,
+                        expire_timestamp_ms=expire_ms,
                     )
                     results[key] = E.NONE
 

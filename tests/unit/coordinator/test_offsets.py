@@ -289,3 +289,29 @@ def test_random_membership_keeps_invariants(seed: int) -> None:
     h.advance(10_000)
     assert set(issued) <= set(h.replies), f"seed {seed}: parked requests never answered"
     assert len(h.answered) == len(set(h.answered))
+
+
+def test_a_commit_with_its_own_retention_expires_then_and_is_stored_as_value_v1() -> None:
+    from riverbed.protocol.messages import OffsetCommitRequest as R
+
+    h = Harness()
+    req = R(
+        group_id="g",
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        retention_time_ms=500,
+        topics=[
+            R.OffsetCommitRequestTopic(
+                name="t",
+                partitions=[R.OffsetCommitRequestPartition(partition_index=0, committed_offset=3)],
+            )
+        ],
+    )
+    h.run(lambda r: h.shard.offset_commit(r, req, h.now), 3)  # v3 carries retention_time_ms
+    ((_key, value),) = h.log
+    assert value is not None and value[:2] == b"\x00\x01"
+    assert h.replay_into_new_shard().groups["g"].offsets[("t", 0)].expire_timestamp_ms == (
+        h.now + 500
+    )
+    assert h.shard.expire_offsets(h.now + 499) == 0  # the broker's retention is a week
+    assert h.shard.expire_offsets(h.now + 500) == 1

@@ -312,9 +312,9 @@ def test_remote_retention_and_delete_records(tier: Tier, topic_name: str) -> Non
     assert consume(tier, topic_name, local_start, 5) == old[local_start : local_start + 5]
 
 
+@pytest.mark.parametrize("tier", ["s3"], indirect=True)  # the outage is the S3 server stopping
 def test_object_store_outage(tier: Tier, topic_name: str) -> None:
-    if tier.s3 is None:
-        pytest.skip("the outage is simulated with the S3 server only")
+    assert tier.s3 is not None
     create(tier, topic_name)
     sent = produce(tier, topic_name, MESSAGES)
     wait_tiered(tier, topic_name, MESSAGES)
@@ -338,9 +338,8 @@ def test_object_store_outage(tier: Tier, topic_name: str) -> None:
     wait_tiered(tier, topic_name, MESSAGES + 300)
 
 
+@pytest.mark.parametrize("tier", ["file"], indirect=True)  # remote objects inspected as files
 def test_topic_deletion_deletes_remote_data(tier: Tier, topic_name: str) -> None:
-    if tier.s3 is not None:
-        pytest.skip("the remote objects are inspected on the file:// tier")
     create(tier, topic_name)
     produce(tier, topic_name, 600)
     wait_tiered(tier, topic_name, 600)
@@ -362,10 +361,10 @@ def test_tiering_needs_the_broker_system(broker: BrokerProcess, topic_name: str)
         fut.result(15)
 
 
+@pytest.mark.parametrize("tier", ["s3"], indirect=True)  # the hang is a SIGSTOP of the S3 server
 def test_hung_object_store_blocks_nothing_local(tier: Tier, topic_name: str) -> None:
     """SIGSTOP of the S3 server: every remote call hangs until its timeout."""
-    if tier.s3 is None:
-        pytest.skip("the hang is simulated with the S3 server only")
+    assert tier.s3 is not None
     create(tier, topic_name)
     sent = produce(tier, topic_name, MESSAGES)
     wait_tiered(tier, topic_name, MESSAGES)

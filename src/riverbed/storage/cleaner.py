@@ -6,8 +6,8 @@ its latest record. One cleaning of a partition:
 1. the *dirty* part, from the cleaner checkpoint (``cleaner-offset-checkpoint``) to the
    end of the cleanable segments (closed, entirely below the high watermark, and older
    than ``min.compaction.lag.ms``), is scanned into an `OffsetMap`: key -> latest offset.
-   The map is bounded by ``log.cleaner.dedupe.buffer.size`` as Kafka's is (24 bytes an
-   entry: a 16-byte MD5 of the key and an 8-byte offset, filled to 90%); when it is full
+   The map lives in ``log.cleaner.dedupe.buffer.size`` bytes as Kafka's does (24 bytes a
+   slot: a 16-byte MD5 of the key and an 8-byte offset, filled to 90%); when it is full
    the scan stops at that segment and the next cleaning goes on from there, so memory
    stays bounded whatever the number of keys;
 2. every cleanable segment below the map's end is rewritten by `clean_segment`: a record
@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,32 +58,80 @@ SWAP_SUFFIX = ".swap"
 
 
 class OffsetMap:
-    """key -> latest offset, at most ``capacity`` keys (from the dedupe buffer size)."""
+    """key -> latest offset in an open-addressing table of 24-byte slots (Kafka's
+    SkimpyOffsetMap: the key's 16-byte MD5, an 8-byte offset; -1 marks a free slot).
+
+    The table grows by doubling from ``INITIAL_SLOTS`` up to the slots the dedupe buffer
+    holds, so its memory follows the keys seen and never exceeds the buffer; ``capacity`` keys (90% of those slots) fit, then the map is full.
+    """
+
+    INITIAL_SLOTS = 1024
 
     def __init__(self, dedupe_buffer_bytes: int) -> None:
-        self.capacity = max(
-            1, int(dedupe_buffer_bytes * OFFSET_MAP_LOAD_FACTOR) // OFFSET_MAP_ENTRY_BYTES
-        )
-        self._map: dict[bytes, int] = {}
+        self._max_slots = max(dedupe_buffer_bytes // OFFSET_MAP_ENTRY_BYTES, 2)
+        self.capacity = max(1, int(self._max_slots * OFFSET_MAP_LOAD_FACTOR))
+        self._allocate(min(self.INITIAL_SLOTS, self._max_slots))
+
+    def _allocate(self, slots: int) -> None:
+        self._slots = slots
+        self._digests = bytearray(16 * slots)
+        self._offsets = array("q", [-1]) * slots
+        self._count = 0
+
+    @property
+    def memory_bytes(self) -> int:
+        return len(self._digests) + self._offsets.itemsize * len(self._offsets)
 
     def clear(self) -> None:
-        self._map.clear()
+        self._allocate(min(self.INITIAL_SLOTS, self._max_slots))
 
     def __len__(self) -> int:
-        return len(self._map)
+        return self._count
 
     @staticmethod
     def _digest(key: bytes) -> bytes:
         return hashlib.md5(key, usedforsecurity=False).digest()
 
     def full(self) -> bool:
-        return len(self._map) >= self.capacity
+        return self._count >= self.capacity
+
+    def _slot(self, digest: bytes) -> int:
+        """The slot holding ``digest``, or the free slot where it would go."""
+        slots = self._slots
+        i = int.from_bytes(digest[:8], "little") % slots
+        offsets, digests = self._offsets, self._digests
+        while offsets[i] != -1 and digests[16 * i : 16 * i + 16] != digest:
+            i = (i + 1) % slots
+        return i
+
+    def _grow(self) -> None:
+        old_digests, old_offsets = self._digests, self._offsets
+        self._allocate(min(self._slots * 2, self._max_slots))
+        for j, offset in enumerate(old_offsets):
+            if offset != -1:
+                digest = bytes(old_digests[16 * j : 16 * j + 16])
+                i = self._slot(digest)
+                self._digests[16 * i : 16 * i + 16] = digest
+                self._offsets[i] = offset
+                self._count += 1
 
     def put(self, key: bytes, offset: int) -> None:
-        self._map[self._digest(key)] = offset
+        digest = self._digest(key)
+        i = self._slot(digest)
+        if self._offsets[i] == -1:
+            if self._count >= self.capacity:
+                raise OverflowError("offset map full")  # callers check capacity first
+            if self._count + 1 > self._slots * OFFSET_MAP_LOAD_FACTOR:
+                self._grow()
+                i = self._slot(digest)
+            self._digests[16 * i : 16 * i + 16] = digest
+            self._count += 1
+        self._offsets[i] = offset
 
     def get(self, key: bytes) -> int | None:
-        return self._map.get(self._digest(key))
+        i = self._slot(self._digest(key))
+        offset = self._offsets[i]
+        return None if offset == -1 else offset
 
 
 def require_keys(batch: bytes | bytearray | memoryview, h: BatchHeader) -> None:

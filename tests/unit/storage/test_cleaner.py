@@ -257,3 +257,28 @@ def test_a_crash_at_each_step_of_the_swap_recovers_every_record(
     reopened.clean(0, OffsetMap(1 << 20), clock.now_ms(), no_throttle)
     assert latest(reopened) == model
     reopened.close()
+
+
+def test_offset_map_memory_stays_within_the_dedupe_buffer() -> None:
+    buffer = 1 << 20
+    m = OffsetMap(buffer)
+    start = m.memory_bytes
+    assert start < buffer // 10  # grows with the keys, not allocated up front
+    latest: dict[bytes, int] = {}
+    i = 0
+    while not m.full():
+        key = b"key-%d" % (i % (m.capacity + 100))
+        if len(m) >= m.capacity - 1 and m.get(key) is None:
+            break
+        m.put(key, i)
+        latest[key] = i
+        i += 1
+        assert m.memory_bytes <= buffer
+    assert len(m) == len(latest) and len(m) >= 0.85 * buffer / 24 * 0.9
+    assert all(m.get(k) == v for k, v in latest.items())
+    assert m.get(b"never") is None
+    with pytest.raises(OverflowError):
+        for j in range(10):
+            m.put(b"new-%d" % j, j)
+    m.clear()
+    assert len(m) == 0 and m.memory_bytes == start

@@ -42,6 +42,8 @@ def gbroker() -> Iterator[BrokerProcess]:
             "group.initial.rebalance.delay.ms": "200",
             "group.min.session.timeout.ms": "500",
             "offsets.topic.num.partitions": "5",
+            # the coordinator's batches compressed (lz4): written, replicated and reloaded
+            "offsets.topic.compression.codec": "3",
             "num.partitions": "1",
             "group.consumer.heartbeat.interval.ms": "200",
             "group.consumer.session.timeout.ms": "3000",
@@ -323,8 +325,12 @@ def test_describe_list_and_delete_groups_through_the_admin_client(gbroker: Broke
     c.subscribe([topic])
     poll_until([c], lambda: len(parts(c)) == 2)
     admin = AdminClient({"bootstrap.servers": gbroker.bootstrap, **QUIET})
-    desc = admin.describe_consumer_groups([group])[group].result(10)
+    desc = admin.describe_consumer_groups([group], include_authorized_operations=True)[
+        group
+    ].result(10)
     assert str(desc.state).endswith("STABLE") and len(desc.members) == 1
+    ops = {str(op).rsplit(".", 1)[-1] for op in desc.authorized_operations or []}
+    assert {"READ", "DESCRIBE", "DELETE"} <= ops
     listed = admin.list_consumer_groups().result(10)
     assert group in {g.group_id for g in listed.valid}
     fut = admin.delete_consumer_groups([group])[group]

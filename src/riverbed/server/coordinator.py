@@ -114,6 +114,8 @@ class GroupCoordinator:
         self.fault_handler = fault_handler
         self.group_config = GroupConfig.from_config(config)
         self.commit_timeout_ms = int(config.get("offsets.commit.timeout.ms"))
+        #: offsets.topic.compression.codec: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd
+        self.compression = int(config.get("offsets.topic.compression.codec"))
         self.retention_check_ms = int(config.get("offsets.retention.check.interval.ms"))
         self.load_read_bytes = int(config.get("offsets.load.buffer.size"))
         self.shards: dict[int, GroupShard] = {}
@@ -288,7 +290,9 @@ class GroupCoordinator:
             return
         now = self.clock.now_ms()
         batch = build_batch(
-            [SimpleRecord(value=v, key=k, timestamp=now) for k, v in write.records], now_ms=now
+            [SimpleRecord(value=v, key=k, timestamp=now) for k, v in write.records],
+            now_ms=now,
+            compression=self.compression,
         )
         try:
             info = self.partitions.append(hosted, bytearray(batch))

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 E = ErrorCode
+#: Without an authorizer every group operation is allowed: READ(3) DELETE(6) DESCRIBE(8)
+#: DESCRIBE_CONFIGS(10) ALTER_CONFIGS(11), as DescribeGroups v3+ reports them on request.
+GROUP_OPERATIONS_ALL = sum(1 << op for op in (3, 6, 8, 10, 11))
 _KEY_GROUP = 0
 _KEY_TRANSACTION = 1
 
@@ -329,7 +332,10 @@ async def handle_describe_groups(broker: Broker, ctx: RequestContext, req: Any) 
                 )
             )
             continue
-        out.append(shard.describe_group(group_id))
+        described = shard.describe_group(group_id)
+        if getattr(req, "include_authorized_operations", False) and not described.error_code:
+            described.authorized_operations = GROUP_OPERATIONS_ALL  # no authorizer: all
+        out.append(described)
     return DescribeGroupsResponse(throttle_time_ms=0, groups=out)
 
 

@@ -7,6 +7,7 @@ assignment, its revocation callbacks, the records it reads and the admin views.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -216,7 +217,17 @@ def test_members_and_commits_survive_a_broker_restart(broker: BrokerProcess) -> 
         m.consumer.close()
 
 
-def test_regex_subscription_range_assignor_and_admin_views(broker: BrokerProcess) -> None:
+def _cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
+    from riverbed.cli.main import main
+
+    capsys.readouterr()
+    assert main(list(argv)) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+def test_regex_subscription_range_assignor_and_admin_views(
+    broker: BrokerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
     group = "k-regex"
     create(broker.bootstrap, "rx-a", 2)
     create(broker.bootstrap, "rx-b", 2)
@@ -240,4 +251,11 @@ def test_regex_subscription_range_assignor_and_admin_views(broker: BrokerProcess
     (member,) = desc.members
     assigned = {(tp.topic, tp.partition) for tp in member.assignment.topic_partitions}
     assert assigned == topics(a)
-    a.consumer.close()
+    # the classic views (DescribeGroups, as kafka-consumer-groups and `riverbed groups`)
+    b = broker.bootstrap
+    (d,) = _cli_json(capsys, "groups", "describe", "-b", b, "--group", group, "--json")["groups"]
+    assert d["state"] == "Stable" and len(d["members"]) == 1
+    assert d["members"][0]["assignment"] == {"rx-a": [0, 1], "rx-b": [0, 1], "rx-c": [0]}
+    a.consumer.close()  # leaves: the group is empty and can be deleted
+    deleted = _cli_json(capsys, "groups", "delete", "-b", b, "--group", group, "--json")
+    assert deleted == {"deleted": [group], "errors": {}}

@@ -157,6 +157,33 @@ class ConsumerAdmin:
             return E.STALE_MEMBER_EPOCH
         return E.NONE
 
+    def expire_consumer_offsets(self, now: int, retention_ms: int, records: list[Record]) -> int:
+        """Kafka's rule for consumer groups: an offset of a topic the group does not
+        subscribe to expires ``retention_ms`` after its commit; an empty group left with
+        no offsets is deleted. Tombstones go to ``records``; returns the offsets expired."""
+        expired = 0
+        for group in list(self.consumer_groups.values()):
+            subscribed = group.subscribed_names() if group.members else set()
+            gone = [
+                key
+                for key, om in group.offsets.items()
+                if key[0] not in subscribed
+                and (
+                    om.expire_timestamp_ms
+                    if om.expire_timestamp_ms >= 0
+                    else om.commit_timestamp_ms + retention_ms
+                )
+                <= now
+            ]
+            for key in gone:
+                del group.offsets[key]
+                records.append((offset_commit_key(group.group_id, *key), None))
+            expired += len(gone)
+            if not group.members and not group.offsets:
+                del self.consumer_groups[group.group_id]
+                records.extend(group_tombstones(group.group_id))
+        return expired
+
     # ------------------------------------------------------------------ admin views
     def list_consumer_groups(self, states: set[str] | None) -> list[tuple[str, str, str]]:
         """(group id, protocol type, state), filtered by state (case-insensitive)."""

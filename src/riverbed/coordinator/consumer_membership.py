@@ -128,10 +128,13 @@ class ConsumerMembership:
         self,
         group: ConsumerGroup,
         lookup: Callable[[str], tuple[uuid.UUID, int] | None],
-        candidates: Iterable[str],
+        candidates: Callable[[], Iterable[str]],
     ) -> dict[str, tuple[uuid.UUID, int]]:
+        """The subscribed topics that exist; ``candidates`` (every topic name a regex may
+        match) is only listed when some member subscribes with a regex."""
         wanted: set[str] = set()
-        pool = list(candidates)
+        regex = any(m.subscribed_topic_regex for m in group.members.values())
+        pool = list(candidates()) if regex else []
         for m in group.members.values():
             wanted |= self._member_topics(m, pool)
         out = {}
@@ -301,7 +304,7 @@ class ConsumerMembership:
             group.add(member)
         if is_new or member.metadata_key() != before:
             records.append(member_metadata_record(group.group_id, member))
-        meta = self._subscription_metadata(group, topics.get, topics.names())
+        meta = self._subscription_metadata(group, topics.get, topics.names)
         if meta != group.subscription_metadata:
             group.subscription_metadata = meta
             records.append(partition_metadata_record(group.group_id, meta))
@@ -471,7 +474,7 @@ class ConsumerMembership:
         group.remove(member_id)
         records.extend(member_tombstones(group.group_id, member_id))
         meta = group.subscription_metadata
-        kept = self._subscription_metadata(group, meta.get, meta)
+        kept = self._subscription_metadata(group, meta.get, lambda: meta)
         if kept != meta:
             group.subscription_metadata = kept
             records.append(partition_metadata_record(group.group_id, kept))

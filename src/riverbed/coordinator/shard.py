@@ -534,6 +534,7 @@ class GroupShard(Membership, ConsumerMembership, ConsumerAdmin):
                 group.transition(S.DEAD, now_ms)
                 del self.groups[group.group_id]
                 records.append((group_metadata_key(group.group_id), None))
+        expired += self.expire_consumer_offsets(now_ms, retention, records)
         if records:
             self._write(records, lambda _code: None)
         return expired

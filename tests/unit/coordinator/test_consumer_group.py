@@ -599,3 +599,38 @@ def test_random_membership_never_gives_a_partition_to_two_members(seed: int) -> 
                 owners[p] = m
     d.settle(live, rounds=8)
     assert set().union(*(d.parts(m) for m in live)) == set(range(6)), f"seed {seed}"
+
+
+def test_offsets_of_an_empty_consumer_group_expire_and_the_group_goes() -> None:
+    cfg = dataclasses.replace(CONFIG, offsets_retention_ms=10_000)
+    g = CG(cfg)
+    m, e, a = g.join()
+    g.hb(member=m, epoch=e, owned=a)
+    req = OffsetCommitRequest(
+        group_id="g",
+        generation_id_or_member_epoch=e,
+        member_id=m,
+        topics=[
+            OffsetCommitRequest.OffsetCommitRequestTopic(
+                name=name,
+                partitions=[
+                    OffsetCommitRequest.OffsetCommitRequestPartition(
+                        partition_index=0, committed_offset=7
+                    )
+                ],
+            )
+            for name in ("t", "gone")
+        ],
+    )
+    g.h.run(lambda r: g.h.shard.offset_commit(r, req, g.h.now), 9)
+    shard = g.h.shard
+    g.h.now += 20_000
+    # a member keeps the group: only the offset of a topic it does not subscribe to expires
+    assert g.hb(member=m, epoch=e).error_code == 0
+    assert shard.expire_offsets(g.h.now) == 1
+    assert set(shard.consumer_groups["g"].offsets) == {("t", 0)}
+    assert g.hb(member=m, epoch=-1).error_code == 0
+    assert shard.expire_offsets(g.h.now) == 1
+    g.h.flush()
+    assert "g" not in shard.consumer_groups
+    assert "g" not in replay(g.h).consumer_groups  # the tombstones were written

@@ -259,3 +259,28 @@ def test_regex_subscription_range_assignor_and_admin_views(
     a.consumer.close()  # leaves: the group is empty and can be deleted
     deleted = _cli_json(capsys, "groups", "delete", "-b", b, "--group", group, "--json")
     assert deleted == {"deleted": [group], "errors": {}}
+
+
+def test_a_static_member_rejoins_with_its_partitions_and_nobody_else_moves(
+    broker: BrokerProcess,
+) -> None:
+    topic, group = "k-static", "k-static"
+    create(broker.bootstrap, topic, 4)
+    a = Member(broker.bootstrap, group, **{"group.instance.id": "i-a"})
+    b = Member(broker.bootstrap, group, **{"group.instance.id": "i-b"})
+    for m in (a, b):
+        m.subscribe([topic])
+    poll_until([a, b], split([a, b], [2, 2]))
+    held_a, held_b = a.parts(), b.parts()
+    b.revoked.clear()
+    a.consumer.close()  # a static member leaves for now (epoch -2): its partitions wait
+    deadline = time.monotonic() + 1.5  # several heartbeats of b
+    while time.monotonic() < deadline:
+        b.consumer.poll(0.05)
+    assert b.parts() == held_b
+    again = Member(broker.bootstrap, group, **{"group.instance.id": "i-a"})
+    again.subscribe([topic])
+    poll_until([again, b], lambda: again.parts() == held_a, timeout_s=10)
+    assert b.parts() == held_b and not b.revoked and not b.lost
+    for m in (again, b):
+        m.consumer.close()

@@ -281,7 +281,12 @@ class ConsumerMembership:
             return None
         member, is_new = found
         before = member.metadata_key()
-        subscription = (tuple(member.subscribed_topic_names), member.subscribed_topic_regex)
+        # what the target assignment depends on: a change means a new group epoch
+        subscription = (
+            tuple(member.subscribed_topic_names),
+            member.subscribed_topic_regex,
+            member.server_assignor,
+        )
         if req.instance_id is not None:
             member.instance_id = req.instance_id
         if req.rack_id is not None:
@@ -299,6 +304,7 @@ class ConsumerMembership:
         bump = is_new or subscription != (
             tuple(member.subscribed_topic_names),
             member.subscribed_topic_regex,
+            member.server_assignor,
         )
         if is_new:
             group.add(member)

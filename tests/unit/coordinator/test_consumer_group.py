@@ -250,6 +250,14 @@ def test_range_assignor_is_selected_by_the_members() -> None:
     g.join(assignor="range")
     d = g.h.shard.describe_consumer_group("g")
     assert d.assignor_name == "range" and d.error_code == 0
+    members = list(g.h.shard.consumer_groups["g"].members.values())
+    epoch = g.h.shard.consumer_groups["g"].group_epoch
+    # switching the assignor is a new group epoch with a new target assignment
+    for m in members:
+        r = g.hb(member=m.member_id, epoch=m.member_epoch, assignor="uniform")
+        assert r.error_code == 0
+    assert g.h.shard.consumer_groups["g"].group_epoch == epoch + 2
+    assert g.h.shard.describe_consumer_group("g").assignor_name == "uniform"
     assert g.h.shard.describe_consumer_group("nope").error_code == E.GROUP_ID_NOT_FOUND
 
 

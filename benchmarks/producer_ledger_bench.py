@@ -196,102 +196,23 @@ def bench_produce(args: argparse.Namespace) -> None:
     print(f"  ratio on/off    {best[True] / best[False]:.3f}x")
 
 
-def _broker_rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
-class _Pipe:
-    """Pipelined raw Kafka requests on one connection (riverbed's codec)."""
-
-    def __init__(self, port: int) -> None:
-        import socket
-
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
-        self.corr = 0
-
-    def call_many(self, key: int, version: int, bodies: list[Any]) -> list[Any]:
-        import struct
-
-        from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
-
-        headers = []
-        out = bytearray()
-        for body in bodies:
-            self.corr += 1
-            h = RequestHeader(key, version, self.corr, "ledger-bench")
-            headers.append(h)
-            out += encode_request(h, body)
-        self.sock.sendall(out)
-        f = self.sock.makefile("rb")
-        answers = []
-        for h in headers:
-            (size,) = struct.unpack(">i", f.read(4))
-            answers.append(decode_response(h, f.read(size)))
-        return answers
-
-
 def bench_producers(args: argparse.Namespace) -> None:
     """``--producers`` distinct producer ids against one broker, each InitProducerId + one
-    batch, in pipelined rounds of 1000; the broker's resident memory before and after."""
-    from riverbed.protocol.api_versions import ApiKey
-    from riverbed.protocol.messages import (
-        CreateTopicsRequest,
-        InitProducerIdRequest,
-        ProduceRequest,
-    )
-    from riverbed.protocol.records import SimpleRecord, build_batch
+    batch, pipelined; the broker's resident memory before and after."""
     from riverbed.testing.cluster import BrokerProcess
+    from riverbed.testing.many_producers import Pipe, create_topic, many_producers, rss_mib
 
     with BrokerProcess() as broker:
         assert broker.pid is not None
-        pipe = _Pipe(broker.port)
-        ct = CreateTopicsRequest
-        pipe.call_many(
-            ApiKey.CREATE_TOPICS,
-            7,
-            [ct(topics=[ct.CreatableTopic(name="pids", num_partitions=1, replication_factor=1)])],
-        )
+        pipe = Pipe(broker.port)
+        create_topic(pipe, "pids")
         time.sleep(1.0)
-        before = _broker_rss_mib(broker.pid)
+        before = rss_mib(broker.pid)
         start = time.perf_counter()
-        done = 0
-        init = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000)
-        while done < args.producers:
-            n = min(1000, args.producers - done)
-            pids = [r.producer_id for r in pipe.call_many(ApiKey.INIT_PRODUCER_ID, 4, [init] * n)]
-            now = int(time.time() * 1000)
-            produces = [
-                ProduceRequest(
-                    acks=1,
-                    timeout_ms=30000,
-                    topic_data=[
-                        ProduceRequest.TopicProduceData(
-                            name="pids",
-                            partition_data=[
-                                ProduceRequest.PartitionProduceData(
-                                    index=0,
-                                    records=build_batch(
-                                        [SimpleRecord(b"x", timestamp=now)],
-                                        producer_id=pid,
-                                        producer_epoch=0,
-                                        base_sequence=0,
-                                    ),
-                                )
-                            ],
-                        )
-                    ],
-                )
-                for pid in pids
-            ]
-            for r in pipe.call_many(ApiKey.PRODUCE, 9, produces):
-                assert r.responses[0].partition_responses[0].error_code == 0
-            done += n
+        many_producers(pipe, "pids", args.producers)
         elapsed = time.perf_counter() - start
-        after = _broker_rss_mib(broker.pid)
+        after = rss_mib(broker.pid)
+        pipe.close()
     print(f"{args.producers:,} producer ids (InitProducerId + one batch each) against one "
           f"broker in {elapsed:.0f} s:")  # fmt: skip
     print(

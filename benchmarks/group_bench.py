@@ -8,6 +8,10 @@ process. Each figure has a baseline measured in the same run against the same br
   one holds exactly one partition, against the time one consumer alone takes to get all
   of them (one join + sync round); the same with ``group.protocol=consumer`` (KIP-848,
   ``group.consumer.heartbeat.interval.ms=100``);
+- disruption of a join: a tenth consumer joins nine settled ones; the partition-seconds
+  during which some partition had no owner (sampled every few ms) until the split is even
+  again, for the classic protocol with its default eager assignor (everyone gives up
+  everything), the classic protocol with cooperative-sticky, and KIP-848;
 - OffsetCommit: synchronous commits (``commit(asynchronous=False)``, one partition) per
   second, against synchronous acks=all produces (``produce`` + ``flush``) per second:
   both are one durable append to a partition and one response.
@@ -35,11 +39,52 @@ QUIET = {"log_level": 3}
 
 def _consumer(bootstrap: str, group: str, protocol: str = "classic") -> Consumer:
     conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group, **QUIET}
-    if protocol == "classic":
+    if protocol in ("classic", "cooperative"):
         conf.update({"heartbeat.interval.ms": 100, "session.timeout.ms": 10000})
+        if protocol == "cooperative":
+            conf["partition.assignment.strategy"] = "cooperative-sticky"
     else:  # KIP-848: timings are the broker's (group.consumer.*)
         conf["group.protocol"] = "consumer"
     return Consumer(conf)
+
+
+def _even(consumers: list[Consumer], partitions: int) -> bool:
+    sizes = [len(c.assignment()) for c in consumers]
+    return sum(sizes) == partitions and max(sizes) - min(sizes) <= 1 and min(sizes) > 0
+
+
+def _join_gap(bootstrap: str, topic: str, group: str, protocol: str) -> tuple[float, float]:
+    """A tenth consumer joins nine settled ones: (seconds until the split is even again,
+    partition-seconds without an owner meanwhile); consumers closed."""
+    consumers = [_consumer(bootstrap, group, protocol) for _ in range(CONSUMERS - 1)]
+    for c in consumers:
+        c.subscribe([topic])
+    try:
+        deadline = time.perf_counter() + REBALANCE_TIMEOUT_S
+        while not _even(consumers, CONSUMERS):
+            if time.perf_counter() > deadline:
+                raise RuntimeError("the nine never settled")
+            for c in consumers:
+                c.poll(0.01)
+        newcomer = _consumer(bootstrap, group, protocol)
+        consumers.append(newcomer)
+        started = last = time.perf_counter()
+        newcomer.subscribe([topic])
+        unowned = 0.0
+        while time.perf_counter() - started < REBALANCE_TIMEOUT_S:
+            for c in consumers:
+                c.poll(0)
+            time.sleep(0.001)
+            now = time.perf_counter()
+            owned = {tp.partition for c in consumers for tp in c.assignment()}
+            unowned += (CONSUMERS - len(owned)) * (now - last)
+            last = now
+            if _even(consumers, CONSUMERS):
+                return now - started, unowned
+        raise RuntimeError(f"no even split after {REBALANCE_TIMEOUT_S} s")
+    finally:
+        for c in consumers:
+            c.close()
 
 
 def _settle(
@@ -105,9 +150,24 @@ def main(argv: list[str] | None = None) -> int:
             one = _settle(b, "bench-ten", f"solo-{r}", 1, CONSUMERS)
             ten = _settle(b, "bench-ten", f"ten-{r}", CONSUMERS, CONSUMERS)
             new = _settle(b, "bench-ten", f"new-{r}", CONSUMERS, CONSUMERS, "consumer")
+            gaps = {
+                p: _join_gap(b, "bench-ten", f"join-{p}-{r}", p)
+                for p in ("classic", "cooperative", "consumer")
+            }
             commit = _commit_rate(b, "bench-one", f"commit-{r}", args.commits)
             produce = _produce_rate(b, "bench-one", args.commits)
-            rows.append({"one": one, "ten": ten, "new": new, "commit": commit, "produce": produce})
+            row = {"one": one, "ten": ten, "new": new, "commit": commit, "produce": produce}
+            for p, (took, gap) in gaps.items():
+                row[f"join_{p}"], row[f"gap_{p}"] = took, gap
+            rows.append(row)
+            print(
+                "  a tenth joins nine: "
+                + ", ".join(
+                    f"{p} {took * 1000:.0f} ms, {gap * 1000:.0f} partition-ms unowned"
+                    for p, (took, gap) in gaps.items()
+                ),
+                flush=True,
+            )
             print(
                 f"round {r}: 1 consumer {one * 1000:.0f} ms, {CONSUMERS} consumers "
                 f"{ten * 1000:.0f} ms (consumer protocol {new * 1000:.0f} ms); commits {commit:.0f}/s, acks=all produces "
@@ -122,6 +182,15 @@ def main(argv: list[str] | None = None) -> int:
         f"({med['new'] / med['one']:.2f}x); "
         f"OffsetCommit {med['commit']:.0f}/s vs acks=all produce {med['produce']:.0f}/s "
         f"({med['commit'] / med['produce']:.2f}x)"
+    )
+    print(
+        "median, a tenth consumer joins nine: "
+        + ", ".join(
+            f"{p} {med[f'join_{p}'] * 1000:.0f} ms until even, "
+            f"{med[f'gap_{p}'] * 1000:.0f} partition-ms unowned"
+            for p in ("classic", "cooperative", "consumer")
+        )
+        + f" (KIP-848 vs classic eager: {med['gap_consumer'] / med['gap_classic']:.2f}x)"
     )
     return 0
 

@@ -226,6 +226,12 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     _d("remote.log.reader.threads", _I, "10", at_least(1)),
     _d("remote.log.reader.max.pending.tasks", _I, "100", at_least(1)),
     _d("remote.fetch.max.wait.ms", _I, "500", at_least(1)),
+    _d("riverbed.remote.log.reader.cache.size.bytes", _L, "33554432", at_least(1048576),
+       "Bytes of remote log chunks cached for sequential remote readers (read-ahead)."),
+    _d("riverbed.remote.log.index.segment.bytes", _I, "1048576", at_least(4096),
+       "Size at which the active .remotelogindex of a partition is rotated."),
+    _d("riverbed.remote.log.index.roll.ms", _L, "86400000", at_least(1),
+       "Age at which the active .remotelogindex of a partition is rotated."),
     # --- riverbed's own keys
     _d("riverbed.storage.auto.format", _B, "false", None,
        "Format unformatted log dirs on start (true in the embedded default)."),

@@ -15,14 +15,21 @@ fetch, admin or the event loop; nothing remote runs under a log's lock):
   uploads, copies rolled segments earliest first (publishing "copied up to" to the log
   after each), and applies remote retention (moving the log start offset);
 - the reader pool (``remote.log.reader.threads``) serves remote fetches and ListOffsets
-  lookups; at most ``remote.log.reader.max.pending.tasks`` wait (more are answered
-  with no data, the client polls again). A read waits up to ``remote.fetch.max.wait.ms``
+  lookups; at most ``remote.log.reader.max.pending.tasks`` wait: a read beyond that
+  is rejected (Kafka's RejectedExecutionException) with KAFKA_STORAGE_ERROR, which
+  clients retry, and counted in ``reads_rejected`` (logged at most every
+  ``REJECT_LOG_INTERVAL_S``). A read waits up to ``remote.fetch.max.wait.ms``
   (the delayed remote fetch); transient remote errors are retried with exponential
   back-off until then, after which the client gets KAFKA_STORAGE_ERROR (retriable); a
   remote segment that is gone gives OFFSET_OUT_OF_RANGE.
 
 Reads fetch whole remote index entries (runs of whole batches) with ranged reads, plus
-the next contiguous entry as read-ahead, into an LRU cache of ``READ_CACHE_BYTES_MAX``.
+the next contiguous entry as read-ahead, into an LRU cache of
+``riverbed.remote.log.reader.cache.size.bytes``. The active local remote index group is
+rotated at ``riverbed.remote.log.index.segment.bytes`` / ``riverbed.remote.log.index.roll.ms``
+(riverbed's keys: Kafka's ``remote.log.index.file.cache.total.size.bytes`` sizes a cache
+of index files fetched from the remote tier, which riverbed does not have: its remote
+indexes are local files).
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.records import iter_batches, iter_records
 from riverbed.storage.log_files import TimestampOffset
-from riverbed.tiered.remote_indexes import RemoteIndexes
+from riverbed.tiered.remote_indexes import INDEX_FILE_BYTES_MAX, INDEX_FILE_ROLL_MS, RemoteIndexes
 from riverbed.tiered.remote_log_index import RemoteLogIndexEntry
 from riverbed.tiered.rlm import (
     LocalSegmentInfo,
@@ -66,8 +73,10 @@ __all__ = ["READ_CACHE_BYTES_MAX", "RemoteLogManager", "RemoteLogSettings", "Rem
 
 log = logging.getLogger(__name__)
 
-#: Bytes of remote chunks kept for sequential readers (read-ahead included).
+#: Default bytes of remote chunks kept for sequential readers (read-ahead included).
 READ_CACHE_BYTES_MAX: Final = 32 * 1024 * 1024
+#: A rejected remote read (too many pending) is logged at most this often.
+REJECT_LOG_INTERVAL_S: Final = 10.0
 #: Largest single ranged read (an entry plus its read-ahead neighbour).
 READ_AHEAD_BYTES_MAX: Final = 4 * 1024 * 1024
 #: First back-off of a failed remote read; doubles up to READ_RETRY_BACKOFF_MAX_MS.
@@ -89,6 +98,9 @@ class RemoteLogSettings:
     reader_threads: int
     reader_max_pending: int
     fetch_max_wait_ms: int
+    read_cache_bytes: int = READ_CACHE_BYTES_MAX
+    index_file_bytes_max: int = INDEX_FILE_BYTES_MAX
+    index_roll_ms: int = INDEX_FILE_ROLL_MS
 
     @classmethod
     def from_config(cls, cfg: Any) -> RemoteLogSettings:
@@ -112,6 +124,9 @@ class RemoteLogSettings:
             reader_threads=get("remote.log.reader.threads"),
             reader_max_pending=get("remote.log.reader.max.pending.tasks"),
             fetch_max_wait_ms=get("remote.fetch.max.wait.ms"),
+            read_cache_bytes=get("riverbed.remote.log.reader.cache.size.bytes"),
+            index_file_bytes_max=get("riverbed.remote.log.index.segment.bytes"),
+            index_roll_ms=get("riverbed.remote.log.index.roll.ms"),
         )
         if settings.retry_backoff_max_ms < settings.retry_backoff_ms:
             raise ValueError(
@@ -202,7 +217,9 @@ class RemoteLogManager:
         self._copying = 0  # tasks in the copier pool (at most copier_threads)
         self._reads_pending = 0  # reads queued or running (bounded by reader_max_pending)
         self._tiers: dict[tuple[str, int], _Tier] = {}
-        self._cache = _ChunkCache(READ_CACHE_BYTES_MAX)
+        self._cache = _ChunkCache(settings.read_cache_bytes)
+        self.reads_rejected = 0  # remote reads refused: reader_max_pending were waiting
+        self._reject_logged_s = -REJECT_LOG_INTERVAL_S
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
@@ -368,7 +385,12 @@ class RemoteLogManager:
         now = self._now_ms()
         with tier.lock:
             if tier.indexes is None:
-                tier.indexes = RemoteIndexes(tier.plog.directory, now)
+                tier.indexes = RemoteIndexes(
+                    tier.plog.directory,
+                    now,
+                    file_bytes_max=self.settings.index_file_bytes_max,
+                    roll_ms=self.settings.index_roll_ms,
+                )
             indexes = tier.indexes
             known = indexes.segment_ids
         listed = {m.segment_id for m in remote}
@@ -555,8 +577,10 @@ class RemoteLogManager:
         return RemoteRead()
 
     async def _in_reader(self, fn: Callable[..., Any], *args: Any) -> Any:
-        if self._reads_pending >= self.settings.reader_max_pending or self._closing:
-            return None  # remote.log.reader.max.pending.tasks: no data this time
+        if self._closing:
+            return None
+        if self._reads_pending >= self.settings.reader_max_pending:
+            return self._reject_read()
         deadline = time.monotonic() + self.settings.fetch_max_wait_ms / 1000
         self._reads_pending += 1
         failures: list[str] = []  # appended to by the reader thread
@@ -570,6 +594,21 @@ class RemoteLogManager:
             if failures:  # an attempt is still running, but the remote tier keeps failing
                 return RemoteRead(error=int(ErrorCode.KAFKA_STORAGE_ERROR))
             return None  # just slow (it fills the cache): the client polls again
+
+    def _reject_read(self) -> RemoteRead:
+        """remote.log.reader.max.pending.tasks reads wait already: refuse this one with a
+        retriable error (never empty data that looks like success)."""
+        self.reads_rejected += 1
+        now_s = time.monotonic()
+        if now_s - self._reject_logged_s >= REJECT_LOG_INTERVAL_S:
+            self._reject_logged_s = now_s
+            log.warning(
+                "remote read rejected: %d reads pending (remote.log.reader.max.pending.tasks);"
+                " %d rejected so far",
+                self._reads_pending,
+                self.reads_rejected,
+            )
+        return RemoteRead(error=int(ErrorCode.KAFKA_STORAGE_ERROR))
 
     def _read_finished(self) -> None:
         loop = self._loop

@@ -142,6 +142,7 @@ class PartitionLog(LogReads, LogRetention, LogCleaning):
         self.directory = Path(directory)
         self.remote_log_enabled = remote_log_enabled
         self._highest_offset_in_remote = -1
+        self._records_deleted_before = -1
         self.roll_listener = None
         self._io = io
         # a standalone log (the metadata log, tests) is the only user of its dir's state

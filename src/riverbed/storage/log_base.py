@@ -110,6 +110,9 @@ class LogBase:
     # Last offset the remote tier holds ("copied up to"; -1: none), published by the
     # remote log manager; local retention deletes only segments at or below it.
     _highest_offset_in_remote: int
+    # DeleteRecords removed everything below this offset (-1: none since the log opened):
+    # adopting the remote tier's start never moves the log start below it.
+    _records_deleted_before: int
     # Called with the new segment's base offset after a roll (under the log's lock: it
     # must be quick and thread-safe), e.g. to wake the remote log manager.
     roll_listener: Callable[[int], None] | None

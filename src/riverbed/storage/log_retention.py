@@ -58,6 +58,7 @@ class LogRetention(LogBase):
                     f"{self.name}: cannot delete records before {offset}: beyond the high "
                     f"watermark {self._high_watermark}"
                 )
+            self._records_deleted_before = max(self._records_deleted_before, offset)
             if offset > self._log_start_offset:
                 self._log_start_offset = offset
                 with self._failing_dir("delete records"):
@@ -179,8 +180,12 @@ class LogRetention(LogBase):
     def adopt_remote_log_start(self, offset: int) -> bool:
         """A tiered log restarted at its leader's local log start (a follower that was
         behind it) takes the remote tier's start as its log start, once the remote tier
-        reaches its first local offset. Returns True when the log start moved back."""
+        reaches its first local offset. Returns True when the log start moved back.
+
+        Never below a DeleteRecords offset: records deleted at exactly the local start
+        must not come back while remote retention has yet to delete their segments."""
         with self._lock:
+            offset = max(offset, self._records_deleted_before)
             local = self.local_log_start_offset
             if not (
                 self.tiered

@@ -64,3 +64,24 @@ def test_bad_configs_stop_the_start(overrides: dict[str, str], message: str) -> 
 def test_out_of_range_values_are_refused_by_the_config() -> None:
     with pytest.raises(ValueError, match=r"remote\.fetch\.max\.wait\.ms"):
         _cfg(**{"remote.fetch.max.wait.ms": "0"})
+
+
+def test_cache_and_index_rotation_keys(tmp_path: Path) -> None:
+    settings, _ = _remote_log_setup(
+        _cfg(
+            **{
+                "riverbed.remote.log.reader.cache.size.bytes": "2097152",
+                "riverbed.remote.log.index.segment.bytes": "8192",
+                "riverbed.remote.log.index.roll.ms": "60000",
+            }
+        )
+    )
+    assert settings.read_cache_bytes == 2097152
+    assert (settings.index_file_bytes_max, settings.index_roll_ms) == (8192, 60000)
+    for key, bad in (
+        ("riverbed.remote.log.reader.cache.size.bytes", "1000"),
+        ("riverbed.remote.log.index.segment.bytes", "10"),
+        ("riverbed.remote.log.index.roll.ms", "0"),
+    ):
+        with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+            _cfg(**{key: bad})

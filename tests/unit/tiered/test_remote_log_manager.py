@@ -106,3 +106,78 @@ def test_epoch_slice() -> None:
     assert _epoch_slice(epochs, 50, 200) == ((0, 50), (3, 100))
     assert _epoch_slice(epochs, 120, 300) == ((3, 120), (5, 250))
     assert _epoch_slice(epochs, 300, 400) == ((5, 300),)
+
+
+def test_a_read_beyond_max_pending_tasks_is_rejected_with_a_retriable_error(
+    tmp_path: Path,
+) -> None:
+    import dataclasses
+    import threading
+
+    rlm, _, plog = _setup(tmp_path)
+    rlm.settings = dataclasses.replace(SETTINGS, reader_max_pending=1)
+    rlm._sync_partitions()
+    tier = rlm._tiers[("t", 0)]
+    rlm._process(tier, True)
+    plog.delete_old_segments(T0)
+    gate = threading.Event()
+    real_read = rlm.rsm.read
+
+    def slow_read(*args: Any) -> bytes:
+        gate.wait(5)
+        return real_read(*args)
+
+    rlm.rsm.read = slow_read  # type: ignore[method-assign]
+
+    async def reads() -> None:
+        rlm._loop = asyncio.get_running_loop()
+        first = asyncio.create_task(rlm.read(("t", 0), 0, 3000))
+        await asyncio.sleep(0.05)  # the first read holds the only pending slot
+        second = await rlm.read(("t", 0), 0, 3000)
+        assert second.error == ErrorCode.KAFKA_STORAGE_ERROR and not second.data
+        assert rlm.reads_rejected == 1
+        gate.set()
+        done = await first
+        assert done.error == 0 and done.data
+        await rlm.close()
+
+    asyncio.run(reads())
+
+
+def test_cache_and_index_rotation_limits_come_from_the_settings(tmp_path: Path) -> None:
+    import dataclasses
+
+    rlm, _, _ = _setup(tmp_path)
+    rlm.settings = dataclasses.replace(SETTINGS, index_file_bytes_max=100)
+    rlm._sync_partitions()
+    tier = rlm._tiers[("t", 0)]
+    rlm._process(tier, True)
+    assert tier.indexes is not None and tier.indexes.file_bytes_max == 100
+    assert len(tier.indexes.groups) > 1  # rotated at 100 bytes, not at the 1 MiB default
+    small = RemoteLogManager(
+        dataclasses.replace(SETTINGS, read_cache_bytes=2 << 20),
+        rlm.rsm,
+        node_id=1,
+    )
+    assert small._cache.bytes_max == 2 << 20
+
+
+def test_delete_records_at_the_local_start_is_not_undone_by_adopting_the_remote_start(
+    tmp_path: Path,
+) -> None:
+    rlm, _, plog = _setup(tmp_path)
+    rlm._sync_partitions()
+    tier = rlm._tiers[("t", 0)]
+    rlm._process(tier, True)
+    plog.delete_old_segments(T0)
+    local = plog.local_log_start_offset
+    assert plog.log_start_offset == 0 < local
+    assert plog.delete_records_before(local) == local  # exactly the local start
+    # a follower's task (no remote retention) still lists the segments below it
+    rlm._process(tier, False)
+    assert tier.remote[0].base_offset == 0
+    assert plog.log_start_offset == local  # the deleted records stay deleted
+    assert not plog.adopt_remote_log_start(0)
+    # the leader's task deletes the remote segments below the log start
+    rlm._process(tier, True)
+    assert plog.log_start_offset == local and tier.remote == []

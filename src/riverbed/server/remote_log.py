@@ -47,6 +47,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from riverbed.metadata.storage_format import uuid_to_str
 from riverbed.producer.snapshot import snapshot_name
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.exceptions import ProtocolError
@@ -155,6 +156,10 @@ class _Tier:
     indexes: RemoteIndexes | None = None  # opened by the first task (file I/O)
     remote: list[RemoteSegmentMetadata] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    running: bool = False  # a copier task of this tier runs (event loop's view)
+    # the topic was deleted (or re-created under a new id) while a task ran: its remote
+    # data goes once that task ends, so no upload lands after the deletion
+    delete_when_idle: bool = False
 
 
 class _ChunkCache:
@@ -285,8 +290,13 @@ class RemoteLogManager:
                 continue
             leader = hosted.registration.leader == self.node_id
             tier = self._tiers.get(key)
+            topic_id = getattr(plog, "topic_id", None)
+            if tier is not None and tier.topic_id != topic_id:
+                # deleted and re-created under the same name before this loop saw it: the
+                # old topic's remote data (its own prefix, by topic id) goes
+                self._drop(key, deleted=True)
+                tier = None
             if tier is None or tier.plog is not plog:
-                topic_id = getattr(plog, "topic_id", None)
                 tier = _Tier(key, topic_id, plog, leader)
                 self._tiers[key] = tier
                 plog.roll_listener = self._roll_listener(key)
@@ -295,7 +305,12 @@ class RemoteLogManager:
         image = self._image()
         for key in [k for k in self._tiers if k not in hosted_all]:
             topic = image.topics_by_name.get(key[0]) if image is not None else None
-            self._drop(key, deleted=topic is None or key[1] not in topic.partitions)
+            deleted = (
+                topic is None
+                or key[1] not in topic.partitions
+                or uuid_to_str(topic.topic_id) != self._tiers[key].topic_id
+            )
+            self._drop(key, deleted=deleted)
 
     def _roll_listener(self, key: tuple[str, int]) -> Callable[[int], None]:
         def rolled(_base_offset: int) -> None:
@@ -317,34 +332,61 @@ class RemoteLogManager:
         self.scheduler.unassign(key)
         if deleted and not self._closing:
             # topic deletion deletes its remote data too (one leader's worth of work)
-            log.info("deleting the remote data of deleted partition %s-%d", *key)
-            self._copiers.submit(self._delete_remote_partition, tier)
+            if tier.running:
+                tier.delete_when_idle = True
+            else:
+                self._submit_remote_deletion(tier)
+
+    def _submit_remote_deletion(self, tier: _Tier) -> None:
+        log.info(
+            "deleting the remote data of deleted partition %s-%d (topic id %s)",
+            *tier.key,
+            tier.topic_id,
+        )
+        self._copiers.submit(self._delete_remote_partition, tier)
 
     def _delete_remote_partition(self, tier: _Tier) -> None:
         try:
             self.rsm.delete_partition(tier.key[0], tier.key[1], tier.topic_id)
         except RemoteStorageError as e:
-            log.warning("cannot delete the remote data of %s-%d: %s", *tier.key, e)
+            # the remote tier is down: try again later, deletion must complete
+            log.warning("cannot delete the remote data of %s-%d (will retry): %s", *tier.key, e)
+            loop = self._loop
+            if loop is not None and not self._closing:
+                delay_s = self.settings.retry_backoff_max_ms / 1000
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(
+                        loop.call_later, delay_s, self._retry_remote_deletion, tier
+                    )
+
+    def _retry_remote_deletion(self, tier: _Tier) -> None:
+        if not self._closing:
+            self._submit_remote_deletion(tier)
 
     def _submit_due(self) -> None:
         free = self.settings.copier_threads - self._copying
         for task in self.scheduler.due(self._now_ms(), free):
             tier = self._tiers[task.key]  # type: ignore[index]
             self._copying += 1
+            tier.running = True
             fut = self._copiers.submit(self._process, tier, task.leader)
-            fut.add_done_callback(self._task_done_callback(task.key))
+            fut.add_done_callback(self._task_done_callback(task.key, tier))
 
-    def _task_done_callback(self, key: Hashable) -> Callable[[Future[None]], None]:
+    def _task_done_callback(self, key: Hashable, tier: _Tier) -> Callable[[Future[None]], None]:
         def done(fut: Future[None]) -> None:
             loop = self._loop
             if loop is not None and not loop.is_closed():
                 with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(self._task_done, key, fut)
+                    loop.call_soon_threadsafe(self._task_done, key, tier, fut)
 
         return done
 
-    def _task_done(self, key: Hashable, fut: Future[None]) -> None:
+    def _task_done(self, key: Hashable, tier: _Tier, fut: Future[None]) -> None:
         self._copying -= 1
+        tier.running = False
+        if tier.delete_when_idle and not self._closing:
+            tier.delete_when_idle = False
+            self._submit_remote_deletion(tier)
         exc = None if fut.cancelled() else fut.exception()
         if exc is not None:
             failures = self.scheduler.failures(key)

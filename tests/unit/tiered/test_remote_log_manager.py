@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from pathlib import Path
 from types import SimpleNamespace
@@ -108,17 +109,25 @@ def test_epoch_slice() -> None:
     assert _epoch_slice(epochs, 300, 400) == ((5, 300),)
 
 
-def test_a_read_beyond_max_pending_tasks_is_rejected_with_a_retriable_error(
-    tmp_path: Path,
-) -> None:
-    import dataclasses
-    import threading
-
-    rlm, _, plog = _setup(tmp_path)
-    rlm.settings = dataclasses.replace(SETTINGS, reader_max_pending=1)
+def _copied(
+    tmp_path: Path, settings: RemoteLogSettings = SETTINGS
+) -> tuple[RemoteLogManager, Any, PartitionLog, Any]:
+    """_setup, then one leader task: the rolled segments are in the remote tier."""
+    rlm, hosted, plog = _setup(tmp_path)
+    rlm.settings = settings
     rlm._sync_partitions()
     tier = rlm._tiers[("t", 0)]
     rlm._process(tier, True)
+    return rlm, hosted, plog, tier
+
+
+def test_a_read_beyond_max_pending_tasks_is_rejected_with_a_retriable_error(
+    tmp_path: Path,
+) -> None:
+
+    import threading
+
+    rlm, _, plog, _ = _copied(tmp_path, dataclasses.replace(SETTINGS, reader_max_pending=1))
     plog.delete_old_segments(T0)
     gate = threading.Event()
     real_read = rlm.rsm.read
@@ -145,13 +154,8 @@ def test_a_read_beyond_max_pending_tasks_is_rejected_with_a_retriable_error(
 
 
 def test_cache_and_index_rotation_limits_come_from_the_settings(tmp_path: Path) -> None:
-    import dataclasses
 
-    rlm, _, _ = _setup(tmp_path)
-    rlm.settings = dataclasses.replace(SETTINGS, index_file_bytes_max=100)
-    rlm._sync_partitions()
-    tier = rlm._tiers[("t", 0)]
-    rlm._process(tier, True)
+    rlm, _, _, tier = _copied(tmp_path, dataclasses.replace(SETTINGS, index_file_bytes_max=100))
     assert tier.indexes is not None and tier.indexes.file_bytes_max == 100
     assert len(tier.indexes.groups) > 1  # rotated at 100 bytes, not at the 1 MiB default
     small = RemoteLogManager(
@@ -165,10 +169,7 @@ def test_cache_and_index_rotation_limits_come_from_the_settings(tmp_path: Path) 
 def test_delete_records_at_the_local_start_is_not_undone_by_adopting_the_remote_start(
     tmp_path: Path,
 ) -> None:
-    rlm, _, plog = _setup(tmp_path)
-    rlm._sync_partitions()
-    tier = rlm._tiers[("t", 0)]
-    rlm._process(tier, True)
+    rlm, _, plog, tier = _copied(tmp_path)
     plog.delete_old_segments(T0)
     local = plog.local_log_start_offset
     assert plog.log_start_offset == 0 < local
@@ -181,3 +182,67 @@ def test_delete_records_at_the_local_start_is_not_undone_by_adopting_the_remote_
     # the leader's task deletes the remote segments below the log start
     rlm._process(tier, True)
     assert plog.log_start_offset == local and tier.remote == []
+
+
+def _remote_prefixes(tmp_path: Path) -> list[str]:
+    """The partition prefixes holding objects (a file:// tier keeps empty topic dirs)."""
+    root = tmp_path / "remote"
+    return sorted(f"{p.parent.name}/{p.name}" for p in root.glob("*/*") if any(p.iterdir()))
+
+
+def test_a_topic_recreated_before_the_manager_looked_loses_its_old_remote_data(
+    tmp_path: Path,
+) -> None:
+    import uuid as uuid_mod
+
+    from riverbed.metadata.storage_format import uuid_to_str
+
+    rlm, hosted, plog, _ = _copied(tmp_path)
+    assert _remote_prefixes(tmp_path) == ["t-TID/0"]
+    # deleted and re-created under a new topic id between two loops of the manager
+    new_id = uuid_mod.uuid4()
+    fresh = PartitionLog(
+        tmp_path / "new" / "t-0",
+        "t",
+        0,
+        plog.config,
+        ManualClock(T0),
+        remote_log_enabled=True,
+        topic_id=uuid_to_str(new_id),
+    )
+    rlm._partitions = lambda: {
+        ("t", 0): SimpleNamespace(log=fresh, registration=hosted.registration)
+    }
+    rlm._sync_partitions()
+    assert rlm._tiers[("t", 0)].topic_id == uuid_to_str(new_id)
+    rlm._copiers.shutdown(wait=True)
+    assert _remote_prefixes(tmp_path) == []  # the old topic's prefix is gone
+
+
+def test_a_recreated_topic_not_hosted_yet_and_a_running_task_delay_the_deletion(
+    tmp_path: Path,
+) -> None:
+    import uuid as uuid_mod
+
+    rlm, _, _, tier = _copied(tmp_path)
+    # the new topic's log is still being created: not hosted, the image names a new id
+    image = SimpleNamespace(
+        topics_by_name={"t": SimpleNamespace(topic_id=uuid_mod.uuid4(), partitions={0: None})}
+    )
+    rlm._partitions = dict
+    rlm._image = lambda: image
+    tier.running = True  # a task of the old topic still uploads
+    rlm._sync_partitions()
+    assert ("t", 0) not in rlm._tiers and tier.delete_when_idle
+    assert _remote_prefixes(tmp_path) == ["t-TID/0"]  # not under a running upload
+
+    async def task_ends() -> None:
+        rlm._loop = asyncio.get_running_loop()
+        rlm._copying = 1
+        done: Any = __import__("concurrent.futures").futures.Future()
+        done.set_result(None)
+        rlm._task_done(("t", 0), tier, done)
+
+    asyncio.run(task_ends())
+    rlm._copiers.shutdown(wait=True)
+    assert _remote_prefixes(tmp_path) == []

@@ -21,11 +21,16 @@ its latest record. One cleaning of a partition:
    rebuilt from the log still knows that producer's last sequence. Control and
    transactional batches are kept as they are (transaction-aware cleaning is not done).
    Unchanged batches are copied byte for byte.
-3. the rewritten segment replaces the old one crash-safely: written as
-   ``<base>.log.cleaned``, fsynced, renamed ``<base>.log.swap`` (the commit point), then
-   under the log's lock the old files become ``*.deleted`` and the swap file becomes
-   ``<base>.log`` (indexes rebuilt). Recovery (`complete_swaps`) deletes ``.cleaned``
-   files (the clean is rolled back) and finishes every ``.swap`` (the clean is kept).
+3. consecutive segments whose sizes add up to at most ``segment.bytes`` are cleaned into
+   one (Kafka's grouping, so cleaned logs do not keep one shrinking file per roll); the
+   new segment replaces the group crash-safely: written as ``<base>.log.cleaned``,
+   fsynced, renamed ``<base>.log.swap`` (the commit point), then under the log's lock
+   the old files become ``*.deleted`` and the swap file becomes ``<base>.log`` (indexes
+   rebuilt). Recovery (`complete_swaps`) deletes ``.cleaned`` files (the clean is rolled
+   back) and finishes every ``.swap`` (the clean is kept): it replaces ``<base>.log``
+   and removes the group's other segments, those with a base offset below the swap's
+   end (a group member past the end, emptied by the clean, only holds superseded
+   records: left, it costs a later cleaning, never a record).
 
 Records without a key cannot be compacted: a compacted topic refuses them at produce
 (`require_keys`, INVALID_RECORD).
@@ -259,20 +264,32 @@ def clean_segment(
 def complete_swaps(directory: Path) -> int:
     """Recovery of interrupted cleanings in a partition dir (before its segments load):
     ``*.cleaned`` files are removed (not committed), every ``<base>.log.swap`` replaces
-    ``<base>.log`` (committed) and that segment's indexes are removed (rebuilt on use)."""
+    ``<base>.log`` (committed) together with the segments of its group (base offsets in
+    (base, end of the swap)); indexes of replaced segments are removed (rebuilt on use)."""
     done = 0
-    for entry in os.scandir(directory):
-        name = entry.name
-        if name.endswith(CLEANED_SUFFIX):
+    entries = list(os.scandir(directory))
+    for entry in entries:
+        if entry.name.endswith(CLEANED_SUFFIX):
             log.info("removing unfinished cleaned segment %s", entry.path)
             Path(entry.path).unlink(missing_ok=True)
-        elif name.endswith(".log" + SWAP_SUFFIX):
-            base = name[: -len(".log" + SWAP_SUFFIX)]
-            for suffix in (".index", ".timeindex"):
-                (directory / f"{base}{suffix}").unlink(missing_ok=True)
-            os.replace(entry.path, directory / f"{base}.log")
-            log.info("completed the swap of cleaned segment %s", directory / f"{base}.log")
-            done += 1
+    for entry in entries:
+        name = entry.name
+        if not name.endswith(".log" + SWAP_SUFFIX):
+            continue
+        stem = name[: -len(".log" + SWAP_SUFFIX)]
+        base = int(stem)
+        data = Path(entry.path).read_bytes()
+        end = base
+        for _pos, h in iter_batches(data):
+            end = h.next_offset
+        for other in entries:
+            m = other.name.split(".", 1)
+            segment_file = len(m) == 2 and m[0].isdigit() and m[1] in ("log", "index", "timeindex")
+            if segment_file and base <= int(m[0]) < max(end, base + 1):
+                Path(other.path).unlink(missing_ok=True)
+        os.replace(entry.path, directory / f"{stem}.log")
+        log.info("completed the swap of cleaned segment %s", directory / f"{stem}.log")
+        done += 1
     if done:
         fd = os.open(directory, os.O_RDONLY)
         try:

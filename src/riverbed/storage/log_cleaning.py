@@ -25,6 +25,9 @@ from riverbed.storage.log_base import LogBase, log
 from riverbed.storage.segment import LogSegment, segment_file_name
 from riverbed.storage.time_index import NO_TIMESTAMP
 
+#: Offsets in a segment are relative to its base as int32 (index entries).
+INT32_MAX = 2**31 - 1
+
 __all__ = ["CleanResult", "LogCleaning"]
 
 #: Called with a byte count after every read or write (the cleaner's I/O throttle).
@@ -143,20 +146,26 @@ class LogCleaning(LogBase):
         last_batch_of = last_batches_by_producer(d for _c, d in self._segment_bytes(targets, io))
         stats = CleanStats()
         swapped = before = after = 0
-        for c, data in self._segment_bytes(targets, io):
-            cleaned = clean_segment(
-                data, offset_map, now_ms, self.config.delete_retention_ms, last_batch_of, stats
-            )
-            before += len(data)
-            after += len(data)
-            if cleaned == data:
+        for group in self._groups(targets):
+            datas = [d for _c, d in self._segment_bytes(group, io)]
+            if len(datas) != len(group):
+                continue  # a segment went away meanwhile (retention): next time
+            cleaned = b"".join(
+                clean_segment(d, offset_map, now_ms, self.config.delete_retention_ms,
+                              last_batch_of, stats)
+                for d in datas
+            )  # fmt: skip
+            size = sum(len(d) for d in datas)
+            before += size
+            after += size
+            if len(group) == 1 and cleaned == datas[0]:
                 continue
             io(len(cleaned))
-            if self._swap(c.segment, c.size, cleaned):
+            if self._swap(group, cleaned):
                 swapped += 1
-                after += len(cleaned) - len(data)
+                after += len(cleaned) - size
         log.info(
-            "%s: cleaned offsets [%d, %d): %d segment(s) rewritten, %d records and %d "
+            "%s: cleaned offsets [%d, %d): %d segment group(s) rewritten, %d records and %d "
             "tombstones removed, %d -> %d bytes",
             self.name, first_dirty, map_end, swapped, stats.records_dropped,
             stats.tombstones_dropped, before, after,
@@ -172,9 +181,32 @@ class LogCleaning(LogBase):
                 io(len(data), read=True)
                 yield c, data
 
-    def _swap(self, seg: LogSegment, size: int, data: bytes) -> bool:
-        """Replace ``seg`` by ``data`` (see the cleaner docstring); False when it changed."""
-        base = segment_file_name(seg.base_offset, ".log")
+    def _groups(self, targets: list[Cleanable]) -> list[list[Cleanable]]:
+        """Runs of consecutive segments that fit one segment once merged (Kafka's
+        groupSegmentsBySize: at most segment.bytes, offsets relative to an int32)."""
+        out: list[list[Cleanable]] = []
+        run: list[Cleanable] = []
+        size = 0
+        for c in targets:
+            fits = (
+                bool(run)
+                and size + c.size <= self.config.segment_bytes
+                and c.end_offset - 1 - run[0].segment.base_offset <= INT32_MAX
+            )
+            if run and not fits:
+                out.append(run)
+                run, size = [], 0
+            run.append(c)
+            size += c.size
+        if run:
+            out.append(run)
+        return out
+
+    def _swap(self, group: list[Cleanable], data: bytes) -> bool:
+        """Replace the group's segments by one holding ``data`` (see the cleaner
+        docstring); False when one of them changed meanwhile."""
+        first = group[0].segment
+        base = segment_file_name(first.base_offset, ".log")
         cleaned = self.directory / (base + CLEANED_SUFFIX)
         swap = self.directory / (base + SWAP_SUFFIX)
         fd = os.open(cleaned, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -188,22 +220,30 @@ class LogCleaning(LogBase):
         os.replace(cleaned, swap)
         fsync_dir(self.directory)  # the commit point: recovery completes the swap from here on
         with self._lock:
-            if seg not in self._segments or seg.size != size:
+            segs = self._segments
+            i = segs.index(first) if first in segs else -1
+            unchanged = i >= 0 and all(
+                i + k < len(segs) and segs[i + k] is c.segment and c.segment.size == c.size
+                for k, c in enumerate(group)
+            )
+            if not unchanged:
                 swap.unlink(missing_ok=True)
                 return False
-            i = self._segments.index(seg)
-            self._schedule_delete(seg)
-            os.replace(swap, seg.log_path)
+            for c in group:
+                self._schedule_delete(c.segment)
+            os.replace(swap, first.log_path)
             fresh = LogSegment.open_existing(
                 self.directory,
-                seg.base_offset,
+                first.base_offset,
                 index_interval_bytes=self.config.index_interval_bytes,
                 max_index_bytes=self.config.segment_index_bytes,
                 created_ms=self.clock.now_ms(),
                 io=self._io,
             )
             fresh.rebuild_indexes()
-            self._segments[i] = fresh
+            n = len(group)
+            self._segments[i : i + n] = [fresh]
+            self._bases[i : i + n] = [first.base_offset]
             self._release(fresh)
         fsync_dir(self.directory)
         return True

@@ -50,6 +50,7 @@ from riverbed.coordinator.consumer_records import (
     Record,
     current_assignment_record,
     group_epoch_record,
+    group_tombstones,
     member_metadata_record,
     member_tombstones,
     partition_metadata_record,
@@ -529,6 +530,8 @@ class ConsumerMembership:
         if group.members:
             return True
         del self.consumer_groups[group_id]
+        # its records go, so a reload does not bring it back beside the classic group
+        self._write(group_tombstones(group_id), lambda _code: None)
         if group.offsets:
             self.groups[group_id] = ClassicGroup(group_id, state=GroupState.EMPTY)
             self.groups[group_id].offsets = group.offsets

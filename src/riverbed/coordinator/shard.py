@@ -193,7 +193,9 @@ class GroupShard(Membership, ConsumerMembership, ConsumerAdmin):
             self.groups.pop(record.group, None)
             return
         stored = record.value
-        old = self.groups.get(record.group)
+        old: ClassicGroup | ConsumerGroup | None = self.groups.get(record.group)
+        if old is None:  # a classic group record after a consumer group's (a conversion)
+            old = self.consumer_groups.pop(record.group, None)
         group = ClassicGroup(record.group, state_timestamp_ms=stored.current_state_timestamp_ms)
         if old is not None:
             group.offsets = old.offsets

@@ -642,3 +642,36 @@ def test_offsets_of_an_empty_consumer_group_expire_and_the_group_goes() -> None:
     g.h.flush()
     assert "g" not in shard.consumer_groups
     assert "g" not in replay(g.h).consumer_groups  # the tombstones were written
+
+
+def test_a_group_id_is_one_kind_at_a_time_and_an_empty_group_converts() -> None:
+    g = CG()
+    m, e, _ = g.join()
+    h = g.h
+    refused = h.replies[h.join(join_req("g"))]
+    assert refused.error_code == E.INCONSISTENT_GROUP_PROTOCOL
+    req = OffsetCommitRequest(
+        group_id="g",
+        generation_id_or_member_epoch=e,
+        member_id=m,
+        topics=[
+            OffsetCommitRequest.OffsetCommitRequestTopic(
+                name="t",
+                partitions=[
+                    OffsetCommitRequest.OffsetCommitRequestPartition(
+                        partition_index=0, committed_offset=3
+                    )
+                ],
+            )
+        ],
+    )
+    h.run(lambda r: h.shard.offset_commit(r, req, h.now), 9)
+    assert g.hb(member=m, epoch=-1).error_code == 0
+    # empty: a classic member may take the id over, with the committed offsets
+    first = h.replies[h.join(join_req("g"))]
+    assert first.error_code == E.MEMBER_ID_REQUIRED
+    h.join(join_req("g", first.member_id))
+    assert "g" not in h.shard.consumer_groups and h.shard.groups["g"].members
+    assert set(h.shard.groups["g"].offsets) == {("t", 0)}
+    fresh = replay(h)
+    assert "g" not in fresh.consumer_groups and set(fresh.groups["g"].offsets) == {("t", 0)}

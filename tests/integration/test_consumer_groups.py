@@ -473,3 +473,28 @@ def test_client_side_assignors_work_unchanged(gbroker: BrokerProcess, assignor: 
     poll_until([a, b], split([a, b], [2, 2]))
     for c in (a, b):
         c.close()
+
+
+def test_kafka_python_sticky_assignor(gbroker: BrokerProcess) -> None:
+    from kafka import KafkaConsumer
+    from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+
+    topic, group = "kp-sticky", "g-kp-sticky"
+    create(gbroker.bootstrap, topic, 4)
+    opts = {
+        "bootstrap_servers": gbroker.bootstrap,
+        "group_id": group,
+        "partition_assignment_strategy": [StickyPartitionAssignor],
+        **PY_FAST,
+    }
+    c1, c2 = KafkaConsumer(topic, **opts), KafkaConsumer(topic, **opts)
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:
+        for c in (c1, c2):
+            c.poll(timeout_ms=500)
+        if len(c1.assignment()) == 2 and len(c2.assignment()) == 2:
+            break
+    assert len(c1.assignment()) == len(c2.assignment()) == 2
+    assert not c1.assignment() & c2.assignment()
+    c1.close()
+    c2.close()

@@ -9,7 +9,9 @@ pure and deterministic: the same inputs (in any dict order) give the same output
   partitions go to the least loaded subscriber, then partitions move one at a time from
   the most to the least loaded eligible member until no two eligible members differ by
   more than one. A member joining takes only what it must from the others; a member
-  leaving spreads its partitions without moving anyone else's.
+  leaving spreads its partitions without moving anyone else's. When every member
+  subscribes to the same topics (the usual case) the same result comes from quotas in
+  O(partitions) instead of the move loop.
 - ``range`` (Kafka's RangeAssignor): per topic, the subscribers sorted by member id get
   consecutive ranges of ``partitions // n`` (the first ``partitions % n`` one more), so
   members subscribed to co-partitioned topics get the same partition numbers.
@@ -51,6 +53,8 @@ def uniform(
     topics: Mapping[uuid.UUID, int],
     previous: Mapping[str, Assignment],
 ) -> dict[str, Assignment]:
+    if len(set(subscriptions.values())) == 1:
+        return _uniform_homogeneous(subscriptions, topics, previous)
     members = sorted(subscriptions)
     owned: dict[str, set[TopicPartition]] = {m: set() for m in members}
     owner: dict[TopicPartition, str] = {}
@@ -97,6 +101,42 @@ def uniform(
         if not moved:
             break
     return {m: to_assignment(owned[m]) for m in members}
+
+
+def _uniform_homogeneous(
+    subscriptions: Mapping[str, frozenset[uuid.UUID]],
+    topics: Mapping[uuid.UUID, int],
+    previous: Mapping[str, Assignment],
+) -> dict[str, Assignment]:
+    """Everyone subscribes to the same topics: quotas of ``len // n`` (the members that
+    keep the most get the ``len % n`` extra ones), each member keeps what it had up to
+    its quota, the rest fills the members below theirs. Same result shape as the general
+    path (balanced within one, sticky), in O(partitions + members log members)."""
+    members = sorted(subscriptions)
+    wanted = next(iter(subscriptions.values()))
+    every = [(t, p) for t in sorted(wanted) if t in topics for p in range(topics[t])]
+    valid = set(every)
+    kept: dict[str, list[TopicPartition]] = {}
+    taken: set[TopicPartition] = set()
+    for m in members:
+        mine = sorted(tp for tp in to_partitions(previous.get(m, {})) if tp in valid)
+        kept[m] = [tp for tp in mine if tp not in taken]
+        taken.update(kept[m])
+    base, extra = divmod(len(every), len(members))
+    by_kept = sorted(members, key=lambda m: (-len(kept[m]), m))
+    quota = {m: base + (1 if i < extra else 0) for i, m in enumerate(by_kept)}
+    free = [tp for tp in every if tp not in taken]
+    for m in members:
+        if len(kept[m]) > quota[m]:
+            free.extend(kept[m][quota[m] :])
+            del kept[m][quota[m] :]
+    free.sort()
+    i = 0
+    for m in members:
+        need = quota[m] - len(kept[m])
+        kept[m].extend(free[i : i + need])
+        i += need
+    return {m: to_assignment(set(kept[m])) for m in members}
 
 
 def range_assignor(

@@ -675,3 +675,34 @@ def test_a_group_id_is_one_kind_at_a_time_and_an_empty_group_converts() -> None:
     assert set(h.shard.groups["g"].offsets) == {("t", 0)}
     fresh = replay(h)
     assert "g" not in fresh.consumer_groups and set(fresh.groups["g"].offsets) == {("t", 0)}
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_uniform_assignor_properties(seed: int) -> None:
+    """Every subscribed partition goes to exactly one subscriber; with identical
+    subscriptions the split is within one and a member keeps all it had up to its share
+    (only the partitions that must move do)."""
+    rng = random.Random(seed)
+    tids = [uuid.UUID(int=i + 1) for i in range(4)]
+    topics = {t: rng.randint(1, 12) for t in tids}
+    members = [f"m{i}" for i in range(rng.randint(1, 9))]
+    same = rng.random() < 0.5
+    common = frozenset(rng.sample(tids, rng.randint(1, 4)))
+    subs = {m: common if same else frozenset(rng.sample(tids, rng.randint(1, 4))) for m in members}
+    # a previous target from another membership (some members new, some gone)
+    before = uniform({m: subs[m] for m in members if rng.random() < 0.7} or subs, topics, {})
+    after = uniform(subs, topics, before)
+    held: dict[tuple[uuid.UUID, int], str] = {}
+    for m, a in after.items():
+        for tp in to_partitions(a):
+            assert tp not in held and tp[0] in subs[m] and tp[1] < topics[tp[0]]
+            held[tp] = m
+    wanted = {(t, p) for m in members for t in subs[m] for p in range(topics[t])}
+    assert set(held) == wanted, f"seed {seed}"
+    if same:
+        sizes = [len(to_partitions(after[m])) for m in members]
+        assert max(sizes) - min(sizes) <= 1, f"seed {seed}: {sizes}"
+        for m in members:
+            had = to_partitions(before.get(m, {}))
+            kept = had & to_partitions(after[m])
+            assert len(kept) == min(len(had), len(to_partitions(after[m]))), f"seed {seed}"

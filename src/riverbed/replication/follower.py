@@ -55,6 +55,9 @@ class PartitionFollower:
         self.config = config
         self.broker_epoch = broker_epoch
         self.high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
+        # an epoch this replica started as leader without appending must not shadow the
+        # epochs of the batches it is about to fetch
+        log.forget_epochs_from(log.log_end_offset)
         self.backoff_until_ms = 0
         self.truncations = 0
 

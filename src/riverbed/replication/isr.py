@@ -13,8 +13,14 @@ NONE                                 commit the returned ISR and partition epoch
                                      newer than what metadata already gave us)
 NOT_CONTROLLER, REQUEST_TIMED_OUT,   still in flight: the same request is sent again
 any other error                      after the back-off
-INELIGIBLE_REPLICA,                  definitely not applied: back to the committed state;
-OPERATION_NOT_ATTEMPTED              no new proposal before the back-off
+INELIGIBLE_REPLICA,                  not applied: back to the committed state, no new
+OPERATION_NOT_ATTEMPTED              proposal before the back-off. But when the request was
+                                     resent and its first copy left less than
+                                     ``COPY_LIFETIME_TIMEOUTS`` timeouts ago, an earlier copy
+                                     may still be applied: it stays in flight (maximal ISR;
+                                     a reset would let the high watermark pass a replica
+                                     the controller then adds) and is proposed again with
+                                     fresh broker epochs after the back-off
 FENCED_LEADER_EPOCH,                 our view is stale: stay in flight and send nothing
 INVALID_UPDATE_VERSION,              until metadata brings a newer partition or leader
 NEW_LEADER_ELECTED,                  epoch (which clears the pending change)
@@ -48,6 +54,9 @@ class IsrState:
     partition_epoch: int
     pending: AlterIsr | None = None
     sent_ms: int = 0
+    sends: int = 0  # copies of ``pending`` sent (1 + resends)
+    first_sent_ms: int = 0
+    refresh: bool = False  # the leader re-proposes ``pending`` with fresh broker epochs
     resend_at_ms: int | None = None  # when to send ``pending`` again (None: do not)
     quiet_until_ms: int = 0  # no new proposal before (after a refused one)
 
@@ -69,7 +78,9 @@ class IsrState:
     ) -> AlterIsr:
         req = AlterIsr(leader_epoch, self.partition_epoch, new_isr, epochs)
         self.pending = req
-        self.sent_ms = now_ms
+        self.sent_ms = self.first_sent_ms = now_ms
+        self.sends = 1
+        self.refresh = False
         return req
 
     def commit(self, isr: tuple[int, ...], partition_epoch: int) -> bool:
@@ -90,6 +101,7 @@ class IsrState:
         if not (overdue or retry):
             return None
         self.sent_ms, self.resend_at_ms = now_ms, None
+        self.sends += 1
         return self.pending
 
     def next_deadline_ms(self, timeout_ms: int) -> int | None:
@@ -100,7 +112,12 @@ class IsrState:
         return self.sent_ms + timeout_ms
 
     def on_result(
-        self, result: AlterIsrResult, leader_epoch: int, now_ms: int, backoff_ms: int
+        self,
+        result: AlterIsrResult,
+        leader_epoch: int,
+        now_ms: int,
+        backoff_ms: int,
+        timeout_ms: int = 0,
     ) -> bool:
         """Apply the controller's answer; True when the committed ISR changed."""
         if self.pending is None or result.request != self.pending:
@@ -114,6 +131,11 @@ class IsrState:
                 self.pending, self.resend_at_ms = None, None  # metadata was faster
                 return False
             return self.commit(result.isr, result.partition_epoch)
+        copies_alive = now_ms - self.first_sent_ms < COPY_LIFETIME_TIMEOUTS * timeout_ms
+        if err in _NOT_APPLIED and self.sends > 1 and copies_alive:
+            self.resend_at_ms = now_ms + backoff_ms  # an earlier copy may yet apply
+            self.refresh = True
+            return False
         if err in _NOT_APPLIED:
             self.pending, self.resend_at_ms = None, None
             self.quiet_until_ms = now_ms + backoff_ms
@@ -126,3 +148,6 @@ class IsrState:
 
 
 _NEVER = 2**62  # "wait for metadata": never resent by the timer
+#: A copy of an AlterPartition request older than this many timeouts is presumed gone
+#: (answered or dropped); the shell's own request timeout is shorter.
+COPY_LIFETIME_TIMEOUTS = 4

@@ -21,7 +21,7 @@ Rules (Kafka's ``Partition`` in KRaft mode):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from riverbed.metadata.image import PartitionRegistration
 from riverbed.protocol.errors import ErrorCode
@@ -236,7 +236,11 @@ class PartitionLeader:
 
     def on_alter_partition_response(self, result: AlterIsrResult, now_ms: int) -> list[Action]:
         changed = self.isr.on_result(
-            result, self.leader_epoch, now_ms, self.config.replica_fetch_backoff_ms
+            result,
+            self.leader_epoch,
+            now_ms,
+            self.config.replica_fetch_backoff_ms,
+            self.config.alter_partition_timeout_ms,
         )
         if not changed:
             return []
@@ -279,6 +283,14 @@ class PartitionLeader:
         for rid in expired:
             del self._produces[rid]
             out.append(ProduceCompleted(rid, ErrorCode.REQUEST_TIMED_OUT))
+        pending = self.isr.pending
+        if self.isr.refresh and pending is not None:
+            # the same ISR again, with the broker epochs of the replicas' latest fetches
+            epochs = tuple(
+                self.remotes[r].broker_epoch if r in self.remotes else -1 for r in pending.new_isr
+            )
+            self.isr.pending = replace(pending, broker_epochs=epochs)
+            self.isr.refresh = False
         again = self.isr.due_resend(now_ms, self.config.alter_partition_timeout_ms)
         if again is not None:
             out.append(again)

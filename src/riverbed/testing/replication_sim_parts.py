@@ -61,6 +61,9 @@ class MemLog:
     def assign_epoch(self, epoch: int, start_offset: int) -> None:
         self.cache.assign(epoch, start_offset)
 
+    def forget_epochs_from(self, offset: int) -> None:
+        self.cache.truncate_from_end(offset)
+
     def truncate_to(self, offset: int) -> None:
         if offset >= len(self.records):
             return  # as PartitionLog.truncate_to: nothing removed, epochs untouched
@@ -118,7 +121,10 @@ class Net:
         if self.blocked(src, dst, now_ms) or self.rng.random() < self.drop_p:
             self.dropped += 1
             return
-        copies = 2 if self.rng.random() < self.dup_p else 1
+        # Kafka's request channel is TCP: a request to or an answer from the controller is
+        # delivered at most once (resends are the sender's); data-plane messages may repeat
+        to_controller = CONTROLLER in (src, dst)
+        copies = 2 if not to_controller and self.rng.random() < self.dup_p else 1
         for _ in range(copies):
             delay = self.rng.randint(1, 25)
             if self.slow.get(src, -1) > now_ms or self.slow.get(dst, -1) > now_ms:

@@ -129,13 +129,24 @@ def test_alter_partition_errors() -> None:
     assert ld.on_alter_partition_response(AlterIsrResult(req, ErrorCode.NOT_CONTROLLER), 10) == []
     assert ld.tick(500) == []
     assert of(AlterIsr, ld.tick(1010)) == [req]
-    # INELIGIBLE_REPLICA: definitely not applied, back to the committed ISR, quiet a while
+    # INELIGIBLE_REPLICA after a resend: the first copy may still be applied, so the
+    # change stays in flight (maximal ISR) and is proposed again with fresh epochs
     ld.on_alter_partition_response(AlterIsrResult(req, ErrorCode.INELIGIBLE_REPLICA), 1020)
+    assert ld.isr.in_flight and ld.isr.maximal == (1, 2, 3)
+    (again,) = of(AlterIsr, ld.tick(2100))
+    assert again.new_isr == req.new_isr
+    # ... until every copy is presumed gone (4 timeouts): then back to the committed ISR,
+    # and no new proposal for a back-off
+    ld.on_alter_partition_response(AlterIsrResult(again, ErrorCode.INELIGIBLE_REPLICA), 30_000)
     assert ld.isr.maximal == (1, 2)
-    assert of(AlterIsr, ld.on_follower_fetch(fetch(3, 10, last_epoch=4), 1500)[1]) == []
-    (req,) = of(AlterIsr, ld.on_follower_fetch(fetch(3, 10, last_epoch=4), 2100)[1])
+    assert of(AlterIsr, ld.on_follower_fetch(fetch(3, 10, last_epoch=4), 30_500)[1]) == []
+    (req,) = of(AlterIsr, ld.on_follower_fetch(fetch(3, 10, last_epoch=4), 31_100)[1])
+    # a request sent once and refused is reset at once
+    ld.on_alter_partition_response(AlterIsrResult(req, ErrorCode.INELIGIBLE_REPLICA), 31_150)
+    assert ld.isr.maximal == (1, 2)
+    (req,) = of(AlterIsr, ld.on_follower_fetch(fetch(3, 10, last_epoch=4), 32_200)[1])
     # INVALID_UPDATE_VERSION / FENCED_LEADER_EPOCH: wait for metadata, never resend
-    ld.on_alter_partition_response(AlterIsrResult(req, ErrorCode.INVALID_UPDATE_VERSION), 2200)
+    ld.on_alter_partition_response(AlterIsrResult(req, ErrorCode.INVALID_UPDATE_VERSION), 32_300)
     assert of(AlterIsr, ld.tick(60_000)) == [] and ld.isr.in_flight
     ld.update_registration(reg(isr=(1, 2, 3), pepoch=9), 60_000)
     assert not ld.isr.in_flight and ld.isr.isr == (1, 2, 3)

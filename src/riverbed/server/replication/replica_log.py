@@ -37,6 +37,10 @@ class PartitionReplicaLog:
     def assign_epoch(self, epoch: int, start_offset: int) -> None:
         self.plog.epoch_cache.assign(epoch, start_offset)
 
+    def forget_epochs_from(self, offset: int) -> None:
+        with self.plog._lock:  # the log's own lock guards its epoch cache
+            self.plog.epoch_cache.truncate_from_end(offset)
+
     def truncate_to(self, offset: int) -> None:
         self.plog.truncate_to(offset)
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from typing import Any
 
 from riverbed.storage.checkpoints import read_offset_checkpoint, write_offset_checkpoint
 from riverbed.storage.cleaner import CLEANER_CHECKPOINT, OffsetMap
+from riverbed.storage.clock import Clock
 from riverbed.storage.time_index import NO_TIMESTAMP
 
 log = logging.getLogger(__name__)
@@ -63,10 +63,13 @@ class CleanerConfig:
 class _Throttle:
     """Keeps the bytes per second of one cleaning under the configured rate."""
 
-    def __init__(self, rate: float, stopped: threading.Event) -> None:
+    def __init__(self, rate: float, stopped: threading.Event, clock: Clock) -> None:
         self.rate = rate
         self.stopped = stopped
-        self.started = time.monotonic()
+        # the injected clock (storage reads none itself): milliseconds are precise enough
+        # for a rate over a whole cleaning
+        self.clock = clock
+        self.started_ms = clock.now_ms()
         self.done = 0
 
     def __call__(self, n: int) -> None:
@@ -75,7 +78,7 @@ class _Throttle:
         self.done += n
         if self.rate == _UNLIMITED:
             return
-        ahead = self.done / self.rate - (time.monotonic() - self.started)
+        ahead = self.done / self.rate - (self.clock.now_ms() - self.started_ms) / 1000
         if ahead > 0:
             self.stopped.wait(ahead)
 
@@ -89,8 +92,10 @@ class LogCleaner:
         logs: Callable[[], Mapping[Key, Any]],
         dir_of: Callable[[Key], Path | None],
         dirs: list[Path],
+        clock: Clock,
     ) -> None:
         self.config = config
+        self.clock = clock
         self._logs = logs
         self._dir_of = dir_of
         self._dirs = dirs
@@ -191,7 +196,7 @@ class LogCleaner:
     def clean_log(self, key: Key, plog: Any, now_ms: int) -> Any:
         offset_map = self._take_map()
         try:
-            throttle = _Throttle(self.config.io_max_bytes_per_second, self._stopped)
+            throttle = _Throttle(self.config.io_max_bytes_per_second, self._stopped, self.clock)
             horizon = self.delete_horizons.get(key, -1)
             result = plog.clean(
                 self.first_dirty.get(key, 0),

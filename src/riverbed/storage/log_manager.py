@@ -182,6 +182,7 @@ class LogManager(LogMoves):
             self.all_logs,
             lambda key: self.log_dir_of(*key),
             self.log_dirs,
+            self.clock,
         )
 
     # ---- start-up ------------------------------------------------------------------------

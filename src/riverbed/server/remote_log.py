@@ -11,8 +11,11 @@ fetch, admin or the event loop; nothing remote runs under a log's lock):
 - the copier pool (``remote.log.manager.copier.thread.pool.size``, -1 = the
   ``remote.log.manager.thread.pool.size``) runs one task per due partition (never two
   for one partition): list the remote segments and bring the local remote indexes in
-  step (leader and followers alike); the leader then deletes orphans of failed
-  uploads, copies rolled segments earliest first (publishing "copied up to" to the log
+  step (leader and followers alike; only segments valid under leader-epoch fencing,
+  see riverbed.tiered.rsm); the leader at epoch E then deletes its own failed uploads,
+  fences older leaders' unfinished ones, deletes stale segments, copies rolled segments
+  earliest first at epoch E (a manifest is published only while it still leads at E,
+  else the copy is abandoned and deleted; publishing "copied up to" to the log
   after each), and applies remote retention (moving the log start offset);
 - the reader pool (``remote.log.reader.threads``) serves remote fetches and ListOffsets
   lookups; at most ``remote.log.reader.max.pending.tasks`` wait: a read beyond that
@@ -40,7 +43,6 @@ import logging
 import random
 import threading
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -63,10 +65,15 @@ from riverbed.tiered.rlm import (
 )
 from riverbed.tiered.rsm import (
     FsspecRemoteStorageManager,
+    RemoteListing,
     RemoteResourceNotFoundError,
     RemoteSegmentMetadata,
     RemoteStorageError,
     SegmentUpload,
+    UploadAbandonedError,
+    fence_segments,
+    new_segment_id,
+    segment_id_epoch,
 )
 from riverbed.tiered.segment_chunks import chunk_segment
 
@@ -153,6 +160,7 @@ class _Tier:
     topic_id: str | None
     plog: Any  # riverbed.storage.PartitionLog
     leader: bool
+    leader_epoch: int = -1  # the partition's leader epoch in the metadata image
     indexes: RemoteIndexes | None = None  # opened by the first task (file I/O)
     remote: list[RemoteSegmentMetadata] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -301,6 +309,7 @@ class RemoteLogManager:
                 self._tiers[key] = tier
                 plog.roll_listener = self._roll_listener(key)
             tier.leader = leader
+            tier.leader_epoch = hosted.registration.leader_epoch
             self.scheduler.assign(key, leader, now)
         image = self._image()
         for key in [k for k in self._tiers if k not in hosted_all]:
@@ -402,13 +411,11 @@ class RemoteLogManager:
             return
         topic, partition = tier.key
         plog = tier.plog
-        remote, incomplete = self.rsm.list_partition(topic, partition, tier.topic_id)
+        listing = self.rsm.list_partition(topic, partition, tier.topic_id)
+        remote, stale = fence_segments(listing.segments, listing.fenced)
         self._sync_indexes(tier, remote)
         if leader and tier.leader:
-            # no upload of this partition runs now (one task at a time): leftovers only
-            for orphan in incomplete:
-                log.info("%s-%d: deleting orphan remote upload %s", topic, partition, orphan)
-                self.rsm.delete_segment(topic, partition, tier.topic_id, orphan)
+            self._sweep(tier, listing, stale)
             self._copy_rolled(tier)
             self._remote_retention(tier)
         with tier.lock:
@@ -420,6 +427,39 @@ class RemoteLogManager:
             plog.advance_log_start_offset(remote[0].base_offset)
         elif plog.log_start_offset < plog.local_log_start_offset:
             plog.advance_log_start_offset(plog.local_log_start_offset)
+
+    def _sweep(
+        self, tier: _Tier, listing: RemoteListing, stale: list[RemoteSegmentMetadata]
+    ) -> None:
+        """The leader deletes unfinished uploads and stale segments (see the rsm docstring)."""
+        topic, partition = tier.key
+        epoch = tier.leader_epoch
+        for orphan in listing.incomplete:
+            upload_epoch = segment_id_epoch(orphan)
+            if upload_epoch > epoch:
+                continue  # a newer leader's running upload: this node is deposed
+            if upload_epoch < epoch and orphan not in listing.fenced and upload_epoch >= 0:
+                # an older leader's upload may still run: fence it, then delete it
+                log.info(
+                    "%s-%d: fencing remote upload %s of an older leader", topic, partition, orphan
+                )
+                self.rsm.fence_upload(topic, partition, tier.topic_id, orphan, epoch)
+            else:
+                # no upload of this leader runs now (one task at a time): a leftover
+                log.info("%s-%d: deleting orphan remote upload %s", topic, partition, orphan)
+                self.rsm.delete_segment(topic, partition, tier.topic_id, orphan)
+        for meta in stale:
+            if meta.copy_epoch > epoch:
+                continue
+            log.info("%s-%d: deleting stale remote segment %s", topic, partition, meta.segment_id)
+            self.rsm.delete_segment(
+                topic,
+                partition,
+                tier.topic_id,
+                meta.segment_id,
+                meta.files,
+                fence_marker=meta.segment_id in listing.fenced,
+            )
 
     def _sync_indexes(self, tier: _Tier, remote: list[RemoteSegmentMetadata]) -> None:
         """Make the local remote indexes describe exactly the listed remote segments."""
@@ -466,7 +506,8 @@ class RemoteLogManager:
             if self._closing or not tier.leader:
                 return  # leadership moved: the new leader continues from the remote listing
             seg = by_base[info.base_offset]
-            segment_id = f"{info.base_offset:020d}-{uuid.uuid4().hex}"
+            epoch = tier.leader_epoch
+            segment_id = new_segment_id(info.base_offset, epoch)
             summary = chunk_segment(seg.log_path, segment_id, size_bytes=info.size_bytes)
             epochs = _epoch_slice(plog.epoch_cache.entries(), info.base_offset, info.next_offset)
             upload = SegmentUpload(
@@ -483,8 +524,17 @@ class RemoteLogManager:
                 time_index_path=seg.time_index.path,
                 producer_snapshot_path=plog.directory / snapshot_name(info.next_offset),
             )
+
+            def still_leading(epoch: int = epoch) -> bool:
+                return tier.leader and tier.leader_epoch == epoch and not self._closing
+
             try:
-                meta = self.rsm.copy_segment(topic, partition, tier.topic_id, upload)
+                meta = self.rsm.copy_segment(
+                    topic, partition, tier.topic_id, upload, publish_if=still_leading
+                )
+            except UploadAbandonedError as e:
+                log.info("%s-%d: copy abandoned: %s", topic, partition, e)
+                return  # the new leader continues from the remote listing
             except RemoteStorageError:
                 # best effort now; the next task's orphan sweep catches what is left
                 with contextlib.suppress(RemoteStorageError):

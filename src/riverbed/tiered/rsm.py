@@ -22,17 +22,31 @@ Object layout (one prefix per partition, one upload = one segment id)::
         <segment id>.remotelogindex            its remote log index entries (shipped so
                                                followers build the same local indexes)
         <segment id>.manifest.json             written LAST: the upload is complete
+        <segment id>.fenced                    a newer leader fenced this upload (text:
+                                               the fencing leader epoch)
 
-``segment id`` = ``<20-digit base offset>-<32 hex uuid4>``: a new uuid per upload attempt,
-so a retried or concurrent upload never overwrites another; objects whose segment id has
-no manifest are orphans of a failed attempt (:meth:`FsspecRemoteStorageManager.orphans`).
+``segment id`` = ``<20-digit base offset>-<copy leader epoch>-<32 hex uuid4>``: a new
+uuid per upload attempt, so a retried or concurrent upload never overwrites another; the
+epoch is the partition leader epoch the upload was made at (ids of the older
+``<base>-<uuid>`` form have epoch -1). Objects whose segment id has no manifest are
+leftovers of a failed attempt or uploads still running.
 Deletion removes the manifest first (the segment is gone at once), then the rest.
+
+Leader-epoch fencing (Kafka copies only as the leader at its epoch and deletes stale
+copies), :func:`fence_segments`: a complete segment is stale, and invisible to readers,
+when it is fenced, or when a segment copied at a higher leader epoch starts at or below
+its base offset (a deposed leader's late upload after the new leader's). A leader at
+epoch E fences an unfinished upload of an epoch below E by writing ``.fenced`` before
+deleting its objects, so a deposed leader that is still alive and publishes its manifest
+afterwards publishes a stale segment; the leader deletes stale segments (the marker
+last, once the manifest it fences exists). A leader publishes a manifest only while it
+still leads at the upload's epoch (``publish_if``), else it deletes its objects.
 
 The manifest (JSON, UTF-8)::
 
     {"version": 0, "segment_id": ..., "base_offset": int, "end_offset": int (last offset),
      "max_timestamp": int, "size_bytes": int, "leader_epochs": [[epoch, start], ...],
-     "created_ms": int, "files": [suffix, ...]}
+     "created_ms": int, "files": [suffix, ...], "copy_leader_epoch": int}
 
 Every call blocks (network I/O): only the server's bounded copier/reader pools call it.
 Failures raise :class:`RemoteStorageError` (retriable) or
@@ -45,10 +59,11 @@ import contextlib
 import json
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from riverbed.tiered.remote_log_index import (
     RemoteLogIndexEntry,
@@ -59,10 +74,15 @@ from riverbed.tiered.remote_log_index import (
 __all__ = [
     "RSM_CONFIG_PREFIX",
     "FsspecRemoteStorageManager",
+    "RemoteListing",
     "RemoteResourceNotFoundError",
     "RemoteSegmentMetadata",
     "RemoteStorageError",
     "SegmentUpload",
+    "UploadAbandonedError",
+    "fence_segments",
+    "new_segment_id",
+    "segment_id_epoch",
 ]
 
 log = logging.getLogger(__name__)
@@ -75,6 +95,7 @@ S3_ATTEMPTS_MAX: Final = 2
 _DATA_SUFFIXES: Final = (".log", ".index", ".timeindex", ".snapshot")
 _EPOCHS_SUFFIX: Final = ".leader-epoch-checkpoint"
 _ENTRIES_SUFFIX: Final = ".remotelogindex"
+FENCED_SUFFIX: Final = ".fenced"
 
 
 class RemoteStorageError(Exception):
@@ -83,6 +104,10 @@ class RemoteStorageError(Exception):
 
 class RemoteResourceNotFoundError(RemoteStorageError):
     """The remote object does not exist (deleted)."""
+
+
+class UploadAbandonedError(Exception):
+    """The uploader stopped leading at the upload's epoch: nothing was published."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +122,7 @@ class RemoteSegmentMetadata:
     leader_epochs: tuple[tuple[int, int], ...]
     created_ms: int
     files: tuple[str, ...]
+    copy_epoch: int = -1  # the leader epoch the segment was copied at
 
     def to_json(self) -> bytes:
         doc = {
@@ -109,6 +135,7 @@ class RemoteSegmentMetadata:
             "leader_epochs": [list(e) for e in self.leader_epochs],
             "created_ms": self.created_ms,
             "files": list(self.files),
+            "copy_leader_epoch": self.copy_epoch,
         }
         return json.dumps(doc, sort_keys=True).encode()
 
@@ -126,6 +153,7 @@ class RemoteSegmentMetadata:
             leader_epochs=tuple((int(e), int(s)) for e, s in doc["leader_epochs"]),
             created_ms=int(doc["created_ms"]),
             files=tuple(str(f) for f in doc["files"]),
+            copy_epoch=int(doc.get("copy_leader_epoch", segment_id_epoch(doc["segment_id"]))),
         )
 
 
@@ -155,6 +183,49 @@ def epochs_checkpoint_text(epochs: Sequence[tuple[int, int]]) -> str:
 
 def segment_id_base(segment_id: str) -> int:
     return int(segment_id.split("-", 1)[0])
+
+
+def new_segment_id(base_offset: int, leader_epoch: int) -> str:
+    """A fresh id for one upload attempt of the segment at ``base_offset``."""
+    return f"{base_offset:020d}-{leader_epoch}-{uuid.uuid4().hex}"
+
+
+def segment_id_epoch(segment_id: str) -> int:
+    """The leader epoch an upload was made at (-1: an id without one)."""
+    parts = segment_id.split("-")
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else -1
+
+
+class RemoteListing(NamedTuple):
+    """One listing of a partition's prefix."""
+
+    segments: list[RemoteSegmentMetadata]  # complete (manifest read), by base offset
+    incomplete: list[str]  # ids with objects but no manifest (failed or running uploads)
+    fenced: set[str]  # ids a newer leader fenced (their ``.fenced`` marker exists)
+
+
+def fence_segments(
+    segments: Sequence[RemoteSegmentMetadata], fenced: Collection[str]
+) -> tuple[list[RemoteSegmentMetadata], list[RemoteSegmentMetadata]]:
+    """(valid, stale) in base offset order; see the module docstring."""
+    valid: list[RemoteSegmentMetadata] = []
+    stale: list[RemoteSegmentMetadata] = []
+    live = sorted(
+        (m for m in segments if m.segment_id not in fenced),
+        key=lambda m: (m.base_offset, m.created_ms),
+    )
+    stale += [m for m in segments if m.segment_id in fenced]
+    newest = -1  # highest copy epoch among segments starting at or below the current base
+    i = 0
+    while i < len(live):
+        j = i
+        while j < len(live) and live[j].base_offset == live[i].base_offset:
+            j += 1
+        newest = max(newest, *(m.copy_epoch for m in live[i:j]))
+        for m in live[i:j]:
+            (valid if m.copy_epoch >= newest else stale).append(m)
+        i = j
+    return valid, stale
 
 
 def _storage_options(props: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
@@ -242,9 +313,16 @@ class FsspecRemoteStorageManager:
     # ---- upload ---------------------------------------------------------------------------
 
     def copy_segment(
-        self, topic: str, partition: int, topic_id: str | None, upload: SegmentUpload
+        self,
+        topic: str,
+        partition: int,
+        topic_id: str | None,
+        upload: SegmentUpload,
+        publish_if: Callable[[], bool] | None = None,
     ) -> RemoteSegmentMetadata:
-        """Upload a segment with its indexes, snapshot and epochs; the manifest last."""
+        """Upload a segment with its indexes, snapshot and epochs; the manifest last,
+        only if ``publish_if()`` still holds then (else the objects are deleted and
+        :class:`UploadAbandonedError` raised)."""
         base = f"{self.partition_path(topic, partition, topic_id)}/{upload.segment_id}"
         self._call("create the remote root", self._ensure_root)
         prefix = base.rsplit("/", 1)[0]
@@ -281,7 +359,11 @@ class FsspecRemoteStorageManager:
             leader_epochs=upload.leader_epochs,
             created_ms=upload.created_ms,
             files=tuple(files),
+            copy_epoch=segment_id_epoch(upload.segment_id),
         )
+        if publish_if is not None and not publish_if():
+            self.delete_segment(topic, partition, topic_id, upload.segment_id, files)
+            raise UploadAbandonedError(f"{upload.segment_id}: no longer the leader at its epoch")
         self._call("upload the manifest", self._put_atomic, base + MANIFEST_SUFFIX, meta.to_json())
         with self._lock:
             self._manifests[base + MANIFEST_SUFFIX] = meta
@@ -310,14 +392,12 @@ class FsspecRemoteStorageManager:
     def list_segments(
         self, topic: str, partition: int, topic_id: str | None
     ) -> list[RemoteSegmentMetadata]:
-        """The complete remote segments of a partition, by base offset."""
-        return self.list_partition(topic, partition, topic_id)[0]
+        """The valid (complete, not stale) remote segments of a partition, by base offset."""
+        listing = self.list_partition(topic, partition, topic_id)
+        return fence_segments(listing.segments, listing.fenced)[0]
 
-    def list_partition(
-        self, topic: str, partition: int, topic_id: str | None
-    ) -> tuple[list[RemoteSegmentMetadata], list[str]]:
-        """One listing: the complete remote segments (by base offset) and the segment ids
-        with objects but no manifest (failed or running uploads)."""
+    def list_partition(self, topic: str, partition: int, topic_id: str | None) -> RemoteListing:
+        """One listing of the partition's prefix (see :class:`RemoteListing`)."""
         prefix = self.partition_path(topic, partition, topic_id)
         names = self._call(f"list {prefix}", self._names, prefix)
         out: list[RemoteSegmentMetadata] = []
@@ -341,16 +421,31 @@ class FsspecRemoteStorageManager:
                     self._manifests[path] = meta
             out.append(meta)
         complete = {n[: -len(MANIFEST_SUFFIX)] for n in names if n.endswith(MANIFEST_SUFFIX)}
-        incomplete = sorted({n.split(".", 1)[0] for n in names} - complete)
-        return sorted(out, key=lambda m: (m.base_offset, m.created_ms)), incomplete
+        fenced = {n[: -len(FENCED_SUFFIX)] for n in names if n.endswith(FENCED_SUFFIX)}
+        with_objects = {n.split(".", 1)[0] for n in names if not n.endswith(FENCED_SUFFIX)}
+        return RemoteListing(
+            sorted(out, key=lambda m: (m.base_offset, m.created_ms)),
+            sorted(with_objects - complete),
+            fenced,
+        )
 
     def orphans(
         self, topic: str, partition: int, topic_id: str | None, in_progress: set[str]
     ) -> list[str]:
         """Segment ids with objects but no manifest (failed uploads), minus ``in_progress``."""
-        return [
-            i for i in self.list_partition(topic, partition, topic_id)[1] if i not in in_progress
-        ]
+        listing = self.list_partition(topic, partition, topic_id)
+        return [i for i in listing.incomplete if i not in in_progress]
+
+    def fence_upload(
+        self, topic: str, partition: int, topic_id: str | None, segment_id: str, epoch: int
+    ) -> None:
+        """Fence an unfinished upload of an older leader: the marker first (a manifest
+        it publishes later is stale), then its objects (the marker stays)."""
+        base = f"{self.partition_path(topic, partition, topic_id)}/{segment_id}"
+        self._call(f"fence {segment_id}", self.fs.pipe_file, base + FENCED_SUFFIX, b"%d" % epoch)
+        for suffix in (*_DATA_SUFFIXES, _EPOCHS_SUFFIX, _ENTRIES_SUFFIX):
+            with contextlib.suppress(RemoteResourceNotFoundError):
+                self._call(f"delete {segment_id}{suffix}", self.fs.rm_file, base + suffix)
 
     # ---- reads ----------------------------------------------------------------------------
 
@@ -393,10 +488,15 @@ class FsspecRemoteStorageManager:
         topic_id: str | None,
         segment_id: str,
         files: Sequence[str] = (*_DATA_SUFFIXES, _EPOCHS_SUFFIX, _ENTRIES_SUFFIX),
+        *,
+        fence_marker: bool = False,
     ) -> None:
-        """Delete one upload: the manifest first (invisible at once), then its objects."""
+        """Delete one upload: the manifest first (invisible at once), then its objects
+        (and its ``.fenced`` marker last when ``fence_marker``: the manifest it fenced
+        is gone, and a manifest is written only once)."""
         base = f"{self.partition_path(topic, partition, topic_id)}/{segment_id}"
-        for suffix in (MANIFEST_SUFFIX, *files):
+        suffixes = (MANIFEST_SUFFIX, *files, *((FENCED_SUFFIX,) if fence_marker else ()))
+        for suffix in suffixes:
             with contextlib.suppress(RemoteResourceNotFoundError):
                 self._call(f"delete {segment_id}{suffix}", self.fs.rm_file, base + suffix)
         with self._lock:

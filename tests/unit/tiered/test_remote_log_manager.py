@@ -28,7 +28,9 @@ SETTINGS = RemoteLogSettings(
 )
 
 
-def _setup(tmp_path: Path) -> tuple[RemoteLogManager, Any, PartitionLog]:
+def _setup(
+    tmp_path: Path, remote_root: Path | None = None, node_id: int = 1, leader_epoch: int = 0
+) -> tuple[RemoteLogManager, Any, PartitionLog]:
     clock = ManualClock(T0)
     config = LogConfig.from_props(
         {"segment.bytes": 4000, "remote.storage.enable": "true", "local.retention.bytes": 0}
@@ -40,9 +42,12 @@ def _setup(tmp_path: Path) -> tuple[RemoteLogManager, Any, PartitionLog]:
         recs = [SimpleRecord(b"v%04d" % (i * 10 + j) * 10, timestamp=T0 + i) for j in range(10)]
         plog.append_as_leader(build_batch(recs), leader_epoch=i // 20)
     plog.update_high_watermark(plog.log_end_offset)
-    rsm = FsspecRemoteStorageManager(f"file://{tmp_path}/remote")
-    rlm = RemoteLogManager(SETTINGS, rsm, node_id=1, now_ms=clock.now_ms, rng=random.Random(1))
-    hosted = SimpleNamespace(log=plog, registration=SimpleNamespace(leader=1))
+    rsm = FsspecRemoteStorageManager(f"file://{remote_root or tmp_path / 'remote'}")
+    rlm = RemoteLogManager(
+        SETTINGS, rsm, node_id=node_id, now_ms=clock.now_ms, rng=random.Random(1)
+    )
+    registration = SimpleNamespace(leader=node_id, leader_epoch=leader_epoch)
+    hosted = SimpleNamespace(log=plog, registration=registration)
     rlm._partitions = lambda: {("t", 0): hosted}
     rlm._image = lambda: None
     return rlm, hosted, plog
@@ -246,3 +251,69 @@ def test_a_recreated_topic_not_hosted_yet_and_a_running_task_delay_the_deletion(
     asyncio.run(task_ends())
     rlm._copiers.shutdown(wait=True)
     assert _remote_prefixes(tmp_path) == []
+
+
+def _object_names(remote_root: Path) -> list[str]:
+    return sorted(p.name for p in (remote_root / "t-TID" / "0").iterdir())
+
+
+def test_a_deposed_leaders_late_upload_is_fenced_by_the_new_leaders_epoch(
+    tmp_path: Path,
+) -> None:
+    import threading
+
+    root = tmp_path / "remote"
+    old, _, _ = _setup(tmp_path / "a", root, node_id=1, leader_epoch=0)
+    new, _, new_log = _setup(tmp_path / "b", root, node_id=2, leader_epoch=1)
+    old._sync_partitions()
+    new._sync_partitions()
+    at_manifest, release = threading.Event(), threading.Event()
+    put_manifest = old.rsm._put_atomic
+
+    def slow_manifest(path: str, data: bytes) -> None:
+        at_manifest.set()
+        release.wait(5)
+        put_manifest(path, data)
+
+    old.rsm._put_atomic = slow_manifest  # type: ignore[method-assign]
+    # node 1 still believes it leads at epoch 0 (its metadata lags) and uploads
+    copier = threading.Thread(target=old._process, args=(old._tiers[("t", 0)], True))
+    copier.start()
+    assert at_manifest.wait(5)
+    new_tier = new._tiers[("t", 0)]
+    new._process(new_tier, True)  # the leader at epoch 1 sweeps and copies
+    release.set()
+    copier.join(10)
+    assert not copier.is_alive()
+    valid = new.rsm.list_segments("t", 0, "TID")
+    assert valid and all(m.copy_epoch == 1 for m in valid)
+    assert [m.base_offset for m in valid] == [s.base_offset for s in new_log.segments[:-1]]
+    for m in valid:  # every visible segment has its data
+        assert new.rsm.read("t", 0, "TID", m.segment_id, 0, 61)
+    # the new leader's next task deletes the stale copies and their markers
+    new._process(new_tier, True)
+    assert all("-1-" in name for name in _object_names(root)), _object_names(root)
+
+
+def test_a_leader_that_lost_its_epoch_abandons_its_copy_and_spares_newer_uploads(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "remote"
+    rlm, _, plog = _setup(tmp_path, root, node_id=1, leader_epoch=3)
+    rlm._sync_partitions()
+    tier = rlm._tiers[("t", 0)]
+    # an upload of the leader at epoch 4 is running (objects, no manifest yet)
+    prefix = root / "t-TID" / "0"
+    prefix.mkdir(parents=True)
+    newer = f"{0:020d}-4-{'ab' * 16}"
+    (prefix / f"{newer}.log").write_bytes(b"x")
+    put = rlm.rsm.fs.put
+
+    def put_then_lose_leadership(*args: Any, **kwargs: Any) -> None:
+        put(*args, **kwargs)
+        tier.leader_epoch = 4  # the metadata image moved on mid-copy
+
+    rlm.rsm.fs.put = put_then_lose_leadership
+    rlm._process(tier, True)
+    assert _object_names(root) == [f"{newer}.log"]  # spared; its own copy abandoned
+    assert rlm.rsm.list_segments("t", 0, "TID") == [] and plog.highest_offset_in_remote == -1

@@ -92,3 +92,21 @@ def test_controller_refuses_tiering_a_compacted_topic() -> None:
     check_topic_configs({"remote.storage.enable": "true", "cleanup.policy": "delete"})
     with pytest.raises(ControllerError, match="compacted"):
         check_topic_configs({"remote.storage.enable": "true", "cleanup.policy": "compact"})
+
+
+def test_fence_segments_keeps_the_newest_epoch_from_where_it_started() -> None:
+    from riverbed.tiered.rsm import RemoteSegmentMetadata, fence_segments
+
+    def seg(name: str, base: int, end: int, epoch: int) -> RemoteSegmentMetadata:
+        return RemoteSegmentMetadata(name, base, end, 0, 1, ((epoch, base),), 0, (), epoch)
+
+    a0, a1 = seg("a0", 0, 99, 0), seg("a1", 100, 199, 0)
+    late = seg("late", 200, 299, 0)  # a deposed leader's upload published late
+    b = seg("b", 180, 280, 1)  # the new leader's first copy (its own segment bounds)
+    b2 = seg("b2", 281, 350, 1)
+    valid, stale = fence_segments([a0, a1, late, b, b2], set())
+    assert valid == [a0, a1, b, b2] and stale == [late]
+    valid, stale = fence_segments([a0, a1, b], {"a1"})  # a1's upload was fenced
+    assert valid == [a0, b] and stale == [a1]
+    legacy = seg("legacy", 0, 99, -1)  # ids without an epoch stay valid on their own
+    assert fence_segments([legacy], set()) == ([legacy], [])

@@ -9,10 +9,12 @@ group whose partition another node leads is NOT_COORDINATOR; before the topic ex
 COORDINATOR_NOT_AVAILABLE (FindCoordinator creates it, as Kafka does).
 
 Writes: a shard's records become one record batch appended through the partition
-manager as leader (the same path as a produce); the shard hears back once the high
-watermark has passed the batch (acks=all: with replication the HW waits for the ISR),
-or REQUEST_TIMED_OUT after ``offsets.commit.timeout.ms``, NOT_COORDINATOR when the
-append is refused.
+manager as leader (the same path as a produce, acks=all): refused up front when the ISR
+is below ``min.insync.replicas``, then the shard hears back once the ISR holds the batch
+(the replica manager's delayed produce), or REQUEST_TIMED_OUT after
+``offsets.commit.timeout.ms``; append errors map as Kafka's coordinator maps them
+(NOT_ENOUGH_REPLICAS -> COORDINATOR_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER ->
+NOT_COORDINATOR, a batch too large -> INVALID_COMMIT_OFFSET_SIZE).
 
 Crash-only: an exception out of a shard's timers halts the node through its fault
 handler (the start-up path reloads every group); one out of a request is answered
@@ -51,6 +53,22 @@ log = logging.getLogger(__name__)
 RECONCILE_INTERVAL_MS = 200
 #: Bytes read per step while loading a partition (Kafka's offsets.load.buffer.size).
 LOAD_READ_BYTES_DEFAULT = 5 * 1024 * 1024
+
+
+def append_error(code: ErrorCode) -> ErrorCode:
+    """What a group request answers for a failed ``__consumer_offsets`` write (Kafka's
+    mapping in its group coordinator)."""
+    if code in (ErrorCode.NONE, ErrorCode.REQUEST_TIMED_OUT):
+        return code
+    if code in (
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    ):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code in (ErrorCode.MESSAGE_SIZE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE):
+        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+    return ErrorCode.NOT_COORDINATOR  # NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR, ...
 
 
 class CoordinatorError(Exception):
@@ -288,6 +306,12 @@ class GroupCoordinator:
         if hosted is None or self.shards.get(partition) is not shard:
             shard.complete_write(write.token, ErrorCode.NOT_COORDINATOR)
             return
+        replicas = getattr(self.partitions, "replicas", None)
+        if replicas is not None:  # acks=all: refused up front when the ISR is too small
+            refused = replicas.check_produce(hosted, -1)
+            if refused != ErrorCode.NONE:
+                shard.complete_write(write.token, append_error(refused))
+                return
         now = self.clock.now_ms()
         batch = build_batch(
             [SimpleRecord(value=v, key=k, timestamp=now) for k, v in write.records],
@@ -299,12 +323,10 @@ class GroupCoordinator:
         except Exception as exc:
             code = ErrorCode.of(getattr(exc, "error_code", int(ErrorCode.NOT_COORDINATOR)))
             log.warning("writing to %s-%d failed: %r", OFFSETS_TOPIC, partition, exc)
-            if code not in (ErrorCode.NOT_COORDINATOR, ErrorCode.REQUEST_TIMED_OUT):
-                code = ErrorCode.NOT_COORDINATOR  # Kafka maps append errors the same way
-            shard.complete_write(write.token, code)
+            shard.complete_write(write.token, append_error(code))
             return
         end = info.last_offset + 1
-        if hosted.log.high_watermark >= end:
+        if replicas is None and hosted.log.high_watermark >= end:
             shard.complete_write(write.token, ErrorCode.NONE)
             return
         self._spawn(self._await_durable(partition, shard, hosted, write.token, end))
@@ -312,16 +334,20 @@ class GroupCoordinator:
     async def _await_durable(
         self, partition: int, shard: GroupShard, hosted: Any, token: int, end: int
     ) -> None:
-        purgatory = self.partitions.purgatory
-        ok = await purgatory.wait_until(
-            [(OFFSETS_TOPIC, partition)],
-            lambda: hosted.log.high_watermark >= end,
-            self.commit_timeout_ms,
-        )
-        if self.shards.get(partition) is not shard:
-            shard.complete_write(token, ErrorCode.NOT_COORDINATOR)
+        replicas = getattr(self.partitions, "replicas", None)
+        if replicas is not None:
+            # the delayed produce of acks=all: the ISR has it, min.insync.replicas held
+            code = append_error(await replicas.wait_for_acks(hosted, end, self.commit_timeout_ms))
         else:
-            shard.complete_write(token, ErrorCode.NONE if ok else ErrorCode.REQUEST_TIMED_OUT)
+            ok = await self.partitions.purgatory.wait_until(
+                [(OFFSETS_TOPIC, partition)],
+                lambda: hosted.log.high_watermark >= end,
+                self.commit_timeout_ms,
+            )
+            code = ErrorCode.NONE if ok else ErrorCode.REQUEST_TIMED_OUT
+        if self.shards.get(partition) is not shard:
+            code = ErrorCode.NOT_COORDINATOR
+        shard.complete_write(token, code)
         self._flush(partition, shard)
 
     # ------------------------------------------------------------------ timers

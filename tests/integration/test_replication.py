@@ -134,14 +134,14 @@ def restart_and_read(
 class Production:
     """An idempotent acks=all producer in a thread, recording every acknowledgement."""
 
-    def __init__(self, cluster: QuorumCluster, topic: str) -> None:
+    def __init__(self, cluster: QuorumCluster, topic: str, timeout_ms: int = 60000) -> None:
         self.producer = Producer(
             {
                 "bootstrap.servers": cluster.bootstrap_servers,
                 "acks": "all",
                 "enable.idempotence": True,
                 "linger.ms": 5,
-                "message.timeout.ms": 60000,
+                "message.timeout.ms": timeout_ms,
             }
         )
         self.topic = topic

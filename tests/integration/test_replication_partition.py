@@ -1,0 +1,106 @@
+"""A network partition between real nodes (fault proxy): the partition leader is cut off
+from the controller quorum while its followers still reach it.
+
+Every node reaches the other voters through its own ``FaultProxy`` per peer (its
+``controller.quorum.voters`` names the proxies), so cutting the proxies to and from node L
+isolates L's metadata and heartbeats but not the data plane. Then, under idempotent acks=all
+production: L is fenced and another ISR member is elected; L, still believing it leads, can
+no longer acknowledge acks=all writes (its followers follow the new leader); after healing
+L truncates what it alone appended and rejoins; nothing acknowledged is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from riverbed.testing.fault_proxy import FaultProxy
+from riverbed.testing.quorum_cluster import QuorumCluster
+
+from .test_replication import (
+    OVERRIDES,
+    Production,
+    create_topic,
+    partition_state,
+    read_all,
+    wait_for,
+)
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Producer  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+
+@pytest.fixture
+def proxied(tmp_path: Path) -> Iterator[tuple[QuorumCluster, dict[tuple[int, int], FaultProxy]]]:
+    c = QuorumCluster(tmp_path, 3, overrides=OVERRIDES)
+    proxies: dict[tuple[int, int], FaultProxy] = {}
+    for i in c.ids:
+        voters = []
+        for j in c.ids:
+            port = c.ports[j][1]
+            if i != j:
+                proxies[(i, j)] = FaultProxy("127.0.0.1", port)
+                port = proxies[(i, j)].port
+            voters.append(f"{j}@127.0.0.1:{port}")
+        c.nodes[i].extra_overrides["controller.quorum.voters"] = ",".join(voters)
+    try:
+        c.start(timeout_s=60)
+        yield c, proxies
+    finally:
+        c.stop()
+        for p in proxies.values():
+            p.close()
+
+
+def test_leader_cut_off_from_the_controller_loses_nothing_acknowledged(
+    proxied: tuple[QuorumCluster, dict[tuple[int, int], FaultProxy]],
+) -> None:
+    cluster, proxies = proxied
+    topic = "partitioned"
+    admin = create_topic(cluster, topic)
+    leader, _, _ = partition_state(admin, topic)
+    others = [i for i in cluster.ids if i != leader]
+    via = f"127.0.0.1:{cluster.ports[others[0]][0]}"
+    # records sent to the isolated leader time out (never acknowledged): 10 s, not 60
+    with Production(cluster, topic, timeout_ms=10000) as prod:
+        wait_for("acks before the cut", lambda: len(prod.acked) >= 1000, 60)
+        for j in others:
+            proxies[(leader, j)].cut()
+            proxies[(j, leader)].cut()
+        wait_for(
+            "a new leader elected by the majority side",
+            lambda: partition_state(admin, topic, via)[0] in others,
+            30,
+        )
+        # the isolated node still answers as leader but cannot commit acks=all writes
+        stale: list[Any] = []
+        direct = Producer(
+            {
+                "bootstrap.servers": f"127.0.0.1:{cluster.ports[leader][0]}",
+                "acks": "all",
+                "retries": 0,
+                "request.timeout.ms": 3000,
+                "message.timeout.ms": 6000,
+            }
+        )
+        direct.produce(topic, b"isolated", on_delivery=lambda e, m: stale.append(e))
+        direct.flush(20)
+        assert len(stale) == 1 and stale[0] is not None, stale
+        at_cut = len(prod.acked)
+        wait_for("acks through the new leader", lambda: len(prod.acked) >= at_cut + 1000, 90)
+        for p in proxies.values():
+            p.heal()
+        wait_for(
+            "the healed node back in the ISR",
+            lambda: partition_state(admin, topic, via)[2] == [1, 2, 3],
+            60,
+        )
+    got = read_all(cluster, topic, max(prod.acked.values()) + 1)
+    missing = [(v, o) for v, o in prod.acked.items() if got.get(o) != v]
+    assert not missing, f"{len(missing)} acknowledged records lost: {missing[:5]}"
+    assert b"isolated" not in got.values()  # truncated away on rejoining

@@ -67,7 +67,7 @@ import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -84,7 +84,14 @@ from riverbed.producer.snapshot import (
     snapshot_offset,
 )
 
-__all__ = ["FLUSH_STEPS", "Fields", "LedgerConfig", "LedgerStats", "PidLedger"]
+__all__ = [
+    "FLUSH_STEPS",
+    "Fields",
+    "LedgerConfig",
+    "LedgerStats",
+    "PendingFlush",
+    "PidLedger",
+]
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +131,17 @@ class LedgerStats:
     reads: int
     false_positive_checks: int  # sealed files read because a filter said maybe, in vain
     filter_checks: int  # sealed-file filter checks made by reads
+
+
+@dataclass(slots=True)
+class PendingFlush:
+    """A flush past step 3: ``olds`` (newest first) are sealed as ``<offset>.snapshot``,
+    merged into ``same`` (the newest sealed file) when nothing was appended since it."""
+
+    offset: int
+    olds: list[ActiveFile]
+    same: SealedFile | None
+    done: threading.Event = field(default_factory=threading.Event)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -306,7 +324,9 @@ class PidLedger:
         self.directory = Path(directory)
         self.config = config
         self._lock = threading.RLock()
-        self._flush_lock = threading.Lock()  # one flush at a time
+        #: the flush between steps 3 and 8 (one at a time); truncation, deletion, clear
+        #: and close wait for it, so they never meet a half-sealed file
+        self._pending: PendingFlush | None = None
         self._crash_at = crash_at or (lambda step: None)
         self._sealed: list[SealedFile] = []  # newest (highest offset) first
         self._fds: OrderedDict[int, SealedFile] = OrderedDict()
@@ -328,6 +348,7 @@ class PidLedger:
         """Load the sealed files (those past ``log_end_offset`` are deleted), recover any
         ``.ledger`` a crash left (entries at or past the log end dropped) into a new
         active file."""
+        self.wait_flush()
         with self._lock:
             self._close_all()
             sealed: dict[int, Path] = {}
@@ -470,31 +491,70 @@ class PidLedger:
 
     def flush(self, offset: int) -> bool:
         """Seal the active file as ``<offset>.snapshot`` (every batch below ``offset`` is
-        reflected in the ledger). False when there was nothing to flush."""
-        with self._flush_lock:
-            return self._flush(offset)
+        reflected in the ledger), all eight steps in the caller's thread. False when
+        there was nothing to flush."""
+        while True:
+            self.wait_flush()
+            with self._lock:
+                if self._pending is None:
+                    pending = self._begin(offset)
+                    break
+        if pending is None:
+            return False
+        self.finish_flush(pending)
+        return True
 
-    def _flush(self, offset: int) -> bool:
-        step = self._crash_at
+    def begin_flush(self, offset: int) -> PendingFlush | None:
+        """Steps 1-3 (no fsync: cheap enough for the log's lock and the event loop).
+        None when there is nothing to flush or a flush is still pending (one at a time:
+        sealed files must enter the index in offset order). The caller runs
+        :meth:`finish_flush` (the fsyncs) later, in any thread."""
         with self._lock:
-            if self.active is None or (self.active.count == 0 and not self.retired):
-                return False
-            olds = [self.active, *self.retired]  # newest first
-            new = self._new_active()  # 1. new mapped file and filter
-            step(1)
-            self.active = new  # 2. writes go to the new file
-            step(2)
-            self.retired = list(olds)  # 3. reads: new, then the old ones, then sealed files
-            step(3)
-            entries: dict[int, Fields] = {}
-            for old in reversed(olds):  # newest wins
-                entries.update((e[0], e) for e in old.entries())
-            same = self._sealed[0] if self._sealed and self._sealed[0].offset >= offset else None
-            if same is not None:
-                offset = same.offset  # nothing new was appended to the log since: merge
-                merged = {e[0]: e for e in same.entries()}
-                merged.update(entries)
-                entries = merged
+            if self._pending is not None:
+                return None
+            return self._begin(offset)
+
+    def _begin(self, offset: int) -> PendingFlush | None:
+        step = self._crash_at
+        if self.active is None or (self.active.count == 0 and not self.retired):
+            return None
+        olds = [self.active, *self.retired]  # newest first
+        new = self._new_active()  # 1. new mapped file and filter
+        step(1)
+        self.active = new  # 2. writes go to the new file
+        step(2)
+        self.retired = list(olds)  # 3. reads: new, then the old ones, then sealed files
+        step(3)
+        same = self._sealed[0] if self._sealed and self._sealed[0].offset >= offset else None
+        self._pending = PendingFlush(same.offset if same else offset, olds, same)
+        return self._pending
+
+    def wait_flush(self) -> None:
+        """Until the pending flush (if any) is finished (call without the ledger lock)."""
+        with self._lock:
+            pending = self._pending
+        if pending is not None:
+            pending.done.wait()
+
+    def finish_flush(self, pending: PendingFlush) -> None:
+        """Steps 4-8: the old files are no longer written (step 2) nor closed (truncation,
+        clear and close wait for this), so they are read without the ledger lock."""
+        try:
+            self._finish(pending)
+        finally:
+            with self._lock:
+                if self._pending is pending:
+                    self._pending = None
+            pending.done.set()
+
+    def _finish(self, pending: PendingFlush) -> None:
+        step = self._crash_at
+        offset, olds, same = pending.offset, pending.olds, pending.same
+        entries: dict[int, Fields] = {}
+        if same is not None:  # nothing was appended to the log since it: merge into it
+            entries.update((e[0], e) for e in same.entries())
+        for old in reversed(olds):  # newest wins
+            entries.update((e[0], e) for e in old.entries())
         # sealed filters share the active file's shape when they fit: a read hashes once
         filt = BloomFilter.for_items(max(len(entries), self.config.capacity), self.config.fpp)
         for pid in entries:
@@ -518,7 +578,6 @@ class PidLedger:
         for old in olds:
             old.close(delete=True)
         step(8)  # 8. unmapped (and the files removed)
-        return True
 
     # ---- lifetime of files ------------------------------------------------------------------
 
@@ -535,6 +594,7 @@ class PidLedger:
     def delete_before(self, offset: int, keep: Callable[[Fields], bool]) -> int:
         """Delete sealed files below ``offset``, carrying forward the entries whose newest
         version lives there and that ``keep`` wants (live producers). Returns files gone."""
+        self.wait_flush()
         with self._lock:
             doomed = [s for s in self._sealed if s.offset < offset]
             if not doomed:
@@ -562,6 +622,7 @@ class PidLedger:
         """Drop sealed files past ``offset`` and the mapped entries the caller's log
         replay (from ``replay_offset()``) writes again; entries below where it starts
         (carried forward from deleted files) are kept."""
+        self.wait_flush()
         with self._lock:
             for s in [s for s in self._sealed if s.offset > offset]:
                 self._sealed.remove(s)
@@ -580,6 +641,7 @@ class PidLedger:
                 self._put(fields)
 
     def clear(self) -> None:
+        self.wait_flush()
         with self._lock:
             for s in self._sealed:
                 s.delete()
@@ -603,6 +665,7 @@ class PidLedger:
         self.retired = []
 
     def close(self) -> None:
+        self.wait_flush()
         with self._lock:
             self._close_all()
 

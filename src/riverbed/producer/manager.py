@@ -36,12 +36,13 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
 from riverbed.producer.cache import PRODUCER_ID_CACHE_MAX_ENTRIES_DEFAULT, LedgerStore
-from riverbed.producer.ledger import LedgerConfig, LedgerStats, PidLedger
+from riverbed.producer.ledger import LedgerConfig, LedgerStats, PendingFlush, PidLedger
 from riverbed.producer.snapshot import snapshot_offset
 from riverbed.producer.state import ProducerEntry, ProducerStateTable, is_expired
 from riverbed.protocol.records import BatchHeader
@@ -71,8 +72,12 @@ class ProducerStateManager:
         now_ms: Callable[[], int],
         config: ProducerStateConfig = ProducerStateConfig(),
         name: str = "",
+        flush_executor: Executor | None = None,
     ) -> None:
         self.directory = Path(directory)
+        #: runs flush steps 4-8 (two fsyncs) off the caller's thread and the log's lock
+        #: (None: in the caller's thread, as tools and tests do)
+        self.flush_executor = flush_executor
         self.now_ms = now_ms
         self.config = config
         self.name = name or self.directory.name
@@ -136,7 +141,7 @@ class ProducerStateManager:
         self.table.apply(header)
 
     def on_roll(self, base_offset: int) -> None:
-        self.flush(base_offset)
+        self._flush_in_background(base_offset)
 
     def on_truncate(self, log_start_offset: int, log_end_offset: int) -> None:
         self.ledger.truncate_after(log_end_offset, log_start_offset)
@@ -167,15 +172,36 @@ class ProducerStateManager:
     def flush_if_due(self) -> bool:
         """The timer / full-filter flush (the broker calls it on its housekeeping tick).
 
-        Under the log's lock, like every other change: no batch is appended between
-        reading the end offset that names the sealed file and switching the active file,
-        so the file reflects exactly the batches below its name."""
+        Steps 1-3 (switching to a new active file, no fsync) under the log's lock, like
+        every other change: no batch is appended between reading the end offset that
+        names the sealed file and switching the active file, so the file reflects exactly
+        the batches below its name. Steps 4-8 (the fsyncs) run in ``flush_executor``,
+        outside the lock; reads meanwhile find the old file on the read path."""
         if not self.ledger.flush_due(self.now_ms(), self._last_flush_ms):
             return False
         if self._log is None:
-            return self.flush()
+            return self._flush_in_background(self.table.map_end_offset)
         with self._log._lock:
-            return self.flush()
+            return self._flush_in_background(self.table.map_end_offset)
+
+    def _flush_in_background(self, offset: int) -> bool:
+        """Steps 1-3 now, 4-8 in the executor. False when nothing was due or a flush is
+        still pending (the next tick seals what is left, under a later offset)."""
+        if self.flush_executor is None:
+            return self.flush(offset)
+        pending = self.ledger.begin_flush(offset)
+        if pending is None:
+            return False
+        self._last_flush_ms = self.now_ms()
+        self.flush_executor.submit(self._finish_flush, pending)
+        return True
+
+    def _finish_flush(self, pending: PendingFlush) -> None:
+        try:
+            self.ledger.finish_flush(pending)
+        except Exception:
+            # the old files stay on the read path and on disk: the next flush seals them
+            log.exception("%s: producer ledger flush at %d failed", self.name, pending.offset)
 
     # ---- expiry and views -----------------------------------------------------------------
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import struct
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from pathlib import Path
 
+import pytest
 from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -245,3 +249,50 @@ def test_timer_flush_seals_the_active_file_at_the_log_end(tmp_path: Path) -> Non
     clock.advance(1000)
     assert mgr.flush_if_due() and mgr.snapshot_offsets() == [3]
     assert not mgr.flush_if_due()  # nothing new since
+
+
+class ManualExecutor(Executor):
+    """Runs submitted work only when told (the broker's flush pool, made observable)."""
+
+    def __init__(self) -> None:
+        self.tasks: list[tuple[Callable[..., object], tuple[object, ...]]] = []
+
+    def submit(self, fn: Callable[..., object], /, *args: object, **kwargs: object) -> Future:  # type: ignore[override]
+        self.tasks.append((fn, args))
+        return Future()
+
+    def run(self) -> None:
+        tasks, self.tasks = self.tasks, []
+        for fn, args in tasks:
+            fn(*args)
+
+
+def test_timer_flush_fsyncs_in_the_executor_not_under_the_log_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from riverbed.producer import ledger as ledger_module
+    from riverbed.producer.ledger import LedgerConfig
+
+    clock = ManualClock(T0)
+    plog = PartitionLog(tmp_path / "t-0", "t", 0, LogConfig(), clock)
+    config = ProducerStateConfig(ledger=LedgerConfig(flush_interval_ms=1000))
+    pool = ManualExecutor()
+    mgr = ProducerStateManager(plog.directory, clock.now_ms, config, flush_executor=pool)
+    mgr.attach(plog)
+    plog.append_as_leader(idem(1, 0, 0, 3), 0)
+    clock.advance(1000)
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(ledger_module.os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd)))
+    assert mgr.flush_if_due()
+    assert fsyncs == [] and len(pool.tasks) == 1 and mgr.snapshot_offsets() == []
+    # while the old file is being sealed: retries are still duplicates, new writes land
+    assert plog.append_as_leader(idem(1, 0, 0, 3), 0).duplicate
+    plog.append_as_leader(idem(2, 0, 0, 2), 0)
+    assert not mgr.flush_if_due()  # one pending flush at a time
+    pool.run()
+    assert len(fsyncs) >= 2 and mgr.snapshot_offsets() == [3]
+    plog.abandon()  # crash: producer 2 only in the mapped file, producer 1 sealed
+    plog2 = open_log(tmp_path, clock)
+    e1, e2 = state_of(plog2).table.get(1), state_of(plog2).table.get(2)
+    assert e1 is not None and e1.last_seq == 2 and e2 is not None and e2.last_offset == 4

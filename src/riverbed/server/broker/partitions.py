@@ -34,8 +34,9 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from riverbed.metadata.image import MetadataImage, PartitionRegistration, TopicImage
 from riverbed.metadata.storage_format import uuid_to_str
@@ -123,6 +124,10 @@ class HostedPartition:
     config: LogConfig
 
 
+#: Worker threads sealing producer ledger files (the fsyncs of a flush), for all partitions.
+LEDGER_FLUSH_THREADS: Final = 2
+
+
 def producer_state_config(props: Mapping[str, str]) -> ProducerStateConfig:
     """Producer state and ledger settings from the broker's static config."""
     base = ProducerStateConfig()
@@ -176,6 +181,11 @@ class PartitionManager:
         self.purgatory = purgatory
         self.partitions: dict[tuple[str, int], HostedPartition] = {}
         self.producer_state_config = producer_state_config(static_broker_config)
+        #: ledger flush steps 4-8 (two fsyncs each) run here, off the event loop and the
+        #: log locks; at most one pending flush per partition queues
+        self.ledger_flusher = ThreadPoolExecutor(
+            LEDGER_FLUSH_THREADS, thread_name_prefix="producer-ledger-flush"
+        )
         self.image: MetadataImage = MetadataImage.EMPTY
         #: riverbed.server.replication.manager.ReplicaManager, attached by the node
         self.replicas: Any = None
@@ -314,7 +324,11 @@ class PartitionManager:
     def _attach_producer_state(self, plog: Any) -> None:
         if isinstance(plog, PartitionLog) and plog.producer_state is None:
             ProducerStateManager(
-                plog.directory, plog.clock.now_ms, self.producer_state_config, plog.name
+                plog.directory,
+                plog.clock.now_ms,
+                self.producer_state_config,
+                plog.name,
+                flush_executor=self.ledger_flusher,
             ).attach(plog)
 
     def _log_replaced(self, key: tuple[str, int], plog: Any) -> None:
@@ -427,3 +441,4 @@ class PartitionManager:
 
     def close(self) -> None:
         self.partitions.clear()
+        self.ledger_flusher.shutdown(wait=True)  # a log's close waits for its flush anyway

@@ -380,25 +380,89 @@ def test_groups_cli_lists_describes_with_lag_resets_and_deletes(
     assert rows[0]["member_id"] == d["members"][0]["member_id"]
     # an active group's offsets cannot be reset
     capsys.readouterr()
-    assert main(["groups", "reset-offsets", "-b", b, "--group", group, "--all-topics",
-                 "--to-earliest", "--execute"]) == 1  # fmt: skip
+    assert (
+        main(
+            [
+                "groups",
+                "reset-offsets",
+                "-b",
+                b,
+                "--group",
+                group,
+                "--all-topics",
+                "--to-earliest",
+                "--execute",
+            ]
+        )
+        == 1
+    )
     assert "inactive" in capsys.readouterr().err
     c.close()
-    plan = _cli_json(capsys, "groups", "reset-offsets", "-b", b, "--group", group,
-                     "--topic", f"{topic}:0", "--shift-by", "-2", "--json")  # fmt: skip
+    plan = _cli_json(
+        capsys,
+        "groups",
+        "reset-offsets",
+        "-b",
+        b,
+        "--group",
+        group,
+        "--topic",
+        f"{topic}:0",
+        "--shift-by",
+        "-2",
+        "--json",
+    )
     assert not plan["executed"]
     assert [(r["partition"], r["new_offset"]) for r in plan["partitions"]] == [(0, 4)]
     (d,) = _cli_json(capsys, "groups", "describe", "-b", b, "--group", group, "--json")["groups"]
     assert {r["partition"]: r["current_offset"] for r in d["offsets"]}[0] == 6  # dry run
-    done = _cli_json(capsys, "groups", "reset-offsets", "-b", b, "--group", group,
-                     "--topic", topic, "--to-latest", "--execute", "--json")  # fmt: skip
+    done = _cli_json(
+        capsys,
+        "groups",
+        "reset-offsets",
+        "-b",
+        b,
+        "--group",
+        group,
+        "--topic",
+        topic,
+        "--to-latest",
+        "--execute",
+        "--json",
+    )
     assert [(r["new_offset"], r["error"]) for r in done["partitions"]] == [(10, None)] * 2
     (d,) = _cli_json(capsys, "groups", "describe", "-b", b, "--group", group, "--json")["groups"]
     assert d["state"] == "Empty"
     assert [(r["current_offset"], r["lag"]) for r in d["offsets"]] == [(10, 0), (10, 0)]
-    shifted = _cli_json(capsys, "groups", "reset-offsets", "-b", b, "--group", group,
-                        "--all-topics", "--shift-by", "-100", "--execute", "--json")  # fmt: skip
+    shifted = _cli_json(
+        capsys,
+        "groups",
+        "reset-offsets",
+        "-b",
+        b,
+        "--group",
+        group,
+        "--all-topics",
+        "--shift-by",
+        "-100",
+        "--execute",
+        "--json",
+    )
     assert [r["new_offset"] for r in shifted["partitions"]] == [0, 0]  # clamped to log start
+    hour = _cli_json(
+        capsys,
+        "groups",
+        "reset-offsets",
+        "-b",
+        b,
+        "--group",
+        group,
+        "--all-topics",
+        "--by-duration",
+        "PT1H",
+        "--json",
+    )
+    assert [r["new_offset"] for r in hour["partitions"]] == [0, 0]  # all written < 1 h ago
     deleted = _cli_json(capsys, "groups", "delete", "-b", b, "--group", group, "--json")
     assert deleted == {"deleted": [group], "errors": {}}
     listed = _cli_json(capsys, "groups", "list", "-b", b, "--json")["groups"]

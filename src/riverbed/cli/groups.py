@@ -8,7 +8,8 @@ kafka-consumer-groups does them.
 - ``delete --group G ...``: only Empty groups can be deleted (NON_EMPTY_GROUP otherwise);
 - ``reset-offsets --group G (--topic T[:P,P] ... | --all-topics)`` with one of
   ``--to-earliest``, ``--to-latest``, ``--to-current``, ``--to-offset N``,
-  ``--shift-by N`` or ``--to-datetime 2024-01-01T00:00:00[.000][Z|+hh:mm]``: prints the
+  ``--shift-by N``, ``--to-datetime 2024-01-01T00:00:00[.000][Z|+hh:mm]`` or
+  ``--by-duration PT1H`` (ISO-8601, that long before now): prints the
   plan (``--dry-run``, the default) or commits it (``--execute``); the group must be
   inactive (Empty or Dead), as in Kafka. Offsets out of range are clamped to
   [log start, log end].
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import re
+import time
 from typing import Any
 
 from riverbed.cli.common import (
@@ -78,6 +81,9 @@ def register(subparsers: Any) -> None:
     how.add_argument("--to-current", action="store_true")
     how.add_argument("--to-offset", type=int, metavar="N")
     how.add_argument("--shift-by", type=int, metavar="N")
+    how.add_argument(
+        "--by-duration", metavar="PnDTnHnMnS", help="to the offsets of this long ago (ISO-8601)"
+    )
     how.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS[.sss][Z|+hh:mm]")
     mode = reset.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="print the plan only (the default)")
@@ -163,7 +169,7 @@ def describe_cmd(args: argparse.Namespace) -> int:
             )
         else:
             if not d["offsets"] and d["state"] in _INACTIVE:
-                print(f"Consumer group '{d['group']}' has no active members and no offsets.")
+                print(f"Consumer group '{d['group']}' does not exist or has no offsets.")
                 continue
             print_table(
                 f"group {d['group']} ({d['state']})",
@@ -230,6 +236,20 @@ def _parse_datetime(text: str) -> int:
     return int(when.timestamp() * 1000)
 
 
+_DURATION = re.compile(
+    r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$", re.IGNORECASE
+)
+
+
+def parse_duration_ms(text: str) -> int:
+    """An ISO-8601 duration as kafka-consumer-groups takes it (``PnDTnHnMnS``), in ms."""
+    m = _DURATION.match(text.strip())
+    if m is None or text.strip().upper() in ("P", "PT"):
+        raise CliError(f"--by-duration {text!r}: expected an ISO-8601 duration like PT1H30M")
+    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups())
+    return int(((days * 24 + hours) * 60 + minutes) * 60_000 + seconds * 1000)
+
+
 def _targets(
     args: argparse.Namespace, committed: dict[tuple[str, int], int]
 ) -> list[tuple[str, int]]:
@@ -263,8 +283,12 @@ def plan_reset(
         wanted = dict(earliest)
     elif args.to_latest:
         wanted = dict(latest)
-    elif args.to_datetime is not None:
-        found = ga.list_offsets(boot, targets, _parse_datetime(args.to_datetime))
+    elif args.to_datetime is not None or args.by_duration is not None:
+        if args.to_datetime is not None:
+            when = _parse_datetime(args.to_datetime)
+        else:
+            when = int(time.time() * 1000) - parse_duration_ms(args.by_duration)
+        found = ga.list_offsets(boot, targets, when)
         wanted = {tp: (off if off >= 0 else latest[tp]) for tp, off in found.items()}
     elif args.to_offset is not None:
         wanted = {tp: args.to_offset for tp in targets}

@@ -425,6 +425,9 @@ class RemoteLogManager:
             # or the log restarted at the leader's local start above the remote data
             plog.adopt_remote_log_start(remote[0].base_offset)
             plog.advance_log_start_offset(remote[0].base_offset)
+            # a log restarted at the leader's local start lacks the epochs of the remote
+            # range: take them from the remote segments (their leader-epoch slices)
+            plog.install_remote_epochs(_remote_epochs(remote))
         elif plog.log_start_offset < plog.local_log_start_offset:
             plog.advance_log_start_offset(plog.local_log_start_offset)
 
@@ -805,6 +808,16 @@ class RemoteLogManager:
     def cache_stats(self) -> tuple[int, int]:
         """(hits, misses) of the read-ahead cache."""
         return self._cache.hits, self._cache.misses
+
+
+def _remote_epochs(remote: list[RemoteSegmentMetadata]) -> list[tuple[int, int]]:
+    """The leader epochs of the remote range (each segment's slice, in order)."""
+    out: list[tuple[int, int]] = []
+    for meta in remote:
+        for epoch, start in meta.leader_epochs:
+            if not out or (epoch > out[-1][0] and start > out[-1][1]):
+                out.append((epoch, start))
+    return out
 
 
 def _epoch_slice(

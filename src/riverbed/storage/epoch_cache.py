@@ -21,6 +21,7 @@ import bisect
 import itertools
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -161,6 +162,29 @@ class LeaderEpochCache:
         self._starts[0] = start_offset
         if changed:
             self._persist(sync=self._sync_assign)
+
+    def prepend(self, entries: Sequence[tuple[int, int]]) -> None:
+        """Older history before the first entry (e.g. a tiered log's remote range):
+        entries starting before it with a lower epoch go first; one with the first
+        entry's epoch moves that entry's start back. The rest is ignored."""
+        first_epoch = self._epochs[0] if self._epochs else None
+        first_start = self._starts[0] if self._starts else None
+        older: list[tuple[int, int]] = []
+        for epoch, start in entries:
+            if first_start is not None and start >= first_start:
+                break
+            if first_epoch is not None and epoch > first_epoch:
+                break
+            if older and (epoch <= older[-1][0] or start <= older[-1][1]):
+                continue  # not increasing (overlapping remote segments)
+            older.append((epoch, start))
+        if not older:
+            return
+        if first_epoch is not None and older[-1][0] == first_epoch:
+            self._starts[0] = older.pop()[1]
+        self._epochs[:0] = [e for e, _ in older]
+        self._starts[:0] = [s for _, s in older]
+        self._persist(sync=self._sync_assign)
 
     def clear(self) -> None:
         if self._epochs:

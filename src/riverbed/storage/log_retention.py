@@ -22,7 +22,7 @@ start moves past it): a remote tier that stays down does not fill the disk forev
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from riverbed.storage.errors import OffsetOutOfRangeError
@@ -158,7 +158,9 @@ class LogRetention(LogBase):
         del self._segments[:n], self._bases[:n]
         if not self.tiered:  # a tiered log's start stays in the remote tier
             self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
-        self.epoch_cache.truncate_from_start(self.local_log_start_offset)
+        # from the log start, not the local start: a tiered log keeps the epochs of its
+        # remote range (OffsetForLeaderEpoch answers them; Kafka does the same)
+        self.epoch_cache.truncate_from_start(self._log_start_offset)
         self._recovery_point = max(self._recovery_point, self._segments[0].base_offset)
         if self.producer_state is not None:
             self.producer_state.on_segments_deleted(self._segments[0].base_offset)
@@ -205,8 +207,19 @@ class LogRetention(LogBase):
             offset = min(offset, self._high_watermark)
             if offset > self._log_start_offset:
                 self._log_start_offset = offset
+                self.epoch_cache.truncate_from_start(offset)
                 log.info("%s: log start offset %d (remote retention)", self.name, offset)
             return self._log_start_offset
+
+    def install_remote_epochs(self, entries: Sequence[tuple[int, int]]) -> bool:
+        """A log restarted at its leader's local start takes the leader epochs of the
+        remote range (from the remote segments, Kafka's buildRemoteLogAuxState) before
+        its first own entry, from the log start on. True when the cache changed."""
+        with self._lock:
+            before = self.epoch_cache.entries()
+            self.epoch_cache.prepend(entries)
+            self.epoch_cache.truncate_from_start(self._log_start_offset)
+            return self.epoch_cache.entries() != before
 
     @property
     def deletes_pending(self) -> bool:

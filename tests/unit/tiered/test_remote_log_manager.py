@@ -317,3 +317,27 @@ def test_a_leader_that_lost_its_epoch_abandons_its_copy_and_spares_newer_uploads
     rlm._process(tier, True)
     assert _object_names(root) == [f"{newer}.log"]  # spared; its own copy abandoned
     assert rlm.rsm.list_segments("t", 0, "TID") == [] and plog.highest_offset_in_remote == -1
+
+
+def test_a_follower_restarted_at_the_leaders_local_start_rebuilds_the_remote_epochs(
+    tmp_path: Path,
+) -> None:
+    _, _, leader_log, _ = _copied(tmp_path)
+    leader_log.delete_old_segments(T0)
+    local = leader_log.local_log_start_offset
+    assert local > 200  # epoch 1 began at 200, in the remote range now
+    # the leader keeps the epochs of its remote range
+    assert leader_log.epoch_cache.entries() == [(0, 0), (1, 200)]
+    rlm, hosted, follower_log = _setup(tmp_path / "f", tmp_path / "remote", node_id=2)
+    hosted.registration.leader = 1
+    follower_log.truncate_fully_and_start_at(local)  # OFFSET_OUT_OF_RANGE from the leader
+    follower_log.append_as_follower(
+        leader_log.read(local, 1 << 30, leader_log.log_end_offset).read_bytes()
+    )
+    assert follower_log.epoch_cache.entries() == [(1, local)]
+    rlm._sync_partitions()
+    rlm._process(rlm._tiers[("t", 0)], False)
+    assert follower_log.log_start_offset == 0
+    assert follower_log.epoch_cache.entries() == [(0, 0), (1, 200)]
+    for epoch in (0, 1):
+        assert follower_log.end_offset_for_epoch(epoch) == leader_log.end_offset_for_epoch(epoch)

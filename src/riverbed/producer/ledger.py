@@ -3,10 +3,19 @@
 Files in the partition dir:
 
 - ``<offset, 20 digits>.snapshot``: sealed ledger files in Kafka's producer snapshot format
-  (:mod:`riverbed.producer.snapshot`; Kafka's own code reads them), each holding the
-  entries updated since the previous flush (newest file wins), written sorted by producer
-  id so a lookup is a binary search of ``pread`` s; ``offset`` = every batch below it is
-  reflected in this file or an older one;
+  (:mod:`riverbed.producer.snapshot`; Kafka's own code reads them), written sorted by
+  producer id so a lookup is a bisect of in-memory fences and one ``pread``; ``offset`` =
+  every batch below it is reflected in this file or an older one. Which are complete:
+
+  * a flush's file (segment roll, timer, full filter) is a DELTA: the entries updated
+    since the previous flush (newest file wins), not every producer;
+  * the file a clean close writes at the log end is COMPLETE (every live producer,
+    :meth:`install_complete`), so Kafka's loader, which reads only the newest snapshot,
+    sees every producer after a clean shutdown; after a crash the newest is a delta;
+  * a complete snapshot as of any offset from the log start to the log end, on demand
+    (for the tiered copier, which ships a segment's snapshot):
+    ``ProducerStateManager.write_complete_snapshot`` / ``complete_snapshot_bytes`` /
+    ``save_complete_snapshot`` (:mod:`riverbed.producer.complete` merges the files);
 - ``<offset>.bloom`` beside each: its Bloom filter (:mod:`riverbed.producer.bloom`);
 - ``<generation, 20 digits>.ledger``: the active file, memory-mapped, same layout as a
   snapshot (version, CRC 0 while active, count, 46-byte entries), fixed size
@@ -74,6 +83,7 @@ from typing import Final
 from crc32c import crc32c
 
 from riverbed.producer.bloom import BloomFilter, BloomFormatError, indices_of, pid_hash
+from riverbed.producer.complete import iter_fd_fields
 from riverbed.producer.snapshot import (
     ENTRY,
     SNAPSHOT_VERSION,
@@ -86,11 +96,13 @@ from riverbed.producer.snapshot import (
 
 __all__ = [
     "FLUSH_STEPS",
+    "CompleteSources",
     "Fields",
     "LedgerConfig",
     "LedgerStats",
     "PendingFlush",
     "PidLedger",
+    "fsync_dir",
 ]
 
 log = logging.getLogger(__name__)
@@ -105,6 +117,8 @@ FLUSH_STEPS: Final = 8
 OPEN_FILES_MAX: Final = 64
 _LEDGER: Final = re.compile(r"^(\d{20})\.ledger$")
 _BLOOM: Final = re.compile(r"^(\d{20})\.bloom$")
+#: What a crash may leave of a file being written (tmp + rename): deleted at open.
+_TMP: Final = re.compile(r"^\d{20}\.(snapshot|bloom)(\.complete)?\.tmp$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +158,15 @@ class PendingFlush:
     done: threading.Event = field(default_factory=threading.Event)
 
 
-def _fsync_dir(directory: Path) -> None:
+@dataclass(frozen=True, slots=True)
+class CompleteSources:
+    base: int | None  # the newest sealed file's offset at or below the requested one
+    mapped: list[Fields]  # the mapped files' newest entries, sorted by producer id
+    upto: list[int]  # descriptors of the sealed files at or below it, newest first
+    later: list[int]  # descriptors of the sealed files above it
+
+
+def fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -162,7 +184,7 @@ def _write_file(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 class ActiveFile:
@@ -362,6 +384,8 @@ class PidLedger:
                     blooms[int(m.group(1))] = p
                 elif m := _LEDGER.match(entry.name):
                     ledgers.append((int(m.group(1)), p))
+                elif _TMP.match(entry.name):
+                    p.unlink(missing_ok=True)
             for off, p in blooms.items():
                 if off not in sealed:
                     p.unlink(missing_ok=True)  # a crash between flush steps 4 and 5
@@ -669,7 +693,53 @@ class PidLedger:
         with self._lock:
             self._close_all()
 
+    def install_complete(self, offset: int, tmp: Path) -> None:
+        """Make ``tmp`` (a complete snapshot as of ``offset``, fsynced) the sealed file
+        ``<offset>.snapshot``: its filter first, then the rename (a crash between leaves
+        a filter that covers more than its file: only false positives). For a clean
+        close: the in-memory index is not updated (the next open loads the file)."""
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            count = max(0, int.from_bytes(os.pread(fd, 4, 6), "big", signed=True))
+            filt = BloomFilter.for_items(max(count, self.config.capacity), self.config.fpp)
+            for fields in iter_fd_fields(fd):
+                filt.add(fields[0])
+        finally:
+            os.close(fd)
+        path = self.directory / snapshot_name(offset)
+        _write_file(path.with_name(path.name.replace(".snapshot", ".bloom")), filt.to_bytes())
+        os.replace(tmp, path)
+        fsync_dir(self.directory)
+
     # ---- views ------------------------------------------------------------------------------
+
+    def complete_sources(self, up_to_offset: int) -> CompleteSources:
+        """What a complete snapshot as of ``up_to_offset`` merges
+        (:mod:`riverbed.producer.complete`): the mapped entries (newest version, sorted),
+        and descriptors of the sealed files at or below it and above it, newest first,
+        opened under the lock so retention cannot take them away meanwhile. The caller
+        closes the descriptors."""
+        with self._lock:
+            mapped: dict[int, Fields] = {}
+            for f in reversed([self.active, *self.retired]):  # oldest first: newest wins
+                if f is not None:
+                    mapped.update((e[0], e) for e in f.entries())
+            upto = [s for s in self._sealed if s.offset <= up_to_offset]
+            later = [s for s in self._sealed if s.offset > up_to_offset]
+            fds: list[int] = []
+            try:
+                for s in (*upto, *later):
+                    fds.append(os.open(s.path, os.O_RDONLY))
+            except OSError:
+                for fd in fds:
+                    os.close(fd)
+                raise
+            return CompleteSources(
+                base=upto[0].offset if upto else None,
+                mapped=sorted(mapped.values()),
+                upto=fds[: len(upto)],
+                later=fds[len(upto) :],
+            )
 
     def iter_newest(self) -> Iterator[Fields]:
         """Every producer's newest entry (active first, then sealed files newest first;

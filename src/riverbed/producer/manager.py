@@ -24,26 +24,39 @@ Snapshot files and the log:
 - ``remove_expired(now_ms)``: producers idle for ``producer.id.expiration.ms`` read as
   absent (the broker calls it every ``producer.id.expiration.check.interval.ms``).
 
-Kafka's own code reading these files sees only the newest one's producers (its loader
-takes the latest snapshot); a producer missing there is "unknown" to it, which Kafka
-accepts since KIP-360 (any sequence), so going back costs duplicate detection for those
-producers' in-flight retries, never a refused producer.
+Complete snapshots: a clean close rewrites ``<log end>.snapshot`` as a complete file
+(every live producer; the flush files are deltas), so Kafka's own loader, which reads
+only the newest snapshot, sees every producer after a clean shutdown (after a crash the
+newest is a delta: a producer missing there is "unknown" to Kafka, accepted since
+KIP-360, so going back then costs duplicate detection of in-flight retries, never a
+refused producer). ``write_complete_snapshot(out, up_to_offset)`` (and
+``complete_snapshot_bytes`` / ``save_complete_snapshot``) produce a complete snapshot as
+of any offset between the log start and the log end, e.g. for the tiered copier.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 from riverbed.producer.cache import PRODUCER_ID_CACHE_MAX_ENTRIES_DEFAULT, LedgerStore
-from riverbed.producer.ledger import LedgerConfig, LedgerStats, PendingFlush, PidLedger
-from riverbed.producer.snapshot import snapshot_offset
+from riverbed.producer.complete import iter_fd_fields, merge_newest, write_snapshot
+from riverbed.producer.ledger import (
+    Fields,
+    LedgerConfig,
+    LedgerStats,
+    PendingFlush,
+    PidLedger,
+    fsync_dir,
+)
+from riverbed.producer.snapshot import entry_fields, snapshot_name, snapshot_offset
 from riverbed.producer.state import ProducerEntry, ProducerStateTable, is_expired
 from riverbed.protocol.records import BatchHeader
 from riverbed.storage.producer_hook import DuplicateBatch
@@ -160,6 +173,11 @@ class ProducerStateManager:
 
     def on_close(self, log_end_offset: int) -> None:
         self.flush(log_end_offset)
+        if self.ledger.newest_offset() is not None:
+            # the newest file complete: Kafka's loader reads only the newest snapshot
+            tmp = self.directory / (snapshot_name(log_end_offset) + ".complete.tmp")
+            self.save_complete_snapshot(tmp, log_end_offset, rename=False)
+            self.ledger.install_complete(log_end_offset, tmp)
         self.ledger.close()
 
     # ---- flushing ---------------------------------------------------------------------------
@@ -202,6 +220,91 @@ class ProducerStateManager:
         except Exception:
             # the old files stay on the read path and on disk: the next flush seals them
             log.exception("%s: producer ledger flush at %d failed", self.name, pending.offset)
+
+    # ---- complete snapshots (for Kafka's loader and the tiered copier) -------------------
+
+    def write_complete_snapshot(self, out: BinaryIO, up_to_offset: int | None = None) -> int:
+        """Write to ``out`` (seekable, readable, at 0) a Kafka producer snapshot of every
+        live producer as of ``up_to_offset`` (every batch below it applied; from the log
+        start offset up to the log end, the default), as :mod:`riverbed.producer.complete` merges it; returns
+        the number of entries. Memory bounded by the number of ledger files, plus the
+        replayed batches' producers when ``up_to_offset`` is neither a sealed file's
+        offset nor the log end. Thread-safe (the tiered copier calls it from its pool)."""
+        end = self.table.map_end_offset
+        x = end if up_to_offset is None else up_to_offset
+        if not self._log_start() <= x <= end:
+            raise ValueError(f"{self.name}: no producer state as of {x} (log end {end})")
+        src = self.ledger.complete_sources(x)
+        now = self.now_ms()
+        expiration = self.config.producer_id_expiration_ms
+        try:
+            if x >= end:
+                first = src.mapped
+            elif src.base == x:
+                first = []
+            else:
+                start = src.base if src.base is not None else self._log_start()
+                first = self._replayed(start, x)
+
+            def below_x(fields_: Iterable[Fields]) -> Iterator[Fields]:
+                return (f for f in fields_ if f[3] < x)
+
+            carried = [below_x(iter_fd_fields(fd)) for fd in src.later]
+            if x < end:
+                carried.insert(0, below_x(src.mapped))
+            streams = [first, *(iter_fd_fields(fd) for fd in src.upto), *carried]
+            return write_snapshot(
+                out,
+                (
+                    f
+                    for f in merge_newest(streams)
+                    if not (f[7] < 0 and now - f[5] >= expiration)  # expired: Kafka drops it
+                ),
+            )
+        finally:
+            for fd in (*src.upto, *src.later):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    def complete_snapshot_bytes(self, up_to_offset: int | None = None) -> bytes:
+        """:meth:`write_complete_snapshot` in memory (46 bytes per live producer)."""
+        out = io.BytesIO()
+        self.write_complete_snapshot(out, up_to_offset)
+        return out.getvalue()
+
+    def save_complete_snapshot(
+        self, path: Path, up_to_offset: int | None = None, *, rename: bool = True
+    ) -> int:
+        """:meth:`write_complete_snapshot` into ``path`` (via ``<path>.tmp``, fsync and
+        rename: whole or absent; ``rename=False``: written and fsynced in place);
+        returns the number of entries."""
+        tmp = path.with_name(path.name + ".tmp") if rename else path
+        with open(tmp, "w+b") as out:
+            count = self.write_complete_snapshot(out, up_to_offset)
+            out.flush()
+            os.fsync(out.fileno())
+        if rename:
+            os.replace(tmp, path)
+            fsync_dir(path.parent)
+        return count
+
+    def _log_start(self) -> int:
+        return int(self._log.log_start_offset) if self._log is not None else 0
+
+    def _replayed(self, start: int, end: int) -> list[Fields]:
+        """Producers' entries from the batches in [start, end) of the log, sorted."""
+        table = ProducerStateTable(start)
+        headers = self._headers_from(start)
+        try:
+            for h in headers:
+                if h.base_offset >= end:
+                    break
+                table.apply(h)
+        finally:
+            close = getattr(headers, "close", None)
+            if close is not None:
+                close()  # the log's lock, held while iterating
+        return sorted(entry_fields(e) for e in table.producers.entries())
 
     # ---- expiry and views -----------------------------------------------------------------
 

@@ -131,6 +131,14 @@ class PartitionLeader:
         out += self._maybe_advance_hw()
         return out
 
+    def mark_recovered(self, now_ms: int) -> list[Action]:
+        """After an unclean election (leader recovery state RECOVERING) the new leader's log
+        is the partition's truth: an AlterPartition with the same ISR records RECOVERED
+        (the wire form always says RECOVERED), as Kafka's leader does once it leads."""
+        if not self.isr.can_propose(now_ms):
+            return []
+        return self._propose(self.isr.isr, now_ms, "mark the partition RECOVERED")
+
     def resign(self) -> list[Action]:
         """Leadership moved away: every parked produce fails (the client retries)."""
         out: list[Action] = [

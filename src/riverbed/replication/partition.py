@@ -26,6 +26,9 @@ from riverbed.replication.follower import PartitionFollower
 from riverbed.replication.leader import PartitionLeader
 from riverbed.replication.log import ReplicaLog
 
+#: PartitionRegistration.leader_recovery_state after an unclean election (KIP-704).
+LEADER_RECOVERING = 1
+
 
 class Role(Enum):
     NONE = "none"
@@ -116,7 +119,10 @@ class Partition:
         )
         # an ISR of this leader alone commits its whole log at once (Kafka's
         # maybeIncrementLeaderHW on becoming leader)
-        return [line, *self.leader.on_local_append(now_ms)]
+        out: list[Action] = [line, *self.leader.on_local_append(now_ms)]
+        if reg.leader_recovery_state == LEADER_RECOVERING:
+            out += self.leader.mark_recovered(now_ms)
+        return out
 
     def _become_follower(self, reg: PartitionRegistration) -> list[Action]:
         out: list[Action] = []

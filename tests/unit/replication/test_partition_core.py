@@ -233,6 +233,18 @@ def test_partition_role_changes_follow_leader_epochs() -> None:
     assert p.leader is None and p.follower is None
 
 
+def test_an_unclean_leader_marks_the_partition_recovered() -> None:
+    log = MemLog()
+    p = Partition(2, log, CONFIG, high_watermark=0)
+    unclean = PartitionRegistration(
+        (1, 2, 3), (2,), leader=2, leader_recovery_state=1, leader_epoch=4, partition_epoch=9
+    )
+    (req,) = of(AlterIsr, p.apply_registration(unclean, 0))
+    assert req == AlterIsr(4, 9, (2,), (-1,))  # same ISR; the wire form says RECOVERED
+    clean = reg(isr=(2,), leader=2, epoch=5, pepoch=10)
+    assert of(AlterIsr, p.apply_registration(clean, 0)) == []
+
+
 def test_alter_partition_through_kafka_wire_bytes() -> None:
     tid = uuid.uuid4()
     req = AlterIsr(5, 7, (1, 2), (10, 11))

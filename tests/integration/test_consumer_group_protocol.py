@@ -253,6 +253,9 @@ def test_regex_subscription_range_assignor_and_admin_views(
     assert assigned == topics(a)
     # the classic views (DescribeGroups, as kafka-consumer-groups and `riverbed groups`)
     b = broker.bootstrap
+    listed = _cli_json(capsys, "groups", "list", "-b", b, "--json")["groups"]
+    expected = {"group": group, "protocol_type": "consumer", "state": "Stable", "type": "consumer"}
+    assert expected in listed
     (d,) = _cli_json(capsys, "groups", "describe", "-b", b, "--group", group, "--json")["groups"]
     assert d["state"] == "Stable" and len(d["members"]) == 1
     assert d["members"][0]["assignment"] == {"rx-a": [0, 1], "rx-b": [0, 1], "rx-c": [0]}

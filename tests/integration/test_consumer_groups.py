@@ -370,7 +370,8 @@ def test_groups_cli_lists_describes_with_lag_resets_and_deletes(
             c.commit(message=msg, asynchronous=False)
     assert seen == 6
     listed = _cli_json(capsys, "groups", "list", "-b", b, "--json")["groups"]
-    assert {"group": group, "protocol_type": "consumer", "state": "Stable"} in listed
+    expected = {"group": group, "protocol_type": "consumer", "state": "Stable", "type": "classic"}
+    assert expected in listed
     (d,) = _cli_json(capsys, "groups", "describe", "-b", b, "--group", group, "--json")["groups"]
     assert d["state"] == "Stable" and len(d["members"]) == 1
     assert d["members"][0]["assignment"] == {topic: [0, 1]}

@@ -105,6 +105,8 @@ def list_groups(bootstrap: str, states: list[str] | None) -> list[dict[str, str]
                 "group": g.group_id,
                 "protocol_type": g.protocol_type,
                 "state": g.group_state or "",
+                # ListGroups v5+: "classic" or "consumer" (KIP-848)
+                "type": g.group_type or "classic",
             }
     return [out[k] for k in sorted(out)]
 

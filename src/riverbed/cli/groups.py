@@ -107,8 +107,8 @@ def list_cmd(args: argparse.Namespace) -> int:
     if args.state:
         print_table(
             "consumer groups",
-            ["GROUP", "STATE", "PROTOCOL TYPE"],
-            [(g["group"], g["state"], g["protocol_type"]) for g in groups],
+            ["GROUP", "STATE", "PROTOCOL TYPE", "GROUP TYPE"],
+            [(g["group"], g["state"], g["protocol_type"], g["type"]) for g in groups],
         )
     else:
         for g in groups:

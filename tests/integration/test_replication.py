@@ -388,3 +388,26 @@ def test_topic_deleted_while_a_broker_is_down_is_removed_when_it_returns(
     fresh.delete_topics([topic])[topic].result(30)
     cluster.nodes[down].start(60)
     wait_for("the stray log removed at start-up", lambda: not part_dir.exists(), 30)
+
+
+def test_leaders_elect_cli(cluster: QuorumCluster) -> None:
+    import json
+    import subprocess
+    import sys
+
+    topic = "replicated-cli"
+    create_topic(cluster, topic)
+    cmd = [sys.executable, "-m", "riverbed.cli.main", "leaders", "elect", "--preferred"]
+    cmd += ["--topic", topic, "-b", cluster.bootstrap_servers, "--json"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout)
+    assert row["topic"] == topic and row["partition"] == 0
+    assert row["result"].startswith("ELECTION_NOT_NEEDED")  # the preferred replica leads
+    bad = subprocess.run(
+        [*cmd[:6], "--partition", "0", "-b", cluster.bootstrap_servers],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode != 0 and "--partition needs --topic" in bad.stderr

@@ -29,6 +29,7 @@ VERBS: tuple[str, ...] = (
     "quorum",
     "producers",
     "groups",
+    "leaders",
     "dev",
 )
 

@@ -563,3 +563,41 @@ def test_kafka_python_sticky_assignor(gbroker: BrokerProcess) -> None:
     assert not c1.assignment() & c2.assignment()
     c1.close()
     c2.close()
+
+
+def test_groups_cli_delete_offsets(
+    gbroker: BrokerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from riverbed.cli.main import main
+
+    b = gbroker.bootstrap
+    topic, group = "cli-delete-offsets", "g-cli-delete-offsets"
+    fill(b, topic, 2, 20)
+    c = consumer(b, group, **{"enable.auto.commit": False})
+    c.subscribe([topic])
+    poll_until([c], lambda: len(parts(c)) == 2)
+    c.commit(offsets=[TopicPartition(topic, 0, 3), TopicPartition(topic, 1, 7)], asynchronous=False)
+
+    def run(*argv: str) -> tuple[int, Any]:
+        capsys.readouterr()
+        code = main(["groups", "delete-offsets", "-b", b, *argv, "--json"])
+        return code, json.loads(capsys.readouterr().out)
+
+    # an active member subscribes to the topic: its offsets stay
+    code, out = run("--group", group, "--topic", topic)
+    assert code == 1 and out["error"] is None
+    assert [(r["partition"], r["error"]) for r in out["partitions"]] == [
+        (0, "GROUP_SUBSCRIBED_TO_TOPIC"),
+        (1, "GROUP_SUBSCRIBED_TO_TOPIC"),
+    ]
+    c.close()
+    code, out = run("--group", group, "--topic", f"{topic}:0")
+    assert (code, out["partitions"]) == (0, [{"topic": topic, "partition": 0, "error": None}])
+    (d,) = _cli_json(capsys, "groups", "describe", "-b", b, "--group", group, "--json")["groups"]
+    assert [(r["partition"], r["current_offset"]) for r in d["offsets"]] == [(1, 7)]
+    code, out = run("--group", group, "--all-topics")
+    assert (code, [r["partition"] for r in out["partitions"]]) == (0, [1])
+    (d,) = _cli_json(capsys, "groups", "describe", "-b", b, "--group", group, "--json")["groups"]
+    assert d["offsets"] == []
+    code, out = run("--group", "no-such-group", "--topic", f"{topic}:0")
+    assert (code, out["error"]) == (1, "GROUP_ID_NOT_FOUND")

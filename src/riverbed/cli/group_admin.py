@@ -8,7 +8,9 @@
 - log start / end offsets and offsets for a timestamp: ListOffsets to each leader;
 - offset resets: OffsetCommit with generation -1 (an admin commit, accepted only while
   the group is Empty, as Kafka's kafka-consumer-groups requires);
-- DeleteGroups to the coordinator.
+- DeleteGroups to the coordinator;
+- OffsetDelete to the coordinator: a group's committed offsets of some partitions
+  (GROUP_SUBSCRIBED_TO_TOPIC for a topic an active member still subscribes to).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from riverbed.protocol.messages import (
     ListOffsetsRequest,
     MetadataRequest,
     OffsetCommitRequest,
+    OffsetDeleteRequest,
     OffsetFetchRequest,
 )
 
@@ -296,8 +299,36 @@ def commit_offsets(
     )
     with connect(address) as client:
         resp: Any = client.request(ApiKey.OFFSET_COMMIT, req)
+    return _partition_errors(resp)
+
+
+def _partition_errors(resp: Any) -> dict[TopicPartition, str | None]:
+    """partition -> None when it succeeded, else its error name, from a response's topics."""
     return {
         (t.name, p.partition_index): None if p.error_code == 0 else _error(p.error_code)
         for t in resp.topics
         for p in t.partitions
     }
+
+
+def delete_offsets(
+    address: str, group: str, partitions: list[TopicPartition]
+) -> tuple[str | None, dict[TopicPartition, str | None]]:
+    """(the group's error or None, partition -> None when deleted, else the error name)."""
+    by_topic: dict[str, list[Any]] = {}
+    for t, p in sorted(partitions):
+        by_topic.setdefault(t, []).append(
+            OffsetDeleteRequest.OffsetDeleteRequestPartition(partition_index=p)
+        )
+    req = OffsetDeleteRequest(
+        group_id=group,
+        topics=[
+            OffsetDeleteRequest.OffsetDeleteRequestTopic(name=t, partitions=ps)
+            for t, ps in by_topic.items()
+        ],
+    )
+    with connect(address) as client:
+        resp: Any = client.request(ApiKey.OFFSET_DELETE, req)
+    if resp.error_code:
+        return _error(resp.error_code), {}
+    return None, _partition_errors(resp)

@@ -1,4 +1,4 @@
-"""`riverbed groups list|describe|delete|reset-offsets`: consumer groups, as
+"""`riverbed groups list|describe|delete|delete-offsets|reset-offsets`: consumer groups, as
 kafka-consumer-groups does them.
 
 - ``list [--state S ...]``: every group of the cluster (ListGroups to each broker);
@@ -6,6 +6,10 @@ kafka-consumer-groups does them.
   log end offset and the lag, with the member that owns it (``--members``: one row per
   member with its assignment; ``--state``: coordinator, state, protocol, member count);
 - ``delete --group G ...``: only Empty groups can be deleted (NON_EMPTY_GROUP otherwise);
+- ``delete-offsets --group G (--topic T[:P,P] ... | --all-topics)``: removes the group's
+  committed offsets of those partitions (OffsetDelete, kafka-consumer-groups'
+  ``--delete-offsets``); refused per topic (GROUP_SUBSCRIBED_TO_TOPIC) while an active
+  member subscribes to it, for the whole group when it does not exist;
 - ``reset-offsets --group G (--topic T[:P,P] ... | --all-topics)`` with one of
   ``--to-earliest``, ``--to-latest``, ``--to-current``, ``--to-offset N``,
   ``--shift-by N``, ``--to-datetime 2024-01-01T00:00:00[.000][Z|+hh:mm]`` or
@@ -67,14 +71,17 @@ def register(subparsers: Any) -> None:
     add_json(delete)
     delete.set_defaults(func=run_guarded(delete_cmd))
 
+    drop = verb_parser(sub, "delete-offsets", "delete a group's committed offsets of partitions")
+    add_bootstrap(drop)
+    drop.add_argument("--group", required=True)
+    _add_topic_choice(drop)
+    add_json(drop)
+    drop.set_defaults(func=run_guarded(delete_offsets_cmd))
+
     reset = verb_parser(sub, "reset-offsets", "move an inactive group's committed offsets")
     add_bootstrap(reset)
     reset.add_argument("--group", required=True)
-    which = reset.add_mutually_exclusive_group(required=True)
-    which.add_argument("--topic", action="append", help="TOPIC or TOPIC:P,P (repeatable)")
-    which.add_argument(
-        "--all-topics", action="store_true", help="every topic the group has offsets for"
-    )
+    _add_topic_choice(reset)
     how = reset.add_mutually_exclusive_group(required=True)
     how.add_argument("--to-earliest", action="store_true")
     how.add_argument("--to-latest", action="store_true")
@@ -90,6 +97,14 @@ def register(subparsers: Any) -> None:
     mode.add_argument("--execute", action="store_true", help="commit the new offsets")
     add_json(reset)
     reset.set_defaults(func=run_guarded(reset_cmd))
+
+
+def _add_topic_choice(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--topic", action="append", help="TOPIC or TOPIC:P,P (repeatable)")
+    which.add_argument(
+        "--all-topics", action="store_true", help="every topic the group has offsets for"
+    )
 
 
 def _dash(value: Any) -> Any:
@@ -221,6 +236,33 @@ def delete_cmd(args: argparse.Namespace) -> int:
             else:
                 print(f"Deletion of requested consumer group '{group}' failed: {error}")
     return 0 if all(e is None for e in results.values()) else 1
+
+
+# ---------------------------------------------------------------------- delete-offsets
+def delete_offsets_cmd(args: argparse.Namespace) -> int:
+    from riverbed.cli import group_admin
+
+    address = group_admin.coordinator(args.bootstrap_server, args.group)
+    committed = group_admin.committed_offsets(address, args.group) if args.all_topics else {}
+    targets = _targets(args, committed)
+    group_error, results = (
+        group_admin.delete_offsets(address, args.group, targets) if targets else (None, {})
+    )
+    rows = [{"topic": t, "partition": p, "error": e} for (t, p), e in sorted(results.items())]
+    if args.json:
+        print_json({"group": args.group, "error": group_error, "partitions": rows})
+    elif group_error is not None:
+        print(f"Error: Deletion of offsets failed due to: {group_error}")
+    else:
+        print_table(
+            f"group {args.group}",
+            ["TOPIC", "PARTITION", "STATUS"],
+            [
+                (r["topic"], r["partition"], "Successful" if r["error"] is None else r["error"])
+                for r in rows
+            ],
+        )
+    return 1 if group_error is not None or any(r["error"] for r in rows) else 0
 
 
 # ---------------------------------------------------------------------- reset-offsets

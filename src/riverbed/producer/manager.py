@@ -56,7 +56,12 @@ from riverbed.producer.ledger import (
     PidLedger,
     fsync_dir,
 )
-from riverbed.producer.snapshot import entry_fields, snapshot_name, snapshot_offset
+from riverbed.producer.snapshot import (
+    decode_snapshot,
+    entry_fields,
+    snapshot_name,
+    snapshot_offset,
+)
 from riverbed.producer.state import ProducerEntry, ProducerStateTable, is_expired
 from riverbed.protocol.records import BatchHeader
 from riverbed.storage.producer_hook import DuplicateBatch
@@ -321,6 +326,21 @@ class ProducerStateManager:
             for e in self.store.entries()
             if not is_expired(e, now, expiration)
         ]
+
+    def install_remote_snapshot(self, data: bytes) -> int:
+        """Kafka's buildRemoteLogAuxState: a log restarted at its leader's local start
+        takes the producers of the remote range from the complete snapshot shipped with
+        the remote segment ending there; producers seen since the restart keep their
+        newer state. Returns the producers added. Raises CorruptSnapshotError."""
+        entries = decode_snapshot(data)
+        lock = self._log._lock if self._log is not None else contextlib.nullcontext()
+        added = 0
+        with lock:
+            for entry in entries:
+                if self.store.get(entry.producer_id) is None:
+                    self.store.put(entry)
+                    added += 1
+        return added
 
     def stats(self) -> tuple[LedgerStats, float, int]:
         """(ledger counts, cache hit rate, cached entries)."""

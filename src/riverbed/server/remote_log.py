@@ -165,6 +165,9 @@ class _Tier:
     remote: list[RemoteSegmentMetadata] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     running: bool = False  # a copier task of this tier runs (event loop's view)
+    # the log restarted at this local start below which the remote tier's producers are
+    # still to be installed (buildRemoteLogAuxState); None: nothing pending
+    producers_pending_at: int | None = None
     # the topic was deleted (or re-created under a new id) while a task ran: its remote
     # data goes once that task ends, so no upload lands after the deletion
     delete_when_idle: bool = False
@@ -427,9 +430,27 @@ class RemoteLogManager:
             plog.advance_log_start_offset(remote[0].base_offset)
             # a log restarted at the leader's local start lacks the epochs of the remote
             # range: take them from the remote segments (their leader-epoch slices)
-            plog.install_remote_epochs(_remote_epochs(remote))
+            if plog.install_remote_epochs(_remote_epochs(remote)):
+                tier.producers_pending_at = plog.local_log_start_offset
+            self._install_remote_producers(tier, remote)
         elif plog.log_start_offset < plog.local_log_start_offset:
             plog.advance_log_start_offset(plog.local_log_start_offset)
+
+    def _install_remote_producers(self, tier: _Tier, remote: list[RemoteSegmentMetadata]) -> None:
+        """Producer state of the remote range for a log restarted at its leader's local
+        start: the snapshot shipped with the remote segment ending just below it."""
+        plog, at = tier.plog, tier.producers_pending_at
+        install = getattr(plog.producer_state, "install_remote_snapshot", None)
+        if at is None or install is None or at != plog.local_log_start_offset:
+            tier.producers_pending_at = None
+            return
+        below = [m for m in remote if m.end_offset == at - 1 and ".snapshot" in m.files]
+        if below:
+            topic, partition = tier.key
+            data = self.rsm.producer_snapshot(topic, partition, tier.topic_id, below[-1].segment_id)
+            added = install(data)
+            log.info("%s-%d: %d producer(s) of the remote range installed", topic, partition, added)
+        tier.producers_pending_at = None
 
     def _sweep(
         self, tier: _Tier, listing: RemoteListing, stale: list[RemoteSegmentMetadata]
@@ -526,6 +547,7 @@ class RemoteLogManager:
                 offset_index_path=seg.offset_index.path,
                 time_index_path=seg.time_index.path,
                 producer_snapshot_path=plog.directory / snapshot_name(info.next_offset),
+                producer_snapshot=_complete_snapshot(plog, info.next_offset),
             )
 
             def still_leading(epoch: int = epoch) -> bool:
@@ -808,6 +830,12 @@ class RemoteLogManager:
     def cache_stats(self) -> tuple[int, int]:
         """(hits, misses) of the read-ahead cache."""
         return self._cache.hits, self._cache.misses
+
+
+def _complete_snapshot(plog: Any, offset: int) -> bytes | None:
+    """Every live producer as of ``offset`` (None: the log keeps no producer state)."""
+    complete = getattr(plog.producer_state, "complete_snapshot_bytes", None)
+    return None if complete is None else bytes(complete(offset))
 
 
 def _remote_epochs(remote: list[RemoteSegmentMetadata]) -> list[tuple[int, int]]:

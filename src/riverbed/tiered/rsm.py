@@ -17,7 +17,8 @@ Object layout (one prefix per partition, one upload = one segment id)::
     <url>/<topic>-<topic id>/<partition>/
         <segment id>.log                       the segment's batches, as on disk
         <segment id>.index, .timeindex         its offset and time index (if present)
-        <segment id>.snapshot                  producer snapshot at its end (if present)
+        <segment id>.snapshot                  complete producer snapshot as of its end
+                                               + 1 (Kafka's format; if the log has one)
         <segment id>.leader-epoch-checkpoint   the epochs covering it (Kafka's text format)
         <segment id>.remotelogindex            its remote log index entries (shipped so
                                                followers build the same local indexes)
@@ -173,6 +174,8 @@ class SegmentUpload:
     offset_index_path: Path | None = None
     time_index_path: Path | None = None
     producer_snapshot_path: Path | None = None
+    #: the complete producer snapshot as of end_offset + 1 (preferred to the path)
+    producer_snapshot: bytes | None = None
 
 
 def epochs_checkpoint_text(epochs: Sequence[tuple[int, int]]) -> str:
@@ -333,7 +336,7 @@ class FsspecRemoteStorageManager:
             (".log", upload.log_path),
             (".index", upload.offset_index_path),
             (".timeindex", upload.time_index_path),
-            (".snapshot", upload.producer_snapshot_path),
+            (".snapshot", None if upload.producer_snapshot else upload.producer_snapshot_path),
         )
         present = [(sfx, p) for sfx, p in locals_ if p is not None and p.exists()]
         files = [sfx for sfx, _ in present]
@@ -348,6 +351,9 @@ class FsspecRemoteStorageManager:
             base + _EPOCHS_SUFFIX: epochs_checkpoint_text(upload.leader_epochs).encode(),
             base + _ENTRIES_SUFFIX: encode_entries(upload.entries),
         }
+        if upload.producer_snapshot:
+            blobs[base + ".snapshot"] = upload.producer_snapshot
+            files.append(".snapshot")
         self._call(f"upload {upload.segment_id} epochs and index entries", self.fs.pipe, blobs)
         files += [_EPOCHS_SUFFIX, _ENTRIES_SUFFIX]
         meta = RemoteSegmentMetadata(
@@ -467,6 +473,14 @@ class FsspecRemoteStorageManager:
             raise RemoteStorageError(
                 f"read {segment_id}: got {len(data)} of {length} bytes at {position}"
             )
+        return data
+
+    def producer_snapshot(
+        self, topic: str, partition: int, topic_id: str | None, segment_id: str
+    ) -> bytes:
+        """The producer snapshot shipped with a remote segment (state at its end + 1)."""
+        path = f"{self.partition_path(topic, partition, topic_id)}/{segment_id}.snapshot"
+        data: bytes = self._call(f"read {segment_id} producer snapshot", self.fs.cat_file, path)
         return data
 
     def index_entries(

@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from riverbed.producer.manager import ProducerStateConfig, ProducerStateManager
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.records import SimpleRecord, build_batch, iter_batches
 from riverbed.server.remote_log import RemoteLogManager, RemoteLogSettings, _epoch_slice
@@ -29,8 +30,15 @@ SETTINGS = RemoteLogSettings(
 
 
 def _setup(
-    tmp_path: Path, remote_root: Path | None = None, node_id: int = 1, leader_epoch: int = 0
+    tmp_path: Path,
+    remote_root: Path | None = None,
+    node_id: int = 1,
+    leader_epoch: int = 0,
+    *,
+    producers: bool = False,
 ) -> tuple[RemoteLogManager, Any, PartitionLog]:
+    """A tiered log of 40 batches in 7 segments (epoch 1 from offset 200); with
+    ``producers`` it keeps producer state and batch i is producer 1000 + i's first."""
     clock = ManualClock(T0)
     config = LogConfig.from_props(
         {"segment.bytes": 4000, "remote.storage.enable": "true", "local.retention.bytes": 0}
@@ -38,9 +46,14 @@ def _setup(
     plog = PartitionLog(
         tmp_path / "t-0", "t", 0, config, clock, remote_log_enabled=True, topic_id="TID"
     )
+    idempotent: dict[str, int] = {}
+    if producers:
+        ProducerStateManager(plog.directory, clock.now_ms, ProducerStateConfig()).attach(plog)
     for i in range(40):
         recs = [SimpleRecord(b"v%04d" % (i * 10 + j) * 10, timestamp=T0 + i) for j in range(10)]
-        plog.append_as_leader(build_batch(recs), leader_epoch=i // 20)
+        if producers:
+            idempotent = {"producer_id": 1000 + i, "producer_epoch": 0, "base_sequence": 0}
+        plog.append_as_leader(build_batch(recs, **idempotent), leader_epoch=i // 20)
     plog.update_high_watermark(plog.log_end_offset)
     rsm = FsspecRemoteStorageManager(f"file://{remote_root or tmp_path / 'remote'}")
     rlm = RemoteLogManager(
@@ -341,3 +354,31 @@ def test_a_follower_restarted_at_the_leaders_local_start_rebuilds_the_remote_epo
     assert follower_log.epoch_cache.entries() == [(0, 0), (1, 200)]
     for epoch in (0, 1):
         assert follower_log.end_offset_for_epoch(epoch) == leader_log.end_offset_for_epoch(epoch)
+
+
+def test_a_follower_restarted_at_the_leaders_local_start_installs_the_remote_producers(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "remote"
+    leader_rlm, _, leader_log = _setup(tmp_path / "l", root, producers=True)
+    leader_rlm._sync_partitions()
+    leader_rlm._process(leader_rlm._tiers[("t", 0)], True)
+    leader_log.delete_old_segments(T0)
+    local = leader_log.local_log_start_offset
+    rlm, hosted, follower_log = _setup(tmp_path / "f", root, node_id=2, producers=True)
+    hosted.registration.leader = 1
+    follower_log.truncate_fully_and_start_at(local)
+    follower_log.append_as_follower(
+        leader_log.read(local, 1 << 30, leader_log.log_end_offset).read_bytes()
+    )
+
+    def producers(plog: PartitionLog) -> set[tuple[int, int, int]]:
+        state: Any = plog.producer_state
+        return {(e.producer_id, e.last_seq, e.last_offset) for e in state.describe()}
+
+    assert len(producers(follower_log)) < len(producers(leader_log)) == 40
+    rlm._sync_partitions()
+    rlm._process(rlm._tiers[("t", 0)], False)
+    assert producers(follower_log) == producers(leader_log)
+    state: Any = follower_log.producer_state
+    assert state.store.get(1000).last_seq == 9  # the first producer, in the remote range only

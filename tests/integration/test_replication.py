@@ -411,3 +411,51 @@ def test_leaders_elect_cli(cluster: QuorumCluster) -> None:
         timeout=60,
     )
     assert bad.returncode != 0 and "--partition needs --topic" in bad.stderr
+
+
+def test_partitions_reassign_cli_generate_execute_verify(
+    cluster: QuorumCluster, tmp_path: Path
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    topic = "replicated-plan"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 1, replica_assignment=[[1, 2]])])[topic].result(30)
+    wait_for(f"{topic}: ISR [1, 2]", lambda: partition_state(admin, topic)[2] == [1, 2])
+    base = [sys.executable, "-m", "riverbed.cli.main", "partitions", "reassign"]
+    boot = ["-b", cluster.bootstrap_servers]
+
+    def run(*extra: str) -> Any:
+        done = subprocess.run([*base, *extra, *boot], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    topics_file = tmp_path / "topics.json"
+    topics_file.write_text(json.dumps({"version": 1, "topics": [{"topic": topic}]}))
+    generated = run(
+        "--generate",
+        "--topics-to-move-json-file",
+        str(topics_file),
+        "--broker-list",
+        "2,3",
+        "--json",
+    )
+    assert generated["current"]["partitions"] == [
+        {"topic": topic, "partition": 0, "replicas": [1, 2]}
+    ]
+    (proposed,) = generated["proposed"]["partitions"]
+    assert sorted(proposed["replicas"]) == [2, 3]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(generated["proposed"]))
+    executed = run("--execute", "--reassignment-json-file", str(plan), "--json")
+    assert executed["results"] == [{"topic": topic, "partition": 0, "result": "ok"}]
+    assert executed["rollback"]["partitions"][0]["replicas"] == [1, 2]
+
+    def complete() -> bool:
+        (row,) = run("--verify", "--reassignment-json-file", str(plan), "--json")
+        return bool(row["status"] == "complete")
+
+    wait_for("the plan verified complete", complete, 60)
+    assert sorted(partition_state(admin, topic)[1]) == [2, 3]

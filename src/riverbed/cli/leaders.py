@@ -51,13 +51,9 @@ def elect_cmd(args: argparse.Namespace) -> int:
         if args.partition is not None:
             indexes = [args.partition]
         else:
-            try:
-                md = admin.list_topics(args.topic, timeout=ADMIN_TIMEOUT_S).topics[args.topic]
-            except Exception as exc:
-                raise CliError(f"cannot describe {args.topic}: {kafka_error_text(exc)}") from None
-            if md.error is not None:
-                raise CliError(f"{args.topic}: {kafka_error_text(md.error)}")
-            indexes = sorted(md.partitions)
+            from riverbed.cli.partitions import current_assignment
+
+            indexes = [p for _, p, _ in current_assignment(args, [args.topic])]
         partitions = [TopicPartition(args.topic, i) for i in indexes]
     kind = ElectionType.UNCLEAN if args.unclean else ElectionType.PREFERRED
     try:

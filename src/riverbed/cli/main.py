@@ -30,6 +30,7 @@ VERBS: tuple[str, ...] = (
     "producers",
     "groups",
     "leaders",
+    "partitions",
     "dev",
 )
 

@@ -382,3 +382,39 @@ def test_a_follower_restarted_at_the_leaders_local_start_installs_the_remote_pro
     assert producers(follower_log) == producers(leader_log)
     state: Any = follower_log.producer_state
     assert state.store.get(1000).last_seq == 9  # the first producer, in the remote range only
+
+
+def test_a_follower_keeps_local_segments_until_indexed_and_index_files_until_remote_deletion(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "remote"
+    leader_rlm, _, leader_log = _setup(tmp_path / "l", root)
+    rlm, hosted, follower_log = _setup(tmp_path / "f", root, node_id=2)
+    hosted.registration.leader = 1
+    rlm.settings = dataclasses.replace(SETTINGS, index_file_bytes_max=100)  # a group each
+    rlm._sync_partitions()
+    tier = rlm._tiers[("t", 0)]
+    rolled = len(follower_log.segments) - 1
+    # nothing in the remote tier yet: local.retention.bytes=0 deletes nothing
+    rlm._process(tier, False)
+    assert follower_log.delete_old_segments(T0) == 0
+    leader_rlm._sync_partitions()
+    leader_tier = leader_rlm._tiers[("t", 0)]
+    leader_rlm._process(leader_tier, True)
+    rlm._process(tier, False)  # the follower indexes the remote segments first
+    assert tier.indexes is not None and len(tier.indexes.segment_ids) == rolled
+    assert follower_log.highest_offset_in_remote == leader_log.highest_offset_in_remote
+    assert follower_log.delete_old_segments(T0) == rolled
+    first_group = follower_log.directory / f"{0:020d}.remotelogindex"
+    assert len(list(follower_log.directory.glob("*.remotelogindex"))) == rolled
+    # the leader's remote retention deletes the first remote segment: until the follower
+    # lists again, its remote index still describes it
+    first = leader_tier.remote[0]
+    leader_log.delete_records_before(first.end_offset + 1)
+    leader_rlm._process(leader_tier, True)
+    assert first.segment_id not in {m.segment_id for m in leader_tier.remote}
+    assert first.segment_id in tier.indexes.segment_ids and first_group.exists()
+    rlm._process(tier, False)
+    assert first.segment_id not in tier.indexes.segment_ids and not first_group.exists()
+    assert len(list(follower_log.directory.glob("*.remotelogindex"))) == rolled - 1
+    assert follower_log.log_start_offset == first.end_offset + 1

@@ -277,7 +277,7 @@ class ConsumerMembership:
                 del self.groups[req.group_id]
                 records.append((group_metadata_key(req.group_id), None))
             self.consumer_groups[req.group_id] = group
-        found = self._find_member(reply, group, req, epoch)
+        found = self._find_member(reply, group, req, epoch, records)
         if found is None:
             return None
         member, is_new = found
@@ -375,7 +375,7 @@ class ConsumerMembership:
         return None
 
     def _find_member(
-        self, reply: Reply, group: ConsumerGroup, req: Any, epoch: int
+        self, reply: Reply, group: ConsumerGroup, req: Any, epoch: int, records: list[Record]
     ) -> tuple[ConsumerMember, bool] | None:
         member_id = req.member_id or ""
         if epoch == JOIN_EPOCH:
@@ -387,7 +387,8 @@ class ConsumerMembership:
                     msg = f"Static member {old_id} with instance id {instance} is not released."
                     self._hb_response(reply, E.UNRELEASED_INSTANCE_ID, msg)
                     return None
-                return self._replace_static(group, old, member_id or self._new_id()), False
+                new_id = member_id or self._new_id(group)
+                return self._replace_static(group, old, new_id, records), False
             member = group.members.get(member_id) if member_id else None
             if member is not None:
                 # a rejoin: the member gave up everything it held (TopicPartitions is empty)
@@ -398,7 +399,7 @@ class ConsumerMembership:
                 msg = f"The consumer group has reached its maximum capacity of {len(group.members)} members."
                 self._hb_response(reply, E.GROUP_MAX_SIZE_REACHED, msg)
                 return None
-            return ConsumerMember(member_id=member_id or self._new_id()), True
+            return ConsumerMember(member_id=member_id or self._new_id(group)), True
         member = group.members.get(member_id)
         if member is None:
             msg = f"Member {member_id} is not a member of group {group.group_id}."
@@ -421,26 +422,36 @@ class ConsumerMembership:
                 return None
         return member, False
 
-    def _new_id(self) -> str:
-        return str(uuid.UUID(int=self._random.getrandbits(128), version=4))
+    def _new_id(self, group: ConsumerGroup) -> str:
+        """A member id for a v0 client (v1 clients bring their own), never one in use."""
+        while True:
+            new = str(uuid.UUID(int=self._random.getrandbits(128), version=4))
+            if new not in group.members:
+                return new
 
     def _replace_static(
-        self, group: ConsumerGroup, old: ConsumerMember, new_id: str
+        self, group: ConsumerGroup, old: ConsumerMember, new_id: str, records: list[Record]
     ) -> ConsumerMember:
         """A static instance rejoining under a new member id takes over its assignment
-        and epoch: no rebalance (KIP-345 for the new protocol)."""
+        and epoch: no rebalance (KIP-345 for the new protocol). The old id's records
+        go, the new id's are written whole."""
         assigned, pending, target = (
             old.assigned,
             old.pending_revocation,
             group.target.get(old.member_id),
         )
-        group.remove(old.member_id)
+        old_id = old.member_id
+        group.remove(old_id)
         old.member_id = new_id
         old.member_epoch = max(old.previous_member_epoch, 0)
         group.add(old)
+        records.extend(member_tombstones(group.group_id, old_id))
         group.set_assignment(old, assigned, pending)
+        records.append(member_metadata_record(group.group_id, old))
         if target is not None:
             group.target[new_id] = target
+            records.append(target_member_record(group.group_id, new_id, target))
+        records.append(current_assignment_record(group.group_id, old))
         return old
 
     # ------------------------------------------------------------------ leaving

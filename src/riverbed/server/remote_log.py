@@ -18,19 +18,11 @@ fetch, admin or the event loop; nothing remote runs under a log's lock):
   else the copy is abandoned and deleted; publishing "copied up to" to the log
   after each), and applies remote retention (moving the log start offset);
 - the reader pool (``remote.log.reader.threads``) serves remote fetches and ListOffsets
-  lookups; at most ``remote.log.reader.max.pending.tasks`` wait: a read beyond that
-  is rejected (Kafka's RejectedExecutionException) with KAFKA_STORAGE_ERROR, which
-  clients retry, and counted in ``reads_rejected`` (logged at most every
-  ``REJECT_LOG_INTERVAL_S``). A read waits up to ``remote.fetch.max.wait.ms``
-  (the delayed remote fetch); transient remote errors are retried with exponential
-  back-off until then, after which the client gets KAFKA_STORAGE_ERROR (retriable); a
-  remote segment that is gone gives OFFSET_OUT_OF_RANGE.
+  lookups (:mod:`riverbed.server.remote_reads`, the manager's read half).
 
-Reads fetch whole remote index entries (runs of whole batches) with ranged reads, plus
-the next contiguous entry as read-ahead, into an LRU cache of
-``riverbed.remote.log.reader.cache.size.bytes``. The active local remote index group is
-rotated at ``riverbed.remote.log.index.segment.bytes`` / ``riverbed.remote.log.index.roll.ms``
-(riverbed's keys: Kafka's ``remote.log.index.file.cache.total.size.bytes`` sizes a cache
+The active local remote index group is rotated at
+``riverbed.remote.log.index.segment.bytes`` / ``riverbed.remote.log.index.roll.ms`` (the
+read cache is ``riverbed.remote.log.reader.cache.size.bytes``; riverbed's keys: Kafka's ``remote.log.index.file.cache.total.size.bytes`` sizes a cache
 of index files fetched from the remote tier, which riverbed does not have: its remote
 indexes are local files).
 """
@@ -41,22 +33,23 @@ import asyncio
 import contextlib
 import logging
 import random
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from riverbed.metadata.storage_format import uuid_to_str
 from riverbed.producer.snapshot import snapshot_name
-from riverbed.protocol.errors import ErrorCode
-from riverbed.protocol.exceptions import ProtocolError
-from riverbed.protocol.records import iter_batches, iter_records
-from riverbed.storage.log_files import TimestampOffset
+from riverbed.server.remote_reads import (
+    READ_CACHE_BYTES_MAX,
+    REJECT_LOG_INTERVAL_S,
+    ChunkCache,
+    RemoteRead,
+    RemoteReads,
+    Tier,
+)
 from riverbed.tiered.remote_indexes import INDEX_FILE_BYTES_MAX, INDEX_FILE_ROLL_MS, RemoteIndexes
-from riverbed.tiered.remote_log_index import RemoteLogIndexEntry
 from riverbed.tiered.rlm import (
     LocalSegmentInfo,
     RlmScheduler,
@@ -66,7 +59,6 @@ from riverbed.tiered.rlm import (
 from riverbed.tiered.rsm import (
     FsspecRemoteStorageManager,
     RemoteListing,
-    RemoteResourceNotFoundError,
     RemoteSegmentMetadata,
     RemoteStorageError,
     SegmentUpload,
@@ -81,15 +73,6 @@ __all__ = ["READ_CACHE_BYTES_MAX", "RemoteLogManager", "RemoteLogSettings", "Rem
 
 log = logging.getLogger(__name__)
 
-#: Default bytes of remote chunks kept for sequential readers (read-ahead included).
-READ_CACHE_BYTES_MAX: Final = 32 * 1024 * 1024
-#: A rejected remote read (too many pending) is logged at most this often.
-REJECT_LOG_INTERVAL_S: Final = 10.0
-#: Largest single ranged read (an entry plus its read-ahead neighbour).
-READ_AHEAD_BYTES_MAX: Final = 4 * 1024 * 1024
-#: First back-off of a failed remote read; doubles up to READ_RETRY_BACKOFF_MAX_MS.
-READ_RETRY_BACKOFF_MS: Final = 50
-READ_RETRY_BACKOFF_MAX_MS: Final = 1000
 #: The scheduling loop wakes at least this often (partition set changes, shutdown).
 LOOP_WAKE_MS_MAX: Final = 1000
 
@@ -144,69 +127,7 @@ class RemoteLogSettings:
         return settings
 
 
-@dataclass
-class RemoteRead:
-    """The outcome of a remote fetch: whole batches, or an error code (0: none)."""
-
-    data: bytes = b""
-    error: int = 0
-
-
-@dataclass
-class _Tier:
-    """A tiered partition this node hosts."""
-
-    key: tuple[str, int]
-    topic_id: str | None
-    plog: Any  # riverbed.storage.PartitionLog
-    leader: bool
-    leader_epoch: int = -1  # the partition's leader epoch in the metadata image
-    indexes: RemoteIndexes | None = None  # opened by the first task (file I/O)
-    remote: list[RemoteSegmentMetadata] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    running: bool = False  # a copier task of this tier runs (event loop's view)
-    # the log restarted at this local start below which the remote tier's producers are
-    # still to be installed (buildRemoteLogAuxState); None: nothing pending
-    producers_pending_at: int | None = None
-    # the topic was deleted (or re-created under a new id) while a task ran: its remote
-    # data goes once that task ends, so no upload lands after the deletion
-    delete_when_idle: bool = False
-
-
-class _ChunkCache:
-    """LRU of remote chunks by (segment id, position), bounded in bytes; thread-safe."""
-
-    def __init__(self, bytes_max: int) -> None:
-        self.bytes_max = bytes_max
-        self._chunks: OrderedDict[tuple[str, int], bytes] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, key: tuple[str, int]) -> bytes | None:
-        with self._lock:
-            data = self._chunks.get(key)
-            if data is None:
-                self.misses += 1
-                return None
-            self.hits += 1
-            self._chunks.move_to_end(key)
-            return data
-
-    def put(self, key: tuple[str, int], data: bytes) -> None:
-        with self._lock:
-            old = self._chunks.pop(key, None)
-            if old is not None:
-                self._bytes -= len(old)
-            self._chunks[key] = data
-            self._bytes += len(data)
-            while self._bytes > self.bytes_max and len(self._chunks) > 1:
-                _, dropped = self._chunks.popitem(last=False)
-                self._bytes -= len(dropped)
-
-
-class RemoteLogManager:
+class RemoteLogManager(RemoteReads):
     """Schedules copy/sync/retention tasks and serves remote reads (see the docstring)."""
 
     def __init__(
@@ -232,8 +153,8 @@ class RemoteLogManager:
         self._readers = ThreadPoolExecutor(settings.reader_threads, "riverbed-rlm-reader")
         self._copying = 0  # tasks in the copier pool (at most copier_threads)
         self._reads_pending = 0  # reads queued or running (bounded by reader_max_pending)
-        self._tiers: dict[tuple[str, int], _Tier] = {}
-        self._cache = _ChunkCache(settings.read_cache_bytes)
+        self._tiers: dict[tuple[str, int], Tier] = {}
+        self._cache = ChunkCache(settings.read_cache_bytes)
         self.reads_rejected = 0  # remote reads refused: reader_max_pending were waiting
         self._reject_logged_s = -REJECT_LOG_INTERVAL_S
         self._wake = asyncio.Event()
@@ -308,7 +229,7 @@ class RemoteLogManager:
                 self._drop(key, deleted=True)
                 tier = None
             if tier is None or tier.plog is not plog:
-                tier = _Tier(key, topic_id, plog, leader)
+                tier = Tier(key, topic_id, plog, leader)
                 self._tiers[key] = tier
                 plog.roll_listener = self._roll_listener(key)
             tier.leader = leader
@@ -349,7 +270,7 @@ class RemoteLogManager:
             else:
                 self._submit_remote_deletion(tier)
 
-    def _submit_remote_deletion(self, tier: _Tier) -> None:
+    def _submit_remote_deletion(self, tier: Tier) -> None:
         log.info(
             "deleting the remote data of deleted partition %s-%d (topic id %s)",
             *tier.key,
@@ -357,7 +278,7 @@ class RemoteLogManager:
         )
         self._copiers.submit(self._delete_remote_partition, tier)
 
-    def _delete_remote_partition(self, tier: _Tier) -> None:
+    def _delete_remote_partition(self, tier: Tier) -> None:
         try:
             self.rsm.delete_partition(tier.key[0], tier.key[1], tier.topic_id)
         except RemoteStorageError as e:
@@ -371,7 +292,7 @@ class RemoteLogManager:
                         loop.call_later, delay_s, self._retry_remote_deletion, tier
                     )
 
-    def _retry_remote_deletion(self, tier: _Tier) -> None:
+    def _retry_remote_deletion(self, tier: Tier) -> None:
         if not self._closing:
             self._submit_remote_deletion(tier)
 
@@ -384,7 +305,7 @@ class RemoteLogManager:
             fut = self._copiers.submit(self._process, tier, task.leader)
             fut.add_done_callback(self._task_done_callback(task.key, tier))
 
-    def _task_done_callback(self, key: Hashable, tier: _Tier) -> Callable[[Future[None]], None]:
+    def _task_done_callback(self, key: Hashable, tier: Tier) -> Callable[[Future[None]], None]:
         def done(fut: Future[None]) -> None:
             loop = self._loop
             if loop is not None and not loop.is_closed():
@@ -393,7 +314,7 @@ class RemoteLogManager:
 
         return done
 
-    def _task_done(self, key: Hashable, tier: _Tier, fut: Future[None]) -> None:
+    def _task_done(self, key: Hashable, tier: Tier, fut: Future[None]) -> None:
         self._copying -= 1
         tier.running = False
         if tier.delete_when_idle and not self._closing:
@@ -409,7 +330,7 @@ class RemoteLogManager:
 
     # ---- one partition's task (copier thread) ---------------------------------------------
 
-    def _process(self, tier: _Tier, leader: bool) -> None:
+    def _process(self, tier: Tier, leader: bool) -> None:
         if self._closing:
             return
         topic, partition = tier.key
@@ -436,7 +357,7 @@ class RemoteLogManager:
         elif plog.log_start_offset < plog.local_log_start_offset:
             plog.advance_log_start_offset(plog.local_log_start_offset)
 
-    def _install_remote_producers(self, tier: _Tier, remote: list[RemoteSegmentMetadata]) -> None:
+    def _install_remote_producers(self, tier: Tier, remote: list[RemoteSegmentMetadata]) -> None:
         """Producer state of the remote range for a log restarted at its leader's local
         start: the snapshot shipped with the remote segment ending just below it."""
         plog, at = tier.plog, tier.producers_pending_at
@@ -453,7 +374,7 @@ class RemoteLogManager:
         tier.producers_pending_at = None
 
     def _sweep(
-        self, tier: _Tier, listing: RemoteListing, stale: list[RemoteSegmentMetadata]
+        self, tier: Tier, listing: RemoteListing, stale: list[RemoteSegmentMetadata]
     ) -> None:
         """The leader deletes unfinished uploads and stale segments (see the rsm docstring)."""
         topic, partition = tier.key
@@ -485,7 +406,7 @@ class RemoteLogManager:
                 fence_marker=meta.segment_id in listing.fenced,
             )
 
-    def _sync_indexes(self, tier: _Tier, remote: list[RemoteSegmentMetadata]) -> None:
+    def _sync_indexes(self, tier: Tier, remote: list[RemoteSegmentMetadata]) -> None:
         """Make the local remote indexes describe exactly the listed remote segments."""
         topic, partition = tier.key
         now = self._now_ms()
@@ -520,7 +441,7 @@ class RemoteLogManager:
             tier.remote = list(remote)
         tier.plog.update_highest_offset_in_remote(max((m.end_offset for m in remote), default=-1))
 
-    def _copy_rolled(self, tier: _Tier) -> None:
+    def _copy_rolled(self, tier: Tier) -> None:
         plog = tier.plog
         topic, partition = tier.key
         segments = plog.segments
@@ -580,7 +501,7 @@ class RemoteLogManager:
                 segment_id,
             )
 
-    def _remote_retention(self, tier: _Tier) -> None:
+    def _remote_retention(self, tier: Tier) -> None:
         plog = tier.plog
         topic, partition = tier.key
         cfg = plog.config
@@ -615,221 +536,6 @@ class RemoteLogManager:
                 meta.base_offset,
                 meta.end_offset,
             )
-
-    # ---- reads (event loop -> reader pool) ------------------------------------------------
-
-    def serves(self, key: tuple[str, int]) -> bool:
-        return key in self._tiers
-
-    async def read(self, key: tuple[str, int], offset: int, max_bytes: int) -> RemoteRead:
-        """Whole batches from ``offset`` (below the local log start) out of the remote tier.
-
-        Waits up to remote.fetch.max.wait.ms; see the module docstring for the errors.
-        """
-        tier = self._tiers.get(key)
-        if tier is None:
-            return RemoteRead(error=int(ErrorCode.NOT_LEADER_OR_FOLLOWER))
-        result = await self._in_reader(self._read_sync, tier, offset, max_bytes)
-        return result if result is not None else RemoteRead()
-
-    async def offset_for_timestamp(
-        self, key: tuple[str, int], timestamp: int
-    ) -> TimestampOffset | None:
-        """The first remote record with a timestamp >= ``timestamp`` at or after the log
-        start (None: the remote tier has none). Raises RemoteStorageError."""
-        tier = self._tiers.get(key)
-        if tier is None:
-            return None
-        with tier.lock:
-            indexes = tier.indexes
-            if indexes is None or indexes.entry_for_timestamp(timestamp) is None:
-                return None  # no remote I/O when the index says there is nothing
-        found = await self._in_reader(self._timestamp_sync, tier, timestamp)
-        if found is None:
-            raise RemoteStorageError("remote timestamp lookup timed out (remote.fetch.max.wait.ms)")
-        if isinstance(found, RemoteRead):
-            if found.error:
-                raise RemoteStorageError(f"remote timestamp lookup failed (error {found.error})")
-            return None
-        assert isinstance(found, TimestampOffset)
-        return found
-
-    async def max_timestamp_offset(
-        self, key: tuple[str, int], above: int
-    ) -> TimestampOffset | None:
-        """The remote record with the largest timestamp if that timestamp is >= ``above``
-        (None: the remote tier has none as late). Raises RemoteStorageError."""
-        tier = self._tiers.get(key)
-        if tier is None:
-            return None
-        start = tier.plog.log_start_offset
-        with tier.lock:
-            live = [m for m in tier.remote if m.end_offset >= start]
-        best = max(live, key=lambda m: m.max_timestamp, default=None)
-        if best is None or best.max_timestamp < above or best.max_timestamp < 0:
-            return None  # from the manifests alone: no remote I/O
-        found = await self._in_reader(self._max_timestamp_sync, tier, best)
-        if found is None or (isinstance(found, RemoteRead) and found.error):
-            raise RemoteStorageError("remote max timestamp lookup failed or timed out")
-        return found if isinstance(found, TimestampOffset) else None
-
-    def _max_timestamp_sync(
-        self, tier: _Tier, meta: RemoteSegmentMetadata
-    ) -> TimestampOffset | RemoteRead:
-        with tier.lock:
-            assert tier.indexes is not None
-            entries = [
-                e
-                for e in tier.indexes.entries_from(meta.base_offset)
-                if e.segment_id == meta.segment_id and e.last_timestamp == meta.max_timestamp
-            ]
-        for e in entries:
-            chunk = self._chunk(tier, e, None)
-            for pos, h in iter_batches(chunk):
-                if h.max_timestamp != meta.max_timestamp:
-                    continue
-                for rec in iter_records(chunk[pos : pos + h.size]):
-                    if rec.timestamp == meta.max_timestamp:
-                        return TimestampOffset(rec.timestamp, rec.offset, h.partition_leader_epoch)
-        return RemoteRead()
-
-    async def _in_reader(self, fn: Callable[..., Any], *args: Any) -> Any:
-        if self._closing:
-            return None
-        if self._reads_pending >= self.settings.reader_max_pending:
-            return self._reject_read()
-        deadline = time.monotonic() + self.settings.fetch_max_wait_ms / 1000
-        self._reads_pending += 1
-        failures: list[str] = []  # appended to by the reader thread
-        fut = self._readers.submit(self._with_retries, fn, deadline, failures, *args)
-        fut.add_done_callback(lambda _f: self._read_finished())
-        try:
-            return await asyncio.wait_for(
-                asyncio.shield(asyncio.wrap_future(fut)), self.settings.fetch_max_wait_ms / 1000
-            )
-        except TimeoutError:
-            if failures:  # an attempt is still running, but the remote tier keeps failing
-                return RemoteRead(error=int(ErrorCode.KAFKA_STORAGE_ERROR))
-            return None  # just slow (it fills the cache): the client polls again
-
-    def _reject_read(self) -> RemoteRead:
-        """remote.log.reader.max.pending.tasks reads wait already: refuse this one with a
-        retriable error (never empty data that looks like success)."""
-        self.reads_rejected += 1
-        now_s = time.monotonic()
-        if now_s - self._reject_logged_s >= REJECT_LOG_INTERVAL_S:
-            self._reject_logged_s = now_s
-            log.warning(
-                "remote read rejected: %d reads pending (remote.log.reader.max.pending.tasks);"
-                " %d rejected so far",
-                self._reads_pending,
-                self.reads_rejected,
-            )
-        return RemoteRead(error=int(ErrorCode.KAFKA_STORAGE_ERROR))
-
-    def _read_finished(self) -> None:
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._dec_pending)
-
-    def _dec_pending(self) -> None:
-        self._reads_pending -= 1
-
-    def _with_retries(
-        self, fn: Callable[..., Any], deadline: float, failures: list[str], *args: Any
-    ) -> Any:
-        backoff_ms = READ_RETRY_BACKOFF_MS
-        while True:
-            try:
-                return fn(*args)
-            except RemoteResourceNotFoundError as e:
-                log.info("remote read: %s", e)
-                return RemoteRead(error=int(ErrorCode.OFFSET_OUT_OF_RANGE))
-            except (RemoteStorageError, ProtocolError, ValueError) as e:
-                failures.append(str(e))
-                if time.monotonic() + backoff_ms / 1000 >= deadline or self._closing:
-                    log.warning("remote read failed: %s", e)
-                    return RemoteRead(error=int(ErrorCode.KAFKA_STORAGE_ERROR))
-                time.sleep(backoff_ms / 1000)
-                backoff_ms = min(backoff_ms * 2, READ_RETRY_BACKOFF_MAX_MS)
-
-    def _entries_for(self, tier: _Tier, offset: int, max_bytes: int) -> list[RemoteLogIndexEntry]:
-        with tier.lock:
-            if tier.indexes is None:
-                return []
-            out: list[RemoteLogIndexEntry] = []
-            total = 0
-            for e in tier.indexes.entries_from(offset):
-                out.append(e)
-                total += e.data_length
-                if total >= max_bytes:
-                    break
-            return out
-
-    def _read_sync(self, tier: _Tier, offset: int, max_bytes: int) -> RemoteRead:
-        entries = self._entries_for(tier, offset, max_bytes)
-        if not entries:
-            if tier.indexes is None:
-                return RemoteRead()  # not synced yet after start: the client polls again
-            raise RemoteResourceNotFoundError(f"no remote data at offset {offset}")
-        out = bytearray()
-        for i, e in enumerate(entries):
-            nxt = entries[i + 1] if i + 1 < len(entries) else None
-            chunk = self._chunk(tier, e, nxt)
-            for pos, h in iter_batches(chunk):
-                if h.next_offset <= offset:
-                    continue
-                if out and len(out) + h.size > max_bytes:
-                    return RemoteRead(bytes(out))
-                out += chunk[pos : pos + h.size]
-        return RemoteRead(bytes(out))
-
-    def _chunk(self, tier: _Tier, e: RemoteLogIndexEntry, nxt: RemoteLogIndexEntry | None) -> bytes:
-        key = (e.segment_id, e.position)
-        data = self._cache.get(key)
-        if data is not None:
-            return data
-        topic, partition = tier.key
-        ahead = (
-            nxt is not None
-            and nxt.segment_id == e.segment_id
-            and nxt.position == e.position + e.data_length
-            and e.data_length + nxt.data_length <= READ_AHEAD_BYTES_MAX
-        )
-        length = e.data_length + (nxt.data_length if ahead and nxt is not None else 0)
-        blob = self.rsm.read(topic, partition, tier.topic_id, e.segment_id, e.position, length)
-        data = blob[: e.data_length]
-        self._cache.put(key, data)
-        if ahead and nxt is not None:
-            self._cache.put((nxt.segment_id, nxt.position), blob[e.data_length :])
-        return data
-
-    def _timestamp_sync(self, tier: _Tier, timestamp: int) -> TimestampOffset | RemoteRead:
-        """The record found, or an empty RemoteRead when the remote tier has none."""
-        start = tier.plog.log_start_offset
-        with tier.lock:
-            assert tier.indexes is not None
-            first = tier.indexes.entry_for_timestamp(timestamp)
-            if first is None:
-                return RemoteRead()
-            entries = list(tier.indexes.entries_from(max(first.first_offset, start)))
-        for i, e in enumerate(entries):
-            if e.last_timestamp < timestamp:
-                continue
-            chunk = self._chunk(tier, e, entries[i + 1] if i + 1 < len(entries) else None)
-            for pos, h in iter_batches(chunk):
-                if h.max_timestamp < timestamp or h.next_offset <= start:
-                    continue
-                for rec in iter_records(chunk[pos : pos + h.size]):
-                    if rec.timestamp >= timestamp and rec.offset >= start:
-                        return TimestampOffset(rec.timestamp, rec.offset, h.partition_leader_epoch)
-        return RemoteRead()
-
-    @property
-    def cache_stats(self) -> tuple[int, int]:
-        """(hits, misses) of the read-ahead cache."""
-        return self._cache.hits, self._cache.misses
 
 
 def _complete_snapshot(plog: Any, offset: int) -> bytes | None:

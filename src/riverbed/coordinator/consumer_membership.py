@@ -3,7 +3,9 @@
 A mixin of `GroupShard` (which owns the outbox, the writes and the timers). One
 heartbeat, as Kafka's ``GroupMetadataManager.consumerGroupHeartbeat``:
 
-1. validate (INVALID_REQUEST, UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION); epoch
+1. validate (INVALID_REQUEST, UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION: a
+   ``SubscribedTopicRegex`` is RE2, matched against whole topic names as Kafka's RE2/J,
+   in linear time, internal topics excluded); epoch
    -1 leaves (-2 with ``group.instance.id``: a static member leaves for now and keeps its
    assignment until its session expires or its instance rejoins with epoch 0);
 2. find the group (epoch 0 creates it; GROUP_ID_NOT_FOUND otherwise, or when the id
@@ -30,11 +32,12 @@ partitions go back to the assignor.
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
+
+import re2
 
 from riverbed.coordinator.assignors import ASSIGNORS, Assignment, to_partitions
 from riverbed.coordinator.consumer_group import (
@@ -107,15 +110,16 @@ class ConsumerMembership:
     _write: Callable[..., None]
     _schedule: Callable[[Any], None]
     _random: Any
-    _regexes: dict[str, re.Pattern[str]]
+    _regexes: dict[str, Any]
 
     # ------------------------------------------------------------------ helpers
-    def _regex(self, pattern: str) -> re.Pattern[str]:
+    def _regex(self, pattern: str) -> Any:
+        """RE2 (linear time, as Kafka's RE2/J): a member's regex cannot stall the loop."""
         compiled = self._regexes.get(pattern)
         if compiled is None:
             if len(self._regexes) >= REGEX_CACHE_MAX:
                 self._regexes.clear()
-            compiled = self._regexes[pattern] = re.compile(pattern)
+            compiled = self._regexes[pattern] = re2.compile(pattern)
         return compiled
 
     def _member_topics(self, member: ConsumerMember, candidates: Iterable[str]) -> set[str]:
@@ -367,7 +371,7 @@ class ConsumerMembership:
         if regex:
             try:
                 self._regex(regex)
-            except re.error as exc:
+            except re2.error as exc:
                 return (
                     E.INVALID_REGULAR_EXPRESSION,
                     f"SubscribedTopicRegex {regex} is invalid: {exc}",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import time
 import uuid
 from typing import Any
 
@@ -261,6 +262,18 @@ def test_range_assignor_is_selected_by_the_members() -> None:
     assert g.h.shard.consumer_groups["g"].group_epoch == epoch + 2
     assert g.h.shard.describe_consumer_group("g").assignor_name == "uniform"
     assert g.h.shard.describe_consumer_group("nope").error_code == E.GROUP_ID_NOT_FOUND
+
+
+def test_a_backtracking_regex_is_matched_in_linear_time() -> None:
+    """RE2 (as Kafka's RE2/J): ``(a+)+$`` against a long non-matching name would take
+    Python's ``re`` longer than the age of the universe; here it is instant."""
+    g = CG()
+    g.topics.topics["a" * 200 + "b"] = (uuid.UUID(int=9), 1)
+    g.topics.topics["aaa"] = (uuid.UUID(int=10), 1)
+    started = time.monotonic()
+    _m, _e, a = g.join(regex="(a+)+$", topics=None)
+    assert time.monotonic() - started < 5
+    assert a == {uuid.UUID(int=10): [0]}
 
 
 def test_regex_subscription_and_new_partitions_bump_the_epoch() -> None:

@@ -76,8 +76,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from riverbed.producer.bloom import BloomFilter, BloomFormatError, indices_of, pid_hash
+from riverbed.producer.bloom import BloomFilter, BloomFormatError
 from riverbed.producer.complete import iter_fd_fields
+from riverbed.producer.filter_index import FilterIndex
 from riverbed.producer.ledger_files import (
     HEADER,
     ActiveFile,
@@ -177,6 +178,7 @@ class PidLedger:
         self._pending: PendingFlush | None = None
         self._crash_at = crash_at or (lambda step: None)
         self._sealed: list[SealedFile] = []  # newest (highest offset) first
+        self._filters = FilterIndex()  # their filters, bit-sliced
         self._fds: OrderedDict[int, SealedFile] = OrderedDict()
         self._generation = 0
         self.active: ActiveFile | None = None
@@ -226,6 +228,7 @@ class PidLedger:
                 f = self._load_sealed(p, off, blooms.get(off))
                 if f is not None:
                     self._sealed.append(f)
+                    self._filters.add(f, f.filter)
                 else:
                     corrupt.append(off)
             self._replay_from = self._sealed[0].offset if self._sealed else None
@@ -303,29 +306,15 @@ class PidLedger:
                     return found
             if not self._sealed:
                 return None
-            # the hot loop of a cache miss: one hash per read, and per filter shape the
-            # (byte, mask) pairs to test, so each file costs a few byte tests
-            h = pid_hash(pid)
-            shape: tuple[int, int] = (0, 0)
-            probes: list[tuple[int, int]] = []
-            checked = 0
-            for s in self._sealed:
-                checked += 1
-                flt = s.filter
-                if (flt.num_bits, flt.num_hashes) != shape:
-                    shape = (flt.num_bits, flt.num_hashes)
-                    probes = [(i >> 3, 1 << (i & 7)) for i in indices_of(h, *shape)]
-                bits = flt.bits
-                for byte, mask in probes:
-                    if not bits[byte] & mask:
-                        break
-                else:
-                    found = s.lookup(pid, self._fds)
-                    if found is not None:
-                        self.filter_checks += checked
-                        return found
-                    self.false_positive_checks += 1
-            self.filter_checks += checked
+            # a cache miss: one hash, the filters of all sealed files tested at once
+            # (bit-sliced), then the candidate files newest first
+            self.filter_checks += len(self._sealed)
+            for s in self._filters.candidates(pid):
+                assert isinstance(s, SealedFile)
+                found = s.lookup(pid, self._fds)
+                if found is not None:
+                    return found
+                self.false_positive_checks += 1
             return None
 
     def flush_due(self, now_ms: int, last_flush_ms: int) -> bool:
@@ -420,8 +409,10 @@ class PidLedger:
             sealed = SealedFile(path, offset, filt, len(entries), fences)
             if same is not None:
                 self._sealed.remove(same)
+                self._filters.remove(same)
                 same.close()
             bisect.insort(self._sealed, sealed, key=lambda s: -s.offset)
+            self._filters.add(sealed, filt)
             step(6)  # 6. the (filter, file) pair is in the index
             self.retired = [f for f in self.retired if f not in olds]
             step(7)  # 7. the old mappings leave the read path
@@ -455,6 +446,7 @@ class PidLedger:
                         self._put(fields)
             for s in doomed:
                 self._sealed.remove(s)
+                self._filters.remove(s)
                 self._fds.pop(id(s), None)
                 s.delete()
             return len(doomed)
@@ -464,7 +456,7 @@ class PidLedger:
             if f is not None and f.get(pid) is not None:
                 return f
         for s in self._sealed:
-            if s.filter.might_contain(pid) and s.lookup(pid, self._fds) is not None:
+            if self._filters.might_contain(s, pid) and s.lookup(pid, self._fds) is not None:
                 return s
         return None
 
@@ -476,6 +468,7 @@ class PidLedger:
         with self._lock:
             for s in [s for s in self._sealed if s.offset > offset]:
                 self._sealed.remove(s)
+                self._filters.remove(s)
                 self._fds.pop(id(s), None)
                 s.delete()
             self._replay_from = self._sealed[0].offset if self._sealed else None
@@ -496,6 +489,7 @@ class PidLedger:
             for s in self._sealed:
                 s.delete()
             self._sealed.clear()
+            self._filters.clear()
             self._fds.clear()
             for f in (self.active, *self.retired):
                 if f is not None:
@@ -507,6 +501,7 @@ class PidLedger:
         for s in self._sealed:
             s.close()
         self._sealed.clear()
+        self._filters.clear()
         self._fds.clear()
         for f in (self.active, *self.retired):
             if f is not None:
@@ -592,15 +587,13 @@ class PidLedger:
     def stats(self) -> LedgerStats:
         with self._lock:
             a = self.active
-            filters = [s.filter for s in self._sealed] + [
-                f.filter for f in (self.active, *self.retired) if f is not None
-            ]
+            filters = [f.filter for f in (self.active, *self.retired) if f is not None]
             return LedgerStats(
                 active_entries=a.count if a else 0,
                 sealed_files=len(self._sealed),
                 sealed_entries=sum(s.count for s in self._sealed),
                 filter_fill=a.filter.fill_ratio if a else 0.0,
-                filter_bytes=sum(f.memory_bytes() for f in filters),
+                filter_bytes=self._filters.memory_bytes() + sum(f.memory_bytes() for f in filters),
                 reads=self.reads,
                 false_positive_checks=self.false_positive_checks,
                 filter_checks=self.filter_checks,

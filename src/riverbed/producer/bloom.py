@@ -108,6 +108,17 @@ class BloomFilter:
                 return False
         return True
 
+    def union_all(self, others: list[BloomFilter]) -> None:
+        """Become the union of this filter and ``others`` (all of its shape): the filter
+        of the union of their items."""
+        acc = int.from_bytes(self.bits, "little")
+        for o in others:
+            if o.shape != self.shape:
+                raise ValueError(f"union of Bloom filters of shapes {o.shape} and {self.shape}")
+            acc |= int.from_bytes(o.bits, "little")
+        self.bits = bytearray(acc.to_bytes(len(self.bits), "little"))
+        self.set_bits = acc.bit_count()
+
     @property
     def shape(self) -> tuple[int, int]:
         return self.num_bits, self.num_hashes

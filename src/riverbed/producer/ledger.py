@@ -308,13 +308,15 @@ class PidLedger:
                 return None
             # a cache miss: one hash, the filters of all sealed files tested at once
             # (bit-sliced), then the candidate files newest first
-            self.filter_checks += len(self._sealed)
             for s in self._filters.candidates(pid):
                 assert isinstance(s, SealedFile)
                 found = s.lookup(pid, self._fds)
                 if found is not None:
+                    # the filters a newest-first scan would have tested
+                    self.filter_checks += self._sealed.index(s) + 1
                     return found
                 self.false_positive_checks += 1
+            self.filter_checks += len(self._sealed)
             return None
 
     def flush_due(self, now_ms: int, last_flush_ms: int) -> bool:
@@ -396,8 +398,13 @@ class PidLedger:
             entries.update((e[0], e) for e in old.entries())
         # sealed filters share the active file's shape when they fit: a read hashes once
         filt = BloomFilter.for_items(max(len(entries), self.config.capacity), self.config.fpp)
-        for pid in entries:
-            filt.add(pid)
+        if same is None and all(o.filter.shape == filt.shape for o in olds):
+            # the mapped files' filters hold exactly their ids: their union is the sealed
+            # file's filter (no second hash per id)
+            filt.union_all([o.filter for o in olds])
+        else:
+            for pid in entries:
+                filt.add(pid)
         path = self.directory / snapshot_name(offset)
         write_file(path.with_name(path.name.replace(".snapshot", ".bloom")), filt.to_bytes())
         step(4)  # 4. the old file's filter is on disk

@@ -91,3 +91,13 @@ def test_ledger_with_many_sealed_files_and_deletions(tmp_path: Path) -> None:
     again.open()
     for pid, fields in want.items():
         assert again.read(pid) == fields
+
+
+def test_union_of_filters_is_the_filter_of_the_union() -> None:
+    a, b, both = (BloomFilter.for_items(500, 0.01) for _ in range(3))
+    for pid in range(300):
+        (a if pid % 2 else b).add(pid)
+        both.add(pid)
+    u = BloomFilter.for_items(500, 0.01)
+    u.union_all([a, b])
+    assert u.bits == both.bits and u.set_bits == both.set_bits

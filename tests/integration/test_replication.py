@@ -250,6 +250,7 @@ def test_sigstop_follower_shrinks_and_expands_the_isr(cluster: QuorumCluster) ->
     assert "become-leader" in log_text and "shrink" in log_text and "expand with" in log_text
     follower_log = Path(cluster.data_dir(follower) / "state-change.log").read_text()
     assert f"become-follower of {leader}" in follower_log
+    assert f"broker {follower} received {topic}-0: leader {leader}" in follower_log
 
 
 def test_reassignment_moves_the_data_under_production(cluster: QuorumCluster) -> None:

@@ -17,8 +17,8 @@ and a timer (Kafka's ``ReplicaManager`` + ``Partition`` + ``AlterPartitionManage
 - Timer: every ``TICK_MS`` each leader core ticks (ISR shrink after
   ``replica.lag.time.max.ms``, produce timeouts, AlterPartition resends), on the injected
   clock.
-- State changes (become leader/follower with epochs, ISR proposals and commits,
-  truncations) go to the ``riverbed.state.change`` logger, which ``open_state_change_log``
+- State changes (each registration received with its epochs, become leader/follower,
+  ISR proposals and commits, truncations) go to the ``riverbed.state.change`` logger, which ``open_state_change_log``
   also writes to ``state-change.log`` in the first log dir (rotated at
   ``STATE_CHANGE_LOG_BYTES_MAX``, as Kafka's log4j appender does).
 """
@@ -165,7 +165,21 @@ class ReplicaManager:
         core.config = config
         if core.leader is not None:
             core.leader.config = config
-        actions = core.apply_registration(hosted.registration, self.now_ms())
+        reg = hosted.registration
+        if (reg.leader_epoch, reg.partition_epoch) != (core.leader_epoch, core.partition_epoch):
+            state_change_log.info(
+                "broker %d received %s-%d: leader %d at leader epoch %d, partition epoch %d, "
+                "replicas %s, ISR %s",
+                self.node_id,
+                hosted.topic,
+                hosted.index,
+                reg.leader,
+                reg.leader_epoch,
+                reg.partition_epoch,
+                list(reg.replicas),
+                list(reg.isr),
+            )
+        actions = core.apply_registration(reg, self.now_ms())
         self._run(key, hosted, actions)
         if int(hosted.log.high_watermark) != core.high_watermark:
             hosted.log.update_high_watermark(core.high_watermark)

@@ -10,7 +10,10 @@ records of ``--size`` bytes, linger.ms=5, one partition):
 - leader fail-over time: SIGKILL of the partition leader to the first acknowledged acks=all
   produce, with ``broker.session.timeout.ms`` at its default (9000) and at 2000; median and
   max over ``--trials`` trials each (the killed node restarts and rejoins the ISR between
-  trials).
+  trials);
+- follower catch-up rate vs the leader's own append rate: a follower is SIGSTOPped while
+  ``--catchup-messages`` records are produced (acks=1; the leader's append rate), then
+  SIGCONTed; the rate at which its log reaches the leader's size.
 
 Run: ``.venv/bin/python -m benchmarks.replication_bench [--messages 30000] [--trials 3]``.
 """
@@ -18,6 +21,8 @@ Run: ``.venv/bin/python -m benchmarks.replication_bench [--messages 30000] [--tr
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import statistics
 import tempfile
 import time
@@ -139,12 +144,52 @@ def failover(base: Path, session_ms: int, trials: int) -> list[float]:
     return times
 
 
+def log_bytes(cluster: QuorumCluster, node: int) -> int:
+    return sum(f.stat().st_size for f in (cluster.data_dir(node) / f"{TOPIC}-0").glob("*.log"))
+
+
+def catchup(base: Path, messages: int, size: int) -> tuple[float, float]:
+    """(leader append MB/s, follower catch-up MB/s)."""
+    with QuorumCluster(base, 3, overrides={"default.replication.factor": "3"}) as c:
+        c.start(timeout_s=60)
+        admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
+        admin.create_topics([NewTopic(TOPIC, 1, 3)])[TOPIC].result(30)
+        leader = wait_isr(admin, 3)
+        follower = next(i for i in c.ids if i != leader)
+        pid = c.nodes[follower].pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            p = producer(c.bootstrap_servers, acks="1")
+            value = b"z" * size
+            start = time.perf_counter()
+            for _ in range(messages):
+                while True:
+                    try:
+                        p.produce(TOPIC, value)
+                        break
+                    except BufferError:
+                        p.poll(0.01)
+            p.flush(120)
+            append_s = time.perf_counter() - start
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        resumed = time.perf_counter()
+        target = log_bytes(c, leader)
+        while log_bytes(c, follower) < target and time.perf_counter() - resumed < 300:
+            time.sleep(0.05)
+        catch_s = time.perf_counter() - resumed
+        mb = target / 1e6
+        return mb / append_s, mb / catch_s
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--messages", type=int, default=30000)
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--paced-s", type=float, default=5.0)
     ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--catchup-messages", type=int, default=200_000)
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
@@ -168,6 +213,12 @@ def main(argv: list[str] | None = None) -> int:
                 )
         ratio = rows["rf3-3nodes"][0] / rows["rf1-1node"][0]
         print(f"acks=all throughput ratio RF3/3 nodes vs RF1/1 node: {ratio:.2f} (goal >= 0.5)")
+        append_rate, catch_rate = catchup(base / "catchup", args.catchup_messages, args.size)
+        print(
+            f"follower catch-up {catch_rate:.1f} MB/s vs leader append {append_rate:.1f} MB/s: "
+            f"ratio {catch_rate / append_rate:.2f}",
+            flush=True,
+        )
         for session_ms, label in ((0, "default 9000"), (2000, "2000")):
             times = failover(base / f"failover-{session_ms}", session_ms, args.trials)
             print(

@@ -287,3 +287,28 @@ def test_a_static_member_rejoins_with_its_partitions_and_nobody_else_moves(
     assert b.parts() == held_b and not b.revoked and not b.lost
     for m in (again, b):
         m.consumer.close()
+
+
+def test_the_new_protocol_can_be_switched_off() -> None:
+    """``group.coordinator.rebalance.protocols=classic``: ConsumerGroupHeartbeat and
+    ConsumerGroupDescribe are not advertised, and a heartbeat sent anyway is refused
+    with UNSUPPORTED_VERSION (Kafka's behaviour)."""
+    from riverbed.cli.wire import WireClient
+    from riverbed.protocol.api_versions import ApiKey
+    from riverbed.protocol.messages import ApiVersionsRequest, ConsumerGroupHeartbeatRequest
+
+    overrides = {"group.coordinator.rebalance.protocols": "classic"}
+    with BrokerProcess(overrides=overrides) as off, WireClient(off.bootstrap) as client:
+        versions: Any = client.request(
+            ApiKey.API_VERSIONS,
+            ApiVersionsRequest(client_software_name="t", client_software_version="1"),
+        )
+        keys = {k.api_key for k in versions.api_keys}
+        assert ApiKey.JOIN_GROUP in keys and ApiKey.LIST_GROUPS in keys
+        assert not keys & {ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE}
+        beat = ConsumerGroupHeartbeatRequest(
+            group_id="g", member_id="m", member_epoch=0, rebalance_timeout_ms=1000,
+            subscribed_topic_names=["t"], topic_partitions=[],
+        )  # fmt: skip
+        answer: Any = client._send(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, beat)
+        assert answer.error_code == 35  # UNSUPPORTED_VERSION

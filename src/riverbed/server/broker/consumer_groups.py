@@ -3,8 +3,8 @@
 A heartbeat goes to its group's shard (`riverbed.coordinator.consumer_membership`) with
 a view of the topics in this node's metadata image (ids and partition counts, names for
 subscription regexes; internal topics are never matched). With ``consumer`` missing from
-``group.coordinator.rebalance.protocols`` the API answers UNSUPPORTED_VERSION, as Kafka
-does when the new protocol is disabled.
+``group.coordinator.rebalance.protocols`` the two APIs are not advertised and a heartbeat
+answers UNSUPPORTED_VERSION, as Kafka does when the new protocol is disabled.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import response_body_version
 from riverbed.protocol.messages import ConsumerGroupDescribeResponse
@@ -44,15 +45,20 @@ class ImageTopics:
         return [n for n in self.image.topics_by_name if not n.startswith("__")]
 
 
-def _enabled(broker: Broker) -> bool:
-    protocols = broker.config.get("group.coordinator.rebalance.protocols")
+def consumer_protocol_enabled(config: Any) -> bool:
+    """``consumer`` in ``group.coordinator.rebalance.protocols``."""
+    protocols = config.get("group.coordinator.rebalance.protocols")
     if isinstance(protocols, str):
         protocols = protocols.split(",")
     return CONSUMER_PROTOCOL in [str(p).strip() for p in protocols]
 
 
+#: The APIs that exist only for the consumer protocol (not advertised when it is off).
+CONSUMER_PROTOCOL_APIS = (ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE)
+
+
 async def handle_consumer_group_heartbeat(broker: Broker, ctx: RequestContext, req: Any) -> Any:
-    if not _enabled(broker):
+    if not consumer_protocol_enabled(broker.config):
         return error_response(
             ctx.header.api_key, req, response_body_version(ctx.header), E.UNSUPPORTED_VERSION
         )

@@ -124,6 +124,9 @@ class Broker:
         self.cluster_id = cluster_id
         self.producer_ids = producers.BrokerProducerIds(self.node_id, metadata)
         self.api_versions = BROKER_API_VERSIONS
+        if not consumer_groups.consumer_protocol_enabled(config):
+            off = consumer_groups.CONSUMER_PROTOCOL_APIS
+            self.api_versions = {k: v for k, v in BROKER_API_VERSIONS.items() if k not in off}
         self.groups = GroupCoordinator(
             config, self.node_id, partitions, metadata, clock or SystemClock(), fault_handler
         )

@@ -113,6 +113,25 @@ def _unify(name: str) -> str:
     return name.replace(".", "_")
 
 
+def rack_alternated(image: MetadataImage, brokers: list[int]) -> list[int]:
+    """``brokers`` reordered so that consecutive ones are on different racks when the
+    brokers declare ``broker.rack`` (Kafka's rack-alternated broker list): a partition's
+    replicas, consecutive in this list, land on as many racks as there are. Unchanged when
+    no broker has a rack."""
+    racks: dict[str, list[int]] = {}
+    for b in brokers:
+        reg = image.brokers.get(b)
+        rack = reg.rack if reg is not None else None
+        if rack is None:
+            return brokers  # Kafka refuses a mix; riverbed places rack-unaware then
+        racks.setdefault(rack, []).append(b)
+    columns = [racks[r] for r in sorted(racks)]
+    out: list[int] = []
+    for i in range(max(len(c) for c in columns)):
+        out += [c[i] for c in columns if i < len(c)]
+    return out
+
+
 class Controller(
     ConfigControl, PartitionControl, ReassignmentControl, ProducerIdControl, ControllerBase
 ):
@@ -150,6 +169,7 @@ class Controller(
                 f"factor of {rf} cannot be reached because only {len(brokers)} broker(s) "
                 "are registered.",
             )
+        brokers = rack_alternated(image, brokers)
         n = len(brokers)
         return [[brokers[(p + i) % n] for i in range(rf)] for p in range(start, start + count)]
 

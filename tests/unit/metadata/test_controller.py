@@ -1,6 +1,8 @@
+import uuid
+
 from riverbed.metadata.config_defs import ConfigSource
 from riverbed.metadata.controller import OP_APPEND, OP_DELETE, OP_SET
-from riverbed.metadata.image import image_to_records, replay_all
+from riverbed.metadata.image import BrokerEndpoint, MetadataImage, image_to_records, replay_all
 from riverbed.metadata.records import ResourceType
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
@@ -182,6 +184,22 @@ def test_placement_spreads_leaders():
     assert sorted(leaders) == [1, 2, 3]
     for p in after.topic("s").partitions.values():
         assert len(set(p.replicas)) == 2
+
+
+def test_placement_is_rack_aware():
+    # brokers 1-6 on racks a, a, b, b, c, c: every partition's 3 replicas on 3 racks
+    c = make_controller()
+    image = replay_all(MetadataImage.EMPTY, c.bootstrap_records())
+    for b, rack in zip(range(1, 7), "aabbcc", strict=True):
+        endpoint = [BrokerEndpoint("PLAINTEXT", "localhost", 9090 + b)]
+        res = c.register_broker(image, b, uuid.UUID(int=b), endpoint, rack, 0)
+        image = replay_all(image, res.records)
+    _, after = create(c, image, topic("r", 6, 3))
+    rack_of = {b: "aabbcc"[b - 1] for b in range(1, 7)}
+    parts = after.topic("r").partitions.values()
+    for p in parts:
+        assert len({rack_of[r] for r in p.replicas}) == 3, p.replicas
+    assert sorted(p.leader for p in parts) == [1, 2, 3, 4, 5, 6]
 
 
 def test_delete_topics_by_name_and_id(controller, image):

@@ -337,7 +337,7 @@ class RemoteLogManager(RemoteReads):
         plog = tier.plog
         listing = self.rsm.list_partition(topic, partition, tier.topic_id)
         remote, stale = fence_segments(listing.segments, listing.fenced)
-        self._sync_indexes(tier, remote)
+        self._sync_indexes(tier, remote, leading=leader and tier.leader)
         if leader and tier.leader:
             self._sweep(tier, listing, stale)
             self._copy_rolled(tier)
@@ -406,7 +406,9 @@ class RemoteLogManager(RemoteReads):
                 fence_marker=meta.segment_id in listing.fenced,
             )
 
-    def _sync_indexes(self, tier: Tier, remote: list[RemoteSegmentMetadata]) -> None:
+    def _sync_indexes(
+        self, tier: Tier, remote: list[RemoteSegmentMetadata], *, leading: bool
+    ) -> None:
         """Make the local remote indexes describe exactly the listed remote segments."""
         topic, partition = tier.key
         now = self._now_ms()
@@ -439,7 +441,8 @@ class RemoteLogManager(RemoteReads):
                 indexes.add_segment(entries, now)
             indexes.retain_segments(listed)
             tier.remote = list(remote)
-        tier.plog.update_highest_offset_in_remote(max((m.end_offset for m in remote), default=-1))
+        epoch = None if leading else tier.leader_epoch
+        tier.plog.update_highest_offset_in_remote(_copied_up_to(remote, epoch))
 
     def _copy_rolled(self, tier: Tier) -> None:
         plog = tier.plog
@@ -536,6 +539,25 @@ class RemoteLogManager(RemoteReads):
                 meta.base_offset,
                 meta.end_offset,
             )
+
+
+def _copied_up_to(remote: list[RemoteSegmentMetadata], leader_epoch: int | None) -> int:
+    """The "copied up to" offset local retention may rely on (-1: nothing).
+
+    The leader relies on every valid segment (it continues after what it listed, so they
+    stay valid). A follower relies only on segments copied at the current leader epoch or
+    followed by a later leader's copy above them: an older leader's late upload that the
+    current leader has not seen yet can still turn stale (riverbed.tiered.rsm), and the
+    follower must not have dropped its local copy of that range then."""
+    if leader_epoch is None:
+        return max((m.end_offset for m in remote), default=-1)
+    out = -1
+    later_epoch = -1  # highest copy epoch among segments with a larger base offset
+    for meta in sorted(remote, key=lambda m: m.base_offset, reverse=True):
+        if meta.copy_epoch >= leader_epoch or later_epoch > meta.copy_epoch:
+            out = max(out, meta.end_offset)
+        later_epoch = max(later_epoch, meta.copy_epoch)
+    return out
 
 
 def _complete_snapshot(plog: Any, offset: int) -> bytes | None:

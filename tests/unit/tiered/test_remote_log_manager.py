@@ -418,3 +418,33 @@ def test_a_follower_keeps_local_segments_until_indexed_and_index_files_until_rem
     assert first.segment_id not in tier.indexes.segment_ids and not first_group.exists()
     assert len(list(follower_log.directory.glob("*.remotelogindex"))) == rolled - 1
     assert follower_log.log_start_offset == first.end_offset + 1
+
+
+def test_a_follower_relies_on_an_older_leaders_copies_only_once_the_new_leader_continued(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "remote"
+    old_leader, _, _ = _setup(tmp_path / "a", root, node_id=1, leader_epoch=0)
+    old_leader._sync_partitions()
+    old_leader._process(old_leader._tiers[("t", 0)], True)  # copied at epoch 0
+    # leadership moved to node 3 at epoch 1; node 2 follows
+    rlm, hosted, follower_log = _setup(tmp_path / "f", root, node_id=2, leader_epoch=1)
+    hosted.registration.leader = 3
+    rlm._sync_partitions()
+    tier = rlm._tiers[("t", 0)]
+    rlm._process(tier, False)
+    assert tier.remote and all(m.copy_epoch == 0 for m in tier.remote)
+    # an epoch-0 upload published late could still turn stale: keep the local copy
+    assert follower_log.highest_offset_in_remote == -1
+    assert follower_log.delete_old_segments(T0) == 0
+    new_leader, _, new_log = _setup(tmp_path / "b", root, node_id=3, leader_epoch=1)
+    for i in range(40, 60):  # more data rolls new segments on the new leader
+        recs = [SimpleRecord(b"w%04d" % (i * 10 + j) * 10, timestamp=T0 + i) for j in range(10)]
+        new_log.append_as_leader(build_batch(recs), leader_epoch=1)
+    new_log.update_high_watermark(new_log.log_end_offset)
+    new_leader._sync_partitions()
+    new_leader._process(new_leader._tiers[("t", 0)], True)
+    rlm._process(tier, False)
+    assert any(m.copy_epoch == 1 for m in tier.remote)
+    assert follower_log.highest_offset_in_remote == max(m.end_offset for m in tier.remote)
+    assert follower_log.delete_old_segments(T0) > 0

@@ -31,13 +31,21 @@ import heapq
 import os
 import struct
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import BinaryIO, Final
 
 from crc32c import crc32c
 
 from riverbed.producer.snapshot import ENTRY, SNAPSHOT_VERSION
 
-__all__ = ["CHUNK_ENTRIES", "iter_fd_fields", "merge_newest", "write_snapshot"]
+__all__ = [
+    "CHUNK_ENTRIES",
+    "CompleteSources",
+    "iter_fd_fields",
+    "merge_newest",
+    "only_in_first",
+    "write_snapshot",
+]
 
 Fields = tuple[int, int, int, int, int, int, int, int]
 #: Entries read or written per chunk (46 bytes each: ~190 KiB).
@@ -64,19 +72,45 @@ def iter_fd_fields(fd: int) -> Iterator[Fields]:
         left -= n
 
 
+@dataclass(frozen=True, slots=True)
+class CompleteSources:
+    base: int | None  # the newest sealed file's offset at or below the requested one
+    mapped: list[Fields]  # the mapped files' newest entries, sorted by producer id
+    upto: list[int]  # descriptors of the sealed files at or below it, newest first
+    later: list[int]  # descriptors of the sealed files above it
+
+
+def _ranked(rank: int, stream: Iterable[Fields]) -> Iterator[tuple[int, int, Fields]]:
+    for fields in stream:
+        yield fields[0], rank, fields
+
+
+def _merged(streams: list[Iterable[Fields]]) -> Iterator[tuple[int, int, Fields]]:
+    return heapq.merge(*(_ranked(r, s) for r, s in enumerate(streams)))
+
+
 def merge_newest(streams: list[Iterable[Fields]]) -> Iterator[Fields]:
     """Merge streams sorted by producer id; per id, the entry of the first stream (the
     best rank) holding it."""
-
-    def ranked(rank: int, stream: Iterable[Fields]) -> Iterator[tuple[int, int, Fields]]:
-        for fields in stream:
-            yield fields[0], rank, fields
-
     last: int | None = None
-    for pid, _rank, fields in heapq.merge(*(ranked(r, s) for r, s in enumerate(streams))):
+    for pid, _rank, fields in _merged(streams):
         if pid != last:
             last = pid
             yield fields
+
+
+def only_in_first(streams: list[Iterable[Fields]]) -> Iterator[Fields]:
+    """The entries of ``streams[0]`` whose producer id no other stream holds (all sorted
+    by producer id)."""
+    group: list[tuple[int, int, Fields]] = []
+    for item in _merged(streams):
+        if group and item[0] != group[0][0]:
+            if len(group) == 1 and group[0][1] == 0:
+                yield group[0][2]
+            group = []
+        group.append(item)
+    if len(group) == 1 and group[0][1] == 0:
+        yield group[0][2]
 
 
 def write_snapshot(out: BinaryIO, entries: Iterable[Fields]) -> int:

@@ -17,6 +17,12 @@ Files in the partition dir:
     ``ProducerStateManager.write_complete_snapshot`` / ``complete_snapshot_bytes`` /
     ``save_complete_snapshot`` (:mod:`riverbed.producer.complete` merges the files);
 - ``<offset>.bloom`` beside each: its Bloom filter (:mod:`riverbed.producer.bloom`);
+- ``<offset>.complete`` (empty) beside a complete file: at open, the sealed files below
+  it are *shadowed*: kept on disk (Kafka, complete snapshots as of older offsets) but
+  neither read nor in memory, since the complete file holds their newest entries; when
+  retention deletes one, its live entries that no newer delta holds are carried forward
+  first (the complete file is a copy, never an entry's only home: a truncation below it
+  deletes it and the shadowed files are indexed again);
 - ``<generation, 20 digits>.ledger``: the active file, memory-mapped, same layout as a
   snapshot (version, CRC 0 while active, count, 46-byte entries), fixed size
   (``riverbed.producer.id.ledger.file.bytes``), with its own Bloom filter in memory and a
@@ -72,28 +78,32 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from riverbed.producer.bloom import BloomFilter, BloomFormatError
-from riverbed.producer.complete import iter_fd_fields
+from riverbed.producer.bloom import BloomFilter
+from riverbed.producer.complete import CompleteSources, iter_fd_fields, only_in_first
 from riverbed.producer.filter_index import FilterIndex
 from riverbed.producer.ledger_files import (
     HEADER,
     ActiveFile,
     Fields,
+    LedgerStats,
+    PendingFlush,
     SealedFile,
+    complete_marker,
+    delete_sealed,
     encode_sorted,
     fences_of,
     fsync_dir,
+    install_complete,
+    load_sealed,
     write_file,
 )
 from riverbed.producer.snapshot import (
     ENTRY,
     CorruptSnapshotError,
-    check_snapshot,
-    iter_snapshot_fields,
     snapshot_name,
     snapshot_offset,
 )
@@ -114,6 +124,7 @@ log = logging.getLogger(__name__)
 FLUSH_STEPS: Final = 8
 _LEDGER: Final = re.compile(r"^(\d{20})\.ledger$")
 _BLOOM: Final = re.compile(r"^(\d{20})\.bloom$")
+_COMPLETE: Final = re.compile(r"^(\d{20})\.complete$")
 #: What a crash may leave of a file being written (tmp + rename): deleted at open.
 _TMP: Final = re.compile(r"^\d{20}\.(snapshot|bloom)(\.complete)?\.tmp$")
 
@@ -132,37 +143,6 @@ class LedgerConfig:
         return max(1, (self.file_bytes - HEADER) // ENTRY.size)
 
 
-@dataclass(frozen=True, slots=True)
-class LedgerStats:
-    active_entries: int
-    sealed_files: int
-    sealed_entries: int
-    filter_fill: float  # of the active filter
-    filter_bytes: int  # every filter in memory
-    reads: int
-    false_positive_checks: int  # sealed files read because a filter said maybe, in vain
-    filter_checks: int  # sealed-file filter checks made by reads
-
-
-@dataclass(slots=True)
-class PendingFlush:
-    """A flush past step 3: ``olds`` (newest first) are sealed as ``<offset>.snapshot``,
-    merged into ``same`` (the newest sealed file) when nothing was appended since it."""
-
-    offset: int
-    olds: list[ActiveFile]
-    same: SealedFile | None
-    done: threading.Event = field(default_factory=threading.Event)
-
-
-@dataclass(frozen=True, slots=True)
-class CompleteSources:
-    base: int | None  # the newest sealed file's offset at or below the requested one
-    mapped: list[Fields]  # the mapped files' newest entries, sorted by producer id
-    upto: list[int]  # descriptors of the sealed files at or below it, newest first
-    later: list[int]  # descriptors of the sealed files above it
-
-
 class PidLedger:
     def __init__(
         self,
@@ -179,6 +159,11 @@ class PidLedger:
         self._crash_at = crash_at or (lambda step: None)
         self._sealed: list[SealedFile] = []  # newest (highest offset) first
         self._filters = FilterIndex()  # their filters, bit-sliced
+        #: sealed files older than a complete one (on disk for Kafka and the complete
+        #: snapshots as of older offsets; never read by lookups, so never in memory),
+        #: newest first
+        self._shadowed: list[tuple[int, Path]] = []
+        self._complete: set[int] = set()  # offsets of the complete sealed files (.complete)
         self._fds: OrderedDict[int, SealedFile] = OrderedDict()
         self._generation = 0
         self.active: ActiveFile | None = None
@@ -203,6 +188,7 @@ class PidLedger:
             self._close_all()
             sealed: dict[int, Path] = {}
             blooms: dict[int, Path] = {}
+            markers: dict[int, Path] = {}
             ledgers: list[tuple[int, Path]] = []
             for entry in os.scandir(self.directory):
                 p = Path(entry.path)
@@ -212,23 +198,30 @@ class PidLedger:
                     blooms[int(m.group(1))] = p
                 elif m := _LEDGER.match(entry.name):
                     ledgers.append((int(m.group(1)), p))
+                elif m := _COMPLETE.match(entry.name):
+                    markers[int(m.group(1))] = p
                 elif _TMP.match(entry.name):
                     p.unlink(missing_ok=True)
-            for off, p in blooms.items():
+            for off, p in (*blooms.items(), *markers.items()):
                 if off not in sealed:
                     p.unlink(missing_ok=True)  # a crash between flush steps 4 and 5
             corrupt: list[int] = []
+            complete = False
             for off in sorted(sealed, reverse=True):
                 p = sealed[off]
                 if log_end_offset is not None and off > log_end_offset:
-                    p.unlink(missing_ok=True)
-                    if (b := blooms.pop(off, None)) is not None:
-                        b.unlink(missing_ok=True)
+                    delete_sealed(p)
+                    continue
+                if complete:  # below a complete file: nothing to look up there
+                    self._shadowed.append((off, p))
                     continue
                 f = self._load_sealed(p, off, blooms.get(off))
                 if f is not None:
                     self._sealed.append(f)
                     self._filters.add(f, f.filter)
+                    complete = off in markers
+                    if complete:
+                        self._complete.add(off)
                 else:
                     corrupt.append(off)
             self._replay_from = self._sealed[0].offset if self._sealed else None
@@ -248,34 +241,7 @@ class PidLedger:
                 old.close(delete=True)
 
     def _load_sealed(self, path: Path, off: int, bloom: Path | None) -> SealedFile | None:
-        """The sealed file with its filter (rebuilt when its .bloom is missing or bad);
-        None (and the file deleted) when its CRC or length is wrong, as Kafka's loader
-        deletes a corrupt snapshot."""
-        data = path.read_bytes()
-        try:
-            check_snapshot(data)
-        except CorruptSnapshotError as e:
-            log.warning("%s: deleting corrupt %s: %s", self.directory.name, path.name, e)
-            path.unlink(missing_ok=True)
-            if bloom is not None:
-                bloom.unlink(missing_ok=True)
-            return None
-        size = len(data)
-        count = (size - HEADER) // ENTRY.size
-        f: BloomFilter | None = None
-        if bloom is not None:
-            try:
-                f = BloomFilter.from_bytes(bloom.read_bytes(), self.config.fpp)
-            except (BloomFormatError, OSError) as e:
-                log.warning("%s: rebuilding filter %s: %s", self.directory.name, bloom.name, e)
-        if f is None or size < HEADER or (size - HEADER) % ENTRY.size:
-            entries = list(iter_snapshot_fields(data))
-            f = BloomFilter.for_items(max(len(entries), 1), self.config.fpp)
-            for fields in entries:
-                f.add(fields[0])
-            write_file(path.with_name(path.name.replace(".snapshot", ".bloom")), f.to_bytes())
-            count = len(entries)
-        return SealedFile(path, off, f, count, fences_of(data, count))
+        return load_sealed(path, off, bloom, self.config.fpp, self.directory.name)
 
     def _new_active(self) -> ActiveFile:
         path = self.directory / f"{self._generation:020d}.ledger"
@@ -444,9 +410,14 @@ class PidLedger:
         version lives there and that ``keep`` wants (live producers). Returns files gone."""
         self.wait_flush()
         with self._lock:
+            shadowed = sorted((o, p) for o, p in self._shadowed if o < offset)
+            for o, p in shadowed:  # oldest first
+                self._carry_shadowed(o, p, keep)
+                delete_sealed(p)
+                self._shadowed.remove((o, p))
             doomed = [s for s in self._sealed if s.offset < offset]
             if not doomed:
-                return 0
+                return len(shadowed)
             for s in sorted(doomed, key=lambda s: s.offset):
                 for fields in s.entries():
                     if keep(fields) and self._newest_home(fields[0]) is s:
@@ -456,16 +427,32 @@ class PidLedger:
                 self._filters.remove(s)
                 self._fds.pop(id(s), None)
                 s.delete()
-            return len(doomed)
+            return len(doomed) + len(shadowed)
 
-    def _newest_home(self, pid: int) -> object | None:
+    def _newest_home(self, pid: int, *, skip_complete: bool = False) -> object | None:
         for f in (self.active, *self.retired):
             if f is not None and f.get(pid) is not None:
                 return f
         for s in self._sealed:
+            if skip_complete and s.offset in self._complete:
+                continue
             if self._filters.might_contain(s, pid) and s.lookup(pid, self._fds) is not None:
                 return s
         return None
+
+    def _carry_shadowed(self, off: int, path: Path, keep: Callable[[Fields], bool]) -> None:
+        """Before a file below a complete one goes: carry forward the live entries no
+        newer file holds but the complete one, which a truncation may still remove
+        (the complete file is a copy, never an entry's only home)."""
+        newer = [p for o, p in self._shadowed if o > off]
+        fds = [os.open(p, os.O_RDONLY) for p in (path, *newer)]
+        try:
+            for fields in only_in_first([iter_fd_fields(fd) for fd in fds]):
+                if keep(fields) and self._newest_home(fields[0], skip_complete=True) is None:
+                    self._put(fields)
+        finally:
+            for fd in fds:
+                os.close(fd)
 
     def truncate_after(self, offset: int, log_start_offset: int = 0) -> None:
         """Drop sealed files past ``offset`` and the mapped entries the caller's log
@@ -478,6 +465,8 @@ class PidLedger:
                 self._filters.remove(s)
                 self._fds.pop(id(s), None)
                 s.delete()
+            if self._shadowed and not any(complete_marker(s.path).exists() for s in self._sealed):
+                self._unshadow(offset)  # the complete file went: the older ones count again
             self._replay_from = self._sealed[0].offset if self._sealed else None
             start = log_start_offset if self._replay_from is None else self._replay_from
             kept: dict[int, Fields] = {}
@@ -490,9 +479,24 @@ class PidLedger:
             for fields in kept.values():
                 self._put(fields)
 
+    def _unshadow(self, offset: int) -> None:
+        for off, p in self._shadowed:
+            if off > offset:
+                delete_sealed(p)
+                continue
+            bloom = p.with_name(p.name.replace(".snapshot", ".bloom"))
+            f = self._load_sealed(p, off, bloom if bloom.exists() else None)
+            if f is not None:
+                bisect.insort(self._sealed, f, key=lambda s: -s.offset)
+                self._filters.add(f, f.filter)
+        self._shadowed = []
+
     def clear(self) -> None:
         self.wait_flush()
         with self._lock:
+            for _off, p in self._shadowed:
+                delete_sealed(p)
+            self._shadowed = []
             for s in self._sealed:
                 s.delete()
             self._sealed.clear()
@@ -509,6 +513,8 @@ class PidLedger:
             s.close()
         self._sealed.clear()
         self._filters.clear()
+        self._shadowed = []
+        self._complete.clear()
         self._fds.clear()
         for f in (self.active, *self.retired):
             if f is not None:
@@ -522,22 +528,7 @@ class PidLedger:
             self._close_all()
 
     def install_complete(self, offset: int, tmp: Path) -> None:
-        """Make ``tmp`` (a complete snapshot as of ``offset``, fsynced) the sealed file
-        ``<offset>.snapshot``: its filter first, then the rename (a crash between leaves
-        a filter that covers more than its file: only false positives). For a clean
-        close: the in-memory index is not updated (the next open loads the file)."""
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            count = max(0, int.from_bytes(os.pread(fd, 4, 6), "big", signed=True))
-            filt = BloomFilter.for_items(max(count, self.config.capacity), self.config.fpp)
-            for fields in iter_fd_fields(fd):
-                filt.add(fields[0])
-        finally:
-            os.close(fd)
-        path = self.directory / snapshot_name(offset)
-        write_file(path.with_name(path.name.replace(".snapshot", ".bloom")), filt.to_bytes())
-        os.replace(tmp, path)
-        fsync_dir(self.directory)
+        install_complete(self.directory, offset, tmp, self.config.capacity, self.config.fpp)
 
     # ---- views ------------------------------------------------------------------------------
 
@@ -552,18 +543,21 @@ class PidLedger:
             for f in reversed([self.active, *self.retired]):  # oldest first: newest wins
                 if f is not None:
                     mapped.update((e[0], e) for e in f.entries())
-            upto = [s for s in self._sealed if s.offset <= up_to_offset]
-            later = [s for s in self._sealed if s.offset > up_to_offset]
+            files = sorted(
+                [(s.offset, s.path) for s in self._sealed] + self._shadowed, reverse=True
+            )
+            upto = [(o, p) for o, p in files if o <= up_to_offset]
+            later = [(o, p) for o, p in files if o > up_to_offset]
             fds: list[int] = []
             try:
-                for s in (*upto, *later):
-                    fds.append(os.open(s.path, os.O_RDONLY))
+                for _o, p in (*upto, *later):
+                    fds.append(os.open(p, os.O_RDONLY))
             except OSError:
                 for fd in fds:
                     os.close(fd)
                 raise
             return CompleteSources(
-                base=upto[0].offset if upto else None,
+                base=upto[0][0] if upto else None,
                 mapped=sorted(mapped.values()),
                 upto=fds[: len(upto)],
                 later=fds[len(upto) :],

@@ -9,18 +9,29 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import logging
 import mmap
 import os
 import struct
+import threading
 from array import array
 from collections import OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 from crc32c import crc32c
 
-from riverbed.producer.bloom import BloomFilter
-from riverbed.producer.snapshot import ENTRY, SNAPSHOT_VERSION, iter_snapshot_fields
+from riverbed.producer.bloom import BloomFilter, BloomFormatError
+from riverbed.producer.complete import iter_fd_fields
+from riverbed.producer.snapshot import (
+    ENTRY,
+    SNAPSHOT_VERSION,
+    CorruptSnapshotError,
+    check_snapshot,
+    iter_snapshot_fields,
+    snapshot_name,
+)
 
 __all__ = [
     "FENCE_STRIDE",
@@ -28,12 +39,20 @@ __all__ = [
     "OPEN_FILES_MAX",
     "ActiveFile",
     "Fields",
+    "LedgerStats",
+    "PendingFlush",
     "SealedFile",
+    "complete_marker",
+    "delete_sealed",
     "encode_sorted",
     "fences_of",
     "fsync_dir",
+    "install_complete",
+    "load_sealed",
     "write_file",
 ]
+
+log = logging.getLogger(__name__)
 
 Fields = tuple[int, int, int, int, int, int, int, int]
 HEADER: Final = 10  # version int16, crc uint32, count int32
@@ -200,8 +219,19 @@ class SealedFile:
 
     def delete(self) -> None:
         self.close()
-        self.path.unlink(missing_ok=True)
-        self.path.with_name(self.path.name.replace(".snapshot", ".bloom")).unlink(missing_ok=True)
+        delete_sealed(self.path)
+
+
+def complete_marker(path: Path) -> Path:
+    """``<offset>.complete`` beside ``<offset>.snapshot``: that file is complete."""
+    return path.with_name(path.name.replace(".snapshot", ".complete"))
+
+
+def delete_sealed(path: Path) -> None:
+    """A sealed file with its marker (first: a marker never outlives its file) and filter."""
+    complete_marker(path).unlink(missing_ok=True)
+    path.unlink(missing_ok=True)
+    path.with_name(path.name.replace(".snapshot", ".bloom")).unlink(missing_ok=True)
 
 
 def encode_sorted(entries: dict[int, Fields]) -> bytes:
@@ -209,3 +239,81 @@ def encode_sorted(entries: dict[int, Fields]) -> bytes:
     for pid in sorted(entries):
         body += ENTRY.pack(*entries[pid])
     return SNAPSHOT_VERSION.to_bytes(2, "big") + crc32c(body).to_bytes(4, "big") + bytes(body)
+
+
+def load_sealed(
+    path: Path, off: int, bloom: Path | None, fpp: float, name: str
+) -> SealedFile | None:
+    """The sealed file with its filter (rebuilt when its .bloom is missing or bad);
+    None (and the file deleted) when its CRC or length is wrong, as Kafka's loader
+    deletes a corrupt snapshot."""
+    data = path.read_bytes()
+    try:
+        check_snapshot(data)
+    except CorruptSnapshotError as e:
+        log.warning("%s: deleting corrupt %s: %s", name, path.name, e)
+        path.unlink(missing_ok=True)
+        if bloom is not None:
+            bloom.unlink(missing_ok=True)
+        return None
+    size = len(data)
+    count = (size - HEADER) // ENTRY.size
+    f: BloomFilter | None = None
+    if bloom is not None:
+        try:
+            f = BloomFilter.from_bytes(bloom.read_bytes(), fpp)
+        except (BloomFormatError, OSError) as e:
+            log.warning("%s: rebuilding filter %s: %s", name, bloom.name, e)
+    if f is None or size < HEADER or (size - HEADER) % ENTRY.size:
+        entries = list(iter_snapshot_fields(data))
+        f = BloomFilter.for_items(max(len(entries), 1), fpp)
+        for fields in entries:
+            f.add(fields[0])
+        write_file(path.with_name(path.name.replace(".snapshot", ".bloom")), f.to_bytes())
+        count = len(entries)
+    return SealedFile(path, off, f, count, fences_of(data, count))
+
+
+def install_complete(directory: Path, offset: int, tmp: Path, capacity: int, fpp: float) -> None:
+    """Make ``tmp`` (a complete snapshot as of ``offset``, fsynced) the sealed file
+    ``<offset>.snapshot``: its filter first, then the rename (a crash between leaves
+    a filter that covers more than its file: only false positives). For a clean
+    close: the in-memory index is not updated (the next open loads the file)."""
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        count = max(0, int.from_bytes(os.pread(fd, 4, 6), "big", signed=True))
+        filt = BloomFilter.for_items(max(count, capacity), fpp)
+        for fields in iter_fd_fields(fd):
+            filt.add(fields[0])
+    finally:
+        os.close(fd)
+    path = directory / snapshot_name(offset)
+    write_file(path.with_name(path.name.replace(".snapshot", ".bloom")), filt.to_bytes())
+    os.replace(tmp, path)
+    fsync_dir(directory)
+    # the marker last: a crash before it only costs the older files' filters in memory
+    complete_marker(path).touch()
+    fsync_dir(directory)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerStats:
+    active_entries: int
+    sealed_files: int
+    sealed_entries: int
+    filter_fill: float  # of the active filter
+    filter_bytes: int  # every filter in memory
+    reads: int
+    false_positive_checks: int  # sealed files read because a filter said maybe, in vain
+    filter_checks: int  # sealed-file filter checks made by reads
+
+
+@dataclass(slots=True)
+class PendingFlush:
+    """A flush past step 3: ``olds`` (newest first) are sealed as ``<offset>.snapshot``,
+    merged into ``same`` (the newest sealed file) when nothing was appended since it."""
+
+    offset: int
+    olds: list[ActiveFile]
+    same: SealedFile | None
+    done: threading.Event = field(default_factory=threading.Event)

@@ -85,3 +85,31 @@ def test_complete_snapshot_keeps_producers_carried_forward(tmp_path: Path) -> No
     assert fields_of(mgr.complete_snapshot_bytes(x)) == want
     with pytest.raises(ValueError):  # below the log start: that state is gone
         mgr.complete_snapshot_bytes(plog.log_start_offset - 1)
+
+
+def test_files_below_a_complete_one_cost_no_memory_until_a_truncation(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    plog = spread_log(tmp_path, clock)
+    end = plog.log_end_offset
+    plog.close()
+    on_disk = state_of(plog).snapshot_offsets()
+    assert len(on_disk) > 2
+    plog = open_log(tmp_path, clock, segment_bytes=400)
+    mgr = state_of(plog)
+    # only the complete file is indexed (its filter in memory); the others stay on disk
+    assert mgr.ledger.stats().sealed_files == 1 and mgr.snapshot_offsets() == on_disk
+    for pid in (4, 5, 6):
+        assert mgr.ledger.read(pid) is not None
+    assert fields_of(mgr.complete_snapshot_bytes(on_disk[1])) == reference(plog, on_disk[1])
+    # retention deletes the older files (the complete one holds everything they held)
+    plog.update_high_watermark(end)
+    plog.delete_records_before(plog.segments[2].base_offset)
+    assert all(o >= plog.segments[0].base_offset for o in mgr.snapshot_offsets())
+    # a truncation below the complete file: the older files are looked up again
+    cut = plog.segments[-1].base_offset
+    plog.truncate_to(cut)
+    assert mgr.ledger.stats().sealed_files >= 1 and max(mgr.snapshot_offsets()) <= cut
+    e5 = mgr.table.get(5)
+    assert e5 is not None and e5.last_offset == cut - 1
+    e4 = mgr.table.get(4)
+    assert e4 is not None and e4.last_seq == 1  # carried forward, still known

@@ -72,9 +72,12 @@ def _child(mode: str, directory: Path, dedupe_bytes: int) -> dict[str, float]:
                 for _r in iter_records(memoryview(data)[pos : pos + h.size], verify=False):
                     pass
     else:
-        total = sum(c.size for c in log.cleanable_segments(T0))
+        cleanable = log.cleanable_segments(T0)
         result = log.clean(0, OffsetMap(dedupe_bytes), T0, lambda _n: None)
         assert result is not None
+        # one pass cleans the segments below the offset map's end (all of them when
+        # the keys fit the dedupe buffer): its rate is over those bytes
+        total = sum(c.size for c in cleanable if c.segment.base_offset < result.first_dirty)
     elapsed = time.perf_counter() - started
     log.close()
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -98,8 +101,6 @@ def _run_child(mode: str, directory: Path, dedupe_bytes: int) -> dict[str, float
         capture_output=True,
         text=True,
     )
-    if out.returncode:
-        raise RuntimeError(f"{mode} child failed:\n{out.stderr[-3000:]}")
     if out.returncode:
         raise RuntimeError(f"{mode} child failed:\n{out.stderr[-3000:]}")
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -134,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"read+decode: {read_rate:.1f} MB/s, peak RSS {read['peak_mb']:.0f} MB")
     print(
         f"clean (dedupe buffer {args.dedupe_mb:g} MiB): {clean_rate:.1f} MB/s "
-        f"({clean_rate / read_rate:.2f}x), peak RSS {clean['peak_mb']:.0f} MB"
+        f"({clean_rate / read_rate:.2f}x) over the {clean['bytes'] / mb:.1f} MiB one pass "
+        f"cleaned, peak RSS {clean['peak_mb']:.0f} MB"
     )
     return 0
 

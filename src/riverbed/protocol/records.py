@@ -97,6 +97,7 @@ __all__ = [
     "TimestampType",
     "build_batch",
     "check_dense_offsets",
+    "frame_batch",
     "iter_batches",
     "iter_records",
     "parse_header",
@@ -417,6 +418,47 @@ def build_batch(
 
     if not recs:
         codec = CompressionType.NONE  # an empty batch is header only, as Kafka writes it
+    return frame_batch(
+        body,
+        len(recs),
+        base_offset=base_offset,
+        compression=codec,
+        timestamp_type=timestamp_type,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        partition_leader_epoch=partition_leader_epoch,
+        is_transactional=is_transactional,
+        is_control=is_control,
+        first_timestamp=first_ts,
+        max_timestamp=max_ts,
+        last_offset_delta=last_offset_delta,
+        delete_horizon=delete_horizon_ms is not None,
+    )
+
+
+def frame_batch(
+    body: bytes | bytearray,
+    records_count: int,
+    *,
+    base_offset: int,
+    compression: CompressionType | int,
+    timestamp_type: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    partition_leader_epoch: int,
+    first_timestamp: int,
+    max_timestamp: int,
+    last_offset_delta: int,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    delete_horizon: bool = False,
+) -> bytes:
+    """A v2 batch around ``body``, the uncompressed encoded records (``records_count``
+    of them): compressed as asked, header packed, CRC computed. The log cleaner frames
+    record bytes it kept from an old batch with it; `build_batch` frames new ones."""
+    codec = CompressionType(compression)
     payload = compress(codec, body) if codec != CompressionType.NONE else body
     batch_length = BATCH_OVERHEAD + len(payload)
     if batch_length > _INT32_MAX:
@@ -426,7 +468,7 @@ def build_batch(
         | (ATTR_TIMESTAMP_TYPE if timestamp_type else 0)
         | (ATTR_TRANSACTIONAL if is_transactional else 0)
         | (ATTR_CONTROL if is_control else 0)
-        | (ATTR_DELETE_HORIZON if delete_horizon_ms is not None else 0)
+        | (ATTR_DELETE_HORIZON if delete_horizon else 0)
     )
     out = bytearray(BATCH_HEADER_SIZE)
     try:
@@ -440,12 +482,12 @@ def build_batch(
             0,  # crc, filled in below
             attributes,
             last_offset_delta,
-            first_ts,
-            max_ts,
+            first_timestamp,
+            max_timestamp,
             producer_id,
             producer_epoch,
             base_sequence,
-            len(recs),
+            records_count,
         )
     except struct.error as e:
         raise ValueError(f"record batch header field out of range: {e}") from None

@@ -7,7 +7,8 @@ its latest record. One cleaning of a partition:
    end of the cleanable segments (closed, entirely below the high watermark, and older
    than ``min.compaction.lag.ms``), is scanned into an `OffsetMap`: key -> latest offset.
    The map lives in ``log.cleaner.dedupe.buffer.size`` bytes as Kafka's does (24 bytes a
-   slot: a 16-byte MD5 of the key and an 8-byte offset, filled to 90%); when it is full
+   key: a 16-byte MD5 of the key and an 8-byte offset, up to 90% of the buffer's 24-byte
+   slots; numpy arrays filled a segment at a time, see `OffsetMap`); when it is full
    the scan stops at that segment and the next cleaning goes on from there, so memory
    stays bounded whatever the number of keys;
 2. every cleanable segment below the map's end is rewritten by `clean_segment`: a record
@@ -20,7 +21,9 @@ its latest record. One cleaning of a partition:
    batch of each producer id, kept as an empty (header-only) batch so the producer state
    rebuilt from the log still knows that producer's last sequence. Control and
    transactional batches are kept as they are (transaction-aware cleaning is not done).
-   Unchanged batches are copied byte for byte.
+   Unchanged batches are copied byte for byte; a batch that lost records is framed
+   anew around the bytes of the records it keeps (`cleaner_scan`: segments are read
+   without building record objects).
 3. consecutive segments whose sizes add up to at most ``segment.bytes`` are cleaned into
    one (Kafka's grouping, so cleaned logs do not keep one shrinking file per roll); the
    new segment replaces the group crash-safely: written as ``<base>.log.cleaned``,
@@ -41,14 +44,16 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.record_batch import BatchHeader, iter_batches
-from riverbed.protocol.records import SimpleRecord, build_batch, iter_records
+from riverbed.protocol.records import iter_records
+from riverbed.storage.cleaner_scan import KEYLESS, TOMBSTONE, rewrite_batch, scan_segment
 from riverbed.storage.errors import InvalidRecordError
 
 log = logging.getLogger(__name__)
@@ -63,80 +68,117 @@ SWAP_SUFFIX = ".swap"
 
 
 class OffsetMap:
-    """key -> latest offset in an open-addressing table of 24-byte slots (Kafka's
-    SkimpyOffsetMap: the key's 16-byte MD5, an 8-byte offset; -1 marks a free slot).
+    """key -> latest offset, holding what Kafka's SkimpyOffsetMap holds (24 bytes a key:
+    its 16-byte MD5 and an 8-byte offset) in three numpy arrays (the digest's two
+    halves as unsigned 64-bit ints, the offset) sorted by digest, so that a whole
+    segment's keys are added (`put_many`) or looked up (`lookup`) at once.
 
-    The table grows by doubling from ``INITIAL_SLOTS`` up to the slots the dedupe buffer
-    holds, so its memory follows the keys seen and never exceeds the buffer; ``capacity`` keys (90% of those slots) fit, then the map is full.
+    ``capacity`` keys fit (90% of the dedupe buffer's 24-byte slots, Kafka's load
+    factor); the arrays grow with the keys and never exceed the buffer. Adding keys
+    briefly needs a few times the map's size (the merge sort), as Kafka's map does not.
     """
 
-    INITIAL_SLOTS = 1024
-
     def __init__(self, dedupe_buffer_bytes: int) -> None:
-        self._max_slots = max(dedupe_buffer_bytes // OFFSET_MAP_ENTRY_BYTES, 2)
-        self.capacity = max(1, int(self._max_slots * OFFSET_MAP_LOAD_FACTOR))
-        self._allocate(min(self.INITIAL_SLOTS, self._max_slots))
+        slots = max(dedupe_buffer_bytes // OFFSET_MAP_ENTRY_BYTES, 2)
+        self.capacity = max(1, int(slots * OFFSET_MAP_LOAD_FACTOR))
+        self.clear()
 
-    def _allocate(self, slots: int) -> None:
-        self._slots = slots
-        self._digests = bytearray(16 * slots)
-        self._offsets = array("q", [-1]) * slots
-        self._count = 0
+    def clear(self) -> None:
+        self._hi: np.ndarray = np.empty(0, dtype=np.uint64)
+        self._lo: np.ndarray = np.empty(0, dtype=np.uint64)
+        self._offsets: np.ndarray = np.empty(0, dtype=np.int64)
 
     @property
     def memory_bytes(self) -> int:
-        return len(self._digests) + self._offsets.itemsize * len(self._offsets)
-
-    def clear(self) -> None:
-        self._allocate(min(self.INITIAL_SLOTS, self._max_slots))
+        return int(self._hi.nbytes + self._lo.nbytes + self._offsets.nbytes)
 
     def __len__(self) -> int:
-        return self._count
-
-    @staticmethod
-    def _digest(key: bytes) -> bytes:
-        return hashlib.md5(key, usedforsecurity=False).digest()
+        return len(self._hi)
 
     def full(self) -> bool:
-        return self._count >= self.capacity
+        return len(self) >= self.capacity
 
-    def _slot(self, digest: bytes) -> int:
-        """The slot holding ``digest``, or the free slot where it would go."""
-        slots = self._slots
-        i = int.from_bytes(digest[:8], "little") % slots
-        offsets, digests = self._offsets, self._digests
-        while offsets[i] != -1 and digests[16 * i : 16 * i + 16] != digest:
-            i = (i + 1) % slots
-        return i
+    @staticmethod
+    def digests(keys: Iterable[bytes]) -> np.ndarray:
+        return as_digests(b"".join(hashlib.md5(k, usedforsecurity=False).digest() for k in keys))
 
-    def _grow(self) -> None:
-        old_digests, old_offsets = self._digests, self._offsets
-        self._allocate(min(self._slots * 2, self._max_slots))
-        for j, offset in enumerate(old_offsets):
-            if offset != -1:
-                digest = bytes(old_digests[16 * j : 16 * j + 16])
-                i = self._slot(digest)
-                self._digests[16 * i : 16 * i + 16] = digest
-                self._offsets[i] = offset
-                self._count += 1
+    def _find(self, digests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(index of each digest in the map, or where it would go; whether it is held).
+        The map is sorted by first half only: a run of equal first halves (two keys
+        sharing 64 bits of MD5, ~n^2 / 2^65) is searched through."""
+        hi, lo = self._hi, self._lo
+        at = np.searchsorted(hi, digests[:, 0])
+        if not len(hi):
+            return at, np.zeros(len(digests), dtype=bool)
+        at_c = np.minimum(at, len(hi) - 1)
+        same_hi = hi[at_c] == digests[:, 0]
+        found = same_hi & (lo[at_c] == digests[:, 1])
+        for i in np.flatnonzero(same_hi & ~found).tolist():
+            j = int(at[i])
+            while j < len(hi) and hi[j] == digests[i, 0]:
+                if lo[j] == digests[i, 1]:
+                    at[i], found[i] = j, True
+                    break
+                j += 1
+        return at, found
+
+    def lookup(self, digests: np.ndarray) -> np.ndarray:
+        """The latest offset of each digest (rows of `as_digests`), -1 where the map
+        does not hold it."""
+        at, found = self._find(digests)
+        if not found.any():
+            return np.full(len(digests), -1, dtype=np.int64)
+        return np.where(found, self._offsets[np.minimum(at, len(self) - 1)], -1)
+
+    def new_keys(self, digests: np.ndarray) -> np.ndarray:
+        """Which of ``digests`` would add an entry: not held yet, first occurrence."""
+        first = np.zeros(len(digests), dtype=bool)
+        first[_runs(digests, np.arange(len(digests)), last=False)] = True
+        new: np.ndarray = first & ~self._find(digests)[1]
+        return new
+
+    def put_many(self, digests: np.ndarray, offsets: np.ndarray) -> None:
+        """Map each digest to its offset (the largest, for one given several times);
+        OverflowError beyond ``capacity`` keys (callers check `new_keys` first)."""
+        offsets = offsets.astype(np.int64, copy=False)
+        keep = _runs(digests, offsets, last=True)  # one row per digest, by digest
+        digests, offsets = digests[keep], offsets[keep]
+        at, found = self._find(digests)
+        if len(self) + int((~found).sum()) > self.capacity:
+            raise OverflowError("offset map full")
+        held = at[found]
+        self._offsets[held] = np.maximum(self._offsets[held], offsets[found])
+        new, where = digests[~found], at[~found]
+        self._hi = np.insert(self._hi, where, new[:, 0])
+        self._lo = np.insert(self._lo, where, new[:, 1])
+        self._offsets = np.insert(self._offsets, where, offsets[~found])
 
     def put(self, key: bytes, offset: int) -> None:
-        digest = self._digest(key)
-        i = self._slot(digest)
-        if self._offsets[i] == -1:
-            if self._count >= self.capacity:
-                raise OverflowError("offset map full")  # callers check capacity first
-            if self._count + 1 > self._slots * OFFSET_MAP_LOAD_FACTOR:
-                self._grow()
-                i = self._slot(digest)
-            self._digests[16 * i : 16 * i + 16] = digest
-            self._count += 1
-        self._offsets[i] = offset
+        self.put_many(self.digests([key]), np.array([offset], dtype=np.int64))
 
     def get(self, key: bytes) -> int | None:
-        i = self._slot(self._digest(key))
-        offset = self._offsets[i]
-        return None if offset == -1 else offset
+        offset = int(self.lookup(self.digests([key]))[0])
+        return None if offset < 0 else offset
+
+
+def _runs(digests: np.ndarray, order_by: np.ndarray, *, last: bool) -> np.ndarray:
+    """Indexes of one row per distinct digest, sorted by digest: the row with the
+    largest (``last``) or smallest ``order_by`` value among equal digests."""
+    order = np.lexsort((order_by, digests[:, 1], digests[:, 0]))
+    hi, lo = digests[order, 0], digests[order, 1]
+    edge = np.ones(len(order), dtype=bool)
+    differs = (hi[1:] != hi[:-1]) | (lo[1:] != lo[:-1])
+    if last:
+        edge[:-1] = differs
+    else:
+        edge[1:] = differs
+    return order[edge]
+
+
+def as_digests(raw: bytes | bytearray) -> np.ndarray:
+    """Concatenated 16-byte digests as an (n, 2) array of uint64: each digest's halves,
+    big-endian, so that rows sort as the digests' bytes do."""
+    return np.frombuffer(bytes(raw), dtype=">u8").astype(np.uint64).reshape(-1, 2)
 
 
 def require_keys(batch: bytes | bytearray | memoryview, h: BatchHeader) -> None:
@@ -156,21 +198,23 @@ def map_segment(data: bytes, start: int, offset_map: OffsetMap) -> tuple[int, bo
 
     Returns (next offset after the last batch mapped, whether the whole segment fit).
     Stops before a batch whose new keys would not fit (so the map's end is a batch end)."""
-    next_offset = start
-    for pos, h in iter_batches(data):
-        if h.next_offset <= start:
-            continue
-        if h.is_control:
-            next_offset = h.next_offset
-            continue
-        records = list(iter_records(memoryview(data)[pos : pos + h.size], verify=False))
-        if len(offset_map) + len(records) > offset_map.capacity:
-            return next_offset, False
-        for r in records:
-            if r.key is not None and r.offset >= start:
-                offset_map.put(r.key, r.offset)
-        next_offset = h.next_offset
-    return next_offset, True
+    seg = scan_segment(data, start)
+    digests = as_digests(seg.digests)
+    offsets = np.array(seg.offsets, dtype=np.int64)
+    mappable = (offsets >= start) & ((np.frombuffer(seg.flags, dtype=np.uint8) & KEYLESS) == 0)
+    new = np.zeros(len(offsets), dtype=bool)
+    new[mappable] = offset_map.new_keys(digests[mappable])
+    new_before = np.concatenate(([0], np.cumsum(new))).tolist()
+    size = len(offset_map)
+    next_offset, end, whole = start, len(offsets), True
+    for b in seg.batches:
+        if size + new_before[b.first] + b.count > offset_map.capacity and b.count:
+            end, whole = b.first, False
+            break
+        next_offset = b.header.next_offset
+    mappable[end:] = False
+    offset_map.put_many(digests[mappable], offsets[mappable])
+    return next_offset, whole
 
 
 @dataclass
@@ -205,58 +249,48 @@ def clean_segment(
 ) -> bytes:
     """The segment's bytes with superseded records and expired tombstones removed."""
     stats = stats if stats is not None else CleanStats()
+    seg = scan_segment(data)
+    offsets = np.array(seg.offsets, dtype=np.int64)
+    keyless = (np.frombuffer(seg.flags, dtype=np.uint8) & KEYLESS) != 0
+    dropped: list[bool] = (
+        (offset_map.lookup(as_digests(seg.digests)) > offsets) | keyless
+    ).tolist()
+    flags = seg.flags
     out = bytearray()
     view = memoryview(data)
-    for pos, h in iter_batches(data):
-        raw = view[pos : pos + h.size]
+    for b in seg.batches:
+        h = b.header
+        raw = view[b.pos : b.pos + h.size]
         if h.is_control or h.is_transactional:
             out += raw
             stats.batches_kept += 1
             continue
         horizon = h.first_timestamp if h.has_delete_horizon else None
-        records = list(iter_records(raw, verify=False))
         kept = []
         has_tombstone = False
-        for r in records:
-            latest = offset_map.get(r.key) if r.key is not None else None
-            if r.key is None or (latest is not None and latest > r.offset):
+        for i in range(b.first, b.first + b.count):
+            if dropped[i]:
                 stats.records_dropped += 1
                 continue
-            if r.value is None:
+            if flags[i] & TOMBSTONE:
                 if horizon is not None and now_ms >= horizon:
                     stats.tombstones_dropped += 1
                     continue
                 has_tombstone = True
-            kept.append(r)
+            kept.append(i)
         if has_tombstone and horizon is None:
             horizon = now_ms + delete_retention_ms
         if has_tombstone and horizon is not None:
             stats.delete_horizon_ms = max(stats.delete_horizon_ms, horizon)
-        if len(kept) == len(records) and (not has_tombstone or h.has_delete_horizon):
-            out += raw
+        if len(kept) == b.count and (not has_tombstone or h.has_delete_horizon):
+            out += raw  # every record kept: the batch as it is
             stats.batches_kept += 1
             continue
         producer_last = h.producer_id >= 0 and last_batch_of.get(h.producer_id) == h.base_offset
         if not kept and not producer_last:
             stats.batches_dropped += 1
             continue
-        out += build_batch(
-            [
-                SimpleRecord(value=r.value, key=r.key, headers=r.headers, timestamp=r.timestamp)
-                for r in kept
-            ],
-            base_offset=h.base_offset,
-            compression=h.compression,
-            timestamp_type=h.timestamp_type,
-            producer_id=h.producer_id,
-            producer_epoch=h.producer_epoch,
-            base_sequence=h.base_sequence,
-            partition_leader_epoch=h.partition_leader_epoch,
-            now_ms=h.max_timestamp,
-            offset_deltas=[r.offset - h.base_offset for r in kept],
-            last_offset_delta=h.last_offset_delta,
-            delete_horizon_ms=horizon if has_tombstone else None,
-        )
+        out += rewrite_batch(seg, b, kept, horizon if has_tombstone else None)
         stats.batches_rewritten += 1
     return bytes(out)
 

@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from riverbed.protocol.record_batch import iter_batches
@@ -280,18 +281,88 @@ def test_offset_map_memory_stays_within_the_dedupe_buffer() -> None:
     latest: dict[bytes, int] = {}
     i = 0
     while not m.full():
-        key = b"key-%d" % (i % (m.capacity + 100))
-        if len(m) >= m.capacity - 1 and m.get(key) is None:
-            break
-        m.put(key, i)
-        latest[key] = i
-        i += 1
+        keys = [b"key-%d" % ((i + j) % (m.capacity + 100)) for j in range(1000)]
+        digests = OffsetMap.digests(keys)
+        room = m.capacity - len(m)
+        fits = np.cumsum(m.new_keys(digests)) <= room
+        n = int(fits.sum()) if not fits.all() else len(keys)
+        m.put_many(digests[:n], np.arange(i, i + n))
+        latest.update((k, i + j) for j, k in enumerate(keys[:n]))
+        i += n
         assert m.memory_bytes <= buffer
+        if n < len(keys):
+            break
     assert len(m) == len(latest) and len(m) >= 0.85 * buffer / 24 * 0.9
-    assert all(m.get(k) == v for k, v in latest.items())
+    assert all(m.get(k) == v for k, v in list(latest.items())[:: len(latest) // 500])
+    found = m.lookup(OffsetMap.digests(latest))
+    assert found.tolist() == list(latest.values())
     assert m.get(b"never") is None
     with pytest.raises(OverflowError):
         for j in range(10):
             m.put(b"new-%d" % j, j)
     m.clear()
     assert len(m) == 0 and m.memory_bytes == start
+
+
+def test_offset_map_tells_apart_digests_sharing_their_first_half() -> None:
+    from riverbed.storage.cleaner import as_digests
+
+    m = OffsetMap(1 << 16)
+    same_hi = [bytes(8) + bytes([i]) * 8 for i in (3, 1, 2)]
+    m.put_many(as_digests(b"".join(same_hi)), np.array([10, 11, 12]))
+    m.put_many(as_digests(same_hi[1]), np.array([20]))
+    found = m.lookup(as_digests(b"".join([*same_hi, bytes(8) + b"\x09" * 8, b"\x01" * 16])))
+    assert found.tolist() == [10, 20, 12, -1, -1]
+    assert len(m) == 3
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_clean_segment_keeps_each_kept_record_exact_in_every_batch_kind(seed: int) -> None:
+    """Compressed batches, headers, LogAppendTime, timestamps out of order, tombstones
+    (stamped with a horizon, then dropped past it): every kept record reads back with
+    its offset, timestamp, key, value and headers; batches keep their base offset."""
+    from riverbed.storage.cleaner import clean_segment
+
+    rng = random.Random(seed)
+    data = bytearray()
+    written: list[Record] = []
+    offset = 0
+    for _ in range(40):
+        n = rng.randint(1, 6)
+        ts_type = rng.choice((0, 0, 1))
+        recs = [
+            SimpleRecord(
+                value=None if rng.random() < 0.15 else b"v%d" % rng.randrange(10**6) * 3,
+                key=b"k%d" % rng.randrange(12),
+                headers=[("h", b"x%d" % i)] if rng.random() < 0.3 else (),
+                timestamp=T0 + rng.randrange(-5000, 5000),
+            )
+            for i in range(n)
+        ]
+        batch = build_batch(
+            recs,
+            base_offset=offset,
+            compression=rng.choice((0, 0, 1, 3, 4)),
+            timestamp_type=ts_type,
+            now_ms=T0 + 7 if ts_type else T0,
+        )
+        data += batch
+        written += iter_records(batch)
+        offset += n
+    last_of: dict[bytes, int] = {}
+    for r in written:
+        assert r.key is not None
+        last_of[r.key] = r.offset
+    m = OffsetMap(1 << 16)
+    m.put_many(OffsetMap.digests(last_of), np.array(list(last_of.values())))
+    cleaned = clean_segment(bytes(data), m, T0, 1000, {})
+    got: list[Record] = []
+    bases = {h.base_offset for _p, h in iter_batches(bytes(data))}
+    for pos, h in iter_batches(cleaned):
+        assert h.base_offset in bases
+        got += iter_records(memoryview(cleaned)[pos : pos + h.size])
+    assert got == [r for r in written if last_of[r.key or b""] == r.offset]
+    # past the horizon the tombstones go, everything else stays as it was
+    again = clean_segment(cleaned, m, T0 + 1000, 1000, {})
+    got2 = [r for pos, h in iter_batches(again) for r in iter_records(again[pos : pos + h.size])]
+    assert got2 == [r for r in got if r.value is not None]

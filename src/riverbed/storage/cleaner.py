@@ -200,7 +200,7 @@ def map_segment(data: bytes, start: int, offset_map: OffsetMap) -> tuple[int, bo
     Stops before a batch whose new keys would not fit (so the map's end is a batch end)."""
     seg = scan_segment(data, start)
     digests = as_digests(seg.digests)
-    offsets = np.array(seg.offsets, dtype=np.int64)
+    offsets = np.frombuffer(seg.offsets, dtype=np.int64)
     mappable = (offsets >= start) & ((np.frombuffer(seg.flags, dtype=np.uint8) & KEYLESS) == 0)
     new = np.zeros(len(offsets), dtype=bool)
     new[mappable] = offset_map.new_keys(digests[mappable])
@@ -250,18 +250,21 @@ def clean_segment(
     """The segment's bytes with superseded records and expired tombstones removed."""
     stats = stats if stats is not None else CleanStats()
     seg = scan_segment(data)
-    offsets = np.array(seg.offsets, dtype=np.int64)
-    keyless = (np.frombuffer(seg.flags, dtype=np.uint8) & KEYLESS) != 0
-    dropped: list[bool] = (
-        (offset_map.lookup(as_digests(seg.digests)) > offsets) | keyless
-    ).tolist()
+    offsets = np.frombuffer(seg.offsets, dtype=np.int64)
+    flag_array = np.frombuffer(seg.flags, dtype=np.uint8)
+    drop = (offset_map.lookup(as_digests(seg.digests)) > offsets) | ((flag_array & KEYLESS) != 0)
+    dropped: list[bool] = drop.tolist()
+    # batches with no record to drop and no tombstone are kept whole without a look at
+    # their records (all of them, in a segment cleaned before)
+    special = np.concatenate(([0], np.cumsum(drop | ((flag_array & TOMBSTONE) != 0)))).tolist()
     flags = seg.flags
     out = bytearray()
     view = memoryview(data)
     for b in seg.batches:
         h = b.header
         raw = view[b.pos : b.pos + h.size]
-        if h.is_control or h.is_transactional:
+        untouched = special[b.first + b.count] == special[b.first]
+        if h.is_control or h.is_transactional or untouched:
             out += raw
             stats.batches_kept += 1
             continue

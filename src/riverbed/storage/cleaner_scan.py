@@ -13,6 +13,7 @@ deltas still hold); otherwise only its two deltas are written anew in front of i
 from __future__ import annotations
 
 import hashlib
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,10 +52,12 @@ class ScannedSegment:
 
     batches: list[ScannedBatch] = field(default_factory=list)
     digests: bytearray = field(default_factory=bytearray)
-    offsets: list[int] = field(default_factory=list)
-    timestamps: list[int] = field(default_factory=list)
+    offsets: array[int] = field(default_factory=lambda: array("q"))
+    timestamps: array[int] = field(default_factory=lambda: array("q"))
     flags: bytearray = field(default_factory=bytearray)
-    spans: list[tuple[int, int, int]] = field(default_factory=list)
+    starts: array[int] = field(default_factory=lambda: array("q"))
+    rests: array[int] = field(default_factory=lambda: array("q"))
+    ends: array[int] = field(default_factory=lambda: array("q"))
 
 
 TOMBSTONE = 1
@@ -101,7 +104,8 @@ def _scan_records(section: bytes, h: BatchHeader, out: ScannedSegment, md5: Any)
     log_append = bool(h.attributes & ATTR_TIMESTAMP_TYPE)
     first_ts = h.first_timestamp
     digests, flags = out.digests, out.flags
-    offsets, timestamps, spans = out.offsets, out.timestamps, out.spans
+    offsets, timestamps = out.offsets, out.timestamps
+    starts, rests, ends = out.starts, out.rests, out.ends
     varint = _varint
     for _ in range(h.records_count):
         start = pos
@@ -148,7 +152,9 @@ def _scan_records(section: bytes, h: BatchHeader, out: ScannedSegment, md5: Any)
         offsets.append(base + off_delta)
         timestamps.append(h.max_timestamp if log_append else first_ts + ts_delta)
         flags.append(flag)
-        spans.append((start, rest, end))
+        starts.append(start)
+        rests.append(rest)
+        ends.append(end)
         pos = end
     if pos != n:
         raise ProtocolError(f"{n - pos} bytes after the records of the batch", field="records")
@@ -176,22 +182,20 @@ def rewrite_batch(
         max_ts = h.max_timestamp
     if delete_horizon_ms is not None:
         first_ts = delete_horizon_ms
-    section, spans = b.section, seg.spans
+    section, starts, rests, ends = b.section, seg.starts, seg.rests, seg.ends
     body = bytearray()
     if first_ts == h.first_timestamp and not log_append:
         for i in kept:  # deltas unchanged: whole records copied
-            start, _rest, end = spans[i]
-            body += section[start:end]
+            body += section[starts[i] : ends[i]]
     else:
         rec = bytearray()
         base = h.base_offset
         for i in kept:
-            _start, rest, end = spans[i]
             rec.clear()
             rec.append(0)  # attributes
             _write_varint(rec, timestamps[i] - first_ts)
             _write_varint(rec, seg.offsets[i] - base)
-            rec += section[rest:end]
+            rec += section[rests[i] : ends[i]]
             _write_varint(body, len(rec))
             body += rec
     return frame_batch(

@@ -271,3 +271,62 @@ def test_sealed_lookup_across_fence_blocks(tmp_path: Path) -> None:
     assert all(again.read(pid) == fields(pid, pid % 1000) for pid in pids)
     assert all(again.read(pid + 1) is None for pid in pids[:200])  # odd: absent
     assert again.read(-5) is None and again.read(10**9 + 1) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("update"), st.integers(0, 60), st.integers(0, 10_000)),
+            st.tuples(st.just("read"), st.integers(0, 70), st.just(0)),
+            st.tuples(st.just("begin"), st.just(0), st.just(0)),  # steps 1-3 (the loop)
+            st.tuples(st.just("finish"), st.just(0), st.just(0)),  # steps 4-8 (the pool)
+            st.tuples(st.just("delete"), st.just(0), st.just(0)),
+            st.tuples(st.just("crash"), st.just(0), st.just(0)),  # whatever is pending
+        ),
+        max_size=80,
+    )
+)
+def test_model_with_background_flushes(ops: list[tuple[str, int, int]]) -> None:
+    """Reads stay right while a flush is pending (updates go to the new active file),
+    a process crash with a flush pending loses nothing, a second begin while one is
+    pending does nothing, and retention waits for the pending flush."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        directory = Path(d)
+        model: dict[int, Fields] = {}
+        led = PidLedger(directory, SMALL)
+        led.open()
+        pending = None
+        for offset, (op, a, b) in enumerate(ops, start=1):
+            if op == "update":
+                model[a] = fields(a, b)
+                led.update(model[a])
+            elif op == "read":
+                assert led.read(a) == model.get(a)
+            elif op == "begin":
+                p = led.begin_flush(offset)
+                assert p is None or pending is None  # one pending flush at a time
+                pending = pending or p
+            elif op == "finish" and pending is not None:
+                led.finish_flush(pending)
+                pending = None
+            elif op == "delete":
+                if pending is not None:  # retention waits for it: finish it meanwhile
+                    threading.Timer(0.01, led.finish_flush, (pending,)).start()
+                    pending = None
+                led.delete_before(offset, keep=lambda f: True)
+            elif op == "crash":
+                led = PidLedger(directory, SMALL)  # the dead one (and its pending) is gone
+                led.open()
+                pending = None
+            for pid, want in model.items():
+                assert led.read(pid) == want, (op, pid)
+        if pending is not None:
+            led.finish_flush(pending)
+        led.close()
+        again = PidLedger(directory, SMALL)
+        again.open()
+        for pid, want in model.items():
+            assert again.read(pid) == want

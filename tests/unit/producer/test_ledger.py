@@ -28,6 +28,18 @@ class Crash(Exception):
     pass
 
 
+def model_step(led: PidLedger, model: dict[int, Fields], op: str, a: int, b: int) -> bool:
+    """An update or a read against the ledger and its model (False: another op)."""
+    if op == "update":
+        model[a] = fields(a, b)
+        led.update(model[a])
+    elif op == "read":
+        assert led.read(a) == model.get(a)
+    else:
+        return False
+    return True
+
+
 # ---- Bloom filter ----------------------------------------------------------------------------
 
 
@@ -124,11 +136,8 @@ def test_model_with_crashes_at_every_flush_step(ops: list[tuple[str, int, int]])
         led = PidLedger(directory, SMALL)
         led.open()
         for offset, (op, a, b) in enumerate(ops, start=1):
-            if op == "update":
-                model[a] = fields(a, b)
-                led.update(model[a])
-            elif op == "read":
-                assert led.read(a) == model.get(a)
+            if model_step(led, model, op, a, b):
+                pass
             elif op == "flush":
                 led.flush(offset)
             elif op == "restart":
@@ -300,11 +309,8 @@ def test_model_with_background_flushes(ops: list[tuple[str, int, int]]) -> None:
         led.open()
         pending = None
         for offset, (op, a, b) in enumerate(ops, start=1):
-            if op == "update":
-                model[a] = fields(a, b)
-                led.update(model[a])
-            elif op == "read":
-                assert led.read(a) == model.get(a)
+            if model_step(led, model, op, a, b):
+                pass
             elif op == "begin":
                 p = led.begin_flush(offset)
                 assert p is None or pending is None  # one pending flush at a time

@@ -539,10 +539,9 @@ class PidLedger:
         opened under the lock so retention cannot take them away meanwhile. The caller
         closes the descriptors."""
         with self._lock:
-            mapped: dict[int, Fields] = {}
-            for f in reversed([self.active, *self.retired]):  # oldest first: newest wins
-                if f is not None:
-                    mapped.update((e[0], e) for e in f.entries())
+            # copies of the mapped entries (a memcpy each): parsed after the lock, so
+            # updates wait for no Python loop over up to a file's capacity
+            raw = [f.raw_entries() for f in reversed([self.active, *self.retired]) if f]
             files = sorted(
                 [(s.offset, s.path) for s in self._sealed] + self._shadowed, reverse=True
             )
@@ -556,12 +555,15 @@ class PidLedger:
                 for fd in fds:
                     os.close(fd)
                 raise
-            return CompleteSources(
-                base=upto[0][0] if upto else None,
-                mapped=sorted(mapped.values()),
-                upto=fds[: len(upto)],
-                later=fds[len(upto) :],
-            )
+        mapped: dict[int, Fields] = {}
+        for data in raw:  # oldest first: newest wins
+            mapped.update((e[0], e) for e in ENTRY.iter_unpack(data))
+        return CompleteSources(
+            base=upto[0][0] if upto else None,
+            mapped=sorted(mapped.values()),
+            upto=fds[: len(upto)],
+            later=fds[len(upto) :],
+        )
 
     def iter_newest(self) -> Iterator[Fields]:
         """Every producer's newest entry (active first, then sealed files newest first;

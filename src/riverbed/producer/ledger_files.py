@@ -145,6 +145,11 @@ class ActiveFile:
         assert self.mm is not None
         return [ENTRY.unpack_from(self.mm, HEADER + i * ENTRY.size) for i in range(self.count)]
 
+    def raw_entries(self) -> bytes:
+        """A copy of the written slots (``count`` x 46 bytes)."""
+        assert self.mm is not None
+        return self.mm[HEADER : HEADER + self.count * ENTRY.size]
+
     def full(self) -> bool:
         return self.count >= self.capacity or self.filter.is_full()
 

@@ -57,8 +57,8 @@ from riverbed.producer.ledger import (
     fsync_dir,
 )
 from riverbed.producer.snapshot import (
-    decode_snapshot,
     entry_fields,
+    iter_snapshot,
     snapshot_name,
     snapshot_offset,
 )
@@ -332,7 +332,7 @@ class ProducerStateManager:
         takes the producers of the remote range from the complete snapshot shipped with
         the remote segment ending there; producers seen since the restart keep their
         newer state. Returns the producers added. Raises CorruptSnapshotError."""
-        entries = decode_snapshot(data)
+        entries = iter_snapshot(data)  # CRC checked first; one entry object at a time
         lock = self._log._lock if self._log is not None else contextlib.nullcontext()
         added = 0
         with lock:

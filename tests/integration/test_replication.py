@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -412,6 +413,45 @@ def test_leaders_elect_cli(cluster: QuorumCluster) -> None:
         timeout=60,
     )
     assert bad.returncode != 0 and "--partition needs --topic" in bad.stderr
+
+
+def test_topics_describe_shows_epoch_isr_moves_and_lag(cluster: QuorumCluster) -> None:
+    import json
+    import subprocess
+    import sys
+
+    topic = "replicated-describe"
+    admin = create_topic(cluster, topic)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+    for i in range(50):
+        producer.produce(topic, f"v{i}".encode())
+    assert producer.flush(30) == 0
+    cmd = [sys.executable, "-m", "riverbed.cli.main", "topics", "describe", "--topic", topic]
+    cmd += ["-b", cluster.bootstrap_servers]
+
+    def describe() -> Any:
+        done = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        ((part,),) = [t["partitions"] for t in json.loads(done.stdout)]
+        return part
+
+    def caught_up() -> Any:
+        part = describe()
+        return part["lag"] and all(lag == 0 for lag in part["lag"].values()) and part
+
+    first = wait_for("every replica's lag 0", caught_up)
+    leader, replicas, isr = partition_state(admin, topic)
+    assert first["leader"] == leader and first["replicas"] == replicas
+    assert sorted(first["isr"]) == isr == sorted(replicas)
+    assert first["adding_replicas"] == [] and first["removing_replicas"] == []
+    assert set(first["lag"]) == {str(r) for r in replicas}
+    # the epoch the leader itself received (its state-change.log)
+    log_text = Path(cluster.data_dir(leader) / "state-change.log").read_text()
+    epochs = re.findall(rf"received {topic}-0: leader {leader} at leader epoch (\d+)", log_text)
+    assert epochs and first["leader_epoch"] == int(epochs[-1])
+    table = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert table.returncode == 0, table.stderr
+    assert "epoch" in table.stdout and f"{leader}:0" in table.stdout, table.stdout
 
 
 def test_partitions_reassign_cli_generate_execute_verify(

@@ -62,7 +62,11 @@ def register(subparsers: Any) -> None:
     add_json(lst)
     lst.set_defaults(func=run_guarded(list_cmd))
 
-    desc = verb_parser(sub, "describe", "partitions, leaders, replicas, ISR and configs")
+    desc = verb_parser(
+        sub,
+        "describe",
+        "partitions: leader, leader epoch, replicas, ISR, adding/removing, each replica's lag",
+    )
     add_bootstrap(desc)
     desc.add_argument("--topic", action="append", help="repeatable; default: all topics")
     desc.add_argument("--exclude-internal", action="store_true")
@@ -233,6 +237,17 @@ def _topic_ids(admin: Any, names: list[str]) -> dict[str, str]:
     return out
 
 
+def _replica_state(args: argparse.Namespace, names: list[str]) -> Any:
+    """Leader epochs, ongoing moves and per-replica lag (empty if the wire client fails)."""
+    from riverbed.cli.replica_state import ReplicaState, replica_state
+    from riverbed.cli.wire import WireError
+
+    try:
+        return replica_state(args.bootstrap_server, names)
+    except WireError:
+        return ReplicaState()
+
+
 def describe_cmd(args: argparse.Namespace) -> int:
     admin, md = _metadata(args)
     wanted = args.topic or sorted(md.topics)
@@ -261,9 +276,17 @@ def describe_cmd(args: argparse.Namespace) -> int:
             topics.append({"topic": name, "partitions": parts})
     configs = _topic_configs(admin, [t["topic"] for t in topics])
     ids = _topic_ids(admin, [t["topic"] for t in topics])
+    state = _replica_state(args, [t["topic"] for t in topics])
     for t in topics:
         t["topic_id"] = ids.get(t["topic"])
         t["configs"] = configs.get(t["topic"], {})
+        for p in t["partitions"]:
+            key = (t["topic"], p["partition"])
+            p["leader_epoch"] = state.leader_epoch.get(key, -1)
+            p["adding_replicas"] = state.adding.get(key, [])
+            p["removing_replicas"] = state.removing.get(key, [])
+            lags = state.lag.get(key, {})
+            p["lag"] = {str(r): lags.get(r) for r in p["replicas"]}
     if args.json:
         print_json(topics)
         return 0
@@ -277,13 +300,17 @@ def describe_cmd(args: argparse.Namespace) -> int:
         )
         print_table(
             None,
-            ["partition", "leader", "replicas", "isr"],
+            ["partition", "leader", "epoch", "replicas", "isr", "adding", "removing", "lag"],
             [
                 (
                     p["partition"],
                     p["leader"],
+                    p["leader_epoch"],
                     ",".join(map(str, p["replicas"])),
                     ",".join(map(str, p["isr"])),
+                    ",".join(map(str, p["adding_replicas"])),
+                    ",".join(map(str, p["removing_replicas"])),
+                    ",".join(f"{r}:{'?' if v is None else v}" for r, v in p["lag"].items()),
                 )
                 for p in t["partitions"]
             ],

@@ -60,6 +60,8 @@ class PartitionFollower:
         log.forget_epochs_from(log.log_end_offset)
         self.backoff_until_ms = 0
         self.truncations = 0
+        # the leader's HW as of the last fetch answer (-1: none yet); lag is measured to it
+        self.leader_high_watermark = -1
 
     def fetch_position(self, now_ms: int) -> FetchPosition | None:
         """What to fetch now; None while backing off or without a leader."""
@@ -89,11 +91,19 @@ class PartitionFollower:
         if answer.error is not ErrorCode.NONE:
             self.backoff_until_ms = now_ms + self.config.replica_fetch_backoff_ms
             return []
+        self.leader_high_watermark = answer.high_watermark
         if answer.diverging_epoch is not None:
             return self._truncate_on_divergence(*answer.diverging_epoch)
         if result.records is not None:
             self.log.append_as_follower(result.records)
         return self._set_hw(min(answer.high_watermark, self.log.log_end_offset))
+
+    def offset_lag(self) -> int:
+        """Kafka's replica fetcher lag: the leader's HW minus this replica's log end, never
+        below 0 (0 until the first answer from the leader)."""
+        if self.leader_high_watermark < 0:
+            return 0
+        return max(0, self.leader_high_watermark - self.log.log_end_offset)
 
     def _set_hw(self, hw: int) -> list[Action]:
         hw = max(hw, self.log.log_start_offset)

@@ -189,6 +189,7 @@ def test_follower_truncates_by_epochs_never_to_the_high_watermark() -> None:
     for i in range(6):
         log.append_as_leader(f"old{i}", 3 if i < 4 else 4)
     fl = PartitionFollower(2, 1, 5, log, CONFIG, high_watermark=2)
+    assert fl.offset_lag() == 0  # nothing heard from the leader yet
     pos = fl.fetch_position(0)
     assert pos == FetchPosition(2, 5, 6, 4)
     # the leader never had epoch 4: its epoch 3 ends at 5
@@ -203,6 +204,7 @@ def test_follower_truncates_by_epochs_never_to_the_high_watermark() -> None:
     recs = ((4, 5, "n4"), (5, 5, "n5"))
     acts = fl.on_fetch_result(FetchResult(pos, FetchAnswer(ErrorCode.NONE, 9, 0), recs), 0)
     assert log.log_end_offset == 6 and acts == [HighWatermarkChanged(6)]  # min(9, own end)
+    assert fl.offset_lag() == 3  # Kafka's fetcher lag: leader HW 9 - own log end 6
     pos = fl.fetch_position(0)
     assert pos is not None
     fl.on_fetch_result(FetchResult(pos, FetchAnswer(ErrorCode.FENCED_LEADER_EPOCH)), 50)

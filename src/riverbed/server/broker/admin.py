@@ -11,7 +11,8 @@ when the new image is published (CreateTopics and CreatePartitions answer once t
 logs exist). ListPartitionReassignments (46) reads the partitions' adding/removing replicas
 from the image. DescribeConfigs (32) reads the image and the static
 broker config (sources and synonyms). DescribeLogDirs (35) reports every log dir with
-the partitions stored in it, their sizes and the dir's total/usable bytes, and a replica
+the partitions stored in it, their sizes (and a follower's offset lag: the leader's HW minus
+its log end, Kafka's fetcher lag), the dir's total/usable bytes, and a replica
 moving to another dir there as a future replica (``is_future_key``, its offset lag);
 AlterReplicaLogDirs (34) starts such moves (``riverbed.storage.log_moves``).
 """
@@ -142,9 +143,11 @@ async def handle_describe_log_dirs(
             )
         )
 
+    replicas = broker.partitions.replicas
     for (topic, index), hosted in sorted(broker.partitions.partitions.items()):
         d = _partition_dir(broker, topic, index)
-        add(topic, index, d, int(hosted.log.size_bytes), 0, False)
+        lag = replicas.offset_lag((topic, index)) if replicas is not None else 0
+        add(topic, index, d, int(hosted.log.size_bytes), lag, False)
     future_logs = getattr(broker.partitions.log_manager, "future_logs", None)
     moving = future_logs() if future_logs is not None else {}
     for (topic, index), (dest, size, lag) in sorted(moving.items()):

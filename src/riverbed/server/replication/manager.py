@@ -195,6 +195,14 @@ class ReplicaManager:
         if core is not None and isinstance(core.log, PartitionReplicaLog):
             core.log.plog = plog
 
+    def offset_lag(self, key: Key) -> int:
+        """DescribeLogDirs' offset_lag of a hosted replica: 0 on the leader, the fetcher lag
+        (leader HW - own log end) on a follower."""
+        core = self.cores.get(key)
+        if core is None or core.follower is None:
+            return 0
+        return core.follower.offset_lag()
+
     def leads_with_followers(self) -> bool:
         """Does this broker lead a partition another in-sync replica could take over?"""
         return any(

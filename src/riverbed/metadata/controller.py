@@ -27,6 +27,7 @@ picks a live replica outside the ISR, accepting the loss of what only the old IS
 
 from __future__ import annotations
 
+import random
 import re
 import uuid
 from collections import Counter
@@ -57,6 +58,7 @@ from riverbed.metadata.image import (
     replay_all,
 )
 from riverbed.metadata.partition_control import PartitionControl
+from riverbed.metadata.placement import assign_replicas
 from riverbed.metadata.producer_id_control import ProducerIdControl
 from riverbed.metadata.reassignment import ReassignmentControl
 from riverbed.metadata.records import (
@@ -113,35 +115,21 @@ def _unify(name: str) -> str:
     return name.replace(".", "_")
 
 
-def rack_alternated(image: MetadataImage, brokers: list[int]) -> list[int]:
-    """``brokers`` reordered so that consecutive ones are on different racks when the
-    brokers declare ``broker.rack`` (Kafka's rack-alternated broker list): a partition's
-    replicas, consecutive in this list, land on as many racks as there are. Unchanged when
-    no broker has a rack."""
-    racks: dict[str, list[int]] = {}
-    for b in brokers:
-        reg = image.brokers.get(b)
-        rack = reg.rack if reg is not None else None
-        if rack is None:
-            return brokers  # Kafka refuses a mix; riverbed places rack-unaware then
-        racks.setdefault(rack, []).append(b)
-    columns = [racks[r] for r in sorted(racks)]
-    out: list[int] = []
-    for i in range(max(len(c) for c in columns)):
-        out += [c[i] for c in columns if i < len(c)]
-    return out
-
-
 class Controller(
     ConfigControl, PartitionControl, ReassignmentControl, ProducerIdControl, ControllerBase
 ):
     """Pure controller operations over a MetadataImage (see module docstring)."""
 
     def __init__(
-        self, config: ControllerConfig, uuid_factory: Callable[[], uuid.UUID] = uuid.uuid4
+        self,
+        config: ControllerConfig,
+        uuid_factory: Callable[[], uuid.UUID] = uuid.uuid4,
+        rng: random.Random | None = None,
     ) -> None:
         self.config = config
         self._uuid_factory = uuid_factory
+        # draws the start broker and replica shift of new topics (`placement`)
+        self._rng = rng if rng is not None else random.Random()
 
     # ------------------------------------------------------------------ helpers
     def _new_topic_id(self, image: MetadataImage) -> uuid.UUID:
@@ -160,7 +148,11 @@ class Controller(
     def usable_brokers(image: MetadataImage) -> list[int]:
         return sorted(b.broker_id for b in image.brokers.values() if not b.fenced)
 
-    def _place(self, image: MetadataImage, start: int, count: int, rf: int) -> list[list[int]]:
+    def _place(
+        self, image: MetadataImage, start: int, count: int, rf: int, first_leader: int = -1
+    ) -> list[list[int]]:
+        """Kafka's placement (`placement`): random start broker and replica shift for a
+        new topic; for added partitions both are partition 0's leader's index."""
         brokers = self.usable_brokers(image)
         if rf > len(brokers):
             raise ControllerError(
@@ -169,9 +161,23 @@ class Controller(
                 f"factor of {rf} cannot be reached because only {len(brokers)} broker(s) "
                 "are registered.",
             )
-        brokers = rack_alternated(image, brokers)
         n = len(brokers)
-        return [[brokers[(p + i) % n] for i in range(rf)] for p in range(start, start + count)]
+        if first_leader >= 0:
+            # Kafka: the index of the first broker >= partition 0's first replica
+            fixed = next((i for i, b in enumerate(brokers) if b >= first_leader), 0)
+            start_index, shift = fixed, fixed
+        else:
+            start_index, shift = self._rng.randrange(n), self._rng.randrange(n)
+        racks = {b: reg.rack for b in brokers if (reg := image.brokers.get(b)) is not None}
+        return assign_replicas(
+            brokers,
+            racks,
+            count,
+            rf,
+            start_partition=start,
+            start_index=start_index,
+            replica_shift=shift,
+        )
 
     def _check_assignment(self, image: MetadataImage, broker_ids: Sequence[int]) -> list[int]:
         if not broker_ids:
@@ -561,7 +567,8 @@ class Controller(
                 )
             assignment = [self._check_assignment(image, a.broker_ids) for a in t.assignments]
         else:
-            assignment = self._place(image, current, added, rf)
+            leader0 = first.replicas[0] if first is not None and first.replicas else -1
+            assignment = self._place(image, current, added, rf, leader0)
         return [
             self._new_partition(image, replicas).to_record(topic.topic_id, current + i)
             for i, replicas in enumerate(assignment)

@@ -152,7 +152,9 @@ class MetadataClient:
         self.rng = rng
         ids = random.Random(rng.getrandbits(64))
         self.controller = Controller(
-            ControllerConfig(node_id=0), uuid_factory=lambda: uuid.UUID(int=ids.getrandbits(128))
+            ControllerConfig(node_id=0),
+            uuid_factory=lambda: uuid.UUID(int=ids.getrandbits(128)),
+            rng=random.Random(ids.getrandbits(64)),
         )
 
     def next_op(self, image: MetadataImage, now_ms: int) -> tuple[str, list[Message]]:

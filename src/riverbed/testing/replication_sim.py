@@ -79,6 +79,10 @@ CHECKPOINT_MS = 300  # replica.high.watermark.checkpoint.interval.ms
 TOPIC = "t"
 
 
+#: Mixed into the run's seed for the controller's placement randomness.
+PLACEMENT_SEED_SALT = 0x5EED
+
+
 class SimulationFailure(AssertionError):
     pass
 
@@ -214,6 +218,8 @@ class ReplicationSim:
         self.controller = Controller(
             ControllerConfig(node_id=CONTROLLER),
             uuid_factory=lambda: uuid.UUID(int=ids.getrandbits(128)),
+            # placement's own stream: the run's other draws stay as they were
+            rng=random.Random(params.seed ^ PLACEMENT_SEED_SALT),
         )
         self.image = MetadataImage.EMPTY
         self.image_offset = 0

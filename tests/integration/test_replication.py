@@ -316,6 +316,14 @@ def test_sigterm_of_the_leader_moves_leadership_before_it_stops(cluster: QuorumC
     assert not prod.errors, prod.errors[:5]
     log_text = (cluster.node_dir(leader) / f"broker-{leader}.log").read_text()
     assert "controlled shutdown complete" in log_text
+    # the active controller logged the election it decided, with its epochs
+    new_leader = partition_state(admin, topic, via)[0]
+    decided = rf"controller \d+ decided {topic}-0: leader {new_leader} at leader epoch \d+, "
+    decided += r"partition epoch \d+, .*\(was leader " + str(leader)
+    assert any(
+        re.search(decided, (cluster.data_dir(i) / "state-change.log").read_text())
+        for i in cluster.ids
+    ), decided
     got = restart_and_read(cluster, admin, topic, leader, prod)
     assert all(got.get(o) == v for v, o in prod.acked.items())
     # preferred-leader balancing (auto.leader.rebalance.enable) hands it back its leadership

@@ -27,6 +27,7 @@ from riverbed.metadata.image import (
     iter_image_records,
 )
 from riverbed.metadata.log import MetadataLog
+from riverbed.metadata.state_change import log_decisions
 from riverbed.protocol.messages import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
@@ -205,8 +206,10 @@ class MetadataService:
 
     async def _run(self, op: Callable[[MetadataImage, int], ControllerResult]) -> object:
         async with self._lock:
-            result = op(self._image, self.clock.now_ms())
+            before = self._image
+            result = op(before, self.clock.now_ms())
             await self._commit(result.records)
+            log_decisions(self.controller.config.node_id, before, self._image, result.records)
             return result.response
 
     # ----- admin operations (responses are protocol messages)

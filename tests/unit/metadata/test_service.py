@@ -170,3 +170,34 @@ def test_service_leadership_operations(tmp_path):
         svc.close()
 
     asyncio.run(run())
+
+
+def test_controller_logs_each_partition_state_change_it_decides(tmp_path, caplog):
+    import logging
+
+    async def run():
+        svc = new_service(tmp_path)
+        await svc.start()
+        await svc.register_broker(1, [])
+        await svc.unfence_broker(1)
+        await svc.auto_create_topic("s", num_partitions=1)
+        before = svc.image.partition("s", 0)
+        assert await svc.controlled_shutdown(1) == 0
+        after = svc.image.partition("s", 0)
+        await svc.delete_topics(DeleteTopicsRequest(topic_names=["s"]))
+        svc.close()
+        return before, after
+
+    with caplog.at_level(logging.INFO, logger="riverbed.state.change"):
+        before, after = asyncio.run(run())
+    lines = [r.getMessage() for r in caplog.records if r.name == "riverbed.state.change"]
+    assert after.leader_epoch > before.leader_epoch
+    assert lines == [
+        f"controller 1 decided s-0: leader 1 at leader epoch {before.leader_epoch}, "
+        f"partition epoch {before.partition_epoch}, replicas [1], ISR [1], adding [], "
+        "removing [] (was none)",
+        f"controller 1 decided s-0: leader -1 at leader epoch {after.leader_epoch}, "
+        f"partition epoch {after.partition_epoch}, replicas [1], ISR [1], adding [], "
+        f"removing [] (was leader 1 at leader epoch {before.leader_epoch})",
+        "controller 1 decided s: deleted",
+    ]

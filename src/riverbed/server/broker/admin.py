@@ -143,7 +143,7 @@ async def handle_describe_log_dirs(
             )
         )
 
-    replicas = broker.partitions.replicas
+    replicas = getattr(broker.partitions, "replicas", None)  # None: a bare log manager
     for (topic, index), hosted in sorted(broker.partitions.partitions.items()):
         d = _partition_dir(broker, topic, index)
         lag = replicas.offset_lag((topic, index)) if replicas is not None else 0

@@ -1,5 +1,6 @@
 """Log compaction on a real broker: the background cleaner keeps the latest value per key,
-drops tombstones after delete.retention.ms, and keyless records are refused."""
+drops tombstones after delete.retention.ms (and keeps them readable until then), and
+keyless records are refused."""
 
 from __future__ import annotations
 
@@ -106,3 +107,46 @@ def test_keyless_records_are_refused_on_a_compacted_topic(cbroker: BrokerProcess
     p.flush(10)
     assert errors[0] is not None and errors[0].code() == KafkaError.INVALID_RECORD
     assert errors[1] is None
+
+
+def test_tombstones_stay_readable_from_the_start_until_delete_retention_ms(
+    cbroker: BrokerProcess,
+) -> None:
+    """A consumer reading a compacted topic from the start within delete.retention.ms
+    sees each deleted key's tombstone (so it learns of the delete), not its old values."""
+    b = cbroker.bootstrap
+    topic = "compacted-long-retention"
+    admin = AdminClient({"bootstrap.servers": b, **QUIET})
+    config = {
+        "cleanup.policy": "compact",
+        "segment.bytes": "4096",
+        "min.cleanable.dirty.ratio": "0.01",
+        "delete.retention.ms": "86400000",
+    }
+    admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(20)
+    p = Producer({"bootstrap.servers": b, "linger.ms": 0, "batch.size": 1500, **QUIET})
+    model: dict[bytes, bytes | None] = {}
+    for i in range(400):
+        key = b"k%d" % (i % 10)
+        value = None if i >= 390 and i % 2 == 0 else b"v%d" % i  # k0, k2, ... deleted last
+        p.produce(topic, value, key=key)
+        model[key] = value
+    for i in range(300):  # ~40 KB more: the tombstones' segment closes and gets cleaned
+        value = b"w%d-" % i + b"x" * 100
+        p.produce(topic, value, key=b"other%d" % (i % 5))
+        model[b"other%d" % (i % 5)] = value
+    assert p.flush(10) == 0
+    deadline = time.monotonic() + 30
+    got = read_all(b, topic)
+    while len(got) > 60 and time.monotonic() < deadline:
+        time.sleep(0.3)
+        got = read_all(b, topic)
+    assert len(got) <= 60, "the cleaner did not compact the closed segments"
+    time.sleep(2)  # twenty cleaner backoffs: a tombstone past its horizon would be gone
+    got = read_all(b, topic)
+    assert {k: v for _o, k, v in got} == model
+    deleted = {k for k, v in model.items() if v is None}
+    assert deleted == {b"k0", b"k2", b"k4", b"k6", b"k8"}
+    tombstones = [k for _o, k, v in got if v is None]
+    assert sorted(tombstones) == sorted(deleted)  # each kept, once, within retention
+    assert not [k for _o, k, v in got if k in deleted and v is not None]  # old values gone

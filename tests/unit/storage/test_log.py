@@ -188,6 +188,40 @@ def test_bad_batches_are_rejected_with_kafka_codes(tmp_path: Path, clock: Manual
     log.close()
 
 
+def test_log_append_time_stays_monotonic_when_a_follower_with_a_slower_clock_takes_over(
+    tmp_path: Path,
+) -> None:
+    """Two replicas, two clocks: leader A's clock runs 5 s ahead of follower B's. B copies
+    A's LogAppendTime batches, then leads (its own earlier leadership cached a lower stamp):
+    B's stamps never go below the last one it copied from A, and A, following B again,
+    ends with the same monotonic stamps."""
+    cfg = LogConfig(message_timestamp_type="LogAppendTime")
+    clock_a, clock_b = ManualClock(T0 + 5000), ManualClock(T0)
+    a, b = open_log(tmp_path / "a", clock_a, cfg), open_log(tmp_path / "b", clock_b, cfg)
+    # B led first (epoch 1) with its own clock; A copied that
+    b.append_as_leader(batch(1), leader_epoch=1)
+    a.append_as_follower(b.read(0, 1 << 20).read_bytes())
+    assert b.last_append_time == T0
+    # A leads (epoch 2), stamping with its clock 5 s ahead; B copies
+    for _ in range(3):
+        a.append_as_leader(batch(2), leader_epoch=2)
+        clock_a.advance(100)
+    b.append_as_follower(a.read(1, 1 << 20).read_bytes())
+    last_of_a = a.last_append_time
+    assert last_of_a == T0 + 5200 and b.last_append_time == last_of_a
+    # B leads again (epoch 3) with its clock 5 s behind
+    clock_b.advance(1000)
+    info = b.append_as_leader(batch(1), leader_epoch=3)
+    assert info.log_append_time == last_of_a  # max(last copied, own clock)
+    clock_b.advance(10_000)
+    assert b.append_as_leader(batch(1), leader_epoch=3).log_append_time == T0 + 11_000
+    a.append_as_follower(b.read(a.log_end_offset, 1 << 20).read_bytes())
+    for log in (a, b):
+        stamps = [h.max_timestamp for h in headers(log)]
+        assert stamps == sorted(stamps) and stamps[-1] == T0 + 11_000, stamps
+        log.close()
+
+
 def test_follower_append_keeps_offsets_epochs_and_timestamps(
     tmp_path: Path, clock: ManualClock
 ) -> None:

@@ -9,13 +9,15 @@ observers), so killing them never costs the metadata quorum its majority:
   readable afterwards at the offset it was acknowledged with, in production order, once
   (4 MiB before the move, then a producer that runs through it);
 - ``min.insync.replicas=2`` on a replication factor 3 topic on {4, 5, 1}: with 4 and 5
-  SIGKILLed the ISR is [1] and an acks=all produce is refused with NOT_ENOUGH_REPLICAS;
-  once both are back in the ISR acks=all produce succeeds, and nothing acknowledged before
-  the kill is lost.
+  SIGKILLed the ISR is [1], an acks=all produce is refused with NOT_ENOUGH_REPLICAS (acks=1
+  is taken) and an idempotent acks=all producer gets no acknowledgement; once both are
+  back in the ISR its retries land and acks=all produce succeeds, nothing acknowledged is
+  lost, and nothing is written twice.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,6 +38,8 @@ BROKER_ONLY = (4, 5)
 #: The partition's load before its reassignment starts (4 MiB).
 PRELOAD_RECORDS = 16_384
 PRELOAD_RECORD_BYTES = 256
+#: How long acks=all production must stay unacknowledged while the ISR is below minimum.
+OUTAGE_QUIET_S = 2.0
 
 
 @pytest.fixture(scope="module")
@@ -154,44 +158,56 @@ def test_reassignment_of_a_loaded_partition_to_a_broker_only_node(cluster: Quoru
     assert size(4) > PRELOAD_RECORDS * PRELOAD_RECORD_BYTES
 
 
-def produce_one(cluster: QuorumCluster, topic: str, value: bytes) -> Any:
-    """One acks=all record with no retry: its delivery error (None when acknowledged)."""
+def produce_one(cluster: QuorumCluster, topic: str, value: bytes, acks: str = "all") -> Any:
+    """One record with no retry: (delivery error or None, offset)."""
     producer = Producer(
         {
             "bootstrap.servers": cluster.bootstrap_servers,
-            "acks": "all",
+            "acks": acks,
             "retries": 0,
             "message.timeout.ms": 10000,
         }
     )
     outcome: list[Any] = []
-    producer.produce(topic, value, on_delivery=lambda e, m: outcome.append(e))
+    producer.produce(topic, value, on_delivery=lambda e, m: outcome.append((e, m.offset())))
     assert producer.flush(30) == 0
-    (error,) = outcome
-    return error
+    (result,) = outcome
+    return result
 
 
 def test_min_insync_replicas_with_two_replica_brokers_killed(cluster: QuorumCluster) -> None:
+    """An idempotent acks=all producer runs through the outage: it gets no acknowledgement
+    while the ISR is below min.insync.replicas, its retries land once the ISR is whole
+    again, and no record it sent is written twice (the kill can leave batches appended
+    but not acknowledged; their retries must not append them again)."""
     topic = "minisr-broker-only"
     admin = create_assigned(cluster, topic, [4, 5, 1])
     with Production(cluster, topic) as prod:
         wait_for("acks before the kill", lambda: len(prod.acked) >= 1000, 60)
-    assert not prod.errors, prod.errors[:5]
-    acked_before = dict(prod.acked)
-    for node in BROKER_ONLY:
-        cluster.kill(node)  # SIGKILL
-    try:
-        # both fenced (session timeout): node 1 leads alone, the quorum of 1-3 intact
-        wait_for(
-            "leader 1 with ISR [1]",
-            lambda: partition_state(admin, topic)[::2] == (1, [1]),
-            30,
-        )
-        error = produce_one(cluster, topic, b"refused")
-        assert error is not None and error.code() == KafkaError.NOT_ENOUGH_REPLICAS, error
-    finally:
         for node in BROKER_ONLY:
-            cluster.nodes[node].start(60)
+            cluster.kill(node)  # SIGKILL
+        acked_at_kill = dict(prod.acked)
+        try:
+            # both fenced (session timeout): node 1 leads alone, the quorum of 1-3 intact
+            wait_for(
+                "leader 1 with ISR [1]",
+                lambda: partition_state(admin, topic)[::2] == (1, [1]),
+                30,
+            )
+            error, _ = produce_one(cluster, topic, b"refused")
+            assert error is not None and error.code() == KafkaError.NOT_ENOUGH_REPLICAS, error
+            refused_at = len(prod.acked)
+            # min.insync.replicas binds acks=all only
+            error, acks_one_offset = produce_one(cluster, topic, b"acks=1", acks="1")
+            assert error is None, error
+            time.sleep(OUTAGE_QUIET_S)
+            assert len(prod.acked) == refused_at, "acks=all acknowledged below min.insync"
+        finally:
+            for node in BROKER_ONLY:
+                cluster.nodes[node].start(60)
+        wait_for("acks after the restart", lambda: len(prod.acked) >= refused_at + 1000, 60)
+    assert not prod.errors, prod.errors[:5]
+    assert all(prod.acked.get(v) == o for v, o in acked_at_kill.items())
     # back in the ISR, and (auto.leader.rebalance.enable) 4 leads again as preferred: a
     # produce without retries then meets no leader change
     wait_for(
@@ -199,8 +215,9 @@ def test_min_insync_replicas_with_two_replica_brokers_killed(cluster: QuorumClus
         lambda: partition_state(admin, topic) == (4, [4, 5, 1], [1, 4, 5]),
         60,
     )
-    assert produce_one(cluster, topic, b"after") is None
-    check_acknowledged(cluster, topic, acked_before)
-    got = read_all(cluster, topic, max(acked_before.values()) + 2)
+    error, after_offset = produce_one(cluster, topic, b"after")
+    assert error is None, error
+    check_acknowledged(cluster, topic, prod.acked | {b"acks=1": acks_one_offset})
+    got = read_all(cluster, topic, after_offset + 1)
     assert b"refused" not in got.values()
-    assert got.get(max(acked_before.values()) + 1) == b"after"
+    assert got.get(after_offset) == b"after"

@@ -125,7 +125,7 @@ def _scan_records(section: bytes, h: BatchHeader, out: ScannedSegment, md5: Any)
             ts_delta, pos = (b >> 1) ^ -(b & 1), pos + 2
         else:
             ts_delta, pos = varint(section, pos + 1, end, "timestampDelta")
-        b = section[pos]
+        b = section[pos] if pos < end else 0x80
         if b < 0x80:
             off_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
         else:

@@ -508,3 +508,69 @@ def test_partitions_reassign_cli_generate_execute_verify(
 
     wait_for("the plan verified complete", complete, 60)
     assert sorted(partition_state(admin, topic)[1]) == [2, 3]
+
+
+def test_leader_replication_throttle_slows_a_reassignment(
+    cluster: QuorumCluster, tmp_path: Path
+) -> None:
+    """leader.replication.throttled.rate on the leader + the topic's
+    leader.replication.throttled.replicas: an adding replica (outside the ISR) copies at
+    most rate * time + one second's burst."""
+    import json
+    import subprocess
+    import sys
+
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    topic, leader, adding = "replicated-throttled", 3, 2
+    rate, records, size = 250_000, 1500, 1000  # 1.5 MB at 250 kB/s: >= 5 s after the burst
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    configs = {"leader.replication.throttled.replicas": f"0:{leader}", "min.insync.replicas": "1"}
+    new = NewTopic(topic, 1, replica_assignment=[[leader]], config=configs)
+    admin.create_topics([new])[topic].result(30)
+    wait_for(f"{topic}: led by {leader}", lambda: partition_state(admin, topic)[0] == leader)
+    # small batches: a throttled read still returns one whole batch
+    producer = Producer(
+        {"bootstrap.servers": cluster.bootstrap_servers, "acks": "1", "batch.size": 16384}
+    )
+    for i in range(records):
+        producer.produce(topic, os.urandom(size), key=str(i).encode())
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    entry = ConfigEntry(
+        "leader.replication.throttled.rate",
+        str(rate),
+        incremental_operation=AlterConfigOpType.SET,
+    )
+    res = ConfigResource(ResourceType.BROKER, str(leader), incremental_configs=[entry])
+    for fut in admin.incremental_alter_configs([res]).values():
+        fut.result(30)
+    try:
+        started = time.monotonic()
+        plan = tmp_path / "plan.json"
+        moves = [{"topic": topic, "partition": 0, "replicas": [leader, adding]}]
+        plan.write_text(json.dumps({"version": 1, "partitions": moves}))
+        cmd = [sys.executable, "-m", "riverbed.cli.main", "partitions", "reassign", "--execute"]
+        cmd += ["--reassignment-json-file", str(plan), "-b", cluster.bootstrap_servers]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        wait_for(
+            "the throttled move to complete",
+            lambda: partition_state(admin, topic)[1:] == ([leader, adding], [2, 3]),
+            60,
+        )
+        elapsed = time.monotonic() - started
+    finally:
+        entry = ConfigEntry(
+            "leader.replication.throttled.rate", "", incremental_operation=AlterConfigOpType.DELETE
+        )
+        res = ConfigResource(ResourceType.BROKER, str(leader), incremental_configs=[entry])
+        for fut in admin.incremental_alter_configs([res]).values():
+            fut.result(30)
+    floor = (records * size - rate) / rate
+    assert elapsed >= floor * 0.8, f"{elapsed:.1f} s for a copy throttled to >= {floor:.1f} s"

@@ -169,6 +169,9 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     _d("replica.socket.timeout.ms", _I, "30000"),
     _d("replica.high.watermark.checkpoint.interval.ms", _L, "5000"),
     _d("num.replica.fetchers", _I, "1"),
+    # replication quotas (KIP-73; riverbed.replication.throttle), dynamic per broker
+    _d("leader.replication.throttled.rate", _L, _LMAX, at_least(0)),
+    _d("follower.replication.throttled.rate", _L, _LMAX, at_least(0)),
     # Kafka's quota on copying a replica between log dirs (AlterReplicaLogDirs)
     _d("replica.alter.log.dirs.io.max.bytes.per.second", _L, str(LONG_MAX), at_least(1)),
     _d("fetch.max.bytes", _I, "57671680", at_least(1024)),
@@ -251,7 +254,7 @@ BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
 #: Broker keys that may be set dynamically (the broker defaults of topic configs).
 DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
     syn.name for t in TOPIC_CONFIGS for syn in t.synonyms if syn.name in CONFIG_DEFS
-)
+) | {"leader.replication.throttled.rate", "follower.replication.throttled.rate"}
 
 
 def broker_config_layers(

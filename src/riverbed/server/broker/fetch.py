@@ -128,6 +128,12 @@ def _read_partition(
             return _PartitionRead(
                 topic, p.partition, verdict.error, hw, start, [], 0, None, verdict.diverging_epoch
             )
+        allowance = broker.partitions.replicas.leader_allowance(hosted, replica_id)
+        if allowance == 0:
+            # leader.replication.throttled.rate spent: an out-of-sync follower waits
+            return _PartitionRead(topic, p.partition, 0, hw, start, [], 0)
+        if allowance is not None:
+            budget = min(budget, allowance)
     if p.fetch_offset < start or p.fetch_offset > plog.log_end_offset:
         return _PartitionRead(topic, p.partition, ErrorCode.OFFSET_OUT_OF_RANGE, hw, start, [], 0)
     if p.fetch_offset >= upper or (budget <= 0 and not first):
@@ -153,6 +159,8 @@ def _read_partition(
         # Only the first partition with data may exceed the limits (one whole batch).
         result.close()
         return _PartitionRead(topic, p.partition, 0, hw, start, [], 0)
+    if verdict is not None:
+        broker.partitions.replicas.leader_sent(hosted, replica_id, size)
     return _PartitionRead(topic, p.partition, 0, hw, start, ranges, size)
 
 

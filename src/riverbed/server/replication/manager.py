@@ -54,6 +54,7 @@ from riverbed.replication.partition import Partition
 from riverbed.replication.wire import Item, alter_partition_request, alter_partition_results
 from riverbed.server.replication.fetcher import ReplicaFetcherManager
 from riverbed.server.replication.replica_log import PartitionReplicaLog
+from riverbed.server.replication.throttling import ReplicationThrottles
 from riverbed.server.request_permits import park_current_request
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,7 @@ class ReplicaManager:
         self._alter_wakeup = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.fetchers = ReplicaFetcherManager(self, node_id, static_config, inter_broker_listener)
+        self.throttles = ReplicationThrottles(node_id, self.static_config, image, now_ms)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -247,6 +249,21 @@ class ReplicaManager:
         self._run(key, hosted, actions)
         return answer
 
+    def _follower_in_isr(self, key: Key, replica_id: int) -> bool:
+        core = self.cores.get(key)
+        return core is not None and core.leader is not None and replica_id in core.leader.isr.isr
+
+    def leader_allowance(self, hosted: Any, replica_id: int) -> int | None:
+        """Bytes the leader-side replication quota lets this follower have now (None:
+        unthrottled)."""
+        key: Key = (hosted.topic, hosted.index)
+        return self.throttles.leader_allowance(key, self._follower_in_isr(key, replica_id))
+
+    def leader_sent(self, hosted: Any, replica_id: int, size_bytes: int) -> None:
+        key: Key = (hosted.topic, hosted.index)
+        in_isr = self._follower_in_isr(key, replica_id)
+        self.throttles.leader_sent(key, in_isr, size_bytes)
+
     def on_local_append(self, hosted: Any) -> None:
         key: Key = (hosted.topic, hosted.index)
         core = self.cores.get(key)
@@ -287,12 +304,20 @@ class ReplicaManager:
         if core is None or core.follower is None:
             return False
         self._run(key, None, core.follower.on_fetch_result(result, self.now_ms()))
+        if result.records is not None:
+            self.throttles.follower_received(key, self._in_isr(key), len(result.records))
         return True
+
+    def _in_isr(self, key: Key) -> bool:
+        hosted = self.partitions.get(*key)
+        return hosted is not None and self.node_id in hosted.registration.isr
 
     def fetch_position(self, key: Key) -> FetchPosition | None:
         core = self.cores.get(key)
         if core is None or core.follower is None:
             return None
+        if self.throttles.follower_holds_back(key, self._in_isr(key)):
+            return None  # follower.replication.throttled.rate spent: this one waits
         return core.follower.fetch_position(self.now_ms())
 
     # ------------------------------------------------------------------ loops

@@ -559,6 +559,19 @@ def test_leader_replication_throttle_slows_a_reassignment(
         cmd += ["--reassignment-json-file", str(plan), "-b", cluster.bootstrap_servers]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
+        # mid-move, topics describe shows the adding replica and its lag
+        describe = [sys.executable, "-m", "riverbed.cli.main", "topics", "describe"]
+        describe += ["--topic", topic, "-b", cluster.bootstrap_servers, "--json"]
+
+        def lagging() -> Any:
+            out = subprocess.run(describe, capture_output=True, text=True, timeout=60)
+            ((part,),) = [t["partitions"] for t in json.loads(out.stdout)]
+            return (part["lag"].get(str(adding)) or 0) > 0 and part
+
+        mid = wait_for("the adding replica's lag", lagging, 10)
+        assert mid["adding_replicas"] == [adding] and mid["removing_replicas"] == []
+        assert mid["replicas"] == [leader, adding] and mid["isr"] == [leader]
+        assert mid["lag"][str(leader)] == 0
         wait_for(
             "the throttled move to complete",
             lambda: partition_state(admin, topic)[1:] == ([leader, adding], [2, 3]),

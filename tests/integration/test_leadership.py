@@ -248,10 +248,11 @@ def retry(attempt: Any, done: Any) -> Any:
 
 
 def _active_controller(cluster: QuorumCluster) -> int:
-    any_node = next(i for i, n in cluster.nodes.items() if n.proc and n.proc.poll() is None)
-    with WireClient(broker(cluster, any_node)) as client:
-        reply: Any = client.request(ApiKey.METADATA, MetadataRequest(topics=[]))
-    return int(reply.controller_id)
+    """The quorum leader (Metadata's controller id names a live broker, not it)."""
+    from .test_quorum import wait_leader
+
+    alive = [i for i, n in cluster.nodes.items() if n.proc and n.proc.poll() is None]
+    return wait_leader(cluster, alive, 15)[0]
 
 
 def produce_requests_by_broker(stats: dict[str, Any]) -> dict[int, int]:

@@ -211,15 +211,17 @@ def test_kcat_auto_creates_through_a_follower(cluster: QuorumCluster) -> None:
         assert md["topics"]["auto-kcat"][1][0][1] in cluster.ids
 
 
-def test_metadata_names_the_active_controller(cluster: QuorumCluster) -> None:
-    leader, _epoch = wait_leader(cluster, list(cluster.ids), 15)
+def test_metadata_names_a_live_broker_as_controller(cluster: QuorumCluster) -> None:
+    """As Kafka's KRaft brokers: the controller id is a live broker (each forwards
+    controller requests), here the answering node itself, not the quorum leader."""
+    wait_leader(cluster, list(cluster.ids), 15)
     for i in cluster.ids:
         header = RequestHeader(3, 12, 9, "quorum-test")
         with socket.create_connection(("127.0.0.1", cluster.ports[i][0]), timeout=5) as sock:
             sock.sendall(encode_request(header, MetadataRequest(topics=[])))
             size = struct.unpack(">i", _read(sock, 4))[0]
             reply: Any = decode_response(header, _read(sock, size))
-        assert reply.controller_id == leader
+        assert reply.controller_id == i
         assert sorted(b.node_id for b in reply.brokers) == list(cluster.ids)
 
 

@@ -26,6 +26,7 @@ import pytest
 from riverbed.testing.quorum_cluster import QuorumCluster
 
 from .test_quorum import OVERRIDES as QUORUM_OVERRIDES
+from .test_quorum import wait_leader
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
@@ -386,8 +387,7 @@ def test_topic_deleted_while_a_broker_is_down_is_removed_when_it_returns(
     p.flush(30)
     # a node other than the active controller (a DeleteTopics right after killing the
     # active controller is another test's subject)
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
-    controller = admin.list_topics(timeout=10).controller_id
+    controller = wait_leader(cluster, list(cluster.ids), 15)[0]
     down = next(i for i in sorted(cluster.ids, reverse=True) if i != controller)
     part_dir = cluster.data_dir(down) / f"{topic}-0"
     wait_for(f"node {down} holds a replica", lambda: part_dir.is_dir())
@@ -398,6 +398,28 @@ def test_topic_deleted_while_a_broker_is_down_is_removed_when_it_returns(
     fresh.delete_topics([topic])[topic].result(30)
     cluster.nodes[down].start(60)
     wait_for("the stray log removed at start-up", lambda: not part_dir.exists(), 30)
+
+
+def test_delete_topics_right_after_killing_the_active_controller(cluster: QuorumCluster) -> None:
+    """A client asking right after the kill is told a live broker as controller (as
+    Kafka's KRaft brokers answer), which forwards to whichever controller is elected next
+    (retrying while the dead one refuses connections); with the dead quorum leader named,
+    librdkafka waited for it (> 30 s)."""
+    topic = "replicated-deleted-failover"
+    create_topic(cluster, topic)
+    controller = wait_leader(cluster, list(cluster.ids), 15)[0]
+    live = ",".join(f"127.0.0.1:{cluster.ports[i][0]}" for i in cluster.ids if i != controller)
+    cluster.kill(controller)
+    started = time.monotonic()
+    # a new client: its first Metadata comes before the survivors elect a new leader
+    admin = AdminClient({"bootstrap.servers": live})
+    try:
+        admin.delete_topics([topic], operation_timeout=30)[topic].result(40)
+        elapsed = time.monotonic() - started
+        assert topic not in admin.list_topics(timeout=10).topics
+    finally:
+        cluster.nodes[controller].start(60)
+    assert elapsed < 30, f"DeleteTopics took {elapsed:.1f} s after the controller's kill"
 
 
 def test_leaders_elect_cli(cluster: QuorumCluster) -> None:

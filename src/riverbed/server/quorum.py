@@ -417,11 +417,24 @@ class QuorumMetadata:
     ) -> Any:
         """Run locally on the active controller, else forward; ``settled(response)`` says
         when this node's replica shows a forwarded result."""
-        leader = await self._wait_active_or_leader()
         method = getattr(self.service, FORWARDED_APIS[api_key])
-        if leader < 0:
-            return await method(request)
-        response = await self.forward(leader, api_key, request)
+        deadline = time.monotonic() + FORWARD_TIMEOUT_S
+        while True:
+            leader = await self._wait_active_or_leader()
+            if leader < 0:
+                return await method(request)
+            try:
+                response = await self.forward(leader, api_key, request)
+                break
+            except NotLeaderError as exc:
+                # A refused connection never reached a controller: the leader we know just
+                # died. As Kafka's forwarding channel, wait for the next one and send again
+                # (bounded); anything else may have been applied and goes back to the client.
+                if not isinstance(exc.__cause__, ConnectionRefusedError):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(CONTROLLER_POLL_S)
         if settled is not None:
             await self._wait_until(lambda: settled(response))
         return response

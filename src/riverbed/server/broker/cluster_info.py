@@ -71,7 +71,17 @@ def api_versions_response(
 
 
 def _controller_id(broker: Broker) -> int:
-    """The active controller (this node when the quorum has no leader yet)."""
+    """The controller id clients are told (Metadata, DescribeCluster): as a KRaft broker
+    in Kafka, a live broker rather than the quorum leader: every broker forwards controller
+    requests to the active controller, and a client that cached a quorum leader killed a
+    moment ago would wait for it (librdkafka: "waiting for controller") instead of
+    retrying. Riverbed names itself (alive: it is answering) when registered and unfenced,
+    else the active controller."""
+    image = broker.metadata.image
+    me = broker.config.node_id
+    reg = image.brokers.get(me)
+    if reg is not None and not reg.fenced:
+        return int(me)
     return broker.metadata.active_controller_id()
 
 

@@ -102,6 +102,27 @@ def test_cluster_describe(broker, capsys):
     assert len(info["cluster_id"]) == 22
 
 
+def test_brokers_list(broker, capsys):
+    b = broker.bootstrap
+    assert main(["topics", "create", "-b", b, "--topic", "bl", "--partitions", "3"]) == 0
+    capsys.readouterr()
+    rows = run_json(capsys, "brokers", "list", "-b", b, "--json")
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row["id"], row["host"], row["port"], row["controller"]) == (
+        1,
+        "127.0.0.1",
+        broker.port,
+        True,
+    )
+    # the three new partitions at least (internal topics may add more), all led here
+    assert row["leaders"] >= 3 and row["replicas"] == row["leaders"]
+    assert row["out_of_isr"] == 0
+    assert main(["brokers", "list", "-b", b]) == 0
+    out = capsys.readouterr().out
+    assert "out of ISR" in out and str(broker.port) in out
+
+
 def test_bench_produce_consume_e2e(broker, capsys):
     b = broker.bootstrap
     res = run_json(capsys, "bench", "produce", "-b", b, "--topic", "bench", "--num-records",

@@ -28,12 +28,16 @@ def register(subparsers: Any) -> None:
     desc.set_defaults(func=run_guarded(describe_cmd))
 
 
-def describe_cmd(args: argparse.Namespace) -> int:
-    admin = admin_client(args)
+def cluster_metadata(admin: Any, args: argparse.Namespace) -> Any:
+    """The whole cluster's Metadata (every topic), or a CLI error naming the bootstrap."""
     try:
-        md = admin.list_topics(timeout=ADMIN_TIMEOUT_S)
+        return admin.list_topics(timeout=ADMIN_TIMEOUT_S)
     except Exception as exc:
         raise CliError(f"cannot reach {args.bootstrap_server}: {kafka_error_text(exc)}") from None
+
+
+def live_brokers(admin: Any, md: Any) -> list[dict[str, Any]]:
+    """The registered, unfenced brokers (id, host, port, rack), by id."""
     brokers = [
         {"id": b.id, "host": b.host, "port": b.port, "rack": None}
         for b in sorted(md.brokers.values(), key=lambda b: b.id)
@@ -47,6 +51,13 @@ def describe_cmd(args: argparse.Namespace) -> int:
         ]
     except Exception:
         pass
+    return brokers
+
+
+def describe_cmd(args: argparse.Namespace) -> int:
+    admin = admin_client(args)
+    md = cluster_metadata(admin, args)
+    brokers = live_brokers(admin, md)
     info = {
         "cluster_id": md.cluster_id,
         "controller_id": md.controller_id,

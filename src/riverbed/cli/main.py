@@ -24,6 +24,7 @@ VERBS: tuple[str, ...] = (
     "produce",
     "consume",
     "cluster",
+    "brokers",
     "bench",
     "pipeline",
     "quorum",

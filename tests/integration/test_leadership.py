@@ -22,6 +22,15 @@ import time
 from typing import Any
 
 import pytest
+from confluent_kafka import (
+    Consumer,
+    ElectionType,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from riverbed.cli.wire import WireClient
 from riverbed.metadata.partition_control import ELECTION_PREFERRED
@@ -36,17 +45,6 @@ from riverbed.protocol.messages import (
 )
 from riverbed.protocol.records import SimpleRecord, build_batch
 from riverbed.testing.quorum_cluster import QuorumCluster
-
-confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import (  # noqa: E402
-    Consumer,
-    ElectionType,
-    KafkaError,
-    KafkaException,
-    Producer,
-    TopicPartition,
-)
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -23,6 +23,8 @@ import time
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
@@ -35,10 +37,6 @@ from riverbed.protocol.messages import (
 from riverbed.raft.messages import DescribeQuorumRequest
 from riverbed.server.raft_transport import KafkaRaftTransport
 from riverbed.testing.quorum_cluster import QuorumCluster
-
-confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import Consumer, KafkaException, Producer  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -22,14 +22,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from riverbed.testing.quorum_cluster import QuorumCluster
 
 from .test_replication import OVERRIDES, Production, partition_state, read_all, wait_for
-
-confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import KafkaError, Producer  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

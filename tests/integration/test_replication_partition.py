@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 
 from riverbed.testing.fault_proxy import FaultProxy
 from riverbed.testing.quorum_cluster import QuorumCluster
@@ -28,9 +29,6 @@ from .test_replication import (
     read_all,
     wait_for,
 )
-
-confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import Producer  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

@@ -51,8 +51,8 @@ def register(subparsers: Any) -> None:
 
 
 def dump_metadata_cmd(args: argparse.Namespace) -> int:
-    from riverbed.metadata.log import MetadataLogError, read_metadata_log
     from riverbed.protocol.exceptions import ProtocolError
+    from riverbed.server.metadata_log import MetadataLogError, read_metadata_log
 
     config = load_server_config(args)
     if config is None:

@@ -3,7 +3,7 @@
 Every operation is a pure function of (image, request, now_ms): it validates the request
 the way Kafka's QuorumController does and returns `ControllerResult(records, response)`.
 Nothing here changes state; the caller appends `records` to the metadata log and replays
-them (see `riverbed.metadata.service`).  Within one request, later items see the effect of
+them (see `riverbed.server.metadata_service`).  Within one request, later items see the effect of
 earlier ones (two creations of the same name, partitions of a topic created just before)
 because each item's records are replayed into a scratch image before the next is checked.
 

@@ -51,8 +51,6 @@ from riverbed.metadata.controller import Controller, ControllerError
 from riverbed.metadata.image import BrokerEndpoint, BrokerRegistration, MetadataImage
 from riverbed.metadata.leader_balance import imbalanced_partitions
 from riverbed.metadata.partition_control import ELECTION_PREFERRED
-from riverbed.metadata.quorum import MetadataStateMachine, RaftMetadataLog
-from riverbed.metadata.service import ImageListener, MetadataService
 from riverbed.protocol.api_versions import (
     CONTROLLER_LISTENER,
     SUPPORTED_VERSIONS,
@@ -88,6 +86,8 @@ from riverbed.raft.messages import SnapshotId
 from riverbed.raft.node import NotLeaderError
 from riverbed.raft.roles import Role
 from riverbed.server.fault_handler import FaultHandler
+from riverbed.server.metadata_quorum import MetadataStateMachine, RaftMetadataLog
+from riverbed.server.metadata_service import ImageListener, MetadataService
 from riverbed.server.raft_driver import RaftDriver
 from riverbed.server.raft_transport import (
     RAFT_API_KEYS,

@@ -2,7 +2,7 @@
 
 Every simulated node runs a ``SimStateMachine``: the KV machine of ``raft_sim_checks`` for
 ``set`` records and, for every other data record, the image replay the server runs
-(``metadata.quorum.MetadataStateMachine`` -> ``MetadataService.apply_committed`` /
+(``server.metadata_quorum.MetadataStateMachine`` -> ``MetadataService.apply_committed`` /
 ``load_snapshot``). The simulation's client runs the real ``Controller`` operations
 (bootstrap, register broker, create topics with several partitions, create partitions,
 fence a broker, delete topics) against the active leader's image, one at a time as the
@@ -26,9 +26,7 @@ from typing import Any
 from riverbed.metadata.control_common import ControllerConfig, ControllerError, ControllerResult
 from riverbed.metadata.controller import Controller
 from riverbed.metadata.image import BrokerEndpoint, MetadataDelta, MetadataImage
-from riverbed.metadata.quorum import MetadataStateMachine
 from riverbed.metadata.records import decode_record, encode_record
-from riverbed.metadata.service import MetadataService
 from riverbed.protocol.messages import (
     CreatePartitionsRequest,
     CreateTopicsRequest,
@@ -37,6 +35,8 @@ from riverbed.protocol.messages import (
 )
 from riverbed.raft.messages import Entry, EntryKind, SnapshotId
 from riverbed.raft.snapshot_format import encode_snapshot, read_snapshot
+from riverbed.server.metadata_quorum import MetadataStateMachine
+from riverbed.server.metadata_service import MetadataService
 from riverbed.testing.raft_sim_checks import InvariantError, KVStateMachine
 
 KV_PREFIX = b"set "  # KV records; every other data record is a metadata record

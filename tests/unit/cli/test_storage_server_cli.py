@@ -74,8 +74,8 @@ def test_config_errors_in_storage_format(tmp_path, capsys):
 def test_dump_metadata(tmp_path, capsys):
     import asyncio
 
-    from riverbed.metadata.log import LocalMetadataLog
     from riverbed.protocol.messages import FeatureLevelRecord
+    from riverbed.server.metadata_log import LocalMetadataLog
 
     cfg, data = write_config(tmp_path)
     log = LocalMetadataLog(data)
@@ -118,8 +118,8 @@ def test_broken_pipe_ends_quietly(tmp_path):
     import sys
     import uuid
 
-    from riverbed.metadata.log import LocalMetadataLog
     from riverbed.protocol.messages import TopicRecord
+    from riverbed.server.metadata_log import LocalMetadataLog
 
     log = LocalMetadataLog(tmp_path)
     asyncio.run(

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from riverbed.metadata.log import LocalMetadataLog, MetadataLogError, metadata_partition_dir
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.messages import TopicRecord
 from riverbed.server.config import CONFIG_DEFS, ConfigError, ServerConfig, parse_properties
+from riverbed.server.metadata_log import LocalMetadataLog, MetadataLogError, metadata_partition_dir
 
 KEYS = st.sampled_from(sorted(CONFIG_DEFS))
 VALUES = st.one_of(

@@ -3,12 +3,12 @@
 import asyncio
 
 from riverbed.metadata.image import BrokerEndpoint, MetadataImage, image_to_records, replay_all
-from riverbed.metadata.log import LocalMetadataLog
 from riverbed.metadata.producer_id_control import PRODUCER_ID_BLOCK_SIZE
-from riverbed.metadata.service import MetadataService
 from riverbed.producer.id_blocks import IdBlock, ProducerIdBlocks
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import AllocateProducerIdsRequest
+from riverbed.server.metadata_log import LocalMetadataLog
+from riverbed.server.metadata_service import MetadataService
 
 from .conftest import cluster_image, make_controller
 

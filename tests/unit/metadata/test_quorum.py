@@ -2,11 +2,11 @@
 
 import asyncio
 
-from riverbed.metadata.quorum import MetadataStateMachine, RaftMetadataLog
-from riverbed.metadata.service import MetadataService
 from riverbed.protocol.messages import CreateTopicsRequest, DeleteTopicsRequest
 from riverbed.raft.config import RaftConfig
 from riverbed.raft.roles import Role
+from riverbed.server.metadata_quorum import MetadataStateMachine, RaftMetadataLog
+from riverbed.server.metadata_service import MetadataService
 from riverbed.server.raft_driver import RaftDriver
 
 from .conftest import make_controller

@@ -4,12 +4,6 @@ import uuid
 import pytest
 
 from riverbed.metadata.image import MetadataImage, image_to_records, replay_all
-from riverbed.metadata.log import (
-    LocalMetadataLog,
-    MetadataLogError,
-    metadata_partition_dir,
-    read_metadata_log,
-)
 from riverbed.metadata.records import decode_record, encode_record
 from riverbed.metadata.storage_format import (
     StorageFormatError,
@@ -21,6 +15,12 @@ from riverbed.metadata.storage_format import (
 )
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.messages import ConfigRecord, PartitionChangeRecord, TopicRecord
+from riverbed.server.metadata_log import (
+    LocalMetadataLog,
+    MetadataLogError,
+    metadata_partition_dir,
+    read_metadata_log,
+)
 
 from .conftest import cluster_image, make_controller
 from .test_controller import create, topic

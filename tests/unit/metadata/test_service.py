@@ -1,10 +1,10 @@
 import asyncio
 
 from riverbed.metadata.image import BrokerEndpoint
-from riverbed.metadata.log import LocalMetadataLog
-from riverbed.metadata.service import MetadataService
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import CreateTopicsRequest, DeleteTopicsRequest
+from riverbed.server.metadata_log import LocalMetadataLog
+from riverbed.server.metadata_service import MetadataService
 
 from .conftest import make_controller
 

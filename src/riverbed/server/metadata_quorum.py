@@ -27,7 +27,7 @@ from riverbed.protocol.messages import Message
 from riverbed.raft.messages import Entry, EntryKind, SnapshotId
 
 if TYPE_CHECKING:
-    from riverbed.metadata.service import MetadataService
+    from riverbed.server.metadata_service import MetadataService
     from riverbed.server.raft_driver import RaftDriver
 
 

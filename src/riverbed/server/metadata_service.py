@@ -26,7 +26,6 @@ from riverbed.metadata.image import (
     MetadataImage,
     iter_image_records,
 )
-from riverbed.metadata.log import MetadataLog
 from riverbed.metadata.state_change import log_decisions
 from riverbed.protocol.messages import (
     AllocateProducerIdsRequest,
@@ -53,6 +52,7 @@ from riverbed.protocol.messages import (
     ListPartitionReassignmentsResponse,
     Message,
 )
+from riverbed.server.metadata_log import MetadataLog
 from riverbed.storage.clock import Clock
 
 log = logging.getLogger(__name__)

@@ -1,9 +1,13 @@
 """DESIGN.md's layers: below ``server/``, nothing reads a clock or opens a socket.
 
-``storage/``, ``raft/`` and ``metadata/`` take ``now_ms`` (or a ``Clock``) from their
-caller and exchange messages, never bytes on a socket; the asyncio shells that own the
-clock, the sockets and the event loop live in ``server/``. Checked on the import graph
-(imports under ``if TYPE_CHECKING:`` are annotations only) and on calls of the clock.
+Every core (``storage/``, ``raft/``, ``metadata/``, ``replication/``, ``coordinator/``,
+``producer/``, ``tiered/`` and ``protocol/``) takes ``now_ms`` (or a ``Clock``) from its
+caller and exchanges messages, never bytes on a socket; the asyncio shells that own the
+clock, the sockets and the event loop live in ``server/``. "Dependencies point down only":
+no core imports ``server/`` or a layer above it. DESIGN.md's one exception: ``tiered/``'s
+remote storage managers, adapters around fsspec that only ``server/``'s bounded pools call.
+Checked on the import graph (imports under ``if TYPE_CHECKING:`` are annotations only) and
+on calls of the clock.
 """
 
 from __future__ import annotations
@@ -15,8 +19,33 @@ import pytest
 
 import riverbed
 
-CORES = ("storage", "raft", "metadata")
-FORBIDDEN_MODULES = ("time", "socket", "selectors", "datetime", "riverbed.server")
+CORES = (
+    "storage",
+    "raft",
+    "metadata",
+    "replication",
+    "coordinator",
+    "producer",
+    "tiered",
+    "protocol",
+)
+#: the layers at or above server/: the process, its command line and the test harnesses
+UPPER = ("server", "cli", "spark", "console", "testing")
+FORBIDDEN_MODULES = (
+    "time",
+    "socket",
+    "selectors",
+    "datetime",
+    "asyncio",
+    "ssl",
+    "http",
+    "urllib",
+    "fsspec",
+    *(f"riverbed.{u}" for u in UPPER),
+)
+#: DESIGN.md's one exception: the remote storage managers adapt fsspec (remote I/O that
+#: only server/'s bounded pools call)
+ALLOWED = {"tiered/rsm.py": ("fsspec",)}
 CLOCK_CALLS = ("time.time", "time.monotonic", "time.time_ns", "time.monotonic_ns")
 ROOT = Path(riverbed.__file__).parent
 
@@ -47,16 +76,34 @@ def _runtime_imports(tree: ast.Module) -> list[str]:
     return names
 
 
+def _all_imports(tree: ast.Module) -> list[str]:
+    return [
+        *(a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names),
+        *(n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module),
+    ]
+
+
 @pytest.mark.parametrize(
     "path", [p for core in CORES for p in sorted((ROOT / core).rglob("*.py"))], ids=str
 )
 def test_core_reads_no_clock_and_opens_no_socket(path: Path) -> None:
     tree = ast.parse(path.read_text())
+    allowed = ALLOWED.get(str(path.relative_to(ROOT)), ())
     bad = [
         m
         for m in _runtime_imports(tree)
-        if any(m == f or m.startswith(f + ".") for f in FORBIDDEN_MODULES)
+        if any(m == f or m.startswith(f + ".") for f in FORBIDDEN_MODULES) and m not in allowed
     ]
     assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+    upward = [  # not even for annotations: a core that names a shell's class wraps a shell
+        m for m in _all_imports(tree) if any(m.startswith(f"riverbed.{u}") for u in UPPER)
+    ]
+    assert not upward, f"{path.relative_to(ROOT)} imports {upward} from a layer above it"
     calls = [ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)]
     assert not [c for c in calls if c in CLOCK_CALLS], f"{path.relative_to(ROOT)} reads a clock"
+
+
+def test_cores_list_every_package_below_server() -> None:
+    """A new package is either a core (checked above) or one of the upper layers."""
+    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")}
+    assert packages - set(UPPER) == set(CORES)

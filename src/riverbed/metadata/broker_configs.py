@@ -6,9 +6,10 @@ and the one the controller validates dynamic broker configs (AlterConfigs on a B
 resource) with.  Broker values are layered as in Kafka: a per-broker dynamic config
 (ConfigRecord for resource BROKER "<id>") over the cluster-wide dynamic default (resource
 BROKER "") over server.properties (STATIC_BROKER_CONFIG) over the default.  The dynamic
-keys riverbed honours are the broker defaults of topic configs (`log.retention.ms`,
-`log.segment.bytes`, `message.max.bytes`, ...): they reach every partition through
-`riverbed.metadata.topic_configs`.
+keys riverbed honours (`DYNAMIC_BROKER_CONFIGS`) are the broker defaults of topic configs
+(`log.retention.ms`, `min.insync.replicas`, ...), the replication throttles and
+`replica.lag.time.max.ms`: every hosted partition re-reads them on each metadata update
+through `riverbed.metadata.effective_config`.
 """
 
 from __future__ import annotations
@@ -160,7 +161,7 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     _d("unclean.leader.election.enable", _B, "false"),
     _d("controlled.shutdown.enable", _B, "true"),
     # --- replication
-    _d("replica.lag.time.max.ms", _L, "30000"),
+    _d("replica.lag.time.max.ms", _L, "30000", at_least(1)),
     _d("replica.fetch.max.bytes", _I, "1048576", at_least(0)),
     _d("replica.fetch.min.bytes", _I, "1"),
     _d("replica.fetch.wait.max.ms", _I, "500"),
@@ -251,10 +252,16 @@ BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
     "log.flush.interval.ms": ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
 }
 
-#: Broker keys that may be set dynamically (the broker defaults of topic configs).
+#: Broker keys that may be set dynamically: the broker defaults of topic configs, the
+#: replication throttles, and ``replica.lag.time.max.ms`` (read-only in Kafka; dynamic here
+#: as issue 18 asks: it reaches every leader's ISR-shrink rule at the next tick).
 DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
     syn.name for t in TOPIC_CONFIGS for syn in t.synonyms if syn.name in CONFIG_DEFS
-) | {"leader.replication.throttled.rate", "follower.replication.throttled.rate"}
+) | {
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+    "replica.lag.time.max.ms",
+}
 
 
 def broker_config_layers(

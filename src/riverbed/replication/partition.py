@@ -80,6 +80,16 @@ class Partition:
         if self.follower is not None:
             self.follower.broker_epoch = broker_epoch
 
+    def update_config(self, config: ReplicaConfig) -> None:
+        """The topic's effective config changed (a dynamic config): every role uses it from
+        now on (``min.insync.replicas`` at the next produce, ``replica.lag.time.max.ms`` at
+        the next tick)."""
+        self.config = config
+        if self.leader is not None:
+            self.leader.config = config
+        if self.follower is not None:
+            self.follower.config = config
+
     def apply_registration(self, reg: PartitionRegistration, now_ms: int) -> list[Action]:
         if reg.leader_epoch < self.leader_epoch or (
             reg.leader_epoch == self.leader_epoch and reg.partition_epoch <= self.partition_epoch

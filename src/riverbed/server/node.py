@@ -186,7 +186,7 @@ class Node:
         remote_settings, rsm = _remote_log_setup(cfg)
 
         def config_for(topic: str) -> Any:
-            return log_config_for(quorum.image, topic, static)
+            return log_config_for(quorum.image, topic, cfg.node_id, static)
 
         factory = self._log_manager_factory
         if factory is None:

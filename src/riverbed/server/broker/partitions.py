@@ -3,8 +3,8 @@
 The metadata image says which partitions exist and who leads them; this module keeps one
 storage `PartitionLog` per partition this node hosts (created on the image change that
 adds the partition, deleted on the one that removes its topic), applies the topic's
-effective config (topic overrides <- broker `log.*` keys <- defaults) as the log's
-`LogConfig`, and wakes the fetch purgatory after every append.
+effective config (`riverbed.metadata.effective_config`) as the log's `LogConfig`, and
+wakes the fetch purgatory after every append.
 
 Leadership: the image names each partition's leader and leader epoch. Client requests
 are served by the leader only (`leader_partition`): a partition this node hosts as a
@@ -38,9 +38,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
+from riverbed.metadata.effective_config import topic_config_for
 from riverbed.metadata.image import MetadataImage, PartitionRegistration, TopicImage
 from riverbed.metadata.storage_format import uuid_to_str
-from riverbed.metadata.topic_configs import effective_topic_config
 from riverbed.producer.ledger import LedgerConfig
 from riverbed.producer.manager import ProducerStateConfig, ProducerStateManager
 from riverbed.protocol.errors import ErrorCode
@@ -151,18 +151,12 @@ def producer_state_config(props: Mapping[str, str]) -> ProducerStateConfig:
 
 
 def log_config_for(
-    image: MetadataImage, topic: str, static_broker_config: Mapping[str, str]
+    image: MetadataImage, topic: str, node_id: int, static_broker_config: Mapping[str, str]
 ) -> LogConfig:
-    """The storage config of ``topic``: its overrides <- broker ``log.*`` keys <- defaults."""
-    # Dynamic broker configs (this node's, then the cluster default) layer over the static.
-    node = static_broker_config.get("node.id", "")
-    effective = effective_topic_config(
-        image.topic_config(topic),
-        static_broker_config,
-        dynamic_default=image.broker_config(""),
-        dynamic_broker=image.broker_config(node.strip()),
-    )
-    return LogConfig.from_props(effective)
+    """The storage config of ``topic`` on broker ``node_id``
+    (``riverbed.metadata.effective_config``: topic override <- dynamic broker <- dynamic
+    default <- static <- default)."""
+    return LogConfig.from_props(topic_config_for(image, topic, node_id, static_broker_config))
 
 
 class PartitionManager:
@@ -214,7 +208,7 @@ class PartitionManager:
 
     # -- image changes -------------------------------------------------------------
     def log_config_for(self, image: MetadataImage, topic: str) -> LogConfig:
-        return log_config_for(image, topic, self.static_broker_config)
+        return log_config_for(image, topic, self.node_id, self.static_broker_config)
 
     def apply_image(self, image: MetadataImage) -> None:
         """Open logs for new partitions, close+delete removed ones, refresh configs."""
@@ -264,6 +258,8 @@ class PartitionManager:
         for key, topic_id in list(self._pending.items()):
             if not self._wanted(key, topic_id):
                 del self._pending[key]
+        if self.replicas is not None:
+            self.replicas.refresh_configs(image)  # dynamic configs bind at once
         del old
 
     def _wanted(self, key: tuple[str, int], topic_id: uuid.UUID) -> bool:

@@ -35,8 +35,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from riverbed.metadata.effective_config import partition_config
 from riverbed.metadata.image import MetadataImage
-from riverbed.metadata.topic_configs import effective_topic_config
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import AlterPartitionRequest, AlterPartitionResponse
 from riverbed.replication.actions import (
@@ -135,15 +135,21 @@ class ReplicaManager:
         return reg.broker_epoch if reg is not None else -1
 
     def _config_for(self, image: MetadataImage, topic: str) -> ReplicaConfig:
-        node = self.static_config.get("node.id", "")
-        values = effective_topic_config(
-            image.topic_config(topic),
-            self.static_config,
-            dynamic_default=image.broker_config(""),
-            dynamic_broker=image.broker_config(node.strip()),
+        return ReplicaConfig.from_configs(
+            partition_config(image, topic, self.node_id, self.static_config)
         )
-        merged = {**self.static_config, **values}
-        return ReplicaConfig.from_configs(merged)
+
+    def refresh_configs(self, image: MetadataImage) -> None:
+        """After every metadata update: each core takes its topic's effective config now, so
+        a dynamic ``min.insync.replicas`` binds the next acks=all produce and
+        ``replica.lag.time.max.ms`` the next tick (Kafka's ``Partition.updateConfig`` from
+        the dynamic config publisher), not the next ISR or leader change."""
+        by_topic: dict[str, ReplicaConfig] = {}
+        for (topic, _index), core in self.cores.items():
+            config = by_topic.get(topic)
+            if config is None:
+                config = by_topic[topic] = self._config_for(image, topic)
+            core.update_config(config)
 
     # ------------------------------------------------------------------ metadata
     def apply(self, hosted: Any) -> None:
@@ -164,9 +170,7 @@ class ReplicaManager:
             self.cores[key] = core
         else:
             core.set_broker_epoch(self.broker_epoch())
-        core.config = config
-        if core.leader is not None:
-            core.leader.config = config
+        core.update_config(config)
         reg = hosted.registration
         if (reg.leader_epoch, reg.partition_epoch) != (core.leader_epoch, core.partition_epoch):
             state_change_log.info(
@@ -321,16 +325,20 @@ class ReplicaManager:
         return core.follower.fetch_position(self.now_ms())
 
     # ------------------------------------------------------------------ loops
+    def tick(self) -> None:
+        """One timer step of every leader core (ISR shrink, produce timeouts, resends)."""
+        now = self.now_ms()
+        for key, core in list(self.cores.items()):
+            if core.leader is not None:
+                self._run(key, None, core.leader.tick(now))
+
     async def _ticker(self) -> None:
         while True:
             await asyncio.sleep(TICK_MS / 1000)
-            now = self.now_ms()
-            for key, core in list(self.cores.items()):
-                if core.leader is not None:
-                    try:
-                        self._run(key, None, core.leader.tick(now))
-                    except Exception:
-                        log.exception("replica tick of %s-%d failed", *key)
+            try:
+                self.tick()
+            except Exception:
+                log.exception("replica tick failed")
 
     async def _alter_loop(self) -> None:
         while True:

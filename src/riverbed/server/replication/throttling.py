@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from riverbed.metadata.effective_config import broker_config
 from riverbed.metadata.image import MetadataImage
 from riverbed.replication.throttle import RATE_UNLIMITED, ReplicationQuota, is_throttled
 
@@ -44,12 +45,7 @@ class ReplicationThrottles:
         if image is not self._seen:
             self._seen = image
             self._flags.clear()
-            node = str(self.node_id)
-            values = {
-                **self.static_config,
-                **image.broker_config(""),
-                **image.broker_config(node),
-            }
+            values = broker_config(image, self.node_id, self.static_config)
             self.leader.set_rate(_rate(values.get(LEADER_RATE)))
             self.follower.set_rate(_rate(values.get(FOLLOWER_RATE)))
         return image

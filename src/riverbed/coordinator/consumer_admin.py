@@ -37,7 +37,7 @@ from riverbed.coordinator.consumer_records import (
     group_tombstones,
     read_assignment,
 )
-from riverbed.coordinator.group import ClassicGroup, Reply
+from riverbed.coordinator.group import ClassicGroup, GroupState, Reply
 from riverbed.coordinator.records import offset_commit_key
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import ConsumerGroupDescribeResponse, DescribeGroupsResponse
@@ -56,7 +56,9 @@ class ConsumerAdmin:
     consumer_groups: dict[str, ConsumerGroup]
     config: Any
     _respond: Callable[[Reply, Any], None]
-    _write: Callable[..., None]
+    _write_gated: Callable[..., None]
+    busy: Callable[[str], bool]
+    _gated: Callable[..., None]
     _schedule: Callable[[Any], None]
     _assignor_name: Callable[[ConsumerGroup], str]
 
@@ -130,6 +132,44 @@ class ConsumerAdmin:
                     read_assignment(v.partitions_pending_revocation),
                 )
 
+    def finish_consumer_load(self, now_ms: int) -> None:
+        for group in self.consumer_groups.values():
+            for m in group.members.values():
+                m.session_deadline_ms = now_ms + self.config.consumer_session_timeout_ms
+                if m.state is MemberState.UNREVOKED_PARTITIONS:
+                    m.revocation_deadline_ms = now_ms + max(m.rebalance_timeout_ms, 0)
+            self._schedule(group)
+
+    def convert_to_classic(
+        self, group_id: str, then: Callable[[], None], fail: Callable[[ErrorCode], None]
+    ) -> None:
+        """A classic JoinGroup for a consumer group's id: refused while the group has
+        members (INCONSISTENT_GROUP_PROTOCOL); an empty one gives way once its
+        tombstones are written (its offsets stay with the classic group that replaces
+        it), and ``then`` runs the join again."""
+
+        def run() -> None:
+            group = self.consumer_groups.get(group_id)
+            if group is None:
+                return then()
+            if group.members:
+                return fail(E.INCONSISTENT_GROUP_PROTOCOL)
+
+            def done(code: ErrorCode) -> None:
+                if code != E.NONE:
+                    return fail(code)
+                if self.consumer_groups.get(group_id) is group:
+                    del self.consumer_groups[group_id]
+                    if group.offsets:
+                        self.groups[group_id] = ClassicGroup(group_id, state=GroupState.EMPTY)
+                        self.groups[group_id].offsets = group.offsets
+                return then()
+
+            self._write_gated(group_id, group_tombstones(group_id), done)
+            return None
+
+        self._gated(group_id, run, fail)
+
     # ------------------------------------------------------------------ offsets
     def consumer_commit_check(
         self, group: ConsumerGroup, member_id: str, epoch: int, version: int, now: int
@@ -157,12 +197,15 @@ class ConsumerAdmin:
             return E.STALE_MEMBER_EPOCH
         return E.NONE
 
-    def expire_consumer_offsets(self, now: int, retention_ms: int, records: list[Record]) -> int:
+    def expire_consumer_offsets(self, now: int, retention_ms: int) -> int:
         """Kafka's rule for consumer groups: an offset of a topic the group does not
         subscribe to expires ``retention_ms`` after its commit; an empty group left with
-        no offsets is deleted. Tombstones go to ``records``; returns the offsets expired."""
+        no offsets is deleted. One write per group (a group with a write in flight waits
+        for the next check), applied when it commits; returns the offsets it expires."""
         expired = 0
         for group in list(self.consumer_groups.values()):
+            if self.busy(group.group_id):
+                continue
             subscribed = group.subscribed_names() if group.members else set()
             gone = [
                 key
@@ -175,14 +218,30 @@ class ConsumerAdmin:
                 )
                 <= now
             ]
-            for key in gone:
-                del group.offsets[key]
-                records.append((offset_commit_key(group.group_id, *key), None))
             expired += len(gone)
-            if not group.members and not group.offsets:
-                del self.consumer_groups[group.group_id]
+            records: list[Record] = [
+                (offset_commit_key(group.group_id, *key), None) for key in gone
+            ]
+            forget = not group.members and len(gone) == len(group.offsets)
+            if forget:
                 records.extend(group_tombstones(group.group_id))
+            self._write_gated(group.group_id, records, self._forgetting(group, gone, forget))
         return expired
+
+    def _forgetting(
+        self, group: ConsumerGroup, gone: list[tuple[str, int]], forget: bool
+    ) -> Callable[[ErrorCode], None]:
+        """What a committed deletion of offsets (and of the group) changes."""
+
+        def done(code: ErrorCode) -> None:
+            if code != E.NONE:
+                return
+            for key in gone:
+                group.offsets.pop(key, None)
+            if forget and self.consumer_groups.get(group.group_id) is group:
+                del self.consumer_groups[group.group_id]
+
+        return done
 
     # ------------------------------------------------------------------ admin views
     def list_consumer_groups(self, states: set[str] | None) -> list[tuple[str, str, str]]:
@@ -286,6 +345,7 @@ class ConsumerAdmin:
         )
 
     def delete_consumer_group(self, reply: Reply, group_id: str) -> None:
+        """DeleteGroups of an empty consumer group (its offsets too), once written."""
         group = self.consumer_groups[group_id]
         if group.members:
             self._respond(reply, E.NON_EMPTY_GROUP)
@@ -294,5 +354,10 @@ class ConsumerAdmin:
             (offset_commit_key(group_id, t, p), None) for t, p in group.offsets
         ]
         records.extend(group_tombstones(group_id))
-        del self.consumer_groups[group_id]
-        self._write(records, lambda code: self._respond(reply, code))
+        forget = self._forgetting(group, list(group.offsets), True)
+
+        def done(code: ErrorCode) -> None:
+            forget(code)
+            self._respond(reply, code)
+
+        self._write_gated(group_id, records, done)

@@ -106,6 +106,8 @@ class ConsumerGroup:
     owners: dict[TopicPartition, str] = field(default_factory=dict)
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
     state_timestamp_ms: int = -1
+    #: not persisted: a timer's failed write is tried again from then on
+    timer_retry_ms: int = 0
 
     @property
     def state(self) -> ConsumerGroupState:

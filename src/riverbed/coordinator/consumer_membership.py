@@ -35,6 +35,7 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import re2
@@ -53,15 +54,15 @@ from riverbed.coordinator.consumer_records import (
     Record,
     current_assignment_record,
     group_epoch_record,
-    group_tombstones,
     member_metadata_record,
     member_tombstones,
     partition_metadata_record,
     target_member_record,
     target_metadata_record,
 )
-from riverbed.coordinator.group import ClassicGroup, GroupState, Reply
+from riverbed.coordinator.group import ClassicGroup, Reply
 from riverbed.coordinator.records import group_metadata_key
+from riverbed.coordinator.writes import TIMER_RETRY_BACKOFF_MS, GroupSnapshot
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import ConsumerGroupHeartbeatResponse
 
@@ -94,6 +95,18 @@ class StaticTopics:
         return [n for n in self.topics if not n.startswith("__")]
 
 
+@dataclass(frozen=True, slots=True)
+class _Beat:
+    """One ConsumerGroupHeartbeat, as it waits for its group's write in flight."""
+
+    reply: Reply
+    req: Any
+    regex: str | None
+    client: tuple[str, str]
+    topics: TopicView
+    now_ms: int
+
+
 def owned_partitions(rows: list[Any] | None) -> Assignment | None:
     if rows is None:
         return None
@@ -107,7 +120,10 @@ class ConsumerMembership:
     consumer_groups: dict[str, ConsumerGroup]
     config: Any
     _respond: Callable[[Reply, Any], None]
-    _write: Callable[..., None]
+    _write_gated: Callable[..., None]
+    _gated: Callable[..., None]
+    _snapshot: Callable[[str, set[str] | None], GroupSnapshot]
+    _restore: Callable[[GroupSnapshot], None]
     _schedule: Callable[[Any], None]
     _random: Any
     _regexes: dict[str, Any]
@@ -242,12 +258,6 @@ class ConsumerMembership:
             ),
         )
 
-    def _commit(self, records: list[Record], done: Callable[[ErrorCode], None]) -> None:
-        if records:
-            self._write(records, done)
-        else:
-            done(E.NONE)
-
     # ------------------------------------------------------------------ heartbeat
     def consumer_group_heartbeat(
         self,
@@ -263,18 +273,48 @@ class ConsumerMembership:
         error = self._validate(req, epoch, regex)
         if error is not None:
             return self._hb_response(reply, error[0], error[1])
-        if epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-            return self._leave(reply, req, epoch, now_ms)
+        beat = _Beat(reply, req, regex, (client_id, client_host), topics, now_ms)
+        self._gated(req.group_id, lambda: self._heartbeat(beat), self._hb_refused(reply))
+        return None
+
+    def _hb_refused(self, reply: Reply) -> Callable[[ErrorCode], None]:
+        return lambda code: self._hb_response(reply, code)
+
+    def _heartbeat(self, beat: _Beat) -> None:
+        """Changes the group in place after a snapshot; the snapshot goes back when the
+        heartbeat is refused or its write fails (`writes`)."""
+        reply, req, now_ms = beat.reply, beat.req, beat.now_ms
+        if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+            return self._leave(reply, req, req.member_epoch, now_ms)
+        touched = {req.member_id or ""}
+        group = self.consumer_groups.get(req.group_id)
+        if group is not None and req.instance_id is not None:
+            touched.add(group.static_members.get(req.instance_id, ""))
+        snap = self._snapshot(req.group_id, touched)
+        outcome = self._heartbeat_changes(beat)
+        if outcome is None:  # refused: answered already, nothing may stay
+            return self._restore(snap)
+        records, answer = outcome
+        self._write_gated(req.group_id, records, answer, snap)
+        return None
+
+    def _heartbeat_changes(
+        self, beat: _Beat
+    ) -> tuple[list[Record], Callable[[ErrorCode], None]] | None:
+        reply, req, topics, now_ms = beat.reply, beat.req, beat.topics, beat.now_ms
+        epoch = req.member_epoch
         group = self.consumer_groups.get(req.group_id)
         records: list[Record] = []
         if group is None:
             classic = self.groups.get(req.group_id)
             if classic is not None and classic.members:
                 msg = f"Group {req.group_id} is not a consumer group."
-                return self._hb_response(reply, E.GROUP_ID_NOT_FOUND, msg)
+                self._hb_response(reply, E.GROUP_ID_NOT_FOUND, msg)
+                return None
             if epoch != JOIN_EPOCH:
                 msg = f"Consumer group {req.group_id} not found."
-                return self._hb_response(reply, E.GROUP_ID_NOT_FOUND, msg)
+                self._hb_response(reply, E.GROUP_ID_NOT_FOUND, msg)
+                return None
             group = ConsumerGroup(req.group_id, state_timestamp_ms=now_ms)
             if classic is not None:  # an empty classic group (offsets only) converts
                 group.offsets = classic.offsets
@@ -286,31 +326,7 @@ class ConsumerMembership:
             return None
         member, is_new = found
         before = member.metadata_key()
-        # what the target assignment depends on: a change means a new group epoch
-        subscription = (
-            tuple(member.subscribed_topic_names),
-            member.subscribed_topic_regex,
-            member.server_assignor,
-        )
-        if req.instance_id is not None:
-            member.instance_id = req.instance_id
-        if req.rack_id is not None:
-            member.rack_id = req.rack_id
-        member.client_id, member.client_host = client_id, client_host
-        if req.subscribed_topic_names is not None:
-            member.subscribed_topic_names = sorted(set(req.subscribed_topic_names))
-        if regex is not None:
-            member.subscribed_topic_regex = regex or None
-        if req.server_assignor is not None:
-            member.server_assignor = req.server_assignor
-        if req.rebalance_timeout_ms != -1:
-            member.rebalance_timeout_ms = req.rebalance_timeout_ms
-        member.session_deadline_ms = now_ms + self.config.consumer_session_timeout_ms
-        bump = is_new or subscription != (
-            tuple(member.subscribed_topic_names),
-            member.subscribed_topic_regex,
-            member.server_assignor,
-        )
+        bump = self._update_member(member, req, beat.regex, beat.client, now_ms) or is_new
         if is_new:
             group.add(member)
         if is_new or member.metadata_key() != before:
@@ -342,8 +358,42 @@ class ConsumerMembership:
                 return self._hb_response(reply, code)
             return self._hb_response(reply, E.NONE, None, member_id, member_epoch, assignment)
 
-        self._commit(records, answer)
-        return None
+        return records, answer
+
+    def _update_member(
+        self,
+        member: ConsumerMember,
+        req: Any,
+        regex: str | None,
+        client: tuple[str, str],
+        now_ms: int,
+    ) -> bool:
+        """Take what the heartbeat says; True when the subscription changed (what the
+        target assignment depends on: a new group epoch)."""
+        subscription = (
+            tuple(member.subscribed_topic_names),
+            member.subscribed_topic_regex,
+            member.server_assignor,
+        )
+        if req.instance_id is not None:
+            member.instance_id = req.instance_id
+        if req.rack_id is not None:
+            member.rack_id = req.rack_id
+        member.client_id, member.client_host = client
+        if req.subscribed_topic_names is not None:
+            member.subscribed_topic_names = sorted(set(req.subscribed_topic_names))
+        if regex is not None:
+            member.subscribed_topic_regex = regex or None
+        if req.server_assignor is not None:
+            member.server_assignor = req.server_assignor
+        if req.rebalance_timeout_ms != -1:
+            member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        member.session_deadline_ms = now_ms + self.config.consumer_session_timeout_ms
+        return subscription != (
+            tuple(member.subscribed_topic_names),
+            member.subscribed_topic_regex,
+            member.server_assignor,
+        )
 
     def _validate(self, req: Any, epoch: int, regex: str | None) -> tuple[ErrorCode, str] | None:
         bad = E.INVALID_REQUEST
@@ -472,6 +522,7 @@ class ConsumerMembership:
             msg = f"Member {member_id} is not a member of group {group.group_id}."
             return self._hb_response(reply, E.UNKNOWN_MEMBER_ID, msg)
         records: list[Record] = []
+        snap = self._snapshot(group.group_id, {member_id})
         if epoch == STATIC_LEAVE_EPOCH:
             # keeps its partitions for its session: the same instance may come back
             member.previous_member_epoch = member.member_epoch
@@ -486,7 +537,7 @@ class ConsumerMembership:
                 return self._hb_response(reply, code)
             return self._hb_response(reply, E.NONE, None, req.member_id, epoch)
 
-        self._commit(records, answer)
+        self._write_gated(group.group_id, records, answer, snap)
         return None
 
     def _remove(
@@ -517,9 +568,15 @@ class ConsumerMembership:
             for m in group.members.values()
             if m.revocation_deadline_ms is not None
         )
-        return min(times, default=None)
+        if not times:
+            return None
+        return max(min(times), group.timer_retry_ms)
 
     def tick_consumer_group(self, group: ConsumerGroup, now: int) -> None:
+        """Fence members whose session expired or who sat on revoked partitions past
+        their rebalance timeout: one write; if it fails the members stay (as the records
+        say) and the timer tries again after ``TIMER_RETRY_BACKOFF_MS``."""
+        snap = self._snapshot(group.group_id, None)
         records: list[Record] = []
         for m in list(group.members.values()):
             expired = m.session_deadline_ms <= now
@@ -532,30 +589,12 @@ class ConsumerMembership:
                 )
                 log.info("member %s of consumer group %s %s", m.member_id, group.group_id, why)
                 self._remove(group, m.member_id, records, now)
-        if records:
-            self._write(records, lambda _code: None)
+        gid = group.group_id
 
-    def consumer_group_blocks_classic(self, group_id: str) -> bool:
-        """A classic JoinGroup for ``group_id``: True when a consumer group with members
-        owns the id (INCONSISTENT_GROUP_PROTOCOL); an empty one gives way (its offsets
-        stay with the classic group that replaces it)."""
-        group = self.consumer_groups.get(group_id)
-        if group is None:
-            return False
-        if group.members:
-            return True
-        del self.consumer_groups[group_id]
-        # its records go, so a reload does not bring it back beside the classic group
-        self._write(group_tombstones(group_id), lambda _code: None)
-        if group.offsets:
-            self.groups[group_id] = ClassicGroup(group_id, state=GroupState.EMPTY)
-            self.groups[group_id].offsets = group.offsets
-        return False
+        def done(code: ErrorCode) -> None:
+            restored = self.consumer_groups.get(gid)
+            if code != E.NONE and restored is not None:
+                log.info("fencing members of consumer group %s failed: %s", gid, code.name)
+                restored.timer_retry_ms = now + TIMER_RETRY_BACKOFF_MS
 
-    def finish_consumer_load(self, now_ms: int) -> None:
-        for group in self.consumer_groups.values():
-            for m in group.members.values():
-                m.session_deadline_ms = now_ms + self.config.consumer_session_timeout_ms
-                if m.state is MemberState.UNREVOKED_PARTITIONS:
-                    m.revocation_deadline_ms = now_ms + max(m.rebalance_timeout_ms, 0)
-            self._schedule(group)
+        self._write_gated(gid, records, done, snap)

@@ -42,6 +42,12 @@ S = GroupState
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
 
 
+def _join_error(code: ErrorCode) -> ErrorCode:
+    """A failed write answers a JoinGroup as Kafka's coordinator does: a timeout is
+    COORDINATOR_NOT_AVAILABLE (which a classic client retries)."""
+    return E.COORDINATOR_NOT_AVAILABLE if code == E.REQUEST_TIMED_OUT else code
+
+
 def _protocols(req: Any) -> list[tuple[str, bytes]]:
     return [(p.name, bytes(p.metadata)) for p in req.protocols or []]
 
@@ -55,7 +61,8 @@ class Membership:
     _write: Callable[..., None]
     _schedule: Callable[[ClassicGroup], None]
     _random: Any
-    consumer_group_blocks_classic: Callable[[str], bool]
+    consumer_groups: dict[str, Any]
+    convert_to_classic: Callable[..., None]
 
     # ------------------------------------------------------------------ responses
     def _join_response(
@@ -123,8 +130,12 @@ class Membership:
         session = req.session_timeout_ms
         if not cfg.min_session_timeout_ms <= session <= cfg.max_session_timeout_ms:
             return self._join_response(reply, E.INVALID_SESSION_TIMEOUT, member_id=member_id)
-        if self.consumer_group_blocks_classic(group_id):
-            return self._join_response(reply, E.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+        if group_id in self.consumer_groups:  # refused, or joins once converted
+            return self.convert_to_classic(
+                group_id,
+                lambda: self.join_group(reply, req, client_id, client_host, now_ms),
+                lambda code: self._join_response(reply, _join_error(code), member_id=member_id),
+            )
         group = self.groups.get(group_id)
         if group is None:
             if member_id:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from riverbed.coordinator.assignors import DEFAULT_ASSIGNORS
@@ -37,6 +37,7 @@ from riverbed.coordinator.records import (
     offset_commit_key,
     offset_commit_value,
 )
+from riverbed.coordinator.writes import GroupWrites, Write
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
     DescribeGroupsResponse,
@@ -49,6 +50,7 @@ E = ErrorCode
 S = GroupState
 #: Group metadata records plus every offset of a group, written by one deletion.
 Record = tuple[bytes, bytes | None]
+__all__ = ["GroupConfig", "GroupShard", "Write"]
 #: DescribeGroups' "authorized operations not requested".
 _OPERATIONS_OMITTED = -(2**31)
 
@@ -97,13 +99,7 @@ def _assignor_names(value: Any) -> list[str]:
     return names or list(DEFAULT_ASSIGNORS)
 
 
-@dataclass(slots=True)
-class Write:
-    token: int
-    records: list[Record] = field(default_factory=list)
-
-
-class GroupShard(Membership, ConsumerMembership, ConsumerAdmin):
+class GroupShard(GroupWrites, Membership, ConsumerMembership, ConsumerAdmin):
     """Every group of one ``__consumer_offsets`` partition."""
 
     def __init__(self, partition: int, config: GroupConfig, rng: random.Random) -> None:
@@ -114,35 +110,11 @@ class GroupShard(Membership, ConsumerMembership, ConsumerAdmin):
         #: KIP-848 groups; a group id names a classic or a consumer group, never both.
         self.consumer_groups: dict[str, ConsumerGroup] = {}
         self._regexes: dict[str, Any] = {}
-        self._outbox: list[tuple[Reply, Any]] = []
-        self._writes: list[Write] = []
-        self._on_written: dict[int, Callable[[ErrorCode], None]] = {}
-        self._next_token = 0
+        self._init_writes()
         self._timers: list[tuple[int, str]] = []
         self._scheduled: dict[str, int] = {}
 
-    # ------------------------------------------------------------------ plumbing
-    def take_output(self) -> tuple[list[tuple[Reply, Any]], list[Write]]:
-        out, writes = self._outbox, self._writes
-        self._outbox, self._writes = [], []
-        return out, writes
-
-    def _respond(self, reply: Reply, response: Any) -> None:
-        self._outbox.append((reply, response))
-
-    def _write(self, records: list[Record], done: Callable[[ErrorCode], None]) -> None:
-        self._next_token += 1
-        self._writes.append(Write(self._next_token, records))
-        self._on_written[self._next_token] = done
-
-    def complete_write(self, token: int, code: ErrorCode) -> None:
-        done = self._on_written.pop(token, None)
-        if done is not None:
-            done(code)
-
-    def pending_writes(self) -> int:
-        return len(self._on_written)
-
+    # ------------------------------------------------------------------ timers
     def _schedule(self, group: ClassicGroup | ConsumerGroup) -> None:
         if isinstance(group, ConsumerGroup):
             deadline = self.consumer_group_deadline(group)
@@ -164,6 +136,8 @@ class GroupShard(Membership, ConsumerMembership, ConsumerAdmin):
             if self._scheduled.get(group_id) != deadline:
                 continue  # superseded by an earlier deadline, already handled
             del self._scheduled[group_id]
+            if self.busy(group_id):
+                continue  # its write completes first; `_release` schedules it again
             group = self.groups.get(group_id)
             if group is not None:
                 self.tick_group(group, now_ms)
@@ -232,30 +206,21 @@ class GroupShard(Membership, ConsumerMembership, ConsumerAdmin):
     def offset_commit(
         self, reply: Reply, req: Any, now_ms: int, unknown: Iterable[tuple[str, int]] = ()
     ) -> None:
-        """Commit, fenced by generation and member; ``unknown`` partitions fail alone."""
-        generation = req.generation_id_or_member_epoch if reply.version >= 1 else -1
-        member_id = req.member_id if reply.version >= 1 else ""
-        instance = req.group_instance_id
-        group: ClassicGroup | ConsumerGroup | None = self.groups.get(req.group_id)
-        consumer = self.consumer_groups.get(req.group_id)
-        code = E.NONE
-        if not req.group_id:
-            code = E.INVALID_GROUP_ID
-        elif consumer is not None:
-            group = consumer
-            code = self.consumer_commit_check(
-                consumer, member_id, generation, reply.version, now_ms
-            )
-        elif group is None:
-            if generation < 0:
-                group = self.groups[req.group_id] = ClassicGroup(
-                    req.group_id, state_timestamp_ms=now_ms
-                )
-            else:
-                code = E.ILLEGAL_GENERATION
-        if isinstance(group, ClassicGroup) and code == E.NONE:
-            code = self._commit_check(group, member_id, instance, generation, now_ms)
+        """Commit, fenced by generation and member; ``unknown`` partitions fail alone.
+        The offsets change when the write commits; a failed write answers its error."""
+        keys = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
         missing = set(unknown)
+        self._gated(
+            req.group_id,
+            lambda: self._offset_commit(reply, req, now_ms, missing),
+            lambda code: self._commit_response(reply, dict.fromkeys(keys, code)),
+        )
+
+    def _offset_commit(
+        self, reply: Reply, req: Any, now_ms: int, missing: set[tuple[str, int]]
+    ) -> None:
+        group_id = req.group_id
+        code = self._commit_code(reply, req, now_ms)
         # OffsetCommit v2-4 may ask for a retention of its own (-1: the broker's)
         retention = req.retention_time_ms if 2 <= reply.version <= 4 else -1
         expire_ms = now_ms + retention if retention >= 0 else -1
@@ -282,37 +247,61 @@ class GroupShard(Membership, ConsumerMembership, ConsumerAdmin):
                     results[key] = E.NONE
 
         def answer(write_code: ErrorCode) -> None:
-            if write_code == E.NONE and group is not None:
-                group.offsets.update(commits)
-            by_topic: dict[str, list[Any]] = {}
-            for (topic, index), c in results.items():
-                if (topic, index) in commits:
-                    c = write_code
-                by_topic.setdefault(topic, []).append(
-                    OffsetCommitResponse.OffsetCommitResponsePartition(
-                        partition_index=index, error_code=int(c)
-                    )
-                )
-            self._respond(
-                reply,
-                OffsetCommitResponse(
-                    throttle_time_ms=0,
-                    topics=[
-                        OffsetCommitResponse.OffsetCommitResponseTopic(name=n, partitions=ps)
-                        for n, ps in by_topic.items()
-                    ],
-                ),
-            )
+            if write_code == E.NONE and commits:
+                self._offsets_holder(group_id, now_ms).offsets.update(commits)
+            for key in commits:
+                results[key] = write_code
+            self._commit_response(reply, results)
 
-        if not commits:
-            answer(E.NONE)
-            return
-        assert group is not None
         records: list[Record] = [
-            (offset_commit_key(group.group_id, t, p), offset_commit_value(v))
+            (offset_commit_key(group_id, t, p), offset_commit_value(v))
             for (t, p), v in commits.items()
         ]
-        self._write(records, answer)
+        self._write_gated(group_id, records, answer)
+
+    def _commit_code(self, reply: Reply, req: Any, now_ms: int) -> ErrorCode:
+        generation = req.generation_id_or_member_epoch if reply.version >= 1 else -1
+        member_id = req.member_id if reply.version >= 1 else ""
+        if not req.group_id:
+            return E.INVALID_GROUP_ID
+        consumer = self.consumer_groups.get(req.group_id)
+        if consumer is not None:
+            return self.consumer_commit_check(
+                consumer, member_id, generation, reply.version, now_ms
+            )
+        group = self.groups.get(req.group_id)
+        if group is None:  # an admin commit creates the group (once it is written)
+            return E.NONE if generation < 0 else E.ILLEGAL_GENERATION
+        return self._commit_check(group, member_id, req.group_instance_id, generation, now_ms)
+
+    def _offsets_holder(self, group_id: str, now_ms: int) -> ClassicGroup | ConsumerGroup:
+        """The group whose offsets a committed write changes (a new classic group for an
+        admin commit to an unknown id)."""
+        group: ClassicGroup | ConsumerGroup | None = self.consumer_groups.get(group_id)
+        if group is None:
+            group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = ClassicGroup(group_id, state_timestamp_ms=now_ms)
+        return group
+
+    def _commit_response(self, reply: Reply, results: dict[tuple[str, int], ErrorCode]) -> None:
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, index), c in results.items():
+            by_topic.setdefault(topic, []).append(
+                OffsetCommitResponse.OffsetCommitResponsePartition(
+                    partition_index=index, error_code=int(c)
+                )
+            )
+        self._respond(
+            reply,
+            OffsetCommitResponse(
+                throttle_time_ms=0,
+                topics=[
+                    OffsetCommitResponse.OffsetCommitResponseTopic(name=n, partitions=ps)
+                    for n, ps in by_topic.items()
+                ],
+            ),
+        )
 
     def _commit_check(
         self, group: ClassicGroup, member_id: str, instance: str | None, generation: int, now: int
@@ -418,7 +407,15 @@ class GroupShard(Membership, ConsumerMembership, ConsumerAdmin):
         )
 
     def delete_group(self, reply: Reply, group_id: str, now_ms: int) -> None:
-        """DeleteGroups of one group: answers an ErrorCode once its tombstones are written."""
+        """DeleteGroups of one group: answers an ErrorCode once its tombstones are written
+        (a failed write: its error, and the group stays)."""
+        self._gated(
+            group_id,
+            lambda: self._delete_group(reply, group_id, now_ms),
+            lambda code: self._respond(reply, code),
+        )
+
+    def _delete_group(self, reply: Reply, group_id: str, now_ms: int) -> None:
         if group_id in self.consumer_groups:
             return self.delete_consumer_group(reply, group_id)
         group = self.groups.get(group_id)
@@ -428,22 +425,44 @@ class GroupShard(Membership, ConsumerMembership, ConsumerAdmin):
         if group.state is not S.EMPTY:
             self._respond(reply, E.NON_EMPTY_GROUP)
             return
-        group.transition(S.DEAD, now_ms)
         records = self._tombstones(group, list(group.offsets))
         records.append((group_metadata_key(group_id), None))
-        del self.groups[group_id]
+        self._write_gated(group_id, records, self._deleting(group, now_ms, reply))
 
-        def answer(code: ErrorCode) -> None:
-            self._respond(reply, code)
+    def _deleting(
+        self, group: ClassicGroup, now_ms: int, reply: Reply | None = None
+    ) -> Callable[[ErrorCode], None]:
+        """Dead at once (a JoinGroup meanwhile is COORDINATOR_NOT_AVAILABLE, as in
+        Kafka); forgotten once the tombstones commit, back as it was if they fail."""
+        state, since = group.state, group.state_timestamp_ms
+        group.transition(S.DEAD, now_ms)
 
-        self._write(records, answer)
+        def done(code: ErrorCode) -> None:
+            if code == E.NONE:
+                if self.groups.get(group.group_id) is group:
+                    del self.groups[group.group_id]
+            else:
+                group.state, group.state_timestamp_ms = state, since
+            if reply is not None:
+                self._respond(reply, code)
+
+        return done
 
     def _tombstones(
-        self, group: ClassicGroup | ConsumerGroup, keys: list[tuple[str, int]]
+        self, group: ClassicGroup | ConsumerGroup, keys: Iterable[tuple[str, int]]
     ) -> list[Record]:
         return [(offset_commit_key(group.group_id, t, p), None) for t, p in keys]
 
     def offset_delete(self, reply: Reply, req: Any) -> None:
+        self._gated(
+            req.group_id,
+            lambda: self._offset_delete(reply, req),
+            lambda code: self._respond(
+                reply, OffsetDeleteResponse(error_code=int(code), throttle_time_ms=0, topics=[])
+            ),
+        )
+
+    def _offset_delete(self, reply: Reply, req: Any) -> None:
         consumer = self.consumer_groups.get(req.group_id)
         if consumer is not None:
             subscribed = consumer.subscribed_names() | set(consumer.subscription_metadata)
@@ -493,29 +512,27 @@ class GroupShard(Membership, ConsumerMembership, ConsumerAdmin):
             topics.append(
                 OffsetDeleteResponse.OffsetDeleteResponseTopic(name=t.name, partitions=parts)
             )
-        for key in deleted:
-            group.offsets.pop(key, None)
         response = OffsetDeleteResponse(error_code=0, throttle_time_ms=0, topics=topics)
-        if not deleted:
-            self._respond(reply, response)
-            return
 
         def answer(code: ErrorCode) -> None:
-            if code != E.NONE:
+            if code == E.NONE:
+                for key in deleted:
+                    group.offsets.pop(key, None)
+            else:
                 response.error_code = int(code)
             self._respond(reply, response)
 
-        self._write(self._tombstones(group, deleted), answer)
+        self._write_gated(group.group_id, self._tombstones(group, deleted), answer)
 
     # ------------------------------------------------------------------ retention
     def expire_offsets(self, now_ms: int) -> int:
         """Drop expired offsets (``offsets.retention.minutes``) and groups left with
-        nothing; returns how many offsets expired. The tombstones go out as one write."""
+        nothing: one write per group (a group with a write in flight waits for the next
+        check); the offsets go when it commits. Returns how many offsets it expires."""
         retention = self.config.offsets_retention_ms
-        records: list[Record] = []
         expired = 0
         for group in list(self.groups.values()):
-            if group.state is not S.EMPTY:
+            if group.state is not S.EMPTY or self.busy(group.group_id):
                 continue  # a group with members keeps its offsets (Kafka 2.1+)
             standalone = group.protocol_type is None
             gone = []
@@ -528,15 +545,22 @@ class GroupShard(Membership, ConsumerMembership, ConsumerAdmin):
                     due = max(group.state_timestamp_ms, 0) + retention
                 if due <= now_ms:
                     gone.append(key)
-            for key in gone:
-                del group.offsets[key]
-            records.extend(self._tombstones(group, gone))
             expired += len(gone)
-            if not group.offsets and not group.members:
-                group.transition(S.DEAD, now_ms)
-                del self.groups[group.group_id]
-                records.append((group_metadata_key(group.group_id), None))
-        expired += self.expire_consumer_offsets(now_ms, retention, records)
-        if records:
-            self._write(records, lambda _code: None)
-        return expired
+            self._expire(group, gone, now_ms)
+        return expired + self.expire_consumer_offsets(now_ms, retention)
+
+    def _expire(self, group: ClassicGroup, gone: list[tuple[str, int]], now_ms: int) -> None:
+        records = self._tombstones(group, gone)
+        forget = not group.members and len(gone) == len(group.offsets)
+        deleting = self._deleting(group, now_ms) if forget else None
+        if forget:
+            records.append((group_metadata_key(group.group_id), None))
+
+        def done(code: ErrorCode) -> None:
+            if code == E.NONE:
+                for key in gone:
+                    group.offsets.pop(key, None)
+            if deleting is not None:
+                deleting(code)
+
+        self._write_gated(group.group_id, records, done)

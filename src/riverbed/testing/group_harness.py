@@ -1,20 +1,27 @@
-"""A driver for one `GroupShard` in tests: builds requests, completes writes, collects replies."""
+"""A driver for one `GroupShard` in tests: builds requests, completes writes, collects
+replies; `replay_log` rebuilds a shard from records and `group_state` is what a replay
+must reproduce (the groups' persisted state)."""
 
 from __future__ import annotations
 
 import random
+import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from riverbed.coordinator.consumer_protocol import encode_assignment, encode_subscription
+from riverbed.coordinator.consumer_records import parse_consumer_record
 from riverbed.coordinator.group import Reply
 from riverbed.coordinator.records import parse_record
 from riverbed.coordinator.shard import GroupConfig, GroupShard, Write
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
+    ConsumerGroupHeartbeatRequest,
     HeartbeatRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
     OffsetCommitRequest,
+    OffsetDeleteRequest,
     SyncGroupRequest,
 )
 
@@ -140,22 +147,7 @@ class Harness:
     def commit(
         self, member: str, generation: int, offsets: dict[tuple[str, int], int], group: str = "g"
     ) -> int:
-        topics: dict[str, list[Any]] = {}
-        for (t, p), off in offsets.items():
-            topics.setdefault(t, []).append(
-                OffsetCommitRequest.OffsetCommitRequestPartition(
-                    partition_index=p, committed_offset=off, committed_metadata="m"
-                )
-            )
-        req = OffsetCommitRequest(
-            group_id=group,
-            generation_id_or_member_epoch=generation,
-            member_id=member,
-            topics=[
-                OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps)
-                for t, ps in topics.items()
-            ],
-        )
+        req = commit_req(member, generation, offsets, group, metadata="m")
         return self.run(lambda r: self.shard.offset_commit(r, req, self.now), 8)
 
     def advance(self, ms: int) -> None:
@@ -182,3 +174,127 @@ class Harness:
 
 def assignment(parts: list[int], topic: str = "t") -> bytes:
     return encode_assignment({topic: parts})
+
+
+def heartbeat_req(
+    member: str,
+    epoch: int,
+    *,
+    group: str = "g",
+    topics: list[str] | None = None,
+    owned: dict[uuid.UUID, Iterable[int]] | None = None,
+    instance: str | None = None,
+) -> ConsumerGroupHeartbeatRequest:
+    """A ConsumerGroupHeartbeat as the Java consumer sends it: a join (epoch 0) carries
+    the subscription and no partitions; ``owned`` None leaves TopicPartitions out."""
+    joining = epoch == 0
+    return ConsumerGroupHeartbeatRequest(
+        group_id=group,
+        member_id=member,
+        member_epoch=epoch,
+        instance_id=instance,
+        rebalance_timeout_ms=5000 if joining else -1,
+        subscribed_topic_names=topics if topics is not None else (["t"] if joining else None),
+        topic_partitions=[]
+        if joining
+        else None
+        if owned is None
+        else [
+            ConsumerGroupHeartbeatRequest.TopicPartitions(topic_id=t, partitions=sorted(ps))
+            for t, ps in owned.items()
+        ],
+    )
+
+
+def commit_req(
+    member: str,
+    epoch: int,
+    offsets: dict[tuple[str, int], int],
+    group: str = "g",
+    metadata: str = "",
+) -> OffsetCommitRequest:
+    topics: dict[str, list[Any]] = {}
+    for (t, p), off in sorted(offsets.items()):
+        topics.setdefault(t, []).append(
+            OffsetCommitRequest.OffsetCommitRequestPartition(
+                partition_index=p, committed_offset=off, committed_metadata=metadata
+            )
+        )
+    return OffsetCommitRequest(
+        group_id=group,
+        generation_id_or_member_epoch=epoch,
+        member_id=member,
+        topics=[
+            OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps)
+            for t, ps in topics.items()
+        ],
+    )
+
+
+def offset_delete_req(group: str, keys: list[tuple[str, int]]) -> OffsetDeleteRequest:
+    topics: dict[str, list[Any]] = {}
+    for t, p in keys:
+        topics.setdefault(t, []).append(
+            OffsetDeleteRequest.OffsetDeleteRequestPartition(partition_index=p)
+        )
+    return OffsetDeleteRequest(
+        group_id=group,
+        topics=[
+            OffsetDeleteRequest.OffsetDeleteRequestTopic(name=t, partitions=ps)
+            for t, ps in topics.items()
+        ],
+    )
+
+
+def replay_log(
+    records: Iterable[tuple[bytes, bytes | None]], config: GroupConfig, now_ms: int
+) -> GroupShard:
+    """A coordinator that loads ``records`` (a fail-over)."""
+    fresh = GroupShard(0, config, random.Random(1))
+    for key, value in records:
+        parsed = parse_record(key, value)
+        if parsed is not None:
+            fresh.replay(parsed)
+            continue
+        rec = parse_consumer_record(key, value)
+        assert rec is not None, f"unknown record key {key!r}"
+        fresh.replay_consumer(rec)
+    fresh.finish_load(now_ms)
+    return fresh
+
+
+def group_state(shard: GroupShard) -> dict[str, Any]:
+    """Everything a reload must reproduce: committed offsets, and the persisted part of
+    every KIP-848 group (epochs, targets, members' metadata and assignments) and classic
+    group (generation, members, assignments)."""
+    out: dict[str, Any] = {}
+    for gid, c in shard.groups.items():
+        out[gid] = (
+            "classic",
+            c.generation,
+            c.protocol_name,
+            sorted((m.member_id, m.assignment) for m in c.members.values()),
+            dict(c.offsets),
+        )
+    for gid, g in shard.consumer_groups.items():
+        members = {
+            m.member_id: (
+                m.member_epoch,
+                m.previous_member_epoch,
+                m.state,
+                m.assigned,
+                m.pending_revocation,
+                m.metadata_key(),
+            )
+            for m in g.members.values()
+        }
+        out[gid] = (
+            "consumer",
+            g.group_epoch,
+            g.assignment_epoch,
+            {m: a for m, a in g.target.items() if a},
+            g.subscription_metadata,
+            members,
+            dict(g.offsets),
+        )
+    return out

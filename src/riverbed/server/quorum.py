@@ -44,7 +44,7 @@ import struct
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from riverbed.metadata.control_common import REQUEST_ITEMS_MAX
 from riverbed.metadata.controller import Controller, ControllerError
@@ -61,20 +61,29 @@ from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
 from riverbed.protocol.messages import (
     AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
     AlterConfigsRequest,
+    AlterConfigsResponse,
     AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
+    AlterPartitionResponse,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
     CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
+    CreateTopicsResponse,
     DeleteTopicsRequest,
+    DeleteTopicsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     ElectLeadersRequest,
+    ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
     Message,
@@ -110,20 +119,31 @@ ACTIVATION_WAIT_S = 5.0
 #: How often the controller loop looks at the Raft role (bootstrap on activation).
 CONTROLLER_POLL_S = 0.05
 _SIZE = struct.Struct(">i")
+ResponseT = TypeVar("ResponseT", bound=Message)
 
-#: The metadata writes a follower forwards, by the service method that runs them.
-FORWARDED_APIS: dict[int, str] = {
-    ApiKey.CREATE_TOPICS: "create_topics",
-    ApiKey.DELETE_TOPICS: "delete_topics",
-    ApiKey.CREATE_PARTITIONS: "create_partitions",
-    ApiKey.ALTER_CONFIGS: "alter_configs",
-    ApiKey.INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
-    ApiKey.ALLOCATE_PRODUCER_IDS: "allocate_producer_ids",
-    ApiKey.ALTER_PARTITION_REASSIGNMENTS: "alter_partition_reassignments",
-    ApiKey.ELECT_LEADERS: "elect_leaders",
-    # sent by partition leaders (ISR changes; replication), served on controller listeners
-    ApiKey.ALTER_PARTITION: "alter_partition",
-}
+
+def _expect(response: Message, response_type: type[ResponseT]) -> ResponseT:
+    """``response`` as the type its request promises (a mismatch is a bug: it halts)."""
+    if not isinstance(response, response_type):
+        raise TypeError(f"expected {response_type.__name__}, got {type(response).__name__}")
+    return response
+
+
+#: The metadata writes a follower forwards (`QuorumMetadata._run_locally` runs them).
+FORWARDED_APIS: frozenset[int] = frozenset(
+    {
+        ApiKey.CREATE_TOPICS,
+        ApiKey.DELETE_TOPICS,
+        ApiKey.CREATE_PARTITIONS,
+        ApiKey.ALTER_CONFIGS,
+        ApiKey.INCREMENTAL_ALTER_CONFIGS,
+        ApiKey.ALLOCATE_PRODUCER_IDS,
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+        ApiKey.ELECT_LEADERS,
+        # sent by partition leaders (ISR changes; replication), served on controller listeners
+        ApiKey.ALTER_PARTITION,
+    }
+)
 
 #: What the controller listener serves (`handle_controller_request`), and so advertises.
 CONTROLLER_API_VERSIONS = listener_api_versions(
@@ -413,18 +433,21 @@ class QuorumMetadata:
 
     # --- metadata writes -------------------------------------------------------------------
     async def _write(
-        self, api_key: int, request: Message, settled: Callable[[Any], bool] | None = None
-    ) -> Any:
+        self,
+        api_key: int,
+        request: Message,
+        response_type: type[ResponseT],
+        settled: Callable[[ResponseT], bool] | None = None,
+    ) -> ResponseT:
         """Run locally on the active controller, else forward; ``settled(response)`` says
         when this node's replica shows a forwarded result."""
-        method = getattr(self.service, FORWARDED_APIS[api_key])
         deadline = time.monotonic() + FORWARD_TIMEOUT_S
         while True:
             leader = await self._wait_active_or_leader()
             if leader < 0:
-                return await method(request)
+                return _expect(await self._run_locally(request), response_type)
             try:
-                response = await self.forward(leader, api_key, request)
+                response = _expect(await self.forward(leader, api_key, request), response_type)
                 break
             except NotLeaderError as exc:
                 # A refused connection never reached a controller: the leader we know just
@@ -449,17 +472,20 @@ class QuorumMetadata:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._image_changed.wait(), 0.2)
 
-    async def create_topics(self, request: CreateTopicsRequest) -> Any:
-        def settled(response: Any) -> bool:
+    async def create_topics(self, request: CreateTopicsRequest) -> CreateTopicsResponse:
+        def settled(response: CreateTopicsResponse) -> bool:
             image = self.service.image
             created = [t.name for t in response.topics if t.error_code == 0]
             return all(image.topic(n) is not None for n in created)
 
         return await self._write(
-            ApiKey.CREATE_TOPICS, request, None if request.validate_only else settled
+            ApiKey.CREATE_TOPICS,
+            request,
+            CreateTopicsResponse,
+            None if request.validate_only else settled,
         )
 
-    async def auto_create_topic(self, name: str, **_: Any) -> Any:
+    async def auto_create_topic(self, name: str) -> CreateTopicsResponse:
         request = CreateTopicsRequest(
             topics=[
                 CreateTopicsRequest.CreatableTopic(
@@ -472,8 +498,8 @@ class QuorumMetadata:
             return await self.service.auto_create_topic(name)
         return await self.create_topics(request)
 
-    async def delete_topics(self, request: DeleteTopicsRequest) -> Any:
-        def settled(response: Any) -> bool:
+    async def delete_topics(self, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
+        def settled(response: DeleteTopicsResponse) -> bool:
             image = self.service.image
             deleted = [r.name for r in response.responses if r.error_code == 0 and r.name]
             return all(image.topic(n) is None for n in deleted)
@@ -485,14 +511,15 @@ class QuorumMetadata:
                 topic_names=[],
                 timeout_ms=request.timeout_ms,
             )
-        return await self._write(ApiKey.DELETE_TOPICS, request, settled)
+        return await self._write(ApiKey.DELETE_TOPICS, request, DeleteTopicsResponse, settled)
 
-    async def create_partitions(self, request: CreatePartitionsRequest) -> Any:
+    async def create_partitions(self, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
+        R = CreatePartitionsResponse
         if request.validate_only:
-            return await self._write(ApiKey.CREATE_PARTITIONS, request)
+            return await self._write(ApiKey.CREATE_PARTITIONS, request, R)
         counts = {t.name: t.count for t in request.topics}
 
-        def settled(response: Any) -> bool:
+        def settled(response: CreatePartitionsResponse) -> bool:
             image = self.service.image
             for result in response.results:
                 topic = image.topic(result.name) if result.error_code == 0 else None
@@ -502,24 +529,27 @@ class QuorumMetadata:
                     return False
             return True
 
-        return await self._write(ApiKey.CREATE_PARTITIONS, request, settled)
+        return await self._write(ApiKey.CREATE_PARTITIONS, request, R, settled)
 
-    async def alter_configs(self, request: AlterConfigsRequest) -> Any:
-        return await self._write(ApiKey.ALTER_CONFIGS, request)
+    async def alter_configs(self, request: AlterConfigsRequest) -> AlterConfigsResponse:
+        return await self._write(ApiKey.ALTER_CONFIGS, request, AlterConfigsResponse)
 
-    async def incremental_alter_configs(self, request: IncrementalAlterConfigsRequest) -> Any:
-        return await self._write(ApiKey.INCREMENTAL_ALTER_CONFIGS, request)
+    async def incremental_alter_configs(
+        self, request: IncrementalAlterConfigsRequest
+    ) -> IncrementalAlterConfigsResponse:
+        R = IncrementalAlterConfigsResponse
+        return await self._write(ApiKey.INCREMENTAL_ALTER_CONFIGS, request, R)
 
     async def alter_partition_reassignments(
         self, request: AlterPartitionReassignmentsRequest
-    ) -> Any:
+    ) -> AlterPartitionReassignmentsResponse:
         """Through the controller's reassignment logic; a forwarded answer returns once this
         node's image shows every accepted target (or cancellation)."""
         targets = {
             (t.name, p.partition_index): p.replicas for t in request.topics for p in t.partitions
         }
 
-        def settled(response: Any) -> bool:
+        def settled(response: AlterPartitionReassignmentsResponse) -> bool:
             image = self.service.image
             for t in response.responses:
                 topic = image.topic(t.name)
@@ -535,13 +565,17 @@ class QuorumMetadata:
                         return False
             return True
 
-        return await self._write(ApiKey.ALTER_PARTITION_REASSIGNMENTS, request, settled)
+        R = AlterPartitionReassignmentsResponse
+        return await self._write(ApiKey.ALTER_PARTITION_REASSIGNMENTS, request, R, settled)
 
-    async def allocate_producer_ids(self, request: AllocateProducerIdsRequest) -> Any:
+    async def allocate_producer_ids(
+        self, request: AllocateProducerIdsRequest
+    ) -> AllocateProducerIdsResponse:
         """A block of producer ids for this broker (AllocateProducerIds, forwarded)."""
-        return await self._write(ApiKey.ALLOCATE_PRODUCER_IDS, request)
+        R = AllocateProducerIdsResponse
+        return await self._write(ApiKey.ALLOCATE_PRODUCER_IDS, request, R)
 
-    async def elect_leaders(self, request: ElectLeadersRequest) -> Any:
+    async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse:
         """ElectLeaders on the active controller; a forwarded one returns once this node's
         image shows every election it reports as done (a new leader epoch)."""
         image = self.service.image
@@ -551,7 +585,7 @@ class QuorumMetadata:
             for index, part in topic.partitions.items()
         }
 
-        def settled(response: Any) -> bool:
+        def settled(response: ElectLeadersResponse) -> bool:
             now = self.service.image
             for result in response.replica_election_results:
                 for p in result.partition_result:
@@ -561,12 +595,36 @@ class QuorumMetadata:
                         return False
             return True
 
-        return await self._write(ApiKey.ELECT_LEADERS, request, settled)
+        return await self._write(ApiKey.ELECT_LEADERS, request, ElectLeadersResponse, settled)
 
-    async def alter_partition(self, request: AlterPartitionRequest) -> Any:
+    async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
         """A partition leader's ISR change (Kafka's AlterPartition), on the active
         controller; the caller learns the outcome from the response (its epochs)."""
-        return await self._write(ApiKey.ALTER_PARTITION, request)
+        return await self._write(ApiKey.ALTER_PARTITION, request, AlterPartitionResponse)
+
+    async def _run_locally(self, request: Message) -> Message:
+        """One of `FORWARDED_APIS` on this node, the active controller."""
+        s = self.service
+        match request:
+            case CreateTopicsRequest():
+                return await s.create_topics(request)
+            case DeleteTopicsRequest():
+                return await s.delete_topics(request)
+            case CreatePartitionsRequest():
+                return await s.create_partitions(request)
+            case AlterConfigsRequest():
+                return await s.alter_configs(request)
+            case IncrementalAlterConfigsRequest():
+                return await s.incremental_alter_configs(request)
+            case AllocateProducerIdsRequest():
+                return await s.allocate_producer_ids(request)
+            case AlterPartitionReassignmentsRequest():
+                return await s.alter_partition_reassignments(request)
+            case ElectLeadersRequest():
+                return await s.elect_leaders(request)
+            case AlterPartitionRequest():
+                return await s.alter_partition(request)
+        raise TypeError(f"{type(request).__name__} is not a forwarded metadata write")
 
     async def register_broker(
         self,
@@ -665,11 +723,10 @@ class QuorumMetadata:
             if not self.is_active():
                 return UnregisterBrokerResponse(error_code=int(ErrorCode.NOT_CONTROLLER))
             return await self.unregister_broker(body)
-        name = FORWARDED_APIS.get(api_key)
-        if name is not None:
+        if api_key in FORWARDED_APIS:
             if not self.is_active():
                 raise NotLeaderError(self.driver.node.leader_id, self.driver.node.epoch)
-            return await getattr(self.service, name)(body)
+            return await self._run_locally(body)
         return None
 
     async def _serve_heartbeat(self, req: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse:

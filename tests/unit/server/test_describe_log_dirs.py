@@ -33,7 +33,9 @@ def test_a_moving_replica_is_listed_twice(tmp_path: Path) -> None:
     broker: Any = SimpleNamespace(
         config=SimpleNamespace(log_dirs=[str(source), str(target)]),
         partitions=SimpleNamespace(
-            partitions={("t", 0): hosted}, log_manager=MovingLogManager(source, target)
+            partitions={("t", 0): hosted},
+            log_manager=MovingLogManager(source, target),
+            replicas=None,  # no replica manager: no follower lag
         ),
     )
     resp = asyncio.run(handle_describe_log_dirs(broker, None, DescribeLogDirsRequest(topics=None)))

@@ -22,14 +22,32 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     AlterReplicaLogDirsRequest,
     AlterReplicaLogDirsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
 )
 from riverbed.server.network import RequestContext
 from riverbed.storage.errors import StorageError
@@ -38,53 +56,68 @@ if TYPE_CHECKING:
     from riverbed.server.broker.dispatch import Broker
 
 
-async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+async def handle_create_topics(
+    broker: Broker, ctx: RequestContext, req: CreateTopicsRequest
+) -> CreateTopicsResponse:
     response = await broker.metadata.create_topics(req)
     await broker.partitions.settled()  # answer once the new partitions take requests
     return response
 
 
-async def handle_delete_topics(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+async def handle_delete_topics(
+    broker: Broker, ctx: RequestContext, req: DeleteTopicsRequest
+) -> DeleteTopicsResponse:
     return await broker.metadata.delete_topics(req)
 
 
-async def handle_create_partitions(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+async def handle_create_partitions(
+    broker: Broker, ctx: RequestContext, req: CreatePartitionsRequest
+) -> CreatePartitionsResponse:
     response = await broker.metadata.create_partitions(req)
     await broker.partitions.settled()
     return response
 
 
-async def handle_alter_configs(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+async def handle_alter_configs(
+    broker: Broker, ctx: RequestContext, req: AlterConfigsRequest
+) -> AlterConfigsResponse:
     return await broker.metadata.alter_configs(req)
 
 
-async def handle_incremental_alter_configs(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+async def handle_incremental_alter_configs(
+    broker: Broker, ctx: RequestContext, req: IncrementalAlterConfigsRequest
+) -> IncrementalAlterConfigsResponse:
     return await broker.metadata.incremental_alter_configs(req)
 
 
-async def handle_elect_leaders(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+async def handle_elect_leaders(
+    broker: Broker, ctx: RequestContext, req: ElectLeadersRequest
+) -> ElectLeadersResponse:
     return await broker.metadata.elect_leaders(req)
 
 
-async def handle_describe_configs(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+async def handle_describe_configs(
+    broker: Broker, ctx: RequestContext, req: DescribeConfigsRequest
+) -> DescribeConfigsResponse:
     return broker.metadata.describe_configs(req)
 
 
 async def handle_alter_partition_reassignments(
-    broker: Broker, ctx: RequestContext, req: Any
-) -> Any:
+    broker: Broker, ctx: RequestContext, req: AlterPartitionReassignmentsRequest
+) -> AlterPartitionReassignmentsResponse:
     response = await broker.metadata.alter_partition_reassignments(req)
     await broker.partitions.settled()  # new replicas' logs exist before the answer
     return response
 
 
-async def handle_list_partition_reassignments(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+async def handle_list_partition_reassignments(
+    broker: Broker, ctx: RequestContext, req: ListPartitionReassignmentsRequest
+) -> ListPartitionReassignmentsResponse:
     return broker.metadata.list_partition_reassignments(req)
 
 
 def _partition_dir(broker: Broker, topic: str, index: int) -> str:
-    dir_of = getattr(broker.partitions.log_manager, "log_dir_of", None)
-    found = dir_of(topic, index) if dir_of is not None else None
+    found = broker.partitions.log_manager.log_dir_of(topic, index)
     return os.path.realpath(found) if found is not None else ""
 
 
@@ -94,9 +127,9 @@ async def handle_alter_replica_log_dirs(
     log_manager = broker.partitions.log_manager
     R = AlterReplicaLogDirsResponse
 
-    def alter() -> dict[str, list[Any]]:
+    def alter() -> dict[str, list[AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult]]:
         # in a thread: retargeting a move waits for its running copy step
-        results: dict[str, list[Any]] = {}
+        results: dict[str, list[AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult]] = {}
         for d in req.dirs:
             for t in d.topics:
                 for index in t.partitions:
@@ -129,7 +162,9 @@ async def handle_describe_log_dirs(
         wanted = {t.topic: set(t.partitions) for t in req.topics}
     dirs = [os.path.abspath(d) for d in broker.config.log_dirs]
     real = {os.path.realpath(d): d for d in dirs}  # the log manager resolves symlinks
-    per_dir: dict[str, dict[str, list[Any]]] = {d: {} for d in dirs}
+    per_dir: dict[str, dict[str, list[DescribeLogDirsResponse.DescribeLogDirsPartition]]] = {
+        d: {} for d in dirs
+    }
 
     def add(topic: str, index: int, d: str, size: int, lag: int, future: bool) -> None:
         if wanted is not None and index not in wanted.get(topic, ()):
@@ -143,18 +178,16 @@ async def handle_describe_log_dirs(
             )
         )
 
-    replicas = getattr(broker.partitions, "replicas", None)  # None: a bare log manager
+    replicas = broker.partitions.replicas  # None: a bare log manager
     for (topic, index), hosted in sorted(broker.partitions.partitions.items()):
         d = _partition_dir(broker, topic, index)
         lag = replicas.offset_lag((topic, index)) if replicas is not None else 0
         add(topic, index, d, int(hosted.log.size_bytes), lag, False)
-    future_logs = getattr(broker.partitions.log_manager, "future_logs", None)
-    moving = future_logs() if future_logs is not None else {}
+    moving = broker.partitions.log_manager.future_logs()
     for (topic, index), (dest, size, lag) in sorted(moving.items()):
         # a replica moving between dirs: Kafka's "future" replica in its target dir
         add(topic, index, os.path.realpath(dest), size, lag, True)
-    offline_of = getattr(broker.partitions.log_manager, "offline_dirs", None)
-    offline = {os.path.abspath(d) for d in (offline_of() if offline_of is not None else ())}
+    offline = {os.path.abspath(d) for d in broker.partitions.log_manager.offline_dirs()}
     results = []
     for d, topics in per_dir.items():
         try:

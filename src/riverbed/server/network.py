@@ -156,7 +156,8 @@ def splice_plan(encoded: bytes, spliced: SplicedResponse) -> list[bytes | FileRe
 
     ``encoded`` is the response WITHOUT its 4-byte size prefix. Each token is preceded by
     its length prefix as the encoder wrote it for 16 bytes; that prefix is replaced by the
-    prefix for the real size.
+    prefix for the real size. The tokens are found wherever the encoder wrote them: the
+    order of ``spliced.files`` is only the likely one.
     """
     if spliced.compact:
         old_prefix = _uvarint(16 + 1)
@@ -164,16 +165,42 @@ def splice_plan(encoded: bytes, spliced: SplicedResponse) -> list[bytes | FileRe
         old_prefix = _INT32.pack(16)
     parts: list[bytes | FileRecords] = []
     pos = 0
-    for fr in spliced.files:
-        at = encoded.find(old_prefix + fr.token, pos)
-        if at < 0:
-            raise ValueError("fetch response token not found in the encoded response")
+    for at, fr in _token_positions(encoded, old_prefix, spliced.files):
         new_prefix = _uvarint(fr.size + 1) if spliced.compact else _INT32.pack(fr.size)
         parts.append(encoded[pos:at] + new_prefix)
         parts.append(fr)
         pos = at + len(old_prefix) + 16
     parts.append(encoded[pos:])
     return parts
+
+
+def _token_positions(
+    encoded: bytes, old_prefix: bytes, files: Sequence[FileRecords]
+) -> list[tuple[int, FileRecords]]:
+    """Where each file's (prefix + token) starts in ``encoded``, sorted by position.
+
+    One scan when the files are listed in wire order (the fetch handler lists them so);
+    otherwise each token is searched from the start. A token is 16 random bytes, so it
+    occurs exactly where the encoder wrote it.
+    """
+    found: list[tuple[int, FileRecords]] = []
+    pos = 0
+    for fr in files:
+        at = encoded.find(old_prefix + fr.token, pos)
+        if at < 0:
+            break
+        found.append((at, fr))
+        pos = at + len(old_prefix) + 16
+    else:
+        return found
+    found = []
+    for fr in files:
+        at = encoded.find(old_prefix + fr.token)
+        if at < 0:
+            raise ValueError("fetch response token not found in the encoded response")
+        found.append((at, fr))
+    found.sort(key=lambda item: item[0])
+    return found
 
 
 def plan_size(parts: Sequence[bytes | FileRecords]) -> int:

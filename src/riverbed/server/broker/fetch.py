@@ -216,14 +216,20 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
 
 
 def _build_response(reads: list[_PartitionRead], version: int, read_committed: bool) -> Any:
+    """The response in the request's order of partitions.
+
+    Kafka (``FetchResponse.toMessage``): "We have to keep the order of input
+    topic-partition. Hence, we batch the partitions only if the last batch is in the same
+    topic group." librdkafka lists a topic several times in one request (its list of
+    partitions rotates), so a topic may come back several times too. The file records are
+    then listed in wire order, which `splice_plan` finds in one scan.
+    """
     topics: list[Any] = []
-    by_topic: dict[str, Any] = {}
     files: list[FileRecords] = []
+    t: Any = None
     for r in reads:
-        t = by_topic.get(r.topic)
-        if t is None:
+        if t is None or t.topic != r.topic:
             t = FetchResponse.FetchableTopicResponse(topic=r.topic, partitions=[])
-            by_topic[r.topic] = t
             topics.append(t)
         records: bytes
         if r.ranges:

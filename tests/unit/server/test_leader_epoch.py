@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import ListOffsetsRequest, decode, encode
 from riverbed.server.broker.partitions import leader_epoch_error
 
 
@@ -19,4 +20,7 @@ def test_newer_is_unknown_older_is_fenced_and_minus_one_or_absent_is_not_checked
     assert leader_epoch_error(claim(5), 5) is None
     assert leader_epoch_error(claim(-1), 5) is None
     # versions without the field (e.g. ListOffsets v0-v3) never check it
-    assert leader_epoch_error(SimpleNamespace(), 5) is None
+    LO = ListOffsetsRequest
+    v0 = LO(topics=[LO.ListOffsetsTopic(name="t", partitions=[LO.ListOffsetsPartition()])])
+    old = decode(LO, encode(v0, 0), 0).topics[0].partitions[0]
+    assert leader_epoch_error(old, 5) is None

@@ -121,14 +121,15 @@ def _read_partition(
     plog = hosted.log
     hw = upper = int(plog.high_watermark)
     start = plog.log_start_offset
+    replicas = broker.partitions.replicas
     verdict = _follower_read(broker, hosted, p, replica_id)
-    if verdict is not None:
+    if verdict is not None and replicas is not None:
         hw, upper = verdict.high_watermark, int(plog.log_end_offset)
         if verdict.error or verdict.diverging_epoch is not None:
             return _PartitionRead(
                 topic, p.partition, verdict.error, hw, start, [], 0, None, verdict.diverging_epoch
             )
-        allowance = broker.partitions.replicas.leader_allowance(hosted, replica_id)
+        allowance = replicas.leader_allowance(hosted, replica_id)
         if allowance == 0:
             # leader.replication.throttled.rate spent: an out-of-sync follower waits
             return _PartitionRead(topic, p.partition, 0, hw, start, [], 0)
@@ -159,8 +160,8 @@ def _read_partition(
         # Only the first partition with data may exceed the limits (one whole batch).
         result.close()
         return _PartitionRead(topic, p.partition, 0, hw, start, [], 0)
-    if verdict is not None:
-        broker.partitions.replicas.leader_sent(hosted, replica_id, size)
+    if verdict is not None and replicas is not None:
+        replicas.leader_sent(hosted, replica_id, size)
     return _PartitionRead(topic, p.partition, 0, hw, start, ranges, size)
 
 

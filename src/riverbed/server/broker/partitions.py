@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from riverbed.metadata.effective_config import topic_config_for
 from riverbed.metadata.image import MetadataImage, PartitionRegistration, TopicImage
@@ -47,16 +47,28 @@ from riverbed.protocol.errors import ErrorCode
 from riverbed.server.purgatory import Purgatory
 from riverbed.storage.config import LogConfig
 from riverbed.storage.layout import METADATA_TOPIC
-from riverbed.storage.log import PartitionLog
+from riverbed.storage.log import AppendInfo, PartitionLog
+from riverbed.storage.log_manager import LogManager
+
+if TYPE_CHECKING:
+    from riverbed.server.replication.manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
 
-def leader_epoch_error(requested: Any, leader_epoch: int) -> ErrorCode | None:
+class ClaimsLeaderEpoch(Protocol):
+    """A request's partition that names the leader epoch its client knows (Fetch,
+    ListOffsets, OffsetForLeaderEpoch; -1 in versions without the field)."""
+
+    @property
+    def current_leader_epoch(self) -> int: ...
+
+
+def leader_epoch_error(requested: ClaimsLeaderEpoch, leader_epoch: int) -> ErrorCode | None:
     """Kafka's ``checkCurrentLeaderEpoch`` for one partition of a request: a
-    ``current_leader_epoch`` (absent or -1 in old versions: no check) newer than ours is
-    UNKNOWN_LEADER_EPOCH, an older one FENCED_LEADER_EPOCH; None when it may go on."""
-    current = getattr(requested, "current_leader_epoch", -1)
+    ``current_leader_epoch`` (-1, as decoded from old versions: no check) newer than ours
+    is UNKNOWN_LEADER_EPOCH, an older one FENCED_LEADER_EPOCH; None when it may go on."""
+    current = requested.current_leader_epoch
     if current < 0 or current == leader_epoch:
         return None
     return (
@@ -97,11 +109,16 @@ def leader_endpoints(
     return out
 
 
-def log_offline(plog: Any) -> bool:
+def log_offline(plog: PartitionLog) -> bool:
     """True when the partition's log dir went offline after a disk failure: the
     partition answers KAFKA_STORAGE_ERROR to everything (Kafka's offline partitions)."""
-    log_dir = getattr(plog, "log_dir", None)
-    return log_dir is not None and bool(log_dir.offline)
+    return plog.log_dir.offline
+
+
+def producer_state_of(plog: PartitionLog) -> ProducerStateManager | None:
+    """The producer state attached to ``plog`` (`PartitionManager` attaches one to each)."""
+    state = plog.producer_state
+    return state if isinstance(state, ProducerStateManager) else None
 
 
 def _loop_running() -> bool:
@@ -117,10 +134,10 @@ class HostedPartition:
     """A partition this node hosts: its topic, registration and open log."""
 
     topic: str
-    topic_id: Any
+    topic_id: uuid.UUID
     index: int
     registration: PartitionRegistration
-    log: Any  # riverbed.storage.PartitionLog
+    log: PartitionLog
     config: LogConfig
 
 
@@ -164,7 +181,7 @@ class PartitionManager:
 
     def __init__(
         self,
-        log_manager: Any,
+        log_manager: LogManager,
         node_id: int,
         static_broker_config: Mapping[str, str],
         purgatory: Purgatory,
@@ -181,8 +198,8 @@ class PartitionManager:
             LEDGER_FLUSH_THREADS, thread_name_prefix="producer-ledger-flush"
         )
         self.image: MetadataImage = MetadataImage.EMPTY
-        #: riverbed.server.replication.manager.ReplicaManager, attached by the node
-        self.replicas: Any = None
+        #: attached by the node (None: no replication, this module's unit tests)
+        self.replicas: ReplicaManager | None = None
         # Off-loop creation: partitions whose log is still to be created (-> topic id),
         # in image order; bounded by the partitions the image holds for this node.
         self._off_loop = False
@@ -193,9 +210,8 @@ class PartitionManager:
         self._loop: asyncio.AbstractEventLoop | None = None
         # A replica moved to another log dir (AlterReplicaLogDirs) reopens there: its
         # producer state is attached again and the hosted partition takes the new log.
-        if hasattr(log_manager, "on_log_replaced"):
-            log_manager.log_attach = self._attach_producer_state
-            log_manager.on_log_replaced = self._log_replaced
+        log_manager.log_attach = self._attach_producer_state
+        log_manager.on_log_replaced = self._log_replaced
 
     def create_logs_off_loop(self) -> None:
         """From now on create new partition logs in a worker thread (see the docstring)."""
@@ -310,15 +326,15 @@ class PartitionManager:
         self._sync_high_watermark(hosted)
         self.purgatory.notify(key)
 
-    def _open_log(self, name: str, index: int, config: LogConfig, topic_id: str) -> Any:
+    def _open_log(self, name: str, index: int, config: LogConfig, topic_id: str) -> PartitionLog:
         """The partition's log, with its producer state rebuilt and attached (snapshots +
         replay of the batch headers after the latest one)."""
         plog = self.log_manager.get_or_create(name, index, config, topic_id=topic_id)
         self._attach_producer_state(plog)
         return plog
 
-    def _attach_producer_state(self, plog: Any) -> None:
-        if isinstance(plog, PartitionLog) and plog.producer_state is None:
+    def _attach_producer_state(self, plog: PartitionLog) -> None:
+        if plog.producer_state is None:
             ProducerStateManager(
                 plog.directory,
                 plog.clock.now_ms,
@@ -327,7 +343,7 @@ class PartitionManager:
                 flush_executor=self.ledger_flusher,
             ).attach(plog)
 
-    def _log_replaced(self, key: tuple[str, int], plog: Any) -> None:
+    def _log_replaced(self, key: tuple[str, int], plog: PartitionLog) -> None:
         # in a log manager thread, under the old log's lock (the partition's appends wait)
         hosted = self.partitions.get(key)
         if hosted is not None:
@@ -339,10 +355,7 @@ class PartitionManager:
 
     def delete_orphans(self) -> None:
         """Delete logs found on disk whose topic the image no longer has (deleted while down)."""
-        all_logs = getattr(self.log_manager, "all_logs", None)
-        if all_logs is None:
-            return
-        for topic, index in list(all_logs()):
+        for topic, index in list(self.log_manager.all_logs()):
             if topic == METADATA_TOPIC:
                 continue  # the metadata log is never a broker partition
             if (topic, index) not in self.partitions:
@@ -350,11 +363,7 @@ class PartitionManager:
                 self.log_manager.delete(topic, index)
 
     def _update_config(self, hosted: HostedPartition) -> None:
-        setter = getattr(hosted.log, "update_config", None)
-        if setter is not None:
-            setter(hosted.config)
-        else:
-            hosted.log.config = hosted.config
+        hosted.log.update_config(hosted.config)
 
     def _delete(self, key: tuple[str, int]) -> None:
         hosted = self.partitions.pop(key)
@@ -369,7 +378,12 @@ class PartitionManager:
         return self.partitions.get((topic, index))
 
     def leader_partition(
-        self, topic: str, index: int, requested: Any = None, *, require_leader: bool = True
+        self,
+        topic: str,
+        index: int,
+        requested: ClaimsLeaderEpoch | None = None,
+        *,
+        require_leader: bool = True,
     ) -> HostedPartition | NotServed:
         """The partition when this node may serve a client request for it (as its leader
         at the current epoch), else why not: UNKNOWN_TOPIC_OR_PARTITION (not in the image),
@@ -394,7 +408,7 @@ class PartitionManager:
             return NotServed(ErrorCode.NOT_LEADER_OR_FOLLOWER, reg.leader, reg.leader_epoch)
         return hosted
 
-    def append(self, hosted: HostedPartition, batches: bytearray) -> Any:
+    def append(self, hosted: HostedPartition, batches: bytearray) -> AppendInfo:
         """Append as leader (raises storage's typed errors); advances the HW, wakes fetches."""
         info = hosted.log.append_as_leader(batches, hosted.registration.leader_epoch)
         if self.replicas is not None:
@@ -420,7 +434,7 @@ class PartitionManager:
         """Seal every partition's active ledger file whose timer ran out or filter is full."""
         flushed = 0
         for hosted in list(self.partitions.values()):
-            state = getattr(hosted.log, "producer_state", None)
+            state = producer_state_of(hosted.log)
             if state is not None and state.flush_if_due():
                 flushed += 1
         return flushed
@@ -430,7 +444,7 @@ class PartitionManager:
         (each measured on its log's injected clock)."""
         gone = 0
         for hosted in list(self.partitions.values()):
-            state = getattr(hosted.log, "producer_state", None)
+            state = producer_state_of(hosted.log)
             if state is not None:
                 gone += state.remove_expired()
         return gone

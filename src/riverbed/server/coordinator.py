@@ -3,9 +3,12 @@
 Which groups this node coordinates follows the metadata image: a node leads partition
 ``p`` of ``__consumer_offsets`` -> it loads shard ``p`` (a `GroupShard`) by replaying
 that partition from its log start to its log end in a worker thread
-(COORDINATOR_LOAD_IN_PROGRESS meanwhile); it stops leading (or the leader epoch
-changes) -> the shard is dropped and its parked requests answer NOT_COORDINATOR. A
-group whose partition another node leads is NOT_COORDINATOR; before the topic exists,
+(COORDINATOR_LOAD_IN_PROGRESS meanwhile, and until the high watermark reaches the log
+end it loaded: nothing is told from records a fail-over could still lose); it stops
+leading (or the leader epoch changes) -> the shard is dropped and its parked requests
+answer NOT_COORDINATOR. Leadership is checked against the metadata image whenever a
+shard is used (`shard_of`), so a deposed coordinator never answers from memory. A group
+whose partition another node leads is NOT_COORDINATOR; before the topic exists,
 COORDINATOR_NOT_AVAILABLE (FindCoordinator creates it, as Kafka does).
 
 Writes: a shard's records become one record batch appended through the partition
@@ -14,7 +17,10 @@ is below ``min.insync.replicas``, then the shard hears back once the ISR holds t
 (the replica manager's delayed produce), or REQUEST_TIMED_OUT after
 ``offsets.commit.timeout.ms``; append errors map as Kafka's coordinator maps them
 (NOT_ENOUGH_REPLICAS -> COORDINATOR_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER ->
-NOT_COORDINATOR, a batch too large -> INVALID_COMMIT_OFFSET_SIZE).
+NOT_COORDINATOR, a batch too large -> INVALID_COMMIT_OFFSET_SIZE). A shard is told of a
+failed write only with its error (and puts its group back, `coordinator.writes`); a
+write that failed after its append (not acknowledged in time) is in doubt, since its
+records may still commit: the shard is then reloaded from the log.
 
 Crash-only: an exception out of a shard's timers halts the node through its fault
 handler (the start-up path reloads every group); one out of a request is answered
@@ -80,13 +86,16 @@ class CoordinatorError(Exception):
         self.code = code
 
 
-def _read_shard(plog: Any, partition: int, config: GroupConfig, read_bytes: int) -> GroupShard:
-    """Replay one partition into a fresh shard (worker thread: file reads)."""
+def _read_shard(
+    plog: Any, partition: int, config: GroupConfig, read_bytes: int
+) -> tuple[GroupShard, int]:
+    """Replay one partition into a fresh shard (worker thread: file reads); returns it
+    and the offset it was read to."""
     shard = GroupShard(partition, config, random.Random(int.from_bytes(os.urandom(8), "big")))
     offset = plog.log_start_offset
     # to the log end, as Kafka's loader: this leader wrote (or replicated) all of it, and
     # a truncation below it means a new leader epoch, hence a reload
-    end = plog.log_end_offset
+    end = int(plog.log_end_offset)
     while offset < end:
         result = plog.read(offset, read_bytes, end)
         if not result.ranges:
@@ -108,7 +117,7 @@ def _read_shard(plog: Any, partition: int, config: GroupConfig, read_bytes: int)
         if result.next_offset <= offset:
             break
         offset = result.next_offset
-    return shard
+    return shard, end
 
 
 class GroupCoordinator:
@@ -138,6 +147,8 @@ class GroupCoordinator:
         self.load_read_bytes = int(config.get("offsets.load.buffer.size"))
         self.shards: dict[int, GroupShard] = {}
         self._epochs: dict[int, int] = {}
+        #: partition -> the log end its shard was loaded to: it answers once committed
+        self._load_end: dict[int, int] = {}
         self._loading: dict[int, asyncio.Task[None]] = {}
         self._replies: dict[int, tuple[int, asyncio.Future[Any]]] = {}
         self._next_reply = 0
@@ -196,7 +207,7 @@ class GroupCoordinator:
     async def _load(self, partition: int, epoch: int) -> None:
         hosted = self.partitions.get(OFFSETS_TOPIC, partition)
         try:
-            shard = await asyncio.to_thread(
+            shard, end = await asyncio.to_thread(
                 _read_shard, hosted.log, partition, self.group_config, self.load_read_bytes
             )
         except Exception:
@@ -209,6 +220,10 @@ class GroupCoordinator:
         del self._loading[partition]
         shard.finish_load(self.clock.now_ms())
         self.shards[partition] = shard
+        self._load_end[partition] = end
+        replicas = getattr(self.partitions, "replicas", None)
+        if replicas is not None:  # a leader alone in its ISR commits its tail at once
+            replicas.on_local_append(hosted)
         log.info(
             "loaded %d groups of %s-%d (leader epoch %d)",
             len(shard.groups),
@@ -223,6 +238,7 @@ class GroupCoordinator:
         if task is not None:
             task.cancel()
         self._epochs.pop(partition, None)
+        self._load_end.pop(partition, None)
         shard = self.shards.pop(partition, None)
         if shard is None:
             return
@@ -244,17 +260,33 @@ class GroupCoordinator:
         return partition_for(group_id, len(topic.partitions))
 
     def shard_of(self, group_id: str) -> tuple[int, GroupShard]:
-        """The loaded shard of ``group_id``, or CoordinatorError with Kafka's code."""
+        """The loaded shard of ``group_id``, or CoordinatorError with Kafka's code.
+
+        Checked against the metadata image at every use, not only by the timer's
+        `reconcile`: a deposed coordinator answers NOT_COORDINATOR at once (a newer
+        leader epoch: a reload), and a loaded shard answers only once the records it
+        was loaded from are committed (high watermark >= the log end it read), so that
+        nothing it tells a client can be lost by a fail-over."""
         partition = self.partition_of(group_id)
-        shard = self.shards.get(partition)
-        if shard is not None:
-            return partition, shard
         topic = self.metadata.image.topic(OFFSETS_TOPIC)
         reg = topic.partitions.get(partition) if topic is not None else None
-        if reg is None or reg.leader != self.node_id:
+        hosted = self.partitions.get(OFFSETS_TOPIC, partition)
+        if reg is None or reg.leader != self.node_id or hosted is None:
+            if partition in self.shards or partition in self._loading:
+                self._unload(partition)
             raise CoordinatorError(ErrorCode.NOT_COORDINATOR)
+        shard = self.shards.get(partition)
+        if shard is None or self._epochs.get(partition) != reg.leader_epoch:
+            self.reconcile()
+            raise CoordinatorError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        if hosted.log.high_watermark < self._load_end.get(partition, 0):
+            raise CoordinatorError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        return partition, shard
+
+    def current_shards(self) -> list[GroupShard]:
+        """The shards of the partitions this node leads now (ListGroups)."""
         self.reconcile()
-        raise CoordinatorError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        return list(self.shards.values())
 
     async def call(
         self, group_id: str, version: int, op: Callable[[GroupShard, Reply, int], None]
@@ -349,6 +381,17 @@ class GroupCoordinator:
             code = ErrorCode.NOT_COORDINATOR
         shard.complete_write(token, code)
         self._flush(partition, shard)
+        if code != ErrorCode.NONE and self.shards.get(partition) is shard:
+            # appended but not acknowledged: the records may still commit, and the shard
+            # put its group back as if they never will. The log is the truth: reload.
+            log.warning(
+                "a write to %s-%d is in doubt (%s): reloading its groups",
+                OFFSETS_TOPIC,
+                partition,
+                code.name,
+            )
+            self._unload(partition)
+            self.reconcile()
 
     # ------------------------------------------------------------------ timers
     async def _timer_loop(self) -> None:

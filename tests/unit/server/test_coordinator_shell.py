@@ -89,3 +89,145 @@ def test_a_commit_below_min_insync_replicas_is_coordinator_not_available() -> No
     assert appended == []  # nothing was written
     assert append_error(ErrorCode.NOT_LEADER_OR_FOLLOWER) == ErrorCode.NOT_COORDINATOR
     assert append_error(ErrorCode.RECORD_LIST_TOO_LARGE) == ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+
+
+# ---------------------------------------------------------------------------------------
+# Leadership is checked at every use; a write in doubt reloads the shard (issue 18)
+class FakeLog:
+    def __init__(self) -> None:
+        self.log_start_offset = 0
+        self.log_end_offset = 0
+        self.high_watermark = 0
+
+    def read(self, offset: int, max_bytes: int, end: int) -> Any:
+        return SimpleNamespace(ranges=[], next_offset=offset)
+
+
+class Registration:
+    def __init__(self, leader: int, leader_epoch: int) -> None:
+        self.leader, self.leader_epoch = leader, leader_epoch
+
+
+def _offsets_topic(reg: Registration) -> Any:
+    topic = SimpleNamespace(partitions={0: reg})
+    return SimpleNamespace(image=SimpleNamespace(topic=lambda name: topic))
+
+
+def _loaded(coordinator: GroupCoordinator, epoch: int, load_end: int = 0) -> Any:
+    import random
+
+    from riverbed.coordinator.shard import GroupConfig, GroupShard
+
+    shard = GroupShard(0, GroupConfig(), random.Random(0))
+    coordinator.shards[0] = shard
+    coordinator._epochs[0] = epoch
+    coordinator._load_end[0] = load_end
+    return shard
+
+
+def test_a_deposed_coordinator_answers_not_coordinator_at_once() -> None:
+    """No 200 ms window: the image's leader and leader epoch are checked when a shard is
+    used (OffsetFetch, heartbeats), not only by the timer's reconcile."""
+    from riverbed.protocol.errors import ErrorCode
+    from riverbed.server.coordinator import CoordinatorError
+
+    reg = Registration(leader=1, leader_epoch=5)
+    hosted = SimpleNamespace(log=FakeLog())
+    partitions = SimpleNamespace(get=lambda topic, index: hosted)
+
+    async def run() -> None:
+        coordinator = GroupCoordinator(
+            ServerConfig.embedded_default(), 1, partitions, _offsets_topic(reg), ManualClock(5)
+        )
+        shard = _loaded(coordinator, 5)
+        assert coordinator.shard_of("g") == (0, shard)
+        reg.leader = 2  # the image moved leadership away; no timer ran since
+        with pytest.raises(CoordinatorError) as info:
+            coordinator.shard_of("g")
+        assert info.value.code == ErrorCode.NOT_COORDINATOR
+        assert 0 not in coordinator.shards
+        reg.leader, reg.leader_epoch = 1, 6
+        _loaded(coordinator, 5)  # leading again, at a newer epoch: the old shard is stale
+        with pytest.raises(CoordinatorError) as info:
+            coordinator.shard_of("g")
+        assert info.value.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        coordinator.close()
+
+    asyncio.run(run())
+
+
+def test_a_loaded_shard_answers_once_what_it_loaded_is_committed() -> None:
+    from riverbed.protocol.errors import ErrorCode
+    from riverbed.server.coordinator import CoordinatorError
+
+    log = FakeLog()
+    hosted = SimpleNamespace(log=log)
+    partitions = SimpleNamespace(get=lambda topic, index: hosted)
+
+    async def run() -> None:
+        coordinator = GroupCoordinator(
+            ServerConfig.embedded_default(),
+            1,
+            partitions,
+            _offsets_topic(Registration(1, 5)),
+            ManualClock(5),
+        )
+        shard = _loaded(coordinator, 5, load_end=10)
+        log.high_watermark = 9  # the previous leader's tail is not committed yet
+        with pytest.raises(CoordinatorError) as info:
+            coordinator.shard_of("g")
+        assert info.value.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        log.high_watermark = 10
+        assert coordinator.shard_of("g") == (0, shard)
+
+    asyncio.run(run())
+
+
+def test_a_write_in_doubt_answers_its_error_and_reloads_the_groups() -> None:
+    """Appended but not acknowledged in time: the commit answers REQUEST_TIMED_OUT, the
+    shard put the group back, and since the records may still commit the groups are
+    loaded again from the log."""
+    from riverbed.protocol.errors import ErrorCode
+    from riverbed.testing.group_harness import commit_req
+
+    log = FakeLog()
+    hosted = SimpleNamespace(log=log)
+
+    async def wait_for_acks(hosted: Any, end: int, timeout_ms: int) -> ErrorCode:
+        return ErrorCode.REQUEST_TIMED_OUT
+
+    def append(hosted: Any, batch: bytes) -> Any:
+        log.log_end_offset += 1
+        return SimpleNamespace(last_offset=log.log_end_offset - 1)
+
+    replicas = SimpleNamespace(
+        check_produce=lambda hosted, acks: ErrorCode.NONE,
+        wait_for_acks=wait_for_acks,
+        on_local_append=lambda hosted: None,
+    )
+    partitions = SimpleNamespace(get=lambda topic, index: hosted, replicas=replicas, append=append)
+
+    async def run() -> tuple[Any, Any, Any]:
+        coordinator = GroupCoordinator(
+            ServerConfig.embedded_default(),
+            1,
+            partitions,
+            _offsets_topic(Registration(1, 5)),
+            ManualClock(5),
+        )
+        shard = _loaded(coordinator, 5)
+        resp = await coordinator.call(
+            "g",
+            8,
+            lambda s, reply, now: s.offset_commit(reply, commit_req("", -1, {("t", 0): 1}), now),
+        )
+        for _ in range(100):  # the reload runs in a worker thread
+            if 0 in coordinator.shards:
+                break
+            await asyncio.sleep(0.01)
+        return resp, shard, coordinator.shards.get(0)
+
+    resp, old, new = asyncio.run(run())
+    assert resp.topics[0].partitions[0].error_code == ErrorCode.REQUEST_TIMED_OUT
+    assert old.groups == {}  # nothing of the commit stayed in the old shard
+    assert new is not None and new is not old

@@ -300,7 +300,7 @@ async def handle_list_groups(broker: Broker, ctx: RequestContext, req: Any) -> A
     code = E.NONE
     if broker.groups.loading():
         code = E.COORDINATOR_LOAD_IN_PROGRESS
-    for shard in list(broker.groups.shards.values()):
+    for shard in broker.groups.current_shards():
         found = []
         if not types or "classic" in types:
             found += [(g, "classic") for g in shard.list_groups(states)]

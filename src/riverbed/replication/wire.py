@@ -48,7 +48,7 @@ def alter_partition_results(
 ) -> list[AlterIsrResult]:
     """One result per item; ``response`` None (lost, timed out) uses ``error`` for all."""
     if response is not None and response.error_code:
-        error = ErrorCode(response.error_code)
+        error = ErrorCode.of(response.error_code)  # unknown codes: UNKNOWN_SERVER_ERROR
     if response is None or error is not ErrorCode.NONE:
         return [AlterIsrResult(req, error) for _, _, req in items]
     found: dict[tuple[uuid.UUID, int], AlterPartitionResponse.PartitionData] = {}
@@ -61,7 +61,7 @@ def alter_partition_results(
         if got is None:
             out.append(AlterIsrResult(req, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
         elif got.error_code:
-            out.append(AlterIsrResult(req, ErrorCode(got.error_code)))
+            out.append(AlterIsrResult(req, ErrorCode.of(got.error_code)))
         else:
             out.append(
                 AlterIsrResult(

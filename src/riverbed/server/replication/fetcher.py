@@ -8,25 +8,35 @@ answer may carry a DivergingEpoch) in flight for all its partitions:
 ``replica.fetch.wait.max.ms`` / ``replica.fetch.min.bytes`` let the leader park it,
 ``replica.fetch.max.bytes`` bounds each partition, ``replica.fetch.response.max.bytes``
 the response. What a response means for each partition (append, truncate, high
-watermark, back-off) is the partition core's decision (``riverbed.replication.follower``);
-a failed connection backs off ``replica.fetch.backoff.ms`` and reconnects.
+watermark, back-off) is the partition core's decision (``riverbed.replication.follower``).
+
+Retries back off, bounded and exponential with jitter (``riverbed.server.backoff``), from
+``replica.fetch.backoff.ms`` up to ``REPLICA_FETCH_BACKOFF_MAX_MS``: a failed connection
+or a top-level error backs the whole fetcher off; a batch the local log refuses (corrupt,
+out of order, too large, its log dir offline: a ``StorageError``) delays that partition
+alone (Kafka's ``delayPartitions``) and the others go on. Any other error is a fault: the
+fetcher runs under ``supervise`` and halts the node rather than stop fetching quietly.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import random
 import struct
 import zlib
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
 from riverbed.protocol.messages import FetchRequest, FetchResponse
 from riverbed.replication.actions import FetchAnswer, FetchPosition, FetchResult
+from riverbed.server.backoff import ExponentialBackoff, Retrier
+from riverbed.server.supervise import supervise
+from riverbed.storage.errors import StorageError
 
 if TYPE_CHECKING:
     from riverbed.server.replication.manager import ReplicaManager
@@ -41,6 +51,21 @@ _SIZE = struct.Struct(">i")
 FRAME_SLACK_BYTES = 1 << 20
 #: Pause of a fetcher with partitions that all back off (no request to send).
 IDLE_POLL_S = 0.05
+#: Longest back-off of a fetcher or of one refused partition (``replica.fetch.backoff.ms``
+#: doubles up to this): a leader that heals is fetched from again within it.
+REPLICA_FETCH_BACKOFF_MAX_MS: Final = 10_000
+#: Errors of one exchange with the leader that end the connection: reconnect after back-off.
+CONNECTION_ERRORS = (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError)
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class Channel(Protocol):
+    """A connection to the leader, one request at a time."""
+
+    async def request(self, api_key: int, version: int, body: Any, timeout_s: float) -> Any: ...
+
+    def close(self) -> None: ...
 
 
 class BrokerChannel:
@@ -86,12 +111,28 @@ class ReplicaFetcher:
         self.partitions: set[Key] = set()
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        self.retrier = Retrier(owner.backoff, owner.rng)  # the connection / whole fetch
+        self.refusals: dict[Key, Retrier] = {}  # partitions whose batch was refused
+        self.delayed_until_ms: dict[Key, int] = {}
 
     def start(self) -> None:
-        self.task = asyncio.create_task(self._run())
+        what = f"replica fetcher from broker {self.leader_id}"
+        self.task = supervise(what, self._run(), self.manager.fault_handler)
+
+    def _positions(self) -> dict[Key, FetchPosition]:
+        now = self.manager.now_ms()
+        return {
+            key: pos
+            for key in sorted(self.partitions)
+            if self.delayed_until_ms.get(key, 0) <= now
+            and (pos := self.manager.fetch_position(key)) is not None
+        }
+
+    async def _back_off(self) -> None:
+        await self.owner.sleep(self.retrier.failed() / 1000)
 
     async def _run(self) -> None:
-        channel: BrokerChannel | None = None
+        channel: Channel | None = None
         o = self.owner
         try:
             while True:
@@ -99,18 +140,14 @@ class ReplicaFetcher:
                     self.wake.clear()
                     await self.wake.wait()
                     continue
-                positions = {
-                    key: pos
-                    for key in sorted(self.partitions)
-                    if (pos := self.manager.fetch_position(key)) is not None
-                }
+                positions = self._positions()
                 if not positions:
-                    await asyncio.sleep(IDLE_POLL_S)
+                    await o.sleep(IDLE_POLL_S)
                     continue
                 if channel is None:
                     channel = o.channel_to(self.leader_id)
                     if channel is None:  # the leader has no endpoint we can use yet
-                        await asyncio.sleep(o.backoff_ms / 1000)
+                        await self._back_off()
                         continue
                 try:
                     response = await channel.request(
@@ -119,17 +156,18 @@ class ReplicaFetcher:
                         o.request_for(positions),
                         (o.wait_max_ms + o.socket_timeout_ms) / 1000,
                     )
-                except (OSError, TimeoutError, asyncio.IncompleteReadError, ConnectionError) as exc:
+                except CONNECTION_ERRORS as exc:
                     log.info(
                         "replica fetch from broker %d failed (%r): backing off", self.leader_id, exc
                     )
                     channel.close()
                     channel = None
-                    await asyncio.sleep(o.backoff_ms / 1000)
+                    await self._back_off()
                     continue
                 if response.error_code:
-                    await asyncio.sleep(o.backoff_ms / 1000)
+                    await self._back_off()
                     continue
+                self.retrier.succeeded()
                 self._handle(positions, response)
         finally:
             if channel is not None:
@@ -145,13 +183,35 @@ class ReplicaFetcher:
                 de = p.diverging_epoch
                 diverging = (de.epoch, de.end_offset) if de is not None and de.epoch >= 0 else None
                 answer = FetchAnswer(
-                    ErrorCode(p.error_code), p.high_watermark, p.log_start_offset, diverging
+                    ErrorCode.of(p.error_code), p.high_watermark, p.log_start_offset, diverging
                 )
                 try:
                     self.manager.on_fetch_result(key, FetchResult(pos, answer, p.records or None))
-                except Exception:
-                    # a batch the local log refuses (corrupt, out of order): retry later
-                    log.exception("replica fetch of %s-%d: cannot apply the response", *key)
+                except StorageError as exc:
+                    self._refused(key, exc)
+                else:
+                    self.refusals.pop(key, None)
+                    self.delayed_until_ms.pop(key, None)
+
+    def _refused(self, key: Key, exc: StorageError) -> None:
+        """The local log refused the batch (corrupt, out of order, its dir offline): this
+        partition waits, longer each time, before it is fetched again."""
+        retrier = self.refusals.get(key)
+        if retrier is None:
+            retrier = self.refusals[key] = Retrier(self.owner.backoff, self.owner.rng)
+        delay_ms = retrier.failed()
+        self.delayed_until_ms[key] = self.manager.now_ms() + delay_ms
+        log.warning(
+            "replica fetch of %s-%d: the local log refused the response (%s): retry in %d ms",
+            *key,
+            exc,
+            delay_ms,
+        )
+
+    def forget(self, key: Key) -> None:
+        self.partitions.discard(key)
+        self.refusals.pop(key, None)
+        self.delayed_until_ms.pop(key, None)
 
 
 class ReplicaFetcherManager:
@@ -161,8 +221,15 @@ class ReplicaFetcherManager:
         node_id: int,
         config: Mapping[str, str],
         listener: str,
+        *,
+        rng: random.Random | None = None,
+        sleep: Sleep = asyncio.sleep,
+        channel_factory: Callable[[int], Channel | None] | None = None,
     ) -> None:
         self.manager = manager
+        self.rng = rng or random.Random()
+        self.sleep = sleep
+        self.channel_factory = channel_factory
         self.node_id = node_id
         self.listener = listener
         self.num_fetchers = max(1, int(config.get("num.replica.fetchers", "1")))
@@ -171,6 +238,9 @@ class ReplicaFetcherManager:
         self.wait_max_ms = int(config.get("replica.fetch.wait.max.ms", "500"))
         self.min_bytes = int(config.get("replica.fetch.min.bytes", "1"))
         self.backoff_ms = int(config.get("replica.fetch.backoff.ms", "1000"))
+        self.backoff = ExponentialBackoff(
+            self.backoff_ms, max(self.backoff_ms, REPLICA_FETCH_BACKOFF_MAX_MS)
+        )
         self.socket_timeout_ms = int(config.get("replica.socket.timeout.ms", "30000"))
         self.assigned: dict[Key, tuple[int, int]] = {}  # -> (leader, fetcher index)
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
@@ -202,7 +272,7 @@ class ReplicaFetcherManager:
         fetcher = self.fetchers.get(target)
         if fetcher is None:
             return
-        fetcher.partitions.discard(key)
+        fetcher.forget(key)
         if not fetcher.partitions and fetcher.task is not None:
             fetcher.task.cancel()
             del self.fetchers[target]
@@ -211,13 +281,14 @@ class ReplicaFetcherManager:
         tasks = [f.task for f in self.fetchers.values() if f.task is not None]
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if tasks:
+            await asyncio.wait(tasks)  # a fetcher's own fault went to the fault handler
         self.fetchers.clear()
         self.assigned.clear()
 
-    def channel_to(self, broker_id: int) -> BrokerChannel | None:
+    def channel_to(self, broker_id: int) -> Channel | None:
+        if self.channel_factory is not None:
+            return self.channel_factory(broker_id)
         reg = self.manager._image().brokers.get(broker_id)
         ep = reg.endpoint(self.listener) if reg is not None else None
         if ep is None:

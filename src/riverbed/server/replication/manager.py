@@ -13,10 +13,14 @@ and a timer (Kafka's ``ReplicaManager`` + ``Partition`` + ``AlterPartitionManage
   log manager checkpoints it to ``replication-offset-checkpoint``), and parked fetches
   are woken.
 - AlterPartition: the cores' ISR proposals are sent to the active controller, batched,
-  one request in flight; NOT_CONTROLLER / timeouts come back to the cores as such.
+  one request in flight; NOT_CONTROLLER (no controller reachable), timeouts and the
+  controller's refusals come back to the cores as such, and the cores resend.
 - Timer: every ``TICK_MS`` each leader core ticks (ISR shrink after
   ``replica.lag.time.max.ms``, produce timeouts, AlterPartition resends), on the injected
   clock.
+- Crash-only: the timer and the AlterPartition sender run under ``supervise``; an error
+  they do not expect halts the node with a FATAL line (a stopped sender would freeze
+  every ISR of this broker, so a dead follower would pin the high watermark).
 - State changes (each registration received with its epochs, become leader/follower,
   ISR proposals and commits, truncations) go to the ``riverbed.state.change`` logger, which ``open_state_change_log``
   also writes to ``state-change.log`` in the first log dir (rotated at
@@ -26,19 +30,21 @@ and a timer (Kafka's ``ReplicaManager`` + ``Partition`` + ``AlterPartitionManage
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import logging.handlers
+import random
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from riverbed.metadata.control_common import ControllerError
 from riverbed.metadata.effective_config import partition_config
 from riverbed.metadata.image import MetadataImage
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import AlterPartitionRequest, AlterPartitionResponse
+from riverbed.raft.node import NotLeaderError
 from riverbed.replication.actions import (
     Action,
     AlterIsr,
@@ -52,10 +58,12 @@ from riverbed.replication.actions import (
 from riverbed.replication.config import ReplicaConfig
 from riverbed.replication.partition import Partition
 from riverbed.replication.wire import Item, alter_partition_request, alter_partition_results
+from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.replication.fetcher import ReplicaFetcherManager
 from riverbed.server.replication.replica_log import PartitionReplicaLog
 from riverbed.server.replication.throttling import ReplicationThrottles
 from riverbed.server.request_permits import park_current_request
+from riverbed.server.supervise import supervise
 
 log = logging.getLogger(__name__)
 state_change_log = logging.getLogger("riverbed.state.change")
@@ -97,6 +105,9 @@ class ReplicaManager:
         alter_partition: AlterPartitionCall,
         image: Callable[[], MetadataImage],
         inter_broker_listener: str,
+        *,
+        fault_handler: FaultHandler | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.node_id = node_id
         self.static_config = dict(static_config)
@@ -111,20 +122,25 @@ class ReplicaManager:
         self._alter_queue: dict[Key, tuple[uuid.UUID, AlterIsr]] = {}
         self._alter_wakeup = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self.fetchers = ReplicaFetcherManager(self, node_id, static_config, inter_broker_listener)
+        #: where an unexpected error of a loop goes (crash-only: riverbed.server.supervise)
+        self.fault_handler: FaultHandler = fault_handler or ProcessTerminatingFaultHandler(node_id)
+        self.rng = rng or random.Random()
+        self.fetchers = ReplicaFetcherManager(
+            self, node_id, static_config, inter_broker_listener, rng=self.rng
+        )
         self.throttles = ReplicationThrottles(node_id, self.static_config, image, now_ms)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        self._tasks.append(asyncio.create_task(self._ticker()))
-        self._tasks.append(asyncio.create_task(self._alter_loop()))
+        fh = self.fault_handler
+        self._tasks.append(supervise("replica manager ticker", self._ticker(), fh))
+        self._tasks.append(supervise("AlterPartition sender", self._alter_loop(), fh))
 
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if self._tasks:
+            await asyncio.wait(self._tasks)  # a task's own fault went to the fault handler
         await self.fetchers.close()
         for fut in self._waiters.values():
             if not fut.done():
@@ -335,12 +351,11 @@ class ReplicaManager:
     async def _ticker(self) -> None:
         while True:
             await asyncio.sleep(TICK_MS / 1000)
-            try:
-                self.tick()
-            except Exception:
-                log.exception("replica tick failed")
+            self.tick()  # a core's error is a fault (supervised): no ISR rule may stop
 
     async def _alter_loop(self) -> None:
+        """Send the cores' ISR proposals, one request at a time (Kafka's
+        ``AlterPartitionManager``)."""
         while True:
             await self._alter_wakeup.wait()
             self._alter_wakeup.clear()
@@ -349,22 +364,29 @@ class ReplicaManager:
                 del self._alter_queue[key]
             if self._alter_queue:
                 self._alter_wakeup.set()
-            if not batch:
-                continue
-            items: list[Item] = [(tid, key[1], req) for key, (tid, req) in batch]
-            request = alter_partition_request(self.node_id, self.broker_epoch(), items)
-            response: AlterPartitionResponse | None = None
-            error = ErrorCode.NONE
-            try:
-                response = await self._alter_partition(request)
-            except TimeoutError:
-                error = ErrorCode.REQUEST_TIMED_OUT
-            except Exception as exc:  # no controller reachable right now
-                log.info("AlterPartition not accepted (%r): the cores retry", exc)
-                error = ErrorCode.NOT_CONTROLLER
-            results = alter_partition_results(items, response, error)
-            now = self.now_ms()
-            for (key, _), result in zip(batch, results, strict=True):
-                core = self.cores.get(key)
-                if core is not None and core.leader is not None:
-                    self._run(key, None, core.leader.on_alter_partition_response(result, now))
+            if batch:
+                await self._send_alter_partition(batch)
+
+    async def _send_alter_partition(
+        self, batch: list[tuple[Key, tuple[uuid.UUID, AlterIsr]]]
+    ) -> None:
+        items: list[Item] = [(tid, key[1], req) for key, (tid, req) in batch]
+        request = alter_partition_request(self.node_id, self.broker_epoch(), items)
+        response: AlterPartitionResponse | None = None
+        error = ErrorCode.NONE
+        try:
+            response = await self._alter_partition(request)
+        except TimeoutError:
+            error = ErrorCode.REQUEST_TIMED_OUT
+        except ControllerError as exc:
+            error = exc.code
+        except (NotLeaderError, OSError) as exc:  # no controller reachable right now
+            log.info("AlterPartition not accepted (%r): the cores retry", exc)
+            error = ErrorCode.NOT_CONTROLLER
+        # anything else escapes to the supervisor: a sender that stops is a wedged broker
+        results = alter_partition_results(items, response, error)
+        now = self.now_ms()
+        for (key, _), result in zip(batch, results, strict=True):
+            core = self.cores.get(key)
+            if core is not None and core.leader is not None:
+                self._run(key, None, core.leader.on_alter_partition_response(result, now))

@@ -1,0 +1,51 @@
+"""One rule for every long-running asyncio task of the node: an unexpected error halts it.
+
+A loop that dies quietly leaves a node that looks alive and is wedged: an AlterPartition
+sender that stopped means no ISR ever shrinks again on this broker (a dead follower pins
+the high watermark), a replica fetcher that stopped means a follower that never catches
+up. So every long-running task in ``server/`` is started with :func:`supervise`: the
+errors its loop expects (a lost connection, a controller moving, the documented
+retriable errors) are handled where they happen, with back-off (``riverbed.server.backoff``);
+cancellation ends the task; anything else reaches the fault handler, which writes the
+FATAL line and ends the process (crash-only, ``riverbed.server.fault_handler``): the
+start-up path is the recovery path.
+
+Tasks that serve one connection or one request are not long-running node tasks: their
+errors end that connection or answer that request (``tests/unit/server/test_supervised``
+lists them, each with its reason).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Coroutine
+from typing import Any
+
+from riverbed.server.fault_handler import FaultHandler
+
+__all__ = ["supervise"]
+
+
+async def _guarded(what: str, work: Coroutine[Any, Any, None], fault_handler: FaultHandler) -> None:
+    try:
+        await work
+    except asyncio.CancelledError:
+        raise  # stopped on purpose (close, a partition removed)
+    except Exception as exc:
+        fault_handler.handle_fault(f"{what} failed", exc)
+
+
+def supervise(
+    what: str,
+    work: Coroutine[Any, Any, None],
+    fault_handler: FaultHandler,
+    *,
+    context: contextvars.Context | None = None,
+) -> asyncio.Task[None]:
+    """Start ``work`` as a task of the running loop; an exception escaping it other than
+    cancellation halts the node with ``FATAL ...: <what> failed: <error>``. ``context``:
+    the task's contextvars (a fresh one keeps a request's permit out of background work)."""
+    return asyncio.get_running_loop().create_task(
+        _guarded(what, work, fault_handler), name=what, context=context
+    )

@@ -377,6 +377,13 @@ class ServerConfig:
             raise KeyError(f"unknown config key {key}")
         return self._values[key]
 
+    def get_int(self, key: str) -> int:
+        """An INT/LONG key's value (TypeError for a key of another type: a bug)."""
+        value = self.get(key)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"config key {key} is not an integer: {value!r}")
+        return value
+
     def listener(self, name: str) -> Listener:
         for lst in self.listeners:
             if lst.name == name:

@@ -34,13 +34,15 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
+from riverbed.metadata.image import MetadataImage, PartitionRegistration
 from riverbed.metadata.storage_format import uuid_to_str
 from riverbed.producer.snapshot import snapshot_name
+from riverbed.server.broker.partitions import producer_state_of
 from riverbed.server.remote_reads import (
     READ_CACHE_BYTES_MAX,
     REJECT_LOG_INTERVAL_S,
@@ -49,6 +51,7 @@ from riverbed.server.remote_reads import (
     RemoteReads,
     Tier,
 )
+from riverbed.storage.log import PartitionLog
 from riverbed.tiered.remote_indexes import INDEX_FILE_BYTES_MAX, INDEX_FILE_ROLL_MS, RemoteIndexes
 from riverbed.tiered.rlm import (
     LocalSegmentInfo,
@@ -69,12 +72,25 @@ from riverbed.tiered.rsm import (
 )
 from riverbed.tiered.segment_chunks import chunk_segment
 
+if TYPE_CHECKING:
+    from riverbed.server.config import ServerConfig
+
 __all__ = ["READ_CACHE_BYTES_MAX", "RemoteLogManager", "RemoteLogSettings", "RemoteRead"]
 
 log = logging.getLogger(__name__)
 
 #: The scheduling loop wakes at least this often (partition set changes, shutdown).
 LOOP_WAKE_MS_MAX: Final = 1000
+
+
+class TieredPartition(Protocol):
+    """What the manager reads of a hosted partition (`HostedPartition`)."""
+
+    @property
+    def log(self) -> PartitionLog: ...
+
+    @property
+    def registration(self) -> PartitionRegistration: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +110,8 @@ class RemoteLogSettings:
     index_roll_ms: int = INDEX_FILE_ROLL_MS
 
     @classmethod
-    def from_config(cls, cfg: Any) -> RemoteLogSettings:
-        def get(key: str) -> int:
-            return int(cfg.get(key))
+    def from_config(cls, cfg: ServerConfig) -> RemoteLogSettings:
+        get = cfg.get_int
 
         copier = get("remote.log.manager.copier.thread.pool.size")
         if copier == -1:
@@ -161,15 +176,15 @@ class RemoteLogManager(RemoteReads):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
         self._task: asyncio.Task[None] | None = None
-        self._partitions: Callable[[], dict[tuple[str, int], Any]] = dict
-        self._image: Callable[[], Any] = lambda: None
+        self._partitions: Callable[[], Mapping[tuple[str, int], TieredPartition]] = dict
+        self._image: Callable[[], MetadataImage | None] = lambda: None
 
     # ---- lifecycle ------------------------------------------------------------------------
 
     def start(
         self,
-        partitions: Callable[[], dict[tuple[str, int], Any]],
-        image: Callable[[], Any],
+        partitions: Callable[[], Mapping[tuple[str, int], TieredPartition]],
+        image: Callable[[], MetadataImage | None],
     ) -> None:
         """Follow ``partitions()`` (the hosted partitions) and ``image()`` (metadata)."""
         self._partitions = partitions
@@ -216,13 +231,13 @@ class RemoteLogManager(RemoteReads):
         hosted_all = self._partitions()
         for key, hosted in hosted_all.items():
             plog = hosted.log
-            if not getattr(plog, "tiered", False):
+            if not plog.tiered:
                 if key in self._tiers:
                     self._drop(key, deleted=False)
                 continue
             leader = hosted.registration.leader == self.node_id
             tier = self._tiers.get(key)
-            topic_id = getattr(plog, "topic_id", None)
+            topic_id = plog.topic_id
             if tier is not None and tier.topic_id != topic_id:
                 # deleted and re-created under the same name before this loop saw it: the
                 # old topic's remote data (its own prefix, by topic id) goes
@@ -361,15 +376,15 @@ class RemoteLogManager(RemoteReads):
         """Producer state of the remote range for a log restarted at its leader's local
         start: the snapshot shipped with the remote segment ending just below it."""
         plog, at = tier.plog, tier.producers_pending_at
-        install = getattr(plog.producer_state, "install_remote_snapshot", None)
-        if at is None or install is None or at != plog.local_log_start_offset:
+        state = producer_state_of(plog)
+        if at is None or state is None or at != plog.local_log_start_offset:
             tier.producers_pending_at = None
             return
         below = [m for m in remote if m.end_offset == at - 1 and ".snapshot" in m.files]
         if below:
             topic, partition = tier.key
             data = self.rsm.producer_snapshot(topic, partition, tier.topic_id, below[-1].segment_id)
-            added = install(data)
+            added = state.install_remote_snapshot(data)
             log.info("%s-%d: %d producer(s) of the remote range installed", topic, partition, added)
         tier.producers_pending_at = None
 
@@ -560,10 +575,10 @@ def _copied_up_to(remote: list[RemoteSegmentMetadata], leader_epoch: int | None)
     return out
 
 
-def _complete_snapshot(plog: Any, offset: int) -> bytes | None:
+def _complete_snapshot(plog: PartitionLog, offset: int) -> bytes | None:
     """Every live producer as of ``offset`` (None: the log keeps no producer state)."""
-    complete = getattr(plog.producer_state, "complete_snapshot_bytes", None)
-    return None if complete is None else bytes(complete(offset))
+    state = producer_state_of(plog)
+    return None if state is None else state.complete_snapshot_bytes(offset)
 
 
 def _remote_epochs(remote: list[RemoteSegmentMetadata]) -> list[tuple[int, int]]:

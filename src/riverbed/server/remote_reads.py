@@ -25,11 +25,12 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final, TypeVar, TypeVarTuple
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.records import iter_batches, iter_records
+from riverbed.storage.log import PartitionLog
 from riverbed.storage.log_files import TimestampOffset
 from riverbed.tiered.remote_indexes import RemoteIndexes
 from riverbed.tiered.remote_log_index import RemoteLogIndexEntry
@@ -41,6 +42,12 @@ from riverbed.tiered.rsm import (
 )
 
 __all__ = ["READ_CACHE_BYTES_MAX", "ChunkCache", "RemoteRead", "RemoteReads", "Tier"]
+
+if TYPE_CHECKING:
+    from riverbed.server.remote_log import RemoteLogSettings
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +76,7 @@ class Tier:
 
     key: tuple[str, int]
     topic_id: str | None
-    plog: Any  # riverbed.storage.PartitionLog
+    plog: PartitionLog
     leader: bool
     leader_epoch: int = -1  # the partition's leader epoch in the metadata image
     indexes: RemoteIndexes | None = None  # opened by the first task (file I/O)
@@ -121,7 +128,7 @@ class RemoteReads:
     """The read half of :class:`riverbed.server.remote_log.RemoteLogManager` (a mixin:
     the manager owns the attributes declared here)."""
 
-    settings: Any  # riverbed.server.remote_log.RemoteLogSettings
+    settings: RemoteLogSettings
     rsm: FsspecRemoteStorageManager
     reads_rejected: int
     _tiers: dict[tuple[str, int], Tier]
@@ -207,7 +214,9 @@ class RemoteReads:
                         return TimestampOffset(rec.timestamp, rec.offset, h.partition_leader_epoch)
         return RemoteRead()
 
-    async def _in_reader(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def _in_reader(self, fn: Callable[[*Ts], T], *args: *Ts) -> T | RemoteRead | None:
+        """``fn(*args)`` in the reader pool (with retries), waiting up to
+        remote.fetch.max.wait.ms; None when it takes longer (or the manager closes)."""
         if self._closing:
             return None
         if self._reads_pending >= self.settings.reader_max_pending:
@@ -215,7 +224,11 @@ class RemoteReads:
         deadline = time.monotonic() + self.settings.fetch_max_wait_ms / 1000
         self._reads_pending += 1
         failures: list[str] = []  # appended to by the reader thread
-        fut = self._readers.submit(self._with_retries, fn, deadline, failures, *args)
+
+        def attempt() -> T | RemoteRead:
+            return self._with_retries(fn, deadline, failures, *args)
+
+        fut = self._readers.submit(attempt)
         fut.add_done_callback(lambda _f: self._read_finished())
         try:
             return await asyncio.wait_for(
@@ -251,8 +264,8 @@ class RemoteReads:
         self._reads_pending -= 1
 
     def _with_retries(
-        self, fn: Callable[..., Any], deadline: float, failures: list[str], *args: Any
-    ) -> Any:
+        self, fn: Callable[[*Ts], T], deadline: float, failures: list[str], *args: *Ts
+    ) -> T | RemoteRead:
         backoff_ms = READ_RETRY_BACKOFF_MS
         while True:
             try:

@@ -92,7 +92,10 @@ class Node:
         self.metadata = SimpleNamespace(image=_image())
         self.partitions.apply_image(self.metadata.image)
         self.broker: Any = SimpleNamespace(
-            partitions=self.partitions, metadata=self.metadata, fetch_purgatory=self.purgatory
+            partitions=self.partitions,
+            metadata=self.metadata,
+            fetch_purgatory=self.purgatory,
+            remote_log=None,  # no tiered storage
         )
 
     def move_leader(self, index: int, leader: int) -> None:

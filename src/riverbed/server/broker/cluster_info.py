@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from riverbed.metadata.controller import topic_name_error
 from riverbed.protocol.api_versions import ApiKey, is_supported
@@ -26,6 +26,7 @@ from riverbed.protocol.messages import (
     MetadataRequest,
     MetadataResponse,
 )
+from riverbed.protocol.primitives import ZERO_UUID
 from riverbed.server.network import RequestContext
 
 if TYPE_CHECKING:
@@ -96,7 +97,9 @@ def _brokers(image: MetadataImage, listener: str) -> list[tuple[int, str, int, s
     return out
 
 
-def _topic_metadata(image: MetadataImage, name: str, include_ops: bool) -> Any:
+def _topic_metadata(
+    image: MetadataImage, name: str, include_ops: bool
+) -> MetadataResponse.MetadataResponseTopic:
     topic = image.topic(name)
     ops = TOPIC_OPERATIONS_ALL if include_ops else AUTHORIZED_OPERATIONS_OMITTED
     if topic is None:
@@ -141,7 +144,7 @@ async def handle_metadata(
         names = []
         for t in req.topics:
             name = t.name
-            if name is None and getattr(t, "topic_id", None) is not None:
+            if name is None and t.topic_id != ZERO_UUID:
                 found = image.topic_by_id(t.topic_id)
                 name = found.name if found is not None else None
             if name is not None:
@@ -156,12 +159,12 @@ async def handle_metadata(
                     log.exception("auto-creating topic %r failed", name)
             await broker.partitions.settled()
             image = broker.metadata.image
-    include_ops = bool(getattr(req, "include_topic_authorized_operations", False))
+    include_ops = req.include_topic_authorized_operations
     brokers = [
         MetadataResponse.MetadataResponseBroker(node_id=i, host=h, port=p, rack=r)
         for i, h, p, r in _brokers(image, ctx.listener_name)
     ]
-    include_cluster_ops = bool(getattr(req, "include_cluster_authorized_operations", False))
+    include_cluster_ops = req.include_cluster_authorized_operations
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=brokers,

@@ -17,12 +17,13 @@ no response to carry the error, so that connection is closed, as Kafka does.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from riverbed.protocol.api_versions import BROKER_LISTENER, ApiKey, listener_api_versions
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import response_body_version
+from riverbed.protocol.messages import Message, ProduceRequest
 from riverbed.server.broker import (
     admin,
     cluster_info,
@@ -40,18 +41,24 @@ from riverbed.server.broker.partitions import PartitionManager
 from riverbed.server.broker.versioning import fit_to_version
 from riverbed.server.clock import SystemClock
 from riverbed.server.coordinator import GroupCoordinator
-from riverbed.server.network import CloseConnection, RequestContext
+from riverbed.server.network import CloseConnection, RequestContext, Response
 from riverbed.server.purgatory import Purgatory
+from riverbed.storage.clock import Clock
 
 if TYPE_CHECKING:
+    from riverbed.server.config import ServerConfig
+    from riverbed.server.fault_handler import FaultHandler
     from riverbed.server.quorum import QuorumMetadata
+    from riverbed.server.remote_log import RemoteLogManager
 
 log = logging.getLogger(__name__)
 
 #: APIs whose handlers build version-exact responses (hot path: no fitting walk).
 _VERSION_EXACT = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
 
-Handler = Callable[["Broker", RequestContext, Any], Coroutine[Any, Any, Any]]
+#: A request handler: (broker, context, the decoded request of its api key) -> response.
+#: The request parameter is each handler's own request class, hence the ``...``.
+Handler = Callable[..., Awaitable[Response]]
 
 HANDLERS: dict[int, Handler] = {
     ApiKey.PRODUCE: produce.handle_produce,
@@ -108,13 +115,13 @@ class Broker:
 
     def __init__(
         self,
-        config: Any,
+        config: ServerConfig,
         metadata: QuorumMetadata,
         partitions: PartitionManager,
         fetch_purgatory: Purgatory,
         cluster_id: str,
-        clock: Any = None,
-        fault_handler: Any = None,
+        clock: Clock | None = None,
+        fault_handler: FaultHandler | None = None,
     ) -> None:
         self.config = config
         self.node_id: int = config.node_id
@@ -132,14 +139,14 @@ class Broker:
         )
         self.groups.start()
         # the remote log manager (riverbed.server.remote_log) when tiering is enabled
-        self.remote_log: Any = None
+        self.remote_log: RemoteLogManager | None = None
         # Serving starts now: new partition logs are created off the event loop.
         partitions.create_logs_off_loop()
 
     def close(self) -> None:
         self.groups.close()
 
-    async def handle(self, ctx: RequestContext, body: Any) -> Any:
+    async def handle(self, ctx: RequestContext, body: Message) -> Response:
         handler = HANDLERS.get(ctx.header.api_key)
         if handler is None or ctx.header.api_key not in BROKER_API_VERSIONS:
             raise UnsupportedApi(f"api key {ctx.header.api_key} is not served on this listener")
@@ -154,7 +161,9 @@ class Broker:
             return self._error_response(ctx, body, version, exc)
         return response
 
-    def _error_response(self, ctx: RequestContext, body: Any, version: int, exc: Exception) -> Any:
+    def _error_response(
+        self, ctx: RequestContext, body: Message, version: int, exc: Exception
+    ) -> Message:
         header = ctx.header
         code = error_code_of(exc)
         log.error(
@@ -166,6 +175,6 @@ class Broker:
             code.name,
             exc_info=exc,
         )
-        if header.api_key == ApiKey.PRODUCE and getattr(body, "acks", None) == 0:
+        if isinstance(body, ProduceRequest) and body.acks == 0:
             raise CloseConnection(f"produce with acks=0 failed ({code.name})") from exc
         return error_response(header.api_key, body, version, code)

@@ -22,10 +22,8 @@ withholds an internal exception's text from clients); the broker logs it instead
 
 from __future__ import annotations
 
-from typing import Any
-
 from riverbed.protocol.errors import ErrorCode
-from riverbed.protocol.messages import message_spec, response_class
+from riverbed.protocol.messages import Message, message_spec, response_class
 from riverbed.protocol.schema import FieldSpec, StructSpec
 from riverbed.server.broker.versioning import fit_to_version
 
@@ -85,7 +83,7 @@ def _key_names(spec: StructSpec) -> set[str]:
 
 
 def _matching_request_array(
-    resp_field: FieldSpec, req_spec: StructSpec, req: Any
+    resp_field: FieldSpec, req_spec: StructSpec, req: Message
 ) -> FieldSpec | None:
     """The request array ``resp_field`` answers: the one sharing the most key fields.
 
@@ -109,7 +107,9 @@ def _matching_request_array(
     return best
 
 
-def _fill(resp: Any, resp_spec: StructSpec, req: Any, req_spec: StructSpec, code: int) -> None:
+def _fill(
+    resp: Message, resp_spec: StructSpec, req: Message, req_spec: StructSpec, code: int
+) -> None:
     for f in resp_spec.fields:
         if f.attr == "error_code" and f.type == "int16":
             setattr(resp, f.attr, code)
@@ -140,7 +140,9 @@ def _fill(resp: Any, resp_spec: StructSpec, req: Any, req_spec: StructSpec, code
         setattr(resp, f.attr, entries)
 
 
-def _copy_keys(entry: Any, entry_spec: StructSpec, item: Any, item_spec: StructSpec) -> None:
+def _copy_keys(
+    entry: Message, entry_spec: StructSpec, item: Message, item_spec: StructSpec
+) -> None:
     sources = {
         _canon(f.attr): f
         for f in item_spec.fields
@@ -155,7 +157,7 @@ def _copy_keys(entry: Any, entry_spec: StructSpec, item: Any, item_spec: StructS
             setattr(entry, f.attr, value)
 
 
-def error_response(api_key: int, request: Any, version: int, code: ErrorCode | int) -> Any:
+def error_response(api_key: int, request: Message, version: int, code: ErrorCode | int) -> Message:
     """The response to ``request`` (api ``api_key`` at ``version``) with every error = code."""
     resp_cls = response_class(api_key)
     response = resp_cls()

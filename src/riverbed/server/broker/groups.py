@@ -66,8 +66,8 @@ def _internal_topic(broker: Broker, key_type: int) -> tuple[str, int, int, dict[
     if key_type == _KEY_GROUP:
         return (
             OFFSETS_TOPIC,
-            int(cfg.get("offsets.topic.num.partitions")),
-            int(cfg.get("offsets.topic.replication.factor")),
+            cfg.get_int("offsets.topic.num.partitions"),
+            cfg.get_int("offsets.topic.replication.factor"),
             {
                 "cleanup.policy": "compact",
                 "segment.bytes": str(cfg.get("offsets.topic.segment.bytes")),
@@ -76,8 +76,8 @@ def _internal_topic(broker: Broker, key_type: int) -> tuple[str, int, int, dict[
         )
     return (
         TRANSACTION_STATE_TOPIC,
-        int(cfg.get("transaction.state.log.num.partitions")),
-        int(cfg.get("transaction.state.log.replication.factor")),
+        cfg.get_int("transaction.state.log.num.partitions"),
+        cfg.get_int("transaction.state.log.replication.factor"),
         {
             "cleanup.policy": "compact",
             "segment.bytes": str(cfg.get("transaction.state.log.segment.bytes")),

@@ -23,7 +23,7 @@ except for Kafka's debugging replica id (-2) in ListOffsets and OffsetForLeaderE
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
@@ -49,8 +49,16 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 
 
-async def _list_one(broker: Broker, topic: str, p: Any, version: int, replica_id: int) -> Any:
-    def answer(code: int, timestamp: int = -1, offset: int = -1, epoch: int = -1) -> Any:
+async def _list_one(
+    broker: Broker,
+    topic: str,
+    p: ListOffsetsRequest.ListOffsetsPartition,
+    version: int,
+    replica_id: int,
+) -> ListOffsetsResponse.ListOffsetsPartitionResponse:
+    def answer(
+        code: int, timestamp: int = -1, offset: int = -1, epoch: int = -1
+    ) -> ListOffsetsResponse.ListOffsetsPartitionResponse:
         return ListOffsetsResponse.ListOffsetsPartitionResponse(
             partition_index=p.partition_index,
             error_code=int(code),
@@ -90,7 +98,7 @@ async def _list_one(broker: Broker, topic: str, p: Any, version: int, replica_id
         return answer(0, -1, -1, -1)
     if found.offset >= plog.high_watermark:
         return answer(0, -1, -1, -1)
-    return answer(0, found.timestamp, found.offset, getattr(found, "leader_epoch", epoch))
+    return answer(0, found.timestamp, found.offset, found.leader_epoch)
 
 
 async def handle_list_offsets(
@@ -108,7 +116,7 @@ async def handle_offset_for_leader_epoch(
     broker: Broker, ctx: RequestContext, req: OffsetForLeaderEpochRequest
 ) -> OffsetForLeaderEpochResponse:
     # v3+: -1 for consumers, -2 debugging; a follower's broker id (replication's truncation)
-    replica_id = getattr(req, "replica_id", -1)
+    replica_id = req.replica_id
     topics = []
     for t in req.topics:
         parts = []

@@ -6,23 +6,24 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from riverbed.protocol.errors import ErrorCode
-from riverbed.protocol.messages import response_class
+from riverbed.protocol.headers import response_body_version
+from riverbed.protocol.messages import Message
+from riverbed.server.broker.error_response import error_response
 from riverbed.server.network import RequestContext
 
 if TYPE_CHECKING:
     from riverbed.server.broker.dispatch import Broker
 
 
-def error_only(code: ErrorCode) -> Any:
-    """A handler answering the API's response with just a top-level ``error_code``."""
+def error_only(code: ErrorCode) -> Callable[[Broker, RequestContext, Message], Awaitable[Message]]:
+    """A handler answering the API's response with just a top-level ``error_code`` (the
+    response class of every API served so has one: SaslHandshake, SaslAuthenticate)."""
 
-    async def handler(broker: Broker, ctx: RequestContext, req: Any) -> Any:
-        resp = response_class(ctx.header.api_key)()
-        if hasattr(resp, "error_code"):
-            resp.error_code = int(code)
-        return resp
+    async def handler(broker: Broker, ctx: RequestContext, req: Message) -> Message:
+        return error_response(ctx.header.api_key, req, response_body_version(ctx.header), code)
 
     return handler

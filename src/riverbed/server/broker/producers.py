@@ -25,20 +25,24 @@ import asyncio
 import contextlib
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from riverbed.producer.id_blocks import IdBlock, ProducerIdBlocks
+from riverbed.producer.manager import ProducerStateManager
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
     AllocateProducerIdsRequest,
+    DescribeProducersRequest,
     DescribeProducersResponse,
+    InitProducerIdRequest,
     InitProducerIdResponse,
 )
-from riverbed.server.broker.partitions import NotServed
+from riverbed.server.broker.partitions import NotServed, producer_state_of
 from riverbed.server.network import RequestContext
 
 if TYPE_CHECKING:
     from riverbed.server.broker.dispatch import Broker
+    from riverbed.server.quorum import QuorumMetadata
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +62,7 @@ class ProducerIdsUnavailable(Exception):
 class BrokerProducerIds:
     """The shell around :class:`ProducerIdBlocks`: fetches blocks via the metadata quorum."""
 
-    def __init__(self, node_id: int, metadata: Any) -> None:
+    def __init__(self, node_id: int, metadata: QuorumMetadata) -> None:
         self.node_id = node_id
         self.metadata = metadata
         self.blocks = ProducerIdBlocks()
@@ -110,7 +114,9 @@ class BrokerProducerIds:
             await asyncio.sleep(_RETRY_S)
 
 
-async def handle_init_producer_id(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+async def handle_init_producer_id(
+    broker: Broker, ctx: RequestContext, req: InitProducerIdRequest
+) -> InitProducerIdResponse:
     if req.transactional_id is not None:
         return InitProducerIdResponse(
             error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), producer_id=-1, producer_epoch=-1
@@ -126,7 +132,7 @@ async def handle_init_producer_id(broker: Broker, ctx: RequestContext, req: Any)
     return InitProducerIdResponse(error_code=0, producer_id=pid, producer_epoch=0)
 
 
-def ledger_stats_json(state: Any) -> bytes:
+def ledger_stats_json(state: ProducerStateManager) -> bytes:
     ledger, hit_rate, cached = state.stats()
     return json.dumps(
         {
@@ -144,7 +150,9 @@ def ledger_stats_json(state: Any) -> bytes:
     ).encode()
 
 
-async def handle_describe_producers(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+async def handle_describe_producers(
+    broker: Broker, ctx: RequestContext, req: DescribeProducersRequest
+) -> DescribeProducersResponse:
     topics = []
     for t in req.topics:
         parts = []
@@ -157,7 +165,7 @@ async def handle_describe_producers(broker: Broker, ctx: RequestContext, req: An
                     )
                 )
                 continue
-            state = getattr(hosted.log, "producer_state", None)
+            state = producer_state_of(hosted.log)
             entries = state.describe() if state is not None else []
             parts.append(
                 part := DescribeProducersResponse.PartitionResponse(
@@ -176,7 +184,7 @@ async def handle_describe_producers(broker: Broker, ctx: RequestContext, req: An
                     ],
                 )
             )
-            if state is not None and hasattr(state, "stats"):
+            if state is not None:
                 part._unknown_tagged_fields = [(LEDGER_STATS_TAG, ledger_stats_json(state))]
         topics.append(DescribeProducersResponse.TopicResponse(name=t.name, partitions=parts))
     return DescribeProducersResponse(topics=topics)

@@ -18,9 +18,12 @@ OFFSET_MOVED_TO_TIERED_STORAGE and its follower does the same in more steps).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
+from riverbed.protocol.messages import FetchRequest
 from riverbed.server.request_permits import park_current_request
+from riverbed.storage.log import PartitionLog
 from riverbed.storage.log_files import TimestampOffset
 
 if TYPE_CHECKING:
@@ -29,19 +32,30 @@ if TYPE_CHECKING:
 __all__ = ["max_timestamp_offset", "offset_for_timestamp", "read_remote", "remote_tier_serves"]
 
 
-def _manager(broker: Broker) -> Any:
-    return getattr(broker, "remote_log", None)
+class RemoteFetchSlot(Protocol):
+    """A fetch's partition routed to the remote tier, filled in by `read_remote`."""
+
+    topic: str
+    index: int
+    fetch_offset: int
+    remote_max_bytes: int
+    error: int
+    data: bytes
+    size: int
 
 
-def remote_tier_serves(broker: Broker, topic: str, p: Any) -> bool:
+def remote_tier_serves(broker: Broker, topic: str, p: FetchRequest.FetchPartition) -> bool:
     """Does the remote tier serve ``p``'s partition (a tiered partition of this node)?"""
-    manager = _manager(broker)
-    return manager is not None and bool(manager.serves((topic, p.partition)))
+    manager = broker.remote_log
+    return manager is not None and manager.serves((topic, p.partition))
 
 
-async def read_remote(broker: Broker, reads: list[Any]) -> None:
-    """Fill the first remote read (``reads``: the partitions routed to the remote tier)."""
-    manager = _manager(broker)
+async def read_remote(broker: Broker, reads: Sequence[RemoteFetchSlot]) -> None:
+    """Fill the first remote read (``reads``: the partitions routed to the remote tier,
+    so the node has a remote log manager)."""
+    manager = broker.remote_log
+    if manager is None:
+        raise RuntimeError("a remote read without a remote log manager")
     first = reads[0]
     park_current_request()  # the delayed remote fetch holds no request permit
     result = await manager.read(
@@ -53,31 +67,28 @@ async def read_remote(broker: Broker, reads: list[Any]) -> None:
 
 
 async def offset_for_timestamp(
-    broker: Broker, topic: str, partition: int, plog: Any, timestamp: int
+    broker: Broker, topic: str, partition: int, plog: PartitionLog, timestamp: int
 ) -> TimestampOffset | None:
     """ListOffsets by time over the remote tier first (its offsets come before the
     local ones), then the local log. Raises RemoteStorageError."""
-    manager = _manager(broker)
-    if manager is not None and getattr(plog, "tiered", False):
-        found: TimestampOffset | None = await manager.offset_for_timestamp(
-            (topic, partition), timestamp
-        )
+    manager = broker.remote_log
+    if manager is not None and plog.tiered:
+        found = await manager.offset_for_timestamp((topic, partition), timestamp)
         if found is not None:
             return found
-    result: TimestampOffset | None = plog.offset_for_timestamp(timestamp)
-    return result
+    return plog.offset_for_timestamp(timestamp)
 
 
 async def max_timestamp_offset(
-    broker: Broker, topic: str, partition: int, plog: Any
+    broker: Broker, topic: str, partition: int, plog: PartitionLog
 ) -> TimestampOffset | None:
     """ListOffsets MAX_TIMESTAMP (-3) over the remote tier and the local log: the record
     with the largest timestamp (the earlier one on a tie). Raises RemoteStorageError."""
-    local: TimestampOffset | None = plog.max_timestamp_offset()
-    manager = _manager(broker)
-    if manager is None or not getattr(plog, "tiered", False):
+    local = plog.max_timestamp_offset()
+    manager = broker.remote_log
+    if manager is None or not plog.tiered:
         return local
-    remote: TimestampOffset | None = await manager.max_timestamp_offset(
+    remote = await manager.max_timestamp_offset(
         (topic, partition), local.timestamp if local is not None else -1
     )
     return remote if remote is not None else local

@@ -8,12 +8,15 @@ it). Produce and Fetch skip this walk (hot path) and are built version-correct.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeVar
 
-from riverbed.protocol.messages import message_spec
+from riverbed.protocol.messages import Message, message_spec
+from riverbed.protocol.schema import StructSpec
+
+M = TypeVar("M", bound=Message)
 
 
-def _fit_struct(obj: Any, spec: Any, version: int) -> None:
+def _fit_struct(obj: Message, spec: StructSpec, version: int) -> None:
     for f in spec.fields:
         if version not in f.versions:
             if not f.ignorable:
@@ -31,7 +34,7 @@ def _fit_struct(obj: Any, spec: Any, version: int) -> None:
             _fit_struct(value, f.struct, version)
 
 
-def fit_to_version(msg: Any, version: int) -> Any:
+def fit_to_version(msg: M, version: int) -> M:
     """Reset, in place, the fields ``msg`` cannot carry at ``version``; returns ``msg``."""
     _fit_struct(msg, message_spec(msg).struct, version)
     return msg

@@ -319,7 +319,8 @@ class LogBase:
             except OSError:
                 with self._lock:
                     self._dir_sync_pending = self._dir_sync_pending or dir_sync
-                    self.epoch_cache.unsynced = self.epoch_cache.unsynced or epochs
+                    if epochs:
+                        self.epoch_cache.mark_unsynced()
                 raise
             with self._lock:
                 if self.topic_id == topic_id:

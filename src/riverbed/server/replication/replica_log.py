@@ -38,8 +38,7 @@ class PartitionReplicaLog:
         self.plog.epoch_cache.assign(epoch, start_offset)
 
     def forget_epochs_from(self, offset: int) -> None:
-        with self.plog._lock:  # the log's own lock guards its epoch cache
-            self.plog.epoch_cache.truncate_from_end(offset)
+        self.plog.epoch_cache.truncate_from_end(offset)  # under the cache's own lock
 
     def truncate_to(self, offset: int) -> None:
         self.plog.truncate_to(offset)

@@ -217,91 +217,108 @@ def records_to_entries(data: bytes | None) -> tuple[Entry, ...]:
 
 def encode_request(req: Request) -> tuple[int, int, Message]:
     """(api key, version, wire message) for a core request."""
+    msg: Message
     if isinstance(req, VoteRequest):
-        vp = WVoteReq.PartitionData(
-            partition_index=0,
-            candidate_epoch=req.candidate_epoch,
-            candidate_id=req.candidate_id,
-            last_offset_epoch=req.last_offset_epoch,
-            last_offset=req.last_offset,
-        )
-        if req.pre_vote:
-            vp._unknown_tagged_fields = [(PRE_VOTE_TAG, b"\x01")]
-        msg: Message = WVoteReq(
-            cluster_id=req.cluster_id,
-            voter_id=req.voter_id,
-            topics=[WVoteReq.TopicData(topic_name=METADATA_TOPIC, partitions=[vp])],
-        )
-        return API_VOTE, WIRE_VERSIONS[API_VOTE], msg
-    if isinstance(req, BeginQuorumEpochRequest):
-        bp = WBeginReq.PartitionData(
-            partition_index=0, leader_id=req.leader_id, leader_epoch=req.leader_epoch
-        )
-        msg = WBeginReq(
-            cluster_id=req.cluster_id,
-            voter_id=req.voter_id,
-            topics=[WBeginReq.TopicData(topic_name=METADATA_TOPIC, partitions=[bp])],
-        )
-        return API_BEGIN_QUORUM_EPOCH, WIRE_VERSIONS[API_BEGIN_QUORUM_EPOCH], msg
-    if isinstance(req, EndQuorumEpochRequest):
-        ep = WEndReq.PartitionData(
-            partition_index=0,
-            leader_id=req.leader_id,
-            leader_epoch=req.leader_epoch,
-            preferred_candidates=[
-                WEndReq.ReplicaInfo(candidate_id=c) for c in req.preferred_successors
-            ],
-        )
-        msg = WEndReq(
-            cluster_id=req.cluster_id,
-            topics=[WEndReq.TopicData(topic_name=METADATA_TOPIC, partitions=[ep])],
-        )
-        return API_END_QUORUM_EPOCH, WIRE_VERSIONS[API_END_QUORUM_EPOCH], msg
-    if isinstance(req, FetchRequest):
-        fp = WFetchReq.FetchPartition(
-            partition=0,
-            current_leader_epoch=req.current_leader_epoch,
-            fetch_offset=req.fetch_offset,
-            last_fetched_epoch=req.last_fetched_epoch,
-            partition_max_bytes=req.max_bytes,
-        )
-        if req.replica_directory_id:
-            fp._unknown_tagged_fields = [
-                (DIRECTORY_ID_TAG, req.replica_directory_id.encode()[:DIRECTORY_ID_BYTES_MAX])
-            ]
-        msg = WFetchReq(
-            cluster_id=req.cluster_id,
-            replica_id=req.replica_id,
-            max_wait_ms=req.max_wait_ms,
-            min_bytes=1,
-            max_bytes=req.max_bytes,
-            topics=[WFetchReq.FetchTopic(topic=METADATA_TOPIC, partitions=[fp])],
-        )
-        return API_FETCH, WIRE_VERSIONS[API_FETCH], msg
-    if isinstance(req, FetchSnapshotRequest):
-        sp = WSnapReq.PartitionSnapshot(
-            partition=0,
-            current_leader_epoch=req.current_leader_epoch,
-            snapshot_id=WSnapReq.SnapshotId(
-                end_offset=req.snapshot_id.end_offset, epoch=req.snapshot_id.epoch
-            ),
-            position=req.position,
-        )
-        msg = WSnapReq(
-            cluster_id=req.cluster_id,
-            replica_id=req.replica_id,
-            max_bytes=req.max_bytes,
-            topics=[WSnapReq.TopicSnapshot(name=METADATA_TOPIC, partitions=[sp])],
-        )
-        return API_FETCH_SNAPSHOT, WIRE_VERSIONS[API_FETCH_SNAPSHOT], msg
-    if isinstance(req, DescribeQuorumRequest):
+        api_key, msg = API_VOTE, _vote_request(req)
+    elif isinstance(req, BeginQuorumEpochRequest):
+        api_key, msg = API_BEGIN_QUORUM_EPOCH, _begin_epoch_request(req)
+    elif isinstance(req, EndQuorumEpochRequest):
+        api_key, msg = API_END_QUORUM_EPOCH, _end_epoch_request(req)
+    elif isinstance(req, FetchRequest):
+        api_key, msg = API_FETCH, _fetch_request(req)
+    elif isinstance(req, FetchSnapshotRequest):
+        api_key, msg = API_FETCH_SNAPSHOT, _fetch_snapshot_request(req)
+    elif isinstance(req, DescribeQuorumRequest):
+        api_key = API_DESCRIBE_QUORUM
+        partitions = [WDescReq.PartitionData()]
         msg = WDescReq(
-            topics=[
-                WDescReq.TopicData(topic_name=METADATA_TOPIC, partitions=[WDescReq.PartitionData()])
-            ]
+            topics=[WDescReq.TopicData(topic_name=METADATA_TOPIC, partitions=partitions)]
         )
-        return API_DESCRIBE_QUORUM, WIRE_VERSIONS[API_DESCRIBE_QUORUM], msg
-    raise TypeError(f"not a raft request: {type(req).__name__}")
+    else:
+        raise TypeError(f"not a raft request: {type(req).__name__}")
+    return api_key, WIRE_VERSIONS[api_key], msg
+
+
+def _vote_request(req: VoteRequest) -> WVoteReq:
+    vp = WVoteReq.PartitionData(
+        partition_index=0,
+        candidate_epoch=req.candidate_epoch,
+        candidate_id=req.candidate_id,
+        last_offset_epoch=req.last_offset_epoch,
+        last_offset=req.last_offset,
+    )
+    if req.pre_vote:
+        vp._unknown_tagged_fields = [(PRE_VOTE_TAG, b"\x01")]
+    return WVoteReq(
+        cluster_id=req.cluster_id,
+        voter_id=req.voter_id,
+        topics=[WVoteReq.TopicData(topic_name=METADATA_TOPIC, partitions=[vp])],
+    )
+
+
+def _begin_epoch_request(req: BeginQuorumEpochRequest) -> WBeginReq:
+    bp = WBeginReq.PartitionData(
+        partition_index=0, leader_id=req.leader_id, leader_epoch=req.leader_epoch
+    )
+    return WBeginReq(
+        cluster_id=req.cluster_id,
+        voter_id=req.voter_id,
+        topics=[WBeginReq.TopicData(topic_name=METADATA_TOPIC, partitions=[bp])],
+    )
+
+
+def _end_epoch_request(req: EndQuorumEpochRequest) -> WEndReq:
+    ep = WEndReq.PartitionData(
+        partition_index=0,
+        leader_id=req.leader_id,
+        leader_epoch=req.leader_epoch,
+        preferred_candidates=[
+            WEndReq.ReplicaInfo(candidate_id=c) for c in req.preferred_successors
+        ],
+    )
+    return WEndReq(
+        cluster_id=req.cluster_id,
+        topics=[WEndReq.TopicData(topic_name=METADATA_TOPIC, partitions=[ep])],
+    )
+
+
+def _fetch_request(req: FetchRequest) -> WFetchReq:
+    fp = WFetchReq.FetchPartition(
+        partition=0,
+        current_leader_epoch=req.current_leader_epoch,
+        fetch_offset=req.fetch_offset,
+        last_fetched_epoch=req.last_fetched_epoch,
+        partition_max_bytes=req.max_bytes,
+    )
+    if req.replica_directory_id:
+        fp._unknown_tagged_fields = [
+            (DIRECTORY_ID_TAG, req.replica_directory_id.encode()[:DIRECTORY_ID_BYTES_MAX])
+        ]
+    return WFetchReq(
+        cluster_id=req.cluster_id,
+        replica_id=req.replica_id,
+        max_wait_ms=req.max_wait_ms,
+        min_bytes=1,
+        max_bytes=req.max_bytes,
+        topics=[WFetchReq.FetchTopic(topic=METADATA_TOPIC, partitions=[fp])],
+    )
+
+
+def _fetch_snapshot_request(req: FetchSnapshotRequest) -> WSnapReq:
+    sp = WSnapReq.PartitionSnapshot(
+        partition=0,
+        current_leader_epoch=req.current_leader_epoch,
+        snapshot_id=WSnapReq.SnapshotId(
+            end_offset=req.snapshot_id.end_offset, epoch=req.snapshot_id.epoch
+        ),
+        position=req.position,
+    )
+    return WSnapReq(
+        cluster_id=req.cluster_id,
+        replica_id=req.replica_id,
+        max_bytes=req.max_bytes,
+        topics=[WSnapReq.TopicSnapshot(name=METADATA_TOPIC, partitions=[sp])],
+    )
 
 
 def _one(topics: list[Any], what: str, name_attr: str, part_attr: str) -> Any:
@@ -394,112 +411,95 @@ def decode_request(api_key: int, msg: Message) -> Request:
 
 def encode_response(resp: Response, now_ms: int = -1) -> Message:
     if isinstance(resp, VoteResponse):
-        return WVoteResp(
-            topics=[
-                WVoteResp.TopicData(
-                    topic_name=METADATA_TOPIC,
-                    partitions=[
-                        WVoteResp.PartitionData(
-                            error_code=resp.error_code,
-                            leader_id=resp.leader_id,
-                            leader_epoch=resp.leader_epoch,
-                            vote_granted=resp.vote_granted,
-                        )
-                    ],
-                )
-            ]
-        )
-    if isinstance(resp, BeginQuorumEpochResponse):
-        return WBeginResp(
-            topics=[
-                WBeginResp.TopicData(
-                    topic_name=METADATA_TOPIC,
-                    partitions=[
-                        WBeginResp.PartitionData(
-                            error_code=resp.error_code,
-                            leader_id=resp.leader_id,
-                            leader_epoch=resp.leader_epoch,
-                        )
-                    ],
-                )
-            ]
-        )
-    if isinstance(resp, EndQuorumEpochResponse):
-        return WEndResp(
-            topics=[
-                WEndResp.TopicData(
-                    topic_name=METADATA_TOPIC,
-                    partitions=[
-                        WEndResp.PartitionData(
-                            error_code=resp.error_code,
-                            leader_id=resp.leader_id,
-                            leader_epoch=resp.leader_epoch,
-                        )
-                    ],
-                )
-            ]
-        )
-    if isinstance(resp, FetchResponse):
-        fp = WFetchResp.PartitionData(
-            partition_index=0,
-            error_code=resp.error_code,
-            high_watermark=resp.high_watermark,
-            log_start_offset=resp.log_start_offset,
-            current_leader=WFetchResp.LeaderIdAndEpoch(
-                leader_id=resp.leader_id, leader_epoch=resp.leader_epoch
-            ),
-            records=entries_to_records(resp.entries, now_ms) if resp.entries else None,
-        )
-        if resp.diverging_epoch is not None:
-            fp.diverging_epoch = WFetchResp.EpochEndOffset(
-                epoch=resp.diverging_epoch.epoch, end_offset=resp.diverging_epoch.offset
-            )
-        if resp.snapshot_id is not None:
-            fp.snapshot_id = WFetchResp.SnapshotId(
-                end_offset=resp.snapshot_id.end_offset, epoch=resp.snapshot_id.epoch
-            )
-        return WFetchResp(
-            responses=[WFetchResp.FetchableTopicResponse(topic=METADATA_TOPIC, partitions=[fp])]
-        )
-    if isinstance(resp, FetchSnapshotResponse):
-        sp = WSnapResp.PartitionSnapshot(
-            index=0,
-            error_code=resp.error_code,
-            snapshot_id=WSnapResp.SnapshotId(
-                end_offset=resp.snapshot_id.end_offset, epoch=resp.snapshot_id.epoch
-            ),
-            current_leader=WSnapResp.LeaderIdAndEpoch(
-                leader_id=resp.leader_id, leader_epoch=resp.leader_epoch
-            ),
-            size=resp.size,
-            position=resp.position,
-            unaligned_records=resp.data,
-        )
-        return WSnapResp(topics=[WSnapResp.TopicSnapshot(name=METADATA_TOPIC, partitions=[sp])])
-    if isinstance(resp, DescribeQuorumResponse):
-
-        def states(items: tuple[ReplicaState, ...]) -> list[WDescResp.ReplicaState]:
-            return [
-                WDescResp.ReplicaState(
-                    replica_id=r.replica_id,
-                    log_end_offset=r.log_end_offset,
-                    last_fetch_timestamp=r.last_fetch_timestamp,
-                    last_caught_up_timestamp=r.last_caught_up_timestamp,
-                )
-                for r in items
-            ]
-
-        dp = WDescResp.PartitionData(
-            partition_index=0,
+        vp = WVoteResp.PartitionData(
             error_code=resp.error_code,
             leader_id=resp.leader_id,
             leader_epoch=resp.leader_epoch,
-            high_watermark=resp.high_watermark,
-            current_voters=states(resp.current_voters),
-            observers=states(resp.observers),
+            vote_granted=resp.vote_granted,
         )
-        return WDescResp(topics=[WDescResp.TopicData(topic_name=METADATA_TOPIC, partitions=[dp])])
+        return WVoteResp(topics=[WVoteResp.TopicData(topic_name=METADATA_TOPIC, partitions=[vp])])
+    if isinstance(resp, BeginQuorumEpochResponse):
+        bp = WBeginResp.PartitionData(
+            error_code=resp.error_code, leader_id=resp.leader_id, leader_epoch=resp.leader_epoch
+        )
+        return WBeginResp(topics=[WBeginResp.TopicData(topic_name=METADATA_TOPIC, partitions=[bp])])
+    if isinstance(resp, EndQuorumEpochResponse):
+        ep = WEndResp.PartitionData(
+            error_code=resp.error_code, leader_id=resp.leader_id, leader_epoch=resp.leader_epoch
+        )
+        return WEndResp(topics=[WEndResp.TopicData(topic_name=METADATA_TOPIC, partitions=[ep])])
+    if isinstance(resp, FetchResponse):
+        return _fetch_response(resp, now_ms)
+    if isinstance(resp, FetchSnapshotResponse):
+        return _fetch_snapshot_response(resp)
+    if isinstance(resp, DescribeQuorumResponse):
+        return _describe_quorum_response(resp)
     raise TypeError(f"not a raft response: {type(resp).__name__}")
+
+
+def _fetch_response(resp: FetchResponse, now_ms: int) -> WFetchResp:
+    fp = WFetchResp.PartitionData(
+        partition_index=0,
+        error_code=resp.error_code,
+        high_watermark=resp.high_watermark,
+        log_start_offset=resp.log_start_offset,
+        current_leader=WFetchResp.LeaderIdAndEpoch(
+            leader_id=resp.leader_id, leader_epoch=resp.leader_epoch
+        ),
+        records=entries_to_records(resp.entries, now_ms) if resp.entries else None,
+    )
+    if resp.diverging_epoch is not None:
+        fp.diverging_epoch = WFetchResp.EpochEndOffset(
+            epoch=resp.diverging_epoch.epoch, end_offset=resp.diverging_epoch.offset
+        )
+    if resp.snapshot_id is not None:
+        fp.snapshot_id = WFetchResp.SnapshotId(
+            end_offset=resp.snapshot_id.end_offset, epoch=resp.snapshot_id.epoch
+        )
+    return WFetchResp(
+        responses=[WFetchResp.FetchableTopicResponse(topic=METADATA_TOPIC, partitions=[fp])]
+    )
+
+
+def _fetch_snapshot_response(resp: FetchSnapshotResponse) -> WSnapResp:
+    sp = WSnapResp.PartitionSnapshot(
+        index=0,
+        error_code=resp.error_code,
+        snapshot_id=WSnapResp.SnapshotId(
+            end_offset=resp.snapshot_id.end_offset, epoch=resp.snapshot_id.epoch
+        ),
+        current_leader=WSnapResp.LeaderIdAndEpoch(
+            leader_id=resp.leader_id, leader_epoch=resp.leader_epoch
+        ),
+        size=resp.size,
+        position=resp.position,
+        unaligned_records=resp.data,
+    )
+    return WSnapResp(topics=[WSnapResp.TopicSnapshot(name=METADATA_TOPIC, partitions=[sp])])
+
+
+def _describe_quorum_response(resp: DescribeQuorumResponse) -> WDescResp:
+    def states(items: tuple[ReplicaState, ...]) -> list[WDescResp.ReplicaState]:
+        return [
+            WDescResp.ReplicaState(
+                replica_id=r.replica_id,
+                log_end_offset=r.log_end_offset,
+                last_fetch_timestamp=r.last_fetch_timestamp,
+                last_caught_up_timestamp=r.last_caught_up_timestamp,
+            )
+            for r in items
+        ]
+
+    dp = WDescResp.PartitionData(
+        partition_index=0,
+        error_code=resp.error_code,
+        leader_id=resp.leader_id,
+        leader_epoch=resp.leader_epoch,
+        high_watermark=resp.high_watermark,
+        current_voters=states(resp.current_voters),
+        observers=states(resp.observers),
+    )
+    return WDescResp(topics=[WDescResp.TopicData(topic_name=METADATA_TOPIC, partitions=[dp])])
 
 
 def decode_response(api_key: int, msg: Message) -> Response:
@@ -512,40 +512,9 @@ def decode_response(api_key: int, msg: Message) -> Response:
             v.error_code or msg.error_code, v.leader_id, v.leader_epoch, v.vote_granted
         )
     if api_key in (API_BEGIN_QUORUM_EPOCH, API_END_QUORUM_EPOCH):
-        wire_cls: type[Message] = WBeginResp if api_key == API_BEGIN_QUORUM_EPOCH else WEndResp
-        msg = _expect(msg, wire_cls, "QuorumEpoch response")
-        out_cls = (
-            BeginQuorumEpochResponse
-            if api_key == API_BEGIN_QUORUM_EPOCH
-            else EndQuorumEpochResponse
-        )
-        top_error = getattr(msg, "error_code", 0)
-        topics = getattr(msg, "topics", [])
-        if not topics:
-            return out_cls(top_error, -1, -1)
-        p = _one(topics, "QuorumEpoch response", "topic_name", "partition_index")
-        return out_cls(p.error_code or top_error, p.leader_id, p.leader_epoch)
+        return _decode_quorum_epoch_response(api_key, msg)
     if api_key == API_FETCH:
-        msg = _expect(msg, WFetchResp, "Fetch response")
-        if not msg.responses:
-            return FetchResponse(msg.error_code, -1, -1)
-        f = _one(msg.responses, "Fetch response", "topic", "partition_index")
-        div = None
-        if f.diverging_epoch.epoch >= 0 and f.diverging_epoch.end_offset >= 0:
-            div = OffsetAndEpoch(f.diverging_epoch.end_offset, f.diverging_epoch.epoch)
-        snap = None
-        if f.snapshot_id.end_offset >= 0 and f.snapshot_id.epoch >= 0:
-            snap = SnapshotId(f.snapshot_id.end_offset, f.snapshot_id.epoch)
-        return FetchResponse(
-            error_code=f.error_code or msg.error_code,
-            leader_id=f.current_leader.leader_id,
-            leader_epoch=f.current_leader.leader_epoch,
-            high_watermark=f.high_watermark,
-            log_start_offset=f.log_start_offset,
-            entries=records_to_entries(f.records),
-            diverging_epoch=div,
-            snapshot_id=snap,
-        )
+        return _decode_fetch_response(_expect(msg, WFetchResp, "Fetch response"))
     if api_key == API_FETCH_SNAPSHOT:
         msg = _expect(msg, WSnapResp, "FetchSnapshot response")
         if not msg.topics:
@@ -561,28 +530,64 @@ def decode_response(api_key: int, msg: Message) -> Response:
             data=s.unaligned_records or b"",
         )
     if api_key == API_DESCRIBE_QUORUM:
-        msg = _expect(msg, WDescResp, "DescribeQuorum response")
-        if not msg.topics:
-            return DescribeQuorumResponse(msg.error_code)
-        d = _one(msg.topics, "DescribeQuorum response", "topic_name", "partition_index")
-
-        def back(items: list[WDescResp.ReplicaState]) -> tuple[ReplicaState, ...]:
-            return tuple(
-                ReplicaState(
-                    r.replica_id,
-                    r.log_end_offset,
-                    r.last_fetch_timestamp,
-                    r.last_caught_up_timestamp,
-                )
-                for r in items
-            )
-
-        return DescribeQuorumResponse(
-            d.error_code or msg.error_code,
-            d.leader_id,
-            d.leader_epoch,
-            d.high_watermark,
-            back(d.current_voters),
-            back(d.observers),
-        )
+        return _decode_describe_quorum_response(_expect(msg, WDescResp, "DescribeQuorum response"))
     raise RaftWireError(f"api key {api_key} is not a raft RPC")
+
+
+def _decode_quorum_epoch_response(api_key: int, msg: Message) -> Response:
+    wire_cls: type[Message] = WBeginResp if api_key == API_BEGIN_QUORUM_EPOCH else WEndResp
+    msg = _expect(msg, wire_cls, "QuorumEpoch response")
+    out_cls = (
+        BeginQuorumEpochResponse if api_key == API_BEGIN_QUORUM_EPOCH else EndQuorumEpochResponse
+    )
+    top_error = getattr(msg, "error_code", 0)
+    topics = getattr(msg, "topics", [])
+    if not topics:
+        return out_cls(top_error, -1, -1)
+    p = _one(topics, "QuorumEpoch response", "topic_name", "partition_index")
+    return out_cls(p.error_code or top_error, p.leader_id, p.leader_epoch)
+
+
+def _decode_fetch_response(msg: WFetchResp) -> FetchResponse:
+    if not msg.responses:
+        return FetchResponse(msg.error_code, -1, -1)
+    f = _one(msg.responses, "Fetch response", "topic", "partition_index")
+    div = None
+    if f.diverging_epoch.epoch >= 0 and f.diverging_epoch.end_offset >= 0:
+        div = OffsetAndEpoch(f.diverging_epoch.end_offset, f.diverging_epoch.epoch)
+    snap = None
+    if f.snapshot_id.end_offset >= 0 and f.snapshot_id.epoch >= 0:
+        snap = SnapshotId(f.snapshot_id.end_offset, f.snapshot_id.epoch)
+    return FetchResponse(
+        error_code=f.error_code or msg.error_code,
+        leader_id=f.current_leader.leader_id,
+        leader_epoch=f.current_leader.leader_epoch,
+        high_watermark=f.high_watermark,
+        log_start_offset=f.log_start_offset,
+        entries=records_to_entries(f.records),
+        diverging_epoch=div,
+        snapshot_id=snap,
+    )
+
+
+def _decode_describe_quorum_response(msg: WDescResp) -> DescribeQuorumResponse:
+    if not msg.topics:
+        return DescribeQuorumResponse(msg.error_code)
+    d = _one(msg.topics, "DescribeQuorum response", "topic_name", "partition_index")
+
+    def back(items: list[WDescResp.ReplicaState]) -> tuple[ReplicaState, ...]:
+        return tuple(
+            ReplicaState(
+                r.replica_id, r.log_end_offset, r.last_fetch_timestamp, r.last_caught_up_timestamp
+            )
+            for r in items
+        )
+
+    return DescribeQuorumResponse(
+        d.error_code or msg.error_code,
+        d.leader_id,
+        d.leader_epoch,
+        d.high_watermark,
+        back(d.current_voters),
+        back(d.observers),
+    )

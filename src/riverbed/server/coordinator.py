@@ -97,13 +97,13 @@ def _read_shard(
     # a truncation below it means a new leader epoch, hence a reload
     end = int(plog.log_end_offset)
     while offset < end:
-        result = plog.read(offset, read_bytes, end)
-        if not result.ranges:
-            break
-        data = bytearray()
-        for r in result.ranges:
-            with open(r.path, "rb") as f:
-                data += os.pread(f.fileno(), r.size, r.position)
+        # the ranges the read pinned, never the files by path: retention may delete a
+        # segment meanwhile (the pinned fd still reads it), and a truncation makes the
+        # read fail cleanly (StaleRangeError: the load fails and is started again)
+        with plog.read(offset, read_bytes, end) as result:
+            if not result.ranges:
+                break
+            data = result.read_bytes()
         for pos, h in iter_batches(data):
             if h.is_control:
                 continue

@@ -12,6 +12,7 @@ from riverbed.server.config import ServerConfig
 from riverbed.server.coordinator import GroupCoordinator
 from riverbed.server.fault_handler import FaultHalt, RecordingFaultHandler
 from riverbed.storage import ManualClock
+from riverbed.storage.log_files import ReadResult
 
 
 class BrokenShard:
@@ -99,8 +100,8 @@ class FakeLog:
         self.log_end_offset = 0
         self.high_watermark = 0
 
-    def read(self, offset: int, max_bytes: int, end: int) -> Any:
-        return SimpleNamespace(ranges=[], next_offset=offset)
+    def read(self, offset: int, max_bytes: int, end: int) -> ReadResult:
+        return ReadResult([], -1, offset, self.high_watermark, 0, self.log_end_offset)
 
 
 class Registration:

@@ -1,0 +1,95 @@
+"""The group coordinator's load reads the ranges its log read pinned (issue 18 defect 8).
+
+A log read returns `FileRange` s that hold their own fd of each segment file: retention
+renaming and unlinking the file does not change what they read, and a truncation bumps
+the segment's generation so that reading them fails cleanly (`StaleRangeError`). The
+load used to re-open each range by its path: a segment deleted between the read and the
+re-open failed the load, and a truncation followed by new batches at the same positions
+replayed records that were never in the log it read. A log wrapper runs retention or a
+truncation right after each read returns, before the load reads the bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from riverbed.coordinator.records import OffsetAndMetadata, offset_commit_key, offset_commit_value
+from riverbed.coordinator.shard import GroupConfig
+from riverbed.protocol.records import SimpleRecord, build_batch
+from riverbed.server.coordinator import _read_shard
+from riverbed.storage import LogConfig, ManualClock, PartitionLog
+from riverbed.storage.log_files import ReadResult, StaleRangeError
+
+T0 = 1_700_000_000_000
+READ_BYTES = 1 << 20
+
+
+def commit(partition: int, offset: int) -> bytes:
+    key = offset_commit_key("g", "t", partition)
+    value = offset_commit_value(OffsetAndMetadata(offset=offset, commit_timestamp_ms=T0))
+    return build_batch([SimpleRecord(value, key=key)], now_ms=T0)
+
+
+class RacingLog:
+    """A partition log whose next read is followed at once by ``race`` (then none)."""
+
+    def __init__(self, plog: PartitionLog, race: Callable[[], None]) -> None:
+        self.plog = plog
+        self.race: Callable[[], None] | None = race
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.plog.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.plog.log_end_offset
+
+    def read(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> ReadResult:
+        result = self.plog.read(offset, max_bytes, upper_bound)
+        race, self.race = self.race, None
+        if race is not None:
+            race()
+        return result
+
+
+def offsets_log(tmp_path: Path, config: LogConfig) -> PartitionLog:
+    plog = PartitionLog(
+        tmp_path / "__consumer_offsets-0", "__consumer_offsets", 0, config, ManualClock(T0)
+    )
+    plog.append_as_leader(commit(0, 100), leader_epoch=1)
+    plog.append_as_leader(commit(1, 200), leader_epoch=1)
+    plog.update_high_watermark(plog.log_end_offset)
+    return plog
+
+
+def test_a_load_racing_a_segment_deletion_reads_the_bytes_it_was_given(tmp_path: Path) -> None:
+    # one batch per segment; deleted segments are unlinked at once
+    plog = offsets_log(tmp_path, LogConfig(segment_bytes=64, file_delete_delay_ms=0))
+
+    def retention() -> None:  # DeleteRecords below 1 removes the first segment's file
+        plog.delete_records_before(1)
+        assert plog.delete_expired_files(T0) > 0
+
+    shard, end = _read_shard(RacingLog(plog, retention), 0, GroupConfig(), READ_BYTES)
+    assert end == 2
+    offsets = shard.groups["g"].offsets
+    assert {k: v.offset for k, v in offsets.items()} == {("t", 0): 100, ("t", 1): 200}
+    plog.close()
+
+
+def test_a_load_racing_a_truncation_fails_cleanly_instead_of_replaying_other_bytes(
+    tmp_path: Path,
+) -> None:
+    plog = offsets_log(tmp_path, LogConfig())
+
+    def truncate_and_rewrite() -> None:  # a new leader's batch takes the same positions
+        plog.truncate_to(1)
+        plog.append_as_leader(commit(1, 999), leader_epoch=2)
+
+    with pytest.raises(StaleRangeError):
+        _read_shard(RacingLog(plog, truncate_and_rewrite), 0, GroupConfig(), READ_BYTES)
+    plog.close()

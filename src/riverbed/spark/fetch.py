@@ -110,6 +110,69 @@ def _partition_exists(consumer: Any, r: OffsetRange) -> bool:
     return topic is not None and topic.error is None and r.partition in topic.partitions
 
 
+def _range_consumer(
+    client_config: Mapping[str, str], r: OffsetRange, fail_on_data_loss: bool
+) -> Any:
+    """A consumer assigned to ``r``'s partition at its first offset."""
+    config = consumer_config(
+        client_config,
+        **{
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest" if not fail_on_data_loss else "error",
+        },
+    )
+    config.setdefault("queued.max.messages.kbytes", fetch_queue_kbytes_max)
+    consumer = new_client(Consumer, config)
+    try:
+        consumer.assign([KafkaTopicPartition(r.topic, r.partition, r.from_offset)])
+    except BaseException:
+        consumer.close()
+        raise
+    return consumer
+
+
+def _take(
+    msgs: list[Any], r: OffsetRange, next_offset: int, fail_on_data_loss: bool
+) -> tuple[list[Any], int, bool]:
+    """(the records of ``msgs`` inside the range, the next offset, is the range done?)."""
+    name = f"{r.topic}-{r.partition}"
+    good: list[Any] = []
+    for m in msgs:
+        err = m.error()
+        if err is None:
+            off: int = m.offset()
+            if off >= r.until_offset:
+                return good, next_offset, True
+            if off >= next_offset:  # below: librdkafka re-delivery after a reset; yielded
+                good.append(m)
+                next_offset = off + 1
+            continue
+        code = err.code()
+        if code == KafkaError._PARTITION_EOF:
+            eof: int = m.offset()
+            if eof < r.until_offset:
+                report_data_loss(
+                    fail_on_data_loss,
+                    f"{name} ends at offset {eof} but offsets up to {r.until_offset - 1} "
+                    "were planned (log truncated or topic recreated?).",
+                )
+            return good, next_offset, True
+        if code in _OUT_OF_RANGE_CODES:
+            if fail_on_data_loss:
+                raise DataLossError(
+                    f"Cannot fetch offset {next_offset} of {name}: it is out of range "
+                    f"(deleted by retention or DeleteRecords): {err.str()}. Set the "
+                    'source option "failOnDataLoss" to "false" to skip lost records.'
+                )
+            continue  # auto.offset.reset=earliest: the consumer carries on at the log start
+        if code in _LOST_TOPIC_CODES:
+            report_data_loss(fail_on_data_loss, f"{name} is gone ({err.str()}).")
+            return good, next_offset, True
+        if err.fatal() or not err.retriable():
+            raise RiverbedSourceError(f"reading {name} at offset {next_offset} failed: {err.str()}")
+    return good, next_offset, False
+
+
 def read_range(
     client_config: Mapping[str, str],
     r: OffsetRange,
@@ -122,18 +185,9 @@ def read_range(
     if r.size <= 0:
         return
     schema = arrow_schema(include_headers)
-    config = consumer_config(
-        client_config,
-        **{
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest" if not fail_on_data_loss else "error",
-        },
-    )
-    config.setdefault("queued.max.messages.kbytes", fetch_queue_kbytes_max)
-    consumer = new_client(Consumer, config)
+    consumer = _range_consumer(client_config, r, fail_on_data_loss)
     name = f"{r.topic}-{r.partition}"
     try:
-        consumer.assign([KafkaTopicPartition(r.topic, r.partition, r.from_offset)])
         next_offset = r.from_offset
         last_progress = last_check = time.monotonic()
         while next_offset < r.until_offset:
@@ -141,48 +195,7 @@ def read_range(
             # has that many (an EOF event counts), instead of waiting out its timeout.
             want = min(arrow_batch_rows_max, r.until_offset - next_offset)
             msgs: list[Any] = consumer.consume(num_messages=want, timeout=_consume_wait_s)
-            good: list[Any] = []
-            done = False
-            for m in msgs:
-                err = m.error()
-                if err is None:
-                    off: int = m.offset()
-                    if off >= r.until_offset:
-                        done = True
-                        break
-                    if off < next_offset:
-                        continue  # librdkafka re-delivery after a reset; already yielded
-                    good.append(m)
-                    next_offset = off + 1
-                    continue
-                code = err.code()
-                if code == KafkaError._PARTITION_EOF:
-                    eof: int = m.offset()
-                    if eof < r.until_offset:
-                        report_data_loss(
-                            fail_on_data_loss,
-                            f"{name} ends at offset {eof} but offsets up to {r.until_offset - 1} "
-                            "were planned (log truncated or topic recreated?).",
-                        )
-                    done = True
-                    break
-                if code in _OUT_OF_RANGE_CODES:
-                    if fail_on_data_loss:
-                        raise DataLossError(
-                            f"Cannot fetch offset {next_offset} of {name}: it is out of range "
-                            f"(deleted by retention or DeleteRecords): {err.str()}. Set the "
-                            'source option "failOnDataLoss" to "false" to skip lost records.'
-                        )
-                    # auto.offset.reset=earliest: the consumer carries on at the log start.
-                    continue
-                if code in _LOST_TOPIC_CODES:
-                    report_data_loss(fail_on_data_loss, f"{name} is gone ({err.str()}).")
-                    done = True
-                    break
-                if err.fatal() or not err.retriable():
-                    raise RiverbedSourceError(
-                        f"reading {name} at offset {next_offset} failed: {err.str()}"
-                    )
+            good, next_offset, done = _take(msgs, r, next_offset, fail_on_data_loss)
             if good:
                 last_progress = time.monotonic()
                 yield _to_batch(good, r.topic, r.partition, schema, include_headers)

@@ -274,11 +274,10 @@ def _offset_spec(
     return OffsetSpec("offsets", offsets=offsets)
 
 
-def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
-    opts = _lower(options)
-    _check_unknown(opts, _READ_OPTIONS, "source")
-    client = _client_config(opts)
-
+def _strategy(
+    opts: Mapping[str, str],
+) -> tuple[tuple[str, ...] | None, str | None, tuple[TopicPartition, ...] | None]:
+    """(subscribe, subscribePattern, assign): exactly one of them is given."""
     strategies = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
     if len(strategies) != 1:
         what = "only one" if strategies else "one"
@@ -302,11 +301,14 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
             raise RiverbedOptionError(f"option 'subscribePattern' is not a regex: {e}") from None
     else:
         assign = parse_assign(opts["assign"])
+    return subscribe, pattern, assign
 
-    starting = _offset_spec(
-        opts, "starting", "latest" if streaming else "earliest", streaming=streaming
-    )
-    ending = _offset_spec(opts, "ending", "latest", streaming=streaming)
+
+def _check_range(
+    opts: Mapping[str, str], starting: OffsetSpec, ending: OffsetSpec, *, streaming: bool
+) -> None:
+    """Streaming queries have no end; batch queries start nowhere latest, end nowhere
+    earliest."""
     if streaming:
         given = [
             k for k in ("endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp") if k in opts
@@ -331,6 +333,17 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
                 + ", ".join(f"{t}-{p}" for (t, p), o in ending.offsets.items() if o == EARLIEST)
             )
 
+
+def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
+    opts = _lower(options)
+    _check_unknown(opts, _READ_OPTIONS, "source")
+    client = _client_config(opts)
+    subscribe, pattern, assign = _strategy(opts)
+    starting = _offset_spec(
+        opts, "starting", "latest" if streaming else "earliest", streaming=streaming
+    )
+    ending = _offset_spec(opts, "ending", "latest", streaming=streaming)
+    _check_range(opts, starting, ending, streaming=streaming)
     strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
     if strategy not in ("error", "latest"):
         raise RiverbedOptionError(

@@ -36,7 +36,7 @@ its latest record. One cleaning of a partition:
    records: left, it costs a later cleaning, never a record).
 
 Records without a key cannot be compacted: a compacted topic refuses them at produce
-(`require_keys`, INVALID_RECORD).
+(`riverbed.storage.record_checks`, INVALID_RECORD for each such record).
 """
 
 from __future__ import annotations
@@ -50,11 +50,8 @@ from pathlib import Path
 
 import numpy as np
 
-from riverbed.protocol.exceptions import ProtocolError
-from riverbed.protocol.record_batch import BatchHeader, iter_batches
-from riverbed.protocol.records import iter_records
+from riverbed.protocol.record_batch import iter_batches
 from riverbed.storage.cleaner_scan import KEYLESS, TOMBSTONE, rewrite_batch, scan_segment
-from riverbed.storage.errors import InvalidRecordError
 
 log = logging.getLogger(__name__)
 
@@ -179,18 +176,6 @@ def as_digests(raw: bytes | bytearray) -> np.ndarray:
     """Concatenated 16-byte digests as an (n, 2) array of uint64: each digest's halves,
     big-endian, so that rows sort as the digests' bytes do."""
     return np.frombuffer(bytes(raw), dtype=">u8").astype(np.uint64).reshape(-1, 2)
-
-
-def require_keys(batch: bytes | bytearray | memoryview, h: BatchHeader) -> None:
-    """INVALID_RECORD unless every record of the batch has a key (compacted topics)."""
-    if h.is_control:
-        return
-    try:
-        keyless = any(r.key is None for r in iter_records(batch, verify=False))
-    except ProtocolError as e:
-        raise InvalidRecordError(str(e)) from None
-    if keyless:
-        raise InvalidRecordError("Compacted topic cannot accept message without key")
 
 
 def map_segment(data: bytes, start: int, offset_map: OffsetMap) -> tuple[int, bool]:

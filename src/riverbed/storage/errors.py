@@ -23,6 +23,7 @@ values of :class:`riverbed.protocol.errors.ErrorCode`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "LogDirError",
     "LogDirNotFoundError",
     "OffsetOutOfRangeError",
+    "RecordError",
     "RecordTooLargeError",
     "ReplicaNotAvailableError",
     "StorageError",
@@ -50,14 +52,30 @@ INVALID_RECORD: Final = 87
 UNKNOWN_SERVER_ERROR: Final = -1
 
 
+@dataclass(frozen=True)
+class RecordError:
+    """One record that made its batch fail (KIP-467): its index in the batch and why."""
+
+    batch_index: int
+    message: str
+
+    def __str__(self) -> str:  # as Kafka's ProduceResponse.RecordError prints
+        return f"RecordError(batchIndex={self.batch_index}, message='{self.message}')"
+
+
 class StorageError(Exception):
-    """Base of every storage error; ``error_code`` is the Kafka error code to return."""
+    """Base of every storage error; ``error_code`` is the Kafka error code to return.
+
+    ``record_errors`` names the records that failed a per-record check (Kafka's
+    RecordValidationException); empty when the batch failed as a whole.
+    """
 
     error_code: int = UNKNOWN_SERVER_ERROR
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, record_errors: tuple[RecordError, ...] = ()) -> None:
         super().__init__(message)
         self.message = message
+        self.record_errors = record_errors
 
 
 class OffsetOutOfRangeError(StorageError):

@@ -58,7 +58,6 @@ from riverbed.protocol.records import (
 from riverbed.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
 )
-from riverbed.storage.cleaner import require_keys
 from riverbed.storage.clock import Clock
 from riverbed.storage.config import LogConfig
 from riverbed.storage.epoch_cache import LeaderEpochCache
@@ -67,6 +66,7 @@ from riverbed.storage.errors import (
     InvalidRecordError,
     InvalidTimestampError,
     OffsetOutOfRangeError,
+    RecordError,
     RecordTooLargeError,
 )
 from riverbed.storage.file_io import OS_FILE_IO, FileIO
@@ -77,9 +77,13 @@ from riverbed.storage.log_files import FileRange, ReadResult, SegmentFiles, Time
 from riverbed.storage.log_reads import LogReads
 from riverbed.storage.log_retention import LogRetention
 from riverbed.storage.producer_hook import DuplicateBatch, ProducerStateHook
+from riverbed.storage.record_checks import (
+    TimestampBounds,
+    batch_record_errors,
+    record_validation_error,
+)
 from riverbed.storage.segment import LogSegment, SegmentBatch
 from riverbed.storage.time_index import NO_TIMESTAMP
-from riverbed.storage.timestamp_bounds import create_time_violation
 
 __all__ = [
     "LOADED_INDEXES_MAX",
@@ -267,6 +271,12 @@ class PartitionLog(LogReads, LogRetention, LogCleaning):
         if not found:
             raise InvalidRecordError(f"{self.name}: produce request holds no record batches")
         cfg = self.config
+        bounds = None
+        if not cfg.log_append_time:
+            before, after = cfg.message_timestamp_before_max_ms, cfg.message_timestamp_after_max_ms
+            bounds = TimestampBounds(now, before, after)
+        record_errors: list[RecordError] = []
+        any_timestamp, index = False, 0
         for pos, h in found:
             try:
                 check_dense_offsets(h)
@@ -274,34 +284,21 @@ class PartitionLog(LogReads, LogRetention, LogCleaning):
                 raise InvalidRecordError(f"{self.name}: {e}") from None
             if h.records_count == 0:
                 raise InvalidRecordError(f"{self.name}: record batch with no records")
-            if cfg.compact_enabled:
-                require_keys(memoryview(buf)[pos : pos + h.size], h)
             if h.is_control and origin == ORIGIN_CLIENT:
                 raise InvalidRecordError(f"{self.name}: clients may not write control batches")
-            if cfg.log_append_time:
-                continue
-            if h.timestamp_type != 0 and origin == ORIGIN_CLIENT:
+            if bounds is not None and h.timestamp_type != 0 and origin == ORIGIN_CLIENT:
                 raise InvalidTimestampError(
                     f"{self.name}: batch claims LogAppendTime but the topic uses CreateTime"
                 )
-            try:
-                ts = create_time_violation(
-                    buf,
-                    pos,
-                    h,
-                    now,
-                    cfg.message_timestamp_before_max_ms,
-                    cfg.message_timestamp_after_max_ms,
-                )
-            except ProtocolError as e:
-                raise CorruptRecordError(f"{self.name}: {e}") from None
-            if ts is not None:
-                raise InvalidTimestampError(
-                    f"{self.name}: timestamp {ts} is out of range: must be within "
-                    f"[{now} - message.timestamp.before.max.ms "
-                    f"({cfg.message_timestamp_before_max_ms}), {now} + "
-                    f"message.timestamp.after.max.ms ({cfg.message_timestamp_after_max_ms})]"
-                )
+            errors, timestamp = batch_record_errors(
+                buf, pos, h, self.name, compacted=cfg.compact_enabled, bounds=bounds
+            )
+            # indices count the records of every batch of the request (one batch: KIP-467's)
+            record_errors += [RecordError(index + e.batch_index, e.message) for e in errors]
+            any_timestamp |= timestamp
+            index += h.records_count
+        if record_errors:
+            raise record_validation_error(record_errors, bounds, any_timestamp)
         return found
 
     def _validate_batches(

@@ -40,10 +40,10 @@ from riverbed.protocol.records import record_timestamps
 from riverbed.storage.config import LONG_MAX
 from riverbed.storage.time_index import NO_TIMESTAMP
 
-__all__ = ["create_time_violation"]
+__all__ = ["create_time_violation", "out_of_bounds"]
 
 
-def _out_of_bounds(ts: int, now_ms: int, before_max_ms: int, after_max_ms: int) -> bool:
+def out_of_bounds(ts: int, now_ms: int, before_max_ms: int, after_max_ms: int) -> bool:
     if ts == NO_TIMESTAMP:
         return False
     if before_max_ms < LONG_MAX and now_ms - ts > before_max_ms:
@@ -65,11 +65,11 @@ def create_time_violation(
     :class:`ProtocolError` when the records section must be decoded and is malformed.
     """
     for ts in (h.first_timestamp, h.max_timestamp):
-        if _out_of_bounds(ts, now_ms, before_max_ms, after_max_ms):
+        if out_of_bounds(ts, now_ms, before_max_ms, after_max_ms):
             return ts
     if before_max_ms >= LONG_MAX or h.records_count <= 1:
         return None
     for ts in record_timestamps(buf, position, h):
-        if _out_of_bounds(ts, now_ms, before_max_ms, after_max_ms):
+        if out_of_bounds(ts, now_ms, before_max_ms, after_max_ms):
             return ts
     return None

@@ -11,9 +11,14 @@ pipelined produces on one connection reach the log in the order they were sent):
 - no records -> INVALID_RECORD; more bytes than the topic's ``segment.bytes`` ->
   RECORD_LIST_TOO_LARGE; old message sets (magic 0/1) -> UNSUPPORTED_FOR_MESSAGE_FORMAT;
 - storage validates every batch (magic 2, CRC-32C, lengths -> CORRUPT_MESSAGE; a batch
-  above ``max.message.bytes`` -> MESSAGE_TOO_LARGE; CreateTime outside the topic's bounds
-  -> INVALID_TIMESTAMP; anything else not appendable -> INVALID_RECORD) and assigns
-  offsets by patching the batch header in place;
+  above ``max.message.bytes`` -> MESSAGE_TOO_LARGE; anything else not appendable ->
+  INVALID_RECORD) and every record Kafka checks one by one (a keyless record on a
+  compacted topic -> INVALID_RECORD, a CreateTime outside the topic's bounds ->
+  INVALID_TIMESTAMP): such a batch is refused as a whole and, from v8 on (KIP-467), the
+  answer lists each bad record in ``record_errors`` (its index in the batch and why) with
+  a summary in ``error_message``, so that the client fails only those records
+  (`riverbed.storage.record_checks`); storage assigns offsets by patching the batch
+  header in place;
 - idempotent producers (``riverbed.producer.state``, checked by the log under its lock):
   an exact retry of one of the producer's last 5 batches is answered with its original
   base offset and not appended again; a gap in the sequence is
@@ -170,7 +175,15 @@ def _append_partition(
     try:
         info = broker.partitions.append(hosted, bytearray(records))
     except StorageError as exc:
-        return _partition_error(index, ErrorCode(exc.error_code), str(exc)), -1
+        part = _partition_error(index, ErrorCode(exc.error_code), str(exc))
+        # KIP-467 (v8+; older versions drop both fields): the records that failed
+        part.record_errors = [
+            ProduceResponse.BatchIndexAndErrorMessage(
+                batch_index=e.batch_index, batch_index_error_message=e.message
+            )
+            for e in exc.record_errors
+        ]
+        return part, -1
     except ProtocolError as exc:
         return _partition_error(index, ErrorCode.CORRUPT_MESSAGE, str(exc)), -1
     except OSError as exc:  # the disk failed under the log: the client may retry

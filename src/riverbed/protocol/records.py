@@ -375,17 +375,7 @@ def build_batch(
     from it). ValueError for inconsistent arguments or values out of their wire range.
     """
     recs = list(records)
-    deltas = list(range(len(recs))) if offset_deltas is None else list(offset_deltas)
-    if len(deltas) != len(recs):
-        raise ValueError(f"{len(deltas)} offset_deltas for {len(recs)} records")
-    if any(d < 0 for d in deltas[:1]) or any(a >= b for a, b in pairwise(deltas)):
-        raise ValueError("offset_deltas must be non-negative and strictly increasing")
-    if last_offset_delta is None:
-        if not recs:
-            raise ValueError("a record batch needs a record or an explicit last_offset_delta")
-        last_offset_delta = deltas[-1]
-    if (recs and last_offset_delta < deltas[-1]) or not 0 <= last_offset_delta <= _INT32_MAX:
-        raise ValueError(f"last_offset_delta {last_offset_delta} does not cover the records")
+    deltas, last_offset_delta = _offset_deltas(len(recs), offset_deltas, last_offset_delta)
     if timestamp_type not in (0, 1):
         raise ValueError(f"timestamp_type must be 0 or 1, not {timestamp_type}")
     codec = CompressionType(compression)
@@ -397,25 +387,7 @@ def build_batch(
     if delete_horizon_ms is not None:
         first_ts = delete_horizon_ms
 
-    body = bytearray()
-    rec = bytearray()
-    for r, ts, offset_delta in zip(recs, timestamps, deltas, strict=True):
-        rec.clear()
-        rec.append(0)  # attributes
-        delta = ts - first_ts
-        if not _INT64_MIN <= delta <= _INT64_MAX:
-            raise ValueError(f"timestamp {ts} too far from the first timestamp {first_ts}")
-        _write_varint(rec, delta)
-        _write_varint(rec, offset_delta)
-        _write_bytes(rec, r.key)
-        _write_bytes(rec, r.value)
-        _write_varint(rec, len(r.headers))
-        for name, value in r.headers:
-            _write_bytes(rec, name.encode("utf-8"))
-            _write_bytes(rec, value)
-        _write_varint(body, len(rec))
-        body += rec
-
+    body = _encode_records(recs, timestamps, deltas, first_ts)
     if not recs:
         codec = CompressionType.NONE  # an empty batch is header only, as Kafka writes it
     return frame_batch(
@@ -435,6 +407,49 @@ def build_batch(
         last_offset_delta=last_offset_delta,
         delete_horizon=delete_horizon_ms is not None,
     )
+
+
+def _offset_deltas(
+    count: int, offset_deltas: Sequence[int] | None, last_offset_delta: int | None
+) -> tuple[list[int], int]:
+    """The records' offset deltas and the batch's last offset delta, checked."""
+    deltas = list(range(count)) if offset_deltas is None else list(offset_deltas)
+    if len(deltas) != count:
+        raise ValueError(f"{len(deltas)} offset_deltas for {count} records")
+    if any(d < 0 for d in deltas[:1]) or any(a >= b for a, b in pairwise(deltas)):
+        raise ValueError("offset_deltas must be non-negative and strictly increasing")
+    if last_offset_delta is None:
+        if not count:
+            raise ValueError("a record batch needs a record or an explicit last_offset_delta")
+        last_offset_delta = deltas[-1]
+    if (count and last_offset_delta < deltas[-1]) or not 0 <= last_offset_delta <= _INT32_MAX:
+        raise ValueError(f"last_offset_delta {last_offset_delta} does not cover the records")
+    return deltas, last_offset_delta
+
+
+def _encode_records(
+    recs: Sequence[SimpleRecord], timestamps: Sequence[int], deltas: Sequence[int], first_ts: int
+) -> bytearray:
+    """The records of a v2 batch, each length-prefixed (KIP-98's record format)."""
+    body = bytearray()
+    rec = bytearray()
+    for r, ts, offset_delta in zip(recs, timestamps, deltas, strict=True):
+        rec.clear()
+        rec.append(0)  # attributes
+        delta = ts - first_ts
+        if not _INT64_MIN <= delta <= _INT64_MAX:
+            raise ValueError(f"timestamp {ts} too far from the first timestamp {first_ts}")
+        _write_varint(rec, delta)
+        _write_varint(rec, offset_delta)
+        _write_bytes(rec, r.key)
+        _write_bytes(rec, r.value)
+        _write_varint(rec, len(r.headers))
+        for name, value in r.headers:
+            _write_bytes(rec, name.encode("utf-8"))
+            _write_bytes(rec, value)
+        _write_varint(body, len(rec))
+        body += rec
+    return body
 
 
 def frame_batch(

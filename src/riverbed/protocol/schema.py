@@ -216,6 +216,69 @@ class MessageSpec:
         return version in self.flexible_versions
 
 
+def _field_spec(ft: Mapping[str, Any]) -> FieldSpec:
+    """A field's own attributes (its struct, if any, is resolved by `_StructBuilder`)."""
+    ftype = str(ft["type"])
+    fname = str(ft["name"])
+    tag = ft.get("tag")
+    fflex = ft.get("flexibleVersions")
+    spec = FieldSpec(
+        name=fname,
+        attr=snake_case(fname),
+        type=ftype,
+        # Kafka: a tagged field without "versions" exists in its taggedVersions
+        versions=VersionRange.parse(ft.get("versions", ft.get("taggedVersions"))),
+        nullable_versions=VersionRange.parse(ft.get("nullableVersions")),
+        tagged_versions=VersionRange.parse(ft.get("taggedVersions")),
+        tag=None if tag is None else int(tag),
+        ignorable=bool(ft.get("ignorable", False)),
+        default_text=ft.get("default"),
+        flexible_versions=None if fflex is None else VersionRange.parse(fflex),
+    )
+    if ftype.startswith("[]"):
+        spec.element_type = ftype[2:]
+    return spec
+
+
+class _StructBuilder:
+    """The structs of one message, nested ones and ``commonStructs`` resolved by name."""
+
+    def __init__(self, name: str, common_tables: Mapping[str, Sequence[Mapping[str, Any]]]):
+        self.name = name
+        self.common_tables = common_tables
+        self.structs: dict[str, StructSpec] = {}
+
+    def struct(
+        self, sname: str, ftables: Sequence[Mapping[str, Any]], versions: VersionRange
+    ) -> StructSpec:
+        existing = self.structs.get(sname)
+        if existing is not None:
+            if sname in self.common_tables:
+                return existing  # a common struct used in several places
+            raise SchemaError(f"{self.name}: struct {sname} defined twice")
+        spec = StructSpec(sname, f"{self.name}.{sname}", [], versions)
+        self.structs[sname] = spec
+        spec.fields = [self.field(ft) for ft in ftables]
+        return spec
+
+    def field(self, ft: Mapping[str, Any]) -> FieldSpec:
+        spec = _field_spec(ft)
+        base = spec.type[2:] if spec.type.startswith("[]") else spec.type
+        if base not in PRIMITIVE_TYPES:
+            nested = ft.get("fields")
+            if nested is not None:
+                spec.struct = self.struct(base, nested, spec.versions)
+            elif base in self.common_tables:
+                spec.struct = self.structs.get(base) or self.struct(
+                    base, self.common_tables[base], VersionRange(0, VERSION_MAX)
+                )
+            else:
+                raise SchemaError(f"{self.name}.{spec.name}: unknown type {spec.type}")
+        if spec.tag is not None and spec.tagged_versions.empty:
+            raise SchemaError(f"{self.name}.{spec.name}: tag without taggedVersions")
+        return spec
+
+
 def build_message_spec(table: Mapping[str, Any]) -> MessageSpec:
     """One message's table -> MessageSpec with struct references resolved."""
     name = str(table["name"])
@@ -224,62 +287,12 @@ def build_message_spec(table: Mapping[str, Any]) -> MessageSpec:
     common_tables: dict[str, Sequence[Mapping[str, Any]]] = {
         str(cs["name"]): cs["fields"] for cs in table.get("commonStructs", ())
     }
-    structs: dict[str, StructSpec] = {}
-
-    def build_struct(
-        sname: str, ftables: Sequence[Mapping[str, Any]], versions: VersionRange
-    ) -> StructSpec:
-        existing = structs.get(sname)
-        if existing is not None:
-            if sname in common_tables:
-                return existing  # a common struct used in several places
-            raise SchemaError(f"{name}: struct {sname} defined twice")
-        spec = StructSpec(sname, f"{name}.{sname}", [], versions)
-        structs[sname] = spec
-        spec.fields = [build_field(ft) for ft in ftables]
-        return spec
-
-    def build_field(ft: Mapping[str, Any]) -> FieldSpec:
-        ftype = str(ft["type"])
-        fname = str(ft["name"])
-        # Kafka: a tagged field without "versions" exists in its taggedVersions
-        versions = VersionRange.parse(ft.get("versions", ft.get("taggedVersions")))
-        tag = ft.get("tag")
-        fflex = ft.get("flexibleVersions")
-        spec = FieldSpec(
-            name=fname,
-            attr=snake_case(fname),
-            type=ftype,
-            versions=versions,
-            nullable_versions=VersionRange.parse(ft.get("nullableVersions")),
-            tagged_versions=VersionRange.parse(ft.get("taggedVersions")),
-            tag=None if tag is None else int(tag),
-            ignorable=bool(ft.get("ignorable", False)),
-            default_text=ft.get("default"),
-            flexible_versions=None if fflex is None else VersionRange.parse(fflex),
-        )
-        base = ftype[2:] if ftype.startswith("[]") else ftype
-        if ftype.startswith("[]"):
-            spec.element_type = base
-        if base not in PRIMITIVE_TYPES:
-            nested = ft.get("fields")
-            if nested is not None:
-                spec.struct = build_struct(base, nested, versions)
-            elif base in common_tables:
-                spec.struct = structs.get(base) or build_struct(
-                    base, common_tables[base], VersionRange(0, VERSION_MAX)
-                )
-            else:
-                raise SchemaError(f"{name}.{fname}: unknown type {ftype}")
-        if spec.tag is not None and spec.tagged_versions.empty:
-            raise SchemaError(f"{name}.{fname}: tag without taggedVersions")
-        return spec
-
+    builder = _StructBuilder(name, common_tables)
     top = StructSpec(name, name, [], valid)
-    top.fields = [build_field(ft) for ft in table["fields"]]
+    top.fields = [builder.field(ft) for ft in table["fields"]]
     for cs_name, cs_fields in common_tables.items():
-        if cs_name not in structs:
-            build_struct(cs_name, cs_fields, VersionRange(0, VERSION_MAX))
+        if cs_name not in builder.structs:
+            builder.struct(cs_name, cs_fields, VersionRange(0, VERSION_MAX))
     attrs = [f.attr for f in top.fields]
     if len(set(attrs)) != len(attrs):
         raise SchemaError(f"{name}: duplicate attribute names {attrs}")
@@ -291,7 +304,7 @@ def build_message_spec(table: Mapping[str, Any]) -> MessageSpec:
         valid_versions=valid,
         flexible_versions=flexible,
         struct=top,
-        structs=structs,
+        structs=builder.structs,
         listeners=frozenset(str(x) for x in table.get("listeners", ())),
     )
 

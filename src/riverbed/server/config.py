@@ -210,6 +210,27 @@ class ServerConfig:
         self.process_roles: frozenset[str] = frozenset(roles)
         if self.node_id < 0:
             raise ConfigError("node.id", "node.id must be set to a non-negative integer")
+        self._derive_listeners()
+        self._derive_log()
+        self.socket_request_max_bytes: int = _int(v["socket.request.max.bytes"])
+        self.connections_max_idle_ms: int = _int(v["connections.max.idle.ms"])
+        self.num_network_threads: int = _int(v["num.network.threads"])
+        self.num_io_threads: int = _int(v["num.io.threads"])
+        self.queued_max_requests: int = _int(v["queued.max.requests"])
+        self.socket_listen_backlog_size: int = _int(v["socket.listen.backlog.size"])
+        self.connection_limits: ConnectionLimits = connection_limits(self)
+        self.group_initial_rebalance_delay_ms: int = _int(v["group.initial.rebalance.delay.ms"])
+        self.offsets_topic_replication_factor: int = _int(v["offsets.topic.replication.factor"])
+        self.offsets_topic_num_partitions: int = _int(v["offsets.topic.num.partitions"])
+        self.controller_quorum_voters: str = ",".join(_list(v["controller.quorum.voters"]))
+        self.quorum_voters: dict[int, tuple[str, int]] = self._parse_voters(
+            _list(v["controller.quorum.voters"])
+        )
+        self.auto_format: bool = bool(v["riverbed.storage.auto.format"])
+        self.broker_rack: str | None = v["broker.rack"]  # type: ignore[assignment]
+
+    def _derive_listeners(self) -> None:
+        v = self._values
         protocol_map = self._protocol_map()
         self.controller_listener_names: tuple[str, ...] = tuple(
             _list(v["controller.listener.names"] or [])
@@ -240,6 +261,9 @@ class ServerConfig:
             names = [lst.name for lst in self.broker_listeners if lst.security_protocol == wanted]
             ibl = names[0] if names else (self.broker_listeners or self.listeners)[0].name
         self.inter_broker_listener_name: str = str(ibl)
+
+    def _derive_log(self) -> None:
+        v = self._values
         dirs = v["log.dirs"]
         self.log_dirs: tuple[str, ...] = (
             tuple(_list(dirs)) if dirs is not None else (str(v["log.dir"]),)
@@ -259,26 +283,10 @@ class ServerConfig:
         self.log_retention_ms: int = self._retention_ms()
         self.log_retention_bytes: int = _int(v["log.retention.bytes"])
         self.log_message_timestamp_type: str = str(v["log.message.timestamp.type"])
-        self.socket_request_max_bytes: int = _int(v["socket.request.max.bytes"])
-        self.connections_max_idle_ms: int = _int(v["connections.max.idle.ms"])
-        self.num_network_threads: int = _int(v["num.network.threads"])
-        self.num_io_threads: int = _int(v["num.io.threads"])
-        self.queued_max_requests: int = _int(v["queued.max.requests"])
-        self.socket_listen_backlog_size: int = _int(v["socket.listen.backlog.size"])
-        self.connection_limits: ConnectionLimits = connection_limits(self)
         self.log_flush_interval_messages: int = _int(v["log.flush.interval.messages"])
         fim = v["log.flush.interval.ms"]
         self.log_flush_interval_ms: int | None = _int(fim) if fim is not None else None
         self.log_flush_scheduler_interval_ms: int = _int(v["log.flush.scheduler.interval.ms"])
-        self.group_initial_rebalance_delay_ms: int = _int(v["group.initial.rebalance.delay.ms"])
-        self.offsets_topic_replication_factor: int = _int(v["offsets.topic.replication.factor"])
-        self.offsets_topic_num_partitions: int = _int(v["offsets.topic.num.partitions"])
-        self.controller_quorum_voters: str = ",".join(_list(v["controller.quorum.voters"]))
-        self.quorum_voters: dict[int, tuple[str, int]] = self._parse_voters(
-            _list(v["controller.quorum.voters"])
-        )
-        self.auto_format: bool = bool(v["riverbed.storage.auto.format"])
-        self.broker_rack: str | None = v["broker.rack"]  # type: ignore[assignment]
 
     def _parse_voters(self, items: list[str]) -> dict[int, tuple[str, int]]:
         key = "controller.quorum.voters"

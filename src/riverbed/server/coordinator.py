@@ -50,8 +50,9 @@ from riverbed.coordinator.shard import GroupConfig, GroupShard, Write
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.record_batch import iter_batches
 from riverbed.protocol.records import SimpleRecord, build_batch, iter_records
-from riverbed.server.fault_handler import FaultHandler
+from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.request_permits import park_current_request
+from riverbed.server.supervise import supervise
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +138,9 @@ class GroupCoordinator:
         self.partitions = partitions
         self.metadata = metadata
         self.clock = clock
-        #: Crash-only: a failure in the timer loop (a core's tick) halts the node.
-        self.fault_handler = fault_handler
+        #: Crash-only: a failure in the timer loop (a core's tick) or in any background
+        #: task of the coordinator halts the node (``supervise``).
+        self.fault_handler: FaultHandler = fault_handler or ProcessTerminatingFaultHandler(node_id)
         self.group_config = GroupConfig.from_config(config)
         self.commit_timeout_ms = int(config.get("offsets.commit.timeout.ms"))
         #: offsets.topic.compression.codec: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd
@@ -171,10 +173,12 @@ class GroupCoordinator:
         for partition in list(self.shards):
             self._unload(partition)
 
-    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+    def _spawn(self, coro: Any) -> asyncio.Task[None]:
         # a fresh context: background work must not release the permit of the request
         # that happened to start it (see request_permits)
-        task = asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
+        task = supervise(
+            "group coordinator task", coro, self.fault_handler, context=contextvars.Context()
+        )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task

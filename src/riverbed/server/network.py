@@ -38,6 +38,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import secrets
 import socket
 import struct
@@ -48,8 +49,11 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
 from riverbed.protocol.exceptions import ProtocolError
+from riverbed.server.backoff import ExponentialBackoff, Retrier
 from riverbed.server.connection_quotas import ConnectionQuotas
+from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.request_permits import RequestPermit, run_with_permit
+from riverbed.server.supervise import supervise
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +74,9 @@ WRITE_BUFFER_HIGH_BYTES = 1024 * 1024
 SHUTDOWN_GRACE_MS = 5000
 #: Pause of an acceptor after a failed accept (e.g. EMFILE), instead of spinning.
 ACCEPT_ERROR_BACKOFF_MS = 100
+#: ... doubling up to this while accept keeps failing
+ACCEPT_ERROR_BACKOFF_MAX_MS = 2_000
+ACCEPT_BACKOFF = ExponentialBackoff(ACCEPT_ERROR_BACKOFF_MS, ACCEPT_ERROR_BACKOFF_MAX_MS)
 #: StreamReader buffer per connection (reading pauses above twice this).
 STREAM_LIMIT_BYTES = 64 * 1024
 
@@ -571,6 +578,8 @@ class SocketServer:
         quotas: ConnectionQuotas | None = None,
         listen_backlog: int = 50,
         codec: _Codec | None = None,
+        fault_handler: FaultHandler | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         if socket_request_max_bytes <= 0 or inflight_requests_max <= 0:
             raise ValueError("socket_request_max_bytes and inflight_requests_max must be > 0")
@@ -588,6 +597,10 @@ class SocketServer:
         self.quotas = quotas if quotas is not None else ConnectionQuotas()
         self.listen_backlog = listen_backlog
         self.codec: _Codec = codec if codec is not None else _DefaultCodec()
+        #: an acceptor that fails unexpectedly halts the node (a node that accepts nothing
+        #: is wedged); the node passes its own, standalone servers halt the process
+        self.fault_handler: FaultHandler = fault_handler or ProcessTerminatingFaultHandler(-1)
+        self.rng = rng or random.Random()
         self.stopping = False
         self._listeners: list[_Listener] = []
         self._connections: set[asyncio.Task[None]] = set()
@@ -659,6 +672,7 @@ class SocketServer:
     async def _accept_loop(self, name: str, lsock: socket.socket, quotas: ConnectionQuotas) -> None:
         """Kafka's acceptor: wait for a connection slot, accept, check the per-ip limit."""
         loop = asyncio.get_running_loop()
+        retrier = Retrier(ACCEPT_BACKOFF, self.rng)
         while not self.stopping:
             # max.connections / listener.name.<l>.max.connections: stop accepting until a
             # connection closes; new connections wait in the listen backlog meanwhile.
@@ -669,9 +683,13 @@ class SocketServer:
                 if self.stopping:
                     return
                 # e.g. EMFILE: the socket stays readable, so back off instead of spinning
-                log.warning("cannot accept a connection on %s: %s", name, exc)
-                await asyncio.sleep(ACCEPT_ERROR_BACKOFF_MS / 1000)
+                delay_ms = retrier.failed()
+                log.warning(
+                    "cannot accept a connection on %s (retry in %d ms): %s", name, delay_ms, exc
+                )
+                await asyncio.sleep(delay_ms / 1000)
                 continue
+            retrier.succeeded()
             ip = str(addr[0]) if isinstance(addr, tuple) else str(addr)
             if self.stopping or not quotas.try_add(name, ip):
                 if not self.stopping:
@@ -711,14 +729,20 @@ class SocketServer:
                 await conn.run()
             finally:
                 self._open.discard(conn)
+        except Exception:
+            # one connection's failure ends that connection, never the node: a client's
+            # bytes must not halt a broker (the request handlers answer typed errors)
+            log.exception("connection from %s on %s failed", ip, name)
         finally:
             quotas.remove(name, ip)
 
     async def start_serving(self) -> None:
         for lst in self._listeners:
             if lst.acceptor is None:
-                lst.acceptor = asyncio.create_task(
-                    self._accept_loop(lst.name, lst.sock, lst.quotas)
+                lst.acceptor = supervise(
+                    f"acceptor of listener {lst.name}",
+                    self._accept_loop(lst.name, lst.sock, lst.quotas),
+                    self.fault_handler,
                 )
 
     async def stop(self) -> None:

@@ -64,6 +64,8 @@ from riverbed.server.replication.manager import (
     open_state_change_log,
     state_change_log,
 )
+from riverbed.server.supervise import supervise
+from riverbed.storage.errors import StorageError
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +140,8 @@ class Node:
 
         cfg = self.config
         # first: a test run that dies while this node starts must not leave it behind
-        self._tasks.append(asyncio.create_task(self._watch_parent()))
+        fh = self.fault_handler
+        self._tasks.append(supervise("parent watch", self._watch_parent(), fh))
         raise_open_files_limit()  # one fd per connection: 1024 would cap max.connections
         self.cluster_id = ensure_formatted(
             list(cfg.log_dirs), cfg.metadata_log_dir, cfg.node_id, auto_format=cfg.auto_format
@@ -160,6 +163,7 @@ class Node:
             queued_requests_max=cfg.queued_max_requests,
             quotas=ConnectionQuotas(cfg.connection_limits),
             listen_backlog=cfg.socket_listen_backlog_size,
+            fault_handler=fh,
         )
         # Kafka's KRaft controller listeners have a socket server (and quotas) of their own
         self._controller_quotas = ConnectionQuotas(
@@ -207,7 +211,9 @@ class Node:
             )
         else:
             self.log_manager = factory(list(cfg.log_dirs), clock)
-        self.partitions = PartitionManager(self.log_manager, cfg.node_id, static, self.purgatory)
+        self.partitions = PartitionManager(
+            self.log_manager, cfg.node_id, static, self.purgatory, fault_handler=fh
+        )
         partitions = self.partitions
         # every hosted partition gets a partition core (leader/follower, ISR, HW)
         self.replicas = ReplicaManager(
@@ -219,6 +225,7 @@ class Node:
             quorum.alter_partition,
             lambda: quorum.image,
             cfg.inter_broker_listener_name,
+            fault_handler=fh,
         )
         partitions.replicas = self.replicas
         self._state_change_log = open_state_change_log(cfg.log_dirs[0])
@@ -231,7 +238,7 @@ class Node:
         )
         if rsm is not None:
             # tiered storage (KIP-405): follows the hosted partitions and their leaders
-            self.remote_log = RemoteLogManager(remote_settings, rsm, cfg.node_id)
+            self.remote_log = RemoteLogManager(remote_settings, rsm, cfg.node_id, fault_handler=fh)
             self.broker.remote_log = self.remote_log
             self.remote_log.start(lambda: partitions.partitions, lambda: quorum.image)
             remote_log = self.remote_log
@@ -240,9 +247,9 @@ class Node:
         await self._register(quorum)
         await self.server.start_serving()
         self.replicas.start()
-        self._tasks.append(asyncio.create_task(self._housekeeping()))
+        self._tasks.append(supervise("log housekeeping", self._housekeeping(), fh))
         heartbeats = quorum.heartbeat_loop(cfg.node_id, self.stop_requested)
-        self._tasks.append(asyncio.create_task(heartbeats))
+        self._tasks.append(supervise("broker heartbeats", heartbeats, fh))
         addrs = " ".join(f"{name}://{h}:{p}" for name, (h, p) in self.bound_listeners.items())
         print(f"riverbed node {cfg.node_id} ready: {addrs}", flush=True)
         log.info("node %d started (cluster id %s): %s", cfg.node_id, self.cluster_id, addrs)
@@ -381,8 +388,10 @@ class Node:
                 if now >= next_expiry and self.partitions is not None:
                     next_expiry = now + expiry_every
                     self.partitions.remove_expired_producers()  # on each log's clock
-            except Exception:
-                log.exception("log housekeeping failed")
+            except StorageError as exc:
+                # a failed disk: its log dir went offline (the node halted if it was the
+                # last one); the other dirs' housekeeping goes on. Anything else is a fault.
+                log.warning("log housekeeping: %s", exc)
 
     async def stop(self) -> None:
         if self._stopping:

@@ -104,6 +104,7 @@ from riverbed.server.raft_transport import (
     is_raft_fetch,
     serve_raft_request,
 )
+from riverbed.server.supervise import supervise
 from riverbed.storage.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -194,7 +195,7 @@ def open_quorum_metadata(
     """Build the node's metadata quorum seat from its config (nothing runs until start)."""
     raft = raft_config(config, cluster_id)
     voters: dict[int, tuple[str, int]] = dict(config.quorum_voters)
-    transport = KafkaRaftTransport(config.node_id, voters)
+    transport = KafkaRaftTransport(config.node_id, voters, fault_handler=fault_handler)
     driver = RaftDriver(
         config.node_id,
         raft,
@@ -271,7 +272,9 @@ class QuorumMetadata:
     async def start(self) -> None:
         await self.driver.start()
         await self.service.start(bootstrap=False)
-        self._loop_task = asyncio.create_task(self._controller_loop())
+        self._loop_task = supervise(
+            "controller loop", self._controller_loop(), self.driver.fault_handler
+        )
 
     async def wait_caught_up(self, stop: asyncio.Event) -> bool:
         """Wait until this replica has applied everything the quorum had committed when it
@@ -342,9 +345,7 @@ class QuorumMetadata:
                     await self._balance_leaders()
             except (NotLeaderError, TimeoutError, ControllerError):
                 continue  # leadership moved, or the operation was refused: next round
-            except Exception as exc:
-                # crash-only: a controller loop that failed unexpectedly halts the node
-                self.driver.fault_handler.handle_fault("controller loop failed", exc)
+            # anything else escapes to the supervisor: crash-only
 
     async def _fence_expired(self) -> None:
         """Fence every unfenced broker whose session (``broker.session.timeout.ms``) expired:

@@ -77,6 +77,7 @@ from riverbed.server.fault_handler import (
     FaultHandler,
     ProcessTerminatingFaultHandler,
 )
+from riverbed.server.supervise import supervise
 from riverbed.storage.config import LogConfig
 from riverbed.storage.layout import METADATA_PARTITION, METADATA_PARTITION_DIR, METADATA_TOPIC
 from riverbed.storage.log import PartitionLog
@@ -221,7 +222,7 @@ class RaftDriver:
         if self._machine is None:
             raise RuntimeError("no state machine registered (RaftDriver.register)")
         await self._feed(lambda now: self.node.start(now), "start-up (log and snapshot load)")
-        self._timer = asyncio.create_task(self._guarded("timer loop", self._timer_loop()))
+        self._timer = supervise("raft driver timer loop", self._timer_loop(), self.fault_handler)
 
     async def close(self, graceful: bool = True) -> None:
         if self._closed:
@@ -325,15 +326,6 @@ class RaftDriver:
             await self._run(actions, now, what)
         self._wake.set()
 
-    async def _guarded(self, what: str, work: Coroutine[Any, Any, None]) -> None:
-        """Run a driver task; an exception escaping it is a fault (no wedged loop)."""
-        try:
-            await work
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self.fault_handler.handle_fault(f"raft driver {what} failed", exc)
-
     async def _run(self, actions: list[Action], now: int, what: str = "appending") -> None:
         """Execute actions in order (the lock is held); a failure is a fault."""
         try:
@@ -380,7 +372,8 @@ class RaftDriver:
         self._settle_appends()
 
     def _spawn(self, what: str, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        task = asyncio.create_task(self._guarded(what, coro))
+        # an exception escaping a driver task is a fault (no wedged loop)
+        task = supervise(f"raft driver {what}", coro, self.fault_handler)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task

@@ -32,7 +32,9 @@ from riverbed.protocol.headers import (
 from riverbed.protocol.messages import Message
 from riverbed.raft import wire
 from riverbed.raft.messages import Request, Response
+from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.raft_driver import RaftDriver
+from riverbed.server.supervise import supervise
 from riverbed.storage.layout import METADATA_TOPIC
 
 RAFT_API_KEYS = frozenset(
@@ -71,12 +73,15 @@ class _Connection:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         response_bytes_max: int,
+        fault_handler: FaultHandler,
     ) -> None:
         self.reader, self.writer = reader, writer
         self.response_bytes_max = response_bytes_max
         self.waiting: dict[int, tuple[RequestHeader, asyncio.Future[Message]]] = {}
         self.next_correlation_id = 1
-        self.task = asyncio.create_task(self._read_loop())
+        # a lost or garbled connection fails its waiters (the raft node retries); any
+        # other error of the reader is a fault
+        self.task = supervise("raft connection reader", self._read_loop(), fault_handler)
 
     async def _read_loop(self) -> None:
         error: Exception = ConnectionError("connection closed")
@@ -121,8 +126,10 @@ class KafkaRaftTransport:
         inflight_requests_max: int = 64,
         response_bytes_max: int = 64 * 1024 * 1024,
         connect_timeout_s: float = 2.0,
+        fault_handler: FaultHandler | None = None,
     ) -> None:
         self.node_id = node_id
+        self.fault_handler: FaultHandler = fault_handler or ProcessTerminatingFaultHandler(node_id)
         self.endpoints = dict(endpoints)
         self.inflight_requests_max = inflight_requests_max
         self.response_bytes_max = response_bytes_max
@@ -147,7 +154,7 @@ class KafkaRaftTransport:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(host, port), self.connect_timeout_s
             )
-            conn = _Connection(reader, writer, self.response_bytes_max)
+            conn = _Connection(reader, writer, self.response_bytes_max, self.fault_handler)
             self._connections[dest] = conn
             return conn
 

@@ -42,7 +42,9 @@ from typing import TYPE_CHECKING, Final, Protocol
 from riverbed.metadata.image import MetadataImage, PartitionRegistration
 from riverbed.metadata.storage_format import uuid_to_str
 from riverbed.producer.snapshot import snapshot_name
+from riverbed.server.backoff import ExponentialBackoff
 from riverbed.server.broker.partitions import producer_state_of
+from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.remote_reads import (
     READ_CACHE_BYTES_MAX,
     REJECT_LOG_INTERVAL_S,
@@ -51,6 +53,7 @@ from riverbed.server.remote_reads import (
     RemoteReads,
     Tier,
 )
+from riverbed.server.supervise import supervise
 from riverbed.storage.log import PartitionLog
 from riverbed.tiered.remote_indexes import INDEX_FILE_BYTES_MAX, INDEX_FILE_ROLL_MS, RemoteIndexes
 from riverbed.tiered.rlm import (
@@ -153,8 +156,16 @@ class RemoteLogManager(RemoteReads):
         *,
         now_ms: Callable[[], int] | None = None,
         rng: random.Random | None = None,
+        fault_handler: FaultHandler | None = None,
     ) -> None:
         self.settings = settings
+        #: the scheduling loop's unexpected errors halt the node (``supervise``)
+        self.fault_handler: FaultHandler = fault_handler or ProcessTerminatingFaultHandler(node_id)
+        self._rng = rng or random.Random()
+        #: remote deletion of a deleted partition: retried, bounded exponential with jitter
+        self._deletion_backoff = ExponentialBackoff(
+            settings.retry_backoff_ms, settings.retry_backoff_max_ms
+        )
         self.rsm = rsm
         self.node_id = node_id
         self._now_ms = now_ms or (lambda: int(time.time() * 1000))
@@ -162,7 +173,7 @@ class RemoteLogManager(RemoteReads):
             task_interval_ms=settings.task_interval_ms,
             retry_backoff_ms=settings.retry_backoff_ms,
             retry_backoff_max_ms=settings.retry_backoff_max_ms,
-            rng=rng or random.Random(),
+            rng=self._rng,
         )
         self._copiers = ThreadPoolExecutor(settings.copier_threads, "riverbed-rlm-copier")
         self._readers = ThreadPoolExecutor(settings.reader_threads, "riverbed-rlm-reader")
@@ -190,7 +201,7 @@ class RemoteLogManager(RemoteReads):
         self._partitions = partitions
         self._image = image
         self._loop = asyncio.get_running_loop()
-        self._task = asyncio.create_task(self._run())
+        self._task = supervise("remote log manager loop", self._run(), self.fault_handler)
 
     def wake(self) -> None:
         """Something changed (a new image): re-read the partitions now."""
@@ -201,8 +212,7 @@ class RemoteLogManager(RemoteReads):
         self._wake.set()
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await asyncio.wait([self._task])  # its own fault went to the fault handler
         for tier in self._tiers.values():
             tier.plog.roll_listener = None
         # running copies finish their current object; queued ones see _closing and stop
@@ -214,11 +224,10 @@ class RemoteLogManager(RemoteReads):
 
     async def _run(self) -> None:
         while not self._closing:
-            try:
-                self._sync_partitions()
-                self._submit_due()
-            except Exception:
-                log.exception("remote log manager scheduling failed")
+            # in-memory bookkeeping only (remote work runs in the copier pool, whose
+            # failures are retried per partition): an error here is a fault
+            self._sync_partitions()
+            self._submit_due()
             due = self.scheduler.next_due_ms()
             wait_ms = LOOP_WAKE_MS_MAX if due is None else due - self._now_ms()
             wait_ms = max(1, min(wait_ms, LOOP_WAKE_MS_MAX))
@@ -301,7 +310,8 @@ class RemoteLogManager(RemoteReads):
             log.warning("cannot delete the remote data of %s-%d (will retry): %s", *tier.key, e)
             loop = self._loop
             if loop is not None and not self._closing:
-                delay_s = self.settings.retry_backoff_max_ms / 1000
+                tier.deletion_failures += 1
+                delay_s = self._deletion_backoff.delay_ms(tier.deletion_failures, self._rng) / 1000
                 with contextlib.suppress(RuntimeError):
                     loop.call_soon_threadsafe(
                         loop.call_later, delay_s, self._retry_remote_deletion, tier

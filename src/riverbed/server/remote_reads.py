@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import threading
 import time
 from collections import OrderedDict
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Final, TypeVar, TypeVarTuple
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.records import iter_batches, iter_records
+from riverbed.server.backoff import ExponentialBackoff
 from riverbed.storage.log import PartitionLog
 from riverbed.storage.log_files import TimestampOffset
 from riverbed.tiered.remote_indexes import RemoteIndexes
@@ -60,6 +62,7 @@ READ_AHEAD_BYTES_MAX: Final = 4 * 1024 * 1024
 #: First back-off of a failed remote read; doubles up to READ_RETRY_BACKOFF_MAX_MS.
 READ_RETRY_BACKOFF_MS: Final = 50
 READ_RETRY_BACKOFF_MAX_MS: Final = 1000
+READ_BACKOFF: Final = ExponentialBackoff(READ_RETRY_BACKOFF_MS, READ_RETRY_BACKOFF_MAX_MS)
 
 
 @dataclass
@@ -89,6 +92,7 @@ class Tier:
     # the topic was deleted (or re-created under a new id) while a task ran: its remote
     # data goes once that task ends, so no upload lands after the deletion
     delete_when_idle: bool = False
+    deletion_failures: int = 0  # consecutive failed remote deletions (their back-off)
 
 
 class ChunkCache:
@@ -138,6 +142,7 @@ class RemoteReads:
     _closing: bool
     _loop: asyncio.AbstractEventLoop | None
     _cache: ChunkCache
+    _rng: random.Random  # jitter of the read retries' back-off
 
     def serves(self, key: tuple[str, int]) -> bool:
         return key in self._tiers
@@ -266,7 +271,7 @@ class RemoteReads:
     def _with_retries(
         self, fn: Callable[[*Ts], T], deadline: float, failures: list[str], *args: *Ts
     ) -> T | RemoteRead:
-        backoff_ms = READ_RETRY_BACKOFF_MS
+        attempts = 0
         while True:
             try:
                 return fn(*args)
@@ -275,11 +280,12 @@ class RemoteReads:
                 return RemoteRead(error=int(ErrorCode.OFFSET_OUT_OF_RANGE))
             except (RemoteStorageError, ProtocolError, ValueError) as e:
                 failures.append(str(e))
+                attempts += 1
+                backoff_ms = READ_BACKOFF.delay_ms(attempts, self._rng)
                 if time.monotonic() + backoff_ms / 1000 >= deadline or self._closing:
                     log.warning("remote read failed: %s", e)
                     return RemoteRead(error=int(ErrorCode.KAFKA_STORAGE_ERROR))
                 time.sleep(backoff_ms / 1000)
-                backoff_ms = min(backoff_ms * 2, READ_RETRY_BACKOFF_MAX_MS)
 
     def _entries_for(self, tier: Tier, offset: int, max_bytes: int) -> list[RemoteLogIndexEntry]:
         with tier.lock:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 from collections.abc import Coroutine
 from typing import Any
 
@@ -46,6 +47,17 @@ def supervise(
     """Start ``work`` as a task of the running loop; an exception escaping it other than
     cancellation halts the node with ``FATAL ...: <what> failed: <error>``. ``context``:
     the task's contextvars (a fresh one keeps a request's permit out of background work)."""
-    return asyncio.get_running_loop().create_task(
-        _guarded(what, work, fault_handler), name=what, context=context
-    )
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        work.close()  # never started: no "coroutine was never awaited" later
+        raise
+    task = loop.create_task(_guarded(what, work, fault_handler), name=what, context=context)
+    task.add_done_callback(lambda _task: _close_if_unstarted(work))
+    return task
+
+
+def _close_if_unstarted(work: Coroutine[Any, Any, None]) -> None:
+    # a task cancelled before its first step never awaited ``work``: close it quietly
+    if inspect.getcoroutinestate(work) == inspect.CORO_CREATED:
+        work.close()

@@ -129,7 +129,9 @@ class Broker:
         self.partitions = partitions
         self.fetch_purgatory = fetch_purgatory
         self.cluster_id = cluster_id
-        self.producer_ids = producers.BrokerProducerIds(self.node_id, metadata)
+        self.producer_ids = producers.BrokerProducerIds(
+            self.node_id, metadata, fault_handler=fault_handler
+        )
         self.api_versions = BROKER_API_VERSIONS
         if not consumer_groups.consumer_protocol_enabled(config):
             off = consumer_groups.CONSUMER_PROTOCOL_APIS

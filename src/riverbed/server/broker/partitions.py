@@ -44,8 +44,11 @@ from riverbed.metadata.storage_format import uuid_to_str
 from riverbed.producer.ledger import LedgerConfig
 from riverbed.producer.manager import ProducerStateConfig, ProducerStateManager
 from riverbed.protocol.errors import ErrorCode
+from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.purgatory import Purgatory
+from riverbed.server.supervise import supervise
 from riverbed.storage.config import LogConfig
+from riverbed.storage.errors import StorageError
 from riverbed.storage.layout import METADATA_TOPIC
 from riverbed.storage.log import AppendInfo, PartitionLog
 from riverbed.storage.log_manager import LogManager
@@ -185,8 +188,12 @@ class PartitionManager:
         node_id: int,
         static_broker_config: Mapping[str, str],
         purgatory: Purgatory,
+        *,
+        fault_handler: FaultHandler | None = None,
     ) -> None:
         self.log_manager = log_manager
+        #: the log creator's unexpected errors halt the node (``supervise``)
+        self.fault_handler: FaultHandler = fault_handler or ProcessTerminatingFaultHandler(node_id)
         self.node_id = node_id
         self.static_broker_config = dict(static_broker_config)
         self.purgatory = purgatory
@@ -289,7 +296,9 @@ class PartitionManager:
     def _start_creator(self) -> None:
         self._settled.clear()
         if self._creator is None or self._creator.done():
-            self._creator = asyncio.get_running_loop().create_task(self._create_pending())
+            self._creator = supervise(
+                "partition log creator", self._create_pending(), self.fault_handler
+            )
 
     async def _create_pending(self) -> None:
         try:
@@ -308,8 +317,9 @@ class PartitionManager:
             plog = await asyncio.to_thread(
                 self._open_log, name, index, config, uuid_to_str(topic_id)
             )
-        except Exception:
-            log.exception("cannot create the log of partition %s-%d", name, index)
+        except (StorageError, OSError) as exc:
+            # a failing disk (its log dir goes offline); anything else is a fault
+            log.error("cannot create the log of partition %s-%d: %s", name, index, exc)
             return
         if not self._wanted(key, topic_id):
             # Deleted (or re-created under a new id) while the log was being created.

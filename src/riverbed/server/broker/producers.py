@@ -22,11 +22,12 @@ leader answers (a follower or another node: NOT_LEADER_OR_FOLLOWER), as in Kafka
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
+import random
 from typing import TYPE_CHECKING, Final
 
+from riverbed.metadata.control_common import ControllerError
 from riverbed.producer.id_blocks import IdBlock, ProducerIdBlocks
 from riverbed.producer.manager import ProducerStateManager
 from riverbed.protocol.errors import ErrorCode
@@ -37,8 +38,12 @@ from riverbed.protocol.messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
 )
+from riverbed.raft.node import NotLeaderError
+from riverbed.server.backoff import ExponentialBackoff, Retrier
 from riverbed.server.broker.partitions import NotServed, producer_state_of
+from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.network import RequestContext
+from riverbed.server.supervise import supervise
 
 if TYPE_CHECKING:
     from riverbed.server.broker.dispatch import Broker
@@ -51,8 +56,13 @@ PRODUCER_ID_WAIT_S: Final = 10.0
 #: Tag of riverbed's ledger counts in DescribeProducersResponse.PartitionResponse (tags
 #: unknown to a client are skipped by it; Kafka's spec defines none there).
 LEDGER_STATS_TAG: Final = 10_000
-#: Pause between attempts to get a block (controller moving, broker not registered yet).
-_RETRY_S: Final = 0.2
+#: Pause between attempts to get a block (controller moving, broker not registered yet):
+#: doubling from the first to the most, with jitter.
+ALLOCATE_RETRY_BACKOFF_MS: Final = 100
+ALLOCATE_RETRY_BACKOFF_MAX_MS: Final = 2_000
+ALLOCATE_BACKOFF: Final = ExponentialBackoff(
+    ALLOCATE_RETRY_BACKOFF_MS, ALLOCATE_RETRY_BACKOFF_MAX_MS
+)
 
 
 class ProducerIdsUnavailable(Exception):
@@ -62,9 +72,19 @@ class ProducerIdsUnavailable(Exception):
 class BrokerProducerIds:
     """The shell around :class:`ProducerIdBlocks`: fetches blocks via the metadata quorum."""
 
-    def __init__(self, node_id: int, metadata: QuorumMetadata) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        metadata: QuorumMetadata,
+        *,
+        fault_handler: FaultHandler | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
         self.node_id = node_id
         self.metadata = metadata
+        #: the prefetch task's unexpected errors halt the node (``supervise``)
+        self.fault_handler: FaultHandler = fault_handler or ProcessTerminatingFaultHandler(node_id)
+        self.rng = rng or random.Random()
         self.blocks = ProducerIdBlocks()
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
@@ -77,12 +97,8 @@ class BrokerProducerIds:
                     await self._fetch()
                     pid = self.blocks.next_id()
         if self.blocks.needs_prefetch() and (self._task is None or self._task.done()):
-            self._task = asyncio.get_running_loop().create_task(self._prefetch())
+            self._task = supervise("producer id block prefetch", self._fetch(), self.fault_handler)
         return pid
-
-    async def _prefetch(self) -> None:
-        with contextlib.suppress(Exception):
-            await self._fetch()
 
     async def _fetch(self) -> None:
         async with self._lock:
@@ -97,6 +113,7 @@ class BrokerProducerIds:
             log.info("producer id block [%d, %d)", block.start, block.end)
 
     async def _allocate(self) -> IdBlock:
+        retrier = Retrier(ALLOCATE_BACKOFF, self.rng)
         while True:
             reg = self.metadata.image.brokers.get(self.node_id)
             request = AllocateProducerIdsRequest(
@@ -104,14 +121,14 @@ class BrokerProducerIds:
             )
             try:
                 resp = await self.metadata.allocate_producer_ids(request)
-            except Exception as exc:  # controller moving: try again
-                log.debug("AllocateProducerIds failed: %r", exc)
-                await asyncio.sleep(_RETRY_S)
+            except (NotLeaderError, TimeoutError, OSError, ControllerError) as exc:
+                log.debug("AllocateProducerIds failed (controller moving): %r", exc)
+                await asyncio.sleep(retrier.failed() / 1000)
                 continue
             if resp.error_code == 0 and resp.producer_id_len > 0:
                 return IdBlock(resp.producer_id_start, resp.producer_id_len)
             log.debug("AllocateProducerIds: %s", ErrorCode.of(resp.error_code).name)
-            await asyncio.sleep(_RETRY_S)
+            await asyncio.sleep(retrier.failed() / 1000)
 
 
 async def handle_init_producer_id(

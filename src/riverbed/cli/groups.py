@@ -141,80 +141,93 @@ def describe_cmd(args: argparse.Namespace) -> int:
         return 0
     for d in described:
         if args.state:
-            print_table(
-                f"group {d['group']}",
-                ["GROUP", "COORDINATOR", "STATE", "PROTOCOL TYPE", "PROTOCOL", "#MEMBERS"],
-                [
-                    (
-                        d["group"],
-                        d["coordinator"],
-                        d["state"],
-                        d["protocol_type"],
-                        d["protocol"],
-                        len(d["members"]),
-                    )
-                ],
-            )
+            _print_state(d)
         elif args.members:
-            print_table(
-                f"members of {d['group']}",
-                [
-                    "GROUP",
-                    "CONSUMER-ID",
-                    "GROUP-INSTANCE-ID",
-                    "HOST",
-                    "CLIENT-ID",
-                    "#PARTITIONS",
-                    "ASSIGNMENT",
-                ],
-                [
-                    (
-                        d["group"],
-                        m["member_id"],
-                        _dash(m["group_instance_id"]),
-                        m["host"],
-                        m["client_id"],
-                        sum(len(ps) for ps in m["assignment"].values()),
-                        ", ".join(
-                            f"{t}({','.join(map(str, ps))})" for t, ps in m["assignment"].items()
-                        ),
-                    )
-                    for m in d["members"]
-                ],
-            )
+            _print_members(d)
+        elif not d["offsets"] and d["state"] in _INACTIVE:
+            print(f"Consumer group '{d['group']}' does not exist or has no offsets.")
         else:
-            if not d["offsets"] and d["state"] in _INACTIVE:
-                print(f"Consumer group '{d['group']}' does not exist or has no offsets.")
-                continue
-            print_table(
-                f"group {d['group']} ({d['state']})",
-                [
-                    "GROUP",
-                    "TOPIC",
-                    "PARTITION",
-                    "CURRENT-OFFSET",
-                    "LOG-END-OFFSET",
-                    "LAG",
-                    "CONSUMER-ID",
-                    "HOST",
-                    "CLIENT-ID",
-                ],
-                [
-                    (
-                        d["group"],
-                        r["topic"],
-                        r["partition"],
-                        _dash(r["current_offset"]),
-                        _dash(r["log_end_offset"]),
-                        _dash(r["lag"]),
-                        _dash(r["member_id"]),
-                        _dash(r["host"]),
-                        _dash(r["client_id"]),
-                    )
-                    for r in d["offsets"]
-                ],
-            )
+            _print_offsets(d)
     return 0
+
+
+_MEMBER_COLUMNS = [
+    "GROUP",
+    "CONSUMER-ID",
+    "GROUP-INSTANCE-ID",
+    "HOST",
+    "CLIENT-ID",
+    "#PARTITIONS",
+    "ASSIGNMENT",
+]
+_OFFSET_COLUMNS = [
+    "GROUP",
+    "TOPIC",
+    "PARTITION",
+    "CURRENT-OFFSET",
+    "LOG-END-OFFSET",
+    "LAG",
+    "CONSUMER-ID",
+    "HOST",
+    "CLIENT-ID",
+]
+
+
+def _print_state(d: dict[str, Any]) -> None:
+    print_table(
+        f"group {d['group']}",
+        ["GROUP", "COORDINATOR", "STATE", "PROTOCOL TYPE", "PROTOCOL", "#MEMBERS"],
+        [
+            (
+                d["group"],
+                d["coordinator"],
+                d["state"],
+                d["protocol_type"],
+                d["protocol"],
+                len(d["members"]),
+            )
+        ],
+    )
+
+
+def _print_members(d: dict[str, Any]) -> None:
+    print_table(
+        f"members of {d['group']}",
+        _MEMBER_COLUMNS,
+        [
+            (
+                d["group"],
+                m["member_id"],
+                _dash(m["group_instance_id"]),
+                m["host"],
+                m["client_id"],
+                sum(len(ps) for ps in m["assignment"].values()),
+                ", ".join(f"{t}({','.join(map(str, ps))})" for t, ps in m["assignment"].items()),
+            )
+            for m in d["members"]
+        ],
+    )
+
+
+def _print_offsets(d: dict[str, Any]) -> None:
+    print_table(
+        f"group {d['group']} ({d['state']})",
+        _OFFSET_COLUMNS,
+        [
+            (
+                d["group"],
+                r["topic"],
+                r["partition"],
+                _dash(r["current_offset"]),
+                _dash(r["log_end_offset"]),
+                _dash(r["lag"]),
+                _dash(r["member_id"]),
+                _dash(r["host"]),
+                _dash(r["client_id"]),
+            )
+            for r in d["offsets"]
+        ],
+    )
 
 
 # ---------------------------------------------------------------------- delete

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from riverbed.cli.common import (
     CliError,
@@ -25,6 +25,9 @@ from riverbed.cli.common import (
     run_guarded,
     verb_parser,
 )
+
+if TYPE_CHECKING:
+    from riverbed.raft.messages import DescribeQuorumResponse
 
 DESCRIBE_TIMEOUT_S = 10.0
 
@@ -88,26 +91,7 @@ def describe_cmd(args: argparse.Namespace) -> int:
             name = f"error {reply.error_code}"
         hint = f" (the leader is node {reply.leader_id})" if reply.leader_id >= 0 else ""
         raise CliError(f"{host}:{port} answered {name}{hint}")
-    leader_state = next((r for r in reply.current_voters if r.replica_id == reply.leader_id), None)
-    leader_leo = leader_state.log_end_offset if leader_state else reply.high_watermark
-    leader_now = leader_state.last_fetch_timestamp if leader_state else -1
-
-    def ago(ts: int) -> int | None:
-        return None if ts < 0 or leader_now < 0 else max(0, leader_now - ts)
-
-    rows = []
-    for role, states in (("Voter", reply.current_voters), ("Observer", reply.observers)):
-        for r in states:
-            rows.append(
-                {
-                    "node_id": r.replica_id,
-                    "role": "Leader" if r.replica_id == reply.leader_id else role,
-                    "log_end_offset": r.log_end_offset,
-                    "lag": max(0, leader_leo - r.log_end_offset) if r.log_end_offset >= 0 else None,
-                    "last_fetch_ms_ago": ago(r.last_fetch_timestamp),
-                    "last_caught_up_ms_ago": ago(r.last_caught_up_timestamp),
-                }
-            )
+    rows = _replication_rows(reply)
     status = {
         "leader_id": reply.leader_id,
         "leader_epoch": reply.leader_epoch,
@@ -139,3 +123,29 @@ def describe_cmd(args: argparse.Namespace) -> int:
         ],
     )
     return 0
+
+
+def _replication_rows(reply: DescribeQuorumResponse) -> list[dict[str, Any]]:
+    """One row per voter and observer: its lag behind the leader's log end, and how long
+    ago (by the leader's clock) it last fetched and was last caught up."""
+    leader_state = next((r for r in reply.current_voters if r.replica_id == reply.leader_id), None)
+    leader_leo = leader_state.log_end_offset if leader_state else reply.high_watermark
+    leader_now = leader_state.last_fetch_timestamp if leader_state else -1
+
+    def ago(ts: int) -> int | None:
+        return None if ts < 0 or leader_now < 0 else max(0, leader_now - ts)
+
+    rows = []
+    for role, states in (("Voter", reply.current_voters), ("Observer", reply.observers)):
+        for r in states:
+            rows.append(
+                {
+                    "node_id": r.replica_id,
+                    "role": "Leader" if r.replica_id == reply.leader_id else role,
+                    "log_end_offset": r.log_end_offset,
+                    "lag": max(0, leader_leo - r.log_end_offset) if r.log_end_offset >= 0 else None,
+                    "last_fetch_ms_ago": ago(r.last_fetch_timestamp),
+                    "last_caught_up_ms_ago": ago(r.last_caught_up_timestamp),
+                }
+            )
+    return rows

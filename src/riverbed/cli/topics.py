@@ -28,7 +28,41 @@ from riverbed.cli.common import (
 def register(subparsers: Any) -> None:
     parser = verb_parser(subparsers, "topics", "create, delete, list, describe and alter topics")
     sub = parser.add_subparsers(dest="topics_command", metavar="SUBCOMMAND")
+    _register_create(sub)
+    _register_describe(sub)
 
+    delete = verb_parser(sub, "delete", "delete topics")
+    add_bootstrap(delete)
+    delete.add_argument("--topic", action="append", required=True, help="repeatable")
+    delete.add_argument("--if-exists", action="store_true")
+    add_json(delete)
+    delete.set_defaults(func=run_guarded(delete_cmd))
+
+    lst = verb_parser(sub, "list", "list topic names")
+    add_bootstrap(lst)
+    lst.add_argument("--exclude-internal", action="store_true")
+    add_json(lst)
+    lst.set_defaults(func=run_guarded(list_cmd))
+
+    alter = verb_parser(sub, "alter", "increase a topic's partition count")
+    add_bootstrap(alter)
+    alter.add_argument("--topic", required=True)
+    alter.add_argument("--partitions", type=int, required=True, help="new total count")
+    alter.add_argument("--validate-only", action="store_true")
+    add_json(alter)
+    alter.set_defaults(func=run_guarded(alter_cmd))
+
+    ac = verb_parser(sub, "alter-config", "set or remove topic configs (incremental)")
+    add_bootstrap(ac)
+    ac.add_argument("--topic", required=True)
+    ac.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V]")
+    ac.add_argument("--delete-config", action="append", default=[], metavar="KEY")
+    ac.add_argument("--validate-only", action="store_true")
+    add_json(ac)
+    ac.set_defaults(func=run_guarded(alter_config_cmd))
+
+
+def _register_create(sub: Any) -> None:
     create = verb_parser(sub, "create", "create a topic")
     add_bootstrap(create)
     create.add_argument("--topic", required=True)
@@ -49,19 +83,8 @@ def register(subparsers: Any) -> None:
     add_json(create)
     create.set_defaults(func=run_guarded(create_cmd))
 
-    delete = verb_parser(sub, "delete", "delete topics")
-    add_bootstrap(delete)
-    delete.add_argument("--topic", action="append", required=True, help="repeatable")
-    delete.add_argument("--if-exists", action="store_true")
-    add_json(delete)
-    delete.set_defaults(func=run_guarded(delete_cmd))
 
-    lst = verb_parser(sub, "list", "list topic names")
-    add_bootstrap(lst)
-    lst.add_argument("--exclude-internal", action="store_true")
-    add_json(lst)
-    lst.set_defaults(func=run_guarded(list_cmd))
-
+def _register_describe(sub: Any) -> None:
     desc = verb_parser(
         sub,
         "describe",
@@ -81,23 +104,6 @@ def register(subparsers: Any) -> None:
     )
     add_json(desc)
     desc.set_defaults(func=run_guarded(describe_cmd))
-
-    alter = verb_parser(sub, "alter", "increase a topic's partition count")
-    add_bootstrap(alter)
-    alter.add_argument("--topic", required=True)
-    alter.add_argument("--partitions", type=int, required=True, help="new total count")
-    alter.add_argument("--validate-only", action="store_true")
-    add_json(alter)
-    alter.set_defaults(func=run_guarded(alter_cmd))
-
-    ac = verb_parser(sub, "alter-config", "set or remove topic configs (incremental)")
-    add_bootstrap(ac)
-    ac.add_argument("--topic", required=True)
-    ac.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V]")
-    ac.add_argument("--delete-config", action="append", default=[], metavar="KEY")
-    ac.add_argument("--validate-only", action="store_true")
-    add_json(ac)
-    ac.set_defaults(func=run_guarded(alter_config_cmd))
 
 
 def parse_replica_assignment(text: str) -> list[list[int]]:

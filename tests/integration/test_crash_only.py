@@ -5,6 +5,7 @@ every acknowledged record is still there."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from pathlib import Path
@@ -16,6 +17,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from riverbed.metadata.records import encode_record
 from riverbed.protocol.messages import PartitionRecord
 from riverbed.protocol.records import SimpleRecord, build_batch, valid_prefix
+from riverbed.server.fault_handler import FATAL_EXIT_CODE
 from riverbed.storage.log_manager import METADATA_PARTITION_DIR
 from riverbed.testing.cluster import BrokerProcess
 
@@ -87,5 +89,40 @@ def test_a_record_that_fails_to_apply_halts_the_node_and_a_restart_recovers(
                 got.extend(r.value for r in records)
         consumer.close()
         assert got == [f"v{i}".encode() for i in range(5)]
+    finally:
+        broker.close()
+
+
+#: Loaded by the child through PYTHONPATH: the AlterPartition sender's loop raises an
+#: error no site expects (the injection is the test's; the node code is unchanged).
+_BREAK_THE_SENDER = """
+from riverbed.server.replication import manager
+
+async def _broken(self):
+    raise RuntimeError("injected: the AlterPartition sender broke")
+
+manager.ReplicaManager._alter_loop = _broken
+"""
+
+
+def test_an_unexpected_error_in_the_alter_partition_sender_halts_the_process(
+    tmp_path: Path,
+) -> None:
+    """Before issue 18 the sender was a bare task: its error vanished with it and the node
+    served on, unable to change any ISR. Now: one FATAL line, exit code 1."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(_BREAK_THE_SENDER)
+    pythonpath = os.pathsep.join(p for p in (str(inject), os.environ.get("PYTHONPATH")) if p)
+    broker = BrokerProcess(data_dir=tmp_path / "data", env={"PYTHONPATH": pythonpath})
+    broker.start()
+    try:
+        assert broker.proc is not None
+        assert broker.proc.wait(HALT_WAIT_S) == FATAL_EXIT_CODE
+        fatal = [line for line in broker.log_tail().splitlines() if line.startswith("FATAL")]
+        assert fatal == [
+            "FATAL riverbed node 1: AlterPartition sender failed: "
+            "RuntimeError: injected: the AlterPartition sender broke"
+        ]
     finally:
         broker.close()

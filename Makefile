@@ -59,12 +59,14 @@ unit: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.codec_bench
 
-# simulation soak, raft then replication: `make soak SEEDS=100000` (each failure prints
-# its replay command)
+# simulation soak, raft, replication, then replication over the brokers' shells (real
+# storage on a simulated disk): `make soak SEEDS=100000` (each failure prints its replay
+# command)
 SEEDS ?= 10000
 soak: $(STAMP)
 	$(VENV)/bin/python -m riverbed.testing.raft_sim --seeds $(SEEDS)
 	$(VENV)/bin/python -m riverbed.testing.replication_sim --seeds $(SEEDS)
+	$(VENV)/bin/python -m riverbed.testing.replication_shell_sim --seeds $(SEEDS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

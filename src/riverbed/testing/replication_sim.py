@@ -32,8 +32,9 @@ import sys
 import time
 import uuid
 from collections import Counter, deque
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 from riverbed.metadata.control_common import ControllerConfig, ControllerError
 from riverbed.metadata.controller import Controller
@@ -66,6 +67,7 @@ from riverbed.testing.replication_sim_parts import (
     InvariantError,
     MemLog,
     Net,
+    Record,
 )
 
 STEP_MS = 10
@@ -97,10 +99,11 @@ class SimParams:
     calm_ms: int = 20_000
     calm_records: int = 10
     verbose: bool = False
+    sim: str = "replication_sim"  # the module that runs it (replication_shell_sim too)
 
     def replay_command(self) -> str:
         return (
-            f".venv/bin/python -m riverbed.testing.replication_sim --seed {self.seed} "
+            f".venv/bin/python -m riverbed.testing.{self.sim} --seed {self.seed} "
             f"--brokers {self.brokers} --rf {self.replication_factor} "
             f"--min-insync {self.min_insync} --chaos-ms {self.chaos_ms} -v"
         )
@@ -213,7 +216,7 @@ class ReplicationSim:
             replica_fetch_backoff_ms=100,
             alter_partition_timeout_ms=800,
         )
-        self.brokers = {b: SimBroker(b) for b in range(1, params.brokers + 1)}
+        self.brokers = {b: self._new_broker(b) for b in range(1, params.brokers + 1)}
         ids = random.Random(self.rng.getrandbits(64))
         self.controller = Controller(
             ControllerConfig(node_id=CONTROLLER),
@@ -229,6 +232,9 @@ class ReplicationSim:
         self.pending_produces: dict[int, str] = {}
         self.acked: dict[str, int] = {}
         self._setup()
+
+    def _new_broker(self, broker_id: int) -> SimBroker:
+        return SimBroker(broker_id)
 
     # ------------------------------------------------------------------ controller side
     def _commit(self, records: list[Message]) -> None:
@@ -600,13 +606,21 @@ class ReplicationSim:
             return False
         if any(v not in self.acked for v in wanted):
             return False
-        leader = self.brokers[reg.leader]
-        if leader.part is None or leader.part.leader is None:
+        leading = self._leader_log(reg.leader)
+        if leading is None:
             return False
-        end = leader.log.log_end_offset
-        if leader.part.high_watermark != end:
-            return False
-        return all(self.brokers[r].log.records == leader.log.records for r in reg.replicas)
+        hw, records = leading
+        return hw == len(records) and all(self._log(r) == records for r in reg.replicas)
+
+    def _leader_log(self, broker_id: int) -> tuple[int, list[Record]] | None:
+        """(high watermark, log) of ``broker_id`` if it leads now."""
+        b = self.brokers[broker_id]
+        if b.part is None or b.part.leader is None:
+            return None
+        return b.part.high_watermark, b.log.records
+
+    def _log(self, broker_id: int) -> list[Record]:
+        return self.brokers[broker_id].log.records
 
     def _describe(self) -> str:
         reg = self.partition_reg()
@@ -622,20 +636,33 @@ class ReplicationSim:
         return "\n".join(lines)
 
 
+S = TypeVar("S", bound=ReplicationSim)
+
+
 def run_seed(params: SimParams) -> ReplicationSim:
-    sim = ReplicationSim(params)
+    return run_sim(ReplicationSim(params))
+
+
+def run_sim(sim: S) -> S:
+    """Run ``sim``; a broken invariant raises SimulationFailure with the replay command."""
     try:
         sim.run()
     except InvariantError as err:
         trace = "\n".join(sim.trace)
         raise SimulationFailure(
-            f"replay: {params.replay_command()}\n{err}\n{sim._describe()}\nlast events:\n{trace}"
+            f"replay: {sim.p.replay_command()}\n{err}\n{sim._describe()}\nlast events:\n{trace}"
         ) from err
     return sim
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(
+    argv: list[str] | None = None,
+    run: Callable[[SimParams], ReplicationSim] = run_seed,
+    sim: str = "replication_sim",
+    description: str = __doc__.split("\n")[0],
+) -> int:
+    """The command line of this simulation, or of ``sim`` whose seeds ``run`` runs."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--seed", type=int, help="run one seed (with the params given)")
     ap.add_argument("--seeds", type=int, default=100, help="run seeds 0..N-1 (params per seed)")
     ap.add_argument("--brokers", type=int, default=3)
@@ -653,15 +680,16 @@ def main(argv: list[str] | None = None) -> int:
                 args.min_insync,
                 args.chaos_ms,
                 verbose=args.verbose,
+                sim=sim,
             )
         ]
     else:
-        todo = [params_for(s) for s in range(args.seeds)]
+        todo = [replace(params_for(s), sim=sim) for s in range(args.seeds)]
     failed, stats = 0, Counter[str]()
     started = time.monotonic()
     for params in todo:
         try:
-            stats.update(run_seed(params).stats)
+            stats.update(run(params).stats)
         except SimulationFailure as err:
             failed += 1
             print(f"FAILED seed {params.seed}:\n{err}\n", file=sys.stderr)

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from riverbed.storage.epoch_cache import LeaderEpochCache
 
@@ -30,6 +31,18 @@ class InvariantError(AssertionError):
 
 
 Record = tuple[int, str]  # (leader epoch, value)
+
+
+class CheckedLog(Protocol):
+    """What the checker reads of a replica's log (``MemLog``, or a view of a real one)."""
+
+    verified: int  # how far it was compared with the ledger
+
+    @property
+    def records(self) -> Sequence[Record]: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
 
 
 class MemLog:
@@ -155,7 +168,7 @@ class Checker:
         self.leader_hw: dict[tuple[int, int, int], int] = {}  # (broker, incarnation, epoch)
         self.acked = 0
 
-    def _verify(self, who: str, log: MemLog, upto: int) -> None:
+    def _verify(self, who: str, log: CheckedLog, upto: int) -> None:
         for o in range(log.verified, upto):
             if log.records[o] != self.ledger[o]:
                 raise InvariantError(
@@ -163,7 +176,9 @@ class Checker:
                 )
         log.verified = max(log.verified, upto)
 
-    def on_leader_hw(self, broker: int, incarnation: int, epoch: int, log: MemLog, hw: int) -> None:
+    def on_leader_hw(
+        self, broker: int, incarnation: int, epoch: int, log: CheckedLog, hw: int
+    ) -> None:
         key = (broker, incarnation, epoch)
         if hw < self.leader_hw.get(key, -1):
             raise InvariantError(
@@ -191,7 +206,7 @@ class Checker:
                 f"acknowledged {value!r} at offset {offset} but the ledger has {got}"
             )
 
-    def check_isr(self, isr: tuple[int, ...], logs: dict[int, MemLog]) -> None:
+    def check_isr(self, isr: tuple[int, ...], logs: Mapping[int, CheckedLog]) -> None:
         end = len(self.ledger)
         for b in isr:
             log = logs[b]
@@ -201,3 +216,11 @@ class Checker:
                     f"end {end} (committed records lost)"
                 )
             self._verify(f"ISR member {b}", log, end)
+
+    def new_history(self, logs: Sequence[CheckedLog]) -> None:
+        """An unclean election the user asked for: what was committed may be gone, the
+        new leader's log is the history from now on (the invariants hold again from
+        here; the raft simulation's wiped disk starts a new history the same way)."""
+        self.ledger = []
+        for log in logs:
+            log.verified = 0

@@ -80,8 +80,13 @@ def _follower_read(broker: Broker, hosted: HostedPartition, p: Any, replica_id: 
     replicas = broker.partitions.replicas
     if replica_id < 0 or replicas is None:
         return None
-    pos = FetchPosition(replica_id, p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch)
-    return replicas.follower_fetch(hosted, pos)
+    return replicas.follower_fetch(hosted, follower_position(replica_id, p))
+
+
+def follower_position(replica_id: int, p: Any) -> FetchPosition:
+    """A follower's Fetch of one partition as the leader core takes it (also the
+    replication simulation's leader side)."""
+    return FetchPosition(replica_id, p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch)
 
 
 def _remote_read(

@@ -119,7 +119,8 @@ class ReplicaFetcher:
         what = f"replica fetcher from broker {self.leader_id}"
         self.task = supervise(what, self._run(), self.manager.fault_handler)
 
-    def _positions(self) -> dict[Key, FetchPosition]:
+    def positions(self) -> dict[Key, FetchPosition]:
+        """What to fetch now: each partition's position (none: every one waits)."""
         now = self.manager.now_ms()
         return {
             key: pos
@@ -129,7 +130,21 @@ class ReplicaFetcher:
         }
 
     async def _back_off(self) -> None:
-        await self.owner.sleep(self.retrier.failed() / 1000)
+        await self.owner.sleep(self.failed() / 1000)
+
+    def failed(self) -> int:
+        """The fetch got no answer (connection, timeout): ms to wait before the next one
+        (exponential back-off with jitter)."""
+        return self.retrier.failed()
+
+    def answered(self, positions: dict[Key, FetchPosition], response: FetchResponse) -> int:
+        """A Fetch response to ``positions``: each partition's part to its core; the ms
+        to wait before the next fetch (0 unless the whole response is an error)."""
+        if response.error_code:
+            return self.retrier.failed()
+        self.retrier.succeeded()
+        self._handle(positions, response)
+        return 0
 
     async def _run(self) -> None:
         channel: Channel | None = None
@@ -140,7 +155,7 @@ class ReplicaFetcher:
                     self.wake.clear()
                     await self.wake.wait()
                     continue
-                positions = self._positions()
+                positions = self.positions()
                 if not positions:
                     await o.sleep(IDLE_POLL_S)
                     continue
@@ -164,11 +179,9 @@ class ReplicaFetcher:
                     channel = None
                     await self._back_off()
                     continue
-                if response.error_code:
-                    await self._back_off()
-                    continue
-                self.retrier.succeeded()
-                self._handle(positions, response)
+                delay_ms = self.answered(positions, response)
+                if delay_ms:
+                    await o.sleep(delay_ms / 1000)
         finally:
             if channel is not None:
                 channel.close()
@@ -225,12 +238,15 @@ class ReplicaFetcherManager:
         rng: random.Random | None = None,
         sleep: Sleep = asyncio.sleep,
         channel_factory: Callable[[int], Channel | None] | None = None,
+        run_tasks: bool = True,
     ) -> None:
         self.manager = manager
         self.rng = rng or random.Random()
         self.sleep = sleep
         self.channel_factory = channel_factory
         self.node_id = node_id
+        #: False: fetchers are state only, their requests sent by the caller (simulation)
+        self.run_tasks = run_tasks
         self.listener = listener
         self.num_fetchers = max(1, int(config.get("num.replica.fetchers", "1")))
         self.fetch_max_bytes = int(config.get("replica.fetch.max.bytes", "1048576"))
@@ -260,7 +276,8 @@ class ReplicaFetcherManager:
         if fetcher is None:
             fetcher = ReplicaFetcher(self.manager, self, leader_id)
             self.fetchers[target] = fetcher
-            fetcher.start()
+            if self.run_tasks:
+                fetcher.start()
         fetcher.partitions.add(key)
         fetcher.wake.set()
         self.assigned[key] = target
@@ -273,8 +290,9 @@ class ReplicaFetcherManager:
         if fetcher is None:
             return
         fetcher.forget(key)
-        if not fetcher.partitions and fetcher.task is not None:
-            fetcher.task.cancel()
+        if not fetcher.partitions:
+            if fetcher.task is not None:
+                fetcher.task.cancel()
             del self.fetchers[target]
 
     async def close(self) -> None:

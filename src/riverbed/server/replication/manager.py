@@ -36,6 +36,7 @@ import logging.handlers
 import random
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,15 @@ def open_state_change_log(log_dir: str | Path) -> logging.Handler:
     return handler
 
 
+@dataclass(frozen=True)
+class AlterBatch:
+    """One AlterPartition request in flight and the partitions it speaks for."""
+
+    keys: list[Key]
+    items: list[Item]
+    request: AlterPartitionRequest
+
+
 AlterPartitionCall = Callable[[AlterPartitionRequest], Awaitable[AlterPartitionResponse]]
 
 
@@ -108,7 +118,10 @@ class ReplicaManager:
         *,
         fault_handler: FaultHandler | None = None,
         rng: random.Random | None = None,
+        run_fetchers: bool = True,
     ) -> None:
+        """``run_fetchers=False``: the replica fetchers keep their state but start no
+        tasks; the caller sends their requests (the replication simulation)."""
         self.node_id = node_id
         self.static_config = dict(static_config)
         self.partitions = partitions
@@ -117,7 +130,8 @@ class ReplicaManager:
         self._alter_partition = alter_partition
         self._image = image
         self.cores: dict[Key, Partition] = {}
-        self._waiters: dict[int, asyncio.Future[ErrorCode]] = {}
+        #: parked acks=all produces: request id -> what to call with the outcome
+        self._waiters: dict[int, Callable[[ErrorCode], None]] = {}
         self._request_ids = itertools.count(1)
         self._alter_queue: dict[Key, tuple[uuid.UUID, AlterIsr]] = {}
         self._alter_wakeup = asyncio.Event()
@@ -126,7 +140,12 @@ class ReplicaManager:
         self.fault_handler: FaultHandler = fault_handler or ProcessTerminatingFaultHandler(node_id)
         self.rng = rng or random.Random()
         self.fetchers = ReplicaFetcherManager(
-            self, node_id, static_config, inter_broker_listener, rng=self.rng
+            self,
+            node_id,
+            static_config,
+            inter_broker_listener,
+            rng=self.rng,
+            run_tasks=run_fetchers,
         )
         self.throttles = ReplicationThrottles(node_id, self.static_config, image, now_ms)
 
@@ -142,9 +161,9 @@ class ReplicaManager:
         if self._tasks:
             await asyncio.wait(self._tasks)  # a task's own fault went to the fault handler
         await self.fetchers.close()
-        for fut in self._waiters.values():
-            if not fut.done():
-                fut.set_result(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        waiters, self._waiters = self._waiters, {}
+        for done in waiters.values():
+            done(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
     def broker_epoch(self) -> int:
         reg = self._image().brokers.get(self.node_id)
@@ -248,9 +267,9 @@ class ReplicaManager:
                     hosted.log.update_high_watermark(a.high_watermark)
                 self.purgatory.notify(key)
             elif isinstance(a, ProduceCompleted):
-                fut = self._waiters.get(a.request_id)
-                if fut is not None and not fut.done():
-                    fut.set_result(a.error)
+                done = self._waiters.pop(a.request_id, None)
+                if done is not None:
+                    done(a.error)
             elif isinstance(a, AlterIsr):
                 topic = self._image().topic(key[0])
                 if topic is not None:
@@ -296,26 +315,38 @@ class ReplicaManager:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         return core.leader.check_produce(acks)
 
-    async def wait_for_acks(self, hosted: Any, required_offset: int, timeout_ms: int) -> ErrorCode:
-        """acks=all: wait until the ISR holds every offset below ``required_offset``."""
+    def park_produce(
+        self,
+        hosted: Any,
+        required_offset: int,
+        timeout_ms: int,
+        done: Callable[[ErrorCode], None],
+    ) -> None:
+        """The delayed produce (Kafka's ``DelayedProduce``): ``done(error)`` once the ISR
+        holds every offset below ``required_offset``, or with the core's error (timeout,
+        lost leadership); maybe at once."""
         key: Key = (hosted.topic, hosted.index)
         core = self.cores.get(key)
         if core is None or core.leader is None:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+            done(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            return
         rid = next(self._request_ids)
+        self._waiters[rid] = done
+        actions = core.leader.park_produce(rid, required_offset, timeout_ms, self.now_ms())
+        self._run(key, hosted, actions)
+
+    async def wait_for_acks(self, hosted: Any, required_offset: int, timeout_ms: int) -> ErrorCode:
+        """acks=all: wait until the ISR holds every offset below ``required_offset``."""
         fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
-        self._waiters[rid] = fut
-        try:
-            self._run(
-                key,
-                hosted,
-                core.leader.park_produce(rid, required_offset, timeout_ms, self.now_ms()),
-            )
-            if not fut.done():
-                park_current_request()  # a delayed produce holds no request permit
-            return await fut
-        finally:
-            del self._waiters[rid]
+
+        def done(error: ErrorCode) -> None:
+            if not fut.done():  # (a cancelled request's future is done)
+                fut.set_result(error)
+
+        self.park_produce(hosted, required_offset, timeout_ms, done)
+        if not fut.done():
+            park_current_request()  # a delayed produce holds no request permit
+        return await fut
 
     # ------------------------------------------------------------------ follower side
     def on_fetch_result(self, key: Key, result: FetchResult) -> bool:
@@ -353,29 +384,46 @@ class ReplicaManager:
             await asyncio.sleep(TICK_MS / 1000)
             self.tick()  # a core's error is a fault (supervised): no ISR rule may stop
 
+    def take_alter_batch(self) -> AlterBatch | None:
+        """The next AlterPartition request: the pending proposals of up to
+        ``ALTER_PARTITION_ITEMS_MAX`` partitions, taken off the queue (None: none)."""
+        batch = list(self._alter_queue.items())[:ALTER_PARTITION_ITEMS_MAX]
+        for key, _ in batch:
+            del self._alter_queue[key]
+        if not batch:
+            return None
+        items: list[Item] = [(tid, key[1], req) for key, (tid, req) in batch]
+        request = alter_partition_request(self.node_id, self.broker_epoch(), items)
+        return AlterBatch([key for key, _ in batch], items, request)
+
+    def alter_partition_answered(
+        self, batch: AlterBatch, response: AlterPartitionResponse | None, error: ErrorCode
+    ) -> None:
+        """The controller's answer to ``batch`` (or ``error`` for all of it) to each core."""
+        results = alter_partition_results(batch.items, response, error)
+        now = self.now_ms()
+        for key, result in zip(batch.keys, results, strict=True):
+            core = self.cores.get(key)
+            if core is not None and core.leader is not None:
+                self._run(key, None, core.leader.on_alter_partition_response(result, now))
+
     async def _alter_loop(self) -> None:
         """Send the cores' ISR proposals, one request at a time (Kafka's
         ``AlterPartitionManager``)."""
         while True:
             await self._alter_wakeup.wait()
             self._alter_wakeup.clear()
-            batch = list(self._alter_queue.items())[:ALTER_PARTITION_ITEMS_MAX]
-            for key, _ in batch:
-                del self._alter_queue[key]
+            batch = self.take_alter_batch()
             if self._alter_queue:
                 self._alter_wakeup.set()
-            if batch:
+            if batch is not None:
                 await self._send_alter_partition(batch)
 
-    async def _send_alter_partition(
-        self, batch: list[tuple[Key, tuple[uuid.UUID, AlterIsr]]]
-    ) -> None:
-        items: list[Item] = [(tid, key[1], req) for key, (tid, req) in batch]
-        request = alter_partition_request(self.node_id, self.broker_epoch(), items)
+    async def _send_alter_partition(self, batch: AlterBatch) -> None:
         response: AlterPartitionResponse | None = None
         error = ErrorCode.NONE
         try:
-            response = await self._alter_partition(request)
+            response = await self._alter_partition(batch.request)
         except TimeoutError:
             error = ErrorCode.REQUEST_TIMED_OUT
         except ControllerError as exc:
@@ -384,9 +432,4 @@ class ReplicaManager:
             log.info("AlterPartition not accepted (%r): the cores retry", exc)
             error = ErrorCode.NOT_CONTROLLER
         # anything else escapes to the supervisor: a sender that stops is a wedged broker
-        results = alter_partition_results(items, response, error)
-        now = self.now_ms()
-        for (key, _), result in zip(batch, results, strict=True):
-            core = self.cores.get(key)
-            if core is not None and core.leader is not None:
-                self._run(key, None, core.leader.on_alter_partition_response(result, now))
+        self.alter_partition_answered(batch, response, error)

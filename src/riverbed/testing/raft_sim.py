@@ -327,17 +327,7 @@ class Simulation:
             if isinstance(a, SendRequest):
                 self.send(sn.node_id, a.dest, "req", a.correlation_id, a.request, -1)
             elif isinstance(a, SendResponse):
-                resp = a.response
-                if (
-                    isinstance(resp, FetchSnapshotResponse)
-                    and resp.error_code == 0
-                    and node.role is Role.LEADER
-                    and a.dest in self.voters
-                ):
-                    follows = self.snapshot_follows.setdefault((sn.node_id, node.epoch), {})
-                    follows[a.dest] = self.now
-                inc = sn.request_incarnation.pop((a.dest, a.correlation_id), -1)
-                self.send(sn.node_id, a.dest, "resp", a.correlation_id, a.response, inc)
+                self.send_response(sn, a)
             elif isinstance(a, PersistQuorumState):
                 sn.disk.quorum_state = a.state
                 self.checker.on_persist(sn.node_id, a.state.leader_epoch)
@@ -357,40 +347,60 @@ class Simulation:
                 self.metadata_checker.on_commit(a.entries)
                 assert sn.guard is not None
                 sn.guard.apply(a.entries)
-            elif isinstance(a, LoadSnapshot):
-                self.stats["snapshot loads"] += 1
-                assert sn.guard is not None
-                records = read_snapshot(sn.disk.snapshots.get(a.snapshot_id)).records
-                sn.guard.load_snapshot(a.snapshot_id, records)
-                self.checker.check_snapshot_state(sn.node_id, a.snapshot_id, sn.sm.data)
-                self.trace(f"node {sn.node_id} loaded snapshot {a.snapshot_id}")
-            elif isinstance(a, CreateSnapshot):
-                self.stats["snapshots written"] += 1
-                if not self.metadata_checker.is_batch_boundary(a.snapshot_id.end_offset):
-                    raise InvariantError(
-                        f"node {sn.node_id}: snapshot {a.snapshot_id} ends inside a batch"
-                    )
-                data = sn.sm.snapshot(a.snapshot_id)
-                self.checker.check_snapshot_state(sn.node_id, a.snapshot_id, sn.sm.data)
-                # a crash before the rename loses it: write after a delay
-                delay = self.rng.choice((0, 1, 10))
-                self.schedule(
-                    self.now + delay, "snapshot", sn.node_id, sn.incarnation, a.snapshot_id, data
-                )
-            elif isinstance(a, DeleteSnapshots):
-                # unlinked on the shell's worker thread: later (a crash may come first)
-                delay = self.rng.choice((0, 2, 20))
-                self.schedule(
-                    self.now + delay, "snapshot delete", sn.node_id, sn.incarnation, a.snapshot_ids
-                )
-            elif isinstance(a, CompleteSnapshotDownload):
-                # validated, fsynced and renamed on the shell's worker thread: later
-                delay = self.rng.choice((0, 1, 5, 30))
-                self.schedule(
-                    self.now + delay, "download done", sn.node_id, sn.incarnation, a.snapshot_id
-                )
             elif isinstance(a, LeaderChanged):
                 self.trace(f"node {sn.node_id}: epoch {a.epoch} leader {a.leader_id}")
+            else:
+                self.run_snapshot_action(sn, a)
+
+    def send_response(self, sn: SimNode, a: SendResponse) -> None:
+        node = sn.node
+        assert node is not None
+        resp = a.response
+        if (
+            isinstance(resp, FetchSnapshotResponse)
+            and resp.error_code == 0
+            and node.role is Role.LEADER
+            and a.dest in self.voters
+        ):
+            follows = self.snapshot_follows.setdefault((sn.node_id, node.epoch), {})
+            follows[a.dest] = self.now
+        inc = sn.request_incarnation.pop((a.dest, a.correlation_id), -1)
+        self.send(sn.node_id, a.dest, "resp", a.correlation_id, a.response, inc)
+
+    def run_snapshot_action(self, sn: SimNode, a: Action) -> None:
+        """LoadSnapshot, CreateSnapshot, DeleteSnapshots, CompleteSnapshotDownload."""
+        if isinstance(a, LoadSnapshot):
+            self.stats["snapshot loads"] += 1
+            assert sn.guard is not None
+            records = read_snapshot(sn.disk.snapshots.get(a.snapshot_id)).records
+            sn.guard.load_snapshot(a.snapshot_id, records)
+            self.checker.check_snapshot_state(sn.node_id, a.snapshot_id, sn.sm.data)
+            self.trace(f"node {sn.node_id} loaded snapshot {a.snapshot_id}")
+        elif isinstance(a, CreateSnapshot):
+            self.stats["snapshots written"] += 1
+            if not self.metadata_checker.is_batch_boundary(a.snapshot_id.end_offset):
+                raise InvariantError(
+                    f"node {sn.node_id}: snapshot {a.snapshot_id} ends inside a batch"
+                )
+            data = sn.sm.snapshot(a.snapshot_id)
+            self.checker.check_snapshot_state(sn.node_id, a.snapshot_id, sn.sm.data)
+            # a crash before the rename loses it: write after a delay
+            delay = self.rng.choice((0, 1, 10))
+            self.schedule(
+                self.now + delay, "snapshot", sn.node_id, sn.incarnation, a.snapshot_id, data
+            )
+        elif isinstance(a, DeleteSnapshots):
+            # unlinked on the shell's worker thread: later (a crash may come first)
+            delay = self.rng.choice((0, 2, 20))
+            self.schedule(
+                self.now + delay, "snapshot delete", sn.node_id, sn.incarnation, a.snapshot_ids
+            )
+        elif isinstance(a, CompleteSnapshotDownload):
+            # validated, fsynced and renamed on the shell's worker thread: later
+            delay = self.rng.choice((0, 1, 5, 30))
+            self.schedule(
+                self.now + delay, "download done", sn.node_id, sn.incarnation, a.snapshot_id
+            )
 
     def feed(self, sn: SimNode, fn: Callable[[RaftNode], list[Action]]) -> None:
         node = sn.node
@@ -443,27 +453,54 @@ class Simulation:
                 if before is not None:
                     self.check_quorum_kept(sn, *before)
         elif kind == "msg":
-            src, src_inc, dst, dst_inc, mkind, corr, msg = payload
-            sn = self.nodes[dst]
-            if not sn.alive or not self.connected(src, dst):
-                return
-            if mkind == "req":
-                if self.p.verbose:
-                    self.trace(f"{src}->{dst} #{corr} {msg}")
-                sn.request_incarnation[(src, corr)] = src_inc
-                self.feed(sn, lambda n: n.handle_request(src, corr, msg, self.now))
-            elif dst_inc == sn.incarnation:
-                if isinstance(msg, FetchResponse):
-                    if msg.diverging_epoch is not None:
-                        self.stats["diverging"] += 1
-                    if msg.snapshot_id is not None:
-                        self.stats["fetch->snapshot id"] += 1
-                elif isinstance(msg, FetchSnapshotResponse):
-                    self.stats[f"fetch_snapshot error {msg.error_code}"] += 1
-                if self.p.verbose:
-                    self.trace(f"{src}->{dst} #{corr} {msg}")
-                self.feed(sn, lambda n: n.handle_response(src, corr, msg, self.now))
-        elif kind == "flush":
+            self.deliver(*payload)
+        elif kind in ("flush", "snapshot", "snapshot delete", "download done"):
+            self.disk_done(kind, payload)
+        elif kind == "fault":
+            if self.chaos:
+                self.inject_fault()
+                self.schedule(self.now + self.rng.randint(20, 400), "fault")
+        elif kind == "client":
+            if self.chaos:
+                self.client_append()
+                self.schedule(self.now + self.rng.randint(1, 40), "client")
+        elif kind == "restart":
+            (nid,) = payload
+            sn = self.nodes[nid]
+            if not sn.alive:
+                self.boot(sn)
+        elif kind == "heal":
+            self.partition = {}
+            self.trace("partition healed")
+
+    def deliver(
+        self, src: int, src_inc: int, dst: int, dst_inc: int, mkind: str, corr: int, msg: Any
+    ) -> None:
+        """A request or response arrives (a response only at the incarnation that asked)."""
+        sn = self.nodes[dst]
+        if not sn.alive or not self.connected(src, dst):
+            return
+        if mkind == "req":
+            if self.p.verbose:
+                self.trace(f"{src}->{dst} #{corr} {msg}")
+            sn.request_incarnation[(src, corr)] = src_inc
+            self.feed(sn, lambda n: n.handle_request(src, corr, msg, self.now))
+        elif dst_inc == sn.incarnation:
+            if isinstance(msg, FetchResponse):
+                if msg.diverging_epoch is not None:
+                    self.stats["diverging"] += 1
+                if msg.snapshot_id is not None:
+                    self.stats["fetch->snapshot id"] += 1
+            elif isinstance(msg, FetchSnapshotResponse):
+                self.stats[f"fetch_snapshot error {msg.error_code}"] += 1
+            if self.p.verbose:
+                self.trace(f"{src}->{dst} #{corr} {msg}")
+            self.feed(sn, lambda n: n.handle_response(src, corr, msg, self.now))
+
+    def disk_done(self, kind: str, payload: tuple[Any, ...]) -> None:
+        """A disk operation the shell ran in the background finished (unless the node
+        crashed meanwhile: then it never happened)."""
+        if kind == "flush":
             nid, inc, end, truncations = payload
             sn = self.nodes[nid]
             if sn.alive and sn.incarnation == inc:
@@ -494,22 +531,6 @@ class Simulation:
                     "snapshot downloads " + ("completed" if problem is None else "rejected")
                 ] += 1
                 self.feed(sn, lambda n: n.on_snapshot_downloaded(sid, problem, self.now))
-        elif kind == "fault":
-            if self.chaos:
-                self.inject_fault()
-                self.schedule(self.now + self.rng.randint(20, 400), "fault")
-        elif kind == "client":
-            if self.chaos:
-                self.client_append()
-                self.schedule(self.now + self.rng.randint(1, 40), "client")
-        elif kind == "restart":
-            (nid,) = payload
-            sn = self.nodes[nid]
-            if not sn.alive:
-                self.boot(sn)
-        elif kind == "heal":
-            self.partition = {}
-            self.trace("partition healed")
 
     def leader_view(self, sn: SimNode) -> tuple[int, int, dict[int, int]] | None:
         """(epoch, start ms, voter -> last Fetch ms) of a leader, before its tick."""

@@ -1,11 +1,12 @@
 """DESIGN.md's layers: below ``server/``, nothing reads a clock or opens a socket.
 
 Every core (``storage/``, ``raft/``, ``metadata/``, ``replication/``, ``coordinator/``,
-``producer/``, ``tiered/`` and ``protocol/``) takes ``now_ms`` (or a ``Clock``) from its
-caller and exchanges messages, never bytes on a socket; the asyncio shells that own the
-clock, the sockets and the event loop live in ``server/``. "Dependencies point down only":
-no core imports ``server/`` or a layer above it. DESIGN.md's one exception: ``tiered/``'s
-remote storage managers, adapters around fsspec that only ``server/``'s bounded pools call.
+``transaction/``, ``producer/``, ``tiered/`` and ``protocol/``) takes ``now_ms`` (or a
+``Clock``) from its caller and exchanges messages, never bytes on a socket; the asyncio
+shells that own the clock, the sockets and the event loop live in ``server/``.
+"Dependencies point down only": no core imports ``server/`` or a layer above it.
+DESIGN.md's one exception: ``tiered/``'s remote storage managers, adapters around fsspec
+that only ``server/``'s bounded pools call.
 Checked on the import graph (imports under ``if TYPE_CHECKING:`` are annotations only) and
 on calls of the clock.
 """
@@ -25,6 +26,7 @@ CORES = (
     "metadata",
     "replication",
     "coordinator",
+    "transaction",
     "producer",
     "tiered",
     "protocol",

@@ -9,7 +9,9 @@ handler, a manual clock and seeded random numbers:
 - the errors it does expect (no controller, a timeout, an unknown error code: Kafka's
   UNKNOWN_SERVER_ERROR) are answered to the core, which sends again;
 - a follower whose local log refuses the leader's batch backs that partition off,
-  exponentially, on the injected clock (before: it fetched again at network speed).
+  exponentially, on the injected clock (before: it fetched again at network speed); so
+  does a fetcher that cannot reach its leader, and one that meets an error nobody
+  expects halts the node.
 """
 
 from __future__ import annotations
@@ -139,40 +141,90 @@ class RefusingLeader:
         pass
 
 
-def test_a_follower_whose_log_refuses_the_batch_backs_off_exponentially(tmp_path: Path) -> None:
-    window_ms = 20_000
-    fetches_max = 200  # enough to tell "network speed" from a back-off
+class UnreachableLeader(RefusingLeader):
+    """Every exchange with leader 2 fails as a refused connection does."""
 
+    async def request(self, api_key: int, version: int, body: Any, timeout_s: float) -> Any:
+        self.shell.clock.advance(1)
+        self.fetch_times_ms.append(self.shell.clock.now_ms() - START_MS)
+        await asyncio.sleep(0)
+        raise ConnectionRefusedError(111, "Connection refused")
+
+
+class BrokenLeader(RefusingLeader):
+    """Answers something the fetcher cannot have expected (a bug, not a network error)."""
+
+    async def request(self, api_key: int, version: int, body: Any, timeout_s: float) -> Any:
+        self.fetch_times_ms.append(self.shell.clock.now_ms() - START_MS)
+        return None  # no such response: reading its fields fails with AttributeError
+
+
+async def _follow(shell: BrokerShell, leader: RefusingLeader, window_ms: int) -> list[int]:
+    """Node 1 follows ``leader`` for ``window_ms`` of the injected clock (or until 200
+    fetches or a fault); the times of its fetches."""
+
+    async def sleep(seconds: float) -> None:
+        shell.clock.advance(int(seconds * 1000))
+        await asyncio.sleep(0)
+
+    shell.replicas.fetchers.sleep = sleep
+    shell.replicas.fetchers.channel_factory = lambda broker_id: leader
+    shell.apply()
+    for _ in range(100_000):
+        if (
+            shell.clock.now_ms() - START_MS >= window_ms
+            or len(leader.fetch_times_ms) >= 200
+            or shell.faults.faults
+        ):
+            break
+        await asyncio.sleep(0)
+    return leader.fetch_times_ms
+
+
+def test_a_follower_whose_log_refuses_the_batch_backs_off_exponentially(tmp_path: Path) -> None:
     async def run() -> None:
         shell = BrokerShell(tmp_path, leader=2, isr=[1, 2])
-        leader = RefusingLeader(shell)
-
-        async def sleep(seconds: float) -> None:  # time passes on the injected clock only
-            shell.clock.advance(int(seconds * 1000))
-            await asyncio.sleep(0)
-
-        shell.replicas.fetchers.sleep = sleep
-        shell.replicas.fetchers.channel_factory = lambda broker_id: leader
         try:
-            shell.apply()  # node 1 becomes the follower of 2: its fetcher starts
-            done = lambda: (  # noqa: E731
-                shell.clock.now_ms() - START_MS >= window_ms
-                or len(leader.fetch_times_ms) >= fetches_max
-                or shell.faults.faults
-            )
-            for _ in range(100_000):
-                if done():
-                    break
-                await asyncio.sleep(0)
+            times = await _follow(shell, RefusingLeader(shell), 20_000)
             assert shell.faults.faults == []
-            times = leader.fetch_times_ms
             gaps = [b - a for a, b in itertools.pairwise(times)]
-            # replica.fetch.backoff.ms (1000) doubling, +-20 % jitter, capped
+            # replica.fetch.backoff.ms (1000) doubling, +-20 % jitter, capped (before the
+            # fix: 200 fetches in 200 ms, one per exchange)
             assert 3 <= len(times) <= 6, times
             assert gaps[0] >= 800, gaps
             assert all(later > earlier for earlier, later in itertools.pairwise(gaps))
             assert max(gaps) <= REPLICA_FETCH_BACKOFF_MAX_MS + 100, gaps
             assert shell.partitions.get(TOPIC, 0).log.log_end_offset == 0  # nothing appended
+        finally:
+            await shell.close()
+
+    asyncio.run(run())
+
+
+def test_a_fetcher_that_cannot_reach_the_leader_backs_off_exponentially(tmp_path: Path) -> None:
+    async def run() -> None:
+        shell = BrokerShell(tmp_path, leader=2, isr=[1, 2], seed=7)
+        try:
+            times = await _follow(shell, UnreachableLeader(shell), 40_000)
+            gaps = [b - a for a, b in itertools.pairwise(times)]
+            assert shell.faults.faults == []
+            assert 5 <= len(times) <= 9, times  # ~1, 2, 4, 8, 10, 10 ... s
+            assert 800 <= gaps[0] <= 1200 and gaps[1] >= 1600, gaps
+            assert max(gaps) <= REPLICA_FETCH_BACKOFF_MAX_MS + 1, gaps
+        finally:
+            await shell.close()
+
+    asyncio.run(run())
+
+
+def test_an_unexpected_error_in_a_fetcher_halts_the_node(tmp_path: Path) -> None:
+    async def run() -> None:
+        shell = BrokerShell(tmp_path, leader=2, isr=[1, 2])
+        try:
+            await _follow(shell, BrokenLeader(shell), 10_000)
+            [(what, cause)] = shell.faults.faults
+            assert what == "replica fetcher from broker 2 failed"
+            assert isinstance(cause, AttributeError)
         finally:
             await shell.close()
 

@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from riverbed.metadata.control_common import ControllerError
 from riverbed.metadata.effective_config import partition_config
@@ -60,11 +60,16 @@ from riverbed.replication.config import ReplicaConfig
 from riverbed.replication.partition import Partition
 from riverbed.replication.wire import Item, alter_partition_request, alter_partition_results
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
+from riverbed.server.purgatory import Purgatory
 from riverbed.server.replication.fetcher import ReplicaFetcherManager
 from riverbed.server.replication.replica_log import PartitionReplicaLog
 from riverbed.server.replication.throttling import ReplicationThrottles
 from riverbed.server.request_permits import park_current_request
 from riverbed.server.supervise import supervise
+from riverbed.storage.log import PartitionLog
+
+if TYPE_CHECKING:
+    from riverbed.server.broker.partitions import HostedPartition, PartitionManager
 
 log = logging.getLogger(__name__)
 state_change_log = logging.getLogger("riverbed.state.change")
@@ -109,8 +114,8 @@ class ReplicaManager:
         self,
         node_id: int,
         static_config: Mapping[str, str],
-        partitions: Any,  # riverbed.server.broker.partitions.PartitionManager
-        purgatory: Any,
+        partitions: PartitionManager,
+        purgatory: Purgatory,
         now_ms: Callable[[], int],
         alter_partition: AlterPartitionCall,
         image: Callable[[], MetadataImage],
@@ -187,7 +192,7 @@ class ReplicaManager:
             core.update_config(config)
 
     # ------------------------------------------------------------------ metadata
-    def apply(self, hosted: Any) -> None:
+    def apply(self, hosted: HostedPartition) -> None:
         """The hosted partition's registration (maybe) changed: switch role accordingly."""
         key: Key = (hosted.topic, hosted.index)
         image = self._image()
@@ -229,7 +234,7 @@ class ReplicaManager:
         else:
             self.fetchers.remove(key)
 
-    def replace_log(self, key: Key, plog: Any) -> None:
+    def replace_log(self, key: Key, plog: PartitionLog) -> None:
         """The partition's log reopened in another log dir (AlterReplicaLogDirs): the same
         batches, offsets and epochs; the core goes on over the new one."""
         core = self.cores.get(key)
@@ -258,7 +263,7 @@ class ReplicaManager:
             self._run(key, None, core.stop("partition deleted here"))
 
     # ------------------------------------------------------------------ actions
-    def _run(self, key: Key, hosted: Any, actions: list[Action]) -> None:
+    def _run(self, key: Key, hosted: HostedPartition | None, actions: list[Action]) -> None:
         for a in actions:
             if isinstance(a, HighWatermarkChanged):
                 if hosted is None:
@@ -279,7 +284,7 @@ class ReplicaManager:
                 state_change_log.info("%s", a.message)
 
     # ------------------------------------------------------------------ leader side
-    def follower_fetch(self, hosted: Any, pos: FetchPosition) -> FetchAnswer:
+    def follower_fetch(self, hosted: HostedPartition, pos: FetchPosition) -> FetchAnswer:
         key: Key = (hosted.topic, hosted.index)
         core = self.cores.get(key)
         if core is None or core.leader is None:
@@ -292,24 +297,24 @@ class ReplicaManager:
         core = self.cores.get(key)
         return core is not None and core.leader is not None and replica_id in core.leader.isr.isr
 
-    def leader_allowance(self, hosted: Any, replica_id: int) -> int | None:
+    def leader_allowance(self, hosted: HostedPartition, replica_id: int) -> int | None:
         """Bytes the leader-side replication quota lets this follower have now (None:
         unthrottled)."""
         key: Key = (hosted.topic, hosted.index)
         return self.throttles.leader_allowance(key, self._follower_in_isr(key, replica_id))
 
-    def leader_sent(self, hosted: Any, replica_id: int, size_bytes: int) -> None:
+    def leader_sent(self, hosted: HostedPartition, replica_id: int, size_bytes: int) -> None:
         key: Key = (hosted.topic, hosted.index)
         in_isr = self._follower_in_isr(key, replica_id)
         self.throttles.leader_sent(key, in_isr, size_bytes)
 
-    def on_local_append(self, hosted: Any) -> None:
+    def on_local_append(self, hosted: HostedPartition) -> None:
         key: Key = (hosted.topic, hosted.index)
         core = self.cores.get(key)
         if core is not None and core.leader is not None:
             self._run(key, hosted, core.leader.on_local_append(self.now_ms()))
 
-    def check_produce(self, hosted: Any, acks: int) -> ErrorCode:
+    def check_produce(self, hosted: HostedPartition, acks: int) -> ErrorCode:
         core = self.cores.get((hosted.topic, hosted.index))
         if core is None or core.leader is None:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -317,7 +322,7 @@ class ReplicaManager:
 
     def park_produce(
         self,
-        hosted: Any,
+        hosted: HostedPartition,
         required_offset: int,
         timeout_ms: int,
         done: Callable[[ErrorCode], None],
@@ -335,7 +340,9 @@ class ReplicaManager:
         actions = core.leader.park_produce(rid, required_offset, timeout_ms, self.now_ms())
         self._run(key, hosted, actions)
 
-    async def wait_for_acks(self, hosted: Any, required_offset: int, timeout_ms: int) -> ErrorCode:
+    async def wait_for_acks(
+        self, hosted: HostedPartition, required_offset: int, timeout_ms: int
+    ) -> ErrorCode:
         """acks=all: wait until the ISR holds every offset below ``required_offset``."""
         fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
 

@@ -7,13 +7,13 @@ timestamps are the leader's) and truncates by leader epochs.
 
 from __future__ import annotations
 
-from typing import Any
-
+from riverbed.protocol.records import Buffer
 from riverbed.storage.epoch_cache import UNDEFINED_EPOCH
+from riverbed.storage.log import PartitionLog
 
 
 class PartitionReplicaLog:
-    def __init__(self, plog: Any) -> None:
+    def __init__(self, plog: PartitionLog) -> None:
         self.plog = plog
 
     @property
@@ -46,6 +46,6 @@ class PartitionReplicaLog:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self.plog.truncate_fully_and_start_at(offset)
 
-    def append_as_follower(self, records: Any) -> None:
+    def append_as_follower(self, records: Buffer | None) -> None:
         if records:
             self.plog.append_as_follower(records)

@@ -26,13 +26,13 @@ import random
 import struct
 import zlib
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
-from riverbed.protocol.messages import FetchRequest, FetchResponse
+from riverbed.protocol.messages import FetchRequest, FetchResponse, Message
 from riverbed.replication.actions import FetchAnswer, FetchPosition, FetchResult
 from riverbed.server.backoff import ExponentialBackoff, Retrier
 from riverbed.server.supervise import supervise
@@ -63,7 +63,9 @@ Sleep = Callable[[float], Awaitable[None]]
 class Channel(Protocol):
     """A connection to the leader, one request at a time."""
 
-    async def request(self, api_key: int, version: int, body: Any, timeout_s: float) -> Any: ...
+    async def request(
+        self, api_key: int, version: int, body: Message, timeout_s: float
+    ) -> Message: ...
 
     def close(self) -> None: ...
 
@@ -79,10 +81,10 @@ class BrokerChannel:
         self._writer: asyncio.StreamWriter | None = None
         self._correlation = 0
 
-    async def request(self, api_key: int, version: int, body: Any, timeout_s: float) -> Any:
+    async def request(self, api_key: int, version: int, body: Message, timeout_s: float) -> Message:
         return await asyncio.wait_for(self._exchange(api_key, version, body), timeout_s)
 
-    async def _exchange(self, api_key: int, version: int, body: Any) -> Any:
+    async def _exchange(self, api_key: int, version: int, body: Message) -> Message:
         if self._writer is None:
             self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
         assert self._reader is not None
@@ -179,6 +181,8 @@ class ReplicaFetcher:
                     channel = None
                     await self._back_off()
                     continue
+                if not isinstance(response, FetchResponse):  # a bug, not a network error
+                    raise TypeError(f"a Fetch answered with {type(response).__name__}")
                 delay_ms = self.answered(positions, response)
                 if delay_ms:
                     await o.sleep(delay_ms / 1000)

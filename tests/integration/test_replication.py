@@ -200,6 +200,37 @@ def kill_leader_under_production(
     return prod, leader
 
 
+def test_acks_all_is_acknowledged_right_after_topic_creation(cluster: QuorumCluster) -> None:
+    """A new partition's ISR is every live replica (Kafka's rule), so acks=all with
+    min.insync.replicas=2 is acknowledged as soon as the topic exists. Retries are off:
+    a NOT_ENOUGH_REPLICAS answer (the ISR was the leader alone until its followers
+    caught up) fails the delivery instead of being retried away."""
+    topic, partitions, per_partition = "acks-all-at-creation", 6, 5
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, partitions, 3)])[topic].result(30)
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "acks": "all",
+            "enable.idempotence": False,
+            "retries": 0,
+            "linger.ms": 0,
+            "message.timeout.ms": 30000,
+        }
+    )
+    results: list[tuple[int, str | None]] = []
+
+    def done(err: Any, msg: Any) -> None:
+        results.append((msg.partition(), None if err is None else err.name()))
+
+    for p in range(partitions):
+        for i in range(per_partition):
+            producer.produce(topic, b"v%d" % i, partition=p, on_delivery=done)
+    assert producer.flush(60) == 0
+    failed = [r for r in results if r[1] is not None]
+    assert len(results) == partitions * per_partition and not failed, failed
+
+
 def test_sigkill_leader_during_acks_all_loses_nothing_acknowledged(cluster: QuorumCluster) -> None:
     topic = "replicated-kill"
     admin = create_topic(cluster, topic)

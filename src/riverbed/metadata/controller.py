@@ -15,14 +15,16 @@ Topic operations live here; config operations in `config_control`, broker and pa
 leadership/ISR operations in `partition_control`, reassignments in `reassignment`;
 `Controller` combines them.
 
-In-sync replicas: a new partition's ISR is its leader alone (the first live replica of its
-assignment), whatever the replication factor: a follower holds none of the partition's
-records until it has fetched them, and joins the ISR only when its leader reports it caught
-up (AlterPartition, `partition_control`).  The ISR therefore never names a replica that
-lacks acknowledged records, and every election is from the ISR: when the ISR's last live
-member is fenced or shuts down, the partition stays leaderless (-1) until a member
-registers again, unless ``unclean.leader.election.enable`` (or an UNCLEAN ElectLeaders)
-picks a live replica outside the ISR, accepting the loss of what only the old ISR held.
+In-sync replicas: a new partition's ISR is every active replica of its assignment
+(registered, unfenced, not in controlled shutdown) and its leader the first of them, as in
+Kafka, so acks=all works as soon as the topic exists. That is safe because the leader's
+high watermark is the least log end over the ISR and it takes a follower's log end as
+unknown until that follower fetches: nothing is acknowledged that an ISR member lacks. A
+member that never fetches leaves the ISR after ``replica.lag.time.max.ms`` (AlterPartition,
+`partition_control`) and joins again once caught up. Every election is from the ISR: when
+the ISR's last live member is fenced or shuts down, the partition stays leaderless (-1)
+until a member registers again, unless ``unclean.leader.election.enable`` (or an UNCLEAN
+ElectLeaders) picks a live replica outside the ISR, accepting the loss of what only the old ISR held.
 """
 
 from __future__ import annotations
@@ -203,15 +205,25 @@ class Controller(
         return list(broker_ids)
 
     def _new_partition(self, image: MetadataImage, replicas: list[int]) -> PartitionRegistration:
-        live = [r for r in replicas if (b := image.brokers.get(r)) is not None and not b.fenced]
-        # ISR = {leader}: no follower holds the data before it has fetched it (see the
-        # module docstring).  With no live replica the first one is the ISR, so the
-        # partition gets a leader as soon as that broker registers.
-        leader = live[0] if live else -1
+        """A new partition's ISR is every active replica (registered, unfenced, not in
+        controlled shutdown) and its leader the first of them, as Kafka's
+        ReplicationControlManager creates partitions (``replicas.filter(isActive)``):
+        acks=all works at once. A follower that has not fetched yet holds back the high
+        watermark (its leader takes its log end as unknown until it fetches) and leaves
+        the ISR after ``replica.lag.time.max.ms`` if it never does. With no active
+        replica the first one is the ISR, so the partition gets a leader as soon as
+        that broker registers."""
+        active = [
+            r
+            for r in replicas
+            if (b := image.brokers.get(r)) is not None
+            and not b.fenced
+            and not b.in_controlled_shutdown
+        ]
         return PartitionRegistration(
             replicas=tuple(replicas),
-            isr=(leader if leader >= 0 else replicas[0],),
-            leader=leader,
+            isr=tuple(active) if active else (replicas[0],),
+            leader=active[0] if active else -1,
             leader_epoch=0,
             partition_epoch=0,
         )

@@ -10,8 +10,8 @@ the controller.  Leadership follows Kafka's KRaft rules (PartitionChangeBuilder)
   to it alone and marks the partition RECOVERING (leader_recovery_state 1);
 - a fenced broker leaves every ISR except where it is the last member (the ISR never
   becomes empty, so a later clean election is still possible);
-- a new partition's ISR is its leader alone (see `controller`); followers join through
-  AlterPartition once caught up.  A fenced or shut-down last ISR member leaves its
+- a new partition's ISR is every active replica of it (see `controller`); a follower
+  that falls behind leaves through AlterPartition and joins again once caught up.  A fenced or shut-down last ISR member leaves its
   partitions leaderless until it registers again, or until an unclean election (topic
   config, or ElectLeaders UNCLEAN) picks a live replica;
 - every PartitionChangeRecord bumps the partition epoch; one that names a leader also bumps

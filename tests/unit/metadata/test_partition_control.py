@@ -22,17 +22,17 @@ AP = AlterPartitionRequest
 
 
 def three_brokers(rf=3, partitions=3, configs=None, *, in_sync=True):
-    """Topic t on 3 brokers; with `in_sync` every follower has caught up and its leader
-    added it to the ISR with AlterPartition (what replication does), otherwise the ISR is
-    the leader alone, as every new partition's."""
+    """Topic t on 3 brokers. A new partition's ISR is every active replica (Kafka's
+    rule); without `in_sync` each leader then shrank its ISR to itself with
+    AlterPartition (its followers fell behind)."""
     c = make_controller()
     image = cluster_image(c, brokers=3)
     _, image = create(c, image, topic("t", partitions, rf, configs=configs))
     for p in image.topic("t").partitions.values():
-        assert p.isr == (p.leader,)
-    if in_sync:
+        assert p.isr == p.replicas and p.leader == p.replicas[0]
+    if not in_sync:
         for index, p in sorted(image.topic("t").partitions.items()):
-            res = c.alter_partition(image, isr_change(image, p.leader, p.replicas, index=index), 0)
+            res = c.alter_partition(image, isr_change(image, p.leader, (p.leader,), index=index), 0)
             assert res.response.topics[0].partitions[0].error_code == 0
             image = apply(image, res)
     return c, image
@@ -338,7 +338,7 @@ def test_leadership_invariants_hold(ops, unclean):
     assert replay_all(MetadataImage.EMPTY, log) == image
 
 
-# --- ISR = {leader} until brokers replicate (see riverbed.metadata.controller) ---------
+# --- a new ISR is every active replica; leaders alone in their ISR (controller) -------
 
 
 def elect(c, image, election_type, index=0):
@@ -352,18 +352,36 @@ def elect(c, image, election_type, index=0):
     )
 
 
-def test_new_partitions_have_every_replica_but_only_the_leader_in_sync():
-    c, image = three_brokers(rf=3, partitions=3, in_sync=False)
-    parts = image.topic("t").partitions
-    assert {p.leader for p in parts.values()} == {1, 2, 3}
-    for p in parts.values():
-        assert len(p.replicas) == 3 and p.leader == p.replicas[0] and p.isr == (p.leader,)
+def test_new_partitions_start_with_every_active_replica_in_sync():
+    # Kafka's ReplicationControlManager: isr = replicas.filter(isActive), leader isr[0]
+    c = make_controller()
+    image = cluster_image(c, brokers=3)
+    res, image = create(c, image, topic("t", 3, 3))
+    records = [r for r in res.records if type(r).__name__ == "PartitionRecord"]
+    assert len(records) == 3
+    for rec in records:
+        assert rec.isr == rec.replicas and rec.leader == rec.replicas[0]
+    # a fenced broker and one in controlled shutdown are assigned but not in sync
+    image = apply(image, c.fence_broker(image, 2, 0))
+    image = apply(image, c.controlled_shutdown(image, 3, image.brokers[3].broker_epoch, 0))
     CP = CreatePartitionsRequest
-    req = CP(topics=[CP.CreatePartitionsTopic(name="t", count=5)], timeout_ms=0)
-    image = apply(image, c.create_partitions(image, req, 0))
-    for index in (3, 4):
-        p = image.topic("t").partitions[index]
-        assert len(p.replicas) == 3 and p.isr == (p.leader,) and p.leader == p.replicas[0]
+    assignments = [[2, 3, 1], [3, 1, 2]]
+    req = CP(
+        topics=[
+            CP.CreatePartitionsTopic(
+                name="t",
+                count=5,
+                assignments=[CP.CreatePartitionsAssignment(broker_ids=a) for a in assignments],
+            )
+        ],
+        timeout_ms=0,
+    )
+    res = c.create_partitions(image, req, 0)
+    records = [r for r in res.records if type(r).__name__ == "PartitionRecord"]
+    assert [(r.replicas, r.isr, r.leader) for r in records] == [
+        ([2, 3, 1], [1], 1),
+        ([3, 1, 2], [1], 1),
+    ]
 
 
 def test_fenced_leader_leaves_its_partition_leaderless_until_it_registers_again():
@@ -378,7 +396,7 @@ def test_fenced_leader_leaves_its_partition_leaderless_until_it_registers_again(
             assert p.leader == -1 and p.isr == (2,)
             assert p.leader_epoch == before[i].leader_epoch + 1
         else:
-            assert p == before[i]  # 2 was only a follower there, never in the ISR
+            assert p == before[i]  # 2 was only a follower there, not in the ISR
     code, _ = elect(c, image, ELECTION_PREFERRED, led_by_2[0])
     assert code == ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
     image = apply(image, c.register_broker(image, 2, uuid.uuid4(), [], None, 0))

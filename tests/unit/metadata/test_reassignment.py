@@ -14,13 +14,12 @@ AP = AlterPartitionRequest
 
 
 def setup(rf_assignment=((1, 2),)):
-    """Partition r-0 on (1, 2), led by 1, with follower 2 caught up: a new partition's ISR
-    is its leader alone, and the leader adds a caught-up follower with AlterPartition."""
+    """Partition r-0 on (1, 2), led by 1, with follower 2 in sync: a new partition's ISR
+    is every active replica (Kafka's rule)."""
     c = make_controller()
     image = cluster_image(c, brokers=4)
     _, image = create(c, image, topic("r", assignments=[list(a) for a in rf_assignment]))
-    assert image.partition("r", 0).isr == (1,)
-    _, image = set_isr(c, image, rf_assignment[0])
+    assert image.partition("r", 0).isr == tuple(rf_assignment[0])
     return c, image
 
 

@@ -60,13 +60,14 @@ bench: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.codec_bench
 
 # simulation soak, raft, replication, then replication over the brokers' shells (real
-# storage on a simulated disk): `make soak SEEDS=100000` (each failure prints its replay
-# command)
+# storage on a simulated disk), then the group coordinator at its persistence seam:
+# `make soak SEEDS=100000` (each failure prints its replay command)
 SEEDS ?= 10000
 soak: $(STAMP)
 	$(VENV)/bin/python -m riverbed.testing.raft_sim --seeds $(SEEDS)
 	$(VENV)/bin/python -m riverbed.testing.replication_sim --seeds $(SEEDS)
 	$(VENV)/bin/python -m riverbed.testing.replication_shell_sim --seeds $(SEEDS)
+	$(VENV)/bin/python -m riverbed.testing.group_sim --seeds $(SEEDS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -17,6 +17,7 @@ group that never had members, after each commit) and forgets groups left with no
 
 from __future__ import annotations
 
+import functools
 import heapq
 import random
 from collections.abc import Callable, Iterable
@@ -136,16 +137,23 @@ class GroupShard(GroupWrites, Membership, ConsumerMembership, ConsumerAdmin):
             if self._scheduled.get(group_id) != deadline:
                 continue  # superseded by an earlier deadline, already handled
             del self._scheduled[group_id]
-            if self.busy(group_id):
-                continue  # its write completes first; `_release` schedules it again
-            group = self.groups.get(group_id)
-            if group is not None:
-                self.tick_group(group, now_ms)
-                self._schedule(group)
-            consumer = self.consumer_groups.get(group_id)
-            if consumer is not None:
-                self.tick_consumer_group(consumer, now_ms)
-                self._schedule(consumer)
+            # a group with a write in flight runs its timers right after it, never skips
+            # them (a busy group would starve its session timeouts)
+            self._gated(
+                group_id,
+                functools.partial(self._tick_group_id, group_id, now_ms),
+                lambda _code: None,  # queue full: `_release` schedules it again
+            )
+
+    def _tick_group_id(self, group_id: str, now_ms: int) -> None:
+        group = self.groups.get(group_id)
+        if group is not None:
+            self.tick_group(group, now_ms)
+            self._schedule(group)
+        consumer = self.consumer_groups.get(group_id)
+        if consumer is not None:
+            self.tick_consumer_group(consumer, now_ms)
+            self._schedule(consumer)
 
     # ------------------------------------------------------------------ loading
     def replay(self, record: OffsetRecord | GroupRecord) -> None:
@@ -164,7 +172,12 @@ class GroupShard(GroupWrites, Membership, ConsumerMembership, ConsumerAdmin):
             group.offsets[key] = record.value
             return
         if record.value is None:
-            self.groups.pop(record.group, None)
+            gone = self.groups.pop(record.group, None)
+            if gone is not None and gone.offsets:
+                # offsets outlive the group record until their own tombstones (a classic
+                # group that became a consumer group keeps them)
+                self.groups[record.group] = ClassicGroup(record.group)
+                self.groups[record.group].offsets = gone.offsets
             return
         stored = record.value
         old: ClassicGroup | ConsumerGroup | None = self.groups.get(record.group)

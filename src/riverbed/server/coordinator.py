@@ -243,10 +243,8 @@ class GroupCoordinator:
             task.cancel()
         self._epochs.pop(partition, None)
         self._load_end.pop(partition, None)
-        shard = self.shards.pop(partition, None)
-        if shard is None:
-            return
-        log.info("unloaded groups of %s-%d", OFFSETS_TOPIC, partition)
+        if self.shards.pop(partition, None) is not None:
+            log.info("unloaded groups of %s-%d", OFFSETS_TOPIC, partition)
         for rid, (p, fut) in list(self._replies.items()):
             if p == partition:
                 del self._replies[rid]
@@ -383,19 +381,26 @@ class GroupCoordinator:
             code = ErrorCode.NONE if ok else ErrorCode.REQUEST_TIMED_OUT
         if self.shards.get(partition) is not shard:
             code = ErrorCode.NOT_COORDINATOR
+        if code == ErrorCode.NONE or self.shards.get(partition) is not shard:
+            shard.complete_write(token, code)
+            self._flush(partition, shard)
+            return
+        # Appended but not acknowledged: the records may still commit, while the shard
+        # puts its group back as if they never will. The log is the truth: the shard
+        # stops writing (what waited for this write would build on a state the log may
+        # contradict: refused, NOT_COORDINATOR), answers this write's error, and loads
+        # again from the log.
+        log.warning(
+            "a write to %s-%d is in doubt (%s): reloading its groups",
+            OFFSETS_TOPIC,
+            partition,
+            code.name,
+        )
+        del self.shards[partition]
         shard.complete_write(token, code)
         self._flush(partition, shard)
-        if code != ErrorCode.NONE and self.shards.get(partition) is shard:
-            # appended but not acknowledged: the records may still commit, and the shard
-            # put its group back as if they never will. The log is the truth: reload.
-            log.warning(
-                "a write to %s-%d is in doubt (%s): reloading its groups",
-                OFFSETS_TOPIC,
-                partition,
-                code.name,
-            )
-            self._unload(partition)
-            self.reconcile()
+        self._unload(partition)
+        self.reconcile()
 
     # ------------------------------------------------------------------ timers
     async def _timer_loop(self) -> None:

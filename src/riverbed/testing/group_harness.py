@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from riverbed.coordinator.consumer_protocol import encode_assignment, encode_subscription
@@ -182,7 +182,7 @@ def heartbeat_req(
     *,
     group: str = "g",
     topics: list[str] | None = None,
-    owned: dict[uuid.UUID, Iterable[int]] | None = None,
+    owned: Mapping[uuid.UUID, Iterable[int]] | None = None,
     instance: str | None = None,
 ) -> ConsumerGroupHeartbeatRequest:
     """A ConsumerGroupHeartbeat as the Java consumer sends it: a join (epoch 0) carries
@@ -246,19 +246,24 @@ def offset_delete_req(group: str, keys: list[tuple[str, int]]) -> OffsetDeleteRe
     )
 
 
+def replay_into(shard: GroupShard, records: Iterable[tuple[bytes, bytes | None]]) -> None:
+    """Apply records in log order, as a coordinator's load does."""
+    for key, value in records:
+        parsed = parse_record(key, value)
+        if parsed is not None:
+            shard.replay(parsed)
+            continue
+        rec = parse_consumer_record(key, value)
+        assert rec is not None, f"unknown record key {key!r}"
+        shard.replay_consumer(rec)
+
+
 def replay_log(
     records: Iterable[tuple[bytes, bytes | None]], config: GroupConfig, now_ms: int
 ) -> GroupShard:
     """A coordinator that loads ``records`` (a fail-over)."""
     fresh = GroupShard(0, config, random.Random(1))
-    for key, value in records:
-        parsed = parse_record(key, value)
-        if parsed is not None:
-            fresh.replay(parsed)
-            continue
-        rec = parse_consumer_record(key, value)
-        assert rec is not None, f"unknown record key {key!r}"
-        fresh.replay_consumer(rec)
+    replay_into(fresh, records)
     fresh.finish_load(now_ms)
     return fresh
 

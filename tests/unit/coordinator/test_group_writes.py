@@ -60,6 +60,14 @@ class Client:
                 self.told = {p for tp in resp.assignment.topic_partitions for p in tp.partitions}
         return resp
 
+    def beat_alive(self) -> int:
+        """A heartbeat that only keeps the session (its answer may wait)."""
+        req = heartbeat_req(self.member, self.epoch, owned={T: self.told})
+        shard = self.h.shard
+        return self.h.run(
+            lambda r: shard.consumer_group_heartbeat(r, req, "c", "/h", Topics(), self.h.now), 1
+        )
+
     def send_commit(self, offsets: dict[int, int]) -> int:
         req = commit_req(self.member, self.epoch, {("t", p): o for p, o in offsets.items()})
         shard = self.h.shard
@@ -189,3 +197,33 @@ def test_failed_admin_writes_leave_groups_and_offsets_as_they_were() -> None:
     h.release(E.REQUEST_TIMED_OUT)
     assert offset(h.shard, 0) == 5
     assert group_state(h.shard) == group_state(reloaded(h))
+
+
+def test_offsets_of_a_classic_group_survive_its_conversion_across_a_reload() -> None:
+    """Found by the group simulation: an empty classic group (offsets set by an admin)
+    that a KIP-848 member takes over writes a tombstone for the classic group record;
+    a reload must not drop the offsets with it (they have records of their own)."""
+    h = Harness(CFG)
+    h.run(lambda r: h.shard.offset_commit(r, commit_req("", -1, {("t", 2): 23}), h.now), 9)
+    a = Client(h, "A")
+    a.beat()
+    assert offset(h.shard, 2) == 23
+    assert offset(reloaded(h), 2) == 23
+    assert group_state(reloaded(h)) == group_state(h.shard)
+
+
+def test_a_session_timeout_fires_while_the_group_keeps_writing() -> None:
+    """Found by the group simulation: a timer due while the group has a write in flight
+    runs right after that write (it used to be skipped until the next tick found the
+    group idle, which a busy group may never be)."""
+    h = Harness(CFG)
+    a, _b = stable_pair(h)
+    h.hold_writes = True
+    a.send_commit({0: 1})
+    h.now += CFG.consumer_session_timeout_ms + 1
+    a.beat_alive()
+    h.shard.tick(h.now)  # B's session ran out while A's commit is in flight
+    a.send_commit({0: 2})  # and A commits again, behind them
+    for _ in range(3):
+        h.release()
+    assert set(h.shard.consumer_groups["g"].members) == {"A"}

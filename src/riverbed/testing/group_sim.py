@@ -1,0 +1,569 @@
+"""Seeded simulation of the group coordinator at its persistence seam.
+
+The real `GroupShard` (KIP-848 heartbeats, leaves, session and rebalance timers, offset
+commits, OffsetDelete, DeleteGroups, offset expiry, admin commits) serves model
+consumers of two groups. Every write it asks for is held: the simulation commits it to
+the ``__consumer_offsets`` model log, fails it (REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS,
+NOT_COORDINATOR: never appended), lets it commit *in doubt* (appended, answered
+REQUEST_TIMED_OUT, then the groups are reloaded, as the shell does), delays it and
+completes writes out of order, and moves the coordinator (a new shard replays the log;
+each write in flight was appended or not) in the middle of them. Heartbeat responses
+are lost now and then; consumers revoke late, crash, leave and rejoin. One
+``random.Random(seed)`` drives it all.
+
+Invariants after every step (`check`), the guarantees Kafka's coordinator gives:
+
+- no partition is held by two members of a group (the coordinator's `owners`);
+- the memory equals a replay of the committed records, for every group without a write
+  in flight (a failed write leaves no trace; KIP-848 state changes only as its records
+  commit);
+- no partition is consumed by two live consumers, and what a consumer uses is what the
+  committed records give its member (it was never told an assignment no record holds);
+- a committed offset never goes backwards, unless an admin commit to an empty group set
+  it (or it was deleted or expired).
+
+Replay one seed or soak many (``make soak`` runs this too)::
+
+    .venv/bin/python -m riverbed.testing.group_sim --seed 12 -v
+    .venv/bin/python -m riverbed.testing.group_sim --seeds 10000
+
+A failure raises ``SimulationFailure`` whose message starts with the replay command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+import uuid
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from riverbed.coordinator.consumer_membership import StaticTopics
+from riverbed.coordinator.group import Reply
+from riverbed.coordinator.shard import GroupConfig, GroupShard, Write
+from riverbed.protocol.errors import ErrorCode
+from riverbed.testing.group_harness import (
+    commit_req,
+    group_state,
+    heartbeat_req,
+    offset_delete_req,
+    replay_into,
+    replay_log,
+)
+
+E = ErrorCode
+Record = tuple[bytes, bytes | None]
+TOPICS = {"t": (uuid.UUID(int=1), 6), "u": (uuid.UUID(int=2), 4)}
+NAMES = {tid: name for name, (tid, _n) in TOPICS.items()}
+GROUPS = ("g0", "g1")
+CLIENTS_PER_GROUP_MAX = 5
+#: Rounds of the calm phase (every write commits, every consumer keeps up).
+CALM_ROUNDS = 15
+#: Time per calm round: the rounds outlast a session and a rebalance timeout, so that
+#: crashed members are gone by the end.
+CALM_STEP_MS = 500
+CONFIG = GroupConfig(
+    initial_rebalance_delay_ms=0,
+    consumer_session_timeout_ms=3000,
+    consumer_heartbeat_interval_ms=100,
+    offsets_retention_ms=4000,
+)
+#: Errors of writes that never reached the log.
+REFUSED = (E.REQUEST_TIMED_OUT, E.NOT_ENOUGH_REPLICAS, E.NOT_COORDINATOR)
+RETRIABLE = (
+    E.REQUEST_TIMED_OUT,
+    E.NOT_ENOUGH_REPLICAS,
+    E.NOT_COORDINATOR,
+    E.COORDINATOR_NOT_AVAILABLE,
+)
+Tp = tuple[str, int]
+#: The metadata of the admin commits (offset resets of an empty group).
+ADMIN = "admin reset"
+
+
+class SimulationFailure(AssertionError):
+    pass
+
+
+class InvariantError(AssertionError):
+    pass
+
+
+@dataclass(frozen=True)
+class SimParams:
+    seed: int
+    steps: int = 250
+    verbose: bool = False
+
+    def replay_command(self) -> str:
+        return (
+            f".venv/bin/python -m riverbed.testing.group_sim --seed {self.seed} "
+            f"--steps {self.steps} -v"
+        )
+
+
+@dataclass
+class Client:
+    """A KIP-848 consumer: what it was told, what it consumes, where it is."""
+
+    name: str
+    group: str
+    member: str
+    topics: list[str]
+    epoch: int = 0
+    told: set[Tp] = field(default_factory=set)
+    owned: set[Tp] = field(default_factory=set)
+    positions: dict[Tp, int] = field(default_factory=dict)
+    heartbeat_in_flight: bool = False
+    #: fenced by the coordinator (its member is gone) and does not know it yet
+    zombie: bool = False
+
+
+def _tps(assignment: Any) -> set[Tp]:
+    return {(NAMES[r.topic_id], p) for r in assignment.topic_partitions for p in r.partitions}
+
+
+def _by_id(tps: set[Tp]) -> dict[uuid.UUID, set[int]]:
+    out: dict[uuid.UUID, set[int]] = {}
+    for name, p in tps:
+        out.setdefault(TOPICS[name][0], set()).add(p)
+    return out
+
+
+class GroupSim:
+    """One seed (see the module docstring)."""
+
+    def __init__(self, params: SimParams) -> None:
+        self.params = params
+        self.rng = random.Random(params.seed)
+        self.now = 1_000_000
+        self.log: list[Record] = []
+        #: the committed records replayed as they commit: what a reload would give
+        self.mirror = GroupShard(0, CONFIG, random.Random(0))
+        self.shard = replay_log([], CONFIG, self.now)
+        self.pending: list[Write] = []
+        self.handlers: dict[int, Callable[[Any], None]] = {}
+        self.clients: dict[str, Client] = {}
+        self.floors: dict[tuple[str, Tp], int] = {}
+        self.stats: Counter[str] = Counter()
+        self.trace: deque[str] = deque(maxlen=40)
+        self.topics = StaticTopics(dict(TOPICS))
+        self._next_reply = 0
+        self._names = 0
+
+    def note(self, line: str) -> None:
+        self.trace.append(f"t={self.now} {line}")
+        if self.params.verbose:
+            print(self.trace[-1])
+
+    # ------------------------------------------------------------------ plumbing
+    def send(self, op: Callable[[Reply], None], handle: Callable[[Any], None], v: int) -> None:
+        self._next_reply += 1
+        reply = Reply(self._next_reply, v)
+        self.handlers[reply.id] = handle
+        op(reply)
+        self.pump()
+
+    def pump(self, refuse_writes: bool = False) -> None:
+        """Deliver the shard's answers and collect its writes (or refuse them, as the
+        shell does for a shard it is about to reload)."""
+        while True:
+            out, writes = self.shard.take_output()
+            if not out and not writes:
+                return
+            for write in writes:
+                if refuse_writes:
+                    self.shard.complete_write(write.token, E.NOT_COORDINATOR)
+                else:
+                    self.pending.append(write)
+            for reply, response in out:
+                handle = self.handlers.pop(reply.id, None)
+                if handle is None:
+                    raise InvariantError(f"reply {reply.id} answered twice or unknown")
+                handle(response)
+
+    def append(self, records: list[Record]) -> None:
+        self.log.extend(records)
+        replay_into(self.mirror, records)
+
+    # ------------------------------------------------------------------ writes
+    def resolve_write(self) -> None:
+        """Complete one write in flight (any of them: out of order)."""
+        write = self.pending.pop(self.rng.randrange(len(self.pending)))
+        roll = self.rng.random()
+        if roll < 0.7:
+            self.append(write.records)
+            self.stats["write committed"] += 1
+            self.note(f"write {write.token} committed ({len(write.records)} records)")
+            self.shard.complete_write(write.token, E.NONE)
+        elif roll < 0.93:
+            code = self.rng.choice(REFUSED)
+            self.stats[f"write failed {code.name}"] += 1
+            self.note(f"write {write.token} failed {code.name}")
+            self.shard.complete_write(write.token, code)
+        else:
+            self.append(write.records)
+            self.stats["write in doubt"] += 1
+            self.note(f"write {write.token} in doubt: answered REQUEST_TIMED_OUT, reloading")
+            self.shard.complete_write(write.token, E.REQUEST_TIMED_OUT)
+            self.pump(refuse_writes=True)  # as the shell: nothing written on that state
+            self.move_coordinator("in doubt")
+            return
+        self.pump()
+
+    def move_coordinator(self, why: str) -> None:
+        """A new coordinator loads the log; each write in flight made it or not."""
+        for write in self.pending:
+            if self.rng.random() < 0.5:
+                self.append(write.records)
+                self.stats["fail-over write kept"] += 1
+            else:
+                self.stats["fail-over write lost"] += 1
+        self.pending.clear()
+        self.handlers.clear()  # the old coordinator's answers never arrive
+        for c in self.clients.values():
+            c.heartbeat_in_flight = False
+        self.shard = replay_log(self.log, CONFIG, self.now)
+        self.stats[f"coordinator moved ({why})"] += 1
+        self.note(f"coordinator moved ({why}), {len(self.log)} records")
+
+    # ------------------------------------------------------------------ consumers
+    def new_client(self) -> None:
+        group = self.rng.choice(GROUPS)
+        if sum(c.group == group for c in self.clients.values()) >= CLIENTS_PER_GROUP_MAX:
+            return
+        self._names += 1
+        member = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+        topics = ["t"] if self.rng.random() < 0.7 else ["t", "u"]
+        c = Client(f"c{self._names}", group, member, topics)
+        self.clients[c.name] = c
+        self.note(f"{c.name} joins {group} ({member[:8]}) subscribing {topics}")
+        self.heartbeat(c)
+
+    def heartbeat(self, c: Client, leave: bool = False) -> None:
+        if c.heartbeat_in_flight:
+            return  # one heartbeat at a time, as the consumer sends them
+        if self.shard.busy(c.group):
+            self.stats["queued behind a write"] += 1
+        listed = None if self.rng.random() < 0.2 else _by_id(c.owned)
+        req = heartbeat_req(
+            c.member,
+            -1 if leave else c.epoch,
+            group=c.group,
+            topics=c.topics if c.epoch == 0 else None,
+            owned=None if c.epoch == 0 else listed,
+        )
+        lost = not leave and self.rng.random() < 0.08
+        c.heartbeat_in_flight = not leave
+        shard, now = self.shard, self.now
+
+        def handle(resp: Any) -> None:
+            c.heartbeat_in_flight = False
+            self.stats[f"heartbeat {E(resp.error_code).name}"] += 1
+            if leave or lost:
+                if lost:
+                    self.stats["heartbeat response lost"] += 1
+                return
+            self.on_heartbeat(c, resp)
+
+        self.send(
+            lambda r: shard.consumer_group_heartbeat(r, req, c.name, "/sim", self.topics, now),
+            handle,
+            1,
+        )
+
+    def on_heartbeat(self, c: Client, resp: Any) -> None:
+        code = E(resp.error_code)
+        if code in (E.FENCED_MEMBER_EPOCH, E.UNKNOWN_MEMBER_ID, E.GROUP_ID_NOT_FOUND):
+            self.note(f"{c.name} fenced ({code.name}): drops {sorted(c.owned)}, rejoins")
+            c.epoch, c.told, c.owned, c.positions, c.zombie = 0, set(), set(), {}, False
+            return
+        if code in RETRIABLE:
+            return
+        if code != E.NONE:
+            raise InvariantError(f"{c.name}: heartbeat answered {code.name}")
+        c.epoch = resp.member_epoch
+        if resp.assignment is None:
+            return
+        told = _tps(resp.assignment)
+        self.note(f"{c.name} told {sorted(told)} in {c.group} at epoch {c.epoch}")
+        for tp in sorted(told - c.owned):  # new partitions are used at once
+            c.positions[tp] = max(self.committed(c.group, tp), 0)
+        c.owned |= told
+        c.told = told
+
+    def committed(self, group: str, tp: Tp) -> int:
+        got = self.shard.offset_fetch(group, [(tp[0], [tp[1]])])
+        return int(got.topics[0].partitions[0].committed_offset)
+
+    def revoke(self, c: Client) -> None:
+        """The consumer catches up: commits what it gives up, then drops it."""
+        gone = c.owned - c.told
+        if not gone:
+            return
+        self.commit(c, gone)
+        c.owned -= gone
+        for tp in gone:
+            c.positions.pop(tp, None)
+        self.note(f"{c.name} revoked {sorted(gone)}")
+
+    def consume(self, c: Client) -> None:
+        for tp in c.owned:
+            c.positions[tp] += self.rng.randrange(0, 30)
+        if c.owned and self.rng.random() < 0.6:
+            self.commit(c, set(c.owned))
+
+    def commit(self, c: Client, tps: set[Tp]) -> None:
+        if c.epoch <= 0 or not tps:
+            return
+        offsets = {tp: c.positions[tp] for tp in tps}
+        self.note(f"{c.name} commits {sorted(offsets.items())} to {c.group} at epoch {c.epoch}")
+        req = commit_req(c.member, c.epoch, offsets, group=c.group)
+        shard, now = self.shard, self.now
+
+        def handle(resp: Any) -> None:
+            for t in resp.topics:
+                for p in t.partitions:
+                    self.stats[f"commit {E(p.error_code).name}"] += 1
+
+        self.send(lambda r: shard.offset_commit(r, req, now), handle, 9)
+
+    # ------------------------------------------------------------------ admin
+    def admin(self) -> None:
+        group = self.rng.choice(GROUPS)
+        roll = self.rng.random()
+        shard, now = self.shard, self.now
+        if roll < 0.35:
+            delete = offset_delete_req(group, [("u", p) for p in range(2)])
+
+            def deleted(resp: Any) -> None:
+                self.stats[f"offset delete {E(resp.error_code).name}"] += 1
+
+            self.send(lambda r: shard.offset_delete(r, delete), deleted, 0)
+        elif roll < 0.6:
+
+            def gone(code: Any) -> None:
+                self.stats[f"delete group {E(code).name}"] += 1
+
+            self.send(lambda r: shard.delete_group(r, group, now), gone, 2)
+        else:
+            tp = ("t", self.rng.randrange(6))
+            value = self.rng.randrange(0, 200)
+            req = commit_req("", -1, {tp: value}, group=group, metadata=ADMIN)
+            self.note(f"admin commits {tp}={value} to {group}")
+
+            def reset(resp: Any) -> None:
+                code = E(resp.topics[0].partitions[0].error_code)
+                self.stats[f"admin commit {code.name}"] += 1
+
+            self.send(lambda r: shard.offset_commit(r, req, now), reset, 9)
+
+    # ------------------------------------------------------------------ steps
+    def step(self) -> None:
+        live = list(self.clients.values())
+        roll = self.rng.random()
+        if roll < 0.07:
+            self.new_client()
+        elif roll < 0.42 and live:
+            self.heartbeat(self.rng.choice(live))
+        elif roll < 0.52 and live:
+            self.revoke(self.rng.choice(live))
+        elif roll < 0.62 and live:
+            self.consume(self.rng.choice(live))
+        elif roll < 0.645 and live:
+            c = self.rng.choice(live)
+            del self.clients[c.name]
+            self.note(f"{c.name} leaves")
+            self.revoke(c)
+            self.heartbeat(c, leave=True)
+        elif roll < 0.66 and live:
+            c = self.rng.choice(live)
+            del self.clients[c.name]  # crashed: its session runs out
+            self.note(f"{c.name} crashes")
+        elif roll < 0.69:
+            self.admin()
+        elif roll < 0.705:
+            self.move_coordinator("fail-over")
+        elif roll < 0.9 and self.pending:
+            self.resolve_write()
+        else:
+            self.now += self.rng.choice([5, 50, 400, 1200])
+            self.shard.tick(self.now)
+            if self.rng.random() < 0.3:
+                self.stats["offsets expired"] += self.shard.expire_offsets(self.now)
+            self.pump()
+
+    def run(self) -> None:
+        for _ in range(self.params.steps):
+            self.step()
+            self.check()
+        self.calm()
+        self.check()
+
+    def calm(self) -> None:
+        """Writes commit again and everyone keeps up: the groups settle."""
+        for _ in range(CALM_ROUNDS):
+            while self.pending:
+                write = self.pending.pop(0)
+                self.append(write.records)
+                self.shard.complete_write(write.token, E.NONE)
+                self.pump()
+            self.check()
+            for c in list(self.clients.values()):
+                self.revoke(c)
+                self.heartbeat(c)
+            self.check()
+            self.now += CALM_STEP_MS
+            self.shard.tick(self.now)
+            self.pump()
+        for gid, group in self.shard.consumer_groups.items():
+            self.check_settled(gid, group)
+
+    def check_settled(self, gid: str, group: Any) -> None:
+        """After the calm phase a group of live consumers is Stable, and they consume
+        every partition they subscribe to, each exactly what it was told."""
+        live = {c.member: c for c in self.clients.values() if c.group == gid}
+        if set(group.members) != set(live):
+            self.stats["settled with members gone"] += 1
+            return
+        self.stats[f"settled {group.state.value}"] += 1
+        if group.state.value not in ("Stable", "Empty"):
+            raise InvariantError(f"group {gid} did not settle: {group.state.value}")
+        wanted = {
+            (name, p) for c in live.values() for name in c.topics for p in range(TOPICS[name][1])
+        }
+        used: set[Tp] = set()
+        for c in live.values():
+            if c.owned != c.told:
+                raise InvariantError(f"{c.name} settled owning {c.owned}, told {c.told}")
+            used |= c.owned
+        if used != wanted:
+            raise InvariantError(f"group {gid} settled consuming {used}, not {wanted}")
+
+    # ------------------------------------------------------------------ invariants
+    def check(self) -> None:
+        for group in self.shard.consumer_groups.values():
+            group.check_invariants()
+            self.stats.update(f"seen {m.state.name}" for m in group.members.values())
+        self.check_memory_is_the_records()
+        self.check_consumers()
+        self.check_offsets()
+
+    def check_memory_is_the_records(self) -> None:
+        memory, records = group_state(self.shard), group_state(self.mirror)
+        for gid in set(memory) | set(records):
+            if self.shard.busy(gid):
+                continue  # its write is in flight: memory is ahead of the log for now
+            if memory.get(gid) != records.get(gid):
+                raise InvariantError(
+                    f"group {gid}: memory differs from its committed records\n"
+                    f"  memory:  {memory.get(gid)}\n  records: {records.get(gid)}"
+                )
+
+    def check_consumers(self) -> None:
+        users: dict[tuple[str, Tp], str] = {}
+        for c in self.clients.values():
+            group = self.mirror.consumer_groups.get(c.group)
+            member = group.members.get(c.member) if group is not None else None
+            if c.owned and member is None:
+                c.zombie = True  # fenced by a timer; it learns it on its next heartbeat
+                self.stats["consumer fenced by a timer"] += 1
+            if c.zombie:
+                continue
+            if member is not None and c.owned:
+                held = {
+                    (NAMES[t], p)
+                    for a in (member.assigned, member.pending_revocation)
+                    for t, ps in a.items()
+                    for p in ps
+                }
+                if not c.owned <= held:
+                    raise InvariantError(
+                        f"{c.name} consumes {sorted(c.owned - held)} that no committed "
+                        f"record gives member {c.member[:8]} (it holds {sorted(held)})"
+                    )
+            for tp in c.owned:
+                other = users.get((c.group, tp))
+                if other is not None:
+                    raise InvariantError(f"{tp} of {c.group} consumed by {other} and {c.name}")
+                users[(c.group, tp)] = c.name
+
+    def check_offsets(self) -> None:
+        seen = set()
+        for gid in GROUPS:
+            holder: Any = self.mirror.consumer_groups.get(gid) or self.mirror.groups.get(gid)
+            offsets = holder.offsets if holder is not None else {}
+            for tp, om in offsets.items():
+                key = (gid, tp)
+                seen.add(key)
+                floor = self.floors.get(key, -1)
+                # an operator's reset of an empty group may go back (marked by its metadata)
+                if om.offset < floor and om.metadata != ADMIN:
+                    raise InvariantError(
+                        f"committed offset of {tp} in {gid} went back from {floor} to {om.offset}"
+                    )
+                self.floors[key] = om.offset
+        for key in list(self.floors):
+            if key not in seen:
+                del self.floors[key]  # deleted or expired: a new commit may start lower
+
+    def describe(self) -> str:
+        lines = []
+        for gid, g in self.shard.consumer_groups.items():
+            lines.append(f"{gid}: epoch {g.group_epoch}/{g.assignment_epoch} {g.state.value}")
+            for m in g.members.values():
+                lines.append(
+                    f"  {m.member_id[:8]} e{m.member_epoch} {m.state.name} "
+                    f"assigned={dict(m.assigned)} revoking={dict(m.pending_revocation)}"
+                )
+        for c in self.clients.values():
+            lines.append(
+                f"{c.name} {c.group} {c.member[:8]} e{c.epoch} owned={sorted(c.owned)} "
+                f"told={sorted(c.told)} zombie={c.zombie}"
+            )
+        return "\n".join(lines)
+
+
+def run_seed(params: SimParams) -> GroupSim:
+    sim = GroupSim(params)
+    try:
+        sim.run()
+    except AssertionError as err:
+        trace = "\n".join(sim.trace)
+        raise SimulationFailure(
+            f"replay: {params.replay_command()}\n{err}\n{sim.describe()}\nlast events:\n{trace}"
+        ) from err
+    return sim
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seed", type=int, help="run one seed")
+    ap.add_argument("--seeds", type=int, default=100, help="run seeds 0..N-1")
+    ap.add_argument("--steps", type=int, default=SimParams.steps)
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args(argv)
+    seeds = [args.seed] if args.seed is not None else list(range(args.seeds))
+    failed, stats = 0, Counter[str]()
+    started = time.monotonic()
+    for seed in seeds:
+        params = SimParams(seed, args.steps, verbose=args.verbose)
+        try:
+            stats.update(run_seed(params).stats)
+        except SimulationFailure as err:
+            failed += 1
+            print(f"FAILED seed {seed}:\n{err}\n", file=sys.stderr)
+    took = time.monotonic() - started
+    print(f"{len(seeds) - failed}/{len(seeds)} seeds passed in {took:.1f} s")
+    if args.verbose or len(seeds) > 1:
+        for key, count in sorted(stats.items()):
+            print(f"  {key}: {count}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

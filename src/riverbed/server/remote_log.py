@@ -53,7 +53,7 @@ from riverbed.server.remote_reads import (
     RemoteReads,
     Tier,
 )
-from riverbed.server.supervise import supervise
+from riverbed.server.supervise import guarded, supervise
 from riverbed.storage.log import PartitionLog
 from riverbed.tiered.remote_indexes import INDEX_FILE_BYTES_MAX, INDEX_FILE_ROLL_MS, RemoteIndexes
 from riverbed.tiered.rlm import (
@@ -162,6 +162,14 @@ class RemoteLogManager(RemoteReads):
         #: the scheduling loop's unexpected errors halt the node (``supervise``)
         self.fault_handler: FaultHandler = fault_handler or ProcessTerminatingFaultHandler(node_id)
         self._rng = rng or random.Random()
+        # loop callbacks from pool threads: an error in one is a fault, not a log line
+        fh = self.fault_handler
+        self._guarded_on_roll = guarded("remote log roll notice", self._on_roll, fh)
+        self._guarded_task_done = guarded("remote log task bookkeeping", self._task_done, fh)
+        self._guarded_retry_deletion = guarded(
+            "remote deletion retry", self._retry_remote_deletion, fh
+        )
+        self._guarded_read_finished = guarded("remote read bookkeeping", self._dec_pending, fh)
         #: remote deletion of a deleted partition: retried, bounded exponential with jitter
         self._deletion_backoff = ExponentialBackoff(
             settings.retry_backoff_ms, settings.retry_backoff_max_ms
@@ -274,7 +282,7 @@ class RemoteLogManager(RemoteReads):
             # called under the log's lock, maybe from a pool thread: hand over and return
             loop = self._loop
             if loop is not None and not self._closing:
-                loop.call_soon_threadsafe(self._on_roll, key)
+                loop.call_soon_threadsafe(self._guarded_on_roll, key)
 
         return rolled
 
@@ -314,7 +322,7 @@ class RemoteLogManager(RemoteReads):
                 delay_s = self._deletion_backoff.delay_ms(tier.deletion_failures, self._rng) / 1000
                 with contextlib.suppress(RuntimeError):
                     loop.call_soon_threadsafe(
-                        loop.call_later, delay_s, self._retry_remote_deletion, tier
+                        loop.call_later, delay_s, self._guarded_retry_deletion, tier
                     )
 
     def _retry_remote_deletion(self, tier: Tier) -> None:
@@ -335,7 +343,7 @@ class RemoteLogManager(RemoteReads):
             loop = self._loop
             if loop is not None and not loop.is_closed():
                 with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(self._task_done, key, tier, fut)
+                    loop.call_soon_threadsafe(self._guarded_task_done, key, tier, fut)
 
         return done
 

@@ -143,6 +143,7 @@ class RemoteReads:
     _loop: asyncio.AbstractEventLoop | None
     _cache: ChunkCache
     _rng: random.Random  # jitter of the read retries' back-off
+    _guarded_read_finished: Callable[[], None]  # _dec_pending for call_soon_threadsafe
 
     def serves(self, key: tuple[str, int]) -> bool:
         return key in self._tiers
@@ -263,7 +264,7 @@ class RemoteReads:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._dec_pending)
+                loop.call_soon_threadsafe(self._guarded_read_finished)
 
     def _dec_pending(self) -> None:
         self._reads_pending -= 1

@@ -10,6 +10,9 @@ cancellation ends the task; anything else reaches the fault handler, which write
 FATAL line and ends the process (crash-only, ``riverbed.server.fault_handler``): the
 start-up path is the recovery path.
 
+Callbacks handed to the loop (``call_soon_threadsafe`` from a pool thread, ``call_later``)
+go through :func:`guarded`, for the same reason.
+
 Tasks that serve one connection or one request are not long-running node tasks: their
 errors end that connection or answer that request (``tests/unit/server/test_supervised``
 lists them, each with its reason).
@@ -20,12 +23,14 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec
 
 from riverbed.server.fault_handler import FaultHandler
 
-__all__ = ["supervise"]
+__all__ = ["guarded", "supervise"]
+
+P = ParamSpec("P")
 
 
 async def _guarded(what: str, work: Coroutine[Any, Any, None], fault_handler: FaultHandler) -> None:
@@ -61,3 +66,19 @@ def _close_if_unstarted(work: Coroutine[Any, Any, None]) -> None:
     # a task cancelled before its first step never awaited ``work``: close it quietly
     if inspect.getcoroutinestate(work) == inspect.CORO_CREATED:
         work.close()
+
+
+def guarded(
+    what: str, callback: Callable[P, None], fault_handler: FaultHandler
+) -> Callable[P, None]:
+    """``callback`` for ``call_soon`` / ``call_soon_threadsafe`` / ``call_later``: an error
+    in it halts the node (asyncio's own handler would only log it and run on, with the
+    bookkeeping the callback did not finish left wrong)."""
+
+    def run(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            callback(*args, **kwargs)
+        except Exception as exc:
+            fault_handler.handle_fault(f"{what} failed", exc)
+
+    return run

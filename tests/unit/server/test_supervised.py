@@ -20,7 +20,7 @@ import pytest
 import riverbed
 from riverbed.server.fault_handler import FaultHalt, RecordingFaultHandler
 from riverbed.server.remote_log import RemoteLogManager, RemoteLogSettings
-from riverbed.server.supervise import supervise
+from riverbed.server.supervise import guarded, supervise
 from riverbed.tiered.rsm import FsspecRemoteStorageManager
 
 SERVER = Path(riverbed.__file__).parent / "server"
@@ -87,6 +87,62 @@ def test_every_task_started_in_server_is_supervised() -> None:
         f"tasks started without supervise (riverbed.server.supervise): {unsupervised}"
     )
     assert set(PER_CONNECTION) <= set(sites), "the per-connection list names a gone site"
+
+
+LOOP_CALLBACKS = ("call_soon", "call_soon_threadsafe", "call_later", "call_at")
+
+
+def _callback_arg(call: ast.Call) -> ast.expr | None:
+    """The callable a loop-scheduling call will run (through a nested ``call_later``)."""
+    f = call.func
+    name = f.attr if isinstance(f, ast.Attribute) else ""
+    skip = 1 if name in ("call_later", "call_at") else 0
+    if len(call.args) <= skip:
+        return None
+    arg = call.args[skip]
+    nested = arg.attr if isinstance(arg, ast.Attribute) else ""
+    if nested in ("call_later", "call_at") and len(call.args) > skip + 2:
+        return call.args[skip + 2]
+    return arg
+
+
+def _is_guarded(arg: ast.expr | None) -> bool:
+    if isinstance(arg, ast.Call):
+        return isinstance(arg.func, ast.Name) and arg.func.id == "guarded"
+    return isinstance(arg, ast.Attribute) and arg.attr.startswith("_guarded")
+
+
+def test_every_loop_callback_in_server_is_guarded() -> None:
+    """A callback asyncio runs (``call_soon_threadsafe`` from a pool thread, ``call_later``)
+    that raises is only logged by the loop: it must be built with ``guarded`` (called
+    inline, or kept as a ``self._guarded_*`` attribute)."""
+    bare = [
+        f"{path.relative_to(SERVER)}:{node.lineno}"
+        for path in sorted(SERVER.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in LOOP_CALLBACKS
+        and not _is_guarded(_callback_arg(node))
+    ]
+    assert not bare, f"loop callbacks not built with supervise.guarded: {bare}"
+
+
+def test_guarded_callback_errors_halt() -> None:
+    handler = RecordingFaultHandler()
+    cause = KeyError("gone")
+    seen: list[int] = []
+
+    def bookkeeping(n: int) -> None:
+        seen.append(n)
+        if n < 0:
+            raise cause
+
+    run = guarded("the bookkeeping", bookkeeping, handler)
+    run(1)
+    with pytest.raises(FaultHalt):
+        run(-1)
+    assert seen == [1, -1] and handler.faults == [("the bookkeeping failed", cause)]
 
 
 @pytest.mark.parametrize("module", SUPERVISED_MODULES)

@@ -46,7 +46,7 @@ from riverbed.producer.manager import ProducerStateConfig, ProducerStateManager
 from riverbed.protocol.errors import ErrorCode
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.purgatory import Purgatory
-from riverbed.server.supervise import supervise
+from riverbed.server.supervise import guarded, supervise
 from riverbed.storage.config import LogConfig
 from riverbed.storage.errors import StorageError
 from riverbed.storage.layout import METADATA_TOPIC
@@ -194,6 +194,7 @@ class PartitionManager:
         self.log_manager = log_manager
         #: the log creator's unexpected errors halt the node (``supervise``)
         self.fault_handler: FaultHandler = fault_handler or ProcessTerminatingFaultHandler(node_id)
+        self._guarded_notify = guarded("fetch wake-up", purgatory.notify, self.fault_handler)
         self.node_id = node_id
         self.static_broker_config = dict(static_broker_config)
         self.purgatory = purgatory
@@ -361,7 +362,7 @@ class PartitionManager:
         if self.replicas is not None:
             self.replicas.replace_log(key, plog)
         if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self.purgatory.notify, key)
+            self._loop.call_soon_threadsafe(self._guarded_notify, key)
 
     def delete_orphans(self) -> None:
         """Delete logs found on disk whose topic the image no longer has (deleted while down)."""

@@ -44,9 +44,9 @@ import socket
 import struct
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, NoReturn, Protocol, TypeAlias
 
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.server.backoff import ExponentialBackoff, Retrier
@@ -54,6 +54,10 @@ from riverbed.server.connection_quotas import ConnectionQuotas
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.request_permits import RequestPermit, run_with_permit
 from riverbed.server.supervise import supervise
+
+if TYPE_CHECKING:  # the protocol engine is imported lazily (it is large)
+    from riverbed.protocol.headers import RequestHeader
+    from riverbed.protocol.messages import Message
 
 log = logging.getLogger(__name__)
 
@@ -121,20 +125,20 @@ class SplicedResponse:
     (compact bytes: uvarint length+1) or classic (int32 length).
     """
 
-    body: Any
+    body: Message
     files: list[FileRecords]
     compact: bool
 
 
-Response = Any  # a protocol Message or a SplicedResponse
-RequestHandler = Callable[["RequestContext", Any], Coroutine[Any, Any, Response | None]]
+Response: TypeAlias = "Message | SplicedResponse"
+RequestHandler = Callable[["RequestContext", "Message"], Awaitable["Response | None"]]
 
 
 @dataclass(frozen=True)
 class RequestContext:
     """What a handler knows about a request besides its body."""
 
-    header: Any  # riverbed.protocol.headers.RequestHeader
+    header: RequestHeader
     peer: str
     listener_name: str
     connection_id: int
@@ -215,26 +219,24 @@ def plan_size(parts: Sequence[bytes | FileRecords]) -> int:
 
 
 class _Codec(Protocol):
-    def decode_request(self, frame: bytes) -> tuple[Any, Any]: ...
-    def encode_response(self, header: Any, body: Any) -> bytes: ...
+    def decode_request(self, frame: bytes) -> tuple[RequestHeader, Message]: ...
+    def encode_response(self, header: RequestHeader, body: Message) -> bytes: ...
 
 
 class _DefaultCodec:
     """The protocol engine's header codec (imported lazily: it is large)."""
 
-    def __init__(self) -> None:
-        import importlib
+    def decode_request(self, frame: bytes) -> tuple[RequestHeader, Message]:
+        from riverbed.protocol.headers import decode_request
 
-        self._headers: Any = importlib.import_module("riverbed.protocol.headers")
-
-    def decode_request(self, frame: bytes) -> tuple[Any, Any]:
         # Trailing bytes after a body are ignored there, as by Kafka (librdkafka 2.x sends
         # MetadataRequest v12 with 3 extra bytes).
-        header, body = self._headers.decode_request(frame)
-        return header, body
+        return decode_request(frame)
 
-    def encode_response(self, header: Any, body: Any) -> bytes:
-        return bytes(self._headers.encode_response(header, body))
+    def encode_response(self, header: RequestHeader, body: Message) -> bytes:
+        from riverbed.protocol.headers import encode_response
+
+        return encode_response(header, body)
 
 
 class Connection:
@@ -258,7 +260,7 @@ class Connection:
         # Items are (request header, task producing the response); order = request order;
         # None ends the writer. Its length is bounded by `slots`: one per request read and
         # not yet answered.
-        self.inflight: deque[tuple[Any, asyncio.Task[Response | None]] | None] = deque()
+        self.inflight: deque[tuple[RequestHeader, asyncio.Task[Response | None]] | None] = deque()
         self._inflight_added = asyncio.Event()
         # Encoded responses waiting to go out in one write (fewer syscalls when pipelined).
         self._out: list[bytes] = []
@@ -344,7 +346,7 @@ class Connection:
             self.outstanding += 1
             self._push((ctx.header, task))
 
-    async def _read_one(self) -> tuple[RequestContext, Any] | None:
+    async def _read_one(self) -> tuple[RequestContext, Message] | None:
         """Read and decode one request; None when the connection is done."""
         try:
             frame = await self._read_frame()
@@ -371,7 +373,7 @@ class Connection:
         )
         return ctx, body
 
-    def _push(self, item: tuple[Any, asyncio.Task[Response | None]] | None) -> None:
+    def _push(self, item: tuple[RequestHeader, asyncio.Task[Response | None]] | None) -> None:
         self.inflight.append(item)
         self._inflight_added.set()
 
@@ -458,7 +460,7 @@ class Connection:
             if item is not None:
                 item[1].cancel()
 
-    async def _send(self, header: Any, response: Response) -> None:
+    async def _send(self, header: RequestHeader, response: Response) -> None:
         codec = self.server.codec
         if not isinstance(response, SplicedResponse):
             encoded = codec.encode_response(header, response)
@@ -605,13 +607,13 @@ class SocketServer:
         self._listeners: list[_Listener] = []
         self._connections: set[asyncio.Task[None]] = set()
         self._open: set[Connection] = set()
-        self._handler_tasks: set[asyncio.Task[Any]] = set()
+        self._handler_tasks: set[asyncio.Task[Response | None]] = set()
         self._next_connection_id = 0
         #: os.sendfile from the pinned fds (False: every byte is copied; tests, non-Linux)
         self.sendfile = hasattr(os, "sendfile")
         self.bound: dict[str, tuple[str, int]] = {}
 
-    def track(self, task: asyncio.Task[Any]) -> None:
+    def track(self, task: asyncio.Task[Response | None]) -> None:
         self._handler_tasks.add(task)
         task.add_done_callback(self._handler_tasks.discard)
 

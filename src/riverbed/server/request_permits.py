@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TypeVar, TypeVarTuple
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 _CURRENT: contextvars.ContextVar[RequestPermit | None] = contextvars.ContextVar(
     "riverbed_request_permit", default=None
@@ -46,13 +47,13 @@ class RequestPermit:
             self._held = False
             self._semaphore.release()
 
-    def release_on_done(self, _task: asyncio.Future[Any]) -> None:
+    def release_on_done(self, _task: asyncio.Future[T]) -> None:
         """Done callback: also runs for a task cancelled before it ever started."""
         self.release()
 
 
 async def run_with_permit(
-    handler: Callable[..., Coroutine[Any, Any, T]], permit: RequestPermit, *args: Any
+    handler: Callable[[*Ts], Awaitable[T]], permit: RequestPermit, *args: *Ts
 ) -> T:
     """Run ``handler(*args)`` in a task that owns ``permit`` (see `park_current_request`)."""
     _CURRENT.set(permit)  # the task runs in its own copy of the context

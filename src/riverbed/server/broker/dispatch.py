@@ -58,7 +58,7 @@ _VERSION_EXACT = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
 
 #: A request handler: (broker, context, the decoded request of its api key) -> response.
 #: The request parameter is each handler's own request class, hence the ``...``.
-Handler = Callable[..., Awaitable[Response]]
+Handler = Callable[..., Awaitable["Response | None"]]
 
 HANDLERS: dict[int, Handler] = {
     ApiKey.PRODUCE: produce.handle_produce,
@@ -148,14 +148,14 @@ class Broker:
     def close(self) -> None:
         self.groups.close()
 
-    async def handle(self, ctx: RequestContext, body: Message) -> Response:
+    async def handle(self, ctx: RequestContext, body: Message) -> Response | None:
         handler = HANDLERS.get(ctx.header.api_key)
         if handler is None or ctx.header.api_key not in BROKER_API_VERSIONS:
             raise UnsupportedApi(f"api key {ctx.header.api_key} is not served on this listener")
         version = response_body_version(ctx.header)
         try:
             response = await handler(self, ctx, body)
-            if response is not None and ctx.header.api_key not in _VERSION_EXACT:
+            if isinstance(response, Message) and ctx.header.api_key not in _VERSION_EXACT:
                 fit_to_version(response, version)
         except CloseConnection:
             raise

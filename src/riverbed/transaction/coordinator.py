@@ -1,0 +1,312 @@
+"""The transaction coordinator of one broker: the shards of the ``__transaction_state``
+partitions it leads, and the checks before any shard is asked.
+
+"The leader of that partition is its coordinator": `begin_load` / `load` when this broker
+becomes leader of a partition at a leader epoch (the coordinator epoch), `unload` when it
+stops. A request for a transactional id whose partition is loading answers
+COORDINATOR_LOAD_IN_PROGRESS, one whose partition this broker does not lead
+NOT_COORDINATOR (Kafka's ``getTransactionState``). Requests waiting for a write of an
+unloaded shard answer NOT_COORDINATOR at once; their writes' completions are ignored.
+
+Request-level checks, as Kafka's ``TransactionCoordinator`` and ``KafkaApis`` do them:
+an InitProducerId without a transactional id gets a producer id at epoch 0 (the
+idempotent producer); an empty transactional id is INVALID_REQUEST; a transaction timeout
+not in (0, ``transaction.max.timeout.ms``] is INVALID_TRANSACTION_TIMEOUT; PRODUCER_FENCED
+becomes INVALID_PRODUCER_EPOCH for the versions that predate it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import replace
+
+from riverbed.coordinator.records import partition_for
+from riverbed.protocol.errors import ErrorCode
+from riverbed.transaction.markers import LeaderOf, MarkerRequest
+from riverbed.transaction.records import TopicPartition, TxnState
+from riverbed.transaction.shard import (
+    Answer,
+    Described,
+    Listed,
+    ListFilter,
+    PartitionsResult,
+    ProducerIdAllocator,
+    Step,
+    TransactionShard,
+    TxnConfig,
+    TxnResult,
+    fenced_for_version,
+)
+
+E = ErrorCode
+OFFSETS_TOPIC = "__consumer_offsets"
+#: The first version of each API that knows PRODUCER_FENCED (KafkaApis).
+INIT_PRODUCER_ID_FENCED_VERSION = 4
+END_TXN_FENCED_VERSION = 2
+ADD_PARTITIONS_FENCED_VERSION = 2
+ADD_OFFSETS_FENCED_VERSION = 2
+#: EndTxn v5+ is TV2 (``TransactionVersion.transactionVersionForEndTxn``).
+END_TXN_TV2_VERSION = 5
+#: Transactional ids one DescribeTransactions may name.
+DESCRIBE_IDS_MAX = 10_000
+
+
+def _map_fenced(step: Step, version: int, first: int) -> Step:
+    answers = []
+    for a in step.answers:
+        r = a.result
+        if isinstance(r, TxnResult):
+            r = replace(r, error=fenced_for_version(r.error, version, first))
+        else:
+            r = PartitionsResult(
+                tuple((tp, fenced_for_version(e, version, first)) for tp, e in r.errors)
+            )
+        answers.append(Answer(a.request_id, r))
+    return Step(tuple(answers), step.writes)
+
+
+class TransactionCoordinator:
+    def __init__(self, config: TxnConfig, allocator: ProducerIdAllocator) -> None:
+        self.config = config
+        self.allocator = allocator
+        self.shards: dict[int, TransactionShard] = {}
+        #: partition -> the coordinator epoch being loaded
+        self.loading: dict[int, int] = {}
+
+    def partition_for(self, tid: str) -> int:
+        return partition_for(tid, self.config.num_partitions)
+
+    # ------------------------------------------------------------------ leadership
+    def begin_load(self, partition: int, coordinator_epoch: int) -> Step:
+        """Elected leader of ``partition`` at ``coordinator_epoch``: "ensure we remove all
+        associated state for this partition before we continue loading it"."""
+        step = self.unload(partition)
+        self.loading[partition] = coordinator_epoch
+        return step
+
+    def load(
+        self,
+        partition: int,
+        coordinator_epoch: int,
+        records: Iterable[tuple[bytes, bytes | None]],
+        now_ms: int,
+    ) -> bool:
+        """The partition's records, read up to its end; False (ignored) when the load is
+        stale (another epoch began loading, or leadership left meanwhile)."""
+        if self.loading.get(partition) != coordinator_epoch:
+            return False
+        shard = TransactionShard(partition, coordinator_epoch, self.config, self.allocator, now_ms)
+        for key, value in records:
+            shard.replay(key, value)
+        shard.loaded()
+        del self.loading[partition]
+        self.shards[partition] = shard
+        return True
+
+    def unload(self, partition: int, coordinator_epoch: int | None = None) -> Step:
+        """No longer the leader (``coordinator_epoch`` None: StopReplica, any epoch)."""
+        shard = self.shards.get(partition)
+        loading = self.loading.get(partition)
+        if coordinator_epoch is None or loading == coordinator_epoch:
+            self.loading.pop(partition, None)
+        if shard is None or (
+            coordinator_epoch is not None and shard.coordinator_epoch > coordinator_epoch
+        ):
+            return Step()
+        del self.shards[partition]
+        return Step(
+            tuple(Answer(r, TxnResult(E.NOT_COORDINATOR)) for r in shard.pending_requests())
+        )
+
+    def _route(self, tid: str) -> TransactionShard | ErrorCode:
+        partition = self.partition_for(tid)
+        if partition in self.loading:
+            return E.COORDINATOR_LOAD_IN_PROGRESS
+        return self.shards.get(partition, E.NOT_COORDINATOR)
+
+    # ------------------------------------------------------------------ requests
+    def init_producer_id(
+        self,
+        request_id: int,
+        tid: str | None,
+        timeout_ms: int,
+        expected: tuple[int, int] | None,
+        version: int,
+        now_ms: int,
+    ) -> Step:
+        """InitProducerId; ``expected`` (v3+) is the (producer id, epoch) the client had,
+        None when it sent -1/-1."""
+        step = self._init(request_id, tid, timeout_ms, expected, now_ms)
+        return _map_fenced(step, version, INIT_PRODUCER_ID_FENCED_VERSION)
+
+    def _init(
+        self,
+        request_id: int,
+        tid: str | None,
+        timeout_ms: int,
+        expected: tuple[int, int] | None,
+        now_ms: int,
+    ) -> Step:
+        def reply(error: ErrorCode, pid: int = -1, epoch: int = -1) -> Step:
+            return Step((Answer(request_id, TxnResult(error, pid, epoch)),))
+
+        if tid is None:  # "always blindly accept the request and return a new producerId"
+            pid = self.allocator.allocate()
+            return reply(E.COORDINATOR_LOAD_IN_PROGRESS) if pid is None else reply(E.NONE, pid, 0)
+        if not tid:
+            return reply(E.INVALID_REQUEST)
+        if not 0 < timeout_ms <= self.config.max_timeout_ms:
+            return reply(E.INVALID_TRANSACTION_TIMEOUT)
+        shard = self._route(tid)
+        if isinstance(shard, ErrorCode):
+            return reply(shard)
+        return shard.init_producer_id(request_id, tid, timeout_ms, expected, now_ms)
+
+    def add_partitions(
+        self,
+        request_id: int,
+        tid: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: frozenset[TopicPartition],
+        version: int,
+        now_ms: int,
+        client_tv: int = 0,
+    ) -> Step:
+        """AddPartitionsToTxn v0-3 from a client (``client_tv`` 0), or a v4-5 add that is
+        not VerifyOnly from a broker under TV2 (``client_tv`` 2)."""
+        shard = self._route(tid) if tid else E.INVALID_REQUEST
+        if isinstance(shard, ErrorCode):
+            return Step((Answer(request_id, PartitionsResult.of(partitions, shard)),))
+        step = shard.add_partitions(
+            request_id, tid, producer_id, producer_epoch, partitions, now_ms, client_tv
+        )
+        return _map_fenced(step, version, ADD_PARTITIONS_FENCED_VERSION)
+
+    def verify_partitions(
+        self,
+        request_id: int,
+        tid: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: frozenset[TopicPartition],
+    ) -> Step:
+        """AddPartitionsToTxn v4-5 VerifyOnly from a partition leader (KIP-890)."""
+        shard = self._route(tid) if tid else E.INVALID_REQUEST
+        if isinstance(shard, ErrorCode):
+            return Step((Answer(request_id, PartitionsResult.of(partitions, shard)),))
+        return shard.verify_partitions(request_id, tid, producer_id, producer_epoch, partitions)
+
+    def add_offsets(
+        self,
+        request_id: int,
+        tid: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        version: int,
+        now_ms: int,
+    ) -> Step:
+        """AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the
+        transaction (KafkaApis: ``handleAddPartitionsToTransaction`` with that partition)."""
+        shard = self._route(tid) if tid else E.INVALID_REQUEST
+        if isinstance(shard, ErrorCode):
+            return Step((Answer(request_id, TxnResult(shard)),))
+        tp = (OFFSETS_TOPIC, partition_for(group_id, self.config.offsets_num_partitions))
+        step = shard.add_partitions(
+            request_id, tid, producer_id, producer_epoch, frozenset({tp}), now_ms, offsets=True
+        )
+        return _map_fenced(step, version, ADD_OFFSETS_FENCED_VERSION)
+
+    def end_txn(
+        self,
+        request_id: int,
+        tid: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        version: int,
+        now_ms: int,
+    ) -> Step:
+        shard = self._route(tid) if tid else E.INVALID_REQUEST
+        if isinstance(shard, ErrorCode):
+            return Step((Answer(request_id, TxnResult(shard)),))
+        client_tv = 2 if version >= END_TXN_TV2_VERSION else 0
+        step = shard.end_txn(
+            request_id, tid, producer_id, producer_epoch, commit, client_tv, now_ms
+        )
+        return _map_fenced(step, version, END_TXN_FENCED_VERSION)
+
+    # ------------------------------------------------------------------ writes, timers, markers
+    def complete_write(
+        self, partition: int, coordinator_epoch: int, token: int, code: ErrorCode, now_ms: int
+    ) -> Step:
+        shard = self.shards.get(partition)
+        if shard is None or shard.coordinator_epoch != coordinator_epoch:
+            return Step()  # unloaded: its requests were answered NOT_COORDINATOR
+        return shard.complete_write(token, code, now_ms)
+
+    def tick(self, now_ms: int) -> Step:
+        step = Step()
+        for shard in self.shards.values():
+            step += shard.tick(now_ms)
+        return step
+
+    def plan_markers(self, leader_of: LeaderOf, now_ms: int) -> tuple[list[MarkerRequest], Step]:
+        requests: list[MarkerRequest] = []
+        step = Step()
+        for shard in self.shards.values():
+            r, s = shard.plan_markers(leader_of, now_ms)
+            requests += r
+            step += s
+        return requests, step
+
+    def _marker_shard(self, request: MarkerRequest) -> TransactionShard | None:
+        shard = self.shards.get(request.txn_partition)
+        epoch = request.markers[0].coordinator_epoch if request.markers else -1
+        return shard if shard is not None and shard.coordinator_epoch == epoch else None
+
+    def on_markers_response(
+        self,
+        request: MarkerRequest,
+        errors: dict[tuple[int, TopicPartition], ErrorCode],
+        now_ms: int,
+    ) -> Step:
+        shard = self._marker_shard(request)
+        if shard is None:
+            return Step()
+        return shard.on_markers_response(request.token, errors, now_ms)
+
+    def on_markers_failed(self, request: MarkerRequest) -> None:
+        shard = self._marker_shard(request)
+        if shard is not None:
+            shard.on_markers_failed(request.token)
+
+    # ------------------------------------------------------------------ admin
+    def describe(self, tids: list[str]) -> list[Described]:
+        """DescribeTransactions: one entry per id (INVALID_REQUEST for an empty one)."""
+        out = []
+        for tid in tids[:DESCRIBE_IDS_MAX]:
+            shard = self._route(tid) if tid else E.INVALID_REQUEST
+            if isinstance(shard, ErrorCode):
+                out.append(Described(tid, shard))
+            else:
+                out.append(shard.describe(tid))
+        return out
+
+    def list(self, f: ListFilter, now_ms: int) -> tuple[ErrorCode, list[Listed], list[str]]:
+        """ListTransactions: (error, transactions, unknown state filters);
+        COORDINATOR_LOAD_IN_PROGRESS while any partition loads, INVALID_REQUEST for a
+        pattern that is not a regular expression."""
+        unknown = sorted(n for n in f.states if TxnState.from_name(n) is None)
+        if self.loading:
+            return E.COORDINATOR_LOAD_IN_PROGRESS, [], unknown
+        try:
+            pattern = re.compile(f.id_pattern) if f.id_pattern is not None else None
+        except re.error:
+            return E.INVALID_REQUEST, [], unknown
+        listed: list[Listed] = []
+        for _, shard in sorted(self.shards.items()):
+            listed += shard.list(f, pattern, now_ms)
+        return E.NONE, listed, unknown

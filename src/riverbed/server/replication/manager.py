@@ -141,6 +141,8 @@ class ReplicaManager:
         self._alter_queue: dict[Key, tuple[uuid.UUID, AlterIsr]] = {}
         self._alter_wakeup = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        #: the image's configs map the cores last took theirs from (refresh_configs)
+        self._configs_applied: object = None
         #: where an unexpected error of a loop goes (crash-only: riverbed.server.supervise)
         self.fault_handler: FaultHandler = fault_handler or ProcessTerminatingFaultHandler(node_id)
         self.rng = rng or random.Random()
@@ -184,6 +186,9 @@ class ReplicaManager:
         a dynamic ``min.insync.replicas`` binds the next acks=all produce and
         ``replica.lag.time.max.ms`` the next tick (Kafka's ``Partition.updateConfig`` from
         the dynamic config publisher), not the next ISR or leader change."""
+        if image.configs is self._configs_applied:
+            return  # no config record since (the image shares an unchanged configs map)
+        self._configs_applied = image.configs
         by_topic: dict[str, ReplicaConfig] = {}
         for (topic, _index), core in self.cores.items():
             config = by_topic.get(topic)

@@ -36,6 +36,7 @@ Replay one seed or soak many (``make soak`` runs this too)::
 
 from __future__ import annotations
 
+import logging
 import random
 import shutil
 import sys
@@ -453,6 +454,8 @@ def run_seed(params: SimParams) -> ShellReplicationSim:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # recovery cutting a torn tail after a power loss is this simulation's daily bread
+    logging.getLogger("riverbed.storage").setLevel(logging.ERROR)
     return replication_sim.main(argv, run_seed, SIM, __doc__.split("\n")[0])
 
 

@@ -473,14 +473,16 @@ class ReplicationSim:
             self.net.send(b.broker_id, follower.leader_id, pos, now)
 
     # ------------------------------------------------------------------ client
-    def _client_produce(self, tag: str) -> None:
+    def _client_produce(self, tag: str) -> str | None:
+        """Send a new record to the leader; its value (None: no leader to send it to)."""
         reg = self.partition_reg()
         if reg is None or reg.leader < 0:
-            return
+            return None
         self.next_request_id += 1
         value = f"{tag}{self.next_request_id}"
         self.pending_produces[self.next_request_id] = value
         self.net.send(CLIENT, reg.leader, ProduceReq(self.next_request_id, value), self.now)
+        return value
 
     def _client_receive(self, msg: ProduceAnswer) -> None:
         value = self.pending_produces.pop(msg.request_id, None)
@@ -490,6 +492,10 @@ class ReplicationSim:
         if msg.error is ErrorCode.NONE:
             self.checker.on_ack(msg.offset, value)
             self.acked[value] = msg.offset
+        elif value.startswith("calm"):
+            # a client retries a failed produce (NOT_ENOUGH_REPLICAS while the ISR grows
+            # back, NOT_LEADER_OR_FOLLOWER...): the calm phase resends what is pending
+            self.pending_produces[msg.request_id] = value
 
     # ------------------------------------------------------------------ chaos
     def _chaos(self) -> None:
@@ -586,15 +592,16 @@ class ReplicationSim:
                 and self.now - start > 3000
                 and self.now % 200 == 0
             ):
-                self._client_produce("calm")
-                wanted.append(f"calm{self.next_request_id}")
+                value = self._client_produce("calm")
+                if value is not None:
+                    wanted.append(value)
             elif self.pending_produces and self.now % 1000 == 0:
-                # a produce that timed out or failed is retried (as a client does)
+                # a produce that timed out or failed is retried (as a client does), once
+                # there is a leader to send it to
                 for rid, value in list(self.pending_produces.items()):
-                    if value.startswith("calm"):
+                    if value.startswith("calm") and (again := self._client_produce("calm")):
                         del self.pending_produces[rid]
-                        self._client_produce("calm")
-                        wanted[wanted.index(value)] = f"calm{self.next_request_id}"
+                        wanted[wanted.index(value)] = again
             if len(wanted) == self.p.calm_records and self._settled(wanted):
                 self.stats["calm ms"] += self.now - start
                 return

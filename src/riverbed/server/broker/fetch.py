@@ -34,20 +34,22 @@ watermark, and is parked like a consumer (``replica.fetch.wait.max.ms`` /
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import FetchRequest, FetchResponse
-from riverbed.replication.actions import FetchPosition
+from riverbed.replication.actions import FetchAnswer, FetchPosition
 from riverbed.server.broker.partitions import DEBUGGING_REPLICA_ID, HostedPartition, NotServed
 from riverbed.server.broker.remote_fetch import read_remote, remote_tier_serves
 from riverbed.server.network import FileRecords, RequestContext, SplicedResponse
 from riverbed.storage.errors import StorageError
+from riverbed.storage.log import PartitionLog
 from riverbed.storage.log_files import FileRange
 
 if TYPE_CHECKING:
     from riverbed.server.broker.dispatch import Broker
 
+FetchPartition = FetchRequest.FetchPartition
 #: FetchRequest.isolation_level of a read_committed consumer.
 READ_COMMITTED = 1
 #: Fetch versions from this one on are flexible (compact ``records`` length).
@@ -75,7 +77,9 @@ class _PartitionRead:
     fetch_offset: int = -1
 
 
-def _follower_read(broker: Broker, hosted: HostedPartition, p: Any, replica_id: int) -> Any:
+def _follower_read(
+    broker: Broker, hosted: HostedPartition, p: FetchPartition, replica_id: int
+) -> FetchAnswer | None:
     """The leader core's verdict on a follower's fetch (None: no replication here)."""
     replicas = broker.partitions.replicas
     if replica_id < 0 or replicas is None:
@@ -83,7 +87,7 @@ def _follower_read(broker: Broker, hosted: HostedPartition, p: Any, replica_id: 
     return replicas.follower_fetch(hosted, follower_position(replica_id, p))
 
 
-def follower_position(replica_id: int, p: Any) -> FetchPosition:
+def follower_position(replica_id: int, p: FetchPartition) -> FetchPosition:
     """A follower's Fetch of one partition as the leader core takes it (also the
     replication simulation's leader side)."""
     return FetchPosition(replica_id, p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch)
@@ -92,8 +96,8 @@ def follower_position(replica_id: int, p: Any) -> FetchPosition:
 def _remote_read(
     broker: Broker,
     topic: str,
-    p: Any,
-    plog: Any,
+    p: FetchPartition,
+    plog: PartitionLog,
     replica_id: int,
     hw: int,
     start: int,
@@ -115,7 +119,7 @@ def _remote_read(
 
 
 def _read_partition(
-    broker: Broker, topic: str, p: Any, budget: int, first: bool, replica_id: int
+    broker: Broker, topic: str, p: FetchPartition, budget: int, first: bool, replica_id: int
 ) -> _PartitionRead:
     hosted = broker.partitions.leader_partition(
         topic, p.partition, p, require_leader=replica_id != DEBUGGING_REPLICA_ID
@@ -170,9 +174,9 @@ def _read_partition(
     return _PartitionRead(topic, p.partition, 0, hw, start, ranges, size)
 
 
-def _read_all(broker: Broker, req: Any) -> list[_PartitionRead]:
+def _read_all(broker: Broker, req: FetchRequest) -> list[_PartitionRead]:
     budget = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
-    replica_id = getattr(req, "replica_id", -1)
+    replica_id = req.replica_id
     reads: list[_PartitionRead] = []
     first = True
     for topic in req.topics:
@@ -192,7 +196,9 @@ def _close(reads: list[_PartitionRead]) -> None:
             rng.close()
 
 
-async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -> Any:
+async def handle_fetch(
+    broker: Broker, ctx: RequestContext, req: FetchRequest
+) -> FetchResponse | SplicedResponse:
     version = ctx.header.api_version
     if req.session_id != 0:
         return FetchResponse(error_code=int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND), session_id=0)
@@ -221,7 +227,9 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: FetchRequest) -
     return _build_response(reads, version, req.isolation_level == READ_COMMITTED)
 
 
-def _build_response(reads: list[_PartitionRead], version: int, read_committed: bool) -> Any:
+def _build_response(
+    reads: list[_PartitionRead], version: int, read_committed: bool
+) -> FetchResponse | SplicedResponse:
     """The response in the request's order of partitions.
 
     Kafka (``FetchResponse.toMessage``): "We have to keep the order of input
@@ -230,9 +238,9 @@ def _build_response(reads: list[_PartitionRead], version: int, read_committed: b
     partitions rotates), so a topic may come back several times too. The file records are
     then listed in wire order, which `splice_plan` finds in one scan.
     """
-    topics: list[Any] = []
+    topics: list[FetchResponse.FetchableTopicResponse] = []
     files: list[FileRecords] = []
-    t: Any = None
+    t: FetchResponse.FetchableTopicResponse | None = None
     for r in reads:
         if t is None or t.topic != r.topic:
             t = FetchResponse.FetchableTopicResponse(topic=r.topic, partitions=[])

@@ -41,12 +41,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.messages import ProduceRequest, ProduceResponse
-from riverbed.server.broker.partitions import NotServed, leader_endpoints
+from riverbed.server.broker.partitions import HostedPartition, NotServed, leader_endpoints
 from riverbed.server.network import CloseConnection, RequestContext
 from riverbed.storage.errors import StorageError
 
@@ -62,7 +63,10 @@ PRODUCE_CURRENT_LEADER_VERSION = 10
 _MAGIC_OFFSET = 16
 
 
-def _partition_error(index: int, code: ErrorCode, message: str | None = None) -> Any:
+PartitionResponse = ProduceResponse.PartitionProduceResponse
+
+
+def _partition_error(index: int, code: ErrorCode, message: str | None = None) -> PartitionResponse:
     return ProduceResponse.PartitionProduceResponse(
         index=index,
         error_code=int(code),
@@ -80,7 +84,7 @@ async def handle_produce(
     acks_ok = req.acks in _VALID_ACKS
     leaders: list[int] = []  # named in NOT_LEADER_OR_FOLLOWER answers
     names_leader = ctx.header.api_version >= PRODUCE_CURRENT_LEADER_VERSION
-    waits: list[tuple[Any, Any]] = []  # acks=all: (partition response, wait)
+    waits: list[tuple[PartitionResponse, Awaitable[ErrorCode]]] = []  # acks=all
     for topic in req.topic_data:
         parts = []
         for pd in topic.partition_data:
@@ -121,7 +125,7 @@ async def handle_produce(
     return ProduceResponse(responses=responses, throttle_time_ms=0, node_endpoints=endpoints)
 
 
-def _not_served(index: int, why: NotServed, names_leader: bool) -> Any:
+def _not_served(index: int, why: NotServed, names_leader: bool) -> PartitionResponse:
     part = _partition_error(index, why.error)
     if names_leader and why.names_leader:
         part.current_leader = ProduceResponse.LeaderIdAndEpoch(
@@ -138,7 +142,7 @@ def _produce_partition(
     names_leader: bool,
     acks: int = 1,
     timeout_ms: int = 0,
-) -> tuple[Any, Any]:
+) -> tuple[PartitionResponse, Awaitable[ErrorCode] | None]:
     """(partition response, None or the acks=all wait to await once all are appended)."""
     hosted = broker.partitions.leader_partition(topic, index)
     if isinstance(hosted, NotServed):
@@ -155,8 +159,8 @@ def _produce_partition(
 
 
 def _append_partition(
-    broker: Broker, hosted: Any, index: int, records: bytes | None
-) -> tuple[Any, int]:
+    broker: Broker, hosted: HostedPartition, index: int, records: bytes | None
+) -> tuple[PartitionResponse, int]:
     """(partition response, the offset after its last record; -1 when nothing appended)."""
     if not records:
         return _partition_error(

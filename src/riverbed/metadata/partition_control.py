@@ -44,6 +44,7 @@ from riverbed.metadata.image import (
 )
 from riverbed.metadata.reassignment import completion
 from riverbed.metadata.records import ZERO_UUID
+from riverbed.metadata.topic_configs import topic_config_for
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
     AlterPartitionRequest,
@@ -114,10 +115,12 @@ def _partitions_of(
                 yield topic, index, part
 
 
-def _unclean_allowed(image: MetadataImage, topic: TopicImage, static: dict[str, str]) -> bool:
-    value = image.topic_config(topic.name).get(
-        "unclean.leader.election.enable", static.get("unclean.leader.election.enable", "false")
-    )
+def _unclean_allowed(
+    image: MetadataImage, topic: TopicImage, node_id: int, static: dict[str, str]
+) -> bool:
+    """The topic's effective ``unclean.leader.election.enable`` as this controller resolves
+    it (topic override, then its dynamic broker config, the cluster default, static)."""
+    value = topic_config_for(image, topic.name, node_id, static)["unclean.leader.election.enable"]
     return value.strip().lower() == "true"
 
 
@@ -149,7 +152,7 @@ class PartitionControl(ControllerBase):
             leader = part.leader
             recovery = -1
             if leader in (broker_id, NO_LEADER):
-                allowed = _unclean_allowed(image, topic, static)
+                allowed = _unclean_allowed(image, topic, self.config.node_id, static)
                 leader, unclean = elect_leader(image, part, isr, unclean=allowed)
                 if unclean:  # Kafka elects unclean at once when the topic allows it
                     isr, recovery = (leader,), RECOVERING
@@ -220,7 +223,10 @@ class PartitionControl(ControllerBase):
             if part.leader != NO_LEADER:
                 continue
             leader, unclean = elect_leader(
-                image, part, part.isr, unclean=_unclean_allowed(image, topic, static)
+                image,
+                part,
+                part.isr,
+                unclean=_unclean_allowed(image, topic, self.config.node_id, static),
             )
             if leader == NO_LEADER:
                 continue

@@ -445,3 +445,27 @@ def test_elect_leaders_unclean_moves_a_leaderless_partition_to_a_live_replica():
     assert code == ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
     code, image = elect(c, image, ELECTION_UNCLEAN)
     assert code == ErrorCode.ELECTION_NOT_NEEDED
+
+
+def test_unclean_election_when_the_cluster_wide_dynamic_default_allows_it():
+    """The controller resolves unclean.leader.election.enable as every other topic config
+    (issue 18: one resolution): the cluster's dynamic broker default counts, not only the
+    topic override and server.properties."""
+    from riverbed.metadata.records import ResourceType
+    from riverbed.protocol.messages import ConfigRecord
+
+    c, image = three_brokers()
+    default = ConfigRecord(
+        resource_type=int(ResourceType.BROKER),
+        resource_name="",
+        name="unclean.leader.election.enable",
+        value="true",
+    )
+    image = replay_all(image, [default])
+    for b in (1, 2, 3):
+        image = apply(image, c.fence_broker(image, b, 0))
+    p0 = image.topic("t").partitions[0]
+    other = next(b for b in (1, 2, 3) if b not in p0.isr)
+    image = apply(image, c.unfence_broker(image, other, -1, 0))
+    p0 = image.topic("t").partitions[0]
+    assert p0.leader == other and p0.isr == (other,) and p0.leader_recovery_state == 1

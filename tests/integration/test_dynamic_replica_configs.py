@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
@@ -24,6 +25,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from riverbed.testing.cluster import BrokerProcess
+
+pytestmark = pytest.mark.integration
 
 WAIT_S = 30.0
 

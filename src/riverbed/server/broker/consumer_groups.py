@@ -11,12 +11,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from riverbed.metadata.image import MetadataImage
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import response_body_version
-from riverbed.protocol.messages import ConsumerGroupDescribeResponse
+from riverbed.protocol.messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    Message,
+)
 from riverbed.server.broker.error_response import error_response
 from riverbed.server.broker.groups import _answer, _client_host
 from riverbed.server.coordinator import CoordinatorError
@@ -24,6 +30,7 @@ from riverbed.server.network import RequestContext
 
 if TYPE_CHECKING:
     from riverbed.server.broker.dispatch import Broker
+    from riverbed.server.config import ServerConfig
 
 E = ErrorCode
 CONSUMER_PROTOCOL = "consumer"
@@ -32,7 +39,7 @@ CONSUMER_PROTOCOL = "consumer"
 class ImageTopics:
     """The `TopicView` of a metadata image (looked up on demand, nothing copied)."""
 
-    def __init__(self, image: Any) -> None:
+    def __init__(self, image: MetadataImage) -> None:
         self.image = image
 
     def get(self, name: str) -> tuple[uuid.UUID, int] | None:
@@ -45,19 +52,22 @@ class ImageTopics:
         return [n for n in self.image.topics_by_name if not n.startswith("__")]
 
 
-def consumer_protocol_enabled(config: Any) -> bool:
+def consumer_protocol_enabled(config: ServerConfig) -> bool:
     """``consumer`` in ``group.coordinator.rebalance.protocols``."""
     protocols = config.get("group.coordinator.rebalance.protocols")
-    if isinstance(protocols, str):
-        protocols = protocols.split(",")
-    return CONSUMER_PROTOCOL in [str(p).strip() for p in protocols]
+    names = protocols.split(",") if isinstance(protocols, str) else protocols
+    if not isinstance(names, list | tuple):
+        raise TypeError(f"group.coordinator.rebalance.protocols is {protocols!r}")
+    return CONSUMER_PROTOCOL in [str(p).strip() for p in names]
 
 
 #: The APIs that exist only for the consumer protocol (not advertised when it is off).
 CONSUMER_PROTOCOL_APIS = (ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE)
 
 
-async def handle_consumer_group_heartbeat(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+async def handle_consumer_group_heartbeat(
+    broker: Broker, ctx: RequestContext, req: ConsumerGroupHeartbeatRequest
+) -> Message:
     if not consumer_protocol_enabled(broker.config):
         return error_response(
             ctx.header.api_key, req, response_body_version(ctx.header), E.UNSUPPORTED_VERSION
@@ -76,7 +86,9 @@ async def handle_consumer_group_heartbeat(broker: Broker, ctx: RequestContext, r
     )
 
 
-async def handle_consumer_group_describe(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+async def handle_consumer_group_describe(
+    broker: Broker, ctx: RequestContext, req: ConsumerGroupDescribeRequest
+) -> ConsumerGroupDescribeResponse:
     out = []
     for group_id in req.group_ids:
         try:

@@ -16,25 +16,54 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from riverbed.coordinator.records import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, partition_for
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import response_body_version
 from riverbed.protocol.messages import (
     CreateTopicsRequest,
+    DeleteGroupsRequest,
     DeleteGroupsResponse,
+    DescribeGroupsRequest,
     DescribeGroupsResponse,
+    FindCoordinatorRequest,
     FindCoordinatorResponse,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    ListGroupsRequest,
     ListGroupsResponse,
+    Message,
+    OffsetCommitRequest,
+    OffsetDeleteRequest,
+    OffsetFetchRequest,
     OffsetFetchResponse,
+    SyncGroupRequest,
 )
 from riverbed.server.broker.error_response import error_response
 from riverbed.server.coordinator import CoordinatorError
 from riverbed.server.network import RequestContext
 
 if TYPE_CHECKING:
+    from riverbed.coordinator.group import Reply
+    from riverbed.coordinator.shard import GroupShard
     from riverbed.server.broker.dispatch import Broker
+
+#: What runs on a group's shard: (shard, reply, now_ms); the shard answers through reply.
+ShardOp = Callable[["GroupShard", "Reply", int], None]
+
+
+class OffsetFetchTopics(Protocol):
+    """OffsetFetch's topics (v0-v7 at the top level, v8+ per group)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def partition_indexes(self) -> list[int]: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +81,19 @@ def _client_host(ctx: RequestContext) -> str:
     return f"/{host if sep and port.isdigit() else ctx.peer}"
 
 
-async def _answer(broker: Broker, ctx: RequestContext, req: Any, group_id: str, op: Any) -> Any:
+async def _answer(
+    broker: Broker, ctx: RequestContext, req: Message, group_id: str, op: ShardOp
+) -> Message:
+    """The response ``op`` gives on the group's shard (the coordinator's error in every
+    error field when the shard cannot take it)."""
     version = response_body_version(ctx.header)
     try:
-        return await broker.groups.call(group_id, ctx.header.api_version, op)
+        response = await broker.groups.call(group_id, ctx.header.api_version, op)
     except CoordinatorError as exc:
         return error_response(ctx.header.api_key, req, version, exc.code)
+    if not isinstance(response, Message):
+        raise TypeError(f"group {group_id!r} answered {type(response).__name__}")
+    return response
 
 
 # ---------------------------------------------------------------------- FindCoordinator
@@ -152,7 +188,9 @@ async def _find_one(
     return E.NONE, leader, endpoint.host, endpoint.port
 
 
-async def handle_find_coordinator(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+async def handle_find_coordinator(
+    broker: Broker, ctx: RequestContext, req: FindCoordinatorRequest
+) -> FindCoordinatorResponse:
     if ctx.header.api_version >= 4:
         coordinators = []
         for key in req.coordinator_keys or []:
@@ -181,7 +219,7 @@ async def handle_find_coordinator(broker: Broker, ctx: RequestContext, req: Any)
 
 
 # ---------------------------------------------------------------------- membership
-async def handle_join_group(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+async def handle_join_group(broker: Broker, ctx: RequestContext, req: JoinGroupRequest) -> Message:
     client_id = ctx.header.client_id or ""
     host = _client_host(ctx)
     return await _answer(
@@ -193,26 +231,30 @@ async def handle_join_group(broker: Broker, ctx: RequestContext, req: Any) -> An
     )
 
 
-async def handle_sync_group(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+async def handle_sync_group(broker: Broker, ctx: RequestContext, req: SyncGroupRequest) -> Message:
     return await _answer(
         broker, ctx, req, req.group_id, lambda shard, reply, now: shard.sync_group(reply, req, now)
     )
 
 
-async def handle_heartbeat(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+async def handle_heartbeat(broker: Broker, ctx: RequestContext, req: HeartbeatRequest) -> Message:
     return await _answer(
         broker, ctx, req, req.group_id, lambda shard, reply, now: shard.heartbeat(reply, req, now)
     )
 
 
-async def handle_leave_group(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+async def handle_leave_group(
+    broker: Broker, ctx: RequestContext, req: LeaveGroupRequest
+) -> Message:
     return await _answer(
         broker, ctx, req, req.group_id, lambda shard, reply, now: shard.leave_group(reply, req, now)
     )
 
 
 # ---------------------------------------------------------------------- offsets
-async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+async def handle_offset_commit(
+    broker: Broker, ctx: RequestContext, req: OffsetCommitRequest
+) -> Message:
     image = broker.metadata.image
     unknown = set()
     for t in req.topics:
@@ -230,8 +272,11 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: Any) ->
 
 
 def _fetch_group(
-    broker: Broker, group_id: str, topics: Any, member: tuple[str | None, int] = (None, -1)
-) -> Any:
+    broker: Broker,
+    group_id: str,
+    topics: Sequence[OffsetFetchTopics] | None,
+    member: tuple[str | None, int] = (None, -1),
+) -> OffsetFetchResponse.OffsetFetchResponseGroup:
     """One group's offsets; ``member`` (OffsetFetch v9+: member id, epoch) is checked
     against a KIP-848 group."""
     wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
@@ -249,7 +294,9 @@ def _fetch_group(
     return shard.offset_fetch(group_id, wanted)
 
 
-async def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+async def handle_offset_fetch(
+    broker: Broker, ctx: RequestContext, req: OffsetFetchRequest
+) -> Message:
     # require_stable (v7+): no transactional offsets are ever pending here, so every
     # committed offset is stable.
     if ctx.header.api_version >= 8:
@@ -285,14 +332,18 @@ async def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: Any) -> 
     )
 
 
-async def handle_offset_delete(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+async def handle_offset_delete(
+    broker: Broker, ctx: RequestContext, req: OffsetDeleteRequest
+) -> Message:
     return await _answer(
         broker, ctx, req, req.group_id, lambda shard, reply, now: shard.offset_delete(reply, req)
     )
 
 
 # ---------------------------------------------------------------------- admin
-async def handle_list_groups(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+async def handle_list_groups(
+    broker: Broker, ctx: RequestContext, req: ListGroupsRequest
+) -> ListGroupsResponse:
     states = set(req.states_filter or []) if ctx.header.api_version >= 4 else None
     # v5+: a types filter ("classic", "consumer"; case-insensitive, empty = all)
     types = {t.lower() for t in req.types_filter or []} if ctx.header.api_version >= 5 else set()
@@ -315,7 +366,9 @@ async def handle_list_groups(broker: Broker, ctx: RequestContext, req: Any) -> A
     return ListGroupsResponse(throttle_time_ms=0, error_code=int(code), groups=listed)
 
 
-async def handle_describe_groups(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+async def handle_describe_groups(
+    broker: Broker, ctx: RequestContext, req: DescribeGroupsRequest
+) -> DescribeGroupsResponse:
     out = []
     for group_id in req.groups:
         try:
@@ -333,14 +386,16 @@ async def handle_describe_groups(broker: Broker, ctx: RequestContext, req: Any) 
             )
             continue
         described = shard.describe_group(group_id)
-        if getattr(req, "include_authorized_operations", False) and not described.error_code:
+        if req.include_authorized_operations and not described.error_code:
             described.authorized_operations = GROUP_OPERATIONS_ALL  # no authorizer: all
         out.append(described)
     return DescribeGroupsResponse(throttle_time_ms=0, groups=out)
 
 
-async def handle_delete_groups(broker: Broker, ctx: RequestContext, req: Any) -> Any:
-    async def one(group_id: str) -> Any:
+async def handle_delete_groups(
+    broker: Broker, ctx: RequestContext, req: DeleteGroupsRequest
+) -> DeleteGroupsResponse:
+    async def one(group_id: str) -> DeleteGroupsResponse.DeletableGroupResult:
         try:
             code = await broker.groups.call(
                 group_id,
@@ -349,6 +404,8 @@ async def handle_delete_groups(broker: Broker, ctx: RequestContext, req: Any) ->
             )
         except CoordinatorError as exc:
             code = exc.code
+        if not isinstance(code, int):
+            raise TypeError(f"DeleteGroups of {group_id!r} answered {type(code).__name__}")
         return DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=int(code))
 
     results = await asyncio.gather(*(one(g) for g in req.groups_names))

@@ -415,7 +415,7 @@ class Connection:
             except Exception:
                 log.exception(
                     "handler failed for api_key=%s from %s",
-                    getattr(header, "api_key", "?"),
+                    header.api_key,
                     self.peer,
                 )
                 self._close_with("internal error in a request handler")
@@ -433,8 +433,8 @@ class Connection:
                 except Exception:
                     log.exception(
                         "cannot encode the response to api_key=%s v%s for %s",
-                        getattr(header, "api_key", "?"),
-                        getattr(header, "api_version", "?"),
+                        header.api_key,
+                        header.api_version,
                         self.peer,
                     )
                     self._close_with("internal error encoding a response")

@@ -29,6 +29,7 @@ from riverbed.protocol.headers import (
     encode_request,
     peek_correlation_id,
 )
+from riverbed.protocol.messages import FetchRequest as WireFetchRequest
 from riverbed.protocol.messages import Message
 from riverbed.raft import wire
 from riverbed.raft.messages import Request, Response
@@ -51,12 +52,11 @@ _SIZE = struct.Struct(">i")
 
 def is_raft_fetch(api_key: int, message: Message) -> bool:
     """A Fetch for the metadata partition (served by raft, not the broker's fetch path)."""
-    if api_key != wire.API_FETCH:
+    if api_key != wire.API_FETCH or not isinstance(message, WireFetchRequest):
         return False
-    topics = getattr(message, "topics", [])
+    topics = message.topics
     return len(topics) == 1 and (
-        getattr(topics[0], "topic", "") == METADATA_TOPIC
-        or getattr(topics[0], "topic_id", None) == wire.METADATA_TOPIC_ID
+        topics[0].topic == METADATA_TOPIC or topics[0].topic_id == wire.METADATA_TOPIC_ID
     )
 
 

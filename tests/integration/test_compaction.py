@@ -11,11 +11,17 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from riverbed.storage.checkpoints import read_offset_checkpoint
+from riverbed.storage.cleaner import CLEANER_CHECKPOINT
 from riverbed.testing.cluster import BrokerProcess
 
 pytestmark = pytest.mark.integration
 
 QUIET = {"log_level": 3}
+#: Records written after the first compaction (~40 KB: several closed 4 KB segments).
+LATER_RECORDS = 300
+#: Bound on the wait for the cleaner pass that covers them.
+CLEANING_WAIT_S = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +148,23 @@ def test_tombstones_stay_readable_from_the_start_until_delete_retention_ms(
         time.sleep(0.3)
         got = read_all(b, topic)
     assert len(got) <= 60, "the cleaner did not compact the closed segments"
-    time.sleep(2)  # twenty cleaner backoffs: a tombstone past its horizon would be gone
+    # Every pass rewrites the whole cleanable log, the tombstones' segment too: write
+    # more (closing segments), then wait for a pass that mapped it (the cleaner
+    # checkpoint's first dirty offset past its start). A tombstone dropped before
+    # delete.retention.ms would be gone after that pass.
+    marks = Consumer({"bootstrap.servers": b, "group.id": "marks", **QUIET})
+    _lo, later_start = marks.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    marks.close()
+    for i in range(LATER_RECORDS):
+        value = b"y%d-" % i + b"x" * 100
+        p.produce(topic, value, key=b"later%d" % (i % 5))
+        model[b"later%d" % (i % 5)] = value
+    assert p.flush(10) == 0
+    checkpoint = cbroker.data_dir / CLEANER_CHECKPOINT
+    deadline = time.monotonic() + CLEANING_WAIT_S
+    while read_offset_checkpoint(checkpoint).get((topic, 0), -1) <= later_start:
+        assert time.monotonic() < deadline, "no cleaning pass covered the later records"
+        time.sleep(0.1)
     got = read_all(b, topic)
     assert {k: v for _o, k, v in got} == model
     deleted = {k for k, v in model.items() if v is None}

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -34,6 +35,8 @@ from .test_quorum import wait_leader
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 LAG_MAX_MS = 2000
+#: How often a Production's librdkafka reports its statistics (its request counts).
+STATS_INTERVAL_MS = 100
 OVERRIDES = {
     **QUORUM_OVERRIDES,
     "default.replication.factor": "3",
@@ -143,14 +146,28 @@ class Production:
                 "enable.idempotence": True,
                 "linger.ms": 5,
                 "message.timeout.ms": timeout_ms,
+                "statistics.interval.ms": STATS_INTERVAL_MS,
+                "stats_cb": self._on_stats,
             }
         )
         self.topic = topic
         self.acked: dict[bytes, int] = {}
         self.errors: list[str] = []
+        #: Produce requests sent so far, all brokers (librdkafka's statistics)
+        self.produce_requests = 0
+        self._produce_seen: dict[str, int] = {}
         self.stop = threading.Event()
         self.sent = 0
         self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _on_stats(self, stats_json: str) -> None:
+        # librdkafka's per-broker counters restart when it drops a broker that left the
+        # metadata (a fenced one) and adds it again: sum what each report adds
+        for name, broker in json.loads(stats_json).get("brokers", {}).items():
+            now = int(broker.get("req", {}).get("Produce", 0))
+            last = self._produce_seen.get(name, 0)
+            self.produce_requests += now - last if now >= last else now
+            self._produce_seen[name] = now
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
         if err is not None:

@@ -17,7 +17,6 @@ observers), so killing them never costs the metadata quorum its majority:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,8 +35,10 @@ BROKER_ONLY = (4, 5)
 #: The partition's load before its reassignment starts (4 MiB).
 PRELOAD_RECORDS = 16_384
 PRELOAD_RECORD_BYTES = 256
-#: How long acks=all production must stay unacknowledged while the ISR is below minimum.
-OUTAGE_QUIET_S = 2.0
+#: Produce requests the idempotent producer must send while the ISR is below minimum
+#: (more than the 5 it keeps in flight, so some of them were answered) with no
+#: acknowledgement coming back; its retries back off to one a second.
+OUTAGE_PRODUCE_REQUESTS = 8
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +199,14 @@ def test_min_insync_replicas_with_two_replica_brokers_killed(cluster: QuorumClus
             # min.insync.replicas binds acks=all only
             error, acks_one_offset = produce_one(cluster, topic, b"acks=1", acks="1")
             assert error is None, error
-            time.sleep(OUTAGE_QUIET_S)
+            # its retries reach the leader and come back refused: once it has sent that
+            # many more Produce requests, none may have been acknowledged
+            sent_at = prod.produce_requests
+            wait_for(
+                f"{OUTAGE_PRODUCE_REQUESTS} produce requests during the outage",
+                lambda: prod.produce_requests >= sent_at + OUTAGE_PRODUCE_REQUESTS,
+                30,
+            )
             assert len(prod.acked) == refused_at, "acks=all acknowledged below min.insync"
         finally:
             for node in BROKER_ONLY:

@@ -117,10 +117,13 @@ def test_half_a_topic_is_not_an_image_of_whole_operations() -> None:
     boot = c.bootstrap_records()
     image = replay_all(replay_all(MetadataImage.EMPTY, boot), [])
     reg = c.register_broker(image, 1, uuid.UUID(int=7), [BrokerEndpoint("P", "h", 1)], None, 0)
-    image = replay_all(image, reg.records)
+    fenced = replay_all(image, reg.records)
+    up = c.unfence_broker(fenced, 1, -1, 0, metadata_offset=image.offset)
+    registration = [*reg.records, *up.records]
+    image = replay_all(image, registration)
     ct = CreateTopicsRequest.CreatableTopic(name="t", num_partitions=3, replication_factor=1)
     topic = c.create_topics(image, CreateTopicsRequest(topics=[ct], timeout_ms=1), 0).records
-    ops = [boot, reg.records, topic]
+    ops = [boot, registration, topic]
     committed: dict[int, tuple[int, bytes]] = {}
     checker = MetadataChecker(committed)
     offset = 0

@@ -25,6 +25,11 @@ member that never fetches leaves the ISR after ``replica.lag.time.max.ms`` (Alte
 the ISR's last live member is fenced or shuts down, the partition stays leaderless (-1)
 until a member registers again, unless ``unclean.leader.election.enable`` (or an UNCLEAN
 ElectLeaders) picks a live replica outside the ISR, accepting the loss of what only the old ISR held.
+
+Broker restarts (`register_broker`, `PartitionControl.unfence_broker`): a new incarnation
+is refused while the old one's session lives, starts fenced, and is unfenced once its
+heartbeat shows it has applied the metadata up to its registration; after an unclean
+shutdown it leaves every ISR, so a log that lost its tail never wins a clean election.
 """
 
 from __future__ import annotations
@@ -86,7 +91,6 @@ from riverbed.protocol.messages import (
     Message,
     RemoveTopicRecord,
     TopicRecord,
-    UnfenceBrokerRecord,
 )
 
 TOPIC_NAME_LENGTH_MAX = 249
@@ -264,15 +268,41 @@ class Controller(
         endpoints: Sequence[BrokerEndpoint],
         rack: str | None,
         now_ms: int,
+        *,
+        session_live: bool = False,
+        previous_broker_epoch: int = -1,
     ) -> ControllerResult:
-        """Register (or re-register after a restart) a broker and unfence it.
+        """Register (or re-register after a restart) a broker, fenced.
+
+        Kafka's ClusterControlManager.registerBroker: a new incarnation while the current
+        registration's session is live (``session_live``, the shell's heartbeat clock) is
+        refused with DUPLICATE_BROKER_REGISTRATION; the broker retries until the old
+        session expires and the controller has fenced it (which takes it out of every ISR
+        it is not the last member of), so a restarted process never inherits the old one's
+        ISR seats. The registration is fenced: `unfence_broker` lifts that once a
+        heartbeat shows the broker has applied the metadata up to this registration.
+
+        An unclean shutdown (``previous_broker_epoch``, BrokerRegistration v3's
+        PreviousBrokerEpoch from the clean-shutdown marker, differs from the registered
+        epoch: the log may have lost its unflushed tail) takes the broker out of every ISR
+        in the same batch, the last seat included (`leave_isrs_after_unclean_shutdown`).
+        An old registration still unfenced (its session expired, the fencing not yet
+        written) is fenced in the same batch first.
 
         The new broker epoch is above every epoch this broker had and above the image's
-        offset, so a stale incarnation's requests are recognisable.  Partitions left
-        leaderless with this broker in their ISR get it back as leader.
+        offset, so a stale incarnation's requests are recognisable.
         """
         del now_ms
         previous = image.brokers.get(broker_id)
+        new_incarnation = previous is None or previous.incarnation_id != incarnation_id
+        if previous is not None and new_incarnation and session_live and not previous.fenced:
+            raise ControllerError(
+                ErrorCode.DUPLICATE_BROKER_REGISTRATION,
+                f"Another broker is registered with that broker id ({broker_id}).",
+            )
+        records: list[Message] = []
+        if previous is not None and not previous.fenced:
+            records += self.fence_broker(image, broker_id, 0).records
         epoch = max(image.offset + 1, previous.broker_epoch + 1 if previous else 0)
         registration = BrokerRegistration(
             broker_id=broker_id,
@@ -282,13 +312,11 @@ class Controller(
             rack=rack,
             fenced=True,
         )
-        records: list[Message] = [
-            registration.to_record(),
-            UnfenceBrokerRecord(id=broker_id, epoch=epoch),
-        ]
-        live = replay_all(image, records)
-        records += self.elect_leaderless(live, broker_id)
-        response = live.brokers[broker_id]
+        records.append(registration.to_record())
+        clean = previous is not None and previous.broker_epoch == previous_broker_epoch
+        if new_incarnation and not clean:
+            records += self.leave_isrs_after_unclean_shutdown(replay_all(image, records), broker_id)
+        response = replay_all(image, records).brokers[broker_id]
         return ControllerResult(records, response)
 
     # ------------------------------------------------------------------ create topics

@@ -145,6 +145,11 @@ class BrokerRegistration:
     rack: str | None = None
     fenced: bool = True
     in_controlled_shutdown: bool = False
+    #: Offset of the metadata batch that holds this registration's RegisterBrokerRecord
+    #: (the snapshot's end for one loaded from a snapshot; -1 in scratch images): the
+    #: broker is unfenced only once its heartbeat shows it has applied that far (Kafka's
+    #: ``registerBrokerRecordOffset``). Not part of equality, as ``MetadataImage.offset``.
+    registered_offset: int = field(default=-1, compare=False)
 
     def endpoint(self, name: str) -> BrokerEndpoint | None:
         for ep in self.endpoints:
@@ -227,6 +232,7 @@ class MetadataDelta:
         self._next_producer_id = image.next_producer_id
         self.changed_topics: set[uuid.UUID] = set()
         self.deleted_topics: dict[uuid.UUID, TopicImage] = {}
+        self._registered: set[int] = set()  # brokers whose RegisterBrokerRecord is here
 
     # ----- copy-on-write accessors
     def _topics_w(self) -> dict[uuid.UUID, TopicImage]:
@@ -336,6 +342,7 @@ class MetadataDelta:
             fenced=rec.fenced,
             in_controlled_shutdown=getattr(rec, "in_controlled_shutdown", False),
         )
+        self._registered.add(rec.broker_id)
 
     def _broker(self, broker_id: int, epoch: int, what: str) -> BrokerRegistration:
         broker = self._brokers_w().get(broker_id)
@@ -406,11 +413,20 @@ class MetadataDelta:
             topics_by_id=topics_by_id,
             topics_by_name=topics_by_name,
             configs=configs,
-            brokers=base.brokers if self._brokers is None else _frozen(self._brokers),
+            brokers=base.brokers if self._brokers is None else _frozen(self._registrations(offset)),
             features=base.features if self._features is None else _frozen(self._features),
             next_producer_id=self._next_producer_id,
             offset=base.offset if offset is None else offset,
         )
+
+    def _registrations(self, offset: int | None) -> dict[int, BrokerRegistration]:
+        brokers = self._brokers_w()
+        if offset is not None:
+            for broker_id in self._registered:
+                reg = brokers.get(broker_id)
+                if reg is not None:
+                    brokers[broker_id] = replace(reg, registered_offset=offset)
+        return brokers
 
 
 _HANDLERS: dict[str, Any] = {

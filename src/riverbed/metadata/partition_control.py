@@ -14,6 +14,10 @@ the controller.  Leadership follows Kafka's KRaft rules (PartitionChangeBuilder)
   that falls behind leaves through AlterPartition and joins again once caught up.  A fenced or shut-down last ISR member leaves its
   partitions leaderless until it registers again, or until an unclean election (topic
   config, or ElectLeaders UNCLEAN) picks a live replica;
+- a registering broker is fenced until its heartbeat shows it caught up with the metadata
+  (`unfence_broker`); one that shut down uncleanly leaves every ISR, the last seat included
+  (`leave_isrs_after_unclean_shutdown`: the ISR may then be empty, and only an unclean
+  election elects); a finished controlled shutdown fences the broker;
 - every PartitionChangeRecord bumps the partition epoch; one that names a leader also bumps
   the leader epoch (see `PartitionRegistration.merge`).
 """
@@ -124,6 +128,27 @@ def _unclean_allowed(
     return value.strip().lower() == "true"
 
 
+def _shrink(
+    image: MetadataImage,
+    topic: TopicImage,
+    index: int,
+    part: PartitionRegistration,
+    broker_id: int,
+    isr: tuple[int, ...],
+    resolve: tuple[int, dict[str, str]],
+) -> PartitionChangeRecord | None:
+    """`part` with ISR `isr` (without `broker_id`), and a new leader when `broker_id` led
+    it or nobody did: from `isr`, else unclean where the topic allows it (``resolve``:
+    this controller's node id and static config, which the topic config falls back on)."""
+    leader, recovery = part.leader, -1
+    if leader in (broker_id, NO_LEADER):
+        allowed = _unclean_allowed(image, topic, *resolve)
+        leader, unclean = elect_leader(image, part, isr, unclean=allowed)
+        if unclean:  # Kafka elects unclean at once when the topic allows it
+            isr, recovery = (leader,), RECOVERING
+    return change_record(topic.topic_id, index, part, isr=isr, leader=leader, recovery=recovery)
+
+
 class PartitionControl(ControllerBase):
     # ------------------------------------------------------------------ brokers
     def _registered(self, image: MetadataImage, broker_id: int, epoch: int) -> BrokerRegistration:
@@ -149,16 +174,7 @@ class PartitionControl(ControllerBase):
             isr = tuple(r for r in part.isr if r != broker_id)
             if not isr and keep_last:
                 isr = part.isr
-            leader = part.leader
-            recovery = -1
-            if leader in (broker_id, NO_LEADER):
-                allowed = _unclean_allowed(image, topic, self.config.node_id, static)
-                leader, unclean = elect_leader(image, part, isr, unclean=allowed)
-                if unclean:  # Kafka elects unclean at once when the topic allows it
-                    isr, recovery = (leader,), RECOVERING
-            rec = change_record(
-                topic.topic_id, index, part, isr=isr, leader=leader, recovery=recovery
-            )
+            rec = _shrink(image, topic, index, part, broker_id, isr, (self.config.node_id, static))
             if rec is not None:
                 out.append(rec)
         return out
@@ -181,8 +197,10 @@ class PartitionControl(ControllerBase):
 
         As in Kafka, the broker leaves every ISR it is not the last member of, and a
         partition with no other eligible replica becomes leaderless.  The response is the
-        number of partitions the broker still leads (0 = it may stop).  A wrong broker
-        epoch raises ControllerError(STALE_BROKER_EPOCH)."""
+        number of partitions the broker still leads (0 = it may stop).  Once it leads
+        nothing it is fenced in the same batch (Kafka's SHUTDOWN_NOW), so that its next
+        incarnation may register at once instead of waiting for this session to expire.
+        A wrong broker epoch raises ControllerError(STALE_BROKER_EPOCH)."""
         del now_ms
         broker = self._registered(image, broker_id, broker_epoch)
         shutting = _with_broker(image, broker_id, in_controlled_shutdown=True)
@@ -199,21 +217,67 @@ class PartitionControl(ControllerBase):
         still_leading = sum(
             1 for _, _, p in _partitions_of(after, broker_id) if p.leader == broker_id
         )
+        if not still_leading and not broker.fenced:
+            records.append(FenceBrokerRecord(id=broker_id, epoch=broker.broker_epoch))
         return ControllerResult(records, still_leading)
 
     def unfence_broker(
-        self, image: MetadataImage, broker_id: int, broker_epoch: int, now_ms: int
+        self,
+        image: MetadataImage,
+        broker_id: int,
+        broker_epoch: int,
+        now_ms: int,
+        *,
+        metadata_offset: int,
     ) -> ControllerResult:
-        """Unfence a caught-up broker and give it leaderless partitions it can lead."""
+        """Unfence a caught-up broker and give it leaderless partitions it can lead.
+
+        Kafka's BrokerHeartbeatManager: a fenced broker asking to be unfenced is unfenced
+        only once its heartbeat's CurrentMetadataOffset has reached the offset of its
+        registration (``metadata_offset >= registered_offset``): before that it may act on
+        partition state its new incarnation has not seen. A broker in controlled shutdown
+        stays fenced until it registers again. The response is the registration after
+        the change (still fenced when refused)."""
         del now_ms
         broker = self._registered(image, broker_id, broker_epoch)
+        if broker.in_controlled_shutdown or metadata_offset < broker.registered_offset:
+            return ControllerResult([], broker)
         records: list[Message] = []
         if broker.fenced:
             records.append(UnfenceBrokerRecord(id=broker_id, epoch=broker.broker_epoch))
-        # A broker in controlled shutdown stays ineligible until it registers again.
         live = _with_broker(image, broker_id, fenced=False)
         records += self.elect_leaderless(live, broker_id)
         return ControllerResult(records, live.brokers[broker_id])
+
+    def leave_isrs_after_unclean_shutdown(
+        self, image: MetadataImage, broker_id: int
+    ) -> list[Message]:
+        """A broker that registers after an unclean shutdown leaves every ISR, even where
+        it is the last member (the ISR is then empty and the partition leaderless).
+
+        Its log may have lost an unflushed tail (``flush.messages`` is unlimited by
+        default) or be a new empty disk, so its ISR seat no longer vouches for the
+        acknowledged records. This is the guarantee of KIP-966 (an unclean-shutdown
+        registration leaves the ISR and the ELR) with a simpler rule: riverbed keeps no
+        ELR, so a partition whose last ISR member restarted uncleanly has no clean
+        candidate and stays leaderless until an unclean election is asked for (the
+        topic's ``unclean.leader.election.enable``, or ElectLeaders UNCLEAN), never
+        electing the short log silently. KIP-966 would also elect an ELR member (a
+        replica that left the ISR below min.insync.replicas while caught up to the high
+        watermark); riverbed waits for the user there. A partition with this broker as
+        its only replica keeps it: there is no other copy to wait for, and electing it is
+        what an unclean election would do. ``image`` must show the broker fenced.
+        """
+        out: list[Message] = []
+        static = dict(self.config.static_broker_config)
+        for topic, index, part in _partitions_of(image, broker_id):
+            if broker_id not in part.isr or len(part.replicas) == 1:
+                continue
+            isr = tuple(r for r in part.isr if r != broker_id)
+            rec = _shrink(image, topic, index, part, broker_id, isr, (self.config.node_id, static))
+            if rec is not None:
+                out.append(rec)
+        return out
 
     def elect_leaderless(self, image: MetadataImage, broker_id: int) -> list[Message]:
         """Leaders for partitions of `broker_id` that have none (it must be live in `image`)."""

@@ -276,10 +276,16 @@ class MetadataService:
         response = await self._run(lambda img, now: c.fence_broker(img, broker_id, now))
         return cast(BrokerRegistration, response)
 
-    async def unfence_broker(self, broker_id: int, broker_epoch: int = -1) -> BrokerRegistration:
+    async def unfence_broker(
+        self, broker_id: int, broker_epoch: int, metadata_offset: int
+    ) -> BrokerRegistration:
+        """Unfence `broker_id` if its applied metadata (``metadata_offset``) has reached
+        its registration; the registration after the change (still fenced if not)."""
         c = self.controller
         response = await self._run(
-            lambda img, now: c.unfence_broker(img, broker_id, broker_epoch, now)
+            lambda img, now: c.unfence_broker(
+                img, broker_id, broker_epoch, now, metadata_offset=metadata_offset
+            )
         )
         return cast(BrokerRegistration, response)
 
@@ -322,11 +328,23 @@ class MetadataService:
         endpoints: Sequence[BrokerEndpoint],
         rack: str | None = None,
         incarnation_id: uuid.UUID | None = None,
+        *,
+        session_live: bool = False,
+        previous_broker_epoch: int = -1,
     ) -> BrokerRegistration:
+        """Register a broker, fenced (see `Controller.register_broker`: ControllerError
+        DUPLICATE_BROKER_REGISTRATION while ``session_live`` for another incarnation)."""
         inc = incarnation_id or uuid.uuid4()
         return await self._run(  # type: ignore[return-value]
             lambda img, now: self.controller.register_broker(
-                img, broker_id, inc, endpoints, rack, now
+                img,
+                broker_id,
+                inc,
+                endpoints,
+                rack,
+                now,
+                session_live=session_live,
+                previous_broker_epoch=previous_broker_epoch,
             )
         )
 

@@ -129,6 +129,8 @@ class Node:
         # built by start, in this order (each needs the ones before)
         self.quorum: QuorumMetadata | None = None
         self.log_manager: Any = None
+        #: This process's incarnation id (BrokerRegistration's IncarnationId).
+        self._incarnation = uuid.uuid4()
         self.partitions: PartitionManager | None = None
         self.purgatory = Purgatory()
         self.broker: Broker | None = None
@@ -229,9 +231,6 @@ class Node:
         )
         partitions.replicas = self.replicas
         self._state_change_log = open_state_change_log(cfg.log_dirs[0])
-        partitions.apply_image(quorum.image)
-        partitions.delete_orphans()
-        quorum.add_listener(lambda old, new, delta: partitions.apply_image(new))
 
         self.broker = Broker(
             cfg, quorum, partitions, self.purgatory, self.cluster_id, clock, self.fault_handler
@@ -244,11 +243,19 @@ class Node:
             remote_log = self.remote_log
             quorum.add_listener(lambda old, new, delta: remote_log.wake())
         await self._listen(controller=False)
+        # Kafka's broker lifecycle: register (fenced), then act on partition state, then
+        # be unfenced once caught up. Until the registration is accepted the image may
+        # still name this node's previous incarnation as a leader or ISR member; this
+        # incarnation must not act on that (its log may be shorter).
         await self._register(quorum)
+        partitions.apply_image(quorum.image)
+        partitions.delete_orphans()
+        quorum.add_listener(lambda old, new, delta: partitions.apply_image(new))
+        await self._wait_unfenced(quorum)
         await self.server.start_serving()
         self.replicas.start()
         self._tasks.append(supervise("log housekeeping", self._housekeeping(), fh))
-        heartbeats = quorum.heartbeat_loop(cfg.node_id, self.stop_requested)
+        heartbeats = quorum.heartbeat_loop(cfg.node_id, self.stop_requested, lambda: False)
         self._tasks.append(supervise("broker heartbeats", heartbeats, fh))
         addrs = " ".join(f"{name}://{h}:{p}" for name, (h, p) in self.bound_listeners.items())
         print(f"riverbed node {cfg.node_id} ready: {addrs}", flush=True)
@@ -344,21 +351,38 @@ class Node:
             for name, host, port, _proto in self.advertised_endpoints()
         )
         rack = getattr(self.config, "broker_rack", None) or None
-        incarnation = uuid.uuid4()
+        incarnation = self._incarnation
+        from riverbed.metadata.controller import ControllerError
         from riverbed.raft.node import NotLeaderError
 
-        # The active controller may be changing (or not elected yet): retry until it
-        # takes the registration, as Kafka's broker lifecycle manager does.
+        # PreviousBrokerEpoch (KIP-966): the epoch in the clean-shutdown markers, -1 after
+        # a crash, so the controller knows whether this log may have lost its tail.
+        previous_epoch = int(self.log_manager.previous_broker_epoch)
+        # The active controller may be changing (or not elected yet), or this broker's
+        # previous incarnation may still hold a live session (DUPLICATE_BROKER_REGISTRATION
+        # until it expires): retry until it takes the registration, as Kafka's broker
+        # lifecycle manager does.
         while not self.stop_requested.is_set():
             try:
                 await quorum.register_broker(
-                    self.config.node_id, endpoints, rack, incarnation_id=incarnation
+                    self.config.node_id, endpoints, rack, incarnation, previous_epoch
                 )
                 return
-            except (NotLeaderError, TimeoutError, ConnectionError) as exc:
+            except (NotLeaderError, TimeoutError, ConnectionError, ControllerError) as exc:
                 log.info("broker registration not accepted yet (%r): retrying", exc)
                 await asyncio.sleep(REGISTRATION_RETRY_S)
         raise NodeStartError("stopped before this broker was registered")
+
+    async def _wait_unfenced(self, quorum: QuorumMetadata) -> None:
+        """Heartbeat (without WantFence: the partitions are applied) until the controller
+        unfences this broker, i.e. it has applied the metadata up to its registration
+        (Kafka's broker waits for this before it serves)."""
+        node_id = self.config.node_id
+        while not self.stop_requested.is_set():
+            if await quorum.heartbeat(node_id, want_fence=False):
+                return
+            await asyncio.sleep(REGISTRATION_RETRY_S)
+        raise NodeStartError("stopped before this broker was unfenced")
 
     async def _watch_parent(self) -> None:
         """Ask for a clean stop once the parent named by EXIT_WITH_PARENT_ENV is gone."""
@@ -418,9 +442,21 @@ class Node:
         if self.remote_log is not None:
             await self.remote_log.close()  # running uploads end before the logs close
         if self.log_manager is not None:
-            self.log_manager.shutdown()
+            self.log_manager.shutdown(self._clean_shutdown_epoch())
         self._stopped.set()
         log.info("node %d stopped", self.config.node_id)
+
+    def _clean_shutdown_epoch(self) -> int:
+        """The broker epoch for the clean-shutdown marker: this incarnation's registration
+        (-1 when it never registered)."""
+        if self.quorum is None:
+            return -1
+        reg = self.quorum.image.brokers.get(self.config.node_id)
+        if reg is None or reg.incarnation_id != self._incarnation:
+            # not registered by this process: the previous incarnation's epoch would
+            # vouch for a log this process never proved whole (it may have crashed)
+            return -1
+        return reg.broker_epoch
 
     async def _controlled_shutdown(self) -> None:
         """Before stopping, hand every leadership another in-sync replica can take to it

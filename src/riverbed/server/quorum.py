@@ -349,8 +349,9 @@ class QuorumMetadata:
 
     async def _fence_expired(self) -> None:
         """Fence every unfenced broker whose session (``broker.session.timeout.ms``) expired:
-        its partitions lose it as leader, so clients stop being sent to a dead node."""
-        self._heartbeats[self.node_id] = time.monotonic()  # this node's broker is alive
+        its partitions lose it as leader, so clients stop being sent to a dead node. This
+        node's own broker heartbeats too (locally, `heartbeat_loop`): a restarted node must
+        not keep its previous incarnation's session alive."""
         cutoff = time.monotonic() - self.session_timeout_s
         for broker_id, reg in sorted(self.service.image.brokers.items()):
             if reg.fenced:
@@ -382,25 +383,39 @@ class QuorumMetadata:
             await self.service.elect_leaders(request)
             log.info("preferred-leader balancing: elected %d partition(s) back", len(wanted))
 
-    async def heartbeat_loop(self, broker_id: int, stop: asyncio.Event) -> None:
+    async def heartbeat_loop(
+        self, broker_id: int, stop: asyncio.Event, want_fence: Callable[[], bool]
+    ) -> None:
         """The broker side: a BrokerHeartbeat to the active controller every
-        ``broker.heartbeat.interval.ms`` (the active controller's own broker needs none)."""
+        ``broker.heartbeat.interval.ms`` (served locally when this node is it), with
+        WantFence while ``want_fence()`` (the broker has not applied its partitions yet)."""
         while not stop.is_set():
+            await self.heartbeat(broker_id, want_fence())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.heartbeat_interval_s)
-            leader = self.driver.node.leader_id
-            if stop.is_set() or leader in (-1, self.node_id):
-                continue
-            reg = self.service.image.brokers.get(broker_id)
-            request = BrokerHeartbeatRequest(
-                broker_id=broker_id,
-                broker_epoch=reg.broker_epoch if reg is not None else -1,
-                current_metadata_offset=self.service.image.offset,
-            )
-            try:
-                await self.forward(leader, ApiKey.BROKER_HEARTBEAT, request)
-            except (NotLeaderError, TimeoutError) as exc:
-                log.debug("heartbeat to controller %d failed: %r", leader, exc)
+
+    async def heartbeat(self, broker_id: int, want_fence: bool) -> bool:
+        """One BrokerHeartbeat; True when the controller answered that the broker is
+        unfenced (False on any failure: the next one retries)."""
+        reg = self.service.image.brokers.get(broker_id)
+        request = BrokerHeartbeatRequest(
+            broker_id=broker_id,
+            broker_epoch=reg.broker_epoch if reg is not None else -1,
+            current_metadata_offset=self.service.image.offset,
+            want_fence=want_fence,
+        )
+        try:
+            if self.is_active():
+                response = await self._serve_heartbeat(request)
+            else:
+                leader = self.driver.node.leader_id
+                if leader in (-1, self.node_id):
+                    return False  # no active controller to ask yet
+                response = await self.forward(leader, ApiKey.BROKER_HEARTBEAT, request)
+        except (NotLeaderError, TimeoutError, ControllerError) as exc:
+            log.debug("heartbeat of broker %d failed: %r", broker_id, exc)
+            return False
+        return response.error_code == 0 and not response.is_fenced
 
     async def controlled_shutdown(self, broker_id: int) -> bool:
         """One controlled-shutdown round (a BrokerHeartbeat with WantShutDown, handled
@@ -633,12 +648,16 @@ class QuorumMetadata:
         endpoints: Sequence[BrokerEndpoint],
         rack: str | None = None,
         incarnation_id: uuid.UUID | None = None,
+        previous_broker_epoch: int = -1,
     ) -> BrokerRegistration | None:
-        """Register with the active controller (locally when this node is it)."""
+        """Register with the active controller (locally when this node is it);
+        ControllerError (DUPLICATE_BROKER_REGISTRATION, ...) when refused: retry."""
         inc = incarnation_id or uuid.uuid4()
         leader = await self._wait_active_or_leader()
         if leader < 0:
-            return await self.service.register_broker(broker_id, endpoints, rack, inc)
+            return await self._register_locally(
+                broker_id, endpoints, rack, inc, previous_broker_epoch, own=True
+            )
         request = BrokerRegistrationRequest(
             broker_id=broker_id,
             cluster_id=self.raft.cluster_id,
@@ -650,10 +669,14 @@ class QuorumMetadata:
                 for e in endpoints
             ],
             rack=rack,
+            previous_broker_epoch=previous_broker_epoch,
         )
         response = await self.forward(leader, ApiKey.BROKER_REGISTRATION, request)
-        if response.error_code != 0:
+        if response.error_code == ErrorCode.NOT_CONTROLLER:
             raise NotLeaderError(leader, self.driver.node.epoch)
+        if response.error_code != 0:
+            code = ErrorCode(response.error_code)
+            raise ControllerError(code, f"broker registration refused: {code.name}")
 
         def registered() -> bool:
             reg = self.service.image.brokers.get(broker_id)
@@ -748,10 +771,15 @@ class QuorumMetadata:
                 should_shut_down=not remaining,
             )
         if reg.fenced and not req.want_fence:
-            reg = await self.service.unfence_broker(req.broker_id, req.broker_epoch)
-            log.info("unfenced broker %d (heartbeat)", req.broker_id)
+            reg = await self.service.unfence_broker(
+                req.broker_id, req.broker_epoch, req.current_metadata_offset
+            )
+            if not reg.fenced:
+                log.info("unfenced broker %d (heartbeat)", req.broker_id)
+        # Kafka: caught up once the broker has applied its own registration record
+        caught_up = req.current_metadata_offset >= reg.registered_offset
         return BrokerHeartbeatResponse(
-            error_code=0, is_caught_up=True, is_fenced=reg.fenced, should_shut_down=False
+            error_code=0, is_caught_up=caught_up, is_fenced=reg.fenced, should_shut_down=False
         )
 
     async def _serve_registration(
@@ -771,9 +799,52 @@ class QuorumMetadata:
             )
             for lst in req.listeners
         ]
-        reg = await self.service.register_broker(
-            req.broker_id, endpoints, req.rack or None, req.incarnation_id
-        )
-        self._heartbeats[req.broker_id] = time.monotonic()  # a new session
-        log.info("registered broker %d (epoch %d)", req.broker_id, reg.broker_epoch)
+        try:
+            reg = await self._register_locally(
+                req.broker_id, endpoints, req.rack or None, req.incarnation_id,
+                req.previous_broker_epoch,
+            )  # fmt: skip
+        except ControllerError as err:
+            return BrokerRegistrationResponse(error_code=int(err.code), broker_epoch=-1)
         return BrokerRegistrationResponse(error_code=0, broker_epoch=reg.broker_epoch)
+
+    def _session_live(self, broker_id: int) -> bool:
+        """Is the registered incarnation's session live (unfenced, heard from within
+        ``broker.session.timeout.ms``)?"""
+        reg = self.service.image.brokers.get(broker_id)
+        if reg is None or reg.fenced:
+            return False
+        last = self._heartbeats.setdefault(broker_id, time.monotonic())
+        return time.monotonic() - last <= self.session_timeout_s
+
+    async def _register_locally(
+        self,
+        broker_id: int,
+        endpoints: Sequence[BrokerEndpoint],
+        rack: str | None,
+        incarnation_id: uuid.UUID,
+        previous_broker_epoch: int,
+        *,
+        own: bool = False,
+    ) -> BrokerRegistration:
+        """On the active controller (ControllerError DUPLICATE_BROKER_REGISTRATION while
+        another incarnation's session lives). ``own``: this node registers its own broker;
+        the node is the one process of its id, so a previous incarnation is gone and its
+        session is not waited for (the registration fences it in its own batch)."""
+        reg = await self.service.register_broker(
+            broker_id,
+            endpoints,
+            rack,
+            incarnation_id,
+            session_live=not own and self._session_live(broker_id),
+            previous_broker_epoch=previous_broker_epoch,
+        )
+        self._heartbeats[broker_id] = time.monotonic()  # a new session
+        log.info(
+            "registered broker %d (epoch %d, previous epoch %d%s)",
+            broker_id,
+            reg.broker_epoch,
+            previous_broker_epoch,
+            "" if previous_broker_epoch >= 0 else ": unclean shutdown",
+        )
+        return reg

@@ -5,7 +5,8 @@ Layout of each log dir (Kafka's)::
     <log dir>/
       meta.properties                     written by `riverbed storage format`
       .kafka_cleanshutdown                present only between a clean shutdown and the
-                                          next start: {"version":0,"brokerEpoch":-1}
+                                          next start: {"version":0,"brokerEpoch":N}, the
+                                          broker epoch the node had then (KIP-966)
       recovery-point-offset-checkpoint    offset checkpoints (riverbed.storage.checkpoints)
       log-start-offset-checkpoint
       replication-offset-checkpoint       high watermarks
@@ -41,6 +42,7 @@ progress.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import random
@@ -89,6 +91,19 @@ FLUSH_THREADS_MAX: Final = 2
 # Threads closing logs at shutdown (each mostly waits in fsync; see shutdown()).
 SHUTDOWN_THREADS_MAX: Final = 8
 RECOVERY_THREADS_PER_DIR: Final = 1
+
+
+def _clean_shutdown_epoch(log_dirs: Sequence[Path]) -> int:
+    """The broker epoch of the last clean shutdown (Kafka's
+    ``readBrokerEpochFromCleanShutdownFiles``): -1 unless every log dir has a readable
+    marker, all with the same epoch."""
+    epochs = set()
+    for d in log_dirs:
+        try:
+            epochs.add(int(json.loads((d / CLEAN_SHUTDOWN_FILE).read_text())["brokerEpoch"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return -1
+    return epochs.pop() if len(epochs) == 1 else -1
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
@@ -175,6 +190,8 @@ class LogManager(LogMoves):
         self.on_log_replaced = None
         self.move_bytes_per_s = move_bytes_per_s
         self._found_futures: list[tuple[Path, tuple[str, int], Path]] = []
+        #: PreviousBrokerEpoch of the next registration (-1: not shut down cleanly)
+        self.previous_broker_epoch = -1
         self._load_all(recovery_threads_per_dir)
         #: Compaction of the logs whose cleanup.policy contains compact (log.cleaner.*).
         self.cleaner = LogCleaner(
@@ -230,6 +247,7 @@ class LogManager(LogMoves):
                 pool.shutdown(wait=True)
         self._resolve_future_dirs(self._found_futures)
         self._found_futures = []
+        self.previous_broker_epoch = _clean_shutdown_epoch(self.log_dirs)
         for d in self.log_dirs:
             (d / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
         log.info(
@@ -619,8 +637,10 @@ class LogManager(LogMoves):
         if self._closed:
             raise LogDirError("log manager is shut down")
 
-    def shutdown(self) -> None:
-        """Flush and close every log, write checkpoints and the clean-shutdown marker."""
+    def shutdown(self, broker_epoch: int = -1) -> None:
+        """Flush and close every log, write checkpoints and the clean-shutdown marker (with
+        ``broker_epoch``, the node's registration: its next registration sends it as
+        PreviousBrokerEpoch, telling the controller nothing unflushed was lost)."""
         with self._lock:
             if self._closed:
                 return
@@ -665,7 +685,8 @@ class LogManager(LogMoves):
             if d in failed or self._dirs[d].offline:
                 continue
             try:
-                write_atomic(d / CLEAN_SHUTDOWN_FILE, '{"version":0,"brokerEpoch":-1}', io=self._io)
+                marker = json.dumps({"version": 0, "brokerEpoch": broker_epoch})
+                write_atomic(d / CLEAN_SHUTDOWN_FILE, marker, io=self._io)
             except OSError as e:
                 log.error("cannot write the clean-shutdown marker in %s: %s", d, e)
         log.info("log manager shut down (%d logs)", len(self._logs))

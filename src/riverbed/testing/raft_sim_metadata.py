@@ -25,7 +25,7 @@ from typing import Any
 
 from riverbed.metadata.control_common import ControllerConfig, ControllerError, ControllerResult
 from riverbed.metadata.controller import Controller
-from riverbed.metadata.image import BrokerEndpoint, MetadataDelta, MetadataImage
+from riverbed.metadata.image import BrokerEndpoint, MetadataDelta, MetadataImage, replay_all
 from riverbed.metadata.records import decode_record, encode_record
 from riverbed.protocol.messages import (
     CreatePartitionsRequest,
@@ -167,9 +167,12 @@ class MetadataClient:
                 bid = rng.choice(BROKER_IDS)
                 inc = uuid.UUID(int=rng.getrandbits(128))
                 endpoint = BrokerEndpoint("PLAINTEXT", f"broker{bid}", 9092)
-                return "register", self._records(
-                    c.register_broker(image, bid, inc, [endpoint], None, now_ms)
-                )
+                # the registration and the heartbeat that unfences it, as one operation
+                # (this simulation checks batches, not the broker lifecycle)
+                reg = c.register_broker(image, bid, inc, [endpoint], None, now_ms).records
+                registered = replay_all(image, reg)
+                up = c.unfence_broker(registered, bid, -1, now_ms, metadata_offset=image.offset)
+                return "register", [*reg, *up.records]
             if r < 0.65:
                 return "create", self._records(c.create_topics(image, self._create(), now_ms))
             if r < 0.75:

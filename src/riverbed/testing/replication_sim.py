@@ -134,6 +134,7 @@ class Registered:
 @dataclass(frozen=True)
 class Heartbeat:
     broker_epoch: int
+    metadata_offset: int  # the offset of the image the broker has applied
 
 
 @dataclass(frozen=True)
@@ -247,6 +248,11 @@ class ReplicationSim:
         for b in self.brokers.values():
             self._register(b.broker_id, 0)
             b.broker_epoch = self.image.brokers[b.broker_id].broker_epoch
+            # its first heartbeat, caught up with the metadata: unfenced
+            up = self.controller.unfence_broker(
+                self.image, b.broker_id, b.broker_epoch, 0, metadata_offset=self.image_offset
+            )
+            self._commit(list(up.records))
         ct = CreateTopicsRequest.CreatableTopic
         req = CreateTopicsRequest(
             topics=[ct(name=TOPIC, num_partitions=1, replication_factor=self.p.replication_factor)]
@@ -257,8 +263,22 @@ class ReplicationSim:
     def _register(self, broker_id: int, incarnation: int) -> None:
         inc = uuid.UUID(int=broker_id << 32 | incarnation)
         endpoint = BrokerEndpoint("PLAINTEXT", f"broker{broker_id}", 9092)
+        old = self.image.brokers.get(broker_id)
+        live = old is not None and self.now - self.last_heartbeat.get(broker_id, 0) <= (
+            SESSION_TIMEOUT_MS
+        )
+        # This simulation's crashes keep the whole log (the page cache survives a
+        # SIGKILL), so a restart reports the clean shutdown a broker that lost nothing
+        # would: the registered epoch as PreviousBrokerEpoch.
         result = self.controller.register_broker(
-            self.image, broker_id, inc, [endpoint], None, self.now
+            self.image,
+            broker_id,
+            inc,
+            [endpoint],
+            None,
+            self.now,
+            session_live=live,
+            previous_broker_epoch=old.broker_epoch if old is not None else -1,
         )
         self._commit(list(result.records))
         self.last_heartbeat[broker_id] = self.now
@@ -279,7 +299,11 @@ class ReplicationSim:
                 )
             return  # registrations and heartbeats are retried by the broker's timers
         if isinstance(msg, Register):
-            self._register(src, msg.incarnation)
+            try:
+                self._register(src, msg.incarnation)
+            except ControllerError:  # DUPLICATE_BROKER_REGISTRATION: the broker retries
+                self.stats["registration refused"] += 1
+                return
             epoch = self.image.brokers[src].broker_epoch
             self.net.send(CONTROLLER, src, Registered(epoch, msg.incarnation, self.image), self.now)
         elif isinstance(msg, Heartbeat):
@@ -294,9 +318,11 @@ class ReplicationSim:
                 return
             self.last_heartbeat[src] = self.now
             if reg.fenced:
-                result = self.controller.unfence_broker(self.image, src, msg.broker_epoch, self.now)
+                result = self.controller.unfence_broker(
+                    self.image, src, msg.broker_epoch, self.now, metadata_offset=msg.metadata_offset
+                )
                 self._commit(list(result.records))
-                self.stats["unfenced"] += 1
+                self.stats["unfenced" if result.records else "unfence refused"] += 1
             self.net.send(CONTROLLER, src, HeartbeatAnswer(ErrorCode.NONE, self.image), self.now)
         elif isinstance(msg, AlterReq):
             request = alter_partition_request(src, msg.broker_epoch, [(msg.topic_id, 0, msg.req)])
@@ -451,7 +477,8 @@ class ReplicationSim:
             return
         if now >= b.next_heartbeat_ms:
             b.next_heartbeat_ms = now + HEARTBEAT_MS
-            self.net.send(b.broker_id, CONTROLLER, Heartbeat(b.broker_epoch), now)
+            offset = b.image.offset if b.image is not None else -1
+            self.net.send(b.broker_id, CONTROLLER, Heartbeat(b.broker_epoch, offset), now)
         part = b.part
         if part is None:
             return

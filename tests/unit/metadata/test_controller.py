@@ -2,7 +2,7 @@ import uuid
 
 from riverbed.metadata.config_defs import ConfigSource
 from riverbed.metadata.controller import OP_APPEND, OP_DELETE, OP_SET
-from riverbed.metadata.image import BrokerEndpoint, MetadataImage, image_to_records, replay_all
+from riverbed.metadata.image import MetadataImage, image_to_records, replay_all
 from riverbed.metadata.records import ResourceType
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
@@ -14,7 +14,7 @@ from riverbed.protocol.messages import (
     IncrementalAlterConfigsRequest,
 )
 
-from .conftest import cluster_image, make_controller
+from .conftest import cluster_image, make_controller, register_live
 
 CT = CreateTopicsRequest
 
@@ -191,9 +191,7 @@ def test_placement_is_rack_aware():
     c = make_controller()
     image = replay_all(MetadataImage.EMPTY, c.bootstrap_records())
     for b, rack in zip(range(1, 7), "aabbcc", strict=True):
-        endpoint = [BrokerEndpoint("PLAINTEXT", "localhost", 9090 + b)]
-        res = c.register_broker(image, b, uuid.UUID(int=b), endpoint, rack, 0)
-        image = replay_all(image, res.records)
+        image = register_live(c, image, b, rack)
     _, after = create(c, image, topic("r", 6, 3))
     rack_of = {b: "aabbcc"[b - 1] for b in range(1, 7)}
     parts = after.topic("r").partitions.values()
@@ -364,7 +362,7 @@ def test_describe_configs_sources_and_synonyms():
     assert [r.name for r in only.results[0].configs] == ["segment.ms"]
 
 
-def test_register_broker_reelects_leaderless_partitions(controller, image):
+def test_a_reregistered_broker_is_fenced_until_caught_up_then_leads_again(controller, image):
     _, image = create(controller, image, topic("r", 1))
     t = image.topic("r")
     from riverbed.protocol.messages import PartitionChangeRecord
@@ -374,14 +372,23 @@ def test_register_broker_reelects_leaderless_partitions(controller, image):
     )
     assert image.partition("r", 0).leader == -1
     assert image.partition("r", 0).leader_epoch == 1
-    import uuid
 
     res = controller.register_broker(image, 1, uuid.uuid4(), [], None, 0)
-    after = replay_all(image, res.records)
+    fenced = replay_all(image, res.records, offset=7)
+    # Kafka: a registration starts fenced; nothing is elected to it yet
+    assert fenced.brokers[1].fenced and fenced.brokers[1].registered_offset == 7
+    assert fenced.partition("r", 0).leader == -1
+    assert fenced.brokers[1].broker_epoch > image.brokers[1].broker_epoch
+    epoch = fenced.brokers[1].broker_epoch
+    # a heartbeat from before the registration's offset does not unfence it
+    behind = controller.unfence_broker(fenced, 1, epoch, 0, metadata_offset=6)
+    assert behind.records == [] and behind.response.fenced
+    res = controller.unfence_broker(fenced, 1, epoch, 0, metadata_offset=7)
+    after = replay_all(fenced, res.records)
+    assert not after.brokers[1].fenced
+    # the only replica (nothing else holds the partition) leads again
     assert after.partition("r", 0).leader == 1
     assert after.partition("r", 0).leader_epoch == 2
-    assert after.brokers[1].broker_epoch > image.brokers[1].broker_epoch
-    assert not after.brokers[1].fenced
 
 
 def test_image_to_records_roundtrip(controller, image):

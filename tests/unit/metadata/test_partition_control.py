@@ -15,7 +15,7 @@ from riverbed.protocol.messages import (
     ElectLeadersRequest,
 )
 
-from .conftest import cluster_image, make_controller
+from .conftest import cluster_image, make_controller, register_live
 from .test_controller import create, topic
 
 AP = AlterPartitionRequest
@@ -67,9 +67,9 @@ def test_last_isr_member_stays_and_comes_back_as_leader():
     last = image.topic("t").partitions[0].isr[0]
     others = [b for b in (1, 2, 3) if b != last]
     # an out-of-ISR broker coming back cannot lead (clean election only)
-    image = apply(image, c.unfence_broker(image, others[0], -1, 0))
+    image = apply(image, c.unfence_broker(image, others[0], -1, 0, metadata_offset=image.offset))
     assert image.topic("t").partitions[0].leader == -1
-    image = apply(image, c.unfence_broker(image, last, -1, 0))
+    image = apply(image, c.unfence_broker(image, last, -1, 0, metadata_offset=image.offset))
     assert image.topic("t").partitions[0].leader == last
 
 
@@ -79,7 +79,7 @@ def test_unclean_election_when_topic_allows_it():
         image = apply(image, c.fence_broker(image, b, 0))
     p0 = image.topic("t").partitions[0]
     other = next(b for b in (1, 2, 3) if b not in p0.isr)
-    image = apply(image, c.unfence_broker(image, other, -1, 0))
+    image = apply(image, c.unfence_broker(image, other, -1, 0, metadata_offset=image.offset))
     p0 = image.topic("t").partitions[0]
     assert p0.leader == other and p0.isr == (other,) and p0.leader_recovery_state == 1
 
@@ -103,9 +103,11 @@ def test_controlled_shutdown():
     assert res.response == 0
     img1 = apply(img1, res)
     assert all(p.leader == -1 and p.isr == (1,) for p in img1.topic("solo").partitions.values())
+    # done: fenced in the same batch (Kafka's SHUTDOWN_NOW), so a restart registers at once
+    assert img1.brokers[1].fenced
     # unfencing does not end a controlled shutdown; registering again (a restart) does
-    assert c1.unfence_broker(img1, 1, -1, 0).records == []
-    img1 = apply(img1, c1.register_broker(img1, 1, uuid.uuid4(), [], None, 0))
+    assert c1.unfence_broker(img1, 1, -1, 0, metadata_offset=img1.offset).records == []
+    img1 = register_live(c1, img1, 1)
     assert not img1.brokers[1].in_controlled_shutdown
     assert all(p.leader == 1 for p in img1.topic("solo").partitions.values())
 
@@ -200,7 +202,7 @@ def test_preferred_and_unclean_elections():
     image = apply(image, c.fence_broker(image, preferred, 0))
     assert image.topic("t").partitions[0].leader != preferred
     # back, but not in the ISR yet: preferred election is not possible
-    image = apply(image, c.unfence_broker(image, preferred, -1, 0))
+    image = apply(image, c.unfence_broker(image, preferred, -1, 0, metadata_offset=image.offset))
     req = ElectLeadersRequest(
         election_type=ELECTION_PREFERRED,
         topic_partitions=[ElectLeadersRequest.TopicPartitions(topic="t", partitions=[0])],
@@ -285,7 +287,7 @@ def test_leadership_invariants_hold(ops, unclean):
         if kind == "fence":
             res = c.fence_broker(image, broker, 0)
         elif kind == "unfence":
-            res = c.unfence_broker(image, broker, -1, 0)
+            res = c.unfence_broker(image, broker, -1, 0, metadata_offset=image.offset)
         elif kind == "shutdown":
             res = c.controlled_shutdown(image, broker, -1, 0)
         elif kind in ("shrink", "expand"):
@@ -399,7 +401,13 @@ def test_fenced_leader_leaves_its_partition_leaderless_until_it_registers_again(
             assert p == before[i]  # 2 was only a follower there, not in the ISR
     code, _ = elect(c, image, ELECTION_PREFERRED, led_by_2[0])
     assert code == ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
-    image = apply(image, c.register_broker(image, 2, uuid.uuid4(), [], None, 0))
+    # it comes back after a clean shutdown (its epoch in the clean-shutdown marker): its
+    # ISR seat still vouches for its log, and its caught-up heartbeat elects it
+    epoch = image.brokers[2].broker_epoch
+    res = c.register_broker(image, 2, uuid.uuid4(), [], None, 0, previous_broker_epoch=epoch)
+    image = apply(image, res)
+    assert all(image.topic("t").partitions[i].leader == -1 for i in led_by_2)
+    image = apply(image, c.unfence_broker(image, 2, -1, 0, metadata_offset=image.offset))
     for i in led_by_2:
         p = image.topic("t").partitions[i]
         assert p.leader == 2 and p.isr == (2,)

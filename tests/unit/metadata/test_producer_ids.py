@@ -10,7 +10,7 @@ from riverbed.protocol.messages import AllocateProducerIdsRequest
 from riverbed.server.metadata_log import LocalMetadataLog
 from riverbed.server.metadata_service import MetadataService
 
-from .conftest import cluster_image, make_controller
+from .conftest import cluster_image, make_controller, register_unfenced
 
 
 def req(broker: int, epoch: int) -> AllocateProducerIdsRequest:
@@ -52,7 +52,7 @@ def test_service_persists_next_block_across_restart(tmp_path) -> None:
     async def run() -> int:
         svc = MetadataService(make_controller(), LocalMetadataLog(tmp_path), FixedClock(), "c")
         await svc.start()
-        reg = await svc.register_broker(1, [BrokerEndpoint("PLAINTEXT", "127.0.0.1", 9092)])
+        reg = await register_unfenced(svc, 1, [BrokerEndpoint("PLAINTEXT", "127.0.0.1", 9092)])
         resp = await svc.allocate_producer_ids(req(1, reg.broker_epoch))
         svc.close()
         return int(resp.producer_id_start)

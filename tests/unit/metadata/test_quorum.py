@@ -9,7 +9,7 @@ from riverbed.server.metadata_quorum import MetadataStateMachine, RaftMetadataLo
 from riverbed.server.metadata_service import MetadataService
 from riverbed.server.raft_driver import RaftDriver
 
-from .conftest import make_controller
+from .conftest import make_controller, register_unfenced
 
 CONFIG = RaftConfig(
     voters=frozenset({1}),
@@ -62,7 +62,7 @@ def test_commits_restart_and_snapshot(tmp_path):
         svc, driver = await boot(tmp_path)
         assert await svc.bootstrap_if_needed() is True
         assert await svc.bootstrap_if_needed() is False
-        await svc.register_broker(1, [])
+        await register_unfenced(svc, 1, [])
         for i in range(6):
             resp = await svc.create_topics(
                 CT(topics=[CT.CreatableTopic(name=f"q{i}", num_partitions=2, replication_factor=1)])

@@ -6,7 +6,7 @@ from riverbed.protocol.messages import CreateTopicsRequest, DeleteTopicsRequest
 from riverbed.server.metadata_log import LocalMetadataLog
 from riverbed.server.metadata_service import MetadataService
 
-from .conftest import make_controller
+from .conftest import make_controller, register_unfenced
 
 
 class FixedClock:
@@ -25,7 +25,7 @@ def test_service_persists_and_replays(tmp_path):
         svc.add_listener(lambda old, new, delta: seen.append(set(new.topics_by_name)))
         await svc.start()
         assert svc.image.metadata_version > 0
-        await svc.register_broker(1, [BrokerEndpoint("PLAINTEXT", "127.0.0.1", 9092)])
+        await register_unfenced(svc, 1, [BrokerEndpoint("PLAINTEXT", "127.0.0.1", 9092)])
         CT = CreateTopicsRequest
         resp = await svc.create_topics(
             CT(topics=[CT.CreatableTopic(name="t", num_partitions=2, replication_factor=1)])
@@ -47,7 +47,7 @@ def test_service_persists_and_replays(tmp_path):
         assert svc.image == image
         assert svc.image.offset == image.offset
         # re-registering after a restart bumps the broker epoch
-        reg = await svc.register_broker(1, [BrokerEndpoint("PLAINTEXT", "127.0.0.1", 9092)])
+        reg = await register_unfenced(svc, 1, [BrokerEndpoint("PLAINTEXT", "127.0.0.1", 9092)])
         assert reg.broker_epoch > image.brokers[1].broker_epoch
         svc.close()
 
@@ -58,7 +58,7 @@ def test_concurrent_creates_are_serialized(tmp_path):
     async def run():
         svc = new_service(tmp_path)
         await svc.start()
-        await svc.register_broker(1, [])
+        await register_unfenced(svc, 1, [])
         results = await asyncio.gather(*[svc.auto_create_topic("same") for _ in range(5)])
         codes = sorted(r.topics[0].error_code for r in results)
         assert codes.count(0) == 1 and len(set(codes)) == 2
@@ -75,7 +75,7 @@ def test_service_snapshots_and_restarts_from_snapshot(tmp_path):
             make_controller(), LocalMetadataLog(tmp_path, snapshot_bytes=300), FixedClock()
         )
         await svc.start()
-        await svc.register_broker(1, [])
+        await register_unfenced(svc, 1, [])
         for i in range(6):
             await svc.create_topics(
                 CT(topics=[CT.CreatableTopic(name=f"t{i}", num_partitions=3, replication_factor=1)])
@@ -108,7 +108,7 @@ def test_follower_side_apply_and_snapshot_load(tmp_path):
 
     async def run():
         await leader.start()
-        await leader.register_broker(1, [])
+        await register_unfenced(leader, 1, [])
         await leader.auto_create_topic("f")
 
     asyncio.run(run())
@@ -137,7 +137,7 @@ def test_service_leadership_operations(tmp_path):
     async def run():
         svc = new_service(tmp_path)
         await svc.start()
-        await svc.register_broker(1, [])
+        await register_unfenced(svc, 1, [])
         await svc.auto_create_topic("l", num_partitions=1)
         ET = ElectLeadersRequest.TopicPartitions
         resp = await svc.elect_leaders(
@@ -178,8 +178,7 @@ def test_controller_logs_each_partition_state_change_it_decides(tmp_path, caplog
     async def run():
         svc = new_service(tmp_path)
         await svc.start()
-        await svc.register_broker(1, [])
-        await svc.unfence_broker(1)
+        await register_unfenced(svc, 1, [])
         await svc.auto_create_topic("s", num_partitions=1)
         before = svc.image.partition("s", 0)
         assert await svc.controlled_shutdown(1) == 0

@@ -64,6 +64,8 @@ def _image() -> MetadataImage:
         eps = [BrokerEndpoint(LISTENER, f"host{b}", 9090 + b)]
         res = c.register_broker(image, b, uuid.UUID(int=b), eps, f"rack{b}", 0)
         image = replay_all(image, res.records)
+        up = c.unfence_broker(image, b, -1, 0, metadata_offset=image.offset)
+        image = replay_all(image, up.records)
     CT = CreateTopicsRequest
     assignment = {FOLLOWED: [2, 1, 3], LED: [1, 2, 3], ELSEWHERE: [2, 3, 4]}
     req = CT(

@@ -184,9 +184,10 @@ class BrokerProcess:
             plog.abandon()
         self.partitions.close()
 
-    def shutdown(self) -> None:
-        """A clean shutdown: logs flushed and closed, checkpoints and the marker written."""
-        self.log_manager.shutdown()
+    def shutdown(self, broker_epoch: int) -> None:
+        """A clean shutdown: logs flushed and closed, checkpoints and the marker written
+        (with ``broker_epoch``, the registration the next start reports as previous)."""
+        self.log_manager.shutdown(broker_epoch)
         self.partitions.close()
 
 
@@ -291,7 +292,7 @@ class ShellBroker(SimBroker):
 
     def clean_shutdown(self) -> None:
         assert self.proc is not None
-        self.proc.shutdown()
+        self.proc.shutdown(self.broker_epoch)
         self.proc = None
         self.view.attach(None)
         super().crash()
@@ -302,10 +303,12 @@ class ShellBroker(SimBroker):
 
     # ---- lifecycle messages ----------------------------------------------------------
     def register_message(self) -> Register:
-        return Register(self.incarnation)
+        assert self.proc is not None
+        return Register(self.incarnation, self.proc.log_manager.previous_broker_epoch)
 
     def heartbeat_message(self) -> Heartbeat:
-        return Heartbeat(self.broker_epoch)
+        offset = self.proc.image.offset if self.proc is not None else -1
+        return Heartbeat(self.broker_epoch, offset)
 
     def apply_image(self, image: MetadataImage) -> None:
         proc = self.proc

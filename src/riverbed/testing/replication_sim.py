@@ -122,6 +122,9 @@ def params_for(seed: int) -> SimParams:
 @dataclass(frozen=True)
 class Register:
     incarnation: int
+    #: PreviousBrokerEpoch (the clean-shutdown marker's); None: this simulation's crash
+    #: model, which loses nothing, so the registered epoch (a clean shutdown)
+    previous_epoch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -260,7 +263,7 @@ class ReplicationSim:
         self._commit(list(self.controller.create_topics(self.image, req, 0).records))
         assert self.partition_reg() is not None, "topic creation failed"
 
-    def _register(self, broker_id: int, incarnation: int) -> None:
+    def _register(self, broker_id: int, incarnation: int, previous: int | None = None) -> None:
         inc = uuid.UUID(int=broker_id << 32 | incarnation)
         endpoint = BrokerEndpoint("PLAINTEXT", f"broker{broker_id}", 9092)
         old = self.image.brokers.get(broker_id)
@@ -278,7 +281,9 @@ class ReplicationSim:
             None,
             self.now,
             session_live=live,
-            previous_broker_epoch=old.broker_epoch if old is not None else -1,
+            previous_broker_epoch=(
+                previous if previous is not None else old.broker_epoch if old is not None else -1
+            ),
         )
         self._commit(list(result.records))
         self.last_heartbeat[broker_id] = self.now
@@ -300,7 +305,7 @@ class ReplicationSim:
             return  # registrations and heartbeats are retried by the broker's timers
         if isinstance(msg, Register):
             try:
-                self._register(src, msg.incarnation)
+                self._register(src, msg.incarnation, msg.previous_epoch)
             except ControllerError:  # DUPLICATE_BROKER_REGISTRATION: the broker retries
                 self.stats["registration refused"] += 1
                 return

@@ -474,6 +474,6 @@ def test_unclean_election_when_the_cluster_wide_dynamic_default_allows_it():
         image = apply(image, c.fence_broker(image, b, 0))
     p0 = image.topic("t").partitions[0]
     other = next(b for b in (1, 2, 3) if b not in p0.isr)
-    image = apply(image, c.unfence_broker(image, other, -1, 0))
+    image = apply(image, c.unfence_broker(image, other, -1, 0, metadata_offset=image.offset))
     p0 = image.topic("t").partitions[0]
     assert p0.leader == other and p0.isr == (other,) and p0.leader_recovery_state == 1

@@ -1,5 +1,5 @@
-"""Seeded group coordinator simulation: 200 seeds of KIP-848 consumers in two groups
-while the coordinator's writes fail, commit in doubt, complete out of order and the
+"""Seeded group coordinator simulation: 200 seeds of KIP-848 consumers (dynamic and
+static, restarting) in two groups while a topic grows and the coordinator's writes fail, commit in doubt, complete out of order and the
 coordinator moves in the middle of them (``riverbed.testing.group_sim``: the invariants
 are checked after every step). A failure message starts with the replay command. Soak:
 ``make soak`` (thousands of seeds)."""
@@ -37,7 +37,9 @@ def test_simulation_seeds(chunk: int) -> None:
     assert stats["commit NONE"] > 10 * SEEDS_PER_CHUNK and stats["commit STALE_MEMBER_EPOCH"] > 0
     assert stats["consumer fenced by a timer"] > 0 and stats["offsets expired"] > 0
     assert stats["offset delete NONE"] > 0 and stats["delete group NONE"] > 0
-    assert stats["admin commit NONE"] > 0
+    assert stats["admin commit NONE"] > 0 and stats["topic grown"] > 0
+    assert stats["static member took its place back"] > 0
+    assert stats["heartbeat UNRELEASED_INSTANCE_ID"] > 0
     assert stats["settled Stable"] > SEEDS_PER_CHUNK // 2  # and calm brings groups back
 
 

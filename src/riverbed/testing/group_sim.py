@@ -58,6 +58,8 @@ from riverbed.testing.group_harness import (
 E = ErrorCode
 Record = tuple[bytes, bytes | None]
 TOPICS = {"t": (uuid.UUID(int=1), 6), "u": (uuid.UUID(int=2), 4)}
+#: Topic ``u`` gains partitions now and then, up to this many.
+U_PARTITIONS_MAX = 8
 NAMES = {tid: name for name, (tid, _n) in TOPICS.items()}
 GROUPS = ("g0", "g1")
 CLIENTS_PER_GROUP_MAX = 5
@@ -66,6 +68,10 @@ CALM_ROUNDS = 15
 #: Time per calm round: the rounds outlast a session and a rebalance timeout, so that
 #: crashed members are gone by the end.
 CALM_STEP_MS = 500
+#: A soak prints how far it got every this many seeds.
+PROGRESS_EVERY = 1000
+#: Rounds of the teardown (leave, then DeleteGroups until done).
+TEARDOWN_ROUNDS = 20
 CONFIG = GroupConfig(
     initial_rebalance_delay_ms=0,
     consumer_session_timeout_ms=3000,
@@ -75,6 +81,7 @@ CONFIG = GroupConfig(
 #: Errors of writes that never reached the log.
 REFUSED = (E.REQUEST_TIMED_OUT, E.NOT_ENOUGH_REPLICAS, E.NOT_COORDINATOR)
 RETRIABLE = (
+    E.UNRELEASED_INSTANCE_ID,  # a static instance whose previous member is still in
     E.REQUEST_TIMED_OUT,
     E.NOT_ENOUGH_REPLICAS,
     E.NOT_COORDINATOR,
@@ -96,7 +103,7 @@ class InvariantError(AssertionError):
 @dataclass(frozen=True)
 class SimParams:
     seed: int
-    steps: int = 250
+    steps: int = 200
     verbose: bool = False
 
     def replay_command(self) -> str:
@@ -119,6 +126,8 @@ class Client:
     owned: set[Tp] = field(default_factory=set)
     positions: dict[Tp, int] = field(default_factory=dict)
     heartbeat_in_flight: bool = False
+    #: group.instance.id of a static member (None: dynamic)
+    instance: str | None = None
     #: fenced by the coordinator (its member is gone) and does not know it yet
     zombie: bool = False
 
@@ -240,6 +249,8 @@ class GroupSim:
         member = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
         topics = ["t"] if self.rng.random() < 0.7 else ["t", "u"]
         c = Client(f"c{self._names}", group, member, topics)
+        if self.rng.random() < 0.3:
+            c.instance = f"i{self._names}"
         self.clients[c.name] = c
         self.note(f"{c.name} joins {group} ({member[:8]}) subscribing {topics}")
         self.heartbeat(c)
@@ -256,6 +267,7 @@ class GroupSim:
             group=c.group,
             topics=c.topics if c.epoch == 0 else None,
             owned=None if c.epoch == 0 else listed,
+            instance=c.instance if c.epoch == 0 or leave else None,
         )
         lost = not leave and self.rng.random() < 0.08
         c.heartbeat_in_flight = not leave
@@ -286,6 +298,8 @@ class GroupSim:
             return
         if code != E.NONE:
             raise InvariantError(f"{c.name}: heartbeat answered {code.name}")
+        if c.epoch == 0 and c.instance is not None and resp.member_epoch > 1:
+            self.stats["static member took its place back"] += 1
         c.epoch = resp.member_epoch
         if resp.assignment is None:
             return
@@ -295,6 +309,36 @@ class GroupSim:
             c.positions[tp] = max(self.committed(c.group, tp), 0)
         c.owned |= told
         c.told = told
+
+    def restart(self, c: Client) -> None:
+        """A static member's process restarts: it commits, leaves for now (epoch -2:
+        its partitions wait for it) and comes back with a new member id and the same
+        group.instance.id, which takes the old member's place and assignment."""
+        if c.instance is None or c.epoch <= 0 or c.heartbeat_in_flight:
+            return
+        self.commit(c, set(c.owned))
+        req = heartbeat_req(c.member, -2, group=c.group, instance=c.instance)
+        shard, now = self.shard, self.now
+
+        def handle(resp: Any) -> None:
+            self.stats[f"static leave {E(resp.error_code).name}"] += 1
+
+        self.send(
+            lambda r: shard.consumer_group_heartbeat(r, req, c.name, "/sim", self.topics, now),
+            handle,
+            1,
+        )
+        old = c.member
+        c.member = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+        c.epoch, c.told, c.owned, c.positions, c.zombie = 0, set(), set(), {}, False
+        self.note(f"{c.name} restarts: {old[:8]} -> {c.member[:8]} ({c.instance})")
+
+    def grow_topic(self) -> None:
+        tid, n = self.topics.topics["u"]
+        if n < U_PARTITIONS_MAX:
+            self.topics.topics["u"] = (tid, n + 1)
+            self.stats["topic grown"] += 1
+            self.note(f"topic u has {n + 1} partitions")
 
     def committed(self, group: str, tp: Tp) -> int:
         got = self.shard.offset_fetch(group, [(tp[0], [tp[1]])])
@@ -345,11 +389,7 @@ class GroupSim:
 
             self.send(lambda r: shard.offset_delete(r, delete), deleted, 0)
         elif roll < 0.6:
-
-            def gone(code: Any) -> None:
-                self.stats[f"delete group {E(code).name}"] += 1
-
-            self.send(lambda r: shard.delete_group(r, group, now), gone, 2)
+            self.delete_group(group)
         else:
             tp = ("t", self.rng.randrange(6))
             value = self.rng.randrange(0, 200)
@@ -361,6 +401,14 @@ class GroupSim:
                 self.stats[f"admin commit {code.name}"] += 1
 
             self.send(lambda r: shard.offset_commit(r, req, now), reset, 9)
+
+    def delete_group(self, group: str) -> None:
+        shard, now = self.shard, self.now
+
+        def gone(code: Any) -> None:
+            self.stats[f"delete group {E(code).name}"] += 1
+
+        self.send(lambda r: shard.delete_group(r, group, now), gone, 2)
 
     # ------------------------------------------------------------------ steps
     def step(self) -> None:
@@ -384,9 +432,13 @@ class GroupSim:
             c = self.rng.choice(live)
             del self.clients[c.name]  # crashed: its session runs out
             self.note(f"{c.name} crashes")
-        elif roll < 0.69:
+        elif roll < 0.685 and live:
+            self.restart(self.rng.choice(live))
+        elif roll < 0.688:
+            self.grow_topic()
+        elif roll < 0.7:
             self.admin()
-        elif roll < 0.705:
+        elif roll < 0.715:
             self.move_coordinator("fail-over")
         elif roll < 0.9 and self.pending:
             self.resolve_write()
@@ -403,6 +455,31 @@ class GroupSim:
             self.check()
         self.calm()
         self.check()
+        self.teardown()
+
+    def teardown(self) -> None:
+        """Everyone leaves and an operator deletes both groups while writes still fail
+        now and then: in the end nothing of them is left, in memory or in the records."""
+        for c in list(self.clients.values()):
+            del self.clients[c.name]
+            self.revoke(c)
+            c.heartbeat_in_flight = False
+            self.heartbeat(c, leave=True)
+        for _ in range(TEARDOWN_ROUNDS):
+            while self.pending:
+                self.resolve_write()
+            self.check()
+            self.now += 1000  # sessions of members whose leave failed run out
+            self.shard.tick(self.now)
+            self.pump()
+            for gid in GROUPS:
+                if gid in self.shard.consumer_groups or gid in self.shard.groups:
+                    self.delete_group(gid)
+            self.check()
+        for view in (self.shard, self.mirror):
+            left = [g for g in GROUPS if g in view.consumer_groups or g in view.groups]
+            if left:
+                raise InvariantError(f"groups {left} survived their deletion")
 
     def calm(self) -> None:
         """Writes commit again and everyone keeps up: the groups settle."""
@@ -434,7 +511,10 @@ class GroupSim:
         if group.state.value not in ("Stable", "Empty"):
             raise InvariantError(f"group {gid} did not settle: {group.state.value}")
         wanted = {
-            (name, p) for c in live.values() for name in c.topics for p in range(TOPICS[name][1])
+            (name, p)
+            for c in live.values()
+            for name in c.topics
+            for p in range(self.topics.topics[name][1])
         }
         used: set[Tp] = set()
         for c in live.values():
@@ -543,11 +623,15 @@ def run_seed(params: SimParams) -> GroupSim:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, help="run one seed")
-    ap.add_argument("--seeds", type=int, default=100, help="run seeds 0..N-1")
+    ap.add_argument("--seeds", type=int, default=100, help="run seeds START..START+N-1")
+    ap.add_argument("--start", type=int, default=0, help="the first seed of --seeds")
     ap.add_argument("--steps", type=int, default=SimParams.steps)
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
-    seeds = [args.seed] if args.seed is not None else list(range(args.seeds))
+    if args.seed is not None:
+        seeds = [args.seed]
+    else:
+        seeds = list(range(args.start, args.start + args.seeds))
     failed, stats = 0, Counter[str]()
     started = time.monotonic()
     for seed in seeds:
@@ -556,7 +640,11 @@ def main(argv: list[str] | None = None) -> int:
             stats.update(run_seed(params).stats)
         except SimulationFailure as err:
             failed += 1
-            print(f"FAILED seed {seed}:\n{err}\n", file=sys.stderr)
+            print(f"FAILED seed {seed}:\n{err}\n", file=sys.stderr, flush=True)
+        done = seed - seeds[0] + 1
+        if done % PROGRESS_EVERY == 0 and done < len(seeds):
+            took = time.monotonic() - started
+            print(f"{done - failed}/{done} seeds passed so far ({took:.0f} s)", flush=True)
     took = time.monotonic() - started
     print(f"{len(seeds) - failed}/{len(seeds)} seeds passed in {took:.1f} s")
     if args.verbose or len(seeds) > 1:

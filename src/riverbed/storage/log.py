@@ -29,6 +29,9 @@ appends, truncation and flushing here.
 Locking: every public method takes the log's lock; :meth:`PartitionLog.flush` holds it
 only to pick the files and to advance the recovery point, the fsyncs run unlocked (on
 duplicated file descriptors) so a flush in the manager's thread pool never stalls appends.
+The lock is the log's own: code outside storage never takes it, it asks for an operation
+that runs its change under it (``attach_producer_state``, ``update_producer_state``,
+``replace_with``).
 """
 
 from __future__ import annotations
@@ -39,9 +42,10 @@ import random
 import struct
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.records import (
@@ -84,6 +88,8 @@ from riverbed.storage.record_checks import (
 )
 from riverbed.storage.segment import LogSegment, SegmentBatch
 from riverbed.storage.time_index import NO_TIMESTAMP
+
+T = TypeVar("T")
 
 __all__ = [
     "LOADED_INDEXES_MAX",
@@ -156,7 +162,7 @@ class PartitionLog(LogReads, LogRetention, LogCleaning):
         self.config = config
         self.clock = clock
         self.retention_hook = retention_hook
-        self.producer_state: ProducerStateHook | None = None  # set by its attach()
+        self.producer_state: ProducerStateHook | None = None  # attach_producer_state
         self._lock = threading.RLock()
         self._flush_lock = threading.Lock()
         self._segments: list[LogSegment] = []
@@ -210,6 +216,32 @@ class PartitionLog(LogReads, LogRetention, LogCleaning):
         """(epoch, end offset) for OffsetForLeaderEpoch (see LeaderEpochCache)."""
         with self._lock:
             return self.epoch_cache.end_offset_for(epoch, self.log_end_offset)
+
+    # ---- changes beside the log, atomic with it -----------------------------------------
+    # Other layers never take the log's lock: they ask for one of these operations, each
+    # of which runs the caller's change under it (nothing appended, truncated, rolled or
+    # deleted meanwhile). The change must be quick and must not wait for another log.
+
+    def attach_producer_state(
+        self, hook: ProducerStateHook, rebuild: Callable[[int, int], None]
+    ) -> None:
+        """``rebuild(log start offset, log end offset)`` the producer state kept beside
+        this log, then attach it as the hook that follows every later change."""
+        with self._lock:
+            rebuild(self._log_start_offset, self.log_end_offset)
+            self.producer_state = hook
+
+    def update_producer_state(self, change: Callable[[], T]) -> T:
+        """``change()`` of the attached producer state, atomic with the log as every hook
+        call is (Kafka's UnifiedLog changes its ProducerStateManager under its lock)."""
+        with self._lock:
+            return change()
+
+    def replace_with(self, swap: Callable[[], T]) -> T:
+        """``swap()`` while every change to this log waits: a replica move copies the last
+        batches to its future log and closes this one (AlterReplicaLogDirs)."""
+        with self._lock:
+            return swap()
 
     # ---- appending -----------------------------------------------------------------------
 

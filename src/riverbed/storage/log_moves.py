@@ -298,62 +298,73 @@ class LogMoves:
 
     def _swap(self, move: ReplicaMove, current: PartitionLog) -> bool:
         """Replace the current log with the caught-up future one (False: not yet)."""
-        future = move.future
-        assert future is not None
+        # appends to the partition wait for the swap
+        swapped = current.replace_with(lambda: self._swap_locked(move, current))
+        if not isinstance(swapped, tuple):
+            return swapped
+        src, leo = swapped
         key = move.key
-        with current._lock:  # appends to the partition wait for the swap
-            if move.cancelled:
-                return True
-            if current.closed:
-                raise LogDirError(f"{current.name}: closed during the move")
-            while future.log_end_offset < current.log_end_offset:
-                self._copy(move, current, MOVE_STEP_BYTES_MAX)
-                if current.truncations != move.truncations:
-                    return False
-            leo, hw = current.log_end_offset, current.high_watermark
-            start = current.log_start_offset
-            future.close(flush=True)  # complete and durable before the current goes
-            current.close(flush=False)  # its files are deleted
-            with self._lock:
-                src = self._dir_of[key]
-            doomed = src / f"{partition_dir_name(*key)}.{uuid.uuid4().hex}-delete"
-            final = move.dest / partition_dir_name(*key)
-            try:
-                self._io.replace(current.directory, doomed)
-                fsync_dir(src, self._io)
-            except OSError as e:
-                raise self._dirs[src].fail(f"move {current.directory}", e) from e
-            try:
-                self._io.replace(move.future_dir, final)
-                fsync_dir(move.dest, self._io)
-            except OSError as e:
-                raise self._dirs[move.dest].fail(f"move {move.future_dir}", e) from e
-            moved = self._open_log(
-                move.dest,
-                key,
-                current.config,
-                recovery_point=leo,
-                log_start_offset=start,
-                high_watermark=hw,
-                clean_shutdown=True,
-                topic_id=current.topic_id,
-            )
-            if self.log_attach is not None:
-                self.log_attach(moved)
-            with self._lock:
-                self._logs[key] = moved
-                self._unassign_dir(key)
-                self._assign_dir(key, move.dest)
-                del self._moves[key]
-                due = self.clock.now_ms() + current.config.file_delete_delay_ms
-                self._pending_dir_deletes.append((due, doomed))
-            if self.on_log_replaced is not None:
-                self.on_log_replaced(key, moved)
         log.info("moved %s-%d from %s to %s (log end offset %d)", *key, src, move.dest, leo)
         for name in (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT):
             self._write_checkpoint(name)
         self._write_checkpoint(REPLICATION_OFFSET_CHECKPOINT)
         return True
+
+    def _swap_locked(self, move: ReplicaMove, current: PartitionLog) -> bool | tuple[Path, int]:
+        """The swap with every change to ``current`` waiting: True when the move was
+        cancelled, False when a truncation moved the log under the copy, else (source dir,
+        log end offset) once the future log replaced it."""
+        future = move.future
+        assert future is not None
+        key = move.key
+        if move.cancelled:
+            return True
+        if current.closed:
+            raise LogDirError(f"{current.name}: closed during the move")
+        while future.log_end_offset < current.log_end_offset:
+            self._copy(move, current, MOVE_STEP_BYTES_MAX)
+            if current.truncations != move.truncations:
+                return False
+        leo, hw = current.log_end_offset, current.high_watermark
+        start = current.log_start_offset
+        future.close(flush=True)  # complete and durable before the current goes
+        current.close(flush=False)  # its files are deleted
+        with self._lock:
+            src = self._dir_of[key]
+        doomed = src / f"{partition_dir_name(*key)}.{uuid.uuid4().hex}-delete"
+        final = move.dest / partition_dir_name(*key)
+        try:
+            self._io.replace(current.directory, doomed)
+            fsync_dir(src, self._io)
+        except OSError as e:
+            raise self._dirs[src].fail(f"move {current.directory}", e) from e
+        try:
+            self._io.replace(move.future_dir, final)
+            fsync_dir(move.dest, self._io)
+        except OSError as e:
+            raise self._dirs[move.dest].fail(f"move {move.future_dir}", e) from e
+        moved = self._open_log(
+            move.dest,
+            key,
+            current.config,
+            recovery_point=leo,
+            log_start_offset=start,
+            high_watermark=hw,
+            clean_shutdown=True,
+            topic_id=current.topic_id,
+        )
+        if self.log_attach is not None:
+            self.log_attach(moved)
+        with self._lock:
+            self._logs[key] = moved
+            self._unassign_dir(key)
+            self._assign_dir(key, move.dest)
+            del self._moves[key]
+            due = self.clock.now_ms() + current.config.file_delete_delay_ms
+            self._pending_dir_deletes.append((due, doomed))
+        if self.on_log_replaced is not None:
+            self.on_log_replaced(key, moved)
+        return src, leo
 
     # ---- cancelling and start-up -------------------------------------------------------------
 

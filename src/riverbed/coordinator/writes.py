@@ -20,7 +20,9 @@ the equivalent per group, with two rules (`GroupWrites`):
    timers' removals) take a `GroupSnapshot` first (a copy of the group's containers and
    of the members the operation may change; immutable assignments and the offsets are
    shared, since nothing else may change them while the write is in flight) and put it
-   back when the write fails. A failed timer write is tried again after
+   back when the write fails. A timer due while its group has a write in flight runs
+   right after that write (queued like any operation: skipping it could starve a busy
+   group's session timeouts); a failed timer write is tried again after
    ``TIMER_RETRY_BACKOFF_MS`` (Kafka's coordinator timers retry after 500 ms).
 
 Snapshot rather than replay-on-commit because the KIP-848 operations read their own
@@ -32,7 +34,8 @@ equals a replay of the committed records.
 The shell reports a write as failed only when its records will never commit from this
 leader (refused before the append, or the partition's leadership is gone); a write
 whose acknowledgement timed out after the append is in doubt: the shell answers it
-REQUEST_TIMED_OUT through `complete_write` and then reloads the shard from the log.
+through `complete_write` (REQUEST_TIMED_OUT), refuses whatever the shard writes next
+(it would build on a state the log may contradict) and reloads the shard from the log.
 """
 
 from __future__ import annotations

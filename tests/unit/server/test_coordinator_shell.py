@@ -187,7 +187,8 @@ def test_a_loaded_shard_answers_once_what_it_loaded_is_committed() -> None:
 def test_a_write_in_doubt_answers_its_error_and_reloads_the_groups() -> None:
     """Appended but not acknowledged in time: the commit answers REQUEST_TIMED_OUT, the
     shard put the group back, and since the records may still commit the groups are
-    loaded again from the log."""
+    loaded again from the log. What waited behind it is not written on that state (the
+    group simulation found it): it answers NOT_COORDINATOR and nothing more is appended."""
     from riverbed.protocol.errors import ErrorCode
     from riverbed.testing.group_harness import commit_req
 
@@ -195,6 +196,7 @@ def test_a_write_in_doubt_answers_its_error_and_reloads_the_groups() -> None:
     hosted = SimpleNamespace(log=log)
 
     async def wait_for_acks(hosted: Any, end: int, timeout_ms: int) -> ErrorCode:
+        await asyncio.sleep(0)  # the second commit arrives meanwhile
         return ErrorCode.REQUEST_TIMED_OUT
 
     def append(hosted: Any, batch: bytes) -> Any:
@@ -208,7 +210,7 @@ def test_a_write_in_doubt_answers_its_error_and_reloads_the_groups() -> None:
     )
     partitions = SimpleNamespace(get=lambda topic, index: hosted, replicas=replicas, append=append)
 
-    async def run() -> tuple[Any, Any, Any]:
+    async def run() -> tuple[list[Any], Any, Any]:
         coordinator = GroupCoordinator(
             ServerConfig.embedded_default(),
             1,
@@ -217,18 +219,21 @@ def test_a_write_in_doubt_answers_its_error_and_reloads_the_groups() -> None:
             ManualClock(5),
         )
         shard = _loaded(coordinator, 5)
-        resp = await coordinator.call(
-            "g",
-            8,
-            lambda s, reply, now: s.offset_commit(reply, commit_req("", -1, {("t", 0): 1}), now),
-        )
+
+        def commit(offset: int) -> Any:
+            req = commit_req("", -1, {("t", 0): offset})
+            return coordinator.call("g", 8, lambda s, reply, now: s.offset_commit(reply, req, now))
+
+        resps = await asyncio.gather(commit(1), commit(2))
         for _ in range(100):  # the reload runs in a worker thread
             if 0 in coordinator.shards:
                 break
             await asyncio.sleep(0.01)
-        return resp, shard, coordinator.shards.get(0)
+        return resps, shard, coordinator.shards.get(0)
 
-    resp, old, new = asyncio.run(run())
-    assert resp.topics[0].partitions[0].error_code == ErrorCode.REQUEST_TIMED_OUT
-    assert old.groups == {}  # nothing of the commit stayed in the old shard
+    (first, second), old, new = asyncio.run(run())
+    assert first.topics[0].partitions[0].error_code == ErrorCode.REQUEST_TIMED_OUT
+    assert second.topics[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR
+    assert log.log_end_offset == 1  # only the first commit's batch
+    assert old.groups == {}  # nothing of either commit stayed in the old shard
     assert new is not None and new is not old

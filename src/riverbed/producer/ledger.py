@@ -19,10 +19,10 @@ Files in the partition dir:
 - ``<offset>.bloom`` beside each: its Bloom filter (:mod:`riverbed.producer.bloom`);
 - ``<offset>.complete`` (empty) beside a complete file: at open, the sealed files below
   it are *shadowed*: kept on disk (Kafka, complete snapshots as of older offsets) but
-  neither read nor in memory, since the complete file holds their newest entries; when
-  retention deletes one, its live entries that no newer delta holds are carried forward
-  first (the complete file is a copy, never an entry's only home: a truncation below it
-  deletes it and the shadowed files are indexed again);
+  neither read nor in memory, since the complete file holds their newest entries; a
+  truncation below the complete file deletes it and indexes the shadowed files again.
+  The complete file is a *home* like any other: the delta it replaced at the same
+  offset lives only there, so nothing is ever carried to a place newer than it (below);
 - ``<generation, 20 digits>.ledger``: the active file, memory-mapped, same layout as a
   snapshot (version, CRC 0 while active, count, 46-byte entries), fixed size
   (``riverbed.producer.id.ledger.file.bytes``), with its own Bloom filter in memory and a
@@ -63,10 +63,23 @@ holds. Nothing an update wrote to the mapping is lost by a process crash (the pa
 the page cache's); a machine crash may lose the active file's unsynced tail, which the
 partition log's replay after the newest sealed file restores.
 
-Deletion (``delete_before``): sealed files below the first remaining segment go with
-their segments, but first every entry whose newest version lives in such a file and that
-the caller still wants (a live producer) is carried forward into the active file, so no
-live producer id depends on a deleted file.
+Deletion (``delete_before(B)``, B the first remaining segment's base): the sealed files
+below B go with their segments (shadowed ones too), but first ``<B>.snapshot`` is
+written (fsynced; merged into the file already there, the roll's) with each live
+producer's newest entry among the deleted files and the mapped entries below B. So the
+order of the files stays the order of the batches (a carried entry is never newer than
+a file that holds a newer one: the defect of issue 18 put it in the active file, above
+the complete file, and rolled a producer back), it survives a power failure (the mapped
+files may not), and every truncation keeps it (the log never truncates below B without
+restarting empty). Every segment base has its file: a roll waits for a pending flush,
+and the replay at open seals the bases a crash took (``ProducerStateManager._replay``).
+
+Invariant (the model check :mod:`riverbed.testing.ledger_model` tests it over appends,
+rolls, flushes, truncations, DeleteRecords, retention and clean, crash and power failure
+reopens): for every producer, the newest entry of the newest source holding it (mapped
+files, then sealed files newest first) is its newest batch below the log end, and the
+sealed files at or below any offset X hold, with the log's batches from the newest of
+them to X, every producer's newest batch below X.
 """
 
 from __future__ import annotations
@@ -83,7 +96,12 @@ from pathlib import Path
 from typing import Final
 
 from riverbed.producer.bloom import BloomFilter
-from riverbed.producer.complete import CompleteSources, iter_fd_fields, only_in_first
+from riverbed.producer.complete import (
+    CompleteSources,
+    iter_fd_fields,
+    merge_newest,
+    write_snapshot,
+)
 from riverbed.producer.filter_index import FilterIndex
 from riverbed.producer.ledger_files import (
     HEADER,
@@ -92,12 +110,11 @@ from riverbed.producer.ledger_files import (
     LedgerStats,
     PendingFlush,
     SealedFile,
-    complete_marker,
     delete_sealed,
     encode_sorted,
     fences_of,
     fsync_dir,
-    install_complete,
+    install_sealed,
     load_sealed,
     write_file,
 )
@@ -174,6 +191,8 @@ class PidLedger:
         #: start): the newest sealed file, or below a corrupt one that was deleted
         self._replay_from: int | None = None
         self.reads = 0
+        #: files written by delete_before (:meth:`_carry_forward`)
+        self.carried_files = 0
         self.filter_checks = 0
         self.false_positive_checks = 0
 
@@ -233,10 +252,15 @@ class PidLedger:
             ledgers.sort()
             self._generation = ledgers[-1][0] + 1 if ledgers else 0
             self.active = None  # created by the first update (idle partitions cost nothing)
+            # with a log, the entries from the replay start on come back from its batches
+            # (in order: the replay seals the files of segment bases a crash took)
+            keep_below = (
+                None if log_end_offset is None else min(log_end_offset, self._replay_from or 0)
+            )
             for _gen, p in ledgers:
                 old = ActiveFile(p, 0, self.config.fpp, create=False)
                 for fields in old.recovered_entries():
-                    if log_end_offset is None or fields[3] < log_end_offset:
+                    if keep_below is None or fields[3] < keep_below:
                         self._put(fields)
                 old.close(delete=True)
 
@@ -406,58 +430,105 @@ class PidLedger:
             return self._replay_from
 
     def delete_before(self, offset: int, keep: Callable[[Fields], bool]) -> int:
-        """Delete sealed files below ``offset``, carrying forward the entries whose newest
-        version lives there and that ``keep`` wants (live producers). Returns files gone."""
+        """Delete sealed files below ``offset`` (the first remaining segment's base),
+        shadowed ones included, after carrying what they hold into ``<offset>.snapshot``
+        (:meth:`_carry_forward`). Returns the files gone."""
         self.wait_flush()
         with self._lock:
-            shadowed = sorted((o, p) for o, p in self._shadowed if o < offset)
-            for o, p in shadowed:  # oldest first
-                self._carry_shadowed(o, p, keep)
-                delete_sealed(p)
-                self._shadowed.remove((o, p))
-            doomed = [s for s in self._sealed if s.offset < offset]
-            if not doomed:
-                return len(shadowed)
-            for s in sorted(doomed, key=lambda s: s.offset):
-                for fields in s.entries():
-                    if keep(fields) and self._newest_home(fields[0]) is s:
-                        self._put(fields)
-            for s in doomed:
+            doomed = sorted(
+                [(s.offset, s.path) for s in self._sealed if s.offset < offset]
+                + [(o, p) for o, p in self._shadowed if o < offset],
+                reverse=True,
+            )
+            mapped = self._mapped_below(offset)
+            if not doomed and not mapped:
+                return 0
+            self._carry_forward(offset, [p for _o, p in doomed], mapped, keep)
+            for s in [s for s in self._sealed if s.offset < offset]:
                 self._sealed.remove(s)
                 self._filters.remove(s)
                 self._fds.pop(id(s), None)
                 s.delete()
-            return len(doomed) + len(shadowed)
+            for o, p in [(o, p) for o, p in self._shadowed if o < offset]:
+                delete_sealed(p)
+                self._shadowed.remove((o, p))
+            self._complete = {o for o in self._complete if o >= offset}
+            return len(doomed)
 
-    def _newest_home(self, pid: int, *, skip_complete: bool = False) -> object | None:
-        for f in (self.active, *self.retired):
-            if f is not None and f.get(pid) is not None:
-                return f
-        for s in self._sealed:
-            if skip_complete and s.offset in self._complete:
-                continue
-            if self._filters.might_contain(s, pid) and s.lookup(pid, self._fds) is not None:
-                return s
-        return None
+    def _mapped_below(self, offset: int) -> list[Fields]:
+        """The mapped files' newest entries whose batch is below ``offset``, sorted."""
+        newest: dict[int, Fields] = {}
+        for f in reversed([self.active, *self.retired]):  # oldest first: newest wins
+            if f is not None:
+                newest.update((e[0], e) for e in f.entries())
+        return sorted(e for e in newest.values() if e[3] < offset)
 
-    def _carry_shadowed(self, off: int, path: Path, keep: Callable[[Fields], bool]) -> None:
-        """Before a file below a complete one goes: carry forward the live entries no
-        newer file holds but the complete one, which a truncation may still remove
-        (the complete file is a copy, never an entry's only home)."""
-        newer = [p for o, p in self._shadowed if o > off]
-        fds = [os.open(p, os.O_RDONLY) for p in (path, *newer)]
+    def _carry_forward(
+        self, offset: int, doomed: list[Path], mapped: list[Fields], keep: Callable[[Fields], bool]
+    ) -> None:
+        """Write ``<offset>.snapshot`` (fsynced, before anything is deleted): what it held,
+        plus each kept producer's newest entry among ``doomed`` (newest first) and
+        ``mapped`` (entries below ``offset`` that only the unsynced mapped files hold).
+
+        Why there: the file then holds every producer's newest entry below ``offset``
+        that the deleted files held, at its place in the file order (older than every
+        surviving file, so it never hides a newer entry, complete files included), on
+        disk (a power failure loses mapped files), and at an offset no truncation goes
+        below (the first segment's base; below it the log restarts empty). Entries that
+        a newer file also holds are carried too: a truncation between the two needs the
+        older one. The cost is bounded by the deleted files' entries."""
+        existing = self._file_at(offset)
+        tmp = self.directory / (snapshot_name(offset) + ".tmp")
+        fds = [os.open(p, os.O_RDONLY) for p in ([existing] if existing else []) + doomed]
         try:
-            for fields in only_in_first([iter_fd_fields(fd) for fd in fds]):
-                if keep(fields) and self._newest_home(fields[0], skip_complete=True) is None:
-                    self._put(fields)
+            with open(tmp, "w+b") as out:
+                streams = [mapped, *(iter_fd_fields(fd) for fd in fds)]
+                count = write_snapshot(out, (f for f in merge_newest(streams) if keep(f)))
+                out.flush()
+                os.fsync(out.fileno())
         finally:
             for fd in fds:
                 os.close(fd)
+        if count == 0 and existing is None:
+            tmp.unlink()
+            return
+        install_sealed(
+            self.directory, offset, tmp, self.config.capacity, self.config.fpp, complete=False
+        )
+        self.carried_files += 1
+        self._index_rewritten(offset, existing)
 
-    def truncate_after(self, offset: int, log_start_offset: int = 0) -> None:
+    def _file_at(self, offset: int) -> Path | None:
+        for s in self._sealed:
+            if s.offset == offset:
+                return s.path
+        return next((p for o, p in self._shadowed if o == offset), None)
+
+    def _index_rewritten(self, offset: int, existing: Path | None) -> None:
+        """The in-memory index after ``<offset>.snapshot`` was written or replaced: below
+        a complete file it is shadowed (as open() would find it), else loaded."""
+        if existing is not None and any(o == offset for o, _p in self._shadowed):
+            return
+        for s in [s for s in self._sealed if s.offset == offset]:
+            self._sealed.remove(s)
+            self._filters.remove(s)
+            self._fds.pop(id(s), None)
+            s.close()
+        path = self.directory / snapshot_name(offset)
+        if any(o > offset for o in self._complete):
+            self._shadowed.append((offset, path))
+            self._shadowed.sort(reverse=True)
+            return
+        bloom = path.with_name(path.name.replace(".snapshot", ".bloom"))
+        f = self._load_sealed(path, offset, bloom)
+        if f is not None:
+            bisect.insort(self._sealed, f, key=lambda s: -s.offset)
+            self._filters.add(f, f.filter)
+
+    def truncate_after(self, offset: int) -> None:
         """Drop sealed files past ``offset`` and the mapped entries the caller's log
-        replay (from ``replay_offset()``) writes again; entries below where it starts
-        (carried forward from deleted files) are kept."""
+        replay writes again: it starts at ``replay_offset()`` (without a sealed file, at
+        the first batch of the log); mapped entries below that are kept."""
         self.wait_flush()
         with self._lock:
             for s in [s for s in self._sealed if s.offset > offset]:
@@ -465,10 +536,11 @@ class PidLedger:
                 self._filters.remove(s)
                 self._fds.pop(id(s), None)
                 s.delete()
-            if self._shadowed and not any(complete_marker(s.path).exists() for s in self._sealed):
+            self._complete = {o for o in self._complete if o <= offset}
+            if self._shadowed and not self._complete:
                 self._unshadow(offset)  # the complete file went: the older ones count again
             self._replay_from = self._sealed[0].offset if self._sealed else None
-            start = log_start_offset if self._replay_from is None else self._replay_from
+            start = self._replay_from or 0
             kept: dict[int, Fields] = {}
             for f in reversed([self.active, *self.retired]):  # oldest first: newest wins
                 if f is not None:
@@ -497,6 +569,7 @@ class PidLedger:
             for _off, p in self._shadowed:
                 delete_sealed(p)
             self._shadowed = []
+            self._complete.clear()
             for s in self._sealed:
                 s.delete()
             self._sealed.clear()
@@ -527,8 +600,18 @@ class PidLedger:
         with self._lock:
             self._close_all()
 
+    def abandon(self) -> None:
+        """A crash (tests and the model check): unmap everything, write nothing; a
+        pending flush stays as a crash leaves it (its mapped files recovered at open)."""
+        with self._lock:
+            self._close_all()
+            self._pending = None
+
     def install_complete(self, offset: int, tmp: Path) -> None:
-        install_complete(self.directory, offset, tmp, self.config.capacity, self.config.fpp)
+        """At a clean close (the index is not updated: the next open loads the file)."""
+        install_sealed(
+            self.directory, offset, tmp, self.config.capacity, self.config.fpp, complete=True
+        )
 
     # ---- views ------------------------------------------------------------------------------
 

@@ -47,7 +47,7 @@ __all__ = [
     "encode_sorted",
     "fences_of",
     "fsync_dir",
-    "install_complete",
+    "install_sealed",
     "load_sealed",
     "write_file",
 ]
@@ -279,11 +279,14 @@ def load_sealed(
     return SealedFile(path, off, f, count, fences_of(data, count))
 
 
-def install_complete(directory: Path, offset: int, tmp: Path, capacity: int, fpp: float) -> None:
-    """Make ``tmp`` (a complete snapshot as of ``offset``, fsynced) the sealed file
-    ``<offset>.snapshot``: its filter first, then the rename (a crash between leaves
-    a filter that covers more than its file: only false positives). For a clean
-    close: the in-memory index is not updated (the next open loads the file)."""
+def install_sealed(
+    directory: Path, offset: int, tmp: Path, capacity: int, fpp: float, *, complete: bool
+) -> None:
+    """Make ``tmp`` (a snapshot as of ``offset``, fsynced) the sealed file
+    ``<offset>.snapshot``, replacing any there: its filter first, then the rename (a
+    crash between leaves a filter that covers more than the file there: only false
+    positives, since a replacement holds every id of the file it replaces). ``complete``:
+    then its ``.complete`` marker. The caller updates the in-memory index."""
     fd = os.open(tmp, os.O_RDONLY)
     try:
         count = max(0, int.from_bytes(os.pread(fd, 4, 6), "big", signed=True))
@@ -296,9 +299,10 @@ def install_complete(directory: Path, offset: int, tmp: Path, capacity: int, fpp
     write_file(path.with_name(path.name.replace(".snapshot", ".bloom")), filt.to_bytes())
     os.replace(tmp, path)
     fsync_dir(directory)
-    # the marker last: a crash before it only costs the older files' filters in memory
-    complete_marker(path).touch()
-    fsync_dir(directory)
+    if complete:
+        # the marker last: a crash before it only costs the older files' filters in memory
+        complete_marker(path).touch()
+        fsync_dir(directory)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,9 +20,24 @@ Snapshot files and the log:
   sealed file are replayed from the log (after a truncation the active entries are
   dropped first, since they may reflect batches that are gone);
 - deleted with their segments: sealed files below the first remaining segment go, after
-  the entries of live (unexpired) producers that only they hold were carried forward;
+  the newest entries of live (unexpired) producers they hold were carried into the file
+  at that segment's base (:meth:`PidLedger.delete_before`);
 - ``remove_expired(now_ms)``: producers idle for ``producer.id.expiration.ms`` read as
   absent (the broker calls it every ``producer.id.expiration.check.interval.ms``).
+
+How long a producer lives (Kafka's ``ProducerStateManager``, checked against its code):
+"We delete snapshot files prior to the logStartOffset but do not remove producer state
+from the map" (``truncateAndReload``; ``onLogStartOffsetIncremented`` only drops
+unreplicated transactions): since KIP-360 neither retention nor DeleteRecords removes a
+producer, only expiry does (``producer.id.expiration.ms`` after its last batch's max
+timestamp, no transaction open; the transactional id's ``transactional.id.expiration.ms``
+ends it at the coordinator). Kafka's snapshots are complete, so a truncation to X brings
+a producer back to its newest batch below X, deleted segments or not. riverbed follows
+that rule, and keeps it where Kafka's in-memory state can be lost (its javadoc: an
+unclean shutdown loses what no snapshot holds): the replay starts at the newest sealed
+file even below the log start, and retention's carried entries are on disk. So after
+any reopen or truncation each unexpired producer reads as its newest batch below the log
+end, and an idempotent retry of that batch is a duplicate.
 
 Complete snapshots: a clean close rewrites ``<log end>.snapshot`` as a complete file
 (every live producer; the flush files are deltas), so Kafka's own loader, which reads
@@ -114,7 +129,7 @@ class ProducerStateManager:
         with plog._lock:
             self._log = plog
             self.ledger.open(plog.log_end_offset)
-            self._replay(plog.log_start_offset, plog.log_end_offset)
+            self._replay(plog.log_end_offset)
             plog.producer_state = self
 
     def snapshot_offsets(self) -> list[int]:
@@ -126,15 +141,24 @@ class ProducerStateManager:
                     offsets.append(off)
         return sorted(offsets)
 
-    def _replay(self, log_start: int, log_end: int) -> None:
-        """Apply the batches after the newest sealed file (all of them without one)."""
+    def _replay(self, log_end: int) -> None:
+        """Apply the batches after the newest sealed file (all of them without one), and
+        seal the file of each segment base on the way that has none (a crash took the
+        roll's flush): retention deleting the segments below a base relies on it."""
         newest = self.ledger.replay_offset()
-        start = log_start if newest is None else max(newest, log_start)
+        # from the newest sealed file even below the log start (DeleteRecords keeps the
+        # producers of the batches it deletes), without one from the first local batch
+        start = 0 if newest is None else newest
+        bases = [b for b in self._segment_bases() if b > start]
         self.store.clear()
         replayed = 0
         for h in self._headers_from(start):
+            while bases and h.base_offset >= bases[0]:
+                self.ledger.flush(bases.pop(0))
             self.table.apply(h)
             replayed += 1
+        for base in bases:
+            self.ledger.flush(base)
         self.table.map_end_offset = log_end
         if replayed or newest is not None:
             log.info(
@@ -143,6 +167,11 @@ class ProducerStateManager:
                 newest,
                 replayed,
             )
+
+    def _segment_bases(self) -> list[int]:
+        if self._log is None:
+            return []
+        return [int(seg.base_offset) for seg in self._log.segments]
 
     def _headers_from(self, offset: int) -> Iterator[BatchHeader]:
         if self._log is None:
@@ -159,11 +188,14 @@ class ProducerStateManager:
         self.table.apply(header)
 
     def on_roll(self, base_offset: int) -> None:
+        # a pending flush first: every segment base then has its sealed file (when
+        # anything changed), which retention deleting the segments below relies on
+        self.ledger.wait_flush()
         self._flush_in_background(base_offset)
 
     def on_truncate(self, log_start_offset: int, log_end_offset: int) -> None:
-        self.ledger.truncate_after(log_end_offset, log_start_offset)
-        self._replay(log_start_offset, log_end_offset)
+        self.ledger.truncate_after(log_end_offset)
+        self._replay(log_end_offset)
 
     def on_truncate_fully(self, offset: int) -> None:
         self.ledger.clear()
@@ -248,8 +280,7 @@ class ProducerStateManager:
             elif src.base == x:
                 first = []
             else:
-                start = src.base if src.base is not None else self._log_start()
-                first = self._replayed(start, x)
+                first = self._replayed(src.base if src.base is not None else 0, x)
 
             def below_x(fields_: Iterable[Fields]) -> Iterator[Fields]:
                 return (f for f in fields_ if f[3] < x)

@@ -242,9 +242,9 @@ def test_truncation_keeps_entries_carried_forward_below_the_replay(tmp_path: Pat
     led.flush(5000)
     led.update(fields(9, 9))
     led.flush(6000)
-    led.delete_before(5500, keep=lambda f: True)  # 0..4 carried into the active file
+    led.delete_before(5500, keep=lambda f: True)  # 0..4 carried into <5500>.snapshot
     led.update(fields(7, 4000))  # last offset 5000: the replay after 6000 would not...
-    led.truncate_after(6000, log_start_offset=5500)
+    led.truncate_after(6000)
     assert [led.read(pid) for pid in range(5)] == [fields(pid, pid) for pid in range(5)]
     assert led.read(9) == fields(9, 9) and led.replay_offset() == 6000
     assert led.read(7) == fields(7, 4000)  # ...so it is kept (below the replay start)

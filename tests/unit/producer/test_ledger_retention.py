@@ -59,3 +59,28 @@ def test_expired_producers_are_not_carried_forward(tmp_path: Path) -> None:
     plog.delete_records_before(plog.segments[-1].base_offset)
     assert mgr.ledger.read(4) is None  # expired: its file went, nothing depends on it
     assert mgr.ledger.read(5) is not None
+
+
+def test_delete_records_after_a_clean_close_never_rolls_a_producer_back(tmp_path: Path) -> None:
+    """Issue 18, defect 1: the clean close's complete file replaced the delta at the log
+    end, then DeleteRecords carried producer 8's older entry (seq 0) from a file below
+    it into the active file, where it hid the newer one: the retry of seq 1 was
+    appended again at offset 5."""
+    clock = ManualClock(T0)
+    plog = open_log(tmp_path, clock)
+    plog.append_as_leader(idem(8, 0, 0), 0)  # offset 0
+    plog.roll()
+    plog.append_as_leader(idem(9, 0, 0, 3), 0)  # offsets 1-3
+    plog.roll()
+    plog.append_as_leader(idem(8, 0, 1), 0)  # offset 4
+    plog.close()
+    plog = open_log(tmp_path, clock)
+    plog.update_high_watermark(plog.log_end_offset)
+    assert plog.delete_records_before(4) == 4
+    plog.abandon()  # crash
+    plog = open_log(tmp_path, clock)
+    e8 = state_of(plog).table.get(8)
+    assert e8 is not None and (e8.last_seq, e8.last_offset) == (1, 4)
+    retry = plog.append_as_leader(idem(8, 0, 1), 0)
+    assert retry.duplicate and (retry.first_offset, retry.last_offset) == (4, 4)
+    assert plog.log_end_offset == 5

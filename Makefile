@@ -60,7 +60,8 @@ bench: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.codec_bench
 
 # simulation soak, raft, replication, then replication over the brokers' shells (real
-# storage on a simulated disk), then the group coordinator at its persistence seam:
+# storage on a simulated disk), then the group coordinator at its persistence seam, then
+# the producer ledger's model check:
 # `make soak SEEDS=100000` (each failure prints its replay command)
 SEEDS ?= 10000
 soak: $(STAMP)
@@ -68,6 +69,7 @@ soak: $(STAMP)
 	$(VENV)/bin/python -m riverbed.testing.replication_sim --seeds $(SEEDS)
 	$(VENV)/bin/python -m riverbed.testing.replication_shell_sim --seeds $(SEEDS)
 	$(VENV)/bin/python -m riverbed.testing.group_sim --seeds $(SEEDS)
+	$(VENV)/bin/python -m riverbed.testing.ledger_model --seeds $(SEEDS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

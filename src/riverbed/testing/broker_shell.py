@@ -57,6 +57,9 @@ def two_broker_image(leader: int, isr: list[int]) -> MetadataImage:
         image = replay_all(
             image, c.register_broker(image, b, uuid.UUID(int=b), eps, None, 0).records
         )
+        # registrations start fenced; a caught-up heartbeat unfences (issue 18 defect 2)
+        up = c.unfence_broker(image, b, -1, 0, metadata_offset=image.offset)
+        image = replay_all(image, up.records)
     CT = CreateTopicsRequest
     assignment = CT.CreatableReplicaAssignment(partition_index=0, broker_ids=[1, 2])
     topic_req = CT.CreatableTopic(

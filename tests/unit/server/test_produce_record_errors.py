@@ -47,6 +47,10 @@ def _image() -> MetadataImage:
     image = replay_all(MetadataImage.EMPTY, c.bootstrap_records())
     eps = [BrokerEndpoint("PLAINTEXT", "host1", 9091)]
     image = replay_all(image, c.register_broker(image, 1, uuid.UUID(int=1), eps, None, 0).records)
+    # a registration starts fenced (issue 18 defect 2): unfenced once caught up
+    image = replay_all(
+        image, c.unfence_broker(image, 1, -1, 0, metadata_offset=image.offset).records
+    )
     CT = CreateTopicsRequest
     configs = {
         COMPACTED: {"cleanup.policy": "compact"},

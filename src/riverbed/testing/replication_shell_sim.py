@@ -45,12 +45,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from riverbed.metadata.records import ResourceType
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
     AlterPartitionResponse,
     ElectLeadersRequest,
     FetchRequest,
 )
+from riverbed.protocol.messages import IncrementalAlterConfigsRequest as IA
 from riverbed.server.broker.partitions import NotServed
 from riverbed.server.replication.manager import AlterBatch
 from riverbed.testing import replication_sim
@@ -81,6 +83,7 @@ from riverbed.testing.replication_sim import (
 from riverbed.testing.replication_sim_parts import CLIENT, CONTROLLER, Record
 
 SIM = "replication_shell_sim"
+OP_SET = 0  # IncrementalAlterConfigs' SET
 #: One election type of ElectLeaders: any live replica (the user's explicit choice).
 ELECTION_UNCLEAN = 1
 #: The calm phase asks for an unclean election after the partition is this long without
@@ -145,15 +148,18 @@ class ShellReplicationSim(ReplicationSim):
             self._alter_topic_config("flush.messages", str(flush))
 
     def _alter_topic_config(self, name: str, value: str) -> None:
-        from riverbed.protocol.messages import IncrementalAlterConfigsRequest as IA
+        self._alter_config(ResourceType.TOPIC, TOPIC, name, value)
 
-        resource = IA.AlterConfigsResource(
-            resource_type=2,  # TOPIC
-            resource_name=TOPIC,
-            configs=[IA.AlterableConfig(name=name, config_operation=0, value=value)],
+    def _alter_config(self, kind: ResourceType, resource: str, name: str, value: str) -> None:
+        """IncrementalAlterConfigs SET through the controller (brokers see it with the
+        next image: ``PartitionManager.apply_image`` refreshes every core's config)."""
+        resource_request = IA.AlterConfigsResource(
+            resource_type=int(kind),
+            resource_name=resource,
+            configs=[IA.AlterableConfig(name=name, config_operation=OP_SET, value=value)],
         )
         result = self.controller.incremental_alter_configs(
-            self.image, IA(resources=[resource]), self.now
+            self.image, IA(resources=[resource_request]), self.now
         )
         self._commit(list(result.records))
         self.stats["config changes"] += 1
@@ -376,6 +382,10 @@ class ShellReplicationSim(ReplicationSim):
         elif r < 0.003:
             value = str(self.rng.choice((1, 2)))
             self._alter_topic_config("min.insync.replicas", value)
+        elif r < 0.0033:
+            # the cluster default (a dynamic broker config): every core's ISR timer
+            value = str(self.rng.choice((600, 1000, 1400)))
+            self._alter_config(ResourceType.BROKER, "", "replica.lag.time.max.ms", value)
         else:
             # the rest of the base simulation's chaos, with its crashes as process crashes
             super()._chaos()

@@ -47,15 +47,16 @@ import sys
 import time
 import uuid
 from dataclasses import replace
-from typing import Any
 
 from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import Message
 from riverbed.server.broker.dispatch import Broker
 from riverbed.server.broker.partitions import PartitionManager, log_config_for
 from riverbed.server.clock import SystemClock
+from riverbed.server.config import ServerConfig
 from riverbed.server.connection_quotas import ConnectionQuotas, raise_open_files_limit
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
-from riverbed.server.network import CloseConnection, SocketServer
+from riverbed.server.network import CloseConnection, RequestContext, Response, SocketServer
 from riverbed.server.purgatory import Purgatory
 from riverbed.server.quorum import CONTROLLER_API_VERSIONS, QuorumMetadata, open_quorum_metadata
 from riverbed.server.remote_log import RemoteLogManager, RemoteLogSettings
@@ -65,7 +66,10 @@ from riverbed.server.replication.manager import (
     state_change_log,
 )
 from riverbed.server.supervise import supervise
+from riverbed.storage.config import LogConfig
 from riverbed.storage.errors import StorageError
+from riverbed.storage.log_manager import LogManager
+from riverbed.tiered.rsm import FsspecRemoteStorageManager
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +89,9 @@ CONTROLLED_SHUTDOWN_RETRY_S = 0.2
 INFLIGHT_REQUESTS_PER_CONNECTION_MAX = 16
 
 
-def _move_rate(cfg: Any) -> int | None:
+def _move_rate(cfg: ServerConfig) -> int | None:
     """replica.alter.log.dirs.io.max.bytes.per.second; None when unlimited (the default)."""
-    rate = int(cfg.get("replica.alter.log.dirs.io.max.bytes.per.second"))
+    rate = cfg.get_int("replica.alter.log.dirs.io.max.bytes.per.second")
     return None if rate >= 2**63 - 1 else rate
 
 
@@ -108,13 +112,11 @@ class Node:
 
     def __init__(
         self,
-        config: Any,
+        config: ServerConfig,
         *,
-        log_manager_factory: Any = None,
         fault_handler: FaultHandler | None = None,
     ) -> None:
         self.config = config
-        self._log_manager_factory = log_manager_factory
         #: Where unexpected faults go (tests inject a RecordingFaultHandler).
         self.fault_handler: FaultHandler = fault_handler or ProcessTerminatingFaultHandler(
             config.node_id
@@ -128,7 +130,7 @@ class Node:
         self.server: SocketServer | None = None
         # built by start, in this order (each needs the ones before)
         self.quorum: QuorumMetadata | None = None
-        self.log_manager: Any = None
+        self.log_manager: LogManager | None = None
         #: This process's incarnation id (BrokerRegistration's IncarnationId).
         self._incarnation = uuid.uuid4()
         self.partitions: PartitionManager | None = None
@@ -138,7 +140,7 @@ class Node:
         self.remote_log: RemoteLogManager | None = None
 
     async def start(self) -> None:
-        from riverbed.metadata.storage_format import ensure_formatted, read_meta_properties
+        from riverbed.metadata.storage_format import ensure_formatted
 
         cfg = self.config
         # first: a test run that dies while this node starts must not leave it behind
@@ -157,7 +159,26 @@ class Node:
                 "(a dynamic KRaft quorum) is not supported: list the voters in "
                 "controller.quorum.voters (id@host:port,...)"
             )
-        self.server = SocketServer(
+        self.server = self._socket_server()
+        quorum = await self._start_quorum(clock)
+        remote_settings, rsm = _remote_log_setup(cfg)
+        partitions = self._open_partitions(quorum, clock, remote_settings.enabled)
+        self.broker = Broker(
+            cfg, quorum, partitions, self.purgatory, self.cluster_id, clock, self.fault_handler
+        )
+        if rsm is not None:
+            self._start_remote_log(remote_settings, rsm, quorum, partitions)
+        await self._listen(controller=False)
+        await self._join(quorum, partitions)
+        addrs = " ".join(f"{name}://{h}:{p}" for name, (h, p) in self.bound_listeners.items())
+        print(f"riverbed node {cfg.node_id} ready: {addrs}", flush=True)
+        log.info("node %d started (cluster id %s): %s", cfg.node_id, self.cluster_id, addrs)
+        bootstrap = ",".join(f"{h}:{p}" for _n, h, p, _s in self.advertised_endpoints())
+        log.info("clients connect with --bootstrap-server %s (bootstrap.servers)", bootstrap)
+
+    def _socket_server(self) -> SocketServer:
+        cfg = self.config
+        server = SocketServer(
             self._handle,
             socket_request_max_bytes=cfg.socket_request_max_bytes,
             connections_max_idle_ms=cfg.connections_max_idle_ms,
@@ -165,16 +186,22 @@ class Node:
             queued_requests_max=cfg.queued_max_requests,
             quotas=ConnectionQuotas(cfg.connection_limits),
             listen_backlog=cfg.socket_listen_backlog_size,
-            fault_handler=fh,
+            fault_handler=self.fault_handler,
         )
         # Kafka's KRaft controller listeners have a socket server (and quotas) of their own
         self._controller_quotas = ConnectionQuotas(
             replace(cfg.connection_limits, inter_broker_listener=None)
         )
-        # The quorum: the controller listener serves Raft RPCs at once (the other voters
-        # need them to elect a leader), then this replica catches up with the committed
-        # metadata before any partition log is opened or deleted (their configs come
-        # from the image).
+        return server
+
+    async def _start_quorum(self, clock: SystemClock) -> QuorumMetadata:
+        """The quorum: the controller listener serves Raft RPCs at once (the other voters
+        need them to elect a leader), then this replica catches up with the committed
+        metadata before any partition log is opened or deleted (their configs come from
+        the image)."""
+        from riverbed.metadata.storage_format import read_meta_properties
+
+        cfg = self.config
         meta = read_meta_properties(cfg.metadata_log_dir)
         quorum = open_quorum_metadata(
             cfg,
@@ -188,35 +215,36 @@ class Node:
         await quorum.start()
         if not await quorum.wait_caught_up(self.stop_requested):
             raise NodeStartError("stopped before the metadata quorum was reached")
-        static = cfg.static_config()
-        remote_settings, rsm = _remote_log_setup(cfg)
+        return quorum
 
-        def config_for(topic: str) -> Any:
+    def _open_partitions(
+        self, quorum: QuorumMetadata, clock: SystemClock, remote_log_enabled: bool
+    ) -> PartitionManager:
+        """The log manager, the hosted partitions and their partition cores."""
+        from riverbed.storage.log_cleaner import CleanerConfig
+
+        cfg = self.config
+        fh = self.fault_handler
+        static = cfg.static_config()
+
+        def config_for(topic: str) -> LogConfig:
             return log_config_for(quorum.image, topic, cfg.node_id, static)
 
-        factory = self._log_manager_factory
-        if factory is None:
-            from riverbed.server.fault_handler import ProcessTerminatingFaultHandler
-            from riverbed.storage.log_cleaner import CleanerConfig
-            from riverbed.storage.log_manager import LogManager
-
-            # a failed disk halts the node when no log dir is left (or the metadata one)
-            self.log_manager = LogManager(
-                list(cfg.log_dirs),
-                clock,
-                config_for=config_for,
-                halt=ProcessTerminatingFaultHandler(cfg.node_id).handle_fault,
-                metadata_log_dir=cfg.metadata_log_dir,
-                cleaner_config=CleanerConfig.from_broker(cfg.get),
-                remote_log_enabled=remote_settings.enabled,
-                move_bytes_per_s=_move_rate(cfg),
-            )
-        else:
-            self.log_manager = factory(list(cfg.log_dirs), clock)
-        self.partitions = PartitionManager(
+        # a failed disk halts the node when no log dir is left (or the metadata one)
+        self.log_manager = LogManager(
+            list(cfg.log_dirs),
+            clock,
+            config_for=config_for,
+            halt=ProcessTerminatingFaultHandler(cfg.node_id).handle_fault,
+            metadata_log_dir=cfg.metadata_log_dir,
+            cleaner_config=CleanerConfig.from_broker(cfg.get),
+            remote_log_enabled=remote_log_enabled,
+            move_bytes_per_s=_move_rate(cfg),
+        )
+        partitions = PartitionManager(
             self.log_manager, cfg.node_id, static, self.purgatory, fault_handler=fh
         )
-        partitions = self.partitions
+        self.partitions = partitions
         # every hosted partition gets a partition core (leader/follower, ISR, HW)
         self.replicas = ReplicaManager(
             cfg.node_id,
@@ -231,22 +259,32 @@ class Node:
         )
         partitions.replicas = self.replicas
         self._state_change_log = open_state_change_log(cfg.log_dirs[0])
+        return partitions
 
-        self.broker = Broker(
-            cfg, quorum, partitions, self.purgatory, self.cluster_id, clock, self.fault_handler
+    def _start_remote_log(
+        self,
+        settings: RemoteLogSettings,
+        rsm: FsspecRemoteStorageManager,
+        quorum: QuorumMetadata,
+        partitions: PartitionManager,
+    ) -> None:
+        """Tiered storage (KIP-405): follows the hosted partitions and their leaders."""
+        remote_log = RemoteLogManager(
+            settings, rsm, self.config.node_id, fault_handler=self.fault_handler
         )
-        if rsm is not None:
-            # tiered storage (KIP-405): follows the hosted partitions and their leaders
-            self.remote_log = RemoteLogManager(remote_settings, rsm, cfg.node_id, fault_handler=fh)
-            self.broker.remote_log = self.remote_log
-            self.remote_log.start(lambda: partitions.partitions, lambda: quorum.image)
-            remote_log = self.remote_log
-            quorum.add_listener(lambda old, new, delta: remote_log.wake())
-        await self._listen(controller=False)
-        # Kafka's broker lifecycle: register (fenced), then act on partition state, then
-        # be unfenced once caught up. Until the registration is accepted the image may
-        # still name this node's previous incarnation as a leader or ISR member; this
-        # incarnation must not act on that (its log may be shorter).
+        self.remote_log = remote_log
+        assert self.broker is not None
+        self.broker.remote_log = remote_log
+        remote_log.start(lambda: partitions.partitions, lambda: quorum.image)
+        quorum.add_listener(lambda old, new, delta: remote_log.wake())
+
+    async def _join(self, quorum: QuorumMetadata, partitions: PartitionManager) -> None:
+        """Kafka's broker lifecycle: register (fenced), then act on partition state, then
+        be unfenced once caught up. Until the registration is accepted the image may still
+        name this node's previous incarnation as a leader or ISR member; this incarnation
+        must not act on that (its log may be shorter)."""
+        fh = self.fault_handler
+        assert self.server is not None and self.replicas is not None
         await self._register(quorum)
         partitions.apply_image(quorum.image)
         partitions.delete_orphans()
@@ -255,13 +293,8 @@ class Node:
         await self.server.start_serving()
         self.replicas.start()
         self._tasks.append(supervise("log housekeeping", self._housekeeping(), fh))
-        heartbeats = quorum.heartbeat_loop(cfg.node_id, self.stop_requested, lambda: False)
+        heartbeats = quorum.heartbeat_loop(self.config.node_id, self.stop_requested, lambda: False)
         self._tasks.append(supervise("broker heartbeats", heartbeats, fh))
-        addrs = " ".join(f"{name}://{h}:{p}" for name, (h, p) in self.bound_listeners.items())
-        print(f"riverbed node {cfg.node_id} ready: {addrs}", flush=True)
-        log.info("node %d started (cluster id %s): %s", cfg.node_id, self.cluster_id, addrs)
-        bootstrap = ",".join(f"{h}:{p}" for _n, h, p, _s in self.advertised_endpoints())
-        log.info("clients connect with --bootstrap-server %s (bootstrap.servers)", bootstrap)
 
     async def _listen(self, *, controller: bool) -> None:
         """Bind the controller listeners (serving at once) or the others (serving after
@@ -287,7 +320,7 @@ class Node:
                 ) from None
             self.bound_listeners[lst.name] = (host, port)
 
-    async def _handle(self, ctx: Any, body: Any) -> Any:
+    async def _handle(self, ctx: RequestContext, body: Message) -> Response | None:
         """The network layer's handler: controller listeners -> the quorum; others -> the
         broker (not yet bound while the node starts)."""
         if ctx.listener_name in self.config.controller_listener_names:
@@ -295,7 +328,7 @@ class Node:
         assert self.broker is not None
         return await self.broker.handle(ctx, body)
 
-    async def _handle_controller(self, ctx: Any, body: Any) -> Any:
+    async def _handle_controller(self, ctx: RequestContext, body: Message) -> Message:
         from riverbed.protocol.api_versions import ApiKey
         from riverbed.protocol.headers import response_body_version
         from riverbed.server.broker.cluster_info import api_versions_response
@@ -350,13 +383,14 @@ class Node:
             BrokerEndpoint(name=name, host=host, port=port, security_protocol=0)
             for name, host, port, _proto in self.advertised_endpoints()
         )
-        rack = getattr(self.config, "broker_rack", None) or None
+        rack = self.config.broker_rack or None
         incarnation = self._incarnation
         from riverbed.metadata.controller import ControllerError
         from riverbed.raft.node import NotLeaderError
 
         # PreviousBrokerEpoch (KIP-966): the epoch in the clean-shutdown markers, -1 after
         # a crash, so the controller knows whether this log may have lost its tail.
+        assert self.log_manager is not None
         previous_epoch = int(self.log_manager.previous_broker_epoch)
         # The active controller may be changing (or not elected yet), or this broker's
         # previous incarnation may still hold a live session (DUPLICATE_BROKER_REGISTRATION
@@ -395,18 +429,20 @@ class Node:
                 return
 
     async def _housekeeping(self) -> None:
-        retention_every = int(self.config.get("log.retention.check.interval.ms"))
+        log_manager = self.log_manager
+        assert log_manager is not None
+        retention_every = self.config.get_int("log.retention.check.interval.ms")
         next_retention = _now_ms() + retention_every
-        expiry_every = int(self.config.get("producer.id.expiration.check.interval.ms"))
+        expiry_every = self.config.get_int("producer.id.expiration.check.interval.ms")
         next_expiry = _now_ms() + expiry_every
         while not self._stopping:
             await asyncio.sleep(HOUSEKEEPING_INTERVAL_MS / 1000)
             now = _now_ms()
             try:
-                self.log_manager.flush_due(now)
+                log_manager.flush_due(now)
                 if now >= next_retention:
                     next_retention = now + retention_every
-                    self.log_manager.schedule_retention(now)  # in its pool
+                    log_manager.schedule_retention(now)  # in its pool
                 if self.partitions is not None:
                     self.partitions.flush_producer_ledgers()  # timer / full filter
                 if now >= next_expiry and self.partitions is not None:
@@ -486,11 +522,11 @@ class Node:
         await self._stopped.wait()
 
 
-def _remote_log_setup(cfg: Any) -> tuple[RemoteLogSettings, Any]:
+def _remote_log_setup(
+    cfg: ServerConfig,
+) -> tuple[RemoteLogSettings, FsspecRemoteStorageManager | None]:
     """Tiered storage's broker configs, validated at start; the remote storage manager
     when ``remote.log.storage.system.enable`` (else None)."""
-    from riverbed.tiered.rsm import FsspecRemoteStorageManager
-
     try:
         settings = RemoteLogSettings.from_config(cfg)
     except ValueError as exc:
@@ -515,10 +551,10 @@ def _remote_log_setup(cfg: Any) -> tuple[RemoteLogSettings, Any]:
         raise NodeStartError(f"tiered storage: {exc}") from None
 
 
-async def run_node(config: Any, *, log_manager_factory: Any = None) -> None:
-    # the process-terminating fault handler is Node's default: a fault ends this process
+async def run_node(config: ServerConfig) -> None:
     """Start a node, stop it cleanly on SIGTERM/SIGINT, return once it has stopped."""
-    node = Node(config, log_manager_factory=log_manager_factory)
+    # the process-terminating fault handler is Node's default: a fault ends this process
+    node = Node(config)
     loop = asyncio.get_running_loop()
     stop_requested = node.stop_requested
     signals = 0
@@ -541,7 +577,7 @@ async def run_node(config: Any, *, log_manager_factory: Any = None) -> None:
         await node.stop()
 
 
-def run(config: Any) -> int:
+def run(config: ServerConfig) -> int:
     """Run a node in this process until it is told to stop (``riverbed server start``)."""
     if not logging.getLogger().handlers:
         logging.basicConfig(

@@ -44,7 +44,7 @@ import struct
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from riverbed.metadata.control_common import REQUEST_ITEMS_MAX
 from riverbed.metadata.controller import Controller, ControllerError
@@ -106,6 +106,9 @@ from riverbed.server.raft_transport import (
 )
 from riverbed.server.supervise import supervise
 from riverbed.storage.clock import Clock
+
+if TYPE_CHECKING:
+    from riverbed.server.config import ServerConfig
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +178,7 @@ class _LoggingStateMachine(MetadataStateMachine):
         log.info("loaded metadata snapshot %s (%d records)", snapshot_id.file_stem(), len(records))
 
 
-def raft_config(config: Any, cluster_id: str) -> RaftConfig:
+def raft_config(config: ServerConfig, cluster_id: str) -> RaftConfig:
     """Kafka's ``controller.quorum.*`` / snapshot keys from the node's properties; without
     ``controller.quorum.voters`` the node is its own one voter."""
     props = {k: str(v) for k, v in config.originals.items()}
@@ -185,7 +188,7 @@ def raft_config(config: Any, cluster_id: str) -> RaftConfig:
 
 
 def open_quorum_metadata(
-    config: Any,
+    config: ServerConfig,
     cluster_id: str,
     clock: Clock,
     fault_handler: FaultHandler,
@@ -218,7 +221,7 @@ class QuorumMetadata:
 
     def __init__(
         self,
-        config: Any,
+        config: ServerConfig,
         raft: RaftConfig,
         service: MetadataService,
         driver: RaftDriver,
@@ -232,8 +235,8 @@ class QuorumMetadata:
         self.transport = transport
         self.driver = driver
         self.machine = machine
-        self.heartbeat_interval_s = int(config.get("broker.heartbeat.interval.ms")) / 1000
-        self.session_timeout_s = int(config.get("broker.session.timeout.ms")) / 1000
+        self.heartbeat_interval_s = config.get_int("broker.heartbeat.interval.ms") / 1000
+        self.session_timeout_s = config.get_int("broker.session.timeout.ms") / 1000
         #: On the active controller: broker id -> monotonic time of its last heartbeat (in
         #: memory only, as in Kafka; a new active controller starts every session afresh).
         self._heartbeats: dict[int, float] = {}
@@ -244,8 +247,8 @@ class QuorumMetadata:
         self._bootstrapped_epoch = -1
         # preferred-leader balancing (riverbed.metadata.leader_balance)
         self._rebalance = bool(config.get("auto.leader.rebalance.enable"))
-        self._rebalance_every_s = int(config.get("leader.imbalance.check.interval.seconds"))
-        self._imbalance_pct = int(config.get("leader.imbalance.per.broker.percentage"))
+        self._rebalance_every_s = config.get_int("leader.imbalance.check.interval.seconds")
+        self._imbalance_pct = config.get_int("leader.imbalance.per.broker.percentage")
         self._next_rebalance = time.monotonic() + self._rebalance_every_s
 
     # --- the read side (the service's) ----------------------------------------------------
@@ -411,7 +414,8 @@ class QuorumMetadata:
                 leader = self.driver.node.leader_id
                 if leader in (-1, self.node_id):
                     return False  # no active controller to ask yet
-                response = await self.forward(leader, ApiKey.BROKER_HEARTBEAT, request)
+                answer = await self.forward(leader, ApiKey.BROKER_HEARTBEAT, request)
+                response = _expect(answer, BrokerHeartbeatResponse)
         except (NotLeaderError, TimeoutError, ControllerError) as exc:
             log.debug("heartbeat of broker %d failed: %r", broker_id, exc)
             return False
@@ -431,7 +435,8 @@ class QuorumMetadata:
             current_metadata_offset=self.service.image.offset,
             want_shut_down=True,
         )
-        response = await self.forward(leader, ApiKey.BROKER_HEARTBEAT, request)
+        answer = await self.forward(leader, ApiKey.BROKER_HEARTBEAT, request)
+        response = _expect(answer, BrokerHeartbeatResponse)
         return response.error_code == 0 and bool(response.should_shut_down)
 
     async def _wait_active_or_leader(self) -> int:
@@ -671,7 +676,8 @@ class QuorumMetadata:
             rack=rack,
             previous_broker_epoch=previous_broker_epoch,
         )
-        response = await self.forward(leader, ApiKey.BROKER_REGISTRATION, request)
+        answer = await self.forward(leader, ApiKey.BROKER_REGISTRATION, request)
+        response = _expect(answer, BrokerRegistrationResponse)
         if response.error_code == ErrorCode.NOT_CONTROLLER:
             raise NotLeaderError(leader, self.driver.node.epoch)
         if response.error_code != 0:
@@ -685,7 +691,7 @@ class QuorumMetadata:
         await self._wait_until(registered)
         return self.service.image.brokers.get(broker_id)
 
-    async def describe_quorum(self, request: Message) -> Any:
+    async def describe_quorum(self, request: Message) -> Message:
         """DescribeQuorum, answered by the Raft leader: any other node passes it on, so it
         works against every controller endpoint and, forwarded, every broker endpoint."""
         leader = self.driver.node.leader_id
@@ -694,11 +700,12 @@ class QuorumMetadata:
                 return await self.forward(leader, ApiKey.DESCRIBE_QUORUM, request)
         return await serve_raft_request(self.driver, ApiKey.DESCRIBE_QUORUM, request)
 
-    async def unregister_broker(self, request: UnregisterBrokerRequest) -> Any:
+    async def unregister_broker(self, request: UnregisterBrokerRequest) -> UnregisterBrokerResponse:
         """UnregisterBroker on the active controller (forwarded there from elsewhere)."""
         leader = await self._wait_active_or_leader()
         if leader >= 0:
-            return await self.forward(leader, ApiKey.UNREGISTER_BROKER, request)
+            answer = await self.forward(leader, ApiKey.UNREGISTER_BROKER, request)
+            return _expect(answer, UnregisterBrokerResponse)
         try:
             await self.service.unregister_broker(request.broker_id)
         except ControllerError as err:
@@ -707,7 +714,7 @@ class QuorumMetadata:
         return UnregisterBrokerResponse(error_code=0)
 
     # --- the controller channel (client side) ----------------------------------------------
-    async def forward(self, leader: int, api_key: int, request: Message) -> Any:
+    async def forward(self, leader: int, api_key: int, request: Message) -> Message:
         """Send ``request`` to ``leader``'s controller listener; its decoded response.
         ConnectionError/TimeoutError when the leader cannot be reached (the caller's client
         retries)."""
@@ -715,7 +722,7 @@ class QuorumMetadata:
         version = SUPPORTED_VERSIONS[ApiKey(api_key)][1]
         header = RequestHeader(api_key, version, 1, f"riverbed-forward-{self.node_id}")
 
-        async def exchange() -> Any:
+        async def exchange() -> Message:
             reader, writer = await asyncio.open_connection(host, port)
             try:
                 writer.write(encode_request(header, request))
@@ -733,17 +740,17 @@ class QuorumMetadata:
             raise NotLeaderError(leader, self.driver.node.epoch) from exc
 
     # --- the controller listener (server side) ---------------------------------------------
-    async def handle_controller_request(self, api_key: int, body: Any) -> Any:
+    async def handle_controller_request(self, api_key: int, body: Message) -> Message | None:
         """Answer one request that arrived on a controller listener."""
         if api_key == ApiKey.DESCRIBE_QUORUM:
             return await self.describe_quorum(body)
         if api_key in RAFT_API_KEYS or is_raft_fetch(api_key, body):
             return await serve_raft_request(self.driver, api_key, body)
-        if api_key == ApiKey.BROKER_REGISTRATION:
+        if isinstance(body, BrokerRegistrationRequest):
             return await self._serve_registration(body)
-        if api_key == ApiKey.BROKER_HEARTBEAT:
+        if isinstance(body, BrokerHeartbeatRequest):
             return await self._serve_heartbeat(body)
-        if api_key == ApiKey.UNREGISTER_BROKER:
+        if isinstance(body, UnregisterBrokerRequest):
             if not self.is_active():
                 return UnregisterBrokerResponse(error_code=int(ErrorCode.NOT_CONTROLLER))
             return await self.unregister_broker(body)

@@ -9,9 +9,14 @@ with ``forwardToController``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from riverbed.protocol.messages import DescribeQuorumRequest, UnregisterBrokerRequest
+from riverbed.protocol.messages import (
+    DescribeQuorumRequest,
+    Message,
+    UnregisterBrokerRequest,
+    UnregisterBrokerResponse,
+)
 from riverbed.server.network import RequestContext
 
 if TYPE_CHECKING:
@@ -20,11 +25,11 @@ if TYPE_CHECKING:
 
 async def handle_describe_quorum(
     broker: Broker, ctx: RequestContext, req: DescribeQuorumRequest
-) -> Any:
+) -> Message:
     return await broker.metadata.describe_quorum(req)
 
 
 async def handle_unregister_broker(
     broker: Broker, ctx: RequestContext, req: UnregisterBrokerRequest
-) -> Any:
+) -> UnregisterBrokerResponse:
     return await broker.metadata.unregister_broker(req)

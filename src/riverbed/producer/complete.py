@@ -43,7 +43,6 @@ __all__ = [
     "CompleteSources",
     "iter_fd_fields",
     "merge_newest",
-    "only_in_first",
     "write_snapshot",
 ]
 
@@ -97,20 +96,6 @@ def merge_newest(streams: list[Iterable[Fields]]) -> Iterator[Fields]:
         if pid != last:
             last = pid
             yield fields
-
-
-def only_in_first(streams: list[Iterable[Fields]]) -> Iterator[Fields]:
-    """The entries of ``streams[0]`` whose producer id no other stream holds (all sorted
-    by producer id)."""
-    group: list[tuple[int, int, Fields]] = []
-    for item in _merged(streams):
-        if group and item[0] != group[0][0]:
-            if len(group) == 1 and group[0][1] == 0:
-                yield group[0][2]
-            group = []
-        group.append(item)
-    if len(group) == 1 and group[0][1] == 0:
-        yield group[0][2]
 
 
 def write_snapshot(out: BinaryIO, entries: Iterable[Fields]) -> int:

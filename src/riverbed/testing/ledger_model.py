@@ -11,7 +11,9 @@ the clock advances, log fsyncs, truncations (full ones too), DeleteRecords, rete
 complete snapshots as of any offset, and reopens: clean (close, then open), a process
 crash (the page cache keeps the mapped files) and a power failure (the log keeps only
 what was fsynced or a random part beyond; each mapped ``.ledger`` file is lost or keeps a
-random prefix of its entries; sealed files, written with fsync and rename, survive).
+random prefix of its entries; sealed files, written with fsync and rename, survive, and
+so do deletions: the model assumes the file system keeps its metadata operations in
+order, and trusts the code's fsyncs rather than checking them, so it runs on tmpfs).
 
 After every step, every producer must read as the reference says: its newest batch
 below the log end (whatever retention deleted), or absent once expired; a retry of its

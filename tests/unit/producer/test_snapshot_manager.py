@@ -267,13 +267,13 @@ class ManualExecutor(Executor):
             fn(*args)
 
 
-def test_timer_flush_fsyncs_in_the_executor_not_under_the_log_lock(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from riverbed.producer import ledger as ledger_module
+def flush_due_in_a_pool(
+    tmp_path: Path, clock: ManualClock
+) -> tuple[PartitionLog, ProducerStateManager, ManualExecutor]:
+    """A log whose producer 1 wrote offsets 0-2 a flush interval ago (flush due), its
+    flushes finished by a pool that runs only when told."""
     from riverbed.producer.ledger import LedgerConfig
 
-    clock = ManualClock(T0)
     plog = PartitionLog(tmp_path / "t-0", "t", 0, LogConfig(), clock)
     config = ProducerStateConfig(ledger=LedgerConfig(flush_interval_ms=1000))
     pool = ManualExecutor()
@@ -281,6 +281,16 @@ def test_timer_flush_fsyncs_in_the_executor_not_under_the_log_lock(
     mgr.attach(plog)
     plog.append_as_leader(idem(1, 0, 0, 3), 0)
     clock.advance(1000)
+    return plog, mgr, pool
+
+
+def test_timer_flush_fsyncs_in_the_executor_not_under_the_log_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from riverbed.producer import ledger as ledger_module
+
+    clock = ManualClock(T0)
+    plog, mgr, pool = flush_due_in_a_pool(tmp_path, clock)
     fsyncs: list[int] = []
     real_fsync = os.fsync
     monkeypatch.setattr(ledger_module.os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd)))
@@ -296,3 +306,24 @@ def test_timer_flush_fsyncs_in_the_executor_not_under_the_log_lock(
     plog2 = open_log(tmp_path, clock)
     e1, e2 = state_of(plog2).table.get(1), state_of(plog2).table.get(2)
     assert e1 is not None and e1.last_seq == 2 and e2 is not None and e2.last_offset == 4
+
+
+def test_a_roll_seals_its_base_while_a_timer_flush_is_pending(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retention deleting the segments below a base relies on the base's sealed file:
+    a roll waits for the pending flush instead of leaving its entries to a later file
+    (issue 18 defect 1; before, the roll's flush was skipped)."""
+    plog, mgr, pool = flush_due_in_a_pool(tmp_path, ManualClock(T0))
+    assert mgr.flush_if_due()  # <3>.snapshot pending in the pool
+    plog.append_as_leader(idem(2, 0, 0, 2), 0)  # offsets 3-4
+    wait = mgr.ledger.wait_flush
+
+    def pool_runs_meanwhile() -> None:
+        pool.run()
+        wait()
+
+    monkeypatch.setattr(mgr.ledger, "wait_flush", pool_runs_meanwhile)
+    plog.roll()
+    pool.run()
+    assert mgr.snapshot_offsets() == [3, 5]

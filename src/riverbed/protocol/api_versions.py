@@ -196,6 +196,22 @@ def listener_api_versions(
     }
 
 
+#: Versions a broker takes beyond those it advertises. Kafka's followers pick their Fetch
+#: version from metadata.version, not from ApiVersions: riverbed's replica fetchers send
+#: Fetch v15 (KIP-903 ReplicaState: the follower's broker epoch, topics by id), while
+#: clients are offered v12 (topics by name).
+INTER_BROKER_VERSIONS: dict[ApiKey, tuple[int, int]] = {ApiKey.FETCH: (0, 15)}
+
+
+def is_accepted(api_key: int, api_version: int) -> bool:
+    """Whether a request at ``api_version`` is decoded (advertised, or inter-broker)."""
+    try:
+        lo, hi = INTER_BROKER_VERSIONS[ApiKey(api_key)]
+    except (ValueError, KeyError):
+        return is_supported(api_key, api_version)
+    return lo <= api_version <= hi
+
+
 def is_supported(api_key: int, api_version: int) -> bool:
     """Whether riverbed advertises ``api_version`` of ``api_key``."""
     try:

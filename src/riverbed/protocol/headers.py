@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from riverbed.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey, is_supported
+from riverbed.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey, is_accepted, is_supported
 from riverbed.protocol.base import Message
 from riverbed.protocol.codec import UnsupportedVersionError
 from riverbed.protocol.exceptions import ProtocolError
@@ -113,7 +113,7 @@ def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader
         api_key, api_version = INT16.unpack_from(buf, 0)[0], INT16.unpack_from(buf, 2)[0]
     else:
         raise ProtocolError(f"request frame of {len(buf)} bytes is shorter than a header")
-    supported = is_supported(api_key, api_version)
+    supported = is_accepted(api_key, api_version)
     if not supported and api_key != ApiKey.API_VERSIONS:
         err = UnsupportedRequestError(
             f"unsupported request api_key={api_key} version={api_version}",

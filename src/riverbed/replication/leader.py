@@ -12,6 +12,8 @@ Rules (Kafka's ``Partition`` in KRaft mode):
   is proposed for removal; a replica outside the ISR whose log end reached both the high
   watermark and the start of this leader epoch is proposed for addition; one change in
   flight at a time;
+- a follower's fetch from an incarnation older than its registration (KIP-903 broker
+  epochs) is refused with NOT_LEADER_OR_FOLLOWER and counts for nothing;
 - acks=all: NOT_ENOUGH_REPLICAS before the append when the committed ISR is smaller than
   ``min.insync.replicas``; afterwards the produce waits until the high watermark covers
   its last offset (NONE, or NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below the
@@ -21,6 +23,7 @@ Rules (Kafka's ``Partition`` in KRaft mode):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from riverbed.metadata.image import PartitionRegistration
@@ -100,6 +103,8 @@ class PartitionLeader:
         self.epoch_start_offset = leo
         self.high_watermark = min(max(high_watermark, log.log_start_offset), leo)
         self.remotes: dict[int, RemoteReplica] = {}
+        #: each replica's broker epoch in the leader's metadata (-1 / absent: unknown)
+        self.registered_epochs: Mapping[int, int] = {}
         self._sync_remotes(now_ms, new_epoch=True)
         self._produces: dict[int, _Produce] = {}
         if previous is not None:
@@ -185,7 +190,7 @@ class PartitionLeader:
     ) -> tuple[FetchAnswer, list[Action]]:
         log = self.log
         remote = self.remotes.get(pos.replica_id)
-        if remote is None:
+        if remote is None or self._stale_incarnation(pos):
             return FetchAnswer(ErrorCode.NOT_LEADER_OR_FOLLOWER), []
         if pos.current_leader_epoch >= 0 and pos.current_leader_epoch != self.leader_epoch:
             if pos.current_leader_epoch < self.leader_epoch:
@@ -205,6 +210,15 @@ class PartitionLeader:
         out = self._maybe_expand(remote, now_ms)
         out += self._maybe_advance_hw()
         return FetchAnswer(ErrorCode.NONE, self.high_watermark, lso), out
+
+    def _stale_incarnation(self, pos: FetchPosition) -> bool:
+        """KIP-903 (Kafka's ``Replica.updateFetchStateOrThrow``): a fetch whose broker epoch
+        (Fetch v15 ReplicaState.ReplicaEpoch) is older than the replica's registration in
+        the leader's metadata comes from an incarnation that has since restarted: it must
+        not count as the replica's progress (NOT_LEADER_OR_FOLLOWER). An unknown epoch
+        (-1, a Fetch before v15) is not checked, as in Kafka."""
+        registered = self.registered_epochs.get(pos.replica_id, -1)
+        return pos.replica_epoch >= 0 and registered > pos.replica_epoch
 
     # ------------------------------------------------------------------ ISR
     def _maybe_expand(self, remote: RemoteReplica, now_ms: int) -> list[Action]:

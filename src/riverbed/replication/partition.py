@@ -17,6 +17,7 @@ Registrations with an older leader epoch, or the same epochs again, change nothi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum
 
 from riverbed.metadata.image import PartitionRegistration
@@ -57,6 +58,7 @@ class Partition:
         self.follower: PartitionFollower | None = None
         self.leader_epoch = -1
         self.partition_epoch = -1
+        self.registered_epochs: dict[int, int] = {}
 
     @property
     def role(self) -> Role:
@@ -73,6 +75,13 @@ class Partition:
         if self.follower is not None:
             return self.follower.high_watermark
         return self._hw
+
+    def set_registered_epochs(self, epochs: Mapping[int, int]) -> None:
+        """The replicas' broker epochs in this broker's metadata: as leader, a fetch from
+        an older incarnation is refused (`PartitionLeader._stale_incarnation`)."""
+        self.registered_epochs = dict(epochs)
+        if self.leader is not None:
+            self.leader.registered_epochs = self.registered_epochs
 
     def set_broker_epoch(self, broker_epoch: int) -> None:
         """This broker registered again: its fetches carry the new epoch (KIP-903)."""
@@ -121,6 +130,7 @@ class Partition:
             now_ms=now_ms,
             previous=previous,
         )
+        self.leader.registered_epochs = self.registered_epochs
         line = StateChange(
             f"broker {self.broker_id}: {self.name} become-leader at leader epoch "
             f"{reg.leader_epoch} partition epoch {reg.partition_epoch}, ISR "

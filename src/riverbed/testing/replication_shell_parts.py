@@ -16,7 +16,7 @@ from riverbed.protocol.record_batch import LOG_OVERHEAD, iter_batches
 from riverbed.protocol.records import SimpleRecord, build_batch, iter_records
 from riverbed.replication.actions import FetchPosition
 from riverbed.replication.partition import Partition
-from riverbed.server.broker.fetch import follower_position
+from riverbed.server.broker.fetch import follower_position, replica_of
 from riverbed.server.broker.partitions import NotServed, PartitionManager
 from riverbed.server.purgatory import Purgatory
 from riverbed.server.replication.manager import AlterBatch, ReplicaManager
@@ -200,7 +200,7 @@ def leader_fetch_response(proc: BrokerProcess, request: FetchRequest) -> tuple[F
     for t in request.topics:
         out = FetchResponse.FetchableTopicResponse(topic=t.topic, partitions=[])
         for p in t.partitions:
-            part = _follower_read(proc, t.topic, p, request.replica_id)
+            part = _follower_read(proc, t.topic, p, replica_of(request))
             urgent = urgent or bool(part.records) or bool(part.error_code)
             urgent = urgent or part.diverging_epoch is not None
             out.partitions.append(part)
@@ -210,7 +210,7 @@ def leader_fetch_response(proc: BrokerProcess, request: FetchRequest) -> tuple[F
 
 
 def _follower_read(
-    proc: BrokerProcess, topic: str, p: FetchRequest.FetchPartition, replica_id: int
+    proc: BrokerProcess, topic: str, p: FetchRequest.FetchPartition, replica: tuple[int, int]
 ) -> FetchResponse.PartitionData:
     def data(error: ErrorCode, hw: int = -1, start: int = -1) -> FetchResponse.PartitionData:
         return FetchResponse.PartitionData(
@@ -227,7 +227,7 @@ def _follower_read(
     if isinstance(hosted, NotServed):
         return data(hosted.error)
     plog = hosted.log
-    verdict = proc.replicas.follower_fetch(hosted, follower_position(replica_id, p))
+    verdict = proc.replicas.follower_fetch(hosted, follower_position(replica, p))
     hw, start, end = verdict.high_watermark, plog.log_start_offset, plog.log_end_offset
     if verdict.error or verdict.diverging_epoch is not None:
         part = data(verdict.error, hw, start)

@@ -271,3 +271,35 @@ def test_alter_partition_through_kafka_wire_bytes() -> None:
     assert alter_partition_results([(tid, 0, req)], None, ErrorCode.REQUEST_TIMED_OUT)[0].error is (
         ErrorCode.REQUEST_TIMED_OUT
     )
+
+
+def test_a_fetch_from_an_older_incarnation_of_the_follower_is_refused() -> None:
+    """KIP-903 (Kafka's Replica.updateFetchStateOrThrow): a fetch carrying a broker epoch
+    older than the follower's registration in the leader's metadata comes from a process
+    that has restarted since; it is refused and counts for nothing (issue 18 defect 2)."""
+    part = Partition(1, MemLog(), CONFIG, broker_epoch=7)
+    part.set_registered_epochs({1: 7, 2: 40, 3: 45})
+    part.apply_registration(reg(), 0)
+    ld = part.leader
+    assert ld is not None
+    for i in range(10):
+        ld.log.append_as_leader(f"r{i}", 5)
+    stale = FetchPosition(2, 5, 10, 5, replica_epoch=30)  # caught up, but an old process
+    answer, acts = ld.on_follower_fetch(stale, 10)
+    assert answer.error is ErrorCode.NOT_LEADER_OR_FOLLOWER and acts == []
+    assert ld.remotes[2].log_end_offset == -1 and ld.high_watermark == 0
+    # the registered incarnation is served, and so is a newer one (our metadata is behind),
+    # and a fetch without an epoch (Fetch before v15) is not checked
+    assert ld.on_follower_fetch(FetchPosition(2, 5, 10, 5, replica_epoch=40), 20)[0].error is (
+        ErrorCode.NONE
+    )
+    assert ld.on_follower_fetch(FetchPosition(3, 5, 10, 5, replica_epoch=46), 20)[0].error is (
+        ErrorCode.NONE
+    )
+    assert ld.remotes[2].broker_epoch == 40 and ld.remotes[3].broker_epoch == 46
+    assert ld.high_watermark == 10
+    assert ld.on_follower_fetch(FetchPosition(2, 5, 10, 5), 30)[0].error is ErrorCode.NONE
+    # new registrations reach the leader: the old epoch 40 is now stale too
+    part.set_registered_epochs({1: 7, 2: 60, 3: 45})
+    again = ld.on_follower_fetch(FetchPosition(2, 5, 10, 5, replica_epoch=40), 40)
+    assert again[0].error is ErrorCode.NOT_LEADER_OR_FOLLOWER

@@ -24,18 +24,23 @@ partitions with data: batches are never down-converted. Fetch sessions (KIP-227)
 not kept: every response has session id 0, which clients treat as "no session, send
 full requests".
 
-Follower fetches (``replica_id`` >= 0): the leader's partition core judges each one
-first (``riverbed.replication.leader``: epoch fencing, KIP-320 DivergingEpoch, follower
-progress, ISR and high watermark); a follower then reads up to the log end, not the high
-watermark, and is parked like a consumer (``replica.fetch.wait.max.ms`` /
-``replica.fetch.min.bytes`` are its max_wait_ms / min_bytes).
+Follower fetches (``replica_id`` >= 0, or v15+ ``ReplicaState`` with the follower's broker
+epoch): the leader's partition core judges each one first (``riverbed.replication.leader``:
+epoch fencing, a stale incarnation's broker epoch (KIP-903), KIP-320 DivergingEpoch,
+follower progress, ISR and high watermark); a follower then reads up to the log end, not
+the high watermark, and is parked like a consumer (``replica.fetch.wait.max.ms`` /
+``replica.fetch.min.bytes`` are its max_wait_ms / min_bytes). Replica fetchers send v15
+(topics by id, UNKNOWN_TOPIC_ID for an unknown one); clients are offered v12
+(``protocol.api_versions.INTER_BROKER_VERSIONS``).
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from riverbed.metadata.records import ZERO_UUID
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import FetchRequest, FetchResponse
 from riverbed.replication.actions import FetchAnswer, FetchPosition
@@ -75,22 +80,35 @@ class _PartitionRead:
     data: bytes = b""  # in-memory records (read from the remote tier)
     remote_max_bytes: int = 0  # > 0: the offset lives in the remote tier (tiered storage)
     fetch_offset: int = -1
+    topic_id: uuid.UUID = ZERO_UUID  # Fetch v13+ names topics by id
 
 
 def _follower_read(
-    broker: Broker, hosted: HostedPartition, p: FetchPartition, replica_id: int
+    broker: Broker, hosted: HostedPartition, p: FetchPartition, replica: tuple[int, int]
 ) -> FetchAnswer | None:
     """The leader core's verdict on a follower's fetch (None: no replication here)."""
     replicas = broker.partitions.replicas
-    if replica_id < 0 or replicas is None:
+    if replica[0] < 0 or replicas is None:
         return None
-    return replicas.follower_fetch(hosted, follower_position(replica_id, p))
+    return replicas.follower_fetch(hosted, follower_position(replica, p))
 
 
-def follower_position(replica_id: int, p: FetchPartition) -> FetchPosition:
+def replica_of(req: FetchRequest) -> tuple[int, int]:
+    """(replica id, broker epoch) of a Fetch: v15+ ReplicaState (KIP-903), else the v0-14
+    ReplicaId with an unknown epoch (-1); (-1, -1) for a consumer."""
+    state = req.replica_state
+    if state is not None and state.replica_id >= 0:
+        return state.replica_id, state.replica_epoch
+    return req.replica_id, -1
+
+
+def follower_position(replica: tuple[int, int], p: FetchPartition) -> FetchPosition:
     """A follower's Fetch of one partition as the leader core takes it (also the
-    replication simulation's leader side)."""
-    return FetchPosition(replica_id, p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch)
+    replication simulation's leader side); ``replica`` as `replica_of` gives it."""
+    replica_id, replica_epoch = replica
+    return FetchPosition(
+        replica_id, p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch, replica_epoch
+    )
 
 
 def _remote_read(
@@ -119,8 +137,14 @@ def _remote_read(
 
 
 def _read_partition(
-    broker: Broker, topic: str, p: FetchPartition, budget: int, first: bool, replica_id: int
+    broker: Broker,
+    topic: str,
+    p: FetchPartition,
+    budget: int,
+    first: bool,
+    replica: tuple[int, int],
 ) -> _PartitionRead:
+    replica_id = replica[0]
     hosted = broker.partitions.leader_partition(
         topic, p.partition, p, require_leader=replica_id != DEBUGGING_REPLICA_ID
     )
@@ -131,7 +155,7 @@ def _read_partition(
     hw = upper = int(plog.high_watermark)
     start = plog.log_start_offset
     replicas = broker.partitions.replicas
-    verdict = _follower_read(broker, hosted, p, replica_id)
+    verdict = _follower_read(broker, hosted, p, replica)
     if verdict is not None and replicas is not None:
         hw, upper = verdict.high_watermark, int(plog.log_end_offset)
         if verdict.error or verdict.diverging_epoch is not None:
@@ -176,17 +200,31 @@ def _read_partition(
 
 def _read_all(broker: Broker, req: FetchRequest) -> list[_PartitionRead]:
     budget = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
-    replica_id = req.replica_id
+    replica = replica_of(req)
     reads: list[_PartitionRead] = []
     first = True
     for topic in req.topics:
+        name = _topic_name(broker, topic)
         for p in topic.partitions:
-            r = _read_partition(broker, topic.topic, p, budget, first, replica_id)
+            if name is None:
+                code = int(ErrorCode.UNKNOWN_TOPIC_ID)
+                r = _PartitionRead("", p.partition, code, -1, -1, [], 0)
+            else:
+                r = _read_partition(broker, name, p, budget, first, replica)
+            r.topic_id = topic.topic_id
             if r.size:
                 first = False
                 budget -= r.size
             reads.append(r)
     return reads
+
+
+def _topic_name(broker: Broker, topic: FetchRequest.FetchTopic) -> str | None:
+    """The topic a Fetch names: by name (v0-12), or by id (v13+; None: unknown id)."""
+    if topic.topic:
+        return topic.topic
+    found = broker.metadata.image.topic_by_id(topic.topic_id)
+    return found.name if found is not None else None
 
 
 def _close(reads: list[_PartitionRead]) -> None:
@@ -242,8 +280,10 @@ def _build_response(
     files: list[FileRecords] = []
     t: FetchResponse.FetchableTopicResponse | None = None
     for r in reads:
-        if t is None or t.topic != r.topic:
-            t = FetchResponse.FetchableTopicResponse(topic=r.topic, partitions=[])
+        if t is None or t.topic != r.topic or t.topic_id != r.topic_id:
+            t = FetchResponse.FetchableTopicResponse(
+                topic=r.topic, topic_id=r.topic_id, partitions=[]
+            )
             topics.append(t)
         records: bytes
         if r.ranges:

@@ -284,6 +284,7 @@ class PartitionManager:
                 del self._pending[key]
         if self.replicas is not None:
             self.replicas.refresh_configs(image)  # dynamic configs bind at once
+            self.replicas.refresh_brokers(image)  # re-registrations reach the leaders
         del old
 
     def _wanted(self, key: tuple[str, int], topic_id: uuid.UUID) -> bool:

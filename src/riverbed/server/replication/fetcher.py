@@ -3,7 +3,8 @@
 Each hosted follower partition is assigned to one fetcher per source broker:
 ``num.replica.fetchers`` fetchers per leader, a partition's fetcher chosen by a stable hash
 of (topic, partition). A fetcher is one asyncio task with one connection to the leader's
-inter-broker listener and one Fetch (v12: LastFetchedEpoch, CurrentLeaderEpoch; the
+inter-broker listener and one Fetch (v15: ReplicaState with this broker's epoch, KIP-903,
+so a leader refuses a stale incarnation; LastFetchedEpoch, CurrentLeaderEpoch; the
 answer may carry a DivergingEpoch) in flight for all its partitions:
 ``replica.fetch.wait.max.ms`` / ``replica.fetch.min.bytes`` let the leader park it,
 ``replica.fetch.max.bytes`` bounds each partition, ``replica.fetch.response.max.bytes``
@@ -24,10 +25,12 @@ import asyncio
 import logging
 import random
 import struct
+import uuid
 import zlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Final, Protocol
 
+from riverbed.metadata.records import ZERO_UUID
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.exceptions import ProtocolError
@@ -44,7 +47,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
-REPLICA_FETCH_VERSION = 12
+#: KIP-903: v15 carries the follower's broker epoch (ReplicaState); topics by id (v13+).
+REPLICA_FETCH_VERSION = 15
 _SIZE = struct.Struct(">i")
 #: Upper bound on a response frame a fetcher accepts (replica.fetch.response.max.bytes
 #: plus headers); a larger one is a protocol error and the connection is dropped.
@@ -191,9 +195,11 @@ class ReplicaFetcher:
                 channel.close()
 
     def _handle(self, positions: dict[Key, FetchPosition], response: FetchResponse) -> None:
+        names = {tid: name for name, tid in self.owner.topic_ids(k[0] for k in positions).items()}
         for topic in response.responses:
+            name = topic.topic or names.get(topic.topic_id, "")
             for p in topic.partitions:
-                key = (topic.topic, p.partition_index)
+                key = (name, p.partition_index)
                 pos = positions.get(key)
                 if pos is None or key not in self.partitions:
                     continue
@@ -318,10 +324,26 @@ class ReplicaFetcherManager:
         frame_max = self.response_max_bytes + FRAME_SLACK_BYTES
         return BrokerChannel(ep.host, ep.port, f"replica-fetcher-{self.node_id}", frame_max)
 
+    def topic_ids(self, names: Iterable[str]) -> dict[str, uuid.UUID]:
+        """Topic name -> id in this broker's metadata (Fetch v13+ names topics by id)."""
+        image = self.manager._image()
+        out = {}
+        for name in names:
+            topic = image.topic(name)
+            if topic is not None:
+                out[name] = topic.topic_id
+        return out
+
     def request_for(self, positions: dict[Key, FetchPosition]) -> FetchRequest:
         topics: dict[str, FetchRequest.FetchTopic] = {}
+        ids = self.topic_ids(key[0] for key in positions)
+        epoch = -1
         for (topic, index), pos in positions.items():
-            t = topics.setdefault(topic, FetchRequest.FetchTopic(topic=topic))
+            epoch = pos.replica_epoch
+            t = topics.get(topic)
+            if t is None:
+                t = FetchRequest.FetchTopic(topic=topic, topic_id=ids.get(topic, ZERO_UUID))
+                topics[topic] = t
             t.partitions.append(
                 FetchRequest.FetchPartition(
                     partition=index,
@@ -333,7 +355,8 @@ class ReplicaFetcherManager:
                 )
             )
         return FetchRequest(
-            replica_id=self.node_id,
+            replica_id=-1,  # v0-14's field; v15 names the replica in ReplicaState
+            replica_state=FetchRequest.ReplicaState(replica_id=self.node_id, replica_epoch=epoch),
             max_wait_ms=self.wait_max_ms,
             min_bytes=self.min_bytes,
             max_bytes=self.response_max_bytes,

@@ -143,6 +143,7 @@ class ReplicaManager:
         self._tasks: list[asyncio.Task[None]] = []
         #: the image's configs map the cores last took theirs from (refresh_configs)
         self._configs_applied: object = None
+        self._brokers_applied: object = None  # the brokers map `refresh_brokers` last took
         #: where an unexpected error of a loop goes (crash-only: riverbed.server.supervise)
         self.fault_handler: FaultHandler = fault_handler or ProcessTerminatingFaultHandler(node_id)
         self.rng = rng or random.Random()
@@ -196,6 +197,22 @@ class ReplicaManager:
                 config = by_topic[topic] = self._config_for(image, topic)
             core.update_config(config)
 
+    def refresh_brokers(self, image: MetadataImage) -> None:
+        """After every metadata update: the brokers' registered epochs reach every core, so
+        a leader refuses the fetches of a replica's previous incarnation as soon as its new
+        registration is known (KIP-903), whether or not a partition record changed."""
+        if image.brokers is self._brokers_applied:
+            return  # no broker record since (the image shares an unchanged brokers map)
+        self._brokers_applied = image.brokers
+        epochs = self._registered_epochs(image)
+        own = epochs.get(self.node_id, -1)
+        for core in self.cores.values():
+            core.set_registered_epochs(epochs)
+            core.set_broker_epoch(own)
+
+    def _registered_epochs(self, image: MetadataImage) -> dict[int, int]:
+        return {b: reg.broker_epoch for b, reg in image.brokers.items()}
+
     # ------------------------------------------------------------------ metadata
     def apply(self, hosted: HostedPartition) -> None:
         """The hosted partition's registration (maybe) changed: switch role accordingly."""
@@ -217,6 +234,7 @@ class ReplicaManager:
             core.set_broker_epoch(self.broker_epoch())
         core.update_config(config)
         reg = hosted.registration
+        core.set_registered_epochs(self._registered_epochs(image))
         if (reg.leader_epoch, reg.partition_epoch) != (core.leader_epoch, core.partition_epoch):
             state_change_log.info(
                 "broker %d received %s-%d: leader %d at leader epoch %d, partition epoch %d, "

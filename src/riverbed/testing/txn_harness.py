@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.transaction.coordinator import TransactionCoordinator
-from riverbed.transaction.records import TxnMetadata, key_bytes, parse_record, value_bytes
+from riverbed.transaction.records import TxnMetadata, key_bytes, replay_all, value_bytes
 from riverbed.transaction.shard import (
     Answer,
     Result,
@@ -107,15 +107,7 @@ class Harness:
         return self.shard.txns[tid]
 
     def replayed(self) -> dict[str, TxnMetadata]:
-        state: dict[str, TxnMetadata] = {}
-        for key, value in self.log:
-            rec = parse_record(key, value)
-            assert rec is not None
-            if rec.value is None:
-                state.pop(rec.transactional_id, None)
-            else:
-                state[rec.transactional_id] = rec.value
-        return state
+        return replay_all(self.log)
 
     def seed(self, meta: TxnMetadata) -> None:
         """Put ``meta`` in the log and reload the partition from it."""

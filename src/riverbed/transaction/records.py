@@ -25,6 +25,7 @@ transactionTopicPartitionCount``), the same hash as the group coordinator's.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import IntEnum
 
@@ -43,6 +44,7 @@ __all__ = [
     "key_bytes",
     "parse_record",
     "partition_for",
+    "replay_all",
     "value_bytes",
 ]
 
@@ -247,3 +249,18 @@ def parse_record(key: bytes, value: bytes | None) -> TxnRecord | None:
         client_transaction_version=v.client_transaction_version,
     )
     return TxnRecord(tid, meta)
+
+
+def replay_all(records: Iterable[tuple[bytes, bytes | None]]) -> dict[str, TxnMetadata]:
+    """The state a load of these records (in log order) gives: the last value of each
+    id, tombstoned ids gone."""
+    state: dict[str, TxnMetadata] = {}
+    for key, value in records:
+        rec = parse_record(key, value)
+        if rec is None:
+            continue
+        if rec.value is None:
+            state.pop(rec.transactional_id, None)
+        else:
+            state[rec.transactional_id] = rec.value
+    return state

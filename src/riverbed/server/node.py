@@ -42,6 +42,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import signal
 import sys
 import time
@@ -50,6 +51,7 @@ from dataclasses import replace
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import Message
+from riverbed.server.backoff import ExponentialBackoff, Retrier
 from riverbed.server.broker.dispatch import Broker
 from riverbed.server.broker.partitions import PartitionManager, log_config_for
 from riverbed.server.clock import SystemClock
@@ -78,13 +80,19 @@ HOUSEKEEPING_INTERVAL_MS = 1000
 #: Environment variable naming a parent pid: the node stops cleanly when that process is
 #: gone (set by riverbed.testing.cluster so a killed test run leaves no brokers behind).
 EXIT_WITH_PARENT_ENV = "RIVERBED_EXIT_WITH_PARENT"
-#: Seconds between broker registration attempts while the quorum has no active controller.
-REGISTRATION_RETRY_S = 0.2
+#: Back-off between broker registration (and unfencing heartbeat) attempts while the quorum
+#: has no active controller or the old incarnation's session lives: from the first to the
+#: most, doubling with jitter (Kafka's broker lifecycle manager backs off the same way).
+REGISTRATION_RETRY_BACKOFF_MS = 100
+REGISTRATION_RETRY_BACKOFF_MAX_MS = 1000
+REGISTRATION_BACKOFF = ExponentialBackoff(
+    REGISTRATION_RETRY_BACKOFF_MS, REGISTRATION_RETRY_BACKOFF_MAX_MS
+)
 #: Raft replies are built at their exact wire version by ``raft.wire``.
 _RAFT_EXACT = frozenset({1, 52, 53, 54, 55, 59})
 #: Upper bound on the controlled shutdown (leaderships moved away) before a stop goes on.
 CONTROLLED_SHUTDOWN_S = 10.0
-CONTROLLED_SHUTDOWN_RETRY_S = 0.2
+CONTROLLED_SHUTDOWN_BACKOFF = ExponentialBackoff(100, 1000)
 #: Requests read ahead per connection before the node stops reading it (back-pressure).
 INFLIGHT_REQUESTS_PER_CONNECTION_MAX = 16
 
@@ -396,6 +404,7 @@ class Node:
         # previous incarnation may still hold a live session (DUPLICATE_BROKER_REGISTRATION
         # until it expires): retry until it takes the registration, as Kafka's broker
         # lifecycle manager does.
+        retrier = Retrier(REGISTRATION_BACKOFF, random.Random())
         while not self.stop_requested.is_set():
             try:
                 await quorum.register_broker(
@@ -403,8 +412,9 @@ class Node:
                 )
                 return
             except (NotLeaderError, TimeoutError, ConnectionError, ControllerError) as exc:
-                log.info("broker registration not accepted yet (%r): retrying", exc)
-                await asyncio.sleep(REGISTRATION_RETRY_S)
+                delay_ms = retrier.failed()
+                log.info("broker registration not accepted yet (%r): retry in %d ms", exc, delay_ms)
+                await asyncio.sleep(delay_ms / 1000)
         raise NodeStartError("stopped before this broker was registered")
 
     async def _wait_unfenced(self, quorum: QuorumMetadata) -> None:
@@ -412,10 +422,11 @@ class Node:
         unfences this broker, i.e. it has applied the metadata up to its registration
         (Kafka's broker waits for this before it serves)."""
         node_id = self.config.node_id
+        retrier = Retrier(REGISTRATION_BACKOFF, random.Random())
         while not self.stop_requested.is_set():
             if await quorum.heartbeat(node_id, want_fence=False):
                 return
-            await asyncio.sleep(REGISTRATION_RETRY_S)
+            await asyncio.sleep(retrier.failed() / 1000)
         raise NodeStartError("stopped before this broker was unfenced")
 
     async def _watch_parent(self) -> None:
@@ -502,6 +513,7 @@ class Node:
         if replicas is None or quorum is None or not self.config.get("controlled.shutdown.enable"):
             return
         deadline = time.monotonic() + CONTROLLED_SHUTDOWN_S
+        retrier = Retrier(CONTROLLED_SHUTDOWN_BACKOFF, random.Random())
         while replicas.leads_with_followers() and time.monotonic() < deadline:
             try:
                 done = await asyncio.wait_for(
@@ -512,7 +524,7 @@ class Node:
                 log.info("controlled shutdown not accepted (%r)", exc)
                 done = False
             if not done or replicas.leads_with_followers():
-                await asyncio.sleep(CONTROLLED_SHUTDOWN_RETRY_S)
+                await asyncio.sleep(retrier.failed() / 1000)
         if replicas.leads_with_followers():
             log.warning("controlled shutdown incomplete: stopping as leader of some partitions")
         else:

@@ -91,7 +91,7 @@ ELECTION_UNCLEAN = 1
 OFFLINE_BEFORE_UNCLEAN_MS = 3000
 #: A broker process's timers (the real ones, shortened as the simulation's are).
 TICK_MS = 100  # ReplicaManager.TICK_MS
-HW_CHECKPOINT_MS = 1000  # replica.high.watermark.checkpoint.interval.ms
+HW_CHECKPOINT_MS = 2500  # replica.high.watermark.checkpoint.interval.ms (5000)
 ALTER_TIMEOUT_MS = 1000  # the AlterPartition request's timeout
 FETCH_WAIT_MAX_MS = 100  # replica.fetch.wait.max.ms
 FETCH_TIMEOUT_MS = 1000  # replica.fetch.wait.max.ms + replica.socket.timeout.ms
@@ -280,10 +280,10 @@ class ShellReplicationSim(ReplicationSim):
         if now >= proc.next_tick_ms:
             proc.next_tick_ms = now + TICK_MS
             proc.replicas.tick()
+            proc.flush_due(now)  # the log manager's flush scheduler
         if now >= proc.next_checkpoint_ms:
             proc.next_checkpoint_ms = now + HW_CHECKPOINT_MS
             proc.log_manager.write_checkpoints()
-        proc.flush_due(now)
         self._send_alter(sb)
         self._parked_fetches(sb)
         self._send_fetches(sb)

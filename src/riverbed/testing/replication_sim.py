@@ -81,6 +81,8 @@ CHECKPOINT_MS = 300  # replica.high.watermark.checkpoint.interval.ms
 TOPIC = "t"
 
 
+#: A soak prints how far it got every this many seeds.
+PROGRESS_EVERY_SEEDS = 500
 #: Mixed into the run's seed for the controller's placement randomness.
 PLACEMENT_SEED_SALT = 0x5EED
 
@@ -726,12 +728,15 @@ def main(
         todo = [replace(params_for(s), sim=sim) for s in range(args.seeds)]
     failed, stats = 0, Counter[str]()
     started = time.monotonic()
-    for params in todo:
+    for done, params in enumerate(todo, 1):
         try:
             stats.update(run(params).stats)
         except SimulationFailure as err:
             failed += 1
-            print(f"FAILED seed {params.seed}:\n{err}\n", file=sys.stderr)
+            print(f"FAILED seed {params.seed}:\n{err}\n", file=sys.stderr, flush=True)
+        if done % PROGRESS_EVERY_SEEDS == 0 and done < len(todo):  # a long soak's pulse
+            took = time.monotonic() - started
+            print(f"{done - failed}/{done} seeds passed so far in {took:.1f} s", flush=True)
     took = time.monotonic() - started
     print(f"{len(todo) - failed}/{len(todo)} seeds passed in {took:.1f} s")
     if args.verbose or len(todo) > 1:

@@ -198,10 +198,12 @@ class PidLedger:
 
     # ---- opening and recovery ------------------------------------------------------------
 
-    def open(self, log_end_offset: int | None = None) -> None:
+    def open(self, log_end_offset: int | None = None, first_offset: int = 0) -> None:
         """Load the sealed files (those past ``log_end_offset`` are deleted), recover any
-        ``.ledger`` a crash left (entries at or past the log end dropped) into a new
-        active file."""
+        ``.ledger`` a crash left into a new active file: with a log (``log_end_offset``
+        given), only the entries below where its replay starts (:meth:`replay_start`;
+        ``first_offset``: the log's first local batch), since the replay writes the others
+        again, in order (it seals the files of segment bases a crash took)."""
         self.wait_flush()
         with self._lock:
             self._close_all()
@@ -252,10 +254,10 @@ class PidLedger:
             ledgers.sort()
             self._generation = ledgers[-1][0] + 1 if ledgers else 0
             self.active = None  # created by the first update (idle partitions cost nothing)
-            # with a log, the entries from the replay start on come back from its batches
-            # (in order: the replay seals the files of segment bases a crash took)
             keep_below = (
-                None if log_end_offset is None else min(log_end_offset, self._replay_from or 0)
+                None
+                if log_end_offset is None
+                else min(log_end_offset, self._replay_start(first_offset))
             )
             for _gen, p in ledgers:
                 old = ActiveFile(p, 0, self.config.fpp, create=False)
@@ -429,6 +431,17 @@ class PidLedger:
         with self._lock:
             return self._replay_from
 
+    def replay_start(self, first_offset: int) -> int:
+        """Where the caller's log replay starts after open() or truncate_after(): the
+        newest sealed file (even below the log start: DeleteRecords keeps the producers
+        of the batches it deletes), without one ``first_offset`` (the log's first local
+        batch)."""
+        with self._lock:
+            return self._replay_start(first_offset)
+
+    def _replay_start(self, first_offset: int) -> int:
+        return first_offset if self._replay_from is None else self._replay_from
+
     def delete_before(self, offset: int, keep: Callable[[Fields], bool]) -> int:
         """Delete sealed files below ``offset`` (the first remaining segment's base),
         shadowed ones included, after carrying what they hold into ``<offset>.snapshot``
@@ -525,10 +538,9 @@ class PidLedger:
             bisect.insort(self._sealed, f, key=lambda s: -s.offset)
             self._filters.add(f, f.filter)
 
-    def truncate_after(self, offset: int) -> None:
+    def truncate_after(self, offset: int, first_offset: int = 0) -> None:
         """Drop sealed files past ``offset`` and the mapped entries the caller's log
-        replay writes again: it starts at ``replay_offset()`` (without a sealed file, at
-        the first batch of the log); mapped entries below that are kept."""
+        replay writes again (from :meth:`replay_start`); mapped entries below it are kept."""
         self.wait_flush()
         with self._lock:
             for s in [s for s in self._sealed if s.offset > offset]:
@@ -540,7 +552,7 @@ class PidLedger:
             if self._shadowed and not self._complete:
                 self._unshadow(offset)  # the complete file went: the older ones count again
             self._replay_from = self._sealed[0].offset if self._sealed else None
-            start = self._replay_from or 0
+            start = self._replay_start(first_offset)
             kept: dict[int, Fields] = {}
             for f in reversed([self.active, *self.retired]):  # oldest first: newest wins
                 if f is not None:

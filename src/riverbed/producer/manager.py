@@ -128,7 +128,7 @@ class ProducerStateManager:
         """Rebuild the state for ``plog`` and become its producer state hook."""
         with plog._lock:
             self._log = plog
-            self.ledger.open(plog.log_end_offset)
+            self.ledger.open(plog.log_end_offset, self._first_offset())
             self._replay(plog.log_end_offset)
             plog.producer_state = self
 
@@ -146,9 +146,7 @@ class ProducerStateManager:
         seal the file of each segment base on the way that has none (a crash took the
         roll's flush): retention deleting the segments below a base relies on it."""
         newest = self.ledger.replay_offset()
-        # from the newest sealed file even below the log start (DeleteRecords keeps the
-        # producers of the batches it deletes), without one from the first local batch
-        start = 0 if newest is None else newest
+        start = self.ledger.replay_start(self._first_offset())
         bases = [b for b in self._segment_bases() if b > start]
         self.store.clear()
         replayed = 0
@@ -173,6 +171,11 @@ class ProducerStateManager:
             return []
         return [int(seg.base_offset) for seg in self._log.segments]
 
+    def _first_offset(self) -> int:
+        """The log's first local batch (its first segment's base)."""
+        bases = self._segment_bases()
+        return bases[0] if bases else 0
+
     def _headers_from(self, offset: int) -> Iterator[BatchHeader]:
         if self._log is None:
             return iter(())
@@ -194,7 +197,7 @@ class ProducerStateManager:
         self._flush_in_background(base_offset)
 
     def on_truncate(self, log_start_offset: int, log_end_offset: int) -> None:
-        self.ledger.truncate_after(log_end_offset)
+        self.ledger.truncate_after(log_end_offset, self._first_offset())
         self._replay(log_end_offset)
 
     def on_truncate_fully(self, offset: int) -> None:
@@ -280,7 +283,8 @@ class ProducerStateManager:
             elif src.base == x:
                 first = []
             else:
-                first = self._replayed(src.base if src.base is not None else 0, x)
+                start = src.base if src.base is not None else self._first_offset()
+                first = self._replayed(start, x)
 
             def below_x(fields_: Iterable[Fields]) -> Iterator[Fields]:
                 return (f for f in fields_ if f[3] < x)

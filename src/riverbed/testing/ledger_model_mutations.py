@@ -81,9 +81,8 @@ def replay_from_log_start() -> AbstractContextManager[None]:
 
 def _replay_without_base_files(self: ProducerStateManager, log_end: int) -> None:
     """The replay without sealing the segment bases a crash left without a file."""
-    newest = self.ledger.replay_offset()
     self.store.clear()
-    for h in self._headers_from(0 if newest is None else newest):
+    for h in self._headers_from(self.ledger.replay_start(self._first_offset())):
         self.table.apply(h)
     self.table.map_end_offset = log_end
 

@@ -327,3 +327,21 @@ def test_a_roll_seals_its_base_while_a_timer_flush_is_pending(
     plog.roll()
     pool.run()
     assert mgr.snapshot_offsets() == [3, 5]
+
+
+def test_producers_of_the_remote_range_survive_a_crash_before_any_flush(tmp_path: Path) -> None:
+    """A log restarted at its leader's local start takes the remote range's producers
+    (install_remote_snapshot) into the mapped file; a process crash before any flush
+    keeps them: the open recovers the mapped entries below the first local batch (the
+    replay writes the others again)."""
+    clock = ManualClock(T0)
+    plog = open_log(tmp_path, clock)
+    plog.truncate_fully_and_start_at(100)
+    remote = ProducerEntry(7, 0, [BatchMetadata(0, 4, 50, 54, T0)], last_timestamp=T0)
+    assert state_of(plog).install_remote_snapshot(encode_snapshot([remote])) == 1
+    plog.append_as_leader(idem(8, 0, 0), 0)  # offset 100
+    plog.abandon()
+    plog = open_log(tmp_path, clock)
+    e7, e8 = state_of(plog).table.get(7), state_of(plog).table.get(8)
+    assert e7 is not None and (e7.last_seq, e7.last_offset) == (4, 54)
+    assert e8 is not None and e8.last_offset == 100

@@ -143,6 +143,8 @@ class ReplicaManager:
         self._tasks: list[asyncio.Task[None]] = []
         #: the image's configs map the cores last took theirs from (refresh_configs)
         self._configs_applied: object = None
+        self._config_cache: dict[str, ReplicaConfig] = {}  # topic -> of _config_cache_of
+        self._config_cache_of: object = None
         self._brokers_applied: object = None  # the brokers map `refresh_brokers` last took
         #: where an unexpected error of a loop goes (crash-only: riverbed.server.supervise)
         self.fault_handler: FaultHandler = fault_handler or ProcessTerminatingFaultHandler(node_id)
@@ -178,9 +180,16 @@ class ReplicaManager:
         return reg.broker_epoch if reg is not None else -1
 
     def _config_for(self, image: MetadataImage, topic: str) -> ReplicaConfig:
-        return ReplicaConfig.from_configs(
-            partition_config(image, topic, self.node_id, self.static_config)
-        )
+        """The topic's replica config, resolved once per configs map (a few hundred us
+        each: an ISR change of every partition must not pay it per partition)."""
+        if image.configs is not self._config_cache_of:
+            self._config_cache.clear()  # bounded by the topics of one configs map
+            self._config_cache_of = image.configs
+        config = self._config_cache.get(topic)
+        if config is None:
+            values = partition_config(image, topic, self.node_id, self.static_config)
+            config = self._config_cache[topic] = ReplicaConfig.from_configs(values)
+        return config
 
     def refresh_configs(self, image: MetadataImage) -> None:
         """After every metadata update: each core takes its topic's effective config now, so
@@ -190,12 +199,8 @@ class ReplicaManager:
         if image.configs is self._configs_applied:
             return  # no config record since (the image shares an unchanged configs map)
         self._configs_applied = image.configs
-        by_topic: dict[str, ReplicaConfig] = {}
         for (topic, _index), core in self.cores.items():
-            config = by_topic.get(topic)
-            if config is None:
-                config = by_topic[topic] = self._config_for(image, topic)
-            core.update_config(config)
+            core.update_config(self._config_for(image, topic))
 
     def refresh_brokers(self, image: MetadataImage) -> None:
         """After every metadata update: the brokers' registered epochs reach every core, so

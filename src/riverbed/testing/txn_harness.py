@@ -5,16 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from riverbed.protocol.errors import ErrorCode
+from riverbed.transaction.api import Answer, Result, Step, TxnConfig, TxnWrite
 from riverbed.transaction.coordinator import TransactionCoordinator
 from riverbed.transaction.records import TxnMetadata, key_bytes, replay_all, value_bytes
-from riverbed.transaction.shard import (
-    Answer,
-    Result,
-    Step,
-    TransactionShard,
-    TxnConfig,
-    TxnWrite,
-)
+from riverbed.transaction.shard import TransactionShard
 
 E = ErrorCode
 

@@ -33,17 +33,10 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from riverbed.protocol.errors import ErrorCode
+from riverbed.transaction.api import Answer, PartitionsResult, Step, TxnConfig, TxnResult, TxnWrite
 from riverbed.transaction.coordinator import TransactionCoordinator
 from riverbed.transaction.markers import MarkerRequest, TxnMarker
 from riverbed.transaction.records import TopicPartition, TxnMetadata, replay_all
-from riverbed.transaction.shard import (
-    Answer,
-    PartitionsResult,
-    Step,
-    TxnConfig,
-    TxnResult,
-    TxnWrite,
-)
 
 E = ErrorCode
 TIDS = ("app-0", "app-1", "app-2", "app-3")

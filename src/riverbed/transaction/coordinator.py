@@ -23,9 +23,7 @@ from dataclasses import replace
 
 from riverbed.coordinator.records import partition_for
 from riverbed.protocol.errors import ErrorCode
-from riverbed.transaction.markers import LeaderOf, MarkerRequest
-from riverbed.transaction.records import TopicPartition, TxnState
-from riverbed.transaction.shard import (
+from riverbed.transaction.api import (
     Answer,
     Described,
     Listed,
@@ -33,11 +31,13 @@ from riverbed.transaction.shard import (
     PartitionsResult,
     ProducerIdAllocator,
     Step,
-    TransactionShard,
     TxnConfig,
     TxnResult,
     fenced_for_version,
 )
+from riverbed.transaction.markers import LeaderOf, MarkerRequest
+from riverbed.transaction.records import TopicPartition, TxnState
+from riverbed.transaction.shard import TransactionShard
 
 E = ErrorCode
 OFFSETS_TOPIC = "__consumer_offsets"

@@ -9,8 +9,8 @@ import pytest
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.testing.txn_harness import Harness
+from riverbed.transaction.api import PartitionsResult, TxnConfig, TxnResult
 from riverbed.transaction.records import TxnMetadata, TxnState
-from riverbed.transaction.shard import PartitionsResult, TxnConfig, TxnResult
 from riverbed.transaction.transitions import IllegalTransition, complete
 
 E = ErrorCode
@@ -390,7 +390,7 @@ def test_a_stale_load_is_ignored() -> None:
 
 # ---------------------------------------------------------------- admin
 def test_describe_and_list_with_filters() -> None:
-    from riverbed.transaction.shard import ListFilter
+    from riverbed.transaction.api import ListFilter
 
     h = Harness()
     started(h, "app-1", T1, T2)
@@ -437,3 +437,27 @@ def test_an_invalid_transition_is_a_bug() -> None:
     m = TxnMetadata("a", 1, 0, 1000, S.ONGOING, frozenset({T1}), 0, 0)
     with pytest.raises(IllegalTransition):
         complete(m, 0)
+
+
+def test_a_brokers_tv2_add_and_a_fence_of_a_tv2_transaction() -> None:
+    """AddPartitionsToTxn v5 from a broker (KIP-890 part 2) records the client's TV2; a
+    fence of that transaction bumps the epoch once."""
+    h = Harness()
+    h.init("a")
+    r = h.rid()
+    h.take(h.c.add_partitions(r, "a", 1000, 0, frozenset({T1}), 5, h.now_ms, client_tv=2))
+    h.commit()
+    assert h.answers[r] == parts(E.NONE, T1)
+    assert h.meta("a").client_transaction_version == 2
+    assert h.init("a") == TxnResult(E.CONCURRENT_TRANSACTIONS)
+    m = h.meta("a")
+    assert (m.state, m.producer_epoch, m.last_producer_epoch) == (S.PREPARE_ABORT, 1, -1)
+    write_markers(h)
+    assert h.init("a") == ok(1000, 2)
+
+
+def test_kip360_expected_epoch_for_an_id_the_coordinator_no_longer_has() -> None:
+    """ "The producer epoch is equal to -1, which implies that the metadata was just
+    created": a producer whose id expired resumes with a new producer id."""
+    h = Harness()
+    assert h.init("gone", expected=(42, 7)) == ok(1000, 0)

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.testing.txn_harness import Harness
+from riverbed.transaction.api import TxnConfig, TxnResult
 from riverbed.transaction.records import TxnMetadata
-from riverbed.transaction.shard import TxnConfig, TxnResult
 
 E = ErrorCode
 TIDS = ("a", "b", "c")

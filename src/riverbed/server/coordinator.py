@@ -40,8 +40,8 @@ import contextvars
 import logging
 import os
 import random
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Protocol
 
 from riverbed.coordinator.consumer_records import parse_consumer_record
 from riverbed.coordinator.group import Reply
@@ -53,8 +53,40 @@ from riverbed.protocol.records import SimpleRecord, build_batch, iter_records
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.request_permits import park_current_request
 from riverbed.server.supervise import supervise
+from riverbed.storage.clock import Clock
+from riverbed.storage.errors import StorageError
+from riverbed.storage.log import AppendInfo, PartitionLog
+
+if TYPE_CHECKING:
+    from riverbed.metadata.image import MetadataImage
+    from riverbed.server.broker.partitions import HostedPartition
+    from riverbed.server.config import ServerConfig
+    from riverbed.server.purgatory import Purgatory
+    from riverbed.server.replication.manager import ReplicaManager
 
 log = logging.getLogger(__name__)
+
+
+class CoordinatorPartitions(Protocol):
+    """What the coordinator uses of the node's `PartitionManager`."""
+
+    @property
+    def replicas(self) -> ReplicaManager | None: ...
+
+    @property
+    def purgatory(self) -> Purgatory: ...
+
+    def get(self, topic: str, index: int) -> HostedPartition | None: ...
+
+    def append(self, hosted: HostedPartition, batches: bytearray) -> AppendInfo: ...
+
+
+class ImageSource(Protocol):
+    """The node's current metadata image (`QuorumMetadata`)."""
+
+    @property
+    def image(self) -> MetadataImage: ...
+
 
 #: Longest sleep of the timer task: also how often leadership is re-checked.
 RECONCILE_INTERVAL_MS = 200
@@ -88,7 +120,7 @@ class CoordinatorError(Exception):
 
 
 def _read_shard(
-    plog: Any, partition: int, config: GroupConfig, read_bytes: int
+    plog: PartitionLog, partition: int, config: GroupConfig, read_bytes: int
 ) -> tuple[GroupShard, int]:
     """Replay one partition into a fresh shard (worker thread: file reads); returns it
     and the offset it was read to."""
@@ -126,11 +158,11 @@ class GroupCoordinator:
 
     def __init__(
         self,
-        config: Any,
+        config: ServerConfig,
         node_id: int,
-        partitions: Any,
-        metadata: Any,
-        clock: Any,
+        partitions: CoordinatorPartitions,
+        metadata: ImageSource,
+        clock: Clock,
         fault_handler: FaultHandler | None = None,
     ) -> None:
         self.config = config
@@ -142,20 +174,20 @@ class GroupCoordinator:
         #: task of the coordinator halts the node (``supervise``).
         self.fault_handler: FaultHandler = fault_handler or ProcessTerminatingFaultHandler(node_id)
         self.group_config = GroupConfig.from_config(config)
-        self.commit_timeout_ms = int(config.get("offsets.commit.timeout.ms"))
+        self.commit_timeout_ms = config.get_int("offsets.commit.timeout.ms")
         #: offsets.topic.compression.codec: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd
-        self.compression = int(config.get("offsets.topic.compression.codec"))
-        self.retention_check_ms = int(config.get("offsets.retention.check.interval.ms"))
-        self.load_read_bytes = int(config.get("offsets.load.buffer.size"))
+        self.compression = config.get_int("offsets.topic.compression.codec")
+        self.retention_check_ms = config.get_int("offsets.retention.check.interval.ms")
+        self.load_read_bytes = config.get_int("offsets.load.buffer.size")
         self.shards: dict[int, GroupShard] = {}
         self._epochs: dict[int, int] = {}
         #: partition -> the log end its shard was loaded to: it answers once committed
         self._load_end: dict[int, int] = {}
         self._loading: dict[int, asyncio.Task[None]] = {}
-        self._replies: dict[int, tuple[int, asyncio.Future[Any]]] = {}
+        self._replies: dict[int, tuple[int, asyncio.Future[object]]] = {}
         self._next_reply = 0
         self._wake = asyncio.Event()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self._timer_task: asyncio.Task[None] | None = None
         self._closed = False
         #: FindCoordinator creates the internal topics once, whoever asks first.
@@ -173,7 +205,7 @@ class GroupCoordinator:
         for partition in list(self.shards):
             self._unload(partition)
 
-    def _spawn(self, coro: Any) -> asyncio.Task[None]:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         # a fresh context: background work must not release the permit of the request
         # that happened to start it (see request_permits)
         task = supervise(
@@ -211,6 +243,8 @@ class GroupCoordinator:
     async def _load(self, partition: int, epoch: int) -> None:
         hosted = self.partitions.get(OFFSETS_TOPIC, partition)
         try:
+            if hosted is None:  # deleted or moved away since reconcile saw it
+                raise LookupError(f"{OFFSETS_TOPIC}-{partition} is not hosted here")
             shard, end = await asyncio.to_thread(
                 _read_shard, hosted.log, partition, self.group_config, self.load_read_bytes
             )
@@ -225,7 +259,7 @@ class GroupCoordinator:
         shard.finish_load(self.clock.now_ms())
         self.shards[partition] = shard
         self._load_end[partition] = end
-        replicas = getattr(self.partitions, "replicas", None)
+        replicas = self.partitions.replicas
         if replicas is not None:  # a leader alone in its ISR commits its tail at once
             replicas.on_local_append(hosted)
         log.info(
@@ -292,8 +326,9 @@ class GroupCoordinator:
 
     async def call(
         self, group_id: str, version: int, op: Callable[[GroupShard, Reply, int], None]
-    ) -> Any:
-        """Run ``op(shard, reply, now_ms)`` on the group's shard; await its response."""
+    ) -> object:
+        """Run ``op(shard, reply, now_ms)`` on the group's shard; await its response (a
+        response message, or an error code for DeleteGroups' entries)."""
         partition, shard = self.shard_of(group_id)
         return await self.call_shard(partition, shard, version, op)
 
@@ -303,10 +338,10 @@ class GroupCoordinator:
         shard: GroupShard,
         version: int,
         op: Callable[[GroupShard, Reply, int], None],
-    ) -> Any:
+    ) -> object:
         self._next_reply += 1
         reply = Reply(self._next_reply, version)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         self._replies[reply.id] = (partition, fut)
         try:
             op(shard, reply, self.clock.now_ms())
@@ -340,7 +375,7 @@ class GroupCoordinator:
         if hosted is None or self.shards.get(partition) is not shard:
             shard.complete_write(write.token, ErrorCode.NOT_COORDINATOR)
             return
-        replicas = getattr(self.partitions, "replicas", None)
+        replicas = self.partitions.replicas
         if replicas is not None:  # acks=all: refused up front when the ISR is too small
             refused = replicas.check_produce(hosted, -1)
             if refused != ErrorCode.NONE:
@@ -355,7 +390,8 @@ class GroupCoordinator:
         try:
             info = self.partitions.append(hosted, bytearray(batch))
         except Exception as exc:
-            code = ErrorCode.of(getattr(exc, "error_code", int(ErrorCode.NOT_COORDINATOR)))
+            failed = exc.error_code if isinstance(exc, StorageError) else ErrorCode.NOT_COORDINATOR
+            code = ErrorCode.of(failed)
             log.warning("writing to %s-%d failed: %r", OFFSETS_TOPIC, partition, exc)
             shard.complete_write(write.token, append_error(code))
             return
@@ -366,9 +402,9 @@ class GroupCoordinator:
         self._spawn(self._await_durable(partition, shard, hosted, write.token, end))
 
     async def _await_durable(
-        self, partition: int, shard: GroupShard, hosted: Any, token: int, end: int
+        self, partition: int, shard: GroupShard, hosted: HostedPartition, token: int, end: int
     ) -> None:
-        replicas = getattr(self.partitions, "replicas", None)
+        replicas = self.partitions.replicas
         if replicas is not None:
             # the delayed produce of acks=all: the ISR has it, min.insync.replicas held
             code = append_error(await replicas.wait_for_acks(hosted, end, self.commit_timeout_ms))

@@ -118,7 +118,7 @@ class Listed:
 class ListFilter:
     """ListTransactions' filters: states (names), producer ids, "only transactions running
     longer than this duration" (< 0: all), and a transactional id pattern (a regex the
-    whole id matches, as Java's ``Matcher.matches``; None: all)."""
+    whole id matches, as Java's ``Matcher.matches``; None or empty: all)."""
 
     states: frozenset[str] = frozenset()
     producer_ids: frozenset[int] = frozenset()
@@ -150,3 +150,9 @@ def fenced_for_version(code: ErrorCode, version: int, first_fenced_version: int)
     if code is E.PRODUCER_FENCED and version < first_fenced_version:
         return E.INVALID_PRODUCER_EPOCH
     return code
+
+
+class Matcher(Protocol):
+    """A compiled id pattern (an RE2 regexp)."""
+
+    def fullmatch(self, text: str) -> object | None: ...

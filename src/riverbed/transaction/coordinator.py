@@ -17,9 +17,10 @@ becomes INVALID_PRODUCER_EPOCH for the versions that predate it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import replace
+
+import re2
 
 from riverbed.coordinator.records import partition_for
 from riverbed.protocol.errors import ErrorCode
@@ -28,6 +29,7 @@ from riverbed.transaction.api import (
     Described,
     Listed,
     ListFilter,
+    Matcher,
     PartitionsResult,
     ProducerIdAllocator,
     Step,
@@ -297,15 +299,17 @@ class TransactionCoordinator:
 
     def list(self, f: ListFilter, now_ms: int) -> tuple[ErrorCode, list[Listed], list[str]]:
         """ListTransactions: (error, transactions, unknown state filters);
-        COORDINATOR_LOAD_IN_PROGRESS while any partition loads, INVALID_REQUEST for a
-        pattern that is not a regular expression."""
+        COORDINATOR_LOAD_IN_PROGRESS while any partition loads. The id pattern (v2,
+        KIP-1152) is "empowered with Re2j": RE2 here (linear time, so a client's pattern
+        cannot stall the coordinator), INVALID_REGULAR_EXPRESSION when it does not
+        compile."""
         unknown = sorted(n for n in f.states if TxnState.from_name(n) is None)
         if self.loading:
             return E.COORDINATOR_LOAD_IN_PROGRESS, [], unknown
-        try:
-            pattern = re.compile(f.id_pattern) if f.id_pattern is not None else None
-        except re.error:
-            return E.INVALID_REQUEST, [], unknown
+        try:  # "if it is empty or null, all transactions are returned"
+            pattern: Matcher | None = re2.compile(f.id_pattern) if f.id_pattern else None
+        except re2.error:
+            return E.INVALID_REGULAR_EXPRESSION, [], unknown
         listed: list[Listed] = []
         for _, shard in sorted(self.shards.items()):
             listed += shard.list(f, pattern, now_ms)

@@ -22,7 +22,6 @@ transitions are `riverbed.transaction.transitions`. Marker sending is
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum, auto
@@ -34,6 +33,7 @@ from riverbed.transaction.api import (
     Described,
     Listed,
     ListFilter,
+    Matcher,
     PartitionsResult,
     ProducerIdAllocator,
     Result,
@@ -476,7 +476,7 @@ class TransactionShard:
             tuple((t, tuple(ps)) for t, ps in topics.items()),
         )
 
-    def list(self, f: ListFilter, pattern: re.Pattern[str] | None, now_ms: int) -> list[Listed]:
+    def list(self, f: ListFilter, pattern: Matcher | None, now_ms: int) -> list[Listed]:
         """``listTransactionStates``' ``shouldInclude`` (Dead is never listed)."""
         states = {s for s in (S.from_name(n) for n in f.states) if s is not None}
         return [

@@ -413,7 +413,8 @@ def test_describe_and_list_with_filters() -> None:
     assert ids(id_pattern="app-.") == ["app-1", "app-2"]
     assert ids(id_pattern="app") == []  # the whole id must match
     assert h.c.list(ListFilter(states=frozenset({"Bogus"})), h.now_ms)[2] == ["Bogus"]
-    assert h.c.list(ListFilter(id_pattern="("), h.now_ms)[0] is E.INVALID_REQUEST
+    assert ids(id_pattern="") == ["app-1", "app-2", "other"]  # empty: all
+    assert h.c.list(ListFilter(id_pattern="("), h.now_ms)[0] is E.INVALID_REGULAR_EXPRESSION
     h.c.begin_load(0, 9)
     assert h.c.list(ListFilter(), h.now_ms)[0] is E.COORDINATOR_LOAD_IN_PROGRESS
 
@@ -461,3 +462,14 @@ def test_kip360_expected_epoch_for_an_id_the_coordinator_no_longer_has() -> None
     created": a producer whose id expired resumes with a new producer id."""
     h = Harness()
     assert h.init("gone", expected=(42, 7)) == ok(1000, 0)
+
+
+def test_the_id_pattern_runs_in_linear_time() -> None:
+    """KIP-1152's pattern is RE2 (Kafka: Re2j): a client's backtracking-heavy pattern
+    cannot stall the coordinator (Python's re would take ~2**30 steps here)."""
+    from riverbed.transaction.api import ListFilter
+
+    h = Harness()
+    h.init("a" * 30)
+    err, listed, _ = h.c.list(ListFilter(id_pattern="(a+)+b"), h.now_ms)
+    assert (err, listed) == (E.NONE, [])

@@ -168,18 +168,20 @@ def error_response(api_key: int, request: Message, version: int, code: ErrorCode
 def error_code_of(exc: BaseException) -> ErrorCode:
     """The Kafka error a handler's exception stands for.
 
-    Storage errors carry ``error_code`` (Kafka's number), controller errors ``code``; a
+    Storage and coordinator errors carry ``error_code`` (Kafka's number), controller
+    errors ``code``; a
     metadata append on a node that is not the quorum leader is NOT_CONTROLLER (the client
     refreshes its metadata and retries); anything else is UNKNOWN_SERVER_ERROR.
     """
-    code = getattr(exc, "error_code", None)
-    if isinstance(code, int) and not isinstance(code, bool):
-        return ErrorCode.of(code)
-    code = getattr(exc, "code", None)
-    if isinstance(code, ErrorCode):
-        return code
+    from riverbed.metadata.control_common import ControllerError
     from riverbed.raft.node import NotLeaderError
+    from riverbed.server.coordinator import CoordinatorError
+    from riverbed.storage.errors import StorageError
 
+    if isinstance(exc, StorageError | CoordinatorError):
+        return ErrorCode.of(exc.error_code)
+    if isinstance(exc, ControllerError):
+        return exc.code
     if isinstance(exc, NotLeaderError):
         return ErrorCode.NOT_CONTROLLER
     return ErrorCode.UNKNOWN_SERVER_ERROR

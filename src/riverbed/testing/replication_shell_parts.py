@@ -63,6 +63,8 @@ class InFlightFetch:
     request_id: int
     positions: dict[Key, FetchPosition]
     sent_ms: int
+    leader: int
+    msg: FetchReq
 
 
 @dataclass(frozen=True)
@@ -259,6 +261,7 @@ class ShellBroker(SimBroker):
     config: dict[str, str] = field(default_factory=dict)
     clock: Clock | None = None
     process_rng: random.Random = field(default_factory=random.Random)
+    orphans: list[InFlightFetch] = field(default_factory=list)
 
     def attach(self, root: Path, config: dict[str, str], clock: Clock) -> None:
         self.disk, self.config, self.clock = SimDisk(root), config, clock
@@ -276,7 +279,11 @@ class ShellBroker(SimBroker):
         self.view.attach(None)
 
     def crash(self) -> None:
-        """SIGKILL (the base simulation's crash): the page cache keeps every write."""
+        """SIGKILL (the base simulation's crash): the page cache keeps every write. The
+        fetches it had in flight stay on the wire (``orphans``: the kernel still sends
+        what a dead process wrote)."""
+        if self.proc is not None:
+            self.orphans += self.proc.fetches.values()
         self.stop_process()
         assert self.disk is not None
         self.disk.process_crash()

@@ -89,6 +89,9 @@ ELECTION_UNCLEAN = 1
 #: The calm phase asks for an unclean election after the partition is this long without
 #: a leader and an ISR (the user noticing an offline partition).
 OFFLINE_BEFORE_UNCLEAN_MS = 3000
+#: A crashed broker's in-flight Fetch reaches the leader late this often, this late.
+LATE_FETCH_P = 0.5
+LATE_FETCH_DELAY_MS = (1500, 4000)
 #: A broker process's timers (the real ones, shortened as the simulation's are).
 TICK_MS = 100  # ReplicaManager.TICK_MS
 HW_CHECKPOINT_MS = 2500  # replica.high.watermark.checkpoint.interval.ms (5000)
@@ -331,8 +334,9 @@ class ShellReplicationSim(ReplicationSim):
                 continue
             self.fetch_ids += 1
             request: FetchRequest = fetchers.request_for(positions)
-            proc.fetches[key] = InFlightFetch(self.fetch_ids, positions, self.now)
             msg = FetchReq(self.fetch_ids, request)
+            flight = InFlightFetch(self.fetch_ids, positions, self.now, fetcher.leader_id, msg)
+            proc.fetches[key] = flight
             self.net.send(sb.broker_id, fetcher.leader_id, msg, self.now)
 
     # ------------------------------------------------------------------ checks
@@ -407,6 +411,7 @@ class ShellReplicationSim(ReplicationSim):
 
     # ------------------------------------------------------------------ calm
     def step(self) -> None:
+        self._late_fetches()
         super().step()
         if (
             self.now > self.p.chaos_ms
@@ -414,6 +419,19 @@ class ShellReplicationSim(ReplicationSim):
             and self.now - self.offline_since > OFFLINE_BEFORE_UNCLEAN_MS
         ):
             self._unclean_election()
+
+    def _late_fetches(self) -> None:
+        """A crashed broker's Fetch still in the network may reach the leader seconds
+        later (retransmitted after a cut heals), when the broker has restarted with a
+        shorter log: KIP-903's stale incarnation, which must not count as its progress."""
+        for b in self.brokers.values():
+            sb = shell(b)
+            for flight in sb.orphans:
+                if self.rng.random() < LATE_FETCH_P:
+                    at_ms = self.now + self.rng.randint(*LATE_FETCH_DELAY_MS)
+                    self.net.deliver_at(sb.broker_id, flight.leader, flight.msg, at_ms)
+                    self.stats["late fetches"] += 1
+            sb.orphans.clear()
 
     def _unclean_election(self) -> None:
         req = ElectLeadersRequest(election_type=ELECTION_UNCLEAN, topic_partitions=None)

@@ -145,6 +145,11 @@ class Net:
             self.seq += 1
             heapq.heappush(self.queue, (now_ms + delay, self.seq, src, dst, msg))
 
+    def deliver_at(self, src: int, dst: int, msg: Any, at_ms: int) -> None:
+        """Deliver ``msg`` at ``at_ms`` (a message held up in the network)."""
+        self.seq += 1
+        heapq.heappush(self.queue, (at_ms, self.seq, src, dst, msg))
+
     def due(self, now_ms: int) -> list[tuple[int, int, Any]]:
         out = []
         while self.queue and self.queue[0][0] <= now_ms:

@@ -28,6 +28,7 @@ def test_simulation_seeds() -> None:
     assert stats["marker NOT_LEADER_OR_FOLLOWER"] > 0 and stats["disconnects"] > 0
     assert stats["end PRODUCER_FENCED"] > 0 and stats["restarts"] > 0
     assert stats["clients died"] > 0 and stats["answer lost"] > 0
+    assert stats["marker requests of 2 shards"] > 0  # one request per broker for both
 
 
 def test_replay_command_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -35,13 +35,14 @@ from dataclasses import dataclass, field
 from riverbed.protocol.errors import ErrorCode
 from riverbed.transaction.api import Answer, PartitionsResult, Step, TxnConfig, TxnResult, TxnWrite
 from riverbed.transaction.coordinator import TransactionCoordinator
-from riverbed.transaction.markers import MarkerRequest, TxnMarker
+from riverbed.transaction.markers import BrokerMarkers, TxnMarker
 from riverbed.transaction.records import TopicPartition, TxnMetadata, replay_all
 
 E = ErrorCode
 TIDS = ("app-0", "app-1", "app-2", "app-3")
 TOPIC_PARTITIONS: tuple[TopicPartition, ...] = tuple(("t", p) for p in range(4))
 BROKERS = 3
+TXN_PARTITIONS = 2  # __transaction_state partitions ("app-0", "app-2" in 0; the others in 1)
 CHAOS_STEPS = 400
 CALM_STEPS_MAX = 200
 TXN_TIMEOUT_MS = 20_000
@@ -119,7 +120,7 @@ class _Client:
 class _Conn:
     coordinator_epoch: int
     broker: int
-    queue: deque[MarkerRequest] = field(default_factory=deque)
+    queue: deque[BrokerMarkers] = field(default_factory=deque)
 
 
 class TxnSim:
@@ -127,23 +128,27 @@ class TxnSim:
         self.seed = seed
         self.rng = random.Random(seed)
         self.now_ms = 1_000_000
-        self.config = TxnConfig(num_partitions=1, abort_cleanup_interval_ms=5_000)
+        self.config = TxnConfig(num_partitions=TXN_PARTITIONS, abort_cleanup_interval_ms=5_000)
         self.coord = TransactionCoordinator(self.config, Allocator())
-        self.epoch = 1
-        self.log: list[tuple[bytes, bytes | None]] = []
+        #: per __transaction_state partition: its coordinator epoch and committed records
+        self.epochs = dict.fromkeys(range(TXN_PARTITIONS), 1)
+        self.logs: dict[int, list[tuple[bytes, bytes | None]]] = {
+            p: [] for p in range(TXN_PARTITIONS)
+        }
+        self.generation = 0  # the coordinator process: a crash starts a new one
         self.writes: list[TxnWrite] = []
         self.partitions = {tp: SimPartition(tp) for tp in TOPIC_PARTITIONS}
         self.leaders = {tp: i % BROKERS for i, tp in enumerate(TOPIC_PARTITIONS)}
         self.conns: dict[tuple[int, int], _Conn] = {}
-        self.answers_to: dict[MarkerRequest, dict[tuple[int, TopicPartition], ErrorCode]] = {}
         self.clients = [_Client(tid) for tid in TIDS]
         self.told: dict[TxnId, bool] = {}  # EndTxn answered NONE: the client's decision
         self.requests: dict[int, _Client] = {}
         self.next_rid = 0
         self.next_txn = 0
         self.stats: Counter[str] = Counter()
-        self.coord.begin_load(0, self.epoch)
-        self.coord.load(0, self.epoch, [], self.now_ms)
+        for p in range(TXN_PARTITIONS):
+            self.coord.begin_load(p, 1)
+            self.coord.load(p, 1, [], self.now_ms)
 
     @property
     def replay_command(self) -> str:
@@ -269,7 +274,7 @@ class TxnSim:
             return
         w = self.writes.pop(self.rng.randrange(len(self.writes)) if ok else 0)
         if ok:
-            self.log.append((w.key, w.value))
+            self.logs[w.partition].append((w.key, w.value))
             self.stats["write committed"] += 1
         else:
             self.stats["write failed"] += 1
@@ -279,36 +284,41 @@ class TxnSim:
         )
 
     def crash(self) -> None:
-        """The coordinator fails over: each write in flight committed (unacknowledged) or
-        lost; the new leader loads the committed records at the next epoch."""
+        """The leadership of one ``__transaction_state`` partition moves (its coordinator
+        crashed): each of its writes in flight committed (unacknowledged) or lost; the new
+        leader loads the committed records at the next epoch. The marker connections of
+        the old process stay in the network, delivered late."""
+        p = self.rng.randrange(TXN_PARTITIONS)
+        kept = []
         for w in self.writes:
-            if self.rng.random() < 0.5:
-                self.log.append((w.key, w.value))
+            if w.partition != p:
+                kept.append(w)
+            elif self.rng.random() < 0.5:
+                self.logs[p].append((w.key, w.value))
                 self.stats["write in doubt committed"] += 1
-        self.writes.clear()
-        before = replay_all(self.log)
-        self.epoch += 1
-        self.take(self.coord.begin_load(0, self.epoch))
-        self.coord.load(0, self.epoch, list(self.log), self.now_ms)
+        self.writes = kept
+        before = replay_all(self.logs[p])
+        self.epochs[p] += 1
+        self.generation += 1
+        self.take(self.coord.begin_load(p, self.epochs[p]))
+        self.coord.load(p, self.epochs[p], list(self.logs[p]), self.now_ms)
         self.stats["coordinator moves"] += 1
-        if self.memory() != before:
-            self.fail(f"state after reload differs: {self.memory()} != {before}")
-        for c in self.clients:
-            if c.waiting is not None:
-                c.waiting = None  # answered NOT_COORDINATOR or lost: the client retries
+        if self.memory(p) != before:
+            self.fail(f"state after reload differs: {self.memory(p)} != {before}")
 
-    def memory(self) -> dict[str, TxnMetadata]:
-        shard = self.coord.shards.get(0)
+    def memory(self, p: int) -> dict[str, TxnMetadata]:
+        shard = self.coord.shards.get(p)
         return {} if shard is None else {t: m.persisted() for t, m in shard.txns.items()}
 
     # ------------------------------------------------------------------ markers
     def send_markers(self) -> None:
-        requests, step = self.coord.plan_markers(self.leaders.get, self.now_ms)
+        batches, step = self.coord.plan_broker_markers(self.leaders.get, self.now_ms)
         self.take(step)
-        for req in requests:
-            key = (req.markers[0].coordinator_epoch, req.broker_id)
-            self.conns.setdefault(key, _Conn(*key)).queue.append(req)
+        for batch in batches:
+            key = (self.generation, batch.broker_id)
+            self.conns.setdefault(key, _Conn(*key)).queue.append(batch)
             self.stats["marker requests"] += 1
+            self.stats["marker requests of 2 shards"] += len(batch.parts) > 1
 
     def deliver(self) -> None:
         """The head of one connection (reordering across connections)."""
@@ -320,11 +330,11 @@ class TxnSim:
         errors = self._serve(req)
         if self.rng.random() < 0.1:
             self.stats["marker answer lost"] += 1
-            self.coord.on_markers_failed(req)
+            self.coord.on_broker_markers_failed(req)
             return
-        self.take(self.coord.on_markers_response(req, errors, self.now_ms))
+        self.take(self.coord.on_broker_markers_response(req, errors, self.now_ms))
 
-    def _serve(self, req: MarkerRequest) -> dict[tuple[int, TopicPartition], ErrorCode]:
+    def _serve(self, req: BrokerMarkers) -> dict[tuple[int, TopicPartition], ErrorCode]:
         errors = {}
         for m in req.markers:
             for tp in m.partitions:
@@ -346,13 +356,14 @@ class TxnSim:
             req = conn.queue.popleft()
             if self.rng.random() < 0.5:
                 self._serve(req)
-            self.coord.on_markers_failed(req)
+            self.coord.on_broker_markers_failed(req)
         self.stats["disconnects"] += 1
 
     # ------------------------------------------------------------------ checks
     def check(self) -> None:
-        if self.memory() != replay_all(self.log) and 0 in self.coord.shards:
-            self.fail("memory differs from a replay of the committed records")
+        for p, log in self.logs.items():
+            if self.memory(p) != replay_all(log):
+                self.fail(f"partition {p}: memory differs from a replay of the committed records")
         decided: dict[TxnId, bool] = {}
         for part in self.partitions.values():
             for txn, committed in part.outcomes.items():
@@ -424,19 +435,23 @@ class TxnSim:
         for conn in self.conns.values():
             while conn.queue:
                 req = conn.queue.popleft()
-                self.take(self.coord.on_markers_response(req, self._serve(req), self.now_ms))
+                errors = self._serve(req)
+                self.take(self.coord.on_broker_markers_response(req, errors, self.now_ms))
 
     def quiet(self) -> bool:
         open_txns = any(
             p.open for part in self.partitions.values() for p in part.producers.values()
         )
-        shard = self.coord.shards[0]
-        busy = any(m.state.name.startswith(("PREPARE", "ONGOING")) for m in shard.txns.values())
+        busy = any(
+            m.state.name.startswith(("PREPARE", "ONGOING"))
+            for shard in self.coord.shards.values()
+            for m in shard.txns.values()
+        )
         return not open_txns and not busy and not self.writes
 
     def open_report(self) -> str:
-        shard = self.coord.shards[0]
-        return f"{[(p.tp, p.producers) for p in self.partitions.values()]} {shard.txns}"
+        txns = [s.txns for s in self.coord.shards.values()]
+        return f"{[(p.tp, p.producers) for p in self.partitions.values()]} {txns}"
 
 
 def run_seed(seed: int, steps: int = CHAOS_STEPS) -> TxnSim:

@@ -37,7 +37,7 @@ from riverbed.transaction.api import (
     TxnResult,
     fenced_for_version,
 )
-from riverbed.transaction.markers import LeaderOf, MarkerRequest
+from riverbed.transaction.markers import BrokerMarkers, LeaderOf, MarkerRequest, per_broker
 from riverbed.transaction.records import TopicPartition, TxnState
 from riverbed.transaction.shard import TransactionShard
 
@@ -256,6 +256,8 @@ class TransactionCoordinator:
         return step
 
     def plan_markers(self, leader_of: LeaderOf, now_ms: int) -> tuple[list[MarkerRequest], Step]:
+        """Each shard's marker requests (one per leader broker), and the Complete records
+        now due; `plan_broker_markers` merges them into one request per broker."""
         requests: list[MarkerRequest] = []
         step = Step()
         for shard in self.shards.values():
@@ -263,6 +265,29 @@ class TransactionCoordinator:
             requests += r
             step += s
         return requests, step
+
+    def plan_broker_markers(
+        self, leader_of: LeaderOf, now_ms: int
+    ) -> tuple[list[BrokerMarkers], Step]:
+        """One WriteTxnMarkers per broker for every shard (Kafka's channel manager
+        drains all transactions' markers for a broker into one request)."""
+        requests, step = self.plan_markers(leader_of, now_ms)
+        return per_broker(requests), step
+
+    def on_broker_markers_response(
+        self,
+        batch: BrokerMarkers,
+        errors: dict[tuple[int, TopicPartition], ErrorCode],
+        now_ms: int,
+    ) -> Step:
+        step = Step()
+        for part in batch.parts:
+            step += self.on_markers_response(part, errors, now_ms)
+        return step
+
+    def on_broker_markers_failed(self, batch: BrokerMarkers) -> None:
+        for part in batch.parts:
+            self.on_markers_failed(part)
 
     def _marker_shard(self, request: MarkerRequest) -> TransactionShard | None:
         shard = self.shards.get(request.txn_partition)

@@ -79,6 +79,28 @@ class MarkerRequest:
     markers: tuple[TxnMarker, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class BrokerMarkers:
+    """One WriteTxnMarkers request to a broker: the marker requests of every coordinator
+    partition (shard) for that broker, "batched per broker". Its answer is one error per
+    (producer id, partition), the same map for each part (a producer id belongs to one
+    transactional id, hence to one shard)."""
+
+    broker_id: int
+    parts: tuple[MarkerRequest, ...]
+
+    @property
+    def markers(self) -> tuple[TxnMarker, ...]:
+        return tuple(m for part in self.parts for m in part.markers)
+
+
+def per_broker(requests: Iterable[MarkerRequest]) -> list[BrokerMarkers]:
+    by_broker: dict[int, list[MarkerRequest]] = {}
+    for r in requests:
+        by_broker.setdefault(r.broker_id, []).append(r)
+    return [BrokerMarkers(b, tuple(rs)) for b, rs in sorted(by_broker.items())]
+
+
 @dataclass(slots=True)
 class _Job:
     marker: TxnMarker

@@ -473,3 +473,28 @@ def test_the_id_pattern_runs_in_linear_time() -> None:
     h.init("a" * 30)
     err, listed, _ = h.c.list(ListFilter(id_pattern="(a+)+b"), h.now_ms)
     assert (err, listed) == (E.NONE, [])
+
+
+def test_markers_of_every_shard_go_in_one_request_per_broker() -> None:
+    h = Harness(config=TxnConfig(num_partitions=2))
+    for p in (0, 1):  # "app-0" lives in partition 0, "app-1" in partition 1
+        h.c.begin_load(p, 1)
+        h.c.load(p, 1, [], h.now_ms)
+    for tid in ("app-0", "app-1"):
+        r = h.init(tid)
+        assert isinstance(r, TxnResult)
+        h.add(tid, r.producer_id, r.producer_epoch, T1, T2)
+        h.end(tid, r.producer_id, r.producer_epoch)
+    batches, _ = h.c.plan_broker_markers(lambda tp: tp[1], h.now_ms)
+    assert [(b.broker_id, len(b.parts), len(b.markers)) for b in batches] == [(0, 2, 2), (1, 2, 2)]
+    h.c.on_broker_markers_failed(batches[1])  # lost: broker 1's markers go again
+    errors = {(m.producer_id, tp): E.NONE for m in batches[0].markers for tp in m.partitions}
+    h.take(h.c.on_broker_markers_response(batches[0], errors, h.now_ms))
+    again, _ = h.c.plan_broker_markers(lambda tp: tp[1], h.now_ms)
+    assert [(b.broker_id, len(b.markers)) for b in again] == [(1, 2)]
+    errors = {(m.producer_id, tp): E.NONE for m in again[0].markers for tp in m.partitions}
+    h.take(h.c.on_broker_markers_response(again[0], errors, h.now_ms))
+    h.commit()
+    assert {h.c.shards[p].txns[t].state for p, t in ((0, "app-0"), (1, "app-1"))} == {
+        S.COMPLETE_COMMIT
+    }

@@ -171,13 +171,14 @@ class Node:
         quorum = await self._start_quorum(clock)
         remote_settings, rsm = _remote_log_setup(cfg)
         partitions = self._open_partitions(quorum, clock, remote_settings.enabled)
+        await self._listen(controller=False)
+        await self._join(quorum, partitions)
         self.broker = Broker(
             cfg, quorum, partitions, self.purgatory, self.cluster_id, clock, self.fault_handler
         )
         if rsm is not None:
             self._start_remote_log(remote_settings, rsm, quorum, partitions)
-        await self._listen(controller=False)
-        await self._join(quorum, partitions)
+        await self._serve(quorum)
         addrs = " ".join(f"{name}://{h}:{p}" for name, (h, p) in self.bound_listeners.items())
         print(f"riverbed node {cfg.node_id} ready: {addrs}", flush=True)
         log.info("node %d started (cluster id %s): %s", cfg.node_id, self.cluster_id, addrs)
@@ -290,13 +291,18 @@ class Node:
         """Kafka's broker lifecycle: register (fenced), then act on partition state, then
         be unfenced once caught up. Until the registration is accepted the image may still
         name this node's previous incarnation as a leader or ISR member; this incarnation
-        must not act on that (its log may be shorter)."""
-        fh = self.fault_handler
-        assert self.server is not None and self.replicas is not None
+        must not act on that (its log may be shorter). The partitions are applied before
+        the `Broker` exists: it switches log creation off the loop, and the logs found on
+        disk must be hosted before `delete_orphans` looks for ones the image dropped."""
         await self._register(quorum)
         partitions.apply_image(quorum.image)
         partitions.delete_orphans()
         quorum.add_listener(lambda old, new, delta: partitions.apply_image(new))
+
+    async def _serve(self, quorum: QuorumMetadata) -> None:
+        """Once unfenced: serve clients, run the replica manager, housekeeping, heartbeats."""
+        fh = self.fault_handler
+        assert self.server is not None and self.replicas is not None
         await self._wait_unfenced(quorum)
         await self.server.start_serving()
         self.replicas.start()

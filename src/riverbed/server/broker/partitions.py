@@ -370,7 +370,8 @@ class PartitionManager:
         for topic, index in list(self.log_manager.all_logs()):
             if topic == METADATA_TOPIC:
                 continue  # the metadata log is never a broker partition
-            if (topic, index) not in self.partitions:
+            if (topic, index) not in self.partitions and (topic, index) not in self._pending:
+                # (a pending one is being opened off the loop: the image has it)
                 log.info("deleting log %s-%d: not in the metadata image", topic, index)
                 self.log_manager.delete(topic, index)
 

@@ -383,10 +383,19 @@ class ShellReplicationSim(ReplicationSim):
             sb.clean_shutdown()
             self.stats["clean shutdowns"] += 1
             self._note(f"broker {sb.broker_id}: clean shutdown")
-        elif r < 0.003:
+        elif r < 0.0035 and (down := [shell(b) for b in self.brokers.values() if not b.alive]):
+            # the machine of a stopped broker loses power: a clean shutdown flushed
+            # everything (its marker vouches for it), a crash's page cache is gone now
+            sb = self.rng.choice(down)
+            if self._holders_besides(sb):
+                assert sb.disk is not None
+                sb.disk.power_loss(self.rng)
+                self.stats["power losses while down"] += 1
+                self._note(f"broker {sb.broker_id}: power loss while down")
+        elif r < 0.0038:
             value = str(self.rng.choice((1, 2)))
             self._alter_topic_config("min.insync.replicas", value)
-        elif r < 0.0033:
+        elif r < 0.0041:
             # the cluster default (a dynamic broker config): every core's ISR timer
             value = str(self.rng.choice((600, 1000, 1400)))
             self._alter_config(ResourceType.BROKER, "", "replica.lag.time.max.ms", value)
@@ -398,16 +407,17 @@ class ShellReplicationSim(ReplicationSim):
         """A power loss or a replaced disk only while another live ISR member holds every
         committed record: Kafka's acks=all promises nothing against losing every copy's
         page cache at once (that is what flush.messages is for)."""
-        reg = self.partition_reg()
-        assert reg is not None
-        others = [
-            shell(self.brokers[r])
-            for r in reg.isr
-            if r != sb.broker_id and shell(self.brokers[r]).holds_seat(self.image)
-        ]
-        if not others:
+        if not self._holders_besides(sb):
             return PROCESS_CRASH
         return self.rng.choice((PROCESS_CRASH, POWER_LOSS, POWER_LOSS, DISK_REPLACED))
+
+    def _holders_besides(self, sb: ShellBroker) -> bool:
+        """Does a live ISR member other than ``sb`` hold every committed record?"""
+        reg = self.partition_reg()
+        assert reg is not None
+        return any(
+            r != sb.broker_id and shell(self.brokers[r]).holds_seat(self.image) for r in reg.isr
+        )
 
     # ------------------------------------------------------------------ calm
     def step(self) -> None:

@@ -59,7 +59,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Final
+from typing import BinaryIO, Final, Protocol, TypeVar
 
 from riverbed.producer.cache import PRODUCER_ID_CACHE_MAX_ENTRIES_DEFAULT, LedgerStore
 from riverbed.producer.complete import iter_fd_fields, merge_newest, write_snapshot
@@ -79,11 +79,12 @@ from riverbed.producer.snapshot import (
 )
 from riverbed.producer.state import ProducerEntry, ProducerStateTable, is_expired
 from riverbed.protocol.records import BatchHeader
-from riverbed.storage.producer_hook import DuplicateBatch
+from riverbed.storage.producer_hook import DuplicateBatch, ProducerStateHook
 
 __all__ = ["PRODUCER_ID_EXPIRATION_MS_DEFAULT", "ProducerStateConfig", "ProducerStateManager"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Kafka's producer.id.expiration.ms default (one day).
 PRODUCER_ID_EXPIRATION_MS_DEFAULT: Final = 86_400_000
@@ -94,6 +95,31 @@ class ProducerStateConfig:
     producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT
     cache_max_entries: int = PRODUCER_ID_CACHE_MAX_ENTRIES_DEFAULT
     ledger: LedgerConfig = field(default_factory=LedgerConfig)
+
+
+class _Based(Protocol):
+    @property
+    def base_offset(self) -> int: ...
+
+
+class ProducerLog(Protocol):
+    """What the producer state reads of its partition log (`PartitionLog`). It never takes
+    the log's lock: changes that must be atomic with the log's appends, truncations and
+    deletions go through ``attach_producer_state`` / ``update_producer_state``."""
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def segments(self) -> Sequence[_Based]: ...
+
+    def batch_headers_from(self, offset: int) -> Iterator[BatchHeader]: ...
+
+    def attach_producer_state(
+        self, hook: ProducerStateHook, rebuild: Callable[[int, int], None]
+    ) -> None: ...
+
+    def update_producer_state(self, change: Callable[[], T]) -> T: ...
 
 
 class ProducerStateManager:
@@ -119,18 +145,21 @@ class ProducerStateManager:
             self.ledger, config.cache_max_entries, now_ms, config.producer_id_expiration_ms
         )
         self.table = ProducerStateTable(store=self.store)
-        self._log: Any = None
+        self._log: ProducerLog | None = None
         self._last_flush_ms = now_ms()
 
     # ---- attaching to a log (load + replay) ----------------------------------------------
 
-    def attach(self, plog: Any) -> None:
-        """Rebuild the state for ``plog`` and become its producer state hook."""
-        with plog._lock:
+    def attach(self, plog: ProducerLog) -> None:
+        """Rebuild the state for ``plog`` and become its producer state hook (no batch is
+        appended meanwhile)."""
+
+        def rebuild(_log_start_offset: int, log_end_offset: int) -> None:
             self._log = plog
-            self.ledger.open(plog.log_end_offset, self._first_offset())
-            self._replay(plog.log_end_offset)
-            plog.producer_state = self
+            self.ledger.open(log_end_offset, self._first_offset())
+            self._replay(log_end_offset)
+
+        plog.attach_producer_state(self, rebuild)
 
     def snapshot_offsets(self) -> list[int]:
         offsets = []
@@ -179,8 +208,7 @@ class ProducerStateManager:
     def _headers_from(self, offset: int) -> Iterator[BatchHeader]:
         if self._log is None:
             return iter(())
-        it: Iterator[BatchHeader] = self._log.batch_headers_from(offset)
-        return it
+        return self._log.batch_headers_from(offset)
 
     # ---- the hook ----------------------------------------------------------------------------
 
@@ -239,8 +267,9 @@ class ProducerStateManager:
             return False
         if self._log is None:
             return self._flush_in_background(self.table.map_end_offset)
-        with self._log._lock:
-            return self._flush_in_background(self.table.map_end_offset)
+        return self._log.update_producer_state(
+            lambda: self._flush_in_background(self.table.map_end_offset)
+        )
 
     def _flush_in_background(self, offset: int) -> bool:
         """Steps 1-3 now, 4-8 in the executor. False when nothing was due or a flush is
@@ -368,14 +397,16 @@ class ProducerStateManager:
         the remote segment ending there; producers seen since the restart keep their
         newer state. Returns the producers added. Raises CorruptSnapshotError."""
         entries = iter_snapshot(data)  # CRC checked first; one entry object at a time
-        lock = self._log._lock if self._log is not None else contextlib.nullcontext()
-        added = 0
-        with lock:
+
+        def install() -> int:
+            added = 0
             for entry in entries:
                 if self.store.get(entry.producer_id) is None:
                     self.store.put(entry)
                     added += 1
-        return added
+            return added
+
+        return install() if self._log is None else self._log.update_producer_state(install)
 
     def stats(self) -> tuple[LedgerStats, float, int]:
         """(ledger counts, cache hit rate, cached entries)."""

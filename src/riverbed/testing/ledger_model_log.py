@@ -1,8 +1,8 @@
 """The log side of the producer ledger's model check (:mod:`riverbed.testing.ledger_model`).
 
 A fake of :class:`riverbed.storage.PartitionLog` as the producer state manager sees it
-(``_lock``, ``log_start_offset``, ``log_end_offset``, ``batch_headers_from``,
-``producer_state``), in memory, calling the hook (:mod:`riverbed.storage.producer_hook`)
+(``log_start_offset``, ``log_end_offset``, ``batch_headers_from``, ``producer_state``,
+``attach_producer_state``, ``update_producer_state``), in memory, calling the hook (:mod:`riverbed.storage.producer_hook`)
 at the points the real log calls it: a leader append (check, then ``on_batch``), a roll,
 a truncation (of an emptied last segment too), a full truncation, DeleteRecords and
 retention (``on_segments_deleted`` with the first remaining base; deleting every segment
@@ -20,11 +20,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from riverbed.producer.ledger_files import Fields
 from riverbed.protocol.records import BatchHeader
 from riverbed.storage.producer_hook import DuplicateBatch, ProducerStateHook
+
+T = TypeVar("T")
 
 __all__ = ["ModelLog", "Reference", "Segment", "alive", "header", "header_fields"]
 
@@ -80,6 +82,17 @@ class ModelLog:
         #: runs the pending background flushes: called before every hook call that
         #: waits for them (the real pool runs them meanwhile)
         self.settle: Callable[[], None] = lambda: None
+
+    def attach_producer_state(
+        self, hook: ProducerStateHook, rebuild: Callable[[int, int], None]
+    ) -> None:
+        with self._lock:  # as PartitionLog: nothing is appended meanwhile
+            rebuild(self._log_start_offset, self.log_end_offset)
+            self.producer_state = hook
+
+    def update_producer_state(self, change: Callable[[], T]) -> T:
+        with self._lock:
+            return change()
 
     @property
     def hook(self) -> ProducerStateHook:

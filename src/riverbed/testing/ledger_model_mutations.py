@@ -66,6 +66,7 @@ def _replay_from_log_start(self: ProducerStateManager, log_end: int) -> None:
     """The replay before the fix: from the newest sealed file but never below the log
     start, so DeleteRecords drops the producers of the batches it deleted at a crash."""
     newest = self.ledger.replay_offset()
+    assert self._log is not None
     start = (
         self._log.log_start_offset if newest is None else max(newest, self._log.log_start_offset)
     )

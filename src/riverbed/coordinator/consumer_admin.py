@@ -39,6 +39,7 @@ from riverbed.coordinator.consumer_records import (
 )
 from riverbed.coordinator.group import ClassicGroup, GroupState, Reply
 from riverbed.coordinator.records import offset_commit_key
+from riverbed.coordinator.writes import answer_error
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import ConsumerGroupDescribeResponse, DescribeGroupsResponse
 
@@ -358,6 +359,6 @@ class ConsumerAdmin:
 
         def done(code: ErrorCode) -> None:
             forget(code)
-            self._respond(reply, code)
+            self._respond(reply, answer_error(code))
 
         self._write_gated(group_id, records, done)

@@ -62,7 +62,7 @@ from riverbed.coordinator.consumer_records import (
 )
 from riverbed.coordinator.group import ClassicGroup, Reply
 from riverbed.coordinator.records import group_metadata_key
-from riverbed.coordinator.writes import TIMER_RETRY_BACKOFF_MS, GroupSnapshot
+from riverbed.coordinator.writes import TIMER_RETRY_BACKOFF_MS, GroupSnapshot, answer_error
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import ConsumerGroupHeartbeatResponse
 
@@ -278,7 +278,7 @@ class ConsumerMembership:
         return None
 
     def _hb_refused(self, reply: Reply) -> Callable[[ErrorCode], None]:
-        return lambda code: self._hb_response(reply, code)
+        return lambda code: self._hb_response(reply, answer_error(code))
 
     def _heartbeat(self, beat: _Beat) -> None:
         """Changes the group in place after a snapshot; the snapshot goes back when the
@@ -355,7 +355,7 @@ class ConsumerMembership:
 
         def answer(code: ErrorCode) -> None:
             if code != E.NONE:
-                return self._hb_response(reply, code)
+                return self._hb_response(reply, answer_error(code))
             return self._hb_response(reply, E.NONE, None, member_id, member_epoch, assignment)
 
         return records, answer
@@ -534,7 +534,7 @@ class ConsumerMembership:
 
         def answer(code: ErrorCode) -> None:
             if code != E.NONE:
-                return self._hb_response(reply, code)
+                return self._hb_response(reply, answer_error(code))
             return self._hb_response(reply, E.NONE, None, req.member_id, epoch)
 
         self._write_gated(group.group_id, records, answer, snap)

@@ -27,6 +27,7 @@ from typing import Any
 
 from riverbed.coordinator.group import ClassicGroup, GroupState, Member, Reply
 from riverbed.coordinator.records import group_metadata_key, group_metadata_value
+from riverbed.coordinator.writes import answer_error
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
     HeartbeatResponse,
@@ -40,12 +41,6 @@ E = ErrorCode
 S = GroupState
 #: How long a new member's parked JoinGroup keeps it (Kafka's NewMemberJoinTimeoutMs).
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
-
-
-def _join_error(code: ErrorCode) -> ErrorCode:
-    """A failed write answers a JoinGroup as Kafka's coordinator does: a timeout is
-    COORDINATOR_NOT_AVAILABLE (which a classic client retries)."""
-    return E.COORDINATOR_NOT_AVAILABLE if code == E.REQUEST_TIMED_OUT else code
 
 
 def _protocols(req: Any) -> list[tuple[str, bytes]]:
@@ -134,7 +129,7 @@ class Membership:
             return self.convert_to_classic(
                 group_id,
                 lambda: self.join_group(reply, req, client_id, client_host, now_ms),
-                lambda code: self._join_response(reply, _join_error(code), member_id=member_id),
+                lambda code: self._join_response(reply, answer_error(code), member_id=member_id),
             )
         group = self.groups.get(group_id)
         if group is None:

@@ -38,7 +38,7 @@ from riverbed.coordinator.records import (
     offset_commit_key,
     offset_commit_value,
 )
-from riverbed.coordinator.writes import GroupWrites, Write
+from riverbed.coordinator.writes import GroupWrites, Write, answer_error
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
     DescribeGroupsResponse,
@@ -425,7 +425,7 @@ class GroupShard(GroupWrites, Membership, ConsumerMembership, ConsumerAdmin):
         self._gated(
             group_id,
             lambda: self._delete_group(reply, group_id, now_ms),
-            lambda code: self._respond(reply, code),
+            lambda code: self._respond(reply, answer_error(code)),
         )
 
     def _delete_group(self, reply: Reply, group_id: str, now_ms: int) -> None:
@@ -457,7 +457,7 @@ class GroupShard(GroupWrites, Membership, ConsumerMembership, ConsumerAdmin):
             else:
                 group.state, group.state_timestamp_ms = state, since
             if reply is not None:
-                self._respond(reply, code)
+                self._respond(reply, answer_error(code))
 
         return done
 
@@ -532,7 +532,7 @@ class GroupShard(GroupWrites, Membership, ConsumerMembership, ConsumerAdmin):
                 for key in deleted:
                     group.offsets.pop(key, None)
             else:
-                response.error_code = int(code)
+                response.error_code = int(answer_error(code))
             self._respond(reply, response)
 
         self._write_gated(group.group_id, self._tombstones(group, deleted), answer)

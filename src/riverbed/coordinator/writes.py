@@ -13,7 +13,7 @@ the equivalent per group, with two rules (`GroupWrites`):
    from the group's committed state, and an answer without records (a heartbeat that
    changes nothing) never tells a client what no committed record holds.
 2. **A failed write leaves the group as its committed records say, and the answer is
-   the write's error.** Operations that only add or remove offsets or whole groups
+   the write's error** (as Kafka maps it, `answer_error`). Operations that only add or remove offsets or whole groups
    (OffsetCommit, OffsetDelete, DeleteGroups, offset expiry, a conversion to a classic
    group) change memory only once their write commits. Operations whose records are
    computed by changing the group in place (ConsumerGroupHeartbeat, a leave, the
@@ -56,6 +56,15 @@ Record = tuple[bytes, bytes | None]
 GROUP_QUEUED_OPS_MAX = 1024
 #: A timer's write that failed is tried again this much later (Kafka's retry back-off).
 TIMER_RETRY_BACKOFF_MS = 500
+
+
+def answer_error(code: ErrorCode) -> ErrorCode:
+    """A failed write as the answer to a heartbeat, a join or an admin operation, as
+    Kafka's GroupCoordinatorService maps it: a timeout is COORDINATOR_NOT_AVAILABLE (a
+    KIP-848 consumer takes REQUEST_TIMED_OUT in a heartbeat for a fatal error; this one
+    it retries after finding the coordinator again). OffsetCommit keeps the classic
+    coordinator's REQUEST_TIMED_OUT, which consumers retry."""
+    return E.COORDINATOR_NOT_AVAILABLE if code == E.REQUEST_TIMED_OUT else code
 
 
 @dataclass(slots=True)

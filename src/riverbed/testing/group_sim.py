@@ -3,8 +3,8 @@
 The real `GroupShard` (KIP-848 heartbeats, leaves, session and rebalance timers, offset
 commits, OffsetDelete, DeleteGroups, offset expiry, admin commits) serves model
 consumers of two groups. Every write it asks for is held: the simulation commits it to
-the ``__consumer_offsets`` model log, fails it (REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS,
-NOT_COORDINATOR: never appended), lets it commit *in doubt* (appended, answered
+the ``__consumer_offsets`` model log, fails it (REQUEST_TIMED_OUT,
+COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: never appended), lets it commit *in doubt* (appended, answered
 REQUEST_TIMED_OUT, then the groups are reloaded, as the shell does), delays it and
 completes writes out of order, and moves the coordinator (a new shard replays the log;
 each write in flight was appended or not) in the middle of them. Heartbeat responses
@@ -78,8 +78,9 @@ CONFIG = GroupConfig(
     consumer_heartbeat_interval_ms=100,
     offsets_retention_ms=4000,
 )
-#: Errors of writes that never reached the log.
-REFUSED = (E.REQUEST_TIMED_OUT, E.NOT_ENOUGH_REPLICAS, E.NOT_COORDINATOR)
+#: Errors of writes that never reached the log, as the shell reports them (append_error:
+#: NOT_ENOUGH_REPLICAS is COORDINATOR_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER NOT_COORDINATOR).
+REFUSED = (E.REQUEST_TIMED_OUT, E.COORDINATOR_NOT_AVAILABLE, E.NOT_COORDINATOR)
 RETRIABLE = (
     E.UNRELEASED_INSTANCE_ID,  # a static instance whose previous member is still in
     E.REQUEST_TIMED_OUT,
@@ -294,6 +295,8 @@ class GroupSim:
             self.note(f"{c.name} fenced ({code.name}): drops {sorted(c.owned)}, rejoins")
             c.epoch, c.told, c.owned, c.positions, c.zombie = 0, set(), set(), {}, False
             return
+        if code == E.REQUEST_TIMED_OUT:  # what Kafka never answers a heartbeat
+            raise InvariantError(f"{c.name}: heartbeat answered REQUEST_TIMED_OUT (fatal)")
         if code in RETRIABLE:
             return
         if code != E.NONE:

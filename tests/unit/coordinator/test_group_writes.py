@@ -228,3 +228,32 @@ def test_a_session_timeout_fires_while_the_group_keeps_writing() -> None:
     for _ in range(3):
         h.release()
     assert set(h.shard.consumer_groups["g"].members) == {"A"}
+
+
+def test_an_answer_without_records_waits_for_the_groups_write_in_flight() -> None:
+    """Kafka's rule for a write operation without records: it waits for the pending
+    writes, so that no answer reveals what may not commit. Other groups do not wait."""
+    h = Harness(CFG)
+    a, b = stable_pair(h)
+    assert b.beat(leave=True).error_code == E.NONE
+    h.hold_writes = True
+    gaining = a.beat_alive()  # A gains B's partitions: a write, held
+    assert h.held and gaining not in h.replies
+    other = h.run(
+        lambda r: h.shard.consumer_group_heartbeat(
+            r, heartbeat_req("X", 0, group="other"), "c", "/h", Topics(), h.now
+        ),
+        1,
+    )
+    assert other not in h.replies  # its own write, held too, but not queued behind A's
+    joined = h.run(
+        lambda r: h.shard.consumer_group_heartbeat(
+            r, heartbeat_req("C", 0), "c", "/h", Topics(), h.now
+        ),
+        1,
+    )
+    assert joined not in h.replies and len(h.held) == 2  # C waits for A's write
+    h.release()  # A's write and the other group's commit; C's join runs and writes
+    assert h.replies[gaining].error_code == E.NONE
+    h.release()
+    assert h.replies[joined].error_code == E.NONE

@@ -216,6 +216,3 @@ class MarkerBook:
                 return
             else:
                 raise MarkerError(f"unexpected error {code.name} for marker {m} on {tp}")
-
-    def in_flight(self) -> Iterable[int]:
-        return self._requests.keys()

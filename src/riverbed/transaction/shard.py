@@ -145,9 +145,6 @@ class TransactionShard:
         """Request ids waiting for a write (answered NOT_COORDINATOR when unloaded)."""
         return [p.request_id for p in self._pending.values() if p.request_id is not None]
 
-    def busy(self, tid: str) -> bool:
-        return tid in self._pending
-
     # ------------------------------------------------------------------ writes
     def _write(
         self,

@@ -121,6 +121,23 @@ def _unify(name: str) -> str:
     return name.replace(".", "_")
 
 
+def _check_new_topic_name(image: MetadataImage, name: str) -> None:
+    """Kafka's rules: a valid name, not taken, and no collision with an existing name
+    once '.' and '_' are unified (they share metric names)."""
+    problem = topic_name_error(name)
+    if problem is not None:
+        raise ControllerError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
+    if name in image.topics_by_name:
+        raise ControllerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+    unified = _unify(name)
+    for other in image.topics_by_name:
+        if _unify(other) == unified:
+            raise ControllerError(
+                ErrorCode.INVALID_TOPIC_EXCEPTION,
+                f"Topic '{name}' collides with existing topic: {other}",
+            )
+
+
 class Controller(
     ConfigControl, PartitionControl, ReassignmentControl, ProducerIdControl, ControllerBase
 ):
@@ -363,20 +380,7 @@ class Controller(
     def _create_topic(
         self, image: MetadataImage, t: CreateTopicsRequest.CreatableTopic
     ) -> tuple[list[Message], uuid.UUID, int, int, dict[str, str]]:
-        problem = topic_name_error(t.name)
-        if problem is not None:
-            raise ControllerError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
-        if t.name in image.topics_by_name:
-            raise ControllerError(
-                ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists."
-            )
-        unified = _unify(t.name)
-        for other in image.topics_by_name:
-            if _unify(other) == unified:
-                raise ControllerError(
-                    ErrorCode.INVALID_TOPIC_EXCEPTION,
-                    f"Topic '{t.name}' collides with existing topic: {other}",
-                )
+        _check_new_topic_name(image, t.name)
         configs: dict[str, str | None] = {}
         for c in t.configs:
             if c.name in configs:
@@ -386,63 +390,9 @@ class Controller(
         check_tiering_allowed(configs, self.config.static_broker_config)
         overrides = {k: v for k, v in configs.items() if v is not None}
         if t.assignments:
-            if t.num_partitions != -1:
-                raise ControllerError(
-                    ErrorCode.INVALID_REQUEST,
-                    "A manual partition assignment was specified, but numPartitions was not "
-                    "set to -1.",
-                )
-            if t.replication_factor != -1:
-                raise ControllerError(
-                    ErrorCode.INVALID_REQUEST,
-                    "A manual partition assignment was specified, but replicationFactor was "
-                    "not set to -1.",
-                )
-            by_index = {}
-            for a in t.assignments:
-                if a.partition_index in by_index:
-                    raise ControllerError(
-                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                        f"Found multiple manual partition assignments for partition "
-                        f"{a.partition_index}",
-                    )
-                by_index[a.partition_index] = self._check_assignment(image, a.broker_ids)
-            for index in range(len(by_index)):
-                if index not in by_index:
-                    raise ControllerError(
-                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                        f"partitions should be a consecutive 0-based integer sequence, "
-                        f"but missing partition {index}",
-                    )
-            rfs = {len(v) for v in by_index.values()}
-            if len(rfs) != 1:
-                raise ControllerError(
-                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                    "All partitions in the manual partition assignment must have the same "
-                    "number of replicas.",
-                )
-            assignment = [by_index[i] for i in range(len(by_index))]
-            rf = rfs.pop()
+            assignment = self._manual_assignment(image, t)
         else:
-            num_partitions = (
-                self.config.num_partitions if t.num_partitions == -1 else t.num_partitions
-            )
-            rf = (
-                self.config.default_replication_factor
-                if t.replication_factor == -1
-                else t.replication_factor
-            )
-            if num_partitions <= 0:
-                raise ControllerError(
-                    ErrorCode.INVALID_PARTITIONS,
-                    "Number of partitions was set to an invalid non-positive value.",
-                )
-            if rf <= 0:
-                raise ControllerError(
-                    ErrorCode.INVALID_REPLICATION_FACTOR,
-                    "Replication factor must be larger than 0, or -1 to use the default value.",
-                )
-            assignment = self._place(image, 0, num_partitions, rf)
+            assignment = self._placed_assignment(image, t)
         topic_id = self._new_topic_id(image)
         records: list[Message] = [TopicRecord(name=t.name, topic_id=topic_id)]
         for name in sorted(overrides):
@@ -456,7 +406,68 @@ class Controller(
             )
         for index, replicas in enumerate(assignment):
             records.append(self._new_partition(image, replicas).to_record(topic_id, index))
-        return records, topic_id, len(assignment), rf, overrides
+        return records, topic_id, len(assignment), len(assignment[0]), overrides
+
+    def _manual_assignment(
+        self, image: MetadataImage, t: CreateTopicsRequest.CreatableTopic
+    ) -> list[list[int]]:
+        """CreateTopics' replica assignment, checked as Kafka's controller checks it."""
+        if t.num_partitions != -1:
+            raise ControllerError(
+                ErrorCode.INVALID_REQUEST,
+                "A manual partition assignment was specified, but numPartitions was not set to -1.",
+            )
+        if t.replication_factor != -1:
+            raise ControllerError(
+                ErrorCode.INVALID_REQUEST,
+                "A manual partition assignment was specified, but replicationFactor was "
+                "not set to -1.",
+            )
+        by_index = {}
+        for a in t.assignments:
+            if a.partition_index in by_index:
+                raise ControllerError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"Found multiple manual partition assignments for partition "
+                    f"{a.partition_index}",
+                )
+            by_index[a.partition_index] = self._check_assignment(image, a.broker_ids)
+        for index in range(len(by_index)):
+            if index not in by_index:
+                raise ControllerError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"partitions should be a consecutive 0-based integer sequence, "
+                    f"but missing partition {index}",
+                )
+        if len({len(v) for v in by_index.values()}) != 1:
+            raise ControllerError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                "All partitions in the manual partition assignment must have the same "
+                "number of replicas.",
+            )
+        return [by_index[i] for i in range(len(by_index))]
+
+    def _placed_assignment(
+        self, image: MetadataImage, t: CreateTopicsRequest.CreatableTopic
+    ) -> list[list[int]]:
+        """The replicas of every partition as the placement picks them (defaults: -1)."""
+        num_partitions = self.config.num_partitions if t.num_partitions == -1 else t.num_partitions
+        rf = (
+            self.config.default_replication_factor
+            if t.replication_factor == -1
+            else t.replication_factor
+        )
+        if num_partitions <= 0:
+            raise ControllerError(
+                ErrorCode.INVALID_PARTITIONS,
+                "Number of partitions was set to an invalid non-positive value.",
+            )
+        if rf <= 0:
+            raise ControllerError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                "Replication factor must be larger than 0, or -1 to use the default value.",
+            )
+        return self._place(image, 0, num_partitions, rf)
 
     def auto_create_topic(
         self,

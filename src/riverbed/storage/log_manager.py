@@ -114,6 +114,16 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     return topic, int(part)
 
 
+def _checked_log_dirs(log_dirs: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """``log.dirs`` resolved: at least one, none twice."""
+    if not log_dirs:
+        raise LogDirError("log.dirs is empty")
+    resolved = [Path(d).resolve() for d in log_dirs]
+    if len(set(resolved)) != len(resolved):
+        raise LogDirError(f"duplicate entries in log.dirs: {log_dirs}")
+    return resolved
+
+
 class LogManager(LogMoves):
     """Creates, loads, deletes, flushes, retains and moves the partition logs of a node."""
 
@@ -144,12 +154,8 @@ class LogManager(LogMoves):
         of topics with ``remote.storage.enable`` are then tiered); ``halt``: Kafka's fault handler (never returns), called when the last online
         log dir or the one holding the metadata log (``metadata_log_dir``) fails; ``io``:
         the file layer (a fault-injecting one in tests)."""
-        if not log_dirs:
-            raise LogDirError("log.dirs is empty")
         assert flush_threads_max >= 1 and recovery_threads_per_dir >= 1
-        self.log_dirs = [Path(d).resolve() for d in log_dirs]
-        if len(set(self.log_dirs)) != len(self.log_dirs):
-            raise LogDirError(f"duplicate entries in log.dirs: {log_dirs}")
+        self.log_dirs = _checked_log_dirs(log_dirs)
         self.clock = clock
         self._io = io
         self._halt = halt
@@ -173,34 +179,47 @@ class LogManager(LogMoves):
         self._pool = ThreadPoolExecutor(flush_threads_max, thread_name_prefix="riverbed-flush")
         self._inflight: dict[tuple[str, int], Future[int]] = {}
         self._pending_dir_deletes: list[tuple[int, Path]] = []
-        self._intervals = {
-            RECOVERY_POINT_CHECKPOINT: recovery_point_checkpoint_interval_ms,
-            LOG_START_OFFSET_CHECKPOINT: log_start_checkpoint_interval_ms,
-            REPLICATION_OFFSET_CHECKPOINT: high_watermark_checkpoint_interval_ms,
-        }
-        now = clock.now_ms()
-        self._next_checkpoint = {name: now + ms for name, ms in self._intervals.items()}
-        self._checkpoint_inflight: dict[str, Future[None]] = {}
+        self._init_checkpoints(
+            recovery_point_checkpoint_interval_ms,
+            log_start_checkpoint_interval_ms,
+            high_watermark_checkpoint_interval_ms,
+        )
         self._retention_inflight: Future[int] | None = None
         self._expiry_inflight: Future[None] | None = None
         self._closed = False
+        self._init_moves(move_bytes_per_s)
+        #: PreviousBrokerEpoch of the next registration (-1: not shut down cleanly)
+        self.previous_broker_epoch = -1
+        self._load_all(recovery_threads_per_dir)
+        #: Compaction of the logs whose cleanup.policy contains compact (log.cleaner.*).
+        self.cleaner = self._new_cleaner(cleaner_config or CleanerConfig())
+
+    def _new_cleaner(self, config: CleanerConfig) -> LogCleaner:
+        return LogCleaner(
+            config, self.all_logs, lambda key: self.log_dir_of(*key), self.log_dirs, self.clock
+        )
+
+    def _init_checkpoints(
+        self, recovery_ms: int, log_start_ms: int, high_watermark_ms: int
+    ) -> None:
+        """The per-dir checkpoint files and how often each is written."""
+        self._intervals = {
+            RECOVERY_POINT_CHECKPOINT: recovery_ms,
+            LOG_START_OFFSET_CHECKPOINT: log_start_ms,
+            REPLICATION_OFFSET_CHECKPOINT: high_watermark_ms,
+        }
+        now = self.clock.now_ms()
+        self._next_checkpoint = {name: now + ms for name, ms in self._intervals.items()}
+        self._checkpoint_inflight: dict[str, Future[None]] = {}
+
+    def _init_moves(self, move_bytes_per_s: int | None) -> None:
+        """Replica moves between log dirs (AlterReplicaLogDirs; ``log_moves``)."""
         self._moves: dict[tuple[str, int], ReplicaMove] = {}
         self._preferred_dirs: dict[tuple[str, int], Path] = {}
         self.log_attach = None
         self.on_log_replaced = None
         self.move_bytes_per_s = move_bytes_per_s
         self._found_futures: list[tuple[Path, tuple[str, int], Path]] = []
-        #: PreviousBrokerEpoch of the next registration (-1: not shut down cleanly)
-        self.previous_broker_epoch = -1
-        self._load_all(recovery_threads_per_dir)
-        #: Compaction of the logs whose cleanup.policy contains compact (log.cleaner.*).
-        self.cleaner = LogCleaner(
-            cleaner_config or CleanerConfig(),
-            self.all_logs,
-            lambda key: self.log_dir_of(*key),
-            self.log_dirs,
-            self.clock,
-        )
 
     # ---- start-up ------------------------------------------------------------------------
 

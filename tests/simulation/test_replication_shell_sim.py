@@ -66,7 +66,7 @@ def _registers_like_before_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_defect_2_reintroduced_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     _registers_like_before_the_fix(monkeypatch)
     with pytest.raises(SimulationFailure) as info:
-        for seed in range(60):  # the first failure stops it (seed 1 today)
+        for seed in range(60):  # the first failure stops it (seed 3 today)
             run_seed(params_for(seed))
     message = str(info.value)
     assert message.startswith(

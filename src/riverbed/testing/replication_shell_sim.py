@@ -89,9 +89,11 @@ ELECTION_UNCLEAN = 1
 #: The calm phase asks for an unclean election after the partition is this long without
 #: a leader and an ISR (the user noticing an offline partition).
 OFFLINE_BEFORE_UNCLEAN_MS = 3000
-#: A crashed broker's in-flight Fetch reaches the leader late this often, this late.
+#: A crashed broker's in-flight Fetch reaches the leader this often, up to this long
+#: after its next incarnation is unfenced (if that is within ORPHAN_KEPT_MS of the send).
 LATE_FETCH_P = 0.5
-LATE_FETCH_DELAY_MS = (1500, 4000)
+LATE_FETCH_DELAY_MS = 300
+ORPHAN_KEPT_MS = 15_000
 #: A broker process's timers (the real ones, shortened as the simulation's are).
 TICK_MS = 100  # ReplicaManager.TICK_MS
 HW_CHECKPOINT_MS = 2500  # replica.high.watermark.checkpoint.interval.ms (5000)
@@ -431,17 +433,23 @@ class ShellReplicationSim(ReplicationSim):
             self._unclean_election()
 
     def _late_fetches(self) -> None:
-        """A crashed broker's Fetch still in the network may reach the leader seconds
-        later (retransmitted after a cut heals), when the broker has restarted with a
+        """A crashed broker's Fetch held up in the network (a cut that heals, a
+        retransmission) reaches the leader just after the broker restarted, maybe with a
         shorter log: KIP-903's stale incarnation, which must not count as its progress."""
         for b in self.brokers.values():
             sb = shell(b)
+            if not sb.orphans or not self._unfenced_incarnation(sb):
+                continue
             for flight in sb.orphans:
-                if self.rng.random() < LATE_FETCH_P:
-                    at_ms = self.now + self.rng.randint(*LATE_FETCH_DELAY_MS)
+                if self.now - flight.sent_ms < ORPHAN_KEPT_MS and self.rng.random() < LATE_FETCH_P:
+                    at_ms = self.now + self.rng.randint(0, LATE_FETCH_DELAY_MS)
                     self.net.deliver_at(sb.broker_id, flight.leader, flight.msg, at_ms)
                     self.stats["late fetches"] += 1
             sb.orphans.clear()
+
+    def _unfenced_incarnation(self, sb: ShellBroker) -> bool:
+        reg = self.image.brokers.get(sb.broker_id)
+        return sb.holds_seat(self.image) and reg is not None and not reg.fenced
 
     def _unclean_election(self) -> None:
         req = ElectLeadersRequest(election_type=ELECTION_UNCLEAN, topic_partitions=None)

@@ -77,9 +77,13 @@ def increment_epoch(
     current epoch): "the producer is attempting to continue after an error": bump, last =
     current. Expected epoch equal to the last one: "a retry of a successful call, so just
     return the current epoch without bumping". Otherwise PRODUCER_FENCED.
+
+    Kafka checks "cannot allocate any more producer epochs" first and throws, which a
+    client reaches with an expected epoch that is not the current, exhausted one (its
+    answer: UNKNOWN_SERVER_ERROR); here that client gets the answer of its expected epoch
+    (the retry, or PRODUCER_FENCED). The caller rotates the producer id in every case that
+    bumps an exhausted epoch.
     """
-    if cur.epoch_exhausted:
-        raise IllegalTransition(f"no more epochs for producer id {cur.producer_id}")
     bumped = cur.producer_epoch + 1
     if expected_epoch is None:
         epoch, last = bumped, NO_PRODUCER_EPOCH
@@ -89,6 +93,8 @@ def increment_epoch(
         epoch, last = cur.producer_epoch, cur.last_producer_epoch
     else:
         return E.PRODUCER_FENCED
+    if epoch != cur.producer_epoch and cur.epoch_exhausted:
+        raise IllegalTransition(f"no more epochs for producer id {cur.producer_id}")
     return _to_empty(cur, cur.producer_id, epoch, last, timeout_ms, now_ms)
 
 

@@ -498,3 +498,14 @@ def test_markers_of_every_shard_go_in_one_request_per_broker() -> None:
     assert {h.c.shards[p].txns[t].state for p, t in ((0, "app-0"), (1, "app-1"))} == {
         S.COMPLETE_COMMIT
     }
+
+
+def test_an_expected_epoch_that_is_not_the_exhausted_one_is_answered() -> None:
+    """An InitProducerId whose expected epoch is not the current, exhausted one: Kafka's
+    ``prepareIncrementProducerEpoch`` throws (the client gets UNKNOWN_SERVER_ERROR); here
+    a stale epoch is PRODUCER_FENCED and the node does not halt."""
+    h = Harness()
+    h.init("a")
+    h.seed(replace(h.meta("a"), producer_epoch=32766))
+    assert h.init("a", expected=(1000, 5)) == TxnResult(E.PRODUCER_FENCED)
+    assert h.meta("a").producer_epoch == 32766

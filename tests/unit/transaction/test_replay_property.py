@@ -5,6 +5,8 @@ write changes nothing."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +18,10 @@ from riverbed.transaction.records import TxnMetadata
 E = ErrorCode
 TIDS = ("a", "b", "c")
 PARTS = (("t", 0), ("t", 1), ("u", 0))
-KINDS = ("init", "add", "end", "commit", "fail", "markers", "tick", "reload", "crash_in_doubt")
+KINDS = (
+    *("init", "add", "end", "commit", "fail", "markers", "tick", "reload", "crash_in_doubt"),
+    "old",
+)
 MARKER_CODES = (E.NONE, E.NONE, E.NOT_LEADER_OR_FOLLOWER, E.TRANSACTION_COORDINATOR_FENCED)
 _op = st.tuples(st.sampled_from(KINDS), st.integers(0, 2), st.integers(0, 7), st.booleans())
 
@@ -83,12 +88,23 @@ def _step(h: Harness, cl: _Client, kind: str, i: int, n: int, flag: bool) -> Non
     elif kind == "tick":
         h.now_ms += n * 700
         h.take(h.c.tick(h.now_ms))
+    elif kind == "old":  # a long-lived producer: its epoch near exhaustion
+        _age(h, cl, TIDS[i])
     else:  # a crash: in-flight writes are lost, or the first one committed unacknowledged
         if kind == "crash_in_doubt" and h.writes:
             w = h.writes[0]
             h.log.append((w.key, w.value))
         h.reload()
         assert _memory(h) == h.replayed()
+
+
+def _age(h: Harness, cl: _Client, tid: str) -> None:
+    m = h.shard.txns.get(tid)
+    if m is None or h.writes or m.producer_epoch >= 32765:
+        return
+    h.seed(replace(m, producer_epoch=32765))
+    if tid in cl.known and cl.known[tid][0] == m.producer_id:
+        cl.known[tid] = (m.producer_id, 32765)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

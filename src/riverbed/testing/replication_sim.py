@@ -685,13 +685,15 @@ def run_seed(params: SimParams) -> ReplicationSim:
 
 
 def run_sim(sim: S) -> S:
-    """Run ``sim``; a broken invariant raises SimulationFailure with the replay command."""
+    """Run ``sim``; a broken invariant, or an error the code under test raised, raises
+    SimulationFailure with the replay command (a soak goes on with the next seed)."""
     try:
         sim.run()
-    except InvariantError as err:
+    except Exception as err:  # InvariantError included
+        what = str(err) if isinstance(err, InvariantError) else f"unexpected error: {err!r}"
         trace = "\n".join(sim.trace)
         raise SimulationFailure(
-            f"replay: {sim.p.replay_command()}\n{err}\n{sim._describe()}\nlast events:\n{trace}"
+            f"replay: {sim.p.replay_command()}\n{what}\n{sim._describe()}\nlast events:\n{trace}"
         ) from err
     return sim
 

@@ -289,7 +289,10 @@ class TransactionShard:
         """``handleAddPartitionsToTransaction`` (AddPartitionsToTxn v0-3, AddOffsetsToTxn
         with the group's ``__consumer_offsets`` partition, and v4+ adds from brokers
         under TV2 with ``client_tv`` 2): INVALID_PRODUCER_ID_MAPPING for an unknown id or
-        another producer id, PRODUCER_FENCED for another epoch, CONCURRENT_TRANSACTIONS
+        another producer id, PRODUCER_FENCED for another epoch (and for Short.MaxValue:
+        "we do not allow the client to use an epoch equal to Short.MaxValue to ensure that
+        the coordinator will always be able to fence an existing producer"; only a fence
+        reaches it), CONCURRENT_TRANSACTIONS
         while a transition is pending or the previous transaction completes; "if the
         partitions are already in the metadata reply OK immediately"."""
         why = _Why.ADD_OFFSETS if offsets else _Why.ADD
@@ -297,7 +300,7 @@ class TransactionShard:
         error = E.NONE
         if cur is None or cur.producer_id != producer_id:
             error = E.INVALID_PRODUCER_ID_MAPPING
-        elif cur.producer_epoch != producer_epoch:
+        elif cur.producer_epoch != producer_epoch or producer_epoch >= T.SHORT_MAX:
             error = E.PRODUCER_FENCED
         elif tid in self._pending or cur.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
             error = E.CONCURRENT_TRANSACTIONS
@@ -354,6 +357,8 @@ class TransactionShard:
         if cur is None:
             return self._reply(request_id, TxnResult(E.INVALID_PRODUCER_ID_MAPPING))
         checked = _check_end(cur, producer_id, producer_epoch, commit, tid in self._pending)
+        if checked is None and producer_epoch >= T.SHORT_MAX:
+            checked = E.PRODUCER_FENCED  # only a fence reaches Short.MaxValue
         if checked is not None:
             ok = checked is E.NONE  # a retry of a completed EndTxn: the current id/epoch
             pid, epoch = (cur.producer_id, cur.producer_epoch) if ok else (-1, -1)

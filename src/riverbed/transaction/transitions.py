@@ -145,13 +145,13 @@ def add_partitions(
 
 
 def fence_epoch(cur: TxnMetadata) -> int:
-    """``prepareFenceProducerEpoch``'s bumped epoch ("cannot fence producer with epoch
-    equal to Short.MaxValue since this would overflow")."""
+    """``prepareFenceProducerEpoch``'s bumped epoch. Kafka: "cannot fence producer with
+    epoch equal to Short.MaxValue since this would overflow" (it throws); no client is
+    given that epoch and requests carrying it are fenced, so a transaction can only be
+    Ongoing at it in a log written before that rule: its abort stays at Short.MaxValue."""
     if cur.state is not S.ONGOING:
         raise IllegalTransition(f"{cur.transactional_id}: fencing from {cur.state.kafka_name}")
-    if cur.producer_epoch == SHORT_MAX:
-        raise IllegalTransition(f"{cur.transactional_id}: cannot fence epoch Short.MaxValue")
-    return cur.producer_epoch + 1
+    return min(cur.producer_epoch + 1, SHORT_MAX)
 
 
 def prepare_end(

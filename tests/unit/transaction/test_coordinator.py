@@ -509,3 +509,24 @@ def test_an_expected_epoch_that_is_not_the_exhausted_one_is_answered() -> None:
     h.seed(replace(h.meta("a"), producer_epoch=32766))
     assert h.init("a", expected=(1000, 5)) == TxnResult(E.PRODUCER_FENCED)
     assert h.meta("a").producer_epoch == 32766
+
+
+def test_no_transaction_runs_at_epoch_short_max() -> None:
+    """A fence from epoch 32766 leaves 32767, which no client is given ("we do not allow
+    the client to use an epoch equal to Short.MaxValue to ensure that the coordinator will
+    always be able to fence"): a request with it is fenced, so no transaction can start at
+    an epoch the timeout could not fence (before: Ongoing at 32767, then the cleanup tick
+    raised IllegalTransition and halted the node)."""
+    cfg = TxnConfig(num_partitions=1, abort_cleanup_interval_ms=1_000)
+    h = Harness(config=cfg)
+    h.init("a", timeout_ms=1_000)
+    h.seed(replace(h.meta("a"), producer_epoch=32767, state=S.COMPLETE_ABORT, start_ms=0))
+    assert h.add("a", 1000, 32767, T1) == parts(E.PRODUCER_FENCED, T1)
+    assert h.init("a") == ok(1001, 0)  # exhausted: a new producer id
+    # an Ongoing transaction at 32767 (a log from before the rule): EndTxn is fenced
+    # (TV2 would bump past Short.MaxValue) and the timeout aborts it at 32767
+    h.seed(replace(h.meta("a"), producer_epoch=32767, state=S.ONGOING, partitions=frozenset({T1})))
+    assert h.end("a", 1001, 32767, version=5) == TxnResult(E.PRODUCER_FENCED)
+    h.take(h.c.tick(h.now_ms + 10_000))
+    h.commit()
+    assert (h.meta("a").state, h.meta("a").producer_epoch) == (S.PREPARE_ABORT, 32767)

@@ -50,6 +50,9 @@ ADD_PARTITIONS_FENCED_VERSION = 2
 ADD_OFFSETS_FENCED_VERSION = 2
 #: EndTxn v5+ is TV2 (``TransactionVersion.transactionVersionForEndTxn``).
 END_TXN_TV2_VERSION = 5
+#: RE2 options for clients' patterns: a bad one is answered, not logged to stderr.
+_QUIET = re2.Options()
+_QUIET.log_errors = False
 #: Transactional ids one DescribeTransactions may name.
 DESCRIBE_IDS_MAX = 10_000
 
@@ -332,7 +335,7 @@ class TransactionCoordinator:
         if self.loading:
             return E.COORDINATOR_LOAD_IN_PROGRESS, [], unknown
         try:  # "if it is empty or null, all transactions are returned"
-            pattern: Matcher | None = re2.compile(f.id_pattern) if f.id_pattern else None
+            pattern: Matcher | None = re2.compile(f.id_pattern, _QUIET) if f.id_pattern else None
         except re2.error:
             return E.INVALID_REGULAR_EXPRESSION, [], unknown
         listed: list[Listed] = []

@@ -490,7 +490,7 @@ class RemoteLogManager(RemoteReads):
             epoch = tier.leader_epoch
             segment_id = new_segment_id(info.base_offset, epoch)
             summary = chunk_segment(seg.log_path, segment_id, size_bytes=info.size_bytes)
-            epochs = _epoch_slice(plog.epoch_cache.entries(), info.base_offset, info.next_offset)
+            epochs = _epoch_slice(plog.epoch_entries(), info.base_offset, info.next_offset)
             upload = SegmentUpload(
                 segment_id=segment_id,
                 log_path=seg.log_path,

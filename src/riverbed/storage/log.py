@@ -64,7 +64,7 @@ from riverbed.storage.checkpoints import (
 )
 from riverbed.storage.clock import Clock
 from riverbed.storage.config import LogConfig
-from riverbed.storage.epoch_cache import LeaderEpochCache
+from riverbed.storage.epoch_cache import UNDEFINED_EPOCH, LeaderEpochCache
 from riverbed.storage.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -216,6 +216,30 @@ class PartitionLog(LogReads, LogRetention, LogCleaning):
         """(epoch, end offset) for OffsetForLeaderEpoch (see LeaderEpochCache)."""
         with self._lock:
             return self.epoch_cache.end_offset_for(epoch, self.log_end_offset)
+
+    # ---- leader epochs (the cache has its own lock; Kafka's UnifiedLog over its cache) ---
+
+    def last_record_epoch(self) -> int:
+        """The leader epoch of the last record (UNDEFINED_EPOCH for an empty log), read
+        atomically with the log's end and start."""
+        with self._lock:
+            end = self.log_end_offset
+            if end <= self._log_start_offset:
+                return UNDEFINED_EPOCH
+            return self.epoch_cache.epoch_for_offset(end - 1)
+
+    def assign_epoch_start(self, epoch: int, start_offset: int) -> None:
+        """Kafka's ``maybeAssignEpochStartOffset``: a leader's epoch starts at
+        ``start_offset`` (its log end when it takes over)."""
+        self.epoch_cache.assign(epoch, start_offset)
+
+    def forget_epochs_from(self, offset: int) -> None:
+        """Drop the epochs that start at or after ``offset`` (a follower truncating)."""
+        self.epoch_cache.truncate_from_end(offset)
+
+    def epoch_entries(self) -> list[tuple[int, int]]:
+        """(epoch, start offset) of every known leader epoch, oldest first."""
+        return self.epoch_cache.entries()
 
     # ---- changes beside the log, atomic with it -----------------------------------------
     # Other layers never take the log's lock: they ask for one of these operations, each

@@ -8,7 +8,6 @@ timestamps are the leader's) and truncates by leader epochs.
 from __future__ import annotations
 
 from riverbed.protocol.records import Buffer
-from riverbed.storage.epoch_cache import UNDEFINED_EPOCH
 from riverbed.storage.log import PartitionLog
 
 
@@ -18,27 +17,23 @@ class PartitionReplicaLog:
 
     @property
     def log_start_offset(self) -> int:
-        return int(self.plog.log_start_offset)
+        return self.plog.log_start_offset
 
     @property
     def log_end_offset(self) -> int:
-        return int(self.plog.log_end_offset)
+        return self.plog.log_end_offset
 
     def last_record_epoch(self) -> int:
-        plog = self.plog
-        if plog.log_end_offset <= plog.log_start_offset:
-            return UNDEFINED_EPOCH
-        return int(plog.epoch_cache.epoch_for_offset(plog.log_end_offset - 1))
+        return self.plog.last_record_epoch()
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        epoch_found, end = self.plog.end_offset_for_epoch(epoch)
-        return int(epoch_found), int(end)
+        return self.plog.end_offset_for_epoch(epoch)
 
     def assign_epoch(self, epoch: int, start_offset: int) -> None:
-        self.plog.epoch_cache.assign(epoch, start_offset)
+        self.plog.assign_epoch_start(epoch, start_offset)
 
     def forget_epochs_from(self, offset: int) -> None:
-        self.plog.epoch_cache.truncate_from_end(offset)  # under the cache's own lock
+        self.plog.forget_epochs_from(offset)
 
     def truncate_to(self, offset: int) -> None:
         self.plog.truncate_to(offset)

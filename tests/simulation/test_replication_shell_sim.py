@@ -15,6 +15,7 @@ from riverbed.metadata.control_common import ControllerResult
 from riverbed.metadata.controller import Controller
 from riverbed.metadata.image import MetadataImage
 from riverbed.protocol.messages import RegisterBrokerRecord
+from riverbed.testing.replication_breakages import BROKEN_CORE_RULES
 from riverbed.testing.replication_shell_sim import main, run_seed
 from riverbed.testing.replication_sim import SimParams, SimulationFailure, params_for
 
@@ -73,6 +74,17 @@ def test_defect_2_reintroduced_is_caught(monkeypatch: pytest.MonkeyPatch) -> Non
         "replay: .venv/bin/python -m riverbed.testing.replication_shell_sim --seed "
     )
     assert "committed" in message
+
+
+@pytest.mark.parametrize("rule", BROKEN_CORE_RULES)
+def test_broken_core_rules_are_caught_through_the_shells(
+    monkeypatch: pytest.MonkeyPatch, rule: str
+) -> None:
+    monkeypatch.setattr(*BROKEN_CORE_RULES[rule])
+    with pytest.raises(SimulationFailure) as info:
+        for seed in range(60):  # the first failure stops it (seed 3 at the latest today)
+            run_seed(params_for(seed))
+    assert "committed" in str(info.value)
 
 
 def test_calm_cluster_replicates_everything_through_the_shells() -> None:

@@ -11,12 +11,10 @@ message starts with the replay command. Soak: ``make soak`` (both simulations).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 
 import pytest
 
-from riverbed.replication import follower, isr, leader
-from riverbed.replication.actions import Action, HighWatermarkChanged
+from riverbed.testing.replication_breakages import BROKEN_CORE_RULES
 from riverbed.testing.replication_sim import (
     SimParams,
     SimulationFailure,
@@ -49,47 +47,9 @@ def test_replay_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert "1/1 seeds passed" in capsys.readouterr().out
 
 
-def _hw_is_leader_log_end(self: leader.PartitionLeader) -> list[Action]:
-    end = self.log.log_end_offset
-    if end <= self.high_watermark:
-        return []
-    self.high_watermark = end
-    return [HighWatermarkChanged(end)]
-
-
-def _truncate_to_hw_on_become_follower(monkeypatch: pytest.MonkeyPatch) -> None:
-    # the seed's "truncate the log to r.hw" at become-follower (what KIP-101 replaced)
-    original = follower.PartitionFollower.__init__
-
-    def init(self: follower.PartitionFollower, *args: object, **kwargs: object) -> None:
-        original(self, *args, **kwargs)  # type: ignore[arg-type]
-        self.log.truncate_to(self.high_watermark)
-
-    monkeypatch.setattr(follower.PartitionFollower, "__init__", init)
-
-
-def _committed_isr_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    # the proposed ISR instead of the maximal one while an AlterPartition is in flight
-    monkeypatch.setattr(
-        isr.IsrState,
-        "maximal",
-        property(lambda self: self.pending.new_isr if self.pending else self.isr),
-    )
-
-
-@pytest.mark.parametrize(
-    "breakage",
-    [
-        lambda mp: mp.setattr(leader.PartitionLeader, "_maybe_advance_hw", _hw_is_leader_log_end),
-        _truncate_to_hw_on_become_follower,
-        _committed_isr_only,
-    ],
-    ids=["hw-ignores-isr", "truncate-to-hw", "no-maximal-isr"],
-)
-def test_broken_rules_are_caught(
-    monkeypatch: pytest.MonkeyPatch, breakage: Callable[[pytest.MonkeyPatch], None]
-) -> None:
-    breakage(monkeypatch)
+@pytest.mark.parametrize("rule", BROKEN_CORE_RULES)
+def test_broken_rules_are_caught(monkeypatch: pytest.MonkeyPatch, rule: str) -> None:
+    monkeypatch.setattr(*BROKEN_CORE_RULES[rule])
     with pytest.raises(SimulationFailure) as info:
         for seed in range(200):  # the first failure stops it (seed 7 at the latest today)
             run_seed(params_for(seed))

@@ -203,6 +203,12 @@ class MetadataImage:
     def topic_config(self, name: str) -> Mapping[str, str]:
         return self.configs.get((ResourceType.TOPIC, name), _EMPTY_MAP)
 
+    def broker_is_active(self, broker_id: int) -> bool:
+        """May ``broker_id`` lead (Kafka's ``ClusterControlManager.isActive``): registered,
+        unfenced and not in a controlled shutdown. The one rule every election uses."""
+        broker = self.brokers.get(broker_id)
+        return broker is not None and not broker.fenced and not broker.in_controlled_shutdown
+
     def broker_config(self, broker_id: int | str) -> Mapping[str, str]:
         return self.configs.get((ResourceType.BROKER, str(broker_id)), _EMPTY_MAP)
 

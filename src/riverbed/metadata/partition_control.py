@@ -67,21 +67,16 @@ RECOVERED, RECOVERING = 0, 1
 ELECTION_PREFERRED, ELECTION_UNCLEAN = 0, 1
 
 
-def _eligible(image: MetadataImage, broker_id: int) -> bool:
-    broker = image.brokers.get(broker_id)
-    return broker is not None and not broker.fenced and not broker.in_controlled_shutdown
-
-
 def elect_leader(
     image: MetadataImage, part: PartitionRegistration, isr: tuple[int, ...], *, unclean: bool
 ) -> tuple[int, bool]:
     """(leader, was_unclean) for `part` with ISR `isr`; leader -1 when nobody qualifies."""
     for replica in part.replicas:
-        if replica in isr and _eligible(image, replica):
+        if replica in isr and image.broker_is_active(replica):
             return replica, False
     if unclean:
         for replica in part.replicas:
-            if _eligible(image, replica):
+            if image.broker_is_active(replica):
                 return replica, True
     return NO_LEADER, False
 
@@ -397,7 +392,7 @@ class PartitionControl(ControllerBase):
             raise ControllerError(ErrorCode.INVALID_REQUEST, "the ISR must hold the leader once")
         for replica in new_isr:
             if replica not in part.replicas or (
-                replica not in part.isr and not _eligible(image, replica)
+                replica not in part.isr and not image.broker_is_active(replica)
             ):
                 raise ControllerError(ErrorCode.INELIGIBLE_REPLICA, f"replica {replica}")
         recovery = p.leader_recovery_state
@@ -454,7 +449,7 @@ class PartitionControl(ControllerBase):
             preferred = part.replicas[0]
             if part.leader == preferred:
                 raise ControllerError(ErrorCode.ELECTION_NOT_NEEDED, "Leader is already preferred.")
-            if preferred not in part.isr or not _eligible(image, preferred):
+            if preferred not in part.isr or not image.broker_is_active(preferred):
                 raise ControllerError(
                     ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
                     f"Preferred replica {preferred} is not in the ISR or not live.",

@@ -39,11 +39,6 @@ from riverbed.protocol.messages import (
 )
 
 
-def _eligible(image: MetadataImage, broker_id: int) -> bool:
-    broker = image.brokers.get(broker_id)
-    return broker is not None and not broker.fenced and not broker.in_controlled_shutdown
-
-
 def _full_change(
     topic_id: uuid.UUID,
     index: int,
@@ -76,7 +71,7 @@ def _full_change(
 
 def _leader_among(image: MetadataImage, replicas: tuple[int, ...], isr: tuple[int, ...]) -> int:
     for r in replicas:
-        if r in isr and _eligible(image, r):
+        if r in isr and image.broker_is_active(r):
             return r
     return NO_LEADER
 

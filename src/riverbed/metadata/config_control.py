@@ -241,8 +241,8 @@ class ConfigControl(ControllerBase):
         node = str(self.config.node_id)
         for res in request.resources:
             keys = None if res.configuration_keys is None else set(res.configuration_keys)
-            synonyms = bool(getattr(request, "include_synonyms", False))
-            docs = bool(getattr(request, "include_documentation", False))
+            synonyms = request.include_synonyms
+            docs = request.include_documentation
             result = DescribeConfigsResponse.DescribeConfigsResult(
                 error_code=0,
                 error_message=None,

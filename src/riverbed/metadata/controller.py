@@ -504,9 +504,9 @@ class Controller(
     ) -> ControllerResult:
         del now_ms
         wanted: list[tuple[str | None, uuid.UUID | None]] = [
-            (name, None) for name in (getattr(request, "topic_names", None) or [])
+            (name, None) for name in request.topic_names or []
         ]
-        for state in getattr(request, "topics", None) or []:
+        for state in request.topics or []:
             topic_id = state.topic_id if state.topic_id != ZERO_UUID else None
             wanted.append((state.name, topic_id))
         records: list[Message] = []

@@ -346,7 +346,7 @@ class MetadataDelta:
             ),
             rack=rec.rack,
             fenced=rec.fenced,
-            in_controlled_shutdown=getattr(rec, "in_controlled_shutdown", False),
+            in_controlled_shutdown=rec.in_controlled_shutdown,
         )
         self._registered.add(rec.broker_id)
 
@@ -374,7 +374,7 @@ class MetadataDelta:
         broker = self._broker(rec.broker_id, rec.broker_epoch, "BrokerRegistrationChangeRecord")
         fenced = {1: True, -1: False}.get(rec.fenced, broker.fenced)
         shutdown = broker.in_controlled_shutdown
-        if getattr(rec, "in_controlled_shutdown", 0) == 1:
+        if rec.in_controlled_shutdown == 1:
             shutdown = True
         self._brokers_w()[rec.broker_id] = replace(
             broker, fenced=fenced, in_controlled_shutdown=shutdown

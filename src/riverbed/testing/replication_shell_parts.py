@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import uuid
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -128,6 +129,20 @@ class LogView:
 
 
 # ---------------------------------------------------------------------------- a process
+class WatchedPurgatory(Purgatory):
+    """The real purgatory that also tells the simulation whenever a partition changed
+    (every high watermark move wakes it): the checker sees each high watermark a leader
+    exposes, even one it exposes and then loses within one simulated step."""
+
+    def __init__(self, changed: Callable[[], None]) -> None:
+        super().__init__()
+        self._changed = changed
+
+    def notify(self, key: Hashable) -> None:
+        super().notify(key)
+        self._changed()
+
+
 async def _no_alter_partition(request: object) -> AlterPartitionResponse:
     raise AssertionError("the simulation sends AlterPartition itself")
 
@@ -142,11 +157,12 @@ class BrokerProcess:
         clock: Clock,
         rng: random.Random,
         config: dict[str, str],
+        changed: Callable[[], None],
     ) -> None:
         self.log_manager = LogManager(
             [disk.root], clock, io=disk, rng=rng, flush_threads_max=1, recovery_threads_per_dir=1
         )
-        self.purgatory = Purgatory()
+        self.purgatory = WatchedPurgatory(changed)
         self.partitions = PartitionManager(self.log_manager, broker_id, config, self.purgatory)
         self.image = MetadataImage.EMPTY
         self.replicas = ReplicaManager(
@@ -262,6 +278,8 @@ class ShellBroker(SimBroker):
     clock: Clock | None = None
     process_rng: random.Random = field(default_factory=random.Random)
     orphans: list[InFlightFetch] = field(default_factory=list)
+    #: called when a partition of this broker changed (the simulation's leader checks)
+    on_change: Callable[[ShellBroker], None] | None = None
 
     def attach(self, root: Path, config: dict[str, str], clock: Clock) -> None:
         self.disk, self.config, self.clock = SimDisk(root), config, clock
@@ -269,8 +287,16 @@ class ShellBroker(SimBroker):
     def start(self, rng: random.Random) -> None:
         assert self.disk is not None and self.clock is not None
         self.process_rng = rng
-        self.proc = BrokerProcess(self.broker_id, self.disk, self.clock, rng, self.config)
         self.view.attach(None)
+        self.proc = BrokerProcess(
+            self.broker_id, self.disk, self.clock, rng, self.config, self._changed
+        )
+
+    def _changed(self) -> None:
+        if self.proc is not None:
+            self.view.attach(self.proc.plog())
+            if self.on_change is not None:
+                self.on_change(self)
 
     def stop_process(self) -> None:
         if self.proc is not None:

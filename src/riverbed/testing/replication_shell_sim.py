@@ -131,6 +131,7 @@ class ShellReplicationSim(ReplicationSim):
         b = ShellBroker(broker_id)
         config = static_config(broker_id, self.p.min_insync)
         b.attach(self.root / f"broker-{broker_id}", config, self)
+        b.on_change = self._leader_check
         b.start(random.Random(self.rng.getrandbits(64)))
         return b
 
@@ -352,16 +353,20 @@ class ShellReplicationSim(ReplicationSim):
                 current[sb.broker_id] = sb.view
         self.checker.check_isr(tuple(r for r in reg.isr if r in current), current)
         for b in self.brokers.values():
-            sb = shell(b)
-            core = sb.leader_core()
-            if core is None or core.leader is None:
-                continue
-            hw, epoch = core.leader.high_watermark, core.leader.leader_epoch
-            if (sb.broker_id, sb.incarnation, epoch) not in self.checker.leader_hw:
-                self.stats["leaders"] += 1
-            self.checker.on_leader(sb.broker_id, epoch)
-            self.checker.on_leader_hw(sb.broker_id, sb.incarnation, epoch, sb.view, hw)
+            self._leader_check(shell(b))
         self._watch_offline(reg.leader, reg.isr)
+
+    def _leader_check(self, sb: ShellBroker) -> None:
+        """One leader per leader epoch; what its high watermark exposes joins the ledger
+        (after every step, and at once whenever the broker's partition changed)."""
+        core = sb.leader_core()
+        if core is None or core.leader is None:
+            return
+        hw, epoch = core.leader.high_watermark, core.leader.leader_epoch
+        if (sb.broker_id, sb.incarnation, epoch) not in self.checker.leader_hw:
+            self.stats["leaders"] += 1
+        self.checker.on_leader(sb.broker_id, epoch)
+        self.checker.on_leader_hw(sb.broker_id, sb.incarnation, epoch, sb.view, hw)
 
     def _watch_offline(self, leader: int, isr: tuple[int, ...]) -> None:
         if leader >= 0 or isr:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -263,3 +264,24 @@ def test_retention_and_segment_deletes_run_in_the_pool(tmp_path: Path) -> None:
     assert all(t != me for _op, _path, t in io.calls), io.calls  # the renames too
     assert not list((tmp_path / "d" / "t-0").glob("*.deleted"))
     m.shutdown()
+
+
+def test_the_clean_shutdown_marker_carries_the_broker_epoch(tmp_path: Path) -> None:
+    """KIP-966: a clean shutdown writes the node's broker epoch in every log dir's marker;
+    the next start reads it (PreviousBrokerEpoch of its registration), and any dir without
+    a readable marker, or markers that disagree, mean an unclean shutdown (-1)."""
+    clock = ManualClock(T0)
+    dirs = [tmp_path / "d1", tmp_path / "d2"]
+    first = LogManager(dirs, clock)
+    assert first.previous_broker_epoch == -1  # a new node
+    first.shutdown(broker_epoch=42)
+    second = LogManager(dirs, clock)
+    assert second.previous_broker_epoch == 42
+    second.shutdown(broker_epoch=43)
+    (dirs[1] / CLEAN_SHUTDOWN_FILE).unlink()  # one dir was not shut down cleanly
+    assert LogManager(dirs, clock).previous_broker_epoch == -1  # (and it crashes)
+    for d, epoch in zip(dirs, (7, 8), strict=True):
+        (d / CLEAN_SHUTDOWN_FILE).write_text(json.dumps({"version": 0, "brokerEpoch": epoch}))
+    assert LogManager(dirs, clock).previous_broker_epoch == -1
+    (dirs[0] / CLEAN_SHUTDOWN_FILE).write_text("not json")
+    assert LogManager(dirs, clock).previous_broker_epoch == -1

@@ -12,16 +12,21 @@ loop as the controller (``ReplicationSim``'s controller side, network and chaos)
   ``ReplicaManager`` (cores, ``PartitionReplicaLog``, high watermark, delayed produces,
   AlterPartition batches), driven through their decision parts: ``tick()``,
   ``take_alter_batch`` / ``alter_partition_answered``, ``park_produce``, and the replica
-  fetchers' ``positions`` / ``request_for`` / ``handle`` (no asyncio task runs: the
-  seeded scheduler sends the requests, so a seed replays exactly);
+  fetchers' ``positions`` / ``request_for`` / ``answered`` / ``failed`` (no asyncio task
+  runs: the seeded scheduler sends the requests, so a seed replays exactly);
 - the leader side of a replica Fetch as ``server/broker/fetch.py`` does it for followers
   (``leader_partition`` epoch checks, the core's verdict, whole batches read from the
   log below its end; a fetch with nothing to return is parked until data or its wait).
 
 Brokers register with what their ``LogManager`` found (the clean-shutdown marker's
 broker epoch), apply images only after their registration, and a restart runs storage
-recovery on whatever the crash left. The invariants are ``replication_sim_parts``'s over
-the real logs, with one change: an ISR member is held to the committed records only while
+recovery on whatever the crash left. Beyond the base chaos: power losses (of a running
+broker or of a stopped one's machine) and replaced disks while another live ISR member
+holds every committed record, clean shutdowns, dynamic ``min.insync.replicas`` and
+``replica.lag.time.max.ms``, and a crashed broker's held-up Fetch reaching the leader
+just after its next incarnation is unfenced (KIP-903's stale incarnation). The invariants are ``replication_sim_parts``'s over
+the real logs (each high watermark a leader exposes is seen when the real purgatory is
+woken by it), with one change: an ISR member is held to the committed records only while
 its current incarnation is registered (a crashed broker may still be listed until the
 controller learns of the restart; what it must never do is rejoin or stay in the ISR
 with a shorter log). A partition left without an ISR by unclean restarts stays

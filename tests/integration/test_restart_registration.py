@@ -1,15 +1,16 @@
 """A follower restarted with an empty log inside its old session is never elected (issue 18,
-defect 2), on 3 real nodes with a real idempotent acks=all producer.
+defect 2), on real processes with a real idempotent acks=all producer.
 
-The partition is on [L, F, T] with min.insync.replicas=2; T is the active controller (so
-neither stopped node moves the quorum). After 10,000 acknowledged records, F is SIGKILLed,
-its partition directory deleted (a replaced disk, or a tail lost with the page cache) and
+A 3-voter controller quorum (nodes 1-3) with broker-only nodes 4 (L) and 5 (F), so that
+stopping and killing them never takes the quorum away; the partition is on [L, F, T] with
+T = 1 and min.insync.replicas=2. After 10,000 acknowledged records, F is SIGKILLed, its
+partition directory deleted (a replaced disk, or a tail lost with the page cache) and
 started again at once, within its old broker session; L is SIGSTOPped past the session
 timeout. Before the fix F registered and was unfenced at once, kept its ISR seat, was
-elected when L was fenced (it comes before T in the assignment) and T truncated to F's
-empty log: all 10,000 records were gone. Now F's registration is refused until its old
-session expires (the controller fences it, out of the ISR), it registers as an unclean
-shutdown, and T leads with every record.
+elected when L was fenced (it comes before T in the assignment) and T followed its empty
+log: the 10,000 records were gone. Now F's registration is refused until its old session
+expires (the controller fences it, out of the ISR), it registers as an unclean shutdown,
+and T leads with every record.
 """
 
 from __future__ import annotations
@@ -29,13 +30,12 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from riverbed.testing.quorum_cluster import QuorumCluster
 
 from .test_quorum import OVERRIDES as QUORUM_OVERRIDES
-from .test_quorum import wait_leader
 from .test_replication import partition_state, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 RECORDS = 10_000
-SESSION_MS = 10_000  # long enough that F is back well inside its old session
+SESSION_MS = 15_000  # long enough that F is back well inside its old session (a slow start: ~10 s)
 TOPIC = "restart-registration"
 OVERRIDES = {
     **QUORUM_OVERRIDES,
@@ -46,13 +46,21 @@ OVERRIDES = {
 }
 
 
+LEADER, FOLLOWER, SURVIVOR = 4, 5, 1  # L and F broker-only: the quorum stays whole
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
     c = QuorumCluster(tmp_path_factory.mktemp("restart-registration"), 3, overrides=OVERRIDES)
     try:
         c.start(timeout_s=60)
+        for node in (LEADER, FOLLOWER):
+            c.add_broker(node, timeout_s=60)
         yield c
     finally:
+        for node in (FOLLOWER, LEADER):  # broker-only nodes first, while the quorum is up
+            if node in c.nodes:
+                c.nodes[node].stop()
         c.stop()
 
 
@@ -107,9 +115,7 @@ def _read(bootstrap: str, end: int) -> dict[int, bytes]:
 
 
 def test_a_follower_restarted_empty_in_its_session_is_not_elected(cluster: QuorumCluster) -> None:
-    controller, _ = wait_leader(cluster, list(cluster.ids), 30)
-    stalled, restarted = (i for i in cluster.ids if i != controller)
-    survivor = controller
+    stalled, restarted, survivor = LEADER, FOLLOWER, SURVIVOR
     via_survivor = f"127.0.0.1:{cluster.ports[survivor][0]}"
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
     new = NewTopic(TOPIC, 1, replica_assignment=[[stalled, restarted, survivor]])
@@ -117,7 +123,7 @@ def test_a_follower_restarted_empty_in_its_session_is_not_elected(cluster: Quoru
     wait_for(
         "the ISR is all three replicas, led by the first",
         lambda: partition_state(admin, TOPIC) == (stalled, [stalled, restarted, survivor],
-                                                  sorted(cluster.ids)),
+                                                  sorted([stalled, restarted, survivor])),
     )  # fmt: skip
     acked = _produce_acked(cluster.bootstrap_servers)
 
@@ -140,6 +146,8 @@ def test_a_follower_restarted_empty_in_its_session_is_not_elected(cluster: Quoru
     try:
         starter.join(120)
         assert not starter.is_alive() and not started, started
+        # its registration was refused while its old session lived
+        assert "DUPLICATE_BROKER_REGISTRATION" in cluster.nodes[restarted].log_path.read_text()
         wait_for(
             f"{survivor}, which holds every record, leads",
             lambda: partition_state(admin, TOPIC, via_survivor)[0] == survivor,

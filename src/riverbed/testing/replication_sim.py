@@ -707,7 +707,10 @@ def main(
     """The command line of this simulation, or of ``sim`` whose seeds ``run`` runs."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--seed", type=int, help="run one seed (with the params given)")
-    ap.add_argument("--seeds", type=int, default=100, help="run seeds 0..N-1 (params per seed)")
+    ap.add_argument("--seeds", type=int, default=100, help="run N seeds (params per seed)")
+    ap.add_argument(
+        "--first-seed", type=int, default=0, help="the first of the N seeds (to resume a soak)"
+    )
     ap.add_argument("--brokers", type=int, default=3)
     ap.add_argument("--rf", type=int, default=3)
     ap.add_argument("--min-insync", type=int, default=2)
@@ -727,7 +730,8 @@ def main(
             )
         ]
     else:
-        todo = [replace(params_for(s), sim=sim) for s in range(args.seeds)]
+        seeds = range(args.first_seed, args.first_seed + args.seeds)
+        todo = [replace(params_for(s), sim=sim) for s in seeds]
     failed, stats = 0, Counter[str]()
     started = time.monotonic()
     for done, params in enumerate(todo, 1):

@@ -7,8 +7,11 @@ UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 VENV := .venv
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# The Spark source's record decoder: a C extension built in place for the editable install
+# (hatch_build.py; wheels get it from the same file through hatchling's build hook).
+COLUMNAR := src/riverbed/spark/_columnar$(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
 
-.PHONY: run test lint typecheck unit sysdeps venv bench soak clean
+.PHONY: run test lint typecheck unit sysdeps venv bench soak clean ext
 
 $(UV):
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet --user uv || $(PYTHON) -m pip install --quiet uv
@@ -17,7 +20,12 @@ $(STAMP): pyproject.toml uv.lock | $(UV)
 	$(UV) sync --frozen --all-extras --python $(PYTHON)
 	@touch $(STAMP)
 
-venv: $(STAMP)
+venv: $(STAMP) $(COLUMNAR)
+
+$(COLUMNAR): src/riverbed/spark/_columnar.c hatch_build.py | $(STAMP)
+	$(VENV)/bin/python hatch_build.py
+
+ext: $(COLUMNAR)
 
 # Debian packages the tests use; installed when missing, with a clear word when that is impossible.
 sysdeps:
@@ -36,7 +44,7 @@ sysdeps:
 	  echo "WARNING: Spark needs Java 17+ but java -version reports $$v; tests/spark will fail: install openjdk-17-jre-headless and put it first on PATH (or set JAVA_HOME)"; \
 	fi
 
-run: $(STAMP)
+run: $(STAMP) $(COLUMNAR)
 	@echo "riverbed: starting the embedded broker (data in ./riverbed-data); Ctrl-C stops it."
 	@echo "connect with bootstrap.servers=localhost:9092, e.g.:"
 	@echo "  $(VENV)/bin/riverbed topics list --bootstrap-server localhost:9092"
@@ -50,13 +58,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-test: $(STAMP) sysdeps lint typecheck
+test: $(STAMP) $(COLUMNAR) sysdeps lint typecheck
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
 
-unit: $(STAMP)
+unit: $(STAMP) $(COLUMNAR)
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
 
-bench: $(STAMP)
+bench: $(STAMP) $(COLUMNAR)
 	$(VENV)/bin/python -m benchmarks.codec_bench
 
 # simulation soak, raft, replication, then replication over the brokers' shells (real

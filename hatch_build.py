@@ -1,0 +1,76 @@
+"""Builds riverbed's one C extension, ``riverbed.spark._columnar`` (the Spark source's
+record decoder, see its module docstring in ``riverbed/spark/columnar.py``).
+
+Two callers, one recipe (the C compiler of this Python's sysconfig, its headers, -O2):
+
+- ``make`` runs ``python hatch_build.py`` to build it in place next to its source
+  (``src/riverbed/spark/_columnar.<EXT_SUFFIX>``), which the editable install imports;
+- hatchling runs :class:`ColumnarBuildHook` when it builds a wheel (``uv build``) or the
+  editable install (``uv sync``), so a wheel carries the compiled module.
+
+A missing compiler is not fatal: riverbed then decodes records in pure Python (slower) and
+says so in the executor's log.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent
+SOURCE = ROOT / "src" / "riverbed" / "spark" / "_columnar.c"
+
+
+def extension_path(out_dir: Path) -> Path:
+    return out_dir / f"_columnar{sysconfig.get_config_var('EXT_SUFFIX')}"
+
+
+def build(out_dir: Path = SOURCE.parent) -> Path:
+    """Compile ``_columnar.c`` into ``out_dir``; returns the module's path."""
+    target = extension_path(out_dir)
+    cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
+    command = [
+        *cc,
+        "-O2",
+        "-shared",
+        "-fPIC",
+        "-Wall",
+        f"-I{sysconfig.get_paths()['include']}",
+        str(SOURCE),
+        "-o",
+        str(target),
+    ]
+    subprocess.run(command, check=True)
+    return target
+
+
+try:
+    from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+except ImportError:  # run by make, outside a build environment
+    pass
+else:
+
+    class ColumnarBuildHook(BuildHookInterface):  # type: ignore[type-arg]
+        def initialize(self, version: str, build_data: dict[str, Any]) -> None:
+            try:
+                if version == "editable":
+                    build()  # the editable install imports from src/
+                    return
+                target = build(Path(self.directory))
+            except (OSError, subprocess.CalledProcessError) as e:
+                print(
+                    f"riverbed: C extension not built ({e}); records decode in Python",
+                    file=sys.stderr,
+                )
+                return
+            build_data["force_include"][str(target)] = f"riverbed/spark/{target.name}"
+            build_data["pure_python"] = False
+            build_data["infer_tag"] = True
+
+
+if __name__ == "__main__":
+    print(build())

@@ -55,6 +55,11 @@ class ProducerIdBlocks:
         self._next_id += 1
         return pid
 
+    def has_id(self) -> bool:
+        """Whether `next_id` would return an id."""
+        cur = self.current
+        return (cur is not None and self._next_id < cur.end) or self.next_block is not None
+
     def needs_prefetch(self) -> bool:
         if self.fetching or self.next_block is not None:
             return False

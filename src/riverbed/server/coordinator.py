@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 import os
 import random
@@ -48,37 +47,21 @@ from riverbed.coordinator.group import Reply
 from riverbed.coordinator.records import OFFSETS_TOPIC, parse_record, partition_for
 from riverbed.coordinator.shard import GroupConfig, GroupShard, Write
 from riverbed.protocol.errors import ErrorCode
-from riverbed.protocol.record_batch import iter_batches
-from riverbed.protocol.records import SimpleRecord, build_batch, iter_records
+from riverbed.protocol.records import SimpleRecord, build_batch
+from riverbed.server.coordinator_log import CoordinatorPartitions, led_partitions, log_records
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.request_permits import park_current_request
-from riverbed.server.supervise import supervise
+from riverbed.server.supervise import supervise_background
 from riverbed.storage.clock import Clock
 from riverbed.storage.errors import StorageError
-from riverbed.storage.log import AppendInfo, PartitionLog
+from riverbed.storage.log import PartitionLog
 
 if TYPE_CHECKING:
     from riverbed.metadata.image import MetadataImage
     from riverbed.server.broker.partitions import HostedPartition
     from riverbed.server.config import ServerConfig
-    from riverbed.server.purgatory import Purgatory
-    from riverbed.server.replication.manager import ReplicaManager
 
 log = logging.getLogger(__name__)
-
-
-class CoordinatorPartitions(Protocol):
-    """What the coordinator uses of the node's `PartitionManager`."""
-
-    @property
-    def replicas(self) -> ReplicaManager | None: ...
-
-    @property
-    def purgatory(self) -> Purgatory: ...
-
-    def get(self, topic: str, index: int) -> HostedPartition | None: ...
-
-    def append(self, hosted: HostedPartition, batches: bytearray) -> AppendInfo: ...
 
 
 class ImageSource(Protocol):
@@ -125,31 +108,15 @@ def _read_shard(
     """Replay one partition into a fresh shard (worker thread: file reads); returns it
     and the offset it was read to."""
     shard = GroupShard(partition, config, random.Random(int.from_bytes(os.urandom(8), "big")))
-    offset = plog.log_start_offset
     # to the log end, as Kafka's loader: this leader wrote (or replicated) all of it, and
     # a truncation below it means a new leader epoch, hence a reload
     end = int(plog.log_end_offset)
-    while offset < end:
-        # the ranges the read pinned, never the files by path: retention may delete a
-        # segment meanwhile (the pinned fd still reads it), and a truncation makes the
-        # read fail cleanly (StaleRangeError: the load fails and is started again)
-        with plog.read(offset, read_bytes, end) as result:
-            if not result.ranges:
-                break
-            data = result.read_bytes()
-        for pos, h in iter_batches(data):
-            if h.is_control:
-                continue
-            for rec in iter_records(memoryview(data)[pos : pos + h.size]):
-                if rec.key is not None:
-                    parsed = parse_record(rec.key, rec.value)
-                    if parsed is not None:
-                        shard.replay(parsed)
-                    elif (consumer := parse_consumer_record(rec.key, rec.value)) is not None:
-                        shard.replay_consumer(consumer)
-        if result.next_offset <= offset:
-            break
-        offset = result.next_offset
+    for key, value in log_records(plog, end, read_bytes):
+        parsed = parse_record(key, value)
+        if parsed is not None:
+            shard.replay(parsed)
+        elif (consumer := parse_consumer_record(key, value)) is not None:
+            shard.replay_consumer(consumer)
     return shard, end
 
 
@@ -206,32 +173,14 @@ class GroupCoordinator:
             self._unload(partition)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        # a fresh context: background work must not release the permit of the request
-        # that happened to start it (see request_permits)
-        task = supervise(
-            "group coordinator task", coro, self.fault_handler, context=contextvars.Context()
-        )
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+        return supervise_background("group coordinator task", coro, self.fault_handler, self._tasks)
 
     # ------------------------------------------------------------------ leadership
-    def _led_partitions(self) -> dict[int, int]:
-        """partition -> leader epoch of every offsets partition this node leads and hosts."""
-        topic = self.metadata.image.topic(OFFSETS_TOPIC)
-        if topic is None:
-            return {}
-        return {
-            p: reg.leader_epoch
-            for p, reg in topic.partitions.items()
-            if reg.leader == self.node_id and self.partitions.get(OFFSETS_TOPIC, p) is not None
-        }
-
     def reconcile(self) -> None:
         """Load the partitions this node now leads; unload the ones it no longer does."""
         if self._closed:
             return
-        led = self._led_partitions()
+        led = led_partitions(self.metadata.image, OFFSETS_TOPIC, self.node_id, self.partitions)
         for p in list(self.shards) + list(self._loading):
             if led.get(p) != self._epochs.get(p):
                 self._unload(p)

@@ -62,6 +62,21 @@ def supervise(
     return task
 
 
+def supervise_background(
+    what: str,
+    work: Coroutine[Any, Any, None],
+    fault_handler: FaultHandler,
+    tasks: set[asyncio.Task[None]],
+) -> asyncio.Task[None]:
+    """``supervise`` for a coordinator's background work, kept in ``tasks`` until done
+    (its owner cancels them on close). A fresh context: background work must not release
+    the permit of the request that happened to start it (see request_permits)."""
+    task = supervise(what, work, fault_handler, context=contextvars.Context())
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+    return task
+
+
 def _close_if_unstarted(work: Coroutine[Any, Any, None]) -> None:
     # a task cancelled before its first step never awaited ``work``: close it quietly
     if inspect.getcoroutinestate(work) == inspect.CORO_CREATED:

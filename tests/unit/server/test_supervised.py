@@ -46,6 +46,7 @@ SUPERVISED_MODULES = (
     "raft_transport.py",  # raft connection readers
     "network.py",  # acceptors
     "coordinator.py",  # the group coordinator's timer and loads
+    "txn_coordinator.py",  # the transaction coordinator's timer, loads, writes, markers
     "broker/partitions.py",  # the partition log creator
     "broker/producers.py",  # the producer id block prefetch
 )
@@ -147,7 +148,9 @@ def test_guarded_callback_errors_halt() -> None:
 
 @pytest.mark.parametrize("module", SUPERVISED_MODULES)
 def test_long_running_loops_are_started_with_supervise(module: str) -> None:
-    assert any(name == "supervise" for _, name in _calls(SERVER / module)), module
+    # supervise_background is supervise in a fresh context, tracked by its owner
+    supervised = ("supervise", "supervise_background")
+    assert any(name in supervised for _, name in _calls(SERVER / module)), module
 
 
 def test_supervise_halts_on_an_unexpected_error_and_not_on_cancellation() -> None:

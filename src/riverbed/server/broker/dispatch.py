@@ -35,6 +35,7 @@ from riverbed.server.broker import (
     placeholders,
     produce,
     producers,
+    transactions,
 )
 from riverbed.server.broker.error_response import error_code_of, error_response
 from riverbed.server.broker.partitions import PartitionManager
@@ -43,6 +44,7 @@ from riverbed.server.clock import SystemClock
 from riverbed.server.coordinator import GroupCoordinator
 from riverbed.server.network import CloseConnection, RequestContext, Response
 from riverbed.server.purgatory import Purgatory
+from riverbed.server.txn_coordinator import TransactionCoordinatorShell
 from riverbed.storage.clock import Clock
 
 if TYPE_CHECKING:
@@ -94,6 +96,11 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.SASL_HANDSHAKE: placeholders.error_only(ErrorCode.UNSUPPORTED_SASL_MECHANISM),
     ApiKey.SASL_AUTHENTICATE: placeholders.error_only(ErrorCode.ILLEGAL_SASL_STATE),
     ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
+    ApiKey.ADD_PARTITIONS_TO_TXN: transactions.handle_add_partitions_to_txn,
+    ApiKey.ADD_OFFSETS_TO_TXN: transactions.handle_add_offsets_to_txn,
+    ApiKey.END_TXN: transactions.handle_end_txn,
+    ApiKey.DESCRIBE_TRANSACTIONS: transactions.handle_describe_transactions,
+    ApiKey.LIST_TRANSACTIONS: transactions.handle_list_transactions,
     ApiKey.ELECT_LEADERS: admin.handle_elect_leaders,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: admin.handle_alter_partition_reassignments,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: admin.handle_list_partition_reassignments,
@@ -111,7 +118,7 @@ class UnsupportedApi(CloseConnection):
 
 class Broker:
     """What request handlers share: config, metadata service, partitions, purgatory,
-    the group coordinator."""
+    the group and transaction coordinators."""
 
     def __init__(
         self,
@@ -140,6 +147,16 @@ class Broker:
             config, self.node_id, partitions, metadata, clock or SystemClock(), fault_handler
         )
         self.groups.start()
+        self.transactions = TransactionCoordinatorShell(
+            config,
+            self.node_id,
+            partitions,
+            metadata,
+            clock or SystemClock(),
+            self.producer_ids,
+            fault_handler,
+        )
+        self.transactions.start()
         # the remote log manager (riverbed.server.remote_log) when tiering is enabled
         self.remote_log: RemoteLogManager | None = None
         # Serving starts now: new partition logs are created off the event loop.
@@ -147,6 +164,7 @@ class Broker:
 
     def close(self) -> None:
         self.groups.close()
+        self.transactions.close()
 
     async def handle(self, ctx: RequestContext, body: Message) -> Response | None:
         handler = HANDLERS.get(ctx.header.api_key)

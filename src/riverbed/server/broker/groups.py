@@ -119,6 +119,7 @@ def _internal_topic(broker: Broker, key_type: int) -> tuple[str, int, int, dict[
             "segment.bytes": str(cfg.get("transaction.state.log.segment.bytes")),
             "min.insync.replicas": str(cfg.get("transaction.state.log.min.isr")),
             "compression.type": "uncompressed",
+            "unclean.leader.election.enable": "false",
         },
     )
 

@@ -5,8 +5,9 @@ Kafka's ``TransactionCoordinator.handleInitProducerId`` does for idempotent prod
 producer that sends its old id and epoch (KIP-360, after an UNKNOWN_PRODUCER_ID or an
 epoch exhaustion) gets a new id too; idempotent clients bump their epoch locally for
 sequence resets, which the partition's producer state accepts when the new epoch starts
-at sequence 0. Transactional ids need the transaction coordinator (not built yet):
-COORDINATOR_NOT_AVAILABLE. Ids come from blocks the active controller allocates
+at sequence 0. Transactional ids go to the transaction coordinator
+(`riverbed.server.broker.transactions`), which takes its ids from the same blocks
+(`BrokerProducerIds.allocate`). Ids come from blocks the active controller allocates
 (:mod:`riverbed.metadata.producer_id_control`); the next block is fetched when 90 % of
 the current one is used, and a request that finds no id waits for it at most
 ``PRODUCER_ID_WAIT_S`` (then COORDINATOR_LOAD_IN_PROGRESS, retriable, as Kafka answers).
@@ -41,6 +42,7 @@ from riverbed.protocol.messages import (
 from riverbed.raft.node import NotLeaderError
 from riverbed.server.backoff import ExponentialBackoff, Retrier
 from riverbed.server.broker.partitions import NotServed, producer_state_of
+from riverbed.server.broker.transactions import init_transactional_producer_id
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.network import RequestContext
 from riverbed.server.supervise import supervise
@@ -96,9 +98,30 @@ class BrokerProducerIds:
                 while pid is None:
                     await self._fetch()
                     pid = self.blocks.next_id()
+        self._prefetch()
+        return pid
+
+    def allocate(self) -> int | None:
+        """The transaction coordinator's allocator (`ProducerIdAllocator`): an id at once,
+        or None while no block is here (a fetch is started; the client retries)."""
+        pid = self.blocks.next_id()
+        self._prefetch()
+        return pid
+
+    async def wait_available(self, wait_s: float = PRODUCER_ID_WAIT_S) -> bool:
+        """Wait (at most ``wait_s``) until an id can be handed out without waiting, so that
+        a transactional InitProducerId rarely answers COORDINATOR_LOAD_IN_PROGRESS."""
+        try:
+            async with asyncio.timeout(wait_s):
+                while not self.blocks.has_id():
+                    await self._fetch()
+        except TimeoutError:
+            return False
+        return True
+
+    def _prefetch(self) -> None:
         if self.blocks.needs_prefetch() and (self._task is None or self._task.done()):
             self._task = supervise("producer id block prefetch", self._fetch(), self.fault_handler)
-        return pid
 
     async def _fetch(self) -> None:
         async with self._lock:
@@ -135,9 +158,7 @@ async def handle_init_producer_id(
     broker: Broker, ctx: RequestContext, req: InitProducerIdRequest
 ) -> InitProducerIdResponse:
     if req.transactional_id is not None:
-        return InitProducerIdResponse(
-            error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), producer_id=-1, producer_epoch=-1
-        )
+        return await init_transactional_producer_id(broker, ctx, req)
     try:
         pid = await broker.producer_ids.next_id()
     except TimeoutError:

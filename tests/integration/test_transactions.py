@@ -1,0 +1,340 @@
+"""The transaction coordinator in a real broker process, with real transactional clients
+(issue 19): confluent-kafka, kafka-python and aiokafka producers with a transactional id,
+and the coordinator's APIs on the wire.
+
+What each test checks is on the coordinator's side: EndTxn's answer, DescribeTransactions
+and the ``__transaction_state`` records the coordinator wrote (read back with a Fetch and
+parsed with Kafka's formats).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from riverbed.coordinator.records import TRANSACTION_STATE_TOPIC, partition_for
+from riverbed.protocol.api_versions import ApiKey
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import (
+    AddPartitionsToTxnRequest,
+    DescribeTransactionsRequest,
+    EndTxnRequest,
+    FindCoordinatorRequest,
+    InitProducerIdRequest,
+    ListTransactionsRequest,
+)
+from riverbed.protocol.records import iter_batches, iter_records
+from riverbed.testing.cluster import BrokerProcess
+from riverbed.transaction.records import TxnMetadata, TxnState, parse_record
+
+from .test_wire_protocol import Client, create_topic, fetch_req
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+QUIET = {"log_level": 3}
+TXN_PARTITIONS = 5
+S = TxnState
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[BrokerProcess]:
+    proc = BrokerProcess(
+        overrides={
+            "num.partitions": "1",
+            "transaction.state.log.num.partitions": str(TXN_PARTITIONS),
+        }
+    )
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.close()
+
+
+@pytest.fixture
+def client(node: BrokerProcess) -> Iterator[Client]:
+    c = Client(node.port)
+    yield c
+    c.close()
+
+
+def txn_log(c: Client, tid: str) -> list[TxnMetadata | None]:
+    """Every ``__transaction_state`` record of ``tid``, in log order."""
+    partition = partition_for(tid, TXN_PARTITIONS)
+    resp = c.call(ApiKey.FETCH, 12, fetch_req(TRANSACTION_STATE_TOPIC, [(partition, 0, 1 << 22)]))
+    part = resp.responses[0].partitions[0]
+    assert part.error_code == 0, part
+    out: list[TxnMetadata | None] = []
+    data = part.records or b""
+    for pos, h in iter_batches(data):
+        assert h.compression == 0  # uncompressed, as Kafka forces it
+        for rec in iter_records(memoryview(data)[pos : pos + h.size]):
+            parsed = parse_record(
+                bytes(rec.key or b""), None if rec.value is None else bytes(rec.value)
+            )
+            if parsed is not None and parsed.transactional_id == tid:
+                out.append(parsed.value)
+    return out
+
+
+def states(c: Client, tid: str) -> list[TxnState | None]:
+    return [None if m is None else m.state for m in txn_log(c, tid)]
+
+
+def describe(c: Client, tid: str) -> Any:
+    resp = c.call(
+        ApiKey.DESCRIBE_TRANSACTIONS, 0, DescribeTransactionsRequest(transactional_ids=[tid])
+    )
+    (state,) = resp.transaction_states
+    return state
+
+
+def wait_for(what: str, check: Any, timeout_s: float = 20) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def txn_producer(node: BrokerProcess, tid: str, **extra: Any) -> Producer:
+    return Producer(
+        {"bootstrap.servers": node.bootstrap, "transactional.id": tid, **QUIET, **extra}
+    )
+
+
+# ---------------------------------------------------------------------- confluent-kafka
+def test_confluent_commit_writes_prepare_commit_after_ongoing(
+    node: BrokerProcess, client: Client
+) -> None:
+    topic = "txn-commit"
+    create_topic(client, topic, partitions=2)
+    p = txn_producer(node, "tid-commit")
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, b"a", partition=0)
+    p.produce(topic, b"b", partition=1)
+    p.commit_transaction(30)
+    log = txn_log(client, "tid-commit")
+    got = [m.state for m in log if m is not None]
+    # InitProducerId: Empty; AddPartitionsToTxn: Ongoing; EndTxn: PrepareCommit (then,
+    # once markers are written, CompleteCommit)
+    assert got[:3] == [S.EMPTY, S.ONGOING, S.PREPARE_COMMIT], got
+    prepare = log[2]
+    assert prepare is not None
+    assert prepare.partitions == {(topic, 0), (topic, 1)}
+    d = describe(client, "tid-commit")
+    assert d.error_code == 0
+    assert d.transaction_state in ("PrepareCommit", "CompleteCommit")
+    assert d.producer_id == prepare.producer_id
+
+
+def test_confluent_abort_writes_prepare_abort(node: BrokerProcess, client: Client) -> None:
+    topic = "txn-abort"
+    create_topic(client, topic)
+    p = txn_producer(node, "tid-abort")
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, b"a")
+    p.flush(10)
+    p.abort_transaction(30)
+    got = [s for s in states(client, "tid-abort")]
+    assert got[:3] == [S.EMPTY, S.ONGOING, S.PREPARE_ABORT], got
+
+
+def test_a_second_producer_fences_the_first(node: BrokerProcess, client: Client) -> None:
+    """Zombie fencing: InitProducerId of a second producer with the same transactional id
+    bumps the epoch; the first producer's next transactional request is refused and it
+    fails fatally (librdkafka: fenced)."""
+    topic = "txn-fence"
+    create_topic(client, topic)
+    first = txn_producer(node, "tid-fence")
+    first.init_transactions(30)
+    second = txn_producer(node, "tid-fence")
+    second.init_transactions(30)
+    epochs = [m.producer_epoch for m in txn_log(client, "tid-fence") if m is not None]
+    assert epochs == [0, 1], epochs
+    first.begin_transaction()
+    first.produce(topic, b"zombie")
+    with pytest.raises(KafkaException) as info:
+        first.commit_transaction(30)
+    err = info.value.args[0]
+    assert err.fatal(), err
+    assert err.code() in (KafkaError._FENCED, KafkaError.INVALID_PRODUCER_EPOCH), err
+    # the zombie's partition never joined a transaction
+    assert S.ONGOING not in states(client, "tid-fence")
+
+
+# ---------------------------------------------------------------------- the wire
+def test_find_coordinator_for_transactional_ids_batched(
+    client: Client, node: BrokerProcess
+) -> None:
+    resp = client.call(
+        ApiKey.FIND_COORDINATOR,
+        4,
+        FindCoordinatorRequest(key_type=1, coordinator_keys=["tid-x", "tid-y"]),
+    )
+    assert [(c.key, c.error_code, c.node_id, c.port) for c in resp.coordinators] == [
+        ("tid-x", 0, 1, node.port),
+        ("tid-y", 0, 1, node.port),
+    ]
+
+
+def test_init_producer_id_v0_and_coordinator_errors(client: Client) -> None:
+    """aiokafka's v0 InitProducerId with a transactional id; a timeout above
+    transaction.max.timeout.ms; EndTxn and AddPartitionsToTxn refusals."""
+    ok = client.call(
+        ApiKey.INIT_PRODUCER_ID,
+        0,
+        InitProducerIdRequest(transactional_id="tid-wire", transaction_timeout_ms=60_000),
+    )
+    if ok.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:  # first use of the topic
+        wait_for("the coordinator", lambda: describe(client, "tid-wire").error_code != 14)
+        ok = client.call(
+            ApiKey.INIT_PRODUCER_ID,
+            0,
+            InitProducerIdRequest(transactional_id="tid-wire", transaction_timeout_ms=60_000),
+        )
+    assert ok.error_code == 0 and ok.producer_id >= 0 and ok.producer_epoch == 0, ok
+    too_long = client.call(
+        ApiKey.INIT_PRODUCER_ID,
+        0,
+        InitProducerIdRequest(transactional_id="tid-wire", transaction_timeout_ms=900_001),
+    )
+    assert too_long.error_code == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+    # no transaction is open: EndTxn is INVALID_TXN_STATE
+    end = client.call(
+        ApiKey.END_TXN,
+        0,
+        EndTxnRequest(
+            transactional_id="tid-wire",
+            producer_id=ok.producer_id,
+            producer_epoch=ok.producer_epoch,
+            committed=True,
+        ),
+    )
+    assert end.error_code == ErrorCode.INVALID_TXN_STATE, end
+    # an epoch that is not the current one: v0 knows only INVALID_PRODUCER_EPOCH
+    stale = client.call(
+        ApiKey.END_TXN,
+        0,
+        EndTxnRequest(
+            transactional_id="tid-wire",
+            producer_id=ok.producer_id,
+            producer_epoch=ok.producer_epoch + 5,
+            committed=True,
+        ),
+    )
+    assert stale.error_code == ErrorCode.INVALID_PRODUCER_EPOCH, stale
+    T = AddPartitionsToTxnRequest
+    add = client.call(
+        ApiKey.ADD_PARTITIONS_TO_TXN,
+        0,
+        T(
+            v3_and_below_transactional_id="tid-wire",
+            v3_and_below_producer_id=ok.producer_id,
+            v3_and_below_producer_epoch=ok.producer_epoch,
+            v3_and_below_topics=[
+                T.AddPartitionsToTxnTopic(name="no-such-topic", partitions=[0]),
+            ],
+        ),
+    )
+    (topic,) = add.results_by_topic_v3_and_below
+    assert topic.results_by_partition[0].partition_error_code == (
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    )
+    listed = client.call(ApiKey.LIST_TRANSACTIONS, 1, ListTransactionsRequest(duration_filter=-1))
+    assert listed.error_code == 0
+    assert ("tid-wire", ok.producer_id, "Empty") in {
+        (t.transactional_id, t.producer_id, t.transaction_state) for t in listed.transaction_states
+    }
+    unknown = describe(client, "tid-never-used")
+    assert unknown.error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+
+
+def test_verify_only_from_a_broker(client: Client) -> None:
+    """AddPartitionsToTxn v4 VerifyOnly (KIP-890): a partition not in the transaction is
+    TRANSACTION_ABORTABLE; an unknown producer id INVALID_PRODUCER_ID_MAPPING."""
+    init = client.call(
+        ApiKey.INIT_PRODUCER_ID,
+        4,
+        InitProducerIdRequest(
+            transactional_id="tid-verify", transaction_timeout_ms=60_000, producer_id=-1,
+            producer_epoch=-1,
+        ),
+    )  # fmt: skip
+    assert init.error_code == 0, init
+    create_topic(client, "txn-verify")
+    T = AddPartitionsToTxnRequest
+    topics = [T.AddPartitionsToTxnTopic(name="txn-verify", partitions=[0])]
+    resp = client.call(
+        ApiKey.ADD_PARTITIONS_TO_TXN,
+        4,
+        T(
+            transactions=[
+                T.AddPartitionsToTxnTransaction(
+                    transactional_id="tid-verify",
+                    producer_id=init.producer_id,
+                    producer_epoch=init.producer_epoch,
+                    verify_only=True,
+                    topics=topics,
+                ),
+                T.AddPartitionsToTxnTransaction(
+                    transactional_id="tid-verify",
+                    producer_id=init.producer_id + 1000,
+                    producer_epoch=0,
+                    verify_only=True,
+                    topics=topics,
+                ),
+            ]
+        ),
+    )
+    codes = [
+        r.topic_results[0].results_by_partition[0].partition_error_code
+        for r in resp.results_by_transaction
+    ]
+    assert codes == [ErrorCode.TRANSACTION_ABORTABLE, ErrorCode.INVALID_PRODUCER_ID_MAPPING]
+    # VerifyOnly changes nothing
+    assert states(client, "tid-verify") == [S.EMPTY]
+
+
+# ---------------------------------------------------------------------- other clients
+def test_kafka_python_transactional_producer(node: BrokerProcess, client: Client) -> None:
+    from kafka import KafkaProducer
+
+    create_topic(client, "txn-kafka-python")
+    p = KafkaProducer(bootstrap_servers=node.bootstrap, transactional_id="tid-kafka-python")
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("txn-kafka-python", b"v").get(timeout=30)
+        p.commit_transaction()
+    finally:
+        p.close(timeout=5)
+    got = states(client, "tid-kafka-python")
+    assert got[:3] == [S.EMPTY, S.ONGOING, S.PREPARE_COMMIT], got
+
+
+def test_aiokafka_transactional_producer(node: BrokerProcess, client: Client) -> None:
+    """aiokafka speaks v0 of every transactional API."""
+    from aiokafka import AIOKafkaProducer
+
+    create_topic(client, "txn-aiokafka")
+
+    async def run() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=node.bootstrap, transactional_id="tid-aiokafka")
+        await p.start()
+        try:
+            async with p.transaction():
+                await p.send_and_wait("txn-aiokafka", b"v")
+        finally:
+            await asyncio.wait_for(p.stop(), 30)
+
+    asyncio.run(asyncio.wait_for(run(), 60))
+    got = states(client, "tid-aiokafka")
+    assert got[:3] == [S.EMPTY, S.ONGOING, S.PREPARE_COMMIT], got

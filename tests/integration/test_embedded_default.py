@@ -1,7 +1,7 @@
 """`riverbed server start` with no config (what `make run` runs) and clean shutdown.
 
-The node starts from the embedded default in its working directory (only the port is
-overridden, so tests never take 9092), formats ./riverbed-data on first start, serves
+The node starts from the embedded default in its working directory (only the ports are
+overridden, so tests never take 9092 or 9644), formats ./riverbed-data on first start, serves
 kcat, and on SIGTERM / SIGINT answers the request in flight (a long-poll fetch parked in
 the purgatory), writes the clean-shutdown marker and exits 0, well before that fetch's
 max wait would have ended.
@@ -38,7 +38,8 @@ LONG_POLL_MS = 60_000
 def _start(cwd: Path, port: int) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "riverbed.cli.main", "server", "start",
-         "--override", f"listeners=PLAINTEXT://localhost:{port}"],
+         "--override", f"listeners=PLAINTEXT://localhost:{port}",
+         "--override", f"riverbed.http.listeners=http://127.0.0.1:{free_port()}"],
         cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "RIVERBED_EXIT_WITH_PARENT": str(os.getpid())},
     )  # fmt: skip

@@ -244,6 +244,9 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     # --- riverbed's own keys
     _d("riverbed.storage.auto.format", _B, "false", None,
        "Format unformatted log dirs on start (true in the embedded default)."),
+    _d("riverbed.http.listeners", _LI, "", None,
+       "HTTP listeners (http://host:port,...) serving /metrics and /health/*; empty = none "
+       "(the embedded default serves http://127.0.0.1:9644)."),
 )  # fmt: skip
 
 CONFIG_DEFS: dict[str, ConfigDef] = defs_by_name(BROKER_CONFIGS)

@@ -49,6 +49,7 @@ EMBEDDED_DEFAULTS: dict[str, str] = {
     "transaction.state.log.replication.factor": "1",
     "transaction.state.log.min.isr": "1",
     "riverbed.storage.auto.format": "true",
+    "riverbed.http.listeners": "http://127.0.0.1:9644",
 }
 
 SUPPORTED_SECURITY_PROTOCOLS = frozenset({"PLAINTEXT"})
@@ -228,6 +229,7 @@ class ServerConfig:
         )
         self.auto_format: bool = bool(v["riverbed.storage.auto.format"])
         self.broker_rack: str | None = v["broker.rack"]  # type: ignore[assignment]
+        self.http_listeners: tuple[str, ...] = tuple(_list(v["riverbed.http.listeners"]))
 
     def _derive_listeners(self) -> None:
         v = self._values

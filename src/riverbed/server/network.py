@@ -52,7 +52,7 @@ from riverbed.protocol.exceptions import ProtocolError
 from riverbed.server.backoff import ExponentialBackoff, Retrier
 from riverbed.server.connection_quotas import ConnectionQuotas
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
-from riverbed.server.request_permits import RequestPermit, run_with_permit
+from riverbed.server.request_permits import CountedSemaphore, RequestPermit, run_with_permit
 from riverbed.server.supervise import supervise
 
 if TYPE_CHECKING:  # the protocol engine is imported lazily (it is large)
@@ -593,7 +593,7 @@ class SocketServer:
         self.inflight_requests_max = inflight_requests_max
         # queued.max.requests: requests read and waiting for (or in) a handler, over all
         # connections; parked requests and idle connections hold none (request_permits).
-        self.queued = asyncio.Semaphore(queued_requests_max)
+        self.queued = CountedSemaphore(queued_requests_max)
         # max.connections(.per.ip): the default quotas; `listen` may name others (a
         # combined node's controller listeners count apart, as in Kafka).
         self.quotas = quotas if quotas is not None else ConnectionQuotas()

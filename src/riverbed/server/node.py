@@ -47,6 +47,7 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 
 from riverbed.protocol.errors import ErrorCode
@@ -58,6 +59,8 @@ from riverbed.server.clock import SystemClock
 from riverbed.server.config import ServerConfig
 from riverbed.server.connection_quotas import ConnectionQuotas, raise_open_files_limit
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
+from riverbed.server.http_listener import HttpListener, HttpListenerError, parse_http_listeners
+from riverbed.server.metrics.registry import NodeMetrics
 from riverbed.server.network import CloseConnection, RequestContext, Response, SocketServer
 from riverbed.server.purgatory import Purgatory
 from riverbed.server.quorum import CONTROLLER_API_VERSIONS, QuorumMetadata, open_quorum_metadata
@@ -146,6 +149,14 @@ class Node:
         self.broker: Broker | None = None
         self.replicas: ReplicaManager | None = None
         self.remote_log: RemoteLogManager | None = None
+        #: Prometheus metrics (one registry per node) and /metrics + /health (node_http)
+        self.metrics = NodeMetrics(
+            config.node_id,
+            is_controller="controller" in config.process_roles,
+            topic_name=self._topic_name,
+        )
+        self.http: HttpListener | None = None
+        self.serving = False  # the Kafka listeners are bound and serving
 
     async def start(self) -> None:
         from riverbed.metadata.storage_format import ensure_formatted
@@ -155,6 +166,7 @@ class Node:
         fh = self.fault_handler
         self._tasks.append(supervise("parent watch", self._watch_parent(), fh))
         raise_open_files_limit()  # one fd per connection: 1024 would cap max.connections
+        await self._start_http()  # first: /health/ready answers 503 while the node starts
         self.cluster_id = ensure_formatted(
             list(cfg.log_dirs), cfg.metadata_log_dir, cfg.node_id, auto_format=cfg.auto_format
         )
@@ -188,7 +200,7 @@ class Node:
     def _socket_server(self) -> SocketServer:
         cfg = self.config
         server = SocketServer(
-            self._handle,
+            self.metrics.traffic.instrument(self._handle),
             socket_request_max_bytes=cfg.socket_request_max_bytes,
             connections_max_idle_ms=cfg.connections_max_idle_ms,
             inflight_requests_max=INFLIGHT_REQUESTS_PER_CONNECTION_MAX,
@@ -200,6 +212,9 @@ class Node:
         # Kafka's KRaft controller listeners have a socket server (and quotas) of their own
         self._controller_quotas = ConnectionQuotas(
             replace(cfg.connection_limits, inter_broker_listener=None)
+        )
+        self.metrics.watch_network(
+            lambda: server.queued.held, [server.quotas, self._controller_quotas]
         )
         return server
 
@@ -220,6 +235,7 @@ class Node:
             directory_id=(meta.directory_id or "") if meta is not None else "",
         )
         self.quorum = quorum
+        quorum.add_listener(self.metrics.on_image)
         await self._listen(controller=True)
         await quorum.start()
         if not await quorum.wait_caught_up(self.stop_requested):
@@ -268,6 +284,7 @@ class Node:
         )
         partitions.replicas = self.replicas
         self._state_change_log = open_state_change_log(cfg.log_dirs[0])
+        self._watch_metrics(quorum, partitions)
         return partitions
 
     def _start_remote_log(
@@ -305,6 +322,7 @@ class Node:
         assert self.server is not None and self.replicas is not None
         await self._wait_unfenced(quorum)
         await self.server.start_serving()
+        self.serving = True
         self.replicas.start()
         self._tasks.append(supervise("log housekeeping", self._housekeeping(), fh))
         heartbeats = quorum.heartbeat_loop(self.config.node_id, self.stop_requested, lambda: False)
@@ -496,6 +514,8 @@ class Node:
             await self.remote_log.close()  # running uploads end before the logs close
         if self.log_manager is not None:
             self.log_manager.shutdown(self._clean_shutdown_epoch())
+        if self.http is not None:
+            await self.http.stop()
         self._stopped.set()
         log.info("node %d stopped", self.config.node_id)
 
@@ -538,6 +558,53 @@ class Node:
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+    # --- metrics and health (riverbed.server.http_listener, riverbed.server.metrics) -------
+    async def _start_http(self) -> None:
+        try:
+            endpoints = parse_http_listeners(list(self.config.http_listeners))
+        except HttpListenerError as exc:
+            raise NodeStartError(str(exc)) from None
+        if not endpoints:
+            return
+        self.http = HttpListener(self.metrics.render, self._readiness())
+        try:
+            bound = await self.http.start(endpoints)
+        except OSError as exc:
+            await self.http.stop()
+            raise NodeStartError(
+                f"cannot listen on {', '.join(map(str, endpoints))} (riverbed.http.listeners): "
+                f"{exc.strerror or exc}"
+            ) from None
+        log.info("metrics and health on %s", " ".join(map(str, bound)))
+
+    def _readiness(self) -> dict[str, Callable[[], bool]]:
+        """/health/ready's checks: metadata caught up, log dirs online, listeners serving."""
+
+        def metadata() -> bool:
+            # caught up once at start (the node waited for it), and a leader is known now
+            return self.serving and self.quorum is not None and self.quorum.leader_id() >= 0
+
+        def log_dirs() -> bool:
+            return self.log_manager is not None and not self.log_manager.offline_dirs()
+
+        return {"metadata": metadata, "log_dirs": log_dirs, "listeners": lambda: self.serving}
+
+    def _watch_metrics(self, quorum: QuorumMetadata, partitions: PartitionManager) -> None:
+        driver = quorum.driver
+        self.metrics.watch(
+            quorum=quorum,
+            raft=lambda: driver.node,
+            raft_log_end=lambda: driver.log.end_offset,
+            hosted=partitions,
+            lag=lambda: self.replicas,
+            log_dirs=lambda: self.log_manager,
+            groups=lambda: self.broker.groups if self.broker is not None else None,
+        )
+
+    def _topic_name(self, topic_id: uuid.UUID) -> str | None:
+        topic = self.quorum.image.topic_by_id(topic_id) if self.quorum is not None else None
+        return topic.name if topic is not None else None
 
 
 def _remote_log_setup(

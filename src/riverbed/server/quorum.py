@@ -285,21 +285,24 @@ class QuorumMetadata:
         when ``stop`` is set first."""
         last_log = time.monotonic()
         while not stop.is_set():
-            node = self.driver.node
-            image = self.service.image
-            if (
-                node.leader_id >= 0
-                and node.high_watermark > 0
-                and self.driver.applied_offset >= node.high_watermark
-                and image.metadata_version
-            ):
+            if self.caught_up():
                 return True
             if time.monotonic() - last_log > 5:
                 last_log = time.monotonic()
-                log.info("waiting for the metadata quorum: %s", node.describe())
+                log.info("waiting for the metadata quorum: %s", self.driver.node.describe())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), CONTROLLER_POLL_S)
         return False
+
+    def caught_up(self) -> bool:
+        """A leader is known and this replica has applied everything it knows committed."""
+        node = self.driver.node
+        return bool(
+            node.leader_id >= 0
+            and node.high_watermark > 0
+            and self.driver.applied_offset >= node.high_watermark
+            and self.service.image.metadata_version
+        )
 
     async def close(self) -> None:
         if self._loop_task is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import Awaitable, Callable
-from typing import TypeVar, TypeVarTuple
+from typing import Literal, TypeVar, TypeVarTuple
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -23,6 +23,24 @@ Ts = TypeVarTuple("Ts")
 _CURRENT: contextvars.ContextVar[RequestPermit | None] = contextvars.ContextVar(
     "riverbed_request_permit", default=None
 )
+
+
+class CountedSemaphore(asyncio.Semaphore):
+    """The permits of ``queued.max.requests``, knowing how many are held (Kafka's
+    RequestQueueSize for the metrics)."""
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.held = 0
+
+    async def acquire(self) -> Literal[True]:
+        await super().acquire()
+        self.held += 1
+        return True
+
+    def release(self) -> None:
+        self.held -= 1
+        super().release()
 
 
 class RequestPermit:

@@ -74,6 +74,8 @@ class BrokerProcess:
         self.node_id = node_id
         self.port = port or free_port()
         self.controller_port = free_port()
+        #: the node's HTTP listener (/metrics, /health/*; riverbed.http.listeners)
+        self.http_port = free_port()
         self.extra_overrides = dict(overrides or {})
         self.env = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
@@ -83,6 +85,11 @@ class BrokerProcess:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def http_url(self) -> str:
+        """Base URL of the node's /metrics and /health endpoints."""
+        return f"http://127.0.0.1:{self.http_port}"
 
     @property
     def pid(self) -> int | None:
@@ -99,6 +106,7 @@ class BrokerProcess:
             "controller.listener.names": "CONTROLLER",
             "controller.quorum.voters": f"{self.node_id}@127.0.0.1:{self.controller_port}",
             "log.dirs": str(self.data_dir),
+            "riverbed.http.listeners": self.http_url,
         }
         base.update(self.extra_overrides)
         return base

@@ -1,0 +1,85 @@
+"""One Prometheus registry per node, holding every riverbed collector.
+
+Several nodes may share a process (tests, simulations), so nothing here touches
+prometheus_client's global ``REGISTRY``. The node builds a `NodeMetrics` before its
+listeners (the request counters wrap the handler), then `watch` hands it the state the
+scrape-time collectors read once that state exists.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from riverbed.metadata.image import MetadataDelta, MetadataImage
+from riverbed.server.metrics.metadata_events import MetadataEvents
+from riverbed.server.metrics.state import (
+    ControllerCollector,
+    FollowerLag,
+    GroupLagCollector,
+    GroupShards,
+    HostedPartitions,
+    ListenerConnections,
+    NetworkCollector,
+    OfflineDirs,
+    QuorumView,
+    RaftView,
+    ReplicaCollector,
+)
+from riverbed.server.metrics.traffic import TrafficCollector, TrafficStats
+
+
+class NodeMetrics:
+    """The node's registry, its hot-path counters and its metadata-event counters."""
+
+    def __init__(
+        self,
+        node_id: int,
+        *,
+        is_controller: bool,
+        topic_name: Callable[[uuid.UUID], str | None],
+    ) -> None:
+        self.node_id = node_id
+        self.is_controller = is_controller
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.traffic = TrafficStats(topic_name)
+        self.events = MetadataEvents(node_id, is_controller)
+        self.registry.register(self.events)
+        self._watching = False
+
+    def watch_network(
+        self, queue_size: Callable[[], int], quotas: Iterable[ListenerConnections]
+    ) -> None:
+        self.registry.register(TrafficCollector(self.traffic, queue_size))
+        self.registry.register(NetworkCollector(quotas))
+
+    def watch(
+        self,
+        *,
+        quorum: QuorumView,
+        raft: Callable[[], RaftView],
+        raft_log_end: Callable[[], int],
+        hosted: HostedPartitions,
+        lag: Callable[[], FollowerLag | None],
+        log_dirs: Callable[[], OfflineDirs | None],
+        groups: Callable[[], GroupShards | None],
+    ) -> None:
+        """Register the scrape-time collectors (once; a second call changes nothing)."""
+        if self._watching:
+            return
+        self._watching = True
+        self.registry.register(ControllerCollector(quorum, raft, raft_log_end, self.is_controller))
+        self.registry.register(ReplicaCollector(self.node_id, hosted, lag, log_dirs))
+        self.registry.register(GroupLagCollector(groups, hosted))
+
+    def on_image(self, old: MetadataImage, new: MetadataImage, delta: MetadataDelta) -> None:
+        """Image listener: metadata-event counters; a deleted topic's series go away."""
+        self.events.on_image(old, new, delta)
+        for topic in delta.deleted_topics.values():
+            self.traffic.forget_topic(topic.name)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of everything registered."""
+        return generate_latest(self.registry)

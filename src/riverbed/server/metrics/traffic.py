@@ -1,0 +1,377 @@
+"""Hot-path counters: Kafka's RequestMetrics and BrokerTopicMetrics.
+
+Every request the node's listeners answer passes through `TrafficStats.instrument`'s
+wrapper, which records, per Kafka request name (``Produce``, ``FetchConsumer``,
+``FetchFollower``, ``Metadata``, ...):
+
+- ``RequestsPerSec{request, version}`` and ``ErrorsPerSec{request, error}`` (every error
+  code found in the response, ``NONE`` included, as Kafka's ``errorCounts``);
+- ``TotalTimeMs`` (from the moment the request was read to the handler's answer) and
+  ``RequestQueueTimeMs`` (read -> handler start: the wait for a ``queued.max.requests``
+  permit) as histograms;
+
+and, for produce and fetch, Kafka's BrokerTopicMetrics per topic and over all topics:
+``BytesInPerSec`` / ``MessagesInPerSec`` (records appended by a produce, counted from
+the batch headers), ``BytesOutPerSec`` (consumer fetches) / ``ReplicationBytesOutPerSec``
+(follower fetches), ``TotalProduceRequestsPerSec`` / ``FailedProduceRequestsPerSec`` and
+``TotalFetchRequestsPerSec`` / ``FailedFetchRequestsPerSec`` (one per partition in a
+request, as Kafka's ReplicaManager marks them; failed = the partition's answer carries
+an error).
+
+Cost: the counters are plain integers in dicts, touched only by the event loop (no
+locks, no prometheus_client objects on the hot path); `TrafficCollector` turns them into
+metric families when ``/metrics`` is scraped.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+import uuid
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import cache
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from riverbed.protocol.api_versions import ApiKey
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import (
+    FetchRequest,
+    FetchResponse,
+    Message,
+    ProduceRequest,
+    ProduceResponse,
+    message_spec,
+)
+from riverbed.protocol.schema import StructSpec
+from riverbed.server.network import RequestContext, RequestHandler, Response, SplicedResponse
+
+#: Upper bounds (ms) of the request time histograms' buckets (+Inf is added).
+TIME_BUCKETS_MS: tuple[float, ...] = (
+    1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
+)  # fmt: skip
+#: Nesting bound of the error-code walk (Kafka's messages nest three deep at most).
+_DEPTH_MAX = 8
+_INT32 = struct.Struct(">i")
+#: Record batch v2: batchLength at 8, recordsCount at 57, header 61 bytes.
+_BATCH_LENGTH_AT = 8
+_RECORDS_COUNT_AT = 57
+_BATCH_HEADER_BYTES = 61
+
+
+def request_name(api_key: int) -> str:
+    """Kafka's request name (ApiKeys.name): LIST_OFFSETS -> ListOffsets."""
+    try:
+        return "".join(part.capitalize() for part in ApiKey(api_key).name.split("_"))
+    except ValueError:
+        return f"Unknown{api_key}"
+
+
+_NAMES = {int(k): request_name(int(k)) for k in ApiKey}
+
+
+def record_count(records: bytes | bytearray | memoryview) -> int:
+    """Records in a run of v2 batches (each header's recordsCount); stops at a torn tail."""
+    count = 0
+    pos = 0
+    size = len(records)
+    while pos + _BATCH_HEADER_BYTES <= size:
+        (length,) = _INT32.unpack_from(records, pos + _BATCH_LENGTH_AT)
+        (n,) = _INT32.unpack_from(records, pos + _RECORDS_COUNT_AT)
+        if length <= 0 or n < 0:
+            break
+        count += n
+        pos += 12 + length
+    return count
+
+
+class MsHistogram:
+    """A fixed-bucket histogram of milliseconds (counts per bucket, not cumulative)."""
+
+    __slots__ = ("counts", "sum_ms")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(TIME_BUCKETS_MS) + 1)
+        self.sum_ms = 0.0
+
+    def observe(self, ms: float) -> None:
+        self.counts[bisect_left(TIME_BUCKETS_MS, ms)] += 1
+        self.sum_ms += ms
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        total = 0
+        for bound, n in zip((*TIME_BUCKETS_MS, float("inf")), self.counts, strict=True):
+            total += n
+            out.append(("+Inf" if bound == float("inf") else str(bound), float(total)))
+        return out
+
+
+@dataclass(slots=True)
+class TopicCounters:
+    """BrokerTopicMetrics of one topic (or of all topics)."""
+
+    bytes_in: int = 0
+    messages_in: int = 0
+    bytes_out: int = 0
+    replication_bytes_out: int = 0
+    total_produce: int = 0
+    failed_produce: int = 0
+    total_fetch: int = 0
+    failed_fetch: int = 0
+
+
+#: (metric suffix, value, help): kafka_server_brokertopicmetrics_<suffix>_total
+TOPIC_METRICS: tuple[tuple[str, Callable[[TopicCounters], int], str], ...] = (
+    ("bytesin", lambda c: c.bytes_in, "Bytes appended by produce requests (BytesInPerSec)"),
+    ("messagesin", lambda c: c.messages_in, "Records appended by produce (MessagesInPerSec)"),
+    ("bytesout", lambda c: c.bytes_out, "Record bytes sent to consumers (BytesOutPerSec)"),
+    ("replicationbytesout", lambda c: c.replication_bytes_out, "Record bytes sent to followers"),
+    ("totalproducerequests", lambda c: c.total_produce, "Partitions in produce requests"),
+    ("failedproducerequests", lambda c: c.failed_produce, "Partitions whose produce failed"),
+    ("totalfetchrequests", lambda c: c.total_fetch, "Partitions in fetch requests"),
+    ("failedfetchrequests", lambda c: c.failed_fetch, "Partitions whose fetch failed"),
+)
+
+
+class TrafficStats:
+    """The node's request and topic counters (see the module docstring)."""
+
+    def __init__(self, topic_name: Callable[[uuid.UUID], str | None]) -> None:
+        #: topic id -> name (Fetch v13+ names topics by id only)
+        self._topic_name = topic_name
+        self.requests: dict[tuple[str, int], int] = {}
+        self.errors: dict[tuple[str, str], int] = {}
+        self.total_time: dict[str, MsHistogram] = {}
+        self.queue_time: dict[str, MsHistogram] = {}
+        self.topics: dict[str, TopicCounters] = {}
+        self.all_topics = TopicCounters()
+
+    def instrument(self, handler: RequestHandler) -> RequestHandler:
+        """``handler`` recording every request it answers."""
+
+        async def handle(ctx: RequestContext, body: Message) -> Response | None:
+            started_ms = time.time() * 1000
+            response = await handler(ctx, body)
+            self.record(ctx, body, response, started_ms)
+            return response
+
+        return handle
+
+    def record(
+        self, ctx: RequestContext, body: Message, response: Response | None, started_ms: float
+    ) -> None:
+        api_key = ctx.header.api_key
+        name = _NAMES.get(api_key) or request_name(api_key)
+        if isinstance(body, FetchRequest):
+            name = "FetchFollower" if _replica_id(body) >= 0 else "FetchConsumer"
+        key = (name, ctx.header.api_version)
+        self.requests[key] = self.requests.get(key, 0) + 1
+        now_ms = time.time() * 1000
+        hist = self.total_time.get(name)
+        if hist is None:
+            hist = self.total_time[name] = MsHistogram()
+            self.queue_time[name] = MsHistogram()
+        hist.observe(now_ms - ctx.received_ms)
+        self.queue_time[name].observe(max(0.0, started_ms - ctx.received_ms))
+        message = response.body if isinstance(response, SplicedResponse) else response
+        if message is not None:
+            for code in error_codes(message):
+                ekey = (name, code)
+                self.errors[ekey] = self.errors.get(ekey, 0) + 1
+        if isinstance(body, ProduceRequest):
+            self._produced(body, message if isinstance(message, ProduceResponse) else None)
+        elif isinstance(body, FetchRequest) and isinstance(message, FetchResponse):
+            spliced = response if isinstance(response, SplicedResponse) else None
+            self._fetched(message, spliced, follower=name == "FetchFollower")
+
+    def _topic(self, name: str) -> TopicCounters:
+        counters = self.topics.get(name)
+        if counters is None:
+            counters = self.topics[name] = TopicCounters()
+        return counters
+
+    def _produced(self, req: ProduceRequest, resp: ProduceResponse | None) -> None:
+        """acks=0 has no response: its partitions all succeeded (a failure closed the
+        connection and never reached here)."""
+        answers: dict[tuple[str, int], int] = {}
+        if resp is not None:
+            for t in resp.responses:
+                for p in t.partition_responses:
+                    answers[(t.name, p.index)] = p.error_code
+        every = self.all_topics
+        for td in req.topic_data:
+            topic = self._topic(td.name)
+            for pd in td.partition_data:
+                topic.total_produce += 1
+                every.total_produce += 1
+                if answers.get((td.name, pd.index), 0) != 0 or not pd.records:
+                    topic.failed_produce += 1
+                    every.failed_produce += 1
+                    continue
+                size = len(pd.records)
+                count = record_count(pd.records)
+                topic.bytes_in += size
+                every.bytes_in += size
+                topic.messages_in += count
+                every.messages_in += count
+
+    def _fetched(
+        self, resp: FetchResponse, spliced: SplicedResponse | None, *, follower: bool
+    ) -> None:
+        sizes = {fr.token: fr.size for fr in spliced.files} if spliced is not None else {}
+        every = self.all_topics
+        for t in resp.responses:
+            name = t.topic or self._topic_name(t.topic_id) or str(t.topic_id)
+            topic = self._topic(name)
+            for p in t.partitions:
+                topic.total_fetch += 1
+                every.total_fetch += 1
+                if p.error_code:
+                    topic.failed_fetch += 1
+                    every.failed_fetch += 1
+                records = p.records
+                if not records:
+                    continue
+                size = sizes.get(records) if isinstance(records, bytes) else None
+                if size is None:
+                    size = len(records)
+                if follower:
+                    topic.replication_bytes_out += size
+                    every.replication_bytes_out += size
+                else:
+                    topic.bytes_out += size
+                    every.bytes_out += size
+
+    def forget_topic(self, name: str) -> None:
+        """A deleted topic's series go away (Kafka removes its BrokerTopicMetrics)."""
+        self.topics.pop(name, None)
+
+
+def _replica_id(req: FetchRequest) -> int:
+    state = req.replica_state
+    if state is not None and state.replica_id >= 0:
+        return int(state.replica_id)
+    return int(req.replica_id)
+
+
+# ------------------------------------------------------------------ error codes
+#: A walk plan: (attribute, None for an int16 error_code, else (is_array, sub-plan)).
+_Plan = tuple[tuple[str, "tuple[bool, _Plan] | None"], ...]
+
+
+def _plan_of(spec: StructSpec, depth: int = 0) -> _Plan:
+    out: list[tuple[str, tuple[bool, _Plan] | None]] = []
+    if depth > _DEPTH_MAX:
+        return ()
+    for f in spec.fields:
+        if f.attr == "error_code" and f.type == "int16":
+            out.append((f.attr, None))
+        elif f.struct is not None:
+            sub = _plan_of(f.struct, depth + 1)
+            if sub:
+                out.append((f.attr, (f.is_array, sub)))
+    return tuple(out)
+
+
+_PLANS: dict[type[Message], _Plan] = {}
+
+
+def _response_plan(cls: type[Message]) -> _Plan:
+    plan = _PLANS.get(cls)
+    if plan is None:
+        plan = _PLANS[cls] = _plan_of(message_spec(cls).struct)
+    return plan
+
+
+def error_codes(message: Message) -> Iterator[str]:
+    """The name of every error code in a response (Kafka's ``errorCounts``)."""
+    try:
+        plan = _response_plan(type(message))
+    except TypeError:  # not a top-level message class
+        return iter(())
+    return _walk(message, plan)
+
+
+def _walk(obj: object, plan: _Plan) -> Iterator[str]:
+    for attr, sub in plan:
+        value = getattr(obj, attr, None)  # schema-named field of a decoded message
+        if sub is None:
+            if isinstance(value, int):
+                yield _code_name(value)
+            continue
+        is_array, inner = sub
+        if value is None:
+            continue
+        if is_array:
+            assert isinstance(value, list)
+            for item in value:
+                yield from _walk(item, inner)
+        else:
+            yield from _walk(value, inner)
+
+
+@cache
+def _code_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"UNKNOWN_{code}"
+
+
+# ------------------------------------------------------------------ rendering
+class TrafficCollector(Collector):
+    """Renders `TrafficStats` (and the request queue) at scrape time."""
+
+    def __init__(self, stats: TrafficStats, queue_size: Callable[[], int]) -> None:
+        self.stats = stats
+        self.queue_size = queue_size
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
+        s = self.stats
+        requests = CounterMetricFamily(
+            "kafka_network_requestmetrics_requests",
+            "Requests answered (RequestsPerSec)",
+            labels=["request", "version"],
+        )
+        for (name, version), n in sorted(s.requests.items()):
+            requests.add_metric([name, str(version)], n)
+        yield requests
+        errors = CounterMetricFamily(
+            "kafka_network_requestmetrics_errors",
+            "Error codes in responses, NONE included (ErrorsPerSec)",
+            labels=["request", "error"],
+        )
+        for (name, code), n in sorted(s.errors.items()):
+            errors.add_metric([name, code], n)
+        yield errors
+        for metric, hists, what in (
+            ("totaltimems", s.total_time, "Request read -> answered (TotalTimeMs)"),
+            ("requestqueuetimems", s.queue_time, "Request read -> handler start"),
+        ):
+            family = HistogramMetricFamily(
+                f"kafka_network_requestmetrics_{metric}", what, labels=["request"]
+            )
+            for name, h in sorted(hists.items()):
+                family.add_metric([name], h.cumulative(), sum_value=h.sum_ms)
+            yield family
+        yield GaugeMetricFamily(
+            "kafka_network_requestchannel_requestqueuesize",
+            "Requests waiting for or running in a handler (queued.max.requests permits)",
+            value=self.queue_size(),
+        )
+        yield from self._topic_families()
+
+    def _topic_families(self) -> Iterator[CounterMetricFamily]:
+        s = self.stats
+        for suffix, value, what in TOPIC_METRICS:
+            name = f"kafka_server_brokertopicmetrics_{suffix}"
+            family = CounterMetricFamily(name, what, labels=["topic"])
+            # the all-topics meter has no topic label (jmx_exporter's rule without one)
+            family.add_metric([], value(s.all_topics))
+            for topic, counters in sorted(s.topics.items()):
+                family.add_metric([topic], value(counters))
+            yield family

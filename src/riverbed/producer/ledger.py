@@ -90,7 +90,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -538,9 +538,14 @@ class PidLedger:
             bisect.insort(self._sealed, f, key=lambda s: -s.offset)
             self._filters.add(f, f.filter)
 
-    def truncate_after(self, offset: int, first_offset: int = 0) -> None:
+    def truncate_after(
+        self, offset: int, first_offset: int = 0, forget: Collection[int] = ()
+    ) -> None:
         """Drop sealed files past ``offset`` and the mapped entries the caller's log
-        replay writes again (from :meth:`replay_start`); mapped entries below it are kept."""
+        replay writes again (from :meth:`replay_start`); mapped entries below it are kept,
+        except those of the producer ids in ``forget`` (a transaction marker past
+        ``offset`` changed them without a batch of theirs: the sealed files' older entry
+        and the replay hold their state)."""
         self.wait_flush()
         with self._lock:
             for s in [s for s in self._sealed if s.offset > offset]:
@@ -556,7 +561,9 @@ class PidLedger:
             kept: dict[int, Fields] = {}
             for f in reversed([self.active, *self.retired]):  # oldest first: newest wins
                 if f is not None:
-                    kept.update((e[0], e) for e in f.entries() if e[3] < start)
+                    kept.update(
+                        (e[0], e) for e in f.entries() if e[3] < start and e[0] not in forget
+                    )
                     f.close(delete=True)
             self.retired = []
             self.active = None

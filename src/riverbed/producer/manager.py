@@ -79,7 +79,8 @@ from riverbed.producer.snapshot import (
 )
 from riverbed.producer.state import ProducerEntry, ProducerStateTable, is_expired
 from riverbed.protocol.records import BatchHeader
-from riverbed.storage.producer_hook import DuplicateBatch, ProducerStateHook
+from riverbed.storage.producer_hook import DuplicateBatch, ProducerStateHook, TxnMarker
+from riverbed.storage.txn_index import AbortedTxn
 
 __all__ = ["PRODUCER_ID_EXPIRATION_MS_DEFAULT", "ProducerStateConfig", "ProducerStateManager"]
 
@@ -121,6 +122,12 @@ class ProducerLog(Protocol):
 
     def update_producer_state(self, change: Callable[[], T]) -> T: ...
 
+    def stale_txn_index_base(self) -> int | None: ...
+
+    def txn_batches_from(self, offset: int) -> Iterator[tuple[BatchHeader, TxnMarker | None]]: ...
+
+    def install_txn_index_entries(self, entries: Iterable[AbortedTxn]) -> int: ...
+
 
 class ProducerStateManager:
     """Implements :class:`riverbed.storage.producer_hook.ProducerStateHook`."""
@@ -147,6 +154,10 @@ class ProducerStateManager:
         self.table = ProducerStateTable(store=self.store)
         self._log: ProducerLog | None = None
         self._last_flush_ms = now_ms()
+        #: producer id -> offset of its newest transaction marker not yet in a sealed
+        #: file: a marker changes an entry without a batch of its own, so a truncation
+        #: below it must not keep the mapped entry (see PidLedger.truncate_after)
+        self._markers: dict[int, int] = {}
 
     # ---- attaching to a log (load + replay) ----------------------------------------------
 
@@ -158,6 +169,7 @@ class ProducerStateManager:
             self._log = plog
             self.ledger.open(log_end_offset, self._first_offset())
             self._replay(log_end_offset)
+            self._rebuild_txn_indexes(plog)
 
         plog.attach_producer_state(self, rebuild)
 
@@ -178,6 +190,11 @@ class ProducerStateManager:
         start = self.ledger.replay_start(self._first_offset())
         bases = [b for b in self._segment_bases() if b > start]
         self.store.clear()
+        # the open transactions the replay starts from: every producer's newest entry
+        # (Kafka's loadFromSnapshot fills ongoingTxns from currentTxnFirstOffset)
+        self.table.seed_ongoing(
+            {f[0]: f[7] for f in self.ledger.iter_newest() if 0 <= f[7] < log_end}
+        )
         replayed = 0
         for h in self._headers_from(start):
             while bases and h.base_offset >= bases[0]:
@@ -194,6 +211,27 @@ class ProducerStateManager:
                 newest,
                 replayed,
             )
+
+    def _rebuild_txn_indexes(self, plog: ProducerLog) -> None:
+        """Recovery emptied the txn indexes of the segments from the recovery point on:
+        replay the batches from the first of them with the transactions open at its base
+        (the complete producer state there), and install every ABORT's entry again."""
+        base = plog.stale_txn_index_base()
+        if base is None:
+            return
+        start = max(base, self._log_start())
+        table = ProducerStateTable(start)
+        open_txns = {
+            e.producer_id: e.current_txn_first_offset
+            for e in iter_snapshot(self.complete_snapshot_bytes(start))
+            if e.current_txn_first_offset >= 0
+        }
+        for pid, first in open_txns.items():
+            table.producers.put(ProducerEntry(pid, current_txn_first_offset=first))
+        table.seed_ongoing(open_txns)
+        aborted = (table.apply(h, marker) for h, marker in plog.txn_batches_from(start))
+        written = plog.install_txn_index_entries(a for a in aborted if a is not None)
+        log.info("%s: txn indexes rebuilt from offset %d (%d aborted)", self.name, start, written)
 
     def _segment_bases(self) -> list[int]:
         if self._log is None:
@@ -212,11 +250,22 @@ class ProducerStateManager:
 
     # ---- the hook ----------------------------------------------------------------------------
 
-    def check_leader_append(self, headers: Sequence[BatchHeader]) -> DuplicateBatch | None:
-        return self.table.check(headers)
+    def check_leader_append(
+        self, headers: Sequence[BatchHeader], markers: Sequence[TxnMarker | None] = ()
+    ) -> DuplicateBatch | None:
+        return self.table.check(headers, markers)
 
-    def on_batch(self, header: BatchHeader) -> None:
-        self.table.apply(header)
+    def on_batch(self, header: BatchHeader, marker: TxnMarker | None = None) -> AbortedTxn | None:
+        if header.is_control and header.producer_id >= 0:
+            self._markers[header.producer_id] = header.base_offset
+        return self.table.apply(header, marker)
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        return self.table.last_stable_offset(high_watermark)
+
+    def open_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of every open transaction (a copy)."""
+        return dict(self.table.ongoing)
 
     def on_roll(self, base_offset: int) -> None:
         # a pending flush first: every segment base then has its sealed file (when
@@ -225,10 +274,13 @@ class ProducerStateManager:
         self._flush_in_background(base_offset)
 
     def on_truncate(self, log_start_offset: int, log_end_offset: int) -> None:
-        self.ledger.truncate_after(log_end_offset, self._first_offset())
+        forget = {pid for pid, off in self._markers.items() if off >= log_end_offset}
+        self.ledger.truncate_after(log_end_offset, self._first_offset(), forget)
+        self._markers = {p: o for p, o in self._markers.items() if o < log_end_offset}
         self._replay(log_end_offset)
 
     def on_truncate_fully(self, offset: int) -> None:
+        self._markers.clear()
         self.ledger.clear()
         self.table.clear(offset)
 
@@ -253,7 +305,13 @@ class ProducerStateManager:
     def flush(self, offset: int | None = None) -> bool:
         """Seal the ledger's active file at ``offset`` (default: the state's end offset)."""
         self._last_flush_ms = self.now_ms()
-        return self.ledger.flush(self.table.map_end_offset if offset is None else offset)
+        at = self.table.map_end_offset if offset is None else offset
+        self._forget_markers_below(at)
+        return self.ledger.flush(at)
+
+    def _forget_markers_below(self, offset: int) -> None:
+        """The sealed file at ``offset`` holds the entries the markers below it changed."""
+        self._markers = {p: o for p, o in self._markers.items() if o >= offset}
 
     def flush_if_due(self) -> bool:
         """The timer / full-filter flush (the broker calls it on its housekeeping tick).
@@ -279,6 +337,7 @@ class ProducerStateManager:
         pending = self.ledger.begin_flush(offset)
         if pending is None:
             return False
+        self._forget_markers_below(offset)
         self._last_flush_ms = self.now_ms()
         self.flush_executor.submit(self._finish_flush, pending)
         return True

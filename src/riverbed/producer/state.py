@@ -23,9 +23,23 @@ Validation of a client's batch (``check``, Kafka's rules):
   no longer answers UNKNOWN_PRODUCER_ID on produce when the state of a producer was
   removed (expired, or its batches deleted by retention); the client keeps going.
 
-Control batches (transaction markers) update the epoch, end the open transaction and
-keep the producer alive; riverbed has no transaction coordinator yet, but the replay of a
-log written by one must not fail.
+Transactions (Kafka's ``ProducerAppendInfo``, KIP-98):
+
+- a producer's first transactional batch opens its transaction at that batch's base
+  offset (``current_txn_first_offset``, kept in the ledger and the snapshots); the table
+  keeps the open ones (``ongoing``) so that the last stable offset is "the first offset
+  of the earliest open transaction" (:meth:`ProducerStateTable.first_unstable_offset`);
+- "Received a non-transactional message while a transaction is active": a
+  non-transactional batch of a producer with an open transaction is INVALID_TXN_STATE;
+- a COMMIT/ABORT marker (a transactional control batch) ends the transaction, moves the
+  epoch on and records its coordinator epoch; a marker of an older coordinator epoch than
+  the producer's last one is TRANSACTION_COORDINATOR_FENCED ("Invalid coordinator epoch
+  ... (zombie)") on the leader, and applied anyway by a follower or the replay (Kafka's
+  REPLICATION origin only logs it);
+- an ABORT of a transaction with data yields the :class:`AbortedTxn` for the segment's
+  ``.txnindex``, whose LSO is "the first offset of the next incomplete transaction, or the
+  marker's offset + 1" (Kafka's ``lastStableOffset(completedTxn)``). A marker without data
+  (an empty transaction) changes no index.
 """
 
 from __future__ import annotations
@@ -36,17 +50,20 @@ from typing import Final, Protocol
 
 from riverbed.protocol.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
 from riverbed.storage.errors import StorageError
-from riverbed.storage.producer_hook import DuplicateBatch
+from riverbed.storage.producer_hook import DuplicateBatch, TxnMarker
+from riverbed.storage.txn_index import AbortedTxn
 
 __all__ = [
     "BATCHES_RETAINED",
     "BatchMetadata",
     "DictStore",
     "InvalidProducerEpochError",
+    "InvalidTxnStateError",
     "OutOfOrderSequenceError",
     "ProducerEntry",
     "ProducerStateTable",
     "ProducerStore",
+    "TransactionCoordinatorFencedError",
     "in_sequence",
 ]
 
@@ -55,6 +72,8 @@ BATCHES_RETAINED: Final = 5
 INT32_MAX: Final = 0x7FFFFFFF
 OUT_OF_ORDER_SEQUENCE_NUMBER: Final = 45
 INVALID_PRODUCER_EPOCH: Final = 47
+INVALID_TXN_STATE: Final = 48
+TRANSACTION_COORDINATOR_FENCED: Final = 52
 
 
 class OutOfOrderSequenceError(StorageError):
@@ -63,6 +82,14 @@ class OutOfOrderSequenceError(StorageError):
 
 class InvalidProducerEpochError(StorageError):
     error_code = INVALID_PRODUCER_EPOCH
+
+
+class InvalidTxnStateError(StorageError):
+    error_code = INVALID_TXN_STATE
+
+
+class TransactionCoordinatorFencedError(StorageError):
+    error_code = TRANSACTION_COORDINATOR_FENCED
 
 
 def in_sequence(last_seq: int, next_seq: int) -> bool:
@@ -186,21 +213,42 @@ class ProducerStateTable:
     def __init__(self, map_end_offset: int = 0, store: ProducerStore | None = None) -> None:
         self.producers: ProducerStore = store if store is not None else DictStore()
         self.map_end_offset = map_end_offset
+        #: producer id -> first offset of its open transaction (Kafka's ongoingTxns)
+        self.ongoing: dict[int, int] = {}
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest open transaction (None: none open)."""
+        return min(self.ongoing.values()) if self.ongoing else None
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """Kafka's ``lastStableOffset``: the first unstable offset when it is below the
+        high watermark, else the high watermark."""
+        first = self.first_unstable_offset()
+        return high_watermark if first is None else min(first, high_watermark)
+
+    def seed_ongoing(self, open_txns: dict[int, int]) -> None:
+        """The open transactions of the entries the replay starts from (the ledger's)."""
+        self.ongoing = dict(open_txns)
 
     def get(self, producer_id: int) -> ProducerEntry | None:
         return self.producers.get(producer_id)
 
     # ---- validation (leader, client batches) ---------------------------------------------
 
-    def check(self, headers: Sequence[BatchHeader]) -> DuplicateBatch | None:
+    def check(
+        self, headers: Sequence[BatchHeader], markers: Sequence[TxnMarker | None] = ()
+    ) -> DuplicateBatch | None:
         """Validate a client's batches (offsets not assigned yet) in order.
 
         Returns the retained batch the first duplicate repeats, or None when every batch
-        may be appended; raises OutOfOrderSequenceError / InvalidProducerEpochError.
-        Batches of one request are checked against each other too.
+        may be appended; raises OutOfOrderSequenceError / InvalidProducerEpochError /
+        InvalidTxnStateError / TransactionCoordinatorFencedError (``markers[i]``: the
+        marker of control batch ``headers[i]``). Batches of one request are checked
+        against each other too.
         """
         pending: dict[int, tuple[int, int]] = {}  # producer id -> (epoch, last seq)
-        for h in headers:
+        in_txn: dict[int, bool] = {}  # producer id -> transaction open after the batch
+        for i, h in enumerate(headers):
             pid = h.producer_id
             if pid == NO_PRODUCER_ID:
                 continue
@@ -222,6 +270,7 @@ class ProducerStateTable:
                     f"epoch of producer {pid} is {h.producer_epoch}, which is smaller than "
                     f"the last seen epoch {epoch}"
                 )
+            self._check_txn(h, markers[i] if i < len(markers) else None, in_txn)
             if h.is_control:
                 pending[pid] = (h.producer_epoch, NO_SEQUENCE)
                 continue
@@ -241,31 +290,76 @@ class ProducerStateTable:
             pending[pid] = (h.producer_epoch, h.last_sequence)
         return None
 
+    def _check_txn(self, h: BatchHeader, marker: TxnMarker | None, in_txn: dict[int, bool]) -> None:
+        """The transactional rules of one batch (Kafka's appendDataBatch /
+        appendEndTxnMarker on the leader)."""
+        pid = h.producer_id
+        if pid == NO_PRODUCER_ID:
+            return
+        entry = self.producers.get(pid)
+        open_txn = in_txn.get(pid, entry is not None and entry.current_txn_first_offset >= 0)
+        if h.is_control:
+            current = entry.coordinator_epoch if entry is not None else -1
+            if marker is not None and marker.coordinator_epoch < current:
+                raise TransactionCoordinatorFencedError(
+                    f"Invalid coordinator epoch for producerId {pid}: "
+                    f"{marker.coordinator_epoch} (zombie), {current} (current)"
+                )
+            in_txn[pid] = False
+        elif h.is_transactional:
+            in_txn[pid] = True
+        elif open_txn:
+            raise InvalidTxnStateError(
+                f"Expected transactional write from producer {pid}: a non-transactional "
+                "batch while its transaction is open"
+            )
+
     # ---- state changes (leader after append, follower, replay) ---------------------------
 
-    def apply(self, h: BatchHeader) -> None:
-        """Record an appended batch (offsets final). Never validates: a follower and the
+    def apply(self, h: BatchHeader, marker: TxnMarker | None = None) -> AbortedTxn | None:
+        """Record an appended batch (offsets final); the aborted transaction an ABORT
+        marker ended (for the txn index), else None. Never validates: a follower and the
         replay accept what the leader wrote (Kafka's REPLICATION origin)."""
         if h.next_offset > self.map_end_offset:
             self.map_end_offset = h.next_offset
         pid = h.producer_id
         if pid == NO_PRODUCER_ID:
-            return
+            return None
         entry = self.producers.get(pid)
         if entry is None:
             entry = ProducerEntry(pid)
+        aborted = None
         if h.is_control:
-            # an end transaction marker: the transaction is over, the epoch may move on
-            if h.producer_epoch > entry.epoch:
-                entry.epoch = h.producer_epoch
-                entry.batches.clear()
-            entry.current_txn_first_offset = -1
-            entry.last_timestamp = h.max_timestamp
+            aborted = self._end_txn(entry, h, marker)
         else:
             entry.add_batch(h.producer_epoch, _batch_metadata(h))
             if h.is_transactional and entry.current_txn_first_offset < 0:
                 entry.current_txn_first_offset = h.base_offset
+                self.ongoing[pid] = h.base_offset
         self.producers.put(entry)  # write-through: the ledger records it now
+        return aborted
+
+    def _end_txn(
+        self, entry: ProducerEntry, h: BatchHeader, marker: TxnMarker | None
+    ) -> AbortedTxn | None:
+        """An end transaction marker: the transaction is over, the epoch may move on."""
+        first = entry.current_txn_first_offset
+        self.ongoing.pop(entry.producer_id, None)
+        aborted = None
+        if first >= 0 and marker is not None and not marker.commit:
+            marker_offset = h.base_offset
+            lso = self.first_unstable_offset()
+            aborted = AbortedTxn(
+                entry.producer_id, first, marker_offset, marker_offset + 1 if lso is None else lso
+            )
+        if h.producer_epoch > entry.epoch:
+            entry.epoch = h.producer_epoch
+            entry.batches.clear()
+        entry.current_txn_first_offset = -1
+        entry.last_timestamp = h.max_timestamp
+        if marker is not None:
+            entry.coordinator_epoch = marker.coordinator_epoch
+        return aborted
 
     def expire(self, now_ms: int, expiration_ms: int) -> list[int]:
         """Remove producers idle for ``producer.id.expiration.ms`` (not in a transaction);
@@ -275,4 +369,5 @@ class ProducerStateTable:
 
     def clear(self, map_end_offset: int) -> None:
         self.producers.clear()
+        self.ongoing.clear()
         self.map_end_offset = map_end_offset

@@ -80,7 +80,8 @@ from riverbed.storage.log_dir import LogDir
 from riverbed.storage.log_files import FileRange, ReadResult, SegmentFiles, TimestampOffset
 from riverbed.storage.log_reads import LogReads
 from riverbed.storage.log_retention import LogRetention
-from riverbed.storage.producer_hook import DuplicateBatch, ProducerStateHook
+from riverbed.storage.log_txns import LogTxns
+from riverbed.storage.producer_hook import DuplicateBatch, ProducerStateHook, txn_marker_of
 from riverbed.storage.record_checks import (
     TimestampBounds,
     batch_record_errors,
@@ -127,7 +128,11 @@ class AppendInfo:
     duplicate: bool = False
 
 
-class PartitionLog(LogReads, LogRetention, LogCleaning):
+def _batch_view(buf: bytearray, pos: int, h: BatchHeader) -> memoryview:
+    return memoryview(buf)[pos : pos + h.size]
+
+
+class PartitionLog(LogReads, LogRetention, LogCleaning, LogTxns):
     """The segments of one partition and the offsets, epochs and timestamps over them."""
 
     def __init__(
@@ -283,7 +288,8 @@ class PartitionLog(LogReads, LogRetention, LogCleaning):
             now = self.clock.now_ms()
             found = self._validate_leader_batches(buf, now, origin)
             if self.producer_state is not None:
-                dup = self.producer_state.check_leader_append([h for _, h in found])
+                markers = [txn_marker_of(_batch_view(buf, pos, h), h) for pos, h in found]
+                dup = self.producer_state.check_leader_append([h for _, h in found], markers)
                 if dup is not None:
                     return self._duplicate_info(dup)
             offset = self.log_end_offset
@@ -448,7 +454,7 @@ class PartitionLog(LogReads, LogRetention, LogCleaning):
                 # recovery cuts whatever a crash leaves)
                 raise self.log_dir.fail(f"{self.name}: append", e) from e
             if producer_state is not None:
-                producer_state.on_batch(h)
+                self._on_batch(producer_state, seg, mv[b.position : b.position + h.size], h)
             if h.max_timestamp > max_ts:
                 max_ts, max_ts_offset = h.max_timestamp, h.last_offset
             count += h.records_count
@@ -470,6 +476,24 @@ class PartitionLog(LogReads, LogRetention, LogCleaning):
             batches=tuple(b.header for b in batches),
             flush_needed=self._unflushed_messages >= self.config.flush_messages,
         )
+
+    def _on_batch(
+        self, producer_state: ProducerStateHook, seg: LogSegment, batch: memoryview, h: BatchHeader
+    ) -> None:
+        """The producer state follows the batch; an ABORT that ended a transaction with
+        data goes to the ``.txnindex`` of the segment holding the marker (Kafka's
+        ``segment.updateTxnIndex``)."""
+        try:
+            marker = txn_marker_of(batch, h)
+        except CorruptRecordError as e:  # a replicated marker (the leader's were checked)
+            log.warning("%s: %s", self.name, e)
+            marker = None
+        aborted = producer_state.on_batch(h, marker)
+        if aborted is not None:
+            try:
+                seg.txn_index.append(aborted)
+            except OSError as e:
+                raise self.log_dir.fail(f"{self.name}: txn index", e) from e
 
     def _replace_empty_active(self, base_offset: int) -> LogSegment:
         # an empty active segment whose 32-bit relative offsets cannot reach the batch

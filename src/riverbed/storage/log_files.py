@@ -9,7 +9,7 @@ A partition dir ``<topic>-<partition>/`` holds, besides the live segments
 - ``*.tmp`` (an unfinished checkpoint): unlinked at start-up;
 - ``*.cleaned`` (a cleaning that did not commit): unlinked; ``<base>.log.swap`` (a
   committed cleaning): replaces ``<base>.log`` (`riverbed.storage.cleaner.complete_swaps`);
-- an ``.index`` / ``.timeindex`` without its ``.log``: unlinked at start-up.
+- an ``.index`` / ``.timeindex`` / ``.txnindex`` without its ``.log``: unlinked at start-up.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ __all__ = ["FileRange", "ReadResult", "SegmentFiles", "StaleRangeError", "Timest
 
 log = logging.getLogger(__name__)
 
-_SEGMENT_FILE: Final = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_SEGMENT_FILE: Final = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
 _GARBAGE_SUFFIXES: Final = (".deleted", ".tmp", ".cleaned", ".swap")
 # one read of a FileRange is bounded by the range itself; ranges come from read(), which
 # bounds them by max_bytes (or one batch, itself bounded by max.message.bytes)

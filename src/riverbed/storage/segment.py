@@ -45,6 +45,7 @@ from riverbed.storage.file_io import OS_FILE_IO, FileIO
 from riverbed.storage.index_file import INT32_MAX, CorruptIndexError
 from riverbed.storage.offset_index import OffsetIndex
 from riverbed.storage.time_index import NO_TIMESTAMP, TimeIndex
+from riverbed.storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 __all__ = [
     "DELETED_SUFFIX",
@@ -110,6 +111,13 @@ class LogSegment:
             max_index_bytes,
             io,
         )
+        #: aborted transactions whose ABORT marker is in this segment (created on the first)
+        self.txn_index = TransactionIndex(
+            directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX), base_offset, io
+        )
+        #: recovery revalidated this segment: its txn index waits for a rebuild from the
+        #: producer state (``PartitionLog.rebuild_txn_indexes``)
+        self.txn_index_stale = False
         self.created_ms = created_ms
         # segment.jitter.ms drawn for this segment (Kafka's LogConfig.randomSegmentJitter)
         self.roll_jitter_ms = 0
@@ -436,6 +444,8 @@ class LogSegment:
                 idx.reset()
             else:
                 idx.start_empty()  # nothing to index: no files needed
+        self.txn_index.reset()
+        self.txn_index_stale = True
         pos = 0
         chunk = b""
         chunk_start = 0
@@ -492,6 +502,7 @@ class LogSegment:
         self.offset_index.truncate_to(offset)
         self.offset_index.truncate_to_position(position)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         self.truncations += 1  # before the cut: a range read after it sees the bump
         self.io.ftruncate(self._log_fd(), position)
         self.size = position
@@ -522,6 +533,12 @@ class LogSegment:
         recovery point, hence always the active one, is re-indexed from its ``.log``.
         """
         fds = [self.io.dup(self._log_fd())]
+        if self.txn_index.sync_pending:
+            # aborted transactions are not rebuilt from an inactive segment: always synced
+            txn_fd = self.txn_index.dup_fd()
+            if txn_fd is not None:
+                fds.append(txn_fd)
+            self.txn_index.sync_pending = False
         if not with_indexes:
             return fds
         for idx in (self.offset_index, self.time_index):
@@ -536,6 +553,7 @@ class LogSegment:
             self.io.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
         self.index_sync_pending = False
 
     def close_files(self) -> None:
@@ -545,6 +563,7 @@ class LogSegment:
             self._fd = None
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
 
     def discard_files(self) -> None:
         """Close fds without writing pending index entries (a simulated crash)."""
@@ -553,12 +572,13 @@ class LogSegment:
             self._fd = None
         self.offset_index.discard()
         self.time_index.discard()
+        self.txn_index.discard()
 
     def rename_to_deleted(self) -> list[Path]:
         """Rename all files to ``*.deleted`` (the first step of a delayed delete)."""
         self.discard_files()
         renamed: list[Path] = []
-        for p in (self.log_path, self.offset_index.path, self.time_index.path):
+        for p in self._paths():
             if p.exists():
                 target = p.with_name(p.name + DELETED_SUFFIX)
                 self.io.replace(p, target)
@@ -567,8 +587,11 @@ class LogSegment:
 
     def delete_files(self) -> None:
         self.discard_files()
-        for p in (self.log_path, self.offset_index.path, self.time_index.path):
+        for p in self._paths():
             self.io.unlink(p)
+
+    def _paths(self) -> tuple[Path, ...]:
+        return (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path)
 
     def __repr__(self) -> str:
         return (

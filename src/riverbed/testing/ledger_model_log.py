@@ -18,13 +18,14 @@ offset is each producer's newest batch below it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple, TypeVar
 
 from riverbed.producer.ledger_files import Fields
 from riverbed.protocol.records import BatchHeader
-from riverbed.storage.producer_hook import DuplicateBatch, ProducerStateHook
+from riverbed.storage.producer_hook import DuplicateBatch, ProducerStateHook, TxnMarker
+from riverbed.storage.txn_index import AbortedTxn
 
 T = TypeVar("T")
 
@@ -121,6 +122,15 @@ class ModelLog:
         """Batch boundaries from ``low`` up to the log end (offsets a truncation keeps)."""
         out = [h.base_offset for h in self.headers if h.base_offset >= low]
         return [*out, self.log_end_offset] if low <= self.log_end_offset else out
+
+    def stale_txn_index_base(self) -> int | None:
+        return None  # the model keeps no aborted-transaction index
+
+    def txn_batches_from(self, offset: int) -> Iterator[tuple[BatchHeader, TxnMarker | None]]:
+        return ((h, None) for h in self.batch_headers_from(offset))
+
+    def install_txn_index_entries(self, entries: Iterable[AbortedTxn]) -> int:
+        return 0
 
     def batch_headers_from(self, offset: int) -> Iterator[BatchHeader]:
         """Headers of the batches ending at or after ``offset`` (from the first segment

@@ -1,0 +1,231 @@
+"""Transactions in the producer state and the log: open transactions, the last stable
+offset, marker fencing, and the aborted-transaction index across segments, truncation and
+recovery."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from riverbed.producer.manager import ProducerStateConfig, ProducerStateManager
+from riverbed.producer.state import (
+    InvalidTxnStateError,
+    ProducerStateTable,
+    TransactionCoordinatorFencedError,
+)
+from riverbed.protocol.control_records import build_end_txn_marker_batch
+from riverbed.protocol.records import BatchHeader, SimpleRecord, build_batch, parse_header
+from riverbed.storage import LogConfig, ManualClock, PartitionLog
+from riverbed.storage.producer_hook import TxnMarker
+from riverbed.storage.txn_index import AbortedTxn
+
+T0 = 1_700_000_000_000
+
+
+def data(pid: int, seq: int, n: int = 1, *, txn: bool = True, epoch: int = 0) -> bytes:
+    return build_batch(
+        [SimpleRecord(b"v%d" % i, timestamp=T0) for i in range(n)],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        is_transactional=txn,
+    )
+
+
+def marker(pid: int, commit: bool, coordinator_epoch: int = 0, epoch: int = 0) -> bytes:
+    return build_end_txn_marker_batch(
+        commit,
+        producer_id=pid,
+        producer_epoch=epoch,
+        coordinator_epoch=coordinator_epoch,
+        now_ms=T0,
+    )
+
+
+def at(batch: bytes, offset: int) -> BatchHeader:
+    from riverbed.protocol.records import patch_base_offset
+
+    buf = bytearray(batch)
+    patch_base_offset(buf, 0, offset)
+    return parse_header(buf)
+
+
+# ---- the table (pure) ---------------------------------------------------------------------
+
+
+def test_lso_is_first_open_transaction_never_above_hw() -> None:
+    t = ProducerStateTable()
+    t.apply(at(data(1, 0, txn=False), 0))
+    assert t.last_stable_offset(1) == 1  # no transaction: the high watermark
+    t.apply(at(data(2, 0), 1))
+    t.apply(at(data(3, 0), 2))
+    assert t.first_unstable_offset() == 1
+    assert t.last_stable_offset(5) == 1
+    assert t.last_stable_offset(0) == 0  # never above the high watermark
+    t.apply(at(marker(2, True), 3), TxnMarker(True, 0))
+    assert t.last_stable_offset(5) == 2  # producer 3's transaction still holds it
+
+
+def test_abort_yields_entry_with_next_open_transaction_as_lso() -> None:
+    t = ProducerStateTable()
+    t.apply(at(data(1, 0, 2), 0))
+    t.apply(at(data(2, 0), 2))
+    aborted = t.apply(at(marker(1, False), 3), TxnMarker(False, 0))
+    assert aborted == AbortedTxn(1, 0, 3, 2)  # producer 2's open transaction starts at 2
+    last = t.apply(at(marker(2, False), 4), TxnMarker(False, 0))
+    assert last == AbortedTxn(2, 2, 4, 5)  # none open: the marker's offset + 1
+    # a commit and an empty transaction's abort leave no entry
+    t.apply(at(data(1, 2), 5))
+    assert t.apply(at(marker(1, True), 6), TxnMarker(True, 0)) is None
+    assert t.apply(at(marker(1, False), 7), TxnMarker(False, 0)) is None
+
+
+def test_non_transactional_batch_inside_open_transaction_is_invalid_txn_state() -> None:
+    t = ProducerStateTable()
+    t.apply(at(data(1, 0), 0))
+    with pytest.raises(InvalidTxnStateError):
+        t.check([parse_header(data(1, 1, txn=False))])
+    # after the marker the producer may write outside a transaction again
+    t.apply(at(marker(1, True), 1), TxnMarker(True, 0))
+    assert t.check([parse_header(data(1, 1, txn=False))]) is None
+
+
+def test_marker_from_older_coordinator_epoch_is_fenced() -> None:
+    t = ProducerStateTable()
+    t.apply(at(data(1, 0), 0))
+    t.apply(at(marker(1, True, coordinator_epoch=5), 1), TxnMarker(True, 5))
+    t.apply(at(data(1, 1), 2))
+    old = parse_header(marker(1, False, coordinator_epoch=4))
+    with pytest.raises(TransactionCoordinatorFencedError):
+        t.check([old], [TxnMarker(False, 4)])
+    assert t.check([old], [TxnMarker(False, 5)]) is None
+    assert t.check([old], [TxnMarker(False, 6)]) is None
+
+
+# ---- the log with its producer state --------------------------------------------------------
+
+
+def open_log(
+    path: Path, clock: ManualClock, **cfg: int
+) -> tuple[PartitionLog, ProducerStateManager]:
+    plog = PartitionLog(path / "t-0", "t", 0, LogConfig(**cfg), clock)  # type: ignore[arg-type]
+    mgr = ProducerStateManager(plog.directory, clock.now_ms, ProducerStateConfig())
+    mgr.attach(plog)
+    return plog, mgr
+
+
+def txn_files(plog: PartitionLog) -> dict[str, list[AbortedTxn]]:
+    from riverbed.storage.txn_index import decode_entries
+
+    return {
+        p.name: decode_entries(p.read_bytes())
+        for p in sorted(plog.directory.glob("*.txnindex"))
+        if p.stat().st_size
+    }
+
+
+def fill(plog: PartitionLog) -> None:
+    """Producer 1's transaction spans two segments and aborts in the second; producer 2
+    commits; producer 3 aborts inside the second segment; producer 4 stays open."""
+    plog.append_as_leader(data(1, 0, 3), 0)  # 0-2
+    plog.append_as_leader(data(2, 0), 0)  # 3
+    plog.roll()
+    plog.append_as_leader(data(4, 0), 0)  # 4 (stays open)
+    plog.append_as_leader(data(3, 0), 0)  # 5
+    plog.append_as_leader(marker(2, True), 0, origin="coordinator")  # 6
+    plog.append_as_leader(marker(1, False), 0, origin="coordinator")  # 7
+    plog.append_as_leader(marker(3, False), 0, origin="coordinator")  # 8
+
+
+EXPECTED = {
+    "00000000000000000004.txnindex": [AbortedTxn(1, 0, 7, 4), AbortedTxn(3, 5, 8, 4)],
+}
+
+
+def test_abort_written_to_the_marker_segment_and_read_across_segments(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    plog, mgr = open_log(tmp_path, clock)
+    fill(plog)
+    assert txn_files(plog) == EXPECTED
+    assert mgr.last_stable_offset(plog.log_end_offset) == 4
+    # a read of the first segment finds the abort whose marker is in the second
+    assert plog.aborted_transactions(0, 4) == [AbortedTxn(1, 0, 7, 4)]
+    assert plog.aborted_transactions(4, 9) == EXPECTED["00000000000000000004.txnindex"]
+    assert plog.aborted_transactions(9, 10) == []
+
+
+def test_clients_may_not_write_markers_and_fenced_marker_refused(tmp_path: Path) -> None:
+    from riverbed.storage.errors import InvalidRecordError
+
+    clock = ManualClock(T0)
+    plog, _ = open_log(tmp_path, clock)
+    plog.append_as_leader(data(1, 0), 0)
+    with pytest.raises(InvalidRecordError):
+        plog.append_as_leader(marker(1, True), 0)
+    plog.append_as_leader(marker(1, True, coordinator_epoch=3), 0, origin="coordinator")
+    plog.append_as_leader(data(1, 1), 0)
+    with pytest.raises(TransactionCoordinatorFencedError):
+        plog.append_as_leader(marker(1, False, coordinator_epoch=2), 0, origin="coordinator")
+    with pytest.raises(InvalidTxnStateError):
+        plog.append_as_leader(data(1, 2, txn=False), 0)
+    assert plog.log_end_offset == 3
+
+
+def test_truncation_cuts_entries_and_reopens_transaction(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    plog, mgr = open_log(tmp_path, clock)
+    fill(plog)
+    plog.truncate_to(8)  # producer 3's abort marker goes
+    assert txn_files(plog) == {"00000000000000000004.txnindex": [AbortedTxn(1, 0, 7, 4)]}
+    assert mgr.open_transactions() == {4: 4, 3: 5}
+    plog.truncate_to(7)
+    assert txn_files(plog) == {}
+    assert mgr.last_stable_offset(100) == 0  # producer 1's transaction is open again
+
+
+def test_open_transactions_survive_clean_restart(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    plog, _ = open_log(tmp_path, clock)
+    fill(plog)
+    plog.close()
+    plog2, mgr2 = open_log(tmp_path, clock)
+    assert mgr2.open_transactions() == {4: 4}
+    assert mgr2.last_stable_offset(plog2.log_end_offset) == 4
+    with pytest.raises(InvalidTxnStateError):
+        plog2.append_as_leader(data(4, 1, txn=False), 0)
+    assert txn_files(plog2) == EXPECTED
+
+
+def test_recovery_rebuilds_txn_index_across_segments(tmp_path: Path) -> None:
+    """After a crash the recovered segments' indexes are rebuilt from the producer state:
+    producer 1's transaction began in the first segment, its abort is in the second."""
+    clock = ManualClock(T0)
+    plog, _ = open_log(tmp_path, clock)
+    fill(plog)
+    plog.flush()
+    plog.abandon()  # a crash: no clean shutdown, no complete snapshot
+    for p in (tmp_path / "t-0").glob("*.txnindex"):
+        p.write_bytes(b"")  # lost, as an unflushed index may be
+    # recovery from the start of the second segment (where the recovery point was)
+    plog2 = PartitionLog(tmp_path / "t-0", "t", 0, LogConfig(), clock, recovery_point=4)
+    mgr2 = ProducerStateManager(plog2.directory, clock.now_ms, ProducerStateConfig())
+    mgr2.attach(plog2)
+    assert txn_files(plog2) == EXPECTED
+    assert plog2.aborted_transactions(0, 4) == [AbortedTxn(1, 0, 7, 4)]
+    assert mgr2.open_transactions() == {4: 4}
+
+
+def test_deleted_segment_takes_its_txn_index(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    plog, _ = open_log(tmp_path, clock)
+    fill(plog)
+    plog.roll()
+    plog.append_as_leader(data(9, 0, txn=False), 0)
+    plog.update_high_watermark(plog.log_end_offset)
+    plog.delete_records_before(9)
+    plog.delete_old_segments(clock.now_ms())
+    plog.delete_expired_files(clock.now_ms() + 10**9)
+    assert not (tmp_path / "t-0" / "00000000000000000004.txnindex").exists()
+    shutil.rmtree(tmp_path / "t-0")

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from riverbed.coordinator import consumer_group
+from riverbed.coordinator import consumer_group, txn_offsets
 from riverbed.coordinator.writes import GroupWrites
 from riverbed.testing.group_sim import SimParams, SimulationFailure, main, run_seed
 
@@ -42,6 +42,15 @@ def test_simulation_seeds(chunk: int) -> None:
     assert stats["static member took its place back"] > 0
     assert stats["heartbeat UNRELEASED_INSTANCE_ID"] > 0
     assert stats["settled Stable"] > SEEDS_PER_CHUNK // 2  # and calm brings groups back
+    # transactions (issue 19): commits, fencing, markers of both kinds, a marker right
+    # behind a write in flight, pending offsets across reloads
+    assert stats["txn commit v3+ NONE"] > 2 * SEEDS_PER_CHUNK
+    assert stats["txn commit v3+ ILLEGAL_GENERATION"] > 0
+    assert stats["txn commit v0+ UNKNOWN_MEMBER_ID"] > 0
+    assert stats["marker commit"] > 0 and stats["marker abort"] > 0
+    assert stats["txn offsets committed by a marker"] > 0
+    assert stats["txn write appended before its marker"] > 0
+    assert stats["pending offsets seen"] > 10 * SEEDS_PER_CHUNK
 
 
 def test_replay_command_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -59,10 +68,32 @@ def _hand_over_before_revocation(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(consumer_group, "_still_owns", lambda owned, revoke: False)
 
 
+def _aborts_commit(mp: pytest.MonkeyPatch) -> None:
+    # an ABORT marker materialises the transaction's offsets
+    apply = txn_offsets.TxnOffsets.apply_marker
+    mp.setattr(txn_offsets.TxnOffsets, "apply_marker", lambda self, pid, c: apply(self, pid, True))
+
+
+def _marker_misses_writes_in_flight(mp: pytest.MonkeyPatch) -> None:
+    # a marker appended behind a TxnOffsetCommit's write in flight does not decide it
+    apply = txn_offsets.TxnOffsets.apply_marker
+
+    def forgetful(self: txn_offsets.TxnOffsets, pid: int, commit: bool) -> None:
+        self._txn_in_flight.pop(pid, None)
+        apply(self, pid, commit)
+
+    mp.setattr(txn_offsets.TxnOffsets, "apply_marker", forgetful)
+
+
 @pytest.mark.parametrize(
     "breakage",
-    [_no_rollback, _hand_over_before_revocation],
-    ids=["no-rollback-of-a-failed-write", "hand-over-before-revocation"],
+    [_no_rollback, _hand_over_before_revocation, _aborts_commit, _marker_misses_writes_in_flight],
+    ids=[
+        "no-rollback-of-a-failed-write",
+        "hand-over-before-revocation",
+        "abort-marker-commits",
+        "marker-misses-writes-in-flight",
+    ],
 )
 def test_broken_rules_are_caught(
     monkeypatch: pytest.MonkeyPatch, breakage: Callable[[pytest.MonkeyPatch], None]

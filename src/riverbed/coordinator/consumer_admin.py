@@ -57,7 +57,11 @@ class ConsumerAdmin:
     consumer_groups: dict[str, ConsumerGroup]
     config: Any
     _respond: Callable[[Reply, Any], None]
-    _write_gated: Callable[..., None]
+    _write_gated: Callable[..., int]
+    has_pending: Callable[[str, tuple[str, int]], bool]
+    has_open_txns: Callable[[str], bool]
+    pending_keys: Callable[[str], list[tuple[str, int]]]
+    drop_pending: Callable[[str, list[tuple[str, int]]], None]
     busy: Callable[[str], bool]
     _gated: Callable[..., None]
     _schedule: Callable[[Any], None]
@@ -212,6 +216,7 @@ class ConsumerAdmin:
                 key
                 for key, om in group.offsets.items()
                 if key[0] not in subscribed
+                and not self.has_pending(group.group_id, key)
                 and (
                     om.expire_timestamp_ms
                     if om.expire_timestamp_ms >= 0
@@ -223,7 +228,11 @@ class ConsumerAdmin:
             records: list[Record] = [
                 (offset_commit_key(group.group_id, *key), None) for key in gone
             ]
-            forget = not group.members and len(gone) == len(group.offsets)
+            forget = (
+                not group.members
+                and len(gone) == len(group.offsets)
+                and not self.has_open_txns(group.group_id)
+            )
             if forget:
                 records.extend(group_tombstones(group.group_id))
             self._write_gated(group.group_id, records, self._forgetting(group, gone, forget))
@@ -239,6 +248,7 @@ class ConsumerAdmin:
                 return
             for key in gone:
                 group.offsets.pop(key, None)
+            self.drop_pending(group.group_id, gone)
             if forget and self.consumer_groups.get(group.group_id) is group:
                 del self.consumer_groups[group.group_id]
 
@@ -351,11 +361,12 @@ class ConsumerAdmin:
         if group.members:
             self._respond(reply, E.NON_EMPTY_GROUP)
             return
-        records: list[Record] = [
-            (offset_commit_key(group_id, t, p), None) for t, p in group.offsets
-        ]
+        # pending transactional offsets go too (a tombstone each, as Kafka)
+        keys = list(group.offsets)
+        keys += [k for k in self.pending_keys(group_id) if k not in group.offsets]
+        records: list[Record] = [(offset_commit_key(group_id, t, p), None) for t, p in keys]
         records.extend(group_tombstones(group_id))
-        forget = self._forgetting(group, list(group.offsets), True)
+        forget = self._forgetting(group, keys, True)
 
         def done(code: ErrorCode) -> None:
             forget(code)

@@ -120,7 +120,7 @@ class ConsumerMembership:
     consumer_groups: dict[str, ConsumerGroup]
     config: Any
     _respond: Callable[[Reply, Any], None]
-    _write_gated: Callable[..., None]
+    _write_gated: Callable[..., int]
     _gated: Callable[..., None]
     _snapshot: Callable[[str, set[str] | None], GroupSnapshot]
     _restore: Callable[[GroupSnapshot], None]

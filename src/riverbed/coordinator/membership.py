@@ -53,7 +53,7 @@ class Membership:
     groups: dict[str, ClassicGroup]
     config: Any
     _respond: Callable[[Reply, Any], None]
-    _write: Callable[..., None]
+    _write: Callable[..., int]
     _schedule: Callable[[ClassicGroup], None]
     _random: Any
     consumer_groups: dict[str, Any]

@@ -66,13 +66,16 @@ def partition_for(key: str, num_partitions: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class OffsetAndMetadata:
-    """One committed offset as stored (and served by OffsetFetch)."""
+    """One committed offset as stored (and served by OffsetFetch). ``record_offset`` is
+    the log offset of the record that holds it (-1: not written yet): a transaction's
+    offsets replace a committed offset only when their record is the later one."""
 
     offset: int
     leader_epoch: int = -1
     metadata: str = ""
     commit_timestamp_ms: int = -1
     expire_timestamp_ms: int = -1
+    record_offset: int = -1
 
 
 @dataclass(slots=True)

@@ -17,6 +17,7 @@ group that never had members, after each commit) and forgets groups left with no
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import heapq
 import random
@@ -32,12 +33,12 @@ from riverbed.coordinator.group import ClassicGroup, GroupState, Member, Reply
 from riverbed.coordinator.membership import Membership
 from riverbed.coordinator.records import (
     GroupRecord,
-    OffsetAndMetadata,
     OffsetRecord,
     group_metadata_key,
     offset_commit_key,
     offset_commit_value,
 )
+from riverbed.coordinator.txn_offsets import TxnOffsets, split_commits
 from riverbed.coordinator.writes import GroupWrites, Write, answer_error
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
@@ -88,6 +89,16 @@ class GroupConfig:
         )
 
 
+def _unstable(index: int) -> OffsetFetchResponse.OffsetFetchResponsePartitions:
+    return OffsetFetchResponse.OffsetFetchResponsePartitions(
+        partition_index=index,
+        committed_offset=-1,
+        committed_leader_epoch=-1,
+        metadata="",
+        error_code=int(E.UNSTABLE_OFFSET_COMMIT),
+    )
+
+
 def _assignor_names(value: Any) -> list[str]:
     """``group.consumer.assignors``: short names, or Kafka's class names of the same."""
     items = value if isinstance(value, list | tuple) else str(value).split(",")
@@ -100,7 +111,7 @@ def _assignor_names(value: Any) -> list[str]:
     return names or list(DEFAULT_ASSIGNORS)
 
 
-class GroupShard(GroupWrites, Membership, ConsumerMembership, ConsumerAdmin):
+class GroupShard(GroupWrites, Membership, ConsumerMembership, ConsumerAdmin, TxnOffsets):
     """Every group of one ``__consumer_offsets`` partition."""
 
     def __init__(self, partition: int, config: GroupConfig, rng: random.Random) -> None:
@@ -112,6 +123,7 @@ class GroupShard(GroupWrites, Membership, ConsumerMembership, ConsumerAdmin):
         self.consumer_groups: dict[str, ConsumerGroup] = {}
         self._regexes: dict[str, Any] = {}
         self._init_writes()
+        self._init_txn_offsets()
         self._timers: list[tuple[int, str]] = []
         self._scheduled: dict[str, int] = {}
 
@@ -156,8 +168,13 @@ class GroupShard(GroupWrites, Membership, ConsumerMembership, ConsumerAdmin):
             self._schedule(consumer)
 
     # ------------------------------------------------------------------ loading
-    def replay(self, record: OffsetRecord | GroupRecord) -> None:
-        """Apply one record of the partition, in log order (loading)."""
+    def replay(
+        self, record: OffsetRecord | GroupRecord, producer_id: int = -1, offset: int = -1
+    ) -> None:
+        """Apply one record of the partition, in log order (loading): ``offset`` is its
+        log offset, ``producer_id`` its producer's when its batch is transactional (an
+        offset commit of a transaction: pending until the producer's marker,
+        `replay_marker`)."""
         if isinstance(record, OffsetRecord):
             group: ClassicGroup | ConsumerGroup | None = self.consumer_groups.get(record.group)
             if group is None:
@@ -166,10 +183,14 @@ class GroupShard(GroupWrites, Membership, ConsumerMembership, ConsumerAdmin):
             if record.value is None:
                 if group is not None:
                     group.offsets.pop(key, None)
+                self.drop_pending(record.group, [key])
+                return
+            if producer_id >= 0:
+                self.replay_txn_offset(producer_id, record.group, key, record.value, offset)
                 return
             if group is None:
                 group = self.groups[record.group] = ClassicGroup(record.group)
-            group.offsets[key] = record.value
+            group.offsets[key] = dataclasses.replace(record.value, record_offset=offset)
             return
         if record.value is None:
             gone = self.groups.pop(record.group, None)
@@ -207,6 +228,10 @@ class GroupShard(GroupWrites, Membership, ConsumerMembership, ConsumerAdmin):
         group.state = S.STABLE if stored.members else S.EMPTY
         self.groups[record.group] = group
 
+    def replay_marker(self, producer_id: int, commit: bool) -> None:
+        """A transaction marker (control batch) of the partition, in log order."""
+        self.apply_marker(producer_id, commit)
+
     def finish_load(self, now_ms: int) -> None:
         """Loaded members get a full session from now (Kafka does the same)."""
         for group in self.groups.values():
@@ -237,31 +262,17 @@ class GroupShard(GroupWrites, Membership, ConsumerMembership, ConsumerAdmin):
         # OffsetCommit v2-4 may ask for a retention of its own (-1: the broker's)
         retention = req.retention_time_ms if 2 <= reply.version <= 4 else -1
         expire_ms = now_ms + retention if retention >= 0 else -1
-        results: dict[tuple[str, int], ErrorCode] = {}
-        commits: dict[tuple[str, int], OffsetAndMetadata] = {}
-        for t in req.topics:
-            for p in t.partitions:
-                key = (t.name, p.partition_index)
-                metadata = p.committed_metadata or ""
-                if code != E.NONE:
-                    results[key] = code
-                elif key in missing:
-                    results[key] = E.UNKNOWN_TOPIC_OR_PARTITION
-                elif len(metadata.encode()) > self.config.offset_metadata_max_bytes:
-                    results[key] = E.OFFSET_METADATA_TOO_LARGE
-                else:
-                    commits[key] = OffsetAndMetadata(
-                        offset=p.committed_offset,
-                        leader_epoch=p.committed_leader_epoch,
-                        metadata=metadata,
-                        commit_timestamp_ms=now_ms,
-                        expire_timestamp_ms=expire_ms,
-                    )
-                    results[key] = E.NONE
+        results, commits = split_commits(
+            req.topics, code, missing, self.config.offset_metadata_max_bytes, now_ms, expire_ms
+        )
 
         def answer(write_code: ErrorCode) -> None:
             if write_code == E.NONE and commits:
-                self._offsets_holder(group_id, now_ms).offsets.update(commits)
+                base = self.written_at
+                self._offsets_holder(group_id, now_ms).offsets.update(
+                    (key, dataclasses.replace(om, record_offset=base + i if base >= 0 else -1))
+                    for i, (key, om) in enumerate(commits.items())
+                )
             for key in commits:
                 results[key] = write_code
             self._commit_response(reply, results)
@@ -338,10 +349,15 @@ class GroupShard(GroupWrites, Membership, ConsumerMembership, ConsumerAdmin):
 
     # ------------------------------------------------------------------ OffsetFetch
     def offset_fetch(
-        self, group_id: str, topics: list[tuple[str, list[int]]] | None
+        self,
+        group_id: str,
+        topics: list[tuple[str, list[int]]] | None,
+        require_stable: bool = False,
     ) -> OffsetFetchResponse.OffsetFetchResponseGroup:
         """One group's committed offsets (all of them when ``topics`` is None), in the
-        v8+ shape; partitions without a commit answer offset -1."""
+        v8+ shape; partitions without a commit answer offset -1. ``require_stable``
+        (OffsetFetch v7+): a partition with pending transactional offsets answers
+        UNSTABLE_OFFSET_COMMIT, as Kafka's fetchOffsets does (the client retries)."""
         group: ClassicGroup | ConsumerGroup | None = self.consumer_groups.get(group_id)
         if group is None:
             group = self.groups.get(group_id)
@@ -358,6 +374,9 @@ class GroupShard(GroupWrites, Membership, ConsumerMembership, ConsumerAdmin):
             rows = []
             for index in parts:
                 om = offsets.get((name, index))
+                if require_stable and self.has_pending(group_id, (name, index)):
+                    rows.append(_unstable(index))
+                    continue
                 rows.append(
                     OffsetFetchResponse.OffsetFetchResponsePartitions(
                         partition_index=index,
@@ -438,7 +457,11 @@ class GroupShard(GroupWrites, Membership, ConsumerMembership, ConsumerAdmin):
         if group.state is not S.EMPTY:
             self._respond(reply, E.NON_EMPTY_GROUP)
             return
-        records = self._tombstones(group, list(group.offsets))
+        # Kafka's deleteAllOffsets: a tombstone for each partition with only pending
+        # transactional offsets too (it drops them)
+        keys = list(group.offsets)
+        keys += [k for k in self.pending_keys(group_id) if k not in group.offsets]
+        records = self._tombstones(group, keys)
         records.append((group_metadata_key(group_id), None))
         self._write_gated(group_id, records, self._deleting(group, now_ms, reply))
 
@@ -454,6 +477,7 @@ class GroupShard(GroupWrites, Membership, ConsumerMembership, ConsumerAdmin):
             if code == E.NONE:
                 if self.groups.get(group.group_id) is group:
                     del self.groups[group.group_id]
+                self.drop_pending(group.group_id, self.pending_keys(group.group_id))
             else:
                 group.state, group.state_timestamp_ms = state, since
             if reply is not None:
@@ -515,7 +539,9 @@ class GroupShard(GroupWrites, Membership, ConsumerMembership, ConsumerAdmin):
                 code = E.NONE
                 if subscribed is None or t.name in subscribed:
                     code = E.GROUP_SUBSCRIBED_TO_TOPIC
-                elif (t.name, p.partition_index) in group.offsets:
+                elif (t.name, p.partition_index) in group.offsets or self.has_pending(
+                    group.group_id, (t.name, p.partition_index)
+                ):
                     deleted.append((t.name, p.partition_index))
                 parts.append(
                     OffsetDeleteResponse.OffsetDeleteResponsePartition(
@@ -531,6 +557,7 @@ class GroupShard(GroupWrites, Membership, ConsumerMembership, ConsumerAdmin):
             if code == E.NONE:
                 for key in deleted:
                     group.offsets.pop(key, None)
+                self.drop_pending(group.group_id, deleted)
             else:
                 response.error_code = int(answer_error(code))
             self._respond(reply, response)
@@ -556,7 +583,8 @@ class GroupShard(GroupWrites, Membership, ConsumerMembership, ConsumerAdmin):
                     due = om.commit_timestamp_ms + retention
                 else:
                     due = max(group.state_timestamp_ms, 0) + retention
-                if due <= now_ms:
+                # an offset with pending transactional ones waits for them (Kafka)
+                if due <= now_ms and not self.has_pending(group.group_id, key):
                     gone.append(key)
             expired += len(gone)
             self._expire(group, gone, now_ms)
@@ -564,7 +592,11 @@ class GroupShard(GroupWrites, Membership, ConsumerMembership, ConsumerAdmin):
 
     def _expire(self, group: ClassicGroup, gone: list[tuple[str, int]], now_ms: int) -> None:
         records = self._tombstones(group, gone)
-        forget = not group.members and len(gone) == len(group.offsets)
+        forget = (
+            not group.members
+            and len(gone) == len(group.offsets)
+            and not self.has_open_txns(group.group_id)
+        )
         deleting = self._deleting(group, now_ms) if forget else None
         if forget:
             records.append((group_metadata_key(group.group_id), None))

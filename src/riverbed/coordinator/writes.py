@@ -69,8 +69,13 @@ def answer_error(code: ErrorCode) -> ErrorCode:
 
 @dataclass(slots=True)
 class Write:
+    """Records the shell appends as one batch. A TxnOffsetCommit's write carries its
+    producer: the batch is transactional, with that producer id and epoch."""
+
     token: int
     records: list[Record] = field(default_factory=list)
+    producer_id: int = -1
+    producer_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +123,8 @@ class GroupWrites:
         self._writes: list[Write] = []
         self._on_written: dict[int, Callable[[ErrorCode], None]] = {}
         self._next_token = 0
+        #: the first log offset of the write being completed (-1: unknown)
+        self.written_at = -1
         #: group id -> operations waiting for its write in flight.
         self._gates: dict[str, deque[_Waiting]] = {}
 
@@ -129,17 +136,29 @@ class GroupWrites:
     def _respond(self, reply: Reply, response: Any) -> None:
         self._outbox.append((reply, response))
 
-    def _write(self, records: list[Record], done: Callable[[ErrorCode], None]) -> None:
-        """A write outside the gate (the classic membership's group records)."""
+    def _write(
+        self,
+        records: list[Record],
+        done: Callable[[ErrorCode], None],
+        producer: tuple[int, int] = (-1, -1),
+    ) -> int:
+        """A write outside the gate (the classic membership's group records); returns
+        its token."""
         self._next_token += 1
-        self._writes.append(Write(self._next_token, records))
+        self._writes.append(Write(self._next_token, records, *producer))
         self._on_written[self._next_token] = done
+        return self._next_token
 
-    def complete_write(self, token: int, code: ErrorCode) -> None:
-        """The write ``token`` committed (NONE) or will never commit (an error)."""
+    def complete_write(self, token: int, code: ErrorCode, base_offset: int = -1) -> None:
+        """The write ``token`` committed (NONE) or will never commit (an error);
+        ``base_offset`` is the log offset of its first record (its records follow)."""
         done = self._on_written.pop(token, None)
         if done is not None:
-            done(code)
+            self.written_at = base_offset
+            try:
+                done(code)
+            finally:
+                self.written_at = -1
 
     def pending_writes(self) -> int:
         return len(self._on_written)
@@ -166,12 +185,14 @@ class GroupWrites:
         records: list[Record],
         done: Callable[[ErrorCode], None],
         undo: GroupSnapshot | None = None,
-    ) -> None:
+        producer: tuple[int, int] = (-1, -1),
+    ) -> int:
         """The group's one write in flight: ``undo`` goes back when it fails, then
-        ``done(code)`` answers (and, on success, applies what waited for the commit)."""
+        ``done(code)`` answers (and, on success, applies what waited for the commit).
+        Returns its token (0: nothing to write, answered at once)."""
         if not records:
             done(E.NONE)
-            return
+            return 0
         assert group_id not in self._gates, f"two writes in flight for group {group_id}"
         self._gates[group_id] = deque()
 
@@ -181,7 +202,7 @@ class GroupWrites:
             done(code)
             self._release(group_id)
 
-        self._write(records, finish)
+        return self._write(records, finish, producer)
 
     def _release(self, group_id: str) -> None:
         waiting = self._gates.pop(group_id)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from riverbed.coordinator.consumer_protocol import encode_assignment, encode_subscription
@@ -23,7 +24,37 @@ from riverbed.protocol.messages import (
     OffsetCommitRequest,
     OffsetDeleteRequest,
     SyncGroupRequest,
+    TxnOffsetCommitRequest,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class TxnRecord:
+    """A record of a transactional batch (a TxnOffsetCommit's) in a model log."""
+
+    key: bytes
+    value: bytes | None
+    producer_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """A COMMIT / ABORT control batch of a producer in a model log."""
+
+    producer_id: int
+    commit: bool
+
+
+#: One entry of a model ``__consumer_offsets`` log (its index is its offset).
+LogEntry = tuple[bytes, bytes | None] | TxnRecord | TxnMarker
+
+
+def write_entries(write: Write) -> list[LogEntry]:
+    """The log entries a write appends (transactional when it has a producer)."""
+    if write.producer_id < 0:
+        return list(write.records)
+    return [TxnRecord(k, v, write.producer_id) for k, v in write.records]
+
 
 CONFIG = GroupConfig(
     initial_rebalance_delay_ms=0,
@@ -67,7 +98,7 @@ class Harness:
         self.next_id = 0
         self.hold_writes = False
         self.held: list[Write] = []
-        self.log: list[tuple[bytes, bytes | None]] = []
+        self.log: list[LogEntry] = []
 
     def reply(self, version: int) -> Reply:
         self.next_id += 1
@@ -86,16 +117,41 @@ class Harness:
                 if self.hold_writes:
                     self.held.append(w)
                 else:
-                    self.log.extend(w.records)
-                    self.shard.complete_write(w.token, ErrorCode.NONE)
+                    base = len(self.log)
+                    self.log.extend(write_entries(w))
+                    self.shard.complete_write(w.token, ErrorCode.NONE, base)
 
     def release(self, code: ErrorCode = ErrorCode.NONE) -> None:
         held, self.held = self.held, []
         for w in held:
+            base = len(self.log)
             if code == ErrorCode.NONE:
-                self.log.extend(w.records)
-            self.shard.complete_write(w.token, code)
+                self.log.extend(write_entries(w))
+            self.shard.complete_write(w.token, code, base)
         self.flush()
+
+    def marker(self, producer_id: int, commit: bool) -> None:
+        """A transaction marker appended to the partition (WriteTxnMarkers)."""
+        self.log.append(TxnMarker(producer_id, commit))
+        self.shard.apply_marker(producer_id, commit)
+        self.flush()
+
+    def txn_commit(
+        self,
+        producer_id: int,
+        offsets: dict[tuple[str, int], int],
+        *,
+        version: int = 4,
+        group: str = "g",
+        member: str = "",
+        generation: int = -1,
+        instance: str | None = None,
+        metadata: str = "",
+    ) -> int:
+        req = txn_commit_req(
+            producer_id, offsets, group, member, generation, instance, metadata=metadata
+        )
+        return self.run(lambda r: self.shard.txn_offset_commit(r, req, self.now), version)
 
     def run(self, op: Any, version: int) -> int:
         r = self.reply(version)
@@ -164,10 +220,7 @@ class Harness:
 
     def replay_into_new_shard(self) -> GroupShard:
         fresh = GroupShard(0, self.shard.config, random.Random(1))
-        for key, value in self.log:
-            parsed = parse_record(key, value)
-            assert parsed is not None
-            fresh.replay(parsed)
+        replay_into(fresh, self.log)
         fresh.finish_load(self.now)
         return fresh
 
@@ -231,6 +284,37 @@ def commit_req(
     )
 
 
+def txn_commit_req(
+    producer_id: int,
+    offsets: dict[tuple[str, int], int],
+    group: str = "g",
+    member: str = "",
+    generation: int = -1,
+    instance: str | None = None,
+    *,
+    epoch: int = 0,
+    metadata: str = "",
+) -> TxnOffsetCommitRequest:
+    R = TxnOffsetCommitRequest
+    topics: dict[str, list[Any]] = {}
+    for (t, p), off in sorted(offsets.items()):
+        topics.setdefault(t, []).append(
+            R.TxnOffsetCommitRequestPartition(
+                partition_index=p, committed_offset=off, committed_metadata=metadata
+            )
+        )
+    return R(
+        transactional_id=f"tx-{producer_id}",
+        group_id=group,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        generation_id=generation,
+        member_id=member,
+        group_instance_id=instance,
+        topics=[R.TxnOffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in topics.items()],
+    )
+
+
 def offset_delete_req(group: str, keys: list[tuple[str, int]]) -> OffsetDeleteRequest:
     topics: dict[str, list[Any]] = {}
     for t, p in keys:
@@ -246,21 +330,33 @@ def offset_delete_req(group: str, keys: list[tuple[str, int]]) -> OffsetDeleteRe
     )
 
 
-def replay_into(shard: GroupShard, records: Iterable[tuple[bytes, bytes | None]]) -> None:
-    """Apply records in log order, as a coordinator's load does."""
-    for key, value in records:
+def replay_into(shard: GroupShard, records: Iterable[LogEntry], start: int = 0) -> None:
+    """Apply log entries in log order, as a coordinator's load does (``start``: the
+    offset of the first)."""
+    for offset, entry in enumerate(records, start):
+        if isinstance(entry, TxnMarker):
+            shard.replay_marker(entry.producer_id, entry.commit)
+            continue
+        pid = -1
+        if isinstance(entry, TxnRecord):
+            key, value, pid = entry.key, entry.value, entry.producer_id
+        else:
+            key, value = entry
         parsed = parse_record(key, value)
         if parsed is not None:
-            shard.replay(parsed)
+            shard.replay(parsed, pid, offset)
             continue
         rec = parse_consumer_record(key, value)
         assert rec is not None, f"unknown record key {key!r}"
         shard.replay_consumer(rec)
 
 
-def replay_log(
-    records: Iterable[tuple[bytes, bytes | None]], config: GroupConfig, now_ms: int
-) -> GroupShard:
+def pending_state(shard: GroupShard) -> dict[int, dict[tuple[str, str, int], Any]]:
+    """The pending transactional offsets (what a reload must reproduce too)."""
+    return {pid: dict(offsets) for pid, offsets in shard.pending_txn.items() if offsets}
+
+
+def replay_log(records: Iterable[LogEntry], config: GroupConfig, now_ms: int) -> GroupShard:
     """A coordinator that loads ``records`` (a fail-over)."""
     fresh = GroupShard(0, config, random.Random(1))
     replay_into(fresh, records)

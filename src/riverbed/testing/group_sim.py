@@ -8,8 +8,12 @@ COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: never appended), lets it commit *in 
 REQUEST_TIMED_OUT, then the groups are reloaded, as the shell does), delays it and
 completes writes out of order, and moves the coordinator (a new shard replays the log;
 each write in flight was appended or not) in the middle of them. Heartbeat responses
-are lost now and then; consumers revoke late, crash, leave and rejoin. One
-``random.Random(seed)`` drives it all.
+are lost now and then; consumers revoke late, crash, leave and rejoin. Consumers also
+commit inside transactions (TxnOffsetCommit v0-4 with their member id and epoch, a
+producer id each): the transaction ends with the producer's COMMIT or ABORT marker in the
+log, sent once its answers are in, or (as the transaction coordinator's timeout abort)
+while its writes are still in flight; the coordinator also moves between a commit and its
+marker. One ``random.Random(seed)`` drives it all.
 
 Invariants after every step (`check`), the guarantees Kafka's coordinator gives:
 
@@ -20,7 +24,11 @@ Invariants after every step (`check`), the guarantees Kafka's coordinator gives:
 - no partition is consumed by two live consumers, and what a consumer uses is what the
   committed records give its member (it was never told an assignment no record holds);
 - a committed offset never goes backwards, unless an admin commit to an empty group set
-  it (or it was deleted or expired).
+  it (or it was deleted or expired);
+- a committed offset never comes from an aborted transaction (each transaction's commits
+  carry its own metadata), in memory or in a replay of the log;
+- the pending transactional offsets equal a replay of the log (what a reload gives), and
+  OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT exactly for them.
 
 Replay one seed or soak many (``make soak`` runs this too)::
 
@@ -47,12 +55,17 @@ from riverbed.coordinator.group import Reply
 from riverbed.coordinator.shard import GroupConfig, GroupShard, Write
 from riverbed.protocol.errors import ErrorCode
 from riverbed.testing.group_harness import (
+    LogEntry,
+    TxnMarker,
     commit_req,
     group_state,
     heartbeat_req,
     offset_delete_req,
+    pending_state,
     replay_into,
     replay_log,
+    txn_commit_req,
+    write_entries,
 )
 
 E = ErrorCode
@@ -91,6 +104,8 @@ RETRIABLE = (
 Tp = tuple[str, int]
 #: The metadata of the admin commits (offset resets of an empty group).
 ADMIN = "admin reset"
+#: Producer ids of the consumers' transactions: this plus the consumer's number.
+PRODUCER_ID_BASE = 5000
 
 
 class SimulationFailure(AssertionError):
@@ -131,6 +146,9 @@ class Client:
     instance: str | None = None
     #: fenced by the coordinator (its member is gone) and does not know it yet
     zombie: bool = False
+    #: its transactional producer's id, and TxnOffsetCommits not answered yet
+    producer_id: int = -1
+    txn_outstanding: int = 0
 
 
 def _tps(assignment: Any) -> set[Tp]:
@@ -151,7 +169,7 @@ class GroupSim:
         self.params = params
         self.rng = random.Random(params.seed)
         self.now = 1_000_000
-        self.log: list[Record] = []
+        self.log: list[LogEntry] = []
         #: the committed records replayed as they commit: what a reload would give
         self.mirror = GroupShard(0, CONFIG, random.Random(0))
         self.shard = replay_log([], CONFIG, self.now)
@@ -164,6 +182,15 @@ class GroupSim:
         self.topics = StaticTopics(dict(TOPICS))
         self._next_reply = 0
         self._names = 0
+        #: producer id -> the number of its current transaction (its commits' metadata)
+        self.txn_number: dict[int, int] = {}
+        #: metadata of the transactions that ended with ABORT
+        self.aborted: set[str] = set()
+        #: producers that sent a TxnOffsetCommit in their current transaction
+        self.txn_open: set[int] = set()
+        #: token -> first offset of a write appended while it was still in flight (a
+        #: marker followed it): it commits or is in doubt, never refused
+        self.appended: dict[int, int] = {}
 
     def note(self, line: str) -> None:
         self.trace.append(f"t={self.now} {line}")
@@ -196,27 +223,34 @@ class GroupSim:
                     raise InvariantError(f"reply {reply.id} answered twice or unknown")
                 handle(response)
 
-    def append(self, records: list[Record]) -> None:
-        self.log.extend(records)
-        replay_into(self.mirror, records)
+    def append(self, entries: list[LogEntry]) -> int:
+        """Append to the model log (and its replay); returns the first entry's offset."""
+        base = len(self.log)
+        self.log.extend(entries)
+        replay_into(self.mirror, entries, base)
+        return base
 
     # ------------------------------------------------------------------ writes
     def resolve_write(self) -> None:
         """Complete one write in flight (any of them: out of order)."""
         write = self.pending.pop(self.rng.randrange(len(self.pending)))
         roll = self.rng.random()
+        appended = self.appended.pop(write.token, None)
+        if appended is not None and 0.7 <= roll < 0.93:
+            roll = 0.0  # appended before a marker: it commits (or is in doubt)
         if roll < 0.7:
-            self.append(write.records)
+            base = self.append(write_entries(write)) if appended is None else appended
             self.stats["write committed"] += 1
             self.note(f"write {write.token} committed ({len(write.records)} records)")
-            self.shard.complete_write(write.token, E.NONE)
+            self.shard.complete_write(write.token, E.NONE, base)
         elif roll < 0.93:
             code = self.rng.choice(REFUSED)
             self.stats[f"write failed {code.name}"] += 1
             self.note(f"write {write.token} failed {code.name}")
             self.shard.complete_write(write.token, code)
         else:
-            self.append(write.records)
+            if appended is None:
+                self.append(write_entries(write))
             self.stats["write in doubt"] += 1
             self.note(f"write {write.token} in doubt: answered REQUEST_TIMED_OUT, reloading")
             self.shard.complete_write(write.token, E.REQUEST_TIMED_OUT)
@@ -228,15 +262,19 @@ class GroupSim:
     def move_coordinator(self, why: str) -> None:
         """A new coordinator loads the log; each write in flight made it or not."""
         for write in self.pending:
-            if self.rng.random() < 0.5:
-                self.append(write.records)
+            if write.token in self.appended:
+                self.stats["fail-over write kept (before a marker)"] += 1
+            elif self.rng.random() < 0.5:
+                self.append(write_entries(write))
                 self.stats["fail-over write kept"] += 1
             else:
                 self.stats["fail-over write lost"] += 1
         self.pending.clear()
+        self.appended.clear()
         self.handlers.clear()  # the old coordinator's answers never arrive
         for c in self.clients.values():
             c.heartbeat_in_flight = False
+            c.txn_outstanding = 0
         self.shard = replay_log(self.log, CONFIG, self.now)
         self.stats[f"coordinator moved ({why})"] += 1
         self.note(f"coordinator moved ({why}), {len(self.log)} records")
@@ -250,6 +288,7 @@ class GroupSim:
         member = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
         topics = ["t"] if self.rng.random() < 0.7 else ["t", "u"]
         c = Client(f"c{self._names}", group, member, topics)
+        c.producer_id = PRODUCER_ID_BASE + self._names
         if self.rng.random() < 0.3:
             c.instance = f"i{self._names}"
         self.clients[c.name] = c
@@ -379,6 +418,62 @@ class GroupSim:
 
         self.send(lambda r: shard.offset_commit(r, req, now), handle, 9)
 
+    # ------------------------------------------------------------------ transactions
+    def txn_tag(self, pid: int) -> str:
+        return f"txn {pid}.{self.txn_number.setdefault(pid, 0)}"
+
+    def txn_commit(self, c: Client) -> None:
+        """A consume-transform-produce step: the positions go in the transaction."""
+        if c.epoch <= 0 or not c.owned:
+            return
+        pid = c.producer_id
+        offsets = {tp: c.positions[tp] for tp in c.owned}
+        version = self.rng.choice([0, 3, 3, 4, 4, 4])
+        tag = self.txn_tag(pid)
+        req = txn_commit_req(pid, offsets, c.group, c.member, c.epoch, c.instance, metadata=tag)
+        self.note(f"{c.name} txn-commits {sorted(offsets.items())} ({tag}, v{version})")
+        shard, now = self.shard, self.now
+        c.txn_outstanding += 1
+        self.txn_open.add(pid)
+
+        def handle(resp: Any) -> None:
+            c.txn_outstanding -= 1
+            for t in resp.topics:
+                for p in t.partitions:
+                    self.stats[f"txn commit v{min(version, 3)}+ {E(p.error_code).name}"] += 1
+
+        self.send(lambda r: shard.txn_offset_commit(r, req, now), handle, version)
+
+    def end_txn(self, c: Client, timed_out: bool = False, commit_rate: float = 0.6) -> None:
+        """The producer's marker: once its commits are answered, or (the transaction
+        coordinator aborting a timed-out transaction) while their writes are in flight:
+        those were appended before the marker."""
+        pid = c.producer_id
+        if pid not in self.txn_open:
+            return  # nothing to end (the transaction coordinator sends no marker)
+        in_flight = [w for w in self.pending if w.producer_id == pid]
+        if c.txn_outstanding and not (timed_out and c.txn_outstanding == len(in_flight)):
+            return  # a request still queued would land after the marker: wait for it
+        for w in in_flight:
+            if w.token not in self.appended:
+                self.appended[w.token] = self.append(write_entries(w))
+                self.stats["txn write appended before its marker"] += 1
+        commit = not timed_out and self.rng.random() < commit_rate
+        self.txn_open.discard(pid)
+        tag = self.txn_tag(pid)
+        if not commit:
+            self.aborted.add(tag)
+        self.txn_number[pid] += 1
+        self.append([TxnMarker(pid, commit)])
+        self.note(f"marker {'COMMIT' if commit else 'ABORT'} of {tag}")
+        self.stats[f"marker {'commit' if commit else 'abort'}"] += 1
+        self.shard.apply_marker(pid, commit)
+        self.pump()
+        for gid in GROUPS:
+            holder: Any = self.mirror.consumer_groups.get(gid) or self.mirror.groups.get(gid)
+            made = sum(om.metadata == tag for om in (holder.offsets if holder else {}).values())
+            self.stats["txn offsets committed by a marker"] += made
+
     # ------------------------------------------------------------------ admin
     def admin(self) -> None:
         group = self.rng.choice(GROUPS)
@@ -419,8 +514,16 @@ class GroupSim:
         roll = self.rng.random()
         if roll < 0.07:
             self.new_client()
-        elif roll < 0.42 and live:
+        elif roll < 0.37 and live:
             self.heartbeat(self.rng.choice(live))
+        elif roll < 0.40 and live:
+            c = self.rng.choice(live)
+            self.txn_commit(c)
+            if self.rng.random() < 0.15:  # aborted by its timeout while being written
+                self.end_txn(c, timed_out=True)
+        elif roll < 0.42 and live:
+            open_txns = [c for c in live if c.producer_id in self.txn_open] or live
+            self.end_txn(self.rng.choice(open_txns), timed_out=self.rng.random() < 0.3)
         elif roll < 0.52 and live:
             self.revoke(self.rng.choice(live))
         elif roll < 0.62 and live:
@@ -465,6 +568,7 @@ class GroupSim:
         now and then: in the end nothing of them is left, in memory or in the records."""
         for c in list(self.clients.values()):
             del self.clients[c.name]
+            self.end_txn(c, timed_out=True)
             self.revoke(c)
             c.heartbeat_in_flight = False
             self.heartbeat(c, leave=True)
@@ -483,19 +587,25 @@ class GroupSim:
             left = [g for g in GROUPS if g in view.consumer_groups or g in view.groups]
             if left:
                 raise InvariantError(f"groups {left} survived their deletion")
+            if view.pending_count():
+                raise InvariantError(f"pending offsets survived: {pending_state(view)}")
 
     def calm(self) -> None:
         """Writes commit again and everyone keeps up: the groups settle."""
         for _ in range(CALM_ROUNDS):
             while self.pending:
                 write = self.pending.pop(0)
-                self.append(write.records)
-                self.shard.complete_write(write.token, E.NONE)
+                base = self.appended.pop(write.token, None)
+                if base is None:
+                    base = self.append(write_entries(write))
+                self.shard.complete_write(write.token, E.NONE, base)
                 self.pump()
             self.check()
             for c in list(self.clients.values()):
                 self.revoke(c)
                 self.heartbeat(c)
+                if c.producer_id in self.txn_open:
+                    self.end_txn(c, commit_rate=0.8)
             self.check()
             self.now += CALM_STEP_MS
             self.shard.tick(self.now)
@@ -535,6 +645,7 @@ class GroupSim:
         self.check_memory_is_the_records()
         self.check_consumers()
         self.check_offsets()
+        self.check_transactions()
 
     def check_memory_is_the_records(self) -> None:
         memory, records = group_state(self.shard), group_state(self.mirror)
@@ -593,6 +704,48 @@ class GroupSim:
         for key in list(self.floors):
             if key not in seen:
                 del self.floors[key]  # deleted or expired: a new commit may start lower
+
+    def check_transactions(self) -> None:
+        """No committed offset of an aborted transaction; pending offsets are what the
+        log says, and exactly they are unstable to OffsetFetch(require_stable)."""
+        for view in (self.shard, self.mirror):
+            for gid in GROUPS:
+                holder: Any = view.consumer_groups.get(gid) or view.groups.get(gid)
+                for tp, om in (holder.offsets if holder is not None else {}).items():
+                    if om.metadata in self.aborted:
+                        raise InvariantError(
+                            f"{gid} {tp} committed {om.offset} of an aborted transaction "
+                            f"({om.metadata})"
+                        )
+
+        def settled(state: dict[int, dict[tuple[str, str, int], Any]]) -> dict[Any, Any]:
+            return {
+                (pid, key): om
+                for pid, offsets in state.items()
+                for key, om in offsets.items()
+                if not self.shard.busy(key[0])
+            }
+
+        memory, records = settled(pending_state(self.shard)), settled(pending_state(self.mirror))
+        if memory != records:
+            raise InvariantError(
+                f"pending offsets differ from the log\n  memory:  {memory}\n  records: {records}"
+            )
+        self.stats["pending offsets seen"] += len(records)
+        for gid in GROUPS:
+            if self.shard.busy(gid):
+                continue
+            parts = list(range(TOPICS["t"][1]))
+            got = self.shard.offset_fetch(gid, [("t", parts)], require_stable=True)
+            unstable = {
+                ("t", p.partition_index)
+                for t in got.topics
+                for p in t.partitions
+                if p.error_code == E.UNSTABLE_OFFSET_COMMIT
+            }
+            wanted = {(k[1], k[2]) for _pid, k in records if k[0] == gid and k[1] == "t"}
+            if unstable != wanted:
+                raise InvariantError(f"{gid}: unstable {sorted(unstable)}, pending {wanted}")
 
     def describe(self) -> str:
         lines = []

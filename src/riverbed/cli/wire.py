@@ -28,7 +28,10 @@ class WireError(RuntimeError):
 
 
 class WireClient:
-    def __init__(self, bootstrap: str, timeout_s: float = 30.0) -> None:
+    """One connection to the first address of ``bootstrap``; requests one at a time."""
+
+    def __init__(self, bootstrap: str, timeout_s: float = 30.0, client_id: str = CLIENT_ID) -> None:
+        self.client_id = client_id
         host, port = _first_address(bootstrap)
         try:
             self.sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
@@ -55,7 +58,7 @@ class WireClient:
 
     def _send(self, api_key: int, version: int, body: Message) -> Message:
         self._correlation += 1
-        header = RequestHeader(int(api_key), version, self._correlation, CLIENT_ID)
+        header = RequestHeader(int(api_key), version, self._correlation, self.client_id)
         try:
             self.sock.sendall(encode_request(header, body))
             (size,) = struct.unpack(">i", self._read(4))
@@ -69,13 +72,16 @@ class WireClient:
             raise WireError(f"bad response: {exc}") from None
 
     def _read(self, n: int) -> bytes:
-        chunks = bytearray()
-        while len(chunks) < n:
-            chunk = self.sock.recv(n - len(chunks))
-            if not chunk:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            k = self.sock.recv_into(view[got:])
+            if not k:
                 raise WireError("the broker closed the connection")
-            chunks += chunk
-        return bytes(chunks)
+            got += k
+        view.release()
+        return bytes(buf)
 
     def close(self) -> None:
         self.sock.close()

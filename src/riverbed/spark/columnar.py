@@ -36,6 +36,7 @@ naming the partition and the offset.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import struct
@@ -129,6 +130,11 @@ def _is_abort_marker(batch: memoryview) -> bool:
     return False
 
 
+@functools.cache
+def _schema(include_headers: bool) -> pa.Schema:
+    return arrow_schema(include_headers)
+
+
 class _Partition:
     """Decoding context of one topic-partition: names, schema, the columns it repeats."""
 
@@ -137,7 +143,7 @@ class _Partition:
         self.partition = partition
         self.name = f"{topic}-{partition}"
         self.include_headers = include_headers
-        self.schema = arrow_schema(include_headers)
+        self.schema = _schema(include_headers)
 
     def corrupt(self, offset: int, detail: str) -> CorruptRecordError:
         return CorruptRecordError(

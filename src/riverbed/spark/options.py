@@ -10,8 +10,18 @@ read   ``kafka.<client setting>`` (passed to librdkafka; ``kafka.bootstrap.serve
        one of ``endingOffsets`` / ``endingTimestamp`` / ``endingOffsetsByTimestamp`` (batch
        only), ``startingOffsetsByTimestampStrategy`` (error | latest), ``failOnDataLoss``,
        ``maxOffsetsPerTrigger`` (streaming only), ``minPartitions``,
-       ``maxRecordsPerPartition``, ``includeHeaders``, ``kafkaConsumer.pollTimeoutMs``.
+       ``maxRecordsPerPartition``, ``includeHeaders``, ``kafkaConsumer.pollTimeoutMs``,
+       ``reader`` (riverbed's own: ``fetch``, the default, or ``consumer``, see below).
 write  ``kafka.<client setting>``, ``topic`` (overrides the ``topic`` column).
+
+Executors read with riverbed's own Fetch requests (``reader=fetch``), which take these
+``kafka.*`` settings with Kafka's meanings and defaults: ``bootstrap.servers``, ``client.id``,
+``fetch.max.bytes``, ``max.partition.fetch.bytes``, ``fetch.max.wait.ms`` (librdkafka's
+``fetch.wait.max.ms`` too), ``fetch.min.bytes``, ``request.timeout.ms`` (or
+``socket.timeout.ms``) and ``isolation.level`` (default ``read_committed``, as librdkafka's);
+other settings only reach the driver's look-ups (librdkafka). The reader speaks PLAINTEXT
+only: TLS/SASL settings are refused with a pointer to ``reader=consumer``, the
+confluent-kafka consumer path, which passes every ``kafka.*`` setting to librdkafka.
 
 Offsets JSON is Spark's: ``{"topic": {"0": 42, "1": -2}}`` with -2 = earliest and
 -1 = latest; timestamps JSON has the same shape with epoch milliseconds. Spark lets
@@ -60,6 +70,7 @@ _READ_OPTIONS = {
     "maxrecordsperpartition",
     "includeheaders",
     "kafkaconsumer.polltimeoutms",
+    "reader",
 }
 _WRITE_OPTIONS = {"topic"}
 # Options Spark itself adds or that belong to the stream, not the source.
@@ -71,6 +82,7 @@ _NOT_YET_SUPPORTED = {
 }
 
 DEFAULT_POLL_TIMEOUT_MS = 120_000
+READERS = ("fetch", "consumer")
 
 
 class RiverbedOptionError(ValueError):
@@ -105,6 +117,7 @@ class ReadOptions:
     max_records_per_partition: int | None
     include_headers: bool
     poll_timeout_ms: int
+    reader: str = "fetch"
 
     def strategy_description(self) -> str:
         if self.subscribe is not None:
@@ -112,6 +125,63 @@ class ReadOptions:
         if self.subscribe_pattern is not None:
             return f"subscribePattern={self.subscribe_pattern}"
         return f"assign={self.assign}"
+
+
+@dataclass(frozen=True)
+class FetchSettings:
+    """The ``kafka.*`` settings of riverbed's own reader (Kafka's consumer defaults)."""
+
+    bootstrap_servers: str
+    client_id: str = "riverbed-spark"
+    fetch_bytes_max: int = 52_428_800  # fetch.max.bytes
+    partition_fetch_bytes_max: int = 1_048_576  # max.partition.fetch.bytes
+    fetch_wait_max_ms: int = 500  # fetch.max.wait.ms
+    fetch_min_bytes: int = 1
+    request_timeout_ms: int = 30_000
+    read_committed: bool = True
+
+
+_FETCH_INT_SETTINGS = {
+    "fetch.max.bytes": "fetch_bytes_max",
+    "max.partition.fetch.bytes": "partition_fetch_bytes_max",
+    "fetch.max.wait.ms": "fetch_wait_max_ms",
+    "fetch.wait.max.ms": "fetch_wait_max_ms",
+    "fetch.min.bytes": "fetch_min_bytes",
+    "request.timeout.ms": "request_timeout_ms",
+    "socket.timeout.ms": "request_timeout_ms",
+}
+
+
+def fetch_settings(client_config: Mapping[str, str]) -> FetchSettings:
+    """The reader's settings from ``kafka.*`` (without the prefix); RiverbedOptionError for
+    bad values and for security settings it cannot honour."""
+    secure = sorted(
+        k
+        for k, v in client_config.items()
+        if k.startswith(("ssl.", "sasl."))
+        or (k == "security.protocol" and v.strip().lower() != "plaintext")
+    )
+    if secure:
+        raise RiverbedOptionError(
+            f"riverbed's reader speaks PLAINTEXT only; {', '.join('kafka.' + k for k in secure)} "
+            "need the option reader=consumer (librdkafka)"
+        )
+    values: dict[str, object] = {}
+    for key, name in _FETCH_INT_SETTINGS.items():
+        if key in client_config:
+            values[name] = _parse_positive_int(f"kafka.{key}", client_config[key])
+    if "client.id" in client_config:
+        values["client_id"] = client_config["client.id"]
+    level = client_config.get("isolation.level", "read_committed").strip().lower()
+    if level not in ("read_committed", "read_uncommitted"):
+        raise RiverbedOptionError(
+            f"option 'kafka.isolation.level' must be read_committed or read_uncommitted, got {level!r}"
+        )
+    return FetchSettings(
+        bootstrap_servers=client_config["bootstrap.servers"],
+        read_committed=level == "read_committed",
+        **values,  # type: ignore[arg-type]
+    )
 
 
 @dataclass(frozen=True)
@@ -366,6 +436,11 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         if "maxrecordsperpartition" in opts
         else None
     )
+    reader = opts.get("reader", "fetch").strip().lower()
+    if reader not in READERS:
+        raise RiverbedOptionError(f"option 'reader' must be fetch or consumer, got {reader!r}")
+    if reader == "fetch":
+        fetch_settings(client)  # fail on the driver, not in every task
     return ReadOptions(
         client_config=client,
         subscribe=subscribe,
@@ -383,6 +458,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
             "kafkaConsumer.pollTimeoutMs",
             opts.get("kafkaconsumer.polltimeoutms", str(DEFAULT_POLL_TIMEOUT_MS)),
         ),
+        reader=reader,
     )
 
 

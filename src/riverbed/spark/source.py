@@ -3,7 +3,8 @@
 Planning runs on the driver (partition discovery and ListOffsets through
 :class:`riverbed.spark.client.OffsetClient`); each Spark partition is one
 :class:`RangePartition` (``[from, until)`` of one Kafka partition) read on an executor by
-:func:`riverbed.spark.fetch.read_range`, which yields Arrow record batches.
+:func:`riverbed.spark.fetch.read_range`, which yields Arrow record batches (riverbed's own
+Fetch requests and columnar decoder by default, see the option ``reader``).
 
 Streaming offsets are Spark's Kafka JSON (see :mod:`riverbed.spark.offsets`); the stream
 reader implements admission control (``latestOffset(start, limit)`` with ``ReadMaxRows``
@@ -85,6 +86,7 @@ def _read(options: ReadOptions, partition: InputPartition) -> Iterator[pa.Record
         include_headers=options.include_headers,
         fail_on_data_loss=options.fail_on_data_loss,
         poll_timeout_ms=options.poll_timeout_ms,
+        reader=options.reader,
     )
 
 

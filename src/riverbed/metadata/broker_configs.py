@@ -208,6 +208,7 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     _d("transactional.id.expiration.ms", _I, "604800000", at_least(1)),
     _d("transaction.max.timeout.ms", _I, "900000", at_least(1)),
     _d("transaction.state.log.load.buffer.size", _I, "5242880", at_least(1)),
+    _d("transaction.partition.verification.enable", _B, "true"),
     _d("transaction.abort.timed.out.transaction.cleanup.interval.ms", _I, "10000",
        at_least(1)),
     _d("transaction.remove.expired.transaction.cleanup.interval.ms", _I, "3600000",

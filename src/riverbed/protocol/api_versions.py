@@ -163,6 +163,8 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
     ApiKey.END_TXN: (0, 5),
+    # coordinator -> partition leaders (v1 flexible, what Kafka 4.x's coordinators send)
+    ApiKey.WRITE_TXN_MARKERS: (0, 1),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     # Kafka 4.1 has v2 (KIP-1152, a transactional id pattern); the message specs riverbed
     # is generated from stop at v1, so v1 is the most riverbed can decode.

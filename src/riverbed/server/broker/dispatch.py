@@ -36,6 +36,7 @@ from riverbed.server.broker import (
     produce,
     producers,
     transactions,
+    txn_markers,
 )
 from riverbed.server.broker.error_response import error_code_of, error_response
 from riverbed.server.broker.partitions import PartitionManager
@@ -106,6 +107,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: admin.handle_list_partition_reassignments,
     ApiKey.DESCRIBE_QUORUM: forwarded.handle_describe_quorum,
     ApiKey.UNREGISTER_BROKER: forwarded.handle_unregister_broker,
+    ApiKey.WRITE_TXN_MARKERS: txn_markers.handle_write_txn_markers,
 }
 
 #: What a broker listener serves and advertises.
@@ -157,6 +159,9 @@ class Broker:
             fault_handler,
         )
         self.transactions.start()
+        #: told of every marker appended to __consumer_offsets (the group coordinator's
+        #: transactional offsets; None until it implements on_txn_marker)
+        self.txn_marker_listener: txn_markers.TxnMarkerListener | None = None
         # the remote log manager (riverbed.server.remote_log) when tiering is enabled
         self.remote_log: RemoteLogManager | None = None
         # Serving starts now: new partition logs are created off the event loop.

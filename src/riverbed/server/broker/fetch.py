@@ -2,8 +2,11 @@
 
 For every requested partition (all of them are answered: kafka-python rejects a full
 response that lacks one) the handler reads from the fetch offset up to the high
-watermark (= LastStableOffset without transactions, for both isolation levels; a
-read_committed fetch gets an empty aborted-transactions list, read_uncommitted null):
+watermark, or for ``isolation_level=READ_COMMITTED`` up to the last stable offset (the
+first offset of the earliest open transaction, never above the high watermark), and then
+answers the aborted transactions overlapping the fetched range from the segments'
+``.txnindex`` (read_uncommitted: null; Kafka's ``FetchIsolation.TXN_COMMITTED``). Every
+answer carries ``last_stable_offset``:
 
 - unknown partition -> UNKNOWN_TOPIC_OR_PARTITION; a ``current_leader_epoch`` newer than
   ours -> UNKNOWN_LEADER_EPOCH, older -> FENCED_LEADER_EPOCH; a partition this node does
@@ -44,12 +47,18 @@ from riverbed.metadata.records import ZERO_UUID
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import FetchRequest, FetchResponse
 from riverbed.replication.actions import FetchAnswer, FetchPosition
-from riverbed.server.broker.partitions import DEBUGGING_REPLICA_ID, HostedPartition, NotServed
+from riverbed.server.broker.partitions import (
+    DEBUGGING_REPLICA_ID,
+    HostedPartition,
+    NotServed,
+    last_stable_offset,
+)
 from riverbed.server.broker.remote_fetch import read_remote, remote_tier_serves
 from riverbed.server.network import FileRecords, RequestContext, SplicedResponse
 from riverbed.storage.errors import StorageError
 from riverbed.storage.log import PartitionLog
 from riverbed.storage.log_files import FileRange
+from riverbed.storage.txn_index import AbortedTxn
 
 if TYPE_CHECKING:
     from riverbed.server.broker.dispatch import Broker
@@ -81,6 +90,10 @@ class _PartitionRead:
     remote_max_bytes: int = 0  # > 0: the offset lives in the remote tier (tiered storage)
     fetch_offset: int = -1
     topic_id: uuid.UUID = ZERO_UUID  # Fetch v13+ names topics by id
+    last_stable_offset: int = -1  # -1: the high watermark (no log to ask)
+    #: read_committed: the aborted transactions overlapping the data read
+    aborted: list[AbortedTxn] | None = None
+    end_offset: int = -1  # the offset after the last batch read
 
 
 def _follower_read(
@@ -143,6 +156,27 @@ def _read_partition(
     budget: int,
     first: bool,
     replica: tuple[int, int],
+    read_committed: bool = False,
+) -> _PartitionRead:
+    """One partition's read, its last stable offset and (read_committed) aborted
+    transactions."""
+    read = _read_partition_data(broker, topic, p, budget, first, replica, read_committed)
+    hosted = broker.partitions.get(topic, p.partition)
+    if hosted is not None and read.high_watermark >= 0:
+        read.last_stable_offset = min(last_stable_offset(hosted.log), read.high_watermark)
+        if read_committed and read.ranges:
+            read.aborted = hosted.log.aborted_transactions(p.fetch_offset, read.end_offset)
+    return read
+
+
+def _read_partition_data(
+    broker: Broker,
+    topic: str,
+    p: FetchPartition,
+    budget: int,
+    first: bool,
+    replica: tuple[int, int],
+    read_committed: bool,
 ) -> _PartitionRead:
     replica_id = replica[0]
     hosted = broker.partitions.leader_partition(
@@ -153,6 +187,8 @@ def _read_partition(
         return _PartitionRead(topic, p.partition, hosted.error, -1, -1, [], 0, leader)
     plog = hosted.log
     hw = upper = int(plog.high_watermark)
+    if read_committed:
+        upper = last_stable_offset(plog)
     start = plog.log_start_offset
     replicas = broker.partitions.replicas
     verdict = _follower_read(broker, hosted, p, replica)
@@ -195,7 +231,9 @@ def _read_partition(
         return _PartitionRead(topic, p.partition, 0, hw, start, [], 0)
     if verdict is not None and replicas is not None:
         replicas.leader_sent(hosted, replica_id, size)
-    return _PartitionRead(topic, p.partition, 0, hw, start, ranges, size)
+    read = _PartitionRead(topic, p.partition, 0, hw, start, ranges, size)
+    read.end_offset = result.next_offset
+    return read
 
 
 def _read_all(broker: Broker, req: FetchRequest) -> list[_PartitionRead]:
@@ -210,7 +248,8 @@ def _read_all(broker: Broker, req: FetchRequest) -> list[_PartitionRead]:
                 code = int(ErrorCode.UNKNOWN_TOPIC_ID)
                 r = _PartitionRead("", p.partition, code, -1, -1, [], 0)
             else:
-                r = _read_partition(broker, name, p, budget, first, replica)
+                committed = req.isolation_level == READ_COMMITTED
+                r = _read_partition(broker, name, p, budget, first, replica, committed)
             r.topic_id = topic.topic_id
             if r.size:
                 first = False
@@ -265,6 +304,13 @@ async def handle_fetch(
     return _build_response(reads, version, req.isolation_level == READ_COMMITTED)
 
 
+def _aborted(r: _PartitionRead) -> list[FetchResponse.AbortedTransaction]:
+    return [
+        FetchResponse.AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+        for a in r.aborted or ()
+    ]
+
+
 def _build_response(
     reads: list[_PartitionRead], version: int, read_committed: bool
 ) -> FetchResponse | SplicedResponse:
@@ -296,11 +342,13 @@ def _build_response(
             partition_index=r.index,
             error_code=int(r.error),
             high_watermark=r.high_watermark,
-            last_stable_offset=r.high_watermark,
+            last_stable_offset=r.last_stable_offset
+            if r.last_stable_offset >= 0
+            else r.high_watermark,
             log_start_offset=r.log_start_offset,
-            # Kafka: null for read_uncommitted, the (here: empty) list of aborted
-            # transactions in the range for read_committed.
-            aborted_transactions=[] if read_committed or version < 4 else None,
+            # Kafka: null for read_uncommitted, the list of aborted transactions in the
+            # range for read_committed.
+            aborted_transactions=_aborted(r) if read_committed or version < 4 else None,
             preferred_read_replica=-1,
             records=records,
         )

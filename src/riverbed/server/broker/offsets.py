@@ -2,7 +2,8 @@
 
 ListOffsets special timestamps (Kafka's): -2 earliest (log start offset: in the remote
 tier for a tiered log), -4 earliest local (the local log start offset), -1 latest (the
-high watermark; also the last stable offset, there being no transactions yet), -3 the
+high watermark; for ``isolation_level=READ_COMMITTED`` the last stable offset, and a
+timestamp's answer must then lie below it, as Kafka's ``fetchOffsetForTimestamp``), -3 the
 offset of the record with the largest timestamp (over the remote tier too); any other timestamp finds the first
 offset whose timestamp is >= it through the time index (the remote time index first for a
 tiered log, :mod:`riverbed.server.broker.remote_fetch`) (offset -1, timestamp -1 when
@@ -34,7 +35,11 @@ from riverbed.protocol.messages import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
 )
-from riverbed.server.broker.partitions import DEBUGGING_REPLICA_ID, NotServed
+from riverbed.server.broker.partitions import (
+    DEBUGGING_REPLICA_ID,
+    NotServed,
+    last_stable_offset,
+)
 from riverbed.server.broker.remote_fetch import max_timestamp_offset, offset_for_timestamp
 from riverbed.server.network import RequestContext
 from riverbed.storage.errors import StorageError
@@ -45,6 +50,8 @@ if TYPE_CHECKING:
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
+#: ListOffsetsRequest.isolation_level of a read_committed consumer (v2+).
+READ_COMMITTED = 1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 
@@ -55,6 +62,7 @@ async def _list_one(
     p: ListOffsetsRequest.ListOffsetsPartition,
     version: int,
     replica_id: int,
+    read_committed: bool = False,
 ) -> ListOffsetsResponse.ListOffsetsPartitionResponse:
     def answer(
         code: int, timestamp: int = -1, offset: int = -1, epoch: int = -1
@@ -76,12 +84,14 @@ async def _list_one(
     epoch = hosted.registration.leader_epoch
     plog = hosted.log
     ts = p.timestamp
+    # the last offset a consumer of this isolation level may read up to
+    fetchable = last_stable_offset(plog) if read_committed else plog.high_watermark
     if ts == EARLIEST_TIMESTAMP:  # a tiered log starts in the remote tier
         return answer(0, -1, plog.log_start_offset, epoch)
     if ts == EARLIEST_LOCAL_TIMESTAMP:
         return answer(0, -1, plog.local_log_start_offset, epoch)
     if ts == LATEST_TIMESTAMP:
-        return answer(0, -1, plog.high_watermark, epoch)
+        return answer(0, -1, fetchable, epoch)
     if ts == MAX_TIMESTAMP:
         try:
             found = await max_timestamp_offset(broker, topic, p.partition_index, plog)
@@ -96,7 +106,7 @@ async def _list_one(
             return answer(ErrorCode.KAFKA_STORAGE_ERROR)
     if found is None:
         return answer(0, -1, -1, -1)
-    if found.offset >= plog.high_watermark:
+    if found.offset >= fetchable:
         return answer(0, -1, -1, -1)
     return answer(0, found.timestamp, found.offset, found.leader_epoch)
 
@@ -107,7 +117,11 @@ async def handle_list_offsets(
     version = ctx.header.api_version
     topics = []
     for t in req.topics:
-        parts = [await _list_one(broker, t.name, p, version, req.replica_id) for p in t.partitions]
+        committed = req.isolation_level == READ_COMMITTED
+        parts = [
+            await _list_one(broker, t.name, p, version, req.replica_id, committed)
+            for p in t.partitions
+        ]
         topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=t.name, partitions=parts))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 

@@ -50,7 +50,7 @@ from riverbed.server.supervise import guarded, supervise
 from riverbed.storage.config import LogConfig
 from riverbed.storage.errors import StorageError
 from riverbed.storage.layout import METADATA_TOPIC
-from riverbed.storage.log import AppendInfo, PartitionLog
+from riverbed.storage.log import ORIGIN_CLIENT, AppendInfo, PartitionLog
 from riverbed.storage.log_manager import LogManager
 
 if TYPE_CHECKING:
@@ -122,6 +122,14 @@ def producer_state_of(plog: PartitionLog) -> ProducerStateManager | None:
     """The producer state attached to ``plog`` (`PartitionManager` attaches one to each)."""
     state = plog.producer_state
     return state if isinstance(state, ProducerStateManager) else None
+
+
+def last_stable_offset(plog: PartitionLog) -> int:
+    """The partition's LSO: the first offset of its earliest open transaction, never above
+    the high watermark (Kafka's ``UnifiedLog.lastStableOffset``); the HW without one."""
+    hw = int(plog.high_watermark)
+    state = plog.producer_state
+    return hw if state is None else state.last_stable_offset(hw)
 
 
 def _loop_running() -> bool:
@@ -421,9 +429,12 @@ class PartitionManager:
             return NotServed(ErrorCode.NOT_LEADER_OR_FOLLOWER, reg.leader, reg.leader_epoch)
         return hosted
 
-    def append(self, hosted: HostedPartition, batches: bytearray) -> AppendInfo:
-        """Append as leader (raises storage's typed errors); advances the HW, wakes fetches."""
-        info = hosted.log.append_as_leader(batches, hosted.registration.leader_epoch)
+    def append(
+        self, hosted: HostedPartition, batches: bytearray, *, origin: str = ORIGIN_CLIENT
+    ) -> AppendInfo:
+        """Append as leader (raises storage's typed errors); advances the HW, wakes fetches.
+        ``origin=ORIGIN_COORDINATOR``: control batches allowed (transaction markers)."""
+        info = hosted.log.append_as_leader(batches, hosted.registration.leader_epoch, origin=origin)
         if self.replicas is not None:
             self.replicas.on_local_append(hosted)
         else:

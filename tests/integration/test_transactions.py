@@ -22,6 +22,7 @@ from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
     AddPartitionsToTxnRequest,
+    ApiVersionsRequest,
     DescribeTransactionsRequest,
     EndTxnRequest,
     FindCoordinatorRequest,
@@ -338,3 +339,18 @@ def test_aiokafka_transactional_producer(node: BrokerProcess, client: Client) ->
     asyncio.run(asyncio.wait_for(run(), 60))
     got = states(client, "tid-aiokafka")
     assert got[:3] == [S.EMPTY, S.ONGOING, S.PREPARE_COMMIT], got
+
+
+def test_api_versions_show_the_transaction_version(client: Client) -> None:
+    """transaction.version is a feature level of the metadata log (new clusters: 2);
+    ApiVersions v3 shows it, capped at 1 while Produce stops below v12 (a Java producer
+    seeing 2 would leave the partition adds to Produce v12)."""
+    resp = client.call(ApiKey.API_VERSIONS, 3, ApiVersionsRequest())
+    assert resp.error_code == 0
+    supported = {f.name: (f.min_version, f.max_version) for f in resp.supported_features}
+    assert supported["transaction.version"] == (0, 2)
+    finalized = {f.name: f.max_version_level for f in resp.finalized_features}
+    produce_max = {k.api_key: k.max_version for k in resp.api_keys}[ApiKey.PRODUCE]
+    assert finalized["transaction.version"] == (2 if produce_max >= 12 else 1)
+    assert finalized["metadata.version"] > 0
+    assert resp.finalized_features_epoch >= 0

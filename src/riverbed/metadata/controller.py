@@ -72,6 +72,8 @@ from riverbed.metadata.records import (
     METADATA_TOPIC_ID,
     METADATA_VERSION_FEATURE,
     METADATA_VERSION_LEVEL,
+    TRANSACTION_VERSION_FEATURE,
+    TRANSACTION_VERSION_LEVEL,
     ZERO_UUID,
     ResourceType,
 )
@@ -274,7 +276,10 @@ class Controller(
     def bootstrap_records() -> list[Message]:
         """The records a new metadata log starts with."""
         return [
-            FeatureLevelRecord(name=METADATA_VERSION_FEATURE, feature_level=METADATA_VERSION_LEVEL)
+            FeatureLevelRecord(name=METADATA_VERSION_FEATURE, feature_level=METADATA_VERSION_LEVEL),
+            FeatureLevelRecord(
+                name=TRANSACTION_VERSION_FEATURE, feature_level=TRANSACTION_VERSION_LEVEL
+            ),
         ]
 
     def register_broker(

@@ -30,6 +30,11 @@ __all__ = [  # re-exported for callers of this module
 #: metadata.version riverbed bootstraps with (Kafka 3.9-IV0).
 METADATA_VERSION_FEATURE = "metadata.version"
 METADATA_VERSION_LEVEL = 21
+#: KIP-890's feature: its level is the transaction version (0: TransactionLogValue v0;
+#: 1: flexible records; 2: a new producer epoch per transaction). New clusters start at
+#: 2, as Kafka 4.x formats them.
+TRANSACTION_VERSION_FEATURE = "transaction.version"
+TRANSACTION_VERSION_LEVEL = 2
 
 #: The version riverbed writes for each record type (decoding accepts every version).
 RECORD_VERSIONS: dict[str, int] = {

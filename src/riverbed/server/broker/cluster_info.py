@@ -16,6 +16,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from riverbed.metadata.controller import topic_name_error
+from riverbed.metadata.records import (
+    METADATA_VERSION_FEATURE,
+    METADATA_VERSION_LEVEL,
+    TRANSACTION_VERSION_FEATURE,
+    TRANSACTION_VERSION_LEVEL,
+)
 from riverbed.protocol.api_versions import ApiKey, is_supported
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
@@ -53,7 +59,53 @@ def valid_topic_name(name: str | None) -> bool:
 async def handle_api_versions(
     broker: Broker, ctx: RequestContext, req: ApiVersionsRequest
 ) -> ApiVersionsResponse:
-    return api_versions_response(ctx, broker.api_versions)
+    response = api_versions_response(ctx, broker.api_versions)
+    if response.error_code == 0:
+        add_features(response, broker.metadata.image, broker.api_versions)
+    return response
+
+
+#: Feature levels this broker supports (ApiVersions v3+ ``SupportedFeatures``).
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
+    METADATA_VERSION_FEATURE: (1, METADATA_VERSION_LEVEL),
+    TRANSACTION_VERSION_FEATURE: (0, TRANSACTION_VERSION_LEVEL),
+}
+#: The first Produce version of TV2 (KIP-890 part 2: the leader adds the partition).
+PRODUCE_TV2_VERSION = 12
+
+
+def client_transaction_version(level: int, versions: Mapping[ApiKey, tuple[int, int]]) -> int:
+    """The transaction version clients are told is finalized. A Kafka 4.x Java producer
+    that sees transaction.version 2 stops sending AddPartitionsToTxn and relies on
+    Produce v12 adding the partition; while this broker serves Produce below v12 it is
+    told 1 (its transactions then add partitions themselves), whatever the level."""
+    if versions.get(ApiKey.PRODUCE, (0, 0))[1] < PRODUCE_TV2_VERSION:
+        return min(level, 1)
+    return level
+
+
+def add_features(
+    response: ApiVersionsResponse,
+    image: MetadataImage,
+    versions: Mapping[ApiKey, tuple[int, int]],
+) -> None:
+    """ApiVersions v3+: supported features, and the levels finalized in the metadata log
+    (``FeatureLevelRecord`` s; the epoch is the image's offset, as a KRaft broker's)."""
+    R = ApiVersionsResponse
+    response.supported_features = [
+        R.SupportedFeatureKey(name=name, min_version=lo, max_version=hi)
+        for name, (lo, hi) in sorted(SUPPORTED_FEATURES.items())
+    ]
+    finalized = dict(image.features)
+    if TRANSACTION_VERSION_FEATURE in finalized:
+        level = finalized[TRANSACTION_VERSION_FEATURE]
+        finalized[TRANSACTION_VERSION_FEATURE] = client_transaction_version(level, versions)
+    response.finalized_features_epoch = image.offset
+    response.finalized_features = [
+        R.FinalizedFeatureKey(name=name, max_version_level=level, min_version_level=level)
+        for name, level in sorted(finalized.items())
+        if level > 0
+    ]
 
 
 def api_versions_response(

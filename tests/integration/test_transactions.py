@@ -10,6 +10,7 @@ parsed with Kafka's formats).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -354,3 +355,33 @@ def test_api_versions_show_the_transaction_version(client: Client) -> None:
     assert finalized["transaction.version"] == (2 if produce_max >= 12 else 1)
     assert finalized["metadata.version"] > 0
     assert resp.finalized_features_epoch >= 0
+
+
+def test_cli_lists_and_describes_transactions(
+    node: BrokerProcess, client: Client, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from riverbed.cli.main import main
+
+    topic = "txn-cli"
+    create_topic(client, topic)
+    p = txn_producer(node, "tid-cli")
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, b"open")
+    p.flush(10)  # AddPartitionsToTxn done: the transaction is Ongoing
+    wait_for("Ongoing", lambda: describe(client, "tid-cli").transaction_state == "Ongoing")
+    capsys.readouterr()
+    assert main(["transactions", "describe", "-b", node.bootstrap,
+                 "--transactional-id", "tid-cli", "--json"]) == 0  # fmt: skip
+    d = json.loads(capsys.readouterr().out)
+    assert d["state"] == "Ongoing" and d["partitions"] == [f"{topic}-0"], d
+    assert d["coordinator"] == 1 and d["duration_ms"] >= 0
+    assert main(["transactions", "list", "-b", node.bootstrap, "--state", "Ongoing",
+                 "--json"]) == 0  # fmt: skip
+    listed = json.loads(capsys.readouterr().out)["transactions"]
+    assert {"transactional_id": "tid-cli", "coordinator": 1, "producer_id": d["producer_id"],
+            "state": "Ongoing"} in listed  # fmt: skip
+    assert all(r["state"] == "Ongoing" for r in listed)
+    p.abort_transaction(30)
+    assert main(["transactions", "describe", "-b", node.bootstrap,
+                 "--transactional-id", "never-used"]) != 0  # fmt: skip

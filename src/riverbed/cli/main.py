@@ -29,6 +29,7 @@ VERBS: tuple[str, ...] = (
     "pipeline",
     "quorum",
     "producers",
+    "transactions",
     "groups",
     "leaders",
     "partitions",

@@ -61,7 +61,13 @@ from riverbed.server.connection_quotas import ConnectionQuotas, raise_open_files
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.http_listener import HttpListener, HttpListenerError, parse_http_listeners
 from riverbed.server.metrics.registry import NodeMetrics
-from riverbed.server.network import CloseConnection, RequestContext, Response, SocketServer
+from riverbed.server.network import (
+    CloseConnection,
+    RequestContext,
+    RequestHandler,
+    Response,
+    SocketServer,
+)
 from riverbed.server.purgatory import Purgatory
 from riverbed.server.quorum import CONTROLLER_API_VERSIONS, QuorumMetadata, open_quorum_metadata
 from riverbed.server.remote_log import RemoteLogManager, RemoteLogSettings
@@ -199,8 +205,11 @@ class Node:
 
     def _socket_server(self) -> SocketServer:
         cfg = self.config
+        handler: RequestHandler = self._handle
+        if cfg.get("riverbed.metrics.enable"):
+            handler = self.metrics.traffic.instrument(handler)  # the request/topic counters
         server = SocketServer(
-            self.metrics.traffic.instrument(self._handle),
+            handler,
             socket_request_max_bytes=cfg.socket_request_max_bytes,
             connections_max_idle_ms=cfg.connections_max_idle_ms,
             inflight_requests_max=INFLIGHT_REQUESTS_PER_CONNECTION_MAX,

@@ -81,7 +81,7 @@ def record_count(records: bytes | bytearray | memoryview) -> int:
     while pos + _BATCH_HEADER_BYTES <= size:
         (length,) = _INT32.unpack_from(records, pos + _BATCH_LENGTH_AT)
         (n,) = _INT32.unpack_from(records, pos + _RECORDS_COUNT_AT)
-        if length <= 0 or n < 0:
+        if length <= 0 or n < 0 or pos + 12 + length > size:
             break
         count += n
         pos += 12 + length

@@ -1,0 +1,299 @@
+"""Metrics and health scraped from real nodes while confluent-kafka produces and consumes
+(issue 21).
+
+- one node: bytes and messages in match what was produced (and the log sizes and end
+  offsets the same scrape reports), bytes out cover what the consumer read, the request
+  metrics count the produce requests, a group's lag is the records produced after its
+  commit, and the whole exposition parses with prometheus-client's own parser;
+- bad HTTP input (unknown path, wrong method, oversized body) gets clear errors and the
+  node keeps serving Kafka clients;
+- three nodes: ``/health/ready`` is 503 (naming the failing check) while a node waits for
+  its quorum and 200 once it serves; a SIGSTOPped follower shows as under-replicated on
+  the leaders within ``replica.lag.time.max.ms`` (plus the AlterPartition round trip),
+  and the count is 0 again after SIGCONT, with ISR shrinks and expands counted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from prometheus_client.parser import text_string_to_metric_families
+
+from riverbed.testing.cluster import BrokerProcess
+from riverbed.testing.quorum_cluster import QuorumCluster
+
+from .test_replication import LAG_MAX_MS, OVERRIDES, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+#: Liveness bounds of the waits below (not timings under test).
+WAIT_S = 60.0
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(url: str) -> Samples:
+    """Every sample of ``url``/metrics, parsed by prometheus-client's own parser."""
+    text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples[(name, frozenset(labels.items()))]
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    """Sum of ``name``'s samples whose labels include ``labels``."""
+    want = set(labels.items())
+    return sum(v for (n, lbls), v in samples.items() if n == name and want <= lbls)
+
+
+def http_status(url: str, method: str = "GET", data: bytes | None = None) -> tuple[int, str]:
+    req = urllib.request.Request(url, data=data, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+@pytest.fixture(scope="module")
+def node() -> Any:
+    with BrokerProcess(overrides={"num.partitions": "3"}) as b:
+        yield b
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i, v in enumerate(values):
+        p.produce(topic, value=v, key=str(i).encode())
+    assert p.flush(30) == 0
+
+
+def consume(bootstrap: str, topic: str, group: str, count: int) -> int:
+    """Read ``count`` records of ``topic`` as ``group`` and commit; the records read."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    c.subscribe([topic])
+    got = 0
+    deadline = time.monotonic() + WAIT_S
+    try:
+        while got < count and time.monotonic() < deadline:
+            for msg in c.consume(500, timeout=1.0):
+                if msg.error() is None:
+                    got += 1
+        c.commit(asynchronous=False)
+    finally:
+        c.close()
+    return got
+
+
+def test_bytes_and_messages_in_match_what_was_produced(node: BrokerProcess) -> None:
+    topic = "metered"
+    values = [bytes([i % 251]) * (50 + i % 300) for i in range(2000)]
+    produce(node.bootstrap, topic, values)
+    assert consume(node.bootstrap, topic, "metered-readers", len(values)) == len(values)
+    m = scrape(node.http_url)
+    assert value(m, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == 2000
+    bytes_in = value(m, "kafka_server_brokertopicmetrics_bytesin_total", topic=topic)
+    # every byte appended is in the log (nothing was deleted), and every record counted
+    assert bytes_in == total(m, "kafka_log_log_size", topic=topic)
+    assert total(m, "kafka_log_log_logendoffset", topic=topic) == 2000
+    assert bytes_in > sum(map(len, values))  # batch and record headers on top of values
+    assert value(m, "kafka_server_brokertopicmetrics_bytesout_total", topic=topic) >= bytes_in
+    # the unlabelled all-topics meter covers this topic too
+    assert value(m, "kafka_server_brokertopicmetrics_messagesin_total") >= 2000
+    produces = total(m, "kafka_network_requestmetrics_requests_total", request="Produce")
+    assert produces >= 1
+    assert total(m, "kafka_network_requestmetrics_errors_total", request="Produce") >= produces
+    assert total(m, "kafka_network_requestmetrics_totaltimems_count", request="Produce") == produces
+    assert total(m, "kafka_network_requestmetrics_requests_total", request="FetchConsumer") >= 1
+    assert value(m, "kafka_server_brokertopicmetrics_failedproducerequests_total", topic=topic) == 0
+    assert value(m, "kafka_server_replicamanager_leadercount") >= 3
+    assert value(m, "kafka_controller_kafkacontroller_activecontrollercount") == 1
+    assert value(m, "kafka_server_raftmetrics_current_state", current_state="leader") == 1
+    assert value(
+        m, "kafka_server_socket_server_metrics_connection_count",
+        listener="PLAINTEXT", networkProcessor="0",
+    ) >= 0  # fmt: skip
+
+
+def test_group_lag_matches_committed_offsets(node: BrokerProcess) -> None:
+    topic, group = "lagging", "lag-readers"
+    produce(node.bootstrap, topic, [b"a" * 10] * 300)
+    assert consume(node.bootstrap, topic, group, 300) == 300
+    produce(node.bootstrap, topic, [b"b" * 10] * 120)  # not read: the lag
+
+    def lag() -> tuple[float, float]:
+        m = scrape(node.http_url)
+        current = total(m, "kafka_consumergroup_current_offset", consumergroup=group)
+        behind = total(m, "kafka_consumergroup_lag", consumergroup=group, topic=topic)
+        return current, behind
+
+    assert lag() == (300, 120)
+    m = scrape(node.http_url)
+    assert value(m, "kafka_consumergroup_lag_sum", consumergroup=group, topic=topic) == 120
+    assert value(m, "kafka_consumergroup_members", consumergroup=group) == 0  # it left
+
+
+def test_bad_http_requests_get_clear_errors_and_kafka_goes_on(node: BrokerProcess) -> None:
+    status, body = http_status(node.http_url + "/metrics", "POST", b"x")
+    assert status == 405 and json.loads(body)["status"] == 405
+    assert http_status(node.http_url + "/nothing-here")[0] == 404
+    # a huge declared body is refused before it is read
+    with socket.create_connection(("127.0.0.1", node.http_port), timeout=10) as sock:
+        sock.sendall(
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1073741824\r\n\r\n" + b"y" * 1000
+        )
+        answer = sock.recv(4096).decode(errors="replace")
+    assert answer.startswith("HTTP/1.1 413"), answer[:200]
+    assert "above" in answer
+    assert http_status(node.http_url + "/health/live")[0] == 200
+    produce(node.bootstrap, "after-bad-http", [b"still serving"])
+    m = scrape(node.http_url)
+    assert value(m, "kafka_server_brokertopicmetrics_messagesin_total", topic="after-bad-http") == 1
+
+
+# ------------------------------------------------------------------ three nodes
+
+
+def _ready(cluster: QuorumCluster, node_id: int) -> tuple[int, dict[str, Any]]:
+    status, body = http_status(cluster.nodes[node_id].http_url + "/health/ready")
+    return status, json.loads(body)
+
+
+def test_ready_is_503_until_the_quorum_forms_then_200(tmp_path: Path) -> None:
+    cluster = QuorumCluster(tmp_path, 3, overrides=OVERRIDES)
+    errors: list[BaseException] = []
+
+    def start(ids: list[int]) -> None:
+        try:
+            cluster.start_nodes(ids, timeout_s=WAIT_S)
+        except BaseException as exc:  # reported by the assert below
+            errors.append(exc)
+
+    first = threading.Thread(target=start, args=([1],))
+    try:
+        first.start()
+        # node 1 alone has no quorum: its HTTP listener answers, not ready, naming why
+        status, body = wait_for("node 1's HTTP listener", lambda: _ready(cluster, 1), WAIT_S)
+        assert status == 503 and body["ready"] is False
+        assert "metadata" in body["failing"] and "listeners" in body["failing"]
+        assert http_status(cluster.nodes[1].http_url + "/health/live")[0] == 200
+        start([2, 3])
+        first.join(WAIT_S)
+        assert not errors, errors
+        for i in cluster.ids:
+            status, body = _ready(cluster, i)
+            assert (status, body["failing"]) == (200, []), (i, body)
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def trio(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    c = QuorumCluster(tmp_path_factory.mktemp("metrics3"), 3, overrides=OVERRIDES)
+    try:
+        c.start(timeout_s=WAIT_S)
+        yield c
+    finally:
+        c.stop()
+
+
+def _under_replicated(cluster: QuorumCluster, ids: list[int]) -> float:
+    return sum(
+        value(
+            scrape(cluster.nodes[i].http_url),
+            "kafka_server_replicamanager_underreplicatedpartitions",
+        )
+        for i in ids
+    )
+
+
+def _counter(cluster: QuorumCluster, ids: list[int], name: str) -> float:
+    return sum(value(scrape(cluster.nodes[i].http_url), name) for i in ids)
+
+
+def test_sigstopped_follower_shows_as_under_replicated(trio: QuorumCluster) -> None:
+    topic = "watched"
+    admin = AdminClient({"bootstrap.servers": trio.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 6, 3)])[topic].result(30)
+    ids = list(trio.ids)
+    wait_for(
+        "whole ISRs", lambda: _under_replicated(trio, ids) == 0 and _leaders(trio, topic), WAIT_S
+    )
+    leaders = _leaders(trio, topic)
+    # stop a node that follows some partition led by another node
+    stopped = next(i for i in ids if any(lead != i for lead in leaders.values()))
+    others = [i for i in ids if i != stopped]
+    shrinks_before = _counter(trio, others, "kafka_server_replicamanager_isrshrinks_total")
+    produce(trio.bootstrap_servers, topic, [b"before"] * 60)
+    pid = trio.nodes[stopped].pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        try:
+            wait_for(
+                f"under-replicated partitions while node {stopped} is stopped",
+                lambda: _under_replicated(trio, others) > 0,
+                LAG_MAX_MS / 1000 + 20,  # the lag, then AlterPartition (maybe a new controller)
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; {_diagnosis(trio, topic, others)}") from None
+        took_s = time.monotonic() - started
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert _counter(trio, others, "kafka_server_replicamanager_isrshrinks_total") > shrinks_before
+    wait_for(
+        f"no under-replicated partition once node {stopped} is back",
+        lambda: _under_replicated(trio, ids) == 0,
+        WAIT_S,
+    )
+    assert _counter(trio, ids, "kafka_server_replicamanager_isrexpands_total") >= 1
+    assert took_s >= LAG_MAX_MS / 1000 * 0.5, "the ISR shrank before the follower could lag"
+
+
+def _leaders(cluster: QuorumCluster, topic: str) -> dict[int, int]:
+    """partition -> leader of ``topic``; empty until every partition has one."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    parts = admin.list_topics(topic, timeout=10).topics[topic].partitions
+    leaders = {p: pm.leader for p, pm in parts.items()}
+    return leaders if leaders and all(v > 0 for v in leaders.values()) else {}
+
+
+def _diagnosis(cluster: QuorumCluster, topic: str, live: list[int]) -> str:
+    """What the live nodes say: ISRs and who is the active controller."""
+    via = f"127.0.0.1:{cluster.ports[live[0]][0]}"
+    parts = AdminClient({"bootstrap.servers": via}).list_topics(topic, timeout=10).topics
+    isrs = {p: (pm.leader, pm.isrs) for p, pm in parts[topic].partitions.items()}
+    active = {
+        i: value(
+            scrape(cluster.nodes[i].http_url),
+            "kafka_controller_kafkacontroller_activecontrollercount",
+        )
+        for i in live
+    }
+    return f"partitions (leader, isr): {isrs}; active controller counts: {active}"

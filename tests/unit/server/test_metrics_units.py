@@ -1,0 +1,182 @@
+"""The metrics' pure parts (issue 21): batch record counts, the error-code walk over any
+response, the request/topic counters, the histogram, and the counters derived from
+metadata deltas (ISR shrinks/expands of partitions led here, elections, unclean ones)."""
+
+from __future__ import annotations
+
+import uuid
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from riverbed.metadata.image import NO_LEADER_CHANGE, MetadataDelta, MetadataImage
+from riverbed.protocol.headers import RequestHeader
+from riverbed.protocol.messages import (
+    MetadataResponse,
+    PartitionChangeRecord,
+    PartitionRecord,
+    ProduceRequest,
+    ProduceResponse,
+    TopicRecord,
+)
+from riverbed.protocol.records import SimpleRecord, build_batch
+from riverbed.server.metrics.metadata_events import MetadataEvents
+from riverbed.server.metrics.traffic import (
+    MsHistogram,
+    TrafficCollector,
+    TrafficStats,
+    error_codes,
+    record_count,
+    request_name,
+)
+from riverbed.server.network import RequestContext
+
+TOPIC_ID = uuid.UUID(int=7)
+
+
+def _batch(n: int) -> bytes:
+    return build_batch([SimpleRecord(value=b"v%d" % i, timestamp=1000 + i) for i in range(n)])
+
+
+def test_record_count_reads_every_batch_header() -> None:
+    data = _batch(3) + _batch(5)
+    assert record_count(data) == 8
+    assert record_count(data[:-1]) == 3  # a torn second batch is not counted
+    assert record_count(b"") == 0
+
+
+def test_request_names_are_kafkas() -> None:
+    assert request_name(0) == "Produce"
+    assert request_name(2) == "ListOffsets"
+    assert request_name(23) == "OffsetForLeaderEpoch"
+    assert request_name(18) == "ApiVersions"
+
+
+def test_error_codes_walk_nested_arrays_and_top_level_fields() -> None:
+    resp = MetadataResponse(
+        topics=[
+            MetadataResponse.MetadataResponseTopic(
+                error_code=3,
+                name="t",
+                partitions=[
+                    MetadataResponse.MetadataResponsePartition(error_code=0, partition_index=0),
+                    MetadataResponse.MetadataResponsePartition(error_code=6, partition_index=1),
+                ],
+            )
+        ]
+    )
+    assert sorted(error_codes(resp)) == [
+        "NONE",
+        "NOT_LEADER_OR_FOLLOWER",
+        "UNKNOWN_TOPIC_OR_PARTITION",
+    ]
+
+
+def _ctx(api_key: int, version: int) -> RequestContext:
+    header = RequestHeader(api_key, version, 1, "t")
+    return RequestContext(header, "peer", "PLAINTEXT", 1, received_ms=0)
+
+
+def test_produce_counts_bytes_and_messages_of_successful_partitions_only() -> None:
+    stats = TrafficStats(lambda _id: None)
+    ok, bad = _batch(4), _batch(2)
+    req = ProduceRequest(
+        acks=1,
+        timeout_ms=1000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name="t",
+                partition_data=[
+                    ProduceRequest.PartitionProduceData(index=0, records=ok),
+                    ProduceRequest.PartitionProduceData(index=1, records=bad),
+                ],
+            )
+        ],
+    )
+    resp = ProduceResponse(
+        responses=[
+            ProduceResponse.TopicProduceResponse(
+                name="t",
+                partition_responses=[
+                    ProduceResponse.PartitionProduceResponse(index=0, error_code=0),
+                    ProduceResponse.PartitionProduceResponse(index=1, error_code=6),
+                ],
+            )
+        ]
+    )
+    stats.record(_ctx(0, 9), req, resp, started_ms=0)
+    topic = stats.topics["t"]
+    assert (topic.bytes_in, topic.messages_in) == (len(ok), 4)
+    assert (topic.total_produce, topic.failed_produce) == (2, 1)
+    assert stats.requests == {("Produce", 9): 1}
+    assert stats.errors == {("Produce", "NONE"): 1, ("Produce", "NOT_LEADER_OR_FOLLOWER"): 1}
+    # acks=0: no response; every partition was appended (a failure closed the connection)
+    req.acks = 0
+    stats.record(_ctx(0, 9), req, None, started_ms=0)
+    assert topic.messages_in == 4 + 4 + 2
+    # the rendering parses, with the unlabelled all-topics series beside the per-topic one
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(TrafficCollector(stats, lambda: 3))
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(generate_latest(registry).decode())
+        for s in f.samples
+    }
+    assert samples[("kafka_server_brokertopicmetrics_messagesin_total", ())] == 10
+    assert samples[("kafka_server_brokertopicmetrics_messagesin_total", (("topic", "t"),))] == 10
+    assert samples[("kafka_network_requestchannel_requestqueuesize", ())] == 3
+    key = ("kafka_network_requestmetrics_totaltimems_count", (("request", "Produce"),))
+    assert samples[key] == 2
+
+
+def test_histogram_buckets_are_cumulative() -> None:
+    h = MsHistogram()
+    for ms in (0.5, 1, 3, 40_000):
+        h.observe(ms)
+    buckets = dict(h.cumulative())
+    assert buckets["1"] == 2 and buckets["5"] == 3 and buckets["30000"] == 3
+    assert buckets["+Inf"] == 4
+    assert h.sum_ms == 0.5 + 1 + 3 + 40_000
+
+
+def _apply(image: MetadataImage, *records: object) -> tuple[MetadataImage, MetadataDelta]:
+    delta = MetadataDelta(image)
+    for rec in records:
+        delta.replay(rec)  # type: ignore[arg-type]
+    return delta.apply(), delta
+
+
+def _change(**fields: object) -> PartitionChangeRecord:
+    rec = PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, leader=NO_LEADER_CHANGE)
+    for name, value in fields.items():
+        setattr(rec, name, value)
+    return rec
+
+
+def test_metadata_events_count_isr_changes_led_here_and_elections() -> None:
+    events = MetadataEvents(node_id=1, is_controller=True)
+    created, delta = _apply(
+        MetadataImage.EMPTY,
+        TopicRecord(name="t", topic_id=TOPIC_ID),
+        PartitionRecord(
+            partition_id=0, topic_id=TOPIC_ID, replicas=[1, 2, 3], isr=[1, 2, 3], leader=1
+        ),
+    )
+    events.on_image(MetadataImage.EMPTY, created, delta)
+    assert (events.leader_elections, events.isr_shrinks) == (0, 0)  # creation is neither
+    shrunk, delta = _apply(created, _change(isr=[1, 2]))
+    events.on_image(created, shrunk, delta)
+    expanded, delta = _apply(shrunk, _change(isr=[1, 2, 3]))
+    events.on_image(shrunk, expanded, delta)
+    assert (events.isr_shrinks, events.isr_expands) == (1, 1)
+    moved, delta = _apply(expanded, _change(leader=2, isr=[2, 3]))
+    events.on_image(expanded, moved, delta)
+    assert (events.leader_elections, events.unclean_elections) == (1, 0)
+    assert events.isr_shrinks == 1  # a new leader epoch is an election, not a shrink
+    unclean, delta = _apply(moved, _change(leader=3, isr=[3], leader_recovery_state=1))
+    events.on_image(moved, unclean, delta)
+    assert (events.leader_elections, events.unclean_elections) == (2, 1)
+    other = MetadataEvents(node_id=2, is_controller=False)
+    shrink2, delta = _apply(moved, _change(isr=[2]))
+    other.on_image(moved, shrink2, delta)
+    assert other.isr_shrinks == 1  # node 2 leads now

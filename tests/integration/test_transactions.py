@@ -2,9 +2,10 @@
 (issue 19): confluent-kafka, kafka-python and aiokafka producers with a transactional id,
 and the coordinator's APIs on the wire.
 
-What each test checks is on the coordinator's side: EndTxn's answer, DescribeTransactions
-and the ``__transaction_state`` records the coordinator wrote (read back with a Fetch and
-parsed with Kafka's formats).
+The tests check the coordinator's side (EndTxn's answer, DescribeTransactions, the
+``__transaction_state`` records it wrote, read back with a Fetch and parsed with Kafka's
+formats) and, end to end, what a read_committed consumer sees once the coordinator's
+markers are written: every committed record, no aborted or fenced one.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from riverbed.coordinator.records import TRANSACTION_STATE_TOPIC, partition_for
 from riverbed.protocol.api_versions import ApiKey
@@ -49,6 +50,8 @@ def node() -> Iterator[BrokerProcess]:
         overrides={
             "num.partitions": "1",
             "transaction.state.log.num.partitions": str(TXN_PARTITIONS),
+            # timed-out transactions are looked for every half second
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
         }
     )
     proc.start()
@@ -102,6 +105,40 @@ def wait_for(what: str, check: Any, timeout_s: float = 20) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.1)
+
+
+def wait_state(c: Client, tid: str, state: str) -> Any:
+    """DescribeTransactions once ``tid`` is in ``state`` (markers are written after
+    EndTxn is answered)."""
+    wait_for(f"{tid} {state}", lambda: describe(c, tid).transaction_state == state)
+    return describe(c, tid)
+
+
+def committed_values(
+    node: BrokerProcess, topic: str, last: bytes, partition: int = 0
+) -> list[bytes]:
+    """What a read_committed consumer reads of the partition, up to the value ``last``."""
+    c = Consumer(
+        {
+            "bootstrap.servers": node.bootstrap,
+            "group.id": f"rc-{topic}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            **QUIET,
+        }
+    )
+    try:
+        c.assign([TopicPartition(topic, partition, 0)])
+        out: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while last not in out:
+            assert time.monotonic() < deadline, f"read_committed got only {out}"
+            msg = c.poll(0.2)
+            if msg is not None and msg.error() is None:
+                out.append(bytes(msg.value() or b""))
+        return out
+    finally:
+        c.close()
 
 
 def txn_producer(node: BrokerProcess, tid: str, **extra: Any) -> Producer:
@@ -313,13 +350,19 @@ def test_kafka_python_transactional_producer(node: BrokerProcess, client: Client
     p = KafkaProducer(bootstrap_servers=node.bootstrap, transactional_id="tid-kafka-python")
     try:
         p.init_transactions()
-        p.begin_transaction()
-        p.send("txn-kafka-python", b"v").get(timeout=30)
-        p.commit_transaction()
+        for value, commit in ((b"one", True), (b"two", False), (b"three", True)):
+            p.begin_transaction()
+            p.send("txn-kafka-python", value).get(timeout=30)
+            if commit:
+                p.commit_transaction()
+            else:
+                p.abort_transaction()
     finally:
         p.close(timeout=5)
     got = states(client, "tid-kafka-python")
     assert got[:3] == [S.EMPTY, S.ONGOING, S.PREPARE_COMMIT], got
+    assert committed_values(node, "txn-kafka-python", b"three") == [b"one", b"three"]
+    wait_state(client, "tid-kafka-python", "CompleteCommit")
 
 
 def test_aiokafka_transactional_producer(node: BrokerProcess, client: Client) -> None:
@@ -333,13 +376,21 @@ def test_aiokafka_transactional_producer(node: BrokerProcess, client: Client) ->
         await p.start()
         try:
             async with p.transaction():
-                await p.send_and_wait("txn-aiokafka", b"v")
+                await p.send_and_wait("txn-aiokafka", b"one")
+            with pytest.raises(RuntimeError):
+                async with p.transaction():  # an exception aborts the transaction
+                    await p.send_and_wait("txn-aiokafka", b"two")
+                    raise RuntimeError("abort it")
+            async with p.transaction():
+                await p.send_and_wait("txn-aiokafka", b"three")
         finally:
             await asyncio.wait_for(p.stop(), 30)
 
-    asyncio.run(asyncio.wait_for(run(), 60))
+    asyncio.run(asyncio.wait_for(run(), 90))
     got = states(client, "tid-aiokafka")
     assert got[:3] == [S.EMPTY, S.ONGOING, S.PREPARE_COMMIT], got
+    assert S.PREPARE_ABORT in got
+    assert committed_values(node, "txn-aiokafka", b"three") == [b"one", b"three"]
 
 
 def test_api_versions_show_the_transaction_version(client: Client) -> None:
@@ -385,3 +436,86 @@ def test_cli_lists_and_describes_transactions(
     p.abort_transaction(30)
     assert main(["transactions", "describe", "-b", node.bootstrap,
                  "--transactional-id", "never-used"]) != 0  # fmt: skip
+
+
+# ---------------------------------------------------------------------- end to end
+def test_confluent_transactions_in_a_row_read_committed(
+    node: BrokerProcess, client: Client
+) -> None:
+    """Commit, abort, an empty commit, commit, an empty abort, commit: each completes
+    (markers written, Complete record) and read_committed sees the committed records."""
+    topic, tid = "txn-row", "tid-row"
+    create_topic(client, topic)
+    p = txn_producer(node, tid)
+    p.init_transactions(30)
+    plan = [(b"a0 a1", True), (b"b0", False), (b"", True), (b"c0", True), (b"", False),
+            (b"d0", True)]  # fmt: skip
+    for values, commit in plan:
+        p.begin_transaction()
+        for v in values.split():
+            p.produce(topic, v)
+        if commit:
+            p.commit_transaction(30)
+        else:
+            p.flush(10)  # written (its partition added) before the abort
+            p.abort_transaction(30)
+    d = wait_state(client, tid, "CompleteCommit")
+    assert d.topics == []  # a completed transaction holds no partitions
+    assert committed_values(node, topic, b"d0") == [b"a0", b"a1", b"c0", b"d0"]
+    got = [s for s in states(client, tid) if s in (S.PREPARE_COMMIT, S.PREPARE_ABORT)]
+    # the empty transactions never reach the coordinator (librdkafka sends no EndTxn)
+    assert got == [S.PREPARE_COMMIT, S.PREPARE_ABORT, S.PREPARE_COMMIT, S.PREPARE_COMMIT]
+    log = [m for m in txn_log(client, tid) if m is not None]
+    completes = [m.state for m in log if m.state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT)]
+    assert completes == [S.COMPLETE_COMMIT, S.COMPLETE_ABORT, S.COMPLETE_COMMIT,
+                         S.COMPLETE_COMMIT]  # fmt: skip
+
+
+def test_a_fenced_producers_open_transaction_is_aborted(
+    node: BrokerProcess, client: Client
+) -> None:
+    """A second producer's InitProducerId aborts the first one's open transaction (fence,
+    then abort, then the new epoch); the first producer's late writes never become
+    visible, the second producer's transaction commits."""
+    topic, tid = "txn-zombie", "tid-zombie"
+    create_topic(client, topic)
+    zombie = txn_producer(node, tid)
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    zombie.produce(topic, b"zombie-1")
+    zombie.flush(10)
+    wait_state(client, tid, "Ongoing")
+    fresh = txn_producer(node, tid)
+    fresh.init_transactions(30)
+    zombie.produce(topic, b"zombie-2")
+    with pytest.raises(KafkaException) as info:
+        zombie.commit_transaction(30)
+    assert info.value.args[0].fatal()
+    fresh.begin_transaction()
+    fresh.produce(topic, b"fresh")
+    fresh.commit_transaction(30)
+    assert committed_values(node, topic, b"fresh") == [b"fresh"]
+    log = [m for m in txn_log(client, tid) if m is not None]
+    aborted = next(m for m in log if m.state is S.PREPARE_ABORT)
+    assert aborted.partitions == {(topic, 0)} and aborted.producer_epoch == 1
+    assert wait_state(client, tid, "CompleteCommit").producer_epoch == 2
+
+
+def test_a_transaction_past_its_timeout_is_aborted(node: BrokerProcess, client: Client) -> None:
+    """transaction.timeout.ms: the coordinator's timer aborts the open transaction (fence:
+    epoch + 1, then abort) and its records are never read as committed."""
+    topic, tid = "txn-timeout", "tid-timeout"
+    create_topic(client, topic)
+    p = txn_producer(node, tid, **{"transaction.timeout.ms": 2000, "message.timeout.ms": 1500})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, b"left open")
+    p.flush(10)
+    before = wait_state(client, tid, "Ongoing")
+    after = wait_state(client, tid, "CompleteAbort")
+    assert after.producer_epoch == before.producer_epoch + 1
+    # a plain producer's record after it: read_committed gets past the aborted one
+    plain = Producer({"bootstrap.servers": node.bootstrap, **QUIET})
+    plain.produce(topic, b"after")
+    assert plain.flush(10) == 0
+    assert committed_values(node, topic, b"after") == [b"after"]

@@ -251,9 +251,12 @@ class ProducerStateManager:
     # ---- the hook ----------------------------------------------------------------------------
 
     def check_leader_append(
-        self, headers: Sequence[BatchHeader], markers: Sequence[TxnMarker | None] = ()
+        self,
+        headers: Sequence[BatchHeader],
+        markers: Sequence[TxnMarker | None] = (),
+        sequences: bool = True,
     ) -> DuplicateBatch | None:
-        return self.table.check(headers, markers)
+        return self.table.check(headers, markers, sequences)
 
     def on_batch(self, header: BatchHeader, marker: TxnMarker | None = None) -> AbortedTxn | None:
         if header.is_control and header.producer_id >= 0:

@@ -236,9 +236,16 @@ class ProducerStateTable:
     # ---- validation (leader, client batches) ---------------------------------------------
 
     def check(
-        self, headers: Sequence[BatchHeader], markers: Sequence[TxnMarker | None] = ()
+        self,
+        headers: Sequence[BatchHeader],
+        markers: Sequence[TxnMarker | None] = (),
+        sequences: bool = True,
     ) -> DuplicateBatch | None:
         """Validate a client's batches (offsets not assigned yet) in order.
+
+        ``sequences`` False: a coordinator's own batches (Kafka's AppendOrigin.COORDINATOR,
+        the group coordinator's transactional offset commits): epochs and transactions
+        are checked, sequences and duplicates are not (Kafka checks them for clients only).
 
         Returns the retained batch the first duplicate repeats, or None when every batch
         may be appended; raises OutOfOrderSequenceError / InvalidProducerEpochError /
@@ -259,7 +266,7 @@ class ProducerStateTable:
             elif entry is not None:
                 epoch, last_seq = entry.epoch, entry.last_seq
                 known = epoch != NO_PRODUCER_EPOCH
-                if not h.is_control:
+                if not h.is_control and sequences:
                     dup = entry.find_duplicate(h.producer_epoch, h.base_sequence, h.last_sequence)
                     if dup is not None:
                         return DuplicateBatch(dup.first_offset, dup.last_offset, dup.timestamp)
@@ -271,7 +278,7 @@ class ProducerStateTable:
                     f"the last seen epoch {epoch}"
                 )
             self._check_txn(h, markers[i] if i < len(markers) else None, in_txn)
-            if h.is_control:
+            if h.is_control or not sequences:
                 pending[pid] = (h.producer_epoch, NO_SEQUENCE)
                 continue
             seq = h.base_sequence

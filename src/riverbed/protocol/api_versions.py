@@ -165,6 +165,9 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.END_TXN: (0, 5),
     # coordinator -> partition leaders (v1 flexible, what Kafka 4.x's coordinators send)
     ApiKey.WRITE_TXN_MARKERS: (0, 1),
+    # v5 (TV2: the commit adds the group to the transaction implicitly) is not served: the
+    # group coordinator does not verify or add with the transaction coordinator yet
+    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     # Kafka 4.1 has v2 (KIP-1152, a transactional id pattern); the message specs riverbed
     # is generated from stop at v1, so v1 is the most riverbed can decode.

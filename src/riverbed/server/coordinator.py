@@ -48,13 +48,13 @@ from riverbed.coordinator.records import OFFSETS_TOPIC, parse_record, partition_
 from riverbed.coordinator.shard import GroupConfig, GroupShard, Write
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.records import SimpleRecord, build_batch
-from riverbed.server.coordinator_log import CoordinatorPartitions, led_partitions, log_records
+from riverbed.server.coordinator_log import CoordinatorPartitions, led_partitions, log_entries
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.request_permits import park_current_request
 from riverbed.server.supervise import supervise_background
 from riverbed.storage.clock import Clock
 from riverbed.storage.errors import StorageError
-from riverbed.storage.log import PartitionLog
+from riverbed.storage.log import ORIGIN_COORDINATOR, PartitionLog
 
 if TYPE_CHECKING:
     from riverbed.metadata.image import MetadataImage
@@ -75,6 +75,9 @@ class ImageSource(Protocol):
 RECONCILE_INTERVAL_MS = 200
 #: Bytes read per step while loading a partition (Kafka's offsets.load.buffer.size).
 LOAD_READ_BYTES_DEFAULT = 5 * 1024 * 1024
+#: Transaction markers kept for a partition that is loading (applied after the load when
+#: it did not read them); beyond, the load starts again from the log.
+LOADING_MARKERS_MAX = 10_000
 
 
 def append_error(code: ErrorCode) -> ErrorCode:
@@ -90,6 +93,12 @@ def append_error(code: ErrorCode) -> ErrorCode:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
     if code in (ErrorCode.MESSAGE_SIZE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE):
         return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+    if code in (
+        ErrorCode.INVALID_PRODUCER_EPOCH,
+        ErrorCode.PRODUCER_FENCED,
+        ErrorCode.INVALID_TXN_STATE,
+    ):
+        return code  # a TxnOffsetCommit of a fenced producer (its client aborts)
     return ErrorCode.NOT_COORDINATOR  # NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR, ...
 
 
@@ -111,11 +120,15 @@ def _read_shard(
     # to the log end, as Kafka's loader: this leader wrote (or replicated) all of it, and
     # a truncation below it means a new leader epoch, hence a reload
     end = int(plog.log_end_offset)
-    for key, value in log_records(plog, end, read_bytes):
-        parsed = parse_record(key, value)
+    for entry in log_entries(plog, end, read_bytes):
+        if entry.marker is not None:
+            # a TxnOffsetCommit's records were pending until this marker
+            shard.replay_marker(entry.producer_id, entry.marker)
+            continue
+        parsed = parse_record(entry.key, entry.value)
         if parsed is not None:
-            shard.replay(parsed)
-        elif (consumer := parse_consumer_record(key, value)) is not None:
+            shard.replay(parsed, entry.producer_id, entry.offset)
+        elif (consumer := parse_consumer_record(entry.key, entry.value)) is not None:
             shard.replay_consumer(consumer)
     return shard, end
 
@@ -151,6 +164,8 @@ class GroupCoordinator:
         #: partition -> the log end its shard was loaded to: it answers once committed
         self._load_end: dict[int, int] = {}
         self._loading: dict[int, asyncio.Task[None]] = {}
+        #: partition -> markers (offset, producer id, commit) appended while it loads
+        self._loading_markers: dict[int, list[tuple[int, int, bool]]] = {}
         self._replies: dict[int, tuple[int, asyncio.Future[object]]] = {}
         self._next_reply = 0
         self._wake = asyncio.Event()
@@ -200,11 +215,15 @@ class GroupCoordinator:
         except Exception:
             log.exception("loading groups of %s-%d failed", OFFSETS_TOPIC, partition)
             self._loading.pop(partition, None)
+            self._loading_markers.pop(partition, None)
             self._epochs.pop(partition, None)
             return
         if self._loading.get(partition) is not asyncio.current_task():
             return  # unloaded (or reloaded) meanwhile
         del self._loading[partition]
+        for offset, producer_id, commit in self._loading_markers.pop(partition, []):
+            if offset >= end:  # appended after the load read the log
+                shard.replay_marker(producer_id, commit)
         shard.finish_load(self.clock.now_ms())
         self.shards[partition] = shard
         self._load_end[partition] = end
@@ -224,6 +243,7 @@ class GroupCoordinator:
         task = self._loading.pop(partition, None)
         if task is not None:
             task.cancel()
+        self._loading_markers.pop(partition, None)
         self._epochs.pop(partition, None)
         self._load_end.pop(partition, None)
         if self.shards.pop(partition, None) is not None:
@@ -236,6 +256,29 @@ class GroupCoordinator:
 
     def loading(self) -> bool:
         return bool(self._loading)
+
+    # ------------------------------------------------------------------ transactions
+    def on_txn_marker(self, partition: int, producer_id: int, commit: bool, offset: int) -> None:
+        """A COMMIT / ABORT marker of ``producer_id`` was appended as leader to
+        ``__consumer_offsets-<partition>`` at ``offset`` (WriteTxnMarkers): the producer's
+        pending transactional offsets are committed or dropped. Called on the event loop
+        right after the append; a partition not coordinated here is ignored (its load
+        replays the marker from the log); one still loading applies it once loaded unless
+        the load read it."""
+        shard = self.shards.get(partition)
+        if shard is not None:
+            shard.apply_marker(producer_id, commit)
+            self._flush(partition, shard)
+            return
+        if partition not in self._loading:
+            return
+        queued = self._loading_markers.setdefault(partition, [])
+        if len(queued) >= LOADING_MARKERS_MAX:  # start the load again: it reads them all
+            log.info("restarting the load of %s-%d (markers)", OFFSETS_TOPIC, partition)
+            self._unload(partition)
+            self.reconcile()
+            return
+        queued.append((offset, producer_id, commit))
 
     # ------------------------------------------------------------------ routing
     def partition_of(self, group_id: str) -> int:
@@ -331,13 +374,20 @@ class GroupCoordinator:
                 shard.complete_write(write.token, append_error(refused))
                 return
         now = self.clock.now_ms()
+        # a TxnOffsetCommit's records: a transactional batch of its producer, appended as
+        # the coordinator's (Kafka's AppendOrigin.COORDINATOR: no sequence checks)
+        txn = write.producer_id >= 0
         batch = build_batch(
             [SimpleRecord(value=v, key=k, timestamp=now) for k, v in write.records],
             now_ms=now,
             compression=self.compression,
+            producer_id=write.producer_id,
+            producer_epoch=write.producer_epoch,
+            base_sequence=0 if txn else -1,
+            is_transactional=txn,
         )
         try:
-            info = self.partitions.append(hosted, bytearray(batch))
+            info = self.partitions.append(hosted, bytearray(batch), origin=ORIGIN_COORDINATOR)
         except Exception as exc:
             failed = exc.error_code if isinstance(exc, StorageError) else ErrorCode.NOT_COORDINATOR
             code = ErrorCode.of(failed)
@@ -346,13 +396,20 @@ class GroupCoordinator:
             return
         end = info.last_offset + 1
         if replicas is None and hosted.log.high_watermark >= end:
-            shard.complete_write(write.token, ErrorCode.NONE)
+            shard.complete_write(write.token, ErrorCode.NONE, info.first_offset)
             return
-        self._spawn(self._await_durable(partition, shard, hosted, write.token, end))
+        offsets = (info.first_offset, end)
+        self._spawn(self._await_durable(partition, shard, hosted, write.token, offsets))
 
     async def _await_durable(
-        self, partition: int, shard: GroupShard, hosted: HostedPartition, token: int, end: int
+        self,
+        partition: int,
+        shard: GroupShard,
+        hosted: HostedPartition,
+        token: int,
+        offsets: tuple[int, int],
     ) -> None:
+        first, end = offsets
         replicas = self.partitions.replicas
         if replicas is not None:
             # the delayed produce of acks=all: the ISR has it, min.insync.replicas held
@@ -367,7 +424,7 @@ class GroupCoordinator:
         if self.shards.get(partition) is not shard:
             code = ErrorCode.NOT_COORDINATOR
         if code == ErrorCode.NONE or self.shards.get(partition) is not shard:
-            shard.complete_write(token, code)
+            shard.complete_write(token, code, first)
             self._flush(partition, shard)
             return
         # Appended but not acknowledged: the records may still commit, while the shard

@@ -10,19 +10,20 @@ coordinator maps them as Kafka's does.
 
 A load reads the partition from its log start to its log end (Kafka's loaders read to the
 log end: this leader wrote or replicated all of it, and a truncation below it means a new
-leader epoch, hence another load), skipping control batches.
+leader epoch, hence another load); `log_entries` gives the transaction markers too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+from riverbed.protocol.control_records import ControlRecordType, decode_control_key
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.record_batch import iter_batches
 from riverbed.protocol.records import SimpleRecord, build_batch, iter_records
 from riverbed.storage.errors import StorageError
-from riverbed.storage.log import AppendInfo, PartitionLog
+from riverbed.storage.log import ORIGIN_COORDINATOR, AppendInfo, PartitionLog
 
 if TYPE_CHECKING:
     from riverbed.metadata.image import MetadataImage
@@ -45,7 +46,9 @@ class CoordinatorPartitions(Protocol):
 
     def get(self, topic: str, index: int) -> HostedPartition | None: ...
 
-    def append(self, hosted: HostedPartition, batches: bytearray) -> AppendInfo: ...
+    def append(
+        self, hosted: HostedPartition, batches: bytearray, origin: str = ...
+    ) -> AppendInfo: ...
 
 
 def append_records(
@@ -68,7 +71,7 @@ def append_records(
         compression=compression,
     )
     try:
-        info = partitions.append(hosted, bytearray(batch))
+        info = partitions.append(hosted, bytearray(batch), origin=ORIGIN_COORDINATOR)
     except StorageError as exc:
         return ErrorCode.of(exc.error_code)
     return info.last_offset + 1
@@ -89,9 +92,29 @@ async def wait_committed(
     return ErrorCode.NONE if ok else ErrorCode.REQUEST_TIMED_OUT
 
 
+class LogEntry(NamedTuple):
+    """A keyed record of a coordinator's partition, or (``marker`` True / False) the
+    COMMIT / ABORT marker of a producer; ``producer_id`` is -1 unless the batch is
+    transactional."""
+
+    offset: int
+    producer_id: int
+    key: bytes
+    value: bytes | None
+    marker: bool | None = None
+
+
 def log_records(plog: PartitionLog, end: int, read_bytes: int) -> Iterator[KeyValue]:
     """Every keyed record of the partition below ``end`` in log order (worker thread:
-    file reads), ``read_bytes`` at a time."""
+    file reads), ``read_bytes`` at a time; control batches are skipped."""
+    for entry in log_entries(plog, end, read_bytes):
+        if entry.marker is None:
+            yield entry.key, entry.value
+
+
+def log_entries(plog: PartitionLog, end: int, read_bytes: int) -> Iterator[LogEntry]:
+    """`log_records` with offsets, transactional producers and the transaction markers
+    (the group coordinator's transactional offset commits are pending until them)."""
     offset = plog.log_start_offset
     while offset < end:
         # the ranges the read pinned, never the files by path: retention may delete a
@@ -102,11 +125,18 @@ def log_records(plog: PartitionLog, end: int, read_bytes: int) -> Iterator[KeyVa
                 break
             data = result.read_bytes()
         for pos, h in iter_batches(data):
-            if h.is_control:
-                continue
+            pid = h.producer_id if h.is_transactional else -1
             for rec in iter_records(memoryview(data)[pos : pos + h.size]):
-                if rec.key is not None:
-                    yield bytes(rec.key), None if rec.value is None else bytes(rec.value)
+                if rec.key is None:
+                    continue
+                if not h.is_control:
+                    value = None if rec.value is None else bytes(rec.value)
+                    yield LogEntry(rec.offset, pid, bytes(rec.key), value)
+                    continue
+                kind = decode_control_key(rec.key).type
+                if pid >= 0 and kind in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+                    commit = kind == ControlRecordType.COMMIT
+                    yield LogEntry(rec.offset, pid, b"", None, commit)
         if result.next_offset <= offset:
             break
         offset = result.next_offset

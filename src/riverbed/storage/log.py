@@ -289,7 +289,9 @@ class PartitionLog(LogReads, LogRetention, LogCleaning, LogTxns):
             found = self._validate_leader_batches(buf, now, origin)
             if self.producer_state is not None:
                 markers = [txn_marker_of(_batch_view(buf, pos, h), h) for pos, h in found]
-                dup = self.producer_state.check_leader_append([h for _, h in found], markers)
+                dup = self.producer_state.check_leader_append(
+                    [h for _, h in found], markers, sequences=origin == ORIGIN_CLIENT
+                )
                 if dup is not None:
                     return self._duplicate_info(dup)
             offset = self.log_end_offset

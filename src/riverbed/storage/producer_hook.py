@@ -86,7 +86,10 @@ def txn_marker_of(batch: bytes | bytearray | memoryview, h: BatchHeader) -> TxnM
 
 class ProducerStateHook(Protocol):
     def check_leader_append(
-        self, headers: Sequence[BatchHeader], markers: Sequence[TxnMarker | None] = ()
+        self,
+        headers: Sequence[BatchHeader],
+        markers: Sequence[TxnMarker | None] = (),
+        sequences: bool = True,
     ) -> DuplicateBatch | None: ...
 
     def on_batch(

@@ -229,3 +229,19 @@ def test_deleted_segment_takes_its_txn_index(tmp_path: Path) -> None:
     plog.delete_expired_files(clock.now_ms() + 10**9)
     assert not (tmp_path / "t-0" / "00000000000000000004.txnindex").exists()
     shutil.rmtree(tmp_path / "t-0")
+
+
+def test_coordinator_batches_skip_sequence_checks_but_not_epochs() -> None:
+    """The group coordinator appends each TxnOffsetCommit of a producer as a batch with
+    base sequence 0 (Kafka's AppendOrigin.COORDINATOR checks no sequences): a second one
+    is neither a duplicate (silently not appended) nor out of order; an older epoch is
+    still refused."""
+    from riverbed.producer.state import InvalidProducerEpochError
+
+    t = ProducerStateTable()
+    t.apply(at(data(7, 0, epoch=3), 0))
+    second = at(data(7, 0, epoch=3), 1)
+    assert t.check([second]) is not None  # a client's retry: the duplicate of offset 0
+    assert t.check([second], sequences=False) is None
+    with pytest.raises(InvalidProducerEpochError):
+        t.check([at(data(7, 0, epoch=2), 1)], sequences=False)

@@ -18,9 +18,11 @@ import pytest
 
 from riverbed.coordinator.records import OffsetAndMetadata, offset_commit_key, offset_commit_value
 from riverbed.coordinator.shard import GroupConfig
+from riverbed.protocol.control_records import build_end_txn_marker_batch
 from riverbed.protocol.records import SimpleRecord, build_batch
 from riverbed.server.coordinator import _read_shard
 from riverbed.storage import LogConfig, ManualClock, PartitionLog
+from riverbed.storage.log import ORIGIN_COORDINATOR
 from riverbed.storage.log_files import ReadResult, StaleRangeError
 
 T0 = 1_700_000_000_000
@@ -93,3 +95,43 @@ def test_a_load_racing_a_truncation_fails_cleanly_instead_of_replaying_other_byt
     with pytest.raises(StaleRangeError):
         _read_shard(RacingLog(plog, truncate_and_rewrite), 0, GroupConfig(), READ_BYTES)
     plog.close()
+
+
+def txn_commit(pid: int, partition: int, offset: int) -> bytes:
+    """A TxnOffsetCommit's records as the coordinator appends them: a transactional
+    batch of the producer."""
+    key = offset_commit_key("g", "t", partition)
+    value = offset_commit_value(OffsetAndMetadata(offset=offset, commit_timestamp_ms=T0))
+    return build_batch(
+        [SimpleRecord(value, key=key)],
+        now_ms=T0,
+        producer_id=pid,
+        producer_epoch=0,
+        base_sequence=0,
+        is_transactional=True,
+    )
+
+
+def test_the_load_keeps_transactional_offsets_pending_until_their_marker(tmp_path: Path) -> None:
+    """Issue 19: the loader sees control batches. Producer 1's offsets commit with its
+    marker, producer 2's abort, producer 3's stay pending (no marker yet)."""
+    plog = offsets_log(tmp_path, LogConfig())  # ordinary commits t-0=100, t-1=200
+
+    def marker(pid: int, commit: bool) -> None:
+        batch = build_end_txn_marker_batch(
+            commit, producer_id=pid, producer_epoch=0, coordinator_epoch=0, now_ms=T0
+        )
+        plog.append_as_leader(batch, leader_epoch=1, origin=ORIGIN_COORDINATOR)
+
+    plog.append_as_leader(txn_commit(1, 0, 110), leader_epoch=1, origin=ORIGIN_COORDINATOR)
+    plog.append_as_leader(txn_commit(2, 1, 999), leader_epoch=1, origin=ORIGIN_COORDINATOR)
+    plog.append_as_leader(txn_commit(3, 1, 300), leader_epoch=1, origin=ORIGIN_COORDINATOR)
+    marker(1, True)
+    marker(2, False)
+    shard, end = _read_shard(plog, 0, GroupConfig(), READ_BYTES)
+    assert end == plog.log_end_offset
+    offsets = shard.groups["g"].offsets
+    assert {k: v.offset for k, v in offsets.items()} == {("t", 0): 110, ("t", 1): 200}
+    assert offsets[("t", 0)].record_offset == 2  # the transactional record's offset
+    assert set(shard.pending_txn) == {3}
+    assert shard.has_pending("g", ("t", 1)) and not shard.has_pending("g", ("t", 0))

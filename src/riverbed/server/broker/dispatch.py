@@ -83,6 +83,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.INIT_PRODUCER_ID: producers.handle_init_producer_id,
     ApiKey.FIND_COORDINATOR: groups.handle_find_coordinator,
     ApiKey.OFFSET_COMMIT: groups.handle_offset_commit,
+    ApiKey.TXN_OFFSET_COMMIT: groups.handle_txn_offset_commit,
     ApiKey.OFFSET_FETCH: groups.handle_offset_fetch,
     ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
     ApiKey.DELETE_GROUPS: groups.handle_delete_groups,

@@ -1,5 +1,5 @@
 """Group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
+TxnOffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
 
 Each request goes to the shard of its group (`riverbed.server.coordinator`); an error
 about the coordinator itself (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
@@ -41,6 +41,7 @@ from riverbed.protocol.messages import (
     OffsetFetchRequest,
     OffsetFetchResponse,
     SyncGroupRequest,
+    TxnOffsetCommitRequest,
 )
 from riverbed.server.broker.error_response import error_response
 from riverbed.server.coordinator import CoordinatorError
@@ -253,16 +254,24 @@ async def handle_leave_group(
 
 
 # ---------------------------------------------------------------------- offsets
-async def handle_offset_commit(
-    broker: Broker, ctx: RequestContext, req: OffsetCommitRequest
-) -> Message:
+def _unknown_partitions(
+    broker: Broker, req: OffsetCommitRequest | TxnOffsetCommitRequest
+) -> set[tuple[str, int]]:
+    """The partitions of a commit that do not exist (UNKNOWN_TOPIC_OR_PARTITION alone)."""
     image = broker.metadata.image
-    unknown = set()
+    unknown: set[tuple[str, int]] = set()
     for t in req.topics:
         topic = image.topic(t.name)
         for p in t.partitions:
             if topic is None or p.partition_index not in topic.partitions:
                 unknown.add((t.name, p.partition_index))
+    return unknown
+
+
+async def handle_offset_commit(
+    broker: Broker, ctx: RequestContext, req: OffsetCommitRequest
+) -> Message:
+    unknown = _unknown_partitions(broker, req)
     return await _answer(
         broker,
         ctx,
@@ -272,14 +281,31 @@ async def handle_offset_commit(
     )
 
 
+async def handle_txn_offset_commit(
+    broker: Broker, ctx: RequestContext, req: TxnOffsetCommitRequest
+) -> Message:
+    """TxnOffsetCommit (KIP-98 / KIP-447): the offsets are written as the producer's
+    transactional batch and stay pending until its marker (`riverbed.coordinator.txn_offsets`)."""
+    unknown = _unknown_partitions(broker, req)
+    return await _answer(
+        broker,
+        ctx,
+        req,
+        req.group_id,
+        lambda shard, reply, now: shard.txn_offset_commit(reply, req, now, unknown),
+    )
+
+
 def _fetch_group(
     broker: Broker,
     group_id: str,
     topics: Sequence[OffsetFetchTopics] | None,
     member: tuple[str | None, int] = (None, -1),
+    require_stable: bool = False,
 ) -> OffsetFetchResponse.OffsetFetchResponseGroup:
     """One group's offsets; ``member`` (OffsetFetch v9+: member id, epoch) is checked
-    against a KIP-848 group."""
+    against a KIP-848 group; ``require_stable`` (v7+): partitions with pending
+    transactional offsets answer UNSTABLE_OFFSET_COMMIT."""
     wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
     try:
         _partition, shard = broker.groups.shard_of(group_id)
@@ -292,21 +318,22 @@ def _fetch_group(
         return OffsetFetchResponse.OffsetFetchResponseGroup(
             group_id=group_id, topics=[], error_code=int(code)
         )
-    return shard.offset_fetch(group_id, wanted)
+    return shard.offset_fetch(group_id, wanted, require_stable)
 
 
 async def handle_offset_fetch(
     broker: Broker, ctx: RequestContext, req: OffsetFetchRequest
 ) -> Message:
-    # require_stable (v7+): no transactional offsets are ever pending here, so every
-    # committed offset is stable.
+    # require_stable (v7+): a partition with pending transactional offsets is
+    # UNSTABLE_OFFSET_COMMIT (the consumer retries until the transaction ends)
+    stable = ctx.header.api_version >= 7 and req.require_stable
     if ctx.header.api_version >= 8:
         groups = [
-            _fetch_group(broker, g.group_id, g.topics, (g.member_id, g.member_epoch))
+            _fetch_group(broker, g.group_id, g.topics, (g.member_id, g.member_epoch), stable)
             for g in req.groups or []
         ]
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups, topics=[], error_code=0)
-    one = _fetch_group(broker, req.group_id, req.topics)
+    one = _fetch_group(broker, req.group_id, req.topics, require_stable=stable)
     if one.error_code and ctx.header.api_version < 2:
         # v0/v1 have no top-level error: every requested partition carries it
         return error_response(

@@ -433,7 +433,8 @@ class PartitionManager:
         self, hosted: HostedPartition, batches: bytearray, *, origin: str = ORIGIN_CLIENT
     ) -> AppendInfo:
         """Append as leader (raises storage's typed errors); advances the HW, wakes fetches.
-        ``origin=ORIGIN_COORDINATOR``: control batches allowed (transaction markers)."""
+        ``origin=ORIGIN_COORDINATOR``: control batches allowed (transaction markers), and
+        a coordinator's own transactional batches are not checked for sequences."""
         info = hosted.log.append_as_leader(batches, hosted.registration.leader_epoch, origin=origin)
         if self.replicas is not None:
             self.replicas.on_local_append(hosted)

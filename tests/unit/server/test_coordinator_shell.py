@@ -199,7 +199,7 @@ def test_a_write_in_doubt_answers_its_error_and_reloads_the_groups() -> None:
         await asyncio.sleep(0)  # the second commit arrives meanwhile
         return ErrorCode.REQUEST_TIMED_OUT
 
-    def append(hosted: Any, batch: bytes, origin: str = "client") -> Any:
+    def append(hosted: Any, batch: bytes, *, origin: str = "client") -> Any:
         log.log_end_offset += 1
         end = log.log_end_offset
         return SimpleNamespace(first_offset=end - 1, last_offset=end - 1)

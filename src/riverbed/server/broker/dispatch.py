@@ -160,9 +160,9 @@ class Broker:
             fault_handler,
         )
         self.transactions.start()
-        #: told of every marker appended to __consumer_offsets (the group coordinator's
-        #: transactional offsets; None until it implements on_txn_marker)
-        self.txn_marker_listener: txn_markers.TxnMarkerListener | None = None
+        #: told of every marker appended to __consumer_offsets: the group coordinator's
+        #: pending transactional offsets commit or go
+        self.txn_marker_listener: txn_markers.TxnMarkerListener | None = self.groups
         # the remote log manager (riverbed.server.remote_log) when tiering is enabled
         self.remote_log: RemoteLogManager | None = None
         # Serving starts now: new partition logs are created off the event loop.

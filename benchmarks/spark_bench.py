@@ -10,8 +10,10 @@ riverbed.testing.cluster with data on disk by default). Steps, all in the same r
    ``df.write.format("riverbed")`` to a 2-partition topic (one idempotent producer per
    task) -- rows/s, shown against writing the same DataFrame to Spark's ``noop`` sink
    (what Spark alone costs);
-2. read: ``spark.read.format("riverbed")`` of those N records into the ``noop`` sink --
-   rows/s, shown as a ratio to the ceiling: a Python data source with the same schema and
+2. read: ``spark.read.format("riverbed")`` of those N records into the ``noop`` sink, with
+   the default reader (riverbed's own Fetch requests + the columnar decoder) and with
+   ``reader=consumer`` (confluent-kafka record by record, the reader before issue 22) --
+   rows/s, shown as ratios to each other and to the ceiling: a Python data source with the same schema and
    partition count whose ``read`` yields the same number of rows as prebuilt Arrow record
    batches of the same size (no Kafka client, no conversion): what any Python data
    source can reach in this Spark;
@@ -263,6 +265,17 @@ def main(argv: list[str] | None = None) -> int:
             t_read = timed(
                 "riverbed -> noop", lambda: source.write.format("noop").mode("overwrite").save()
             )
+            by_consumer = (
+                spark.read.format("riverbed")
+                .option("kafka.bootstrap.servers", bootstrap)
+                .option("subscribe", topic)
+                .option("reader", "consumer")
+                .load()
+            )
+            t_read_consumer = timed(
+                "riverbed reader=consumer -> noop",
+                lambda: by_consumer.write.format("noop").mode("overwrite").save(),
+            )
             raw_records, t_raw = consume_all(bootstrap, topic, parts)
             print(f"  confluent-kafka consume only (no Spark): {t_raw:.1f} s", flush=True)
             assert raw_records == n, f"consumed {raw_records} records, {n} were written"
@@ -277,10 +290,12 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"write  riverbed sink          {rate(t_write)}   (noop sink: {rate(t_noop_write)})")
     print(f"read   riverbed source        {rate(t_read)}")
+    print(f"read   source reader=consumer {rate(t_read_consumer)}")
     print(f"read   ceiling (Arrow only)   {rate(t_ceiling)}")
     print(f"read   consume only, no Spark {rate(t_raw)}   (the broker + client limit)")
     print(f"read ratio riverbed/ceiling   {t_ceiling / t_read:.3f}")
     print(f"read ratio riverbed/consume   {t_raw / t_read:.3f}")
+    print(f"read ratio riverbed/consumer reader  {t_read_consumer / t_read:.3f}")
     return 0
 
 

@@ -202,3 +202,51 @@ def test_sink_column_conversions() -> None:
         [[{"key": "a", "value": b"1"}, {"key": "b", "value": None}], [], None], type=headers_type
     )
     assert _headers(headers, 3) == [[("a", b"1"), ("b", None)], None, None]
+
+
+def test_reader_option_and_the_kafka_settings_it_maps() -> None:
+    from riverbed.spark.options import FetchSettings, fetch_settings
+
+    opts = parse_read_options({**BS, "subscribe": "t"}, streaming=False)
+    assert opts.reader == "fetch"
+    assert fetch_settings(opts.client_config) == FetchSettings("127.0.0.1:9092")
+    assert fetch_settings(opts.client_config).read_committed is True  # librdkafka's default
+    mapped = fetch_settings(
+        {
+            "bootstrap.servers": "h:1",
+            "client.id": "etl",
+            "fetch.max.bytes": "4000",
+            "max.partition.fetch.bytes": "2000",
+            "fetch.wait.max.ms": "50",
+            "fetch.min.bytes": "10",
+            "socket.timeout.ms": "9000",
+            "isolation.level": "read_uncommitted",
+            "queued.max.messages.kbytes": "100",  # librdkafka's: the driver's look-ups only
+        }
+    )
+    assert mapped == FetchSettings("h:1", "etl", 4000, 2000, 50, 10, 9000, False)
+    consumer = parse_read_options({**BS, "subscribe": "t", "reader": "Consumer"}, streaming=False)
+    assert consumer.reader == "consumer"
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"reader": "kafka"}, "'reader' must be fetch or consumer"),
+        (
+            {"kafka.security.protocol": "SASL_SSL"},
+            "kafka.security.protocol need the option reader=consumer",
+        ),
+        ({"kafka.ssl.ca.location": "/x"}, "PLAINTEXT only"),
+        ({"kafka.isolation.level": "dirty"}, "read_committed or read_uncommitted"),
+        ({"kafka.fetch.max.bytes": "-1"}, "'kafka.fetch.max.bytes' must be positive"),
+    ],
+)
+def test_reader_settings_fail_fast(settings: dict[str, str], message: str) -> None:
+    with pytest.raises(RiverbedOptionError, match=message):
+        parse_read_options({**BS, "subscribe": "t", **settings}, streaming=False)
+    # the consumer path takes TLS/SASL settings (librdkafka checks them)
+    if "ssl" in str(settings) or "SASL" in str(settings):
+        parse_read_options(
+            {**BS, "subscribe": "t", "reader": "consumer", **settings}, streaming=False
+        )

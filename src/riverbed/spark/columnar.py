@@ -170,15 +170,27 @@ def _check_header(p: _Partition, h: BatchHeader, mv: memoryview, pos: int, end: 
         )
 
 
-def _records_of(p: _Partition, h: BatchHeader, mv: memoryview, pos: int, end: int) -> Any:
-    section = mv[pos + BATCH_HEADER_SIZE : end]
+def _decoder_input(
+    p: _Partition, h: BatchHeader, mv: memoryview, pos: int, end: int
+) -> tuple[Any, ...]:
+    """What the C decoder takes of one batch: its records (decompressed) and header fields."""
+    data: bytes | memoryview = mv[pos + BATCH_HEADER_SIZE : end]
     codec = h.attributes & ATTR_COMPRESSION_MASK
-    if codec == 0:
-        return section
-    try:
-        return decompress(codec, section, DECOMPRESSED_MAX_BYTES)
-    except ProtocolError as e:
-        raise p.corrupt(h.base_offset, str(e)) from None
+    if codec:
+        try:
+            data = decompress(codec, data, DECOMPRESSED_MAX_BYTES)
+        except ProtocolError as e:
+            raise p.corrupt(h.base_offset, str(e)) from None
+    log_append = 1 if h.attributes & ATTR_TIMESTAMP_TYPE else 0
+    return (
+        data,
+        h.base_offset,
+        h.first_timestamp,
+        h.max_timestamp,
+        log_append,
+        h.records_count,
+        h.last_offset_delta,
+    )
 
 
 def decode_records(
@@ -229,20 +241,9 @@ def decode_records(
                 pos = batch_end
                 continue
         if not control and batch_next > from_offset:
-            data = _records_of(p, h, mv, pos, batch_end)
-            log_append = 1 if h.attributes & ATTR_TIMESTAMP_TYPE else 0
-            pending.append(
-                (
-                    data,
-                    h.base_offset,
-                    h.first_timestamp,
-                    h.max_timestamp,
-                    log_append,
-                    h.records_count,
-                    h.last_offset_delta,
-                )
-            )
-            pending_bytes += len(data)
+            entry = _decoder_input(p, h, mv, pos, batch_end)
+            pending.append(entry)
+            pending_bytes += len(entry[0])
             if pending_bytes >= decode_bytes_max:
                 out.append(_decode(p, pending, from_offset, hi))
                 pending, pending_bytes = [], 0

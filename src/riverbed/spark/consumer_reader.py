@@ -19,6 +19,7 @@ from the log start (``auto.offset.reset=earliest``) or stops.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -98,7 +99,11 @@ def _headers_array(msgs: list[Any], list_type: pa.DataType) -> pa.Array:
         [pa.array(keys, type=pa.string()), pa.array(values, type=pa.binary())],
         fields=list(struct_type),
     )
-    return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), items, type=list_type)
+    # As Spark's Kafka source: a record without headers has null headers, not [].
+    empty = pa.array([a == b for a, b in itertools.pairwise(offsets)])
+    return pa.ListArray.from_arrays(
+        pa.array(offsets, type=pa.int32()), items, type=list_type, mask=empty
+    )
 
 
 def _partition_exists(consumer: Any, r: OffsetRange) -> bool:

@@ -70,6 +70,8 @@ _LEADER_ERRORS: Final = frozenset(
         ErrorCode.NOT_COORDINATOR,  # never for Fetch; harmless
     }
 )
+# How long a log end below the planned range must last before it counts as data loss.
+log_end_grace_ms: Final = 2_000
 _EARLIEST: Final = -2
 _LATEST: Final = -1
 
@@ -259,6 +261,7 @@ def _read(
     position = r.from_offset
     last_progress = time.monotonic()
     backoff_ms = retry_backoff_ms_min
+    short_since: float | None = None  # when the log was first seen to end before the range
     while position < r.until_offset:
         if (time.monotonic() - last_progress) * 1000 > poll_timeout_ms:
             raise RiverbedSourceError(
@@ -275,24 +278,31 @@ def _read(
                 if position > start:
                     last_progress = time.monotonic()
                     backoff_ms = retry_backoff_ms_min
+                    short_since = None
                     continue
-                if not _may_grow(part, position, r, fail_on_data_loss):
+                if not 0 <= part.high_watermark <= position:
+                    continue  # an open transaction (LSO); the broker's max wait paces us
+                # The log ends before the range planned below its high watermark. A new
+                # leader may show a lagging high watermark for a moment: only a shortfall
+                # that lasts is lost data.
+                now = time.monotonic()
+                short_since = now if short_since is None else short_since
+                if now - short_since > log_end_grace_ms / 1000:
+                    report_data_loss(
+                        fail_on_data_loss,
+                        f"{name} ends at offset {part.high_watermark} but offsets up to "
+                        f"{r.until_offset - 1} were planned (log truncated or topic recreated?).",
+                    )
                     return
-                continue  # the broker's fetch.max.wait.ms paces the next try
+                time.sleep(retry_backoff_ms_min / 1000)
+                continue
             if code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 next_position = _out_of_range(client, name, position, r, fail_on_data_loss)
                 if next_position is None:
                     return
                 position = next_position
                 continue
-            if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and not client.refresh():
-                raise _Gone()
-            if code not in _LEADER_ERRORS and code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                raise RiverbedSourceError(
-                    f"reading {name} at offset {position} failed: {ErrorCode.of(code).name}"
-                )
-            log.info("%s: %s; refreshing its leader", name, ErrorCode.of(code).name)
-            client.leader = None
+            _leader_error(client, code, name, position)
         except _Gone:
             report_data_loss(fail_on_data_loss, f"{name} is gone (topic deleted?).")
             return
@@ -301,6 +311,18 @@ def _read(
             client.leader = None
         time.sleep(backoff_ms / 1000)
         backoff_ms = min(backoff_ms * 2, retry_backoff_ms_max)
+
+
+def _leader_error(client: PartitionClient, code: int, name: str, position: int) -> None:
+    """A Fetch error that a fresh leader may cure; raises for every other one."""
+    if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and not client.refresh():
+        raise _Gone()
+    if code not in _LEADER_ERRORS and code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        raise RiverbedSourceError(
+            f"reading {name} at offset {position} failed: {ErrorCode.of(code).name}"
+        )
+    log.info("%s: %s; refreshing its leader", name, ErrorCode.of(code).name)
+    client.leader = None
 
 
 def _take(
@@ -329,22 +351,6 @@ def _take(
             "kafka.max.partition.fetch.bytes and kafka.fetch.max.bytes above it"
         )
     return decoded.next_offset, decoded.batches
-
-
-def _may_grow(
-    part: FetchResponse.PartitionData, position: int, r: OffsetRange, fail_on_data_loss: bool
-) -> bool:
-    """Nothing new at ``position``: may the log still reach the range's end?"""
-    end = part.high_watermark
-    if 0 <= end <= position:
-        # The range was planned below the high watermark: the log lost its end.
-        report_data_loss(
-            fail_on_data_loss,
-            f"{r.topic}-{r.partition} ends at offset {end} but offsets up to "
-            f"{r.until_offset - 1} were planned (log truncated or topic recreated?).",
-        )
-        return False
-    return True  # a transaction still open below until_offset (LSO), or a slow leader
 
 
 def _out_of_range(

@@ -248,3 +248,45 @@ def test_marker_fencing_and_invalid_txn_state(client: Client) -> None:
     )
     code = resp.markers[0].topics[0].partitions[0].error_code
     assert code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+# ---- end to end: the transaction coordinator writes the markers -----------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster_node() -> Iterator[BrokerProcess]:
+    """A broker with Kafka's defaults (verification on) and a small __transaction_state."""
+    proc = BrokerProcess(overrides={"transaction.state.log.num.partitions": "3"})
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.close()
+
+
+def test_transactional_producers_and_read_committed_consumers(cluster_node: BrokerProcess) -> None:
+    from confluent_kafka import Producer
+
+    c = Client(cluster_node.port)
+    try:
+        create_topic(c, "txn-e2e")
+    finally:
+        c.close()
+    p = Producer(
+        {"bootstrap.servers": cluster_node.bootstrap, "transactional.id": "e2e", "log_level": 3}
+    )
+    p.init_transactions(30)
+    for values, commit in (([b"k1", b"k2"], True), ([b"z1", b"z2"], False), ([b"k3"], True)):
+        p.begin_transaction()
+        for v in values:
+            p.produce("txn-e2e", v, partition=0)
+        p.flush(10)
+        if commit:
+            p.commit_transaction(30)
+        else:
+            p.abort_transaction(30)
+    committed = [b"k1", b"k2", b"k3"]
+    assert confluent_values(cluster_node, "txn-e2e", "read_committed", 3) == committed
+    assert kafka_python_values(cluster_node, "txn-e2e", 3) == committed
+    everything = [b"k1", b"k2", b"z1", b"z2", b"k3"]
+    assert confluent_values(cluster_node, "txn-e2e", "read_uncommitted", 5) == everything

@@ -24,11 +24,18 @@ from confluent_kafka import Consumer, TopicPartition
 
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
-from riverbed.protocol.messages import ListOffsetsRequest, WriteTxnMarkersRequest
+from riverbed.protocol.messages import (
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    FindCoordinatorRequest,
+    InitProducerIdRequest,
+    ListOffsetsRequest,
+    WriteTxnMarkersRequest,
+)
 from riverbed.protocol.records import SimpleRecord, build_batch, iter_batches, iter_records
 from riverbed.testing.cluster import BrokerProcess
 
-from .test_wire_protocol import Client, create_topic, fetch_req, produce
+from .test_wire_protocol import Client, create_topic, fetch_req, produce, produce_req
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -290,3 +297,94 @@ def test_transactional_producers_and_read_committed_consumers(cluster_node: Brok
     assert kafka_python_values(cluster_node, "txn-e2e", 3) == committed
     everything = [b"k1", b"k2", b"z1", b"z2", b"k3"]
     assert confluent_values(cluster_node, "txn-e2e", "read_uncommitted", 5) == everything
+
+
+def init_producer(c: Client, tid: str) -> Any:
+    req = InitProducerIdRequest(
+        transactional_id=tid, transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1
+    )
+    find = FindCoordinatorRequest(key_type=1, coordinator_keys=[tid])
+    c.call(ApiKey.FIND_COORDINATOR, 4, find)  # the first use creates __transaction_state
+    retry = (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    deadline = time.monotonic() + 30
+    while True:
+        resp = c.call(ApiKey.INIT_PRODUCER_ID, 4, req)
+        if resp.error_code not in retry or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)  # until __transaction_state is created and loaded
+    assert resp.error_code == 0, resp
+    return resp
+
+
+def txn_produce(c: Client, topic: str, tid: str, records: bytes) -> Any:
+    req = produce_req(topic, 0, records)
+    req.transactional_id = tid
+    return c.call(ApiKey.PRODUCE, 9, req).responses[0].partition_responses[0]
+
+
+def test_verification_refuses_a_produce_outside_the_transaction(
+    cluster_node: BrokerProcess,
+) -> None:
+    """KIP-890: the leader verifies a transactional produce with the coordinator: before
+    AddPartitionsToTxn and after the abort (a late produce) it is refused and nothing is
+    appended, so nothing hangs the LSO; inside the transaction it is appended."""
+    c = Client(cluster_node.port)
+    try:
+        topic, tid = "txn-verified", "tid-late"
+        create_topic(c, topic)
+        init = init_producer(c, tid)
+        pid, epoch = init.producer_id, init.producer_epoch
+
+        def batch(seq: int, value: bytes) -> bytes:
+            return build_batch(
+                [SimpleRecord(value)],
+                producer_id=pid,
+                producer_epoch=epoch,
+                base_sequence=seq,
+                is_transactional=True,
+            )
+
+        early = txn_produce(c, topic, tid, batch(0, b"early"))
+        # the partition is not in the transaction: TRANSACTION_ABORTABLE from the
+        # coordinator, INVALID_TXN_STATE for a Produce v9 client
+        assert early.error_code == ErrorCode.INVALID_TXN_STATE, early
+        assert latest(c, topic, 0) == 0  # nothing appended
+
+        A = AddPartitionsToTxnRequest
+        added = c.call(
+            ApiKey.ADD_PARTITIONS_TO_TXN,
+            3,
+            A(
+                v3_and_below_transactional_id=tid,
+                v3_and_below_producer_id=pid,
+                v3_and_below_producer_epoch=epoch,
+                v3_and_below_topics=[A.AddPartitionsToTxnTopic(name=topic, partitions=[0])],
+            ),
+        )
+        assert (
+            added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+        )
+        inside = txn_produce(c, topic, tid, batch(0, b"inside"))
+        assert inside.error_code == 0, inside
+        assert latest(c, topic, 1) == 0  # open: the LSO holds at its first offset
+
+        end = c.call(
+            ApiKey.END_TXN,
+            3,
+            EndTxnRequest(
+                transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=False
+            ),
+        )
+        assert end.error_code == 0, end
+        deadline = time.monotonic() + 20
+        while latest(c, topic, 1) != latest(c, topic, 0) and time.monotonic() < deadline:
+            time.sleep(0.1)  # the coordinator writes the ABORT marker
+        end_offset = latest(c, topic, 0)
+        assert latest(c, topic, 1) == end_offset == 2  # the record and the marker
+
+        late = txn_produce(c, topic, tid, batch(1, b"late"))
+        assert late.error_code != 0, late  # the transaction was aborted: refused
+        assert latest(c, topic, 0) == end_offset  # nothing appended, nothing hangs
+        assert latest(c, topic, 1) == end_offset
+    finally:
+        c.close()

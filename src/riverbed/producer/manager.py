@@ -266,6 +266,25 @@ class ProducerStateManager:
     def last_stable_offset(self, high_watermark: int) -> int:
         return self.table.last_stable_offset(high_watermark)
 
+    def begin_verification(self, producer_id: int) -> int | None:
+        """A KIP-890 verification guard, or None when the producer's transaction is open
+        here already (nothing to verify)."""
+
+        def begin() -> int | None:
+            if self.table.has_open_transaction(producer_id):
+                return None
+            return self.table.begin_verification(producer_id)
+
+        return begin() if self._log is None else self._log.update_producer_state(begin)
+
+    def end_verification(self, producer_id: int, guard: int) -> bool:
+        """True when no marker of the producer was appended since ``guard`` was taken."""
+        if self._log is None:
+            return self.table.end_verification(producer_id, guard)
+        return self._log.update_producer_state(
+            lambda: self.table.end_verification(producer_id, guard)
+        )
+
     def open_transactions(self) -> dict[int, int]:
         """Producer id -> first offset of every open transaction (a copy)."""
         return dict(self.table.ongoing)

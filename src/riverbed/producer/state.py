@@ -215,6 +215,9 @@ class ProducerStateTable:
         self.map_end_offset = map_end_offset
         #: producer id -> first offset of its open transaction (Kafka's ongoingTxns)
         self.ongoing: dict[int, int] = {}
+        #: producer id -> its verification guard (bounded by verifications in flight)
+        self.verifying: dict[int, int] = {}
+        self._guards = 0
 
     def first_unstable_offset(self) -> int | None:
         """The first offset of the earliest open transaction (None: none open)."""
@@ -225,6 +228,30 @@ class ProducerStateTable:
         high watermark, else the high watermark."""
         first = self.first_unstable_offset()
         return high_watermark if first is None else min(first, high_watermark)
+
+    # ---- KIP-890 verification guards ------------------------------------------------------
+    # Before a producer's first transactional append to this partition the leader asks the
+    # coordinator whether the transaction is ongoing (Kafka's VerificationGuard): the guard
+    # is taken before asking and must still hold at the append; a marker of the producer
+    # meanwhile (the transaction the answer was about ended) drops it, so a late produce
+    # can never open a transaction that nothing will end.
+
+    def has_open_transaction(self, producer_id: int) -> bool:
+        return producer_id in self.ongoing
+
+    def begin_verification(self, producer_id: int) -> int:
+        """A new guard for ``producer_id`` (replacing any older one)."""
+        self._guards += 1
+        self.verifying[producer_id] = self._guards
+        return self._guards
+
+    def end_verification(self, producer_id: int, guard: int) -> bool:
+        """True when ``guard`` still holds (no marker of the producer since it was taken);
+        the guard is released either way."""
+        held = self.verifying.get(producer_id) == guard
+        if held:
+            del self.verifying[producer_id]
+        return held
 
     def seed_ongoing(self, open_txns: dict[int, int]) -> None:
         """The open transactions of the entries the replay starts from (the ledger's)."""
@@ -352,6 +379,7 @@ class ProducerStateTable:
         """An end transaction marker: the transaction is over, the epoch may move on."""
         first = entry.current_txn_first_offset
         self.ongoing.pop(entry.producer_id, None)
+        self.verifying.pop(entry.producer_id, None)
         aborted = None
         if first >= 0 and marker is not None and not marker.commit:
             marker_offset = h.base_offset

@@ -245,3 +245,34 @@ def test_coordinator_batches_skip_sequence_checks_but_not_epochs() -> None:
     assert t.check([second], sequences=False) is None
     with pytest.raises(InvalidProducerEpochError):
         t.check([at(data(7, 0, epoch=2), 1)], sequences=False)
+
+
+def test_verification_guard_is_dropped_by_a_marker() -> None:
+    """KIP-890's VerificationGuard: a marker of the producer between the verification and
+    the append means the verified transaction ended; the append must be refused."""
+    t = ProducerStateTable()
+    guard = t.begin_verification(1)
+    assert t.end_verification(1, guard)  # nothing happened meanwhile
+    assert not t.end_verification(1, guard)  # released
+    guard = t.begin_verification(1)
+    t.apply(at(data(1, 0), 0))
+    t.apply(at(marker(1, False), 1), TxnMarker(False, 0))
+    assert not t.end_verification(1, guard)
+    newer = t.begin_verification(2)
+    t.begin_verification(2)  # a retry replaces the guard
+    assert not t.end_verification(2, newer)
+    assert not t.has_open_transaction(1)
+    t.apply(at(data(1, 1), 2))
+    assert t.has_open_transaction(1)
+
+
+def test_produce_errors_of_a_failed_verification() -> None:
+    from riverbed.protocol.errors import ErrorCode as E
+    from riverbed.server.broker.txn_verification import produce_error
+
+    assert produce_error(E.COORDINATOR_NOT_AVAILABLE, 9) == E.NOT_ENOUGH_REPLICAS
+    assert produce_error(E.CONCURRENT_TRANSACTIONS, 11) == E.NOT_ENOUGH_REPLICAS
+    assert produce_error(E.PRODUCER_FENCED, 9) == E.INVALID_PRODUCER_EPOCH
+    assert produce_error(E.TRANSACTION_ABORTABLE, 10) == E.INVALID_TXN_STATE
+    assert produce_error(E.TRANSACTION_ABORTABLE, 11) == E.TRANSACTION_ABORTABLE
+    assert produce_error(E.INVALID_PRODUCER_ID_MAPPING, 9) == E.INVALID_PRODUCER_ID_MAPPING

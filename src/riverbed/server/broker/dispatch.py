@@ -40,6 +40,7 @@ from riverbed.server.broker import (
 )
 from riverbed.server.broker.error_response import error_code_of, error_response
 from riverbed.server.broker.partitions import PartitionManager
+from riverbed.server.broker.txn_verification import TxnVerifier
 from riverbed.server.broker.versioning import fit_to_version
 from riverbed.server.clock import SystemClock
 from riverbed.server.coordinator import GroupCoordinator
@@ -163,6 +164,8 @@ class Broker:
         #: told of every marker appended to __consumer_offsets: the group coordinator's
         #: pending transactional offsets commit or go
         self.txn_marker_listener: txn_markers.TxnMarkerListener | None = self.groups
+        #: KIP-890: transactional produces verified with their coordinator
+        self.txn_verifier = TxnVerifier(self)
         # the remote log manager (riverbed.server.remote_log) when tiering is enabled
         self.remote_log: RemoteLogManager | None = None
         # Serving starts now: new partition logs are created off the event loop.
@@ -171,6 +174,7 @@ class Broker:
     def close(self) -> None:
         self.groups.close()
         self.transactions.close()
+        self.txn_verifier.close()
 
     async def handle(self, ctx: RequestContext, body: Message) -> Response | None:
         handler = HANDLERS.get(ctx.header.api_key)

@@ -26,6 +26,13 @@ pipelined produces on one connection reach the log in the order they were sent):
 - the response carries the base offset, ``log_append_time_ms`` (-1 for CreateTime
   topics, as clients expect) and the log start offset.
 
+Transactional batches (KIP-890 part 1, ``transaction.partition.verification.enable``):
+a produce with a ``transactional_id`` whose batch would open the producer's transaction
+in a partition is first verified with the transaction coordinator
+(`riverbed.server.broker.txn_verification`); such partitions are appended after the
+request's other partitions, once verified (an error answers the partition, nothing is
+appended; a marker of the producer meanwhile answers INVALID_TXN_STATE).
+
 acks=0 writes no response at all, and closes the connection when a partition failed (as
 Kafka: there is no response to carry the error); acks must be 0, 1 or -1 (else
 INVALID_REQUIRED_ACKS).
@@ -42,12 +49,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from riverbed.producer.manager import ProducerStateManager
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.messages import ProduceRequest, ProduceResponse
-from riverbed.server.broker.partitions import HostedPartition, NotServed, leader_endpoints
+from riverbed.protocol.records import BatchHeader, parse_header
+from riverbed.server.broker.partitions import (
+    HostedPartition,
+    NotServed,
+    leader_endpoints,
+    producer_state_of,
+)
+from riverbed.server.broker.txn_verification import produce_error
 from riverbed.server.network import CloseConnection, RequestContext
 from riverbed.storage.errors import StorageError
 
@@ -64,6 +80,7 @@ _MAGIC_OFFSET = 16
 
 
 PartitionResponse = ProduceResponse.PartitionProduceResponse
+PartitionData = ProduceRequest.PartitionProduceData
 
 
 def _partition_error(index: int, code: ErrorCode, message: str | None = None) -> PartitionResponse:
@@ -85,11 +102,17 @@ async def handle_produce(
     leaders: list[int] = []  # named in NOT_LEADER_OR_FOLLOWER answers
     names_leader = ctx.header.api_version >= PRODUCE_CURRENT_LEADER_VERSION
     waits: list[tuple[PartitionResponse, Awaitable[ErrorCode]]] = []  # acks=all
+    verifications: list[tuple[list[PartitionResponse], int, str, PartitionData, Verification]] = []
     for topic in req.topic_data:
-        parts = []
+        parts: list[PartitionResponse] = []
         for pd in topic.partition_data:
             if not acks_ok:
                 parts.append(_partition_error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS))
+                continue
+            verification = _verification(broker, req.transactional_id, topic.name, pd)
+            if verification is not None:  # appended once verified, below
+                verifications.append((parts, len(parts), topic.name, pd, verification))
+                parts.append(_partition_error(pd.index, ErrorCode.NONE))
                 continue
             part, wait = _produce_partition(
                 broker, topic.name, pd.index, pd.records, names_leader, req.acks, req.timeout_ms
@@ -102,6 +125,22 @@ async def handle_produce(
         responses.append(
             ProduceResponse.TopicProduceResponse(name=topic.name, partition_responses=parts)
         )
+    if verifications:
+        codes = await asyncio.gather(*(v[4].verify() for v in verifications))
+        for (parts, i, name, pd, v), code in zip(verifications, codes, strict=True):
+            if code == ErrorCode.NONE and not v.still_holds():
+                code = ErrorCode.INVALID_TXN_STATE  # the verified transaction ended meanwhile
+            if code != ErrorCode.NONE:
+                message = "the partition was not verified in the transaction"
+                error = produce_error(code, ctx.header.api_version)
+                parts[i] = _partition_error(pd.index, error, f"{message}: {code.name}")
+                continue
+            part, wait = _produce_partition(
+                broker, name, pd.index, pd.records, names_leader, req.acks, req.timeout_ms
+            )
+            parts[i] = part
+            if wait is not None:
+                waits.append((part, wait))
     if waits:
         errors = await asyncio.gather(*(w for _, w in waits))
         for (part, _), error in zip(waits, errors, strict=True):
@@ -123,6 +162,56 @@ async def handle_produce(
         for i, h, p, r in leader_endpoints(broker.metadata.image, leaders, ctx.listener_name)
     ]
     return ProduceResponse(responses=responses, throttle_time_ms=0, node_endpoints=endpoints)
+
+
+@dataclass
+class Verification:
+    """A KIP-890 verification of one partition's transactional batch."""
+
+    broker: Broker
+    state: ProducerStateManager
+    tid: str
+    header: BatchHeader
+    topic: str
+    partition: int
+    guard: int
+
+    async def verify(self) -> ErrorCode:
+        h = self.header
+        verifier = self.broker.txn_verifier
+        return await verifier.verify(
+            self.tid, h.producer_id, h.producer_epoch, self.topic, self.partition
+        )
+
+    def still_holds(self) -> bool:
+        return self.state.end_verification(self.header.producer_id, self.guard)
+
+
+def _verification(
+    broker: Broker, tid: str | None, topic: str, pd: PartitionData
+) -> Verification | None:
+    """The verification the partition's batch needs first (None: none; Kafka verifies a
+    transactional batch of a produce with a transactional id whose transaction is not
+    open in the partition)."""
+    records = pd.records
+    if not tid or not records or not broker.txn_verifier.enabled():
+        return None
+    try:
+        h = parse_header(records)
+    except ProtocolError:
+        return None  # the append answers it
+    if not h.is_transactional or h.is_control:
+        return None
+    hosted = broker.partitions.leader_partition(topic, pd.index)
+    if isinstance(hosted, NotServed):
+        return None
+    state = producer_state_of(hosted.log)
+    if state is None:
+        return None
+    guard = state.begin_verification(h.producer_id)
+    if guard is None:
+        return None  # the transaction is open here: verified before
+    return Verification(broker, state, tid, h, topic, pd.index, guard)
 
 
 def _not_served(index: int, why: NotServed, names_leader: bool) -> PartitionResponse:

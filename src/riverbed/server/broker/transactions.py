@@ -151,6 +151,14 @@ async def _add_one(
     return dict.fromkeys(parts, answer.error)
 
 
+async def verify_locally(
+    broker: Broker, tid: str, pid: int, epoch: int, parts: set[TopicPartition]
+) -> dict[TopicPartition, ErrorCode]:
+    """A partition leader's VerifyOnly check when this node is the coordinator itself
+    (KIP-890: ``server.broker.txn_verification``), as a v4 request would be answered."""
+    return await _add_one(broker, tid, pid, epoch, parts, True, ADD_PARTITIONS_BATCHED_VERSION)
+
+
 async def handle_add_partitions_to_txn(
     broker: Broker, ctx: RequestContext, req: AddPartitionsToTxnRequest
 ) -> AddPartitionsToTxnResponse:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -135,3 +136,41 @@ def test_the_load_keeps_transactional_offsets_pending_until_their_marker(tmp_pat
     assert offsets[("t", 0)].record_offset == 2  # the transactional record's offset
     assert set(shard.pending_txn) == {3}
     assert shard.has_pending("g", ("t", 1)) and not shard.has_pending("g", ("t", 0))
+
+
+def test_markers_appended_while_loading_are_applied_once_loaded(tmp_path: Path) -> None:
+    """WriteTxnMarkers may append to the partition while its groups load: a marker the
+    load did not read (at or after the log end it read to) is applied after it; one it
+    read is not applied twice."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from riverbed.server.config import ServerConfig
+    from riverbed.server.coordinator import GroupCoordinator
+
+    plog = offsets_log(tmp_path, LogConfig())
+    plog.append_as_leader(txn_commit(2, 0, 120), leader_epoch=1, origin=ORIGIN_COORDINATOR)
+    plog.append_as_leader(txn_commit(3, 1, 300), leader_epoch=1, origin=ORIGIN_COORDINATOR)
+    hosted = SimpleNamespace(log=plog)
+    partitions = SimpleNamespace(get=lambda topic, index: hosted, replicas=None)
+    metadata = SimpleNamespace(image=SimpleNamespace(topic=lambda name: None))
+
+    async def run() -> Any:
+        coordinator = GroupCoordinator(
+            ServerConfig.embedded_default(), 1, partitions, metadata, ManualClock(T0)
+        )
+        coordinator._epochs[0] = 1
+        task = asyncio.get_running_loop().create_task(coordinator._load(0, 1))
+        coordinator._loading[0] = task
+        end = plog.log_end_offset
+        coordinator.on_txn_marker(0, 3, True, end)  # after what the load reads
+        coordinator.on_txn_marker(0, 2, False, end - 2)  # inside it: the log has it
+        await task
+        return coordinator.shards[0]
+
+    shard = asyncio.run(run())
+    assert {k: v.offset for k, v in shard.groups["g"].offsets.items()} == {
+        ("t", 0): 100,
+        ("t", 1): 300,
+    }
+    assert set(shard.pending_txn) == {2}  # its marker was not in the log it read

@@ -22,71 +22,73 @@ Reads return :class:`FileRange` s of whole batches for ``sendfile``. Retention, 
 truncation and recovery follow Kafka and the KIP-32 seed: time-based roll measures from
 the first batch's timestamp, time-based retention from a segment's largest timestamp.
 
-Code layout: state, loading and recovery in :mod:`riverbed.storage.log_base`, reads in
-:mod:`riverbed.storage.log_reads`, retention in :mod:`riverbed.storage.log_retention`;
-appends, truncation and flushing here.
+Code layout (Kafka's split): :class:`~riverbed.storage.local_log.LocalLog` holds the
+segments and only them (load and recovery of the segment files, append at a given offset,
+read, roll, truncate, flush and the recovery point, deletion, size); this class is the
+unified log over it (Kafka's ``UnifiedLog``): the high watermark, the log start offset,
+the producer state hook, the leader epoch cache, the remote tier's offsets and the
+validation of appends. Its state and reads are in :mod:`riverbed.storage.log_base`,
+retention and DeleteRecords in :mod:`riverbed.storage.log_retention`, compaction in
+:mod:`riverbed.storage.log_cleaning`, batch checks in :mod:`riverbed.storage.batch_checks`;
+appends, truncation, flushing and closing here.
 
-Locking: every public method takes the log's lock; :meth:`PartitionLog.flush` holds it
-only to pick the files and to advance the recovery point, the fsyncs run unlocked (on
-duplicated file descriptors) so a flush in the manager's thread pool never stalls appends.
-The lock is the log's own: code outside storage never takes it, it asks for an operation
-that runs its change under it (``attach_producer_state``, ``update_producer_state``,
-``replace_with``).
+Locking: every public method takes the log's lock, and takes the local log's (a leaf
+lock) only inside it, by calling the local log: the order is unified -> local, never the
+reverse, and taking this lock while holding the local one raises
+:class:`~riverbed.storage.locks.LockOrderError` (:mod:`riverbed.storage.locks`). Hooks,
+listeners and the epoch cache are called under this lock only, never under the local
+one. :meth:`PartitionLog.flush` holds the locks only to pick the files and to advance the
+recovery point; the fsyncs run unlocked (on duplicated file descriptors) so a flush in the
+manager's thread pool never stalls appends. The lock is the log's own: code outside
+storage never takes it, it asks for an operation that runs its change under it
+(``attach_producer_state``, ``update_producer_state``, ``replace_with``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
-import struct
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import TypeVar
 
-from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.records import (
-    LOG_OVERHEAD,
     BatchHeader,
     Buffer,
-    check_dense_offsets,
     parse_header,
     patch_base_offset,
     patch_partition_leader_epoch,
     set_log_append_time,
-    validate_batch,
 )
-from riverbed.storage.checkpoints import (
-    LEADER_EPOCH_CHECKPOINT,
+from riverbed.storage.batch_checks import (
+    ORIGIN_CLIENT,
+    ORIGIN_COORDINATOR,
+    validate_batches,
+    validate_leader_batches,
 )
+from riverbed.storage.checkpoints import LEADER_EPOCH_CHECKPOINT
 from riverbed.storage.clock import Clock
 from riverbed.storage.config import LogConfig
 from riverbed.storage.epoch_cache import UNDEFINED_EPOCH, LeaderEpochCache
-from riverbed.storage.errors import (
-    CorruptRecordError,
-    InvalidRecordError,
-    InvalidTimestampError,
-    OffsetOutOfRangeError,
-    RecordError,
-    RecordTooLargeError,
-)
+from riverbed.storage.errors import CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError
 from riverbed.storage.file_io import OS_FILE_IO, FileIO
-from riverbed.storage.log_base import LOADED_INDEXES_MAX, RetentionHook
+from riverbed.storage.local_log import LocalLog
+from riverbed.storage.locks import OuterLock
+from riverbed.storage.log_base import RetentionHook
 from riverbed.storage.log_cleaning import LogCleaning
 from riverbed.storage.log_dir import LogDir
-from riverbed.storage.log_files import FileRange, ReadResult, SegmentFiles, TimestampOffset
-from riverbed.storage.log_reads import LogReads
+from riverbed.storage.log_files import (
+    LOADED_INDEXES_MAX,
+    FileRange,
+    ReadResult,
+    Rolled,
+    TimestampOffset,
+)
 from riverbed.storage.log_retention import LogRetention
 from riverbed.storage.log_txns import LogTxns
 from riverbed.storage.producer_hook import DuplicateBatch, ProducerStateHook, txn_marker_of
-from riverbed.storage.record_checks import (
-    TimestampBounds,
-    batch_record_errors,
-    record_validation_error,
-)
 from riverbed.storage.segment import LogSegment, SegmentBatch
 from riverbed.storage.time_index import NO_TIMESTAMP
 
@@ -94,6 +96,8 @@ T = TypeVar("T")
 
 __all__ = [
     "LOADED_INDEXES_MAX",
+    "ORIGIN_CLIENT",
+    "ORIGIN_COORDINATOR",
     "AppendInfo",
     "FileRange",
     "PartitionLog",
@@ -103,10 +107,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-_INT32: Final = struct.Struct(">i")
-ORIGIN_CLIENT: Final = "client"
-ORIGIN_COORDINATOR: Final = "coordinator"
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +132,9 @@ def _batch_view(buf: bytearray, pos: int, h: BatchHeader) -> memoryview:
     return memoryview(buf)[pos : pos + h.size]
 
 
-class PartitionLog(LogReads, LogRetention, LogCleaning, LogTxns):
-    """The segments of one partition and the offsets, epochs and timestamps over them."""
+class PartitionLog(LogRetention, LogCleaning, LogTxns):
+    """The unified log of one partition: the offsets, epochs, producer state and remote
+    tier over its local log of segments (see the module docstring)."""
 
     def __init__(
         self,
@@ -168,27 +169,19 @@ class PartitionLog(LogReads, LogRetention, LogCleaning, LogTxns):
         self.clock = clock
         self.retention_hook = retention_hook
         self.producer_state: ProducerStateHook | None = None  # attach_producer_state
-        self._lock = threading.RLock()
+        # segment.jitter.ms draws (injected for deterministic tests); creates the dir
+        self._local = LocalLog(
+            self.directory,
+            self.name,
+            config,
+            clock,
+            io=io,
+            rng=rng if rng is not None else random.Random(),
+        )
+        self._lock = OuterLock(self._local.lock_held, self.name)
         self._flush_lock = threading.Lock()
-        self._segments: list[LogSegment] = []
-        self._bases: list[int] = []
-        self._files = SegmentFiles(self.directory, io)
-        self._truncations = 0  # bumped by every truncation (flush must not cover new data)
-        self._roll_flush_pending = False
-        self._loaded: OrderedDict[int, LogSegment] = OrderedDict()
-        self._unflushed_messages = 0
-        self._last_flush_ms = clock.now_ms()
-        self._closed = False
-        # segment.jitter.ms draws (injected for deterministic tests)
-        self._rng = rng if rng is not None else random.Random()
         self._metadata_dirty = False
-        self._dir_sync_pending = False
         self._metadata_lock = threading.Lock()
-        try:
-            self.directory.mkdir(parents=True)
-            self._parent_sync_pending = True  # the new dir's entry is not durable yet
-        except FileExistsError:
-            self._parent_sync_pending = False
         self.topic_id = self._init_topic_id(topic_id)
         self.epoch_cache = LeaderEpochCache(
             self.directory / LEADER_EPOCH_CHECKPOINT, sync_assign=False, io=io
@@ -215,7 +208,7 @@ class PartitionLog(LogReads, LogRetention, LogCleaning, LogTxns):
     def update_config(self, config: LogConfig) -> None:
         with self._lock:
             self.config = config
-            self.active_segment.index_interval_bytes = config.index_interval_bytes
+            self._local.update_config(config)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) for OffsetForLeaderEpoch (see LeaderEpochCache)."""
@@ -286,7 +279,7 @@ class PartitionLog(LogReads, LogRetention, LogCleaning, LogTxns):
         with self._lock:
             self._check_open()
             now = self.clock.now_ms()
-            found = self._validate_leader_batches(buf, now, origin)
+            found = validate_leader_batches(buf, self.name, self.config, now, origin)
             if self.producer_state is not None:
                 markers = [txn_marker_of(_batch_view(buf, pos, h), h) for pos, h in found]
                 dup = self.producer_state.check_leader_append(
@@ -328,71 +321,6 @@ class PartitionLog(LogReads, LogRetention, LogCleaning, LogTxns):
             duplicate=True,
         )
 
-    def _validate_leader_batches(
-        self, buf: bytearray, now: int, origin: str
-    ) -> list[tuple[int, BatchHeader]]:
-        found = self._validate_batches(buf, allow_partial_tail=False)
-        if not found:
-            raise InvalidRecordError(f"{self.name}: produce request holds no record batches")
-        cfg = self.config
-        bounds = None
-        if not cfg.log_append_time:
-            before, after = cfg.message_timestamp_before_max_ms, cfg.message_timestamp_after_max_ms
-            bounds = TimestampBounds(now, before, after)
-        record_errors: list[RecordError] = []
-        any_timestamp, index = False, 0
-        for pos, h in found:
-            try:
-                check_dense_offsets(h)
-            except ProtocolError as e:
-                raise InvalidRecordError(f"{self.name}: {e}") from None
-            if h.records_count == 0:
-                raise InvalidRecordError(f"{self.name}: record batch with no records")
-            if h.is_control and origin == ORIGIN_CLIENT:
-                raise InvalidRecordError(f"{self.name}: clients may not write control batches")
-            if bounds is not None and h.timestamp_type != 0 and origin == ORIGIN_CLIENT:
-                raise InvalidTimestampError(
-                    f"{self.name}: batch claims LogAppendTime but the topic uses CreateTime"
-                )
-            errors, timestamp = batch_record_errors(
-                buf, pos, h, self.name, compacted=cfg.compact_enabled, bounds=bounds
-            )
-            # indices count the records of every batch of the request (one batch: KIP-467's)
-            record_errors += [RecordError(index + e.batch_index, e.message) for e in errors]
-            any_timestamp |= timestamp
-            index += h.records_count
-        if record_errors:
-            raise record_validation_error(record_errors, bounds, any_timestamp)
-        return found
-
-    def _validate_batches(
-        self, buf: bytearray, *, allow_partial_tail: bool
-    ) -> list[tuple[int, BatchHeader]]:
-        found: list[tuple[int, BatchHeader]] = []
-        pos = 0
-        end = len(buf)
-        limit = self.config.max_message_bytes
-        while pos < end:
-            if allow_partial_tail:
-                # a fetch response may end with a partial batch: leave it for next time
-                if end - pos < LOG_OVERHEAD:
-                    break
-                (length,) = _INT32.unpack_from(buf, pos + 8)
-                if pos + LOG_OVERHEAD + length > end:
-                    break
-            try:
-                h = validate_batch(buf, pos)
-            except ProtocolError as e:
-                raise CorruptRecordError(f"{self.name}: {e}") from None
-            if h.size > limit:
-                raise RecordTooLargeError(
-                    f"{self.name}: record batch of {h.size} bytes exceeds "
-                    f"max.message.bytes ({limit})"
-                )
-            found.append((pos, h))
-            pos += h.size
-        return found
-
     def append_as_follower(self, batches: Buffer) -> AppendInfo:
         """Append the leader's batches unchanged (offsets, epochs and timestamps kept).
 
@@ -402,7 +330,8 @@ class PartitionLog(LogReads, LogRetention, LogCleaning, LogTxns):
         with self._lock:
             self._check_open()
             now = self.clock.now_ms()
-            found = self._validate_batches(buf, allow_partial_tail=True)
+            limit = self.config.max_message_bytes
+            found = validate_batches(buf, self.name, limit, allow_partial_tail=True)
             expected = self.log_end_offset
             for _, h in found:
                 if h.base_offset < expected:
@@ -417,22 +346,6 @@ class PartitionLog(LogReads, LogRetention, LogCleaning, LogTxns):
             batches_found = [SegmentBatch(pos, h) for pos, h in found]
             return self._append(buf, batches_found, now, NO_TIMESTAMP)
 
-    def _should_roll(self, seg: LogSegment, h: BatchHeader, now: int) -> bool:
-        if seg.size == 0:
-            return False
-        cfg = self.config
-        if seg.size + h.size > cfg.segment_bytes:
-            return True
-        if seg.indexes_full() or not seg.can_hold_offset(h.last_offset):
-            return True
-        # segment.ms per KIP-32: measured by record time from the first batch's timestamp
-        # (Kafka's rule); segments without timestamps fall back to their creation time
-        if seg.rolling_based_timestamp >= 0 and h.max_timestamp >= 0:
-            waited = h.max_timestamp - seg.rolling_based_timestamp
-        else:
-            waited = now - seg.created_ms
-        return waited > cfg.segment_ms - seg.roll_jitter_ms
-
     def _append(
         self, buf: bytearray, batches: list[SegmentBatch], now: int, log_append_time: int
     ) -> AppendInfo:
@@ -445,25 +358,23 @@ class PartitionLog(LogReads, LogRetention, LogCleaning, LogTxns):
         for b in batches:
             h = b.header
             try:
-                seg = self.active_segment
-                if seg.size == 0 and not seg.can_hold_offset(h.last_offset):
-                    seg = self._replace_empty_active(h.base_offset)
-                elif self._should_roll(seg, h, now):
-                    seg = self._roll(h.base_offset)
-                seg.append(mv[b.position : b.position + h.size], h)
+                rolled = self._local.append_batch(mv[b.position : b.position + h.size], h, now)
             except OSError as e:
                 # never retried: the dir goes offline (a partial batch was cut off, and
                 # recovery cuts whatever a crash leaves)
                 raise self.log_dir.fail(f"{self.name}: append", e) from e
+            if rolled is Rolled.ROLLED:
+                self._after_roll(h.base_offset)
+            elif rolled is Rolled.REPLACED:
+                self._after_replaced_empty(h.base_offset)
             if producer_state is not None:
-                self._on_batch(producer_state, seg, mv[b.position : b.position + h.size], h)
+                self._on_batch(producer_state, mv[b.position : b.position + h.size], h)
             if h.max_timestamp > max_ts:
                 max_ts, max_ts_offset = h.max_timestamp, h.last_offset
             count += h.records_count
             stamped = self._last_append_time
             if h.timestamp_type == 1 and stamped is not None and h.max_timestamp > stamped:
                 self._last_append_time = h.max_timestamp
-        self._unflushed_messages += count
         first = batches[0].header
         last = batches[-1].header
         return AppendInfo(
@@ -476,11 +387,11 @@ class PartitionLog(LogReads, LogRetention, LogCleaning, LogTxns):
             records_count=count,
             valid_bytes=batches[-1].position + last.size - batches[0].position,
             batches=tuple(b.header for b in batches),
-            flush_needed=self._unflushed_messages >= self.config.flush_messages,
+            flush_needed=self._local.unflushed_messages >= self.config.flush_messages,
         )
 
     def _on_batch(
-        self, producer_state: ProducerStateHook, seg: LogSegment, batch: memoryview, h: BatchHeader
+        self, producer_state: ProducerStateHook, batch: memoryview, h: BatchHeader
     ) -> None:
         """The producer state follows the batch; an ABORT that ended a transaction with
         data goes to the ``.txnindex`` of the segment holding the marker (Kafka's
@@ -493,32 +404,36 @@ class PartitionLog(LogReads, LogRetention, LogCleaning, LogTxns):
         aborted = producer_state.on_batch(h, marker)
         if aborted is not None:
             try:
-                seg.txn_index.append(aborted)
+                self._local.append_txn_index(aborted)
             except OSError as e:
                 raise self.log_dir.fail(f"{self.name}: txn index", e) from e
 
-    def _replace_empty_active(self, base_offset: int) -> LogSegment:
-        # an empty active segment whose 32-bit relative offsets cannot reach the batch
-        # (a follower jumping ahead) is replaced by one based at the batch
-        old = self._segments.pop()
-        self._bases.pop()
-        old.delete_files()
-        seg = self._new_segment(base_offset)
-        self._append_segment(seg)
-        if len(self._segments) == 1:
+    def _after_replaced_empty(self, base_offset: int) -> None:
+        if self._local.segment_count == 1:
             # the log held nothing: it now starts at the batch (as after
             # truncate_fully_and_start_at), keeping log start >= first segment base
             self._log_start_offset = max(self._log_start_offset, base_offset)
             self._high_watermark = max(self._high_watermark, self._log_start_offset)
-            self._recovery_point = max(self._recovery_point, self._log_start_offset)
+
+    def _after_roll(self, base_offset: int) -> None:
+        """A new segment starts at ``base_offset``: tell the hooks (under this lock)."""
+        if self.producer_state is not None:
+            self.producer_state.on_roll(base_offset)  # a producer snapshot per segment
+        if self.roll_listener is not None:
+            self.roll_listener(base_offset)
+
+    def _roll(self, base_offset: int) -> LogSegment:
+        seg = self._local.roll(base_offset)
+        self._after_roll(base_offset)
         return seg
 
     def roll(self) -> LogSegment:
         """Start a new segment at the log end offset (no-op if the active one is empty)."""
         with self._lock:
             self._check_open()
-            if self.active_segment.size == 0:
-                return self.active_segment
+            active = self._local.active_segment
+            if active.size == 0:
+                return active
             with self._failing_dir("roll"):
                 return self._roll(self.log_end_offset)
 
@@ -527,7 +442,7 @@ class PartitionLog(LogReads, LogRetention, LogCleaning, LogTxns):
     @property
     def truncations(self) -> int:
         """How many truncations this log has seen (a copy of it restarts after one)."""
-        return self._truncations
+        return self._local.truncations
 
     def truncate_to(self, offset: int) -> bool:
         """Remove every batch ending at or after ``offset`` (follower divergence).
@@ -547,29 +462,14 @@ class PartitionLog(LogReads, LogRetention, LogCleaning, LogTxns):
 
     def _truncate_locked(self, offset: int) -> None:
         self._last_append_time = None  # read back again: its batch may be gone
-        if offset < self._segments[0].base_offset:
+        if offset < self._local.start_offset:
             self._truncate_fully(offset)
             return
-        self._truncations += 1
-        i = self._segment_index_for(offset)
-        for seg in self._segments[i + 1 :]:
-            self._schedule_delete(seg)
-        del self._segments[i + 1 :], self._bases[i + 1 :]
-        seg = self._segments[i]
-        seg.active = True
-        seg.truncate_to(offset)
-        if seg.size == 0 and i > 0:
-            # an emptied segment goes too, so the log end is where the data ends
-            self._schedule_delete(seg)
-            del self._segments[i], self._bases[i]
-            seg = self._segments[i - 1]
-            seg.active = True
-            seg.load_tail_state()
+        self._local.truncate_to(offset)
         leo = self.log_end_offset
         self.epoch_cache.truncate_from_end(leo)
         self._log_start_offset = min(self._log_start_offset, leo)
         self._high_watermark = min(self._high_watermark, leo)
-        self._recovery_point = min(self._recovery_point, leo)
         if self.producer_state is not None:
             self.producer_state.on_truncate(self._log_start_offset, leo)
 
@@ -583,18 +483,11 @@ class PartitionLog(LogReads, LogRetention, LogCleaning, LogTxns):
                 self._truncate_fully(offset)
 
     def _truncate_fully(self, offset: int) -> None:
-        self._truncations += 1
         self._last_append_time = None
-        for seg in self._segments:
-            self._schedule_delete(seg)
-        self._segments.clear()
-        self._bases.clear()
-        self._append_segment(self._new_segment(offset))
+        self._local.truncate_fully(offset)
         self.epoch_cache.clear()
         self._log_start_offset = offset
         self._high_watermark = offset
-        self._recovery_point = offset
-        self._unflushed_messages = 0
         if self.producer_state is not None:
             self.producer_state.on_truncate_fully(offset)
 
@@ -602,21 +495,13 @@ class PartitionLog(LogReads, LogRetention, LogCleaning, LogTxns):
 
     @property
     def unflushed_messages(self) -> int:
-        return self._unflushed_messages
+        return self._local.unflushed_messages
 
     def flush_due(self, now_ms: int) -> bool:
         """True when flush.messages / flush.ms or a rolled segment asks for an fsync."""
-        cfg = self.config
-        if self._closed or self.log_dir.offline:
+        if self.log_dir.offline:
             return False
-        if self._roll_flush_pending:
-            return True
-        if self._recovery_point >= self.log_end_offset:
-            return False
-        return (
-            self._unflushed_messages >= cfg.flush_messages
-            or now_ms - self._last_flush_ms >= cfg.flush_ms
-        )
+        return self._local.flush_due(now_ms)
 
     def flush(self, up_to: int | None = None, *, all_indexes: bool = False) -> int:
         """fsync everything below ``up_to`` (default: the log end); returns the recovery point.
@@ -624,74 +509,33 @@ class PartitionLog(LogReads, LogRetention, LogCleaning, LogTxns):
         Synced: the ``.log`` of every segment holding data past the recovery point, and
         the indexes of segments rolled since their last sync. The active segment's
         indexes only with ``all_indexes`` (close does that): after a crash the segment
-        holding the recovery point is re-indexed from its ``.log`` anyway.
+        holding the recovery point is re-indexed from its ``.log``.
 
         A failed write or fsync takes the log dir offline (LogDirError) and the recovery
         point never moves again: a later fsync may "succeed" over pages the kernel dropped.
         One flush at a time, so no flush can count fsyncs that ran after another failed.
         """
         with self._flush_lock:
-            return self._flush(up_to, all_indexes)
-
-    def _flush(self, up_to: int | None, all_indexes: bool) -> int:
-        with self._lock:
-            if self._closed:
-                return self._recovery_point
+            local = self._local
+            if local.closed:
+                return local.recovery_point
             self.log_dir.check(self.name)
-            target = self.log_end_offset if up_to is None else min(up_to, self.log_end_offset)
-            truncations = self._truncations
-            fds: list[int] = []
-            synced: list[LogSegment] = []
-            for seg in self._segments:
-                has_data = (
-                    target > self._recovery_point
-                    and seg.next_offset > self._recovery_point
-                    and seg.base_offset < target
-                )
-                indexes = all_indexes or (not seg.active and seg.index_sync_pending)
-                if has_data or (indexes and seg.size):  # an empty segment has nothing
-                    try:  # (writes pending index entries first)
-                        fds += seg.dup_fds(with_indexes=indexes)
-                    except OSError as e:
-                        self._close_fds(fds)
-                        raise self.log_dir.fail(f"{self.name}: flush", e) from e
-                    synced.append(seg)
-            if not synced:
-                self._roll_flush_pending = False
-        try:
-            for fd in fds:
-                self._io.fsync(fd)
-            # new segment files and a new partition dir must be findable after a crash
-            # before the recovery point may cover them; partition.metadata goes too
-            self._flush_metadata()
-        except OSError as e:
-            raise self.log_dir.fail(f"{self.name}: fsync", e) from e
-        finally:
-            self._close_fds(fds)
-        if not synced:
-            return self._recovery_point
-        with self._lock:
-            if self._truncations == truncations and not self.log_dir.offline:
-                for seg in synced:
-                    if all_indexes or not seg.active:
-                        seg.index_sync_pending = False
-                if target > self._recovery_point:
-                    self._recovery_point = target
-                if self._recovery_point >= self.log_end_offset:
-                    self._unflushed_messages = 0
-                self._roll_flush_pending = any(
-                    s.index_sync_pending for s in self._segments if not s.active
-                )
-            self._last_flush_ms = self.clock.now_ms()
-            for seg in synced:
-                if not seg.active:
-                    seg.close_files()  # bound open files: inactive segments reopen on read
-            return self._recovery_point
-
-    def _close_fds(self, fds: list[int]) -> None:
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                self._io.close(fd)
+            with self._failing_dir("flush"):
+                plan = local.begin_flush(up_to, all_indexes)
+            if plan is None:
+                return local.recovery_point
+            try:
+                local.sync(plan)
+                # new segment files and a new partition dir must be findable after a crash
+                # before the recovery point may cover them; partition.metadata goes too
+                self._flush_metadata()
+            except OSError as e:
+                raise self.log_dir.fail(f"{self.name}: fsync", e) from e
+            finally:
+                local.close_fds(plan)
+            if not plan.synced:
+                return local.recovery_point
+            return local.end_flush(plan, healthy=not self.log_dir.offline)
 
     def close(self, *, flush: bool = True, sync_parent_dir: bool = True) -> None:
         """Flush (unless told not to), write the final time index entry, close files.
@@ -704,40 +548,32 @@ class PartitionLog(LogReads, LogRetention, LogCleaning, LogTxns):
             self.abandon()
             return
         with self._lock:
-            if self._closed:
+            if self._local.closed:
                 return
             with self._failing_dir("close"):
-                self.active_segment.on_become_inactive()
+                self._local.deactivate_active()
                 if flush and self.producer_state is not None:
                     self.producer_state.on_close(self.log_end_offset)
             if not sync_parent_dir:
-                self._parent_sync_pending = False
+                self._local.dir_sync.parent_synced()
         if flush:
             self.flush(all_indexes=True)
         with self._lock:
-            self._closed = True
-            for seg in self._segments:
-                seg.close_files()
+            self._local.close_files()
 
     def abandon(self) -> None:
         """Close file descriptors without writing anything (a simulated crash)."""
         with self._lock:
-            self._closed = True
-            for seg in self._segments:
-                with contextlib.suppress(OSError):  # a failed disk may refuse even this
-                    seg.discard_files()
+            self._local.abandon()
 
     def delete_files_now(self) -> None:
         """Remove every file of this log, including pending ``.deleted`` ones."""
         with self._lock:
-            self._closed = True
-            for seg in self._segments:
-                seg.delete_files()
-            self._files.delete_expired(None)
+            self._local.delete_files_now()
 
     def __repr__(self) -> str:
         return (
             f"PartitionLog({self.name}, start={self._log_start_offset}, "
             f"hw={self._high_watermark}, end={self.log_end_offset}, "
-            f"segments={len(self._segments)})"
+            f"segments={self._local.segment_count})"
         )

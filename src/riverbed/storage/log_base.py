@@ -1,16 +1,18 @@
-"""LogBase: the state of a partition log, its loading and recovery, shared helpers.
+"""LogBase: the unified log's state, its loading and the reads it serves.
 
 :class:`~riverbed.storage.log.PartitionLog` is assembled from this base and two mixins,
-:mod:`riverbed.storage.log_reads` (reads, timestamp lookups) and
-:mod:`riverbed.storage.log_retention` (retention, DeleteRecords); the module docstring of
-:mod:`riverbed.storage.log` describes the whole.
+:mod:`riverbed.storage.log_retention` (retention, DeleteRecords, the remote tier's
+offsets) and :mod:`riverbed.storage.log_cleaning` (compaction); the module docstring of
+:mod:`riverbed.storage.log` describes the whole. The segments are the
+:class:`~riverbed.storage.local_log.LocalLog`'s: this layer reaches them only through its
+methods, under its own lock first (unified -> local).
 
-Loading (at construction): leftover files are removed, segments listed by their
-20-digit names; after a clean shutdown the active segment's tail state is read from its
-indexes plus a short header scan, otherwise every segment from the one holding the
-recovery point on is validated batch by batch (length, CRC, offsets), the first invalid
-batch and everything after it truncated, indexes and leader epochs rebuilt, and the
-recovered segments fsynced. A checkpointed log start offset past the log end restarts
+Loading (at construction): the local log removes leftover files and opens the segments
+by their 20-digit names; after a clean shutdown the active segment's tail state is read
+from its indexes plus a short header scan, otherwise every segment from the one holding
+the recovery point on is validated batch by batch (length, CRC, offsets), the first
+invalid batch and everything after it truncated, indexes and leader epochs rebuilt, and
+the recovered segments fsynced. A checkpointed log start offset past the log end restarts
 the log empty there (as Kafka does).
 
 Creation is cheap, as in Kafka: a new log opens only the ``.log`` of its first segment
@@ -28,17 +30,13 @@ the topic id is recorded again by the next ``get_or_create``.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import logging
-import random
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
-from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.records import BatchHeader
 from riverbed.storage.checkpoints import (
     PARTITION_METADATA,
@@ -50,20 +48,19 @@ from riverbed.storage.checkpoints import (
 from riverbed.storage.clock import Clock
 from riverbed.storage.config import LogConfig
 from riverbed.storage.epoch_cache import LeaderEpochCache
-from riverbed.storage.errors import LogDirError
+from riverbed.storage.errors import LogDirError, OffsetOutOfRangeError
 from riverbed.storage.file_io import FileIO
+from riverbed.storage.local_log import LocalLog
+from riverbed.storage.locks import OuterLock
 from riverbed.storage.log_dir import LogDir
-from riverbed.storage.log_files import SegmentFiles
+from riverbed.storage.log_files import ReadResult, TimestampOffset
 from riverbed.storage.producer_hook import ProducerStateHook
 from riverbed.storage.segment import LogSegment
-from riverbed.storage.time_index import NO_TIMESTAMP
 
-__all__ = ["LOADED_INDEXES_MAX", "LogBase", "RetentionHook"]
+__all__ = ["LogBase", "RetentionHook"]
 
 log = logging.getLogger("riverbed.storage.log")
 
-# Inactive segments per log whose index mirrors stay in memory (an LRU).
-LOADED_INDEXES_MAX: Final = 8
 # Decides whether a segment may be deleted by retention (False = keep it for now), e.g.
 # tiered storage vetoing segments not yet copied to the remote tier. Called with the
 # PartitionLog and the segment.
@@ -71,7 +68,7 @@ RetentionHook = Callable[[Any, LogSegment], bool]
 
 
 class LogBase:
-    """State of one partition log plus what every part of it needs."""
+    """State of one unified partition log plus what every part of it needs."""
 
     directory: Path
     topic: str
@@ -83,26 +80,14 @@ class LogBase:
     epoch_cache: LeaderEpochCache
     topic_id: str | None
     log_dir: LogDir  # the dir's health: offline after any write/fsync failure in it
+    _local: LocalLog  # the segments (its lock is taken after this log's, never before)
     _io: FileIO
-    _lock: threading.RLock
-    _flush_lock: threading.Lock  # one flush at a time (its fsyncs run outside _lock)
-    _segments: list[LogSegment]
-    _bases: list[int]
-    _files: SegmentFiles
-    _loaded: OrderedDict[int, LogSegment]
-    _truncations: int
-    _roll_flush_pending: bool
-    _unflushed_messages: int
-    _last_flush_ms: int
-    _closed: bool
+    _lock: OuterLock
+    _flush_lock: threading.Lock  # one flush at a time (its fsyncs run outside both locks)
     _log_start_offset: int
     _high_watermark: int
-    _recovery_point: int
     _last_append_time: int | None  # None: not read back from the log yet
-    _rng: random.Random
     _metadata_dirty: bool  # partition.metadata to write on the next flush/close
-    _dir_sync_pending: bool  # files created in the partition dir since its last fsync
-    _parent_sync_pending: bool  # the partition dir itself is new in its parent
     _metadata_lock: threading.Lock  # one metadata/dir flush at a time (outside _lock)
     # Tiered storage (KIP-405): the broker's remote.log.storage.system.enable; the log is
     # tiered when that and the topic's remote.storage.enable hold (see `tiered`).
@@ -120,50 +105,26 @@ class LogBase:
     def _truncate_fully(self, offset: int) -> None:
         raise NotImplementedError
 
+    def _roll(self, base_offset: int) -> LogSegment:
+        raise NotImplementedError
+
     # ---- identity and offsets ------------------------------------------------------------
 
     @property
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
 
-    def _new_segment(self, base_offset: int) -> LogSegment:
-        seg = LogSegment.create(
-            self.directory,
-            base_offset,
-            index_interval_bytes=self.config.index_interval_bytes,
-            max_index_bytes=self.config.segment_index_bytes,
-            created_ms=self.clock.now_ms(),
-            io=self._io,
-        )
-        seg.roll_jitter_ms = self._random_segment_jitter()
-        self._dir_sync_pending = True
-        return seg
-
-    def _random_segment_jitter(self) -> int:
-        """Kafka's ``randomSegmentJitter``: uniform in [0, min(jitter, segment.ms))."""
-        bound = min(self.config.segment_jitter_ms, self.config.segment_ms)
-        return self._rng.randrange(bound) if bound > 0 else 0
-
-    def _append_segment(self, seg: LogSegment) -> None:
-        assert not self._bases or seg.base_offset > self._bases[-1]
-        if self._segments:
-            self._segments[-1].active = False
-        seg.active = True
-        self._segments.append(seg)
-        self._bases.append(seg.base_offset)
-
     @property
     def active_segment(self) -> LogSegment:
-        return self._segments[-1]
+        return self._local.active_segment
 
     @property
     def segments(self) -> list[LogSegment]:
-        with self._lock:
-            return list(self._segments)
+        return self._local.segments
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._local.closed
 
     @property
     def offline(self) -> bool:
@@ -186,7 +147,7 @@ class LogBase:
         Equal to the log start offset unless the log is tiered: then the log start
         offset is the earliest offset of the remote tier.
         """
-        return max(self._log_start_offset, self._segments[0].base_offset)
+        return max(self._log_start_offset, self._local.start_offset)
 
     @property
     def highest_offset_in_remote(self) -> int:
@@ -194,7 +155,7 @@ class LogBase:
 
     @property
     def log_end_offset(self) -> int:
-        return self._segments[-1].next_offset
+        return self._local.log_end_offset
 
     @property
     def high_watermark(self) -> int:
@@ -202,7 +163,7 @@ class LogBase:
 
     @property
     def recovery_point(self) -> int:
-        return self._recovery_point
+        return self._local.recovery_point
 
     @property
     def last_append_time(self) -> int:
@@ -211,52 +172,18 @@ class LogBase:
             return self._known_last_append_time()
 
     def _known_last_append_time(self) -> int:
+        # The last stamped LogAppendTime survives restarts and leader changes because it
+        # is read back from the log: from LogAppendTime batches only. A CreateTime batch
+        # carries a client's clock (maybe an hour ahead) and must not pin later stamps of
+        # a topic switched to LogAppendTime. Read lazily, on the first LogAppendTime
+        # append, so logs of CreateTime topics never pay for the scan.
         if self._last_append_time is None:
-            self._last_append_time = self._recover_last_append_time()
+            self._last_append_time = self._local.max_log_append_time()
         return self._last_append_time
 
     @property
     def size_bytes(self) -> int:
-        with self._lock:
-            return sum(s.size for s in self._segments)
-
-    def _segment_index_for(self, offset: int) -> int:
-        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
-
-    def _release(self, seg: LogSegment) -> None:
-        """After using an inactive segment: close its files, bound the loaded indexes.
-
-        At most ``LOADED_INDEXES_MAX`` inactive segments keep their index mirrors in
-        memory (least recently used go first; they are re-read on next use).
-        """
-        if seg.active:
-            return
-        seg.close_files()
-        self._loaded.pop(seg.base_offset, None)
-        self._loaded[seg.base_offset] = seg
-        while len(self._loaded) > LOADED_INDEXES_MAX:
-            _, old = self._loaded.popitem(last=False)
-            if not old.active:
-                old.unload_indexes()
-
-    def _roll(self, base_offset: int) -> LogSegment:
-        old = self.active_segment
-        assert base_offset >= old.next_offset, (base_offset, old)
-        old.on_become_inactive()
-        seg = self._new_segment(base_offset)
-        self._append_segment(seg)
-        self._roll_flush_pending = True
-        if self.producer_state is not None:
-            self.producer_state.on_roll(base_offset)  # a producer snapshot per segment
-        log.debug("%s: rolled new segment at %d", self.name, base_offset)
-        if self.roll_listener is not None:
-            self.roll_listener(base_offset)
-        return seg
-
-    def _schedule_delete(self, seg: LogSegment) -> None:
-        if self._loaded.get(seg.base_offset) is seg:
-            del self._loaded[seg.base_offset]
-        self._files.schedule_delete(seg, self.clock.now_ms() + self.config.file_delete_delay_ms)
+        return self._local.size_bytes
 
     @contextlib.contextmanager
     def _failing_dir(self, what: str) -> Iterator[None]:
@@ -268,12 +195,70 @@ class LogBase:
 
     def _check_open(self) -> None:
         self.log_dir.check(self.name)
-        if self._closed:
+        if self._local.closed:
             raise LogDirError(f"{self.name}: log is closed")
 
     def _assign_epoch_from_batch(self, h: BatchHeader) -> None:
         if h.partition_leader_epoch > self.epoch_cache.latest_epoch:
             self.epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
+
+    # ---- reads (the segments' part is the local log's) ---------------------------------
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        upper_bound: int | None = None,
+        *,
+        min_one_batch: bool = True,
+    ) -> ReadResult:
+        """Whole batches from the one containing ``offset``, as file ranges.
+
+        At most ``max_bytes`` (but at least one whole batch when ``min_one_batch``), and
+        only batches entirely below ``upper_bound`` (high watermark or log end; default the
+        log end). Raises OffsetOutOfRangeError outside [local log start, log end] (below
+        the local log start of a tiered log, the remote tier serves the offset).
+        """
+        with self._lock:
+            self.log_dir.check(self.name)  # an offline dir serves nothing (Kafka's rule)
+            lso, leo = self.local_log_start_offset, self.log_end_offset
+            if offset < lso or offset > leo:
+                raise OffsetOutOfRangeError(
+                    f"{self.name}: offset {offset} is out of range [{lso}, {leo}]"
+                )
+            bound = leo if upper_bound is None else min(upper_bound, leo)
+            ranges, first, nxt = self._local.read(offset, bound, max_bytes, min_one_batch)
+            return ReadResult(
+                ranges=ranges,
+                first_offset=first,
+                next_offset=nxt,
+                high_watermark=self._high_watermark,
+                log_start_offset=self._log_start_offset,
+                log_end_offset=leo,
+            )
+
+    def batch_headers_from(self, offset: int) -> Iterator[BatchHeader]:
+        """Headers of the batches ending at or after ``offset`` up to the log end (for
+        rebuilding state from the log, e.g. producer state; no CRC check)."""
+        with self._lock:
+            yield from self._local.batch_headers_from(offset)
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
+        """The first record at or after the log start with timestamp >= ``timestamp``.
+
+        ListOffsets by time: None when every record is older.
+        """
+        with self._lock:
+            self.log_dir.check(self.name)
+            return self._local.offset_for_timestamp(timestamp, self._log_start_offset)
+
+    def max_timestamp_offset(self) -> TimestampOffset | None:
+        """ListOffsets MAX_TIMESTAMP (-3): the record with the largest timestamp."""
+        with self._lock:
+            self.log_dir.check(self.name)
+            return self._local.max_timestamp_offset(self._log_start_offset)
+
+    # ---- loading and partition metadata -------------------------------------------------
 
     def _init_topic_id(self, topic_id: str | None) -> str | None:
         path = self.directory / PARTITION_METADATA
@@ -297,8 +282,7 @@ class LogBase:
         with self._metadata_lock:
             with self._lock:
                 dirty, topic_id = self._metadata_dirty, self.topic_id
-                dir_sync, parent_sync = self._dir_sync_pending, self._parent_sync_pending
-                self._dir_sync_pending = False
+                dir_sync, parent_sync = self._local.dir_sync.take()
                 epochs = self.epoch_cache.take_unsynced()
             if not (dirty or dir_sync or parent_sync or epochs):
                 return
@@ -318,35 +302,21 @@ class LogBase:
                     fsync_dir(self.directory.parent, self._io)
             except OSError:
                 with self._lock:
-                    self._dir_sync_pending = self._dir_sync_pending or dir_sync
+                    self._local.dir_sync.failed(dir_sync)
                     if epochs:
                         self.epoch_cache.mark_unsynced()
                 raise
             with self._lock:
                 if self.topic_id == topic_id:
                     self._metadata_dirty = False
-                self._parent_sync_pending = False
+                self._local.dir_sync.parent_synced()
 
     def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
-        now = self.clock.now_ms()
-        bases = self._files.clean_and_list()
-        for base in bases:
-            seg = LogSegment.open_existing(
-                self.directory,
-                base,
-                index_interval_bytes=self.config.index_interval_bytes,
-                max_index_bytes=self.config.segment_index_bytes,
-                created_ms=now,
-                io=self._io,
-            )
-            seg.roll_jitter_ms = self._random_segment_jitter()
-            self._segments.append(seg)
-            self._bases.append(base)
-        if not self._segments:
+        local = self._local
+        if not local.open_segments():
             start = max(log_start_offset, 0)
-            self._append_segment(self._new_segment(start))
+            local.start_at(start)
             self._log_start_offset = start
-            self._recovery_point = start
             self.epoch_cache.clear()
             return
         if self.epoch_cache.unreadable:
@@ -355,21 +325,17 @@ class LogBase:
             clean_shutdown = False
             recovery_point = 0
         if clean_shutdown:
-            self.active_segment.active = True
-            try:
-                self.active_segment.load_tail_state()
-            except ProtocolError as e:
-                # a "clean" log whose tail does not parse: trust nothing after the
-                # recovery point and recover as after a crash
-                log.warning("%s: unreadable tail despite clean shutdown: %s", self.name, e)
-                clean_shutdown = False
+            clean_shutdown = local.load_clean_tail()
         if not clean_shutdown:
-            self._recover_from(recovery_point)
-        leo = self.log_end_offset
-        self._recovery_point = leo if not clean_shutdown else min(max(recovery_point, 0), leo)
-        first_base = self._segments[0].base_offset
+            self.epoch_cache.truncate_from_end(local.recovery_start(recovery_point))
+            for epoch, start_offset in local.recover_from(
+                recovery_point, self.epoch_cache.latest_epoch
+            ):
+                self.epoch_cache.assign(epoch, start_offset)
+        leo = local.log_end_offset
+        local.loaded(recovery_point if clean_shutdown else leo)
         # a tiered log starts where its remote tier starts, below its first local segment
-        floor = 0 if self.tiered else first_base
+        floor = 0 if self.tiered else local.start_offset
         self._log_start_offset = max(log_start_offset, floor)
         if self._log_start_offset > leo:
             # everything below the checkpointed log start is logically deleted already
@@ -383,66 +349,3 @@ class LogBase:
             return
         self.epoch_cache.truncate_from_end(leo)
         self.epoch_cache.truncate_from_start(self._log_start_offset)
-
-    def _recover_from(self, recovery_point: int) -> None:
-        """Unclean start: validate segments from the one holding the recovery point on."""
-        i = max(bisect.bisect_right(self._bases, recovery_point) - 1, 0)
-        first_recovered = self._segments[i].base_offset
-        self.epoch_cache.truncate_from_end(first_recovered)
-        last = len(self._segments) - 1
-        self._segments[last].active = True
-        while i < len(self._segments):
-            seg = self._segments[i]
-            if i > 0 and seg.base_offset < self._segments[i - 1].next_offset:
-                # would overlap the previous segment: everything from here on is garbage
-                self._drop_segments_from(i)
-                break
-            truncated = seg.recover(self._assign_epoch_from_batch)
-            if truncated:
-                log.warning(
-                    "%s: recovery truncated %d invalid bytes of %s",
-                    self.name,
-                    truncated,
-                    seg.log_path.name,
-                )
-            if truncated and i < len(self._segments) - 1:
-                self._drop_segments_from(i + 1)
-            if i < len(self._segments) - 1:
-                seg.on_become_inactive()
-            seg.flush()
-            i += 1
-        while len(self._segments) > 1 and self._segments[-1].size == 0:
-            # an empty last segment (its data torn away) would put the log end at its
-            # base offset, past the data when offsets have a gap: drop it
-            seg = self._segments.pop()
-            self._bases.pop()
-            seg.delete_files()
-        active = self._segments[-1]
-        active.active = True
-        active.load_tail_state()
-        log.info(
-            "%s: recovered from offset %d to log end %d",
-            self.name,
-            first_recovered,
-            active.next_offset,
-        )
-
-    def _drop_segments_from(self, i: int) -> None:
-        for seg in self._segments[i:]:
-            log.warning("%s: deleting segment %s after invalid data", self.name, seg.log_path.name)
-            seg.delete_files()
-        del self._segments[i:], self._bases[i:]
-
-    def _recover_last_append_time(self) -> int:
-        # The last stamped LogAppendTime survives restarts and leader changes because it
-        # is read back from the log: from LogAppendTime batches only. A CreateTime batch
-        # carries a client's clock (maybe an hour ahead) and must not pin later stamps of
-        # a topic switched to LogAppendTime. Read lazily, on the first LogAppendTime
-        # append, so logs of CreateTime topics never pay for the scan.
-        for seg in reversed(self._segments):
-            if seg.size:
-                found = seg.max_log_append_time()
-                self._release(seg)
-                if found != NO_TIMESTAMP:
-                    return found
-        return NO_TIMESTAMP

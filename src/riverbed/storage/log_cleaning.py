@@ -1,8 +1,9 @@
 """Compaction of one partition log (mixed into PartitionLog); the rules are in `cleaner`.
 
-Reads happen outside the log's lock through fds duplicated under it (appends and fetches
-go on meanwhile); only the swap of a rewritten segment takes the lock, and it is skipped
-when the segment changed in between (deleted by retention, truncated).
+Reads happen outside the logs' locks through fds the local log duplicates under its own
+(appends and fetches go on meanwhile); only the swap of a rewritten segment takes the
+locks (unified, then local: :meth:`LocalLog.replace_segments`), and it is skipped when
+the segment changed in between (deleted by retention, truncated).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from riverbed.storage.cleaner import (
     map_segment,
 )
 from riverbed.storage.log_base import LogBase, log
+from riverbed.storage.log_files import Cleanable
 from riverbed.storage.segment import LogSegment, segment_file_name
-from riverbed.storage.time_index import NO_TIMESTAMP
 
 #: Offsets in a segment are relative to its base as int32 (index entries).
 INT32_MAX = 2**31 - 1
@@ -32,15 +33,6 @@ __all__ = ["CleanResult", "LogCleaning"]
 
 #: Called with a byte count after every read or write (the cleaner's I/O throttle).
 Throttle = Callable[[int], None]
-
-
-@dataclass(frozen=True, slots=True)
-class Cleanable:
-    """A closed segment the cleaner may rewrite: it and its end offset (next base)."""
-
-    segment: LogSegment
-    end_offset: int
-    size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,21 +67,9 @@ class LogCleaning(LogBase):
     def cleanable_segments(self, now_ms: int) -> list[Cleanable]:
         """Closed segments entirely below the high watermark whose records are all older
         than ``min.compaction.lag.ms``, from the log start."""
-        lag = self.config.min_compaction_lag_ms
-        out: list[Cleanable] = []
         with self._lock:
-            segs = self._segments
-            for i, seg in enumerate(segs[:-1]):
-                end = segs[i + 1].base_offset
-                if end > self._high_watermark:
-                    break
-                if lag > 0:
-                    newest = seg.largest_timestamp()
-                    if newest != NO_TIMESTAMP and newest > now_ms - lag:
-                        break
-                out.append(Cleanable(seg, end, seg.size))
-                self._release(seg)
-        return out
+            hw = self._high_watermark
+            return self._local.cleanable(hw, self.config.min_compaction_lag_ms, now_ms)
 
     def dirty_ratio(self, first_dirty: int, now_ms: int) -> tuple[float, int]:
         """(dirty bytes / cleanable bytes, dirty bytes) from ``first_dirty``."""
@@ -99,12 +79,10 @@ class LogCleaning(LogBase):
         return (dirty / total if total else 0.0), dirty
 
     def _read_segment(self, seg: LogSegment) -> bytes | None:
-        with self._lock:
-            if seg not in self._segments:
-                return None
-            fd = seg.dup_log_fd()
-            size = seg.size
-            self._release(seg)
+        found = self._local.dup_segment_fd(seg)
+        if found is None:
+            return None
+        fd, size = found
         try:
             return os.pread(fd, size, 0)
         finally:
@@ -220,30 +198,7 @@ class LogCleaning(LogBase):
         os.replace(cleaned, swap)
         fsync_dir(self.directory)  # the commit point: recovery completes the swap from here on
         with self._lock:
-            segs = self._segments
-            i = segs.index(first) if first in segs else -1
-            unchanged = i >= 0 and all(
-                i + k < len(segs) and segs[i + k] is c.segment and c.segment.size == c.size
-                for k, c in enumerate(group)
-            )
-            if not unchanged:
-                swap.unlink(missing_ok=True)
+            if not self._local.replace_segments(group, swap):
                 return False
-            for c in group:
-                self._schedule_delete(c.segment)
-            os.replace(swap, first.log_path)
-            fresh = LogSegment.open_existing(
-                self.directory,
-                first.base_offset,
-                index_interval_bytes=self.config.index_interval_bytes,
-                max_index_bytes=self.config.segment_index_bytes,
-                created_ms=self.clock.now_ms(),
-                io=self._io,
-            )
-            fresh.rebuild_indexes()
-            n = len(group)
-            self._segments[i : i + n] = [fresh]
-            self._bases[i : i + n] = [first.base_offset]
-            self._release(fresh)
         fsync_dir(self.directory)
         return True

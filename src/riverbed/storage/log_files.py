@@ -1,4 +1,5 @@
-"""Read results (file ranges for sendfile) and the file housekeeping of a partition dir.
+"""Read results (file ranges for sendfile), the local log's result types and the file
+housekeeping of a partition dir.
 
 A partition dir ``<topic>-<partition>/`` holds, besides the live segments
 (``{base:020d}.log|.index|.timeindex``), files left by interrupted or delayed operations:
@@ -17,7 +18,10 @@ from __future__ import annotations
 import logging
 import os
 import re
-from dataclasses import dataclass
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -26,11 +30,26 @@ from riverbed.storage.file_io import OS_FILE_IO, FileIO
 if TYPE_CHECKING:
     from riverbed.storage.segment import LogSegment
 
-__all__ = ["FileRange", "ReadResult", "SegmentFiles", "StaleRangeError", "TimestampOffset"]
+__all__ = [
+    "LOADED_INDEXES_MAX",
+    "Cleanable",
+    "DirSync",
+    "FileRange",
+    "FlushPlan",
+    "LoadedIndexes",
+    "ReadResult",
+    "Rolled",
+    "SegmentFiles",
+    "SegmentSpan",
+    "StaleRangeError",
+    "TimestampOffset",
+]
 
 log = logging.getLogger(__name__)
 
 _SEGMENT_FILE: Final = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
+# Inactive segments per log whose index mirrors stay in memory (an LRU).
+LOADED_INDEXES_MAX: Final = 8
 _GARBAGE_SUFFIXES: Final = (".deleted", ".tmp", ".cleaned", ".swap")
 # one read of a FileRange is bounded by the range itself; ranges come from read(), which
 # bounds them by max_bytes (or one batch, itself bounded by max.message.bytes)
@@ -154,6 +173,105 @@ class TimestampOffset:
     timestamp: int
     offset: int
     leader_epoch: int
+
+
+class Rolled(Enum):
+    """What an append did to the segments before writing its batch."""
+
+    NO = "no"
+    ROLLED = "rolled"  # a new segment at the batch's base offset
+    REPLACED = "replaced"  # an empty active segment replaced by one based at the batch
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentSpan:
+    """A segment and the offset bounding it from above (next segment base or log end)."""
+
+    segment: LogSegment
+    end_offset: int
+    size: int
+    last: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Cleanable:
+    """A closed segment the cleaner may rewrite: it and its end offset (next base)."""
+
+    segment: LogSegment
+    end_offset: int
+    size: int
+
+
+@dataclass(slots=True)
+class FlushPlan:
+    """The duplicated fds a flush fsyncs outside the lock, and what it covers."""
+
+    target: int
+    truncations: int
+    all_indexes: bool
+    fds: list[int] = field(default_factory=list)
+    synced: list[LogSegment] = field(default_factory=list)
+
+
+class DirSync:
+    """What of a partition dir needs an fsync: its entries, for files created in it since
+    its last fsync, and its own entry in its parent when the dir is new. Created with the
+    dir; its lock is a leaf (taken under the local log's or the unified log's)."""
+
+    def __init__(self, directory: Path) -> None:
+        self._lock = threading.Lock()
+        self._entries = False
+        try:
+            directory.mkdir(parents=True)
+            self._parent = True  # the new dir's entry is not durable yet
+        except FileExistsError:
+            self._parent = False
+
+    def file_created(self) -> None:
+        with self._lock:
+            self._entries = True
+
+    def take(self) -> tuple[bool, bool]:
+        """(the dir, its parent) need an fsync; the caller runs them (:meth:`failed`
+        when they fail, :meth:`parent_synced` when the parent's is done)."""
+        with self._lock:
+            pending = self._entries, self._parent
+            self._entries = False
+            return pending
+
+    def failed(self, entries: bool) -> None:
+        with self._lock:
+            self._entries = self._entries or entries
+
+    def parent_synced(self) -> None:
+        with self._lock:
+            self._parent = False
+
+
+class LoadedIndexes:
+    """The inactive segments whose index mirrors stay in memory: the
+    ``LOADED_INDEXES_MAX`` used last (the local log calls it under its lock)."""
+
+    def __init__(self) -> None:
+        self._loaded: OrderedDict[int, LogSegment] = OrderedDict()
+
+    def release(self, seg: LogSegment) -> None:
+        """After using an inactive segment: close its files, bound the loaded indexes
+        (least recently used go first; they are re-read on next use)."""
+        if seg.active:
+            return
+        seg.close_files()
+        self._loaded.pop(seg.base_offset, None)
+        self._loaded[seg.base_offset] = seg
+        while len(self._loaded) > LOADED_INDEXES_MAX:
+            _, old = self._loaded.popitem(last=False)
+            if not old.active:
+                old.unload_indexes()
+
+    def forget(self, seg: LogSegment) -> None:
+        """The segment is deleted."""
+        if self._loaded.get(seg.base_offset) is seg:
+            del self._loaded[seg.base_offset]
 
 
 class SegmentFiles:

@@ -1,193 +1,215 @@
-"""Reads of a partition log: file ranges for fetch, ListOffsets by timestamp.
+"""Reads of a partition's segments: file ranges for fetch, ListOffsets by timestamp.
 
-``read`` returns :class:`~riverbed.storage.log_files.FileRange` s of whole batches (the
-batch holding the requested offset first; at least one whole batch when asked; only
+Functions over a run of segments that :class:`~riverbed.storage.local_log.LocalLog`
+calls under its lock (each takes the segments from the one to start at, and ``release``,
+the local log's bound on loaded indexes, called after using a segment).
+
+``read_ranges`` returns :class:`~riverbed.storage.log_files.FileRange` s of whole batches
+(the batch holding the requested offset first; at least one whole batch when asked; only
 batches entirely below the upper bound) found via the offset index and a few header reads
 per segment, so the server can ``sendfile`` them. ``offset_for_timestamp`` bisects the
 time index, scans batch headers from there and decodes only the batch holding the answer.
+``aborted_in`` and ``txn_batches`` read the transactions' side (rules in
+:mod:`riverbed.storage.log_txns`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Sequence
 
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.records import BatchHeader, iter_records
-from riverbed.storage.errors import LogDirError, OffsetOutOfRangeError
-from riverbed.storage.log_base import LogBase
-from riverbed.storage.log_files import FileRange, ReadResult, TimestampOffset
+from riverbed.storage.errors import CorruptRecordError, LogDirError
+from riverbed.storage.log_files import FileRange, TimestampOffset
+from riverbed.storage.producer_hook import TxnMarker, txn_marker_of
 from riverbed.storage.segment import LogSegment, SegmentBatch
 from riverbed.storage.time_index import NO_TIMESTAMP
+from riverbed.storage.txn_index import AbortedTxn
 
-__all__ = ["LogReads"]
+__all__ = [
+    "Release",
+    "aborted_in",
+    "headers_from",
+    "max_log_append_time",
+    "max_timestamp_offset",
+    "offset_for_timestamp",
+    "read_ranges",
+    "txn_batches",
+]
+
+#: The local log's "done with this segment for now" (closes files, bounds loaded indexes).
+Release = Callable[[LogSegment], None]
 
 
-class LogReads(LogBase):
-    """Fetch reads and timestamp lookups (mixed into PartitionLog)."""
-
-    def read(
-        self,
-        offset: int,
-        max_bytes: int,
-        upper_bound: int | None = None,
-        *,
-        min_one_batch: bool = True,
-    ) -> ReadResult:
-        """Whole batches from the one containing ``offset``, as file ranges.
-
-        At most ``max_bytes`` (but at least one whole batch when ``min_one_batch``), and
-        only batches entirely below ``upper_bound`` (high watermark or log end; default the
-        log end). Raises OffsetOutOfRangeError outside [local log start, log end] (below
-        the local log start of a tiered log, the remote tier serves the offset).
-        """
-        with self._lock:
-            self.log_dir.check(self.name)  # an offline dir serves nothing (Kafka's rule)
-            lso, leo = self.local_log_start_offset, self.log_end_offset
-            if offset < lso or offset > leo:
-                raise OffsetOutOfRangeError(
-                    f"{self.name}: offset {offset} is out of range [{lso}, {leo}]"
-                )
-            bound = leo if upper_bound is None else min(upper_bound, leo)
-            ranges: list[FileRange] = []
-            try:
-                return self._read_locked(offset, bound, max_bytes, min_one_batch, ranges, lso, leo)
-            except BaseException:
-                for r in ranges:
-                    r.close()
-                raise
-
-    def _read_locked(
-        self,
-        offset: int,
-        bound: int,
-        max_bytes: int,
-        min_one_batch: bool,
-        ranges: list[FileRange],
-        lso: int,
-        leo: int,
-    ) -> ReadResult:
-        # the lock is held; ``ranges`` is the caller's so it closes them if this fails
-        total = 0
-        first_offset = -1
-        next_offset = offset
-        i = self._segment_index_for(offset)
-        full = offset >= bound
-        while not full and i < len(self._segments):
-            seg = self._segments[i]
-            seg_end = self._segments[i + 1].base_offset if i + 1 < len(self._segments) else leo
-            try:
-                start = seg.translate_offset(next_offset)
-                if start is None:
-                    i += 1
-                    continue
-                h = start.header
-                if h.next_offset > bound:
+def read_ranges(
+    name: str,
+    segs: Sequence[LogSegment],
+    offset: int,
+    bound: int,
+    max_bytes: int,
+    min_one_batch: bool,
+    leo: int,
+    release: Release,
+) -> tuple[list[FileRange], int, int]:
+    """(ranges, first offset or -1, next offset) of whole batches from ``offset``; the
+    ranges are closed if this fails."""
+    ranges: list[FileRange] = []
+    total, first_offset, next_offset = 0, -1, offset
+    i = 0
+    full = offset >= bound
+    while not full and i < len(segs):
+        seg = segs[i]
+        seg_end = segs[i + 1].base_offset if i + 1 < len(segs) else leo
+        try:
+            start = seg.translate_offset(next_offset)
+            if start is None:
+                i += 1
+                continue
+            h = start.header
+            if h.next_offset > bound:
+                break
+            budget = max_bytes - total
+            if h.size > budget:
+                if not (min_one_batch and total == 0):
                     break
-                budget = max_bytes - total
-                if h.size > budget:
-                    if not (min_one_batch and total == 0):
-                        break
-                    end, nxt, full = start.position + h.size, h.next_offset, True
+                end, nxt, full = start.position + h.size, h.next_offset, True
+            else:
+                # the end of the last whole batch within the byte budget and below
+                # the bound, found via the offset index and a short header scan
+                limit = start.position + budget
+                if bound < seg_end:
+                    cut = seg.translate_offset(bound, start.position)
+                    if cut is not None:
+                        limit = min(limit, cut.position)
+                end = seg.whole_batches_end(start.position, limit)
+                if end < seg.size:
+                    after = seg.read_header(end)
+                    assert after is not None
+                    nxt, full = after.base_offset, True
                 else:
-                    # the end of the last whole batch within the byte budget and below
-                    # the bound, found via the offset index and a short header scan
-                    limit = start.position + budget
-                    if bound < seg_end:
-                        cut = seg.translate_offset(bound, start.position)
-                        if cut is not None:
-                            limit = min(limit, cut.position)
-                    end = seg.whole_batches_end(start.position, limit)
-                    if end < seg.size:
-                        after = seg.read_header(end)
-                        assert after is not None
-                        nxt, full = after.base_offset, True
-                    else:
-                        nxt = seg_end
-                # pinned before _release closes the segment's own fd
-                ranges.append(FileRange.pin(seg, start.position, end - start.position))
-            except ProtocolError as e:
-                raise LogDirError(f"{self.name}: corrupt segment {seg.log_path}: {e}") from e
-            finally:
-                self._release(seg)
-            if first_offset < 0:
-                first_offset = h.base_offset
-            total += end - start.position
-            next_offset = nxt
-            i += 1
-        return ReadResult(
-            ranges=ranges,
-            first_offset=first_offset,
-            next_offset=next_offset,
-            high_watermark=self._high_watermark,
-            log_start_offset=self._log_start_offset,
-            log_end_offset=leo,
-        )
+                    nxt = seg_end
+            # pinned before release closes the segment's own fd
+            ranges.append(FileRange.pin(seg, start.position, end - start.position))
+        except BaseException as e:
+            for r in ranges:
+                r.close()  # the caller gets none of them
+            if isinstance(e, ProtocolError):
+                raise LogDirError(f"{name}: corrupt segment {seg.log_path}: {e}") from e
+            raise
+        finally:
+            release(seg)
+        if first_offset < 0:
+            first_offset = h.base_offset
+        total += end - start.position
+        next_offset = nxt
+        i += 1
+    return ranges, first_offset, next_offset
 
-    def batch_headers_from(self, offset: int) -> Iterator[BatchHeader]:
-        """Headers of the batches ending at or after ``offset`` up to the log end (for
-        rebuilding state from the log, e.g. producer state; no CRC check)."""
-        with self._lock:
-            i = self._segment_index_for(offset)
-            for seg in self._segments[i:]:
-                try:
-                    start = seg.translate_offset(offset)
-                    if start is None:
-                        continue
-                    for b in seg.iter_headers(start.position):
-                        yield b.header
-                finally:
-                    self._release(seg)
 
-    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
-        """The first record at or after the log start with timestamp >= ``timestamp``.
+def headers_from(seg: LogSegment, offset: int, release: Release) -> list[BatchHeader]:
+    """Headers of the segment's batches ending at or after ``offset`` (no CRC check)."""
+    try:
+        start = seg.translate_offset(offset)
+        if start is None:
+            return []
+        return [b.header for b in seg.iter_headers(start.position)]
+    finally:
+        release(seg)
 
-        ListOffsets by time: None when every record is older.
-        """
-        with self._lock:
-            self.log_dir.check(self.name)
-            lso = self._log_start_offset
-            for seg in self._segments[self._segment_index_for(lso) :]:
-                try:
-                    if seg.largest_timestamp() < timestamp:
-                        continue
-                    for b in seg.find_offset_by_timestamp(timestamp, lso):
-                        if b.header.max_timestamp < timestamp:
-                            continue
-                        found = self._record_at_or_after(seg, b, timestamp, lso)
-                        if found is not None:
-                            return found
-                except ProtocolError as e:
-                    raise LogDirError(f"{self.name}: corrupt segment {seg.log_path}: {e}") from e
-                finally:
-                    self._release(seg)
-            return None
 
-    def max_timestamp_offset(self) -> TimestampOffset | None:
-        """ListOffsets MAX_TIMESTAMP (-3): the record with the largest timestamp."""
-        with self._lock:
-            self.log_dir.check(self.name)
-            best: LogSegment | None = None
-            for seg in self._segments[self._segment_index_for(self._log_start_offset) :]:
-                if seg.size and (best is None or seg.largest_timestamp() > best.max_timestamp):
-                    best = seg
-                self._release(seg)
-            if best is None or best.max_timestamp == NO_TIMESTAMP:
-                return None
-            try:
-                b = best.translate_offset(best.offset_of_max_timestamp)
-                assert b is not None
-                found = self._record_at_or_after(
-                    best, b, best.max_timestamp, self._log_start_offset
-                )
-            finally:
-                self._release(best)
-            return found
+def offset_for_timestamp(
+    name: str, segs: Sequence[LogSegment], timestamp: int, start: int, release: Release
+) -> TimestampOffset | None:
+    """The first record at or after ``start`` with timestamp >= ``timestamp`` (None when
+    every record is older)."""
+    for seg in segs:
+        try:
+            if seg.largest_timestamp() < timestamp:
+                continue
+            for b in seg.find_offset_by_timestamp(timestamp, start):
+                if b.header.max_timestamp < timestamp:
+                    continue
+                found = _record_at_or_after(seg, b, timestamp, start)
+                if found is not None:
+                    return found
+        except ProtocolError as e:
+            raise LogDirError(f"{name}: corrupt segment {seg.log_path}: {e}") from e
+        finally:
+            release(seg)
+    return None
 
-    def _record_at_or_after(
-        self, seg: LogSegment, b: SegmentBatch, timestamp: int, min_offset: int
-    ) -> TimestampOffset | None:
-        data = seg.pread(b.header.size, b.position)
-        for rec in iter_records(data):
-            if rec.timestamp >= timestamp and rec.offset >= min_offset:
-                return TimestampOffset(rec.timestamp, rec.offset, b.header.partition_leader_epoch)
+
+def max_timestamp_offset(
+    segs: Sequence[LogSegment], start: int, release: Release
+) -> TimestampOffset | None:
+    """ListOffsets MAX_TIMESTAMP (-3): the record with the largest timestamp."""
+    best: LogSegment | None = None
+    for seg in segs:
+        if seg.size and (best is None or seg.largest_timestamp() > best.max_timestamp):
+            best = seg
+        release(seg)
+    if best is None or best.max_timestamp == NO_TIMESTAMP:
         return None
+    try:
+        b = best.translate_offset(best.offset_of_max_timestamp)
+        assert b is not None
+        return _record_at_or_after(best, b, best.max_timestamp, start)
+    finally:
+        release(best)
+
+
+def _record_at_or_after(
+    seg: LogSegment, b: SegmentBatch, timestamp: int, min_offset: int
+) -> TimestampOffset | None:
+    data = seg.pread(b.header.size, b.position)
+    for rec in iter_records(data):
+        if rec.timestamp >= timestamp and rec.offset >= min_offset:
+            return TimestampOffset(rec.timestamp, rec.offset, b.header.partition_leader_epoch)
+    return None
+
+
+def max_log_append_time(segs: Sequence[LogSegment], release: Release) -> int:
+    """The newest LogAppendTime stamped in ``segs`` (-1: none), newest segment first."""
+    for seg in reversed(segs):
+        if seg.size:
+            found = seg.max_log_append_time()
+            release(seg)
+            if found != NO_TIMESTAMP:
+                return found
+    return NO_TIMESTAMP
+
+
+def aborted_in(segs: Sequence[LogSegment], fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+    """The aborted transactions of ``segs``' txn indexes overlapping ``[fetch_offset,
+    upper_bound)``, until a segment's search is complete (see log_txns)."""
+    found: list[AbortedTxn] = []
+    for seg in segs:
+        search = seg.txn_index.collect(fetch_offset, upper_bound)
+        found += search.aborted
+        if search.complete:
+            break
+    return found
+
+
+def txn_batches(
+    seg: LogSegment, offset: int, release: Release
+) -> list[tuple[BatchHeader, TxnMarker | None]]:
+    """(header, marker) of the segment's batches ending at or after ``offset``; a
+    transaction marker is decoded (an undecodable one reads as None)."""
+    out: list[tuple[BatchHeader, TxnMarker | None]] = []
+    try:
+        start = seg.translate_offset(offset)
+        if start is None:
+            return out
+        for b in seg.iter_headers(start.position):
+            h = b.header
+            marker = None
+            if h.is_control and h.is_transactional:
+                try:
+                    marker = txn_marker_of(seg.pread(h.size, b.position), h)
+                except CorruptRecordError:
+                    marker = None
+            out.append((h, marker))
+    finally:
+        release(seg)
+    return out

@@ -23,25 +23,21 @@ start moves past it): a remote tier that stays down does not fill the disk forev
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from riverbed.storage.errors import OffsetOutOfRangeError
 from riverbed.storage.log_base import LogBase, log
+from riverbed.storage.log_files import SegmentSpan
 from riverbed.storage.segment import LogSegment
-from riverbed.storage.time_index import NO_TIMESTAMP
 
 __all__ = ["LogRetention"]
 
-
-@dataclass(frozen=True, slots=True)
-class _NextSegment:
-    """The offset bounding a segment from above (next segment base or the log end)."""
-
-    base_offset: int
+#: Decides whether retention may delete a segment (the span gives its end offset).
+Deletable = Callable[[SegmentSpan], bool]
 
 
 class LogRetention(LogBase):
-    """Retention and log start offset movement (mixed into PartitionLog)."""
+    """Retention and log start offset movement (mixed into PartitionLog); the segments
+    are the local log's: this decides which go, the local log deletes them."""
 
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: advance the log start offset to ``offset`` (<= high watermark).
@@ -63,9 +59,7 @@ class LogRetention(LogBase):
                 self._log_start_offset = offset
                 with self._failing_dir("delete records"):
                     self.epoch_cache.truncate_from_start(offset)
-                    self._delete_segments(
-                        self._deletable(lambda seg, nxt: nxt.base_offset <= offset)
-                    )
+                    self._delete_segments(self._deletable(lambda s: s.end_offset <= offset))
             return self._log_start_offset
 
     def delete_old_segments(self, now_ms: int) -> int:
@@ -76,10 +70,10 @@ class LogRetention(LogBase):
         watermark go, and the retention hook may veto. Returns segments deleted.
         """
         with self._lock, self._failing_dir("retention"):
-            if self._closed or self.log_dir.offline:
+            if self._local.closed or self.log_dir.offline:
                 return 0
             lso = self._log_start_offset
-            deleted = self._delete_segments(self._deletable(lambda s, n: n.base_offset <= lso))
+            deleted = self._delete_segments(self._deletable(lambda s: s.end_offset <= lso))
             cfg = self.config
             if not cfg.delete_enabled:
                 return deleted
@@ -87,13 +81,13 @@ class LogRetention(LogBase):
             retention_bytes = cfg.local_retention_bytes_effective if tiered else cfg.retention_bytes
             retention_ms = cfg.local_retention_ms_effective if tiered else cfg.retention_ms
             if retention_bytes >= 0:
-                excess = sum(s.size for s in self._segments) - retention_bytes
+                excess = self._local.size_bytes - retention_bytes
 
-                def over_size(seg: LogSegment, _next: _NextSegment) -> bool:
+                def over_size(span: SegmentSpan) -> bool:
                     nonlocal excess
-                    if excess - seg.size < 0:
+                    if excess - span.size < 0:
                         return False
-                    excess -= seg.size
+                    excess -= span.size
                     return True
 
                 deleted += self._delete_segments(self._deletable(over_size))
@@ -109,61 +103,46 @@ class LogRetention(LogBase):
                 if doomed:
                     deleted += self._delete_segments(doomed)
                     # nothing below survives anywhere: the log starts after them
-                    self._log_start_offset = max(
-                        self._log_start_offset, self._segments[0].base_offset
-                    )
+                    self._log_start_offset = max(self._log_start_offset, self._local.start_offset)
             return deleted
 
-    def _older_than(self, limit_ms: int, now_ms: int) -> Callable[[LogSegment, _NextSegment], bool]:
+    def _older_than(self, limit_ms: int, now_ms: int) -> Deletable:
         """Is a segment's largest timestamp (KIP-32; file time without one) older?"""
 
-        def too_old(seg: LogSegment, _next: _NextSegment) -> bool:
-            largest = seg.largest_timestamp()
-            self._release(seg)
-            if largest == NO_TIMESTAMP:
-                largest = seg.modified_ms()
-            return now_ms - largest > limit_ms
+        def too_old(span: SegmentSpan) -> bool:
+            return now_ms - self._local.retention_timestamp(span.segment) > limit_ms
 
         return too_old
 
-    def _deletable(
-        self, predicate: Callable[[LogSegment, _NextSegment], bool], *, copy_guard: bool = True
-    ) -> list[LogSegment]:
+    def _deletable(self, predicate: Deletable, *, copy_guard: bool = True) -> list[LogSegment]:
         out: list[LogSegment] = []
-        for i, seg in enumerate(self._segments):
-            is_last = i == len(self._segments) - 1
-            nxt = _NextSegment(
-                self.log_end_offset if is_last else self._segments[i + 1].base_offset
-            )
-            if is_last and seg.size == 0:
+        for span in self._local.spans():
+            if span.last and span.size == 0:
                 break
-            if self._high_watermark < nxt.base_offset or not predicate(seg, nxt):
+            if self._high_watermark < span.end_offset or not predicate(span):
                 break
-            uncopied = nxt.base_offset - 1 > self._highest_offset_in_remote
-            if copy_guard and self.tiered and nxt.base_offset > self._log_start_offset and uncopied:
+            uncopied = span.end_offset - 1 > self._highest_offset_in_remote
+            if copy_guard and self.tiered and span.end_offset > self._log_start_offset and uncopied:
                 break  # data not (entirely) in the remote tier yet: the copy-done guard
-            if self.retention_hook is not None and not self.retention_hook(self, seg):
+            if self.retention_hook is not None and not self.retention_hook(self, span.segment):
                 break
-            out.append(seg)
+            out.append(span.segment)
         return out
 
     def _delete_segments(self, doomed: list[LogSegment]) -> int:
         if not doomed:
             return 0
-        if len(doomed) == len(self._segments):
+        if len(doomed) == self._local.segment_count:
             self._roll(self.log_end_offset)  # never delete the active segment: roll first
         n = len(doomed)
-        for seg in doomed:
-            self._schedule_delete(seg)
-        del self._segments[:n], self._bases[:n]
+        first_base = self._local.delete_oldest(doomed)
         if not self.tiered:  # a tiered log's start stays in the remote tier
-            self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
+            self._log_start_offset = max(self._log_start_offset, first_base)
         # from the log start, not the local start: a tiered log keeps the epochs of its
         # remote range (OffsetForLeaderEpoch answers them; Kafka does the same)
         self.epoch_cache.truncate_from_start(self._log_start_offset)
-        self._recovery_point = max(self._recovery_point, self._segments[0].base_offset)
         if self.producer_state is not None:
-            self.producer_state.on_segments_deleted(self._segments[0].base_offset)
+            self.producer_state.on_segments_deleted(first_base)
         log.info(
             "%s: deleted %d segment(s); log start offset %d, local log start offset %d",
             self.name,
@@ -224,11 +203,8 @@ class LogRetention(LogBase):
     @property
     def deletes_pending(self) -> bool:
         """Segments renamed ``*.deleted`` wait for their ``file.delete.delay.ms``."""
-        return self._files.pending > 0
+        return self._local.deletes_pending
 
     def delete_expired_files(self, now_ms: int) -> int:
         """Remove ``.deleted`` files whose ``file.delete.delay.ms`` has passed."""
-        with self._lock:
-            due = self._files.take_expired(now_ms)
-        self._files.unlink(due)  # unlinks wait for the disk: not under the log's lock
-        return len(due)
+        return self._local.delete_expired_files(now_ms)

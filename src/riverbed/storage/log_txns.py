@@ -14,6 +14,9 @@ aborted by a marker in that segment. Kafka's rules, as here:
   recovering the index requires the start of the transactions" (Kafka's LogLoader);
 - truncation cuts the entries ending at or after the new end (``LogSegment.truncate_to``)
   and a deleted segment takes its index with it.
+
+The indexes are the segments', so the local log (:mod:`riverbed.storage.local_log`)
+searches and writes them; this layer takes the unified log's lock first.
 """
 
 from __future__ import annotations
@@ -21,9 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from riverbed.protocol.records import BatchHeader
-from riverbed.storage.errors import CorruptRecordError
 from riverbed.storage.log_base import LogBase
-from riverbed.storage.producer_hook import TxnMarker, txn_marker_of
+from riverbed.storage.producer_hook import TxnMarker
 from riverbed.storage.txn_index import AbortedTxn
 
 __all__ = ["LogTxns"]
@@ -34,59 +36,30 @@ class LogTxns(LogBase):
 
     def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping ``[fetch_offset, upper_bound)``."""
-        found: list[AbortedTxn] = []
         with self._lock:
-            if not self._segments:
-                return found
-            i = self._segment_index_for(max(fetch_offset, self._segments[0].base_offset))
-            for seg in self._segments[i:]:
-                search = seg.txn_index.collect(fetch_offset, upper_bound)
-                found += search.aborted
-                if search.complete:
-                    break
-        return found
+            return self._local.aborted_transactions(fetch_offset, upper_bound)
 
     def txn_batches_from(self, offset: int) -> Iterator[tuple[BatchHeader, TxnMarker | None]]:
         """(header, marker) of every batch from the one holding ``offset`` to the log end;
         a transaction marker is decoded (an undecodable one reads as None)."""
         with self._lock:
-            i = self._segment_index_for(offset)
-            for seg in self._segments[i:]:
-                try:
-                    start = seg.translate_offset(offset)
-                    if start is None:
-                        continue
-                    for b in seg.iter_headers(start.position):
-                        h = b.header
-                        marker = None
-                        if h.is_control and h.is_transactional:
-                            try:
-                                marker = txn_marker_of(seg.pread(h.size, b.position), h)
-                            except CorruptRecordError:
-                                marker = None
-                        yield h, marker
-                finally:
-                    self._release(seg)
+            yield from self._local.txn_batches_from(offset)
 
     def stale_txn_index_base(self) -> int | None:
         """The base of the first segment whose txn index recovery emptied (None: all
         indexes are current)."""
         with self._lock:
-            for seg in self._segments:
-                if seg.txn_index_stale:
-                    return seg.base_offset
-        return None
+            return self._local.stale_txn_index_base()
 
     def install_txn_index_entries(self, entries: Iterable[AbortedTxn]) -> int:
         """Append the rebuilt ``entries`` (in marker order) to the stale segments holding
-        their markers; every index is current afterwards. Returns the entries written."""
+        their markers; every index is current afterwards. Returns the entries written.
+
+        ``entries`` may be computed from :meth:`txn_batches_from` as they are consumed:
+        each is taken before the local log's lock (the order is unified -> local)."""
         written = 0
         with self._lock, self._failing_dir("txn index rebuild"):
             for e in entries:
-                seg = self._segments[self._segment_index_for(e.last_offset)]
-                if seg.txn_index_stale:
-                    seg.txn_index.append(e)
-                    written += 1
-            for seg in self._segments:
-                seg.txn_index_stale = False
+                written += self._local.append_txn_index(e, stale_only=True)
+            self._local.txn_indexes_current()
         return written

@@ -1,0 +1,167 @@
+"""The transaction coordinator's shell: the marker sender and crash-only timers."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from riverbed.metadata.controller import Controller, ControllerConfig
+from riverbed.metadata.image import BrokerEndpoint, MetadataImage, replay_all
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import (
+    CreateTopicsRequest,
+    Message,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+)
+from riverbed.server.config import ServerConfig
+from riverbed.server.fault_handler import FaultHalt, RecordingFaultHandler
+from riverbed.server.txn_coordinator import TransactionCoordinatorShell
+from riverbed.server.txn_markers import MARKER_RETRY_BACKOFF_MAX_MS, MarkerSender
+from riverbed.storage import ManualClock
+from riverbed.transaction.markers import BrokerMarkers, MarkerRequest, TxnMarker
+
+R = WriteTxnMarkersResponse
+
+
+def image_with_topic() -> MetadataImage:
+    """Brokers 1 and 2 (PLAINTEXT), topic ``t`` with partitions 0 (on 1) and 1 (on 2)."""
+    c = Controller(ControllerConfig(node_id=1))
+    image = replay_all(MetadataImage.EMPTY, c.bootstrap_records())
+    for b in (1, 2):
+        eps = [BrokerEndpoint("PLAINTEXT", f"host{b}", 9090 + b)]
+        image = replay_all(
+            image, c.register_broker(image, b, uuid.UUID(int=b), eps, None, 0).records
+        )
+        image = replay_all(
+            image, c.unfence_broker(image, b, -1, 0, metadata_offset=image.offset).records
+        )
+    CT = CreateTopicsRequest
+    topic = CT.CreatableTopic(
+        name="t",
+        num_partitions=-1,
+        replication_factor=-1,
+        assignments=[
+            CT.CreatableReplicaAssignment(partition_index=0, broker_ids=[1]),
+            CT.CreatableReplicaAssignment(partition_index=1, broker_ids=[2]),
+        ],
+    )
+    req = CT(topics=[topic], timeout_ms=0, validate_only=False)
+    return replay_all(image, c.create_topics(image, req, 0).records)
+
+
+class FakeChannel:
+    def __init__(self, answer: Message | Exception) -> None:
+        self.answer = answer
+        self.sent: list[tuple[int, int, Message]] = []
+        self.closed = False
+
+    async def request(self, api_key: int, version: int, body: Message, timeout_s: float) -> Message:
+        self.sent.append((api_key, version, body))
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def batch_to(broker: int) -> BrokerMarkers:
+    marker = TxnMarker("tid", 7, 3, 5, True, (("t", 0), ("t", 1), ("u", 2)))
+    return BrokerMarkers(broker, (MarkerRequest(1, 0, broker, (marker,)),))
+
+
+def test_markers_are_sent_per_topic_and_answered_per_partition() -> None:
+    answer = R(
+        markers=[
+            R.WritableTxnMarkerResult(
+                producer_id=7,
+                topics=[
+                    R.WritableTxnMarkerTopicResult(
+                        name="t",
+                        partitions=[
+                            R.WritableTxnMarkerPartitionResult(partition_index=0, error_code=0),
+                            R.WritableTxnMarkerPartitionResult(
+                                partition_index=1,
+                                error_code=int(ErrorCode.NOT_LEADER_OR_FOLLOWER),
+                            ),
+                        ],
+                    )
+                ],
+            )
+        ]
+    )
+    channel = FakeChannel(answer)
+    clock = ManualClock(1000)
+    sender = MarkerSender(
+        1, SimpleNamespace(image=image_with_topic()), "PLAINTEXT", clock.now_ms, 30_000,
+        channel_factory=lambda broker: channel,
+    )  # fmt: skip
+    errors = asyncio.run(sender.send(batch_to(1)))
+    assert errors == {
+        (7, ("t", 0)): ErrorCode.NONE,
+        (7, ("t", 1)): ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    }
+    ((api_key, version, body),) = channel.sent
+    assert (api_key, version) == (27, 1)
+    assert isinstance(body, WriteTxnMarkersRequest)
+    (m,) = body.markers
+    assert (m.producer_id, m.producer_epoch, m.transaction_result, m.coordinator_epoch) == (
+        7, 3, True, 5,
+    )  # fmt: skip
+    assert [(t.name, t.partition_indexes) for t in m.topics] == [("t", [0, 1]), ("u", [2])]
+
+
+def test_a_lost_marker_request_backs_its_broker_off() -> None:
+    """Lost (a connection error): the answer is None, the connection is dropped, and the
+    broker's partitions wait (leader -1) until its back-off has passed."""
+    channel = FakeChannel(ConnectionRefusedError("down"))
+    clock = ManualClock(1000)
+    sender = MarkerSender(
+        1, SimpleNamespace(image=image_with_topic()), "PLAINTEXT", clock.now_ms, 30_000,
+        channel_factory=lambda broker: channel, rng=random.Random(1),
+    )  # fmt: skip
+    assert sender.leader_of(("t", 1)) == 2
+    assert asyncio.run(sender.send(batch_to(2))) is None
+    assert channel.closed and sender.lost == 1
+    assert sender.leader_of(("t", 1)) == -1  # backing off
+    assert sender.leader_of(("t", 0)) == 1  # another broker is not
+    assert sender.leader_of(("gone", 0)) is None  # no such partition: no marker needed
+    clock.advance(MARKER_RETRY_BACKOFF_MAX_MS * 2)
+    assert sender.leader_of(("t", 1)) == 2
+
+
+def test_a_failing_core_tick_goes_to_the_fault_handler() -> None:
+    faults = RecordingFaultHandler()
+    metadata = SimpleNamespace(image=image_with_topic())
+    partitions = SimpleNamespace(get=lambda topic, index: None, replicas=None)
+
+    async def run() -> None:
+        shell = TransactionCoordinatorShell(
+            ServerConfig.embedded_default(),
+            1,
+            partitions,  # type: ignore[arg-type]
+            metadata,
+            ManualClock(5),
+            SimpleNamespace(allocate=lambda: 1),
+            faults,
+        )
+
+        def broken(now_ms: int) -> Any:
+            raise RuntimeError("a bug in the transaction core")
+
+        shell.core.tick = broken  # type: ignore[method-assign]
+        shell.start()
+        assert shell._timer_task is not None
+        with pytest.raises(FaultHalt):
+            await asyncio.wait_for(shell._timer_task, 5)
+        shell.close()
+
+    asyncio.run(run())
+    ((what, cause), *_) = faults.faults
+    assert "transaction coordinator timers failed" in what and isinstance(cause, RuntimeError)

@@ -30,6 +30,7 @@ from riverbed.metadata.config_defs import (
     defs_by_name,
     one_of,
 )
+from riverbed.metadata.security_configs import SECURITY_CONFIGS
 from riverbed.metadata.topic_configs import TOPIC_CONFIGS
 
 _B, _S, _I, _SH, _L, _D, _LI, _P = (
@@ -253,7 +254,7 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
        "computed at scrape time; for measuring what the counters cost)."),
 )  # fmt: skip
 
-CONFIG_DEFS: dict[str, ConfigDef] = defs_by_name(BROKER_CONFIGS)
+CONFIG_DEFS: dict[str, ConfigDef] = defs_by_name(BROKER_CONFIGS + SECURITY_CONFIGS)
 
 #: Broker keys that stand in for one another (most specific first), as Kafka reports them.
 BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {

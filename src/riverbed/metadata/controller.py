@@ -77,6 +77,7 @@ from riverbed.metadata.records import (
     ZERO_UUID,
     ResourceType,
 )
+from riverbed.metadata.scram_control import ScramControl
 from riverbed.metadata.topic_configs import (
     describe_topic_config,
 )
@@ -141,7 +142,12 @@ def _check_new_topic_name(image: MetadataImage, name: str) -> None:
 
 
 class Controller(
-    ConfigControl, PartitionControl, ReassignmentControl, ProducerIdControl, ControllerBase
+    ConfigControl,
+    PartitionControl,
+    ReassignmentControl,
+    ProducerIdControl,
+    ScramControl,
+    ControllerBase,
 ):
     """Pure controller operations over a MetadataImage (see module docstring)."""
 

@@ -8,7 +8,10 @@ snapshot load and the controller's own writes all go through `MetadataDelta.repl
 there is exactly one way state changes.  `image_to_records` is the inverse used to write
 snapshots: replaying its output into `MetadataImage.EMPTY` gives an equal image.
 
-Records riverbed does not model yet (ACLs, quotas, SCRAM, delegation tokens, transaction
+SCRAM credentials (UserScramCredentialRecord / RemoveUserScramCredentialRecord) are kept
+by (user, mechanism id): salt, StoredKey, ServerKey, iterations, never a password.
+
+Records riverbed does not model yet (ACLs, quotas, delegation tokens, transaction
 markers, ZK migration) are accepted and ignored so that logs written by newer code load.
 """
 
@@ -32,9 +35,11 @@ from riverbed.protocol.messages import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
+    UserScramCredentialRecord,
 )
 
 K = TypeVar("K")
@@ -175,6 +180,16 @@ class BrokerRegistration:
 
 
 @dataclass(frozen=True, slots=True)
+class ScramCredentialImage:
+    """One user's credential for one SCRAM mechanism (what UserScramCredentialRecord holds)."""
+
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataImage:
     topics_by_id: Mapping[uuid.UUID, TopicImage] = field(default_factory=lambda: _frozen({}))
     topics_by_name: Mapping[str, TopicImage] = field(default_factory=lambda: _frozen({}))
@@ -184,6 +199,10 @@ class MetadataImage:
     brokers: Mapping[int, BrokerRegistration] = field(default_factory=lambda: _frozen({}))
     features: Mapping[str, int] = field(default_factory=lambda: _frozen({}))
     next_producer_id: int = 0
+    #: (user name, SCRAM mechanism id: 1 SHA-256, 2 SHA-512) -> credential
+    scram_credentials: Mapping[tuple[str, int], ScramCredentialImage] = field(
+        default_factory=lambda: _frozen({})
+    )
     #: Offset of the last record applied; not part of equality (a snapshot of the same
     #: state loaded at another offset is the same image).
     offset: int = field(default=-1, compare=False)
@@ -236,6 +255,7 @@ class MetadataDelta:
         self._brokers: dict[int, BrokerRegistration] | None = None
         self._features: dict[str, int] | None = None
         self._next_producer_id = image.next_producer_id
+        self._scram: dict[tuple[str, int], ScramCredentialImage] | None = None
         self.changed_topics: set[uuid.UUID] = set()
         self.deleted_topics: dict[uuid.UUID, TopicImage] = {}
         self._registered: set[int] = set()  # brokers whose RegisterBrokerRecord is here
@@ -394,6 +414,22 @@ class MetadataDelta:
             )
         self._next_producer_id = rec.next_producer_id
 
+    def _scram_w(self) -> dict[tuple[str, int], ScramCredentialImage]:
+        if self._scram is None:
+            self._scram = dict(self.base.scram_credentials)
+        return self._scram
+
+    def _user_scram_credential_record(self, rec: UserScramCredentialRecord) -> None:
+        self._scram_w()[(rec.name, rec.mechanism)] = ScramCredentialImage(
+            bytes(rec.salt), bytes(rec.stored_key), bytes(rec.server_key), rec.iterations
+        )
+
+    def _remove_user_scram_credential_record(self, rec: RemoveUserScramCredentialRecord) -> None:
+        if self._scram_w().pop((rec.name, rec.mechanism), None) is None:
+            raise MetadataReplayError(
+                f"RemoveUserScramCredentialRecord for unknown credential {rec.name}/{rec.mechanism}"
+            )
+
     # ----- apply
     def apply(self, offset: int | None = None) -> MetadataImage:
         base = self.base
@@ -422,6 +458,9 @@ class MetadataDelta:
             brokers=base.brokers if self._brokers is None else _frozen(self._registrations(offset)),
             features=base.features if self._features is None else _frozen(self._features),
             next_producer_id=self._next_producer_id,
+            scram_credentials=base.scram_credentials
+            if self._scram is None
+            else _frozen(self._scram),
             offset=base.offset if offset is None else offset,
         )
 
@@ -448,6 +487,8 @@ _HANDLERS: dict[str, Any] = {
     "BrokerRegistrationChangeRecord": MetadataDelta._registration_change_record,
     "FeatureLevelRecord": MetadataDelta._feature_level_record,
     "ProducerIdsRecord": MetadataDelta._producer_ids_record,
+    "UserScramCredentialRecord": MetadataDelta._user_scram_credential_record,
+    "RemoveUserScramCredentialRecord": MetadataDelta._remove_user_scram_credential_record,
 }
 
 
@@ -497,6 +538,15 @@ def iter_image_records(image: MetadataImage) -> Iterator[Message]:
         yield TopicRecord(name=topic.name, topic_id=topic.topic_id)
         for index in sorted(topic.partitions):
             yield topic.partitions[index].to_record(topic.topic_id, index)
+    for (user, mechanism), cred in sorted(image.scram_credentials.items()):
+        yield UserScramCredentialRecord(
+            name=user,
+            mechanism=mechanism,
+            salt=cred.salt,
+            stored_key=cred.stored_key,
+            server_key=cred.server_key,
+            iterations=cred.iterations,
+        )
     for rtype, rname in sorted(image.configs):
         entries = image.configs[(rtype, rname)]
         for name in sorted(entries):

@@ -51,6 +51,8 @@ RECORD_VERSIONS: dict[str, int] = {
     "ProducerIdsRecord": 0,
     "BrokerRegistrationChangeRecord": 1,
     "NoOpRecord": 0,
+    "UserScramCredentialRecord": 0,
+    "RemoveUserScramCredentialRecord": 0,
 }
 
 

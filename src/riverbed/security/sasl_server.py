@@ -6,7 +6,7 @@ broker (ApiVersions), and whether authentication is done or the connection must 
 
 States and Kafka's rules:
 
-- ``handshake``: ApiVersions (once; answered by the broker, so it lists the listener's
+- ``handshake``: ApiVersions (once at a supported version; answered by the broker, so it lists the listener's
   APIs) or SaslHandshake. SaslHandshake names a mechanism: enabled -> NONE with the enabled
   list; v0 goes on with raw token frames (no Kafka header), v1 with SaslAuthenticate;
   not enabled -> UNSUPPORTED_SASL_MECHANISM with the enabled list, then close. Any other
@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from riverbed.protocol.api_versions import ApiKey
+from riverbed.protocol.api_versions import ApiKey, is_supported
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.headers import RequestHeader, decode_request, encode_response
@@ -116,7 +116,9 @@ class SaslServerAuthenticator:
 
     def _handshake(self, header: RequestHeader, body: Message) -> Step:
         if header.api_key == ApiKey.API_VERSIONS and not self._api_versions_seen:
-            self._api_versions_seen = True
+            # an unsupported version is answered (UNSUPPORTED_VERSION, at v0) and the
+            # client may ask again at a version it then knows we take, as in Kafka
+            self._api_versions_seen = is_supported(ApiKey.API_VERSIONS, header.api_version)
             return Step(delegate=(header, body))
         if not isinstance(body, SaslHandshakeRequest):
             self.state = "failed"

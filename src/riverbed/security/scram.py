@@ -33,10 +33,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from riverbed.metadata.scram_control import MAX_ITERATIONS, MIN_ITERATIONS, derive_keys
 from riverbed.security.errors import SaslAuthenticationError, SaslFailure
 
-MIN_ITERATIONS = 4096
-MAX_ITERATIONS = 16384
 #: Salt bytes of credentials riverbed creates (Kafka's ScramFormatter: secureRandomBytes).
 SALT_BYTES = 32
 
@@ -112,9 +111,8 @@ def make_credential(
 def credential_from_salted(
     mechanism: ScramMechanism, salted: bytes, salt: bytes, iterations: int
 ) -> ScramCredential:
-    client_key = mechanism.hmac(salted, b"Client Key")
-    server_key = mechanism.hmac(salted, b"Server Key")
-    return ScramCredential(salt, mechanism.hash(client_key), server_key, iterations)
+    stored_key, server_key = derive_keys(mechanism.type_id, salted)
+    return ScramCredential(salt, stored_key, server_key, iterations)
 
 
 def username_from_saslname(saslname: str) -> str:

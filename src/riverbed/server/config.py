@@ -52,7 +52,7 @@ EMBEDDED_DEFAULTS: dict[str, str] = {
     "riverbed.http.listeners": "http://127.0.0.1:9644",
 }
 
-SUPPORTED_SECURITY_PROTOCOLS = frozenset({"PLAINTEXT"})
+SUPPORTED_SECURITY_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
 _VOTER_RE = re.compile(r"^(\d+)@(\[[^\]]*\]|[^:\[\]@]+):(\d+)$")
 _LISTENER_RE = re.compile(r"^([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:\[\]]*):(-?\d+)$")
 #: Kafka's per-listener override of max.connections (ListenerName.configPrefix).
@@ -170,6 +170,7 @@ class ServerConfig:
                 for k in props
                 if k not in CONFIG_DEFS
                 and not _LISTENER_MAX_RE.match(k)
+                and not _is_listener_security_key(k)
                 and not k.startswith(rsm_prefix)  # the remote storage manager's own keys
             )
         )
@@ -258,6 +259,12 @@ class ServerConfig:
                         f"advertised.listeners cannot use the nonroutable meta-address {lst.host}",
                     )
         ibl = v["inter.broker.listener.name"]
+        if ibl is not None and "security.inter.broker.protocol" in self.originals:
+            raise ConfigError(
+                "inter.broker.listener.name",
+                "Only one of inter.broker.listener.name and security.inter.broker.protocol "
+                "should be set.",
+            )
         if ibl is None:
             wanted = str(v["security.inter.broker.protocol"])
             names = [lst.name for lst in self.broker_listeners if lst.security_protocol == wanted]
@@ -374,7 +381,7 @@ class ServerConfig:
             if proto not in SUPPORTED_SECURITY_PROTOCOLS:
                 raise ConfigError(
                     key,
-                    f"{key}: security protocol {proto} of listener {name} is not supported by riverbed (only PLAINTEXT)",
+                    f"{key}: security protocol {proto} of listener {name} is not supported by riverbed",
                 )
             seen_names.add(name)
             seen_ports.add(port)
@@ -504,6 +511,17 @@ def _resolve(key: str, host: str) -> list[str]:
     except OSError as exc:
         raise ConfigError(key, f"{key}: cannot resolve host {host!r}: {exc}") from None
     return list(dict.fromkeys(normalize_ip(str(info[4][0])) for info in infos))
+
+
+def _is_listener_security_key(key: str) -> bool:
+    """``listener.name.<listener>.<security key>`` (and ``...<mechanism>.sasl.jaas.config``):
+    read by `riverbed.server.listener_security`."""
+    if not key.startswith("listener.name."):
+        return False
+    rest = key[len("listener.name.") :].partition(".")[2]
+    return rest.startswith(("ssl.", "sasl.", "connections.max.reauth.ms")) or rest.endswith(
+        ".sasl.jaas.config"
+    )
 
 
 def _int(value: object) -> int:

@@ -36,6 +36,8 @@ from riverbed.protocol.messages import (
     AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
@@ -270,6 +272,15 @@ class MetadataService:
         c = self.controller
         response = await self._run(lambda img, now: c.allocate_producer_ids(img, request, now))
         return cast(AllocateProducerIdsResponse, response)
+
+    async def alter_user_scram_credentials(
+        self, request: AlterUserScramCredentialsRequest
+    ) -> AlterUserScramCredentialsResponse:
+        c = self.controller
+        response = await self._run(
+            lambda img, now: c.alter_user_scram_credentials(img, request, now)
+        )
+        return cast(AlterUserScramCredentialsResponse, response)
 
     async def fence_broker(self, broker_id: int) -> BrokerRegistration:
         c = self.controller

@@ -29,7 +29,14 @@ transport's buffer is empty (on both event loops: uvloop lacks ``loop.sendfile``
 each chunk must be checked against truncation, see ``Connection._send_range``), copying
 through user space only to wait for a full socket. The ranges are pinned by the read
 (fds of their own, closed after the send), so retention or a segment roll between the
-read and the send never changes the bytes sent.
+read and the send never changes the bytes sent. On a TLS listener the ranges are copied
+through the TLS stream instead (sendfile would write plaintext into the TLS session).
+The planning lives in `riverbed.server.splice` (its names are re-exported here).
+
+Security (`riverbed.server.listener_security`): each listener's connections are set up
+by `riverbed.server.connection_setup` (TLS handshake, bounded) and, on SASL listeners, go
+through the SASL gate (`riverbed.server.sasl_gate`) before any request is read; every
+request's context carries the connection's `KafkaPrincipal`.
 """
 
 from __future__ import annotations
@@ -39,21 +46,29 @@ import contextlib
 import logging
 import os
 import random
-import secrets
 import socket
 import struct
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn, Protocol, TypeAlias
 
 from riverbed.protocol.exceptions import ProtocolError
+from riverbed.security.principal import ANONYMOUS, KafkaPrincipal
 from riverbed.server.backoff import ExponentialBackoff, Retrier
 from riverbed.server.connection_quotas import ConnectionQuotas
+from riverbed.server.connection_setup import SetupFailed, open_transport
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
+from riverbed.server.listener_security import PLAINTEXT, ListenerSecurity
 from riverbed.server.request_permits import CountedSemaphore, RequestPermit, run_with_permit
+from riverbed.server.splice import FileRange
+from riverbed.server.splice import FileRecords as FileRecords
+from riverbed.server.splice import SplicedResponse as SplicedResponse
+from riverbed.server.splice import plan_size as plan_size
+from riverbed.server.splice import splice_plan as splice_plan
 from riverbed.server.supervise import supervise
+from riverbed.server.tls import HandshakeLimiter
 
 if TYPE_CHECKING:  # the protocol engine is imported lazily (it is large)
     from riverbed.protocol.headers import RequestHeader
@@ -85,51 +100,6 @@ ACCEPT_BACKOFF = ExponentialBackoff(ACCEPT_ERROR_BACKOFF_MS, ACCEPT_ERROR_BACKOF
 STREAM_LIMIT_BYTES = 64 * 1024
 
 
-class FileRange(Protocol):
-    """A byte range of a segment file pinned at read time (storage's ``FileRange``)."""
-
-    @property
-    def fd(self) -> int: ...
-
-    @property
-    def position(self) -> int: ...
-
-    @property
-    def size(self) -> int: ...
-
-    def intact(self) -> bool:
-        """False once the file was truncated under the range (its bytes may differ)."""
-        ...
-
-    def close(self) -> None: ...
-
-
-@dataclass
-class FileRecords:
-    """Record data of one fetched partition: file ranges streamed without copying."""
-
-    ranges: Sequence[FileRange]
-    token: bytes = field(default_factory=lambda: secrets.token_bytes(16))
-
-    @property
-    def size(self) -> int:
-        return sum(r.size for r in self.ranges)
-
-
-@dataclass
-class SplicedResponse:
-    """A response body whose ``records`` fields are `FileRecords` tokens.
-
-    The handler puts ``file_records.token`` into each ``records`` field of ``body`` and
-    lists the `FileRecords` here; ``compact`` says whether the API version is flexible
-    (compact bytes: uvarint length+1) or classic (int32 length).
-    """
-
-    body: Message
-    files: list[FileRecords]
-    compact: bool
-
-
 Response: TypeAlias = "Message | SplicedResponse"
 RequestHandler = Callable[["RequestContext", "Message"], Awaitable["Response | None"]]
 
@@ -143,6 +113,8 @@ class RequestContext:
     listener_name: str
     connection_id: int
     received_ms: int
+    #: who sent it: User:ANONYMOUS, the TLS client's mapped DN, or the SASL user
+    principal: KafkaPrincipal = ANONYMOUS
 
 
 class CloseConnection(Exception):
@@ -151,71 +123,6 @@ class CloseConnection(Exception):
 
 class FrameTooLarge(ProtocolError):
     """A frame's declared size is above socket.request.max.bytes (or negative)."""
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def splice_plan(encoded: bytes, spliced: SplicedResponse) -> list[bytes | FileRecords]:
-    """Split an encoded response at the tokens: bytes and file ranges, in wire order.
-
-    ``encoded`` is the response WITHOUT its 4-byte size prefix. Each token is preceded by
-    its length prefix as the encoder wrote it for 16 bytes; that prefix is replaced by the
-    prefix for the real size. The tokens are found wherever the encoder wrote them: the
-    order of ``spliced.files`` is only the likely one.
-    """
-    if spliced.compact:
-        old_prefix = _uvarint(16 + 1)
-    else:
-        old_prefix = _INT32.pack(16)
-    parts: list[bytes | FileRecords] = []
-    pos = 0
-    for at, fr in _token_positions(encoded, old_prefix, spliced.files):
-        new_prefix = _uvarint(fr.size + 1) if spliced.compact else _INT32.pack(fr.size)
-        parts.append(encoded[pos:at] + new_prefix)
-        parts.append(fr)
-        pos = at + len(old_prefix) + 16
-    parts.append(encoded[pos:])
-    return parts
-
-
-def _token_positions(
-    encoded: bytes, old_prefix: bytes, files: Sequence[FileRecords]
-) -> list[tuple[int, FileRecords]]:
-    """Where each file's (prefix + token) starts in ``encoded``, sorted by position.
-
-    One scan when the files are listed in wire order (the fetch handler lists them so);
-    otherwise each token is searched from the start. A token is 16 random bytes, so it
-    occurs exactly where the encoder wrote it.
-    """
-    found: list[tuple[int, FileRecords]] = []
-    pos = 0
-    for fr in files:
-        at = encoded.find(old_prefix + fr.token, pos)
-        if at < 0:
-            break
-        found.append((at, fr))
-        pos = at + len(old_prefix) + 16
-    else:
-        return found
-    found = []
-    for fr in files:
-        at = encoded.find(old_prefix + fr.token)
-        if at < 0:
-            raise ValueError("fetch response token not found in the encoded response")
-        found.append((at, fr))
-    found.sort(key=lambda item: item[0])
-    return found
-
-
-def plan_size(parts: Sequence[bytes | FileRecords]) -> int:
-    return sum(len(p) if isinstance(p, bytes) else p.size for p in parts)
 
 
 class _Codec(Protocol):
@@ -249,8 +156,14 @@ class Connection:
         writer: asyncio.StreamWriter,
         connection_id: int,
         listener_name: str,
+        security: ListenerSecurity = PLAINTEXT,
+        principal: KafkaPrincipal = ANONYMOUS,
     ) -> None:
         self.server = server
+        self.security = security
+        self.principal = principal
+        #: TLS: fetch data goes through the TLS stream, never sendfile on the raw socket
+        self.tls = security.ssl_context is not None
         self.reader = reader
         self.writer = writer
         self.connection_id = connection_id
@@ -270,6 +183,14 @@ class Connection:
         self.closing = False
 
     async def run(self) -> None:
+        if self.security.sasl:
+            from riverbed.server.sasl_gate import authenticate
+
+            principal = await authenticate(self, self.security)
+            if principal is None or self.server.stopping:
+                self.writer.close()
+                return
+            self.principal = principal
         writer_task = asyncio.create_task(self._write_loop())
         reader_task = asyncio.create_task(self._read_loop())
         try:
@@ -370,6 +291,7 @@ class Connection:
             listener_name=self.listener_name,
             connection_id=self.connection_id,
             received_ms=int(time.time() * 1000),
+            principal=self.principal,
         )
         return ctx, body
 
@@ -503,7 +425,9 @@ class Connection:
         """
         size = rng.size
         sent = 0
-        sock = self.writer.transport.get_extra_info("socket") if self.server.sendfile else None
+        # on TLS the "socket" extra is the raw socket: sendfile would bypass the encryption
+        raw = self.server.sendfile and not self.tls
+        sock = self.writer.transport.get_extra_info("socket") if raw else None
         while sent < size:
             position = rng.position + sent
             n = 0
@@ -563,6 +487,7 @@ class _Listener:
     name: str
     sock: socket.socket
     quotas: ConnectionQuotas
+    security: ListenerSecurity = PLAINTEXT
     acceptor: asyncio.Task[None] | None = None
 
 
@@ -611,6 +536,7 @@ class SocketServer:
         self._next_connection_id = 0
         #: os.sendfile from the pinned fds (False: every byte is copied; tests, non-Linux)
         self.sendfile = hasattr(os, "sendfile")
+        self.handshakes = HandshakeLimiter()
         self.bound: dict[str, tuple[str, int]] = {}
 
     def track(self, task: asyncio.Task[Response | None]) -> None:
@@ -629,6 +555,7 @@ class SocketServer:
         *,
         start_serving: bool = True,
         quotas: ConnectionQuotas | None = None,
+        security: ListenerSecurity = PLAINTEXT,
     ) -> tuple[str, int]:
         """Bind one listener; returns the actual (host, port). With ``start_serving=False``
         connections wait in the backlog until `start_serving` (the node registers itself
@@ -636,7 +563,7 @@ class SocketServer:
         quotas = quotas if quotas is not None else self.quotas
         quotas.add_listener(name)
         socks = await self._bind(host, port)
-        self._listeners.extend(_Listener(name, sock, quotas) for sock in socks)
+        self._listeners.extend(_Listener(name, sock, quotas, security) for sock in socks)
         if start_serving:
             await self.start_serving()
         self.bound[name] = (host, int(socks[0].getsockname()[1]))
@@ -671,9 +598,10 @@ class SocketServer:
             raise
         return socks
 
-    async def _accept_loop(self, name: str, lsock: socket.socket, quotas: ConnectionQuotas) -> None:
+    async def _accept_loop(self, lst: _Listener) -> None:
         """Kafka's acceptor: wait for a connection slot, accept, check the per-ip limit."""
         loop = asyncio.get_running_loop()
+        name, lsock, quotas = lst.name, lst.sock, lst.quotas
         retrier = Retrier(ACCEPT_BACKOFF, self.rng)
         while not self.stopping:
             # max.connections / listener.name.<l>.max.connections: stop accepting until a
@@ -704,13 +632,12 @@ class SocketServer:
                     )
                 csock.close()
                 continue
-            task = asyncio.create_task(self._serve(name, csock, ip, quotas))
+            task = asyncio.create_task(self._serve(lst, csock, ip))
             self._connections.add(task)
             task.add_done_callback(self._connections.discard)
 
-    async def _serve(
-        self, name: str, csock: socket.socket, ip: str, quotas: ConnectionQuotas
-    ) -> None:
+    async def _serve(self, lst: _Listener, csock: socket.socket, ip: str) -> None:
+        name = lst.name
         try:
             with contextlib.suppress(OSError):
                 csock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -718,14 +645,17 @@ class SocketServer:
             reader = asyncio.StreamReader(limit=STREAM_LIMIT_BYTES)
             protocol = asyncio.StreamReaderProtocol(reader)
             try:
-                transport, _ = await loop.connect_accepted_socket(lambda: protocol, csock)
-            except OSError as exc:
-                log.debug("connection from %s gone before it was set up: %s", ip, exc)
-                csock.close()
+                transport, principal = await open_transport(
+                    csock, protocol, lst.security, self.handshakes
+                )
+            except SetupFailed as exc:
+                log.info("connection from %s on %s closed: %s", ip, name, exc)
                 return
             writer = asyncio.StreamWriter(transport, protocol, reader, loop)
             self._next_connection_id += 1
-            conn = Connection(self, reader, writer, self._next_connection_id, name)
+            conn = Connection(
+                self, reader, writer, self._next_connection_id, name, lst.security, principal
+            )
             self._open.add(conn)
             try:
                 await conn.run()
@@ -736,14 +666,14 @@ class SocketServer:
             # bytes must not halt a broker (the request handlers answer typed errors)
             log.exception("connection from %s on %s failed", ip, name)
         finally:
-            quotas.remove(name, ip)
+            lst.quotas.remove(name, ip)
 
     async def start_serving(self) -> None:
         for lst in self._listeners:
             if lst.acceptor is None:
                 lst.acceptor = supervise(
                     f"acceptor of listener {lst.name}",
-                    self._accept_loop(lst.name, lst.sock, lst.quotas),
+                    self._accept_loop(lst),
                     self.fault_handler,
                 )
 

@@ -52,6 +52,7 @@ from dataclasses import replace
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import Message
+from riverbed.security.scram import ScramCredential, ScramMechanism
 from riverbed.server.backoff import ExponentialBackoff, Retrier
 from riverbed.server.broker.dispatch import Broker
 from riverbed.server.broker.partitions import PartitionManager, log_config_for
@@ -60,6 +61,11 @@ from riverbed.server.config import ServerConfig
 from riverbed.server.connection_quotas import ConnectionQuotas, raise_open_files_limit
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.http_listener import HttpListener, HttpListenerError, parse_http_listeners
+from riverbed.server.listener_security import (
+    ListenerSecurity,
+    client_security,
+    listener_security,
+)
 from riverbed.server.metrics.registry import NodeMetrics
 from riverbed.server.network import (
     CloseConnection,
@@ -185,6 +191,7 @@ class Node:
                 "(a dynamic KRaft quorum) is not supported: list the voters in "
                 "controller.quorum.voters (id@host:port,...)"
             )
+        self._security = self._listener_security()
         self.server = self._socket_server()
         quorum = await self._start_quorum(clock)
         remote_settings, rsm = _remote_log_setup(cfg)
@@ -226,6 +233,32 @@ class Node:
             lambda: server.queued.held, [server.quotas, self._controller_quotas]
         )
         return server
+
+    def _listener_security(self) -> dict[str, ListenerSecurity]:
+        """Each listener's TLS / SASL settings and this broker's own login (validated:
+        a bad key stops the start with its name)."""
+        from riverbed.server.config import ConfigError
+
+        cfg = self.config
+        try:
+            self._inter_broker_security = client_security(
+                cfg, cfg.inter_broker_listener_name, "sasl.mechanism.inter.broker.protocol"
+            )
+            return {
+                lst.name: listener_security(cfg, lst.name, lst.security_protocol, self._scram)
+                for lst in cfg.listeners
+            }
+        except ConfigError as exc:
+            raise NodeStartError(str(exc)) from None
+
+    def _scram(self, mechanism: ScramMechanism, user: str) -> ScramCredential | None:
+        """A user's SCRAM credential in this node's metadata image (None: unknown)."""
+        if self.quorum is None:
+            return None
+        cred = self.quorum.image.scram_credentials.get((user, mechanism.type_id))
+        if cred is None:
+            return None
+        return ScramCredential(cred.salt, cred.stored_key, cred.server_key, cred.iterations)
 
     async def _start_quorum(self, clock: SystemClock) -> QuorumMetadata:
         """The quorum: the controller listener serves Raft RPCs at once (the other voters
@@ -290,6 +323,7 @@ class Node:
             lambda: quorum.image,
             cfg.inter_broker_listener_name,
             fault_handler=fh,
+            client_security=self._inter_broker_security,
         )
         partitions.replicas = self.replicas
         self._state_change_log = open_state_change_log(cfg.log_dirs[0])
@@ -353,6 +387,7 @@ class Node:
                     lst.port,
                     start_serving=controller,
                     quotas=self._controller_quotas if is_controller else None,
+                    security=self._security[lst.name],
                 )
             except OSError as exc:
                 raise NodeStartError(

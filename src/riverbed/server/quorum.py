@@ -68,6 +68,8 @@ from riverbed.protocol.messages import (
     AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
@@ -95,6 +97,8 @@ from riverbed.raft.messages import SnapshotId
 from riverbed.raft.node import NotLeaderError
 from riverbed.raft.roles import Role
 from riverbed.server.fault_handler import FaultHandler
+from riverbed.server.inter_broker import connect
+from riverbed.server.listener_security import PLAINTEXT_CLIENT, client_security
 from riverbed.server.metadata_quorum import MetadataStateMachine, RaftMetadataLog
 from riverbed.server.metadata_service import ImageListener, MetadataService
 from riverbed.server.raft_driver import RaftDriver
@@ -144,6 +148,7 @@ FORWARDED_APIS: frozenset[int] = frozenset(
         ApiKey.ALLOCATE_PRODUCER_IDS,
         ApiKey.ALTER_PARTITION_REASSIGNMENTS,
         ApiKey.ELECT_LEADERS,
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
         # sent by partition leaders (ISR changes; replication), served on controller listeners
         ApiKey.ALTER_PARTITION,
     }
@@ -198,7 +203,14 @@ def open_quorum_metadata(
     """Build the node's metadata quorum seat from its config (nothing runs until start)."""
     raft = raft_config(config, cluster_id)
     voters: dict[int, tuple[str, int]] = dict(config.quorum_voters)
-    transport = KafkaRaftTransport(config.node_id, voters, fault_handler=fault_handler)
+    security = PLAINTEXT_CLIENT
+    if config.controller_listener_names:
+        security = client_security(
+            config, config.controller_listener_names[0], "sasl.mechanism.controller.protocol"
+        )
+    transport = KafkaRaftTransport(
+        config.node_id, voters, fault_handler=fault_handler, security=security
+    )
     driver = RaftDriver(
         config.node_id,
         raft,
@@ -621,6 +633,28 @@ class QuorumMetadata:
 
         return await self._write(ApiKey.ELECT_LEADERS, request, ElectLeadersResponse, settled)
 
+    async def alter_user_scram_credentials(
+        self, request: AlterUserScramCredentialsRequest
+    ) -> AlterUserScramCredentialsResponse:
+        """SCRAM credentials changed on the active controller; a forwarded change returns
+        once this node's image shows it (a client authenticates here next)."""
+        from riverbed.metadata.scram_control import upsertion_record
+
+        def settled(response: AlterUserScramCredentialsResponse) -> bool:
+            ok = {r.user for r in response.results if r.error_code == 0}
+            creds = self.service.image.scram_credentials
+            for item in request.upsertions:
+                rec = upsertion_record(item)
+                have = creds.get((item.name, item.mechanism))
+                if item.name in ok and (have is None or have.stored_key != rec.stored_key):
+                    return False
+            return all(
+                (d.name, d.mechanism) not in creds for d in request.deletions if d.name in ok
+            )
+
+        R = AlterUserScramCredentialsResponse
+        return await self._write(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, request, R, settled)
+
     async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
         """A partition leader's ISR change (Kafka's AlterPartition), on the active
         controller; the caller learns the outcome from the response (its epochs)."""
@@ -648,6 +682,8 @@ class QuorumMetadata:
                 return await s.elect_leaders(request)
             case AlterPartitionRequest():
                 return await s.alter_partition(request)
+            case AlterUserScramCredentialsRequest():
+                return await s.alter_user_scram_credentials(request)
         raise TypeError(f"{type(request).__name__} is not a forwarded metadata write")
 
     async def register_broker(
@@ -726,7 +762,9 @@ class QuorumMetadata:
         header = RequestHeader(api_key, version, 1, f"riverbed-forward-{self.node_id}")
 
         async def exchange() -> Message:
-            reader, writer = await asyncio.open_connection(host, port)
+            reader, writer = await connect(
+                host, port, self.transport.security, header.client_id or ""
+            )
             try:
                 writer.write(encode_request(header, request))
                 await writer.drain()

@@ -34,6 +34,8 @@ from riverbed.protocol.messages import Message
 from riverbed.raft import wire
 from riverbed.raft.messages import Request, Response
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
+from riverbed.server.inter_broker import connect
+from riverbed.server.listener_security import PLAINTEXT_CLIENT, ClientSecurity
 from riverbed.server.raft_driver import RaftDriver
 from riverbed.server.supervise import supervise
 from riverbed.storage.layout import METADATA_TOPIC
@@ -127,8 +129,11 @@ class KafkaRaftTransport:
         response_bytes_max: int = 64 * 1024 * 1024,
         connect_timeout_s: float = 2.0,
         fault_handler: FaultHandler | None = None,
+        security: ClientSecurity = PLAINTEXT_CLIENT,
     ) -> None:
         self.node_id = node_id
+        #: how to reach the controller listener of the other voters (TLS, SASL login)
+        self.security = security
         self.fault_handler: FaultHandler = fault_handler or ProcessTerminatingFaultHandler(node_id)
         self.endpoints = dict(endpoints)
         self.inflight_requests_max = inflight_requests_max
@@ -152,7 +157,7 @@ class KafkaRaftTransport:
             except KeyError:
                 raise ConnectionError(f"no endpoint for node {dest}") from None
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port), self.connect_timeout_s
+                connect(host, port, self.security, self.client_id), self.connect_timeout_s
             )
             conn = _Connection(reader, writer, self.response_bytes_max, self.fault_handler)
             self._connections[dest] = conn

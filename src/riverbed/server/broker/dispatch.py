@@ -35,6 +35,7 @@ from riverbed.server.broker import (
     placeholders,
     produce,
     producers,
+    scram_admin,
     transactions,
     txn_markers,
 )
@@ -110,6 +111,8 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DESCRIBE_QUORUM: forwarded.handle_describe_quorum,
     ApiKey.UNREGISTER_BROKER: forwarded.handle_unregister_broker,
     ApiKey.WRITE_TXN_MARKERS: txn_markers.handle_write_txn_markers,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_admin.handle_describe_user_scram_credentials,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: scram_admin.handle_alter_user_scram_credentials,
 }
 
 #: What a broker listener serves and advertises.

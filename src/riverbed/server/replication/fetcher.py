@@ -38,6 +38,8 @@ from riverbed.protocol.headers import RequestHeader, decode_response, encode_req
 from riverbed.protocol.messages import FetchRequest, FetchResponse, Message
 from riverbed.replication.actions import FetchAnswer, FetchPosition, FetchResult
 from riverbed.server.backoff import ExponentialBackoff, Retrier
+from riverbed.server.inter_broker import connect
+from riverbed.server.listener_security import PLAINTEXT_CLIENT, ClientSecurity
 from riverbed.server.supervise import supervise
 from riverbed.storage.errors import StorageError
 
@@ -77,8 +79,16 @@ class Channel(Protocol):
 class BrokerChannel:
     """One connection to another broker, one request at a time."""
 
-    def __init__(self, host: str, port: int, client_id: str, frame_bytes_max: int) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        client_id: str,
+        frame_bytes_max: int,
+        security: ClientSecurity = PLAINTEXT_CLIENT,
+    ) -> None:
         self.host, self.port = host, port
+        self.security = security
         self.client_id = client_id
         self.frame_bytes_max = frame_bytes_max
         self._reader: asyncio.StreamReader | None = None
@@ -90,7 +100,9 @@ class BrokerChannel:
 
     async def _exchange(self, api_key: int, version: int, body: Message) -> Message:
         if self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+            self._reader, self._writer = await connect(
+                self.host, self.port, self.security, self.client_id
+            )
         assert self._reader is not None
         self._correlation += 1
         header = RequestHeader(api_key, version, self._correlation, self.client_id)
@@ -249,8 +261,11 @@ class ReplicaFetcherManager:
         sleep: Sleep = asyncio.sleep,
         channel_factory: Callable[[int], Channel | None] | None = None,
         run_tasks: bool = True,
+        security: ClientSecurity = PLAINTEXT_CLIENT,
     ) -> None:
         self.manager = manager
+        #: the inter-broker listener's protocol and this broker's login
+        self.security = security
         self.rng = rng or random.Random()
         self.sleep = sleep
         self.channel_factory = channel_factory
@@ -322,7 +337,8 @@ class ReplicaFetcherManager:
         if ep is None:
             return None
         frame_max = self.response_max_bytes + FRAME_SLACK_BYTES
-        return BrokerChannel(ep.host, ep.port, f"replica-fetcher-{self.node_id}", frame_max)
+        client_id = f"replica-fetcher-{self.node_id}"
+        return BrokerChannel(ep.host, ep.port, client_id, frame_max, self.security)
 
     def topic_ids(self, names: Iterable[str]) -> dict[str, uuid.UUID]:
         """Topic name -> id in this broker's metadata (Fetch v13+ names topics by id)."""

@@ -60,6 +60,7 @@ from riverbed.replication.config import ReplicaConfig
 from riverbed.replication.partition import Partition
 from riverbed.replication.wire import Item, alter_partition_request, alter_partition_results
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
+from riverbed.server.listener_security import PLAINTEXT_CLIENT, ClientSecurity
 from riverbed.server.purgatory import Purgatory
 from riverbed.server.replication.fetcher import ReplicaFetcherManager
 from riverbed.server.replication.replica_log import PartitionReplicaLog
@@ -124,6 +125,7 @@ class ReplicaManager:
         fault_handler: FaultHandler | None = None,
         rng: random.Random | None = None,
         run_fetchers: bool = True,
+        client_security: ClientSecurity = PLAINTEXT_CLIENT,
     ) -> None:
         """``run_fetchers=False``: the replica fetchers keep their state but start no
         tasks; the caller sends their requests (the replication simulation)."""
@@ -156,6 +158,7 @@ class ReplicaManager:
             inter_broker_listener,
             rng=self.rng,
             run_tasks=run_fetchers,
+            security=client_security,
         )
         self.throttles = ReplicationThrottles(node_id, self.static_config, image, now_ms)
 

@@ -1,0 +1,51 @@
+"""Kafka's broker security config keys (TLS and SASL), types and defaults.
+
+Each may also be set per listener as ``listener.name.<listener, lower case>.<key>`` (and
+the JAAS config per mechanism as ``listener.name.<l>.<mechanism, lower case>.
+sasl.jaas.config``): `riverbed.server.listener_security` resolves them.
+"""
+
+from __future__ import annotations
+
+from riverbed.metadata.config_defs import ConfigDef, ConfigType, Validator, at_least, one_of
+
+_S, _I, _L, _LI, _P = (
+    ConfigType.STRING,
+    ConfigType.INT,
+    ConfigType.LONG,
+    ConfigType.LIST,
+    ConfigType.PASSWORD,
+)
+
+
+def _d(name: str, type_: ConfigType, default: str | None, v: Validator | None = None) -> ConfigDef:
+    return ConfigDef(name, type_, default, "", v, nullable=default is None)
+
+
+SECURITY_CONFIGS: tuple[ConfigDef, ...] = (
+    # --- TLS (Kafka's SslConfigs / BrokerSecurityConfigs)
+    _d("ssl.protocol", _S, "TLSv1.3"),
+    _d("ssl.enabled.protocols", _LI, "TLSv1.2,TLSv1.3", one_of("TLSv1.2", "TLSv1.3")),
+    _d("ssl.cipher.suites", _LI, ""),
+    _d("ssl.keystore.type", _S, "JKS"),
+    _d("ssl.keystore.location", _S, None),
+    _d("ssl.keystore.password", _P, None),
+    _d("ssl.key.password", _P, None),
+    _d("ssl.keystore.key", _P, None),
+    _d("ssl.keystore.certificate.chain", _P, None),
+    _d("ssl.truststore.type", _S, "JKS"),
+    _d("ssl.truststore.location", _S, None),
+    _d("ssl.truststore.password", _P, None),
+    _d("ssl.truststore.certificates", _P, None),
+    _d("ssl.client.auth", _S, "none", one_of("required", "requested", "none")),
+    _d("ssl.endpoint.identification.algorithm", _S, "https"),
+    _d("ssl.principal.mapping.rules", _S, "DEFAULT"),
+    # --- SASL
+    _d("sasl.enabled.mechanisms", _LI, "GSSAPI"),
+    _d("sasl.mechanism.inter.broker.protocol", _S, "GSSAPI"),
+    _d("sasl.mechanism.controller.protocol", _S, "GSSAPI"),
+    _d("sasl.jaas.config", _P, None),
+    _d("sasl.server.max.receive.size", _I, "524288", at_least(1)),
+    _d("connection.failed.authentication.delay.ms", _I, "100", at_least(0)),
+    _d("connections.max.reauth.ms", _L, "0", at_least(0)),
+)  # fmt: skip

@@ -1,0 +1,219 @@
+"""What each listener demands, and how this node authenticates when it connects out.
+
+Server side (`ListenerSecurity`, one per listener of ``listeners``): the security
+protocol from ``listener.security.protocol.map``; for SSL / SASL_SSL the TLS context
+(`riverbed.server.tls`) and the principal mapper; for SASL_* the enabled mechanisms and
+the PLAIN users. Every key is read as Kafka does: ``listener.name.<listener lower
+case>.<key>`` first, then ``<key>``; the JAAS config only per listener and mechanism,
+``listener.name.<l>.<mechanism lower case>.sasl.jaas.config`` (a broker has no global
+JAAS config). Mechanisms riverbed serves: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.
+
+Client side (`ClientSecurity`): the broker's own connections use the inter-broker
+listener's protocol (replica fetchers and any broker-to-broker request) or the first
+controller listener's (Raft, forwarding, registration and heartbeats), with
+``sasl.mechanism.inter.broker.protocol`` / ``sasl.mechanism.controller.protocol`` and,
+for PLAIN and SCRAM, the ``username`` / ``password`` options of that listener's JAAS
+config for the mechanism, as Kafka's broker logs in.
+"""
+
+from __future__ import annotations
+
+import secrets
+import ssl
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from riverbed.metadata.broker_configs import CONFIG_DEFS
+from riverbed.metadata.config_defs import ConfigValueError
+from riverbed.security.jaas import JaasConfigError, LoginModule, parse_jaas_config
+from riverbed.security.plain import PlainServer
+from riverbed.security.principal import ANONYMOUS, KafkaPrincipal
+from riverbed.security.sasl_server import MechanismServer
+from riverbed.security.scram import ScramCredential, ScramMechanism, ScramServer
+from riverbed.security.ssl_principal import SslPrincipalMapper, certificate_dn
+from riverbed.server.config import ConfigError, ServerConfig
+from riverbed.server.tls import Lookup, TlsConfigError, client_context, server_context
+
+SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+#: (mechanism, user) -> the user's SCRAM credential, from the metadata image.
+ScramLookup = Callable[[ScramMechanism, str], "ScramCredential | None"]
+
+
+def _no_scram(mechanism: ScramMechanism, user: str) -> ScramCredential | None:
+    return None
+
+
+class ListenerConfig:
+    """Typed values of one listener: ``listener.name.<l>.<key>`` over ``<key>``."""
+
+    def __init__(self, config: ServerConfig, listener: str) -> None:
+        self.config = config
+        self.listener = listener
+        self.prefix = f"listener.name.{listener.lower()}."
+
+    def raw(self, key: str) -> str | None:
+        value = self.config.originals.get(self.prefix + key)
+        return value if value is not None else self.config.originals.get(key)
+
+    def get(self, key: str) -> object:
+        cdef = CONFIG_DEFS[key]
+        raw = self.config.originals.get(self.prefix + key)
+        if raw is None:
+            return self.config.get(key)
+        try:
+            return cdef.parse(raw)
+        except ConfigValueError as exc:
+            raise ConfigError(self.prefix + key, str(exc)) from None
+
+    def jaas(self, mechanism: str) -> LoginModule | None:
+        key = f"{self.prefix}{mechanism.lower()}.sasl.jaas.config"
+        text = self.config.originals.get(key)
+        if text is None:
+            return None
+        try:
+            return parse_jaas_config(text)[0]
+        except JaasConfigError as exc:
+            raise ConfigError(key, f"{key}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class ListenerSecurity:
+    name: str
+    protocol: str
+    ssl_context: ssl.SSLContext | None = None
+    principal_mapper: SslPrincipalMapper = field(default_factory=SslPrincipalMapper)
+    mechanisms: tuple[str, ...] = ()
+    plain_users: Mapping[str, str] = field(default_factory=dict)
+    scram: ScramLookup = _no_scram
+    sasl_receive_bytes_max: int = 524288
+    failed_authentication_delay_ms: int = 100
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    def mechanism_server(self, name: str) -> MechanismServer:
+        """A fresh server for one exchange of ``name`` (an enabled mechanism)."""
+        if name == "PLAIN":
+            return PlainServer(self.plain_users)
+        mechanism = ScramMechanism.from_name(name)
+        assert mechanism is not None, name
+        return ScramServer(
+            mechanism, lambda user: self.scram(mechanism, user), secrets.token_urlsafe(24)
+        )
+
+    def tls_principal(self, peer_der: bytes | None) -> KafkaPrincipal:
+        """SSL: User:ANONYMOUS without a client certificate, else its mapped DN
+        (NoMatchingRule when no ssl.principal.mapping.rules rule applies)."""
+        if peer_der is None:
+            return ANONYMOUS
+        return KafkaPrincipal.user(self.principal_mapper.map(certificate_dn(peer_der)))
+
+
+PLAINTEXT = ListenerSecurity("PLAINTEXT", "PLAINTEXT")
+
+
+def listener_security(
+    config: ServerConfig, name: str, protocol: str, scram: ScramLookup = _no_scram
+) -> ListenerSecurity:
+    """Build (and validate: ConfigError naming the key) one listener's security."""
+    lc = ListenerConfig(config, name)
+    context = _tls_context(lc, protocol, server_context)
+    try:
+        mapper = SslPrincipalMapper(str(lc.get("ssl.principal.mapping.rules")))
+    except ValueError as exc:
+        raise ConfigError("ssl.principal.mapping.rules", str(exc)) from None
+    mechanisms: tuple[str, ...] = ()
+    users: dict[str, str] = {}
+    if protocol.startswith("SASL_"):
+        enabled = lc.get("sasl.enabled.mechanisms")
+        assert isinstance(enabled, list)
+        mechanisms = tuple(enabled)
+        unsupported = [m for m in mechanisms if m not in SUPPORTED_MECHANISMS]
+        if unsupported or not mechanisms:
+            raise ConfigError(
+                "sasl.enabled.mechanisms",
+                f"listener {name}: sasl.enabled.mechanisms {list(mechanisms)}: riverbed serves "
+                f"{', '.join(SUPPORTED_MECHANISMS)} (GSSAPI and OAUTHBEARER are not supported)",
+            )
+        if "PLAIN" in mechanisms:
+            module = lc.jaas("PLAIN")
+            if module is None:
+                raise ConfigError(
+                    f"{lc.prefix}plain.sasl.jaas.config",
+                    f"listener {name} enables PLAIN but {lc.prefix}plain.sasl.jaas.config "
+                    'is not set (its user_<name>="<password>" options are the users)',
+                )
+            users = module.users()
+    return ListenerSecurity(
+        name=name,
+        protocol=protocol,
+        ssl_context=context,
+        principal_mapper=mapper,
+        mechanisms=mechanisms,
+        plain_users=users,
+        scram=scram,
+        sasl_receive_bytes_max=int(str(lc.get("sasl.server.max.receive.size"))),
+        failed_authentication_delay_ms=int(
+            str(lc.get("connection.failed.authentication.delay.ms"))
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    """How this node connects to a listener of another node."""
+
+    protocol: str = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = None
+    mechanism: str = ""
+    username: str = ""
+    password: str = ""
+
+
+PLAINTEXT_CLIENT = ClientSecurity()
+
+
+def client_security(config: ServerConfig, listener: str, mechanism_key: str) -> ClientSecurity:
+    """The security to reach ``listener`` of other nodes with (ConfigError when its
+    credentials are missing)."""
+    protocol = _protocol_of(config, listener)
+    lc = ListenerConfig(config, listener)
+    context = _tls_context(lc, protocol, client_context)
+    if not protocol.startswith("SASL_"):
+        return ClientSecurity(protocol, context)
+    mechanism = str(config.get(mechanism_key))
+    if mechanism not in SUPPORTED_MECHANISMS:
+        raise ConfigError(
+            mechanism_key,
+            f"{mechanism_key}={mechanism}: riverbed connects with {', '.join(SUPPORTED_MECHANISMS)}",
+        )
+    module = lc.jaas(mechanism)
+    username = module.options.get("username") if module is not None else None
+    password = module.options.get("password") if module is not None else None
+    if not username or password is None:
+        key = f"{lc.prefix}{mechanism.lower()}.sasl.jaas.config"
+        raise ConfigError(key, f"{key} must set username and password (this node's login)")
+    return ClientSecurity(protocol, context, mechanism, username, password)
+
+
+def _tls_context(
+    lc: ListenerConfig, protocol: str, make: Callable[[Lookup], ssl.SSLContext]
+) -> ssl.SSLContext | None:
+    if protocol not in ("SSL", "SASL_SSL"):
+        return None
+    try:
+        return make(lc.get)
+    except TlsConfigError as exc:
+        raise ConfigError(lc.prefix + exc.key, f"listener {lc.listener}: {exc}") from None
+
+
+def _protocol_of(config: ServerConfig, listener: str) -> str:
+    for lst in (*config.listeners, *config.advertised_listeners):
+        if lst.name == listener:
+            return lst.security_protocol
+    for item in config.get("listener.security.protocol.map") or []:  # type: ignore[attr-defined]
+        name, _, proto = str(item).partition(":")
+        if name == listener:
+            return proto
+    return "PLAINTEXT"

@@ -1,0 +1,266 @@
+"""TLS for listeners and riverbed's own outgoing connections, from Kafka's ssl.* keys.
+
+Key stores (Kafka's DefaultSslEngineFactory):
+
+- ``ssl.keystore.type=PEM``: the private key and certificate chain inline
+  (``ssl.keystore.key``, ``ssl.keystore.certificate.chain``; a properties file writes
+  them on continued lines, whitespace inside the base64 is ignored) or one PEM file at
+  ``ssl.keystore.location`` holding both; an encrypted key's password is
+  ``ssl.key.password``;
+- ``ssl.keystore.type=PKCS12``: ``ssl.keystore.location`` + ``ssl.keystore.password``
+  (loaded with the cryptography package: the ssl module reads only PEM);
+- trust stores alike: ``ssl.truststore.certificates`` (PEM inline), or
+  ``ssl.truststore.location`` with ``ssl.truststore.type`` PEM or PKCS12;
+- JKS (Kafka's default type) is Java-only: a JKS store is a configuration error.
+
+``ssl.client.auth`` none / requested / required maps to CERT_NONE / CERT_OPTIONAL /
+CERT_REQUIRED; ``ssl.enabled.protocols`` (TLSv1.2, TLSv1.3) to the context's minimum and
+maximum version; ``ssl.cipher.suites`` (IANA names as Kafka takes them, or OpenSSL names)
+restricts the TLS 1.2 suites (the ssl module cannot restrict TLS 1.3's, which are all
+strong). A client context verifies the server's certificate and, with
+``ssl.endpoint.identification.algorithm=https`` (the default), its host name.
+
+Handshakes are bounded (`HandshakeLimiter`): at most ``TLS_HANDSHAKES_CONCURRENT_MAX``
+run at once and each must finish within ``TLS_HANDSHAKE_TIMEOUT_MS``, so a flood of
+half-open TLS connections holds file descriptors (bounded by max.connections), never
+the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import ssl
+import tempfile
+from collections.abc import Callable, Iterator
+
+#: TLS handshakes in progress at once, over all listeners of a node.
+TLS_HANDSHAKES_CONCURRENT_MAX = 64
+#: Time a client has to complete its TLS handshake (waiting for a slot included).
+TLS_HANDSHAKE_TIMEOUT_MS = 10_000
+#: Largest key/trust store file read (a store is a few KiB).
+STORE_FILE_BYTES_MAX = 1_048_576
+
+_PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.S)
+_PROTOCOLS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+
+#: A resolved config value by key (listener override first), None when unset.
+Lookup = Callable[[str], object]
+
+
+class TlsConfigError(ValueError):
+    """A TLS configuration that cannot be loaded; ``key`` names the config key."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+def normalize_pem(text: str) -> str:
+    """PEM blocks with their base64 re-wrapped (a properties value loses its newlines)."""
+    blocks = []
+    for label, body in _PEM_BLOCK.findall(text):
+        b64 = "".join(body.split())
+        lines = [b64[i : i + 64] for i in range(0, len(b64), 64)]
+        blocks.append(
+            f"-----BEGIN {label}-----\n" + "\n".join(lines) + f"\n-----END {label}-----\n"
+        )
+    return "".join(blocks)
+
+
+def _read(key: str, path: str) -> bytes:
+    try:
+        if os.path.getsize(path) > STORE_FILE_BYTES_MAX:
+            raise TlsConfigError(key, f"{path} is larger than {STORE_FILE_BYTES_MAX} bytes")
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise TlsConfigError(key, f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+@contextlib.contextmanager
+def _private_file(data: str) -> Iterator[str]:
+    """A file only this process can read, removed at once (load_cert_chain takes paths)."""
+    fd, path = tempfile.mkstemp(prefix="riverbed-key-", suffix=".pem")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(data)
+        yield path
+    finally:
+        os.unlink(path)
+
+
+def _pkcs12(key: str, path: str, password: str | None) -> tuple[str, str, str]:
+    """(private key PEM, certificate chain PEM, CA certificates PEM) of a PKCS12 file."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    data = _read(key, path)
+    try:
+        pk, cert, extra = pkcs12.load_key_and_certificates(
+            data, password.encode() if password else None
+        )
+    except ValueError as exc:
+        raise TlsConfigError(key, f"cannot load PKCS12 store {path}: {exc}") from None
+    enc = serialization.Encoding.PEM
+    key_pem = (
+        pk.private_bytes(enc, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        if pk is not None
+        else b""
+    )
+    chain = (cert.public_bytes(enc) if cert is not None else b"") + b"".join(
+        c.public_bytes(enc) for c in extra
+    )
+    cas = b"".join(c.public_bytes(enc) for c in extra) + (
+        cert.public_bytes(enc) if cert is not None and pk is None else b""
+    )
+    return key_pem.decode(), chain.decode(), cas.decode()
+
+
+def _load_keystore(ctx: ssl.SSLContext, get: Lookup, required: bool) -> None:
+    store_type = str(get("ssl.keystore.type") or "JKS").upper()
+    location = _str(get("ssl.keystore.location"))
+    inline_key = _str(get("ssl.keystore.key"))
+    key_password = _str(get("ssl.key.password"))
+    if inline_key is not None or get("ssl.keystore.certificate.chain") is not None:
+        if store_type != "PEM":
+            raise TlsConfigError("ssl.keystore.type", "inline keys need ssl.keystore.type=PEM")
+        chain = _str(get("ssl.keystore.certificate.chain"))
+        if inline_key is None or chain is None:
+            raise TlsConfigError(
+                "ssl.keystore.key",
+                "ssl.keystore.key and ssl.keystore.certificate.chain must both be set",
+            )
+        _load_chain(ctx, normalize_pem(chain) + normalize_pem(inline_key), key_password)
+        return
+    if location is None:
+        if required:
+            raise TlsConfigError(
+                "ssl.keystore.location", "a TLS listener needs a key store (PEM or PKCS12)"
+            )
+        return
+    if store_type == "PEM":
+        _load_chain(
+            ctx, normalize_pem(_read("ssl.keystore.location", location).decode()), key_password
+        )
+    elif store_type == "PKCS12":
+        key_pem, chain, _ = _pkcs12(
+            "ssl.keystore.location", location, _str(get("ssl.keystore.password"))
+        )
+        _load_chain(ctx, chain + key_pem, None)
+    else:
+        raise TlsConfigError(
+            "ssl.keystore.type", f"{store_type} key stores are not supported: use PEM or PKCS12"
+        )
+
+
+def _load_chain(ctx: ssl.SSLContext, pem: str, password: str | None) -> None:
+    with _private_file(pem) as path:
+        try:
+            ctx.load_cert_chain(path, password=password)
+        except (ssl.SSLError, ValueError) as exc:
+            raise TlsConfigError("ssl.keystore.key", f"cannot load the key store: {exc}") from None
+
+
+def _load_truststore(ctx: ssl.SSLContext, get: Lookup) -> bool:
+    """Load the trusted CAs; False when none is configured."""
+    inline = _str(get("ssl.truststore.certificates"))
+    location = _str(get("ssl.truststore.location"))
+    store_type = str(get("ssl.truststore.type") or "JKS").upper()
+    if inline is not None:
+        pem = normalize_pem(inline)
+    elif location is None:
+        return False
+    elif store_type == "PEM":
+        pem = normalize_pem(_read("ssl.truststore.location", location).decode())
+    elif store_type == "PKCS12":
+        _, chain, cas = _pkcs12(
+            "ssl.truststore.location", location, _str(get("ssl.truststore.password"))
+        )
+        pem = cas or chain
+    else:
+        raise TlsConfigError(
+            "ssl.truststore.type", f"{store_type} trust stores are not supported: use PEM or PKCS12"
+        )
+    if not pem:
+        raise TlsConfigError("ssl.truststore.certificates", "no certificate in the trust store")
+    try:
+        ctx.load_verify_locations(cadata=pem)
+    except ssl.SSLError as exc:
+        raise TlsConfigError("ssl.truststore.certificates", f"cannot load: {exc}") from None
+    return True
+
+
+def _iana_to_openssl(name: str) -> str:
+    """TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384 -> ECDHE-RSA-AES256-GCM-SHA384 (TLS 1.2)."""
+    kx, sep, cipher = name.removeprefix("TLS_").partition("_WITH_")
+    if not sep:
+        return name
+    cipher = re.sub(r"AES_(\d+)", r"AES\1", cipher).replace("_CBC", "")
+    cipher = cipher.replace("CHACHA20_POLY1305_SHA256", "CHACHA20_POLY1305")
+    parts = ([] if kx == "RSA" else [kx.replace("_", "-")]) + [cipher.replace("_", "-")]
+    return "-".join(parts)
+
+
+def _apply_protocols(ctx: ssl.SSLContext, get: Lookup) -> None:
+    enabled = get("ssl.enabled.protocols") or ["TLSv1.2", "TLSv1.3"]
+    assert isinstance(enabled, list)
+    versions = sorted(_PROTOCOLS[p] for p in enabled if p in _PROTOCOLS)
+    if not versions:
+        raise TlsConfigError("ssl.enabled.protocols", "no supported protocol (TLSv1.2, TLSv1.3)")
+    ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
+    suites = get("ssl.cipher.suites") or []
+    assert isinstance(suites, list)
+    tls12 = [_iana_to_openssl(s) for s in suites if not s.startswith(("TLS_AES_", "TLS_CHACHA20"))]
+    if tls12:
+        try:
+            ctx.set_ciphers(":".join(tls12))
+        except ssl.SSLError:
+            raise TlsConfigError(
+                "ssl.cipher.suites", f"none of the cipher suites {suites} is available"
+            ) from None
+
+
+def server_context(get: Lookup) -> ssl.SSLContext:
+    """The listener's server-side context (TlsConfigError naming the bad key)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    _apply_protocols(ctx, get)
+    _load_keystore(ctx, get, required=True)
+    has_trust = _load_truststore(ctx, get)
+    client_auth = str(get("ssl.client.auth") or "none")
+    if client_auth != "none":
+        if not has_trust:
+            raise TlsConfigError(
+                "ssl.truststore.location", f"ssl.client.auth={client_auth} needs a trust store"
+            )
+        ctx.verify_mode = ssl.CERT_REQUIRED if client_auth == "required" else ssl.CERT_OPTIONAL
+    return ctx
+
+
+def client_context(get: Lookup) -> ssl.SSLContext:
+    """A context for riverbed's own connections to a TLS listener of another node."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    _apply_protocols(ctx, get)
+    if not _load_truststore(ctx, get):
+        ctx.load_default_certs()
+    _load_keystore(ctx, get, required=False)  # presented when the server asks
+    ctx.check_hostname = str(get("ssl.endpoint.identification.algorithm") or "").lower() == "https"
+    return ctx
+
+
+class HandshakeLimiter:
+    """Bounds concurrent TLS handshakes (slots) and each one's duration."""
+
+    def __init__(
+        self,
+        concurrent_max: int = TLS_HANDSHAKES_CONCURRENT_MAX,
+        timeout_ms: int = TLS_HANDSHAKE_TIMEOUT_MS,
+    ) -> None:
+        self.slots = asyncio.Semaphore(concurrent_max)
+        self.timeout_ms = timeout_ms

@@ -49,6 +49,7 @@ from riverbed.server.coordinator_log import (
     wait_committed,
 )
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
+from riverbed.server.listener_security import client_security
 from riverbed.server.request_permits import park_current_request
 from riverbed.server.supervise import supervise_background
 from riverbed.server.txn_markers import MarkerSender
@@ -140,6 +141,9 @@ class TransactionCoordinatorShell:
             clock.now_ms,
             config.get_int("request.timeout.ms"),
             channel_factory=channel_factory,
+            security=client_security(
+                config, config.inter_broker_listener_name, "sasl.mechanism.inter.broker.protocol"
+            ),
         )
         #: partition -> the leader epoch loaded (or being loaded) here
         self._epochs: dict[int, int] = {}

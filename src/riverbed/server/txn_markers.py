@@ -27,6 +27,7 @@ from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.messages import Message, WriteTxnMarkersRequest, WriteTxnMarkersResponse
 from riverbed.server.backoff import ExponentialBackoff, Retrier
+from riverbed.server.listener_security import PLAINTEXT_CLIENT, ClientSecurity
 from riverbed.server.replication.fetcher import BrokerChannel, Channel
 from riverbed.transaction.markers import BrokerMarkers
 from riverbed.transaction.records import TopicPartition
@@ -98,8 +99,11 @@ class MarkerSender:
         *,
         channel_factory: Callable[[int], Channel | None] | None = None,
         rng: random.Random | None = None,
+        security: ClientSecurity = PLAINTEXT_CLIENT,
     ) -> None:
         self.node_id = node_id
+        #: the inter-broker listener's protocol and this broker's login (issue 20)
+        self.security = security
         self.metadata = metadata
         self.listener = listener
         self.now_ms = now_ms
@@ -141,7 +145,9 @@ class MarkerSender:
             if ep is None:
                 return None
             client_id = f"txn-marker-sender-{self.node_id}"
-            channel = BrokerChannel(ep.host, ep.port, client_id, MARKER_RESPONSE_BYTES_MAX)
+            channel = BrokerChannel(
+                ep.host, ep.port, client_id, MARKER_RESPONSE_BYTES_MAX, self.security
+            )
         if channel is not None:
             self._channels[broker_id] = channel
         return channel

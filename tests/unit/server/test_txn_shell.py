@@ -29,8 +29,9 @@ from riverbed.transaction.markers import BrokerMarkers, MarkerRequest, TxnMarker
 R = WriteTxnMarkersResponse
 
 
-def image_with_topic() -> MetadataImage:
-    """Brokers 1 and 2 (PLAINTEXT), topic ``t`` with partitions 0 (on 1) and 1 (on 2)."""
+def image_with_topic(txn_state: bool = False) -> MetadataImage:
+    """Brokers 1 and 2 (PLAINTEXT), topic ``t`` with partitions 0 (on 1) and 1 (on 2);
+    with ``txn_state``, ``__transaction_state`` with one partition on broker 1."""
     c = Controller(ControllerConfig(node_id=1))
     image = replay_all(MetadataImage.EMPTY, c.bootstrap_records())
     for b in (1, 2):
@@ -51,7 +52,17 @@ def image_with_topic() -> MetadataImage:
             CT.CreatableReplicaAssignment(partition_index=1, broker_ids=[2]),
         ],
     )
-    req = CT(topics=[topic], timeout_ms=0, validate_only=False)
+    topics = [topic]
+    if txn_state:
+        topics.append(
+            CT.CreatableTopic(
+                name="__transaction_state",
+                num_partitions=-1,
+                replication_factor=-1,
+                assignments=[CT.CreatableReplicaAssignment(partition_index=0, broker_ids=[1])],
+            )
+        )
+    req = CT(topics=topics, timeout_ms=0, validate_only=False)
     return replay_all(image, c.create_topics(image, req, 0).records)
 
 
@@ -165,3 +176,106 @@ def test_a_failing_core_tick_goes_to_the_fault_handler() -> None:
     asyncio.run(run())
     ((what, cause), *_) = faults.faults
     assert "transaction coordinator timers failed" in what and isinstance(cause, RuntimeError)
+
+
+class Acks:
+    """The shell's view of acks=all, driven by the test: appends succeed at once, their
+    acknowledgement waits for ``answer``; loads read nothing."""
+
+    def __init__(self) -> None:
+        self.appended: list[list[tuple[bytes, bytes | None]]] = []
+        self.loads = 0
+        self.acked: asyncio.Future[ErrorCode] | None = None
+
+    def append_records(
+        self, partitions: Any, hosted: Any, records: Any, comp: int, now: int
+    ) -> int:
+        self.appended.append(list(records))
+        return len(self.appended)
+
+    async def wait_committed(
+        self, partitions: Any, hosted: Any, end: int, timeout_ms: int
+    ) -> ErrorCode:
+        if end == 0:  # a load's wait for the log end it read
+            return ErrorCode.NONE
+        self.acked = asyncio.get_running_loop().create_future()
+        return await self.acked
+
+    def read_records(self, plog: Any, read_bytes: int) -> tuple[list[Any], int]:
+        self.loads += 1
+        return [], 0
+
+
+async def _turns(until: Any, turns: int = 1000) -> None:
+    for _ in range(turns):
+        if until():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("not reached")
+
+
+def _shell_over(acks: Acks, monkeypatch: pytest.MonkeyPatch) -> TransactionCoordinatorShell:
+    import riverbed.server.txn_coordinator as shell_module
+
+    for name in ("append_records", "wait_committed", "read_records"):
+        monkeypatch.setattr(shell_module, name, getattr(acks, name))
+    config = ServerConfig.load(None, ["transaction.state.log.num.partitions=1"])
+    partitions = SimpleNamespace(get=lambda topic, index: SimpleNamespace(log=None), replicas=None)
+    return TransactionCoordinatorShell(
+        config, 1, partitions,  # type: ignore[arg-type]
+        SimpleNamespace(image=image_with_topic(txn_state=True)), ManualClock(5),
+        SimpleNamespace(allocate=lambda: 42), RecordingFaultHandler(),
+    )  # fmt: skip
+
+
+def _init(shell: TransactionCoordinatorShell) -> Any:
+    core = shell.core
+    return shell.call(lambda rid, now: core.init_producer_id(rid, "tid", 60_000, None, 4, now))
+
+
+def test_init_producer_id_is_answered_once_its_record_is_committed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    acks = Acks()
+
+    async def run() -> Any:
+        shell = _shell_over(acks, monkeypatch)
+        assert shell.check("tid") == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS  # starts the load
+        await _turns(lambda: shell.check("tid") == ErrorCode.NONE)
+        pending = asyncio.ensure_future(_init(shell))
+        await _turns(lambda: acks.acked is not None)
+        assert len(acks.appended) == 1 and not pending.done()  # written, not answered
+        assert acks.acked is not None
+        acks.acked.set_result(ErrorCode.NONE)
+        result = await asyncio.wait_for(pending, 5)
+        shell.close()
+        return result
+
+    result = asyncio.run(run())
+    assert (result.error, result.producer_id, result.producer_epoch) == (ErrorCode.NONE, 42, 0)
+
+
+def test_a_write_in_doubt_is_answered_and_the_partition_loaded_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Appended but not acknowledged in time: the record may still commit, so the shard is
+    not trusted: the request answers COORDINATOR_NOT_AVAILABLE (REQUEST_TIMED_OUT mapped as
+    Kafka's coordinator maps it: the client retries) and the partition is read again."""
+    acks = Acks()
+
+    async def run() -> Any:
+        shell = _shell_over(acks, monkeypatch)
+        shell.reconcile()
+        await _turns(lambda: shell.check("tid") == ErrorCode.NONE)
+        assert acks.loads == 1
+        pending = asyncio.ensure_future(_init(shell))
+        await _turns(lambda: acks.acked is not None)
+        assert acks.acked is not None
+        acks.acked.set_result(ErrorCode.REQUEST_TIMED_OUT)
+        result = await asyncio.wait_for(pending, 5)
+        await _turns(lambda: acks.loads == 2 and shell.check("tid") == ErrorCode.NONE)
+        shell.close()
+        return result
+
+    result = asyncio.run(run())
+    assert result.error == ErrorCode.COORDINATOR_NOT_AVAILABLE

@@ -34,6 +34,7 @@ import contextlib
 import logging
 import random
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from riverbed.metadata.image import MetadataImage, PartitionRegistration
 from riverbed.metadata.storage_format import uuid_to_str
 from riverbed.producer.snapshot import snapshot_name
 from riverbed.server.backoff import ExponentialBackoff
-from riverbed.server.broker.partitions import producer_state_of
+from riverbed.server.broker.partitions import last_stable_offset, producer_state_of
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.remote_reads import (
     READ_CACHE_BYTES_MAX,
@@ -189,6 +190,7 @@ class RemoteLogManager(RemoteReads):
         self._reads_pending = 0  # reads queued or running (bounded by reader_max_pending)
         self._tiers: dict[tuple[str, int], Tier] = {}
         self._cache = ChunkCache(settings.read_cache_bytes)
+        self._txn_cache = OrderedDict()
         self.reads_rejected = 0  # remote reads refused: reader_max_pending were waiting
         self._reject_logged_s = -REJECT_LOG_INTERVAL_S
         self._wake = asyncio.Event()
@@ -483,7 +485,10 @@ class RemoteLogManager(RemoteReads):
         segments = plog.segments
         infos = [LocalSegmentInfo(s.base_offset, s.next_offset, s.size, s.active) for s in segments]
         by_base = {s.base_offset: s for s in segments}
-        for info in segments_to_copy(infos, plog.highest_offset_in_remote, plog.high_watermark):
+        # Kafka copies only segments below the last stable offset: every transaction in
+        # a copied segment has ended, its aborts are in the txn indexes copied with it
+        upper = last_stable_offset(plog)
+        for info in segments_to_copy(infos, plog.highest_offset_in_remote, upper):
             if self._closing or not tier.leader:
                 return  # leadership moved: the new leader continues from the remote listing
             seg = by_base[info.base_offset]
@@ -503,6 +508,7 @@ class RemoteLogManager(RemoteReads):
                 created_ms=self._now_ms(),
                 offset_index_path=seg.offset_index.path,
                 time_index_path=seg.time_index.path,
+                txn_index_path=seg.txn_index.path,
                 producer_snapshot_path=plog.directory / snapshot_name(info.next_offset),
                 producer_snapshot=_complete_snapshot(plog, info.next_offset),
             )

@@ -34,6 +34,7 @@ from riverbed.protocol.records import iter_batches, iter_records
 from riverbed.server.backoff import ExponentialBackoff
 from riverbed.storage.log import PartitionLog
 from riverbed.storage.log_files import TimestampOffset
+from riverbed.storage.txn_index import AbortedTxn, collect_aborted
 from riverbed.tiered.remote_indexes import RemoteIndexes
 from riverbed.tiered.remote_log_index import RemoteLogIndexEntry
 from riverbed.tiered.rsm import (
@@ -67,10 +68,16 @@ READ_BACKOFF: Final = ExponentialBackoff(READ_RETRY_BACKOFF_MS, READ_RETRY_BACKO
 
 @dataclass
 class RemoteRead:
-    """The outcome of a remote fetch: whole batches, or an error code (0: none)."""
+    """The outcome of a remote fetch: whole batches, or an error code (0: none); for a
+    read_committed fetch, the aborted transactions overlapping the batches read."""
 
     data: bytes = b""
     error: int = 0
+    aborted: list[AbortedTxn] | None = None
+
+
+#: Remote segments whose aborted transactions (``.txnindex``) are kept in memory.
+TXN_INDEX_CACHE_SEGMENTS_MAX: Final = 1024
 
 
 @dataclass
@@ -144,20 +151,54 @@ class RemoteReads:
     _cache: ChunkCache
     _rng: random.Random  # jitter of the read retries' back-off
     _guarded_read_finished: Callable[[], None]  # _dec_pending for call_soon_threadsafe
+    _txn_cache: OrderedDict[str, list[AbortedTxn]]  # segment id -> its aborted transactions
 
     def serves(self, key: tuple[str, int]) -> bool:
         return key in self._tiers
 
-    async def read(self, key: tuple[str, int], offset: int, max_bytes: int) -> RemoteRead:
-        """Whole batches from ``offset`` (below the local log start) out of the remote tier.
+    async def read(
+        self, key: tuple[str, int], offset: int, max_bytes: int, read_committed: bool = False
+    ) -> RemoteRead:
+        """Whole batches from ``offset`` (below the local log start) out of the remote tier,
+        with the aborted transactions of their range for ``read_committed`` (the remote
+        segments' ``.txnindex`` first, then the local log's, as Kafka's
+        ``RemoteLogManager.collectAbortedTransactions``).
 
         Waits up to remote.fetch.max.wait.ms; see the module docstring for the errors.
         """
         tier = self._tiers.get(key)
         if tier is None:
             return RemoteRead(error=int(ErrorCode.NOT_LEADER_OR_FOLLOWER))
-        result = await self._in_reader(self._read_sync, tier, offset, max_bytes)
+        result = await self._in_reader(self._read_sync, tier, offset, max_bytes, read_committed)
         return result if result is not None else RemoteRead()
+
+    def _aborted_sync(self, tier: Tier, fetch_offset: int, upper: int) -> list[AbortedTxn]:
+        """Kafka's search over the remote segments from the one holding ``fetch_offset``,
+        then the local segments after the remote ones, until complete."""
+        with tier.lock:
+            remote = sorted(tier.remote, key=lambda m: m.base_offset)
+        found: list[AbortedTxn] = []
+        remote_end = -1
+        for meta in remote:
+            remote_end = max(remote_end, meta.end_offset)
+            if meta.end_offset < fetch_offset:
+                continue  # its aborts all end before the fetch
+            search = collect_aborted(self._txn_entries(tier, meta), fetch_offset, upper)
+            found += search.aborted
+            if search.complete:
+                return found
+        return found + tier.plog.aborted_transactions(max(fetch_offset, remote_end + 1), upper)
+
+    def _txn_entries(self, tier: Tier, meta: RemoteSegmentMetadata) -> list[AbortedTxn]:
+        cached = self._txn_cache.get(meta.segment_id)
+        if cached is not None:
+            return cached
+        topic, partition = tier.key
+        entries = self.rsm.aborted_transactions(topic, partition, tier.topic_id, meta)
+        self._txn_cache[meta.segment_id] = entries
+        while len(self._txn_cache) > TXN_INDEX_CACHE_SEGMENTS_MAX:
+            self._txn_cache.popitem(last=False)
+        return entries
 
     async def offset_for_timestamp(
         self, key: tuple[str, int], timestamp: int
@@ -301,7 +342,18 @@ class RemoteReads:
                     break
             return out
 
-    def _read_sync(self, tier: Tier, offset: int, max_bytes: int) -> RemoteRead:
+    def _read_sync(
+        self, tier: Tier, offset: int, max_bytes: int, read_committed: bool = False
+    ) -> RemoteRead:
+        read = self._read_batches(tier, offset, max_bytes)
+        if read_committed and read.data and not read.error:
+            end = -1
+            for _pos, h in iter_batches(read.data):
+                end = h.next_offset
+            read.aborted = self._aborted_sync(tier, offset, end)
+        return read
+
+    def _read_batches(self, tier: Tier, offset: int, max_bytes: int) -> RemoteRead:
         entries = self._entries_for(tier, offset, max_bytes)
         if not entries:
             if tier.indexes is None:

@@ -17,6 +17,7 @@ Object layout (one prefix per partition, one upload = one segment id)::
     <url>/<topic>-<topic id>/<partition>/
         <segment id>.log                       the segment's batches, as on disk
         <segment id>.index, .timeindex         its offset and time index (if present)
+        <segment id>.txnindex                  its aborted transactions (if any, KIP-405)
         <segment id>.snapshot                  complete producer snapshot as of its end
                                                + 1 (Kafka's format; if the log has one)
         <segment id>.leader-epoch-checkpoint   the epochs covering it (Kafka's text format)
@@ -66,6 +67,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
+from riverbed.storage.txn_index import AbortedTxn, CorruptTxnIndexError
+from riverbed.storage.txn_index import decode_entries as decode_txn_entries
 from riverbed.tiered.remote_log_index import (
     RemoteLogIndexEntry,
     decode_entries,
@@ -93,7 +96,8 @@ MANIFEST_SUFFIX: Final = ".manifest.json"
 S3_TIMEOUT_MS_DEFAULT: Final = 10_000
 #: Attempts of one S3 call inside botocore before our own retry/back-off takes over.
 S3_ATTEMPTS_MAX: Final = 2
-_DATA_SUFFIXES: Final = (".log", ".index", ".timeindex", ".snapshot")
+_DATA_SUFFIXES: Final = (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
+TXN_INDEX_SUFFIX: Final = ".txnindex"
 _EPOCHS_SUFFIX: Final = ".leader-epoch-checkpoint"
 _ENTRIES_SUFFIX: Final = ".remotelogindex"
 FENCED_SUFFIX: Final = ".fenced"
@@ -173,6 +177,7 @@ class SegmentUpload:
     created_ms: int
     offset_index_path: Path | None = None
     time_index_path: Path | None = None
+    txn_index_path: Path | None = None
     producer_snapshot_path: Path | None = None
     #: the complete producer snapshot as of end_offset + 1 (preferred to the path)
     producer_snapshot: bytes | None = None
@@ -336,6 +341,7 @@ class FsspecRemoteStorageManager:
             (".log", upload.log_path),
             (".index", upload.offset_index_path),
             (".timeindex", upload.time_index_path),
+            (TXN_INDEX_SUFFIX, upload.txn_index_path),
             (".snapshot", None if upload.producer_snapshot else upload.producer_snapshot_path),
         )
         present = [(sfx, p) for sfx, p in locals_ if p is not None and p.exists()]
@@ -482,6 +488,22 @@ class FsspecRemoteStorageManager:
         path = f"{self.partition_path(topic, partition, topic_id)}/{segment_id}.snapshot"
         data: bytes = self._call(f"read {segment_id} producer snapshot", self.fs.cat_file, path)
         return data
+
+    def aborted_transactions(
+        self, topic: str, partition: int, topic_id: str | None, meta: RemoteSegmentMetadata
+    ) -> list[AbortedTxn]:
+        """The aborted transactions of a remote segment (its ``.txnindex``; none when the
+        segment was uploaded without one)."""
+        if TXN_INDEX_SUFFIX not in meta.files:
+            return []
+        path = (
+            f"{self.partition_path(topic, partition, topic_id)}/{meta.segment_id}{TXN_INDEX_SUFFIX}"
+        )
+        data = self._call(f"read {meta.segment_id} txn index", self.fs.cat_file, path)
+        try:
+            return decode_txn_entries(data, path)
+        except CorruptTxnIndexError as e:
+            raise RemoteStorageError(f"corrupt remote txn index of {meta.segment_id}: {e}") from e
 
     def index_entries(
         self, topic: str, partition: int, topic_id: str | None, segment_id: str

@@ -282,7 +282,7 @@ async def handle_fetch(
     reads = _read_all(broker, req)
     remote = [r for r in reads if r.remote_max_bytes]
     if remote:  # the delayed remote fetch instead of the fetch purgatory
-        await read_remote(broker, remote)
+        await read_remote(broker, remote, req.isolation_level == READ_COMMITTED)
     ready = sum(r.size for r in reads)
     has_error = any(r.error or r.diverging for r in reads)  # answered at once
     if ready < req.min_bytes and req.max_wait_ms > 0 and not has_error and reads and not remote:

@@ -25,6 +25,7 @@ from riverbed.protocol.messages import FetchRequest
 from riverbed.server.request_permits import park_current_request
 from riverbed.storage.log import PartitionLog
 from riverbed.storage.log_files import TimestampOffset
+from riverbed.storage.txn_index import AbortedTxn
 
 if TYPE_CHECKING:
     from riverbed.server.broker.dispatch import Broker
@@ -42,6 +43,7 @@ class RemoteFetchSlot(Protocol):
     error: int
     data: bytes
     size: int
+    aborted: list[AbortedTxn] | None
 
 
 def remote_tier_serves(broker: Broker, topic: str, p: FetchRequest.FetchPartition) -> bool:
@@ -50,20 +52,24 @@ def remote_tier_serves(broker: Broker, topic: str, p: FetchRequest.FetchPartitio
     return manager is not None and manager.serves((topic, p.partition))
 
 
-async def read_remote(broker: Broker, reads: Sequence[RemoteFetchSlot]) -> None:
+async def read_remote(
+    broker: Broker, reads: Sequence[RemoteFetchSlot], read_committed: bool = False
+) -> None:
     """Fill the first remote read (``reads``: the partitions routed to the remote tier,
-    so the node has a remote log manager)."""
+    so the node has a remote log manager), with the aborted transactions of its range
+    for ``read_committed``."""
     manager = broker.remote_log
     if manager is None:
         raise RuntimeError("a remote read without a remote log manager")
     first = reads[0]
     park_current_request()  # the delayed remote fetch holds no request permit
     result = await manager.read(
-        (first.topic, first.index), first.fetch_offset, first.remote_max_bytes
+        (first.topic, first.index), first.fetch_offset, first.remote_max_bytes, read_committed
     )
     first.error = result.error
     first.data = result.data
     first.size = len(result.data)
+    first.aborted = result.aborted
 
 
 async def offset_for_timestamp(

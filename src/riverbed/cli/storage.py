@@ -26,6 +26,15 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="skip directories that are already formatted instead of failing",
     )
+    fmt.add_argument(
+        "--add-scram",
+        "-S",
+        action="append",
+        default=[],
+        metavar="CREDENTIAL",
+        help="a SCRAM user the new cluster starts with (KIP-900): "
+        "'SCRAM-SHA-256=[name=admin,password=admin-secret]'",
+    )
     add_json(fmt)
     fmt.set_defaults(func=format_cmd)
 
@@ -89,7 +98,18 @@ def format_cmd(args: argparse.Namespace) -> int:
     config = load_server_config(args)
     if config is None:
         return 2
+    from riverbed.metadata.bootstrap_file import (
+        BootstrapError,
+        parse_add_scram,
+        write_bootstrap_records,
+    )
+
     cluster_id = args.cluster_id or random_uuid()
+    try:
+        scram = [parse_add_scram(text) for text in args.add_scram]
+    except BootstrapError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         dirs = format_storage(
             list(config.log_dirs),
@@ -98,7 +118,9 @@ def format_cmd(args: argparse.Namespace) -> int:
             cluster_id,
             ignore_formatted=args.ignore_formatted,
         )
-    except StorageFormatError as exc:
+        if scram:
+            write_bootstrap_records(config.metadata_log_dir, scram)
+    except (StorageFormatError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if args.json:

@@ -81,6 +81,9 @@ class MetadataService:
         self._listeners: list[ImageListener] = []
         self._failed: str | None = None
         self._changed = asyncio.Event()
+        #: records a new log starts with after Controller.bootstrap_records (SCRAM users
+        #: of ``storage format --add-scram``: riverbed.metadata.bootstrap_file)
+        self.extra_bootstrap: list[Message] = []
 
     @property
     def image(self) -> MetadataImage:
@@ -124,7 +127,7 @@ class MetadataService:
         async with self._lock:
             if self._image.metadata_version:
                 return False
-            await self._commit(Controller.bootstrap_records())
+            await self._commit([*Controller.bootstrap_records(), *self.extra_bootstrap])
             return True
 
     # ----- records committed elsewhere (a Raft leader's log, seen by followers/brokers)

@@ -46,6 +46,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
+from riverbed.metadata.bootstrap_file import read_bootstrap_records
 from riverbed.metadata.control_common import REQUEST_ITEMS_MAX
 from riverbed.metadata.controller import Controller, ControllerError
 from riverbed.metadata.image import BrokerEndpoint, BrokerRegistration, MetadataImage
@@ -221,6 +222,7 @@ def open_quorum_metadata(
     )
     controller = Controller(config.controller_config())
     service = MetadataService(controller, RaftMetadataLog(driver), clock, cluster_id)
+    service.extra_bootstrap = read_bootstrap_records(config.metadata_log_dir)
     machine = _LoggingStateMachine(service)
     driver.register(machine)
     return QuorumMetadata(config, raft, service, driver, transport, machine)

@@ -519,3 +519,43 @@ def test_a_transaction_past_its_timeout_is_aborted(node: BrokerProcess, client: 
     plain.produce(topic, b"after")
     assert plain.flush(10) == 0
     assert committed_values(node, topic, b"after") == [b"after"]
+
+
+def test_cli_aborts_an_open_transaction_by_its_start_offset(
+    node: BrokerProcess, client: Client, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """KIP-664: `transactions abort` writes the ABORT marker of the producer whose open
+    transaction starts at the offset; the last stable offset moves past it, so
+    read_committed reads the record produced after it (and never the aborted one)."""
+    from riverbed.cli.main import main
+
+    topic, tid = "txn-cli-abort", "tid-cli-abort"
+    create_topic(client, topic)
+    p = txn_producer(node, tid)
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, b"stuck")
+    p.flush(10)
+    plain = Producer({"bootstrap.servers": node.bootstrap, **QUIET})
+    plain.produce(topic, b"after")
+    assert plain.flush(10) == 0
+    args = ["-b", node.bootstrap, "--topic", topic, "--partition", "0"]
+    capsys.readouterr()
+    assert main(["transactions", "describe-producers", *args, "--json"]) == 0
+    (open_txn,) = [
+        q for q in json.loads(capsys.readouterr().out)["producers"]
+        if q["current_txn_start_offset"] >= 0
+    ]  # fmt: skip
+    assert open_txn["current_txn_start_offset"] == 0
+    assert main(["transactions", "abort", *args, "--start-offset", "1"]) != 0  # none there
+    assert main(["transactions", "abort", *args, "--start-offset", "0"]) == 0
+    assert committed_values(node, topic, b"after") == [b"after"]
+    capsys.readouterr()
+    assert main(["transactions", "describe-producers", *args, "--json"]) == 0
+    starts = [
+        q["current_txn_start_offset"] for q in json.loads(capsys.readouterr().out)["producers"]
+    ]
+    assert all(s < 0 for s in starts), starts
+    # the coordinator still finishes the transaction it knows (markers are idempotent)
+    p.abort_transaction(30)
+    wait_state(client, tid, "CompleteAbort")

@@ -1,4 +1,5 @@
-"""`riverbed transactions list | describe --transactional-id ID`, like ``kafka-transactions.sh``.
+"""`riverbed transactions list | describe | describe-producers | abort`, like
+``kafka-transactions.sh``.
 
 - ``list``: ListTransactions to every broker (each coordinator lists the transactional
   ids of the ``__transaction_state`` partitions it leads), one row per id: transactional
@@ -7,6 +8,15 @@
 - ``describe --transactional-id ID``: FindCoordinator (key type TRANSACTION), then
   DescribeTransactions to that coordinator: coordinator, producer id and epoch, state,
   timeout, start time, duration and the transaction's partitions.
+
+- ``describe-producers --topic T --partition P``: DescribeProducers of the partition's
+  leader: each active producer, its epoch, last coordinator epoch and the start offset of
+  its open transaction (-1: none).
+- ``abort --topic T --partition P --start-offset O`` (KIP-664): the producer whose open
+  transaction starts at offset O (found with DescribeProducers) gets an ABORT marker
+  written by the partition's leader (WriteTxnMarkers with that producer's epoch and last
+  coordinator epoch), as Kafka's ``Admin.abortTransaction`` does: for a transaction that
+  holds the last stable offset and that no coordinator will finish.
 
 ``--json`` prints the rows as one document.
 """
@@ -48,6 +58,22 @@ def register(subparsers: Any) -> None:
     desc.add_argument("--transactional-id", required=True)
     add_json(desc)
     desc.set_defaults(func=run_guarded(describe_cmd))
+    _register_partition_verbs(sub)
+
+
+def _register_partition_verbs(sub: Any) -> None:
+    dp = verb_parser(sub, "describe-producers", "active producers of one partition")
+    add_bootstrap(dp)
+    dp.add_argument("--topic", required=True)
+    dp.add_argument("--partition", type=int, required=True)
+    add_json(dp)
+    dp.set_defaults(func=run_guarded(describe_producers_cmd))
+    ab = verb_parser(sub, "abort", "abort the open transaction starting at an offset (KIP-664)")
+    add_bootstrap(ab)
+    ab.add_argument("--topic", required=True)
+    ab.add_argument("--partition", type=int, required=True)
+    ab.add_argument("--start-offset", type=int, required=True)
+    ab.set_defaults(func=run_guarded(abort_cmd))
 
 
 def _brokers(bootstrap: str) -> dict[int, str]:
@@ -163,4 +189,82 @@ def describe_cmd(args: argparse.Namespace) -> int:
         [(d["coordinator"], d["producer_id"], d["producer_epoch"], d["state"], d["timeout_ms"],
           d["start_time_ms"], d["duration_ms"], ",".join(d["partitions"]))],
     )  # fmt: skip
+    return 0
+
+
+def _producers(bootstrap: str, topic: str, partition: int) -> dict[str, Any]:
+    from riverbed.cli.producers import describe as describe_producers
+
+    (row,) = describe_producers(bootstrap, topic, [partition])
+    if row.get("error_code"):
+        from riverbed.protocol.errors import ErrorCode
+
+        raise CliError(f"{topic}-{partition}: {ErrorCode.of(row['error_code']).name}")
+    if "error" in row:
+        raise CliError(f"{topic}-{partition}: {row['error']}")
+    return row
+
+
+def describe_producers_cmd(args: argparse.Namespace) -> int:
+    row = _producers(args.bootstrap_server, args.topic, args.partition)
+    producers = row["producers"]
+    if args.json:
+        print_json({"topic": args.topic, "partition": args.partition,
+                    "leader": row["leader"], "producers": producers})  # fmt: skip
+        return 0
+    print_table(
+        f"producers of {args.topic}-{args.partition} (leader {row['leader']})",
+        ["producer id", "epoch", "coordinator epoch", "last seq", "last timestamp",
+         "txn start offset"],
+        [(p["producer_id"], p["producer_epoch"], p["coordinator_epoch"], p["last_sequence"],
+          p["last_timestamp"], p["current_txn_start_offset"]) for p in producers],
+    )  # fmt: skip
+    return 0
+
+
+def abort(bootstrap: str, topic: str, partition: int, start_offset: int) -> dict[str, Any]:
+    """KIP-664's abort of the transaction starting at ``start_offset``: the ABORT marker
+    the partition's leader writes for its producer; what was aborted."""
+    from riverbed.cli.wire import WireClient, WireError
+    from riverbed.protocol.api_versions import ApiKey
+    from riverbed.protocol.errors import ErrorCode
+    from riverbed.protocol.messages import WriteTxnMarkersRequest as W
+
+    row = _producers(bootstrap, topic, partition)
+    found = [p for p in row["producers"] if p["current_txn_start_offset"] == start_offset]
+    if not found:
+        raise CliError(
+            f"no open transaction starts at offset {start_offset} of {topic}-{partition}"
+        )
+    (p,) = found
+    address = _brokers(bootstrap).get(row["leader"])
+    if address is None:
+        raise CliError(f"the leader of {topic}-{partition} ({row['leader']}) is not known")
+    marker = W.WritableTxnMarker(
+        producer_id=p["producer_id"],
+        producer_epoch=p["producer_epoch"],
+        transaction_result=False,
+        topics=[W.WritableTxnMarkerTopic(name=topic, partition_indexes=[partition])],
+        coordinator_epoch=p["coordinator_epoch"],
+    )
+    try:
+        with WireClient(address) as client:
+            resp: Any = client.request(ApiKey.WRITE_TXN_MARKERS, W(markers=[marker]))
+    except WireError as exc:
+        raise CliError(f"broker {row['leader']} ({address}): {exc}") from None
+    code = ErrorCode.of(resp.markers[0].topics[0].partitions[0].error_code)
+    if code != ErrorCode.NONE:
+        raise CliError(f"aborting the transaction of producer {p['producer_id']}: {code.name}")
+    return {"topic": topic, "partition": partition, "start_offset": start_offset,
+            "producer_id": p["producer_id"], "producer_epoch": p["producer_epoch"],
+            "coordinator_epoch": p["coordinator_epoch"]}  # fmt: skip
+
+
+def abort_cmd(args: argparse.Namespace) -> int:
+    done = abort(args.bootstrap_server, args.topic, args.partition, args.start_offset)
+    print(
+        f"aborted the transaction of producer {done['producer_id']} (epoch "
+        f"{done['producer_epoch']}) starting at offset {done['start_offset']} of "
+        f"{done['topic']}-{done['partition']}"
+    )
     return 0

@@ -43,14 +43,27 @@ NOT_READY = {E.COORDINATOR_LOAD_IN_PROGRESS, E.COORDINATOR_NOT_AVAILABLE, E.NOT_
 QUIET = {"log_level": 3}
 
 
-@pytest.fixture(scope="module")
-def node() -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(overrides={"offsets.topic.num.partitions": str(OFFSETS_PARTITIONS)})
+def _broker(**overrides: str) -> Iterator[BrokerProcess]:
+    proc = BrokerProcess(
+        overrides={"offsets.topic.num.partitions": str(OFFSETS_PARTITIONS)} | overrides
+    )
     proc.start()
     try:
         yield proc
     finally:
         proc.close()
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[BrokerProcess]:
+    # the codec's producer ids have no transaction coordinator behind them: no KIP-890
+    # verification here (the node below verifies)
+    yield from _broker(**{"transaction.partition.verification.enable": "false"})
+
+
+@pytest.fixture(scope="module")
+def verifying_node() -> Iterator[BrokerProcess]:
+    yield from _broker()
 
 
 def until(what: str, attempt: Callable[[], Any | None], timeout_s: float = 30) -> Any:
@@ -164,11 +177,13 @@ def marker(c: Client, group: str, pid: int, commit: bool) -> None:
     assert resp.markers[0].topics[0].partitions[0].error_code == 0, resp
 
 
-def find_coordinator(c: Client, group: str) -> None:
+def find_coordinator(c: Client, key: str, key_type: int = 0) -> None:
+    """FindCoordinator (a group's, or with ``key_type`` 1 a transactional id's) until
+    found: it creates the internal topic."""
+
     def attempt() -> bool | None:
-        resp = c.call(
-            ApiKey.FIND_COORDINATOR, 4, FindCoordinatorRequest(key_type=0, coordinator_keys=[group])
-        )
+        req = FindCoordinatorRequest(key_type=key_type, coordinator_keys=[key])
+        resp = c.call(ApiKey.FIND_COORDINATOR, 4, req)
         return True if resp.coordinators[0].error_code == 0 else None
 
     until("the group coordinator", attempt)
@@ -209,7 +224,27 @@ def test_pending_until_the_marker_and_across_a_restart(node: BrokerProcess) -> N
         c.close()
 
 
-def test_confluent_send_offsets_to_transaction(node: BrokerProcess) -> None:
+def test_a_commit_outside_any_transaction_is_refused_by_verification(
+    verifying_node: BrokerProcess,
+) -> None:
+    """KIP-890 part 1: the transaction coordinator knows no transaction of this producer
+    including the group's partition, so nothing is written and nothing is pending (with
+    verification off the same commit is pending: the test above)."""
+    topic, group = "txn-offsets-zombie", "txn-offsets-zg"
+    c = Client(verifying_node.port)
+    try:
+        create_topic(c, topic, partitions=2)
+        find_coordinator(c, group)
+        find_coordinator(c, "tx-82000", key_type=1)  # the producer's coordinator exists
+        code = txn_commit(c, group, 82_000, {0: 5}, topic)
+        assert code not in (0, *NOT_READY), E(code)
+        assert fetch(c, group, topic, stable=True) == {0: (-1, E.NONE), 1: (-1, E.NONE)}
+    finally:
+        c.close()
+
+
+def test_confluent_send_offsets_to_transaction(verifying_node: BrokerProcess) -> None:
+    node = verifying_node
     source, sink, group = "txn-offsets-src", "txn-offsets-out", "txn-offsets-cg"
     c = Client(node.port)
     create_topic(c, source, partitions=2)

@@ -238,3 +238,17 @@ def test_a_write_in_doubt_answers_its_error_and_reloads_the_groups() -> None:
     assert log.log_end_offset == 1  # only the first commit's batch
     assert old.groups == {}  # nothing of either commit stayed in the old shard
     assert new is not None and new is not old
+
+
+def test_txn_offset_commit_verification_errors_by_version() -> None:
+    """KIP-890: a transaction coordinator's verification error as the TxnOffsetCommit
+    answers it (TRANSACTION_ABORTABLE only to v4+, which know it)."""
+    from riverbed.protocol.errors import ErrorCode as E
+    from riverbed.server.broker.groups import txn_commit_error
+
+    assert txn_commit_error(E.TRANSACTION_ABORTABLE, 3) == E.INVALID_TXN_STATE
+    assert txn_commit_error(E.TRANSACTION_ABORTABLE, 4) == E.TRANSACTION_ABORTABLE
+    assert txn_commit_error(E.PRODUCER_FENCED, 4) == E.INVALID_PRODUCER_EPOCH
+    assert txn_commit_error(E.CONCURRENT_TRANSACTIONS, 0) == E.COORDINATOR_NOT_AVAILABLE
+    assert txn_commit_error(E.NETWORK_EXCEPTION, 4) == E.COORDINATOR_LOAD_IN_PROGRESS
+    assert txn_commit_error(E.INVALID_TXN_STATE, 4) == E.INVALID_TXN_STATE

@@ -44,6 +44,7 @@ from riverbed.protocol.messages import (
     TxnOffsetCommitRequest,
 )
 from riverbed.server.broker.error_response import error_response
+from riverbed.server.broker.partitions import NotServed, producer_state_of
 from riverbed.server.coordinator import CoordinatorError
 from riverbed.server.network import RequestContext
 
@@ -285,7 +286,13 @@ async def handle_txn_offset_commit(
     broker: Broker, ctx: RequestContext, req: TxnOffsetCommitRequest
 ) -> Message:
     """TxnOffsetCommit (KIP-98 / KIP-447): the offsets are written as the producer's
-    transactional batch and stay pending until its marker (`riverbed.coordinator.txn_offsets`)."""
+    transactional batch and stay pending until its marker (`riverbed.coordinator.txn_offsets`);
+    first verified with the transaction coordinator (KIP-890 part 1) unless the producer's
+    transaction is open in the group's partition already."""
+    verified = await _verify_txn_commit(broker, req)
+    if verified != E.NONE:
+        code = txn_commit_error(verified, ctx.header.api_version)
+        return error_response(ctx.header.api_key, req, response_body_version(ctx.header), code)
     unknown = _unknown_partitions(broker, req)
     return await _answer(
         broker,
@@ -294,6 +301,60 @@ async def handle_txn_offset_commit(
         req.group_id,
         lambda shard, reply, now: shard.txn_offset_commit(reply, req, now, unknown),
     )
+
+
+#: Verification errors a TxnOffsetCommit answers COORDINATOR_NOT_AVAILABLE (Kafka's
+#: coordinator maps the NOT_ENOUGH_REPLICAS its replica manager makes of them): retried.
+_VERIFY_RETRIABLE = frozenset(
+    {
+        E.CONCURRENT_TRANSACTIONS,
+        E.COORDINATOR_LOAD_IN_PROGRESS,
+        E.COORDINATOR_NOT_AVAILABLE,
+        E.NOT_COORDINATOR,
+        E.NOT_ENOUGH_REPLICAS,
+    }
+)
+#: TxnOffsetCommit versions from this one on know TRANSACTION_ABORTABLE (KIP-890).
+TXN_COMMIT_ABORTABLE_VERSION = 4
+
+
+def txn_commit_error(code: ErrorCode, version: int) -> ErrorCode:
+    """A TxnOffsetCommit's answer for its verification's error (Kafka's mapping)."""
+    if code in _VERIFY_RETRIABLE:
+        return E.COORDINATOR_NOT_AVAILABLE
+    if code == E.NETWORK_EXCEPTION:
+        return E.COORDINATOR_LOAD_IN_PROGRESS
+    if code == E.PRODUCER_FENCED:
+        return E.INVALID_PRODUCER_EPOCH
+    if code == E.TRANSACTION_ABORTABLE and version < TXN_COMMIT_ABORTABLE_VERSION:
+        return E.INVALID_TXN_STATE
+    return code
+
+
+async def _verify_txn_commit(broker: Broker, req: TxnOffsetCommitRequest) -> ErrorCode:
+    """KIP-890 part 1 for the group's ``__consumer_offsets`` partition: NONE when verified
+    or nothing to verify (the producer's transaction is open there, verification is off,
+    or this node cannot take the commit: the shard answers that)."""
+    if not broker.txn_verifier.enabled():
+        return E.NONE
+    try:
+        partition = broker.groups.partition_of(req.group_id)
+    except CoordinatorError:
+        return E.NONE
+    hosted = broker.partitions.leader_partition(OFFSETS_TOPIC, partition)
+    if isinstance(hosted, NotServed):
+        return E.NONE
+    state = producer_state_of(hosted.log)
+    guard = state.begin_verification(req.producer_id) if state is not None else None
+    if state is None or guard is None:
+        return E.NONE
+    code = await broker.txn_verifier.verify(
+        req.transactional_id, req.producer_id, req.producer_epoch, OFFSETS_TOPIC, partition
+    )
+    # a marker of the producer meanwhile ended the verified transaction (the guard is
+    # released either way)
+    held = state.end_verification(req.producer_id, guard)
+    return E.INVALID_TXN_STATE if code == E.NONE and not held else code
 
 
 def _fetch_group(

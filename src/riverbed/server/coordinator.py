@@ -267,8 +267,11 @@ class GroupCoordinator:
         the load read it."""
         shard = self.shards.get(partition)
         if shard is not None:
-            shard.apply_marker(producer_id, commit)
-            self._flush(partition, shard)
+            try:
+                shard.apply_marker(producer_id, commit)
+                self._flush(partition, shard)
+            except Exception as exc:  # crash-only: memory may no longer be the log
+                self.fault_handler.handle_fault("group coordinator marker failed", exc)
             return
         if partition not in self._loading:
             return

@@ -252,3 +252,25 @@ def test_txn_offset_commit_verification_errors_by_version() -> None:
     assert txn_commit_error(E.CONCURRENT_TRANSACTIONS, 0) == E.COORDINATOR_NOT_AVAILABLE
     assert txn_commit_error(E.NETWORK_EXCEPTION, 4) == E.COORDINATOR_LOAD_IN_PROGRESS
     assert txn_commit_error(E.INVALID_TXN_STATE, 4) == E.INVALID_TXN_STATE
+
+
+def test_a_failing_marker_halts_the_node() -> None:
+    """Crash-only: a marker the shard cannot apply leaves memory unlike the log, so the
+    node halts (the start-up path reloads from the log) instead of answering on."""
+
+    class BrokenMarkers:
+        def apply_marker(self, producer_id: int, commit: bool) -> None:
+            raise RuntimeError("a bug in the pending offsets")
+
+    faults = RecordingFaultHandler()
+    metadata = SimpleNamespace(image=SimpleNamespace(topic=lambda name: None))
+    partitions = SimpleNamespace(get=lambda topic, index: None)
+    coordinator = GroupCoordinator(
+        ServerConfig.embedded_default(), 1, partitions, metadata, ManualClock(5), faults
+    )
+    coordinator.shards[0] = BrokenMarkers()  # type: ignore[assignment]
+    with pytest.raises(FaultHalt):
+        coordinator.on_txn_marker(0, 7, True, 10)
+    ((what, cause),) = faults.faults
+    assert what == "group coordinator marker failed" and isinstance(cause, RuntimeError)
+    coordinator.on_txn_marker(1, 7, True, 10)  # a partition not coordinated here: ignored

@@ -31,11 +31,11 @@ from riverbed.protocol.messages import (
     InitProducerIdRequest,
     ListTransactionsRequest,
 )
-from riverbed.protocol.records import iter_batches, iter_records
+from riverbed.protocol.records import SimpleRecord, build_batch, iter_batches, iter_records
 from riverbed.testing.cluster import BrokerProcess
 from riverbed.transaction.records import TxnMetadata, TxnState, parse_record
 
-from .test_wire_protocol import Client, create_topic, fetch_req
+from .test_wire_protocol import Client, create_topic, fetch_req, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -559,3 +559,49 @@ def test_cli_aborts_an_open_transaction_by_its_start_offset(
     # the coordinator still finishes the transaction it knows (markers are idempotent)
     p.abort_transaction(30)
     wait_state(client, tid, "CompleteAbort")
+
+
+def test_cli_finds_a_hanging_transaction_and_aborts_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """A transactional batch no coordinator knows (possible only without KIP-890's
+    verification, as before Kafka 3.6) hangs: find-hanging reports it, and not the
+    Ongoing transaction its coordinator has on the same partition; once aborted, it is
+    gone."""
+    from riverbed.cli.main import main
+
+    overrides = {"num.partitions": "1", "transaction.partition.verification.enable": "false"}
+    with BrokerProcess(overrides=overrides) as b:
+        c = Client(b.port)
+        try:
+            create_topic(c, "hang")
+            init = c.call(
+                ApiKey.INIT_PRODUCER_ID,
+                4,
+                InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60_000),
+            )
+            batch = build_batch(
+                [SimpleRecord(b"hanging", timestamp=int(time.time() * 1000) - 1000)],
+                producer_id=init.producer_id, producer_epoch=init.producer_epoch,
+                base_sequence=0, is_transactional=True,
+            )  # fmt: skip
+            assert produce(c, "hang", batch).error_code == 0
+            known = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "known",
+                              **QUIET})  # fmt: skip
+            known.init_transactions(30)
+            known.begin_transaction()
+            known.produce("hang", b"ongoing")
+            known.flush(10)
+            wait_state(c, "known", "Ongoing")
+            find = ["transactions", "find-hanging", "-b", b.bootstrap, "--topic", "hang",
+                    "--max-transaction-timeout", "0", "--json"]  # fmt: skip
+            capsys.readouterr()
+            assert main(find) == 0
+            rows = json.loads(capsys.readouterr().out)["hanging"]
+            assert [(r["producer_id"], r["start_offset"]) for r in rows] == [(init.producer_id, 0)]
+            assert main(["transactions", "abort", "-b", b.bootstrap, "--topic", "hang",
+                         "--partition", "0", "--start-offset", "0"]) == 0  # fmt: skip
+            capsys.readouterr()
+            assert main(find) == 0
+            assert json.loads(capsys.readouterr().out)["hanging"] == []
+            known.abort_transaction(30)
+        finally:
+            c.close()

@@ -12,6 +12,12 @@
 - ``describe-producers --topic T --partition P``: DescribeProducers of the partition's
   leader: each active producer, its epoch, last coordinator epoch and the start offset of
   its open transaction (-1: none).
+- ``find-hanging --topic T [--partition P] | --broker-id N [--max-transaction-timeout MIN]``
+  (KIP-664): the open transactions of the partitions (led by broker N, or of topic T)
+  older than the longest transaction timeout (minutes, default 15: Kafka's
+  ``transaction.max.timeout.ms``) that their coordinator does not have Ongoing on that
+  partition with that producer epoch: nothing will ever finish them, and they hold the
+  last stable offset (abort them with ``abort``).
 - ``abort --topic T --partition P --start-offset O`` (KIP-664): the producer whose open
   transaction starts at offset O (found with DescribeProducers) gets an ABORT marker
   written by the partition's leader (WriteTxnMarkers with that producer's epoch and last
@@ -39,6 +45,8 @@ from riverbed.cli.common import (
 
 #: FindCoordinator key type of a transactional id.
 KEY_TYPE_TRANSACTION = 1
+#: Kafka's find-hanging default: transaction.max.timeout.ms's default, in minutes.
+DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN = 15
 
 
 def register(subparsers: Any) -> None:
@@ -68,6 +76,20 @@ def _register_partition_verbs(sub: Any) -> None:
     dp.add_argument("--partition", type=int, required=True)
     add_json(dp)
     dp.set_defaults(func=run_guarded(describe_producers_cmd))
+    fh = verb_parser(sub, "find-hanging", "open transactions no coordinator will finish")
+    add_bootstrap(fh)
+    scope = fh.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--topic")
+    scope.add_argument("--broker-id", type=int)
+    fh.add_argument("--partition", type=int, help="with --topic")
+    fh.add_argument(
+        "--max-transaction-timeout",
+        type=int,
+        default=DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN,
+        help="minutes a transaction may run (default 15)",
+    )
+    add_json(fh)
+    fh.set_defaults(func=run_guarded(find_hanging_cmd))
     ab = verb_parser(sub, "abort", "abort the open transaction starting at an offset (KIP-664)")
     add_bootstrap(ab)
     ab.add_argument("--topic", required=True)
@@ -267,4 +289,89 @@ def abort_cmd(args: argparse.Namespace) -> int:
         f"{done['producer_epoch']}) starting at offset {done['start_offset']} of "
         f"{done['topic']}-{done['partition']}"
     )
+    return 0
+
+
+def _partitions_of(bootstrap: str, topic: str | None, broker: int | None) -> list[tuple[str, int]]:
+    from riverbed.cli.wire import WireClient, WireError
+    from riverbed.protocol.api_versions import ApiKey
+    from riverbed.protocol.messages import MetadataRequest as M
+
+    wanted = None if topic is None else [M.MetadataRequestTopic(name=topic)]
+    try:
+        with WireClient(bootstrap) as client:
+            md: Any = client.request(ApiKey.METADATA, M(topics=wanted))
+    except WireError as exc:
+        raise CliError(str(exc)) from None
+    return sorted(
+        (t.name, p.partition_index)
+        for t in md.topics
+        if not t.error_code
+        for p in t.partitions
+        if broker is None or p.leader_id == broker
+    )
+
+
+def _is_hanging(bootstrap: str, tp: tuple[str, int], producer: dict[str, Any]) -> bool:
+    """Kafka's ``isTransactionHanging``: no transactional id of the producer id is
+    Ongoing with this producer epoch on this partition."""
+    pid = producer["producer_id"]
+    for row in list_transactions(bootstrap, [], [pid], -1):
+        try:
+            d = describe(bootstrap, row["transactional_id"])
+        except CliError:
+            continue  # gone meanwhile
+        if (
+            d["producer_id"] == pid
+            and d["producer_epoch"] == producer["producer_epoch"]
+            and d["state"] == "Ongoing"
+            and f"{tp[0]}-{tp[1]}" in d["partitions"]
+        ):
+            return False
+    return True
+
+
+def find_hanging(
+    bootstrap: str, topic: str | None, partition: int | None, broker: int | None,
+    max_timeout_min: int,
+) -> list[dict[str, Any]]:  # fmt: skip
+    parts = _partitions_of(bootstrap, topic, broker)
+    if partition is not None:
+        parts = [tp for tp in parts if tp[1] == partition]
+    now_ms = int(time.time() * 1000)
+    oldest_ms = now_ms - max_timeout_min * 60_000
+    out = []
+    for t, p in parts:
+        row = _producers(bootstrap, t, p)
+        for q in row["producers"]:
+            start = q["current_txn_start_offset"]
+            if start < 0 or q["last_timestamp"] > oldest_ms:
+                continue
+            if _is_hanging(bootstrap, (t, p), q):
+                out.append({
+                    "topic": t, "partition": p, "producer_id": q["producer_id"],
+                    "producer_epoch": q["producer_epoch"],
+                    "coordinator_epoch": q["coordinator_epoch"], "start_offset": start,
+                    "last_timestamp": q["last_timestamp"],
+                    "duration_min": (now_ms - q["last_timestamp"]) // 60_000,
+                })  # fmt: skip
+    return out
+
+
+def find_hanging_cmd(args: argparse.Namespace) -> int:
+    if args.partition is not None and args.topic is None:
+        raise CliError("--partition needs --topic")
+    rows = find_hanging(args.bootstrap_server, args.topic, args.partition, args.broker_id,
+                        args.max_transaction_timeout)  # fmt: skip
+    if args.json:
+        print_json({"hanging": rows})
+        return 0
+    print_table(
+        "hanging transactions",
+        ["topic", "partition", "producer id", "epoch", "coordinator epoch", "start offset",
+         "last timestamp", "duration min"],
+        [(r["topic"], r["partition"], r["producer_id"], r["producer_epoch"],
+          r["coordinator_epoch"], r["start_offset"], r["last_timestamp"], r["duration_min"])
+         for r in rows],
+    )  # fmt: skip
     return 0

@@ -15,8 +15,13 @@ Messages (Kafka's ScramMessages; only the gs2 header ``n`` is accepted, no chann
 Kafka's rules (ScramSaslServer): the sasl name unescapes ``=2C`` -> ``,`` and ``=3D`` ->
 ``=`` (any other ``=`` is invalid); an unknown user fails; a non-empty authorization id
 must equal the user name; credentials below the mechanism's minimum iterations (4096) are
-refused; the final message's nonce must be exactly the server-first nonce (the client's
-extended by the server's); the proof must give the stored key (constant-time compare).
+refused; the final message's nonce must end with the server-first nonce (the client's
+nonce extended by this exchange's server nonce: a message of another exchange, or one that
+leaves the server's part out, fails); the proof must give the stored key (constant-time
+compare). Kafka 3.8.1-3.9 check "ends with", Kafka 4 "equals": riverbed keeps "ends with"
+because librdkafka before 2.6.1 (Debian's kcat among them) sends its client nonce once
+more in front (librdkafka#4895) and must still log in; the server nonce is in the message
+either way, so a replay still fails.
 Failures other than the authorization id are `SaslFailure` (the client gets Kafka's
 generic "invalid credentials" message). Credentials can be created with 4096-16384
 iterations (`MIN_ITERATIONS`, `MAX_ITERATIONS`: Kafka's ScramControlManager bounds).
@@ -217,7 +222,7 @@ class ScramServer:
         if m is None:
             raise SaslFailure(f"Invalid SCRAM client final message format: {text!r}")
         nonce = self._server_first.split(",", 1)[0][2:]
-        if m["nonce"] != nonce:
+        if not m["nonce"].endswith(nonce):
             raise SaslFailure("Invalid client nonce in the final client message.")
         if _b64decode(m["channel"]) != self._gs2_header.encode():
             raise SaslFailure("channel binding does not match the gs2 header")

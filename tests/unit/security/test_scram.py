@@ -4,6 +4,7 @@ kafka-python's SCRAM client (an independent reference implementation)."""
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -181,3 +182,31 @@ def test_name_escaping() -> None:
     assert username_from_saslname("a=2Cb=3Dc") == "a,b=c"
     with pytest.raises(ValueError):
         username_from_saslname("a=2Db")
+
+
+def test_librdkafka_duplicated_client_nonce_is_accepted_other_nonces_not() -> None:
+    """librdkafka < 2.6.1 sends r=<client nonce><client nonce><server nonce> (librdkafka
+    #4895); it ends with this exchange's nonce, so it authenticates (Kafka 3.9's rule).
+    A nonce with anything after the server's part does not."""
+    cred = make_credential(SHA256, "secret", b"s", 4096)
+
+    def final_with(nonce_of: Callable[[str], str]) -> bytes:
+        server = ScramServer(SHA256, {"alice": cred}.get, "SRV")
+        first = server.evaluate(b"n,,n=alice,r=CLI").decode()
+        nonce = nonce_of(first.split(",")[0][2:])
+        salted = SHA256.salted_password("secret", b"s", 4096)
+        without_proof = f"c=biws,r={nonce}"
+        auth = f"n=alice,r=CLI,{first},{without_proof}".encode()
+        client_key = SHA256.hmac(salted, b"Client Key")
+        proof = bytes(
+            a ^ b
+            for a, b in zip(client_key, SHA256.hmac(SHA256.hash(client_key), auth), strict=True)
+        )
+        return server.evaluate(f"{without_proof},p={base64.b64encode(proof).decode()}".encode())
+
+    assert final_with(lambda n: "CLI" + n).startswith(b"v=")
+    assert final_with(lambda n: n).startswith(b"v=")
+    with pytest.raises(SaslFailure, match="nonce"):
+        final_with(lambda n: n + "x")
+    with pytest.raises(SaslFailure, match="nonce"):
+        final_with(lambda n: "CLI")

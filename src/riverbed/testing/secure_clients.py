@@ -1,0 +1,161 @@
+"""The four real clients (confluent-kafka, kafka-python, aiokafka, kcat) configured from one
+neutral description of a secured connection, for the security integration tests.
+
+`ClientSecurity`-like dict keys: protocol, mechanism, username, password, cafile,
+certfile, keyfile. `produce_consume(client, bootstrap, sec, topic, values)` produces the
+values with that client, reads them back from the start and returns what it read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+from collections.abc import Mapping
+
+KCAT = shutil.which("kcat") or shutil.which("kafkacat")
+CLIENTS = ("confluent-kafka", "kafka-python", "aiokafka", "kcat")
+TIMEOUT_S = 30
+
+
+def librdkafka_config(bootstrap: str, sec: Mapping[str, str]) -> dict[str, str]:
+    conf = {"bootstrap.servers": bootstrap, "security.protocol": sec["protocol"]}
+    if "mechanism" in sec:
+        conf |= {
+            "sasl.mechanism": sec["mechanism"],
+            "sasl.username": sec["username"],
+            "sasl.password": sec["password"],
+        }
+    if "cafile" in sec:
+        conf["ssl.ca.location"] = sec["cafile"]
+    if "certfile" in sec:
+        conf |= {"ssl.certificate.location": sec["certfile"], "ssl.key.location": sec["keyfile"]}
+    return conf
+
+
+def _python_kwargs(sec: Mapping[str, str]) -> dict[str, object]:
+    kw: dict[str, object] = {"security_protocol": sec["protocol"]}
+    if "mechanism" in sec:
+        kw |= {
+            "sasl_mechanism": sec["mechanism"],
+            "sasl_plain_username": sec["username"],
+            "sasl_plain_password": sec["password"],
+        }
+    return kw
+
+
+def _confluent(
+    bootstrap: str, sec: Mapping[str, str], topic: str, values: list[bytes]
+) -> list[bytes]:
+    from confluent_kafka import Consumer, Producer
+
+    conf = librdkafka_config(bootstrap, sec)
+    producer = Producer(conf)
+    for v in values:
+        producer.produce(topic, v)
+    assert producer.flush(TIMEOUT_S) == 0, "confluent-kafka could not deliver"
+    consumer = Consumer(conf | {"group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    out: list[bytes] = []
+    try:
+        for _ in range(TIMEOUT_S * 2):
+            msg = consumer.poll(0.5)
+            value = msg.value() if msg is not None and msg.error() is None else None
+            if value is not None:
+                out.append(value)
+            if len(out) >= len(values):
+                break
+    finally:
+        consumer.close()
+    return out
+
+
+def _kafka_python(
+    bootstrap: str, sec: Mapping[str, str], topic: str, values: list[bytes]
+) -> list[bytes]:
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    kw = _python_kwargs(sec)
+    if "cafile" in sec:
+        kw["ssl_cafile"] = sec["cafile"]
+    if "certfile" in sec:
+        kw |= {"ssl_certfile": sec["certfile"], "ssl_keyfile": sec["keyfile"]}
+    producer = KafkaProducer(bootstrap_servers=bootstrap, **kw)
+    for v in values:
+        producer.send(topic, v).get(timeout=TIMEOUT_S)
+    producer.close()
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, consumer_timeout_ms=TIMEOUT_S * 1000, **kw
+    )
+    consumer.assign([TopicPartition(topic, 0)])
+    consumer.seek_to_beginning()
+    out: list[bytes] = []
+    for msg in consumer:
+        out.append(msg.value)
+        if len(out) >= len(values):
+            break
+    consumer.close()
+    return out
+
+
+async def _aiokafka(
+    bootstrap: str, sec: Mapping[str, str], topic: str, values: list[bytes]
+) -> list[bytes]:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka.helpers import create_ssl_context
+
+    kw = _python_kwargs(sec)
+    if "cafile" in sec:
+        kw["ssl_context"] = create_ssl_context(
+            cafile=sec["cafile"], certfile=sec.get("certfile"), keyfile=sec.get("keyfile")
+        )
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **kw)
+    await producer.start()
+    try:
+        for v in values:
+            await producer.send_and_wait(topic, v)
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **kw)
+    await consumer.start()
+    out: list[bytes] = []
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        async with asyncio.timeout(TIMEOUT_S):
+            while len(out) < len(values):
+                batch = await consumer.getmany(tp, timeout_ms=500)
+                out.extend(m.value for m in batch.get(tp, []) if m.value is not None)
+    finally:
+        await consumer.stop()
+    return out
+
+
+def _kcat(bootstrap: str, sec: Mapping[str, str], topic: str, values: list[bytes]) -> list[bytes]:
+    assert KCAT is not None, "kcat is not installed (make sysdeps installs it)"
+    args = [KCAT, "-b", bootstrap]
+    for key, value in librdkafka_config(bootstrap, sec).items():
+        if key != "bootstrap.servers":
+            args += ["-X", f"{key}={value}"]
+    data = b"".join(v + b"\n" for v in values)
+    subprocess.run([*args, "-P", "-t", topic], input=data, check=True, timeout=TIMEOUT_S)
+    done = subprocess.run(
+        [*args, "-C", "-t", topic, "-o", "beginning", "-e", "-c", str(len(values))],
+        capture_output=True,
+        check=True,
+        timeout=TIMEOUT_S,
+    )
+    return done.stdout.splitlines()
+
+
+def produce_consume(
+    client: str, bootstrap: str, sec: Mapping[str, str], topic: str, values: list[bytes]
+) -> list[bytes]:
+    if client == "confluent-kafka":
+        return _confluent(bootstrap, sec, topic, values)
+    if client == "kafka-python":
+        return _kafka_python(bootstrap, sec, topic, values)
+    if client == "aiokafka":
+        return asyncio.run(_aiokafka(bootstrap, sec, topic, values))
+    return _kcat(bootstrap, sec, topic, values)

@@ -19,8 +19,10 @@ its latest record. One cleaning of a partition:
    batch keeps its base offset, last offset delta, producer id, epoch and base sequence,
    compression and timestamp type. A batch emptied entirely is dropped, except the last
    batch of each producer id, kept as an empty (header-only) batch so the producer state
-   rebuilt from the log still knows that producer's last sequence. Control and
-   transactional batches are kept as they are (transaction-aware cleaning is not done).
+   rebuilt from the log still knows that producer's last sequence. Transactions
+   (`riverbed.storage.cleaner_txns`): cleaning stops at the last stable offset; aborted
+   transactions' batches go whole, markers go in two passes (delete horizon first);
+   committed transactional records compact as any others.
    Unchanged batches are copied byte for byte; a batch that lost records is framed
    anew around the bytes of the records it keeps (`cleaner_scan`: segments are read
    without building record objects).
@@ -50,8 +52,18 @@ from pathlib import Path
 
 import numpy as np
 
-from riverbed.protocol.record_batch import iter_batches
-from riverbed.storage.cleaner_scan import KEYLESS, TOMBSTONE, rewrite_batch, scan_segment
+from riverbed.protocol.record_batch import BatchHeader, iter_batches
+from riverbed.storage.cleaner_scan import (
+    KEYLESS,
+    TOMBSTONE,
+    ScannedBatch,
+    ScannedSegment,
+    rewrite_batch,
+    scan_segment,
+)
+from riverbed.storage.cleaner_txns import CleanerTxns
+from riverbed.storage.errors import CorruptRecordError
+from riverbed.storage.producer_hook import TxnMarker, txn_marker_of
 
 log = logging.getLogger(__name__)
 
@@ -178,8 +190,34 @@ def as_digests(raw: bytes | bytearray) -> np.ndarray:
     return np.frombuffer(bytes(raw), dtype=">u8").astype(np.uint64).reshape(-1, 2)
 
 
-def map_segment(data: bytes, start: int, offset_map: OffsetMap) -> tuple[int, bool]:
-    """Add the records at offsets >= ``start`` of one segment's bytes to the map.
+def _txn_excluded(data: bytes, seg: ScannedSegment, txns: CleanerTxns | None) -> np.ndarray:
+    """Records never mapped: those of control batches and of aborted transactions."""
+    excluded = np.zeros(len(seg.offsets), dtype=bool)
+    if txns is None:
+        return excluded
+    view = memoryview(data)
+    for b in seg.batches:
+        h = b.header
+        if h.is_control:
+            txns.on_control(h, _marker(view[b.pos : b.pos + h.size], h))
+            excluded[b.first : b.first + b.count] = True
+        elif txns.on_batch(h):
+            excluded[b.first : b.first + b.count] = True
+    return excluded
+
+
+def _marker(batch: memoryview, h: BatchHeader) -> TxnMarker | None:
+    try:
+        return txn_marker_of(batch, h)
+    except CorruptRecordError:
+        return None
+
+
+def map_segment(
+    data: bytes, start: int, offset_map: OffsetMap, txns: CleanerTxns | None = None
+) -> tuple[int, bool]:
+    """Add the records at offsets >= ``start`` of one segment's bytes to the map (with
+    ``txns``: not those of aborted transactions and markers, `riverbed.storage.cleaner_txns`).
 
     Returns (next offset after the last batch mapped, whether the whole segment fit).
     Stops before a batch whose new keys would not fit (so the map's end is a batch end)."""
@@ -187,6 +225,7 @@ def map_segment(data: bytes, start: int, offset_map: OffsetMap) -> tuple[int, bo
     digests = as_digests(seg.digests)
     offsets = np.frombuffer(seg.offsets, dtype=np.int64)
     mappable = (offsets >= start) & ((np.frombuffer(seg.flags, dtype=np.uint8) & KEYLESS) == 0)
+    mappable &= ~_txn_excluded(data, seg, txns)
     new = np.zeros(len(offsets), dtype=bool)
     new[mappable] = offset_map.new_keys(digests[mappable])
     new_before = np.concatenate(([0], np.cumsum(new))).tolist()
@@ -231,8 +270,10 @@ def clean_segment(
     delete_retention_ms: int,
     last_batch_of: dict[int, int],
     stats: CleanStats | None = None,
+    txns: CleanerTxns | None = None,
 ) -> bytes:
-    """The segment's bytes with superseded records and expired tombstones removed."""
+    """The segment's bytes with superseded records and expired tombstones removed (with
+    ``txns``: aborted transactions and markers too, `riverbed.storage.cleaner_txns`)."""
     stats = stats if stats is not None else CleanStats()
     seg = scan_segment(data)
     offsets = np.frombuffer(seg.offsets, dtype=np.int64)
@@ -242,6 +283,7 @@ def clean_segment(
     # batches with no record to drop and no tombstone are kept whole without a look at
     # their records (all of them, in a segment cleaned before)
     special = np.concatenate(([0], np.cumsum(drop | ((flag_array & TOMBSTONE) != 0)))).tolist()
+
     flags = seg.flags
     out = bytearray()
     view = memoryview(data)
@@ -249,7 +291,18 @@ def clean_segment(
         h = b.header
         raw = view[b.pos : b.pos + h.size]
         untouched = special[b.first + b.count] == special[b.first]
-        if h.is_control or h.is_transactional or untouched:
+        if txns is not None and (h.is_control or h.is_transactional):
+            txn_out = _clean_txn_batch(seg, b, raw, txns, now_ms, delete_retention_ms, stats)
+            if txn_out is not None:
+                # a producer's last data batch is kept empty (its sequence); a marker
+                # carries none (Kafka keeps one only while its epoch is the producer's)
+                producer_last = last_batch_of.get(h.producer_id) == h.base_offset
+                if not txn_out and producer_last and not h.is_control:
+                    txn_out = rewrite_batch(seg, b, [], None)
+                out += txn_out
+                continue
+            # a committed transaction's records: compacted as any others
+        elif h.is_control or h.is_transactional or untouched:
             out += raw
             stats.batches_kept += 1
             continue
@@ -281,6 +334,40 @@ def clean_segment(
         out += rewrite_batch(seg, b, kept, horizon if has_tombstone else None)
         stats.batches_rewritten += 1
     return bytes(out)
+
+
+def _clean_txn_batch(
+    seg: ScannedSegment,
+    b: ScannedBatch,
+    raw: memoryview,
+    txns: CleanerTxns,
+    now_ms: int,
+    delete_retention_ms: int,
+    stats: CleanStats,
+) -> bytes | None:
+    """A control or transactional batch's cleaned bytes (b"": removed), None for a
+    committed transaction's batch (compacted as usual)."""
+    h = b.header
+    if not h.is_control:
+        if not txns.on_batch(h):
+            return None
+        stats.records_dropped += b.count
+        stats.batches_dropped += 1
+        return b""
+    if not txns.on_control(h, _marker(raw, h)):
+        stats.batches_kept += 1
+        return bytes(raw)
+    if not h.has_delete_horizon:  # the first pass that may discard it: the horizon
+        horizon = now_ms + delete_retention_ms
+        stats.delete_horizon_ms = max(stats.delete_horizon_ms, horizon)
+        stats.batches_rewritten += 1
+        return rewrite_batch(seg, b, list(range(b.first, b.first + b.count)), horizon)
+    if now_ms >= h.first_timestamp:
+        stats.batches_dropped += 1
+        return b""
+    stats.delete_horizon_ms = max(stats.delete_horizon_ms, h.first_timestamp)
+    stats.batches_kept += 1
+    return bytes(raw)
 
 
 def complete_swaps(directory: Path) -> int:

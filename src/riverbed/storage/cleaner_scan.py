@@ -211,5 +211,7 @@ def rewrite_batch(
         first_timestamp=first_ts,
         max_timestamp=max_ts,
         last_offset_delta=h.last_offset_delta,
+        is_transactional=h.is_transactional,
+        is_control=h.is_control,
         delete_horizon=delete_horizon_ms is not None,
     )

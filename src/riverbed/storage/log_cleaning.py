@@ -22,9 +22,11 @@ from riverbed.storage.cleaner import (
     last_batches_by_producer,
     map_segment,
 )
+from riverbed.storage.cleaner_txns import CleanerTxns
 from riverbed.storage.log_base import LogBase, log
 from riverbed.storage.log_files import Cleanable
 from riverbed.storage.segment import LogSegment, segment_file_name
+from riverbed.storage.txn_index import AbortedTxn
 
 #: Offsets in a segment are relative to its base as int32 (index entries).
 INT32_MAX = 2**31 - 1
@@ -68,8 +70,16 @@ class LogCleaning(LogBase):
         """Closed segments entirely below the high watermark whose records are all older
         than ``min.compaction.lag.ms``, from the log start."""
         with self._lock:
+            # never past the last stable offset: every transaction cleaned has ended
+            # (Kafka's firstUncleanableDirtyOffset)
             hw = self._high_watermark
-            return self._local.cleanable(hw, self.config.min_compaction_lag_ms, now_ms)
+            state = self.producer_state
+            upper = hw if state is None else state.last_stable_offset(hw)
+            return self._local.cleanable(upper, self.config.min_compaction_lag_ms, now_ms)
+
+    def _aborted(self, start: int, end: int) -> list[AbortedTxn]:
+        with self._lock:
+            return self._local.aborted_transactions(start, end)
 
     def dirty_ratio(self, first_dirty: int, now_ms: int) -> tuple[float, int]:
         """(dirty bytes / cleanable bytes, dirty bytes) from ``first_dirty``."""
@@ -107,8 +117,11 @@ class LogCleaning(LogBase):
         offset_map.clear()
         io = _IoCount(throttle)
         map_end = first_dirty
+        end = cleanable[-1].end_offset if cleanable else first_dirty
+        map_txns = CleanerTxns.of(self._aborted(first_dirty, end))
         for c, data in self._segment_bytes(dirty, io):
-            map_end, whole = map_segment(data, max(first_dirty, c.segment.base_offset), offset_map)
+            start = max(first_dirty, c.segment.base_offset)
+            map_end, whole = map_segment(data, start, offset_map, map_txns)
             if not whole:
                 break
             map_end = c.end_offset
@@ -124,13 +137,15 @@ class LogCleaning(LogBase):
         last_batch_of = last_batches_by_producer(d for _c, d in self._segment_bytes(targets, io))
         stats = CleanStats()
         swapped = before = after = 0
+        txns = CleanerTxns.of(self._aborted(targets[0].segment.base_offset, end) if targets else [])
         for group in self._groups(targets):
             datas = [d for _c, d in self._segment_bytes(group, io)]
             if len(datas) != len(group):
                 continue  # a segment went away meanwhile (retention): next time
+            txns.retained_aborts = []
             cleaned = b"".join(
                 clean_segment(d, offset_map, now_ms, self.config.delete_retention_ms,
-                              last_batch_of, stats)
+                              last_batch_of, stats, txns)
                 for d in datas
             )  # fmt: skip
             size = sum(len(d) for d in datas)
@@ -139,7 +154,7 @@ class LogCleaning(LogBase):
             if len(group) == 1 and cleaned == datas[0]:
                 continue
             io(len(cleaned))
-            if self._swap(group, cleaned):
+            if self._swap(group, cleaned, txns.retained_aborts):
                 swapped += 1
                 after += len(cleaned) - size
         log.info(
@@ -180,9 +195,10 @@ class LogCleaning(LogBase):
             out.append(run)
         return out
 
-    def _swap(self, group: list[Cleanable], data: bytes) -> bool:
+    def _swap(self, group: list[Cleanable], data: bytes, aborts: list[AbortedTxn]) -> bool:
         """Replace the group's segments by one holding ``data`` (see the cleaner
-        docstring); False when one of them changed meanwhile."""
+        docstring), with ``aborts`` (the aborted transactions whose markers it kept) in
+        its txn index; False when one of them changed meanwhile."""
         first = group[0].segment
         base = segment_file_name(first.base_offset, ".log")
         cleaned = self.directory / (base + CLEANED_SUFFIX)
@@ -200,5 +216,8 @@ class LogCleaning(LogBase):
         with self._lock:
             if not self._local.replace_segments(group, swap):
                 return False
+            with self._failing_dir("txn index of a cleaned segment"):
+                for e in aborts:
+                    self._local.append_txn_index(e)
         fsync_dir(self.directory)
         return True

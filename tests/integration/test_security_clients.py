@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from riverbed.testing.certs import Pki, make_pki
-from riverbed.testing.cluster import BrokerProcess, free_port
-from riverbed.testing.secure import secure_overrides
+from riverbed.testing.secure import SecureBroker, start_secure_broker
 from riverbed.testing.secure_clients import CLIENTS, produce_consume
 
 USERS = {"admin": "admin-secret", "alice": "alice-pw"}
@@ -28,61 +25,13 @@ SCRAM_USERS = {"scram256": ("SCRAM-SHA-256", "s256-pw"), "scram512": ("SCRAM-SHA
 _topics = itertools.count()
 
 
-class SecureBroker:
-    def __init__(self, proc: BrokerProcess, pki: Pki, ports: dict[str, int]) -> None:
-        self.proc, self.pki, self.ports = proc, pki, ports
-
-    def bootstrap(self, listener: str) -> str:
-        return f"127.0.0.1:{self.ports[listener]}"
-
-
-def _create_scram_users(bootstrap: str) -> None:
-    from confluent_kafka.admin import (
-        AdminClient,
-        ScramCredentialInfo,
-        ScramMechanism,
-        UserScramCredentialUpsertion,
-    )
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    upserts = [
-        UserScramCredentialUpsertion(
-            user,
-            ScramCredentialInfo(getattr(ScramMechanism, mech.replace("-", "_")), 4096),
-            pw.encode(),
-        )
-        for user, (mech, pw) in SCRAM_USERS.items()
-    ]
-    for future in admin.alter_user_scram_credentials(upserts).values():
-        future.result(timeout=30)
-    futures = admin.describe_user_scram_credentials(list(SCRAM_USERS))
-    described = {u: f.result(timeout=30) for u, f in futures.items()}
-    assert {u: d.scram_credential_infos[0].iterations for u, d in described.items()} == {
-        "scram256": 4096,
-        "scram512": 4096,
-    }
-
-
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    pki = make_pki(tmp_path_factory.mktemp("pki"))
-    ports = {name: free_port() for name in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")}
-    proc = BrokerProcess(port=ports["PLAINTEXT"])
-    overrides = secure_overrides(pki, ports, proc.controller_port, USERS)
-    # SASL_SSL: the key store inline, as a per-listener override (properties values keep
-    # no newlines: the PEM text arrives flattened)
-    key = " ".join(Path(pki.server_key).read_text().splitlines())
-    chain = " ".join(Path(pki.server_crt).read_text().splitlines())
-    overrides["listener.name.sasl_ssl.ssl.keystore.key"] = key
-    overrides["listener.name.sasl_ssl.ssl.keystore.certificate.chain"] = chain
-    overrides["num.partitions"] = "1"
-    proc.extra_overrides.update(overrides)
-    proc.start()
+    broker = start_secure_broker(tmp_path_factory.mktemp("pki"), USERS, SCRAM_USERS)
     try:
-        _create_scram_users(f"127.0.0.1:{ports['PLAINTEXT']}")
-        yield SecureBroker(proc, pki, ports)
+        yield broker
     finally:
-        proc.close()
+        broker.proc.close()
 
 
 CASES = {

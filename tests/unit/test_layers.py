@@ -1,7 +1,7 @@
 """DESIGN.md's layers: below ``server/``, nothing reads a clock or opens a socket.
 
 Every core (``storage/``, ``raft/``, ``metadata/``, ``replication/``, ``coordinator/``,
-``transaction/``, ``producer/``, ``tiered/`` and ``protocol/``) takes ``now_ms`` (or a
+``transaction/``, ``producer/``, ``tiered/``, ``protocol/`` and ``security/``) takes ``now_ms`` (or a
 ``Clock``) from its caller and exchanges messages, never bytes on a socket; the asyncio
 shells that own the clock, the sockets and the event loop live in ``server/``.
 "Dependencies point down only": no core imports ``server/`` or a layer above it.
@@ -30,6 +30,7 @@ CORES = (
     "producer",
     "tiered",
     "protocol",
+    "security",
 )
 #: the layers at or above server/: the process, its command line and the test harnesses
 UPPER = ("server", "cli", "spark", "console", "testing")

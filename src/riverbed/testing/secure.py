@@ -9,8 +9,10 @@ one. `secure_overrides` gives one node listeners of every protocol named in ``po
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
-from riverbed.testing.certs import Pki
+from riverbed.testing.certs import Pki, make_pki
+from riverbed.testing.cluster import BrokerProcess, free_port
 
 MECHANISMS = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
 _PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
@@ -75,3 +77,72 @@ def secure_overrides(
             for mech in ("scram-sha-256", "scram-sha-512"):
                 out[f"{prefix}{mech}.sasl.jaas.config"] = jaas_scram(admin)
     return out
+
+
+class SecureBroker:
+    """A started broker with a listener per protocol (`start_secure_broker`)."""
+
+    def __init__(self, proc: BrokerProcess, pki: Pki, ports: dict[str, int]) -> None:
+        self.proc, self.pki, self.ports = proc, pki, ports
+
+    def bootstrap(self, listener: str) -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
+
+
+def create_scram_users(bootstrap: str, users: Mapping[str, tuple[str, str]]) -> None:
+    """Create SCRAM users (name -> (mechanism, password)) with confluent-kafka's admin
+    client (AlterUserScramCredentials) and check DescribeUserScramCredentials lists them."""
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin._scram import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialAlteration,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    upserts: list[UserScramCredentialAlteration] = [
+        UserScramCredentialUpsertion(
+            user,
+            ScramCredentialInfo(getattr(ScramMechanism, mech.replace("-", "_")), 4096),
+            pw.encode(),
+        )
+        for user, (mech, pw) in users.items()
+    ]
+    for future in admin.alter_user_scram_credentials(upserts).values():
+        future.result(timeout=30)
+    futures = admin.describe_user_scram_credentials(list(users))
+    assert isinstance(futures, dict)  # one future per named user
+    described = {u: f.result(timeout=30) for u, f in futures.items()}
+    iterations = {u: d.scram_credential_infos[0].iterations for u, d in described.items()}
+    assert iterations == dict.fromkeys(users, 4096), iterations
+
+
+def start_secure_broker(
+    directory: Path,
+    users: Mapping[str, str],
+    scram_users: Mapping[str, tuple[str, str]],
+    overrides: Mapping[str, str] | None = None,
+) -> SecureBroker:
+    """A broker with PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL listeners: PEM files on
+    SSL, the key inline on SASL_SSL (a per-listener override, flattened as a properties
+    value is), PLAIN ``users``, SCRAM ``scram_users`` created through the admin API."""
+    pki = make_pki(directory)
+    ports = {name: free_port() for name in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")}
+    proc = BrokerProcess(port=ports["PLAINTEXT"])
+    config = secure_overrides(pki, ports, proc.controller_port, users)
+    config["listener.name.sasl_ssl.ssl.keystore.key"] = " ".join(
+        pki.server_key.read_text().splitlines()
+    )
+    config["listener.name.sasl_ssl.ssl.keystore.certificate.chain"] = " ".join(
+        pki.server_crt.read_text().splitlines()
+    )
+    config["num.partitions"] = "1"
+    proc.extra_overrides.update(config | dict(overrides or {}))
+    proc.start()
+    try:
+        create_scram_users(f"127.0.0.1:{ports['PLAINTEXT']}", scram_users)
+    except BaseException:
+        proc.close()
+        raise
+    return SecureBroker(proc, pki, ports)

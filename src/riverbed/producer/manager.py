@@ -196,10 +196,13 @@ class ProducerStateManager:
             {f[0]: f[7] for f in self.ledger.iter_newest() if 0 <= f[7] < log_end}
         )
         replayed = 0
-        for h in self._headers_from(start):
+        # markers decoded: the replay restores their coordinator epochs (a marker of an
+        # older coordinator epoch stays fenced after a restart)
+        batches = self._log.txn_batches_from(start) if self._log is not None else iter(())
+        for h, marker in batches:
             while bases and h.base_offset >= bases[0]:
                 self.ledger.flush(bases.pop(0))
-            self.table.apply(h)
+            self.table.apply(h, marker)
             replayed += 1
         for base in bases:
             self.ledger.flush(base)

@@ -276,3 +276,36 @@ def test_produce_errors_of_a_failed_verification() -> None:
     assert produce_error(E.TRANSACTION_ABORTABLE, 10) == E.INVALID_TXN_STATE
     assert produce_error(E.TRANSACTION_ABORTABLE, 11) == E.TRANSACTION_ABORTABLE
     assert produce_error(E.INVALID_PRODUCER_ID_MAPPING, 9) == E.INVALID_PRODUCER_ID_MAPPING
+
+
+def test_coordinator_epoch_of_a_replayed_marker_still_fences(tmp_path: Path) -> None:
+    """A crash before any ledger flush: the replay of the log restores the coordinator
+    epoch of the producer's last marker, so an older coordinator stays fenced."""
+    clock = ManualClock(T0)
+    plog, _ = open_log(tmp_path, clock)
+    plog.append_as_leader(data(5, 0), 0)
+    plog.append_as_leader(marker(5, True, coordinator_epoch=9), 0, origin="coordinator")
+    plog.append_as_leader(data(5, 1), 0)
+    plog.flush()
+    plog.abandon()  # a crash: the ledger was never sealed
+    plog2, mgr2 = open_log(tmp_path, clock)
+    assert mgr2.open_transactions() == {5: 2}
+    with pytest.raises(TransactionCoordinatorFencedError):
+        plog2.append_as_leader(marker(5, False, coordinator_epoch=8), 0, origin="coordinator")
+
+
+def test_follower_replaying_markers_keeps_the_same_state_and_index(tmp_path: Path) -> None:
+    """A follower appends the leader's batches unchanged: its producer state, LSO and
+    aborted-transaction index follow the markers as the leader's do."""
+    clock = ManualClock(T0)
+    leader, leader_state = open_log(tmp_path / "leader", clock)
+    fill(leader)
+    follower, follower_state = open_log(tmp_path / "follower", clock)
+    with leader.read(0, 1 << 30) as result:
+        follower.append_as_follower(result.read_bytes())
+    assert follower.log_end_offset == leader.log_end_offset
+    assert follower_state.open_transactions() == leader_state.open_transactions() == {4: 4}
+    end = leader.log_end_offset
+    assert follower_state.last_stable_offset(end) == leader_state.last_stable_offset(end) == 4
+    assert follower.aborted_transactions(0, end) == leader.aborted_transactions(0, end)
+    assert follower.aborted_transactions(0, end) == EXPECTED["00000000000000000004.txnindex"]

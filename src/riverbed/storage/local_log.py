@@ -11,12 +11,11 @@ Files, in ``<log dir>/<topic>-<partition>/`` (Kafka's names, byte for byte):
 - ``<20-digit base offset>.log`` holds whole record batches back to back, exactly as
   produced (after the leader patched base offset, partition leader epoch and maybe
   LogAppendTime); ``.index`` (relative offset -> position, every
-  ``index.interval.bytes``) and ``.timeindex`` (timestamp -> relative offset) beside it
-  (:mod:`riverbed.storage.segment`). Offsets within a segment are relative int32s: a batch
-  a segment cannot hold starts a new one.
-- ``*.deleted``: a segment deleted by retention, truncation or the cleaner, unlinked after
-  ``file.delete.delay.ms``; ``*.cleaned`` / ``*.swap`` are the cleaner's (see
-  :mod:`riverbed.storage.cleaner`); other leftovers are removed at load.
+  ``index.interval.bytes``), ``.timeindex`` (timestamp -> relative offset) and
+  ``.txnindex`` (aborted transactions) beside it (:mod:`riverbed.storage.segment`).
+  Offsets within a segment are relative int32s: a batch it cannot hold starts a new one.
+- ``*.deleted`` (unlinked after ``file.delete.delay.ms``) and the leftovers removed at
+  load: :mod:`riverbed.storage.log_files`.
 
 Rules: the last segment is the active one (the only one appended to) and the log end
 offset is its next offset; segments never overlap and their base offsets increase. A
@@ -70,7 +69,12 @@ from riverbed.storage.log_files import (
 )
 from riverbed.storage.producer_hook import TxnMarker
 from riverbed.storage.segment import LogSegment
-from riverbed.storage.segment_rules import cleanable_segments, recover_segments, should_roll
+from riverbed.storage.segment_rules import (
+    SegmentMaker,
+    cleanable_segments,
+    recover_segments,
+    should_roll,
+)
 from riverbed.storage.time_index import NO_TIMESTAMP
 from riverbed.storage.txn_index import AbortedTxn
 
@@ -78,8 +82,6 @@ __all__ = ["LOADED_INDEXES_MAX", "LocalLog"]
 
 log = logging.getLogger("riverbed.storage.log")
 
-#: ``LogSegment.create`` or ``LogSegment.open_existing``.
-SegmentOpener = Callable[..., LogSegment]
 T = TypeVar("T")
 
 
@@ -101,9 +103,10 @@ class LocalLog:
         self._config = config
         self._clock = clock
         self._io = io
-        self._rng = rng  # segment.jitter.ms draws (injected for deterministic tests)
         self._lock = LeafLock()
         self.dir_sync = DirSync(directory)  # creates the dir; fsyncs are the unified log's
+        # segment.jitter.ms draws from ``rng`` (injected for deterministic tests)
+        self._maker = SegmentMaker(directory, config, io, rng, self.dir_sync)
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
         self._files = SegmentFiles(directory, io)
@@ -128,7 +131,7 @@ class LocalLog:
         now = self._clock.now_ms()
         with self._lock:
             for base in self._files.clean_and_list():
-                seg = self._open_segment(LogSegment.open_existing, base, now)
+                seg = self._maker.open(base, now)
                 self._segments.append(seg)
                 self._bases.append(base)
             return bool(self._segments)
@@ -146,22 +149,16 @@ class LocalLog:
                 return False
             return True
 
-    def recovery_start(self, recovery_point: int) -> int:
-        """The base offset of the segment recovery starts at (the one holding the point)."""
-        with self._lock:
-            return self._segments[self._segment_index_for(recovery_point)].base_offset
-
-    def recover_from(self, recovery_point: int, latest_epoch: int) -> list[tuple[int, int]]:
+    def recover_from(self, recovery_point: int) -> tuple[int, list[tuple[int, int]]]:
         """Unclean start: validate segments from the one holding the recovery point on.
 
-        Returns the (epoch, start offset) of every leader epoch newer than
-        ``latest_epoch`` that the recovered batches start, for the epoch cache.
+        Returns the first recovered offset and the (epoch, start offset) of each leader
+        epoch the recovered batches start (epochs increasing), for the epoch cache.
         """
         epochs: list[tuple[int, int]] = []
 
         def note_epoch(h: BatchHeader) -> None:
-            newest = epochs[-1][0] if epochs else latest_epoch
-            if h.partition_leader_epoch > newest:
+            if h.partition_leader_epoch > (epochs[-1][0] if epochs else -1):
                 epochs.append((h.partition_leader_epoch, h.base_offset))
 
         with self._lock:
@@ -169,13 +166,9 @@ class LocalLog:
             first_recovered = self._segments[i].base_offset
             self._segments = recover_segments(self.name, self._segments, i, note_epoch)
             self._bases = [seg.base_offset for seg in self._segments]
-            log.info(
-                "%s: recovered from offset %d to log end %d",
-                self.name,
-                first_recovered,
-                self._segments[-1].next_offset,
-            )
-            return epochs
+            end = self._segments[-1].next_offset
+            log.info("%s: recovered from offset %d to log end %d", self.name, first_recovered, end)
+            return first_recovered, epochs
 
     def loaded(self, recovery_point: int) -> None:
         """Loading is done: everything below ``recovery_point`` (at most the end) is durable."""
@@ -190,7 +183,7 @@ class LocalLog:
 
     def update_config(self, config: LogConfig) -> None:
         with self._lock:
-            self._config = config
+            self._config = self._maker.config = config
             self._segments[-1].index_interval_bytes = config.index_interval_bytes
 
     @property
@@ -246,29 +239,8 @@ class LocalLog:
 
     # ---- appending and rolling ---------------------------------------------------------
 
-    def _open_segment(
-        self, how: SegmentOpener, base_offset: int, now_ms: int, *, jitter: bool = True
-    ) -> LogSegment:
-        seg = how(
-            self.directory,
-            base_offset,
-            index_interval_bytes=self._config.index_interval_bytes,
-            max_index_bytes=self._config.segment_index_bytes,
-            created_ms=now_ms,
-            io=self._io,
-        )
-        if jitter:
-            seg.roll_jitter_ms = self._random_segment_jitter()
-        return seg
-
     def _new_segment(self, base_offset: int) -> LogSegment:
-        self.dir_sync.file_created()
-        return self._open_segment(LogSegment.create, base_offset, self._clock.now_ms())
-
-    def _random_segment_jitter(self) -> int:
-        """Kafka's ``randomSegmentJitter``: uniform in [0, min(jitter, segment.ms))."""
-        bound = min(self._config.segment_jitter_ms, self._config.segment_ms)
-        return self._rng.randrange(bound) if bound > 0 else 0
+        return self._maker.create(base_offset, self._clock.now_ms())
 
     def _append_segment(self, seg: LogSegment) -> None:
         assert not self._bases or seg.base_offset > self._bases[-1]
@@ -533,10 +505,7 @@ class LocalLog:
             for c in group:
                 self._schedule_delete(c.segment)
             os.replace(swap, first.log_path)
-            now = self._clock.now_ms()
-            fresh = self._open_segment(
-                LogSegment.open_existing, first.base_offset, now, jitter=False
-            )
+            fresh = self._maker.open(first.base_offset, self._clock.now_ms(), jitter=False)
             fresh.rebuild_indexes()
             n = len(group)
             self._segments[i : i + n] = [fresh]

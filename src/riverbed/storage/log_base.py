@@ -327,11 +327,11 @@ class LogBase:
         if clean_shutdown:
             clean_shutdown = local.load_clean_tail()
         if not clean_shutdown:
-            self.epoch_cache.truncate_from_end(local.recovery_start(recovery_point))
-            for epoch, start_offset in local.recover_from(
-                recovery_point, self.epoch_cache.latest_epoch
-            ):
-                self.epoch_cache.assign(epoch, start_offset)
+            first_recovered, epochs = local.recover_from(recovery_point)
+            self.epoch_cache.truncate_from_end(first_recovered)
+            for epoch, start_offset in epochs:
+                if epoch > self.epoch_cache.latest_epoch:
+                    self.epoch_cache.assign(epoch, start_offset)
         leo = local.log_end_offset
         local.loaded(recovery_point if clean_shutdown else leo)
         # a tiered log starts where its remote tier starts, below its first local segment

@@ -12,6 +12,10 @@ segment fsynced; the first invalid batch and everything after it are cut (later 
 deleted), as is a segment overlapping the one before it; an empty last segment left by a
 torn tail goes too, so the log end is where the data ends.
 
+Creation: each segment draws its own ``segment.jitter.ms`` in
+``[0, min(segment.jitter.ms, segment.ms))`` from the log's ``random.Random`` (Kafka's
+``LogConfig.randomSegmentJitter``), injected so tests are deterministic.
+
 Compaction (Kafka's ``LogCleanerManager``): only closed segments entirely below the high
 watermark whose records are all older than ``min.compaction.lag.ms``.
 """
@@ -19,17 +23,68 @@ watermark whose records are all older than ``min.compaction.lag.ms``.
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TypedDict
 
 from riverbed.protocol.records import BatchHeader
 from riverbed.storage.config import LogConfig
-from riverbed.storage.log_files import Cleanable
+from riverbed.storage.file_io import FileIO
+from riverbed.storage.log_files import Cleanable, DirSync
 from riverbed.storage.segment import LogSegment
 from riverbed.storage.time_index import NO_TIMESTAMP
 
-__all__ = ["cleanable_segments", "recover_segments", "should_roll"]
+__all__ = ["SegmentMaker", "cleanable_segments", "recover_segments", "should_roll"]
 
 log = logging.getLogger("riverbed.storage.log")
+
+
+class _SegmentArgs(TypedDict):
+    index_interval_bytes: int
+    max_index_bytes: int
+    created_ms: int
+    io: FileIO
+
+
+class SegmentMaker:
+    """Opens and creates the segments of one log (the local log calls it under its lock)."""
+
+    def __init__(
+        self, directory: Path, config: LogConfig, io: FileIO, rng: random.Random, dirs: DirSync
+    ) -> None:
+        self.directory = directory
+        self.config = config  # the local log's, kept current by it
+        self._io = io
+        self._rng = rng
+        self._dirs = dirs
+
+    def open(self, base_offset: int, now_ms: int, *, jitter: bool = True) -> LogSegment:
+        """An existing segment (at load, or one the cleaner rewrote: no new jitter)."""
+        return self._made(
+            LogSegment.open_existing(self.directory, base_offset, **self._args(now_ms)), jitter
+        )
+
+    def create(self, base_offset: int, now_ms: int) -> LogSegment:
+        """A new segment; its files make the partition dir need an fsync."""
+        self._dirs.file_created()
+        return self._made(
+            LogSegment.create(self.directory, base_offset, **self._args(now_ms)), True
+        )
+
+    def _args(self, now_ms: int) -> _SegmentArgs:
+        return {
+            "index_interval_bytes": self.config.index_interval_bytes,
+            "max_index_bytes": self.config.segment_index_bytes,
+            "created_ms": now_ms,
+            "io": self._io,
+        }
+
+    def _made(self, seg: LogSegment, jitter: bool) -> LogSegment:
+        if jitter:
+            bound = min(self.config.segment_jitter_ms, self.config.segment_ms)
+            seg.roll_jitter_ms = self._rng.randrange(bound) if bound > 0 else 0
+        return seg
 
 
 def should_roll(seg: LogSegment, h: BatchHeader, now: int, cfg: LogConfig) -> bool:

@@ -1,0 +1,182 @@
+"""TLS listeners of the network layer: handshakes are bounded in time and number, the
+principal comes from the client certificate, and a TLS connection never uses sendfile."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import time
+from pathlib import Path
+
+import pytest
+
+from riverbed.security.principal import ANONYMOUS, KafkaPrincipal
+from riverbed.server.config import EMBEDDED_DEFAULTS, ServerConfig
+from riverbed.server.listener_security import listener_security
+from riverbed.server.network import RequestContext, SocketServer
+from riverbed.server.tls import HandshakeLimiter
+from riverbed.testing.certs import make_pki
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory):
+    return make_pki(tmp_path_factory.mktemp("pki"), {"alice": "eng", "mallory": "ops"})
+
+
+def _security(pki, **extra: str):
+    props = {
+        **EMBEDDED_DEFAULTS,
+        "listeners": "SSL://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+        "listener.security.protocol.map": "SSL:SSL,CONTROLLER:PLAINTEXT",
+        "controller.listener.names": "CONTROLLER",
+        "ssl.keystore.type": "PKCS12",
+        "ssl.keystore.location": str(pki.server_p12),
+        "ssl.keystore.password": "test-store-password",
+        "ssl.truststore.type": "PKCS12",
+        "ssl.truststore.location": str(pki.ca_p12),
+        "ssl.truststore.password": "test-store-password",
+        **extra,
+    }
+    config = ServerConfig.from_props(props)
+    return listener_security(config, "SSL", "SSL")
+
+
+async def _serve(security, limiter: HandshakeLimiter | None = None):
+    seen: list[RequestContext] = []
+
+    async def handler(ctx, body):
+        from riverbed.protocol.api_versions import SUPPORTED_VERSIONS
+        from riverbed.server.broker.cluster_info import api_versions_response
+
+        seen.append(ctx)
+        return api_versions_response(ctx, SUPPORTED_VERSIONS)
+
+    server = SocketServer(handler)
+    if limiter is not None:
+        server.handshakes = limiter
+    _host, port = await server.listen("SSL", "127.0.0.1", 0, security=security)
+    return server, port, seen
+
+
+async def _api_versions(port: int, ctx: ssl.SSLContext) -> None:
+    from riverbed.protocol.headers import RequestHeader, encode_request
+    from riverbed.protocol.messages import ApiVersionsRequest
+
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", port, ssl=ctx, server_hostname="localhost"
+    )
+    writer.write(encode_request(RequestHeader(18, 0, 1, "t"), ApiVersionsRequest()))
+    await writer.drain()
+    size = int.from_bytes(await reader.readexactly(4), "big")
+    await reader.readexactly(size)
+    writer.close()
+
+
+def _client_ctx(pki, name: str | None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(pki.ca))
+    if name is not None:
+        key, crt = pki.client(name)
+        ctx.load_cert_chain(str(crt), str(key))
+    return ctx
+
+
+def test_principal_from_client_certificate_and_mapping_rules(pki) -> None:
+    security = _security(
+        pki,
+        **{
+            "ssl.client.auth": "requested",
+            "ssl.principal.mapping.rules": "RULE:^CN=([a-z]+),OU=eng,O=riverbed$/$1/U",
+        },
+    )
+
+    async def run() -> list[RequestContext]:
+        server, port, seen = await _serve(security)
+        try:
+            await _api_versions(port, _client_ctx(pki, "alice"))
+            await _api_versions(port, _client_ctx(pki, None))
+            with pytest.raises((ConnectionError, asyncio.IncompleteReadError, ssl.SSLError)):
+                await _api_versions(port, _client_ctx(pki, "mallory"))  # no rule applies
+        finally:
+            await server.stop()
+        return seen
+
+    seen = asyncio.run(run())
+    assert [ctx.principal for ctx in seen] == [KafkaPrincipal("User", "ALICE"), ANONYMOUS]
+
+
+def test_stalled_handshakes_are_closed_and_bounded(pki) -> None:
+    security = _security(pki)
+
+    async def run() -> tuple[float, bool]:
+        server, port, _ = await _serve(security, HandshakeLimiter(concurrent_max=2, timeout_ms=300))
+        try:
+            stalled = [socket.create_connection(("127.0.0.1", port)) for _ in range(5)]
+            for s in stalled:
+                s.setblocking(False)
+            started = time.monotonic()
+            closed: set[int] = set()
+            while len(closed) < len(stalled) and time.monotonic() - started < 5:
+                await asyncio.sleep(0.05)
+                for i, s in enumerate(stalled):
+                    try:
+                        if s.recv(1) == b"":
+                            closed.add(i)
+                    except BlockingIOError:
+                        pass
+                    except ConnectionError:
+                        closed.add(i)
+            elapsed = time.monotonic() - started
+            await _api_versions(port, _client_ctx(pki, None))  # still serving
+            for s in stalled:
+                s.close()
+            return elapsed, len(closed) == len(stalled)
+        finally:
+            await server.stop()
+
+    elapsed, all_closed = asyncio.run(run())
+    assert all_closed and elapsed < 2.0
+
+
+def test_tls_connection_never_uses_sendfile(pki, monkeypatch) -> None:
+    """Connection.tls is set on a TLS listener (the fetch path checks it before sendfile)."""
+    from riverbed.server import network
+
+    security = _security(pki)
+    made: list[network.Connection] = []
+    original = network.Connection.__init__
+
+    def spy(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(network.Connection, "__init__", spy)
+
+    async def run() -> None:
+        server, port, _ = await _serve(security)
+        try:
+            await _api_versions(port, _client_ctx(pki, None))
+        finally:
+            await server.stop()
+
+    asyncio.run(run())
+    assert made and all(conn.tls for conn in made)
+
+
+def test_bad_tls_config_names_the_key(pki, tmp_path: Path) -> None:
+    from riverbed.server.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"ssl\.keystore\.location"):
+        _security(pki, **{"ssl.keystore.location": str(tmp_path / "missing.p12")})
+    with pytest.raises(ConfigError, match=r"ssl\.keystore\.type"):
+        _security(pki, **{"ssl.keystore.type": "JKS"})
+    with pytest.raises(ConfigError, match="truststore"):
+        props = {
+            **EMBEDDED_DEFAULTS,
+            "listeners": "SSL://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+            "controller.listener.names": "CONTROLLER",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(pki.server_pem),
+            "ssl.client.auth": "required",
+        }
+        listener_security(ServerConfig.from_props(props), "SSL", "SSL")

@@ -41,6 +41,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 P1, P2, P3, P4 = 9001, 9002, 9003, 9004
 COORDINATOR_EPOCH = 5
+#: the transactional id of the batches written without a coordinator (Kafka requires one)
+DIRECT = "direct"
 
 
 @pytest.fixture(scope="module")
@@ -130,12 +132,14 @@ def write_history(c: Client, topic: str) -> int:
     """The partition described in the module docstring; returns P3's first offset."""
     create_topic(c, topic)
     assert produce(c, topic, txn_batch(-1, -1, b"a", txn=False)).error_code == 0  # 0
-    assert produce(c, topic, txn_batch(P1, 0, b"c1", b"c2")).error_code == 0  # 1-2
-    assert produce(c, topic, txn_batch(P2, 0, b"x1", b"x2")).error_code == 0  # 3-4
+    no_id = produce(c, topic, txn_batch(P1, 0, b"c1", b"c2"))
+    assert no_id.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert txn_produce(c, topic, DIRECT, txn_batch(P1, 0, b"c1", b"c2")).error_code == 0  # 1-2
+    assert txn_produce(c, topic, DIRECT, txn_batch(P2, 0, b"x1", b"x2")).error_code == 0  # 3-4
     assert markers(c, topic, P1, True) == 0  # 5
     assert markers(c, topic, P2, False) == 0  # 6
     assert produce(c, topic, txn_batch(-1, -1, b"b", txn=False)).error_code == 0  # 7
-    p3 = produce(c, topic, txn_batch(P3, 0, b"o1"))  # 8
+    p3 = txn_produce(c, topic, DIRECT, txn_batch(P3, 0, b"o1"))  # 8
     assert p3.error_code == 0
     assert produce(c, topic, txn_batch(-1, -1, b"d", txn=False)).error_code == 0  # 9
     return int(p3.base_offset)
@@ -224,12 +228,12 @@ def test_read_committed_reads_to_the_lso_without_aborted_data(
 def test_marker_fencing_and_invalid_txn_state(client: Client) -> None:
     topic = "txn-part-fence"
     create_topic(client, topic)
-    assert produce(client, topic, txn_batch(P4, 0, b"t1")).error_code == 0
+    assert txn_produce(client, topic, DIRECT, txn_batch(P4, 0, b"t1")).error_code == 0
     # a plain batch of a producer inside its transaction
     plain = produce(client, topic, txn_batch(P4, 1, b"p", txn=False))
     assert plain.error_code == ErrorCode.INVALID_TXN_STATE
     assert markers(client, topic, P4, True, coordinator_epoch=7) == 0
-    assert produce(client, topic, txn_batch(P4, 1, b"t2")).error_code == 0
+    assert txn_produce(client, topic, DIRECT, txn_batch(P4, 1, b"t2")).error_code == 0
     # a zombie coordinator (older epoch) may not end the new transaction
     fenced = markers(client, topic, P4, False, coordinator_epoch=6)
     assert fenced == ErrorCode.TRANSACTION_COORDINATOR_FENCED

@@ -219,13 +219,15 @@ class TransactionIndex:
 
     def close(self) -> None:
         """Close the file and forget the entries (read again on next use: memory stays
-        bounded by the segments in use)."""
+        bounded by the segments in use). An index known empty stays known: a
+        read_committed fetch searches every later segment's index, and most have none."""
         if self._fd is not None:
             if self.sync_pending:
                 return  # an unsynced index stays open until its segment's flush
             self.io.close(self._fd)
             self._fd = None
-        self._entries = None
+        if self._entries:
+            self._entries = None
 
     def discard(self) -> None:
         """Close without a sync (a crash, or the files go)."""

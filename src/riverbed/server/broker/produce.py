@@ -56,7 +56,7 @@ from riverbed.producer.manager import ProducerStateManager
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.messages import ProduceRequest, ProduceResponse
-from riverbed.protocol.records import BatchHeader, parse_header
+from riverbed.protocol.records import BATCH_HEADER_SIZE, BatchHeader, parse_header
 from riverbed.server.broker.partitions import (
     HostedPartition,
     NotServed,
@@ -103,11 +103,18 @@ async def handle_produce(
     names_leader = ctx.header.api_version >= PRODUCE_CURRENT_LEADER_VERSION
     waits: list[tuple[PartitionResponse, Awaitable[ErrorCode]]] = []  # acks=all
     verifications: list[tuple[list[PartitionResponse], int, str, PartitionData, Verification]] = []
+    # Kafka: transactional records need the request's transactional id (authorized to
+    # write it), else the whole request is TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    no_txn_id = not req.transactional_id and _has_transactional_batches(req)
     for topic in req.topic_data:
         parts: list[PartitionResponse] = []
         for pd in topic.partition_data:
             if not acks_ok:
                 parts.append(_partition_error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS))
+                continue
+            if no_txn_id:
+                code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                parts.append(_partition_error(pd.index, code))
                 continue
             verification = _verification(broker, req.transactional_id, topic.name, pd)
             if verification is not None:  # appended once verified, below
@@ -162,6 +169,20 @@ async def handle_produce(
         for i, h, p, r in leader_endpoints(broker.metadata.image, leaders, ctx.listener_name)
     ]
     return ProduceResponse(responses=responses, throttle_time_ms=0, node_endpoints=endpoints)
+
+
+def _has_transactional_batches(req: ProduceRequest) -> bool:
+    """Kafka's ``ProduceRequest.hasTransactionalRecords`` (judged by each partition's
+    first batch header; a malformed one is the append's to answer)."""
+    for topic in req.topic_data:
+        for pd in topic.partition_data:
+            if pd.records and len(pd.records) >= BATCH_HEADER_SIZE:
+                try:
+                    if parse_header(pd.records).is_transactional:
+                        return True
+                except ProtocolError:
+                    continue
+    return False
 
 
 @dataclass

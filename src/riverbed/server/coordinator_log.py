@@ -104,6 +104,19 @@ class LogEntry(NamedTuple):
     marker: bool | None = None
 
 
+async def wait_high_watermark(
+    partitions: CoordinatorPartitions, hosted: HostedPartition, end: int, timeout_ms: int
+) -> bool:
+    """True once the high watermark reaches ``end`` (what a load read is committed; no
+    ``min.insync.replicas`` condition, as for a read), False after ``timeout_ms``."""
+    replicas = partitions.replicas
+    if replicas is not None:
+        replicas.on_local_append(hosted)  # a leader alone in its ISR commits its tail now
+    return await partitions.purgatory.wait_until(
+        [(hosted.topic, hosted.index)], lambda: hosted.log.high_watermark >= end, timeout_ms
+    )
+
+
 def log_records(plog: PartitionLog, end: int, read_bytes: int) -> Iterator[KeyValue]:
     """Every keyed record of the partition below ``end`` in log order (worker thread:
     file reads), ``read_bytes`` at a time; control batches are skipped."""

@@ -47,6 +47,7 @@ from riverbed.server.coordinator_log import (
     led_partitions,
     read_records,
     wait_committed,
+    wait_high_watermark,
 )
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.listener_security import client_security
@@ -68,6 +69,8 @@ log = logging.getLogger(__name__)
 
 #: Longest sleep of the timer task: also how often leadership and markers are re-checked.
 TIMER_INTERVAL_MS: Final = 100
+#: Pause before a failed load of a partition is started again.
+LOAD_RETRY_BACKOFF_MS: Final = 1_000
 #: ``transaction.state.log`` records are written uncompressed (Kafka forces it).
 TXN_LOG_COMPRESSION: Final = 0
 #: The metadata feature whose level is the transaction version (KIP-890).
@@ -199,11 +202,11 @@ class TransactionCoordinatorShell:
                 raise LookupError(f"{TRANSACTION_STATE_TOPIC}-{partition} is not hosted here")
             records, end = await asyncio.to_thread(read_records, hosted.log, self.load_read_bytes)
             # answer nothing from records a fail-over could still lose
-            code = await wait_committed(self.partitions, hosted, end, self.write_timeout_ms)
-            if code != E.NONE:
-                raise LookupError(f"its log end {end} was not committed: {code.name}")
+            if not await wait_high_watermark(self.partitions, hosted, end, self.write_timeout_ms):
+                raise LookupError(f"its log end {end} was not committed in time")
         except Exception as exc:
             log.warning("loading %s-%d failed: %r", TRANSACTION_STATE_TOPIC, partition, exc)
+            await asyncio.sleep(LOAD_RETRY_BACKOFF_MS / 1000)  # (cancelled by an unload)
             if self._loading.get(partition) is asyncio.current_task():
                 self._unload(partition)  # the next reconcile starts again
             return

@@ -287,3 +287,105 @@ def test_confluent_send_offsets_to_transaction(verifying_node: BrokerProcess) ->
     finally:
         consumer.close()
         c.close()
+
+
+def test_kafka_python_kip_447_fencing(verifying_node: BrokerProcess) -> None:
+    """kafka-python sends the consumer's group metadata (KIP-447: generation and member
+    id, TxnOffsetCommit v3+): the current member's offsets commit with the transaction; a
+    stale generation is fenced and its transaction's offsets never become committed."""
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.errors import CommitFailedError
+    from kafka.structs import OffsetAndMetadata
+    from kafka.structs import TopicPartition as KTP
+
+    source, sink, group = "txn-kp-src", "txn-kp-out", "txn-kp-g"
+    c = Client(verifying_node.port)
+    create_topic(c, source, partitions=2)
+    create_topic(c, sink)
+    bootstrap = verifying_node.bootstrap
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+    )
+    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id="txn-kp-copier")
+    try:
+        consumer.subscribe([source])
+        until(
+            "an assignment",
+            lambda: consumer.poll(timeout_ms=200) is not None and (consumer.assignment() or None),
+        )
+        meta = consumer.group_metadata()
+        assert meta.generation_id >= 1 and meta.member_id
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(sink, b"copied").get(timeout=30)
+        producer.send_offsets_to_transaction({KTP(source, 0): OffsetAndMetadata(11, "", -1)}, meta)
+        assert fetch(c, group, source, stable=True)[0] == (-1, E.UNSTABLE_OFFSET_COMMIT)
+        producer.commit_transaction()
+        until(
+            "the committed offset",
+            lambda: True if fetch(c, group, source, stable=True)[0] == (11, E.NONE) else None,
+        )
+        stale = meta._replace(generation_id=meta.generation_id + 7)
+        producer.begin_transaction()
+        producer.send(sink, b"zombie").get(timeout=30)
+        # ILLEGAL_GENERATION: kafka-python's abortable CommitFailedError
+        with pytest.raises(CommitFailedError):
+            producer.send_offsets_to_transaction(
+                {KTP(source, 0): OffsetAndMetadata(13, "", -1)}, stale
+            )
+        producer.abort_transaction()
+        assert fetch(c, group, source, stable=True)[0] == (11, E.NONE)
+    finally:
+        producer.close(timeout=5)
+        consumer.close()
+        c.close()
+
+
+def test_aiokafka_v0_send_offsets(verifying_node: BrokerProcess) -> None:
+    """aiokafka speaks v0 of every transactional API (TxnOffsetCommit without KIP-447's
+    fields): the offsets commit with the transaction."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.structs import OffsetAndMetadata
+    from aiokafka.structs import TopicPartition as ATP
+
+    source, sink, group = "txn-aio-src", "txn-aio-out", "txn-aio-g"
+    c = Client(verifying_node.port)
+    create_topic(c, source, partitions=2)
+    create_topic(c, sink)
+
+    async def run() -> None:
+        p = AIOKafkaProducer(
+            bootstrap_servers=verifying_node.bootstrap, transactional_id="txn-aio-copier"
+        )
+        await p.start()
+        try:
+            async with p.transaction():
+                await p.send_and_wait(sink, b"copied")
+                await p.send_offsets_to_transaction(
+                    {ATP(source, 1): OffsetAndMetadata(21, "")}, group
+                )
+                assert fetch(c, group, source, stable=True)[1] == (-1, E.UNSTABLE_OFFSET_COMMIT)
+            with pytest.raises(RuntimeError):
+                async with p.transaction():  # an exception aborts the transaction
+                    await p.send_and_wait(sink, b"dropped")
+                    await p.send_offsets_to_transaction(
+                        {ATP(source, 1): OffsetAndMetadata(23, "")}, group
+                    )
+                    raise RuntimeError("abort it")
+        finally:
+            await asyncio.wait_for(p.stop(), 30)
+
+    try:
+        asyncio.run(asyncio.wait_for(run(), 90))
+        stable = until(
+            "the abort marker",
+            lambda: ((got := fetch(c, group, source, stable=True)[1])[1] == E.NONE and got) or None,
+        )
+        assert stable == (21, E.NONE)
+    finally:
+        c.close()

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from riverbed.coordinator import consumer_group, txn_offsets
+from riverbed.coordinator.shard import GroupShard
 from riverbed.coordinator.writes import GroupWrites
 from riverbed.testing.group_sim import SimParams, SimulationFailure, main, run_seed
 
@@ -51,6 +52,7 @@ def test_simulation_seeds(chunk: int) -> None:
     assert stats["txn offsets committed by a marker"] > 0
     assert stats["txn write appended before its marker"] > 0
     assert stats["pending offsets seen"] > 10 * SEEDS_PER_CHUNK
+    assert stats["position unstable"] > 0  # a consumer waited for a transaction (KIP-447)
 
 
 def test_replay_command_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -85,14 +87,30 @@ def _marker_misses_writes_in_flight(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(txn_offsets.TxnOffsets, "apply_marker", forgetful)
 
 
+def _fetch_ignores_pending(mp: pytest.MonkeyPatch) -> None:
+    # OffsetFetch with require_stable answers the committed offset of a partition whose
+    # transaction is still open (consumers then start below what the commit will give)
+    fetch = GroupShard.offset_fetch
+    mp.setattr(
+        GroupShard, "offset_fetch", lambda self, g, t, require_stable=False: fetch(self, g, t)
+    )
+
+
 @pytest.mark.parametrize(
     "breakage",
-    [_no_rollback, _hand_over_before_revocation, _aborts_commit, _marker_misses_writes_in_flight],
+    [
+        _no_rollback,
+        _hand_over_before_revocation,
+        _aborts_commit,
+        _marker_misses_writes_in_flight,
+        _fetch_ignores_pending,
+    ],
     ids=[
         "no-rollback-of-a-failed-write",
         "hand-over-before-revocation",
         "abort-marker-commits",
         "marker-misses-writes-in-flight",
+        "fetch-ignores-pending-offsets",
     ],
 )
 def test_broken_rules_are_caught(

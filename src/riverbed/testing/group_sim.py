@@ -24,7 +24,9 @@ Invariants after every step (`check`), the guarantees Kafka's coordinator gives:
 - no partition is consumed by two live consumers, and what a consumer uses is what the
   committed records give its member (it was never told an assignment no record holds);
 - a committed offset never goes backwards, unless an admin commit to an empty group set
-  it (or it was deleted or expired);
+  it (or it was deleted or expired); consumers start a partition at its *stable*
+  committed offset (OffsetFetch with require_stable, as read_committed consumers do since
+  KIP-447: starting from the offset before a pending transaction's would go back);
 - a committed offset never comes from an aborted transaction (each transaction's commits
   carry its own metadata), in memory or in a replay of the log;
 - the pending transactional offsets equal a replay of the log (what a reload gives), and
@@ -104,6 +106,8 @@ RETRIABLE = (
 Tp = tuple[str, int]
 #: The metadata of the admin commits (offset resets of an empty group).
 ADMIN = "admin reset"
+#: A consumer's position in a partition whose committed offset is unstable (KIP-447).
+UNKNOWN_POSITION = -1
 #: Producer ids of the consumers' transactions: this plus the consumer's number.
 PRODUCER_ID_BASE = 5000
 
@@ -348,7 +352,7 @@ class GroupSim:
         told = _tps(resp.assignment)
         self.note(f"{c.name} told {sorted(told)} in {c.group} at epoch {c.epoch}")
         for tp in sorted(told - c.owned):  # new partitions are used at once
-            c.positions[tp] = max(self.committed(c.group, tp), 0)
+            c.positions[tp] = self.start_position(c.group, tp)
         c.owned |= told
         c.told = told
 
@@ -386,6 +390,24 @@ class GroupSim:
         got = self.shard.offset_fetch(group, [(tp[0], [tp[1]])])
         return int(got.topics[0].partitions[0].committed_offset)
 
+    def start_position(self, group: str, tp: Tp) -> int:
+        """Where a read_committed consumer starts a new partition (KIP-447): its stable
+        committed offset; UNKNOWN_POSITION while a transaction's offsets are pending
+        (UNSTABLE_OFFSET_COMMIT: it asks again before using the partition)."""
+        got = self.shard.offset_fetch(group, [(tp[0], [tp[1]])], require_stable=True)
+        part = got.topics[0].partitions[0]
+        if part.error_code == E.UNSTABLE_OFFSET_COMMIT:
+            self.stats["position unstable"] += 1
+            return UNKNOWN_POSITION
+        return max(int(part.committed_offset), 0)
+
+    def positioned(self, c: Client, tps: set[Tp]) -> set[Tp]:
+        """The partitions of ``tps`` whose position the consumer knows (asked again)."""
+        for tp in tps:
+            if c.positions[tp] == UNKNOWN_POSITION:
+                c.positions[tp] = self.start_position(c.group, tp)
+        return {tp for tp in tps if c.positions[tp] != UNKNOWN_POSITION}
+
     def revoke(self, c: Client) -> None:
         """The consumer catches up: commits what it gives up, then drops it."""
         gone = c.owned - c.told
@@ -398,12 +420,13 @@ class GroupSim:
         self.note(f"{c.name} revoked {sorted(gone)}")
 
     def consume(self, c: Client) -> None:
-        for tp in c.owned:
+        for tp in self.positioned(c, c.owned):
             c.positions[tp] += self.rng.randrange(0, 30)
         if c.owned and self.rng.random() < 0.6:
             self.commit(c, set(c.owned))
 
     def commit(self, c: Client, tps: set[Tp]) -> None:
+        tps = self.positioned(c, tps)
         if c.epoch <= 0 or not tps:
             return
         offsets = {tp: c.positions[tp] for tp in tps}
@@ -424,10 +447,11 @@ class GroupSim:
 
     def txn_commit(self, c: Client) -> None:
         """A consume-transform-produce step: the positions go in the transaction."""
-        if c.epoch <= 0 or not c.owned:
+        owned = self.positioned(c, c.owned)
+        if c.epoch <= 0 or not owned:
             return
         pid = c.producer_id
-        offsets = {tp: c.positions[tp] for tp in c.owned}
+        offsets = {tp: c.positions[tp] for tp in owned}
         version = self.rng.choice([0, 3, 3, 4, 4, 4])
         tag = self.txn_tag(pid)
         req = txn_commit_req(pid, offsets, c.group, c.member, c.epoch, c.instance, metadata=tag)

@@ -282,3 +282,46 @@ def test_a_write_in_doubt_is_answered_and_the_partition_loaded_again(
 
     result = asyncio.run(run())
     assert result.error == ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+def test_a_load_needs_the_high_watermark_not_min_insync_replicas(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the ISR below min.insync.replicas an acks=all wait is refused
+    (NOT_ENOUGH_REPLICAS_AFTER_APPEND) even for records already committed; the load only
+    needs them committed (high watermark >= the log end it read), so it completes: the
+    coordinator answers (reads, and the errors of its refused writes) instead of
+    reloading the partition forever."""
+    import riverbed.server.txn_coordinator as shell_module
+
+    monkeypatch.setattr(shell_module, "read_records", lambda plog, n: ([], 5))
+
+    async def refused(hosted: Any, end: int, timeout_ms: int) -> ErrorCode:
+        return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+    async def wait_until(keys: Any, ready: Any, timeout_ms: int) -> bool:
+        return bool(ready())
+
+    hosted = SimpleNamespace(topic="__transaction_state", index=0,
+                             log=SimpleNamespace(high_watermark=5))  # fmt: skip
+    partitions = SimpleNamespace(
+        get=lambda topic, index: hosted,
+        replicas=SimpleNamespace(on_local_append=lambda h: None, wait_for_acks=refused),
+        purgatory=SimpleNamespace(wait_until=wait_until),
+    )
+
+    async def run() -> ErrorCode:
+        shell = TransactionCoordinatorShell(
+            ServerConfig.load(None, ["transaction.state.log.num.partitions=1"]), 1,
+            partitions,  # type: ignore[arg-type]
+            SimpleNamespace(image=image_with_topic(txn_state=True)), ManualClock(5),
+            SimpleNamespace(allocate=lambda: 42), RecordingFaultHandler(),
+        )  # fmt: skip
+        shell.reconcile()
+        try:
+            await _turns(lambda: shell.check("tid") == ErrorCode.NONE)
+            return shell.check("tid")
+        finally:
+            shell.close()
+
+    assert asyncio.run(run()) == ErrorCode.NONE

@@ -36,7 +36,7 @@ from typing import Final
 
 import pyarrow as pa
 
-from riverbed.cli.wire import WireClient, WireError
+from riverbed.cli.wire import RESPONSE_BYTES_MAX, WireClient, WireError
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
@@ -72,6 +72,8 @@ _LEADER_ERRORS: Final = frozenset(
 )
 # How long a log end below the planned range must last before it counts as data loss.
 log_end_grace_ms: Final = 2_000
+# Room left in a response frame for everything but the records.
+_RESPONSE_BODY_BYTES_MAX: Final = RESPONSE_BYTES_MAX - 64 * 1024
 _EARLIEST: Final = -2
 _LATEST: Final = -1
 
@@ -168,7 +170,8 @@ class PartitionClient:
             replica_id=-1,
             max_wait_ms=s.fetch_wait_max_ms,
             min_bytes=s.fetch_min_bytes,
-            max_bytes=s.fetch_bytes_max,
+            # a response larger than the connection accepts would never get through
+            max_bytes=min(s.fetch_bytes_max, _RESPONSE_BODY_BYTES_MAX),
             isolation_level=1 if s.read_committed else 0,
             topics=[
                 FetchRequest.FetchTopic(
@@ -178,7 +181,11 @@ class PartitionClient:
                             partition=self.partition,
                             current_leader_epoch=self.leader_epoch,
                             fetch_offset=offset,
-                            partition_max_bytes=min(s.partition_fetch_bytes_max, s.fetch_bytes_max),
+                            partition_max_bytes=min(
+                                s.partition_fetch_bytes_max,
+                                s.fetch_bytes_max,
+                                _RESPONSE_BODY_BYTES_MAX,
+                            ),
                         )
                     ],
                 )

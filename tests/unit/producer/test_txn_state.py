@@ -309,3 +309,19 @@ def test_follower_replaying_markers_keeps_the_same_state_and_index(tmp_path: Pat
     assert follower_state.last_stable_offset(end) == leader_state.last_stable_offset(end) == 4
     assert follower.aborted_transactions(0, end) == leader.aborted_transactions(0, end)
     assert follower.aborted_transactions(0, end) == EXPECTED["00000000000000000004.txnindex"]
+
+
+def test_lso_never_below_the_log_start(tmp_path: Path) -> None:
+    """DeleteRecords past an open transaction's first offset: the LSO is the log start
+    (else a read_committed consumer at the log start would never get anything)."""
+    from riverbed.server.broker.partitions import last_stable_offset
+
+    clock = ManualClock(T0)
+    plog, mgr = open_log(tmp_path, clock)
+    plog.append_as_leader(data(6, 0), 0)  # 0: opens producer 6's transaction
+    plog.append_as_leader(data(-1, -1, 2, txn=False), 0)  # 1-2
+    plog.update_high_watermark(plog.log_end_offset)
+    assert last_stable_offset(plog) == 0
+    plog.delete_records_before(2)
+    assert mgr.last_stable_offset(plog.high_watermark) == 0  # still open in the state
+    assert last_stable_offset(plog) == 2

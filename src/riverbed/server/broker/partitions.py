@@ -126,10 +126,14 @@ def producer_state_of(plog: PartitionLog) -> ProducerStateManager | None:
 
 def last_stable_offset(plog: PartitionLog) -> int:
     """The partition's LSO: the first offset of its earliest open transaction, never above
-    the high watermark (Kafka's ``UnifiedLog.lastStableOffset``); the HW without one."""
+    the high watermark (Kafka's ``UnifiedLog.lastStableOffset``); the HW without one. Never
+    below the log start either: DeleteRecords past an open transaction's first offset
+    moves it up (Kafka's maybeIncrementFirstUnstableOffset takes the log start then)."""
     hw = int(plog.high_watermark)
     state = plog.producer_state
-    return hw if state is None else state.last_stable_offset(hw)
+    if state is None:
+        return hw
+    return min(max(state.last_stable_offset(hw), plog.log_start_offset), hw)
 
 
 def _loop_running() -> bool:

@@ -249,6 +249,8 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     _d("riverbed.http.listeners", _LI, "", None,
        "HTTP listeners (http://host:port,...) serving /metrics and /health/*; empty = none "
        "(the embedded default serves http://127.0.0.1:9644)."),
+    _d("riverbed.log.format", _S, "text", one_of("text", "json"),
+       "The node's log lines: text, or one JSON object per line (log shippers)."),
     _d("riverbed.metrics.enable", _B, "true", None,
        "Count requests, bytes and messages on the request path (false: only the gauges "
        "computed at scrape time; for measuring what the counters cost)."),

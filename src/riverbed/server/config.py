@@ -33,6 +33,7 @@ from riverbed.metadata.broker_configs import (
 from riverbed.metadata.config_defs import ConfigEntry, ConfigValueError
 from riverbed.metadata.controller import ControllerConfig
 from riverbed.server.connection_quotas import ConnectionLimits, normalize_ip
+from riverbed.server.logging_config import LOG_LEVEL_PREFIX, LogLevelError, logger_levels
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +173,7 @@ class ServerConfig:
                 and not _LISTENER_MAX_RE.match(k)
                 and not _is_listener_security_key(k)
                 and not k.startswith(rsm_prefix)  # the remote storage manager's own keys
+                and not k.startswith(LOG_LEVEL_PREFIX)  # log.level.<logger>
             )
         )
         for key in self.unknown_keys:
@@ -231,6 +233,11 @@ class ServerConfig:
         self.auto_format: bool = bool(v["riverbed.storage.auto.format"])
         self.broker_rack: str | None = v["broker.rack"]  # type: ignore[assignment]
         self.http_listeners: tuple[str, ...] = tuple(_list(v["riverbed.http.listeners"]))
+        try:
+            self.logger_levels: dict[str, int] = logger_levels(self.originals)
+        except LogLevelError as exc:
+            raise ConfigError(exc.key, str(exc)) from None
+        self.log_json: bool = v["riverbed.log.format"] == "json"
 
     def _derive_listeners(self) -> None:
         v = self._values

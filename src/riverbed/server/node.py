@@ -66,6 +66,7 @@ from riverbed.server.listener_security import (
     client_security,
     listener_security,
 )
+from riverbed.server.logging_config import configure_logging
 from riverbed.server.metrics.registry import NodeMetrics
 from riverbed.server.network import (
     CloseConnection,
@@ -708,10 +709,7 @@ async def run_node(config: ServerConfig) -> None:
 
 def run(config: ServerConfig) -> int:
     """Run a node in this process until it is told to stop (``riverbed server start``)."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
+    configure_logging(config.node_id, config.logger_levels, config.log_json)
     try:
         import uvloop
 

@@ -143,6 +143,10 @@ class BrokerProcess:
         except OSError:
             return ""
 
+    def log_text(self) -> str:
+        """Everything the broker wrote (stdout and stderr) since its last start."""
+        return self._log_text()
+
     def log_tail(self) -> str:
         return self._log_text()[-LOG_TAIL_BYTES:]
 

@@ -178,15 +178,18 @@ class TrafficStats:
         hist.observe(now_ms - ctx.received_ms)
         self.queue_time[name].observe(max(0.0, started_ms - ctx.received_ms))
         message = response.body if isinstance(response, SplicedResponse) else response
-        if message is not None:
-            for code in error_codes(message):
-                ekey = (name, code)
-                self.errors[ekey] = self.errors.get(ekey, 0) + 1
         if isinstance(body, ProduceRequest):
-            self._produced(body, message if isinstance(message, ProduceResponse) else None)
+            self._produced(name, body, message if isinstance(message, ProduceResponse) else None)
         elif isinstance(body, FetchRequest) and isinstance(message, FetchResponse):
             spliced = response if isinstance(response, SplicedResponse) else None
-            self._fetched(message, spliced, follower=name == "FetchFollower")
+            self._fetched(name, message, spliced)
+        elif message is not None:
+            for code in error_codes(message):
+                self._error(name, code)
+
+    def _error(self, name: str, code: str) -> None:
+        key = (name, code)
+        self.errors[key] = self.errors.get(key, 0) + 1
 
     def _topic(self, name: str) -> TopicCounters:
         counters = self.topics.get(name)
@@ -194,21 +197,21 @@ class TrafficStats:
             counters = self.topics[name] = TopicCounters()
         return counters
 
-    def _produced(self, req: ProduceRequest, resp: ProduceResponse | None) -> None:
+    def _produced(self, name: str, req: ProduceRequest, resp: ProduceResponse | None) -> None:
         """acks=0 has no response: its partitions all succeeded (a failure closed the
-        connection and never reached here)."""
-        answers: dict[tuple[str, int], int] = {}
-        if resp is not None:
-            for t in resp.responses:
-                for p in t.partition_responses:
-                    answers[(t.name, p.index)] = p.error_code
+        connection and never reached here). The handler answers in request order; a
+        response in another order is matched by name and index."""
+        answers = resp.responses if resp is not None else None
+        in_order = answers is not None and len(answers) == len(req.topic_data)
         every = self.all_topics
-        for td in req.topic_data:
+        for ti, td in enumerate(req.topic_data):
             topic = self._topic(td.name)
-            for pd in td.partition_data:
+            codes = self._produce_codes(td, answers[ti] if in_order and answers else None, resp)
+            for pd, code in zip(td.partition_data, codes, strict=True):
                 topic.total_produce += 1
-                every.total_produce += 1
-                if answers.get((td.name, pd.index), 0) != 0 or not pd.records:
+                if code is not None:
+                    self._error(name, _code_name(code))
+                if code or not pd.records:
                     topic.failed_produce += 1
                     every.failed_produce += 1
                     continue
@@ -218,18 +221,36 @@ class TrafficStats:
                 every.bytes_in += size
                 topic.messages_in += count
                 every.messages_in += count
+            every.total_produce += len(td.partition_data)
 
-    def _fetched(
-        self, resp: FetchResponse, spliced: SplicedResponse | None, *, follower: bool
-    ) -> None:
+    @staticmethod
+    def _produce_codes(
+        td: ProduceRequest.TopicProduceData,
+        answer: ProduceResponse.TopicProduceResponse | None,
+        resp: ProduceResponse | None,
+    ) -> list[int | None]:
+        """Each partition's answered error code (None: no response, acks=0)."""
+        if resp is None:
+            return [None] * len(td.partition_data)
+        parts = answer.partition_responses if answer is not None else []
+        if answer is not None and answer.name == td.name and len(parts) == len(td.partition_data):
+            return [p.error_code for p in parts]  # the handler answers in request order
+        found = {
+            (t.name, p.index): p.error_code for t in resp.responses for p in t.partition_responses
+        }
+        return [found.get((td.name, pd.index), 0) for pd in td.partition_data]
+
+    def _fetched(self, name: str, resp: FetchResponse, spliced: SplicedResponse | None) -> None:
+        follower = name == "FetchFollower"
         sizes = {fr.token: fr.size for fr in spliced.files} if spliced is not None else {}
         every = self.all_topics
+        self._error(name, _code_name(resp.error_code))
         for t in resp.responses:
-            name = t.topic or self._topic_name(t.topic_id) or str(t.topic_id)
-            topic = self._topic(name)
+            topic = self._topic(t.topic or self._topic_name(t.topic_id) or str(t.topic_id))
             for p in t.partitions:
                 topic.total_fetch += 1
                 every.total_fetch += 1
+                self._error(name, _code_name(p.error_code))
                 if p.error_code:
                     topic.failed_fetch += 1
                     every.failed_fetch += 1

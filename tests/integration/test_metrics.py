@@ -158,6 +158,18 @@ def test_group_lag_matches_committed_offsets(node: BrokerProcess) -> None:
     assert value(m, "kafka_consumergroup_members", consumergroup=group) == 0  # it left
 
 
+def test_producer_ledger_counts_idempotent_producers(node: BrokerProcess) -> None:
+    before = value(scrape(node.http_url), "riverbed_producer_ledger_ids")
+    for _ in range(3):
+        p = Producer({"bootstrap.servers": node.bootstrap, "enable.idempotence": True})
+        for partition in range(3):
+            p.produce("idempotent", value=b"x", partition=partition)
+        assert p.flush(30) == 0
+    m = scrape(node.http_url)
+    assert value(m, "riverbed_producer_ledger_ids") == before + 9  # 3 producers x 3 partitions
+    assert value(m, "riverbed_producer_ledger_filter_bytes") > 0
+
+
 def test_bad_http_requests_get_clear_errors_and_kafka_goes_on(node: BrokerProcess) -> None:
     status, body = http_status(node.http_url + "/metrics", "POST", b"x")
     assert status == 405 and json.loads(body)["status"] == 405
@@ -252,7 +264,13 @@ def test_sigstopped_follower_shows_as_under_replicated(trio: QuorumCluster) -> N
     produce(trio.bootstrap_servers, topic, [b"before"] * 60)
     pid = trio.nodes[stopped].pid
     assert pid is not None
+    # records keep coming while the follower is stopped: a follower at the leader's log
+    # end stays in sync however long it is silent (Kafka's isCaughtUp); it falls behind
+    # only when there is something to fall behind
+    done = threading.Event()
+    writer = threading.Thread(target=_keep_producing, args=(trio, topic, done))
     os.kill(pid, signal.SIGSTOP)
+    writer.start()
     try:
         started = time.monotonic()
         try:
@@ -266,6 +284,8 @@ def test_sigstopped_follower_shows_as_under_replicated(trio: QuorumCluster) -> N
         took_s = time.monotonic() - started
     finally:
         os.kill(pid, signal.SIGCONT)
+        done.set()
+        writer.join(WAIT_S)
     assert _counter(trio, others, "kafka_server_replicamanager_isrshrinks_total") > shrinks_before
     wait_for(
         f"no under-replicated partition once node {stopped} is back",
@@ -274,6 +294,17 @@ def test_sigstopped_follower_shows_as_under_replicated(trio: QuorumCluster) -> N
     )
     assert _counter(trio, ids, "kafka_server_replicamanager_isrexpands_total") >= 1
     assert took_s >= LAG_MAX_MS / 1000 * 0.5, "the ISR shrank before the follower could lag"
+
+
+def _keep_producing(cluster: QuorumCluster, topic: str, done: threading.Event) -> None:
+    """A record to every partition every 100 ms until ``done`` (acks=1: the leader alone)."""
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": 1, "log_level": 3})
+    while not done.is_set():
+        for partition in range(6):
+            p.produce(topic, value=b"during", partition=partition)
+        p.poll(0)
+        done.wait(0.1)
+    p.flush(10)
 
 
 def _leaders(cluster: QuorumCluster, topic: str) -> dict[int, int]:

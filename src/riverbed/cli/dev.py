@@ -104,7 +104,8 @@ def dev_cmd(args: argparse.Namespace) -> int:
             node = cluster.nodes[i]
             print(
                 f"  node {i}: pid {node.pid}  PLAINTEXT://127.0.0.1:{cluster.ports[i][0]}  "
-                f"CONTROLLER://{cluster.controller(i)}  log {node.log_path}"
+                f"CONTROLLER://{cluster.controller(i)}  metrics {node.http_url}/metrics  "
+                f"log {node.log_path}"
             )
         print(
             f"try: riverbed quorum describe --bootstrap-controller {cluster.controller(1)}\n"

@@ -231,7 +231,7 @@ class Node:
             replace(cfg.connection_limits, inter_broker_listener=None)
         )
         self.metrics.watch_network(
-            lambda: server.queued.held, [server.quotas, self._controller_quotas]
+            lambda: server.queued.held, [server.quotas, self._controller_quotas], self.purgatory
         )
         return server
 

@@ -21,9 +21,11 @@ from riverbed.server.metrics.state import (
     GroupLagCollector,
     GroupShards,
     HostedPartitions,
+    LedgerCollector,
     ListenerConnections,
     NetworkCollector,
     OfflineDirs,
+    Parked,
     QuorumView,
     RaftView,
     ReplicaCollector,
@@ -50,10 +52,13 @@ class NodeMetrics:
         self._watching = False
 
     def watch_network(
-        self, queue_size: Callable[[], int], quotas: Iterable[ListenerConnections]
+        self,
+        queue_size: Callable[[], int],
+        quotas: Iterable[ListenerConnections],
+        fetch_purgatory: Parked,
     ) -> None:
         self.registry.register(TrafficCollector(self.traffic, queue_size))
-        self.registry.register(NetworkCollector(quotas))
+        self.registry.register(NetworkCollector(quotas, fetch_purgatory))
 
     def watch(
         self,
@@ -73,6 +78,7 @@ class NodeMetrics:
         self.registry.register(ControllerCollector(quorum, raft, raft_log_end, self.is_controller))
         self.registry.register(ReplicaCollector(self.node_id, hosted, lag, log_dirs))
         self.registry.register(GroupLagCollector(groups, hosted))
+        self.registry.register(LedgerCollector(hosted))
 
     def on_image(self, old: MetadataImage, new: MetadataImage, delta: MetadataDelta) -> None:
         """Image listener: metadata-event counters; a deleted topic's series go away."""

@@ -25,7 +25,9 @@ Kafka's definitions:
 - consumer groups, kafka_exporter's names, for the groups this node coordinates:
   ``kafka_consumergroup_current_offset`` and ``kafka_consumergroup_lag`` (high watermark -
   committed offset, where this node hosts the partition's log) per group and partition,
-  their per-topic ``_sum``, and ``kafka_consumergroup_members``.
+  their per-topic ``_sum``, and ``kafka_consumergroup_members``;
+- the producer-id ledgers (riverbed's own): ids, sealed files, filter memory, cached
+  ids, reads, filter checks and false-positive checks, summed over the hosted partitions.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from riverbed.coordinator.group import ClassicGroup
 from riverbed.coordinator.shard import GroupShard
 from riverbed.metadata.image import NO_LEADER, MetadataImage
 from riverbed.raft.roles import Role
-from riverbed.server.broker.partitions import HostedPartition
+from riverbed.server.broker.partitions import HostedPartition, producer_state_of
 
 Families = Iterator[GaugeMetricFamily | CounterMetricFamily]
 
@@ -251,11 +253,20 @@ class ListenerConnections(Protocol):
     def listener_count(self, listener: str) -> int: ...
 
 
-class NetworkCollector(Collector):
-    """socket-server-metrics ``connection-count`` per listener."""
+class Parked(Protocol):
+    """Requests waiting in a purgatory (`Purgatory.parked`)."""
 
-    def __init__(self, quotas: Iterable[ListenerConnections]) -> None:
+    @property
+    def parked(self) -> int: ...
+
+
+class NetworkCollector(Collector):
+    """socket-server-metrics ``connection-count`` per listener, and the fetch purgatory's
+    size (DelayedOperationPurgatory ``PurgatorySize``: parked long-poll fetches)."""
+
+    def __init__(self, quotas: Iterable[ListenerConnections], fetches: Parked) -> None:
         self.quotas = list(quotas)
+        self.fetches = fetches
 
     def collect(self) -> Families:
         family = GaugeMetricFamily(
@@ -267,6 +278,13 @@ class NetworkCollector(Collector):
             for name in sorted(q.listeners()):
                 family.add_metric([name, "0"], q.listener_count(name))
         yield family
+        purgatory = GaugeMetricFamily(
+            "kafka_server_delayedoperationpurgatory_purgatorysize",
+            "Requests parked in a purgatory",
+            labels=["delayedOperation"],
+        )
+        purgatory.add_metric(["Fetch"], self.fetches.parked)
+        yield purgatory
 
 
 # ------------------------------------------------------------------ consumer groups
@@ -327,3 +345,41 @@ class GroupLagCollector(Collector):
                     current_sum.add_metric([group.group_id, topic], cur_sum)
                     lag_sum.add_metric([group.group_id, topic], lag_total)
         yield from (current, lag, current_sum, lag_sum, members)
+
+
+# ------------------------------------------------------------------ producer-id ledger
+class LedgerCollector(Collector):
+    """The producer-id ledgers of the hosted partitions, summed (riverbed's own names:
+    Kafka keeps producer state in memory and has no such metrics)."""
+
+    def __init__(self, hosted: HostedPartitions) -> None:
+        self.hosted = hosted
+
+    def collect(self) -> Families:
+        ids = files = filter_bytes = cached = reads = false_positives = checks = 0
+        for hp in list(self.hosted.partitions.values()):
+            state = producer_state_of(hp.log)
+            if state is None or hp.log.closed:
+                continue
+            ledger, _hit_rate, in_cache = state.stats()
+            ids += ledger.active_entries + ledger.sealed_entries
+            files += ledger.sealed_files
+            filter_bytes += ledger.filter_bytes
+            cached += in_cache
+            reads += ledger.reads
+            false_positives += ledger.false_positive_checks
+            checks += ledger.filter_checks
+        p = "riverbed_producer_ledger_"
+        yield _gauge(p + "ids", "Producer ids in the ledgers", ids)
+        yield _gauge(p + "files", "Sealed ledger files", files)
+        yield _gauge(p + "filter_bytes", "Bloom filter bytes in memory", filter_bytes)
+        yield _gauge(p + "cached_ids", "Producer ids in the write-through caches", cached)
+        yield CounterMetricFamily(p + "reads", "Ledger reads (cache misses)", value=reads)
+        yield CounterMetricFamily(
+            p + "filter_checks", "Sealed-file filter checks by reads", value=checks
+        )
+        yield CounterMetricFamily(
+            p + "false_positive_checks",
+            "Sealed files read because a filter said maybe, in vain",
+            value=false_positives,
+        )

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -34,7 +35,7 @@ from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.messages import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
 from riverbed.server.broker.transactions import verify_locally
-from riverbed.server.replication.fetcher import BrokerChannel
+from riverbed.server.replication.fetcher import BrokerChannel, Channel
 
 if TYPE_CHECKING:
     from riverbed.server.broker.dispatch import Broker
@@ -88,12 +89,16 @@ class _Pending:
 class TxnVerifier:
     """Verifications of one broker, batched per coordinator broker."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(
+        self, broker: Broker, channel_factory: Callable[[int], Channel | None] | None = None
+    ) -> None:
         self.broker = broker
         self.listener = broker.config.inter_broker_listener_name
+        #: connections to other brokers (tests inject their own)
+        self.channel_factory = channel_factory
         self._pending: dict[int, list[_Pending]] = {}
         self._locks: dict[int, asyncio.Lock] = {}
-        self._channels: dict[int, BrokerChannel] = {}
+        self._channels: dict[int, Channel] = {}
         self.requests_sent = 0  # for tests: requests to other brokers
 
     def enabled(self) -> bool:
@@ -205,18 +210,21 @@ class TxnVerifier:
                     out[key] = E.of(r.partition_error_code)
         return out
 
-    def _channel(self, node: int) -> BrokerChannel | None:
+    def _channel(self, node: int) -> Channel | None:
         channel = self._channels.get(node)
         if channel is not None:
             return channel
-        reg = self.broker.metadata.image.brokers.get(node)
-        ep = reg.endpoint(self.listener) if reg is not None else None
-        if ep is None:
-            return None
-        channel = BrokerChannel(
-            ep.host, ep.port, f"txn-verifier-{self.broker.node_id}", VERIFY_RESPONSE_BYTES_MAX
-        )
-        self._channels[node] = channel
+        if self.channel_factory is not None:
+            channel = self.channel_factory(node)
+        else:
+            reg = self.broker.metadata.image.brokers.get(node)
+            ep = reg.endpoint(self.listener) if reg is not None else None
+            if ep is None:
+                return None
+            client_id = f"txn-verifier-{self.broker.node_id}"
+            channel = BrokerChannel(ep.host, ep.port, client_id, VERIFY_RESPONSE_BYTES_MAX)
+        if channel is not None:
+            self._channels[node] = channel
         return channel
 
     def close(self) -> None:

@@ -224,6 +224,20 @@ def test_find_coordinator_for_transactional_ids_batched(
     ]
 
 
+def test_find_coordinator_v6_and_an_unknown_key_type(client: Client, node: BrokerProcess) -> None:
+    """Kafka 4.1's FindCoordinator v6: the same batched answer; key type 2 (share groups,
+    KIP-932) is INVALID_REQUEST, riverbed having none."""
+    for key_type, code, node_id in ((1, 0, 1), (2, ErrorCode.INVALID_REQUEST, -1)):
+        resp = client.call(
+            ApiKey.FIND_COORDINATOR,
+            6,
+            FindCoordinatorRequest(key_type=key_type, coordinator_keys=["tid-v6"]),
+        )
+        assert [(c.key, c.error_code, c.node_id) for c in resp.coordinators] == [
+            ("tid-v6", code, node_id)
+        ]
+
+
 def test_init_producer_id_v0_and_coordinator_errors(client: Client) -> None:
     """aiokafka's v0 InitProducerId with a transactional id; a timeout above
     transaction.max.timeout.ms; EndTxn and AddPartitionsToTxn refusals."""

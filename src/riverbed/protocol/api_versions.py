@@ -128,7 +128,10 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     # OffsetCommit/OffsetFetch v9: member epochs of KIP-848 consumer groups.
     ApiKey.OFFSET_COMMIT: (0, 9),
     ApiKey.OFFSET_FETCH: (0, 9),
-    ApiKey.FIND_COORDINATOR: (0, 4),
+    # FindCoordinator v5 (KIP-890: may answer TRANSACTION_ABORTABLE, which riverbed's never
+    # does) and v6 (KIP-932: key type 2, share groups, answered INVALID_REQUEST: none here)
+    # have v4's fields: Kafka 4.1's range.
+    ApiKey.FIND_COORDINATOR: (0, 6),
     ApiKey.JOIN_GROUP: (0, 9),
     ApiKey.HEARTBEAT: (0, 4),
     ApiKey.LEAVE_GROUP: (0, 5),

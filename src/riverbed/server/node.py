@@ -419,9 +419,12 @@ class Node:
             )
         if api_key == ApiKey.API_VERSIONS:
             return api_versions_response(ctx, CONTROLLER_API_VERSIONS)
+        version = response_body_version(ctx.header)
+        if api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
+            # outside the SASL gate (PLAINTEXT, or already authenticated): Kafka's answer
+            return error_response(api_key, body, version, ErrorCode.ILLEGAL_SASL_STATE)
         if self.quorum is None:
             raise UnsupportedControllerApi(f"api key {api_key} before the quorum is open")
-        version = response_body_version(ctx.header)
         try:
             response = await self.quorum.handle_controller_request(api_key, body)
         except Exception as exc:

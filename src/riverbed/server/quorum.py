@@ -165,6 +165,10 @@ CONTROLLER_API_VERSIONS = listener_api_versions(
         ApiKey.BROKER_REGISTRATION,
         ApiKey.BROKER_HEARTBEAT,
         ApiKey.UNREGISTER_BROKER,
+        # served by the SASL gate before authentication (a SASL controller listener
+        # advertises them, or librdkafka takes SASL handshakes as unsupported)
+        ApiKey.SASL_HANDSHAKE,
+        ApiKey.SASL_AUTHENTICATE,
         *FORWARDED_APIS,
     },
 )

@@ -30,6 +30,7 @@ from riverbed.protocol.messages import (
     FindCoordinatorRequest,
     InitProducerIdRequest,
     ListTransactionsRequest,
+    MetadataRequest,
 )
 from riverbed.protocol.records import SimpleRecord, build_batch, iter_batches, iter_records
 from riverbed.testing.cluster import BrokerProcess
@@ -623,3 +624,29 @@ def test_cli_finds_a_hanging_transaction_and_aborts_it(capsys: pytest.CaptureFix
             known.abort_transaction(30)
         finally:
             c.close()
+
+
+def test_the_transaction_state_topic_configs(client: Client, node: BrokerProcess) -> None:
+    """__transaction_state is created on first use as Kafka creates it: compacted,
+    uncompressed, transaction.state.log.min.isr, no unclean leader election."""
+    from riverbed.protocol.messages import DescribeConfigsRequest as D
+
+    p = txn_producer(node, "tid-configs")
+    p.init_transactions(30)  # FindCoordinator created the topic (if no test did before)
+    resp = client.call(
+        ApiKey.DESCRIBE_CONFIGS,
+        4,
+        D(resources=[D.DescribeConfigsResource(resource_type=2,
+                                               resource_name=TRANSACTION_STATE_TOPIC,
+                                               configuration_keys=None)]),
+    )  # fmt: skip
+    (res,) = resp.results
+    assert res.error_code == 0, res
+    configs = {c.name: c.value for c in res.configs}
+    assert configs["cleanup.policy"] == "compact"
+    assert configs["compression.type"] == "uncompressed"
+    assert configs["unclean.leader.election.enable"] == "false"
+    assert configs["min.insync.replicas"] == "1"  # the broker's transaction.state.log.min.isr
+    md = client.call(ApiKey.METADATA, 12, MetadataRequest(topics=None))
+    (topic,) = [t for t in md.topics if t.name == TRANSACTION_STATE_TOPIC]
+    assert topic.is_internal and len(topic.partitions) == TXN_PARTITIONS

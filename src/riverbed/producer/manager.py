@@ -280,12 +280,12 @@ class ProducerStateManager:
 
         return begin() if self._log is None else self._log.update_producer_state(begin)
 
-    def end_verification(self, producer_id: int, guard: int) -> bool:
-        """True when no marker of the producer was appended since ``guard`` was taken."""
+    def end_verification(self, producer_id: int, guard: int, verified: bool = True) -> bool:
+        """True when the append may go ahead (``ProducerStateTable.end_verification``)."""
         if self._log is None:
-            return self.table.end_verification(producer_id, guard)
+            return self.table.end_verification(producer_id, guard, verified)
         return self._log.update_producer_state(
-            lambda: self.table.end_verification(producer_id, guard)
+            lambda: self.table.end_verification(producer_id, guard, verified)
         )
 
     def open_transactions(self) -> dict[int, int]:

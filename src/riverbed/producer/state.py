@@ -240,18 +240,24 @@ class ProducerStateTable:
         return producer_id in self.ongoing
 
     def begin_verification(self, producer_id: int) -> int:
-        """A new guard for ``producer_id`` (replacing any older one)."""
-        self._guards += 1
-        self.verifying[producer_id] = self._guards
-        return self._guards
+        """The producer's guard: the current one when verifications of it are under way
+        (concurrent produces share it, as Kafka's VerificationStateEntry), else a new one."""
+        guard = self.verifying.get(producer_id)
+        if guard is None:
+            self._guards += 1
+            guard = self.verifying[producer_id] = self._guards
+        return guard
 
-    def end_verification(self, producer_id: int, guard: int) -> bool:
-        """True when ``guard`` still holds (no marker of the producer since it was taken);
-        the guard is released either way."""
-        held = self.verifying.get(producer_id) == guard
-        if held:
+    def end_verification(self, producer_id: int, guard: int, verified: bool = True) -> bool:
+        """True when the append may go ahead: ``guard`` still holds (no marker of the
+        producer since it was taken), or the producer's transaction is open here now (a
+        concurrent produce's verified append opened it). The guard goes with the
+        producer's next transactional batch or marker; a failed verification
+        (``verified`` False) drops it now."""
+        current = self.verifying.get(producer_id) == guard
+        if current and not verified:
             del self.verifying[producer_id]
-        return held
+        return current or producer_id in self.ongoing
 
     def seed_ongoing(self, open_txns: dict[int, int]) -> None:
         """The open transactions of the entries the replay starts from (the ledger's)."""
@@ -370,6 +376,7 @@ class ProducerStateTable:
             if h.is_transactional and entry.current_txn_first_offset < 0:
                 entry.current_txn_first_offset = h.base_offset
                 self.ongoing[pid] = h.base_offset
+                self.verifying.pop(pid, None)  # verified: the transaction is open now
         self.producers.put(entry)  # write-through: the ledger records it now
         return aborted
 

@@ -252,17 +252,21 @@ def test_verification_guard_is_dropped_by_a_marker() -> None:
     the append means the verified transaction ended; the append must be refused."""
     t = ProducerStateTable()
     guard = t.begin_verification(1)
+    assert t.begin_verification(1) == guard  # concurrent produces share the guard
     assert t.end_verification(1, guard)  # nothing happened meanwhile
-    assert not t.end_verification(1, guard)  # released
-    guard = t.begin_verification(1)
-    t.apply(at(data(1, 0), 0))
+    t.apply(at(data(1, 0), 0))  # the first verified append opens the transaction
+    assert t.end_verification(1, guard)  # a concurrent one may follow it
     t.apply(at(marker(1, False), 1), TxnMarker(False, 0))
-    assert not t.end_verification(1, guard)
-    newer = t.begin_verification(2)
-    t.begin_verification(2)  # a retry replaces the guard
-    assert not t.end_verification(2, newer)
+    assert not t.end_verification(1, guard)  # the transaction it verified ended
+    again = t.begin_verification(1)
+    assert again != guard
+    t.apply(at(marker(1, False), 2), TxnMarker(False, 0))  # e.g. a timeout's abort
+    assert not t.end_verification(1, again)
+    failed = t.begin_verification(2)
+    t.end_verification(2, failed, verified=False)  # a failed verification drops it
+    assert t.begin_verification(2) != failed
     assert not t.has_open_transaction(1)
-    t.apply(at(data(1, 1), 2))
+    t.apply(at(data(1, 1), 3))
     assert t.has_open_transaction(1)
 
 

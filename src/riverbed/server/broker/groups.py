@@ -351,9 +351,9 @@ async def _verify_txn_commit(broker: Broker, req: TxnOffsetCommitRequest) -> Err
     code = await broker.txn_verifier.verify(
         req.transactional_id, req.producer_id, req.producer_epoch, OFFSETS_TOPIC, partition
     )
-    # a marker of the producer meanwhile ended the verified transaction (the guard is
-    # released either way)
-    held = state.end_verification(req.producer_id, guard)
+    # a marker of the producer meanwhile ended the verified transaction (a failed
+    # verification drops the guard)
+    held = state.end_verification(req.producer_id, guard, code == E.NONE)
     return E.INVALID_TXN_STATE if code == E.NONE and not held else code
 
 

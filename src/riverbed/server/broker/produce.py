@@ -135,7 +135,7 @@ async def handle_produce(
     if verifications:
         codes = await asyncio.gather(*(v[4].verify() for v in verifications))
         for (parts, i, name, pd, v), code in zip(verifications, codes, strict=True):
-            if code == ErrorCode.NONE and not v.still_holds():
+            if not v.still_holds(code == ErrorCode.NONE) and code == ErrorCode.NONE:
                 code = ErrorCode.INVALID_TXN_STATE  # the verified transaction ended meanwhile
             if code != ErrorCode.NONE:
                 message = "the partition was not verified in the transaction"
@@ -204,8 +204,8 @@ class Verification:
             self.tid, h.producer_id, h.producer_epoch, self.topic, self.partition
         )
 
-    def still_holds(self) -> bool:
-        return self.state.end_verification(self.header.producer_id, self.guard)
+    def still_holds(self, verified: bool = True) -> bool:
+        return self.state.end_verification(self.header.producer_id, self.guard, verified)
 
 
 def _verification(

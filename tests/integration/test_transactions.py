@@ -650,3 +650,55 @@ def test_the_transaction_state_topic_configs(client: Client, node: BrokerProcess
     md = client.call(ApiKey.METADATA, 12, MetadataRequest(topics=None))
     (topic,) = [t for t in md.topics if t.name == TRANSACTION_STATE_TOPIC]
     assert topic.is_internal and len(topic.partitions) == TXN_PARTITIONS
+
+
+def test_kafka_python_and_aiokafka_zombies_are_fenced(node: BrokerProcess, client: Client) -> None:
+    """A second producer with the same transactional id fences the first: kafka-python's
+    gets ProducerFencedError (PRODUCER_FENCED, AddPartitionsToTxn v2+), aiokafka's
+    ProducerFenced (INVALID_PRODUCER_EPOCH: it speaks v0); their writes never become
+    visible, the new producer's do."""
+    import kafka.errors
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import ProducerFenced
+    from kafka import KafkaProducer
+
+    topic = "txn-zombies"
+    create_topic(client, topic)
+    old = KafkaProducer(bootstrap_servers=node.bootstrap, transactional_id="tid-kp-zombie")
+    new = KafkaProducer(bootstrap_servers=node.bootstrap, transactional_id="tid-kp-zombie")
+    try:
+        old.init_transactions()
+        new.init_transactions()
+        old.begin_transaction()
+        with pytest.raises(kafka.errors.ProducerFencedError):
+            old.send(topic, b"kafka-python zombie").get(timeout=30)
+            old.commit_transaction()
+        new.begin_transaction()
+        new.send(topic, b"kafka-python fresh").get(timeout=30)
+        new.commit_transaction()
+    finally:
+        old.close(timeout=2)
+        new.close(timeout=5)
+
+    async def run() -> None:
+        first = AIOKafkaProducer(bootstrap_servers=node.bootstrap, transactional_id="tid-ak-zombie")
+        second = AIOKafkaProducer(
+            bootstrap_servers=node.bootstrap, transactional_id="tid-ak-zombie"
+        )
+        await first.start()
+        await second.start()
+        try:
+            with pytest.raises(ProducerFenced):
+                async with first.transaction():
+                    await first.send_and_wait(topic, b"aiokafka zombie")
+            async with second.transaction():
+                await second.send_and_wait(topic, b"aiokafka fresh")
+        finally:
+            await asyncio.wait_for(first.stop(), 30)
+            await asyncio.wait_for(second.stop(), 30)
+
+    asyncio.run(asyncio.wait_for(run(), 90))
+    assert committed_values(node, topic, b"aiokafka fresh") == [
+        b"kafka-python fresh",
+        b"aiokafka fresh",
+    ]

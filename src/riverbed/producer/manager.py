@@ -487,6 +487,8 @@ class ProducerStateManager:
             for entry in entries:
                 if self.store.get(entry.producer_id) is None:
                     self.store.put(entry)
+                    if entry.current_txn_first_offset >= 0:  # its marker comes later
+                        self.table.ongoing[entry.producer_id] = entry.current_txn_first_offset
                     added += 1
             return added
 

@@ -329,3 +329,25 @@ def test_lso_never_below_the_log_start(tmp_path: Path) -> None:
     plog.delete_records_before(2)
     assert mgr.last_stable_offset(plog.high_watermark) == 0  # still open in the state
     assert last_stable_offset(plog) == 2
+
+
+def test_a_remote_snapshot_brings_its_open_transactions(tmp_path: Path) -> None:
+    """A log restarted at its leader's local start takes the producers of the remote range
+    from the shipped snapshot: a transaction open there is open here until its marker."""
+    from riverbed.producer.snapshot import encode_snapshot
+    from riverbed.producer.state import ProducerEntry
+
+    clock = ManualClock(T0)
+    plog, mgr = open_log(tmp_path, clock)
+    plog.truncate_fully_and_start_at(100)
+    entry = ProducerEntry(8, 0, current_txn_first_offset=90, last_timestamp=T0)
+    assert mgr.install_remote_snapshot(encode_snapshot([entry])) == 1
+    assert mgr.open_transactions() == {8: 90}
+    assert mgr.last_stable_offset(100) == 90
+    from riverbed.protocol.records import patch_base_offset
+
+    replicated = bytearray(marker(8, False))  # the ABORT, as the leader wrote it
+    patch_base_offset(replicated, 0, 100)
+    plog.append_as_follower(replicated)
+    assert mgr.open_transactions() == {}
+    assert plog.aborted_transactions(0, 101) == [AbortedTxn(8, 90, 100, 101)]

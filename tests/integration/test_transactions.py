@@ -702,3 +702,29 @@ def test_kafka_python_and_aiokafka_zombies_are_fenced(node: BrokerProcess, clien
         b"kafka-python fresh",
         b"aiokafka fresh",
     ]
+
+
+def test_an_idle_transactional_id_expires() -> None:
+    """transactional.id.expiration.ms: an id idle that long is tombstoned in
+    __transaction_state by the timer of transaction.remove.expired.transaction.cleanup
+    .interval.ms, and is then unknown (TRANSACTIONAL_ID_NOT_FOUND)."""
+    overrides = {
+        "transaction.state.log.num.partitions": str(TXN_PARTITIONS),
+        "transactional.id.expiration.ms": "1000",
+        "transaction.remove.expired.transaction.cleanup.interval.ms": "300",
+    }
+    with BrokerProcess(overrides=overrides) as b:
+        c = Client(b.port)
+        try:
+            p = txn_producer(b, "tid-expires")
+            p.init_transactions(30)
+            assert describe(c, "tid-expires").error_code == 0
+            wait_for(
+                "the id's expiry",
+                lambda: (
+                    describe(c, "tid-expires").error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+                ),
+            )
+            assert txn_log(c, "tid-expires")[-1] is None  # the tombstone
+        finally:
+            c.close()

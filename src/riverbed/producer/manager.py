@@ -487,8 +487,9 @@ class ProducerStateManager:
             for entry in entries:
                 if self.store.get(entry.producer_id) is None:
                     self.store.put(entry)
-                    if entry.current_txn_first_offset >= 0:  # its marker comes later
-                        self.table.ongoing[entry.producer_id] = entry.current_txn_first_offset
+                    first = entry.current_txn_first_offset
+                    if first >= 0:  # its marker comes later
+                        self.table.add_open_transaction(entry.producer_id, first)
                     added += 1
             return added
 

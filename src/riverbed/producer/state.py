@@ -215,13 +215,27 @@ class ProducerStateTable:
         self.map_end_offset = map_end_offset
         #: producer id -> first offset of its open transaction (Kafka's ongoingTxns)
         self.ongoing: dict[int, int] = {}
+        self._first_unstable: int | None = None
+        self._first_unstable_stale = False
         #: producer id -> its verification guard (bounded by verifications in flight)
         self.verifying: dict[int, int] = {}
         self._guards = 0
 
     def first_unstable_offset(self) -> int | None:
         """The first offset of the earliest open transaction (None: none open)."""
-        return min(self.ongoing.values()) if self.ongoing else None
+        if self._first_unstable_stale:
+            # computed once per change, not per fetch (every Fetch answers the LSO)
+            self._first_unstable = min(self.ongoing.values()) if self.ongoing else None
+            self._first_unstable_stale = False
+        return self._first_unstable
+
+    def add_open_transaction(self, producer_id: int, first_offset: int) -> None:
+        self.ongoing[producer_id] = first_offset
+        self._first_unstable_stale = True
+
+    def _end_open_transaction(self, producer_id: int) -> None:
+        if self.ongoing.pop(producer_id, None) is not None:
+            self._first_unstable_stale = True
 
     def last_stable_offset(self, high_watermark: int) -> int:
         """Kafka's ``lastStableOffset``: the first unstable offset when it is below the
@@ -262,6 +276,7 @@ class ProducerStateTable:
     def seed_ongoing(self, open_txns: dict[int, int]) -> None:
         """The open transactions of the entries the replay starts from (the ledger's)."""
         self.ongoing = dict(open_txns)
+        self._first_unstable_stale = True
 
     def get(self, producer_id: int) -> ProducerEntry | None:
         return self.producers.get(producer_id)
@@ -375,7 +390,7 @@ class ProducerStateTable:
             entry.add_batch(h.producer_epoch, _batch_metadata(h))
             if h.is_transactional and entry.current_txn_first_offset < 0:
                 entry.current_txn_first_offset = h.base_offset
-                self.ongoing[pid] = h.base_offset
+                self.add_open_transaction(pid, h.base_offset)
                 self.verifying.pop(pid, None)  # verified: the transaction is open now
         self.producers.put(entry)  # write-through: the ledger records it now
         return aborted
@@ -385,7 +400,7 @@ class ProducerStateTable:
     ) -> AbortedTxn | None:
         """An end transaction marker: the transaction is over, the epoch may move on."""
         first = entry.current_txn_first_offset
-        self.ongoing.pop(entry.producer_id, None)
+        self._end_open_transaction(entry.producer_id)
         self.verifying.pop(entry.producer_id, None)
         aborted = None
         if first >= 0 and marker is not None and not marker.commit:
@@ -412,4 +427,5 @@ class ProducerStateTable:
     def clear(self, map_end_offset: int) -> None:
         self.producers.clear()
         self.ongoing.clear()
+        self._first_unstable_stale = True
         self.map_end_offset = map_end_offset

@@ -8,6 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from riverbed.producer.manager import ProducerStateConfig, ProducerStateManager
 from riverbed.producer.state import (
@@ -351,3 +353,36 @@ def test_a_remote_snapshot_brings_its_open_transactions(tmp_path: Path) -> None:
     plog.append_as_follower(replicated)
     assert mgr.open_transactions() == {}
     assert plog.aborted_transactions(0, 101) == [AbortedTxn(8, 90, 100, 101)]
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 4), st.sampled_from(["data", "txn", "commit", "abort"])),
+        max_size=60,
+    )
+)
+def test_lso_and_aborted_entries_match_a_model(steps: list[tuple[int, str]]) -> None:
+    """Any interleaving of producers' transactional batches and markers: the LSO is the
+    first offset of the earliest open transaction (kept as changes come, not per read),
+    and each abort of a transaction with data yields its first offset and that LSO."""
+    t = ProducerStateTable()
+    model: dict[int, int] = {}  # producer -> first offset of its open transaction
+    for offset, (pid, kind) in enumerate(steps):
+        if kind == "data" and pid in model:
+            kind = "txn"  # a plain batch inside a transaction is refused at the leader
+        if kind in ("data", "txn"):
+            t.apply(at(data(pid, 0, txn=kind == "txn"), offset))
+            if kind == "txn":
+                model.setdefault(pid, offset)
+        else:
+            aborted = t.apply(
+                at(marker(pid, kind == "commit"), offset), TxnMarker(kind == "commit", 0)
+            )
+            first = model.pop(pid, None)
+            if kind == "abort" and first is not None:
+                lso = min(model.values()) if model else offset + 1
+                assert aborted == AbortedTxn(pid, first, offset, lso)
+            else:
+                assert aborted is None
+        assert t.first_unstable_offset() == (min(model.values()) if model else None)
+        assert t.last_stable_offset(offset + 1) == min([*model.values(), offset + 1])

@@ -56,6 +56,7 @@ from riverbed.producer.manager import ProducerStateManager
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.messages import ProduceRequest, ProduceResponse
+from riverbed.protocol.record_batch import ATTR_TRANSACTIONAL
 from riverbed.protocol.records import BATCH_HEADER_SIZE, BatchHeader, parse_header
 from riverbed.server.broker.partitions import (
     HostedPartition,
@@ -77,6 +78,8 @@ _VALID_ACKS = (0, 1, -1)
 PRODUCE_CURRENT_LEADER_VERSION = 10
 #: Position of the magic byte in a batch / message set (after offset, length, epoch|crc).
 _MAGIC_OFFSET = 16
+#: The low byte of a v2 batch's int16 attributes (the transactional bit is in it).
+_ATTRIBUTES_LOW_BYTE = 22
 
 
 PartitionResponse = ProduceResponse.PartitionProduceResponse
@@ -172,16 +175,19 @@ async def handle_produce(
 
 
 def _has_transactional_batches(req: ProduceRequest) -> bool:
-    """Kafka's ``ProduceRequest.hasTransactionalRecords`` (judged by each partition's
-    first batch header; a malformed one is the append's to answer)."""
+    """Kafka's ``ProduceRequest.hasTransactionalRecords``, judged by each partition's
+    first batch's attributes byte (no header parse on the hot path; a malformed batch is
+    the append's to answer)."""
     for topic in req.topic_data:
         for pd in topic.partition_data:
-            if pd.records and len(pd.records) >= BATCH_HEADER_SIZE:
-                try:
-                    if parse_header(pd.records).is_transactional:
-                        return True
-                except ProtocolError:
-                    continue
+            records = pd.records
+            if (
+                records
+                and len(records) >= BATCH_HEADER_SIZE
+                and records[_MAGIC_OFFSET] == 2
+                and records[_ATTRIBUTES_LOW_BYTE] & ATTR_TRANSACTIONAL
+            ):
+                return True
     return False
 
 

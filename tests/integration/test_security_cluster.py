@@ -13,68 +13,17 @@ replica is in the ISR, and a consumer reads everything back.
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from riverbed.testing.certs import make_pki
 from riverbed.testing.quorum_cluster import QuorumCluster
-from riverbed.testing.secure import jaas_plain, jaas_scram, tls_overrides
+from riverbed.testing.secure import BROKER_LOGIN, format_with_scram, secure_cluster_overrides
 from riverbed.testing.secure_clients import librdkafka_config
 
-BROKER_LOGIN = ("broker", "broker-secret")
 APP = ("app", "app-secret")
-
-
-def _node_overrides(cluster: QuorumCluster, node_id: int, pki_dir: Path) -> dict[str, str]:
-    from riverbed.testing.certs import Pki
-
-    del pki_dir
-    broker_port, controller_port = cluster.ports[node_id]
-    pki: Pki = cluster.pki  # type: ignore[attr-defined]
-    return {
-        "listeners": f"SASL_SSL://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"SASL_SSL://127.0.0.1:{broker_port}",
-        "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:SASL_SSL",
-        "inter.broker.listener.name": "SASL_SSL",
-        "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
-        "sasl.mechanism.controller.protocol": "PLAIN",
-        "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-512",
-        "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": jaas_scram(BROKER_LOGIN),
-        "listener.name.controller.plain.sasl.jaas.config": jaas_plain(
-            {BROKER_LOGIN[0]: BROKER_LOGIN[1]}, BROKER_LOGIN
-        ),
-        "default.replication.factor": "3",
-        "offsets.topic.replication.factor": "3",
-        "min.insync.replicas": "2",
-        **tls_overrides(pki),
-    }
-
-
-def _format_with_scram(cluster: QuorumCluster, node_id: int) -> None:
-    """``riverbed storage format --add-scram`` with the node's own configuration."""
-    proc = cluster.nodes[node_id]
-    config = cluster.node_dir(node_id) / "server.properties"
-    config.parent.mkdir(parents=True, exist_ok=True)
-    lines = [f"{k}={v}" for k, v in proc.overrides().items()]
-    config.write_text("\n".join(lines) + "\n")
-    done = subprocess.run(
-        [
-            sys.executable, "-m", "riverbed.cli.main", "storage", "format", "-c", str(config),
-            "--cluster-id", cluster.cluster_id,
-            "--add-scram", f"SCRAM-SHA-512=[name={BROKER_LOGIN[0]},password={BROKER_LOGIN[1]}]",
-            "--add-scram", f"SCRAM-SHA-512=[name={APP[0]},password={APP[1]},iterations=8192]",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert (cluster.data_dir(node_id) / "bootstrap.records").exists()
 
 
 @pytest.fixture(scope="module")
@@ -82,9 +31,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuorumCluster]
     base = tmp_path_factory.mktemp("secure-cluster")
     c = QuorumCluster(base / "nodes", 3)
     c.pki = make_pki(base / "pki")  # type: ignore[attr-defined]
+    replication = {
+        "default.replication.factor": "3",
+        "offsets.topic.replication.factor": "3",
+        "min.insync.replicas": "2",
+    }
     for i in c.ids:
-        c.nodes[i].extra_overrides.update(_node_overrides(c, i, base / "pki"))
-        _format_with_scram(c, i)
+        node = c.nodes[i]
+        node.extra_overrides.update(secure_cluster_overrides(*c.ports[i], c.pki) | replication)  # type: ignore[attr-defined]
+        # riverbed storage format --add-scram, as an operator runs it on every node
+        users = {BROKER_LOGIN[0]: BROKER_LOGIN[1], APP[0]: APP[1]}
+        format_with_scram(node, c.node_dir(i) / "server.properties", c.cluster_id, users, 8192)
+        assert (c.data_dir(i) / "bootstrap.records").exists()
     try:
         c.start()
         yield c

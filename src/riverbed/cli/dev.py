@@ -8,6 +8,12 @@ it) and its log in ``DIR/node-i/broker-i.log``. Prints the bootstrap servers and
 controller quorum, then waits; Ctrl-C or SIGTERM stops every node by PID (SIGTERM, clean
 shutdown). A node that exits on its own is reported and the others are stopped too.
 
+``--secure`` (issue 20): every listener is SASL_SSL (`riverbed.testing.secure`): TLS with
+certificates generated under ``DIR/pki``, SCRAM-SHA-512 between brokers and for clients,
+PLAIN between controllers; the users ``admin`` and ``broker`` are created with ``storage
+format --add-scram`` on first start (passwords in ``DIR/passwords``), and the client config
+to use is written to ``DIR/client.properties`` and printed.
+
 Topics are replicated by default: ``default.replication.factor`` = min(3, N) and, from 3
 nodes on, ``min.insync.replicas=2`` (acks=all survives the loss of any one node); the
 internal ``__consumer_offsets`` and ``__transaction_state`` topics likewise
@@ -21,9 +27,12 @@ import argparse
 import signal
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from riverbed.cli.common import CliError, run_guarded, verb_parser
+
+if TYPE_CHECKING:
+    from riverbed.testing.quorum_cluster import QuorumCluster
 
 DEFAULT_DIR = "riverbed-dev"
 DEFAULT_BASE_PORT = 19092
@@ -50,6 +59,12 @@ def register(subparsers: Any) -> None:
         type=int,
         default=DEFAULT_BASE_PORT,
         help=f"first port; node i uses P+2(i-1) and P+2(i-1)+1 (default {DEFAULT_BASE_PORT})",
+    )
+    parser.add_argument(
+        "--secure",
+        action="store_true",
+        help="SASL_SSL everywhere: generated certificates (DIR/pki), SCRAM-SHA-512 users "
+        "admin and broker from storage format --add-scram; prints the client config",
     )
     parser.set_defaults(func=run_guarded(dev_cmd))
 
@@ -85,6 +100,7 @@ def dev_cmd(args: argparse.Namespace) -> int:
         for line in meta.read_text().splitlines():
             if line.startswith("cluster.id="):
                 cluster.cluster_id = line.split("=", 1)[1].strip()
+    client_config = _secure(cluster, Path(args.dir)) if args.secure else None
     stop = threading.Event()
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -100,18 +116,24 @@ def dev_cmd(args: argparse.Namespace) -> int:
         print(f"cluster id:          {cluster.cluster_id}")
         print(f"bootstrap servers:   {cluster.bootstrap_servers}")
         print(f"controller quorum:   {cluster.voters}")
+        listener = "SASL_SSL" if client_config is not None else "PLAINTEXT"
         for i in cluster.ids:
             node = cluster.nodes[i]
             print(
-                f"  node {i}: pid {node.pid}  PLAINTEXT://127.0.0.1:{cluster.ports[i][0]}  "
+                f"  node {i}: pid {node.pid}  {listener}://127.0.0.1:{cluster.ports[i][0]}  "
                 f"CONTROLLER://{cluster.controller(i)}  metrics {node.http_url}/metrics  "
                 f"log {node.log_path}"
             )
-        print(
-            f"try: riverbed quorum describe --bootstrap-controller {cluster.controller(1)}\n"
-            "Ctrl-C stops every node.",
-            flush=True,
-        )
+        if client_config is not None:
+            print(f"client config (Kafka properties): {client_config}")
+            print(client_config.read_text(), end="")
+            print("Ctrl-C stops every node.", flush=True)
+        else:
+            print(
+                f"try: riverbed quorum describe --bootstrap-controller {cluster.controller(1)}\n"
+                "Ctrl-C stops every node.",
+                flush=True,
+            )
         while not stop.wait(WATCH_INTERVAL_S):
             dead = [i for i, n in cluster.nodes.items() if n.proc and n.proc.poll() is not None]
             if dead:
@@ -123,3 +145,48 @@ def dev_cmd(args: argparse.Namespace) -> int:
         cluster.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _secure(cluster: QuorumCluster, directory: Path) -> Path:
+    """Make the cluster SASL_SSL (riverbed.testing.secure): certificates under
+    DIR/pki, passwords kept in DIR/passwords (the users are created once, when the nodes
+    are formatted with --add-scram), the client config in DIR/client.properties."""
+    import secrets
+
+    from riverbed.testing.certs import make_pki
+    from riverbed.testing.secure import format_with_scram, secure_cluster_overrides
+
+    pki = make_pki(directory / "pki")
+    passwords_file = directory / "passwords"
+    if passwords_file.exists():
+        passwords = dict(
+            line.split("=", 1) for line in passwords_file.read_text().splitlines() if "=" in line
+        )
+    else:
+        passwords = {"admin": secrets.token_urlsafe(12), "broker": secrets.token_urlsafe(12)}
+        directory.mkdir(parents=True, exist_ok=True)
+        passwords_file.write_text("".join(f"{k}={v}\n" for k, v in passwords.items()))
+        passwords_file.chmod(0o600)
+    for i in cluster.ids:
+        node = cluster.nodes[i]
+        login = ("broker", passwords["broker"])
+        node.extra_overrides.update(secure_cluster_overrides(*cluster.ports[i], pki, login))
+        if not (cluster.data_dir(i) / "meta.properties").exists():
+            try:
+                format_with_scram(
+                    node, cluster.node_dir(i) / "server.properties", cluster.cluster_id, passwords
+                )
+            except RuntimeError as exc:
+                raise CliError(str(exc)) from None
+    client = directory / "client.properties"
+    client.write_text(
+        "security.protocol=SASL_SSL\n"
+        "sasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="admin" password="{passwords["admin"]}";\n'
+        "ssl.truststore.type=PEM\n"
+        f"ssl.truststore.location={pki.ca.resolve()}\n"
+        f"# librdkafka / kcat: -X sasl.username=admin -X sasl.password={passwords['admin']} "
+        f"-X ssl.ca.location={pki.ca.resolve()}\n"
+    )
+    return client

@@ -45,6 +45,29 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def free_base_port(count: int = 6) -> int:
+    """A port P such that P..P+count-1 are free now."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = int(s.getsockname()[1])
+        if base + count > 65535:
+            continue
+        socks = []
+        try:
+            for p in range(base, base + count):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError("no run of free ports found")
+
+
 def _server_command() -> list[str]:
     import importlib.util
 

@@ -146,3 +146,55 @@ def start_secure_broker(
         proc.close()
         raise
     return SecureBroker(proc, pki, ports)
+
+
+#: The login every node of a secure cluster uses for its own connections.
+BROKER_LOGIN = ("broker", "broker-secret")
+
+
+def secure_cluster_overrides(
+    broker_port: int, controller_port: int, pki: Pki, broker_login: tuple[str, str] = BROKER_LOGIN
+) -> dict[str, str]:
+    """One node of a SASL_SSL cluster: clients and replica fetchers on SASL_SSL with
+    SCRAM-SHA-512 (``sasl.mechanism.inter.broker.protocol``), the controller listener on
+    SASL_SSL with PLAIN (SCRAM cannot secure the controllers: its credentials live in the
+    log they replicate), TLS from ``pki``'s PEM files."""
+    return {
+        "listeners": f"SASL_SSL://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"SASL_SSL://127.0.0.1:{broker_port}",
+        "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:SASL_SSL",
+        "inter.broker.listener.name": "SASL_SSL",
+        "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+        "sasl.mechanism.controller.protocol": "PLAIN",
+        "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-512,SCRAM-SHA-256",
+        "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": jaas_scram(broker_login),
+        "listener.name.controller.plain.sasl.jaas.config": jaas_plain(
+            {broker_login[0]: broker_login[1]}, broker_login
+        ),
+        **tls_overrides(pki),
+    }
+
+
+def format_with_scram(
+    proc: BrokerProcess,
+    config_path: Path,
+    cluster_id: str,
+    users: Mapping[str, str],
+    iterations: int = 4096,
+) -> None:
+    """``riverbed storage format --add-scram`` (SCRAM-SHA-512 users) with the node's own
+    configuration written to ``config_path``; RuntimeError with its stderr on failure."""
+    import subprocess
+    import sys
+
+    config_path.parent.mkdir(parents=True, exist_ok=True)
+    config_path.write_text("".join(f"{k}={v}\n" for k, v in proc.overrides().items()))
+    args = [sys.executable, "-m", "riverbed.cli.main", "storage", "format"]
+    args += ["-c", str(config_path), "--cluster-id", cluster_id, "--ignore-formatted"]
+    for name, password in users.items():
+        spec = f"name={name},password={password},iterations={iterations}"
+        args += ["--add-scram", f"SCRAM-SHA-512=[{spec}]"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise RuntimeError(f"storage format failed: {done.stderr}")

@@ -164,6 +164,9 @@ class GroupCoordinator:
         #: partition -> the log end its shard was loaded to: it answers once committed
         self._load_end: dict[int, int] = {}
         self._loading: dict[int, asyncio.Task[None]] = {}
+        #: (partition, producer id) -> the KIP-890 check of a verified TxnOffsetCommit,
+        #: made again right before its write is appended
+        self._txn_guards: dict[tuple[int, int], Callable[[], bool]] = {}
         #: partition -> markers (offset, producer id, commit) appended while it loads
         self._loading_markers: dict[int, list[tuple[int, int, bool]]] = {}
         self._replies: dict[int, tuple[int, asyncio.Future[object]]] = {}
@@ -258,6 +261,26 @@ class GroupCoordinator:
         return bool(self._loading)
 
     # ------------------------------------------------------------------ transactions
+    def hold_txn_guard(
+        self, group_id: str, producer_id: int, still_holds: Callable[[], bool]
+    ) -> tuple[int, int] | None:
+        """Keep a verified TxnOffsetCommit's check for its write (KIP-890: a marker of the
+        producer between the verification and the append means the transaction ended:
+        the write is refused INVALID_TXN_STATE instead of opening a new one). Returns the
+        key for `release_txn_guard` once the request is answered."""
+        try:
+            key = (self.partition_of(group_id), producer_id)
+        except CoordinatorError:
+            return None
+        self._txn_guards[key] = still_holds
+        return key
+
+    def release_txn_guard(
+        self, key: tuple[int, int] | None, still_holds: Callable[[], bool]
+    ) -> None:
+        if key is not None and self._txn_guards.get(key) is still_holds:
+            del self._txn_guards[key]
+
     def on_txn_marker(self, partition: int, producer_id: int, commit: bool, offset: int) -> None:
         """A COMMIT / ABORT marker of ``producer_id`` was appended as leader to
         ``__consumer_offsets-<partition>`` at ``offset`` (WriteTxnMarkers): the producer's
@@ -380,6 +403,10 @@ class GroupCoordinator:
         # a TxnOffsetCommit's records: a transactional batch of its producer, appended as
         # the coordinator's (Kafka's AppendOrigin.COORDINATOR: no sequence checks)
         txn = write.producer_id >= 0
+        still_holds = self._txn_guards.pop((partition, write.producer_id), None) if txn else None
+        if still_holds is not None and not still_holds():
+            shard.complete_write(write.token, ErrorCode.INVALID_TXN_STATE)
+            return
         batch = build_batch(
             [SimpleRecord(value=v, key=k, timestamp=now) for k, v in write.records],
             now_ms=now,

@@ -274,3 +274,59 @@ def test_a_failing_marker_halts_the_node() -> None:
     ((what, cause),) = faults.faults
     assert what == "group coordinator marker failed" and isinstance(cause, RuntimeError)
     coordinator.on_txn_marker(1, 7, True, 10)  # a partition not coordinated here: ignored
+
+
+def test_a_marker_between_verification_and_append_refuses_the_txn_commit() -> None:
+    """KIP-890: a TxnOffsetCommit verified while its transaction was ongoing, whose
+    producer's marker is appended before the commit's own write (it waited behind the
+    group's write in flight, say), is refused INVALID_TXN_STATE and nothing is appended:
+    appended after the marker, its offsets would wait for (and commit with) the producer's
+    next transaction."""
+    from riverbed.protocol.errors import ErrorCode
+    from riverbed.testing.group_harness import txn_commit_req
+
+    log = FakeLog()
+    hosted = SimpleNamespace(log=log)
+    appended: list[str] = []
+
+    def append(hosted: Any, batch: bytes, *, origin: str = "client") -> Any:
+        appended.append(origin)
+        log.log_end_offset += 1
+        log.high_watermark = log.log_end_offset
+        end = log.log_end_offset
+        return SimpleNamespace(first_offset=end - 1, last_offset=end - 1)
+
+    partitions = SimpleNamespace(get=lambda topic, index: hosted, replicas=None, append=append)
+    marker_seen = [False]
+
+    async def run() -> list[Any]:
+        coordinator = GroupCoordinator(
+            ServerConfig.embedded_default(),
+            1,
+            partitions,
+            _offsets_topic(Registration(1, 5)),
+            ManualClock(5),
+        )
+        shard = _loaded(coordinator, 5)
+        out = []
+
+        def still_holds() -> bool:
+            return not marker_seen[0]
+
+        for pid in (7, 8):
+            key = coordinator.hold_txn_guard("g", pid, still_holds)
+            req = txn_commit_req(pid, {("t", 0): pid})
+            out.append(
+                await coordinator.call(
+                    "g", 3, lambda s, r, now, req=req: s.txn_offset_commit(r, req, now)
+                )
+            )
+            coordinator.release_txn_guard(key, still_holds)
+            marker_seen[0] = True  # producer 8's marker lands after its verification
+        assert set(shard.pending_txn) == {7}
+        return out
+
+    first, second = asyncio.run(run())
+    assert first.topics[0].partitions[0].error_code == ErrorCode.NONE
+    assert second.topics[0].partitions[0].error_code == ErrorCode.INVALID_TXN_STATE
+    assert appended == ["coordinator"]  # the refused commit appended nothing

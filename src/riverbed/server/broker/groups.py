@@ -289,18 +289,22 @@ async def handle_txn_offset_commit(
     transactional batch and stay pending until its marker (`riverbed.coordinator.txn_offsets`);
     first verified with the transaction coordinator (KIP-890 part 1) unless the producer's
     transaction is open in the group's partition already."""
-    verified = await _verify_txn_commit(broker, req)
+    verified, still_holds = await _verify_txn_commit(broker, req)
     if verified != E.NONE:
         code = txn_commit_error(verified, ctx.header.api_version)
         return error_response(ctx.header.api_key, req, response_body_version(ctx.header), code)
     unknown = _unknown_partitions(broker, req)
-    return await _answer(
-        broker,
-        ctx,
-        req,
-        req.group_id,
-        lambda shard, reply, now: shard.txn_offset_commit(reply, req, now, unknown),
-    )
+    key = broker.groups.hold_txn_guard(req.group_id, req.producer_id, still_holds)
+    try:
+        return await _answer(
+            broker,
+            ctx,
+            req,
+            req.group_id,
+            lambda shard, reply, now: shard.txn_offset_commit(reply, req, now, unknown),
+        )
+    finally:
+        broker.groups.release_txn_guard(key, still_holds)
 
 
 #: Verification errors a TxnOffsetCommit answers COORDINATOR_NOT_AVAILABLE (Kafka's
@@ -331,30 +335,40 @@ def txn_commit_error(code: ErrorCode, version: int) -> ErrorCode:
     return code
 
 
-async def _verify_txn_commit(broker: Broker, req: TxnOffsetCommitRequest) -> ErrorCode:
+def _holds() -> bool:
+    return True
+
+
+async def _verify_txn_commit(
+    broker: Broker, req: TxnOffsetCommitRequest
+) -> tuple[ErrorCode, Callable[[], bool]]:
     """KIP-890 part 1 for the group's ``__consumer_offsets`` partition: NONE when verified
     or nothing to verify (the producer's transaction is open there, verification is off,
-    or this node cannot take the commit: the shard answers that)."""
+    or this node cannot take the commit: the shard answers that), and the check the write
+    makes again right before its append (a marker meanwhile ended the transaction)."""
     if not broker.txn_verifier.enabled():
-        return E.NONE
+        return E.NONE, _holds
     try:
         partition = broker.groups.partition_of(req.group_id)
     except CoordinatorError:
-        return E.NONE
+        return E.NONE, _holds
     hosted = broker.partitions.leader_partition(OFFSETS_TOPIC, partition)
     if isinstance(hosted, NotServed):
-        return E.NONE
+        return E.NONE, _holds
     state = producer_state_of(hosted.log)
     guard = state.begin_verification(req.producer_id) if state is not None else None
     if state is None or guard is None:
-        return E.NONE
+        return E.NONE, _holds
     code = await broker.txn_verifier.verify(
         req.transactional_id, req.producer_id, req.producer_epoch, OFFSETS_TOPIC, partition
     )
     # a marker of the producer meanwhile ended the verified transaction (a failed
     # verification drops the guard)
     held = state.end_verification(req.producer_id, guard, code == E.NONE)
-    return E.INVALID_TXN_STATE if code == E.NONE and not held else code
+    if code == E.NONE and not held:
+        return E.INVALID_TXN_STATE, _holds
+    pid = req.producer_id
+    return code, lambda: state.end_verification(pid, guard)
 
 
 def _fetch_group(

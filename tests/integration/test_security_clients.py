@@ -55,3 +55,49 @@ def test_client_over_secured_listener(secure: SecureBroker, case: str, client: s
     values = [f"{client} {case} {i} ".encode() * 2000 for i in range(3)]
     got = produce_consume(client, secure.bootstrap(sec["protocol"]), sec, topic, values)
     assert got == values
+
+
+@pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_confluent_kafka_oauthbearer_unsecured_jwt(secure: SecureBroker, listener: str) -> None:
+    """librdkafka's unsecured JWT (sasl.oauthbearer.config principal=...) is accepted by
+    Kafka's default validator; an expired one (lifeSeconds in the past is impossible, so a
+    token without the principal claim) is refused."""
+    from confluent_kafka import Consumer, KafkaError, Producer
+
+    conf = {
+        "bootstrap.servers": secure.bootstrap(listener),
+        "security.protocol": listener,
+        "sasl.mechanism": "OAUTHBEARER",
+        "enable.sasl.oauthbearer.unsecure.jwt": True,
+        "sasl.oauthbearer.config": "principal=alice scope=read",
+    }
+    if listener == "SASL_SSL":
+        conf["ssl.ca.location"] = str(secure.pki.ca)
+    topic = f"oauth-{listener.lower()}-{next(_topics)}"
+    producer = Producer(conf)
+    producer.produce(topic, b"bearer")
+    assert producer.flush(30) == 0
+    consumer = Consumer(conf | {"group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got = None
+    for _ in range(60):
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got = msg.value()
+            break
+    consumer.close()
+    assert got == b"bearer"
+    errors: list[KafkaError] = []
+    bad = Producer(
+        conf
+        | {
+            "sasl.oauthbearer.config": "principal=alice principalClaimName=user",
+            "error_cb": errors.append,
+        }
+    )
+    for _ in range(40):
+        if errors:
+            break
+        bad.poll(0.25)
+    assert errors and errors[0].code() == KafkaError._AUTHENTICATION, errors
+    assert "no principal claim 'sub'" in errors[0].str()

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import secrets
 import ssl
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from riverbed.metadata.broker_configs import CONFIG_DEFS
 from riverbed.metadata.config_defs import ConfigValueError
 from riverbed.security.jaas import JaasConfigError, LoginModule, parse_jaas_config
+from riverbed.security.oauthbearer import OAuthBearerUnsecuredServer
 from riverbed.security.plain import PlainServer
 from riverbed.security.principal import ANONYMOUS, KafkaPrincipal
 from riverbed.security.sasl_server import MechanismServer
@@ -34,7 +36,9 @@ from riverbed.security.ssl_principal import SslPrincipalMapper, certificate_dn
 from riverbed.server.config import ConfigError, ServerConfig
 from riverbed.server.tls import Lookup, TlsConfigError, client_context, server_context
 
-SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+#: What this node can log in with to other nodes (OAUTHBEARER needs a token provider).
+CLIENT_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 #: (mechanism, user) -> the user's SCRAM credential, from the metadata image.
 ScramLookup = Callable[[ScramMechanism, str], "ScramCredential | None"]
 
@@ -84,6 +88,8 @@ class ListenerSecurity:
     principal_mapper: SslPrincipalMapper = field(default_factory=SslPrincipalMapper)
     mechanisms: tuple[str, ...] = ()
     plain_users: Mapping[str, str] = field(default_factory=dict)
+    #: OAUTHBEARER's JAAS options (the unsecured validator's settings)
+    oauthbearer_options: Mapping[str, str] = field(default_factory=dict)
     scram: ScramLookup = _no_scram
     sasl_receive_bytes_max: int = 524288
     failed_authentication_delay_ms: int = 100
@@ -96,6 +102,8 @@ class ListenerSecurity:
         """A fresh server for one exchange of ``name`` (an enabled mechanism)."""
         if name == "PLAIN":
             return PlainServer(self.plain_users)
+        if name == "OAUTHBEARER":
+            return OAuthBearerUnsecuredServer(self.oauthbearer_options, int(time.time() * 1000))
         mechanism = ScramMechanism.from_name(name)
         assert mechanism is not None, name
         return ScramServer(
@@ -125,6 +133,7 @@ def listener_security(
         raise ConfigError("ssl.principal.mapping.rules", str(exc)) from None
     mechanisms: tuple[str, ...] = ()
     users: dict[str, str] = {}
+    oauth: LoginModule | None = None
     if protocol.startswith("SASL_"):
         enabled = lc.get("sasl.enabled.mechanisms")
         assert isinstance(enabled, list)
@@ -134,7 +143,7 @@ def listener_security(
             raise ConfigError(
                 "sasl.enabled.mechanisms",
                 f"listener {name}: sasl.enabled.mechanisms {list(mechanisms)}: riverbed serves "
-                f"{', '.join(SUPPORTED_MECHANISMS)} (GSSAPI and OAUTHBEARER are not supported)",
+                f"{', '.join(SUPPORTED_MECHANISMS)} (GSSAPI is not supported)",
             )
         if "PLAIN" in mechanisms:
             module = lc.jaas("PLAIN")
@@ -145,6 +154,7 @@ def listener_security(
                     'is not set (its user_<name>="<password>" options are the users)',
                 )
             users = module.users()
+        oauth = lc.jaas("OAUTHBEARER") if "OAUTHBEARER" in mechanisms else None
     return ListenerSecurity(
         name=name,
         protocol=protocol,
@@ -152,6 +162,7 @@ def listener_security(
         principal_mapper=mapper,
         mechanisms=mechanisms,
         plain_users=users,
+        oauthbearer_options=dict(oauth.options) if oauth is not None else {},
         scram=scram,
         sasl_receive_bytes_max=int(str(lc.get("sasl.server.max.receive.size"))),
         failed_authentication_delay_ms=int(
@@ -183,10 +194,10 @@ def client_security(config: ServerConfig, listener: str, mechanism_key: str) -> 
     if not protocol.startswith("SASL_"):
         return ClientSecurity(protocol, context)
     mechanism = str(config.get(mechanism_key))
-    if mechanism not in SUPPORTED_MECHANISMS:
+    if mechanism not in CLIENT_MECHANISMS:
         raise ConfigError(
             mechanism_key,
-            f"{mechanism_key}={mechanism}: riverbed connects with {', '.join(SUPPORTED_MECHANISMS)}",
+            f"{mechanism_key}={mechanism}: riverbed connects with {', '.join(CLIENT_MECHANISMS)}",
         )
     module = lc.jaas(mechanism)
     username = module.options.get("username") if module is not None else None

@@ -14,7 +14,7 @@ from pathlib import Path
 from riverbed.testing.certs import Pki, make_pki
 from riverbed.testing.cluster import BrokerProcess, free_port
 
-MECHANISMS = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+MECHANISMS = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"
 _PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 _SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 

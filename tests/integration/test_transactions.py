@@ -728,3 +728,36 @@ def test_an_idle_transactional_id_expires() -> None:
             assert txn_log(c, "tid-expires")[-1] is None  # the tombstone
         finally:
             c.close()
+
+
+def test_a_transaction_survives_a_sigkill_of_its_only_broker() -> None:
+    """The broker (coordinator and partition leader) is SIGKILLed with a transaction open
+    and another one committed: after the restart the coordinator loads both from
+    __transaction_state (the committed one CompleteCommit), the producer commits the open
+    one, and read_committed sees both transactions' records."""
+    overrides = {"num.partitions": "1", "transaction.state.log.num.partitions": "1"}
+    with BrokerProcess(overrides=overrides) as b:
+        c = Client(b.port)
+        create_topic(c, "txn-restart")
+        c.close()
+        p = txn_producer(b, "tid-restart")
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce("txn-restart", b"before")
+        p.commit_transaction(30)
+        p.begin_transaction()
+        p.produce("txn-restart", b"across")
+        p.flush(10)
+        c = Client(b.port)
+        wait_state(c, "tid-restart", "Ongoing")
+        c.close()
+        b.restart(kill=True)
+        c = Client(b.port)
+        try:
+            d = wait_state(c, "tid-restart", "Ongoing")  # loaded from the log
+            assert [(t.topic, list(t.partitions)) for t in d.topics] == [("txn-restart", [0])]
+            p.commit_transaction(60)
+            wait_state(c, "tid-restart", "CompleteCommit")
+        finally:
+            c.close()
+        assert committed_values(b, "txn-restart", b"across") == [b"before", b"across"]

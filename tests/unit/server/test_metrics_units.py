@@ -180,3 +180,62 @@ def test_metadata_events_count_isr_changes_led_here_and_elections() -> None:
     shrink2, delta = _apply(moved, _change(isr=[2]))
     other.on_image(moved, shrink2, delta)
     assert other.isr_shrinks == 1  # node 2 leads now
+
+
+def test_the_fast_exposition_parses_to_what_generate_latest_gives() -> None:
+    from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+
+    from riverbed.server.metrics.exposition import render_text
+
+    class Mixed:
+        def collect(self):  # type: ignore[no-untyped-def]
+            gauge = GaugeMetricFamily("g", 'help with \\ and "quotes"', labels=["topic", "group"])
+            gauge.add_metric(["t.1", 'odd "group"\\x\nline'], 3)
+            gauge.add_metric(["t-2", "plain"], 2.5)
+            gauge.add_metric(["t-3", "big"], 2.0**60)
+            yield gauge
+            yield GaugeMetricFamily("nan_gauge", "x", value=float("nan"))
+            hist = HistogramMetricFamily("h", "x", labels=["request"])
+            hist.add_metric(["Produce"], [("1", 1.0), ("+Inf", 3.0)], sum_value=7.5)
+            yield hist
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Mixed())
+    stats = TrafficStats(lambda _id: None)
+    stats.all_topics.bytes_in = 10
+    registry.register(TrafficCollector(stats, lambda: 0))
+    from riverbed.server.metrics.metadata_events import MetadataEvents
+
+    registry.register(MetadataEvents(1, True))
+
+    def parsed(text: str) -> list[tuple[str, str, tuple[object, ...]]]:
+        out = []
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                value = "nan" if s.value != s.value else s.value
+                out.append((family.type, s.name, (tuple(sorted(s.labels.items())), value)))
+        return sorted(out, key=repr)
+
+    ours = render_text(registry).decode()
+    assert parsed(ours) == parsed(generate_latest(registry).decode())
+    assert 'group="odd \\"group\\"\\\\x\\nline"' in ours
+
+
+def test_rendered_families_parse_like_any_other() -> None:
+    from riverbed.server.metrics.exposition import RenderedFamily, labels_text, render_text
+
+    class Logs:
+        def collect(self):  # type: ignore[no-untyped-def]
+            family = RenderedFamily("kafka_log_log_size", "Bytes")
+            family.add(labels_text(topic="a.b-c", partition="0"), 10)
+            family.add(labels_text(topic="x", partition="7"), 2.5)
+            yield family
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Logs())
+    [family] = text_string_to_metric_families(render_text(registry).decode())
+    assert family.type == "gauge"
+    assert [(s.labels, s.value) for s in family.samples] == [
+        ({"topic": "a.b-c", "partition": "0"}, 10.0),
+        ({"topic": "x", "partition": "7"}, 2.5),
+    ]

@@ -11,9 +11,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
 from riverbed.metadata.image import MetadataDelta, MetadataImage
+from riverbed.server.metrics.exposition import render_text
 from riverbed.server.metrics.metadata_events import MetadataEvents
 from riverbed.server.metrics.state import (
     ControllerCollector,
@@ -88,4 +89,4 @@ class NodeMetrics:
 
     def render(self) -> bytes:
         """The Prometheus text exposition of everything registered."""
-        return generate_latest(self.registry)
+        return render_text(self.registry)

@@ -45,8 +45,9 @@ from riverbed.coordinator.shard import GroupShard
 from riverbed.metadata.image import NO_LEADER, MetadataImage
 from riverbed.raft.roles import Role
 from riverbed.server.broker.partitions import HostedPartition, producer_state_of
+from riverbed.server.metrics.exposition import RenderedFamily, labels_text
 
-Families = Iterator[GaugeMetricFamily | CounterMetricFamily]
+Families = Iterator[GaugeMetricFamily | CounterMetricFamily | RenderedFamily]
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -135,23 +136,20 @@ class ReplicaCollector(Collector):
         family.add_metric(["Replica"], max_lag)
         yield family
 
-    def _logs(self, partitions: list[HostedPartition]) -> Families:
-        labels = ["topic", "partition"]
-        size = GaugeMetricFamily("kafka_log_log_size", "Bytes of the local log", labels=labels)
-        start = GaugeMetricFamily("kafka_log_log_logstartoffset", "Log start offset", labels=labels)
-        end = GaugeMetricFamily("kafka_log_log_logendoffset", "Log end offset", labels=labels)
-        segments = GaugeMetricFamily(
-            "kafka_log_log_numlogsegments", "Local segments", labels=labels
-        )
+    def _logs(self, partitions: list[HostedPartition]) -> Iterator[RenderedFamily]:
+        size = RenderedFamily("kafka_log_log_size", "Bytes of the local log")
+        start = RenderedFamily("kafka_log_log_logstartoffset", "Log start offset")
+        end = RenderedFamily("kafka_log_log_logendoffset", "Log end offset")
+        segments = RenderedFamily("kafka_log_log_numlogsegments", "Local segments")
         for hp in partitions:
             plog = hp.log
             if plog.closed:
                 continue
-            key = [hp.topic, str(hp.index)]
-            size.add_metric(key, plog.size_bytes)
-            start.add_metric(key, plog.log_start_offset)
-            end.add_metric(key, plog.log_end_offset)
-            segments.add_metric(key, len(plog.segments))
+            key = labels_text(topic=hp.topic, partition=str(hp.index))
+            size.add(key, plog.size_bytes)
+            start.add(key, plog.log_start_offset)
+            end.add(key, plog.log_end_offset)
+            segments.add(key, len(plog.segments))
         yield from (size, start, end, segments)
 
 

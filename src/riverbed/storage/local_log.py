@@ -464,6 +464,14 @@ class LocalLog:
             seg.txn_index.append(entry)
             return True
 
+    def reset_stale_txn_indexes(self) -> None:
+        """Empty the txn index of every segment recovery revalidated (their rebuild
+        follows: ``PartitionLog.install_txn_index_entries``)."""
+        with self._lock:
+            for seg in self._segments:
+                if seg.txn_index_stale:
+                    seg.txn_index.reset()
+
     def txn_indexes_current(self) -> None:
         """Every txn index is rebuilt (none is stale any more)."""
         with self._lock:

@@ -59,6 +59,7 @@ class LogTxns(LogBase):
         each is taken before the local log's lock (the order is unified -> local)."""
         written = 0
         with self._lock, self._failing_dir("txn index rebuild"):
+            self._local.reset_stale_txn_indexes()
             for e in entries:
                 written += self._local.append_txn_index(e, stale_only=True)
             self._local.txn_indexes_current()

@@ -45,7 +45,7 @@ from riverbed.storage.file_io import OS_FILE_IO, FileIO
 from riverbed.storage.index_file import INT32_MAX, CorruptIndexError
 from riverbed.storage.offset_index import OffsetIndex
 from riverbed.storage.time_index import NO_TIMESTAMP, TimeIndex
-from riverbed.storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
+from riverbed.storage.txn_index import TXN_INDEX_SUFFIX, CorruptTxnIndexError, TransactionIndex
 
 __all__ = [
     "DELETED_SUFFIX",
@@ -444,7 +444,8 @@ class LogSegment:
                 idx.reset()
             else:
                 idx.start_empty()  # nothing to index: no files needed
-        self.txn_index.reset()
+        # the txn index is rebuilt once the producer state is attached (its entries stay
+        # until then: a restart before the rebuild must not lose them)
         self.txn_index_stale = True
         pos = 0
         chunk = b""
@@ -488,6 +489,11 @@ class LogSegment:
         if truncated:
             self.io.ftruncate(self._log_fd(), pos)
             self.size = pos
+        try:
+            self.txn_index.truncate_to(self.next_offset)  # no abort whose marker was cut off
+        except CorruptTxnIndexError as e:
+            log.warning("%s: %s: emptied (the rebuild fills it)", self.log_path, e)
+            self.txn_index.reset()
         self._indexes_checked = True
         self._tail_known = True
         return truncated

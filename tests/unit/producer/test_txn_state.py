@@ -386,3 +386,25 @@ def test_lso_and_aborted_entries_match_a_model(steps: list[tuple[int, str]]) -> 
                 assert aborted is None
         assert t.first_unstable_offset() == (min(model.values()) if model else None)
         assert t.last_stable_offset(offset + 1) == min([*model.values(), offset + 1])
+
+
+def test_recovery_keeps_the_index_until_the_rebuild(tmp_path: Path) -> None:
+    """Recovery only marks the revalidated segments' txn indexes for a rebuild: a log
+    recovered and closed again before its producer state was attached keeps them (a
+    restart loop must not lose the aborts), and a torn tail takes its entries along."""
+    clock = ManualClock(T0)
+    plog, _ = open_log(tmp_path, clock)
+    fill(plog)
+    plog.flush()
+    plog.abandon()
+    untouched = PartitionLog(tmp_path / "t-0", "t", 0, LogConfig(), clock, recovery_point=4)
+    assert untouched.stale_txn_index_base() == 4
+    assert txn_files(untouched) == EXPECTED
+    untouched.abandon()
+    log_file = tmp_path / "t-0" / "00000000000000000004.log"
+    with open(log_file, "r+b") as f:  # tear the last batch (producer 3's ABORT at 8)
+        f.truncate(log_file.stat().st_size - 10)
+    torn, mgr = open_log(tmp_path, clock)
+    assert torn.log_end_offset == 8
+    assert txn_files(torn) == {"00000000000000000004.txnindex": [AbortedTxn(1, 0, 7, 4)]}
+    assert mgr.open_transactions() == {4: 4, 3: 5}

@@ -1,6 +1,7 @@
 """riverbed.storage: the on-disk partition log and the manager of a node's logs.
 
-See :mod:`riverbed.storage.log` (PartitionLog), :mod:`riverbed.storage.manager`
+See :mod:`riverbed.storage.log` (PartitionLog, the unified log over
+:mod:`riverbed.storage.local_log`'s LocalLog of segments), :mod:`riverbed.storage.log_manager`
 (LogManager), :mod:`riverbed.storage.segment` and the index and checkpoint modules for
 the file formats (Kafka's, byte for byte).
 """

@@ -27,7 +27,7 @@ after a crash validates every segment from the one holding it on (length, CRC, o
 cuts the first invalid batch and everything after it, and rebuilds the indexes.
 
 Locking: every method takes this log's own lock, a *leaf* lock
-(:class:`~riverbed.storage.locks.LeafLock`): while holding it the log calls only its
+(a plain RLock): while holding it the log calls only its
 segments, its :class:`~riverbed.storage.log_files.SegmentFiles` and the file I/O below
 them, never a hook, a listener, the epoch cache or the log dir. The unified log takes its
 own lock first and then calls this one (unified -> local, never the reverse; see
@@ -44,6 +44,7 @@ import contextlib
 import logging
 import os
 import random
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -54,7 +55,7 @@ from riverbed.storage import log_reads
 from riverbed.storage.clock import Clock
 from riverbed.storage.config import LogConfig
 from riverbed.storage.file_io import FileIO
-from riverbed.storage.locks import LeafLock
+from riverbed.storage.locks import OuterLock
 from riverbed.storage.log_files import (
     LOADED_INDEXES_MAX,
     Cleanable,
@@ -103,7 +104,7 @@ class LocalLog:
         self._config = config
         self._clock = clock
         self._io = io
-        self._lock = LeafLock()
+        self._lock = threading.RLock()  # a leaf: see the module docstring
         self.dir_sync = DirSync(directory)  # creates the dir; fsyncs are the unified log's
         # segment.jitter.ms draws from ``rng`` (injected for deterministic tests)
         self._maker = SegmentMaker(directory, config, io, rng, self.dir_sync)
@@ -119,10 +120,14 @@ class LocalLog:
         self._last_flush_ms = clock.now_ms()
         self._closed = False
 
+    def outer_lock(self, what: str) -> OuterLock:
+        """The unified log's lock: taken before this log's, never while holding it (the
+        lock itself is never handed out)."""
+        return OuterLock(self._lock, what)
+
     def lock_held(self) -> bool:
-        """True when the calling thread holds this log's lock (for the unified log's
-        lock-order assertion; the lock itself is never taken outside this class)."""
-        return self._lock.held()
+        """True when the calling thread holds this log's lock (for tests and asserts)."""
+        return bool(self._lock._is_owned())  # type: ignore[attr-defined]  # RLock's own
 
     # ---- loading (from the unified log's constructor, before the log is shared) ---------
 

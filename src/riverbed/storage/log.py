@@ -75,7 +75,6 @@ from riverbed.storage.epoch_cache import UNDEFINED_EPOCH, LeaderEpochCache
 from riverbed.storage.errors import CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError
 from riverbed.storage.file_io import OS_FILE_IO, FileIO
 from riverbed.storage.local_log import LocalLog
-from riverbed.storage.locks import OuterLock
 from riverbed.storage.log_base import RetentionHook
 from riverbed.storage.log_cleaning import LogCleaning
 from riverbed.storage.log_dir import LogDir
@@ -178,7 +177,7 @@ class PartitionLog(LogRetention, LogCleaning, LogTxns):
             io=io,
             rng=rng if rng is not None else random.Random(),
         )
-        self._lock = OuterLock(self._local.lock_held, self.name)
+        self._lock = self._local.outer_lock(self.name)
         self._flush_lock = threading.Lock()
         self._metadata_dirty = False
         self._metadata_lock = threading.Lock()

@@ -20,8 +20,8 @@ heartbeat, as Kafka's ``GroupMetadataManager.consumerGroupHeartbeat``:
    ``group.consumer.assignors``);
 4. reconcile the member towards its target (`consumer_group.reconcile`); the response
    carries the member epoch, ``group.consumer.heartbeat.interval.ms`` and, when it
-   changed (or on a join, or when the member reports owning something else), the
-   partitions it may use now.
+   changed (or on a join, a full request, or when the member reports owning something
+   else), the partitions it may use now.
 
 Records for every change are written (`consumer_records`) and the heartbeat is answered
 once they are durable. A member silent for ``group.consumer.session.timeout.ms``, or
@@ -111,6 +111,15 @@ def owned_partitions(rows: list[Any] | None) -> Assignment | None:
     if rows is None:
         return None
     return {r.topic_id: frozenset(r.partitions) for r in rows if r.partitions}
+
+
+def _full_request(req: Any, regex: str | None) -> bool:
+    """Every field set, as Kafka's consumer sends after a failed heartbeat: Kafka's
+    coordinator then answers with the assignment, changed or not ("We use all the
+    non-optional fields (rebalanceTimeoutMs, subscribedTopicNames and ownedTopicPartitions)
+    to detect a full request"), so that a member whose response was lost learns it."""
+    subscribed = req.subscribed_topic_names is not None or regex is not None
+    return req.rebalance_timeout_ms != -1 and subscribed and req.topic_partitions is not None
 
 
 class ConsumerMembership:
@@ -347,6 +356,7 @@ class ConsumerMembership:
         send = (
             epoch == JOIN_EPOCH
             or changed
+            or _full_request(req, beat.regex)
             or (owned is not None and to_partitions(owned) != to_partitions(member.assigned))
         )
         self._schedule(group)

@@ -53,16 +53,18 @@ class CG:
         assignor: str | None = None,
         regex: str | None = None,
         version: int = 1,
+        full: bool = False,
     ) -> Any:
+        """``full``: every field, as Kafka's consumer sends after a failed heartbeat."""
         req = ConsumerGroupHeartbeatRequest(
             group_id=group,
             member_id=member,
             member_epoch=epoch,
             instance_id=instance,
-            rebalance_timeout_ms=5000 if epoch == 0 else -1,
+            rebalance_timeout_ms=5000 if epoch == 0 or full else -1,
             subscribed_topic_names=topics
             if topics is not None or regex
-            else (["t"] if epoch == 0 else None),
+            else (["t"] if epoch == 0 or full else None),
             subscribed_topic_regex=regex,
             server_assignor=assignor,
             topic_partitions=(
@@ -196,6 +198,26 @@ def test_a_partition_waits_for_its_previous_owner_to_revoke() -> None:
     rb = g.hb(member=b, epoch=eb, owned={})
     assert count(assigned(rb)) == 3 and not set(assigned(rb)[T1]) & set(keep[T1])
     group.check_invariants()
+
+
+def test_a_full_heartbeat_is_told_its_assignment() -> None:
+    """Kafka's consumer sends every field after a failed heartbeat (its HeartbeatState is
+    reset), and Kafka's coordinator answers such a full request with the assignment, changed
+    or not (GroupMetadataManager.consumerGroupHeartbeat: the assignment is provided when
+    "the member sent a full request ... on any errors (e.g. timeout)"): whatever response
+    was lost, the member learns what it may use."""
+    g = CG()
+    a, ea, _ = g.join()
+    g.join()  # b: the target gives it three of a's
+    keep = assigned(g.hb(member=a, epoch=ea, owned={T1: list(range(6))}))
+    ra = g.hb(member=a, epoch=ea, owned=keep)  # revoked: a moves to the group's epoch
+    epoch = ra.member_epoch
+    assert g.hb(member=a, epoch=epoch, owned=keep).assignment is None  # nothing new
+    full = g.hb(member=a, epoch=epoch, owned=keep, full=True)
+    assert full.error_code == 0 and full.member_epoch == epoch
+    assert full.assignment is not None and assigned(full) == keep
+    # all three fields make a full request: without the owned partitions it is not one
+    assert g.hb(member=a, epoch=epoch, full=True).assignment is None
 
 
 def test_leave_static_leave_and_session_timeout() -> None:

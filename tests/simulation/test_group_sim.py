@@ -34,6 +34,7 @@ def test_simulation_seeds(chunk: int) -> None:
     assert stats["queued behind a write"] > 10 * SEEDS_PER_CHUNK
     assert stats["seen UNREVOKED_PARTITIONS"] > 0 and stats["seen UNRELEASED_PARTITIONS"] > 0
     assert stats["heartbeat response lost"] > 0 and stats["heartbeat FENCED_MEMBER_EPOCH"] > 0
+    assert stats["full heartbeat"] > SEEDS_PER_CHUNK  # every field again after a failure
     assert stats["heartbeat COORDINATOR_NOT_AVAILABLE"] > 0
     assert stats["commit REQUEST_TIMED_OUT"] > 0
     assert stats["commit NONE"] > 10 * SEEDS_PER_CHUNK and stats["commit STALE_MEMBER_EPOCH"] > 0

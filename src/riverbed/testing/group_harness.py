@@ -237,16 +237,19 @@ def heartbeat_req(
     topics: list[str] | None = None,
     owned: Mapping[uuid.UUID, Iterable[int]] | None = None,
     instance: str | None = None,
+    full: bool = False,
 ) -> ConsumerGroupHeartbeatRequest:
     """A ConsumerGroupHeartbeat as the Java consumer sends it: a join (epoch 0) carries
-    the subscription and no partitions; ``owned`` None leaves TopicPartitions out."""
+    the subscription and no partitions; ``owned`` None leaves TopicPartitions out; ``full``
+    sets the rebalance timeout too (with ``topics`` and ``owned``: every field, as the
+    consumer sends after a failed heartbeat)."""
     joining = epoch == 0
     return ConsumerGroupHeartbeatRequest(
         group_id=group,
         member_id=member,
         member_epoch=epoch,
         instance_id=instance,
-        rebalance_timeout_ms=5000 if joining else -1,
+        rebalance_timeout_ms=5000 if joining or full else -1,
         subscribed_topic_names=topics if topics is not None else (["t"] if joining else None),
         topic_partitions=[]
         if joining

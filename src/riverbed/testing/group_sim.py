@@ -153,6 +153,11 @@ class Client:
     #: its transactional producer's id, and TxnOffsetCommits not answered yet
     producer_id: int = -1
     txn_outstanding: int = 0
+    #: the next heartbeat sends every field: Kafka's consumer resets its HeartbeatState
+    #: after a failed heartbeat (an error, a lost response, a coordinator gone)
+    full: bool = False
+    #: what its last heartbeat listed as owned (Kafka's SentFields.localAssignment)
+    sent: tuple[frozenset[Tp], frozenset[Tp]] | None = None
 
 
 def _tps(assignment: Any) -> set[Tp]:
@@ -277,6 +282,7 @@ class GroupSim:
         self.appended.clear()
         self.handlers.clear()  # the old coordinator's answers never arrive
         for c in self.clients.values():
+            c.full = c.full or c.heartbeat_in_flight  # its request failed
             c.heartbeat_in_flight = False
             c.txn_outstanding = 0
         self.shard = replay_log(self.log, CONFIG, self.now)
@@ -304,15 +310,24 @@ class GroupSim:
             return  # one heartbeat at a time, as the consumer sends them
         if self.shard.busy(c.group):
             self.stats["queued behind a write"] += 1
-        listed = None if self.rng.random() < 0.2 else _by_id(c.owned)
+        full = c.full and c.epoch > 0 and not leave
+        if full:
+            self.stats["full heartbeat"] += 1
+        # as Kafka's consumer: the owned partitions when they changed since it last listed
+        # them (a reconciled assignment) or in a full heartbeat; others list them anyway
+        local = (frozenset(c.owned), frozenset(c.told))
+        redundant = self.rng.random() >= 0.2
+        listed = _by_id(c.owned) if full or local != c.sent or redundant else None
         req = heartbeat_req(
             c.member,
             -1 if leave else c.epoch,
             group=c.group,
-            topics=c.topics if c.epoch == 0 else None,
+            topics=c.topics if c.epoch == 0 or full else None,
             owned=None if c.epoch == 0 else listed,
-            instance=c.instance if c.epoch == 0 or leave else None,
+            instance=c.instance if c.epoch == 0 or leave or full else None,
+            full=full,
         )
+        c.full, c.sent = False, (local if listed is not None else c.sent)
         lost = not leave and self.rng.random() < 0.08
         c.heartbeat_in_flight = not leave
         shard, now = self.shard, self.now
@@ -323,6 +338,7 @@ class GroupSim:
             if leave or lost:
                 if lost:
                     self.stats["heartbeat response lost"] += 1
+                    c.full = True  # the request timed out: the next one sends every field
                 return
             self.on_heartbeat(c, resp)
 
@@ -334,6 +350,7 @@ class GroupSim:
 
     def on_heartbeat(self, c: Client, resp: Any) -> None:
         code = E(resp.error_code)
+        c.full = code != E.NONE  # any error: the next heartbeat sends every field
         if code in (E.FENCED_MEMBER_EPOCH, E.UNKNOWN_MEMBER_ID, E.GROUP_ID_NOT_FOUND):
             self.note(f"{c.name} fenced ({code.name}): drops {sorted(c.owned)}, rejoins")
             c.epoch, c.told, c.owned, c.positions, c.zombie = 0, set(), set(), {}, False

@@ -17,20 +17,15 @@ import pytest
 
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
-from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
 from riverbed.protocol.messages import (
     ApiVersionsRequest,
-    Message,
     MetadataRequest,
-    SaslAuthenticateRequest,
-    SaslAuthenticateResponse,
     SaslHandshakeRequest,
-    SaslHandshakeResponse,
 )
 from riverbed.security.plain import client_message
 from riverbed.security.scram import ScramMechanism
 from riverbed.testing.secure import SecureBroker, start_secure_broker
-from riverbed.testing.secure_clients import produce_consume
+from riverbed.testing.secure_clients import Wire, produce_consume
 
 USERS = {"admin": "admin-secret", "alice": "alice-pw"}
 SCRAM_USERS = {"scram256": ("SCRAM-SHA-256", "s256-pw")}
@@ -49,53 +44,6 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
         yield broker
     finally:
         broker.proc.close()
-
-
-class Wire:
-    """One raw connection to a listener."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.corr = 0
-
-    def send(self, api: ApiKey, version: int, body: Message) -> RequestHeader:
-        self.corr += 1
-        header = RequestHeader(int(api), version, self.corr, "bad-input")
-        self.sock.sendall(encode_request(header, body))
-        return header
-
-    def recv_frame(self) -> bytes:
-        head = self._exactly(4)
-        return self._exactly(struct.unpack(">i", head)[0])
-
-    def call(self, api: ApiKey, version: int, body: Message) -> Message:
-        header = self.send(api, version, body)
-        return decode_response(header, self.recv_frame())
-
-    def _exactly(self, n: int) -> bytes:
-        out = b""
-        while len(out) < n:
-            chunk = self.sock.recv(n - len(out))
-            if not chunk:
-                raise ConnectionError("closed by the broker")
-            out += chunk
-        return out
-
-    def closed_by_broker(self) -> bool:
-        try:
-            return self.sock.recv(1) == b""
-        except ConnectionResetError:
-            return True
-
-    def handshake(self, mechanism: str) -> SaslHandshakeResponse:
-        reply = self.call(ApiKey.SASL_HANDSHAKE, 1, SaslHandshakeRequest(mechanism=mechanism))
-        assert isinstance(reply, SaslHandshakeResponse)
-        return reply
-
-    def authenticate(self, data: bytes) -> SaslAuthenticateResponse:
-        reply = self.call(ApiKey.SASL_AUTHENTICATE, 2, SaslAuthenticateRequest(auth_bytes=data))
-        assert isinstance(reply, SaslAuthenticateResponse)
-        return reply
 
 
 def _closed_after_at_most(wire: Wire, limit: int) -> bool:

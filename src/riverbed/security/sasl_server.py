@@ -91,8 +91,16 @@ def generic_failure(mechanism: str) -> str:
 
 
 class SaslServerAuthenticator:
-    def __init__(self, enabled_mechanisms: Sequence[str], factory: MechanismFactory) -> None:
+    def __init__(
+        self,
+        enabled_mechanisms: Sequence[str],
+        factory: MechanismFactory,
+        session_lifetime_ms: int = 0,
+    ) -> None:
+        """``session_lifetime_ms``: ``connections.max.reauth.ms`` (KIP-368), told to the
+        client in SaslAuthenticate v1+ (0: sessions do not expire)."""
         self.enabled = list(enabled_mechanisms)
+        self.session_lifetime_ms = session_lifetime_ms
         self._factory = factory
         self.state = "handshake"
         self._api_versions_seen = False
@@ -168,8 +176,12 @@ class SaslServerAuthenticator:
                 close=f"SASL/{self.mechanism_name} authentication failed: {exc}",
                 delay_close=True,
             )
-        reply = SaslAuthenticateResponse(error_code=0, auth_bytes=challenge)
-        return Step(send=encode_response(header, reply), principal=self._done())
+        principal = self._done()
+        lifetime = self.session_lifetime_ms if principal is not None else 0
+        reply = SaslAuthenticateResponse(
+            error_code=0, auth_bytes=challenge, session_lifetime_ms=lifetime
+        )
+        return Step(send=encode_response(header, reply), principal=principal)
 
     def _raw_token(self, frame: bytes) -> Step:
         assert self._mechanism is not None

@@ -93,6 +93,8 @@ class ListenerSecurity:
     scram: ScramLookup = _no_scram
     sasl_receive_bytes_max: int = 524288
     failed_authentication_delay_ms: int = 100
+    #: connections.max.reauth.ms (KIP-368): a session's lifetime, 0 = no expiry
+    reauth_ms: int = 0
 
     @property
     def sasl(self) -> bool:
@@ -168,6 +170,7 @@ def listener_security(
         failed_authentication_delay_ms=int(
             str(lc.get("connection.failed.authentication.delay.ms"))
         ),
+        reauth_ms=int(str(lc.get("connections.max.reauth.ms"))),
     )
 
 

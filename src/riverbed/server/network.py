@@ -73,6 +73,7 @@ from riverbed.server.tls import HandshakeLimiter
 if TYPE_CHECKING:  # the protocol engine is imported lazily (it is large)
     from riverbed.protocol.headers import RequestHeader
     from riverbed.protocol.messages import Message
+    from riverbed.server.sasl_gate import SaslSession
 
 log = logging.getLogger(__name__)
 
@@ -180,13 +181,17 @@ class Connection:
         self._out_bytes = 0
         self.slots = asyncio.Semaphore(server.inflight_requests_max)
         self.outstanding = 0  # requests read and not yet answered (or dropped: acks=0)
+        self._answered = asyncio.Event()  # set while outstanding == 0
+        self._answered.set()
+        self.sasl: SaslSession | None = None  # SASL listeners: the session (re-authentication)
         self.closing = False
 
     async def run(self) -> None:
         if self.security.sasl:
-            from riverbed.server.sasl_gate import authenticate
+            from riverbed.server.sasl_gate import SaslSession
 
-            principal = await authenticate(self, self.security)
+            self.sasl = SaslSession(self, self.security)
+            principal = await self.sasl.start()
             if principal is None or self.server.stopping:
                 self.writer.close()
                 return
@@ -265,6 +270,7 @@ class Connection:
             task.add_done_callback(permit.release_on_done)
             self.server.track(task)
             self.outstanding += 1
+            self._answered.clear()
             self._push((ctx.header, task))
 
     async def _read_one(self) -> tuple[RequestContext, Message] | None:
@@ -276,6 +282,13 @@ class Connection:
             return None
         if frame is None:
             return None
+        if self.sasl is not None:
+            verdict = await self.sasl.screen(frame)
+            if verdict is None:  # a re-authentication: the next request
+                return await self._read_one()
+            if not verdict:
+                self.closing = True
+                return None
         try:
             header, body = self.server.codec.decode_request(frame)
         except ProtocolError as exc:
@@ -363,7 +376,15 @@ class Connection:
                     return
             self.inflight.popleft()
             self.outstanding -= 1
+            if self.outstanding == 0:
+                self._answered.set()
             self.slots.release()
+
+    async def wait_answered(self) -> None:
+        """Until every request read so far is answered and its response written (the
+        SASL re-authentication writes its own responses after them)."""
+        await self._answered.wait()
+        await self._flush()
 
     async def _flush(self) -> None:
         if self._out:

@@ -19,6 +19,7 @@ import struct
 import time
 from typing import TYPE_CHECKING
 
+from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import response_body_version
 from riverbed.protocol.messages import Message
@@ -73,12 +74,17 @@ async def _answer(conn: Connection, step: Step) -> None:
         conn.writer.write(codec.encode_response(header, reply))
 
 
-async def authenticate(conn: Connection, security: ListenerSecurity) -> KafkaPrincipal | None:
-    """Run the exchange; the authenticated principal, or None once the connection must
-    close (the reason is logged)."""
-    auth = SaslServerAuthenticator(security.mechanisms, security.mechanism_server)
+async def authenticate(
+    conn: Connection, security: ListenerSecurity, first_frame: bytes | None = None
+) -> tuple[KafkaPrincipal, str] | None:
+    """Run the exchange (from ``first_frame`` when the caller read it); the authenticated
+    principal and mechanism, or None once the connection must close (reason logged)."""
+    auth = SaslServerAuthenticator(
+        security.mechanisms, security.mechanism_server, security.reauth_ms
+    )
     while True:
-        frame = await _read_frame(conn, security.sasl_receive_bytes_max)
+        frame = first_frame or await _read_frame(conn, security.sasl_receive_bytes_max)
+        first_frame = None
         if frame is None:
             return None
         step = auth.on_frame(frame)
@@ -99,7 +105,7 @@ async def authenticate(conn: Connection, security: ListenerSecurity) -> KafkaPri
             log.debug(
                 "%s authenticated as %s (SASL/%s)", conn.peer, step.principal, auth.mechanism_name
             )
-            return step.principal
+            return step.principal, auth.mechanism_name
 
 
 async def _drain(conn: Connection) -> bool:
@@ -108,3 +114,62 @@ async def _drain(conn: Connection) -> bool:
         return True
     except (ConnectionError, OSError):
         return False
+
+
+class SaslSession:
+    """A SASL connection's session (KIP-368 re-authentication, ``connections.max.reauth.ms``).
+
+    The first authentication runs before any request. With a session lifetime, the client
+    learns it from SaslAuthenticate (v1+) and re-authenticates in its request stream: a
+    SaslHandshake is then run through the gate again once every earlier response is out
+    (Kafka's authenticator takes the channel for it); the mechanism and the principal must
+    not change. A request other than SaslHandshake after the session expired closes the
+    connection, as Kafka does (clients of SaslAuthenticate v0 cannot re-authenticate).
+    """
+
+    def __init__(self, conn: Connection, security: ListenerSecurity) -> None:
+        self.conn = conn
+        self.security = security
+        self.principal: KafkaPrincipal | None = None
+        self.mechanism = ""
+        self.expires_ms: int | None = None
+
+    async def start(self, first_frame: bytes | None = None) -> KafkaPrincipal | None:
+        done = await authenticate(self.conn, self.security, first_frame)
+        if done is None:
+            return None
+        principal, mechanism = done
+        if self.principal is not None and (principal, mechanism) != (
+            self.principal,
+            self.mechanism,
+        ):
+            log.warning(
+                "closing connection from %s: re-authentication changed %s/%s to %s/%s",
+                self.conn.peer,
+                self.principal,
+                self.mechanism,
+                principal,
+                mechanism,
+            )
+            return None
+        if self.principal is not None:
+            log.info("%s re-authenticated as %s (SASL/%s)", self.conn.peer, principal, mechanism)
+        self.principal, self.mechanism = principal, mechanism
+        if self.security.reauth_ms > 0:
+            self.expires_ms = int(time.time() * 1000) + self.security.reauth_ms
+        return principal
+
+    async def screen(self, frame: bytes) -> bool | None:
+        """Before a request is served: True = serve it, None = it was a re-authentication
+        (done), False = close the connection."""
+        api_key = int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else -1
+        if api_key == ApiKey.SASL_HANDSHAKE:
+            await self.conn.wait_answered()
+            return None if await self.start(frame) is not None else False
+        if self.expires_ms is not None and int(time.time() * 1000) > self.expires_ms:
+            log.warning(
+                "closing connection from %s: its SASL session expired (connections.max.reauth.ms)",
+                self.conn.peer,
+            )
+            return False
+        return True

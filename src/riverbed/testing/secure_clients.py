@@ -13,6 +13,15 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 
+from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
+from riverbed.protocol.messages import (
+    Message,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
+
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 CLIENTS = ("confluent-kafka", "kafka-python", "aiokafka", "kcat")
 TIMEOUT_S = 30
@@ -159,3 +168,52 @@ def produce_consume(
     if client == "aiokafka":
         return asyncio.run(_aiokafka(bootstrap, sec, topic, values))
     return _kcat(bootstrap, sec, topic, values)
+
+
+class Wire:
+    """One raw Kafka-protocol connection to a listener (bad-input tests)."""
+
+    def __init__(self, port: int) -> None:
+        import socket
+
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.corr = 0
+
+    def send(self, api: int, version: int, body: Message) -> RequestHeader:
+        self.corr += 1
+        header = RequestHeader(int(api), version, self.corr, "bad-input")
+        self.sock.sendall(encode_request(header, body))
+        return header
+
+    def recv_frame(self) -> bytes:
+        head = self._exactly(4)
+        return self._exactly(int.from_bytes(head, "big", signed=True))
+
+    def call(self, api: int, version: int, body: Message) -> Message:
+        header = self.send(api, version, body)
+        return decode_response(header, self.recv_frame())
+
+    def _exactly(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("closed by the broker")
+            out += chunk
+        return out
+
+    def closed_by_broker(self) -> bool:
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def handshake(self, mechanism: str) -> SaslHandshakeResponse:
+        reply = self.call(17, 1, SaslHandshakeRequest(mechanism=mechanism))
+        assert isinstance(reply, SaslHandshakeResponse)
+        return reply
+
+    def authenticate(self, data: bytes) -> SaslAuthenticateResponse:
+        reply = self.call(36, 2, SaslAuthenticateRequest(auth_bytes=data))
+        assert isinstance(reply, SaslAuthenticateResponse)
+        return reply

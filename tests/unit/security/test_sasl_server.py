@@ -107,3 +107,18 @@ def test_v0_raw_tokens() -> None:
     auth.on_frame(f)
     step = auth.on_frame(client_message("alice", "bad"))
     assert step.close and step.send is None and step.delay_close
+
+
+def test_session_lifetime_is_told_on_success_only() -> None:
+    def factory(name: str) -> MechanismServer:
+        return PlainServer({"alice": "pw"})
+
+    for password, lifetime in (("pw", 5000), ("bad", 0)):
+        auth = SaslServerAuthenticator(["PLAIN"], factory, session_lifetime_ms=5000)
+        _, f = _frame(ApiKey.SASL_HANDSHAKE, 1, SaslHandshakeRequest(mechanism="PLAIN"))
+        auth.on_frame(f)
+        body = SaslAuthenticateRequest(auth_bytes=client_message("alice", password))
+        h, f = _frame(ApiKey.SASL_AUTHENTICATE, 2, body)
+        reply = decode_response(h, auth.on_frame(f).send[4:])  # type: ignore[index]
+        assert isinstance(reply, SaslAuthenticateResponse)
+        assert reply.session_lifetime_ms == lifetime

@@ -7,14 +7,15 @@ is refused at once (LockOrderError) instead of deadlocking some day.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
-from riverbed.protocol.records import BatchHeader, SimpleRecord, build_batch
-from riverbed.storage import LogConfig, ManualClock, PartitionLog
+from riverbed.protocol.records import BatchHeader, SimpleRecord, build_batch, iter_batches
+from riverbed.storage import LogConfig, ManualClock, OffsetOutOfRangeError, PartitionLog
 from riverbed.storage.locks import LockOrderError, OuterLock
 from riverbed.storage.producer_hook import DuplicateBatch, TxnMarker
 from riverbed.storage.segment import LogSegment
@@ -145,3 +146,69 @@ def test_hooks_never_run_under_the_local_lock(tmp_path: Path) -> None:
         "truncate_fully", "close",
     }  # fmt: skip
     assert rec.under_local_lock == []
+
+
+def test_appends_reads_flushes_and_retention_in_threads_keep_the_log_whole(
+    tmp_path: Path,
+) -> None:
+    """Every path takes the locks in order, so threads doing all of it at once finish
+    (a lock taken in the reverse order raises at once, a deadlock fails the join), and
+    the log they leave is whole: every offset readable from the log start, durable."""
+    config = LogConfig(segment_bytes=600, retention_bytes=3000)
+    plog = PartitionLog(tmp_path / "t-0", "t", 0, config, ManualClock(T0))
+    errors: list[BaseException] = []
+    appended = 200
+    done = threading.Event()  # the others go on while the appends do (bounded anyway)
+
+    def appends() -> None:
+        try:
+            for _ in range(appended):
+                info = plog.append_as_leader(batch(), leader_epoch=0)
+                plog.update_high_watermark(info.last_offset + 1)
+        finally:
+            done.set()
+
+    def until_done(step: Callable[[], object]) -> Callable[[], None]:
+        def loop() -> None:
+            for _ in range(100_000):
+                step()
+                if done.is_set():
+                    return
+
+        return loop
+
+    def read() -> None:
+        with contextlib.suppress(OffsetOutOfRangeError):  # retention moved the log start
+            plog.read(plog.log_start_offset, 1 << 16).close()
+        list(plog.batch_headers_from(plog.log_start_offset))
+
+    def retention() -> None:
+        plog.delete_old_segments(T0)
+        plog.delete_expired_files(T0 + 3_600_000)
+
+    def run(work: Callable[[], None]) -> None:
+        try:
+            work()
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    workers = [appends, until_done(read), until_done(plog.flush), until_done(retention)]
+    threads = [threading.Thread(target=run, args=(w,)) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a thread never finished (deadlock?)"
+    assert errors == []
+    assert plog.log_end_offset == 3 * appended
+    assert plog.flush() == plog.log_end_offset
+    plog.delete_old_segments(T0)  # once more, after the last append
+    assert plog.log_start_offset > 0 and plog.size_bytes <= 3000 + 600  # + the active one
+    start = plog.log_start_offset
+    offsets = list(range(start, 3 * appended, 3))
+    assert [h.base_offset for h in plog.batch_headers_from(start)] == offsets
+    plog.close()
+    again = PartitionLog(tmp_path / "t-0", "t", 0, config, ManualClock(T0), log_start_offset=start)
+    data = again.read(start, 1 << 20).read_bytes()
+    assert [h.base_offset for _, h in iter_batches(data)] == offsets
+    again.close()

@@ -288,7 +288,10 @@ def _read(
                     short_since = None
                     continue
                 if not 0 <= part.high_watermark <= position:
-                    continue  # an open transaction (LSO); the broker's max wait paces us
+                    # an open transaction holds the LSO below the range's end: the broker's
+                    # max wait paces the polls, the short sleep a broker that answers at once
+                    time.sleep(retry_backoff_ms_min / 1000)
+                    continue
                 # The log ends before the range planned below its high watermark. A new
                 # leader may show a lagging high watermark for a moment: only a shortfall
                 # that lasts is lost data.

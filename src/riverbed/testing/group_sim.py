@@ -32,6 +32,11 @@ Invariants after every step (`check`), the guarantees Kafka's coordinator gives:
 - the pending transactional offsets equal a replay of the log (what a reload gives), and
   OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT exactly for them.
 
+The parts: `group_sim_world` (topics, configuration, the consumers' state, the plumbing
+to the shard and the model log), `group_sim_client` (what the consumers do, heartbeats as
+Kafka's consumer sends them), `group_sim_checks` (the invariants and the settling
+check); this module drives the writes, the coordinator moves, the steps and the phases.
+
 Replay one seed or soak many (``make soak`` runs this too)::
 
     .venv/bin/python -m riverbed.testing.group_sim --seed 12 -v
@@ -43,41 +48,33 @@ A failure raises ``SimulationFailure`` whose message starts with the replay comm
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 import time
-import uuid
-from collections import Counter, deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections import Counter
 from typing import Any
 
-from riverbed.coordinator.consumer_membership import StaticTopics
-from riverbed.coordinator.group import Reply
-from riverbed.coordinator.shard import GroupConfig, GroupShard, Write
-from riverbed.protocol.errors import ErrorCode
 from riverbed.testing.group_harness import (
-    LogEntry,
-    TxnMarker,
     commit_req,
-    group_state,
-    heartbeat_req,
     offset_delete_req,
     pending_state,
-    replay_into,
     replay_log,
-    txn_commit_req,
     write_entries,
 )
+from riverbed.testing.group_sim_checks import Checks
+from riverbed.testing.group_sim_client import ClientActions
+from riverbed.testing.group_sim_world import (
+    ADMIN,
+    CONFIG,
+    GROUPS,
+    REFUSED,
+    U_PARTITIONS_MAX,
+    E,
+    InvariantError,
+    SimParams,
+)
 
-E = ErrorCode
-Record = tuple[bytes, bytes | None]
-TOPICS = {"t": (uuid.UUID(int=1), 6), "u": (uuid.UUID(int=2), 4)}
-#: Topic ``u`` gains partitions now and then, up to this many.
-U_PARTITIONS_MAX = 8
-NAMES = {tid: name for name, (tid, _n) in TOPICS.items()}
-GROUPS = ("g0", "g1")
-CLIENTS_PER_GROUP_MAX = 5
+__all__ = ["GroupSim", "SimParams", "SimulationFailure", "main", "run_seed"]
+
 #: Rounds of the calm phase (every write commits, every consumer keeps up).
 CALM_ROUNDS = 15
 #: Time per calm round: the rounds outlast a session and a rebalance timeout, so that
@@ -87,157 +84,14 @@ CALM_STEP_MS = 500
 PROGRESS_EVERY = 1000
 #: Rounds of the teardown (leave, then DeleteGroups until done).
 TEARDOWN_ROUNDS = 20
-CONFIG = GroupConfig(
-    initial_rebalance_delay_ms=0,
-    consumer_session_timeout_ms=3000,
-    consumer_heartbeat_interval_ms=100,
-    offsets_retention_ms=4000,
-)
-#: Errors of writes that never reached the log, as the shell reports them (append_error:
-#: NOT_ENOUGH_REPLICAS is COORDINATOR_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER NOT_COORDINATOR).
-REFUSED = (E.REQUEST_TIMED_OUT, E.COORDINATOR_NOT_AVAILABLE, E.NOT_COORDINATOR)
-RETRIABLE = (
-    E.UNRELEASED_INSTANCE_ID,  # a static instance whose previous member is still in
-    E.REQUEST_TIMED_OUT,
-    E.NOT_ENOUGH_REPLICAS,
-    E.NOT_COORDINATOR,
-    E.COORDINATOR_NOT_AVAILABLE,
-)
-Tp = tuple[str, int]
-#: The metadata of the admin commits (offset resets of an empty group).
-ADMIN = "admin reset"
-#: A consumer's position in a partition whose committed offset is unstable (KIP-447).
-UNKNOWN_POSITION = -1
-#: Producer ids of the consumers' transactions: this plus the consumer's number.
-PRODUCER_ID_BASE = 5000
 
 
 class SimulationFailure(AssertionError):
     pass
 
 
-class InvariantError(AssertionError):
-    pass
-
-
-@dataclass(frozen=True)
-class SimParams:
-    seed: int
-    steps: int = 200
-    verbose: bool = False
-
-    def replay_command(self) -> str:
-        return (
-            f".venv/bin/python -m riverbed.testing.group_sim --seed {self.seed} "
-            f"--steps {self.steps} -v"
-        )
-
-
-@dataclass
-class Client:
-    """A KIP-848 consumer: what it was told, what it consumes, where it is."""
-
-    name: str
-    group: str
-    member: str
-    topics: list[str]
-    epoch: int = 0
-    told: set[Tp] = field(default_factory=set)
-    owned: set[Tp] = field(default_factory=set)
-    positions: dict[Tp, int] = field(default_factory=dict)
-    heartbeat_in_flight: bool = False
-    #: group.instance.id of a static member (None: dynamic)
-    instance: str | None = None
-    #: fenced by the coordinator (its member is gone) and does not know it yet
-    zombie: bool = False
-    #: its transactional producer's id, and TxnOffsetCommits not answered yet
-    producer_id: int = -1
-    txn_outstanding: int = 0
-    #: the next heartbeat sends every field: Kafka's consumer resets its HeartbeatState
-    #: after a failed heartbeat (an error, a lost response, a coordinator gone)
-    full: bool = False
-    #: what its last heartbeat listed as owned (Kafka's SentFields.localAssignment)
-    sent: tuple[frozenset[Tp], frozenset[Tp]] | None = None
-
-
-def _tps(assignment: Any) -> set[Tp]:
-    return {(NAMES[r.topic_id], p) for r in assignment.topic_partitions for p in r.partitions}
-
-
-def _by_id(tps: set[Tp]) -> dict[uuid.UUID, set[int]]:
-    out: dict[uuid.UUID, set[int]] = {}
-    for name, p in tps:
-        out.setdefault(TOPICS[name][0], set()).add(p)
-    return out
-
-
-class GroupSim:
+class GroupSim(ClientActions, Checks):
     """One seed (see the module docstring)."""
-
-    def __init__(self, params: SimParams) -> None:
-        self.params = params
-        self.rng = random.Random(params.seed)
-        self.now = 1_000_000
-        self.log: list[LogEntry] = []
-        #: the committed records replayed as they commit: what a reload would give
-        self.mirror = GroupShard(0, CONFIG, random.Random(0))
-        self.shard = replay_log([], CONFIG, self.now)
-        self.pending: list[Write] = []
-        self.handlers: dict[int, Callable[[Any], None]] = {}
-        self.clients: dict[str, Client] = {}
-        self.floors: dict[tuple[str, Tp], int] = {}
-        self.stats: Counter[str] = Counter()
-        self.trace: deque[str] = deque(maxlen=40)
-        self.topics = StaticTopics(dict(TOPICS))
-        self._next_reply = 0
-        self._names = 0
-        #: producer id -> the number of its current transaction (its commits' metadata)
-        self.txn_number: dict[int, int] = {}
-        #: metadata of the transactions that ended with ABORT
-        self.aborted: set[str] = set()
-        #: producers that sent a TxnOffsetCommit in their current transaction
-        self.txn_open: set[int] = set()
-        #: token -> first offset of a write appended while it was still in flight (a
-        #: marker followed it): it commits or is in doubt, never refused
-        self.appended: dict[int, int] = {}
-
-    def note(self, line: str) -> None:
-        self.trace.append(f"t={self.now} {line}")
-        if self.params.verbose:
-            print(self.trace[-1])
-
-    # ------------------------------------------------------------------ plumbing
-    def send(self, op: Callable[[Reply], None], handle: Callable[[Any], None], v: int) -> None:
-        self._next_reply += 1
-        reply = Reply(self._next_reply, v)
-        self.handlers[reply.id] = handle
-        op(reply)
-        self.pump()
-
-    def pump(self, refuse_writes: bool = False) -> None:
-        """Deliver the shard's answers and collect its writes (or refuse them, as the
-        shell does for a shard it is about to reload)."""
-        while True:
-            out, writes = self.shard.take_output()
-            if not out and not writes:
-                return
-            for write in writes:
-                if refuse_writes:
-                    self.shard.complete_write(write.token, E.NOT_COORDINATOR)
-                else:
-                    self.pending.append(write)
-            for reply, response in out:
-                handle = self.handlers.pop(reply.id, None)
-                if handle is None:
-                    raise InvariantError(f"reply {reply.id} answered twice or unknown")
-                handle(response)
-
-    def append(self, entries: list[LogEntry]) -> int:
-        """Append to the model log (and its replay); returns the first entry's offset."""
-        base = len(self.log)
-        self.log.extend(entries)
-        replay_into(self.mirror, entries, base)
-        return base
 
     # ------------------------------------------------------------------ writes
     def resolve_write(self) -> None:
@@ -289,231 +143,12 @@ class GroupSim:
         self.stats[f"coordinator moved ({why})"] += 1
         self.note(f"coordinator moved ({why}), {len(self.log)} records")
 
-    # ------------------------------------------------------------------ consumers
-    def new_client(self) -> None:
-        group = self.rng.choice(GROUPS)
-        if sum(c.group == group for c in self.clients.values()) >= CLIENTS_PER_GROUP_MAX:
-            return
-        self._names += 1
-        member = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
-        topics = ["t"] if self.rng.random() < 0.7 else ["t", "u"]
-        c = Client(f"c{self._names}", group, member, topics)
-        c.producer_id = PRODUCER_ID_BASE + self._names
-        if self.rng.random() < 0.3:
-            c.instance = f"i{self._names}"
-        self.clients[c.name] = c
-        self.note(f"{c.name} joins {group} ({member[:8]}) subscribing {topics}")
-        self.heartbeat(c)
-
-    def heartbeat(self, c: Client, leave: bool = False) -> None:
-        if c.heartbeat_in_flight:
-            return  # one heartbeat at a time, as the consumer sends them
-        if self.shard.busy(c.group):
-            self.stats["queued behind a write"] += 1
-        full = c.full and c.epoch > 0 and not leave
-        if full:
-            self.stats["full heartbeat"] += 1
-        # as Kafka's consumer: the owned partitions when they changed since it last listed
-        # them (a reconciled assignment) or in a full heartbeat; others list them anyway
-        local = (frozenset(c.owned), frozenset(c.told))
-        redundant = self.rng.random() >= 0.2
-        listed = _by_id(c.owned) if full or local != c.sent or redundant else None
-        req = heartbeat_req(
-            c.member,
-            -1 if leave else c.epoch,
-            group=c.group,
-            topics=c.topics if c.epoch == 0 or full else None,
-            owned=None if c.epoch == 0 else listed,
-            instance=c.instance if c.epoch == 0 or leave or full else None,
-            full=full,
-        )
-        c.full, c.sent = False, (local if listed is not None else c.sent)
-        lost = not leave and self.rng.random() < 0.08
-        c.heartbeat_in_flight = not leave
-        shard, now = self.shard, self.now
-
-        def handle(resp: Any) -> None:
-            c.heartbeat_in_flight = False
-            self.stats[f"heartbeat {E(resp.error_code).name}"] += 1
-            if leave or lost:
-                if lost:
-                    self.stats["heartbeat response lost"] += 1
-                    c.full = True  # the request timed out: the next one sends every field
-                return
-            self.on_heartbeat(c, resp)
-
-        self.send(
-            lambda r: shard.consumer_group_heartbeat(r, req, c.name, "/sim", self.topics, now),
-            handle,
-            1,
-        )
-
-    def on_heartbeat(self, c: Client, resp: Any) -> None:
-        code = E(resp.error_code)
-        c.full = code != E.NONE  # any error: the next heartbeat sends every field
-        if code in (E.FENCED_MEMBER_EPOCH, E.UNKNOWN_MEMBER_ID, E.GROUP_ID_NOT_FOUND):
-            self.note(f"{c.name} fenced ({code.name}): drops {sorted(c.owned)}, rejoins")
-            c.epoch, c.told, c.owned, c.positions, c.zombie = 0, set(), set(), {}, False
-            return
-        if code == E.REQUEST_TIMED_OUT:  # what Kafka never answers a heartbeat
-            raise InvariantError(f"{c.name}: heartbeat answered REQUEST_TIMED_OUT (fatal)")
-        if code in RETRIABLE:
-            return
-        if code != E.NONE:
-            raise InvariantError(f"{c.name}: heartbeat answered {code.name}")
-        if c.epoch == 0 and c.instance is not None and resp.member_epoch > 1:
-            self.stats["static member took its place back"] += 1
-        c.epoch = resp.member_epoch
-        if resp.assignment is None:
-            return
-        told = _tps(resp.assignment)
-        self.note(f"{c.name} told {sorted(told)} in {c.group} at epoch {c.epoch}")
-        for tp in sorted(told - c.owned):  # new partitions are used at once
-            c.positions[tp] = self.start_position(c.group, tp)
-        c.owned |= told
-        c.told = told
-
-    def restart(self, c: Client) -> None:
-        """A static member's process restarts: it commits, leaves for now (epoch -2:
-        its partitions wait for it) and comes back with a new member id and the same
-        group.instance.id, which takes the old member's place and assignment."""
-        if c.instance is None or c.epoch <= 0 or c.heartbeat_in_flight:
-            return
-        self.commit(c, set(c.owned))
-        req = heartbeat_req(c.member, -2, group=c.group, instance=c.instance)
-        shard, now = self.shard, self.now
-
-        def handle(resp: Any) -> None:
-            self.stats[f"static leave {E(resp.error_code).name}"] += 1
-
-        self.send(
-            lambda r: shard.consumer_group_heartbeat(r, req, c.name, "/sim", self.topics, now),
-            handle,
-            1,
-        )
-        old = c.member
-        c.member = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
-        c.epoch, c.told, c.owned, c.positions, c.zombie = 0, set(), set(), {}, False
-        self.note(f"{c.name} restarts: {old[:8]} -> {c.member[:8]} ({c.instance})")
-
     def grow_topic(self) -> None:
         tid, n = self.topics.topics["u"]
         if n < U_PARTITIONS_MAX:
             self.topics.topics["u"] = (tid, n + 1)
             self.stats["topic grown"] += 1
             self.note(f"topic u has {n + 1} partitions")
-
-    def committed(self, group: str, tp: Tp) -> int:
-        got = self.shard.offset_fetch(group, [(tp[0], [tp[1]])])
-        return int(got.topics[0].partitions[0].committed_offset)
-
-    def start_position(self, group: str, tp: Tp) -> int:
-        """Where a read_committed consumer starts a new partition (KIP-447): its stable
-        committed offset; UNKNOWN_POSITION while a transaction's offsets are pending
-        (UNSTABLE_OFFSET_COMMIT: it asks again before using the partition)."""
-        got = self.shard.offset_fetch(group, [(tp[0], [tp[1]])], require_stable=True)
-        part = got.topics[0].partitions[0]
-        if part.error_code == E.UNSTABLE_OFFSET_COMMIT:
-            self.stats["position unstable"] += 1
-            return UNKNOWN_POSITION
-        return max(int(part.committed_offset), 0)
-
-    def positioned(self, c: Client, tps: set[Tp]) -> set[Tp]:
-        """The partitions of ``tps`` whose position the consumer knows (asked again)."""
-        for tp in tps:
-            if c.positions[tp] == UNKNOWN_POSITION:
-                c.positions[tp] = self.start_position(c.group, tp)
-        return {tp for tp in tps if c.positions[tp] != UNKNOWN_POSITION}
-
-    def revoke(self, c: Client) -> None:
-        """The consumer catches up: commits what it gives up, then drops it."""
-        gone = c.owned - c.told
-        if not gone:
-            return
-        self.commit(c, gone)
-        c.owned -= gone
-        for tp in gone:
-            c.positions.pop(tp, None)
-        self.note(f"{c.name} revoked {sorted(gone)}")
-
-    def consume(self, c: Client) -> None:
-        for tp in self.positioned(c, c.owned):
-            c.positions[tp] += self.rng.randrange(0, 30)
-        if c.owned and self.rng.random() < 0.6:
-            self.commit(c, set(c.owned))
-
-    def commit(self, c: Client, tps: set[Tp]) -> None:
-        tps = self.positioned(c, tps)
-        if c.epoch <= 0 or not tps:
-            return
-        offsets = {tp: c.positions[tp] for tp in tps}
-        self.note(f"{c.name} commits {sorted(offsets.items())} to {c.group} at epoch {c.epoch}")
-        req = commit_req(c.member, c.epoch, offsets, group=c.group)
-        shard, now = self.shard, self.now
-
-        def handle(resp: Any) -> None:
-            for t in resp.topics:
-                for p in t.partitions:
-                    self.stats[f"commit {E(p.error_code).name}"] += 1
-
-        self.send(lambda r: shard.offset_commit(r, req, now), handle, 9)
-
-    # ------------------------------------------------------------------ transactions
-    def txn_tag(self, pid: int) -> str:
-        return f"txn {pid}.{self.txn_number.setdefault(pid, 0)}"
-
-    def txn_commit(self, c: Client) -> None:
-        """A consume-transform-produce step: the positions go in the transaction."""
-        owned = self.positioned(c, c.owned)
-        if c.epoch <= 0 or not owned:
-            return
-        pid = c.producer_id
-        offsets = {tp: c.positions[tp] for tp in owned}
-        version = self.rng.choice([0, 3, 3, 4, 4, 4])
-        tag = self.txn_tag(pid)
-        req = txn_commit_req(pid, offsets, c.group, c.member, c.epoch, c.instance, metadata=tag)
-        self.note(f"{c.name} txn-commits {sorted(offsets.items())} ({tag}, v{version})")
-        shard, now = self.shard, self.now
-        c.txn_outstanding += 1
-        self.txn_open.add(pid)
-
-        def handle(resp: Any) -> None:
-            c.txn_outstanding -= 1
-            for t in resp.topics:
-                for p in t.partitions:
-                    self.stats[f"txn commit v{min(version, 3)}+ {E(p.error_code).name}"] += 1
-
-        self.send(lambda r: shard.txn_offset_commit(r, req, now), handle, version)
-
-    def end_txn(self, c: Client, timed_out: bool = False, commit_rate: float = 0.6) -> None:
-        """The producer's marker: once its commits are answered, or (the transaction
-        coordinator aborting a timed-out transaction) while their writes are in flight:
-        those were appended before the marker."""
-        pid = c.producer_id
-        if pid not in self.txn_open:
-            return  # nothing to end (the transaction coordinator sends no marker)
-        in_flight = [w for w in self.pending if w.producer_id == pid]
-        if c.txn_outstanding and not (timed_out and c.txn_outstanding == len(in_flight)):
-            return  # a request still queued would land after the marker: wait for it
-        for w in in_flight:
-            if w.token not in self.appended:
-                self.appended[w.token] = self.append(write_entries(w))
-                self.stats["txn write appended before its marker"] += 1
-        commit = not timed_out and self.rng.random() < commit_rate
-        self.txn_open.discard(pid)
-        tag = self.txn_tag(pid)
-        if not commit:
-            self.aborted.add(tag)
-        self.txn_number[pid] += 1
-        self.append([TxnMarker(pid, commit)])
-        self.note(f"marker {'COMMIT' if commit else 'ABORT'} of {tag}")
-        self.stats[f"marker {'commit' if commit else 'abort'}"] += 1
-        self.shard.apply_marker(pid, commit)
-        self.pump()
-        for gid in GROUPS:
-            holder: Any = self.mirror.consumer_groups.get(gid) or self.mirror.groups.get(gid)
-            made = sum(om.metadata == tag for om in (holder.offsets if holder else {}).values())
-            self.stats["txn offsets committed by a marker"] += made
 
     # ------------------------------------------------------------------ admin
     def admin(self) -> None:
@@ -653,156 +288,6 @@ class GroupSim:
             self.pump()
         for gid, group in self.shard.consumer_groups.items():
             self.check_settled(gid, group)
-
-    def check_settled(self, gid: str, group: Any) -> None:
-        """After the calm phase a group of live consumers is Stable, and they consume
-        every partition they subscribe to, each exactly what it was told."""
-        live = {c.member: c for c in self.clients.values() if c.group == gid}
-        if set(group.members) != set(live):
-            self.stats["settled with members gone"] += 1
-            return
-        self.stats[f"settled {group.state.value}"] += 1
-        if group.state.value not in ("Stable", "Empty"):
-            raise InvariantError(f"group {gid} did not settle: {group.state.value}")
-        wanted = {
-            (name, p)
-            for c in live.values()
-            for name in c.topics
-            for p in range(self.topics.topics[name][1])
-        }
-        used: set[Tp] = set()
-        for c in live.values():
-            if c.owned != c.told:
-                raise InvariantError(f"{c.name} settled owning {c.owned}, told {c.told}")
-            used |= c.owned
-        if used != wanted:
-            raise InvariantError(f"group {gid} settled consuming {used}, not {wanted}")
-
-    # ------------------------------------------------------------------ invariants
-    def check(self) -> None:
-        for group in self.shard.consumer_groups.values():
-            group.check_invariants()
-            self.stats.update(f"seen {m.state.name}" for m in group.members.values())
-        self.check_memory_is_the_records()
-        self.check_consumers()
-        self.check_offsets()
-        self.check_transactions()
-
-    def check_memory_is_the_records(self) -> None:
-        memory, records = group_state(self.shard), group_state(self.mirror)
-        for gid in set(memory) | set(records):
-            if self.shard.busy(gid):
-                continue  # its write is in flight: memory is ahead of the log for now
-            if memory.get(gid) != records.get(gid):
-                raise InvariantError(
-                    f"group {gid}: memory differs from its committed records\n"
-                    f"  memory:  {memory.get(gid)}\n  records: {records.get(gid)}"
-                )
-
-    def check_consumers(self) -> None:
-        users: dict[tuple[str, Tp], str] = {}
-        for c in self.clients.values():
-            group = self.mirror.consumer_groups.get(c.group)
-            member = group.members.get(c.member) if group is not None else None
-            if c.owned and member is None:
-                c.zombie = True  # fenced by a timer; it learns it on its next heartbeat
-                self.stats["consumer fenced by a timer"] += 1
-            if c.zombie:
-                continue
-            if member is not None and c.owned:
-                held = {
-                    (NAMES[t], p)
-                    for a in (member.assigned, member.pending_revocation)
-                    for t, ps in a.items()
-                    for p in ps
-                }
-                if not c.owned <= held:
-                    raise InvariantError(
-                        f"{c.name} consumes {sorted(c.owned - held)} that no committed "
-                        f"record gives member {c.member[:8]} (it holds {sorted(held)})"
-                    )
-            for tp in c.owned:
-                other = users.get((c.group, tp))
-                if other is not None:
-                    raise InvariantError(f"{tp} of {c.group} consumed by {other} and {c.name}")
-                users[(c.group, tp)] = c.name
-
-    def check_offsets(self) -> None:
-        seen = set()
-        for gid in GROUPS:
-            holder: Any = self.mirror.consumer_groups.get(gid) or self.mirror.groups.get(gid)
-            offsets = holder.offsets if holder is not None else {}
-            for tp, om in offsets.items():
-                key = (gid, tp)
-                seen.add(key)
-                floor = self.floors.get(key, -1)
-                # an operator's reset of an empty group may go back (marked by its metadata)
-                if om.offset < floor and om.metadata != ADMIN:
-                    raise InvariantError(
-                        f"committed offset of {tp} in {gid} went back from {floor} to {om.offset}"
-                    )
-                self.floors[key] = om.offset
-        for key in list(self.floors):
-            if key not in seen:
-                del self.floors[key]  # deleted or expired: a new commit may start lower
-
-    def check_transactions(self) -> None:
-        """No committed offset of an aborted transaction; pending offsets are what the
-        log says, and exactly they are unstable to OffsetFetch(require_stable)."""
-        for view in (self.shard, self.mirror):
-            for gid in GROUPS:
-                holder: Any = view.consumer_groups.get(gid) or view.groups.get(gid)
-                for tp, om in (holder.offsets if holder is not None else {}).items():
-                    if om.metadata in self.aborted:
-                        raise InvariantError(
-                            f"{gid} {tp} committed {om.offset} of an aborted transaction "
-                            f"({om.metadata})"
-                        )
-
-        def settled(state: dict[int, dict[tuple[str, str, int], Any]]) -> dict[Any, Any]:
-            return {
-                (pid, key): om
-                for pid, offsets in state.items()
-                for key, om in offsets.items()
-                if not self.shard.busy(key[0])
-            }
-
-        memory, records = settled(pending_state(self.shard)), settled(pending_state(self.mirror))
-        if memory != records:
-            raise InvariantError(
-                f"pending offsets differ from the log\n  memory:  {memory}\n  records: {records}"
-            )
-        self.stats["pending offsets seen"] += len(records)
-        for gid in GROUPS:
-            if self.shard.busy(gid):
-                continue
-            parts = list(range(TOPICS["t"][1]))
-            got = self.shard.offset_fetch(gid, [("t", parts)], require_stable=True)
-            unstable = {
-                ("t", p.partition_index)
-                for t in got.topics
-                for p in t.partitions
-                if p.error_code == E.UNSTABLE_OFFSET_COMMIT
-            }
-            wanted = {(k[1], k[2]) for _pid, k in records if k[0] == gid and k[1] == "t"}
-            if unstable != wanted:
-                raise InvariantError(f"{gid}: unstable {sorted(unstable)}, pending {wanted}")
-
-    def describe(self) -> str:
-        lines = []
-        for gid, g in self.shard.consumer_groups.items():
-            lines.append(f"{gid}: epoch {g.group_epoch}/{g.assignment_epoch} {g.state.value}")
-            for m in g.members.values():
-                lines.append(
-                    f"  {m.member_id[:8]} e{m.member_epoch} {m.state.name} "
-                    f"assigned={dict(m.assigned)} revoking={dict(m.pending_revocation)}"
-                )
-        for c in self.clients.values():
-            lines.append(
-                f"{c.name} {c.group} {c.member[:8]} e{c.epoch} owned={sorted(c.owned)} "
-                f"told={sorted(c.told)} zombie={c.zombie}"
-            )
-        return "\n".join(lines)
 
 
 def run_seed(params: SimParams) -> GroupSim:

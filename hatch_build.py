@@ -14,6 +14,7 @@ says so in the executor's log.
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
@@ -32,6 +33,7 @@ def extension_path(out_dir: Path) -> Path:
 def build(out_dir: Path = SOURCE.parent) -> Path:
     """Compile ``_columnar.c`` into ``out_dir``; returns the module's path."""
     target = extension_path(out_dir)
+    partial = target.with_name(target.name + ".partial")
     cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
     command = [
         *cc,
@@ -42,9 +44,11 @@ def build(out_dir: Path = SOURCE.parent) -> Path:
         f"-I{sysconfig.get_paths()['include']}",
         str(SOURCE),
         "-o",
-        str(target),
+        str(partial),
     ]
     subprocess.run(command, check=True)
+    # a rename: Python workers that have the old module loaded keep their copy
+    os.replace(partial, target)
     return target
 
 

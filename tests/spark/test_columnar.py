@@ -28,6 +28,7 @@ from riverbed.spark import columnar
 from riverbed.spark.columnar import CorruptRecordError, decode_records
 
 TOPIC, PARTITION = "t", 3
+TIMESTAMP_MS_MAX = (2**63 - 1) // 1000
 
 blobs = st.none() | st.binary(max_size=40)
 headers = st.lists(st.tuples(st.text(max_size=8), st.none() | st.binary(max_size=12)), max_size=3)
@@ -214,11 +215,20 @@ def test_malformed_records_fail_cleanly_as_the_codec_does(
         want = expected_rows(log, 0, 10**9)
     except Exception:
         want = None
+    if want is not None and any(abs(r["ts_ms"]) > TIMESTAMP_MS_MAX for r in want):
+        want = None  # Spark's timestamps (microseconds in an int64) cannot hold it
     if want is None:
         with pytest.raises(CorruptRecordError, match=r"t-3"):
             decoded_rows(log, 0, 10**9)
-    else:
-        assert decoded_rows(log, 0, 10**9)[0] == want
+        return
+    try:
+        got = decoded_rows(log, 0, 10**9)[0]
+    except CorruptRecordError as e:
+        # a varlong beyond 64 bits: refused as Kafka's Java client does (the Python
+        # codec reads it as a big integer)
+        assert "varint too long" in str(e)
+        return
+    assert got == want
 
 
 def test_a_batch_cut_by_the_fetch_size_is_left_for_the_next_fetch() -> None:

@@ -88,6 +88,8 @@ static inline int read_varint(const uint8_t **pp, const uint8_t *end, int max_by
         if (p >= end)
             return -1;
         uint8_t b = *p++;
+        if (shift == 63 && b > 1)
+            return -2; /* beyond 64 bits: Kafka's ByteUtils.readVarlong refuses it too */
         z |= (uint64_t)(b & 0x7f) << shift;
         if (!(b & 0x80)) {
             *out = (int64_t)(z >> 1) ^ -(int64_t)(z & 1);

@@ -79,11 +79,19 @@ def node() -> Any:
         yield b
 
 
-def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+def produce(bootstrap: str, topic: str, values: list[bytes], **config: object) -> None:
+    """Produce ``values`` and check every one was delivered."""
+    errors: list[object] = []
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **config})
     for i, v in enumerate(values):
-        p.produce(topic, value=v, key=str(i).encode())
+        p.produce(
+            topic,
+            value=v,
+            key=str(i).encode(),
+            on_delivery=lambda err, _m: errors.append(err) if err else None,
+        )
     assert p.flush(30) == 0
+    assert errors == []
 
 
 def consume(bootstrap: str, topic: str, group: str, count: int) -> int:
@@ -328,3 +336,48 @@ def _diagnosis(cluster: QuorumCluster, topic: str, live: list[int]) -> str:
         for i in live
     }
     return f"partitions (leader, isr): {isrs}; active controller counts: {active}"
+
+
+def test_tiered_storage_copies_and_remote_reads_are_counted(tmp_path: Path) -> None:
+    overrides = {
+        "remote.log.storage.system.enable": "true",
+        "remote.log.manager.task.interval.ms": "200",
+        "log.retention.check.interval.ms": "300",
+        "rsm.config.url": f"file://{tmp_path / 'remote'}",
+    }
+    topic = "tiered-metered"
+    with BrokerProcess(overrides=overrides) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        configs = {
+            "remote.storage.enable": "true",
+            "segment.bytes": str(16 * 1024),
+            "local.retention.bytes": "0",
+            "retention.ms": "-1",
+        }
+        admin.create_topics([NewTopic(topic, 1, 1, config=configs)])[topic].result(30)
+        produce(broker.bootstrap, topic, [b"t" * 200] * 1500, **{"batch.num.messages": 20})
+
+        def copied() -> float:
+            m = scrape(broker.http_url)
+            return value(m, "kafka_server_brokertopicmetrics_remotecopybytes_total")
+
+        copied_bytes = wait_for("segments copied to the remote tier", copied, WAIT_S)
+        m = scrape(broker.http_url)
+        assert value(m, "kafka_server_brokertopicmetrics_remotecopyrequests_total") >= 1
+        assert value(m, "kafka_server_brokertopicmetrics_remotecopyerrors_total") == 0
+        # the copies are whole segments: at most what was produced, most of it by now
+        assert copied_bytes <= value(
+            m, "kafka_server_brokertopicmetrics_bytesin_total", topic=topic
+        )
+        # local retention removes the copied segments; reading from 0 goes to the remote tier
+        bytes_in = value(m, "kafka_server_brokertopicmetrics_bytesin_total", topic=topic)
+
+        def local_bytes() -> float:
+            m = scrape(broker.http_url)
+            return value(m, "kafka_log_log_size", topic=topic, partition="0")
+
+        wait_for("local retention of copied segments", lambda: local_bytes() < bytes_in / 2, WAIT_S)
+        assert consume(broker.bootstrap, topic, "tier-readers", 1500) == 1500
+        m = scrape(broker.http_url)
+        assert value(m, "kafka_server_brokertopicmetrics_remotefetchrequests_total") >= 1
+        assert value(m, "kafka_server_brokertopicmetrics_remotefetchbytes_total") > 0

@@ -648,6 +648,7 @@ class Node:
             lag=lambda: self.replicas,
             log_dirs=lambda: self.log_manager,
             groups=lambda: self.broker.groups if self.broker is not None else None,
+            remote=lambda: self.remote_log.stats if self.remote_log is not None else None,
         )
 
     def _topic_name(self, topic_id: uuid.UUID) -> str | None:

@@ -46,6 +46,7 @@ from riverbed.producer.snapshot import snapshot_name
 from riverbed.server.backoff import ExponentialBackoff
 from riverbed.server.broker.partitions import last_stable_offset, producer_state_of
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
+from riverbed.server.metrics.remote import RemoteLogStats
 from riverbed.server.remote_reads import (
     READ_CACHE_BYTES_MAX,
     REJECT_LOG_INTERVAL_S,
@@ -192,6 +193,7 @@ class RemoteLogManager(RemoteReads):
         self._cache = ChunkCache(settings.read_cache_bytes)
         self._txn_cache = OrderedDict()
         self.reads_rejected = 0  # remote reads refused: reader_max_pending were waiting
+        self.stats = RemoteLogStats()  # copies and reads, for the node's metrics
         self._reject_logged_s = -REJECT_LOG_INTERVAL_S
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -524,6 +526,7 @@ class RemoteLogManager(RemoteReads):
                 log.info("%s-%d: copy abandoned: %s", topic, partition, e)
                 return  # the new leader continues from the remote listing
             except RemoteStorageError:
+                self.stats.copy_failed()
                 # best effort now; the next task's orphan sweep catches what is left
                 with contextlib.suppress(RemoteStorageError):
                     self.rsm.delete_segment(topic, partition, tier.topic_id, segment_id)
@@ -533,6 +536,7 @@ class RemoteLogManager(RemoteReads):
                 tier.indexes.add_segment(summary.entries, self._now_ms())
                 tier.remote.append(meta)
             plog.update_highest_offset_in_remote(meta.end_offset)
+            self.stats.copied(meta.size_bytes)
             log.info(
                 "%s-%d: copied segment %d..%d (%d bytes) to the remote tier as %s",
                 topic,

@@ -32,6 +32,7 @@ from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.records import iter_batches, iter_records
 from riverbed.server.backoff import ExponentialBackoff
+from riverbed.server.metrics.remote import RemoteLogStats
 from riverbed.storage.log import PartitionLog
 from riverbed.storage.log_files import TimestampOffset
 from riverbed.storage.txn_index import AbortedTxn, collect_aborted
@@ -152,6 +153,7 @@ class RemoteReads:
     _rng: random.Random  # jitter of the read retries' back-off
     _guarded_read_finished: Callable[[], None]  # _dec_pending for call_soon_threadsafe
     _txn_cache: OrderedDict[str, list[AbortedTxn]]  # segment id -> its aborted transactions
+    stats: RemoteLogStats  # remote reads counted for the node's metrics
 
     def serves(self, key: tuple[str, int]) -> bool:
         return key in self._tiers
@@ -170,7 +172,9 @@ class RemoteReads:
         if tier is None:
             return RemoteRead(error=int(ErrorCode.NOT_LEADER_OR_FOLLOWER))
         result = await self._in_reader(self._read_sync, tier, offset, max_bytes, read_committed)
-        return result if result is not None else RemoteRead()
+        result = result if result is not None else RemoteRead()
+        self.stats.fetched(len(result.data), result.error)
+        return result
 
     def _aborted_sync(self, tier: Tier, fetch_offset: int, upper: int) -> list[AbortedTxn]:
         """Kafka's search over the remote segments from the one holding ``fetch_offset``,

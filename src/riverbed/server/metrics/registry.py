@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from riverbed.metadata.image import MetadataDelta, MetadataImage
 from riverbed.server.metrics.exposition import render_text
 from riverbed.server.metrics.metadata_events import MetadataEvents
+from riverbed.server.metrics.remote import RemoteLogCollector, RemoteLogStats
 from riverbed.server.metrics.state import (
     ControllerCollector,
     FollowerLag,
@@ -71,6 +72,7 @@ class NodeMetrics:
         lag: Callable[[], FollowerLag | None],
         log_dirs: Callable[[], OfflineDirs | None],
         groups: Callable[[], GroupShards | None],
+        remote: Callable[[], RemoteLogStats | None],
     ) -> None:
         """Register the scrape-time collectors (once; a second call changes nothing)."""
         if self._watching:
@@ -80,6 +82,7 @@ class NodeMetrics:
         self.registry.register(ReplicaCollector(self.node_id, hosted, lag, log_dirs))
         self.registry.register(GroupLagCollector(groups, hosted))
         self.registry.register(LedgerCollector(hosted))
+        self.registry.register(RemoteLogCollector(remote))
 
     def on_image(self, old: MetadataImage, new: MetadataImage, delta: MetadataDelta) -> None:
         """Image listener: metadata-event counters; a deleted topic's series go away."""

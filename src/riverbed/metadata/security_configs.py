@@ -48,4 +48,10 @@ SECURITY_CONFIGS: tuple[ConfigDef, ...] = (
     _d("sasl.server.max.receive.size", _I, "524288", at_least(1)),
     _d("connection.failed.authentication.delay.ms", _I, "100", at_least(0)),
     _d("connections.max.reauth.ms", _L, "0", at_least(0)),
+    # OAUTHBEARER with signed JWTs (KIP-768's OAuthBearerValidatorCallbackHandler)
+    _d("sasl.oauthbearer.jwks.endpoint.url", _S, None),
+    _d("sasl.oauthbearer.expected.audience", _LI, ""),
+    _d("sasl.oauthbearer.expected.issuer", _S, None),
+    _d("sasl.oauthbearer.sub.claim.name", _S, "sub"),
+    _d("sasl.oauthbearer.clock.skew.seconds", _I, "30", at_least(0)),
 )  # fmt: skip

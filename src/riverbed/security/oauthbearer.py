@@ -14,7 +14,8 @@ Kafka's OAuthBearerUnsecuredValidatorCallbackHandler does, with its JAAS options
 in the future; a non-empty authzid must equal the principal. A refused token is answered
 with Kafka's JSON error challenge (``{"status":"invalid_token"}``); the client then sends
 ``\\x01`` and the exchange fails with "Authentication failed: <reason>" (Kafka's flow).
-Signed JWTs (JWKS) are not validated here.
+Signed JWTs: a listener with Kafka's OAuthBearerValidatorCallbackHandler passes
+`riverbed.security.jwks.JwksValidator.validate` as ``signed``, used instead.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from riverbed.security.errors import SaslAuthenticationError
 
@@ -52,7 +53,15 @@ class OAuthBearerUnsecuredServer:
 
     mechanism = MECHANISM
 
-    def __init__(self, options: Mapping[str, str], now_ms: int) -> None:
+    def __init__(
+        self,
+        options: Mapping[str, str],
+        now_ms: int,
+        signed: Callable[[str, int], str] | None = None,
+    ) -> None:
+        """``signed``: a signed-JWT validator (`riverbed.security.jwks.JwksValidator.
+        validate`) that replaces the unsecured one when the listener configures it."""
+        self.signed = signed
         self.principal_claim = options.get("unsecuredValidatorPrincipalClaimName", "sub")
         self.scope_claim = options.get("unsecuredValidatorScopeClaimName", "scope")
         self.required_scope = options.get("unsecuredValidatorRequiredScope", "").split()
@@ -80,7 +89,11 @@ class OAuthBearerUnsecuredServer:
                 "Invalid OAUTHBEARER client first message: no Bearer token"
             )
         try:
-            principal = self._validate(auth[len("Bearer ") :].strip())
+            token = auth[len("Bearer ") :].strip()
+            if self.signed is not None:
+                principal = self.signed(token, self.now_ms)
+            else:
+                principal = self._validate(token)
         except ValueError as exc:
             self._error = str(exc)
             return json.dumps({"status": "invalid_token"}).encode()

@@ -527,7 +527,7 @@ def _is_listener_security_key(key: str) -> bool:
         return False
     rest = key[len("listener.name.") :].partition(".")[2]
     return rest.startswith(("ssl.", "sasl.", "connections.max.reauth.ms")) or rest.endswith(
-        ".sasl.jaas.config"
+        (".sasl.jaas.config", ".sasl.server.callback.handler.class")
     )
 
 

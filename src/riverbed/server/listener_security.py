@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from riverbed.metadata.broker_configs import CONFIG_DEFS
 from riverbed.metadata.config_defs import ConfigValueError
 from riverbed.security.jaas import JaasConfigError, LoginModule, parse_jaas_config
+from riverbed.security.jwks import JWKS_BYTES_MAX, JwksValidator, load_jwks
 from riverbed.security.oauthbearer import OAuthBearerUnsecuredServer
 from riverbed.security.plain import PlainServer
 from riverbed.security.principal import ANONYMOUS, KafkaPrincipal
@@ -90,6 +91,8 @@ class ListenerSecurity:
     plain_users: Mapping[str, str] = field(default_factory=dict)
     #: OAUTHBEARER's JAAS options (the unsecured validator's settings)
     oauthbearer_options: Mapping[str, str] = field(default_factory=dict)
+    #: OAUTHBEARER with signed JWTs: the JWKS validator (None: unsecured JWTs)
+    oauthbearer_signed: JwksValidator | None = None
     scram: ScramLookup = _no_scram
     sasl_receive_bytes_max: int = 524288
     failed_authentication_delay_ms: int = 100
@@ -105,7 +108,10 @@ class ListenerSecurity:
         if name == "PLAIN":
             return PlainServer(self.plain_users)
         if name == "OAUTHBEARER":
-            return OAuthBearerUnsecuredServer(self.oauthbearer_options, int(time.time() * 1000))
+            signed = self.oauthbearer_signed.validate if self.oauthbearer_signed else None
+            return OAuthBearerUnsecuredServer(
+                self.oauthbearer_options, int(time.time() * 1000), signed
+            )
         mechanism = ScramMechanism.from_name(name)
         assert mechanism is not None, name
         return ScramServer(
@@ -165,6 +171,7 @@ def listener_security(
         mechanisms=mechanisms,
         plain_users=users,
         oauthbearer_options=dict(oauth.options) if oauth is not None else {},
+        oauthbearer_signed=_jwks_validator(lc) if "OAUTHBEARER" in mechanisms else None,
         scram=scram,
         sasl_receive_bytes_max=int(str(lc.get("sasl.server.max.receive.size"))),
         failed_authentication_delay_ms=int(
@@ -209,6 +216,44 @@ def client_security(config: ServerConfig, listener: str, mechanism_key: str) -> 
         key = f"{lc.prefix}{mechanism.lower()}.sasl.jaas.config"
         raise ConfigError(key, f"{key} must set username and password (this node's login)")
     return ClientSecurity(protocol, context, mechanism, username, password)
+
+
+#: Kafka's validator of signed JWTs (KIP-768); naming it turns JWKS validation on.
+SIGNED_JWT_HANDLER = (
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
+)
+
+
+def _jwks_validator(lc: ListenerConfig) -> JwksValidator | None:
+    """The listener's JWKS validator when its OAUTHBEARER callback handler is Kafka's
+    OAuthBearerValidatorCallbackHandler; the JWKS is read once, from a file:// URL."""
+    key = f"{lc.prefix}oauthbearer.sasl.server.callback.handler.class"
+    if lc.config.originals.get(key) != SIGNED_JWT_HANDLER:
+        return None
+    url = lc.get("sasl.oauthbearer.jwks.endpoint.url")
+    if not isinstance(url, str) or not url.startswith("file://"):
+        raise ConfigError(
+            "sasl.oauthbearer.jwks.endpoint.url",
+            "sasl.oauthbearer.jwks.endpoint.url must be a file:// URL (riverbed reads the JWKS "
+            "from a file; https endpoints are not supported)",
+        )
+    path = url[len("file://") :]
+    try:
+        with open(path, encoding="utf-8") as f:
+            keys = load_jwks(f.read(JWKS_BYTES_MAX))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            "sasl.oauthbearer.jwks.endpoint.url", f"cannot load {path}: {exc}"
+        ) from None
+    audience = lc.get("sasl.oauthbearer.expected.audience")
+    issuer = lc.get("sasl.oauthbearer.expected.issuer")
+    return JwksValidator(
+        keys,
+        audience=tuple(audience) if isinstance(audience, list) else (),
+        issuer=str(issuer) if issuer is not None else None,
+        sub_claim=str(lc.get("sasl.oauthbearer.sub.claim.name")),
+        clock_skew_ms=int(str(lc.get("sasl.oauthbearer.clock.skew.seconds"))) * 1000,
+    )
 
 
 def _tls_context(

@@ -72,6 +72,7 @@ from riverbed.storage.producer_hook import TxnMarker
 from riverbed.storage.segment import LogSegment
 from riverbed.storage.segment_rules import (
     SegmentMaker,
+    add_fsyncs,
     cleanable_segments,
     recover_segments,
     should_roll,
@@ -554,19 +555,7 @@ class LocalLog:
             plan = FlushPlan(
                 leo if up_to is None else min(up_to, leo), self._truncations, all_indexes
             )
-            rp = self._recovery_point
-            for seg in self._segments:
-                has_data = (
-                    plan.target > rp and seg.next_offset > rp and seg.base_offset < plan.target
-                )
-                indexes = all_indexes or (not seg.active and seg.index_sync_pending)
-                if has_data or (indexes and seg.size):  # an empty segment has nothing
-                    try:  # (writes pending index entries first)
-                        plan.fds += seg.dup_fds(with_indexes=indexes)
-                    except OSError:
-                        self.close_fds(plan)
-                        raise
-                    plan.synced.append(seg)
+            add_fsyncs(plan, self._segments, self._recovery_point, self._io)
             if not plan.synced:
                 self._roll_flush_pending = False
             return plan
@@ -577,10 +566,7 @@ class LocalLog:
             self._io.fsync(fd)
 
     def close_fds(self, plan: FlushPlan) -> None:
-        for fd in plan.fds:
-            with contextlib.suppress(OSError):
-                self._io.close(fd)
-        plan.fds.clear()
+        plan.close_fds(self._io)
 
     def end_flush(self, plan: FlushPlan, *, healthy: bool) -> int:
         """After the plan's fsyncs: advance the recovery point to its target (unless a

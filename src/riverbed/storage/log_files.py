@@ -15,6 +15,7 @@ A partition dir ``<topic>-<partition>/`` holds, besides the live segments
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -211,6 +212,13 @@ class FlushPlan:
     all_indexes: bool
     fds: list[int] = field(default_factory=list)
     synced: list[LogSegment] = field(default_factory=list)
+
+    def close_fds(self, io: FileIO) -> None:
+        """Close the duplicated fds (after the fsyncs, or when collecting them failed)."""
+        for fd in self.fds:
+            with contextlib.suppress(OSError):
+                io.close(fd)
+        self.fds.clear()
 
 
 class DirSync:

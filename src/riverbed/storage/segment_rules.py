@@ -1,5 +1,6 @@
 """Rules over segments that the local log applies under its lock: when a segment rolls,
-how a run of segments is recovered after an unclean shutdown, which may be compacted.
+how a run of segments is recovered after an unclean shutdown, which may be compacted, and
+what a flush fsyncs (``add_fsyncs``).
 
 Roll (Kafka's ``LogSegment.shouldRoll``): the next batch would pass ``segment.bytes``,
 the indexes are full, the segment's int32 relative offsets cannot reach the batch, or
@@ -31,11 +32,17 @@ from typing import TypedDict
 from riverbed.protocol.records import BatchHeader
 from riverbed.storage.config import LogConfig
 from riverbed.storage.file_io import FileIO
-from riverbed.storage.log_files import Cleanable, DirSync
+from riverbed.storage.log_files import Cleanable, DirSync, FlushPlan
 from riverbed.storage.segment import LogSegment
 from riverbed.storage.time_index import NO_TIMESTAMP
 
-__all__ = ["SegmentMaker", "cleanable_segments", "recover_segments", "should_roll"]
+__all__ = [
+    "SegmentMaker",
+    "add_fsyncs",
+    "cleanable_segments",
+    "recover_segments",
+    "should_roll",
+]
 
 log = logging.getLogger("riverbed.storage.log")
 
@@ -174,3 +181,25 @@ def cleanable_segments(
         out.append(Cleanable(seg, end, seg.size))
         release(seg)
     return out
+
+
+def add_fsyncs(
+    plan: FlushPlan, segs: Sequence[LogSegment], recovery_point: int, io: FileIO
+) -> None:
+    """Add to ``plan`` what a flush to its target fsyncs: the ``.log`` of every segment
+    holding data between the recovery point and the target, and the indexes of segments
+    rolled since their last sync (every segment's with ``all_indexes``: close). The active
+    segment's indexes need no fsync otherwise: after a crash the segment holding the
+    recovery point is re-indexed from its ``.log``."""
+    target = plan.target
+    for seg in segs:
+        has_data = target > recovery_point and seg.next_offset > recovery_point
+        has_data = has_data and seg.base_offset < target
+        indexes = plan.all_indexes or (not seg.active and seg.index_sync_pending)
+        if has_data or (indexes and seg.size):  # an empty segment has nothing
+            try:  # (writes pending index entries first)
+                plan.fds += seg.dup_fds(with_indexes=indexes)
+            except OSError:
+                plan.close_fds(io)
+                raise
+            plan.synced.append(seg)

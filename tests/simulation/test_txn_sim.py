@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 
+from riverbed.producer.state import ProducerStateTable
 from riverbed.testing.txn_sim import SimulationFailure, main, run_seed
 from riverbed.transaction import shard
 
@@ -64,3 +65,36 @@ def test_a_load_that_forgets_prepared_transactions_is_caught(
 ) -> None:
     monkeypatch.setattr(shard.TransactionShard, "loaded", lambda self: None)
     assert "did not close every transaction" in _first_failure()
+
+
+# -- the partition leaders are riverbed's ProducerStateTable (txn_sim_leader) -----------
+
+
+def test_a_leader_that_applies_fenced_markers_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leader's TRANSACTION_COORDINATOR_FENCED rule dropped: a deposed coordinator's
+    late marker is applied after its successor's."""
+    check_txn = ProducerStateTable._check_txn
+
+    def no_fencing(self, h, marker, in_txn):  # type: ignore[no-untyped-def]
+        return check_txn(self, h, None, in_txn)
+
+    monkeypatch.setattr(ProducerStateTable, "_check_txn", no_fencing)
+    failure = _first_failure()
+    assert failure.startswith(".venv/bin/python -m riverbed.testing.txn_sim --seed ")
+    assert "a marker of coordinator epoch" in failure, failure
+
+
+def test_an_lso_that_ignores_open_transactions_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ProducerStateTable, "last_stable_offset", lambda self, hw: hw)
+    assert "passes open transaction records" in _first_failure()
+
+
+def test_aborts_missing_from_the_txn_index_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No .txnindex entry for an abort: read_committed returns the aborted records."""
+    apply = ProducerStateTable.apply
+
+    def no_index(self, h, marker=None):  # type: ignore[no-untyped-def]
+        apply(self, h, marker)
+
+    monkeypatch.setattr(ProducerStateTable, "apply", no_index)
+    assert "read_committed returned uncommitted records" in _first_failure()

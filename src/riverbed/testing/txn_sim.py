@@ -7,16 +7,21 @@ coordinator's crashes and moves (a reload at the next coordinator epoch from the
 records only), partition leadership moves, and the WriteTxnMarkers traffic: one FIFO
 connection per (coordinator epoch, broker) as TCP gives, connections dropped (a request
 lost or processed with its answer lost), deliveries reordered across connections, and the
-requests of a deposed coordinator delivered late. The partition leaders are fakes holding
-the rules a leader applies to markers (Kafka's ``ProducerStateManager``: a marker from an
-older coordinator epoch is TRANSACTION_COORDINATOR_FENCED, one below the producer's epoch
-INVALID_PRODUCER_EPOCH) and to appends (an older producer epoch is refused).
+requests of a deposed coordinator delivered late. The partition leaders are riverbed's
+own partition code (`riverbed.testing.txn_sim_leader.TxnLeader`: ``ProducerStateTable``
+validating and applying real transactional batches and markers, its aborted
+transactions as the ``.txnindex``): a marker from an older coordinator epoch is
+TRANSACTION_COORDINATOR_FENCED, one below the producer's epoch INVALID_PRODUCER_EPOCH,
+an append with an older producer epoch is refused.
 
 Checked after every step: the coordinator's memory equals a replay of its committed
-records; a transaction's partitions all get the same marker, the one its client was told;
-no producer has two open transactions on a partition; the markers applied to a partition
-for a producer never go back in coordinator epoch; after a reload the state equals the
-state before. Then a calm phase (no faults, every client stopped, time past every
+records; a transaction's records are all committed or all aborted on every partition (as
+the log's markers decide them), the way its client was told; the last stable offset
+never passes a record of an open transaction; a read_committed read (the txn index up to
+the LSO) returns every committed record below the LSO and nothing else; the markers
+applied to a partition for a producer never go back in coordinator epoch (a fenced
+coordinator's marker is never applied); after a reload the state equals the state
+before. Then a calm phase (no faults, every client stopped, time past every
 timeout) must close every transaction on every partition and complete it at the
 coordinator. A failure raises `SimulationFailure` whose message starts with the replay
 command::
@@ -35,8 +40,10 @@ from dataclasses import dataclass, field
 from riverbed.protocol.errors import ErrorCode
 from riverbed.transaction.api import Answer, PartitionsResult, Step, TxnConfig, TxnResult, TxnWrite
 from riverbed.transaction.coordinator import TransactionCoordinator
-from riverbed.transaction.markers import BrokerMarkers, TxnMarker
+from riverbed.transaction.markers import BrokerMarkers
 from riverbed.transaction.records import TopicPartition, TxnMetadata, replay_all
+
+from .txn_sim_leader import TxnLeader
 
 E = ErrorCode
 TIDS = ("app-0", "app-1", "app-2", "app-3")
@@ -60,46 +67,6 @@ class Allocator:
     def allocate(self) -> int | None:
         self.next_id += 1
         return self.next_id
-
-
-@dataclass
-class _Producer:
-    epoch: int = -1
-    coordinator_epoch: int = -1
-    open: TxnId | None = None
-
-
-@dataclass
-class SimPartition:
-    """A partition leader's transaction rules, as Kafka's ProducerStateManager has them."""
-
-    tp: TopicPartition
-    producers: dict[int, _Producer] = field(default_factory=dict)
-    outcomes: dict[TxnId, bool] = field(default_factory=dict)
-    applied: list[tuple[int, int]] = field(default_factory=list)  # (producer id, coord epoch)
-
-    def append(self, pid: int, epoch: int, txn: TxnId) -> ErrorCode:
-        p = self.producers.setdefault(pid, _Producer())
-        if epoch < p.epoch:
-            return E.INVALID_PRODUCER_EPOCH
-        if p.open is not None and p.open != txn:
-            raise AssertionError(f"{self.tp}: producer {pid} opens {txn} while {p.open} is open")
-        p.epoch, p.open = epoch, txn
-        return E.NONE
-
-    def write_marker(self, m: TxnMarker) -> ErrorCode:
-        p = self.producers.setdefault(m.producer_id, _Producer())
-        if m.coordinator_epoch < p.coordinator_epoch:
-            return E.TRANSACTION_COORDINATOR_FENCED
-        if m.producer_epoch < p.epoch:
-            return E.INVALID_PRODUCER_EPOCH
-        if p.open is not None:
-            self.outcomes[p.open] = m.committed
-        p.open = None
-        p.epoch = max(p.epoch, m.producer_epoch)
-        p.coordinator_epoch = m.coordinator_epoch
-        self.applied.append((m.producer_id, m.coordinator_epoch))
-        return E.NONE
 
 
 @dataclass
@@ -137,7 +104,7 @@ class TxnSim:
         }
         self.generation = 0  # the coordinator process: a crash starts a new one
         self.writes: list[TxnWrite] = []
-        self.partitions = {tp: SimPartition(tp) for tp in TOPIC_PARTITIONS}
+        self.partitions = {tp: TxnLeader(tp) for tp in TOPIC_PARTITIONS}
         self.leaders = {tp: i % BROKERS for i, tp in enumerate(TOPIC_PARTITIONS)}
         self.conns: dict[tuple[int, int], _Conn] = {}
         self.clients = [_Client(tid) for tid in TIDS]
@@ -374,13 +341,8 @@ class TxnSim:
                 told = self.told.get(txn)
                 if told is not None and told != committed:
                     self.fail(f"transaction {txn}: the client was told commit={told}")
-            last: dict[int, int] = {}
-            for pid, epoch in part.applied:
-                if epoch < last.get(pid, -1):
-                    self.fail(
-                        f"{part.tp}: a marker of coordinator epoch {epoch} applied after {last[pid]}"
-                    )
-                last[pid] = epoch
+            for why in part.violations():
+                self.fail(why)
 
     # ------------------------------------------------------------------ run
     def chaos_step(self) -> None:
@@ -439,9 +401,7 @@ class TxnSim:
                 self.take(self.coord.on_broker_markers_response(req, errors, self.now_ms))
 
     def quiet(self) -> bool:
-        open_txns = any(
-            p.open for part in self.partitions.values() for p in part.producers.values()
-        )
+        open_txns = any(part.has_open() for part in self.partitions.values())
         busy = any(
             m.state.name.startswith(("PREPARE", "ONGOING"))
             for shard in self.coord.shards.values()
@@ -451,7 +411,7 @@ class TxnSim:
 
     def open_report(self) -> str:
         txns = [s.txns for s in self.coord.shards.values()]
-        return f"{[(p.tp, p.producers) for p in self.partitions.values()]} {txns}"
+        return f"{[(p.tp, p.table.ongoing) for p in self.partitions.values()]} {txns}"
 
 
 def run_seed(seed: int, steps: int = CHAOS_STEPS) -> TxnSim:

@@ -35,6 +35,8 @@ from typing import Any
 from riverbed.cli.common import (
     ADMIN_TIMEOUT_S,
     CliError,
+    add_acks,
+    add_batching,
     add_bootstrap,
     add_json,
     kafka_error_text,
@@ -485,21 +487,20 @@ def register(subparsers: Any) -> None:
         p = verb_parser(sub, name, text)
         add_bootstrap(p)
         add_json(p)
-        p.add_argument("--topic", default="riverbed-bench")
-        p.add_argument("--num-records", type=int, default=100_000)
+        p.add_argument("--topic", default="riverbed-bench", help="the topic (created when missing)")
+        p.add_argument(
+            "--num-records", type=int, default=100_000, help="records to produce or consume"
+        )
         p.add_argument("--timeout-s", type=float, default=10.0, help="give up after this idle time")
         if name != "consume":
             p.add_argument("--record-size", type=int, default=100, help="value bytes")
-            p.add_argument("--acks", default="all", choices=["0", "1", "all", "-1"])
+            add_acks(p)
             p.add_argument("--partitions", type=int, default=1, help="when creating the topic")
         if name == "produce":
             p.add_argument(
                 "--batch-size", type=int, default=16384, help="producer batch.size bytes"
             )
-            p.add_argument("--linger-ms", type=int, default=5)
-            p.add_argument(
-                "--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"]
-            )
+            add_batching(p)
             p.add_argument("--throughput", type=float, default=-1, help="records/s cap, -1 = none")
         if name != "e2e":
             p.add_argument("--processes", type=int, default=1, help="client processes")

@@ -23,13 +23,17 @@ class CliError(Exception):
     """A user-facing failure: printed as `error: <message>`, exit code 1."""
 
 
-def add_bootstrap(parser: argparse.ArgumentParser, required: bool = True) -> None:
+#: Where the CLI connects without --bootstrap-server: the embedded default node (as rpk).
+DEFAULT_BOOTSTRAP_SERVER = "localhost:9092"
+
+
+def add_bootstrap(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bootstrap-server",
         "-b",
-        required=required,
+        default=DEFAULT_BOOTSTRAP_SERVER,
         metavar="HOST:PORT",
-        help="broker(s) to connect to, comma-separated",
+        help=f"broker(s) to connect to, comma-separated (default: {DEFAULT_BOOTSTRAP_SERVER})",
     )
     parser.add_argument(
         "--command-config",
@@ -43,6 +47,52 @@ def add_bootstrap(parser: argparse.ArgumentParser, required: bool = True) -> Non
         default=[],
         metavar="KEY=VALUE",
         help="extra client setting, repeatable (e.g. -X client.id=tool)",
+    )
+
+
+def add_acks(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--acks",
+        default="all",
+        choices=["0", "1", "all", "-1"],
+        help="acknowledgements per record: 0, 1 or all (-1)",
+    )
+
+
+def add_batching(parser: argparse.ArgumentParser) -> None:
+    """--linger-ms and --compression, as a producer batches."""
+    parser.add_argument(
+        "--linger-ms",
+        type=int,
+        default=5,
+        help="how long a batch waits for more records (linger.ms)",
+    )
+    parser.add_argument(
+        "--compression",
+        default="none",
+        choices=["none", "gzip", "snappy", "lz4", "zstd"],
+        help="compression codec of the batches",
+    )
+
+
+def add_config_changes(parser: argparse.ArgumentParser, what: str = "config") -> None:
+    """--add-config, --delete-config and --validate-only (kafka-configs' options)."""
+    parser.add_argument(
+        "--add-config",
+        action="append",
+        default=[],
+        metavar="K=V[,K=V]",
+        help=f"{what} to set, K=V[,K=V], repeatable",
+    )
+    parser.add_argument(
+        "--delete-config",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help=f"{what} to reset to its default, repeatable",
+    )
+    parser.add_argument(
+        "--validate-only", action="store_true", help="check the request, change nothing"
     )
 
 

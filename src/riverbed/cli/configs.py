@@ -14,6 +14,7 @@ from typing import Any
 from riverbed.cli.common import (
     CliError,
     add_bootstrap,
+    add_config_changes,
     add_json,
     admin_client,
     config_changes,
@@ -34,7 +35,9 @@ def register(subparsers: Any) -> None:
 
     desc = verb_parser(sub, "describe", "configs with their sources")
     add_bootstrap(desc)
-    desc.add_argument("--entity-type", required=True, choices=sorted(ENTITY_TYPES))
+    desc.add_argument(
+        "--entity-type", required=True, choices=sorted(ENTITY_TYPES), help="topics or brokers"
+    )
     _entity_args(desc)
     desc.add_argument("--all", action="store_true", help="include defaults")
     desc.add_argument("--synonyms", action="store_true", help="show each config's fallbacks")
@@ -43,11 +46,11 @@ def register(subparsers: Any) -> None:
 
     alter = verb_parser(sub, "alter", "set or delete configs (incremental)")
     add_bootstrap(alter)
-    alter.add_argument("--entity-type", required=True, choices=sorted(ENTITY_TYPES))
+    alter.add_argument(
+        "--entity-type", required=True, choices=sorted(ENTITY_TYPES), help="topics or brokers"
+    )
     _entity_args(alter)
-    alter.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V]")
-    alter.add_argument("--delete-config", action="append", default=[], metavar="KEY")
-    alter.add_argument("--validate-only", action="store_true")
+    add_config_changes(alter, "config")
     add_json(alter)
     alter.set_defaults(func=run_guarded(alter_cmd))
 

@@ -30,26 +30,39 @@ POLL_RECORDS_MAX = 500
 def register(subparsers: Any) -> None:
     p = verb_parser(subparsers, "consume", "print records of a topic (console consumer)")
     add_bootstrap(p)
-    p.add_argument("--topic", "-t", required=True)
+    p.add_argument("--topic", "-t", required=True, help="the topic to read")
     p.add_argument("--partition", type=int, action="append", help="repeatable; default: all")
     start = p.add_mutually_exclusive_group()
-    start.add_argument("--from-beginning", action="store_true")
+    start.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="start at the earliest offset (default: the latest)",
+    )
     start.add_argument("--offset", help="earliest, latest or an offset (needs --partition)")
     start.add_argument("--timestamp", type=int, help="start at the first record at/after MS")
     p.add_argument("--group", help="join this consumer group instead of assigning partitions")
     p.add_argument("--max-messages", type=int, help="exit after this many records")
     p.add_argument("--timeout-ms", type=int, help="exit when no record arrives for this long")
-    p.add_argument("--print-key", action="store_true")
-    p.add_argument("--print-headers", action="store_true")
-    p.add_argument("--print-timestamp", action="store_true")
-    p.add_argument("--print-offset", action="store_true")
-    p.add_argument("--print-partition", action="store_true")
-    p.add_argument("--key-separator", default="\t")
+    p.add_argument(
+        "--print-key", action="store_true", help="print each record's key before its value"
+    )
+    p.add_argument("--print-headers", action="store_true", help="print each record's headers")
+    p.add_argument(
+        "--print-timestamp", action="store_true", help="print each record's timestamp (type:ms)"
+    )
+    p.add_argument("--print-offset", action="store_true", help="print each record's offset")
+    p.add_argument("--print-partition", action="store_true", help="print each record's partition")
+    p.add_argument(
+        "--key-separator",
+        default="\t",
+        help="between the printed fields and the value (default: a tab)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object per record")
     p.add_argument(
         "--isolation-level",
         default="read_uncommitted",
         choices=["read_uncommitted", "read_committed"],
+        help="read_committed skips aborted transactions' records",
     )
     p.set_defaults(func=run_guarded(consume_cmd))
 

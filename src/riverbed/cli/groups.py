@@ -73,25 +73,39 @@ def register(subparsers: Any) -> None:
 
     drop = verb_parser(sub, "delete-offsets", "delete a group's committed offsets of partitions")
     add_bootstrap(drop)
-    drop.add_argument("--group", required=True)
+    drop.add_argument("--group", required=True, help="the consumer group")
     _add_topic_choice(drop)
     add_json(drop)
     drop.set_defaults(func=run_guarded(delete_offsets_cmd))
 
     reset = verb_parser(sub, "reset-offsets", "move an inactive group's committed offsets")
     add_bootstrap(reset)
-    reset.add_argument("--group", required=True)
+    reset.add_argument("--group", required=True, help="the consumer group")
     _add_topic_choice(reset)
     how = reset.add_mutually_exclusive_group(required=True)
-    how.add_argument("--to-earliest", action="store_true")
-    how.add_argument("--to-latest", action="store_true")
-    how.add_argument("--to-current", action="store_true")
-    how.add_argument("--to-offset", type=int, metavar="N")
-    how.add_argument("--shift-by", type=int, metavar="N")
+    how.add_argument(
+        "--to-earliest", action="store_true", help="reset to each partition's earliest offset"
+    )
+    how.add_argument(
+        "--to-latest", action="store_true", help="reset to each partition's latest offset"
+    )
+    how.add_argument(
+        "--to-current",
+        action="store_true",
+        help="reset to the group's committed offsets (no change)",
+    )
+    how.add_argument("--to-offset", type=int, metavar="N", help="reset to offset N")
+    how.add_argument(
+        "--shift-by", type=int, metavar="N", help="move the committed offsets by N (negative: back)"
+    )
     how.add_argument(
         "--by-duration", metavar="PnDTnHnMnS", help="to the offsets of this long ago (ISO-8601)"
     )
-    how.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS[.sss][Z|+hh:mm]")
+    how.add_argument(
+        "--to-datetime",
+        metavar="YYYY-MM-DDTHH:mm:SS[.sss][Z|+hh:mm]",
+        help="reset to the first offset at or after this time",
+    )
     mode = reset.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="print the plan only (the default)")
     mode.add_argument("--execute", action="store_true", help="commit the new offsets")

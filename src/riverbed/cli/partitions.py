@@ -43,8 +43,14 @@ def register(subparsers: Any) -> None:
     sub = parser.add_subparsers(dest="partitions_command", metavar="SUBCOMMAND")
     ra = verb_parser(sub, "reassign", "generate, execute, verify or cancel a reassignment", __doc__)
     mode = ra.add_mutually_exclusive_group(required=True)
-    for name in ("generate", "execute", "verify", "cancel"):
-        mode.add_argument(f"--{name}", action="store_true")
+    modes = {
+        "generate": "propose a plan moving --topics-to-move-json-file to --broker-list",
+        "execute": "start the moves of the plan in --reassignment-json-file",
+        "verify": "per partition of the plan: complete, in progress or not started",
+        "cancel": "cancel the plan's moves (the original replicas stay)",
+    }
+    for name, what in modes.items():
+        mode.add_argument(f"--{name}", action="store_true", help=what)
     ra.add_argument("--reassignment-json-file", type=Path, help="the plan (execute/verify/cancel)")
     ra.add_argument("--topics-to-move-json-file", type=Path, help="topics (generate)")
     ra.add_argument("--broker-list", help="target brokers, e.g. 1,2,3 (generate)")

@@ -52,7 +52,13 @@ def register(subparsers: Any) -> None:
     )
     run.set_defaults(func=run_guarded(run_cmd))
     lst = verb_parser(sub, "list", "list the pipelines in a directory")
-    lst.add_argument("directory", nargs="?", type=Path, default=Path("examples"))
+    lst.add_argument(
+        "directory",
+        nargs="?",
+        type=Path,
+        default=Path("examples"),
+        help="where the pipeline scripts are (default: examples)",
+    )
     lst.set_defaults(func=run_guarded(list_cmd))
 
 

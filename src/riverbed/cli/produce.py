@@ -14,6 +14,8 @@ from typing import Any
 
 from riverbed.cli.common import (
     CliError,
+    add_acks,
+    add_batching,
     add_bootstrap,
     add_json,
     client_config,
@@ -31,7 +33,7 @@ QUEUE_MESSAGES_MAX = 100_000
 def register(subparsers: Any) -> None:
     p = verb_parser(subparsers, "produce", "send records from stdin (console producer)")
     add_bootstrap(p)
-    p.add_argument("--topic", "-t", required=True)
+    p.add_argument("--topic", "-t", required=True, help="the topic to write to")
     p.add_argument("--partition", type=int, default=None, help="default: by key / sticky")
     p.add_argument("--value", action="append", help="send these values instead of stdin")
     p.add_argument("--input", metavar="FILE", help="read lines from FILE instead of stdin")
@@ -43,11 +45,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--header", action="append", default=[], metavar="K=V", help="every record")
     p.add_argument("--timestamp", type=int, help="CreateTime (ms) for every record")
     p.add_argument("--null-marker", help="a key or value equal to this is sent as null")
-    p.add_argument("--acks", default="all", choices=["0", "1", "all", "-1"])
-    p.add_argument(
-        "--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"]
-    )
-    p.add_argument("--linger-ms", type=int, default=5)
+    add_acks(p)
+    add_batching(p)
     add_json(p)
     p.set_defaults(func=run_guarded(produce_cmd))
 

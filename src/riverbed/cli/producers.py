@@ -30,7 +30,9 @@ def register(subparsers: Any) -> None:
     sub = parser.add_subparsers(dest="producers_command", metavar="SUBCOMMAND")
     desc = verb_parser(sub, "describe", "active producers per partition and ledger counts")
     add_bootstrap(desc)
-    desc.add_argument("--topic", required=True)
+    desc.add_argument(
+        "--topic", required=True, help="the topic whose partitions' producers are listed"
+    )
     desc.add_argument("--partition", type=int, action="append", help="repeatable; default: all")
     add_json(desc)
     desc.set_defaults(func=run_guarded(describe_cmd))

@@ -1,5 +1,5 @@
-"""`riverbed quorum describe --bootstrap-controller|--bootstrap-server HOST:PORT`: the KRaft
-quorum's state.
+"""`riverbed quorum describe [--bootstrap-controller|--bootstrap-server|-b HOST:PORT]`: the
+KRaft quorum's state (default: the broker at localhost:9092).
 
 Like ``kafka-metadata-quorum --bootstrap-controller HOST:PORT describe --status
 --replication``: sends DescribeQuorum (api key 55) to a controller listener, or to a broker
@@ -18,6 +18,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from riverbed.cli.common import (
+    DEFAULT_BOOTSTRAP_SERVER,
     CliError,
     add_json,
     print_json,
@@ -36,7 +37,7 @@ def register(subparsers: Any) -> None:
     parser = verb_parser(subparsers, "quorum", "inspect the KRaft metadata quorum")
     sub = parser.add_subparsers(dest="quorum_command", metavar="SUBCOMMAND")
     desc = verb_parser(sub, "describe", "leader, epoch, high watermark, replicas and lag")
-    where = desc.add_mutually_exclusive_group(required=True)
+    where = desc.add_mutually_exclusive_group()
     where.add_argument(
         "--bootstrap-controller",
         metavar="HOST:PORT",
@@ -44,9 +45,12 @@ def register(subparsers: Any) -> None:
     )
     where.add_argument(
         "--bootstrap-server",
+        "-b",
         metavar="HOST:PORT",
-        help="a broker listener (it forwards the request to the quorum leader)",
+        help="a broker listener (it forwards the request to the quorum leader; default:"
+        f" {DEFAULT_BOOTSTRAP_SERVER} unless --bootstrap-controller is given)",
     )
+    desc.set_defaults(bootstrap_server=DEFAULT_BOOTSTRAP_SERVER)
     add_json(desc)
     desc.set_defaults(func=run_guarded(describe_cmd))
 
@@ -74,12 +78,12 @@ async def _describe(host: str, port: int) -> Any:
 def describe_cmd(args: argparse.Namespace) -> int:
     from riverbed.raft.messages import Errors
 
-    if args.bootstrap_server:
-        host, port = _address(args.bootstrap_server, "--bootstrap-server")
-        what = "broker"
-    else:
+    if args.bootstrap_controller:
         host, port = _address(args.bootstrap_controller, "--bootstrap-controller")
         what = "controller"
+    else:  # a broker listener: the one given, else the embedded default's
+        host, port = _address(args.bootstrap_server, "--bootstrap-server")
+        what = "broker"
     try:
         reply = asyncio.run(_describe(host, port))
     except (OSError, TimeoutError) as exc:

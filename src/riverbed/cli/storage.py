@@ -19,7 +19,13 @@ def register(subparsers: Any) -> None:
     fmt.add_argument(
         "--cluster-id", "-t", metavar="ID", help="cluster id (default: a new random one)"
     )
-    fmt.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    fmt.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a server config key=value on top of --config, repeatable",
+    )
     fmt.add_argument(
         "--ignore-formatted",
         "-g",
@@ -46,7 +52,13 @@ def register(subparsers: Any) -> None:
         sub, "dump-metadata", "print the cluster metadata records (snapshot + log), read-only"
     )
     dump.add_argument("--config", "-c", metavar="FILE", help="server.properties")
-    dump.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    dump.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a server config key=value on top of --config, repeatable",
+    )
     dump.add_argument("--skip-snapshot", action="store_true", help="only the log segments")
     dump.add_argument("--max-records", type=int, help="stop after this many records")
     dump.add_argument("--json", action="store_true", help="one JSON object per record")
@@ -54,7 +66,13 @@ def register(subparsers: Any) -> None:
 
     info = verb_parser(sub, "info", "show the format of each log directory")
     info.add_argument("--config", "-c", metavar="FILE", help="server.properties")
-    info.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    info.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a server config key=value on top of --config, repeatable",
+    )
     add_json(info)
     info.set_defaults(func=info_cmd)
 

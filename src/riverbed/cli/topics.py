@@ -12,6 +12,7 @@ from riverbed.cli.common import (
     ADMIN_TIMEOUT_S,
     CliError,
     add_bootstrap,
+    add_config_changes,
     add_json,
     admin_client,
     config_changes,
@@ -34,30 +35,36 @@ def register(subparsers: Any) -> None:
     delete = verb_parser(sub, "delete", "delete topics")
     add_bootstrap(delete)
     delete.add_argument("--topic", action="append", required=True, help="repeatable")
-    delete.add_argument("--if-exists", action="store_true")
+    delete.add_argument(
+        "--if-exists", action="store_true", help="no error when a topic does not exist"
+    )
     add_json(delete)
     delete.set_defaults(func=run_guarded(delete_cmd))
 
     lst = verb_parser(sub, "list", "list topic names")
     add_bootstrap(lst)
-    lst.add_argument("--exclude-internal", action="store_true")
+    lst.add_argument(
+        "--exclude-internal",
+        action="store_true",
+        help="leave out internal topics (__consumer_offsets, ...)",
+    )
     add_json(lst)
     lst.set_defaults(func=run_guarded(list_cmd))
 
     alter = verb_parser(sub, "alter", "increase a topic's partition count")
     add_bootstrap(alter)
-    alter.add_argument("--topic", required=True)
+    alter.add_argument("--topic", required=True, help="the topic")
     alter.add_argument("--partitions", type=int, required=True, help="new total count")
-    alter.add_argument("--validate-only", action="store_true")
+    alter.add_argument(
+        "--validate-only", action="store_true", help="check the request, change nothing"
+    )
     add_json(alter)
     alter.set_defaults(func=run_guarded(alter_cmd))
 
     ac = verb_parser(sub, "alter-config", "set or remove topic configs (incremental)")
     add_bootstrap(ac)
-    ac.add_argument("--topic", required=True)
-    ac.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V]")
-    ac.add_argument("--delete-config", action="append", default=[], metavar="KEY")
-    ac.add_argument("--validate-only", action="store_true")
+    ac.add_argument("--topic", required=True, help="the topic")
+    add_config_changes(ac, "topic config")
     add_json(ac)
     ac.set_defaults(func=run_guarded(alter_config_cmd))
 
@@ -65,7 +72,7 @@ def register(subparsers: Any) -> None:
 def _register_create(sub: Any) -> None:
     create = verb_parser(sub, "create", "create a topic")
     add_bootstrap(create)
-    create.add_argument("--topic", required=True)
+    create.add_argument("--topic", required=True, help="the topic")
     create.add_argument("--partitions", type=int, default=-1, help="default: num.partitions")
     create.add_argument(
         "--replication-factor", type=int, default=-1, help="default: default.replication.factor"
@@ -78,7 +85,9 @@ def _register_create(sub: Any) -> None:
         metavar="B:B,B:B",
         help="brokers per partition: partitions separated by ',', replicas by ':'",
     )
-    create.add_argument("--if-not-exists", action="store_true")
+    create.add_argument(
+        "--if-not-exists", action="store_true", help="no error when the topic exists already"
+    )
     create.add_argument("--validate-only", action="store_true", help="check, create nothing")
     add_json(create)
     create.set_defaults(func=run_guarded(create_cmd))
@@ -92,7 +101,11 @@ def _register_describe(sub: Any) -> None:
     )
     add_bootstrap(desc)
     desc.add_argument("--topic", action="append", help="repeatable; default: all topics")
-    desc.add_argument("--exclude-internal", action="store_true")
+    desc.add_argument(
+        "--exclude-internal",
+        action="store_true",
+        help="leave out internal topics (__consumer_offsets, ...)",
+    )
     only = desc.add_mutually_exclusive_group()
     only.add_argument(
         "--under-replicated-partitions",

@@ -63,7 +63,7 @@ def register(subparsers: Any) -> None:
     lst.set_defaults(func=run_guarded(list_cmd))
     desc = verb_parser(sub, "describe", "one transactional id on its coordinator")
     add_bootstrap(desc)
-    desc.add_argument("--transactional-id", required=True)
+    desc.add_argument("--transactional-id", required=True, help="the producer's transactional.id")
     add_json(desc)
     desc.set_defaults(func=run_guarded(describe_cmd))
     _register_partition_verbs(sub)
@@ -72,15 +72,15 @@ def register(subparsers: Any) -> None:
 def _register_partition_verbs(sub: Any) -> None:
     dp = verb_parser(sub, "describe-producers", "active producers of one partition")
     add_bootstrap(dp)
-    dp.add_argument("--topic", required=True)
-    dp.add_argument("--partition", type=int, required=True)
+    dp.add_argument("--topic", required=True, help="the topic")
+    dp.add_argument("--partition", type=int, required=True, help="the partition")
     add_json(dp)
     dp.set_defaults(func=run_guarded(describe_producers_cmd))
     fh = verb_parser(sub, "find-hanging", "open transactions no coordinator will finish")
     add_bootstrap(fh)
     scope = fh.add_mutually_exclusive_group(required=True)
-    scope.add_argument("--topic")
-    scope.add_argument("--broker-id", type=int)
+    scope.add_argument("--topic", help="the topic")
+    scope.add_argument("--broker-id", type=int, help="only the partitions this broker leads")
     fh.add_argument("--partition", type=int, help="with --topic")
     fh.add_argument(
         "--max-transaction-timeout",
@@ -92,9 +92,14 @@ def _register_partition_verbs(sub: Any) -> None:
     fh.set_defaults(func=run_guarded(find_hanging_cmd))
     ab = verb_parser(sub, "abort", "abort the open transaction starting at an offset (KIP-664)")
     add_bootstrap(ab)
-    ab.add_argument("--topic", required=True)
-    ab.add_argument("--partition", type=int, required=True)
-    ab.add_argument("--start-offset", type=int, required=True)
+    ab.add_argument("--topic", required=True, help="the topic")
+    ab.add_argument("--partition", type=int, required=True, help="the partition")
+    ab.add_argument(
+        "--start-offset",
+        type=int,
+        required=True,
+        help="the first offset of the hanging transaction (from find-hanging)",
+    )
     ab.set_defaults(func=run_guarded(abort_cmd))
 
 

@@ -23,11 +23,13 @@ def test_verb_without_subcommand_prints_its_help(verb, capsys):
     assert "SUBCOMMAND" in capsys.readouterr().out
 
 
-def test_required_bootstrap_is_enforced(capsys):
+def test_bootstrap_defaults_to_the_embedded_default(capsys):
+    # issue 21: --bootstrap-server defaults to localhost:9092 (as rpk does) instead of
+    # being required; the default is named in the help (tests/unit/cli/test_cli_polish.py)
     with pytest.raises(SystemExit) as info:
-        main(["topics", "list"])
-    assert info.value.code == 2
-    assert "--bootstrap-server" in capsys.readouterr().err
+        main(["topics", "list", "--help"])
+    assert info.value.code == 0
+    assert "default: localhost:9092" in " ".join(capsys.readouterr().out.split())
 
 
 def test_parse_topics_create():

@@ -266,3 +266,14 @@ def test_bench_progress_counts_every_record_across_processes(broker, monkeypatch
     ticks.clear()
     res = bench.run_consume(broker.bootstrap, "progress", 2500, processes=2)
     assert res.records == 2500 and sum(ticks) == 2500
+
+
+def test_leaders_elect_with_nothing_to_elect_says_so(broker, capsys):
+    # issue 21: a single broker leads every partition it has: nothing needs an election
+    b = ["-b", broker.bootstrap]
+    assert main(["topics", "create", "--topic", "led", "--partitions", "2", *b]) == 0
+    capsys.readouterr()
+    assert main(["leaders", "elect", "--preferred", *b]) == 0
+    assert "nothing to elect" in capsys.readouterr().out
+    assert main(["leaders", "elect", "--preferred", "--topic", "led", *b]) == 0
+    assert "nothing to elect" in capsys.readouterr().out

@@ -68,12 +68,17 @@ def elect_cmd(args: argparse.Namespace) -> int:
         rows.append({"topic": tp.topic, "partition": tp.partition, "result": text})
     if args.json:
         print_json(rows)
-    else:
-        print_table(
-            "leader election",
-            ["topic", "partition", "result"],
-            [(r["topic"], r["partition"], r["result"]) for r in rows],
-        )
+        return 1 if failed else 0
+    if all(r["result"].startswith("ELECTION_NOT_NEEDED") for r in rows):
+        # Kafka's tool says so too ("Valid replica already elected for partitions")
+        led_by = "its preferred replica" if kind == ElectionType.PREFERRED else "a leader"
+        print(f"nothing to elect: every partition asked is led by {led_by}")
+        return 0
+    print_table(
+        "leader election",
+        ["topic", "partition", "result"],
+        [(r["topic"], r["partition"], r["result"]) for r in rows],
+    )
     return 1 if failed else 0
 
 

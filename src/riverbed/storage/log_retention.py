@@ -16,8 +16,11 @@ to" offset the remote log manager publishes: the seed's copy-done guard, read he
 without any remote I/O), and keeps its log start offset: local deletion moves only the
 local log start offset; the remote log manager moves the log start offset when remote
 retention deletes remote segments (:meth:`LogRetention.advance_log_start_offset`). Past
-the total ``retention.ms`` a segment is deleted even if it was never copied (and the log
-start moves past it): a remote tier that stays down does not fill the disk forever.
+the total ``retention.ms`` a rolled segment is deleted even if it was never copied (and
+the log start moves past it): a remote tier that stays down does not fill the disk forever.
+The active segment is never copied and stays (Kafka's copy guard keeps it too; it goes
+once it rolls), so remote retention of an old tiered log ends with the log starting at
+the local start.
 """
 
 from __future__ import annotations
@@ -97,9 +100,12 @@ class LogRetention(LogBase):
                 )
             if tiered and cfg.retention_ms >= 0:
                 # past the total retention.ms a segment goes even if never copied (the
-                # remote tier would delete it at once anyway; KIP-405's follower rule)
+                # remote tier would delete it at once anyway; KIP-405's follower rule);
+                # rolled segments only: the active one is never copied, and Kafka keeps
+                # it (its copy guard), so remote retention leaves the log starting at the
+                # local start rather than racing this rule past the active segment
                 older = self._older_than(cfg.retention_ms, now_ms)
-                doomed = self._deletable(older, copy_guard=False)
+                doomed = self._deletable(older, copy_guard=False, keep_active=True)
                 if doomed:
                     deleted += self._delete_segments(doomed)
                     # nothing below survives anywhere: the log starts after them
@@ -114,10 +120,12 @@ class LogRetention(LogBase):
 
         return too_old
 
-    def _deletable(self, predicate: Deletable, *, copy_guard: bool = True) -> list[LogSegment]:
+    def _deletable(
+        self, predicate: Deletable, *, copy_guard: bool = True, keep_active: bool = False
+    ) -> list[LogSegment]:
         out: list[LogSegment] = []
         for span in self._local.spans():
-            if span.last and span.size == 0:
+            if span.last and (span.size == 0 or keep_active):
                 break
             if self._high_watermark < span.end_offset or not predicate(span):
                 break

@@ -24,6 +24,9 @@ from riverbed.testing.secure import BROKER_LOGIN, format_with_scram, secure_clus
 from riverbed.testing.secure_clients import librdkafka_config
 
 APP = ("app", "app-secret")
+#: Three nodes start at once and each waits for the quorum over TLS + SASL: on a loaded
+#: 2-core machine that takes longer than one broker's default 30 s.
+START_TIMEOUT_S = 120
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +47,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuorumCluster]
         format_with_scram(node, c.node_dir(i) / "server.properties", c.cluster_id, users, 8192)
         assert (c.data_dir(i) / "bootstrap.records").exists()
     try:
-        c.start()
+        c.start(timeout_s=START_TIMEOUT_S)
         yield c
     finally:
         c.stop()

@@ -2,8 +2,9 @@
 `riverbed.testing.txn_history` (issue 19).
 
 Three confluent-kafka transactional producers commit and abort random transactions over
-3 partitions (replicated 3 ways, min.isr 2) while two read_committed consumers poll them
-from offset 0; the leader of partition 0 is SIGKILLed mid-run. The checker finds no
+3 partitions (replicated 3 ways, min.isr 2), each polling read_committed inside its
+transactions (consume-transform-produce: write-read edges for the G1c search), while two
+read_committed consumers poll from offset 0; the leader of partition 0 is SIGKILLed mid-run. The checker finds no
 anomaly, and every value of a committed transaction is read by both consumers. A
 read_uncommitted consumer of the same run stands for a broken LSO rule: its history is
 flagged with aborted reads, which shows the checker catches the bug on real data.
@@ -60,7 +61,8 @@ def run_workload(cluster: QuorumCluster) -> tuple[list[TxnWriter], list[Reader]]
     admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)])[TOPIC].result(30)
     writers = [
-        TxnWriter(bootstrap, TOPIC, PARTITIONS, f"w{i}", seed=SEED + i) for i in range(WRITERS)
+        TxnWriter(bootstrap, TOPIC, PARTITIONS, f"w{i}", seed=SEED + i, reads=True)
+        for i in range(WRITERS)
     ]
     readers = [
         Reader(bootstrap, TOPIC, PARTITIONS, "rc1"),
@@ -100,6 +102,8 @@ def test_histories_of_real_clients_under_a_broker_kill(cluster: QuorumCluster) -
     outcomes = {o: sum(t.outcome is o for t in written) for o in Outcome}
     # the run did both, many times
     assert outcomes[Outcome.OK] >= 10 and outcomes[Outcome.FAIL] >= 5, outcomes
+    # the writers read inside their transactions: write-read edges between them
+    assert sum(bool(t.polls) for t in written if t.outcome is Outcome.OK) >= 5
     rc1, rc2, ru = readers
     committed = {s.value for t in written if t.outcome is Outcome.OK for s in t.sends}
     for r in (rc1, rc2):

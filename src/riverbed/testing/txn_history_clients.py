@@ -48,6 +48,9 @@ class TxnWriter:
     seed: int
     commit_ratio: float = 0.7
     sends_max: int = 5
+    #: poll (read_committed) inside each transaction before its sends, as a
+    #: consume-transform-produce loop: write-read edges for the cycle search
+    reads: bool = False
     history: list[Txn] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     _next_value: int = 0
@@ -67,14 +70,25 @@ class TxnWriter:
     def run(self, stop: threading.Event, value_base: int) -> None:
         rng = random.Random(self.seed)
         producer = self.make()
-        while not stop.is_set():
-            txn, healthy = self.one(producer, rng, value_base)
-            self.history.append(txn)
-            if not healthy:
-                producer = self.make()
-        producer.flush(END_TIMEOUT_S)
+        consumer = None
+        if self.reads:
+            consumer = make_consumer(
+                self.bootstrap, self.topic, self.partitions, self.process, "read_committed"
+            )
+        try:
+            while not stop.is_set():
+                txn, healthy = self.one(producer, rng, value_base, consumer)
+                self.history.append(txn)
+                if not healthy:
+                    producer = self.make()
+            producer.flush(END_TIMEOUT_S)
+        finally:
+            if consumer is not None:
+                consumer.close()
 
-    def one(self, producer: Producer, rng: random.Random, base: int) -> tuple[Txn, bool]:
+    def one(
+        self, producer: Producer, rng: random.Random, base: int, consumer: Consumer | None
+    ) -> tuple[Txn, bool]:
         """One transaction: (its record, whether the producer is still usable)."""
         offsets: dict[int, int | None] = {}
 
@@ -84,8 +98,11 @@ class TxnWriter:
         invoke_at = now()
         planned: list[tuple[int, int]] = []
         commit_at: int | None = None
+        polls: tuple[Poll, ...] = ()
         try:
             producer.begin_transaction()
+            if consumer is not None:
+                polls = consume(consumer, 0.05, set())
             for _ in range(rng.randint(1, self.sends_max)):
                 value = base + self._next_value
                 self._next_value += 1
@@ -106,7 +123,7 @@ class TxnWriter:
             self.errors.append(f"{self.process}: {exc}")
             outcome = self.abort_after(producer, exc)
         sends = tuple(Send(p, v, offsets.get(v)) for p, v in planned)
-        txn = Txn(self.process, outcome, sends, (), invoke_at, commit_at, now())
+        txn = Txn(self.process, outcome, sends, polls, invoke_at, commit_at, now())
         return txn, outcome is not Outcome.INFO
 
     def end(self, producer: Producer, *, commit: bool) -> Outcome:
@@ -154,38 +171,47 @@ class Reader:
     def run(self, done: threading.Event, deadline: float) -> None:
         """Poll until `done` is set (and then every value of `self.want` read) or the
         monotonic `deadline`."""
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": f"hist-{self.process}",
-                "enable.auto.commit": False,
-                "isolation.level": self.isolation,
-                **QUIET,
-            }
-        )
-        consumer.assign([TopicPartition(self.topic, p, 0) for p in range(self.partitions)])
+        consumer = make_consumer(self.bootstrap, self.topic, self.partitions, self.process,
+                                 self.isolation)  # fmt: skip
         try:
             while time.monotonic() < deadline:
                 if done.is_set() and self.want <= self.seen:
                     return
-                self.poll(consumer)
+                invoke_at = now()
+                polls = consume(consumer, 0.2, self.seen)
+                if polls:
+                    self.history.append(
+                        Txn(self.process, Outcome.OK, (), polls, invoke_at, None, now())
+                    )
         finally:
             consumer.close()
 
-    def poll(self, consumer: Consumer) -> None:
-        invoke_at = now()
-        messages = consumer.consume(POLL_RECORDS_MAX, 0.2)
-        complete_at = now()
-        by_partition: dict[int, list[tuple[int, int]]] = defaultdict(list)
-        for msg in messages:
-            partition, offset = msg.partition(), msg.offset()
-            if msg.error() is not None or partition is None or offset is None:
-                continue
-            value = int(msg.value() or b"-1")
-            self.seen.add(value)
-            by_partition[partition].append((offset, value))
-        if by_partition:
-            polls = tuple(Poll(p, tuple(rs)) for p, rs in sorted(by_partition.items()))
-            self.history.append(
-                Txn(self.process, Outcome.OK, (), polls, invoke_at, None, complete_at)
-            )
+
+def make_consumer(
+    bootstrap: str, topic: str, partitions: int, process: str, isolation: str
+) -> Consumer:
+    """A consumer of every partition from offset 0 (assigned: no group rebalances)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"hist-{process}",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+            **QUIET,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    return consumer
+
+
+def consume(consumer: Consumer, timeout_s: float, seen: set[int]) -> tuple[Poll, ...]:
+    """One consume() call as polls per partition (values added to `seen`)."""
+    by_partition: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for msg in consumer.consume(POLL_RECORDS_MAX, timeout_s):
+        partition, offset = msg.partition(), msg.offset()
+        if msg.error() is not None or partition is None or offset is None:
+            continue
+        value = int(msg.value() or b"-1")
+        seen.add(value)
+        by_partition[partition].append((offset, value))
+    return tuple(Poll(p, tuple(rs)) for p, rs in sorted(by_partition.items()))

@@ -40,6 +40,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
+from riverbed.metadata.acl_control import AclControl
 from riverbed.metadata.config_control import (
     OP_APPEND,
     OP_DELETE,
@@ -147,6 +148,7 @@ class Controller(
     ReassignmentControl,
     ProducerIdControl,
     ScramControl,
+    AclControl,
     ControllerBase,
 ):
     """Pure controller operations over a MetadataImage (see module docstring)."""

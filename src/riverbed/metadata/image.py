@@ -11,7 +11,10 @@ snapshots: replaying its output into `MetadataImage.EMPTY` gives an equal image.
 SCRAM credentials (UserScramCredentialRecord / RemoveUserScramCredentialRecord) are kept
 by (user, mechanism id): salt, StoredKey, ServerKey, iterations, never a password.
 
-Records riverbed does not model yet (ACLs, quotas, delegation tokens, transaction
+ACLs (AccessControlEntryRecord / RemoveAccessControlEntryRecord) are kept by their id as
+`riverbed.security.acl.StandardAcl`; the authorizer indexes them.
+
+Records riverbed does not model yet (quotas, delegation tokens, transaction
 markers, ZK migration) are accepted and ignored so that logs written by newer code load.
 """
 
@@ -25,6 +28,7 @@ from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from riverbed.metadata.records import METADATA_VERSION_FEATURE, ResourceType
 from riverbed.protocol.messages import (
+    AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     FeatureLevelRecord,
@@ -34,6 +38,7 @@ from riverbed.protocol.messages import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
     TopicRecord,
@@ -41,6 +46,7 @@ from riverbed.protocol.messages import (
     UnregisterBrokerRecord,
     UserScramCredentialRecord,
 )
+from riverbed.security.acl import StandardAcl
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -203,6 +209,8 @@ class MetadataImage:
     scram_credentials: Mapping[tuple[str, int], ScramCredentialImage] = field(
         default_factory=lambda: _frozen({})
     )
+    #: ACL id -> ACL (AccessControlEntryRecord)
+    acls: Mapping[uuid.UUID, StandardAcl] = field(default_factory=lambda: _frozen({}))
     #: Offset of the last record applied; not part of equality (a snapshot of the same
     #: state loaded at another offset is the same image).
     offset: int = field(default=-1, compare=False)
@@ -256,6 +264,7 @@ class MetadataDelta:
         self._features: dict[str, int] | None = None
         self._next_producer_id = image.next_producer_id
         self._scram: dict[tuple[str, int], ScramCredentialImage] | None = None
+        self._acls: dict[uuid.UUID, StandardAcl] | None = None
         self.changed_topics: set[uuid.UUID] = set()
         self.deleted_topics: dict[uuid.UUID, TopicImage] = {}
         self._registered: set[int] = set()  # brokers whose RegisterBrokerRecord is here
@@ -430,6 +439,29 @@ class MetadataDelta:
                 f"RemoveUserScramCredentialRecord for unknown credential {rec.name}/{rec.mechanism}"
             )
 
+    def _acls_w(self) -> dict[uuid.UUID, StandardAcl]:
+        if self._acls is None:
+            self._acls = dict(self.base.acls)
+        return self._acls
+
+    def _access_control_entry_record(self, rec: AccessControlEntryRecord) -> None:
+        acls = self._acls_w()
+        if rec.id in acls:
+            raise MetadataReplayError(f"AccessControlEntryRecord: an ACL with id {rec.id} exists")
+        acls[rec.id] = StandardAcl(
+            rec.resource_type,
+            rec.resource_name,
+            rec.pattern_type,
+            rec.principal,
+            rec.host,
+            rec.operation,
+            rec.permission_type,
+        )
+
+    def _remove_access_control_entry_record(self, rec: RemoveAccessControlEntryRecord) -> None:
+        if self._acls_w().pop(rec.id, None) is None:
+            raise MetadataReplayError(f"RemoveAccessControlEntryRecord for unknown ACL {rec.id}")
+
     # ----- apply
     def apply(self, offset: int | None = None) -> MetadataImage:
         base = self.base
@@ -461,6 +493,7 @@ class MetadataDelta:
             scram_credentials=base.scram_credentials
             if self._scram is None
             else _frozen(self._scram),
+            acls=base.acls if self._acls is None else _frozen(self._acls),
             offset=base.offset if offset is None else offset,
         )
 
@@ -489,6 +522,8 @@ _HANDLERS: dict[str, Any] = {
     "ProducerIdsRecord": MetadataDelta._producer_ids_record,
     "UserScramCredentialRecord": MetadataDelta._user_scram_credential_record,
     "RemoveUserScramCredentialRecord": MetadataDelta._remove_user_scram_credential_record,
+    "AccessControlEntryRecord": MetadataDelta._access_control_entry_record,
+    "RemoveAccessControlEntryRecord": MetadataDelta._remove_access_control_entry_record,
 }
 
 
@@ -547,6 +582,8 @@ def iter_image_records(image: MetadataImage) -> Iterator[Message]:
             server_key=cred.server_key,
             iterations=cred.iterations,
         )
+    for acl_id, acl in sorted(image.acls.items()):
+        yield acl_record(acl_id, acl)
     for rtype, rname in sorted(image.configs):
         entries = image.configs[(rtype, rname)]
         for name in sorted(entries):
@@ -555,3 +592,17 @@ def iter_image_records(image: MetadataImage) -> Iterator[Message]:
                     resource_type=rtype, resource_name=rname, name=name, value=entries[name]
                 )
             )
+
+
+def acl_record(acl_id: uuid.UUID, acl: StandardAcl) -> AccessControlEntryRecord:
+    """The record that adds ``acl`` under ``acl_id`` (controller writes and snapshots)."""
+    return AccessControlEntryRecord(
+        id=acl_id,
+        resource_type=acl.resource_type,
+        resource_name=acl.resource_name,
+        pattern_type=acl.pattern_type,
+        principal=acl.principal,
+        host=acl.host,
+        operation=acl.operation,
+        permission_type=acl.permission_type,
+    )

@@ -53,6 +53,8 @@ RECORD_VERSIONS: dict[str, int] = {
     "NoOpRecord": 0,
     "UserScramCredentialRecord": 0,
     "RemoveUserScramCredentialRecord": 0,
+    "AccessControlEntryRecord": 0,
+    "RemoveAccessControlEntryRecord": 0,
 }
 
 

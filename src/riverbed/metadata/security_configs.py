@@ -54,4 +54,8 @@ SECURITY_CONFIGS: tuple[ConfigDef, ...] = (
     _d("sasl.oauthbearer.expected.issuer", _S, None),
     _d("sasl.oauthbearer.sub.claim.name", _S, "sub"),
     _d("sasl.oauthbearer.clock.skew.seconds", _I, "30", at_least(0)),
+    # --- authorization (riverbed.security.authorizer)
+    _d("authorizer.class.name", _S, ""),
+    _d("super.users", _S, ""),
+    _d("allow.everyone.if.no.acl.found", ConfigType.BOOLEAN, "false"),
 )  # fmt: skip

@@ -38,10 +38,14 @@ from riverbed.protocol.messages import (
     AlterPartitionResponse,
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeConfigsRequest,
@@ -284,6 +288,16 @@ class MetadataService:
             lambda img, now: c.alter_user_scram_credentials(img, request, now)
         )
         return cast(AlterUserScramCredentialsResponse, response)
+
+    async def create_acls(self, request: CreateAclsRequest) -> CreateAclsResponse:
+        c = self.controller
+        response = await self._run(lambda img, now: c.create_acls(img, request, now))
+        return cast(CreateAclsResponse, response)
+
+    async def delete_acls(self, request: DeleteAclsRequest) -> DeleteAclsResponse:
+        c = self.controller
+        response = await self._run(lambda img, now: c.delete_acls(img, request, now))
+        return cast(DeleteAclsResponse, response)
 
     async def fence_broker(self, broker_id: int) -> BrokerRegistration:
         c = self.controller

@@ -75,10 +75,14 @@ from riverbed.protocol.messages import (
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeConfigsRequest,
@@ -97,6 +101,7 @@ from riverbed.raft.config import RaftConfig
 from riverbed.raft.messages import SnapshotId
 from riverbed.raft.node import NotLeaderError
 from riverbed.raft.roles import Role
+from riverbed.security.acl import StandardAcl
 from riverbed.server.fault_handler import FaultHandler
 from riverbed.server.inter_broker import connect
 from riverbed.server.listener_security import PLAINTEXT_CLIENT, client_security
@@ -150,6 +155,8 @@ FORWARDED_APIS: frozenset[int] = frozenset(
         ApiKey.ALTER_PARTITION_REASSIGNMENTS,
         ApiKey.ELECT_LEADERS,
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+        ApiKey.CREATE_ACLS,
+        ApiKey.DELETE_ACLS,
         # sent by partition leaders (ISR changes; replication), served on controller listeners
         ApiKey.ALTER_PARTITION,
     }
@@ -661,6 +668,33 @@ class QuorumMetadata:
         R = AlterUserScramCredentialsResponse
         return await self._write(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, request, R, settled)
 
+    async def create_acls(self, request: CreateAclsRequest) -> CreateAclsResponse:
+        """New ACLs on the active controller; a forwarded request returns once this node's
+        image holds every ACL created (the next request here is authorized with them)."""
+        from riverbed.metadata.acl_control import acl_of_creation
+
+        def settled(response: CreateAclsResponse) -> bool:
+            have = set(self.service.image.acls.values())
+            return all(
+                acl_of_creation(c) in have
+                for c, r in zip(request.creations, response.results, strict=False)
+                if r.error_code == 0
+            )
+
+        return await self._write(ApiKey.CREATE_ACLS, request, CreateAclsResponse, settled)
+
+    async def delete_acls(self, request: DeleteAclsRequest) -> DeleteAclsResponse:
+        """ACLs deleted on the active controller; a forwarded request returns once this
+        node's image no longer holds the ACLs the filters matched."""
+
+        def settled(response: DeleteAclsResponse) -> bool:
+            have = set(self.service.image.acls.values())
+            return not any(
+                _matched_acl(m) in have for r in response.filter_results for m in r.matching_acls
+            )
+
+        return await self._write(ApiKey.DELETE_ACLS, request, DeleteAclsResponse, settled)
+
     async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
         """A partition leader's ISR change (Kafka's AlterPartition), on the active
         controller; the caller learns the outcome from the response (its epochs)."""
@@ -690,6 +724,10 @@ class QuorumMetadata:
                 return await s.alter_partition(request)
             case AlterUserScramCredentialsRequest():
                 return await s.alter_user_scram_credentials(request)
+            case CreateAclsRequest():
+                return await s.create_acls(request)
+            case DeleteAclsRequest():
+                return await s.delete_acls(request)
         raise TypeError(f"{type(request).__name__} is not a forwarded metadata write")
 
     async def register_broker(
@@ -902,3 +940,15 @@ class QuorumMetadata:
             "" if previous_broker_epoch >= 0 else ": unclean shutdown",
         )
         return reg
+
+
+def _matched_acl(m: DeleteAclsResponse.DeleteAclsMatchingAcl) -> StandardAcl:
+    return StandardAcl(
+        m.resource_type,
+        m.resource_name,
+        m.pattern_type,
+        m.principal,
+        m.host,
+        m.operation,
+        m.permission_type,
+    )

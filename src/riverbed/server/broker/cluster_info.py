@@ -149,6 +149,15 @@ def _brokers(image: MetadataImage, listener: str) -> list[tuple[int, str, int, s
     return out
 
 
+def _refused_topic(name: str) -> MetadataResponse.MetadataResponseTopic:
+    return MetadataResponse.MetadataResponseTopic(
+        error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+        name=name,
+        partitions=[],
+        topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+    )
+
+
 def _topic_metadata(
     image: MetadataImage, name: str, include_ops: bool
 ) -> MetadataResponse.MetadataResponseTopic:
@@ -190,8 +199,13 @@ async def handle_metadata(
 ) -> MetadataResponse:
     version = ctx.header.api_version
     image = broker.metadata.image
+    refused: list[str] = []  # named, and not for this principal to describe
     if req.topics is None or (version == 0 and not req.topics):
         names = sorted(image.topics_by_name)
+        if broker.authz is not None:
+            names, _ = broker.authz.visible_topics(
+                image, ctx, names, explicit=False, auto_create=False
+            )
     else:
         names = []
         for t in req.topics:
@@ -202,6 +216,11 @@ async def handle_metadata(
             if name is not None:
                 names.append(name)
         allow = req.allow_auto_topic_creation if version >= 4 else True
+        if broker.authz is not None:
+            auto = allow and broker.config.auto_create_topics_enable
+            names, refused = broker.authz.visible_topics(
+                image, ctx, names, explicit=True, auto_create=auto
+            )
         missing = [n for n in names if image.topic(n) is None and valid_topic_name(n)]
         if missing and allow and broker.config.auto_create_topics_enable:
             for name in missing:
@@ -222,7 +241,8 @@ async def handle_metadata(
         brokers=brokers,
         cluster_id=broker.cluster_id,
         controller_id=_controller_id(broker),
-        topics=[_topic_metadata(image, n, include_ops) for n in names],
+        topics=[_topic_metadata(image, n, include_ops) for n in names]
+        + [_refused_topic(n) for n in refused],
         cluster_authorized_operations=(
             CLUSTER_OPERATIONS_ALL if include_cluster_ops else AUTHORIZED_OPERATIONS_OMITTED
         ),

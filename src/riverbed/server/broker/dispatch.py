@@ -25,6 +25,7 @@ from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import response_body_version
 from riverbed.protocol.messages import Message, ProduceRequest
 from riverbed.server.broker import (
+    acls,
     admin,
     cluster_info,
     consumer_groups,
@@ -39,6 +40,7 @@ from riverbed.server.broker import (
     transactions,
     txn_markers,
 )
+from riverbed.server.broker.authorization import BrokerAuthorizer, authorizer_config
 from riverbed.server.broker.error_response import error_code_of, error_response
 from riverbed.server.broker.partitions import PartitionManager
 from riverbed.server.broker.txn_verification import TxnVerifier
@@ -113,6 +115,9 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.WRITE_TXN_MARKERS: txn_markers.handle_write_txn_markers,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_admin.handle_describe_user_scram_credentials,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: scram_admin.handle_alter_user_scram_credentials,
+    ApiKey.DESCRIBE_ACLS: acls.handle_describe_acls,
+    ApiKey.CREATE_ACLS: acls.handle_create_acls,
+    ApiKey.DELETE_ACLS: acls.handle_delete_acls,
 }
 
 #: What a broker listener serves and advertises.
@@ -147,6 +152,9 @@ class Broker:
             self.node_id, metadata, fault_handler=fault_handler
         )
         self.api_versions = BROKER_API_VERSIONS
+        #: `authorizer.class.name` set: requests are checked against the ACLs first
+        authz_config = authorizer_config(config)
+        self.authz = None if authz_config is None else BrokerAuthorizer(authz_config)
         if not consumer_groups.consumer_protocol_enabled(config):
             off = consumer_groups.CONSUMER_PROTOCOL_APIS
             self.api_versions = {k: v for k, v in BROKER_API_VERSIONS.items() if k not in off}
@@ -184,6 +192,12 @@ class Broker:
         if handler is None or ctx.header.api_key not in BROKER_API_VERSIONS:
             raise UnsupportedApi(f"api key {ctx.header.api_key} is not served on this listener")
         version = response_body_version(ctx.header)
+        if self.authz is not None:
+            denied = self.authz.denied(self.metadata.image, ctx, body)
+            if denied is not None:
+                if isinstance(body, ProduceRequest) and body.acks == 0:
+                    raise CloseConnection(f"produce with acks=0 refused ({denied.name})")
+                return error_response(ctx.header.api_key, body, version, denied)
         try:
             response = await handler(self, ctx, body)
             if isinstance(response, Message) and ctx.header.api_key not in _VERSION_EXACT:

@@ -43,6 +43,8 @@ from riverbed.protocol.messages import (
     SyncGroupRequest,
     TxnOffsetCommitRequest,
 )
+from riverbed.security.acl import AclOperation as Op
+from riverbed.security.acl import ResourceType
 from riverbed.server.broker.error_response import error_response
 from riverbed.server.broker.partitions import NotServed, producer_state_of
 from riverbed.server.coordinator import CoordinatorError
@@ -466,6 +468,13 @@ async def handle_list_groups(
                     group_id=group_id, protocol_type=ptype, group_state=state, group_type=gtype
                 )
             )
+    authz = broker.authz
+    if authz is not None and not authz.may_describe_cluster(broker.metadata.image, ctx):
+        # Kafka lists only the groups the principal may DESCRIBE
+        image = broker.metadata.image
+        listed = [
+            g for g in listed if authz.may(image, ctx, Op.DESCRIBE, ResourceType.GROUP, g.group_id)
+        ]
     return ListGroupsResponse(throttle_time_ms=0, error_code=int(code), groups=listed)
 
 

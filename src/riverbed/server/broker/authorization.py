@@ -1,0 +1,146 @@
+"""The broker's authorizer shell: `authorizer.class.name` set -> every request is checked
+against `riverbed.security.api_operations.RULES` before its handler runs.
+
+The decision core is `riverbed.security.authorizer.Authorizer`; this shell gives it the
+ACLs of the current metadata image (the index is rebuilt only when the image's ACL map
+changes, which replay leaves untouched by any other record) and the "ready" flag (the
+image holds metadata.version: the first metadata load is done).
+
+A request whose check fails is answered with the check's error code in every error field
+(`error_response`, Kafka's getErrorResponse). Kafka answers a mixed request per item
+(authorized topics served, the others TOPIC_AUTHORIZATION_FAILED); riverbed refuses the
+whole request with the first failing check's code, which is what a client that names one
+resource sees either way. Metadata and ListGroups filter instead (`visible_topics`,
+`visible_groups`): what the principal may not DESCRIBE is hidden.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from riverbed.metadata.image import MetadataImage
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import Message
+from riverbed.security.acl import CLUSTER_NAME, ResourceType, StandardAcl
+from riverbed.security.acl import AclOperation as Op
+from riverbed.security.api_operations import RULES, Action
+from riverbed.security.authorizer import (
+    AUTHORIZER_CLASS_NAMES,
+    AclIndex,
+    Authorizer,
+    AuthorizerConfig,
+    parse_super_users,
+)
+
+if TYPE_CHECKING:
+    from riverbed.server.config import ServerConfig
+    from riverbed.server.network import RequestContext
+
+log = logging.getLogger(__name__)
+
+
+class AuthorizerConfigError(ValueError):
+    """``authorizer.class.name`` names a class riverbed does not have."""
+
+
+def authorizer_config(config: ServerConfig) -> AuthorizerConfig | None:
+    """None when no authorizer is configured (the ACL APIs answer SECURITY_DISABLED)."""
+    name = str(config.get("authorizer.class.name") or "").strip()
+    if not name:
+        return None
+    if name not in AUTHORIZER_CLASS_NAMES:
+        raise AuthorizerConfigError(
+            f"authorizer.class.name={name}: riverbed provides "
+            f"{' or '.join(sorted(AUTHORIZER_CLASS_NAMES))}"
+        )
+    return AuthorizerConfig(
+        parse_super_users(str(config.get("super.users") or "")),
+        bool(config.get("allow.everyone.if.no.acl.found")),
+    )
+
+
+def client_host(ctx: RequestContext) -> str:
+    """The client's address as ACL hosts name it (``peer`` is ``host:port``)."""
+    return ctx.peer.rpartition(":")[0].strip("[]")
+
+
+class BrokerAuthorizer:
+    def __init__(self, config: AuthorizerConfig) -> None:
+        self.config = config
+        self._acls: Mapping[uuid.UUID, StandardAcl] | None = None
+        self._index = AclIndex()
+
+    def authorizer(self, image: MetadataImage) -> Authorizer:
+        if image.acls is not self._acls:
+            self._index = AclIndex.build(image.acls.values())
+            self._acls = image.acls
+        return Authorizer(self.config, self._index, ready=image.metadata_version > 0)
+
+    def allowed(self, auth: Authorizer, ctx: RequestContext, action: Action) -> bool:
+        principal, host = str(ctx.principal), client_host(ctx)
+        if action.name is None:
+            return auth.authorize_any(principal, host, action.operation, action.resource_type)
+        return auth.authorize(principal, host, action.operation, action.resource_type, action.name)
+
+    def denied(self, image: MetadataImage, ctx: RequestContext, body: Message) -> ErrorCode | None:
+        """The error code to refuse the request with, None when every check passes."""
+        rule = RULES.get(ctx.header.api_key)
+        if rule is None:
+            return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        auth = self.authorizer(image)
+
+        def topic_name(topic_id: object) -> str | None:
+            topic = image.topics_by_id.get(topic_id)  # type: ignore[call-overload]
+            return None if topic is None else topic.name
+
+        for check in rule(body, topic_name):
+            if not any(self.allowed(auth, ctx, a) for a in check.actions):
+                log.info(
+                    "principal %s from %s denied %s (api key %s)",
+                    ctx.principal,
+                    client_host(ctx),
+                    check.actions,
+                    ctx.header.api_key,
+                )
+                return check.error
+        return None
+
+    def may(
+        self, image: MetadataImage, ctx: RequestContext, op: int, rtype: int, name: str
+    ) -> bool:
+        return self.allowed(self.authorizer(image), ctx, Action(rtype, name, op))
+
+    def may_describe_cluster(self, image: MetadataImage, ctx: RequestContext) -> bool:
+        return self.may(image, ctx, Op.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def visible_topics(
+        self,
+        image: MetadataImage,
+        ctx: RequestContext,
+        names: list[str],
+        *,
+        explicit: bool,
+        auto_create: bool,
+    ) -> tuple[list[str], list[str]]:
+        """Metadata's topics split into (shown, refused TOPIC_AUTHORIZATION_FAILED): a topic
+        the principal may not DESCRIBE is hidden from an all-topics request and refused
+        when named; a missing topic that would be auto-created needs CREATE on the
+        cluster or the topic (Kafka's handleTopicMetadataRequest)."""
+        auth = self.authorizer(image)
+        shown: list[str] = []
+        refused: list[str] = []
+        may_create_all = self.allowed(
+            auth, ctx, Action(ResourceType.CLUSTER, CLUSTER_NAME, Op.CREATE)
+        )
+        for name in names:
+            ok = self.allowed(auth, ctx, Action(ResourceType.TOPIC, name, Op.DESCRIBE))
+            if ok and auto_create and image.topic(name) is None and not may_create_all:
+                ok = self.allowed(auth, ctx, Action(ResourceType.TOPIC, name, Op.CREATE))
+            if ok:
+                shown.append(name)
+            elif explicit:
+                refused.append(name)
+        return shown, refused

@@ -1,0 +1,36 @@
+"""The table of what each API needs covers every API a broker listener serves."""
+
+from __future__ import annotations
+
+from riverbed.protocol.api_versions import ApiKey
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import InitProducerIdRequest, ProduceRequest
+from riverbed.security.acl import AclOperation as Op
+from riverbed.security.acl import ResourceType
+from riverbed.security.api_operations import RULES, Action
+from riverbed.server.broker.dispatch import HANDLERS
+
+
+def test_every_served_api_has_a_rule():
+    assert set(HANDLERS) - set(RULES) == set()
+
+
+def test_transactional_produce_checks_the_transactional_id_before_the_topics():
+    req = ProduceRequest(
+        transactional_id="tx",
+        topic_data=[ProduceRequest.TopicProduceData(name="t", partition_data=[])],
+    )
+    checks = RULES[ApiKey.PRODUCE](req, lambda _: None)
+    assert [c.error for c in checks] == [
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+    ]
+    assert checks[1].actions == (Action(ResourceType.TOPIC, "t", Op.WRITE),)
+
+
+def test_idempotent_init_producer_id_needs_idempotent_write_or_some_topic_write():
+    (check,) = RULES[ApiKey.INIT_PRODUCER_ID](
+        InitProducerIdRequest(transactional_id=None), lambda _: None
+    )
+    assert check.error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    assert {a.operation for a in check.actions} == {Op.IDEMPOTENT_WRITE, Op.WRITE}

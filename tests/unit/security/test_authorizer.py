@@ -1,0 +1,163 @@
+"""The authorizer against a small reference model of Kafka's StandardAuthorizer rule
+(hypothesis), and the rule's corners one by one."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from riverbed.security.acl import (
+    AclOperation as Op,
+)
+from riverbed.security.acl import (
+    PatternType,
+    PermissionType,
+    ResourceType,
+    StandardAcl,
+)
+from riverbed.security.authorizer import (
+    AclIndex,
+    Authorizer,
+    AuthorizerConfig,
+    parse_super_users,
+)
+
+ALLOW, DENY = PermissionType.ALLOW, PermissionType.DENY
+LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED
+TOPIC, GROUP = ResourceType.TOPIC, ResourceType.GROUP
+IMPLIES = {
+    Op.DESCRIBE: {Op.READ, Op.WRITE, Op.DELETE, Op.ALTER},
+    Op.DESCRIBE_CONFIGS: {Op.ALTER_CONFIGS},
+}
+
+
+def _model_implied(a: StandardAcl, op: int) -> bool:
+    return a.permission_type == ALLOW and a.operation in IMPLIES.get(op, set())
+
+
+NAMES = st.sampled_from(["", "a", "ab", "abc", "abd", "b", "*", "ba"])
+OPS = st.sampled_from(
+    [
+        Op.ALL,
+        Op.READ,
+        Op.WRITE,
+        Op.DELETE,
+        Op.ALTER,
+        Op.DESCRIBE,
+        Op.CREATE,
+        Op.ALTER_CONFIGS,
+        Op.DESCRIBE_CONFIGS,
+        Op.CLUSTER_ACTION,
+    ]
+)
+PRINCIPALS = st.sampled_from(["User:alice", "User:bob", "User:*"])
+HOSTS = st.sampled_from(["*", "10.0.0.1", "10.0.0.2"])
+ACLS = st.builds(
+    StandardAcl,
+    resource_type=st.sampled_from([TOPIC, GROUP]),
+    resource_name=NAMES.filter(bool),
+    pattern_type=st.sampled_from([LIT, PRE]),
+    principal=PRINCIPALS,
+    host=HOSTS,
+    operation=OPS,
+    permission_type=st.sampled_from([ALLOW, DENY]),
+)
+
+
+def _reference(acls, principal, host, op, rtype, name, supers, everyone) -> bool:
+    if principal in supers:
+        return True
+    on_resource = [
+        a
+        for a in acls
+        if a.resource_type == rtype
+        and (
+            (a.pattern_type == LIT and a.resource_name in (name, "*"))
+            or (a.pattern_type == PRE and name.startswith(a.resource_name))
+        )
+    ]
+    matching = [
+        a
+        for a in on_resource
+        if a.principal in (principal, "User:*")
+        and a.host in (host, "*")
+        and (a.operation in (Op.ALL, op) or _model_implied(a, op))
+    ]
+    if any(a.permission_type == DENY for a in matching):
+        return False
+    if any(a.permission_type == ALLOW for a in matching):
+        return True
+    return everyone and not on_resource
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    acls=st.lists(ACLS, max_size=12),
+    principal=st.sampled_from(["User:alice", "User:bob", "User:root"]),
+    host=st.sampled_from(["10.0.0.1", "10.0.0.2"]),
+    op=OPS.filter(lambda o: o != Op.ALL),
+    rtype=st.sampled_from([TOPIC, GROUP]),
+    name=NAMES.filter(bool),
+    everyone=st.booleans(),
+)
+def test_authorizer_agrees_with_the_reference_model(
+    acls, principal, host, op, rtype, name, everyone
+):
+    supers = frozenset({"User:root"})
+    auth = Authorizer(AuthorizerConfig(supers, everyone), AclIndex.build(acls), ready=True)
+    expected = _reference(acls, principal, host, op, rtype, name, supers, everyone)
+    assert auth.authorize(principal, host, op, rtype, name) == expected
+
+
+def _auth(*acls: StandardAcl, everyone: bool = False, ready: bool = True) -> Authorizer:
+    cfg = AuthorizerConfig(frozenset({"User:admin"}), everyone)
+    return Authorizer(cfg, AclIndex.build(acls), ready=ready)
+
+
+def acl(name, op, perm=ALLOW, pattern=LIT, principal="User:alice", host="*", rtype=TOPIC):
+    return StandardAcl(rtype, name, pattern, principal, host, op, perm)
+
+
+def test_deny_beats_allow_and_allow_implies_describe_but_deny_does_not():
+    a = _auth(acl("t", Op.READ), acl("t", Op.WRITE, DENY))
+    assert a.authorize("User:alice", "h", Op.READ, TOPIC, "t")
+    assert not a.authorize("User:alice", "h", Op.WRITE, TOPIC, "t")
+    assert a.authorize("User:alice", "h", Op.DESCRIBE, TOPIC, "t")  # READ implies it
+    b = _auth(acl("t", Op.READ, DENY), acl("t", Op.DESCRIBE))
+    assert b.authorize("User:alice", "h", Op.DESCRIBE, TOPIC, "t")  # DENY READ implies nothing
+
+
+def test_prefixed_wildcard_and_literal_patterns():
+    a = _auth(acl("pay", Op.WRITE, pattern=PRE), acl("*", Op.READ), acl("exact", Op.DELETE))
+    assert a.authorize("User:alice", "h", Op.WRITE, TOPIC, "payments")
+    assert not a.authorize("User:alice", "h", Op.WRITE, TOPIC, "pa")
+    assert a.authorize("User:alice", "h", Op.READ, TOPIC, "anything")
+    assert a.authorize("User:alice", "h", Op.DELETE, TOPIC, "exact")
+    assert not a.authorize("User:alice", "h", Op.DELETE, TOPIC, "exactly")  # literal, not prefix
+    assert not a.authorize("User:alice", "h", Op.READ, GROUP, "anything")  # other type
+
+
+def test_host_and_wildcard_principal():
+    a = _auth(acl("t", Op.READ, principal="User:*", host="10.0.0.1"))
+    assert a.authorize("User:bob", "10.0.0.1", Op.READ, TOPIC, "t")
+    assert not a.authorize("User:bob", "10.0.0.2", Op.READ, TOPIC, "t")
+
+
+def test_super_users_not_ready_and_allow_everyone():
+    assert parse_super_users("User:admin; User:broker;") == {"User:admin", "User:broker"}
+    not_ready = _auth(acl("t", Op.READ), ready=False)
+    assert not not_ready.authorize("User:alice", "h", Op.READ, TOPIC, "t")
+    assert not_ready.authorize("User:admin", "h", Op.DELETE, TOPIC, "t")
+    everyone = _auth(acl("t", Op.READ), everyone=True)
+    assert everyone.authorize("User:bob", "h", Op.WRITE, TOPIC, "other")  # no ACLs there
+    assert not everyone.authorize("User:bob", "h", Op.WRITE, TOPIC, "t")  # t has ACLs
+    assert not _auth().authorize("User:bob", "h", Op.WRITE, TOPIC, "other")  # default false
+
+
+def test_authorize_any_topic_write_for_idempotence():
+    assert _auth(acl("pay", Op.WRITE, pattern=PRE)).authorize_any(
+        "User:alice", "h", Op.WRITE, TOPIC
+    )
+    covered = _auth(acl("payx", Op.WRITE), acl("pay", Op.WRITE, DENY, PRE))
+    assert not covered.authorize_any("User:alice", "h", Op.WRITE, TOPIC)
+    assert not _auth(acl("t", Op.READ)).authorize_any("User:alice", "h", Op.WRITE, TOPIC)

@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING
 
 from riverbed.metadata.image import MetadataImage
 from riverbed.protocol.errors import ErrorCode
-from riverbed.protocol.messages import Message
+from riverbed.protocol.messages import (
+    CreateAclsRequest,
+    CreateAclsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    Message,
+)
 from riverbed.security.acl import CLUSTER_NAME, ResourceType, StandardAcl
 from riverbed.security.acl import AclOperation as Op
 from riverbed.security.api_operations import RULES, Action
@@ -34,6 +40,7 @@ from riverbed.security.authorizer import (
     AuthorizerConfig,
     parse_super_users,
 )
+from riverbed.server.broker.error_response import error_response
 
 if TYPE_CHECKING:
     from riverbed.server.config import ServerConfig
@@ -144,3 +151,16 @@ class BrokerAuthorizer:
             elif explicit:
                 refused.append(name)
         return shown, refused
+
+
+def denied_response(api_key: int, body: Message, version: int, code: ErrorCode) -> Message:
+    """The answer to a refused request: `error_response`, except where a response's
+    entries have no key to mirror from the request (CreateAcls results, DeleteAcls filter
+    results: one per request item, in order, as clients count them)."""
+    if isinstance(body, CreateAclsRequest):
+        R = CreateAclsResponse.AclCreationResult
+        return CreateAclsResponse(results=[R(error_code=int(code)) for _ in body.creations])
+    if isinstance(body, DeleteAclsRequest):
+        F = DeleteAclsResponse.DeleteAclsFilterResult
+        return DeleteAclsResponse(filter_results=[F(error_code=int(code)) for _ in body.filters])
+    return error_response(api_key, body, version, code)

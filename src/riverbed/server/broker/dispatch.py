@@ -40,7 +40,11 @@ from riverbed.server.broker import (
     transactions,
     txn_markers,
 )
-from riverbed.server.broker.authorization import BrokerAuthorizer, authorizer_config
+from riverbed.server.broker.authorization import (
+    BrokerAuthorizer,
+    authorizer_config,
+    denied_response,
+)
 from riverbed.server.broker.error_response import error_code_of, error_response
 from riverbed.server.broker.partitions import PartitionManager
 from riverbed.server.broker.txn_verification import TxnVerifier
@@ -197,7 +201,7 @@ class Broker:
             if denied is not None:
                 if isinstance(body, ProduceRequest) and body.acks == 0:
                     raise CloseConnection(f"produce with acks=0 refused ({denied.name})")
-                return error_response(ctx.header.api_key, body, version, denied)
+                return denied_response(ctx.header.api_key, body, version, denied)
         try:
             response = await handler(self, ctx, body)
             if isinstance(response, Message) and ctx.header.api_key not in _VERSION_EXACT:

@@ -79,12 +79,16 @@ class BrokerAuthorizer:
         self.config = config
         self._acls: Mapping[uuid.UUID, StandardAcl] | None = None
         self._index = AclIndex()
+        self._current = Authorizer(config, self._index, ready=False)
 
     def authorizer(self, image: MetadataImage) -> Authorizer:
-        if image.acls is not self._acls:
-            self._index = AclIndex.build(image.acls.values())
-            self._acls = image.acls
-        return Authorizer(self.config, self._index, ready=image.metadata_version > 0)
+        ready = image.metadata_version > 0
+        if image.acls is not self._acls or ready != self._current.ready:
+            if image.acls is not self._acls:
+                self._index = AclIndex.build(image.acls.values())
+                self._acls = image.acls
+            self._current = Authorizer(self.config, self._index, ready=ready)
+        return self._current
 
     def allowed(self, auth: Authorizer, ctx: RequestContext, action: Action) -> bool:
         principal, host = str(ctx.principal), client_host(ctx)

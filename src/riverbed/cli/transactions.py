@@ -100,6 +100,7 @@ def _register_partition_verbs(sub: Any) -> None:
         required=True,
         help="the first offset of the hanging transaction (from find-hanging)",
     )
+    add_json(ab)
     ab.set_defaults(func=run_guarded(abort_cmd))
 
 
@@ -289,6 +290,9 @@ def abort(bootstrap: str, topic: str, partition: int, start_offset: int) -> dict
 
 def abort_cmd(args: argparse.Namespace) -> int:
     done = abort(args.bootstrap_server, args.topic, args.partition, args.start_offset)
+    if args.json:
+        print_json(done)
+        return 0
     print(
         f"aborted the transaction of producer {done['producer_id']} (epoch "
         f"{done['producer_epoch']}) starting at offset {done['start_offset']} of "

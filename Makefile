@@ -69,7 +69,7 @@ bench: $(STAMP) $(COLUMNAR)
 
 # simulation soak, raft, replication, then replication over the brokers' shells (real
 # storage on a simulated disk), then the group coordinator at its persistence seam, then
-# the producer ledger's model check:
+# the producer ledger's model check, then transactions (coordinator + partition leaders):
 # `make soak SEEDS=100000` (each failure prints its replay command)
 SEEDS ?= 10000
 soak: $(STAMP)
@@ -78,6 +78,7 @@ soak: $(STAMP)
 	$(VENV)/bin/python -m riverbed.testing.replication_shell_sim --seeds $(SEEDS)
 	$(VENV)/bin/python -m riverbed.testing.group_sim --seeds $(SEEDS)
 	$(VENV)/bin/python -m riverbed.testing.ledger_model --seeds $(SEEDS)
+	$(VENV)/bin/python -m riverbed.testing.txn_sim --seeds $(SEEDS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

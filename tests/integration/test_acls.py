@@ -218,3 +218,58 @@ def test_acl_admin_needs_alter_on_the_cluster(secure: SecureBroker) -> None:
     admin = _admin(secure)
     described = admin.describe_acls(flt).result(timeout=TIMEOUT_S)
     assert {(b.name, b.permission_type) for b in described} >= {("*", ALLOW), ("closed-", DENY)}
+
+
+def _cli(secure: SecureBroker, tmp_path, *args: str) -> str:
+    """``riverbed acls ...`` as carol's admin would run it: a Kafka client properties file
+    for SASL_PLAINTEXT/PLAIN with the admin login."""
+    import subprocess
+    import sys
+
+    props = tmp_path / "admin.properties"
+    props.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        "sasl.username=admin\nsasl.password=admin-secret\n"
+    )
+    cmd = [sys.executable, "-m", "riverbed.cli.main", "acls", *args]
+    cmd += [
+        "--bootstrap-server",
+        secure.bootstrap("SASL_PLAINTEXT"),
+        "--command-config",
+        str(props),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_cli_add_list_remove_with_kafka_acls_flags(secure: SecureBroker, tmp_path) -> None:
+    import json
+
+    topic = _topic(secure, "cli-")
+    err = _produce(secure, "carol", topic)
+    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    _cli(secure, tmp_path, "add", "--allow-principal", "User:carol", "--operation", "Write",
+         "--operation", "describe", "--topic", topic, "--json")  # fmt: skip
+    assert _produce(secure, "carol", topic) is None
+    listed = json.loads(_cli(secure, tmp_path, "list", "--topic", topic, "--json"))
+    assert sorted((r["principal"], r["operation"]) for r in listed) == [
+        ("User:carol", "DESCRIBE"),
+        ("User:carol", "WRITE"),
+    ]
+    removed = json.loads(
+        _cli(
+            secure,
+            tmp_path,
+            "remove",
+            "--allow-principal",
+            "User:carol",
+            "--topic",
+            topic,
+            "--json",
+        )
+    )
+    assert len(removed) == 2
+    assert json.loads(_cli(secure, tmp_path, "list", "--topic", topic, "--json")) == []
+    err = _produce(secure, "carol", topic)
+    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED

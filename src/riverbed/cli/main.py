@@ -34,6 +34,7 @@ VERBS: tuple[str, ...] = (
     "leaders",
     "partitions",
     "dev",
+    "acls",
 )
 
 

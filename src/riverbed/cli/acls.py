@@ -1,0 +1,268 @@
+"""`riverbed acls add|remove|list`: Kafka's kafka-acls with its flags.
+
+- ``add``: one ACL per resource x principal x host x operation:
+  ``--allow-principal`` / ``--deny-principal`` (repeatable, ``User:name``), ``--allow-host``
+  / ``--deny-host`` (default ``*``), ``--operation`` (repeatable, default All), resources
+  ``--topic`` / ``--group`` / ``--transactional-id`` (repeatable) and ``--cluster``,
+  ``--resource-pattern-type`` literal (default) or prefixed;
+- ``remove``: deletes what the same flags match (no principal: every principal; no
+  operation: every operation; pattern type also any / match), and lists what went;
+- ``list``: the ACLs on the named resources (all without one), ``--principal`` to narrow.
+Client security (SASL, TLS) from ``--command-config`` (Kafka client properties).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from typing import Any, cast
+
+from riverbed.cli.common import (
+    CliError,
+    add_bootstrap,
+    add_json,
+    admin_client,
+    print_json,
+    print_table,
+    run_guarded,
+    verb_parser,
+)
+
+CLUSTER_NAME = "kafka-cluster"
+#: a filter field that matches every value (librdkafka takes None)
+ANY_HOST: Any = None
+_OPERATIONS = [
+    "All",
+    "Read",
+    "Write",
+    "Create",
+    "Delete",
+    "Alter",
+    "Describe",
+    "ClusterAction",
+    "DescribeConfigs",
+    "AlterConfigs",
+    "IdempotentWrite",
+    "CreateTokens",
+    "DescribeTokens",
+]
+
+
+def register(subparsers: Any) -> None:
+    parser = verb_parser(subparsers, "acls", "add, remove and list ACLs (as kafka-acls)")
+    sub = parser.add_subparsers(dest="acls_command", metavar="SUBCOMMAND")
+    for name, help_text, func in (
+        ("add", "add ACLs", add_cmd),
+        ("remove", "remove the ACLs the flags match", remove_cmd),
+        ("list", "list ACLs", list_cmd),
+    ):
+        p = verb_parser(sub, name, help_text)
+        add_bootstrap(p)
+        add_json(p)
+        _add_flags(p, listing=name == "list")
+        p.set_defaults(func=run_guarded(func))
+
+
+def _add_flags(p: argparse.ArgumentParser, *, listing: bool) -> None:
+    p.add_argument(
+        "--topic", metavar="NAME", help="a topic resource, repeatable", action="append", default=[]
+    )
+    p.add_argument(
+        "--group",
+        metavar="NAME",
+        help="a consumer group resource, repeatable",
+        action="append",
+        default=[],
+    )
+    p.add_argument(
+        "--transactional-id",
+        metavar="ID",
+        help="a transactional id resource, repeatable",
+        action="append",
+        default=[],
+    )
+    p.add_argument("--cluster", action="store_true", help="the cluster resource")
+    p.add_argument(
+        "--resource-pattern-type",
+        type=str.upper,
+        default=None,
+        choices=["LITERAL", "PREFIXED", "ANY", "MATCH"],
+        help="literal (default for add) or prefixed; remove and list also take any, match",
+    )
+    if listing:
+        p.add_argument("--principal", help="only the ACLs of this principal (User:name)")
+        return
+    p.add_argument(
+        "--allow-principal",
+        metavar="P",
+        help="User:name to allow, repeatable",
+        action="append",
+        default=[],
+    )
+    p.add_argument(
+        "--deny-principal",
+        metavar="P",
+        help="User:name to deny, repeatable",
+        action="append",
+        default=[],
+    )
+    p.add_argument(
+        "--allow-host",
+        metavar="HOST",
+        help="hosts for allow ACLs (default *)",
+        action="append",
+        default=[],
+    )
+    p.add_argument(
+        "--deny-host",
+        metavar="HOST",
+        help="hosts for deny ACLs (default *)",
+        action="append",
+        default=[],
+    )
+    p.add_argument(
+        "--operation",
+        type=_operation,
+        metavar="OP",
+        help=f"repeatable; one of {', '.join(_OPERATIONS)} (default All)",
+        action="append",
+        default=[],
+    )
+
+
+def _operation(text: str) -> str:
+    for op in _OPERATIONS:
+        if op.lower() == text.replace("_", "").replace("-", "").lower():
+            return op
+    raise argparse.ArgumentTypeError(f"unknown operation {text!r}")
+
+
+def _resources(args: argparse.Namespace, required: bool) -> list[tuple[str, str]]:
+    out = [("TOPIC", t) for t in args.topic] + [("GROUP", g) for g in args.group]
+    out += [("TRANSACTIONAL_ID", x) for x in args.transactional_id]
+    if args.cluster:
+        out.append(("CLUSTER", CLUSTER_NAME))
+    if required and not out:
+        raise CliError("name a resource: --topic, --group, --transactional-id or --cluster")
+    return out
+
+
+def _entries(args: argparse.Namespace) -> Iterator[tuple[str, str, str]]:
+    """(principal, host, permission) of each principal flag."""
+    for flag, hosts, perm in (
+        (args.allow_principal, args.allow_host, "ALLOW"),
+        (args.deny_principal, args.deny_host, "DENY"),
+    ):
+        for principal in flag:
+            if ":" not in principal:
+                raise CliError(f"principal {principal!r} must look like User:name")
+            for host in hosts or ["*"]:
+                yield principal, host, perm
+
+
+def _op_const(name: str) -> Any:
+    from confluent_kafka.admin import AclOperation  # type: ignore[attr-defined]
+
+    snake = "".join("_" + c if c.isupper() else c for c in name).lstrip("_").upper()
+    return getattr(AclOperation, snake)
+
+
+def add_cmd(args: argparse.Namespace) -> int:
+    from confluent_kafka.admin import AclBinding, AclPermissionType, ResourcePatternType  # type: ignore[attr-defined]
+    from confluent_kafka.admin import ResourceType as RT  # type: ignore[attr-defined]
+
+    pattern = args.resource_pattern_type or "LITERAL"
+    if pattern not in ("LITERAL", "PREFIXED"):
+        raise CliError("add takes --resource-pattern-type literal or prefixed")
+    entries = list(_entries(args))
+    if not entries:
+        raise CliError("name a principal: --allow-principal or --deny-principal")
+    bindings = [
+        AclBinding(
+            getattr(RT, rtype),
+            name,
+            getattr(ResourcePatternType, pattern),
+            principal,
+            host,
+            _op_const(op),
+            getattr(AclPermissionType, perm),
+        )
+        for rtype, name in _resources(args, required=True)
+        for principal, host, perm in entries
+        for op in args.operation or ["All"]
+    ]
+    admin = admin_client(args)
+    for future in admin.create_acls(bindings).values():
+        future.result(timeout=30)
+    _show(args, [_row(b) for b in bindings], "added")
+    return 0
+
+
+def _filters(
+    args: argparse.Namespace, principals: list[tuple[str | None, str]], pattern_default: str
+) -> list[Any]:
+    """Filters for the resources x (principal, permission) x operations of the flags."""
+    from confluent_kafka.admin import AclBindingFilter, AclOperation, AclPermissionType  # type: ignore[attr-defined]
+    from confluent_kafka.admin import ResourcePatternType as PT  # type: ignore[attr-defined]
+    from confluent_kafka.admin import ResourceType as RT  # type: ignore[attr-defined]
+
+    pattern = getattr(PT, args.resource_pattern_type or pattern_default)
+    resources: list[tuple[str, str | None]] = list(_resources(args, required=False))
+    ops = [_op_const(o) for o in getattr(args, "operation", [])] or [AclOperation.ANY]
+    return [
+        AclBindingFilter(
+            getattr(RT, rtype),
+            cast(Any, name),
+            pattern,
+            cast(Any, principal),
+            ANY_HOST,
+            op,
+            getattr(AclPermissionType, permission),
+        )
+        for rtype, name in resources or [("ANY", None)]
+        for principal, permission in principals
+        for op in ops
+    ]
+
+
+def remove_cmd(args: argparse.Namespace) -> int:
+    _resources(args, required=True)  # as kafka-acls: remove names what it removes from
+    principals: list[tuple[str | None, str]] = [
+        *((p, "ALLOW") for p in args.allow_principal),
+        *((p, "DENY") for p in args.deny_principal),
+    ] or [(None, "ANY")]
+    admin = admin_client(args)
+    removed = []
+    for future in admin.delete_acls(_filters(args, principals, "LITERAL")).values():
+        removed += [_row(b) for b in future.result(timeout=30)]
+    _show(args, removed, "removed")
+    return 0
+
+
+def list_cmd(args: argparse.Namespace) -> int:
+    admin = admin_client(args)
+    rows = []
+    for flt in _filters(args, [(args.principal, "ANY")], "ANY"):
+        rows += [_row(b) for b in admin.describe_acls(flt).result(timeout=30)]
+    _show(args, rows, "ACLs")
+    return 0
+
+
+def _row(b: Any) -> dict[str, str]:
+    return {
+        "resource_type": b.restype.name,
+        "name": b.name,
+        "pattern_type": b.resource_pattern_type.name,
+        "principal": b.principal,
+        "host": b.host,
+        "operation": b.operation.name,
+        "permission": b.permission_type.name,
+    }
+
+
+def _show(args: argparse.Namespace, rows: list[dict[str, str]], title: str) -> None:
+    if args.json:
+        print_json(rows)
+        return
+    cols = ["resource_type", "name", "pattern_type", "principal", "host", "operation", "permission"]
+    print_table(title, cols, [[r[c] for c in cols] for r in rows])

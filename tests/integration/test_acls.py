@@ -273,3 +273,33 @@ def test_cli_add_list_remove_with_kafka_acls_flags(secure: SecureBroker, tmp_pat
     assert json.loads(_cli(secure, tmp_path, "list", "--topic", topic, "--json")) == []
     err = _produce(secure, "carol", topic)
     assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_acl_apis_answer_security_disabled_without_an_authorizer() -> None:
+    from riverbed.cli.wire import WireClient
+    from riverbed.protocol.api_versions import ApiKey
+    from riverbed.protocol.messages import DescribeAclsRequest, DescribeAclsResponse
+    from riverbed.testing.cluster import start_broker
+
+    with start_broker() as proc:
+        admin = AdminClient({"bootstrap.servers": proc.bootstrap})
+        flt = AclBindingFilter(
+            ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+            AclOperation.ANY, AclPermissionType.ANY,
+        )  # fmt: skip
+        for future in admin.delete_acls([flt]).values():
+            with pytest.raises(KafkaException) as info:
+                future.result(timeout=TIMEOUT_S)
+            assert info.value.args[0].code() == KafkaError.SECURITY_DISABLED
+        # confluent-kafka's describe_acls did not raise on the top-level error: read it raw
+        with WireClient(proc.bootstrap) as wire:
+            described = wire.request(ApiKey.DESCRIBE_ACLS, DescribeAclsRequest(
+                resource_type_filter=1, pattern_type_filter=1, operation=1, permission_type=1
+            ))  # fmt: skip
+        assert isinstance(described, DescribeAclsResponse)
+        assert described.error_code == KafkaError.SECURITY_DISABLED
+        binding = _acl(ResourceType.TOPIC, "t", "User:alice", AclOperation.READ)
+        for future in admin.create_acls([binding]).values():
+            with pytest.raises(KafkaException) as info:
+                future.result(timeout=TIMEOUT_S)
+            assert info.value.args[0].code() == KafkaError.SECURITY_DISABLED

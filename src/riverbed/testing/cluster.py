@@ -33,6 +33,21 @@ STOP_TIMEOUT_S = 15.0
 #: Bytes of the broker log quoted in a start error.
 LOG_TAIL_BYTES = 4000
 
+#: The most a deadline of the test harness stretches on a loaded machine (see scaled_s).
+LOAD_SCALE_MAX = 4.0
+
+
+def scaled_s(timeout_s: float) -> float:
+    """``timeout_s`` stretched by the machine's load (the 1-minute load average per CPU,
+    between 1 and LOAD_SCALE_MAX): a deadline for what takes CPU time, such as a node's
+    start (imports, recovery, the quorum), that a fully loaded machine must not break.
+    Only deadlines of waits on a condition stretch; nothing is asserted about time."""
+    try:
+        per_cpu = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:  # no load average on this platform
+        per_cpu = 1.0
+    return timeout_s * min(max(per_cpu, 1.0), LOAD_SCALE_MAX)
+
 
 class BrokerStartError(RuntimeError):
     """The broker process exited or did not become ready in time."""
@@ -175,6 +190,7 @@ class BrokerProcess:
 
     def _wait_ready(self, timeout_s: float) -> None:
         assert self.proc is not None
+        timeout_s = scaled_s(timeout_s)  # a start under load is CPU-bound: not a hang
         deadline = time.monotonic() + timeout_s
         marker = f"riverbed node {self.node_id} ready:"
         while time.monotonic() < deadline:

@@ -27,6 +27,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from riverbed.testing.cluster import scaled_s
 from riverbed.testing.quorum_cluster import QuorumCluster
 
 from .test_quorum import OVERRIDES as QUORUM_OVERRIDES
@@ -637,7 +638,9 @@ def test_leader_replication_throttle_slows_a_reassignment(
             ((part,),) = [t["partitions"] for t in json.loads(out.stdout)]
             return (part["lag"].get(str(adding)) or 0) > 0 and part
 
-        mid = wait_for("the adding replica's lag", lagging, 10)
+        # each describe is a CLI process: on a loaded machine a few take the 10 s; the
+        # throttled move itself lasts >= 5 s, so a lag is still there to be seen
+        mid = wait_for("the adding replica's lag", lagging, scaled_s(10))
         assert mid["adding_replicas"] == [adding] and mid["removing_replicas"] == []
         assert mid["replicas"] == [leader, adding] and mid["isr"] == [leader]
         assert mid["lag"][str(leader)] == 0

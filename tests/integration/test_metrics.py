@@ -31,7 +31,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from prometheus_client.parser import text_string_to_metric_families
 
-from riverbed.testing.cluster import BrokerProcess
+from riverbed.testing.cluster import BrokerProcess, scaled_s
 from riverbed.testing.quorum_cluster import QuorumCluster
 
 from .test_replication import LAG_MAX_MS, OVERRIDES, wait_for
@@ -285,7 +285,8 @@ def test_sigstopped_follower_shows_as_under_replicated(trio: QuorumCluster) -> N
             wait_for(
                 f"under-replicated partitions while node {stopped} is stopped",
                 lambda: _under_replicated(trio, others) > 0,
-                LAG_MAX_MS / 1000 + 20,  # the lag, then AlterPartition (maybe a new controller)
+                # the lag, then AlterPartition (maybe a new controller), slower under load
+                scaled_s(LAG_MAX_MS / 1000 + 20),
             )
         except AssertionError as exc:
             raise AssertionError(f"{exc}; {_diagnosis(trio, topic, others)}") from None

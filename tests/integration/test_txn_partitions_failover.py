@@ -49,6 +49,17 @@ def leaders(admin: AdminClient) -> dict[int, int]:
     return {p: md.leader for p, md in parts.items()}
 
 
+def start_producer(cluster: QuorumCluster, tid: str) -> tuple[AdminClient, Producer, int]:
+    """The topic, a transactional producer of ``tid`` ready for transactions, and the node
+    that coordinates ``tid``."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, **QUIET})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)])[TOPIC].result(30)
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": tid,
+                  **QUIET})  # fmt: skip
+    p.init_transactions(60)
+    return admin, p, coordinator_of(cluster.ports[1][0], tid)
+
+
 def run_transaction(p: Producer, i: int, commit: bool) -> bool:
     """One transaction over every partition; True when it committed."""
     p.begin_transaction()
@@ -86,12 +97,7 @@ def read(bootstrap: str, level: str, part: int, n: int) -> list[bytes]:
 
 
 def test_read_committed_across_a_partition_leader_kill(cluster: QuorumCluster) -> None:
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, **QUIET})
-    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)])[TOPIC].result(30)
-    p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": TID,
-                  **QUIET})  # fmt: skip
-    p.init_transactions(60)
-    coordinator = coordinator_of(cluster.ports[1][0], TID)
+    admin, p, coordinator = start_producer(cluster, TID)
     by_partition = leaders(admin)
     assert any(leader != coordinator for leader in by_partition.values())  # remote verification
     victim_part = next(part for part, leader in by_partition.items() if leader != coordinator)

@@ -307,18 +307,9 @@ def clean_segment(
             stats.batches_kept += 1
             continue
         horizon = h.first_timestamp if h.has_delete_horizon else None
-        kept = []
-        has_tombstone = False
-        for i in range(b.first, b.first + b.count):
-            if dropped[i]:
-                stats.records_dropped += 1
-                continue
-            if flags[i] & TOMBSTONE:
-                if horizon is not None and now_ms >= horizon:
-                    stats.tombstones_dropped += 1
-                    continue
-                has_tombstone = True
-            kept.append(i)
+        kept, has_tombstone = _kept_records(
+            range(b.first, b.first + b.count), dropped, flags, horizon, now_ms, stats
+        )
         if has_tombstone and horizon is None:
             horizon = now_ms + delete_retention_ms
         if has_tombstone and horizon is not None:
@@ -334,6 +325,31 @@ def clean_segment(
         out += rewrite_batch(seg, b, kept, horizon if has_tombstone else None)
         stats.batches_rewritten += 1
     return bytes(out)
+
+
+def _kept_records(
+    records: range,
+    dropped: list[bool],
+    flags: bytearray,
+    horizon: int | None,
+    now_ms: int,
+    stats: CleanStats,
+) -> tuple[list[int], bool]:
+    """The indexes of a batch's records that survive (not superseded; a tombstone until
+    its batch's delete horizon has passed), and whether a kept one is a tombstone."""
+    kept = []
+    has_tombstone = False
+    for i in records:
+        if dropped[i]:
+            stats.records_dropped += 1
+            continue
+        if flags[i] & TOMBSTONE:
+            if horizon is not None and now_ms >= horizon:
+                stats.tombstones_dropped += 1
+                continue
+            has_tombstone = True
+        kept.append(i)
+    return kept, has_tombstone
 
 
 def _clean_txn_batch(

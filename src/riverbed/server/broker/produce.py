@@ -156,22 +156,26 @@ async def handle_produce(
         for (part, _), error in zip(waits, errors, strict=True):
             part.error_code = int(error)
     if req.acks == 0:
-        failed = [
-            f"{t.name}-{p.index}: {ErrorCode.of(p.error_code).name}"
-            for t in responses
-            for p in t.partition_responses
-            if p.error_code
-        ]
-        if failed:
-            # As Kafka: no response can carry the error, so the connection is closed and
-            # the producer learns something went wrong (it refreshes its metadata).
-            raise CloseConnection(f"produce with acks=0 failed: {', '.join(failed[:5])}")
+        _close_if_any_failed(responses)
         return None
     endpoints = [
         ProduceResponse.NodeEndpoint(node_id=i, host=h, port=p, rack=r)
         for i, h, p, r in leader_endpoints(broker.metadata.image, leaders, ctx.listener_name)
     ]
     return ProduceResponse(responses=responses, throttle_time_ms=0, node_endpoints=endpoints)
+
+
+def _close_if_any_failed(responses: list[ProduceResponse.TopicProduceResponse]) -> None:
+    """acks=0: as Kafka, no response can carry an error, so the connection is closed and
+    the producer learns something went wrong (it refreshes its metadata)."""
+    failed = [
+        f"{t.name}-{p.index}: {ErrorCode.of(p.error_code).name}"
+        for t in responses
+        for p in t.partition_responses
+        if p.error_code
+    ]
+    if failed:
+        raise CloseConnection(f"produce with acks=0 failed: {', '.join(failed[:5])}")
 
 
 def _has_transactional_batches(req: ProduceRequest) -> bool:

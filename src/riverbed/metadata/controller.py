@@ -41,6 +41,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from riverbed.metadata.acl_control import AclControl
+from riverbed.metadata.client_quota_control import ClientQuotaControl
 from riverbed.metadata.config_control import (
     OP_APPEND,
     OP_DELETE,
@@ -149,6 +150,7 @@ class Controller(
     ProducerIdControl,
     ScramControl,
     AclControl,
+    ClientQuotaControl,
     ControllerBase,
 ):
     """Pure controller operations over a MetadataImage (see module docstring)."""

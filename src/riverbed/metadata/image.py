@@ -14,7 +14,11 @@ by (user, mechanism id): salt, StoredKey, ServerKey, iterations, never a passwor
 ACLs (AccessControlEntryRecord / RemoveAccessControlEntryRecord) are kept by their id as
 `riverbed.security.acl.StandardAcl`; the authorizer indexes them.
 
-Records riverbed does not model yet (quotas, delegation tokens, transaction
+Client quotas (ClientQuotaRecord) are kept by entity (`riverbed.security.client_quotas.
+QuotaEntity`: sorted (type, name) pairs, None naming the default) as key -> value; a
+removal of an entity's last key removes the entity, as Kafka's ClientQuotaControlManager.
+
+Records riverbed does not model yet (delegation tokens, transaction
 markers, ZK migration) are accepted and ignored so that logs written by newer code load.
 """
 
@@ -30,6 +34,7 @@ from riverbed.metadata.records import METADATA_VERSION_FEATURE, ResourceType
 from riverbed.protocol.messages import (
     AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     FeatureLevelRecord,
     FenceBrokerRecord,
@@ -47,6 +52,7 @@ from riverbed.protocol.messages import (
     UserScramCredentialRecord,
 )
 from riverbed.security.acl import StandardAcl
+from riverbed.security.client_quotas import QuotaEntity
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -211,6 +217,10 @@ class MetadataImage:
     )
     #: ACL id -> ACL (AccessControlEntryRecord)
     acls: Mapping[uuid.UUID, StandardAcl] = field(default_factory=lambda: _frozen({}))
+    #: client quota entity -> {quota key: value} (ClientQuotaRecord)
+    client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(
+        default_factory=lambda: _frozen({})
+    )
     #: Offset of the last record applied; not part of equality (a snapshot of the same
     #: state loaded at another offset is the same image).
     offset: int = field(default=-1, compare=False)
@@ -265,6 +275,7 @@ class MetadataDelta:
         self._next_producer_id = image.next_producer_id
         self._scram: dict[tuple[str, int], ScramCredentialImage] | None = None
         self._acls: dict[uuid.UUID, StandardAcl] | None = None
+        self._quotas: dict[QuotaEntity, dict[str, float]] | None = None
         self.changed_topics: set[uuid.UUID] = set()
         self.deleted_topics: dict[uuid.UUID, TopicImage] = {}
         self._registered: set[int] = set()  # brokers whose RegisterBrokerRecord is here
@@ -462,6 +473,19 @@ class MetadataDelta:
         if self._acls_w().pop(rec.id, None) is None:
             raise MetadataReplayError(f"RemoveAccessControlEntryRecord for unknown ACL {rec.id}")
 
+    def _client_quota_record(self, rec: ClientQuotaRecord) -> None:
+        if self._quotas is None:
+            self._quotas = {k: dict(v) for k, v in self.base.client_quotas.items()}
+        entity = tuple(sorted((e.entity_type, e.entity_name) for e in rec.entity))
+        if rec.remove:
+            values = self._quotas.get(entity)
+            if values is not None:
+                values.pop(rec.key, None)
+                if not values:
+                    del self._quotas[entity]
+        else:
+            self._quotas.setdefault(entity, {})[rec.key] = rec.value
+
     # ----- apply
     def apply(self, offset: int | None = None) -> MetadataImage:
         base = self.base
@@ -494,6 +518,9 @@ class MetadataDelta:
             if self._scram is None
             else _frozen(self._scram),
             acls=base.acls if self._acls is None else _frozen(self._acls),
+            client_quotas=base.client_quotas
+            if self._quotas is None
+            else _frozen({k: _frozen(v) for k, v in self._quotas.items()}),
             offset=base.offset if offset is None else offset,
         )
 
@@ -524,6 +551,7 @@ _HANDLERS: dict[str, Any] = {
     "RemoveUserScramCredentialRecord": MetadataDelta._remove_user_scram_credential_record,
     "AccessControlEntryRecord": MetadataDelta._access_control_entry_record,
     "RemoveAccessControlEntryRecord": MetadataDelta._remove_access_control_entry_record,
+    "ClientQuotaRecord": MetadataDelta._client_quota_record,
 }
 
 
@@ -584,6 +612,9 @@ def iter_image_records(image: MetadataImage) -> Iterator[Message]:
         )
     for acl_id, acl in sorted(image.acls.items()):
         yield acl_record(acl_id, acl)
+    for entity, values in sorted(image.client_quotas.items(), key=lambda kv: repr(kv[0])):
+        for key in sorted(values):
+            yield client_quota_record(entity, key, values[key])
     for rtype, rname in sorted(image.configs):
         entries = image.configs[(rtype, rname)]
         for name in sorted(entries):
@@ -605,4 +636,14 @@ def acl_record(acl_id: uuid.UUID, acl: StandardAcl) -> AccessControlEntryRecord:
         host=acl.host,
         operation=acl.operation,
         permission_type=acl.permission_type,
+    )
+
+
+def client_quota_record(entity: QuotaEntity, key: str, value: float | None) -> ClientQuotaRecord:
+    """The record that sets (``value``) or removes (None) ``key`` of ``entity``."""
+    return ClientQuotaRecord(
+        entity=[ClientQuotaRecord.EntityData(entity_type=t, entity_name=n) for t, n in entity],
+        key=key,
+        value=0.0 if value is None else value,
+        remove=value is None,
     )

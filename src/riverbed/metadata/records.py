@@ -55,6 +55,7 @@ RECORD_VERSIONS: dict[str, int] = {
     "RemoveUserScramCredentialRecord": 0,
     "AccessControlEntryRecord": 0,
     "RemoveAccessControlEntryRecord": 0,
+    "ClientQuotaRecord": 0,
 }
 
 

@@ -175,6 +175,8 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     # Kafka 4.1 has v2 (KIP-1152, a transactional id pattern); the message specs riverbed
     # is generated from stop at v1, so v1 is the most riverbed can decode.
     ApiKey.LIST_TRANSACTIONS: (0, 1),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.DESCRIBE_ACLS: (0, 3),

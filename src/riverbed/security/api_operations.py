@@ -257,6 +257,8 @@ RULES: dict[int, Rule] = {
     ApiKey.WRITE_TXN_MARKERS: cluster(Op.CLUSTER_ACTION),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: cluster(Op.DESCRIBE),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: cluster(Op.ALTER),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: cluster(Op.DESCRIBE_CONFIGS),
+    ApiKey.ALTER_CLIENT_QUOTAS: cluster(Op.ALTER_CONFIGS),
     ApiKey.DESCRIBE_ACLS: cluster(Op.DESCRIBE),
     ApiKey.CREATE_ACLS: cluster(Op.ALTER),
     ApiKey.DELETE_ACLS: cluster(Op.ALTER),

@@ -30,6 +30,8 @@ from riverbed.metadata.state_change import log_decisions
 from riverbed.protocol.messages import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
     AlterConfigsRequest,
     AlterConfigsResponse,
     AlterPartitionReassignmentsRequest,
@@ -288,6 +290,13 @@ class MetadataService:
             lambda img, now: c.alter_user_scram_credentials(img, request, now)
         )
         return cast(AlterUserScramCredentialsResponse, response)
+
+    async def alter_client_quotas(
+        self, request: AlterClientQuotasRequest
+    ) -> AlterClientQuotasResponse:
+        c = self.controller
+        response = await self._run(lambda img, now: c.alter_client_quotas(img, request, now))
+        return cast(AlterClientQuotasResponse, response)
 
     async def create_acls(self, request: CreateAclsRequest) -> CreateAclsResponse:
         c = self.controller

@@ -63,6 +63,8 @@ from riverbed.protocol.headers import RequestHeader, decode_response, encode_req
 from riverbed.protocol.messages import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
     AlterConfigsRequest,
     AlterConfigsResponse,
     AlterPartitionReassignmentsRequest,
@@ -155,6 +157,7 @@ FORWARDED_APIS: frozenset[int] = frozenset(
         ApiKey.ALTER_PARTITION_REASSIGNMENTS,
         ApiKey.ELECT_LEADERS,
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+        ApiKey.ALTER_CLIENT_QUOTAS,
         ApiKey.CREATE_ACLS,
         ApiKey.DELETE_ACLS,
         # sent by partition leaders (ISR changes; replication), served on controller listeners
@@ -668,6 +671,29 @@ class QuorumMetadata:
         R = AlterUserScramCredentialsResponse
         return await self._write(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, request, R, settled)
 
+    async def alter_client_quotas(
+        self, request: AlterClientQuotasRequest
+    ) -> AlterClientQuotasResponse:
+        """Quotas changed on the active controller; a forwarded change returns once this
+        node's image shows every accepted entry (the next request here is measured by it)."""
+        R = AlterClientQuotasResponse
+        if request.validate_only:
+            return await self._write(ApiKey.ALTER_CLIENT_QUOTAS, request, R)
+
+        def settled(response: AlterClientQuotasResponse) -> bool:
+            quotas = self.service.image.client_quotas
+            for entry, result in zip(request.entries, response.entries, strict=False):
+                if result.error_code != 0:
+                    continue
+                entity = tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity))
+                have = quotas.get(entity, {})
+                for op in entry.ops:
+                    if have.get(op.key) != (None if op.remove else op.value):
+                        return False
+            return True
+
+        return await self._write(ApiKey.ALTER_CLIENT_QUOTAS, request, R, settled)
+
     async def create_acls(self, request: CreateAclsRequest) -> CreateAclsResponse:
         """New ACLs on the active controller; a forwarded request returns once this node's
         image holds every ACL created (the next request here is authorized with them)."""
@@ -724,6 +750,8 @@ class QuorumMetadata:
                 return await s.alter_partition(request)
             case AlterUserScramCredentialsRequest():
                 return await s.alter_user_scram_credentials(request)
+            case AlterClientQuotasRequest():
+                return await s.alter_client_quotas(request)
             case CreateAclsRequest():
                 return await s.create_acls(request)
             case DeleteAclsRequest():

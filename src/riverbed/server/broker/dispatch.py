@@ -27,6 +27,7 @@ from riverbed.protocol.messages import Message, ProduceRequest
 from riverbed.server.broker import (
     acls,
     admin,
+    client_quota_admin,
     cluster_info,
     consumer_groups,
     fetch,
@@ -119,6 +120,8 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.WRITE_TXN_MARKERS: txn_markers.handle_write_txn_markers,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_admin.handle_describe_user_scram_credentials,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: scram_admin.handle_alter_user_scram_credentials,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: client_quota_admin.handle_describe_client_quotas,
+    ApiKey.ALTER_CLIENT_QUOTAS: client_quota_admin.handle_alter_client_quotas,
     ApiKey.DESCRIBE_ACLS: acls.handle_describe_acls,
     ApiKey.CREATE_ACLS: acls.handle_create_acls,
     ApiKey.DELETE_ACLS: acls.handle_delete_acls,

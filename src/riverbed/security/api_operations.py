@@ -32,7 +32,16 @@ produce: the transactional id before the topics), as Kafka orders them:
   CLUSTER_ACTION;
 - ApiVersions, SaslHandshake, SaslAuthenticate, DescribeCluster: nothing.
 
-An API missing from `RULES` is refused (fail closed); a unit test keeps the table whole.
+`CONTROLLER_RULES` is the controller listener's table (Kafka's ``ControllerApis``): the
+Raft RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch and FetchSnapshot of the metadata
+log), BrokerRegistration, BrokerHeartbeat, AlterPartition and AllocateProducerIds need
+CLUSTER_ACTION on the cluster. The metadata
+writes a broker forwards (CreateTopics, CreateAcls, ElectLeaders, ...) are checked as on a
+broker (DescribeQuorum: DESCRIBE on the cluster), or pass with CLUSTER_ACTION: riverbed forwards the client's request itself rather
+than in an Envelope, so the sender is the broker that already authorized the client (Kafka
+checks an Envelope's sender for CLUSTER_ACTION, then the client's principal).
+
+An API missing from a table is refused (fail closed); a unit test keeps the tables whole.
 """
 
 from __future__ import annotations
@@ -262,4 +271,50 @@ RULES: dict[int, Rule] = {
     ApiKey.DESCRIBE_ACLS: cluster(Op.DESCRIBE),
     ApiKey.CREATE_ACLS: cluster(Op.ALTER),
     ApiKey.DELETE_ACLS: cluster(Op.ALTER),
+}
+
+
+def _forwarded(rule: Rule) -> Rule:
+    """``rule``, or CLUSTER_ACTION on the cluster (a broker forwarding what it authorized)."""
+    by_broker = Action(C, CLUSTER_NAME, Op.CLUSTER_ACTION)
+
+    def forwarded_rule(req: Any, names: TopicNames) -> list[Check]:
+        return [Check((*c.actions, by_broker), c.error) for c in rule(req, names)]
+
+    return forwarded_rule
+
+
+#: Sent by brokers and controllers only (Kafka's ControllerApis: CLUSTER_ACTION).
+_INTER_NODE_APIS = (
+    ApiKey.FETCH,
+    ApiKey.VOTE,
+    ApiKey.BEGIN_QUORUM_EPOCH,
+    ApiKey.END_QUORUM_EPOCH,
+    ApiKey.FETCH_SNAPSHOT,
+    ApiKey.BROKER_REGISTRATION,
+    ApiKey.BROKER_HEARTBEAT,
+    ApiKey.ALTER_PARTITION,
+    ApiKey.ALLOCATE_PRODUCER_IDS,
+)
+#: Metadata writes brokers forward to the active controller.
+_FORWARDABLE_APIS = (
+    ApiKey.CREATE_TOPICS,
+    ApiKey.DELETE_TOPICS,
+    ApiKey.CREATE_PARTITIONS,
+    ApiKey.ALTER_CONFIGS,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+    ApiKey.ELECT_LEADERS,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+    ApiKey.CREATE_ACLS,
+    ApiKey.DELETE_ACLS,
+    ApiKey.UNREGISTER_BROKER,
+)
+CONTROLLER_RULES: dict[int, Rule] = {
+    ApiKey.API_VERSIONS: nothing,
+    ApiKey.SASL_HANDSHAKE: nothing,
+    ApiKey.SASL_AUTHENTICATE: nothing,
+    ApiKey.DESCRIBE_QUORUM: _forwarded(cluster(Op.DESCRIBE)),
+    **{k: cluster(Op.CLUSTER_ACTION) for k in _INTER_NODE_APIS},
+    **{k: _forwarded(RULES[k]) for k in _FORWARDABLE_APIS},
 }

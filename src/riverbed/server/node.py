@@ -52,8 +52,14 @@ from dataclasses import replace
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import Message
+from riverbed.security.api_operations import CONTROLLER_RULES
 from riverbed.security.scram import ScramCredential, ScramMechanism
 from riverbed.server.backoff import ExponentialBackoff, Retrier
+from riverbed.server.broker.authorization import (
+    BrokerAuthorizer,
+    authorizer_config,
+    denied_response,
+)
 from riverbed.server.broker.dispatch import Broker
 from riverbed.server.broker.partitions import PartitionManager, log_config_for
 from riverbed.server.clock import SystemClock
@@ -160,6 +166,8 @@ class Node:
         self.partitions: PartitionManager | None = None
         self.purgatory = Purgatory()
         self.broker: Broker | None = None
+        #: `authorizer.class.name` set: controller listener requests are checked first
+        self._controller_authz: BrokerAuthorizer | None = None
         self.replicas: ReplicaManager | None = None
         self.remote_log: RemoteLogManager | None = None
         #: Prometheus metrics (one registry per node) and /metrics + /health (node_http)
@@ -194,6 +202,9 @@ class Node:
             )
         self._security = self._listener_security()
         self.server = self._socket_server()
+        authz_config = authorizer_config(cfg)
+        if authz_config is not None:
+            self._controller_authz = BrokerAuthorizer(authz_config)
         quorum = await self._start_quorum(clock)
         remote_settings, rsm = _remote_log_setup(cfg)
         partitions = self._open_partitions(quorum, clock, remote_settings.enabled)
@@ -425,6 +436,10 @@ class Node:
             return error_response(api_key, body, version, ErrorCode.ILLEGAL_SASL_STATE)
         if self.quorum is None:
             raise UnsupportedControllerApi(f"api key {api_key} before the quorum is open")
+        if self._controller_authz is not None:
+            denied = self._controller_authz.denied(self.quorum.image, ctx, body, CONTROLLER_RULES)
+            if denied is not None:
+                return denied_response(api_key, body, version, denied)
         try:
             response = await self.quorum.handle_controller_request(api_key, body)
         except Exception as exc:

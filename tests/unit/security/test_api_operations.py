@@ -34,3 +34,37 @@ def test_idempotent_init_producer_id_needs_idempotent_write_or_some_topic_write(
     )
     assert check.error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     assert {a.operation for a in check.actions} == {Op.IDEMPOTENT_WRITE, Op.WRITE}
+
+
+def test_every_controller_listener_api_has_a_rule():
+    from riverbed.security.api_operations import CONTROLLER_RULES
+    from riverbed.server.quorum import CONTROLLER_API_VERSIONS
+
+    assert set(CONTROLLER_API_VERSIONS) - set(CONTROLLER_RULES) == set()
+
+
+def test_controller_listener_raft_and_registration_need_cluster_action():
+    from riverbed.protocol.messages import BrokerRegistrationRequest, VoteRequest
+    from riverbed.security.api_operations import CONTROLLER_RULES
+
+    cluster_action = Action(ResourceType.CLUSTER, "kafka-cluster", Op.CLUSTER_ACTION)
+    for key, req in (
+        (ApiKey.VOTE, VoteRequest()),
+        (ApiKey.BROKER_REGISTRATION, BrokerRegistrationRequest()),
+    ):
+        (check,) = CONTROLLER_RULES[key](req, lambda _: None)
+        assert check.actions == (cluster_action,)
+        assert check.error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_a_forwarded_create_topics_passes_with_cluster_action_or_create():
+    from riverbed.protocol.messages import CreateTopicsRequest
+    from riverbed.security.api_operations import CONTROLLER_RULES
+
+    req = CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(name="t")])
+    (check,) = CONTROLLER_RULES[ApiKey.CREATE_TOPICS](req, lambda _: None)
+    assert {(a.resource_type, a.operation) for a in check.actions} == {
+        (ResourceType.CLUSTER, Op.CREATE),
+        (ResourceType.TOPIC, Op.CREATE),
+        (ResourceType.CLUSTER, Op.CLUSTER_ACTION),
+    }

@@ -32,7 +32,7 @@ from riverbed.protocol.messages import (
 )
 from riverbed.security.acl import CLUSTER_NAME, ResourceType, StandardAcl
 from riverbed.security.acl import AclOperation as Op
-from riverbed.security.api_operations import RULES, Action
+from riverbed.security.api_operations import RULES, Action, Rule
 from riverbed.security.authorizer import (
     AUTHORIZER_CLASS_NAMES,
     AclIndex,
@@ -96,9 +96,16 @@ class BrokerAuthorizer:
             return auth.authorize_any(principal, host, action.operation, action.resource_type)
         return auth.authorize(principal, host, action.operation, action.resource_type, action.name)
 
-    def denied(self, image: MetadataImage, ctx: RequestContext, body: Message) -> ErrorCode | None:
-        """The error code to refuse the request with, None when every check passes."""
-        rule = RULES.get(ctx.header.api_key)
+    def denied(
+        self,
+        image: MetadataImage,
+        ctx: RequestContext,
+        body: Message,
+        rules: Mapping[int, Rule] = RULES,
+    ) -> ErrorCode | None:
+        """The error code to refuse the request with, None when every check passes
+        (``rules``: the broker listeners' table, or the controller listener's)."""
+        rule = rules.get(ctx.header.api_key)
         if rule is None:
             return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         auth = self.authorizer(image)

@@ -309,6 +309,7 @@ _FORWARDABLE_APIS = (
     ApiKey.CREATE_ACLS,
     ApiKey.DELETE_ACLS,
     ApiKey.UNREGISTER_BROKER,
+    ApiKey.ALTER_CLIENT_QUOTAS,
 )
 CONTROLLER_RULES: dict[int, Rule] = {
     ApiKey.API_VERSIONS: nothing,

@@ -5,7 +5,8 @@ Usage: python scripts/gen_schemas.py [--reference DIR]
 Reads DIR/{message,metadata,raft,group-coordinator,transaction-coordinator}/*.json (Kafka's
 message specs, JSON with // comments; Apache-2.0, see NOTICE), plus the same layout under
 scripts/kafka-specs/ (record formats the reference lacks: the KIP-848 consumer group
-records of ``__consumer_offsets``), and writes
+records of ``__consumer_offsets``; and newer versions of a reference spec, which replace
+it: InitProducerId v6 and TransactionLogValue's NextProducerEpoch of KIP-939), and writes
 
 - src/riverbed/protocol/schemas/generated.py: ``SCHEMAS``, the tables as plain data (a
   request keeps its ``listeners``: the listener types that serve it, which ApiVersions
@@ -104,22 +105,32 @@ def _clean_fields(fields: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def load_tables(*references: Path) -> dict[str, dict[str, Any]]:
+    """Every spec of ``references``; a later reference's spec replaces an earlier one of
+    the same name (a newer version of it), two of one name in one reference are an error."""
     tables: dict[str, dict[str, Any]] = {}
-    for reference, sub in ((r, sub) for r in references for sub in SPEC_DIRS):
-        for path in sorted((reference / sub).glob("*.json")):
-            spec = json.loads(strip_comments(path.read_text()))
-            table = {k: spec[k] for k in TOP_KEYS if k in spec}
-            table["fields"] = _clean_fields(table["fields"])
-            if "commonStructs" in table:
-                table["commonStructs"] = [
-                    {"name": cs["name"], "fields": _clean_fields(cs["fields"])}
-                    for cs in table["commonStructs"]
-                ]
-            table["source"] = f"{sub}/{path.name}"
-            if table["name"] in tables:
-                raise SystemExit(f"duplicate spec name {table['name']} in {path}")
-            tables[table["name"]] = table
+    for reference in references:
+        seen: set[str] = set()
+        for sub in SPEC_DIRS:
+            for path in sorted((reference / sub).glob("*.json")):
+                table = _load_spec(path, sub)
+                if table["name"] in seen:
+                    raise SystemExit(f"duplicate spec name {table['name']} in {path}")
+                seen.add(table["name"])
+                tables[table["name"]] = table
     return tables
+
+
+def _load_spec(path: Path, sub: str) -> dict[str, Any]:
+    spec = json.loads(strip_comments(path.read_text()))
+    table = {k: spec[k] for k in TOP_KEYS if k in spec}
+    table["fields"] = _clean_fields(table["fields"])
+    if "commonStructs" in table:
+        table["commonStructs"] = [
+            {"name": cs["name"], "fields": _clean_fields(cs["fields"])}
+            for cs in table["commonStructs"]
+        ]
+    table["source"] = f"{sub}/{path.name}"
+    return table
 
 
 def write_tables(tables: dict[str, dict[str, Any]]) -> str:

@@ -210,6 +210,9 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     _d("transaction.max.timeout.ms", _I, "900000", at_least(1)),
     _d("transaction.state.log.load.buffer.size", _I, "5242880", at_least(1)),
     _d("transaction.partition.verification.enable", _B, "true"),
+    _d("transaction.two.phase.commit.enable", _B, "false", doc=(
+       "KIP-939: allow InitProducerId with Enable2Pc (transactions that no timeout aborts)."
+    )),
     _d("transaction.abort.timed.out.transaction.cleanup.interval.ms", _I, "10000",
        at_least(1)),
     _d("transaction.remove.expired.transaction.cleanup.interval.ms", _I, "3600000",

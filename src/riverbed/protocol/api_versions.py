@@ -143,8 +143,9 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.CREATE_TOPICS: (0, 7),
     ApiKey.DELETE_TOPICS: (0, 6),
     ApiKey.DELETE_RECORDS: (0, 2),
-    # v5: TV2 clients (KIP-890); Kafka 4.1's maximum among the specs riverbed has.
-    ApiKey.INIT_PRODUCER_ID: (0, 5),
+    # v5: TV2 clients (KIP-890); v6: KIP-939 two-phase commit (Enable2Pc, KeepPreparedTxn),
+    # which the Spark sink's tasks and driver use (Kafka 4.1 has v6 as unstable).
+    ApiKey.INIT_PRODUCER_ID: (0, 6),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
     ApiKey.DESCRIBE_CONFIGS: (0, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),

@@ -110,6 +110,7 @@ def txn_config(config: ServerConfig, image: MetadataImage) -> TxnConfig:
         ),
         transaction_version_level=image.features.get(TRANSACTION_VERSION_FEATURE, 0),
         offsets_num_partitions=partitions_of(OFFSETS_TOPIC, "offsets.topic.num.partitions"),
+        two_phase_commit_enable=bool(config.get("transaction.two.phase.commit.enable")),
     )
 
 

@@ -74,9 +74,13 @@ class Harness:
         return self.answers.get(rids[0]) if rids else None
 
     def init(self, tid: str | None, timeout_ms: int = 60_000, expected: tuple[int, int] | None = None,
-             version: int = 4, commit: bool = True) -> Result | None:  # fmt: skip
+             version: int = 4, commit: bool = True, enable_2pc: bool = False,
+             keep: bool = False) -> Result | None:  # fmt: skip
         r = self.rid()
-        self.take(self.c.init_producer_id(r, tid, timeout_ms, expected, version, self.now_ms))
+        two_phase = (enable_2pc, keep)
+        self.take(
+            self.c.init_producer_id(r, tid, timeout_ms, expected, version, self.now_ms, two_phase)
+        )
         if commit:
             self.commit()
         return self.answers.get(r)

@@ -32,6 +32,7 @@ class TxnConfig:
     #: the cluster's transaction.version feature level (the record value version)
     transaction_version_level: int = 2
     offsets_num_partitions: int = 50  # offsets.topic.num.partitions (AddOffsetsToTxn)
+    two_phase_commit_enable: bool = False  # transaction.two.phase.commit.enable (KIP-939)
 
 
 class ProducerIdAllocator(Protocol):
@@ -43,11 +44,14 @@ class ProducerIdAllocator(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class TxnResult:
-    """InitProducerId / EndTxn / AddOffsetsToTxn answer (producer id/epoch -1 on errors)."""
+    """InitProducerId / EndTxn / AddOffsetsToTxn answer (producer id/epoch -1 on errors);
+    InitProducerId v6 also answers the kept ongoing transaction's id/epoch (KIP-939)."""
 
     error: ErrorCode
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_PRODUCER_EPOCH
+    ongoing_producer_id: int = NO_PRODUCER_ID
+    ongoing_producer_epoch: int = NO_PRODUCER_EPOCH
 
 
 @dataclass(frozen=True, slots=True)

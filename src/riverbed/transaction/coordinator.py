@@ -13,6 +13,17 @@ an InitProducerId without a transactional id gets a producer id at epoch 0 (the
 idempotent producer); an empty transactional id is INVALID_REQUEST; a transaction timeout
 not in (0, ``transaction.max.timeout.ms``] is INVALID_TRANSACTION_TIMEOUT; PRODUCER_FENCED
 becomes INVALID_PRODUCER_EPOCH for the versions that predate it.
+
+KIP-939 (InitProducerId v6): ``Enable2Pc`` makes the transaction a two-phase commit
+participant whose timeout is Int.MaxValue ("such transactions have no timeout"; the
+timeout asked for is not checked), refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+unless ``transaction.two.phase.commit.enable`` ("2PC functionality is disabled, clients
+that attempt to use this functionality would receive an authorization failed error");
+``KeepPreparedTxn`` keeps an Ongoing transaction for the new client instead of aborting it
+("keepPreparedTxn can only be specified in the initial call of InitProducerId, so no
+expected producerId / epoch should be set": INVALID_REQUEST otherwise), and needs
+transaction.version 2 (its record carries the kept client's epoch in a tagged field):
+UNSUPPORTED_VERSION below it.
 """
 
 from __future__ import annotations
@@ -38,7 +49,7 @@ from riverbed.transaction.api import (
     fenced_for_version,
 )
 from riverbed.transaction.markers import BrokerMarkers, LeaderOf, MarkerRequest, per_broker
-from riverbed.transaction.records import TopicPartition, TxnState
+from riverbed.transaction.records import TWO_PHASE_TIMEOUT_MS, TopicPartition, TxnState
 from riverbed.transaction.shard import TransactionShard
 
 E = ErrorCode
@@ -50,6 +61,9 @@ ADD_PARTITIONS_FENCED_VERSION = 2
 ADD_OFFSETS_FENCED_VERSION = 2
 #: EndTxn v5+ is TV2 (``TransactionVersion.transactionVersionForEndTxn``).
 END_TXN_TV2_VERSION = 5
+#: InitProducerId v6's (Enable2Pc, KeepPreparedTxn) (KIP-939).
+TwoPhase = tuple[bool, bool]
+NO_2PC: TwoPhase = (False, False)
 #: RE2 options for clients' patterns: a bad one is answered, not logged to stderr.
 _QUIET = re2.Options()
 _QUIET.log_errors = False
@@ -139,10 +153,11 @@ class TransactionCoordinator:
         expected: tuple[int, int] | None,
         version: int,
         now_ms: int,
+        two_phase: TwoPhase = NO_2PC,
     ) -> Step:
         """InitProducerId; ``expected`` (v3+) is the (producer id, epoch) the client had,
-        None when it sent -1/-1."""
-        step = self._init(request_id, tid, timeout_ms, expected, now_ms)
+        None when it sent -1/-1; ``two_phase`` the v6 flags."""
+        step = self._init(request_id, tid, timeout_ms, expected, now_ms, two_phase)
         return _map_fenced(step, version, INIT_PRODUCER_ID_FENCED_VERSION)
 
     def _init(
@@ -152,21 +167,30 @@ class TransactionCoordinator:
         timeout_ms: int,
         expected: tuple[int, int] | None,
         now_ms: int,
+        two_phase: TwoPhase,
     ) -> Step:
         def reply(error: ErrorCode, pid: int = -1, epoch: int = -1) -> Step:
             return Step((Answer(request_id, TxnResult(error, pid, epoch)),))
 
-        if tid is None:  # "always blindly accept the request and return a new producerId"
+        enable, keep = two_phase
+        if tid is None and not (enable or keep):
+            # "always blindly accept the request and return a new producerId"
             pid = self.allocator.allocate()
             return reply(E.COORDINATOR_LOAD_IN_PROGRESS) if pid is None else reply(E.NONE, pid, 0)
-        if not tid:
+        if not tid or (keep and expected is not None):
             return reply(E.INVALID_REQUEST)
-        if not 0 < timeout_ms <= self.config.max_timeout_ms:
+        if enable and not self.config.two_phase_commit_enable:
+            return reply(E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if keep and self.config.transaction_version_level < 2:
+            return reply(E.UNSUPPORTED_VERSION)
+        if enable:
+            timeout_ms = TWO_PHASE_TIMEOUT_MS
+        elif not 0 < timeout_ms <= self.config.max_timeout_ms:
             return reply(E.INVALID_TRANSACTION_TIMEOUT)
         shard = self._route(tid)
         if isinstance(shard, ErrorCode):
             return reply(shard)
-        return shard.init_producer_id(request_id, tid, timeout_ms, expected, now_ms)
+        return shard.init_producer_id(request_id, tid, timeout_ms, expected, now_ms, keep)
 
     def add_partitions(
         self,

@@ -6,7 +6,8 @@ in ``kafka-reference/transaction-coordinator``):
 
 - key ``TransactionLogKey`` v0: (transactionalId);
 - value ``TransactionLogValue`` v0 (not flexible) or v1 (flexible, tagged fields 0
-  PreviousProducerId, 1 NextProducerId, 2 ClientTransactionVersion): producerId,
+  PreviousProducerId, 1 NextProducerId, 2 ClientTransactionVersion, 3 NextProducerEpoch
+  of KIP-939): producerId,
   producerEpoch, transactionTimeoutMs, transactionStatus (the state's id), the
   partitions (null for Empty), lastUpdate and start timestamps. Kafka writes v0 "until
   transaction.version 1 is enabled which enables flexible fields in records"
@@ -37,6 +38,7 @@ __all__ = [
     "NO_PRODUCER_EPOCH",
     "NO_PRODUCER_ID",
     "TRANSACTION_STATE_TOPIC",
+    "TWO_PHASE_TIMEOUT_MS",
     "TopicPartition",
     "TxnMetadata",
     "TxnRecord",
@@ -52,6 +54,8 @@ NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 #: Kafka's ``TransactionMetadata.isEpochExhausted``: epoch >= Short.MaxValue - 1.
 EPOCH_EXHAUSTED_AT = 2**15 - 2
+#: KIP-939: an Enable2Pc transaction's timeout (Int.MaxValue), which no timer aborts.
+TWO_PHASE_TIMEOUT_MS = 2**31 - 1
 TRANSACTION_LOG_KEY_VERSION = 0
 _INT16 = struct.Struct(">h")
 TopicPartition = tuple[str, int]
@@ -133,6 +137,10 @@ class TxnMetadata:
     previous_producer_id: int = NO_PRODUCER_ID
     next_producer_id: int = NO_PRODUCER_ID
     client_transaction_version: int = 0
+    #: KIP-939: set while an Ongoing transaction is kept by InitProducerId(KeepPreparedTxn):
+    #: (producer_id, producer_epoch) stay the transaction's (its markers), (next_producer_id,
+    #: next_producer_epoch) are the client's that may complete it
+    next_producer_epoch: int = NO_PRODUCER_EPOCH
     last_producer_epoch: int = NO_PRODUCER_EPOCH
 
     @property
@@ -140,6 +148,25 @@ class TxnMetadata:
         """No epoch Short.MaxValue for clients, "to ensure that the coordinator will
         always be able to fence an existing producer"."""
         return self.producer_epoch >= EPOCH_EXHAUSTED_AT
+
+    @property
+    def kept(self) -> bool:
+        """A prepared transaction kept for a new client (``hasNextProducerEpoch``)."""
+        return self.next_producer_epoch != NO_PRODUCER_EPOCH
+
+    @property
+    def client_id_epoch(self) -> tuple[int, int]:
+        """The producer id and epoch a client must present (``clientProducerId`` /
+        ``clientProducerEpoch``): the kept transaction's new client, else the producer's."""
+        if self.kept:
+            return self.next_producer_id, self.next_producer_epoch
+        return self.producer_id, self.producer_epoch
+
+    @property
+    def two_phase(self) -> bool:
+        """KIP-939 ``isDistributedTwoPhaseCommitTxn``: "such transactions have no timeout
+        (identified by maximum value for timeout)"."""
+        return self.timeout_ms == TWO_PHASE_TIMEOUT_MS
 
     @property
     def supports_epoch_bump(self) -> bool:
@@ -198,6 +225,7 @@ def value_bytes(meta: TxnMetadata, transaction_version_level: int) -> bytes:
         transaction_last_update_timestamp_ms=meta.last_update_ms,
         transaction_start_timestamp_ms=meta.start_ms,
         client_transaction_version=meta.client_transaction_version if tagged else 0,
+        next_producer_epoch=meta.next_producer_epoch if tagged else NO_PRODUCER_EPOCH,
     )
     return _INT16.pack(version) + encode(msg, version)
 
@@ -247,6 +275,7 @@ def parse_record(key: bytes, value: bytes | None) -> TxnRecord | None:
         previous_producer_id=v.previous_producer_id,
         next_producer_id=v.next_producer_id,
         client_transaction_version=v.client_transaction_version,
+        next_producer_epoch=v.next_producer_epoch,
     )
     return TxnRecord(tid, meta)
 

@@ -69,6 +69,7 @@ COMPLETE_RETRY_BACKOFF_MS = 500
 
 class _Why(Enum):
     INIT = auto()
+    KEEP = auto()
     ADD = auto()
     ADD_OFFSETS = auto()
     END = auto()
@@ -212,6 +213,9 @@ class TransactionShard:
             return Step()
         if p.why is _Why.INIT:
             result: Result = TxnResult(E.NONE, meta.producer_id, meta.producer_epoch)
+        elif p.why is _Why.KEEP:  # v6: the client's identity and the kept transaction's
+            pid, epoch = meta.client_id_epoch
+            result = TxnResult(E.NONE, pid, epoch, meta.producer_id, meta.producer_epoch)
         elif p.why is _Why.ADD:
             result = PartitionsResult.of(p.partitions, E.NONE)
         elif p.why is _Why.ADD_OFFSETS:
@@ -233,6 +237,7 @@ class TransactionShard:
         timeout_ms: int,
         expected: tuple[int, int] | None,
         now_ms: int,
+        keep_prepared: bool = False,
     ) -> Step:
         """``handleInitProducerId`` with a transactional id (validated by the router):
         a new id gets a producer id from the allocator; Empty / Complete* bump the epoch
@@ -240,7 +245,8 @@ class TransactionShard:
         current ongoing txn first ... and return CONCURRENT_TRANSACTIONS to the client.
         This forces the client to retry, which will ensure that the epoch is bumped a
         second time"; Prepare*: CONCURRENT_TRANSACTIONS. ``expected`` (v3+, KIP-360):
-        (producer id, epoch) the client had."""
+        (producer id, epoch) the client had. ``keep_prepared`` (KIP-939): an Ongoing
+        transaction is kept for this client (`T.keep_prepared`) instead."""
         if tid in self._pending:
             return self._reply(request_id, TxnResult(E.CONCURRENT_TRANSACTIONS))
         cur = self.txns.get(tid)
@@ -253,6 +259,8 @@ class TransactionShard:
             return self._reply(request_id, TxnResult(E.PRODUCER_FENCED))
         if cur.state in (S.PREPARE_ABORT, S.PREPARE_COMMIT):
             return self._reply(request_id, TxnResult(E.CONCURRENT_TRANSACTIONS))
+        if cur.state is S.ONGOING and keep_prepared:
+            return self._keep(request_id, cur, now_ms)
         if cur.state is S.ONGOING:
             return self._write(_Why.FENCE_FOR_INIT, tid, T.fence_and_abort(cur, now_ms), request_id)
         if cur.state not in (S.EMPTY, S.COMPLETE_ABORT, S.COMPLETE_COMMIT):
@@ -261,6 +269,18 @@ class TransactionShard:
         if isinstance(bumped, ErrorCode):
             return self._reply(request_id, TxnResult(bumped))
         return self._write(_Why.INIT, tid, bumped, request_id)
+
+    def _keep(self, request_id: int, cur: TxnMetadata, now_ms: int) -> Step:
+        """KeepPreparedTxn on an Ongoing transaction: a new client epoch (or producer id)
+        fences the previous client; the transaction, its partitions and its timeout
+        stay."""
+        new_pid = None
+        if T.kept_needs_new_id(cur):
+            new_pid = self.allocator.allocate()
+            if new_pid is None:
+                return self._reply(request_id, TxnResult(E.COORDINATOR_LOAD_IN_PROGRESS))
+        target = T.keep_prepared(cur, T.kept_client(cur, new_pid), now_ms)
+        return self._write(_Why.KEEP, cur.transactional_id, target, request_id)
 
     def _bump_or_rotate(
         self, cur: TxnMetadata, timeout_ms: int, expected: tuple[int, int] | None, now_ms: int
@@ -298,12 +318,16 @@ class TransactionShard:
         why = _Why.ADD_OFFSETS if offsets else _Why.ADD
         cur = self.txns.get(tid)
         error = E.NONE
-        if cur is None or cur.producer_id != producer_id:
+        if cur is None or cur.client_id_epoch[0] != producer_id:
             error = E.INVALID_PRODUCER_ID_MAPPING
-        elif cur.producer_epoch != producer_epoch or producer_epoch >= T.SHORT_MAX:
+        elif cur.client_id_epoch[1] != producer_epoch or producer_epoch >= T.SHORT_MAX:
             error = E.PRODUCER_FENCED
         elif tid in self._pending or cur.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
             error = E.CONCURRENT_TRANSACTIONS
+        elif cur.kept:
+            # KIP-939: the client of a kept transaction "is only allowed to call
+            # .commitTransaction, .abortTransaction, or .completeTransaction"
+            error = E.INVALID_TXN_STATE
         elif len(partitions) > PARTITIONS_PER_ADD_MAX:
             error = E.INVALID_REQUEST
         elif cur.state is S.ONGOING and partitions <= cur.partitions:
@@ -325,11 +349,12 @@ class TransactionShard:
     ) -> Step:
         """``handleVerifyPartitionsInTransaction`` (AddPartitionsToTxn v4+ VerifyOnly,
         KIP-890): "pending state is not checked since there is a final validation on the
-        append to the log"; a partition not in the transaction is TRANSACTION_ABORTABLE."""
+        append to the log"; a partition not in the transaction is TRANSACTION_ABORTABLE. A
+        kept transaction (KIP-939) takes no more records: its producer's epoch is fenced."""
         cur = self.txns.get(tid)
         if cur is None or cur.producer_id != producer_id:
             error = E.INVALID_PRODUCER_ID_MAPPING
-        elif cur.producer_epoch != producer_epoch:
+        elif cur.producer_epoch != producer_epoch or cur.kept:
             error = E.PRODUCER_FENCED
         elif cur.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
             error = E.CONCURRENT_TRANSACTIONS
@@ -356,6 +381,8 @@ class TransactionShard:
         cur = self.txns.get(tid)
         if cur is None:
             return self._reply(request_id, TxnResult(E.INVALID_PRODUCER_ID_MAPPING))
+        if cur.kept:
+            return self._end_kept(request_id, cur, producer_id, producer_epoch, commit, now_ms)
         checked = _check_end(cur, producer_id, producer_epoch, commit, tid in self._pending)
         if checked is None and producer_epoch >= T.SHORT_MAX:
             checked = E.PRODUCER_FENCED  # only a fence reaches Short.MaxValue
@@ -372,6 +399,29 @@ class TransactionShard:
             next_pid = allocated
         target = T.prepare_end(cur, commit, client_tv, next_pid, now_ms)
         return self._write(_Why.END, tid, target, request_id)
+
+    def _end_kept(
+        self,
+        request_id: int,
+        cur: TxnMetadata,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        now_ms: int,
+    ) -> Step:
+        """EndTxn on a kept transaction: only its new client completes it (any EndTxn
+        version: the Prepare record bumps the epoch as TV2 does, `T.prepare_end_kept`)."""
+        client_pid, client_epoch = cur.client_id_epoch
+        if producer_id not in (client_pid, cur.producer_id):
+            error = E.INVALID_PRODUCER_ID_MAPPING
+        elif (producer_id, producer_epoch) != (client_pid, client_epoch):
+            error = E.PRODUCER_FENCED
+        elif cur.transactional_id in self._pending:
+            error = E.CONCURRENT_TRANSACTIONS
+        else:
+            target = T.prepare_end_kept(cur, commit, now_ms)
+            return self._write(_Why.END, cur.transactional_id, target, request_id)
+        return self._reply(request_id, TxnResult(error))
 
     # ------------------------------------------------------------------ timers
     def tick(self, now_ms: int) -> Step:
@@ -391,12 +441,14 @@ class TransactionShard:
         return step
 
     def timed_out(self, now_ms: int) -> list[str]:
-        """``timedOutTransactions``: Ongoing, no pending transition, and
+        """``timedOutTransactions``: Ongoing, no pending transition, "do not apply timeout
+        to distributed two phase commit transactions" (KIP-939), and
         "txnStartTimestamp + txnTimeoutMs < now"."""
         return [
             tid
             for tid, m in self.txns.items()
             if m.state is S.ONGOING
+            and not m.two_phase
             and tid not in self._pending
             and m.start_ms + m.timeout_ms < now_ms
         ]

@@ -22,6 +22,7 @@ from dataclasses import replace
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.transaction.records import (
+    EPOCH_EXHAUSTED_AT,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     TopicPartition,
@@ -125,7 +126,38 @@ def _to_empty(
         start_ms=-1,
         last_update_ms=now_ms,
         client_transaction_version=0,
+        next_producer_epoch=NO_PRODUCER_EPOCH,
     )
+
+
+def keep_prepared(cur: TxnMetadata, client: tuple[int, int], now_ms: int) -> TxnMetadata:
+    """KIP-939 InitProducerId(KeepPreparedTxn) on an Ongoing transaction: it stays Ongoing
+    with its partitions and its (producer id, epoch), which its markers will carry; the
+    new client's (producer id, epoch) go to the next* fields ("we want to preserve the
+    producerId and epoch of the ongoing transaction ... but update the producerId / epoch
+    that's going to be used by client, so that we could fence stale client requests")."""
+    return _transit(
+        cur,
+        S.ONGOING,
+        next_producer_id=client[0],
+        next_producer_epoch=client[1],
+        last_update_ms=now_ms,
+    )
+
+
+def kept_client(cur: TxnMetadata, new_producer_id: int | None) -> tuple[int, int]:
+    """The kept transaction's new client identity: the current client epoch bumped, or
+    ``new_producer_id`` at epoch 0 when `kept_needs_new_id`."""
+    if new_producer_id is not None:
+        return new_producer_id, 0
+    pid, epoch = cur.client_id_epoch
+    return pid, epoch + 1
+
+
+def kept_needs_new_id(cur: TxnMetadata) -> bool:
+    """Keeping ``cur`` for a new client needs a new producer id: "cannot allocate any more
+    producer epochs" for the current client (no client is given Short.MaxValue)."""
+    return cur.client_id_epoch[1] >= EPOCH_EXHAUSTED_AT
 
 
 def add_partitions(
@@ -151,7 +183,10 @@ def fence_epoch(cur: TxnMetadata) -> int:
     Ongoing at it in a log written before that rule: its abort stays at Short.MaxValue."""
     if cur.state is not S.ONGOING:
         raise IllegalTransition(f"{cur.transactional_id}: fencing from {cur.state.kafka_name}")
-    return min(cur.producer_epoch + 1, SHORT_MAX)
+    epoch = cur.producer_epoch
+    if cur.kept and cur.next_producer_id == cur.producer_id:
+        epoch = max(epoch, cur.next_producer_epoch)  # fence the kept client too
+    return min(epoch + 1, SHORT_MAX)
 
 
 def prepare_end(
@@ -175,10 +210,33 @@ def prepare_end(
         cur,
         S.PREPARE_COMMIT if commit else S.PREPARE_ABORT,
         next_producer_id=next_producer_id,
+        next_producer_epoch=NO_PRODUCER_EPOCH,
         producer_epoch=epoch,
         last_producer_epoch=last,
         last_update_ms=now_ms,
         client_transaction_version=client_tv,
+    )
+
+
+def prepare_end_kept(cur: TxnMetadata, commit: bool, now_ms: int) -> TxnMetadata:
+    """EndTxn from the client of a kept transaction (KIP-939): the markers carry the
+    transaction's producer id at an epoch above both identities (the client's bumped, as
+    TV2 bumps every EndTxn; Short.MaxValue when the client moved to a new producer id,
+    which the Complete record then moves to, at epoch 0)."""
+    client_pid, client_epoch = cur.client_id_epoch
+    if client_pid == cur.producer_id:
+        epoch, last, next_pid = client_epoch + 1, client_epoch, NO_PRODUCER_ID
+    else:
+        epoch, last, next_pid = SHORT_MAX, NO_PRODUCER_EPOCH, client_pid
+    return _transit(
+        cur,
+        S.PREPARE_COMMIT if commit else S.PREPARE_ABORT,
+        next_producer_id=next_pid,
+        next_producer_epoch=NO_PRODUCER_EPOCH,
+        producer_epoch=epoch,
+        last_producer_epoch=last,
+        last_update_ms=now_ms,
+        client_transaction_version=2,
     )
 
 
@@ -215,6 +273,7 @@ def complete(cur: TxnMetadata, now_ms: int) -> TxnMetadata:
         producer_id=pid,
         previous_producer_id=prev,
         next_producer_id=NO_PRODUCER_ID,
+        next_producer_epoch=NO_PRODUCER_EPOCH,
         producer_epoch=epoch,
         last_producer_epoch=last,
         partitions=frozenset(),

@@ -5999,14 +5999,23 @@ class IncrementalAlterConfigsResponse(Message):
 
 
 class InitProducerIdRequest(Message):
-    """InitProducerIdRequest (request, api key 22, versions 0-5, flexible 2+)."""
+    """InitProducerIdRequest (request, api key 22, versions 0-6, flexible 2+)."""
 
-    __slots__ = ("producer_epoch", "producer_id", "transaction_timeout_ms", "transactional_id")
+    __slots__ = (
+        "enable2_pc",
+        "keep_prepared_txn",
+        "producer_epoch",
+        "producer_id",
+        "transaction_timeout_ms",
+        "transactional_id",
+    )
     _SPEC_PATH: ClassVar[str] = "InitProducerIdRequest"
     transactional_id: str | None
     transaction_timeout_ms: int
     producer_id: int
     producer_epoch: int
+    enable2_pc: bool
+    keep_prepared_txn: bool
 
     def __init__(
         self,
@@ -6015,23 +6024,36 @@ class InitProducerIdRequest(Message):
         transaction_timeout_ms: int = 0,
         producer_id: int = -1,
         producer_epoch: int = -1,
+        enable2_pc: bool = False,
+        keep_prepared_txn: bool = False,
     ) -> None:
         self.transactional_id = transactional_id
         self.transaction_timeout_ms = transaction_timeout_ms
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
+        self.enable2_pc = enable2_pc
+        self.keep_prepared_txn = keep_prepared_txn
         self._unknown_tagged_fields = None
 
 
 class InitProducerIdResponse(Message):
-    """InitProducerIdResponse (response, api key 22, versions 0-5, flexible 2+)."""
+    """InitProducerIdResponse (response, api key 22, versions 0-6, flexible 2+)."""
 
-    __slots__ = ("error_code", "producer_epoch", "producer_id", "throttle_time_ms")
+    __slots__ = (
+        "error_code",
+        "ongoing_txn_producer_epoch",
+        "ongoing_txn_producer_id",
+        "producer_epoch",
+        "producer_id",
+        "throttle_time_ms",
+    )
     _SPEC_PATH: ClassVar[str] = "InitProducerIdResponse"
     throttle_time_ms: int
     error_code: int
     producer_id: int
     producer_epoch: int
+    ongoing_txn_producer_id: int
+    ongoing_txn_producer_epoch: int
 
     def __init__(
         self,
@@ -6040,11 +6062,15 @@ class InitProducerIdResponse(Message):
         error_code: int = 0,
         producer_id: int = -1,
         producer_epoch: int = 0,
+        ongoing_txn_producer_id: int = -1,
+        ongoing_txn_producer_epoch: int = -1,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
+        self.ongoing_txn_producer_id = ongoing_txn_producer_id
+        self.ongoing_txn_producer_epoch = ongoing_txn_producer_epoch
         self._unknown_tagged_fields = None
 
 
@@ -11367,6 +11393,7 @@ class TransactionLogValue(Message):
 
     __slots__ = (
         "client_transaction_version",
+        "next_producer_epoch",
         "next_producer_id",
         "previous_producer_id",
         "producer_epoch",
@@ -11388,6 +11415,7 @@ class TransactionLogValue(Message):
     transaction_last_update_timestamp_ms: int
     transaction_start_timestamp_ms: int
     client_transaction_version: int
+    next_producer_epoch: int
 
     def __init__(
         self,
@@ -11402,6 +11430,7 @@ class TransactionLogValue(Message):
         transaction_last_update_timestamp_ms: int = 0,
         transaction_start_timestamp_ms: int = 0,
         client_transaction_version: int = 0,
+        next_producer_epoch: int = -1,
     ) -> None:
         self.producer_id = producer_id
         self.previous_producer_id = previous_producer_id
@@ -11415,6 +11444,7 @@ class TransactionLogValue(Message):
         self.transaction_last_update_timestamp_ms = transaction_last_update_timestamp_ms
         self.transaction_start_timestamp_ms = transaction_start_timestamp_ms
         self.client_transaction_version = client_transaction_version
+        self.next_producer_epoch = next_producer_epoch
         self._unknown_tagged_fields = None
 
     class PartitionsSchema(Message):

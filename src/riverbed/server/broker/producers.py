@@ -159,6 +159,10 @@ async def handle_init_producer_id(
 ) -> InitProducerIdResponse:
     if req.transactional_id is not None:
         return await init_transactional_producer_id(broker, ctx, req)
+    if req.enable2_pc or req.keep_prepared_txn:  # KIP-939 flags need a transactional id
+        return InitProducerIdResponse(
+            error_code=int(ErrorCode.INVALID_REQUEST), producer_id=-1, producer_epoch=-1
+        )
     try:
         pid = await broker.producer_ids.next_id()
     except TimeoutError:

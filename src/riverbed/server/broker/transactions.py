@@ -76,6 +76,8 @@ async def init_transactional_producer_id(
     expected = None
     if version >= 3 and (req.producer_id, req.producer_epoch) != (-1, -1):
         expected = (req.producer_id, req.producer_epoch)
+    # v6 (KIP-939): Enable2Pc, KeepPreparedTxn (False below v6)
+    two_phase = (req.enable2_pc, req.keep_prepared_txn)
     # an id is handed out without waiting inside the core (else LOAD_IN_PROGRESS)
     await broker.producer_ids.wait_available()
     core = broker.transactions.core
@@ -84,7 +86,7 @@ async def init_transactional_producer_id(
             broker,
             tid,
             lambda rid, now: core.init_producer_id(
-                rid, tid, req.transaction_timeout_ms, expected, version, now
+                rid, tid, req.transaction_timeout_ms, expected, version, now, two_phase
             ),
         )
     )
@@ -93,6 +95,8 @@ async def init_transactional_producer_id(
         error_code=int(r.error),
         producer_id=r.producer_id,
         producer_epoch=r.producer_epoch,
+        ongoing_txn_producer_id=r.ongoing_producer_id,
+        ongoing_txn_producer_epoch=r.ongoing_producer_epoch,
     )
 
 

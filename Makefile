@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # (hatch_build.py; wheels get it from the same file through hatchling's build hook).
 COLUMNAR := src/riverbed/spark/_columnar$(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
 
-.PHONY: run test lint typecheck unit sysdeps venv bench soak clean ext
+.PHONY: run test lint typecheck unit sysdeps venv bench soak clean ext vendor
 
 $(UV):
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet --user uv || $(PYTHON) -m pip install --quiet uv
@@ -34,6 +34,12 @@ sysdeps:
 	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq kcat >/dev/null) || echo "WARNING: could not install kcat with apt-get; kcat tests will fail"; \
 	  elif command -v sudo >/dev/null 2>&1; then (sudo apt-get update -qq && sudo apt-get install -y -qq kcat >/dev/null) || echo "WARNING: could not install kcat"; \
 	  else echo "WARNING: kcat is missing and this user cannot run apt-get; install it: apt-get install kcat"; fi; \
+	fi
+	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
+	  echo "installing Debian packages chromium and chromium-driver (the console's browser tests)"; \
+	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) || echo "WARNING: could not install chromium; console browser tests will fail"; \
+	  elif command -v sudo >/dev/null 2>&1; then (sudo apt-get update -qq && sudo apt-get install -y -qq chromium chromium-driver >/dev/null) || echo "WARNING: could not install chromium"; \
+	  else echo "WARNING: chromium is missing and this user cannot run apt-get; install it: apt-get install chromium chromium-driver"; fi; \
 	fi
 	@if ! command -v java >/dev/null 2>&1; then \
 	  echo "Java 17+ is needed by Spark; installing openjdk-17-jre-headless"; \
@@ -79,6 +85,20 @@ soak: $(STAMP)
 	$(VENV)/bin/python -m riverbed.testing.group_sim --seeds $(SEEDS)
 	$(VENV)/bin/python -m riverbed.testing.ledger_model --seeds $(SEEDS)
 	$(VENV)/bin/python -m riverbed.testing.txn_sim --seeds $(SEEDS)
+
+# The console's JavaScript and CSS, vendored into the package with their licences (committed:
+# nothing is fetched at build or run time). `make vendor` refreshes them from npm.
+HTMX_VERSION ?= 2.0.4
+UPLOT_VERSION ?= 1.6.32
+CONSOLE_VENDOR := src/riverbed/console/static/vendor
+vendor:
+	@d=$$(mktemp -d) && cd $$d && npm pack --silent htmx.org@$(HTMX_VERSION) uplot@$(UPLOT_VERSION) >/dev/null && \
+	  mkdir h u && tar xzf htmx.org-$(HTMX_VERSION).tgz -C h && tar xzf uplot-$(UPLOT_VERSION).tgz -C u && \
+	  cd $(CURDIR) && cp $$d/h/package/dist/htmx.min.js $(CONSOLE_VENDOR)/htmx.min.js && \
+	  cp $$d/h/package/LICENSE $(CONSOLE_VENDOR)/htmx.LICENSE && \
+	  cp $$d/u/package/dist/uPlot.iife.min.js $$d/u/package/dist/uPlot.min.css $(CONSOLE_VENDOR)/ && \
+	  cp $$d/u/package/LICENSE $(CONSOLE_VENDOR)/uPlot.LICENSE && rm -rf $$d && \
+	  echo "vendored htmx $(HTMX_VERSION) and uPlot $(UPLOT_VERSION) into $(CONSOLE_VENDOR)"
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -35,6 +35,7 @@ VERBS: tuple[str, ...] = (
     "partitions",
     "dev",
     "acls",
+    "console",
 )
 
 

@@ -62,7 +62,7 @@ def _address(text: str, flag: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-async def _describe(host: str, port: int) -> Any:
+async def describe_quorum(host: str, port: int) -> Any:
     from riverbed.raft.messages import DescribeQuorumRequest
     from riverbed.server.raft_transport import KafkaRaftTransport
 
@@ -85,7 +85,7 @@ def describe_cmd(args: argparse.Namespace) -> int:
         host, port = _address(args.bootstrap_server, "--bootstrap-server")
         what = "broker"
     try:
-        reply = asyncio.run(_describe(host, port))
+        reply = asyncio.run(describe_quorum(host, port))
     except (OSError, TimeoutError) as exc:
         raise CliError(f"cannot reach {what} {host}:{port}: {exc or 'timed out'}") from None
     if reply.error_code != Errors.NONE:
@@ -95,7 +95,7 @@ def describe_cmd(args: argparse.Namespace) -> int:
             name = f"error {reply.error_code}"
         hint = f" (the leader is node {reply.leader_id})" if reply.leader_id >= 0 else ""
         raise CliError(f"{host}:{port} answered {name}{hint}")
-    rows = _replication_rows(reply)
+    rows = replication_rows(reply)
     status = {
         "leader_id": reply.leader_id,
         "leader_epoch": reply.leader_epoch,
@@ -129,7 +129,7 @@ def describe_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replication_rows(reply: DescribeQuorumResponse) -> list[dict[str, Any]]:
+def replication_rows(reply: DescribeQuorumResponse) -> list[dict[str, Any]]:
     """One row per voter and observer: its lag behind the leader's log end, and how long
     ago (by the leader's clock) it last fetched and was last caught up."""
     leader_state = next((r for r in reply.current_voters if r.replica_id == reply.leader_id), None)

@@ -218,7 +218,7 @@ def test_entity_default_only_for_brokers(capsys):
 
 
 #: Verbs that move data or run things rather than administer: no JSON summary.
-_NOT_ADMIN = {"server", "dev", "produce", "consume", "bench", "pipeline"}
+_NOT_ADMIN = {"server", "dev", "produce", "consume", "bench", "pipeline", "console"}
 
 
 def test_every_admin_command_takes_json():

@@ -1,0 +1,153 @@
+"""The console's aiohttp application: routes, limits, error pages, the thread pool.
+
+Pages are rendered on the server with Jinja2 (autoescaped); the vendored htmx and uPlot
+and the console's own script and stylesheet are served from ``/static``. The admin
+client's blocking calls run on a pool of `ADMIN_THREADS` threads (`Console.call`).
+
+Bad input gets a clear 4xx page and changes nothing: an unknown path 404, another method
+405 (with ``Allow``), a request body above `REQUEST_BODY_BYTES_MAX` 413, a form from
+another origin 403 (a page elsewhere cannot post a delete to a console on localhost),
+malformed filters or numbers 400, unknown topics and groups 404. Errors from the cluster
+show its error name (502, or 504 on a time-out). Pages carry a Content-Security-Policy
+that allows only the console's own scripts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote, urlsplit
+
+import jinja2
+from aiohttp import web
+
+from riverbed import __version__
+from riverbed.console.admin import ConsoleAdmin, ConsoleError
+from riverbed.console.groups import LagHistory
+
+log = logging.getLogger(__name__)
+
+#: Largest request body accepted (a produced record's key, value and headers fit).
+REQUEST_BODY_BYTES_MAX = 1024 * 1024
+#: Threads running blocking admin calls.
+ADMIN_THREADS = 4
+_HERE = Path(__file__).parent
+_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; form-action 'self'"
+)
+T = TypeVar("T")
+
+
+class Console:
+    """What every view needs: the admin client, templates, the pool, lag history."""
+
+    def __init__(self, admin: ConsoleAdmin, bootstrap: str) -> None:
+        self.admin = admin
+        self.bootstrap = bootstrap
+        self.executor = ThreadPoolExecutor(ADMIN_THREADS, thread_name_prefix="console-admin")
+        self.lag = LagHistory()
+        self.tails_running = 0
+        self.templates = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(_HERE / "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+        )
+        self.templates.filters["q"] = lambda s: quote(str(s), safe="")
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the admin pool (it blocks), awaited."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, functools.partial(fn, *args))
+
+    def render(self, name: str, status: int = 200, **context: Any) -> web.Response:
+        html = self.templates.get_template(name).render(
+            bootstrap=self.bootstrap, version=__version__, **context
+        )
+        return web.Response(text=html, status=status, content_type="text/html")
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.admin.close()
+
+
+CONSOLE = web.AppKey("console", Console)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def console_of(request: web.Request) -> Console:
+    return request.app[CONSOLE]
+
+
+@web.middleware
+async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    console = console_of(request)
+    length = request.content_length
+    if length is not None and length > REQUEST_BODY_BYTES_MAX:
+        return _error_page(
+            console, 413, f"request body of {length} bytes is above REQUEST_BODY_BYTES_MAX = "
+            f"{REQUEST_BODY_BYTES_MAX} bytes",
+        )  # fmt: skip
+    if request.method == "POST" and not _same_origin(request):
+        return _error_page(console, 403, "a form from another origin may not change the cluster")
+    try:
+        response = await handler(request)
+    except ConsoleError as exc:
+        return _error_page(console, exc.status, exc.message)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        allow = exc.headers.get("Allow")
+        return _error_page(console, exc.status, exc.text or exc.reason, allow=allow)
+    response.headers.setdefault("Content-Security-Policy", _CSP)
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    return response
+
+
+def _same_origin(request: web.Request) -> bool:
+    """Browsers send Origin with every POST; a tool without one (curl) is let through."""
+    origin = request.headers.get("Origin")
+    return origin is None or urlsplit(origin).netloc == request.host
+
+
+def _error_page(
+    console: Console, status: int, message: str, *, allow: str | None = None
+) -> web.Response:
+    response = console.render("error.html", status=status, status_code=status, message=message)
+    if allow:
+        response.headers["Allow"] = allow
+    response.headers["Content-Security-Policy"] = _CSP
+    return response
+
+
+def build_app(admin: ConsoleAdmin, bootstrap: str) -> web.Application:
+    from riverbed.console import views_cluster, views_groups, views_messages, views_topics
+
+    app = web.Application(client_max_size=REQUEST_BODY_BYTES_MAX, middlewares=[_guard])
+    console = Console(admin, bootstrap)
+    app[CONSOLE] = console
+    for module in (views_cluster, views_topics, views_messages, views_groups):
+        module.add_routes(app.router)
+    app.router.add_static("/static", _HERE / "static", append_version=True)
+
+    async def close(_app: web.Application) -> None:
+        console.close()
+
+    app.on_cleanup.append(close)
+    return app
+
+
+async def form_of(request: web.Request) -> dict[str, str]:
+    """A posted form as text fields (413 when it is too big, as aiohttp reads it)."""
+    try:
+        data = await request.post()
+    except web.HTTPRequestEntityTooLarge:
+        raise ConsoleError(
+            413, f"request body is above REQUEST_BODY_BYTES_MAX = {REQUEST_BODY_BYTES_MAX} bytes"
+        ) from None
+    return {k: v for k, v in data.items() if isinstance(v, str)}

@@ -1,0 +1,110 @@
+// riverbed console: the few things a server-rendered page cannot do alone.
+// No inline scripts (the pages' Content-Security-Policy allows only /static).
+(function () {
+  "use strict";
+
+  // Dates for record timestamps (the server renders milliseconds).
+  function showTimes(root) {
+    root.querySelectorAll("td.ts[data-ms]").forEach(function (td) {
+      var ms = parseInt(td.dataset.ms, 10);
+      if (!isNaN(ms) && !td.dataset.done) {
+        td.textContent = new Date(ms).toISOString();
+        td.title = ms + " ms";
+        td.dataset.done = "1";
+      }
+    });
+  }
+
+  // A destructive button stays disabled until the confirmation names its target.
+  function guardConfirmations(root) {
+    root.querySelectorAll("input[data-must-equal]").forEach(function (input) {
+      var button = input.form && input.form.querySelector("[data-confirm-button]");
+      if (!button) return;
+      var check = function () { button.disabled = input.value !== input.dataset.mustEqual; };
+      input.addEventListener("input", check);
+      check();
+    });
+  }
+
+  // Live tail over server-sent events, with the search form's filters.
+  function setUpTail() {
+    var toggle = document.getElementById("tail-toggle");
+    if (!toggle) return;
+    var status = document.getElementById("tail-status");
+    var rows = document.getElementById("tail-rows");
+    var source = null;
+    toggle.addEventListener("click", function () {
+      if (source) {
+        source.close();
+        source = null;
+        toggle.textContent = "Start live tail";
+        status.textContent = "stopped";
+        status.dataset.state = "stopped";
+        return;
+      }
+      var params = new URLSearchParams();
+      var form = document.getElementById("search");
+      ["key", "value", "header", "decode"].forEach(function (name) {
+        var field = form && form.elements[name];
+        if (field && field.value) params.set(name, field.value);
+      });
+      source = new EventSource(toggle.dataset.tailUrl + "?" + params.toString());
+      toggle.textContent = "Stop live tail";
+      status.textContent = "connecting…";
+      source.addEventListener("ready", function () {
+        status.textContent = "live: waiting for new records";
+        status.dataset.state = "live";
+      });
+      source.addEventListener("record", function (ev) {
+        rows.insertAdjacentHTML("afterbegin", JSON.parse(ev.data).html);
+        showTimes(rows);
+        status.textContent = "live: " + rows.children.length + " new record(s)";
+      });
+      source.addEventListener("dropped", function (ev) {
+        status.textContent = "live: " + JSON.parse(ev.data).count + " record(s) dropped (browser too slow)";
+      });
+      source.onerror = function () {
+        status.textContent = "reconnecting…";
+        status.dataset.state = "reconnecting";
+      };
+    });
+  }
+
+  // The group's lag chart: polls /group/lag (each poll adds a sample) every 2 s.
+  function setUpLagChart() {
+    var box = document.getElementById("lag-chart");
+    if (!box || typeof uPlot === "undefined") return;
+    var chart = null;
+    var total = document.getElementById("total-lag");
+    function draw(data) {
+      var series = [data.t, data.lag];
+      if (chart === null) {
+        chart = new uPlot({
+          width: Math.min(900, box.clientWidth || 900), height: 220,
+          series: [{}, { label: "total lag", stroke: "#2a6fdb", width: 2 }],
+          axes: [{}, { label: "records" }],
+        }, series, box);
+      } else {
+        chart.setData(series);
+      }
+      if (total) total.textContent = data.lag[data.lag.length - 1];
+      box.dataset.samples = data.t.length;
+    }
+    function poll() {
+      fetch(box.dataset.lagUrl, { headers: { Accept: "application/json" } })
+        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (data) { if (data) draw(data); })
+        .catch(function () { /* the next poll tries again */ });
+    }
+    poll();
+    setInterval(poll, 2000);
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    showTimes(document);
+    guardConfirmations(document);
+    setUpTail();
+    setUpLagChart();
+    document.body.addEventListener("htmx:afterSwap", function (ev) { showTimes(ev.target); });
+  });
+})();

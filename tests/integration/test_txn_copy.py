@@ -1,0 +1,36 @@
+"""The copy job of issue 19 ("## Tests", third bullet) on 3 real nodes: a transactional
+consume-transform-produce copier (confluent-kafka, its own process,
+``send_offsets_to_transaction``) copies a topic that a feeder keeps writing, while the
+copier and random nodes are SIGKILLed and started again, two of each. The output then
+holds every input record exactly once, in order, per partition; the group's offsets
+reached the input's end; a read_committed consumer that polled the output throughout read
+the same, and its history with the copier's transactions is clean to the history checker.
+See `riverbed.testing.txn_copy` (``python -m riverbed.testing.txn_copy`` is the longer
+soak).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from riverbed.testing.quorum_cluster import QuorumCluster
+from riverbed.testing.txn_copy import OVERRIDES, run_copy_job
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+ROUNDS, SECONDS, SEED = 4, 12.0, 19
+
+
+def test_the_copy_job_copies_exactly_once_under_kills(tmp_path: Path) -> None:
+    cluster = QuorumCluster(tmp_path / "cluster", 3, overrides=OVERRIDES)
+    try:
+        cluster.start(timeout_s=60)
+        out = run_copy_job(cluster, tmp_path, rounds=ROUNDS, seconds=SECONDS, seed=SEED)
+    finally:
+        cluster.stop()
+    assert not out.problems and out.report.clean, str(out)
+    assert (out.copier_kills, out.node_kills) == (2, 2), str(out)
+    # the copy went on between the kills: many transactions, most of the input
+    assert out.committed >= 20 and out.records >= 2000, str(out)

@@ -168,6 +168,18 @@ def admin_client(args: argparse.Namespace) -> Any:
     return AdminClient(client_config(args))
 
 
+def wire_request(args: argparse.Namespace, api_key: Any, body: Any, address: str = "") -> Any:
+    """One request through riverbed's own client (`riverbed.cli.wire`), for the admin APIs
+    librdkafka lacks; to ``address`` or the first bootstrap server."""
+    from riverbed.cli.wire import WireClient, WireError
+
+    try:
+        with WireClient(address or args.bootstrap_server) as client:
+            return client.request(api_key, body)
+    except WireError as exc:
+        raise CliError(str(exc)) from None
+
+
 def wait_futures(futures: dict[Any, Any], timeout: float = ADMIN_TIMEOUT_S) -> dict[Any, Any]:
     """Resolve admin futures: {key: result or exception}."""
     out: dict[Any, Any] = {}

@@ -36,6 +36,7 @@ VERBS: tuple[str, ...] = (
     "dev",
     "acls",
     "console",
+    "quotas",
 )
 
 

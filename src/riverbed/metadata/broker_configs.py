@@ -96,6 +96,11 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     _d("num.network.threads", _I, "3", at_least(1)),
     _d("num.io.threads", _I, "8", at_least(1)),
     _d("queued.max.requests", _I, "500", at_least(1)),
+    # --- client quotas (riverbed.security.client_quotas)
+    _d("quota.window.num", _I, "11", at_least(1),
+       "The number of samples to retain in memory for client quotas."),
+    _d("quota.window.size.seconds", _I, "1", at_least(1),
+       "The time span of each sample for client quotas."),
     _d("request.timeout.ms", _I, "30000", at_least(0)),
     # --- logs
     _d("log.dir", _S, "/tmp/kafka-logs"),

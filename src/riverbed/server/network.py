@@ -19,7 +19,11 @@ Per connection (like Kafka's Processor):
   order as well as correlation id); a handler that returns ``None`` (produce with
   acks=0) writes nothing;
 - a connection with no request in flight and nothing received for
-  ``connections.max.idle.ms`` is closed.
+  ``connections.max.idle.ms`` is closed;
+- a request that broke a client quota throttles its connection (`ChannelThrottle`,
+  Kafka's muted channel): the response goes out at once with ``throttle_time_ms``, and
+  no further request of that connection is read or handled until the throttle time has
+  passed, so a noisy client slows only itself.
 
 Fetch responses carry record data as file ranges of segment files (`FileRecords`): the
 response is encoded with a unique 16-byte token in place of each ``records`` field, then
@@ -105,6 +109,26 @@ Response: TypeAlias = "Message | SplicedResponse"
 RequestHandler = Callable[["RequestContext", "Message"], Awaitable["Response | None"]]
 
 
+class ChannelThrottle:
+    """Kafka's channel muting for client quotas (ClientQuotaManager.throttle): a
+    connection reads and handles nothing more until ``until`` (monotonic seconds)."""
+
+    __slots__ = ("gate", "until")
+
+    def __init__(self) -> None:
+        self.until = 0.0
+        #: held while a request of a client under a quota is handled (one at a time)
+        self.gate = asyncio.Lock()
+
+    def throttle(self, throttle_ms: int) -> None:
+        if throttle_ms > 0:
+            self.until = max(self.until, time.monotonic() + throttle_ms / 1000.0)
+
+    async def wait(self) -> None:
+        while (delay := self.until - time.monotonic()) > 0:
+            await asyncio.sleep(delay)
+
+
 @dataclass(frozen=True)
 class RequestContext:
     """What a handler knows about a request besides its body."""
@@ -116,6 +140,10 @@ class RequestContext:
     received_ms: int
     #: who sent it: User:ANONYMOUS, the TLS client's mapped DN, or the SASL user
     principal: KafkaPrincipal = ANONYMOUS
+    #: the request's size on the wire (the produce byte-rate quota counts it)
+    size_bytes: int = 0
+    #: the connection's throttle: a quota violation mutes the connection through it
+    throttle: ChannelThrottle | None = None
 
 
 class CloseConnection(Exception):
@@ -185,6 +213,7 @@ class Connection:
         self._answered.set()
         self.sasl: SaslSession | None = None  # SASL listeners: the session (re-authentication)
         self.closing = False
+        self.throttle = ChannelThrottle()
 
     async def run(self) -> None:
         if self.security.sasl:
@@ -254,9 +283,12 @@ class Connection:
             # outstanding: the socket is not read, so back-pressure reaches the client
             # through TCP.
             await self.slots.acquire()
+            await self.throttle.wait()  # a quota throttle mutes the connection
             request = await self._read_one()
             if request is None:
                 return
+            # a request read while a throttle started (pipelined) waits for its end too
+            await self.throttle.wait()
             # queued.max.requests counts requests waiting for (or in) a handler over all
             # connections, never idle connections: the permit is taken once a request has
             # been read (Kafka's processor, too, holds one read request when the request
@@ -305,6 +337,8 @@ class Connection:
             connection_id=self.connection_id,
             received_ms=int(time.time() * 1000),
             principal=self.principal,
+            size_bytes=len(frame) + 4,
+            throttle=self.throttle,
         )
         return ctx, body
 

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 from riverbed.protocol.api_versions import BROKER_LISTENER, ApiKey, listener_api_versions
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import response_body_version
-from riverbed.protocol.messages import Message, ProduceRequest
+from riverbed.protocol.messages import FetchRequest, FetchResponse, Message, ProduceRequest
+from riverbed.security.client_quotas import QuotaWindows
 from riverbed.server.broker import (
     acls,
     admin,
@@ -48,11 +49,12 @@ from riverbed.server.broker.authorization import (
 )
 from riverbed.server.broker.error_response import error_code_of, error_response
 from riverbed.server.broker.partitions import PartitionManager
+from riverbed.server.broker.quota_enforcement import BrokerQuotas, run_timed, set_throttle_time
 from riverbed.server.broker.txn_verification import TxnVerifier
 from riverbed.server.broker.versioning import fit_to_version
 from riverbed.server.clock import SystemClock
 from riverbed.server.coordinator import GroupCoordinator
-from riverbed.server.network import CloseConnection, RequestContext, Response
+from riverbed.server.network import CloseConnection, RequestContext, Response, SplicedResponse
 from riverbed.server.purgatory import Purgatory
 from riverbed.server.txn_coordinator import TransactionCoordinatorShell
 from riverbed.storage.clock import Clock
@@ -186,6 +188,13 @@ class Broker:
         self.txn_verifier = TxnVerifier(self)
         # the remote log manager (riverbed.server.remote_log) when tiering is enabled
         self.remote_log: RemoteLogManager | None = None
+        #: client quotas (produce / fetch byte rates, request time), per metadata image
+        self.quotas = BrokerQuotas(
+            QuotaWindows(
+                config.get_int("quota.window.num"),
+                config.get_int("quota.window.size.seconds") * 1000,
+            )
+        )
         # Serving starts now: new partition logs are created off the event loop.
         partitions.create_logs_off_loop()
 
@@ -198,6 +207,19 @@ class Broker:
         handler = HANDLERS.get(ctx.header.api_key)
         if handler is None or ctx.header.api_key not in BROKER_API_VERSIONS:
             raise UnsupportedApi(f"api key {ctx.header.api_key} is not served on this listener")
+        throttle = ctx.throttle
+        if throttle is None or not self.quotas.applies(self.metadata.image, ctx):
+            return await self._handle(handler, ctx, body)
+        # A client under a quota is served as Kafka serves every connection: one request
+        # at a time, none while its channel is throttled (pipelined requests read ahead
+        # would otherwise all be handled before the first throttle takes effect).
+        async with throttle.gate:
+            await throttle.wait()
+            return await self._handle(handler, ctx, body)
+
+    async def _handle(
+        self, handler: Handler, ctx: RequestContext, body: Message
+    ) -> Response | None:
         version = response_body_version(ctx.header)
         if self.authz is not None:
             denied = self.authz.denied(self.metadata.image, ctx, body)
@@ -205,15 +227,50 @@ class Broker:
                 if isinstance(body, ProduceRequest) and body.acks == 0:
                     raise CloseConnection(f"produce with acks=0 refused ({denied.name})")
                 return denied_response(ctx.header.api_key, body, version, denied)
+        handler_ns = -1  # not measured: no request-time quota applies
         try:
-            response = await handler(self, ctx, body)
+            if self._request_time_counted(ctx, body):
+                response, handler_ns = await run_timed(handler(self, ctx, body))
+            else:
+                response = await handler(self, ctx, body)
             if isinstance(response, Message) and ctx.header.api_key not in _VERSION_EXACT:
                 fit_to_version(response, version)
         except CloseConnection:
             raise
         except Exception as exc:
             return self._error_response(ctx, body, version, exc)
+        self._throttle(ctx, body, response, handler_ns)
         return response
+
+    def _request_time_counted(self, ctx: RequestContext, body: Message) -> bool:
+        """Kafka's request quota, except for acks=0 produces and follower fetches."""
+        if not self.quotas.measures_request_time(self.metadata.image, ctx):
+            return False
+        if isinstance(body, ProduceRequest):
+            return body.acks != 0
+        return not (isinstance(body, FetchRequest) and fetch.replica_of(body)[0] >= 0)
+
+    def _throttle(
+        self, ctx: RequestContext, body: Message, response: Response | None, handler_ns: int
+    ) -> None:
+        """Record the produce bytes and the request time; a violation sets the response's
+        ``throttle_time_ms`` and mutes the connection (a throttled fetch was recorded and
+        answered empty by its handler)."""
+        image = self.metadata.image
+        throttle = 0
+        if isinstance(body, ProduceRequest):
+            throttle = self.quotas.record_produce(image, ctx)
+        if handler_ns >= 0:
+            throttle = max(throttle, self.quotas.record_request_time(image, ctx, handler_ns))
+        if throttle <= 0:
+            return
+        if ctx.throttle is not None:
+            ctx.throttle.throttle(throttle)
+        msg = response.body if isinstance(response, SplicedResponse) else response
+        if isinstance(msg, FetchResponse):
+            throttle = max(throttle, msg.throttle_time_ms)
+        if msg is not None:
+            set_throttle_time(msg, throttle)
 
     def _error_response(
         self, ctx: RequestContext, body: Message, version: int, exc: Exception

@@ -236,8 +236,12 @@ def _read_partition_data(
     return read
 
 
-def _read_all(broker: Broker, req: FetchRequest) -> list[_PartitionRead]:
+def _read_all(
+    broker: Broker, req: FetchRequest, quota_bytes_max: int | None = None
+) -> list[_PartitionRead]:
     budget = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
+    if quota_bytes_max is not None:  # Kafka: min(maxBytes, the quota window's bytes)
+        budget = min(budget, quota_bytes_max)
     replica = replica_of(req)
     reads: list[_PartitionRead] = []
     first = True
@@ -279,7 +283,9 @@ async def handle_fetch(
     version = ctx.header.api_version
     if req.session_id != 0:
         return FetchResponse(error_code=int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND), session_id=0)
-    reads = _read_all(broker, req)
+    consumer = replica_of(req)[0] < 0
+    quota_max = broker.quotas.fetch_bytes_max(broker.metadata.image, ctx) if consumer else None
+    reads = _read_all(broker, req, quota_max)
     remote = [r for r in reads if r.remote_max_bytes]
     if remote:  # the delayed remote fetch instead of the fetch purgatory
         await read_remote(broker, remote, req.isolation_level == READ_COMMITTED)
@@ -291,7 +297,7 @@ async def handle_fetch(
         def enough() -> bool:
             nonlocal reads
             _close(reads)
-            reads = _read_all(broker, req)
+            reads = _read_all(broker, req, quota_max)
             ready = sum(r.size for r in reads)
             return ready >= req.min_bytes or any(r.error or r.diverging for r in reads)
 
@@ -301,7 +307,27 @@ async def handle_fetch(
             if r.ranges:
                 _close([r])
                 r.error, r.ranges, r.size = int(ErrorCode.UNSUPPORTED_VERSION), [], 0
-    return _build_response(reads, version, req.isolation_level == READ_COMMITTED)
+    throttle = 0
+    if quota_max is not None:
+        throttle = _record_quota(broker, ctx, reads)
+    response = _build_response(reads, version, req.isolation_level == READ_COMMITTED)
+    if throttle > 0 and isinstance(response, FetchResponse):
+        response.throttle_time_ms = throttle
+    return response
+
+
+def _record_quota(broker: Broker, ctx: RequestContext, reads: list[_PartitionRead]) -> int:
+    """The consumer byte-rate quota (`quota_enforcement`): the data's size is recorded; a
+    throttled fetch answers every partition without data (Kafka answers a throttled fetch
+    empty) and mutes the connection."""
+    throttle = broker.quotas.record_fetch(broker.metadata.image, ctx, sum(r.size for r in reads))
+    if throttle > 0:
+        _close(reads)
+        for r in reads:
+            r.ranges, r.size, r.data, r.aborted = [], 0, b"", None
+        if ctx.throttle is not None:
+            ctx.throttle.throttle(throttle)
+    return throttle
 
 
 def _aborted(r: _PartitionRead) -> list[FetchResponse.AbortedTransaction]:

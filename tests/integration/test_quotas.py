@@ -1,0 +1,130 @@
+"""Issue 20, client quotas: two real confluent-kafka producers on one broker, one held to
+1 MiB/s by a client-id quota set with ``riverbed quotas alter``, the other unaffected.
+
+The broker keeps 2 quota samples of 1 s (``quota.window.num=2``, as Kafka's own quota
+tests): with Kafka's default 11 the rate of a new sensor is taken over 10 s, so a client
+first gets a burst of about 10 windows' worth and then its quota while the burst is in
+the window, which a short test cannot average. The rates are measured on delivery
+reports after the first window, over the same interval for both clients, while both
+produce concurrently.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from riverbed.testing.cluster import BrokerProcess, scaled_s
+
+QUOTA_BYTES_PER_S = 1024 * 1024
+RECORD_BYTES = 16 * 1024
+#: the throttled client's first window (its burst) is over by then
+MEASURE_FROM_S = 1.5
+MEASURE_TO_S = 6.5
+
+
+@pytest.fixture(scope="module")
+def quota_broker() -> Iterator[BrokerProcess]:
+    proc = BrokerProcess(overrides={"num.partitions": "1", "quota.window.num": "2"})
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.close()
+
+
+def riverbed_cli(*args: str) -> str:
+    env = dict(os.environ)
+    done = subprocess.run(
+        [sys.executable, "-m", "riverbed.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=scaled_s(60),
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _produce(bootstrap: str, topic: str, client_id: str, until: float, out: list) -> None:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            "linger.ms": 5,
+            "batch.size": 64 * 1024,  # ~16 requests per quota second: a smooth rate
+            "acks": 1,
+            "queue.buffering.max.kbytes": 4096,
+        }
+    )
+    value = os.urandom(RECORD_BYTES)
+
+    def delivered(err: object, msg: object) -> None:
+        if err is None:
+            out.append(time.monotonic())
+
+    while time.monotonic() < until:
+        try:
+            producer.produce(topic, value, on_delivery=delivered)
+        except BufferError:
+            producer.poll(0.02)
+            continue
+        producer.poll(0)
+    producer.purge()
+    producer.flush(scaled_s(10))
+
+
+def _rate(times: list[float], start: float) -> float:
+    lo, hi = start + MEASURE_FROM_S, start + MEASURE_TO_S
+    count = sum(1 for t in times if lo <= t < hi)
+    return count * RECORD_BYTES / (hi - lo)
+
+
+def test_a_client_id_quota_throttles_only_that_client(quota_broker: BrokerProcess) -> None:
+    bootstrap = quota_broker.bootstrap
+    topic = "quota-test"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=scaled_s(30))
+    riverbed_cli(
+        "quotas",
+        "alter",
+        "-b",
+        bootstrap,
+        "--entity-type",
+        "clients",
+        "--entity-name",
+        "slow",
+        "--add-config",
+        f"producer_byte_rate={QUOTA_BYTES_PER_S}",
+    )
+    described = json.loads(
+        riverbed_cli("quotas", "describe", "-b", bootstrap, "--client", "slow", "--json")
+    )
+    assert described == [
+        {"entity": {"client-id": "slow"}, "quotas": {"producer_byte_rate": QUOTA_BYTES_PER_S}}
+    ]
+    slow: list[float] = []
+    fast: list[float] = []
+    start = time.monotonic()
+    until = start + MEASURE_TO_S
+    threads = [
+        threading.Thread(target=_produce, args=(bootstrap, topic, name, until, out))
+        for name, out in (("slow", slow), ("fast", fast))
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    slow_rate, fast_rate = _rate(slow, start), _rate(fast, start)
+    print(f"slow {slow_rate / 2**20:.2f} MiB/s, fast {fast_rate / 2**20:.2f} MiB/s")
+    assert 0.6 * QUOTA_BYTES_PER_S <= slow_rate <= 1.4 * QUOTA_BYTES_PER_S
+    assert fast_rate > 3 * slow_rate

@@ -106,5 +106,6 @@
     setUpTail();
     setUpLagChart();
     document.body.addEventListener("htmx:afterSwap", function (ev) { showTimes(ev.target); });
+    document.documentElement.dataset.consoleReady = "1";  // tests wait for this
   });
 })();

@@ -80,6 +80,8 @@ def console(cluster: QuorumCluster, tmp_path_factory: pytest.TempPathFactory) ->
     log_path = tmp_path_factory.mktemp("console-log") / "console.log"
     cmd = [sys.executable, "-m", "riverbed.cli.main", "console"]
     cmd += ["-b", cluster.bootstrap_servers, "--listen", f"127.0.0.1:{port}"]
+    for node in cluster.nodes.values():
+        cmd += ["--metrics-url", f"{node.http_url}/metrics"]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -328,6 +330,32 @@ def test_lag_chart_updates_and_an_offset_reset_shows_its_dry_run(
     button.click()
     assert "Reset the committed offsets of 1 partition" in wait_for(browser, "#flash").text
     assert committed(boot, group, topic) == 0
+    assert console_errors(browser) == []
+
+
+def test_the_metrics_page_charts_what_the_cluster_did(
+    browser: Any, console: str, cluster: QuorumCluster, shots: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    topic = "console-metrics"
+    create_topic(browser, console, shots, topic, 3)
+    visit(browser, f"{console}/cluster-metrics", shots, "metrics-empty")
+    charts = wait_for(browser, "#metrics-charts[data-points]")
+    before = float(charts.get_attribute("data-messages-in-total"))
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", **QUIET})
+    for i in range(50):
+        p.produce(topic, value=f"m{i}".encode())
+    assert p.flush(scaled_s(15)) == 0
+    # leaders count MessagesIn (Kafka's rule): 50 records, whatever the replication factor
+    deadline = time.monotonic() + scaled_s(15)
+    while float(charts.get_attribute("data-messages-in-total")) < before + 50:
+        assert time.monotonic() < deadline, "the metrics page never saw the 50 records"
+        time.sleep(0.1)
+    assert float(charts.get_attribute("data-messages-in-total")) == before + 50
+    assert browser.find_element(By.ID, "metrics-errors").text == ""
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#metrics-charts canvas")) == 4
+    browser.save_screenshot(str(shots / "metrics.png"))
     assert console_errors(browser) == []
 
 

@@ -25,6 +25,7 @@ examples:
   riverbed console                                  # the embedded default at localhost:9092
   riverbed console -b broker1:9092 --listen 0.0.0.0:8080
   riverbed console -b broker1:9093 --command-config client.properties   # SASL / TLS
+  riverbed console -b n1:9092 --metrics-url http://n1:9644/metrics --metrics-url http://n2:9644/metrics
 """
 
 
@@ -37,6 +38,14 @@ def register(subparsers: Any) -> None:
         default=DEFAULT_LISTEN,
         metavar="HOST:PORT",
         help=f"address the console serves on (default: {DEFAULT_LISTEN}; port 0: a free port)",
+    )
+    parser.add_argument(
+        "--metrics-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a node's Prometheus endpoint for the metrics page, repeatable"
+        " (riverbed: http://HOST:9644/metrics, riverbed.http.listeners)",
     )
     parser.set_defaults(func=run_guarded(console_cmd))
 
@@ -55,7 +64,8 @@ async def _serve(args: argparse.Namespace, host: str, port: int) -> None:
     from riverbed.console.app import build_app
 
     admin = ConsoleAdmin(client_config(args))
-    runner = web.AppRunner(build_app(admin, args.bootstrap_server), access_log=None)
+    app = build_app(admin, args.bootstrap_server, args.metrics_url)
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)

@@ -29,6 +29,7 @@ from aiohttp import web
 from riverbed import __version__
 from riverbed.console.admin import ConsoleAdmin, ConsoleError
 from riverbed.console.groups import LagHistory
+from riverbed.console.metrics_view import MetricsHistory
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +48,11 @@ T = TypeVar("T")
 class Console:
     """What every view needs: the admin client, templates, the pool, lag history."""
 
-    def __init__(self, admin: ConsoleAdmin, bootstrap: str) -> None:
+    def __init__(self, admin: ConsoleAdmin, bootstrap: str, metrics_urls: list[str]) -> None:
         self.admin = admin
         self.bootstrap = bootstrap
+        self.metrics_urls = metrics_urls
+        self.metrics = MetricsHistory()
         self.executor = ThreadPoolExecutor(ADMIN_THREADS, thread_name_prefix="console-admin")
         self.lag = LagHistory()
         self.tails_running = 0
@@ -125,13 +128,21 @@ def _error_page(
     return response
 
 
-def build_app(admin: ConsoleAdmin, bootstrap: str) -> web.Application:
-    from riverbed.console import views_cluster, views_groups, views_messages, views_topics
+def build_app(
+    admin: ConsoleAdmin, bootstrap: str, metrics_urls: list[str] | None = None
+) -> web.Application:
+    from riverbed.console import (
+        views_cluster,
+        views_groups,
+        views_messages,
+        views_metrics,
+        views_topics,
+    )
 
     app = web.Application(client_max_size=REQUEST_BODY_BYTES_MAX, middlewares=[_guard])
-    console = Console(admin, bootstrap)
+    console = Console(admin, bootstrap, list(metrics_urls or []))
     app[CONSOLE] = console
-    for module in (views_cluster, views_topics, views_messages, views_groups):
+    for module in (views_cluster, views_topics, views_messages, views_groups, views_metrics):
         module.add_routes(app.router)
     app.router.add_static("/static", _HERE / "static", append_version=True)
 

@@ -100,11 +100,67 @@
     setInterval(poll, 2000);
   }
 
+  // The metrics page: throughput, p99 latency per request type, ISR changes.
+  var PALETTE = ["#2a6fdb", "#c62828", "#2e7d32", "#b26a00", "#6a1b9a", "#00838f", "#5d4037", "#455a64"];
+  function lineChart(box, labels, previous) {
+    if (previous) previous.destroy();
+    return new uPlot({
+      width: Math.min(900, box.clientWidth || 900), height: 200,
+      series: [{}].concat(labels.map(function (label, i) {
+        return { label: label, stroke: PALETTE[i % PALETTE.length], width: 2, spanGaps: false };
+      })),
+    }, [[]].concat(labels.map(function () { return []; })), box);
+  }
+  function human(n) {
+    if (n >= 1e6) return (n / 1e6).toFixed(1) + "M";
+    if (n >= 1e3) return (n / 1e3).toFixed(1) + "k";
+    return n.toFixed(n < 10 ? 1 : 0);
+  }
+  function setUpMetrics() {
+    var root = document.getElementById("metrics-charts");
+    if (!root || typeof uPlot === "undefined") return;
+    var records = lineChart(document.getElementById("chart-records"), ["records in/s"]);
+    var bytes = lineChart(document.getElementById("chart-bytes"), ["bytes in/s", "bytes out/s"]);
+    var isr = lineChart(document.getElementById("chart-isr"), ["ISR shrinks", "ISR expands"]);
+    var latencyBox = document.getElementById("chart-latency");
+    var latency = null;
+    var latencyKeys = "";
+    var errors = document.getElementById("metrics-errors");
+    function draw(d) {
+      errors.textContent = (d.errors || []).join("; ");
+      if (!d.t || d.t.length === 0) return;
+      records.setData([d.t, d.messages_in]);
+      bytes.setData([d.t, d.bytes_in, d.bytes_out]);
+      isr.setData([d.t, d.isr_shrinks, d.isr_expands]);
+      var keys = Object.keys(d.p99_ms).sort();
+      if (keys.join(",") !== latencyKeys) {
+        latency = lineChart(latencyBox, keys, latency);
+        latencyKeys = keys.join(",");
+      }
+      latency.setData([d.t].concat(keys.map(function (k) { return d.p99_ms[k]; })));
+      var last = d.t.length - 1;
+      document.getElementById("rate-messages").textContent = human(d.messages_in[last]);
+      document.getElementById("rate-bytes-in").textContent = human(d.bytes_in[last]);
+      document.getElementById("rate-bytes-out").textContent = human(d.bytes_out[last]);
+      root.dataset.points = d.t.length;
+      root.dataset.messagesInTotal = d.totals.messages_in;
+    }
+    function poll() {
+      fetch(root.dataset.metricsUrl, { headers: { Accept: "application/json" } })
+        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (d) { if (d) draw(d); })
+        .catch(function () { /* the next poll tries again */ });
+    }
+    poll();
+    setInterval(poll, 2000);
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     showTimes(document);
     guardConfirmations(document);
     setUpTail();
     setUpLagChart();
+    setUpMetrics();
     document.body.addEventListener("htmx:afterSwap", function (ev) { showTimes(ev.target); });
     document.documentElement.dataset.consoleReady = "1";  // tests wait for this
   });

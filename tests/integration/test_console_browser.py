@@ -167,7 +167,9 @@ def submit(browser: Any, form: str) -> None:
 
 
 def produce(bootstrap: str, topic: str, value: bytes, key: bytes | None = None) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0, **QUIET})
+    p = Producer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 0, **QUIET}
+    )
     p.produce(topic, value=value, key=key)
     assert p.flush(scaled_s(15)) == 0
 
@@ -206,6 +208,13 @@ def test_every_page_loads_without_console_errors(
     assert len(brokers) == 3
     assert len(browser.find_elements(By.CSS_SELECTOR, "#quorum tbody tr")) == 3
     assert browser.find_element(By.ID, "offline").text == "0"
+    # riverbed's extras on the topic page: leader epochs and the idempotent producer
+    browser.get(f"{console}/topics/{topic}")
+    epochs = browser.find_elements(By.CSS_SELECTOR, "#partitions tbody tr td:nth-child(3)")
+    assert len(epochs) == 3 and all(e.text.isdigit() for e in epochs)
+    producers = browser.find_elements(By.CSS_SELECTOR, "#producers tbody tr")
+    assert len(producers) == 1  # one record, one partition, one producer id
+    assert browser.find_elements(By.CSS_SELECTOR, "#ledger tbody tr")
 
 
 def test_create_produce_and_find_with_the_message_search(

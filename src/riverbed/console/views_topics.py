@@ -11,6 +11,7 @@ from aiohttp import web
 from riverbed.console.admin import ConsoleError
 from riverbed.console.app import console_of, form_of
 from riverbed.console.browse import whole_number
+from riverbed.console.wire_views import topic_extras
 
 #: Most partitions a topic may be created with from the console.
 CREATE_PARTITIONS_MAX = 10_000
@@ -89,8 +90,9 @@ async def topic(request: web.Request) -> web.Response:
     name = request.match_info["topic"]
     row = await console.call(console.admin.topic, name)
     configs = await console.call(console.admin.topic_configs, name)
+    extras = await console.call(topic_extras, console.bootstrap, console.admin.conf, name)
     return console.render(
-        "topic.html", page="topics", topic=row, configs=configs,
+        "topic.html", page="topics", topic=row, configs=configs, extras=extras,
         created=request.query.get("created"), altered=request.query.get("altered"),
     )  # fmt: skip
 

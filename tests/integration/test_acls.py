@@ -27,7 +27,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from riverbed.testing.secure import SecureBroker, start_secure_broker
+from riverbed.testing.secure import AUTHORIZER_OVERRIDES, SecureBroker, start_secure_broker
 
 SCRAM_USERS = {"dave": ("SCRAM-SHA-256", "dave-pw")}
 USERS = {"admin": "admin-secret", "alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw"}
@@ -40,11 +40,9 @@ LITERAL, PREFIXED = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    overrides = {
-        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": "User:admin;User:ANONYMOUS",
-    }
-    broker = start_secure_broker(tmp_path_factory.mktemp("acls"), USERS, SCRAM_USERS, overrides)
+    broker = start_secure_broker(
+        tmp_path_factory.mktemp("acls"), USERS, SCRAM_USERS, AUTHORIZER_OVERRIDES
+    )
     try:
         yield broker
     finally:
@@ -52,15 +50,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
 
 
 def _conf(secure: SecureBroker, user: str | None) -> dict[str, str]:
-    if user is None:
-        return {"bootstrap.servers": secure.bootstrap("PLAINTEXT")}
-    return {
-        "bootstrap.servers": secure.bootstrap("SASL_PLAINTEXT"),
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": "PLAIN",
-        "sasl.username": user,
-        "sasl.password": USERS[user],
-    }
+    return secure.client_config(None if user is None else (user, USERS[user]))
 
 
 def _admin(secure: SecureBroker, user: str | None = None) -> AdminClient:

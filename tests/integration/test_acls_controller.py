@@ -12,8 +12,6 @@ grants the operation.
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import uuid
 from collections.abc import Iterator
 
@@ -28,9 +26,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from riverbed.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey
+from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
-from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
 from riverbed.protocol.messages import (
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
@@ -40,16 +37,13 @@ from riverbed.protocol.messages import (
     Message,
     VoteRequest,
 )
-from riverbed.server.inter_broker import connect
-from riverbed.server.listener_security import ClientSecurity
 from riverbed.testing.cluster import scaled_s
 from riverbed.testing.quorum_cluster import QuorumCluster
-from riverbed.testing.secure import jaas_plain
+from riverbed.testing.secure import jaas_plain, sasl_plain_request
 
 PASSWORDS = {"controller": "c-secret", "broker2": "b2-secret", "mallory": "m-secret"}
 _JAAS = "listener.name.controller.plain.sasl.jaas.config"
 TIMEOUT_S = 30
-_correlation = itertools.count(1)
 
 
 def _overrides(login: str) -> dict[str, str]:
@@ -99,22 +93,9 @@ def _describe_quorum() -> DescribeQuorumRequest:
 
 def _ask(controller: str, user: str, api_key: ApiKey, body: Message) -> Message:
     """One request on the controller listener, logged in as ``user`` with PLAIN."""
-    host, port = controller.rsplit(":", 1)
-    security = ClientSecurity("SASL_PLAINTEXT", None, "PLAIN", user, PASSWORDS[user])
-    version = SUPPORTED_VERSIONS[api_key][1]
-
-    async def exchange() -> Message:
-        reader, writer = await connect(host, int(port), security, client_id="acl-test")
-        try:
-            header = RequestHeader(int(api_key), version, next(_correlation), "acl-test")
-            writer.write(encode_request(header, body))
-            await writer.drain()
-            size = int.from_bytes(await reader.readexactly(4), "big")
-            return decode_response(header, await reader.readexactly(size))
-        finally:
-            writer.close()
-
-    return asyncio.run(asyncio.wait_for(exchange(), scaled_s(TIMEOUT_S)))
+    return sasl_plain_request(
+        controller, user, PASSWORDS[user], body, api_key, None, scaled_s(TIMEOUT_S)
+    )
 
 
 def test_broker_only_node_with_cluster_action_registers_and_forwards(

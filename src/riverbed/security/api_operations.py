@@ -4,7 +4,10 @@ the security docs), as one table: api key -> the checks of a request.
 A `Check` passes when ANY of its actions is allowed (CreateTopics: CREATE on the
 cluster or on the topic); a request passes when every check does, else it is answered
 with the error code of the first failing check, in the table's order (a transactional
-produce: the transactional id before the topics), as Kafka orders them:
+produce: the transactional id before the topics), as Kafka orders them. A check made
+with `each` is for one item of the request's array (a topic of a Produce, a resource of
+a DescribeConfigs): when it fails only that item is refused, the others are served, as
+Kafka answers those APIs per topic / group / resource:
 
 - Produce: WRITE transactional id (if any), WRITE each topic;
 - Fetch: a follower (replica id >= 0) CLUSTER_ACTION on the cluster (answered
@@ -83,6 +86,9 @@ class Action:
 class Check:
     actions: tuple[Action, ...]
     error: ErrorCode
+    #: (request array, index): the item this check is for, answered alone when it fails;
+    #: None: the whole request
+    item: tuple[str, int] | None = None
 
 
 #: Topic id -> name (Fetch v13+ names topics by id); None when unknown.
@@ -106,9 +112,20 @@ def topics(op: int, items: Iterable[str | None]) -> list[Check]:
     return [check(T, n, op) for n in dict.fromkeys(items) if n is not None]
 
 
+def each(rtype: int, op: int, array: str, names: Iterable[str | None]) -> list[Check]:
+    """One check per item of the request array ``array`` (``names``: each item's resource
+    name; None, a topic id that names no topic, is left to the handler to answer)."""
+    error = ERROR_CODES[rtype]
+    return [
+        Check((Action(rtype, n, op),), error, (array, i))
+        for i, n in enumerate(names)
+        if n is not None
+    ]
+
+
 def _produce(req: Any, names: TopicNames) -> list[Check]:
     checks = [check(X, req.transactional_id, Op.WRITE)] if req.transactional_id else []
-    return checks + topics(Op.WRITE, (t.name for t in req.topic_data))
+    return checks + each(T, Op.WRITE, "topic_data", (t.name for t in req.topic_data))
 
 
 def _fetch(req: Any, names: TopicNames) -> list[Check]:
@@ -121,12 +138,13 @@ def _fetch(req: Any, names: TopicNames) -> list[Check]:
 def _offset_for_leader_epoch(req: Any, names: TopicNames) -> list[Check]:
     if req.replica_id >= 0:
         return [check(C, CLUSTER_NAME, Op.CLUSTER_ACTION)]
-    return topics(Op.DESCRIBE, (t.topic for t in req.topics))
+    return each(T, Op.DESCRIBE, "topics", (t.topic for t in req.topics))
 
 
 def _group_then_topics(group_op: int, topic_op: int) -> Rule:
     def rule(req: Any, names: TopicNames) -> list[Check]:
-        return [check(G, req.group_id, group_op), *topics(topic_op, (t.name for t in req.topics))]
+        group = check(G, req.group_id, group_op)
+        return [group, *each(T, topic_op, "topics", (t.name for t in req.topics))]
 
     return rule
 
@@ -136,22 +154,28 @@ def _group(op: int) -> Rule:
 
 
 def _offset_fetch(req: Any, names: TopicNames) -> list[Check]:
+    """v8+ names groups: each group answered alone (its DESCRIBE, then its topics');
+    before, the group for the whole request, each topic alone."""
     if req.groups:
         out = []
-        for g in req.groups:
-            out += [check(G, g.group_id, Op.DESCRIBE)]
-            out += topics(Op.DESCRIBE, (t.name for t in g.topics or ()))
+        for i, g in enumerate(req.groups):
+            out.append(Check((Action(G, g.group_id, Op.DESCRIBE),), ERROR_CODES[G], ("groups", i)))
+            out += [
+                Check((Action(T, t.name, Op.DESCRIBE),), ERROR_CODES[T], ("groups", i))
+                for t in g.topics or ()
+            ]
         return out
     return [
         check(G, req.group_id, Op.DESCRIBE),
-        *topics(Op.DESCRIBE, (t.name for t in req.topics or ())),
+        *each(T, Op.DESCRIBE, "topics", (t.name for t in req.topics or ())),
     ]
 
 
 def _find_coordinator(req: Any, names: TopicNames) -> list[Check]:
     rtype = X if req.key_type == 1 else G
-    keys = req.coordinator_keys or [req.key]
-    return [check(rtype, k, Op.DESCRIBE) for k in keys]
+    if req.coordinator_keys:  # v4+: batched, each key answered alone
+        return each(rtype, Op.DESCRIBE, "coordinator_keys", req.coordinator_keys)
+    return [check(rtype, req.key, Op.DESCRIBE)]
 
 
 def _create_topics(req: Any, names: TopicNames) -> list[Check]:
@@ -159,15 +183,16 @@ def _create_topics(req: Any, names: TopicNames) -> list[Check]:
         Check(
             (Action(C, CLUSTER_NAME, Op.CREATE), Action(T, t.name, Op.CREATE)),
             ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+            ("topics", i),
         )
-        for t in req.topics
+        for i, t in enumerate(req.topics)
     ]
 
 
 def _delete_topics(req: Any, names: TopicNames) -> list[Check]:
     if req.topics:
-        return topics(Op.DELETE, (t.name or names(t.topic_id) for t in req.topics))
-    return topics(Op.DELETE, req.topic_names)
+        return each(T, Op.DELETE, "topics", (t.name or names(t.topic_id) for t in req.topics))
+    return each(T, Op.DELETE, "topic_names", req.topic_names)
 
 
 #: ConfigResource type (DescribeConfigs ids) -> ACL resource type
@@ -177,9 +202,10 @@ _CONFIG_RESOURCES = {2: T, 4: C, 8: C, 32: G}
 def _configs(op: int) -> Rule:
     def rule(req: Any, names: TopicNames) -> list[Check]:
         out = []
-        for r in req.resources:
+        for i, r in enumerate(req.resources):
             rtype = _CONFIG_RESOURCES.get(r.resource_type, C)
-            out.append(check(rtype, CLUSTER_NAME if rtype == C else r.resource_name, op))
+            name = CLUSTER_NAME if rtype == C else r.resource_name
+            out.append(Check((Action(rtype, name, op),), ERROR_CODES[rtype], ("resources", i)))
         return out
 
     return rule
@@ -197,11 +223,13 @@ def _init_producer_id(req: Any, names: TopicNames) -> list[Check]:
 
 
 def _add_partitions_to_txn(req: Any, names: TopicNames) -> list[Check]:
+    """v3-: the transactional id for the whole request, each topic alone (and then the
+    rest OPERATION_NOT_ATTEMPTED: `ALL_OR_NOTHING`)."""
     if req.transactions:  # v4+: brokers verifying for their produce requests
         return [check(C, CLUSTER_NAME, Op.CLUSTER_ACTION)]
     return [
         check(X, req.v3_and_below_transactional_id, Op.WRITE),
-        *topics(Op.WRITE, (t.name for t in req.v3_and_below_topics)),
+        *each(T, Op.WRITE, "v3_and_below_topics", (t.name for t in req.v3_and_below_topics)),
     ]
 
 
@@ -216,10 +244,15 @@ def _txn_offset_commit(req: Any, names: TopicNames) -> list[Check]:
     ]
 
 
+#: APIs whose request is not run at all when an item is refused: the other items are
+#: answered OPERATION_NOT_ATTEMPTED (Kafka's AddPartitionsToTxn v3-).
+ALL_OR_NOTHING: frozenset[int] = frozenset({ApiKey.ADD_PARTITIONS_TO_TXN})
+
+
 RULES: dict[int, Rule] = {
     ApiKey.PRODUCE: _produce,
     ApiKey.FETCH: _fetch,
-    ApiKey.LIST_OFFSETS: lambda r, n: topics(Op.DESCRIBE, (t.name for t in r.topics)),
+    ApiKey.LIST_OFFSETS: lambda r, n: each(T, Op.DESCRIBE, "topics", (t.name for t in r.topics)),
     ApiKey.METADATA: nothing,  # filtered: undescribable topics are hidden
     ApiKey.OFFSET_FOR_LEADER_EPOCH: _offset_for_leader_epoch,
     ApiKey.API_VERSIONS: nothing,
@@ -228,11 +261,11 @@ RULES: dict[int, Rule] = {
     ApiKey.DESCRIBE_CLUSTER: nothing,
     ApiKey.CREATE_TOPICS: _create_topics,
     ApiKey.DELETE_TOPICS: _delete_topics,
-    ApiKey.CREATE_PARTITIONS: lambda r, n: topics(Op.ALTER, (t.name for t in r.topics)),
+    ApiKey.CREATE_PARTITIONS: lambda r, n: each(T, Op.ALTER, "topics", (t.name for t in r.topics)),
     ApiKey.DESCRIBE_CONFIGS: _configs(Op.DESCRIBE_CONFIGS),
     ApiKey.ALTER_CONFIGS: _configs(Op.ALTER_CONFIGS),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: _configs(Op.ALTER_CONFIGS),
-    ApiKey.DELETE_RECORDS: lambda r, n: topics(Op.DELETE, (t.name for t in r.topics)),
+    ApiKey.DELETE_RECORDS: lambda r, n: each(T, Op.DELETE, "topics", (t.name for t in r.topics)),
     ApiKey.DESCRIBE_LOG_DIRS: cluster(Op.DESCRIBE),
     ApiKey.ALTER_REPLICA_LOG_DIRS: cluster(Op.ALTER),
     ApiKey.INIT_PRODUCER_ID: _init_producer_id,
@@ -240,8 +273,8 @@ RULES: dict[int, Rule] = {
     ApiKey.OFFSET_COMMIT: _group_then_topics(Op.READ, Op.READ),
     ApiKey.TXN_OFFSET_COMMIT: _txn_offset_commit,
     ApiKey.OFFSET_FETCH: _offset_fetch,
-    ApiKey.DESCRIBE_GROUPS: lambda r, n: [check(G, g, Op.DESCRIBE) for g in r.groups],
-    ApiKey.DELETE_GROUPS: lambda r, n: [check(G, g, Op.DELETE) for g in r.groups_names],
+    ApiKey.DESCRIBE_GROUPS: lambda r, n: each(G, Op.DESCRIBE, "groups", r.groups),
+    ApiKey.DELETE_GROUPS: lambda r, n: each(G, Op.DELETE, "groups_names", r.groups_names),
     ApiKey.JOIN_GROUP: _group(Op.READ),
     ApiKey.SYNC_GROUP: _group(Op.READ),
     ApiKey.HEARTBEAT: _group(Op.READ),
@@ -249,14 +282,14 @@ RULES: dict[int, Rule] = {
     ApiKey.LIST_GROUPS: nothing,  # filtered: groups the principal may not describe
     ApiKey.OFFSET_DELETE: _group_then_topics(Op.DELETE, Op.READ),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: _group(Op.READ),
-    ApiKey.CONSUMER_GROUP_DESCRIBE: lambda r, n: [check(G, g, Op.DESCRIBE) for g in r.group_ids],
-    ApiKey.DESCRIBE_PRODUCERS: lambda r, n: topics(Op.READ, (t.name for t in r.topics)),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: lambda r, n: each(G, Op.DESCRIBE, "group_ids", r.group_ids),
+    ApiKey.DESCRIBE_PRODUCERS: lambda r, n: each(T, Op.READ, "topics", (t.name for t in r.topics)),
     ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions_to_txn,
     ApiKey.ADD_OFFSETS_TO_TXN: _add_offsets_to_txn,
     ApiKey.END_TXN: lambda r, n: [check(X, r.transactional_id, Op.WRITE)],
-    ApiKey.DESCRIBE_TRANSACTIONS: lambda r, n: [
-        check(X, x, Op.DESCRIBE) for x in r.transactional_ids
-    ],
+    ApiKey.DESCRIBE_TRANSACTIONS: lambda r, n: each(
+        X, Op.DESCRIBE, "transactional_ids", r.transactional_ids
+    ),
     ApiKey.LIST_TRANSACTIONS: nothing,  # lists only what the principal may describe: TODO
     ApiKey.ELECT_LEADERS: cluster(Op.ALTER),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: cluster(Op.ALTER),
@@ -279,7 +312,7 @@ def _forwarded(rule: Rule) -> Rule:
     by_broker = Action(C, CLUSTER_NAME, Op.CLUSTER_ACTION)
 
     def forwarded_rule(req: Any, names: TopicNames) -> list[Check]:
-        return [Check((*c.actions, by_broker), c.error) for c in rule(req, names)]
+        return [Check((*c.actions, by_broker), c.error, c.item) for c in rule(req, names)]
 
     return forwarded_rule
 

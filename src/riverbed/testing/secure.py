@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from riverbed.protocol.messages import Message
 from riverbed.testing.certs import Pki, make_pki
 from riverbed.testing.cluster import BrokerProcess, free_port
 
@@ -87,6 +88,27 @@ class SecureBroker:
 
     def bootstrap(self, listener: str) -> str:
         return f"127.0.0.1:{self.ports[listener]}"
+
+    def client_config(self, login: tuple[str, str] | None = None) -> dict[str, str]:
+        """librdkafka settings: the PLAINTEXT listener (User:ANONYMOUS) without a login,
+        else SASL_PLAINTEXT with PLAIN as ``login`` (user, password)."""
+        if login is None:
+            return {"bootstrap.servers": self.bootstrap("PLAINTEXT")}
+        return {
+            "bootstrap.servers": self.bootstrap("SASL_PLAINTEXT"),
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": login[0],
+            "sasl.password": login[1],
+        }
+
+
+#: Kafka's StandardAuthorizer with User:admin and the PLAINTEXT listener's principal as
+#: super users (tests set up through them).
+AUTHORIZER_OVERRIDES = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:admin;User:ANONYMOUS",
+}
 
 
 def create_scram_users(bootstrap: str, users: Mapping[str, tuple[str, str]]) -> None:
@@ -198,3 +220,44 @@ def format_with_scram(
     done = subprocess.run(args, capture_output=True, text=True, timeout=60)
     if done.returncode != 0:
         raise RuntimeError(f"storage format failed: {done.stderr}")
+
+
+def sasl_plain_request(
+    address: str,
+    user: str,
+    password: str,
+    body: Message,
+    api_key: int | None = None,
+    version: int | None = None,
+    timeout_s: float = 30.0,
+) -> Message:
+    """One request on a SASL_PLAINTEXT listener at ``address`` (host:port), logged in as
+    ``user`` with PLAIN through riverbed's own client login (`server.inter_broker`):
+    the exact answer a principal gets, error codes per item included. ``api_key`` and
+    ``version`` default to the body's api and the highest version riverbed speaks."""
+    import asyncio
+
+    from riverbed.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey
+    from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
+    from riverbed.protocol.messages import message_spec
+    from riverbed.server.inter_broker import connect
+    from riverbed.server.listener_security import ClientSecurity
+
+    host, port = address.rsplit(":", 1)
+    security = ClientSecurity("SASL_PLAINTEXT", None, "PLAIN", user, password)
+    key = message_spec(body).api_key if api_key is None else api_key
+    assert key is not None
+    top = SUPPORTED_VERSIONS[ApiKey(key)][1]
+    header = RequestHeader(key, top if version is None else version, 7, "t")
+
+    async def exchange() -> Message:
+        reader, writer = await connect(host, int(port), security, client_id="t")
+        try:
+            writer.write(encode_request(header, body))
+            await writer.drain()
+            size = int.from_bytes(await reader.readexactly(4), "big")
+            return decode_response(header, await reader.readexactly(size))
+        finally:
+            writer.close()
+
+    return asyncio.run(asyncio.wait_for(exchange(), timeout_s))

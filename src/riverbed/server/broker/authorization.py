@@ -6,19 +6,25 @@ ACLs of the current metadata image (the index is rebuilt only when the image's A
 changes, which replay leaves untouched by any other record) and the "ready" flag (the
 image holds metadata.version: the first metadata load is done).
 
-A request whose check fails is answered with the check's error code in every error field
-(`error_response`, Kafka's getErrorResponse). Kafka answers a mixed request per item
-(authorized topics served, the others TOPIC_AUTHORIZATION_FAILED); riverbed refuses the
-whole request with the first failing check's code, which is what a client that names one
-resource sees either way. Metadata and ListGroups filter instead (`visible_topics`,
-`visible_groups`): what the principal may not DESCRIBE is hidden.
+A request whose whole-request check fails (the group of an OffsetCommit, the
+transactional id of a Produce) is answered with the check's code in every error field
+(`error_response`, Kafka's getErrorResponse). A check for one item of the request's array
+(a topic, group, config resource, transactional id) refuses that item alone, as Kafka
+does: `split` takes the refused items out, the handler serves the rest, and `with_refused`
+adds an entry per refused item with its code (TOPIC_AUTHORIZATION_FAILED, ...). The code
+does not depend on whether the resource exists, so a principal without DESCRIBE does not
+learn it; with DESCRIBE the handler says UNKNOWN_TOPIC_OR_PARTITION. Metadata and
+ListGroups filter instead (`visible_topics`, `visible_groups`): what the principal may not
+DESCRIBE is hidden.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from riverbed.metadata.image import MetadataImage
@@ -29,10 +35,11 @@ from riverbed.protocol.messages import (
     DeleteAclsRequest,
     DeleteAclsResponse,
     Message,
+    response_class,
 )
 from riverbed.security.acl import CLUSTER_NAME, ResourceType, StandardAcl
 from riverbed.security.acl import AclOperation as Op
-from riverbed.security.api_operations import RULES, Action, Rule
+from riverbed.security.api_operations import ALL_OR_NOTHING, RULES, Action, Rule
 from riverbed.security.authorizer import (
     AUTHORIZER_CLASS_NAMES,
     AclIndex,
@@ -40,7 +47,7 @@ from riverbed.security.authorizer import (
     AuthorizerConfig,
     parse_super_users,
 )
-from riverbed.server.broker.error_response import error_response
+from riverbed.server.broker.error_response import append_entries, error_response, item_errors
 
 if TYPE_CHECKING:
     from riverbed.server.config import ServerConfig
@@ -74,6 +81,19 @@ def client_host(ctx: RequestContext) -> str:
     return ctx.peer.rpartition(":")[0].strip("[]")
 
 
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A request refused whole (``whole``), or these items of its array ``array`` (index
+    -> code), or allowed (neither)."""
+
+    whole: ErrorCode | None = None
+    array: str = ""
+    refused: Mapping[int, ErrorCode] = field(default_factory=dict)
+
+
+ALLOWED = Verdict()
+
+
 class BrokerAuthorizer:
     def __init__(self, config: AuthorizerConfig) -> None:
         self.config = config
@@ -96,6 +116,44 @@ class BrokerAuthorizer:
             return auth.authorize_any(principal, host, action.operation, action.resource_type)
         return auth.authorize(principal, host, action.operation, action.resource_type, action.name)
 
+    def verdict(
+        self,
+        image: MetadataImage,
+        ctx: RequestContext,
+        body: Message,
+        rules: Mapping[int, Rule] = RULES,
+    ) -> Verdict:
+        """What the checks of ``rules`` (the broker listeners' table, or the controller
+        listener's) say of the request: refused whole (the first failing whole-request
+        check's code), or its refused items, or `ALLOWED`."""
+        rule = rules.get(ctx.header.api_key)
+        if rule is None:
+            return Verdict(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        auth = self.authorizer(image)
+
+        def topic_name(topic_id: object) -> str | None:
+            topic = image.topics_by_id.get(topic_id)  # type: ignore[call-overload]
+            return None if topic is None else topic.name
+
+        array, refused = "", {}
+        for check in rule(body, topic_name):
+            if check.item is not None and check.item[1] in refused:
+                continue  # an item answers its first failing check
+            if any(self.allowed(auth, ctx, a) for a in check.actions):
+                continue
+            log.info(
+                "principal %s from %s denied %s (api key %s)",
+                ctx.principal,
+                client_host(ctx),
+                check.actions,
+                ctx.header.api_key,
+            )
+            if check.item is None:
+                return Verdict(check.error)
+            array = check.item[0]
+            refused[check.item[1]] = check.error
+        return Verdict(None, array, refused) if refused else ALLOWED
+
     def denied(
         self,
         image: MetadataImage,
@@ -103,28 +161,9 @@ class BrokerAuthorizer:
         body: Message,
         rules: Mapping[int, Rule] = RULES,
     ) -> ErrorCode | None:
-        """The error code to refuse the request with, None when every check passes
-        (``rules``: the broker listeners' table, or the controller listener's)."""
-        rule = rules.get(ctx.header.api_key)
-        if rule is None:
-            return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-        auth = self.authorizer(image)
-
-        def topic_name(topic_id: object) -> str | None:
-            topic = image.topics_by_id.get(topic_id)  # type: ignore[call-overload]
-            return None if topic is None else topic.name
-
-        for check in rule(body, topic_name):
-            if not any(self.allowed(auth, ctx, a) for a in check.actions):
-                log.info(
-                    "principal %s from %s denied %s (api key %s)",
-                    ctx.principal,
-                    client_host(ctx),
-                    check.actions,
-                    ctx.header.api_key,
-                )
-                return check.error
-        return None
+        """The code to refuse the whole request with (its first refusal), None if none."""
+        v = self.verdict(image, ctx, body, rules)
+        return v.whole if v.whole is not None else next(iter(v.refused.values()), None)
 
     def may(
         self, image: MetadataImage, ctx: RequestContext, op: int, rtype: int, name: str
@@ -175,3 +214,42 @@ def denied_response(api_key: int, body: Message, version: int, code: ErrorCode) 
         F = DeleteAclsResponse.DeleteAclsFilterResult
         return DeleteAclsResponse(filter_results=[F(error_code=int(code)) for _ in body.filters])
     return error_response(api_key, body, version, code)
+
+
+def split(
+    api_key: int, body: Message, verdict: Verdict
+) -> tuple[Message | None, list[tuple[ErrorCode, Message]]]:
+    """``body`` with only its allowed items (None when none is left), and per error code
+    a copy with the items refused with it (`ALL_OR_NOTHING` APIs: every other item is
+    then refused OPERATION_NOT_ATTEMPTED)."""
+    items = list(getattr(body, verdict.array))
+    codes = dict(verdict.refused)
+    if api_key in ALL_OR_NOTHING:
+        for i in range(len(items)):
+            codes.setdefault(i, ErrorCode.OPERATION_NOT_ATTEMPTED)
+    allowed = None
+    kept = [item for i, item in enumerate(items) if i not in codes]
+    if kept:
+        allowed = copy.copy(body)
+        setattr(allowed, verdict.array, kept)
+    refused = []
+    for code in dict.fromkeys(codes.values()):
+        part = copy.copy(body)
+        setattr(part, verdict.array, [item for i, item in enumerate(items) if codes.get(i) == code])
+        refused.append((code, part))
+    return allowed, refused
+
+
+def with_refused(
+    api_key: int,
+    response: Message | None,
+    refused: list[tuple[ErrorCode, Message]],
+    version: int,
+) -> Message:
+    """``response`` (to the allowed items; None when there were none) with entries for
+    the refused items, each answered its code (Kafka answers such items alone)."""
+    if response is None:
+        response = response_class(api_key)()
+    for code, part in refused:
+        append_entries(response, item_errors(api_key, part, version, code))
+    return response

@@ -43,9 +43,13 @@ from riverbed.server.broker import (
     txn_markers,
 )
 from riverbed.server.broker.authorization import (
+    ALLOWED,
     BrokerAuthorizer,
+    Verdict,
     authorizer_config,
     denied_response,
+    split,
+    with_refused,
 )
 from riverbed.server.broker.error_response import error_code_of, error_response
 from riverbed.server.broker.partitions import PartitionManager
@@ -222,11 +226,14 @@ class Broker:
     ) -> Response | None:
         version = response_body_version(ctx.header)
         if self.authz is not None:
-            denied = self.authz.denied(self.metadata.image, ctx, body)
-            if denied is not None:
-                if isinstance(body, ProduceRequest) and body.acks == 0:
-                    raise CloseConnection(f"produce with acks=0 refused ({denied.name})")
-                return denied_response(ctx.header.api_key, body, version, denied)
+            verdict = self.authz.verdict(self.metadata.image, ctx, body)
+            if verdict is not ALLOWED:
+                return await self._handle_refused(handler, ctx, body, version, verdict)
+        return await self._run(handler, ctx, body, version)
+
+    async def _run(
+        self, handler: Handler, ctx: RequestContext, body: Message, version: int
+    ) -> Response | None:
         handler_ns = -1  # not measured: no request-time quota applies
         try:
             if self._request_time_counted(ctx, body):
@@ -271,6 +278,26 @@ class Broker:
             throttle = max(throttle, msg.throttle_time_ms)
         if msg is not None:
             set_throttle_time(msg, throttle)
+
+    async def _handle_refused(
+        self, handler: Handler, ctx: RequestContext, body: Message, version: int, v: Verdict
+    ) -> Response | None:
+        """A request refused whole, or in part: the allowed items served, the refused
+        ones answered their error (Kafka's per-topic / per-group / per-resource answers)."""
+        api_key = ctx.header.api_key
+        if isinstance(body, ProduceRequest) and body.acks == 0:
+            code = v.whole or next(iter(v.refused.values()))
+            raise CloseConnection(f"produce with acks=0 refused ({code.name})")
+        if v.whole is not None:
+            return denied_response(api_key, body, version, v.whole)
+        allowed, refused = split(api_key, body, v)
+        served = None if allowed is None else await self._run(handler, ctx, allowed, version)
+        if allowed is not None and not isinstance(served, Message):
+            return served  # a handler that answers otherwise (none does for these APIs)
+        merged = with_refused(
+            api_key, served if isinstance(served, Message) else None, refused, version
+        )
+        return fit_to_version(merged, version)
 
     def _error_response(
         self, ctx: RequestContext, body: Message, version: int, exc: Exception

@@ -41,10 +41,24 @@ _CANONICAL = {
     "groups": "group_id",
     "group_id": "group_id",
     "groups_names": "group_id",
+    "group_ids": "group_id",
+    "transactional_ids": "transactional_id",
+    "transactional_id": "transactional_id",
+    "coordinator_keys": "key",
+    "key": "key",
 }
 #: Canonical names of the fields that identify an entry (copied from the request).
 _KEY_FIELDS = frozenset(
-    {"topic", "topic_id", "partition", "resource_type", "resource_name", "group_id"}
+    {
+        "topic",
+        "topic_id",
+        "partition",
+        "resource_type",
+        "resource_name",
+        "group_id",
+        "transactional_id",
+        "key",
+    }
 )
 #: Offsets an error entry reports as unknown (-1), as Kafka's error responses do
 #: (INVALID_OFFSET / INVALID_HIGH_WATERMARK / INVALID_LOW_WATERMARK).
@@ -59,6 +73,8 @@ _UNKNOWN_OFFSETS = frozenset(
         "log_start_offset",
     }
 )
+#: Error code fields (AddPartitionsToTxn v3- names its partitions' ``PartitionErrorCode``).
+_ERROR_FIELDS = frozenset({"error_code", "partition_error_code"})
 #: Nesting bound: Kafka's messages nest arrays three deep at most.
 _DEPTH_MAX = 8
 
@@ -71,7 +87,7 @@ def _has_error_field(spec: StructSpec, depth: int = 0) -> bool:
     if depth > _DEPTH_MAX:
         return False
     for f in spec.fields:
-        if f.attr == "error_code" and f.type == "int16":
+        if f.attr in _ERROR_FIELDS and f.type == "int16":
             return True
         if f.is_struct_array and f.struct is not None and _has_error_field(f.struct, depth + 1):
             return True
@@ -108,14 +124,24 @@ def _matching_request_array(
 
 
 def _fill(
-    resp: Message, resp_spec: StructSpec, req: Message, req_spec: StructSpec, code: int
+    resp: Message,
+    resp_spec: StructSpec,
+    req: Message,
+    req_spec: StructSpec,
+    code: int,
+    *,
+    top: bool = True,
 ) -> None:
+    """``top`` False: only the arrays (a request's refused items; the request as a whole
+    keeps no error)."""
     for f in resp_spec.fields:
-        if f.attr == "error_code" and f.type == "int16":
-            setattr(resp, f.attr, code)
+        if f.attr in _ERROR_FIELDS and f.type == "int16":
+            if top:
+                setattr(resp, f.attr, code)
             continue
         if f.attr in _UNKNOWN_OFFSETS and f.type == "int64":
-            setattr(resp, f.attr, -1)
+            if top:
+                setattr(resp, f.attr, -1)
             continue
         if not f.is_struct_array or f.struct is None or not _has_error_field(f.struct):
             continue
@@ -129,7 +155,7 @@ def _fill(
             if match.struct is None:
                 # A plain value (a topic name): it goes into the entry's key field.
                 for rf in f.struct.fields:
-                    if rf.attr == "error_code" and rf.type == "int16":
+                    if rf.attr in _ERROR_FIELDS and rf.type == "int16":
                         setattr(entry, rf.attr, code)
                     elif _canon(rf.attr) == _canon(match.attr) and rf.type == match.base_type:
                         setattr(entry, rf.attr, item)
@@ -163,6 +189,25 @@ def error_response(api_key: int, request: Message, version: int, code: ErrorCode
     response = resp_cls()
     _fill(response, message_spec(resp_cls).struct, request, message_spec(request).struct, int(code))
     return fit_to_version(response, version)
+
+
+def item_errors(api_key: int, request: Message, version: int, code: ErrorCode | int) -> Message:
+    """The response to ``request`` with only its arrays' entries answered ``code``: the
+    entries for a request's refused items (Kafka answers a topic it refuses alone)."""
+    resp_cls = response_class(api_key)
+    response = resp_cls()
+    spec = message_spec(request).struct
+    _fill(response, message_spec(resp_cls).struct, request, spec, int(code), top=False)
+    return fit_to_version(response, version)
+
+
+def append_entries(response: Message, extra: Message) -> None:
+    """Append ``extra``'s array entries (`item_errors`) to ``response``'s arrays."""
+    for f in message_spec(response).struct.fields:
+        entries = getattr(extra, f.attr) if f.is_struct_array else None
+        if entries:
+            current = getattr(response, f.attr)
+            setattr(response, f.attr, [*(current or ()), *entries])
 
 
 def error_code_of(exc: BaseException) -> ErrorCode:

@@ -1,0 +1,231 @@
+"""Issue 20, authorization per item: a request that names resources the principal may
+use and resources it may not is served for the first and refused for the others, each
+with its own error, as Kafka answers (TOPIC_ / GROUP_AUTHORIZATION_FAILED per topic, group
+or config resource). And a principal without DESCRIBE on a topic gets the same answer
+whether the topic exists or not, so it does not learn which topics exist; with DESCRIBE,
+a missing topic is UNKNOWN_TOPIC_OR_PARTITION.
+
+Real clients where librdkafka sends one request for several resources (CreateTopics,
+DeleteTopics, DescribeConfigs, IncrementalAlterConfigs, DeleteRecords); riverbed's own
+SASL login (`sasl_plain_request`) where librdkafka would split the request or stop at
+Metadata first (ListOffsets, Produce, OffsetCommit, DescribeGroups), to see the broker's
+exact per-item answer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import (
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    FindCoordinatorRequest,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    Message,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+)
+from riverbed.testing.cluster import scaled_s
+from riverbed.testing.secure import (
+    AUTHORIZER_OVERRIDES,
+    SecureBroker,
+    sasl_plain_request,
+    start_secure_broker,
+)
+
+USERS = {"admin": "admin-secret", "erin": "erin-pw", "frank": "frank-pw"}
+SCRAM_USERS = {"gina": ("SCRAM-SHA-256", "gina-pw")}
+TIMEOUT_S = 30
+_ids = itertools.count()
+OK = ErrorCode.NONE
+TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+_NOT_YET = (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
+    directory = tmp_path_factory.mktemp("acl-items")
+    broker = start_secure_broker(directory, USERS, SCRAM_USERS, AUTHORIZER_OVERRIDES)
+    try:
+        yield broker
+    finally:
+        broker.proc.close()
+
+
+def _client(secure: SecureBroker, user: str | None) -> dict[str, str]:
+    return secure.client_config(None if user is None else (user, USERS[user]))
+
+
+def _listed(secure: SecureBroker) -> set[str]:
+    return set(AdminClient(_client(secure, None)).list_topics(timeout=TIMEOUT_S).topics)
+
+
+def _only_mine_done(futures: dict[str, Future], mine: str, theirs: str) -> None:
+    assert {t: _outcome(f) for t, f in futures.items()} == {
+        mine: 0,
+        theirs: KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    }
+
+
+def _allow(secure: SecureBroker, rtype, name, user, op, pattern=ResourcePatternType.LITERAL):
+    admin = AdminClient(_client(secure, None))
+    binding = AclBinding(rtype, name, pattern, f"User:{user}", "*", op, AclPermissionType.ALLOW)
+    for f in admin.create_acls([binding]).values():
+        f.result(timeout=TIMEOUT_S)
+
+
+def _topics(secure: SecureBroker, *prefixes: str) -> list[str]:
+    names = [f"{p}{next(_ids)}" for p in prefixes]
+    admin = AdminClient(_client(secure, None))
+    for f in admin.create_topics([NewTopic(n, 1, 1) for n in names]).values():
+        f.result(timeout=TIMEOUT_S)
+    return names
+
+
+def _outcome(future) -> int:
+    """0 when the future's operation succeeded, else the Kafka error code it failed with."""
+    try:
+        future.result(timeout=TIMEOUT_S)
+    except KafkaException as exc:
+        return exc.args[0].code()
+    return 0
+
+
+def _ask(secure: SecureBroker, user: str, body: Message) -> Message:
+    return sasl_plain_request(secure.bootstrap("SASL_PLAINTEXT"), user, USERS[user], body)
+
+
+def test_create_topics_answers_each_topic(secure: SecureBroker) -> None:
+    n = next(_ids)
+    mine, theirs = f"erin-new-{n}", f"other-new-{n}"
+    _allow(secure, ResourceType.TOPIC, "erin-new-", "erin", AclOperation.CREATE,
+           ResourcePatternType.PREFIXED)  # fmt: skip
+    erin = AdminClient(_client(secure, "erin"))
+    _only_mine_done(
+        erin.create_topics([NewTopic(mine, 1, 1), NewTopic(theirs, 1, 1)]), mine, theirs
+    )
+    assert mine in _listed(secure) and theirs not in _listed(secure)
+
+
+def test_configs_and_delete_topics_answer_each_topic(secure: SecureBroker) -> None:
+    mine, theirs = _topics(secure, "erin-cfg-", "other-cfg-")
+    _allow(secure, ResourceType.TOPIC, mine, "erin", AclOperation.ALTER_CONFIGS)
+    erin = AdminClient(_client(secure, "erin"))
+    res = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in (mine, theirs)]
+    # ALTER_CONFIGS implies DESCRIBE_CONFIGS
+    described = erin.describe_configs(res)
+    assert [_outcome(described[r]) for r in res] == [0, KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    assert described[res[0]].result()["retention.ms"].value is not None
+    for r in res:
+        r.add_incremental_config(ConfigEntry("retention.ms", "3600000",
+                                             incremental_operation=AlterConfigOpType.SET))  # fmt: skip
+    altered = erin.incremental_alter_configs(res)
+    assert [_outcome(altered[r]) for r in res] == [0, KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    _allow(secure, ResourceType.TOPIC, mine, "erin", AclOperation.DELETE)
+    _only_mine_done(erin.delete_topics([mine, theirs]), mine, theirs)
+    assert mine not in _listed(secure) and theirs in _listed(secure)
+
+
+def test_delete_records_answers_each_topic(secure: SecureBroker) -> None:
+    mine, theirs = _topics(secure, "erin-dr-", "other-dr-")
+    _allow(secure, ResourceType.TOPIC, mine, "erin", AclOperation.DELETE)
+    _allow(secure, ResourceType.TOPIC, theirs, "erin", AclOperation.READ)  # visible, not DELETE
+    erin = AdminClient(_client(secure, "erin"))
+    futures = erin.delete_records([TopicPartition(mine, 0, 0), TopicPartition(theirs, 0, 0)])
+    outcomes = {tp.topic: _outcome(f) for tp, f in futures.items()}
+    assert outcomes == {mine: 0, theirs: KafkaError.TOPIC_AUTHORIZATION_FAILED}
+
+
+def _list_offsets(*names: str) -> ListOffsetsRequest:
+    R = ListOffsetsRequest
+    return R(
+        replica_id=-1,
+        topics=[
+            R.ListOffsetsTopic(name=n, partitions=[R.ListOffsetsPartition(partition_index=0, timestamp=-1)])
+            for n in names
+        ],
+    )  # fmt: skip
+
+
+def _errors(response: Message) -> dict[str, int]:
+    assert isinstance(response, ListOffsetsResponse | OffsetCommitResponse)
+    return {t.name: t.partitions[0].error_code for t in response.topics}
+
+
+def test_list_offsets_answers_each_topic_and_hides_what_exists(secure: SecureBroker) -> None:
+    (mine, theirs) = _topics(secure, "frank-lo-", "other-lo-")
+    n = next(_ids)
+    missing_mine, missing_theirs = f"frank-lo-missing-{n}", f"other-lo-missing-{n}"
+    _allow(secure, ResourceType.TOPIC, "frank-lo-", "frank", AclOperation.DESCRIBE,
+           ResourcePatternType.PREFIXED)  # fmt: skip
+    answer = _ask(secure, "frank", _list_offsets(mine, theirs, missing_mine, missing_theirs))
+    assert _errors(answer) == {
+        mine: OK,
+        # no DESCRIBE: the same answer whether the topic exists or not
+        theirs: TOPIC_DENIED,
+        missing_theirs: TOPIC_DENIED,
+        # DESCRIBE: told that it does not exist
+        missing_mine: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    }
+    assert isinstance(answer, ListOffsetsResponse)
+    assert {t.name: t.partitions[0].offset for t in answer.topics}[mine] == 0
+
+
+def test_offset_commit_answers_each_topic_under_the_group(secure: SecureBroker) -> None:
+    mine, theirs = _topics(secure, "frank-oc-", "other-oc-")
+    group = f"frank-group-{next(_ids)}"
+    R = OffsetCommitRequest
+
+    def commit() -> Message:
+        return _ask(secure, "frank", R(
+            group_id=group, generation_id_or_member_epoch=-1, member_id="",
+            topics=[R.OffsetCommitRequestTopic(name=t, partitions=[
+                R.OffsetCommitRequestPartition(partition_index=0, committed_offset=0)
+            ]) for t in (mine, theirs)],
+        ))  # fmt: skip
+
+    _allow(secure, ResourceType.TOPIC, mine, "frank", AclOperation.READ)
+    # without READ on the group the whole commit is refused
+    assert set(_errors(commit()).values()) == {ErrorCode.GROUP_AUTHORIZATION_FAILED}
+    _allow(secure, ResourceType.GROUP, group, "frank", AclOperation.READ)
+    # FindCoordinator creates __consumer_offsets; its coordinator then loads
+    deadline = time.monotonic() + scaled_s(TIMEOUT_S)
+    found = _ask(secure, "frank", FindCoordinatorRequest(key_type=0, coordinator_keys=[group]))
+    errors = _errors(commit())
+    while errors[mine] in _NOT_YET and time.monotonic() < deadline:
+        time.sleep(0.2)
+        found = _ask(secure, "frank", FindCoordinatorRequest(key_type=0, coordinator_keys=[group]))
+        errors = _errors(commit())
+    assert errors == {mine: OK, theirs: TOPIC_DENIED}, found
+
+
+def test_describe_groups_answers_each_group(secure: SecureBroker) -> None:
+    n = next(_ids)
+    mine, theirs = f"frank-dg-{n}", f"other-dg-{n}"
+    _allow(secure, ResourceType.GROUP, mine, "frank", AclOperation.DESCRIBE)
+    answer = _ask(secure, "frank", DescribeGroupsRequest(groups=[mine, theirs]))
+    assert isinstance(answer, DescribeGroupsResponse)
+    assert {g.group_id: g.error_code for g in answer.groups} == {
+        mine: OK,
+        theirs: ErrorCode.GROUP_AUTHORIZATION_FAILED,
+    }

@@ -53,7 +53,7 @@ from riverbed.testing.secure import (
     start_secure_broker,
 )
 
-USERS = {"admin": "admin-secret", "erin": "erin-pw", "frank": "frank-pw"}
+USERS = {"admin": "admin-secret", "erin": "erin-pw", "frank": "frank-pw", "ivy": "ivy-pw"}
 SCRAM_USERS = {"gina": ("SCRAM-SHA-256", "gina-pw")}
 TIMEOUT_S = 30
 _ids = itertools.count()
@@ -229,3 +229,54 @@ def test_describe_groups_answers_each_group(secure: SecureBroker) -> None:
         mine: OK,
         theirs: ErrorCode.GROUP_AUTHORIZATION_FAILED,
     }
+
+
+# --- KIP-430: authorized operations, computed from the ACLs -------------------------------
+
+
+def _ops(found) -> set[str]:
+    assert found is not None
+    return {op.name for op in found}
+
+
+def test_authorized_operations_of_topics_cluster_and_groups(secure: SecureBroker) -> None:
+    from confluent_kafka import TopicCollection
+
+    wide, narrow = _topics(secure, "ivy-wide-", "ivy-narrow-")
+    group = f"ivy-group-{next(_ids)}"
+    deny = AclBinding(ResourceType.TOPIC, wide, ResourcePatternType.LITERAL, "User:ivy", "*",
+                      AclOperation.DELETE, AclPermissionType.DENY)  # fmt: skip
+    admin = AdminClient(_client(secure, None))  # held: a collected client fails its futures
+    for f in admin.create_acls([deny]).values():
+        f.result(timeout=TIMEOUT_S)
+    _allow(secure, ResourceType.TOPIC, wide, "ivy", AclOperation.ALL)
+    _allow(secure, ResourceType.TOPIC, narrow, "ivy", AclOperation.READ)
+    _allow(secure, ResourceType.BROKER, "kafka-cluster", "ivy", AclOperation.DESCRIBE)
+    _allow(secure, ResourceType.BROKER, "kafka-cluster", "ivy", AclOperation.IDEMPOTENT_WRITE)
+    _allow(secure, ResourceType.GROUP, group, "ivy", AclOperation.DELETE)
+    ivy = AdminClient(_client(secure, "ivy"))
+
+    described = ivy.describe_topics(TopicCollection([wide, narrow]),
+                                    include_authorized_operations=True)  # fmt: skip
+    ops = {t: _ops(f.result(timeout=TIMEOUT_S).authorized_operations) for t, f in described.items()}
+    assert ops == {
+        # ALL, except the DENY
+        wide: {"READ", "WRITE", "CREATE", "DESCRIBE", "ALTER", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"},
+        narrow: {"READ", "DESCRIBE"},  # READ implies DESCRIBE
+    }
+    cluster = ivy.describe_cluster(include_authorized_operations=True).result(timeout=TIMEOUT_S)
+    assert _ops(cluster.authorized_operations) == {"DESCRIBE", "IDEMPOTENT_WRITE"}
+    (group_future,) = ivy.describe_consumer_groups(
+        [group], include_authorized_operations=True
+    ).values()
+    assert _ops(group_future.result(timeout=TIMEOUT_S).authorized_operations) == {
+        "DELETE",
+        "DESCRIBE",
+    }
+    # a super user may do everything the resource types support
+    admin = AdminClient(_client(secure, "admin"))  # SASL, not ANONYMOUS
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(timeout=TIMEOUT_S)
+    assert _ops(cluster.authorized_operations) == {
+        "CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE",
+        "ALTER", "DESCRIBE",
+    }  # fmt: skip

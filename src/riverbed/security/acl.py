@@ -11,6 +11,7 @@ resource's only name is ``kafka-cluster``. Each failure is INVALID_REQUEST with 
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 #: Kafka's ResourcePattern.WILDCARD_RESOURCE and AclEntry's wildcard host / principal.
@@ -55,6 +56,46 @@ class AclOperation(enum.IntEnum):
     CREATE_TOKENS = 13
     DESCRIBE_TOKENS = 14
     TWO_PHASE_COMMIT = 15
+
+
+#: The operations that apply to each resource type (Kafka's AclEntry.supportedOperations):
+#: what a KIP-430 authorized-operations bitfield reports on.
+SUPPORTED_OPERATIONS: dict[int, tuple[int, ...]] = {
+    ResourceType.TOPIC: (
+        AclOperation.READ,
+        AclOperation.WRITE,
+        AclOperation.CREATE,
+        AclOperation.DESCRIBE,
+        AclOperation.DELETE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    ),
+    ResourceType.GROUP: (
+        AclOperation.READ,
+        AclOperation.DESCRIBE,
+        AclOperation.DELETE,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    ),
+    ResourceType.CLUSTER: (
+        AclOperation.CREATE,
+        AclOperation.CLUSTER_ACTION,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+        AclOperation.IDEMPOTENT_WRITE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE,
+    ),
+    ResourceType.TRANSACTIONAL_ID: (AclOperation.DESCRIBE, AclOperation.WRITE),
+    ResourceType.DELEGATION_TOKEN: (AclOperation.DESCRIBE,),
+    ResourceType.USER: (AclOperation.CREATE_TOKENS, AclOperation.DESCRIBE_TOKENS),
+}
+
+
+def operations_bitfield(operations: Iterable[int]) -> int:
+    """Kafka's Utils.to32BitField: bit ``op`` set for each operation."""
+    return sum(1 << op for op in set(operations))
 
 
 class PermissionType(enum.IntEnum):

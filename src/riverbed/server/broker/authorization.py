@@ -37,7 +37,13 @@ from riverbed.protocol.messages import (
     Message,
     response_class,
 )
-from riverbed.security.acl import CLUSTER_NAME, ResourceType, StandardAcl
+from riverbed.security.acl import (
+    CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
+    ResourceType,
+    StandardAcl,
+    operations_bitfield,
+)
 from riverbed.security.acl import AclOperation as Op
 from riverbed.security.api_operations import ALL_OR_NOTHING, RULES, Action, Rule
 from riverbed.security.authorizer import (
@@ -170,6 +176,17 @@ class BrokerAuthorizer:
     ) -> bool:
         return self.allowed(self.authorizer(image), ctx, Action(rtype, name, op))
 
+    def operations(self, image: MetadataImage, ctx: RequestContext, rtype: int, name: str) -> int:
+        """KIP-430: the bitfield of the resource type's operations the principal may do on
+        the resource (Kafka's AuthHelper.authorizedOperations)."""
+        auth = self.authorizer(image)
+        principal, host = str(ctx.principal), client_host(ctx)
+        return operations_bitfield(
+            op
+            for op in SUPPORTED_OPERATIONS[rtype]
+            if auth.authorize(principal, host, op, rtype, name)
+        )
+
     def may_describe_cluster(self, image: MetadataImage, ctx: RequestContext) -> bool:
         return self.may(image, ctx, Op.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
 
@@ -253,3 +270,27 @@ def with_refused(
     for code, part in refused:
         append_entries(response, item_errors(api_key, part, version, code))
     return response
+
+
+def authorized_operations(
+    authz: BrokerAuthorizer | None,
+    image: MetadataImage,
+    ctx: RequestContext,
+    rtype: int,
+    name: str,
+) -> int:
+    """KIP-430's bitfield for one resource: every supported operation without an
+    authorizer, else what the ACLs allow the principal."""
+    if authz is None:
+        return operations_bitfield(SUPPORTED_OPERATIONS[rtype])
+    return authz.operations(image, ctx, rtype, name)
+
+
+def cluster_operations(
+    authz: BrokerAuthorizer | None, image: MetadataImage, ctx: RequestContext
+) -> int:
+    """DescribeCluster's (and Metadata v8-10's) cluster bitfield: 0 for a principal that
+    may not DESCRIBE the cluster, as Kafka's AuthHelper.computeDescribeClusterResponse."""
+    if authz is not None and not authz.may_describe_cluster(image, ctx):
+        return 0
+    return authorized_operations(authz, image, ctx, ResourceType.CLUSTER, CLUSTER_NAME)

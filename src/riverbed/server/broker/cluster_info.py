@@ -33,6 +33,8 @@ from riverbed.protocol.messages import (
     MetadataResponse,
 )
 from riverbed.protocol.primitives import ZERO_UUID
+from riverbed.security.acl import ResourceType
+from riverbed.server.broker.authorization import authorized_operations, cluster_operations
 from riverbed.server.network import RequestContext
 
 if TYPE_CHECKING:
@@ -43,12 +45,6 @@ log = logging.getLogger(__name__)
 
 #: "authorized operations not requested" (Kafka's Integer.MIN_VALUE sentinel).
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-#: Without an authorizer every topic operation is allowed: READ(3) WRITE(4) CREATE(5)
-#: DELETE(6) ALTER(7) DESCRIBE(8) DESCRIBE_CONFIGS(10) ALTER_CONFIGS(11).
-TOPIC_OPERATIONS_ALL = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
-#: CREATE(5) ALTER(7) DESCRIBE(8) CLUSTER_ACTION(9) DESCRIBE_CONFIGS(10) ALTER_CONFIGS(11)
-#: IDEMPOTENT_WRITE(12).
-CLUSTER_OPERATIONS_ALL = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 
 def valid_topic_name(name: str | None) -> bool:
@@ -159,10 +155,10 @@ def _refused_topic(name: str) -> MetadataResponse.MetadataResponseTopic:
 
 
 def _topic_metadata(
-    image: MetadataImage, name: str, include_ops: bool
+    image: MetadataImage, name: str, ops: int
 ) -> MetadataResponse.MetadataResponseTopic:
+    """``ops``: the topic's KIP-430 bitfield, or AUTHORIZED_OPERATIONS_OMITTED."""
     topic = image.topic(name)
-    ops = TOPIC_OPERATIONS_ALL if include_ops else AUTHORIZED_OPERATIONS_OMITTED
     if topic is None:
         code = (
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -230,21 +226,28 @@ async def handle_metadata(
                     log.exception("auto-creating topic %r failed", name)
             await broker.partitions.settled()
             image = broker.metadata.image
-    include_ops = req.include_topic_authorized_operations
+
+    def topic_ops(name: str) -> int:
+        if not req.include_topic_authorized_operations:
+            return AUTHORIZED_OPERATIONS_OMITTED
+        return authorized_operations(broker.authz, image, ctx, ResourceType.TOPIC, name)
+
     brokers = [
         MetadataResponse.MetadataResponseBroker(node_id=i, host=h, port=p, rack=r)
         for i, h, p, r in _brokers(image, ctx.listener_name)
     ]
-    include_cluster_ops = req.include_cluster_authorized_operations
+    include_cluster_ops = req.include_cluster_authorized_operations and 8 <= version <= 10
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=brokers,
         cluster_id=broker.cluster_id,
         controller_id=_controller_id(broker),
-        topics=[_topic_metadata(image, n, include_ops) for n in names]
+        topics=[_topic_metadata(image, n, topic_ops(n)) for n in names]
         + [_refused_topic(n) for n in refused],
         cluster_authorized_operations=(
-            CLUSTER_OPERATIONS_ALL if include_cluster_ops else AUTHORIZED_OPERATIONS_OMITTED
+            cluster_operations(broker.authz, image, ctx)
+            if include_cluster_ops
+            else AUTHORIZED_OPERATIONS_OMITTED
         ),
     )
 
@@ -265,7 +268,7 @@ async def handle_describe_cluster(
             for i, h, p, r in _brokers(image, ctx.listener_name)
         ],
         cluster_authorized_operations=(
-            CLUSTER_OPERATIONS_ALL
+            cluster_operations(broker.authz, image, ctx)
             if req.include_cluster_authorized_operations
             else AUTHORIZED_OPERATIONS_OMITTED
         ),

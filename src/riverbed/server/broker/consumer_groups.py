@@ -23,6 +23,8 @@ from riverbed.protocol.messages import (
     ConsumerGroupHeartbeatRequest,
     Message,
 )
+from riverbed.security.acl import ResourceType
+from riverbed.server.broker.authorization import authorized_operations
 from riverbed.server.broker.error_response import error_response
 from riverbed.server.broker.groups import _answer, _client_host
 from riverbed.server.coordinator import CoordinatorError
@@ -107,5 +109,10 @@ async def handle_consumer_group_describe(
                 )
             )
             continue
-        out.append(shard.describe_consumer_group(group_id))
+        described = shard.describe_consumer_group(group_id)
+        if req.include_authorized_operations and not described.error_code:
+            described.authorized_operations = authorized_operations(
+                broker.authz, broker.metadata.image, ctx, ResourceType.GROUP, group_id
+            )
+        out.append(described)
     return ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=out)

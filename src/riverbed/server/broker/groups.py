@@ -45,6 +45,7 @@ from riverbed.protocol.messages import (
 )
 from riverbed.security.acl import AclOperation as Op
 from riverbed.security.acl import ResourceType
+from riverbed.server.broker.authorization import authorized_operations
 from riverbed.server.broker.error_response import error_response
 from riverbed.server.broker.partitions import NotServed, producer_state_of
 from riverbed.server.coordinator import CoordinatorError
@@ -72,9 +73,6 @@ class OffsetFetchTopics(Protocol):
 log = logging.getLogger(__name__)
 
 E = ErrorCode
-#: Without an authorizer every group operation is allowed: READ(3) DELETE(6) DESCRIBE(8)
-#: DESCRIBE_CONFIGS(10) ALTER_CONFIGS(11), as DescribeGroups v3+ reports them on request.
-GROUP_OPERATIONS_ALL = sum(1 << op for op in (3, 6, 8, 10, 11))
 _KEY_GROUP = 0
 _KEY_TRANSACTION = 1
 
@@ -499,7 +497,9 @@ async def handle_describe_groups(
             continue
         described = shard.describe_group(group_id)
         if req.include_authorized_operations and not described.error_code:
-            described.authorized_operations = GROUP_OPERATIONS_ALL  # no authorizer: all
+            described.authorized_operations = authorized_operations(
+                broker.authz, broker.metadata.image, ctx, ResourceType.GROUP, group_id
+            )
         out.append(described)
     return DescribeGroupsResponse(throttle_time_ms=0, groups=out)
 

@@ -145,15 +145,28 @@ def _split_commas(item: str) -> list[str]:
     return [p for p in parts if p]
 
 
-def client_config(args: argparse.Namespace) -> dict[str, Any]:
-    conf: dict[str, Any] = {}
-    if getattr(args, "command_config", None):
-        from riverbed.server.config import ConfigError, read_properties_file
+def command_config(args: argparse.Namespace) -> dict[str, str]:
+    """The ``--command-config`` properties (empty without one)."""
+    if not getattr(args, "command_config", None):
+        return {}
+    from riverbed.server.config import ConfigError, read_properties_file
 
-        try:
-            conf.update(read_properties_file(args.command_config))
-        except ConfigError as exc:
-            raise CliError(str(exc)) from None
+    try:
+        return read_properties_file(args.command_config)
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+
+
+def client_config(args: argparse.Namespace) -> dict[str, Any]:
+    """confluent-kafka's settings: ``--command-config`` (Kafka's or librdkafka's names,
+    `riverbed.cli.client_security`), then ``-X``."""
+    from riverbed.cli.client_security import ClientSecurityError, librdkafka_config
+
+    conf: dict[str, Any] = {}
+    try:
+        conf.update(librdkafka_config(command_config(args)))
+    except ClientSecurityError as exc:
+        raise CliError(f"--command-config: {exc}") from None
     # librdkafka logs every failed connect; the CLI reports failures itself (-X log_level=7
     # brings the client logs back).
     conf.setdefault("log_level", 2)
@@ -238,6 +251,7 @@ def run_guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse
         from confluent_kafka import KafkaException
 
         try:
+            _use_wire_security(args)
             return func(args)
         except CliError as exc:
             print(f"error: {exc}", file=sys.stderr)
@@ -247,6 +261,23 @@ def run_guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse
             return 1
 
     return wrapper
+
+
+def _use_wire_security(args: argparse.Namespace) -> None:
+    """riverbed's own wire client connects as the command's --command-config says."""
+    from riverbed.cli.client_security import ClientSecurityError, wire_security
+    from riverbed.cli.wire import WireError, use_security
+    from riverbed.server.listener_security import ClientSecurity
+
+    props = command_config(args)
+
+    def security() -> ClientSecurity:
+        try:
+            return wire_security(props)
+        except ClientSecurityError as exc:
+            raise WireError(f"--command-config: {exc}") from None
+
+    use_security(security)
 
 
 def verb_parser(

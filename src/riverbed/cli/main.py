@@ -37,6 +37,7 @@ VERBS: tuple[str, ...] = (
     "acls",
     "console",
     "quotas",
+    "users",
 )
 
 

@@ -5,17 +5,26 @@ Frames are Kafka's: int32 size, request header (v1/v2 by the API's flexible vers
 body (`riverbed.protocol.headers.encode_request` / `decode_response`).  The version of each
 API is negotiated with ApiVersions (v0, which every broker answers) as the highest both
 sides support.  Responses larger than `RESPONSE_BYTES_MAX` are refused.
+
+Secured listeners: TLS, then Kafka's SASL login (`riverbed.security.sasl_client`), from a
+`ClientSecurity`; the CLI sets its command's security (``--command-config``) once for every
+client it opens (`use_security`), so each verb that connects honours it.
 """
 
 from __future__ import annotations
 
+import secrets
 import socket
+import ssl
 import struct
+from collections.abc import Callable
 
 from riverbed.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
 from riverbed.protocol.messages import ApiVersionsRequest, ApiVersionsResponse, Message
+from riverbed.security import sasl_client
+from riverbed.server.listener_security import PLAINTEXT_CLIENT, ClientSecurity
 
 #: Largest response frame accepted (bytes).
 RESPONSE_BYTES_MAX = 64 * 1024 * 1024
@@ -27,24 +36,64 @@ class WireError(RuntimeError):
     """The broker could not be reached or answered something unusable."""
 
 
+def _plaintext() -> ClientSecurity:
+    return PLAINTEXT_CLIENT
+
+
+#: the security of the command being run (`use_security`); PLAINTEXT outside the CLI
+_session_security: Callable[[], ClientSecurity] = _plaintext
+
+
+def use_security(security: Callable[[], ClientSecurity]) -> None:
+    """Every WireClient opened from now on connects with ``security()`` (the CLI
+    command's; a WireError from it fails only the verbs that open a wire client)."""
+    global _session_security
+    _session_security = security
+
+
 class WireClient:
     """One connection to the first address of ``bootstrap``; requests one at a time."""
 
-    def __init__(self, bootstrap: str, timeout_s: float = 30.0, client_id: str = CLIENT_ID) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        timeout_s: float = 30.0,
+        client_id: str = CLIENT_ID,
+        security: ClientSecurity | None = None,
+    ) -> None:
         self.client_id = client_id
+        security = security if security is not None else _session_security()
         host, port = _first_address(bootstrap)
         try:
             self.sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
-        except OSError as exc:
+            if security.ssl_context is not None:
+                self.sock = security.ssl_context.wrap_socket(self.sock, server_hostname=host)
+        except (OSError, ssl.SSLError) as exc:
             raise WireError(f"cannot connect to {host}:{port}: {exc}") from None
         self.sock.settimeout(timeout_s)
         self._correlation = 0
         self._versions: dict[int, tuple[int, int]] = {}
+        if security.mechanism:
+            self._login(security)
         response = self._send(ApiKey.API_VERSIONS, 0, ApiVersionsRequest())
         assert isinstance(response, ApiVersionsResponse)
         if response.error_code:
             raise WireError(f"ApiVersions failed with error code {response.error_code}")
         self._versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+
+    def _login(self, security: ClientSecurity) -> None:
+        steps = sasl_client.login(
+            security.mechanism, security.username, security.password, secrets.token_urlsafe(18)
+        )
+        try:
+            api_key, version, body = next(steps)
+            while True:
+                api_key, version, body = steps.send(self._send(api_key, version, body))
+        except StopIteration:
+            return
+        except sasl_client.SaslLoginError as exc:
+            self.close()
+            raise WireError(str(exc)) from None
 
     def version(self, api_key: ApiKey) -> int:
         ours = SUPPORTED_VERSIONS[api_key]

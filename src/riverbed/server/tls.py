@@ -168,15 +168,16 @@ def _load_chain(ctx: ssl.SSLContext, pem: str, password: str | None) -> None:
             raise TlsConfigError("ssl.keystore.key", f"cannot load the key store: {exc}") from None
 
 
-def _load_truststore(ctx: ssl.SSLContext, get: Lookup) -> bool:
-    """Load the trusted CAs; False when none is configured."""
+def truststore_pem(get: Lookup) -> str | None:
+    """The trusted CAs as PEM text (None when none is configured): inline
+    ``ssl.truststore.certificates``, or ``ssl.truststore.location`` of type PEM or PKCS12."""
     inline = _str(get("ssl.truststore.certificates"))
     location = _str(get("ssl.truststore.location"))
     store_type = str(get("ssl.truststore.type") or "JKS").upper()
     if inline is not None:
         pem = normalize_pem(inline)
     elif location is None:
-        return False
+        return None
     elif store_type == "PEM":
         pem = normalize_pem(_read("ssl.truststore.location", location).decode())
     elif store_type == "PKCS12":
@@ -190,6 +191,14 @@ def _load_truststore(ctx: ssl.SSLContext, get: Lookup) -> bool:
         )
     if not pem:
         raise TlsConfigError("ssl.truststore.certificates", "no certificate in the trust store")
+    return pem
+
+
+def _load_truststore(ctx: ssl.SSLContext, get: Lookup) -> bool:
+    """Load the trusted CAs; False when none is configured."""
+    pem = truststore_pem(get)
+    if pem is None:
+        return False
     try:
         ctx.load_verify_locations(cadata=pem)
     except ssl.SSLError as exc:

@@ -228,9 +228,18 @@ def test_every_admin_command_takes_json():
     for verb, vparser in verbs.choices.items():
         if verb in _NOT_ADMIN:
             continue
-        subs = [a for a in vparser._actions if isinstance(a, argparse._SubParsersAction)]
-        leaves = list(subs[0].choices.items()) if subs else [(verb, vparser)]
-        for name, leaf in leaves:
+        for name, leaf in _leaves(verb, vparser):
             if not any("--json" in a.option_strings for a in leaf._actions):
-                missing.append(f"{verb} {name}")
+                missing.append(name)
     assert missing == []
+
+
+def _leaves(name: str, parser: argparse.ArgumentParser):
+    """(command words, parser) of every runnable command under ``parser`` (sub-verbs nest:
+    ``users scram set``)."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield name, parser
+        return
+    for sub_name, sub in subs[0].choices.items():
+        yield from _leaves(f"{name} {sub_name}", sub)

@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 
+from riverbed.producer import snapshot
 from riverbed.producer.state import ProducerStateTable
 from riverbed.testing.txn_sim import SimulationFailure, main, run_seed
 from riverbed.transaction import shard
@@ -30,6 +31,9 @@ def test_simulation_seeds() -> None:
     assert stats["end PRODUCER_FENCED"] > 0 and stats["restarts"] > 0
     assert stats["clients died"] > 0 and stats["answer lost"] > 0
     assert stats["marker requests of 2 shards"] > 0  # one request per broker for both
+    # partition leaders crash and recover from their flushed log and producer snapshot
+    assert stats["leader crashes"] > SEEDS and stats["producer snapshots"] > SEEDS
+    assert stats["leader crash entries lost"] > 0  # a write caught before its flush
 
 
 def test_replay_command_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -98,3 +102,32 @@ def test_aborts_missing_from_the_txn_index_are_caught(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(ProducerStateTable, "apply", no_index)
     assert "read_committed returned uncommitted records" in _first_failure()
+
+
+# -- partition leaders recover from their flushed log and producer snapshot -----------
+
+
+def test_a_snapshot_without_the_open_transaction_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The producer snapshot's codec drops currentTxnFirstOffset: a leader that recovers
+    from it forgets a transaction open at the snapshot (Kafka's loadFromSnapshot fills
+    ongoingTxns from it)."""
+    fields = snapshot.entry_fields
+
+    def no_open_txn(e):  # type: ignore[no-untyped-def]
+        return (*fields(e)[:7], -1)
+
+    monkeypatch.setattr(snapshot, "entry_fields", no_open_txn)
+    failure = _first_failure()
+    assert failure.startswith(".venv/bin/python -m riverbed.testing.txn_sim --seed ")
+    assert "producer state after recovery" in failure, failure
+
+
+def test_a_recovery_that_does_not_seed_the_open_transactions_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The replay starts without the open transactions of the snapshot's entries
+    (``seed_ongoing`` dropped): the LSO passes a transaction open across the snapshot."""
+    monkeypatch.setattr(ProducerStateTable, "seed_ongoing", lambda self, open_txns: None)
+    assert "producer state after recovery" in _first_failure()

@@ -4,7 +4,11 @@ One ``random.Random(seed)`` drives transactional clients (InitProducerId, AddPar
 appends, EndTxn v3 or v5, answers lost and retried, clients that die mid-transaction),
 the ``__transaction_state`` writes (committed, failed, or in doubt at a crash), the
 coordinator's crashes and moves (a reload at the next coordinator epoch from the committed
-records only), partition leadership moves, and the WriteTxnMarkers traffic: one FIFO
+records only), partition leadership moves, partition leader crashes (the log keeps its
+flushed prefix: a batch or a marker caught between its write and its flush is lost and
+sent again; the producer state is rebuilt from the newest producer snapshot, in Kafka's
+file format, and a replay of the batches after it, and must equal the state after the
+last flushed write), and the WriteTxnMarkers traffic: one FIFO
 connection per (coordinator epoch, broker) as TCP gives, connections dropped (a request
 lost or processed with its answer lost), deliveries reordered across connections, and the
 requests of a deposed coordinator delivered late. The partition leaders are riverbed's
@@ -40,10 +44,10 @@ from dataclasses import dataclass, field
 from riverbed.protocol.errors import ErrorCode
 from riverbed.transaction.api import Answer, PartitionsResult, Step, TxnConfig, TxnResult, TxnWrite
 from riverbed.transaction.coordinator import TransactionCoordinator
-from riverbed.transaction.markers import BrokerMarkers
+from riverbed.transaction.markers import BrokerMarkers, TxnMarker
 from riverbed.transaction.records import TopicPartition, TxnMetadata, replay_all
 
-from .txn_sim_leader import TxnLeader
+from .txn_sim_leader import LeaderState, TxnLeader
 
 E = ErrorCode
 TIDS = ("app-0", "app-1", "app-2", "app-3")
@@ -53,6 +57,8 @@ TXN_PARTITIONS = 2  # __transaction_state partitions ("app-0", "app-2" in 0; the
 CHAOS_STEPS = 400
 CALM_STEPS_MAX = 200
 TXN_TIMEOUT_MS = 20_000
+#: Chance that a partition leader crashes between a write and its flush (the write lost).
+LEADER_CRASH_IN_WRITE = 0.03
 TxnId = tuple[str, int]  # (transactional id, the client's transaction number)
 
 
@@ -165,13 +171,36 @@ class TxnSim:
         if code is E.NONE:
             txn = (c.tid, c.txn_no)
             for tp in sorted(c.parts):
-                if self.partitions[tp].append(c.pid, c.epoch, txn) is not E.NONE:
+                if self._append(tp, c.pid, c.epoch, txn) is not E.NONE:
                     self.stats["append fenced"] += 1
                     self._fenced(c)
                     return
             c.phase = "end"
         else:
             self._on_error(c, code)
+
+    def _append(self, tp: TopicPartition, pid: int, epoch: int, txn: TxnId) -> ErrorCode:
+        """The client's batch, acknowledged once flushed; a leader that crashes between
+        the write and the flush loses it, and the client's retry appends it again."""
+        leader = self.partitions[tp]
+        before = leader.state()
+        code = leader.append(pid, epoch, txn)
+        if code is E.NONE and self.rng.random() < LEADER_CRASH_IN_WRITE:
+            self.crash_leader(tp, before)
+            code = leader.append(pid, epoch, txn)
+        leader.flush()
+        return code
+
+    def crash_leader(self, tp: TopicPartition, before: LeaderState) -> None:
+        """A partition leader crashes and recovers from its flushed log and producer
+        snapshot (`TxnLeader.crash`): its producer state must be what it was after its
+        last flushed write (`before`)."""
+        lost = self.partitions[tp].crash()
+        self.stats["leader crashes"] += 1
+        self.stats["leader crash entries lost"] += lost
+        after = self.partitions[tp].state()
+        if after != before:
+            self.fail(f"{tp}: producer state after recovery {after} != before {before}")
 
     def _on_error(self, c: _Client, code: ErrorCode) -> None:
         if code in (E.PRODUCER_FENCED, E.INVALID_PRODUCER_EPOCH):
@@ -308,10 +337,22 @@ class TxnSim:
                 if self.leaders[tp] != req.broker_id:
                     code = E.NOT_LEADER_OR_FOLLOWER
                 else:
-                    code = self.partitions[tp].write_marker(m)
+                    code = self._write_marker(tp, m)
                 errors[(m.producer_id, tp)] = code
                 self.stats[f"marker {code.name}"] += 1
         return errors
+
+    def _write_marker(self, tp: TopicPartition, m: TxnMarker) -> ErrorCode:
+        """A marker, answered once flushed; lost with its answer if the leader crashes
+        between the write and the flush (the coordinator sends it again)."""
+        leader = self.partitions[tp]
+        before = leader.state()
+        code = leader.write_marker(m)
+        if code is E.NONE and self.rng.random() < LEADER_CRASH_IN_WRITE:
+            self.crash_leader(tp, before)
+            return E.NOT_LEADER_OR_FOLLOWER
+        leader.flush()
+        return code
 
     def disconnect(self) -> None:
         """A connection drops: each request in it processed (answer lost) or never."""
@@ -372,6 +413,12 @@ class TxnSim:
                 self.stats["clients died"] += 1
         elif r < 0.84:
             self.restart(self.rng.choice(self.clients))
+        elif r < 0.85:
+            tp = self.rng.choice(TOPIC_PARTITIONS)
+            self.crash_leader(tp, self.partitions[tp].state())
+        elif r < 0.87:
+            self.partitions[self.rng.choice(TOPIC_PARTITIONS)].take_snapshot()
+            self.stats["producer snapshots"] += 1
         else:
             self.now_ms += self.rng.randint(1, 1500)
             self.take(self.coord.tick(self.now_ms))

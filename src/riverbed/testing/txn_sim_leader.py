@@ -17,12 +17,22 @@ What the leader did is judged from its log alone (never from the table it checks
   record above the LSO, and returns every committed record below it;
 - the coordinator epochs of one producer's applied markers never go back (a marker of a
   fenced coordinator epoch is never applied).
+
+A leader crashes as Kafka's log recovers (`TxnLeader.crash`): the log keeps its flushed
+prefix (what was acknowledged; an append or a marker caught between its write and its
+flush is lost), and the producer state is rebuilt the way ``ProducerStateManager`` does
+it: the newest producer snapshot (Kafka's snapshot file, written by `take_snapshot` with
+the real codec, ``producer/snapshot.py``) at or below the log end is decoded, the open
+transactions of its entries seed the table (``currentTxnFirstOffset``), and the batches
+after it are replayed through ``ProducerStateTable.apply``, which re-creates the
+``.txnindex`` entries of the replayed range.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from riverbed.producer.snapshot import decode_snapshot, encode_snapshot
 from riverbed.producer.state import ProducerStateTable
 from riverbed.protocol.control_records import build_end_txn_marker_batch
 from riverbed.protocol.errors import ErrorCode
@@ -35,6 +45,9 @@ from riverbed.transaction.markers import TxnMarker
 from riverbed.transaction.records import TopicPartition
 
 TxnId = tuple[str, int]  # (transactional id, the client's transaction number)
+#: (open transactions, producer id -> (epoch, last sequence, coordinator epoch, open
+#: transaction's first offset), the LSO): what a leader's recovery must restore
+LeaderState = tuple[dict[int, int], dict[int, tuple[int, int, int, int]], int]
 NOW_MS = 1_000_000
 
 
@@ -45,6 +58,7 @@ class LogEntry:
     txn: TxnId | None  # a data record's transaction; None: a marker
     commit: bool = False  # a marker's kind
     coordinator_epoch: int = -1
+    batch: bytes = b""  # as appended (its base offset patched): what recovery replays
 
 
 @dataclass
@@ -55,6 +69,11 @@ class TxnLeader:
     table: ProducerStateTable = field(default_factory=ProducerStateTable)
     log: list[LogEntry] = field(default_factory=list)
     index: list[AbortedTxn] = field(default_factory=list)
+    #: the durable prefix of the log: an acknowledged write is flushed first
+    flushed: int = 0
+    #: the newest producer snapshot (Kafka's file format) and the offset it is taken at
+    snapshot: bytes = field(default_factory=lambda: encode_snapshot([]))
+    snapshot_offset: int = 0
 
     def append(self, pid: int, epoch: int, txn: TxnId) -> ErrorCode:
         """A client's transactional batch of one record (its next sequence)."""
@@ -93,8 +112,52 @@ class TxnLeader:
         aborted = self.table.apply(header, marker)
         if aborted is not None:
             self.index.append(aborted)
-        self.log.append(entry)
+        self.log.append(replace(entry, batch=bytes(batch)))
         return ErrorCode.NONE
+
+    # ------------------------------------------------------------------ persistence
+    def flush(self) -> None:
+        self.flushed = len(self.log)
+
+    def take_snapshot(self) -> None:
+        """A producer snapshot at the flushed log end (Kafka writes one at a roll)."""
+        self.flush()
+        self.snapshot = encode_snapshot(self.table.producers.entries())
+        self.snapshot_offset = self.flushed
+
+    def state(self) -> LeaderState:
+        """What recovery must restore (see `LeaderState`)."""
+        producers = {
+            e.producer_id: (e.epoch, e.last_seq, e.coordinator_epoch, e.current_txn_first_offset)
+            for e in self.table.producers.entries()
+        }
+        return dict(self.table.ongoing), producers, self.lso()
+
+    def crash(self) -> int:
+        """Crash and recover (see the module's docstring); how many entries were lost."""
+        lost = len(self.log) - self.flushed
+        del self.log[self.flushed :]
+        end = len(self.log)
+        if self.snapshot_offset > end:  # Kafka deletes snapshots above the log end
+            self.snapshot, self.snapshot_offset = encode_snapshot([]), 0
+        table = ProducerStateTable(self.snapshot_offset)
+        entries = decode_snapshot(self.snapshot)
+        for e in entries:
+            table.producers.put(e)
+        table.seed_ongoing(
+            {e.producer_id: e.current_txn_first_offset for e in entries
+             if 0 <= e.current_txn_first_offset < end}
+        )  # fmt: skip
+        index = [a for a in self.index if a.last_offset < self.snapshot_offset]
+        for logged in self.log[self.snapshot_offset :]:
+            header = parse_header(logged.batch)
+            marker = txn_marker_of(logged.batch, header) if header.is_control else None
+            aborted = table.apply(header, marker)
+            if aborted is not None:
+                index.append(aborted)
+        table.map_end_offset = end
+        self.table, self.index = table, index
+        return lost
 
     # ------------------------------------------------------------------ judged from the log
     def decisions(self) -> dict[int, bool | None]:

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 import jinja2
 from aiohttp import web
@@ -29,6 +29,7 @@ from aiohttp import web
 from riverbed import __version__
 from riverbed.console.admin import ConsoleAdmin, ConsoleError
 from riverbed.console.groups import LagHistory
+from riverbed.console.login import COOKIE, Sessions
 from riverbed.console.metrics_view import MetricsHistory
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,22 @@ T = TypeVar("T")
 class Console:
     """What every view needs: the admin client, templates, the pool, lag history."""
 
-    def __init__(self, admin: ConsoleAdmin, bootstrap: str, metrics_urls: list[str]) -> None:
+    def __init__(
+        self,
+        admin: ConsoleAdmin | None,
+        bootstrap: str,
+        metrics_urls: list[str],
+        *,
+        tls: bool = False,
+        base_conf: dict[str, Any] | None = None,
+    ) -> None:
+        #: the client of every page, or None with --login (each session has its own,
+        #: made from ``base_conf`` and the user's SASL credentials)
         self.admin = admin
+        self.login = admin is None
+        self.base_conf = base_conf
+        self.tls = tls
+        self.sessions = Sessions()
         self.bootstrap = bootstrap
         self.metrics_urls = metrics_urls
         self.metrics = MetricsHistory()
@@ -68,23 +83,57 @@ class Console:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, functools.partial(fn, *args))
 
-    def render(self, name: str, status: int = 200, **context: Any) -> web.Response:
+    def render(
+        self, request: web.Request, name: str, status: int = 200, **context: Any
+    ) -> web.Response:
+        user = request.get(_USER)
         html = self.templates.get_template(name).render(
-            bootstrap=self.bootstrap, version=__version__, **context
+            bootstrap=self.bootstrap, version=__version__, user=user, login=self.login, **context
         )
         return web.Response(text=html, status=status, content_type="text/html")
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
-        self.admin.close()
+        for admin in [self.admin, *self.sessions.all_admins()]:
+            if admin is not None:
+                admin.close()
 
 
 CONSOLE = web.AppKey("console", Console)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+_ADMIN = "riverbed.console.admin"
+_USER = "riverbed.console.user"
+
+
 def console_of(request: web.Request) -> Console:
     return request.app[CONSOLE]
+
+
+def admin_of(request: web.Request) -> ConsoleAdmin:
+    """The admin client of this request: the signed-in user's, else the console's."""
+    admin = request.get(_ADMIN, console_of(request).admin)
+    if not isinstance(admin, ConsoleAdmin):
+        raise ConsoleError(401, "sign in first")
+    return admin
+
+
+def _signed_in(request: web.Request, console: Console) -> web.Response | None:
+    """With --login: attach the session's client to the request, or answer for it (a
+    page: to the sign-in form; anything else: 401)."""
+    if not console.login or request.path == "/login" or request.path.startswith("/static/"):
+        return None
+    for admin in console.sessions.expired():
+        admin.close()
+    session = console.sessions.get(request.cookies.get(COOKIE))
+    if session is not None:
+        request[_ADMIN] = session.admin
+        request[_USER] = session.user
+        return None
+    if request.method in ("GET", "HEAD") and "text/html" in request.headers.get("Accept", ""):
+        raise web.HTTPSeeOther("/login?" + urlencode({"next": request.path_qs}))
+    return _error_page(request, console, 401, "sign in first: /login")
 
 
 @web.middleware
@@ -93,20 +142,22 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     length = request.content_length
     if length is not None and length > REQUEST_BODY_BYTES_MAX:
         return _error_page(
-            console, 413, f"request body of {length} bytes is above REQUEST_BODY_BYTES_MAX = "
+            request, console, 413, f"request body of {length} bytes is above REQUEST_BODY_BYTES_MAX = "
             f"{REQUEST_BODY_BYTES_MAX} bytes",
         )  # fmt: skip
     if request.method == "POST" and not _same_origin(request):
-        return _error_page(console, 403, "a form from another origin may not change the cluster")
+        return _error_page(
+            request, console, 403, "a form from another origin may not change the cluster"
+        )
     try:
-        response = await handler(request)
+        response = _signed_in(request, console) or await handler(request)
     except ConsoleError as exc:
-        return _error_page(console, exc.status, exc.message)
+        return _error_page(request, console, exc.status, exc.message)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         allow = exc.headers.get("Allow")
-        return _error_page(console, exc.status, exc.text or exc.reason, allow=allow)
+        return _error_page(request, console, exc.status, exc.text or exc.reason, allow=allow)
     response.headers.setdefault("Content-Security-Policy", _CSP)
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
     return response
@@ -119,9 +170,16 @@ def _same_origin(request: web.Request) -> bool:
 
 
 def _error_page(
-    console: Console, status: int, message: str, *, allow: str | None = None
+    request: web.Request,
+    console: Console,
+    status: int,
+    message: str,
+    *,
+    allow: str | None = None,
 ) -> web.Response:
-    response = console.render("error.html", status=status, status_code=status, message=message)
+    response = console.render(
+        request, "error.html", status=status, status_code=status, message=message
+    )
     if allow:
         response.headers["Allow"] = allow
     response.headers["Content-Security-Policy"] = _CSP
@@ -129,20 +187,29 @@ def _error_page(
 
 
 def build_app(
-    admin: ConsoleAdmin, bootstrap: str, metrics_urls: list[str] | None = None
+    admin: ConsoleAdmin | None,
+    bootstrap: str,
+    metrics_urls: list[str] | None = None,
+    *,
+    tls: bool = False,
+    base_conf: dict[str, Any] | None = None,
 ) -> web.Application:
+    """The console; ``admin`` None means --login: each user signs in (`console.login`)."""
     from riverbed.console import (
         views_cluster,
         views_groups,
+        views_login,
         views_messages,
         views_metrics,
         views_topics,
     )
 
     app = web.Application(client_max_size=REQUEST_BODY_BYTES_MAX, middlewares=[_guard])
-    console = Console(admin, bootstrap, list(metrics_urls or []))
+    console = Console(admin, bootstrap, list(metrics_urls or []), tls=tls, base_conf=base_conf)
     app[CONSOLE] = console
-    for module in (views_cluster, views_topics, views_messages, views_groups, views_metrics):
+    for module in (
+        views_cluster, views_topics, views_messages, views_groups, views_metrics, views_login
+    ):  # fmt: skip
         module.add_routes(app.router)
     app.router.add_static("/static", _HERE / "static", append_version=True)
 

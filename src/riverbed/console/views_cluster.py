@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from riverbed.console.admin import ADMIN_TIMEOUT_S, ClusterView, ConsoleAdmin, cluster_error
-from riverbed.console.app import console_of
+from riverbed.console.app import admin_of, console_of
 
 #: How long the overview waits for DescribeQuorum, seconds.
 QUORUM_TIMEOUT_S = 3.0
@@ -60,8 +60,9 @@ def alerts(view: ClusterView, quorum: dict[str, Any] | None) -> list[Alert]:
 
 async def _quorum(console_bootstrap: str, conf: dict[str, Any]) -> dict[str, Any]:
     from riverbed.cli.quorum import describe_quorum, replication_rows
+    from riverbed.console.wire_views import plaintext
 
-    if str(conf.get("security.protocol", "PLAINTEXT")).upper() != "PLAINTEXT":
+    if not plaintext(conf):
         return {"error": "not shown over TLS/SASL (DescribeQuorum is sent in plaintext)"}
     host, _, port = console_bootstrap.split(",")[0].strip().rpartition(":")
     try:
@@ -82,9 +83,10 @@ async def _quorum(console_bootstrap: str, conf: dict[str, Any]) -> dict[str, Any
 
 async def overview(request: web.Request) -> web.Response:
     console = console_of(request)
-    view = await console.call(console.admin.cluster)
-    quorum = await _quorum(console.bootstrap, console.admin.conf)
+    view = await console.call(admin_of(request).cluster)
+    quorum = await _quorum(console.bootstrap, admin_of(request).conf)
     return console.render(
+        request,
         "overview.html",
         page="overview",
         view=view,
@@ -98,10 +100,14 @@ async def overview(request: web.Request) -> web.Response:
     )
 
 
-def _transactions(bootstrap: str, hanging: bool) -> dict[str, Any]:
+def _transactions(bootstrap: str, conf: dict[str, Any], hanging: bool) -> dict[str, Any]:
     from riverbed.cli.common import CliError
     from riverbed.cli.transactions import find_hanging, list_transactions
+    from riverbed.console.wire_views import plaintext
 
+    if not plaintext(conf):
+        return {"error": "not shown over TLS/SASL (riverbed's wire client is plaintext)",
+                "transactions": [], "hanging": None}  # fmt: skip
     try:
         rows = list_transactions(bootstrap, [], [], -1)
         stuck = find_hanging(bootstrap, None, None, None, HANGING_AFTER_MIN) if hanging else None
@@ -113,9 +119,13 @@ def _transactions(bootstrap: str, hanging: bool) -> dict[str, Any]:
 async def transactions(request: web.Request) -> web.Response:
     console = console_of(request)
     hanging = request.query.get("hanging") == "1"
-    data = await console.call(_transactions, console.bootstrap, hanging)
+    data = await console.call(_transactions, console.bootstrap, admin_of(request).conf, hanging)
     return console.render(
-        "transactions.html", page="transactions", hanging_after_min=HANGING_AFTER_MIN, **data
+        request,
+        "transactions.html",
+        page="transactions",
+        hanging_after_min=HANGING_AFTER_MIN,
+        **data,
     )
 
 
@@ -158,5 +168,5 @@ def _security(admin: ConsoleAdmin) -> dict[str, Any]:
 
 async def security(request: web.Request) -> web.Response:
     console = console_of(request)
-    data = await console.call(_security, console.admin)
-    return console.render("security.html", page="security", **data)
+    data = await console.call(_security, admin_of(request))
+    return console.render(request, "security.html", page="security", **data)

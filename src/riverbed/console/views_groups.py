@@ -15,7 +15,7 @@ from aiohttp import web
 
 from riverbed.console import groups
 from riverbed.console.admin import ConsoleError
-from riverbed.console.app import console_of, form_of
+from riverbed.console.app import admin_of, console_of, form_of
 from riverbed.console.browse import parse_time_ms
 
 
@@ -36,17 +36,17 @@ def _group_id(values: dict[str, str] | web.Request) -> str:
 
 async def group_list(request: web.Request) -> web.Response:
     console = console_of(request)
-    rows = await console.call(groups.list_groups, console.admin)
-    return console.render("groups.html", page="groups", groups=rows)
+    rows = await console.call(groups.list_groups, admin_of(request))
+    return console.render(request, "groups.html", page="groups", groups=rows)
 
 
 async def group(request: web.Request) -> web.Response:
     console = console_of(request)
     group_id = _group_id(request)
-    view = await console.call(groups.describe, console.admin, group_id)
+    view = await console.call(groups.describe, admin_of(request), group_id)
     console.lag.add(group_id, view.total_lag)
     return console.render(
-        "group.html", page="groups", view=view, strategies=groups.RESET_STRATEGIES,
+        request, "group.html", page="groups", view=view, strategies=groups.RESET_STRATEGIES,
         reset_done=request.query.get("reset"),
     )  # fmt: skip
 
@@ -55,7 +55,7 @@ async def lag(request: web.Request) -> web.Response:
     """The lag chart's data: {"t": [seconds], "lag": [total lag]}, one sample added."""
     console = console_of(request)
     group_id = _group_id(request)
-    view = await console.call(groups.describe, console.admin, group_id)
+    view = await console.call(groups.describe, admin_of(request), group_id)
     samples = console.lag.add(group_id, view.total_lag)
     return web.json_response(
         {
@@ -90,10 +90,10 @@ async def reset(request: web.Request) -> web.Response:
         return await _execute(request, group_id, form)
     value = _value(strategy, form)
     topic = form.get("topic", "").strip()
-    view = await console.call(groups.describe, console.admin, group_id)
-    plan = await console.call(groups.plan_reset, console.admin, view, strategy, topic, value)
+    view = await console.call(groups.describe, admin_of(request), group_id)
+    plan = await console.call(groups.plan_reset, admin_of(request), view, strategy, topic, value)
     return console.render(
-        "reset.html", page="groups", view=view, plan=plan, strategy=strategy,
+        request, "reset.html", page="groups", view=view, plan=plan, strategy=strategy,
         value=form.get("value", ""), topic=topic,
         plan_json=json.dumps([[r.topic, r.partition, r.new] for r in plan]),
     )  # fmt: skip
@@ -117,6 +117,6 @@ async def _execute(request: web.Request, group_id: str, form: dict[str, str]) ->
     if form.get("confirm") != group_id:
         raise ConsoleError(400, f"not reset: confirm with the group's id {group_id!r}")
     plan = parse_plan(form.get("plan", ""))
-    await console.call(groups.execute_reset, console.admin, group_id, plan)
+    await console.call(groups.execute_reset, admin_of(request), group_id, plan)
     quoted = console.templates.filters["q"](group_id)
     raise web.HTTPSeeOther(f"/group?id={quoted}&reset={len(plan)}")

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from riverbed.console import browse, tail
 from riverbed.console.admin import ConsoleError
-from riverbed.console.app import Console, console_of, form_of
+from riverbed.console.app import Console, admin_of, console_of, form_of
 
 #: Most headers one produced record may carry.
 PRODUCE_HEADERS_MAX = 64
@@ -35,13 +35,13 @@ async def messages(request: web.Request) -> web.Response:
     name = request.match_info["topic"]
     query = dict(request.query)
     search = browse.parse_search(name, query)  # 400s before touching the cluster
-    topic = await console.call(console.admin.topic, name)
+    topic = await console.call(admin_of(request).topic, name)
     result = None
     if query.get("run") == "1":
-        result = await console.call(browse.search, console.admin, search)
+        result = await console.call(browse.search, admin_of(request), search)
     template = "_results.html" if request.headers.get("HX-Request") else "messages.html"
     return console.render(
-        template, page="topics", topic=topic, q=query, search=search, result=result,
+        request, template, page="topics", topic=topic, q=query, search=search, result=result,
         limits={"scan_max": browse.SCAN_RECORDS_MAX, "results_max": browse.RESULTS_MAX,
                 "time_max_s": browse.SCAN_TIME_MAX_S},
         produced=query.get("produced"),
@@ -75,11 +75,11 @@ async def produce(request: web.Request) -> web.Response:
         ) from None
     key = form.get("key", "")
     headers = _headers(form.get("headers", ""))
-    topic = await console.call(console.admin.topic, name)
+    topic = await console.call(admin_of(request).topic, name)
     if partition is not None and partition not in {p.partition for p in topic.partitions}:
         raise ConsoleError(404, f"topic {name!r} has no partition {partition}")
     done = await console.call(
-        console.admin.produce, name, partition, key.encode() if key else None,
+        admin_of(request).produce, name, partition, key.encode() if key else None,
         form.get("value", "").encode(), headers,
     )  # fmt: skip
     raise web.HTTPSeeOther(
@@ -103,9 +103,9 @@ async def live_tail(request: web.Request) -> web.StreamResponse:
         raise ConsoleError(400, f"decode must be one of {', '.join(browse.DECODINGS)}")
     if console.tails_running >= tail.TAILS_MAX:
         raise ConsoleError(429, f"{tail.TAILS_MAX} live tails are running (TAILS_MAX): close one")
-    topic = await console.call(console.admin.topic, name)
+    topic = await console.call(admin_of(request).topic, name)
     console.tails_running += 1
-    running = tail.Tail(console.admin, topic, filters, decode, asyncio.get_running_loop())
+    running = tail.Tail(admin_of(request), topic, filters, decode, asyncio.get_running_loop())
     try:
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}

@@ -21,7 +21,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
 
 async def page(request: web.Request) -> web.Response:
     console = console_of(request)
-    return console.render(
+    return console.render(request,
         "metrics.html", page="metrics", urls=console.metrics_urls,
         samples_max=metrics_view.SAMPLES_MAX,
     )  # fmt: skip

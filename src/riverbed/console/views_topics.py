@@ -9,7 +9,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from riverbed.console.admin import ConsoleError
-from riverbed.console.app import console_of, form_of
+from riverbed.console.app import admin_of, console_of, form_of
 from riverbed.console.browse import whole_number
 from riverbed.console.wire_views import topic_extras
 
@@ -59,11 +59,11 @@ def parse_configs(text: str) -> dict[str, str]:
 
 async def topics(request: web.Request) -> web.Response:
     console = console_of(request)
-    rows = await console.call(console.admin.topics)
+    rows = await console.call(admin_of(request).topics)
     show_internal = request.query.get("internal") == "1"
     shown = [t for t in rows if show_internal or not t.internal]
     return console.render(
-        "topics.html", page="topics", topics=shown, show_internal=show_internal,
+        request, "topics.html", page="topics", topics=shown, show_internal=show_internal,
         created=request.query.get("created"), deleted=request.query.get("deleted"),
     )  # fmt: skip
 
@@ -81,18 +81,18 @@ async def create(request: web.Request) -> web.Response:
     if rf == 0 or rf < -1:
         raise ConsoleError(400, "replication factor must be at least 1 (or empty for the default)")
     configs = parse_configs(form.get("configs", ""))
-    await console.call(console.admin.create_topic, name, partitions, rf, configs)
+    await console.call(admin_of(request).create_topic, name, partitions, rf, configs)
     raise web.HTTPSeeOther(f"/topics/{name}?created=1")
 
 
 async def topic(request: web.Request) -> web.Response:
     console = console_of(request)
     name = request.match_info["topic"]
-    row = await console.call(console.admin.topic, name)
-    configs = await console.call(console.admin.topic_configs, name)
-    extras = await console.call(topic_extras, console.bootstrap, console.admin.conf, name)
+    row = await console.call(admin_of(request).topic, name)
+    configs = await console.call(admin_of(request).topic_configs, name)
+    extras = await console.call(topic_extras, console.bootstrap, admin_of(request).conf, name)
     return console.render(
-        "topic.html", page="topics", topic=row, configs=configs, extras=extras,
+        request, "topic.html", page="topics", topic=row, configs=configs, extras=extras,
         created=request.query.get("created"), altered=request.query.get("altered"),
     )  # fmt: skip
 
@@ -105,14 +105,14 @@ async def alter_configs(request: web.Request) -> web.Response:
     delete = [k.strip() for k in form.get("delete", "").replace(",", "\n").splitlines() if k.strip()]  # fmt: skip
     if not set_ and not delete:
         raise ConsoleError(400, "nothing to change: give key=value lines to set or keys to delete")
-    await console.call(console.admin.alter_topic_config, name, set_, delete)
+    await console.call(admin_of(request).alter_topic_config, name, set_, delete)
     raise web.HTTPSeeOther(f"/topics/{name}?altered=1")
 
 
 async def confirm_delete(request: web.Request) -> web.Response:
     console = console_of(request)
-    row = await console.call(console.admin.topic, request.match_info["topic"])
-    return console.render("delete.html", page="topics", topic=row)
+    row = await console.call(admin_of(request).topic, request.match_info["topic"])
+    return console.render(request, "delete.html", page="topics", topic=row)
 
 
 async def delete(request: web.Request) -> web.Response:
@@ -123,5 +123,5 @@ async def delete(request: web.Request) -> web.Response:
         raise ConsoleError(
             400, f"not deleted: type the topic's name {name!r} to confirm its deletion"
         )
-    await console.call(console.admin.delete_topic, name)
+    await console.call(admin_of(request).delete_topic, name)
     raise web.HTTPSeeOther(f"/topics?deleted={name}")

@@ -7,9 +7,11 @@ UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 VENV := .venv
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-# The Spark source's record decoder: a C extension built in place for the editable install
-# (hatch_build.py; wheels get it from the same file through hatchling's build hook).
-COLUMNAR := src/riverbed/spark/_columnar$(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
+# The C extensions (the Spark source's record decoder, the metadata records' fast path),
+# built in place for the editable install (hatch_build.py; wheels get them from the same
+# file through hatchling's build hook). COLUMNAR stands for both.
+EXT_SUFFIX := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
+COLUMNAR := src/riverbed/spark/_columnar$(EXT_SUFFIX) src/riverbed/protocol/_fastpath$(EXT_SUFFIX)
 
 .PHONY: run test lint typecheck unit sysdeps venv bench soak clean ext vendor
 
@@ -22,7 +24,7 @@ $(STAMP): pyproject.toml uv.lock | $(UV)
 
 venv: $(STAMP) $(COLUMNAR)
 
-$(COLUMNAR): src/riverbed/spark/_columnar.c hatch_build.py | $(STAMP)
+$(COLUMNAR) &: src/riverbed/spark/_columnar.c src/riverbed/protocol/_fastpath.c hatch_build.py | $(STAMP)
 	$(VENV)/bin/python hatch_build.py
 
 ext: $(COLUMNAR)

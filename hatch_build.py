@@ -1,12 +1,16 @@
-"""Builds riverbed's one C extension, ``riverbed.spark._columnar`` (the Spark source's
-record decoder, see its module docstring in ``riverbed/spark/columnar.py``).
+"""Builds riverbed's C extensions:
+
+- ``riverbed.spark._columnar``, the Spark source's record decoder (see its module
+  docstring in ``riverbed/spark/columnar.py``);
+- ``riverbed.protocol._fastpath``, the specialised codecs of the metadata records a
+  snapshot is made of (see ``riverbed/protocol/fastpath.py``).
 
 Two callers, one recipe (the C compiler of this Python's sysconfig, its headers, -O2):
 
-- ``make`` runs ``python hatch_build.py`` to build it in place next to its source
-  (``src/riverbed/spark/_columnar.<EXT_SUFFIX>``), which the editable install imports;
+- ``make`` runs ``python hatch_build.py`` to build them in place next to their sources
+  (``src/riverbed/spark/_columnar.<EXT_SUFFIX>``...), which the editable install imports;
 - hatchling runs :class:`ColumnarBuildHook` when it builds a wheel (``uv build``) or the
-  editable install (``uv sync``), so a wheel carries the compiled module.
+  editable install (``uv sync``), so a wheel carries the compiled modules.
 
 A missing compiler is not fatal: riverbed then decodes records in pure Python (slower) and
 says so in the executor's log.
@@ -24,15 +28,17 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent
 SOURCE = ROOT / "src" / "riverbed" / "spark" / "_columnar.c"
+#: every extension's C source, by its package directory under src/
+SOURCES = (SOURCE, ROOT / "src" / "riverbed" / "protocol" / "_fastpath.c")
 
 
-def extension_path(out_dir: Path) -> Path:
-    return out_dir / f"_columnar{sysconfig.get_config_var('EXT_SUFFIX')}"
+def extension_path(out_dir: Path, source: Path = SOURCE) -> Path:
+    return out_dir / f"{source.stem}{sysconfig.get_config_var('EXT_SUFFIX')}"
 
 
-def build(out_dir: Path = SOURCE.parent) -> Path:
-    """Compile ``_columnar.c`` into ``out_dir``; returns the module's path."""
-    target = extension_path(out_dir)
+def build(out_dir: Path | None = None, source: Path = SOURCE) -> Path:
+    """Compile ``source`` into ``out_dir`` (default: next to it); returns the module's path."""
+    target = extension_path(source.parent if out_dir is None else out_dir, source)
     partial = target.with_name(target.name + ".partial")
     cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
     command = [
@@ -42,7 +48,7 @@ def build(out_dir: Path = SOURCE.parent) -> Path:
         "-fPIC",
         "-Wall",
         f"-I{sysconfig.get_paths()['include']}",
-        str(SOURCE),
+        str(source),
         "-o",
         str(partial),
     ]
@@ -62,19 +68,23 @@ else:
         def initialize(self, version: str, build_data: dict[str, Any]) -> None:
             try:
                 if version == "editable":
-                    build()  # the editable install imports from src/
+                    for source in SOURCES:
+                        build(source=source)  # the editable install imports from src/
                     return
-                target = build(Path(self.directory))
+                targets = [(s, build(Path(self.directory), s)) for s in SOURCES]
             except (OSError, subprocess.CalledProcessError) as e:
                 print(
                     f"riverbed: C extension not built ({e}); records decode in Python",
                     file=sys.stderr,
                 )
                 return
-            build_data["force_include"][str(target)] = f"riverbed/spark/{target.name}"
+            for source, target in targets:
+                package = source.parent.relative_to(ROOT / "src").as_posix()
+                build_data["force_include"][str(target)] = f"{package}/{target.name}"
             build_data["pure_python"] = False
             build_data["infer_tag"] = True
 
 
 if __name__ == "__main__":
-    print(build())
+    for path in SOURCES:
+        print(build(source=path))

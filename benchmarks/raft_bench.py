@@ -4,32 +4,40 @@ commit throughput.
 1. Snapshot (the seed's example: 1,000,000 partitions across 10 brokers). A
    ``riverbed.metadata`` ``MetadataImage`` is built by replaying RegisterBrokerRecords,
    TopicRecords and PartitionRecords (1,000 topics x 1,000 partitions, replication factor
-   3). *Write* = ``image_to_records`` + ``encode_record`` + ``raft.snapshot_format``
-   batches + ``FileSnapshotStore.write`` (``.part``, fsync, rename). *Load* = read the file +
-   ``read_snapshot`` (CRC-checked) + ``decode_record`` + replay into an empty image. The
-   baseline is reading the same file's bytes; the ratio is load / read.
+   3). *Write* = ``iter_image_values`` (the encoded records, as the metadata state machine
+   hands them to Raft) + ``raft.snapshot_format`` batches + ``FileSnapshotStore.write``
+   (``.part``, fsync, rename). *Load* = read the file + ``read_snapshot`` (CRC-checked) +
+   ``decode_record`` of each value as it is replayed into an empty image (as
+   ``MetadataStateMachine.load_snapshot`` does); the loaded image must equal the written
+   one. The baseline is reading the same file's bytes; the ratio is load / read. Then the
+   Python heap a loaded image holds per partition (tracemalloc, ``--memory-partitions``).
 2. Commit throughput of three in-process ``RaftNode`` voters wired back to back (instant
    delivery and fsync): records committed on every voter per second; baseline = building
    the same records into v2 batches with ``build_batch`` (the wire cost a real quorum also
    pays).
 
-Run: ``.venv/bin/python -m benchmarks.raft_bench`` (``--partitions 100000`` for a quick run).
+Run: ``.venv/bin/python -m benchmarks.raft_bench`` (``--partitions 100000`` for a quick run,
+``--snapshot-only`` for the snapshot figures alone). The machine's load average is printed
+at the start and the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import random
 import tempfile
 import time
+import tracemalloc
 import uuid
 from collections import deque
 
-from riverbed.metadata.image import MetadataImage, image_to_records, replay_all
-from riverbed.metadata.records import decode_record, encode_record
+from riverbed.metadata.image import MetadataImage, iter_image_values, replay_all
+from riverbed.metadata.records import decode_record
+from riverbed.protocol import fastpath
 from riverbed.protocol.messages import (
     FeatureLevelRecord,
     PartitionRecord,
@@ -88,13 +96,14 @@ def bench_snapshot(partitions: int) -> None:
     build_s = time.perf_counter() - t0
     n_parts = sum(len(t.partitions) for t in image.topics_by_id.values())
     print(f"image: {n_parts} partitions, {len(image.brokers)} brokers (built in {build_s:.1f} s)")
+    print(
+        f"C fast path (riverbed.protocol._fastpath): {'built' if fastpath.available() else 'NOT built'}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         store = FileSnapshotStore(os.path.join(tmp, "__cluster_metadata-0"))
         sid = SnapshotId(image.offset + 1, 1)
         w0 = time.perf_counter()
-        messages = image_to_records(image)
-        t1 = time.perf_counter()
-        values = [encode_record(r) for r in messages]
+        values = list(iter_image_values(image))
         t2 = time.perf_counter()
         data = b"".join(iter_snapshot_chunks(sid, values))
         t3 = time.perf_counter()
@@ -102,7 +111,7 @@ def bench_snapshot(partitions: int) -> None:
         t4 = time.perf_counter()
         write_s = t4 - w0
         size = store.size(sid)
-        del data, values, messages
+        del data, values
         # baseline: the bytes of the same file
         t0 = time.perf_counter()
         raw = store.read_all(sid)
@@ -110,23 +119,44 @@ def bench_snapshot(partitions: int) -> None:
         t0 = time.perf_counter()
         contents = read_snapshot(store.read_all(sid))
         l1 = time.perf_counter()
-        decoded = [decode_record(v) for v in contents.records]
+        # as MetadataStateMachine.load_snapshot does: each record decoded as it is replayed
+        loaded = replay_all(
+            MetadataImage.EMPTY, (decode_record(v) for v in contents.records), offset=image.offset
+        )
         l2 = time.perf_counter()
-        loaded = replay_all(MetadataImage.EMPTY, decoded, offset=image.offset)
-        l3 = time.perf_counter()
-        load_s = l3 - t0
+        load_s = l2 - t0
         assert len(raw) == size
-        assert loaded.topics_by_name.keys() == image.topics_by_name.keys()
-        assert sum(len(t.partitions) for t in loaded.topics_by_id.values()) == n_parts
+        assert loaded == image
+        d0 = time.perf_counter()
+        for v in contents.records:
+            decode_record(v)
+        decode_s = time.perf_counter() - d0
     print(f"snapshot size: {size} bytes ({size / n_parts:.1f} B/partition)")
     print(
-        f"write snapshot: {write_s:.2f} s (image_to_records {t1 - w0:.2f}, encode_record "
-        f"{t2 - t1:.2f}, record batches {t3 - t2:.2f}, .part + fsync + rename {t4 - t3:.2f})"
+        f"write snapshot: {write_s:.2f} s (iter_image_values {t2 - w0:.2f}, "
+        f"record batches {t3 - t2:.2f}, .part + fsync + rename {t4 - t3:.2f})"
     )
     print(
         f"load snapshot:  {load_s:.2f} s = {load_s / read_s:.0f}x reading the file's bytes "
         f"({read_s * 1000:.1f} ms) (read + CRC-checked batches {l1 - t0:.2f}, decode_record "
-        f"{l2 - l1:.2f}, replay into the image {l3 - l2:.2f})"
+        f"+ replay into the image {l2 - l1:.2f}; decode_record alone {decode_s:.2f})"
+    )
+
+
+def image_memory(partitions: int) -> None:
+    """Bytes the Python heap holds per partition of a loaded image (tracemalloc)."""
+    values = list(iter_image_values(build_image(partitions)))
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    image = replay_all(MetadataImage.EMPTY, (decode_record(v) for v in values), offset=1)
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    n_parts = sum(len(t.partitions) for t in image.topics_by_id.values())
+    print(
+        f"metadata image memory: {held / n_parts:.0f} B/partition "
+        f"({held / 1e6:.1f} MB for {n_parts} partitions, tracemalloc)"
     )
 
 
@@ -359,15 +389,23 @@ def main() -> None:
     ap.add_argument("--ports", help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     ap.add_argument("--skip-snapshot", action="store_true")
+    ap.add_argument("--snapshot-only", action="store_true", help="only the snapshot figures")
+    ap.add_argument("--memory-partitions", type=int, default=100_000)
     args = ap.parse_args()
     if args.quorum_node:  # a child process of bench_quorum
         ports = [int(p) for p in args.ports.split(",")]
         asyncio.run(_quorum_node(args.quorum_node, ports, args.dir, args.records))
         return
-    bench_quorum(args.quorum_records)
-    bench_commit(args.records, args.batch)
+    load1, load5, _ = os.getloadavg()
+    print(f"machine: {os.cpu_count()} CPUs, load average {load1:.2f} (1 min) {load5:.2f} (5 min)")
+    if not args.snapshot_only:
+        bench_quorum(args.quorum_records)
+        bench_commit(args.records, args.batch)
     if not args.skip_snapshot:
         bench_snapshot(args.partitions)
+        image_memory(args.memory_partitions)
+    load1, load5, _ = os.getloadavg()
+    print(f"machine at the end: load average {load1:.2f} (1 min) {load5:.2f} (5 min)")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
-from riverbed.metadata.records import METADATA_VERSION_FEATURE, ResourceType
+from riverbed.metadata.records import METADATA_VERSION_FEATURE, ResourceType, encode_record
+from riverbed.protocol.fastpath import fast
 from riverbed.protocol.messages import (
     AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
@@ -64,6 +65,9 @@ class MetadataReplayError(ValueError):
     """A record that does not fit the image it is replayed into (a corrupt or foreign log)."""
 
 
+_new_tuple = tuple.__new__
+
+
 def _frozen(d: dict[K, V]) -> Mapping[K, V]:
     return MappingProxyType(d)
 
@@ -72,7 +76,11 @@ class PartitionRegistration(NamedTuple):
     """One partition's assignment and leadership (immutable).
 
     A NamedTuple rather than a frozen dataclass: images hold one per partition (a million
-    in a large cluster) and tuple construction is several times cheaper on replay."""
+    in a large cluster) and tuple construction is several times cheaper on replay. Replay
+    builds them with the C fast path when it is there (``_fastpath.registration``: equal
+    to ``from_record``'s, and untracked by the garbage collector, which never untracks a
+    tuple subclass by itself: a million tracked registrations made every full collection
+    walk them all)."""
 
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
@@ -84,16 +92,30 @@ class PartitionRegistration(NamedTuple):
     partition_epoch: int = 0
 
     @classmethod
-    def from_record(cls, rec: PartitionRecord) -> PartitionRegistration:
-        return cls(
-            tuple(rec.replicas),
-            tuple(rec.isr),
-            tuple(rec.removing_replicas) if rec.removing_replicas else (),
-            tuple(rec.adding_replicas) if rec.adding_replicas else (),
-            rec.leader,
-            rec.leader_recovery_state,
-            rec.leader_epoch,
-            rec.partition_epoch,
+    def from_record(
+        cls, rec: PartitionRecord, shared: dict[tuple[int, ...], tuple[int, ...]] | None = None
+    ) -> PartitionRegistration:
+        """The registration a PartitionRecord makes. With ``shared``, equal replica lists
+        become one tuple object: a cluster has few distinct replica sets and many
+        partitions (10 brokers, replication factor 3: 720), which halves an image's
+        memory per partition."""
+        replicas, isr = tuple(rec.replicas), tuple(rec.isr)
+        if shared is not None:
+            replicas = shared.setdefault(replicas, replicas)
+            isr = shared.setdefault(isr, isr)
+        # tuple.__new__ skips NamedTuple's Python-level __new__ (a replay makes millions)
+        return _new_tuple(
+            cls,
+            (
+                replicas,
+                isr,
+                tuple(rec.removing_replicas) if rec.removing_replicas else (),
+                tuple(rec.adding_replicas) if rec.adding_replicas else (),
+                rec.leader,
+                rec.leader_recovery_state,
+                rec.leader_epoch,
+                rec.partition_epoch,
+            ),
         )
 
     def merge(self, change: PartitionChangeRecord) -> PartitionRegistration:
@@ -279,6 +301,12 @@ class MetadataDelta:
         self.changed_topics: set[uuid.UUID] = set()
         self.deleted_topics: dict[uuid.UUID, TopicImage] = {}
         self._registered: set[int] = set()  # brokers whose RegisterBrokerRecord is here
+        # The partitions of the topic of the last partition record, by its id object: a
+        # topic's records come one after another (a snapshot's million in runs of their
+        # topic's partitions), and hashing a UUID runs Python code.
+        self._last_topic_id: uuid.UUID | None = None
+        self._last_parts: dict[int, PartitionRegistration] = {}
+        self._shared: dict[tuple[int, ...], tuple[int, ...]] = {}  # replica tuples, shared
 
     # ----- copy-on-write accessors
     def _topics_w(self) -> dict[uuid.UUID, TopicImage]:
@@ -291,6 +319,15 @@ class MetadataDelta:
         if self._names is None:
             self._names = {name: t.topic_id for name, t in self.base.topics_by_name.items()}
         return self._names
+
+    def _changed_partitions(self, topic_id: uuid.UUID) -> dict[int, PartitionRegistration]:
+        """``_partitions_w(topic_id)``, the topic marked changed."""
+        if topic_id is self._last_topic_id:
+            return self._last_parts
+        parts = self._partitions_w(topic_id)
+        self.changed_topics.add(topic_id)
+        self._last_topic_id, self._last_parts = topic_id, parts
+        return parts
 
     def _partitions_w(self, topic_id: uuid.UUID) -> dict[int, PartitionRegistration]:
         parts = self._partitions.get(topic_id)
@@ -334,22 +371,25 @@ class MetadataDelta:
         names[rec.name] = rec.topic_id
         self._partitions[rec.topic_id] = {}
         self.changed_topics.add(rec.topic_id)
+        self._last_topic_id = None
 
     def _partition_record(self, rec: PartitionRecord) -> None:
         if rec.partition_id < 0:
             raise MetadataReplayError(f"PartitionRecord with partition id {rec.partition_id}")
-        self._partitions_w(rec.topic_id)[rec.partition_id] = PartitionRegistration.from_record(rec)
-        self.changed_topics.add(rec.topic_id)
+        parts = self._changed_partitions(rec.topic_id)
+        reg = None if fast is None else fast.registration(PartitionRegistration, self._shared, rec)
+        if reg is None:
+            reg = PartitionRegistration.from_record(rec, self._shared)
+        parts[rec.partition_id] = reg
 
     def _partition_change_record(self, rec: PartitionChangeRecord) -> None:
-        parts = self._partitions_w(rec.topic_id)
+        parts = self._changed_partitions(rec.topic_id)
         current = parts.get(rec.partition_id)
         if current is None:
             raise MetadataReplayError(
                 f"PartitionChangeRecord for unknown partition {rec.topic_id}-{rec.partition_id}"
             )
         parts[rec.partition_id] = current.merge(rec)
-        self.changed_topics.add(rec.topic_id)
 
     def _remove_topic_record(self, rec: RemoveTopicRecord) -> None:
         topics = self._topics_w()
@@ -357,6 +397,7 @@ class MetadataDelta:
         if topic is None:
             raise MetadataReplayError(f"RemoveTopicRecord for unknown topic id {rec.topic_id}")
         self._partitions.pop(rec.topic_id, None)
+        self._last_topic_id = None
         self._names_w().pop(topic.name, None)
         self.changed_topics.discard(rec.topic_id)
         self.deleted_topics[rec.topic_id] = topic
@@ -577,6 +618,36 @@ def image_to_records(image: MetadataImage) -> list[Message]:
 
 def iter_image_records(image: MetadataImage) -> Iterator[Message]:
     """`image_to_records` lazily: safe on any thread, since the image never changes."""
+    yield from _head_records(image)
+    for topic in sorted(image.topics_by_id.values(), key=lambda t: t.name):
+        yield TopicRecord(name=topic.name, topic_id=topic.topic_id)
+        for index in sorted(topic.partitions):
+            yield topic.partitions[index].to_record(topic.topic_id, index)
+    yield from _tail_records(image)
+
+
+def iter_image_values(image: MetadataImage) -> Iterator[bytes]:
+    """``encode_record(r) for r in iter_image_records(image)``, the same bytes: a
+    snapshot's values. The partitions (nearly all of a large image) are encoded straight
+    from their registrations by the C fast path (``riverbed.protocol.fastpath``), without
+    a PartitionRecord object each; without it, or for a registration it does not take,
+    through the record."""
+    for record in _head_records(image):
+        yield encode_record(record)
+    encode_partition = fast.encode_partition if fast is not None else None
+    for topic in sorted(image.topics_by_id.values(), key=lambda t: t.name):
+        topic_id, parts = topic.topic_id, topic.partitions
+        yield encode_record(TopicRecord(name=topic.name, topic_id=topic_id))
+        for index in sorted(parts):
+            part = parts[index]
+            value = None if encode_partition is None else encode_partition(index, topic_id, *part)
+            yield encode_record(part.to_record(topic_id, index)) if value is None else value
+    for record in _tail_records(image):
+        yield encode_record(record)
+
+
+def _head_records(image: MetadataImage) -> Iterator[Message]:
+    """Features, brokers and the producer id block: what comes before the topics."""
     features = dict(image.features)
     # New logs and snapshots begin with metadata.version (see FeatureLevelRecord.json).
     if METADATA_VERSION_FEATURE in features:
@@ -597,10 +668,10 @@ def iter_image_records(image: MetadataImage) -> Iterator[Message]:
                 broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id
             )
         )
-    for topic in sorted(image.topics_by_id.values(), key=lambda t: t.name):
-        yield TopicRecord(name=topic.name, topic_id=topic.topic_id)
-        for index in sorted(topic.partitions):
-            yield topic.partitions[index].to_record(topic.topic_id, index)
+
+
+def _tail_records(image: MetadataImage) -> Iterator[Message]:
+    """SCRAM credentials, ACLs and configs: what comes after the topics."""
     for (user, mechanism), cred in sorted(image.scram_credentials.items()):
         yield UserScramCredentialRecord(
             name=user,

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Callable
 
 from riverbed.metadata.config_defs import ConfigSource
 from riverbed.protocol.messages import Message
+from riverbed.protocol.metadata_records import decode_metadata_record, encode_metadata_record
 from riverbed.raft.wire import METADATA_TOPIC_ID
 from riverbed.storage.layout import METADATA_PARTITION, METADATA_TOPIC
 
@@ -70,52 +70,14 @@ class ResourceType(enum.IntEnum):
     GROUP = 32
 
 
-def _encode_frame(msg: Message, version: int) -> bytes:
-    from riverbed.protocol.messages import encode, message_spec
-    from riverbed.protocol.primitives import encode_uvarint
-
-    api_key = message_spec(msg).api_key
-    assert api_key is not None, f"{type(msg).__name__} is not a metadata record"
-    head = encode_uvarint(FRAME_VERSION) + encode_uvarint(api_key) + encode_uvarint(version)
-    return head + encode(msg, version)
-
-
-def _decode_frame(data: bytes) -> tuple[Message, int]:
-    from riverbed.protocol.exceptions import ProtocolError
-    from riverbed.protocol.messages import decode, metadata_record_class
-    from riverbed.protocol.primitives import Reader
-
-    reader = Reader(data)
-    frame = reader.uvarint("frameVersion")
-    if frame != FRAME_VERSION:
-        raise ProtocolError(f"unknown metadata record frame version {frame}")
-    api_key = reader.uvarint("apiKey")
-    version = reader.uvarint("version")
-    cls = metadata_record_class(api_key)
-    return decode(cls, data[reader.pos :], version), version
-
-
-def _codec() -> tuple[Callable[[Message, int], bytes], Callable[[bytes], tuple[Message, int]]]:
-    # The protocol layer owns Kafka's metadata framing; the local fallback is the same
-    # three uvarints, used only while that module is absent.
-    try:
-        from riverbed.protocol.metadata_records import (
-            decode_metadata_record,
-            encode_metadata_record,
-        )
-    except ImportError:
-        return _encode_frame, _decode_frame
-    return encode_metadata_record, decode_metadata_record
-
-
 def encode_record(msg: Message) -> bytes:
     name = type(msg).__name__
     version = RECORD_VERSIONS.get(name)
     if version is None:
         raise ValueError(f"riverbed does not write metadata record {name}")
-    return _codec()[0](msg, version)
+    return encode_metadata_record(msg, version)
 
 
 def decode_record(data: bytes) -> Message:
     """Decode one framed record (raises ProtocolError on bad bytes)."""
-    return _codec()[1](data)[0]
+    return decode_metadata_record(data)[0]

@@ -34,7 +34,7 @@ from riverbed.protocol.messages import (
     encode,
 )
 from riverbed.protocol.record_batch import LOG_OVERHEAD, BatchHeader, iter_batches
-from riverbed.protocol.records import SimpleRecord, build_batch, iter_records
+from riverbed.protocol.records import batch_values, build_values_batch, iter_records
 from riverbed.raft.messages import SnapshotId
 
 SNAPSHOT_BATCH_BYTES_MAX = 1024 * 1024  # values per data batch (Kafka writes ~8 KiB-1 MiB)
@@ -95,13 +95,13 @@ def iter_snapshot_chunks(
         partition_leader_epoch=epoch,
     )
     offset = 1
-    pending: list[SimpleRecord] = []
+    pending: list[bytes] = []
     size = 0
     for value in records:
-        pending.append(SimpleRecord(value))
+        pending.append(value)
         size += len(value)
         if size >= snapshot_batch_bytes_max:
-            yield build_batch(
+            yield build_values_batch(
                 pending,
                 base_offset=offset,
                 compression=compression,
@@ -111,7 +111,7 @@ def iter_snapshot_chunks(
             offset += len(pending)
             pending, size = [], 0
     if pending:
-        yield build_batch(
+        yield build_values_batch(
             pending,
             base_offset=offset,
             compression=compression,
@@ -193,10 +193,14 @@ def read_snapshot(
         if is_control:
             raise SnapshotFormatError(f"snapshot: unexpected control batch at byte {start}")
         try:
-            for rec in iter_records(bytes(buf[start:end]), verify=False):
-                if rec.value is None:
-                    raise SnapshotFormatError(f"snapshot: null record value at offset {rec.offset}")
-                out.append(rec.value)
+            values = batch_values(bytes(buf[start:end]), verify=False)  # CRC checked above
+            if None in values:
+                for rec in iter_records(bytes(buf[start:end]), verify=False):
+                    if rec.value is None:
+                        raise SnapshotFormatError(
+                            f"snapshot: null record value at offset {rec.offset}"
+                        )
         except ProtocolError as exc:
             raise SnapshotFormatError(f"snapshot batch at byte {start}: {exc}") from None
+        out.extend(values)  # type: ignore[arg-type]  # no None in values: checked above
     return SnapshotContents(header.last_contained_log_timestamp, out)

@@ -242,12 +242,13 @@ class LocalMetadataLog:
         return self._segments[0]
 
     # ----- reading
-    def _snapshot_records(self, sid: SnapshotId) -> list[Message]:
+    def _snapshot_records(self, sid: SnapshotId) -> Iterator[Message]:
         try:
             contents = read_snapshot(self.snapshots.read_all(sid))
         except (OSError, SnapshotFormatError) as exc:
             raise MetadataLogError(f"metadata snapshot {sid.file_stem()}: {exc}") from exc
-        return [decode_record(value) for value in contents.records]
+        # decoded as the caller replays them: a million decoded records never exist at once
+        return (decode_record(value) for value in contents.records)
 
     def read_committed(self) -> Iterator[tuple[int, Message]]:
         snap = self.latest_snapshot

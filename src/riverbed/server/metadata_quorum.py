@@ -7,7 +7,7 @@ in whole batches, so every image a replica publishes is the replay of whole oper
 `MetadataStateMachine` is the driver's state machine: committed entries (decoded with
 `decode_record`; LeaderChange control entries skipped) and snapshots flow into the
 `MetadataService` through the same replay path as the local log; the snapshot the Raft node
-asks for is `image_to_records(image)`.
+asks for is `iter_image_values(image)` (the encoded records of `image_to_records(image)`).
 
 The active controller commits through the service (`create_topics`, ...): the records come
 back through `apply` before `append` returns, so the service does not replay them twice
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from riverbed.metadata.image import iter_image_records
+from riverbed.metadata.image import iter_image_values
 from riverbed.metadata.records import decode_record, encode_record
 from riverbed.protocol.messages import Message
 from riverbed.raft.messages import Entry, EntryKind, SnapshotId
@@ -44,10 +44,11 @@ class MetadataStateMachine:
     def snapshot_records(self) -> Iterator[bytes]:
         # Taken now, consumed later (maybe on a worker thread): the image is immutable.
         image = self.service.image
-        return (encode_record(r) for r in iter_image_records(image))
+        return iter_image_values(image)
 
     def load_snapshot(self, snapshot_id: SnapshotId, records: list[bytes]) -> None:
-        self.service.load_snapshot([decode_record(v) for v in records], snapshot_id.end_offset)
+        # decoded as replayed: a million decoded records never exist at once
+        self.service.load_snapshot((decode_record(v) for v in records), snapshot_id.end_offset)
 
 
 class RaftMetadataLog:

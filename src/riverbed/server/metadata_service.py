@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn, cast
 
 from riverbed.metadata.controller import Controller, ControllerResult
@@ -164,7 +164,7 @@ class MetadataService:
         if replayed:
             self._publish(delta, last)
 
-    def load_snapshot(self, records: Sequence[Message], end_offset: int) -> None:
+    def load_snapshot(self, records: Iterable[Message], end_offset: int) -> None:
         """Replace the image by a snapshot's (every record below `end_offset`); a record
         that fails to replay latches the service as in `apply_committed`."""
         self._check_not_failed()

@@ -38,12 +38,20 @@ from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
     FindCoordinatorRequest,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
     Message,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
 )
 from riverbed.testing.cluster import scaled_s
 from riverbed.testing.secure import (
@@ -53,7 +61,14 @@ from riverbed.testing.secure import (
     start_secure_broker,
 )
 
-USERS = {"admin": "admin-secret", "erin": "erin-pw", "frank": "frank-pw", "ivy": "ivy-pw"}
+USERS = {
+    "admin": "admin-secret",
+    "erin": "erin-pw",
+    "frank": "frank-pw",
+    "ivy": "ivy-pw",
+    "jo": "jo-pw",
+    "kim": "kim-pw",
+}
 SCRAM_USERS = {"gina": ("SCRAM-SHA-256", "gina-pw")}
 TIMEOUT_S = 30
 _ids = itertools.count()
@@ -196,8 +211,8 @@ def test_offset_commit_answers_each_topic_under_the_group(secure: SecureBroker) 
     group = f"frank-group-{next(_ids)}"
     R = OffsetCommitRequest
 
-    def commit() -> Message:
-        return _ask(secure, "frank", R(
+    def commit(user: str = "frank") -> Message:
+        return _ask(secure, user, R(
             group_id=group, generation_id_or_member_epoch=-1, member_id="",
             topics=[R.OffsetCommitRequestTopic(name=t, partitions=[
                 R.OffsetCommitRequestPartition(partition_index=0, committed_offset=0)
@@ -217,6 +232,14 @@ def test_offset_commit_answers_each_topic_under_the_group(secure: SecureBroker) 
         found = _ask(secure, "frank", FindCoordinatorRequest(key_type=0, coordinator_keys=[group]))
         errors = _errors(commit())
     assert errors == {mine: OK, theirs: TOPIC_DENIED}, found
+    assert _errors(commit("admin")) == {mine: OK, theirs: OK}
+    # fetching all of the group's offsets shows only the topics the principal may describe
+    F = OffsetFetchRequest
+    fetch_all = F(groups=[F.OffsetFetchRequestGroup(group_id=group, topics=None)])
+    for user, shown in (("frank", {mine}), ("admin", {mine, theirs})):
+        fetched = _ask(secure, user, fetch_all)
+        assert isinstance(fetched, OffsetFetchResponse)
+        assert {t.name for t in fetched.groups[0].topics} == shown
 
 
 def test_describe_groups_answers_each_group(secure: SecureBroker) -> None:
@@ -280,3 +303,55 @@ def test_authorized_operations_of_topics_cluster_and_groups(secure: SecureBroker
         "CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE",
         "ALTER", "DESCRIBE",
     }  # fmt: skip
+
+
+# --- transactional ids ----------------------------------------------------------------------
+
+
+def _committed_transaction(secure: SecureBroker, txn_id: str, topic: str) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer(_client(secure, None) | {"transactional.id": txn_id})
+    producer.init_transactions(TIMEOUT_S)
+    producer.begin_transaction()
+    producer.produce(topic, b"v")
+    producer.commit_transaction(TIMEOUT_S)
+
+
+def test_transactions_listed_and_described_only_with_describe(secure: SecureBroker) -> None:
+    (topic,) = _topics(secure, "jo-txn-")
+    n = next(_ids)
+    mine, theirs = f"jo-tx-{n}", f"other-tx-{n}"
+    for txn_id in (mine, theirs):
+        _committed_transaction(secure, txn_id, topic)
+    _allow(secure, ResourceType.TRANSACTIONAL_ID, "jo-tx-", "jo", AclOperation.DESCRIBE,
+           ResourcePatternType.PREFIXED)  # fmt: skip
+    listed = _ask(secure, "jo", ListTransactionsRequest())
+    assert isinstance(listed, ListTransactionsResponse) and listed.error_code == 0
+    ids = {t.transactional_id for t in listed.transaction_states}
+    assert mine in ids and theirs not in ids
+    everything = _ask(secure, "admin", ListTransactionsRequest())
+    assert isinstance(everything, ListTransactionsResponse)
+    assert {mine, theirs} <= {t.transactional_id for t in everything.transaction_states}
+    described = _ask(secure, "jo", DescribeTransactionsRequest(transactional_ids=[mine, theirs]))
+    assert isinstance(described, DescribeTransactionsResponse)
+    assert {(t.transactional_id, t.error_code) for t in described.transaction_states} == {
+        (mine, OK),
+        (theirs, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+    }
+
+
+def test_idempotent_producer_needs_idempotent_write_or_some_topic_write(
+    secure: SecureBroker,
+) -> None:
+    def init() -> int:
+        answer = _ask(secure, "kim", InitProducerIdRequest(
+            transactional_id=None, transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1
+        ))  # fmt: skip
+        assert isinstance(answer, InitProducerIdResponse)
+        return answer.error_code
+
+    assert init() == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    (topic,) = _topics(secure, "kim-")
+    _allow(secure, ResourceType.TOPIC, topic, "kim", AclOperation.WRITE)
+    assert init() == OK

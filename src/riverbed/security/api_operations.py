@@ -27,6 +27,7 @@ Kafka answers those APIs per topic / group / resource:
   (a broker's verify-only batch: CLUSTER_ACTION); AddOffsetsToTxn: WRITE transactional
   id, READ group; EndTxn: WRITE transactional id; TxnOffsetCommit: WRITE transactional
   id, READ group, READ each topic; DescribeTransactions: DESCRIBE transactional id;
+  ListTransactions: filtered by DESCRIBE transactional id;
   DescribeProducers: READ topic;
 - cluster-wide: DescribeAcls, DescribeLogDirs, ListPartitionReassignments,
   DescribeUserScramCredentials, DescribeQuorum: DESCRIBE cluster; CreateAcls, DeleteAcls,
@@ -212,8 +213,14 @@ def _configs(op: int) -> Rule:
 
 
 def _init_producer_id(req: Any, names: TopicNames) -> list[Check]:
+    """Kafka 4.x: WRITE on the transactional id (and TWO_PHASE_COMMIT on it for a KIP-939
+    two-phase-commit producer); an idempotent producer IDEMPOTENT_WRITE on the cluster
+    or WRITE on some topic (KIP-679: WRITE is enough)."""
     if req.transactional_id:
-        return [check(X, req.transactional_id, Op.WRITE)]
+        checks = [check(X, req.transactional_id, Op.WRITE)]
+        if req.enable2_pc:
+            checks.append(check(X, req.transactional_id, Op.TWO_PHASE_COMMIT))
+        return checks
     return [
         Check(
             (Action(C, CLUSTER_NAME, Op.IDEMPOTENT_WRITE), Action(T, ANY_RESOURCE, Op.WRITE)),
@@ -290,7 +297,7 @@ RULES: dict[int, Rule] = {
     ApiKey.DESCRIBE_TRANSACTIONS: lambda r, n: each(
         X, Op.DESCRIBE, "transactional_ids", r.transactional_ids
     ),
-    ApiKey.LIST_TRANSACTIONS: nothing,  # lists only what the principal may describe: TODO
+    ApiKey.LIST_TRANSACTIONS: nothing,  # filtered: ids the principal may not DESCRIBE
     ApiKey.ELECT_LEADERS: cluster(Op.ALTER),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: cluster(Op.ALTER),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: cluster(Op.DESCRIBE),

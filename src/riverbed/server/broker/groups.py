@@ -373,6 +373,7 @@ async def _verify_txn_commit(
 
 def _fetch_group(
     broker: Broker,
+    ctx: RequestContext,
     group_id: str,
     topics: Sequence[OffsetFetchTopics] | None,
     member: tuple[str | None, int] = (None, -1),
@@ -380,7 +381,9 @@ def _fetch_group(
 ) -> OffsetFetchResponse.OffsetFetchResponseGroup:
     """One group's offsets; ``member`` (OffsetFetch v9+: member id, epoch) is checked
     against a KIP-848 group; ``require_stable`` (v7+): partitions with pending
-    transactional offsets answer UNSTABLE_OFFSET_COMMIT."""
+    transactional offsets answer UNSTABLE_OFFSET_COMMIT. All topics (``topics`` None):
+    only those the principal may DESCRIBE (Kafka filters them; named ones are checked
+    before, `riverbed.security.api_operations`)."""
     wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
     try:
         _partition, shard = broker.groups.shard_of(group_id)
@@ -393,7 +396,15 @@ def _fetch_group(
         return OffsetFetchResponse.OffsetFetchResponseGroup(
             group_id=group_id, topics=[], error_code=int(code)
         )
-    return shard.offset_fetch(group_id, wanted, require_stable)
+    fetched = shard.offset_fetch(group_id, wanted, require_stable)
+    if topics is None and broker.authz is not None:
+        image, authz = broker.metadata.image, broker.authz
+        fetched.topics = [
+            t
+            for t in fetched.topics
+            if authz.may(image, ctx, Op.DESCRIBE, ResourceType.TOPIC, t.name)
+        ]
+    return fetched
 
 
 async def handle_offset_fetch(
@@ -404,11 +415,11 @@ async def handle_offset_fetch(
     stable = ctx.header.api_version >= 7 and req.require_stable
     if ctx.header.api_version >= 8:
         groups = [
-            _fetch_group(broker, g.group_id, g.topics, (g.member_id, g.member_epoch), stable)
+            _fetch_group(broker, ctx, g.group_id, g.topics, (g.member_id, g.member_epoch), stable)
             for g in req.groups or []
         ]
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups, topics=[], error_code=0)
-    one = _fetch_group(broker, req.group_id, req.topics, require_stable=stable)
+    one = _fetch_group(broker, ctx, req.group_id, req.topics, require_stable=stable)
     if one.error_code and ctx.header.api_version < 2:
         # v0/v1 have no top-level error: every requested partition carries it
         return error_response(

@@ -32,6 +32,8 @@ from riverbed.protocol.messages import (
     ListTransactionsRequest,
     ListTransactionsResponse,
 )
+from riverbed.security.acl import AclOperation as Op
+from riverbed.security.acl import ResourceType
 from riverbed.server.network import RequestContext
 from riverbed.transaction.api import ListFilter, PartitionsResult, Result, TxnResult
 from riverbed.transaction.records import TopicPartition
@@ -290,6 +292,10 @@ async def handle_list_transactions(
     code, listed, unknown = shell.core.list(f, shell.now_ms())
     if code == E.NONE and shell.loading():
         code = E.COORDINATOR_LOAD_IN_PROGRESS
+    if broker.authz is not None:  # Kafka: only the ids the principal may DESCRIBE
+        image, authz = broker.metadata.image, broker.authz
+        X = ResourceType.TRANSACTIONAL_ID
+        listed = [t for t in listed if authz.may(image, ctx, Op.DESCRIBE, X, t.transactional_id)]
     return R(
         throttle_time_ms=0,
         error_code=int(code),

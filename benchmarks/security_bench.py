@@ -24,8 +24,9 @@ from riverbed.testing.secure_clients import Wire, librdkafka_config
 SCRAM = {"bench": ("SCRAM-SHA-512", "bench-pw")}
 
 
-def _throughput(conf: dict[str, str], topic: str, records: int, size: int) -> tuple[float, float]:
-    from confluent_kafka import Consumer, Producer
+def produce_seconds(conf: dict[str, str], topic: str, records: int, size: int) -> float:
+    """Seconds for confluent-kafka to produce ``records`` of ``size`` bytes (acks=1)."""
+    from confluent_kafka import Producer
 
     value = b"x" * size
     producer = Producer(conf | {"acks": "1", "linger.ms": "5", "batch.size": "262144"})
@@ -38,7 +39,13 @@ def _throughput(conf: dict[str, str], topic: str, records: int, size: int) -> tu
             except BufferError:
                 producer.poll(0.01)
     producer.flush(120)
-    produce_s = time.perf_counter() - started
+    return time.perf_counter() - started
+
+
+def _throughput(conf: dict[str, str], topic: str, records: int, size: int) -> tuple[float, float]:
+    from confluent_kafka import Consumer
+
+    produce_s = produce_seconds(conf, topic, records, size)
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
     consumer = Consumer(conf | {"group.id": f"bench-{topic}", "fetch.max.bytes": "52428800"})

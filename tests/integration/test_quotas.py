@@ -1,5 +1,6 @@
 """Issue 20, client quotas: two real confluent-kafka producers on one broker, one held to
-1 MiB/s by a client-id quota set with ``riverbed quotas alter``, the other unaffected.
+1 MiB/s by a client-id quota set with ``riverbed quotas alter``, the other unaffected;
+and an address's connection creation rate.
 
 The broker keeps 2 quota samples of 1 s (``quota.window.num=2``, as Kafka's own quota
 tests): with Kafka's default 11 the rate of a new sensor is taken over 10 s, so a client
@@ -15,6 +16,7 @@ import contextlib
 import io
 import json
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +26,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from riverbed.cli.main import main
+from riverbed.protocol.api_versions import ApiKey
+from riverbed.protocol.headers import RequestHeader, encode_request
+from riverbed.protocol.messages import ApiVersionsRequest
 from riverbed.testing.cluster import BrokerProcess, scaled_s
 
 QUOTA_BYTES_PER_S = 1024 * 1024
@@ -125,3 +130,41 @@ def test_a_client_id_quota_throttles_only_that_client(quota_broker: BrokerProces
     print(f"slow {slow_rate / 2**20:.2f} MiB/s, fast {fast_rate / 2**20:.2f} MiB/s")
     assert 0.6 * QUOTA_BYTES_PER_S <= slow_rate <= 1.4 * QUOTA_BYTES_PER_S
     assert fast_rate > 3 * slow_rate
+
+
+def _api_versions_answered(bootstrap: str, source_ip: str) -> bool:
+    """Connect from ``source_ip`` (another loopback address) and ask ApiVersions: True
+    when answered, False when the broker closes the connection instead."""
+    host, port = bootstrap.rsplit(":", 1)
+    header = RequestHeader(int(ApiKey.API_VERSIONS), 0, 1, "conn")
+    with socket.create_connection(
+        (host, int(port)), timeout=scaled_s(15), source_address=(source_ip, 0)
+    ) as sock:
+        try:
+            sock.sendall(encode_request(header, ApiVersionsRequest()))
+            return len(sock.recv(4)) == 4
+        except ConnectionError:
+            return False
+
+
+def test_connection_creation_rate_of_one_address(quota_broker: BrokerProcess) -> None:
+    """KIP-612: an ip entity's connection_creation_rate; connections over it are closed
+    (after the throttle), those of another address are not."""
+    bootstrap = quota_broker.bootstrap
+    riverbed_cli(
+        "quotas",
+        "alter",
+        "-b",
+        bootstrap,
+        "--entity-type",
+        "ips",
+        "--entity-name",
+        "127.0.0.3",
+        "--add-config",
+        "connection_creation_rate=3",
+    )
+    # 2 samples of 1 s: the first window holds 3 connections
+    answered = [_api_versions_answered(bootstrap, "127.0.0.3") for _ in range(8)]
+    assert answered[:3] == [True] * 3
+    assert answered.count(False) >= 3
+    assert all(_api_versions_answered(bootstrap, "127.0.0.2") for _ in range(8))

@@ -27,6 +27,10 @@ is ``samples * window`` old is reset; the rate is the sum over the samples divid
 elapsed time since the oldest sample's start, taken as at least ``samples - 1`` full
 windows ("N-1 complete windows plus whatever fraction of the final window is complete").
 
+Connections (KIP-612, ``connection_creation_rate`` of an ``ip`` entity or the default ip
+entity): each new connection from an address is recorded as 1; over the rate it is taken
+back and the connection refused for the throttle time (bounded by one window).
+
 Throttle (Kafka's QuotaUtils.throttleTime), after recording the value: when the measured
 rate is above the bound, ``round((rate - bound) / bound * window_ms)``, the time after
 which the rate over the window is back at the bound. Request-time quotas bound it by one
@@ -35,6 +39,7 @@ window (ClientRequestQuotaManager: ``boundedThrottleTime``).
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -268,7 +273,7 @@ class ClientQuotaManager:
         self.sensors_max = sensors_max
         self._sensors: dict[tuple[str, str], RateSensor] = {}
 
-    def _sensor(self, tags: tuple[str, str], now_ms: int) -> RateSensor:
+    def sensor(self, tags: tuple[str, str], now_ms: int) -> RateSensor:
         sensor = self._sensors.get(tags)
         if sensor is None:
             if len(self._sensors) >= self.sensors_max:
@@ -290,7 +295,7 @@ class ClientQuotaManager:
         bound = book.limit(tags)
         if bound is None:
             return 0
-        sensor = self._sensor(tags, now_ms)
+        sensor = self.sensor(tags, now_ms)
         sensor.record(value, now_ms)
         rate = sensor.rate(now_ms)
         if rate <= bound:
@@ -307,7 +312,7 @@ class ClientQuotaManager:
         if book.enabled:
             tags = book.metric_tags(user, client_id)
             if book.limit(tags) is not None:
-                self._sensor(tags, now_ms).record(-value, now_ms)
+                self.sensor(tags, now_ms).record(-value, now_ms)
 
     def max_value_in_window(self, book: QuotaBook, user: str, client_id: str) -> float | None:
         """Kafka's getMaxValueInQuotaWindow: what one window of ``samples - 1`` windows
@@ -322,3 +327,69 @@ class ClientQuotaManager:
     @property
     def sensor_count(self) -> int:
         return len(self._sensors)
+
+
+def canonical_ip(address: str) -> str:
+    """One spelling per address (an IPv4-mapped IPv6 address as its IPv4 form)."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ip)
+
+
+@dataclass(frozen=True, slots=True)
+class IpQuotaBook:
+    """``connection_creation_rate`` by address (Kafka's ConnectionQuotas.connectionRateForIp:
+    the address's own entity, else the default ip entity, else unlimited)."""
+
+    rates: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    default: float | None = None
+
+    @staticmethod
+    def of(quotas: Mapping[QuotaEntity, Mapping[str, float]]) -> IpQuotaBook:
+        rates: dict[str, float] = {}
+        default = None
+        for entity, values in quotas.items():
+            rate = values.get(CONNECTION_CREATION_RATE)
+            if rate is None or len(entity) != 1 or entity[0][0] != IP:
+                continue
+            name = entity[0][1]
+            if name is None:
+                default = rate
+            else:
+                rates[canonical_ip(name)] = rate
+        return IpQuotaBook(MappingProxyType(rates), default)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.rates) or self.default is not None
+
+    def limit(self, address: str) -> float | None:
+        return self.rates.get(canonical_ip(address), self.default)
+
+
+class ConnectionRateQuotas:
+    """Kafka's per-address connection creation rate (KIP-612): a new connection is
+    recorded; over the rate it is taken back and refused for the throttle time, bounded
+    by one window (ConnectionQuotas.recordIpConnectionMaybeThrottle)."""
+
+    def __init__(self, windows: QuotaWindows | None = None, sensors_max: int = QUOTA_SENSORS_MAX):
+        self._manager = ClientQuotaManager(windows, sensors_max=sensors_max)
+        self.windows = self._manager.windows
+
+    def record(self, book: IpQuotaBook, address: str, now_ms: int) -> int:
+        limit = book.limit(address) if book.enabled else None
+        if limit is None:
+            return 0
+        ip = canonical_ip(address)
+        sensor = self._manager.sensor((ip, ""), now_ms)
+        sensor.record(1.0, now_ms)
+        rate = sensor.rate(now_ms)
+        if rate <= limit:
+            return 0
+        sensor.record(-1.0, now_ms)  # not accepted: not counted
+        throttle = throttle_time_ms(rate, limit, sensor.window_size_ms(now_ms))
+        return min(throttle, self.windows.window_ms)

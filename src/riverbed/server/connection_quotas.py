@@ -10,6 +10,11 @@
 - The inter-broker listener is protected from the broker-wide limit when the server has
   more than one listener (only its own listener limit applies), as in Kafka.
 
+- ``connection_creation_rate`` (KIP-612, client quotas of ``ip`` entities): ``rate_throttle``
+  (set by the broker) says how long a new connection from an address over its rate is
+  throttled; such a connection is not counted and is closed after that time (Kafka's
+  delayed close of a throttled socket), so a reconnect storm slows only its own address.
+
 In KRaft Kafka the controller listeners are served by a socket server of their own with
 its own quotas; riverbed's node does the same by giving controller listeners a separate
 `ConnectionQuotas`.
@@ -18,11 +23,12 @@ its own quotas; riverbed's node does the same by giving controller listeners a s
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import resource
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+
+from riverbed.security.client_quotas import canonical_ip
 
 log = logging.getLogger(__name__)
 
@@ -30,15 +36,9 @@ log = logging.getLogger(__name__)
 CONNECTIONS_UNLIMITED = 2**31 - 1
 
 
-def normalize_ip(address: str) -> str:
-    """One spelling per address (an IPv4-mapped IPv6 peer counts as its IPv4 address)."""
-    try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
-        return address
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return str(ip.ipv4_mapped)
-    return str(ip)
+#: One spelling per address (an IPv4-mapped IPv6 peer counts as its IPv4 address); the
+#: client quotas' ip entities are matched with the same rule.
+normalize_ip = canonical_ip
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,9 @@ class ConnectionQuotas:
         self._per_listener: dict[str, int] = {}
         # set whenever a connection closes: blocked acceptors re-check their slot
         self._closed = asyncio.Event()
+        #: address -> throttle (ms) of a new connection from it (connection_creation_rate);
+        #: None: no connection rate quotas (controller listeners, as Kafka's)
+        self.rate_throttle: Callable[[str], int] | None = None
 
     def add_listener(self, listener: str) -> None:
         self._per_listener.setdefault(listener, 0)

@@ -103,6 +103,8 @@ ACCEPT_ERROR_BACKOFF_MAX_MS = 2_000
 ACCEPT_BACKOFF = ExponentialBackoff(ACCEPT_ERROR_BACKOFF_MS, ACCEPT_ERROR_BACKOFF_MAX_MS)
 #: StreamReader buffer per connection (reading pauses above twice this).
 STREAM_LIMIT_BYTES = 64 * 1024
+#: Connections held open until their connection-rate throttle ends; more are closed at once.
+THROTTLED_SOCKETS_MAX = 1000
 
 
 Response: TypeAlias = "Message | SplicedResponse"
@@ -587,6 +589,7 @@ class SocketServer:
         self._listeners: list[_Listener] = []
         self._connections: set[asyncio.Task[None]] = set()
         self._open: set[Connection] = set()
+        self._throttled: set[socket.socket] = set()  # closed when their throttle ends
         self._handler_tasks: set[asyncio.Task[Response | None]] = set()
         self._next_connection_id = 0
         #: os.sendfile from the pinned fds (False: every byte is copied; tests, non-Linux)
@@ -676,6 +679,10 @@ class SocketServer:
                 continue
             retrier.succeeded()
             ip = str(addr[0]) if isinstance(addr, tuple) else str(addr)
+            throttle_ms = 0 if quotas.rate_throttle is None else quotas.rate_throttle(ip)
+            if throttle_ms > 0 and not self.stopping:
+                self._close_later(csock, throttle_ms)
+                continue
             if self.stopping or not quotas.try_add(name, ip):
                 if not self.stopping:
                     log.info(
@@ -690,6 +697,20 @@ class SocketServer:
             task = asyncio.create_task(self._serve(lst, csock, ip))
             self._connections.add(task)
             task.add_done_callback(self._connections.discard)
+
+    def _close_later(self, csock: socket.socket, throttle_ms: int) -> None:
+        """Kafka's delayed close of a connection over its address's connection rate: the
+        client learns of the refusal only when the throttle time is over."""
+        if len(self._throttled) >= THROTTLED_SOCKETS_MAX:
+            csock.close()
+            return
+        self._throttled.add(csock)
+
+        def close() -> None:
+            self._throttled.discard(csock)
+            csock.close()
+
+        asyncio.get_running_loop().call_later(throttle_ms / 1000, close)
 
     async def _serve(self, lst: _Listener, csock: socket.socket, ip: str) -> None:
         name = lst.name
@@ -743,6 +764,9 @@ class SocketServer:
             await asyncio.wait(acceptors, timeout=1.0)
         for lst in self._listeners:
             lst.sock.close()
+        for csock in list(self._throttled):
+            csock.close()
+        self._throttled.clear()
         grace_s = SHUTDOWN_GRACE_MS / 1000
         for conn in list(self._open):
             conn.stop_reading()

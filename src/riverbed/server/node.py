@@ -213,6 +213,7 @@ class Node:
         self.broker = Broker(
             cfg, quorum, partitions, self.purgatory, self.cluster_id, clock, self.fault_handler
         )
+        self._limit_connection_rates(self.broker)
         if rsm is not None:
             self._start_remote_log(remote_settings, rsm, quorum, partitions)
         await self._serve(quorum)
@@ -221,6 +222,15 @@ class Node:
         log.info("node %d started (cluster id %s): %s", cfg.node_id, self.cluster_id, addrs)
         bootstrap = ",".join(f"{h}:{p}" for _n, h, p, _s in self.advertised_endpoints())
         log.info("clients connect with --bootstrap-server %s (bootstrap.servers)", bootstrap)
+
+    def _limit_connection_rates(self, broker: Broker) -> None:
+        """connection_creation_rate quotas on the broker listeners (not the controller's,
+        as in Kafka, whose controllers do not load client quotas)."""
+        assert self.server is not None
+        quotas = broker.quotas
+        self.server.quotas.rate_throttle = lambda ip: quotas.connection_throttle_ms(
+            broker.metadata.image, ip
+        )
 
     def _socket_server(self) -> SocketServer:
         cfg = self.config

@@ -8,10 +8,14 @@ from hypothesis import strategies as st
 
 from riverbed.security.client_quotas import (
     CLIENT_ID,
+    CONNECTION_CREATION_RATE,
+    IP,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
     USER,
     ClientQuotaManager,
+    ConnectionRateQuotas,
+    IpQuotaBook,
     QuotaBook,
     QuotaWindows,
     RateSensor,
@@ -159,3 +163,29 @@ def test_a_client_that_waits_its_throttle_keeps_to_the_quota(
         now += mgr.record(b, "u", "c", value, now) + gap
     window_s = windows.samples * windows.window_ms / 1000
     assert total <= bound * (now / 1000 + window_s) + 5.0 * bound
+
+
+def test_connection_rate_of_an_address_or_the_default() -> None:
+    quotas = {
+        quota_entity({IP: "10.0.0.1"}): {CONNECTION_CREATION_RATE: 5.0},
+        quota_entity({IP: None}): {CONNECTION_CREATION_RATE: 100.0},
+        quota_entity({USER: None}): {PRODUCER_BYTE_RATE: 1.0},
+    }
+    ips = IpQuotaBook.of(quotas)
+    assert ips.limit("10.0.0.1") == 5.0
+    assert ips.limit("::ffff:10.0.0.1") == 5.0  # the same address
+    assert ips.limit("10.0.0.2") == 100.0
+    assert IpQuotaBook.of({}).limit("10.0.0.1") is None
+
+
+def test_connections_over_the_rate_are_throttled_and_not_counted() -> None:
+    # 1 connection/s over 11 windows of 1 s: the first window may take 10 (10 / 10 s)
+    book = IpQuotaBook.of({quota_entity({IP: "10.0.0.1"}): {CONNECTION_CREATION_RATE: 1.0}})
+    limiter = ConnectionRateQuotas(QuotaWindows())
+    assert [limiter.record(book, "10.0.0.1", 0) for _ in range(10)] == [0] * 10
+    # the 11th: (1.1 - 1) / 1 * 10 s, bounded by one window
+    assert limiter.record(book, "10.0.0.1", 0) == 1000
+    assert limiter.record(book, "10.0.0.1", 0) == 1000  # the refused one was not counted
+    assert limiter.record(book, "10.0.0.2", 0) == 0  # another address: no quota
+    # once the samples are obsolete (11 windows) the address starts afresh
+    assert limiter.record(book, "10.0.0.1", 11_000) == 0

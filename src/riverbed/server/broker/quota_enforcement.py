@@ -13,6 +13,8 @@ Kafka's KafkaApis does with its three ClientQuotaManagers.
   time) as a percentage of one second, the throttle bounded by one window
   (ClientRequestQuotaManager). Not counted: follower fetches and the cluster's own
   requests (WriteTxnMarkers), as Kafka exempts cluster actions.
+- Connections (``connection_creation_rate`` of ``ip`` entities): `connection_throttle_ms`
+  for the acceptor (`riverbed.server.connection_quotas`).
 - The larger of the byte-rate and request-time throttles goes into the response's
   ``throttle_time_ms`` and mutes the connection for that long
   (`riverbed.server.network.ChannelThrottle`).
@@ -38,6 +40,8 @@ from riverbed.security.client_quotas import (
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
     ClientQuotaManager,
+    ConnectionRateQuotas,
+    IpQuotaBook,
     QuotaBook,
     QuotaEntity,
     QuotaWindows,
@@ -59,6 +63,7 @@ class QuotaBooks:
     produce: QuotaBook
     fetch: QuotaBook
     request: QuotaBook
+    ip: IpQuotaBook
 
     @staticmethod
     def of(quotas: Mapping[QuotaEntity, Mapping[str, float]]) -> QuotaBooks:
@@ -66,6 +71,7 @@ class QuotaBooks:
             QuotaBook.of(PRODUCER_BYTE_RATE, quotas),
             QuotaBook.of(CONSUMER_BYTE_RATE, quotas),
             QuotaBook.of(REQUEST_PERCENTAGE, quotas),
+            IpQuotaBook.of(quotas),
         )
 
 
@@ -81,6 +87,7 @@ class BrokerQuotas:
         self.produce = ClientQuotaManager(windows)
         self.fetch = ClientQuotaManager(windows)
         self.request = ClientQuotaManager(windows, throttle_max_ms=windows.window_ms)
+        self.connections = ConnectionRateQuotas(windows)
         self._source: Mapping[QuotaEntity, Mapping[str, float]] | None = None
         self._books = QuotaBooks.of({})
 
@@ -101,6 +108,10 @@ class BrokerQuotas:
             b.enabled and b.limit(b.metric_tags(user, client_id)) is not None
             for b in (books.produce, books.fetch, books.request)
         )
+
+    def connection_throttle_ms(self, image: MetadataImage, address: str) -> int:
+        """A new connection from ``address``: 0 to accept it, else its throttle."""
+        return self.connections.record(self.books(image).ip, address, self.now_ms())
 
     @staticmethod
     def now_ms() -> int:

@@ -208,6 +208,11 @@ def test_every_page_loads_without_console_errors(
     assert len(brokers) == 3
     assert len(browser.find_elements(By.CSS_SELECTOR, "#quorum tbody tr")) == 3
     assert browser.find_element(By.ID, "offline").text == "0"
+    dirs = browser.find_elements(By.CSS_SELECTOR, "#log-dirs tbody tr")
+    assert len(dirs) == 3 and all("online" in d.text for d in dirs)  # one dir per node
+    browser.get(f"{console}/topics")
+    size = browser.find_element(By.XPATH, f"//tr[td/a[text()='{topic}']]/td[5]").text
+    assert size.endswith(("B", "KiB")) and size != "0 B"  # DescribeLogDirs: bytes on disk
     # riverbed's extras on the topic page: leader epochs and the idempotent producer
     browser.get(f"{console}/topics/{topic}")
     epochs = browser.find_elements(By.CSS_SELECTOR, "#partitions tbody tr td:nth-child(3)")
@@ -368,6 +373,50 @@ def test_the_metrics_page_charts_what_the_cluster_did(
     assert console_errors(browser) == []
 
 
+def last_stable_offset(bootstrap: str, topic: str) -> tuple[int, int]:
+    """(LSO, high watermark) of partition 0: ListOffsets read_committed and read_uncommitted."""
+    from confluent_kafka import IsolationLevel
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    tp = TopicPartition(topic, 0)
+    out = []
+    for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED):
+        futures = admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=level)
+        out.append(futures[tp].result(timeout=scaled_s(30)).offset)
+    return out[0], out[1]
+
+
+def test_an_open_transaction_is_aborted_after_its_confirmation(
+    browser: Any, console: str, cluster: QuorumCluster, shots: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    boot = cluster.bootstrap_servers
+    topic = "console-txn"
+    create_topic(browser, console, shots, topic, 1)
+    p = Producer({"bootstrap.servers": boot, "transactional.id": "console-txn-1", **QUIET})
+    p.init_transactions(scaled_s(30))
+    p.begin_transaction()
+    p.produce(topic, value=b"in-doubt")
+    assert p.flush(scaled_s(15)) == 0
+    assert last_stable_offset(boot, topic) == (0, 1)  # the open transaction holds the LSO
+    browser.get(f"{console}/topics/{topic}")
+    browser.find_element(By.LINK_TEXT, "abort…").click()
+    note = wait_for(browser, "#abort-note")
+    assert f"leader of {topic}-0 to write an ABORT marker" in note.text
+    browser.save_screenshot(str(shots / "abort-transaction.png"))
+    button = browser.find_element(By.CSS_SELECTOR, "#abort-transaction button")
+    assert not button.is_enabled()
+    fill(browser, "abort-transaction", confirm=f"{topic}-0")
+    button.click()
+    assert "Aborted the transaction of producer" in wait_for(browser, "#flash").text
+    lso, hw = last_stable_offset(boot, topic)
+    assert lso == hw == 2  # the record and the ABORT marker; nothing holds the LSO
+    assert browser.find_elements(By.LINK_TEXT, "abort…") == []
+    assert console_errors(browser) == []
+
+
 def http(method: str, url: str, body: bytes | None = None, **headers: str) -> tuple[int, str]:
     request = urllib.request.Request(url, data=body, method=method, headers=headers)
     try:
@@ -400,6 +449,11 @@ def test_bad_input_gets_clear_4xx_and_kafka_clients_keep_working(
         ("POST", f"{console}/topics/{topic}/delete", b"confirm=wrong", 400, "not deleted"),
         ("POST", f"{console}/topics", b"name=bad%20name", 400, "illegal characters"),
         ("POST", f"{console}/topics", b"name=x&partitions=many", 400, "whole number"),
+        ("GET", f"{console}/transactions/abort?topic={topic}", None, 400, "start_offset"),
+        ("GET", f"{console}/transactions/abort?topic={topic}&partition=0&start_offset=5", None,
+         404, "no open transaction starts at offset 5"),
+        ("POST", f"{console}/transactions/abort", f"topic={topic}&partition=0&start_offset=0"
+         .encode(), 400, "not aborted"),
     ]  # fmt: skip
     for method, url, body, status, says in cases:
         got, page = http(method, url, body, **{"Content-Type": "application/x-www-form-urlencoded"})

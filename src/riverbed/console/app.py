@@ -77,6 +77,7 @@ class Console:
             undefined=jinja2.StrictUndefined,
         )
         self.templates.filters["q"] = lambda s: quote(str(s), safe="")
+        self.templates.filters["bytes"] = human_bytes
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on the admin pool (it blocks), awaited."""
@@ -97,6 +98,18 @@ class Console:
         for admin in [self.admin, *self.sessions.all_admins()]:
             if admin is not None:
                 admin.close()
+
+
+def human_bytes(n: int | None) -> str:
+    """1536 -> "1.5 KiB" (binary units, as Kafka's tools and df -h)."""
+    if n is None or n < 0:
+        return "?"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
 
 
 CONSOLE = web.AppKey("console", Console)
@@ -202,13 +215,15 @@ def build_app(
         views_messages,
         views_metrics,
         views_topics,
+        views_transactions,
     )
 
     app = web.Application(client_max_size=REQUEST_BODY_BYTES_MAX, middlewares=[_guard])
     console = Console(admin, bootstrap, list(metrics_urls or []), tls=tls, base_conf=base_conf)
     app[CONSOLE] = console
     for module in (
-        views_cluster, views_topics, views_messages, views_groups, views_metrics, views_login
+        views_cluster, views_topics, views_messages, views_groups, views_metrics, views_login,
+        views_transactions,
     ):  # fmt: skip
         module.add_routes(app.router)
     app.router.add_static("/static", _HERE / "static", append_version=True)

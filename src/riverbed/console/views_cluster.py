@@ -19,11 +19,14 @@ from aiohttp import web
 
 from riverbed.console.admin import ADMIN_TIMEOUT_S, ClusterView, ConsoleAdmin, cluster_error
 from riverbed.console.app import admin_of, console_of
+from riverbed.console.wire_views import DiskUse, disk_use
 
 #: How long the overview waits for DescribeQuorum, seconds.
 QUORUM_TIMEOUT_S = 3.0
 #: A quorum follower further behind the leader than this many records raises an alert.
 QUORUM_LAG_ALERT_RECORDS = 1000
+#: A log dir with less free space than this share of its disk raises an alert.
+DISK_FREE_ALERT_RATIO = 0.1
 #: Transactions whose producer has been silent this long are searched as hanging, minutes.
 HANGING_AFTER_MIN = 5
 
@@ -40,10 +43,16 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/security", security)
 
 
-def alerts(view: ClusterView, quorum: dict[str, Any] | None) -> list[Alert]:
+def alerts(view: ClusterView, quorum: dict[str, Any] | None, disks: DiskUse) -> list[Alert]:
     """What an operator is paged for: Kafka's OfflinePartitionsCount > 0,
-    UnderReplicatedPartitions > 0, ActiveControllerCount == 0, a lagging quorum voter."""
+    UnderReplicatedPartitions > 0, ActiveControllerCount == 0, a lagging quorum voter,
+    an offline log dir (OfflineLogDirectoryCount > 0), a log dir nearly full."""
     out = []
+    for d in disks.dirs:
+        if d.error is not None:
+            out.append(Alert("critical", f"broker {d.broker}: log dir {d.path} is offline ({d.error})"))  # fmt: skip
+        elif d.total_bytes > 0 and d.usable_bytes < d.total_bytes * DISK_FREE_ALERT_RATIO:
+            out.append(Alert("warning", f"broker {d.broker}: log dir {d.path} has {d.usable_bytes * 100 // d.total_bytes}% free"))  # fmt: skip
     offline = sum(t.offline for t in view.topics)
     urp = sum(t.under_replicated for t in view.topics)
     if view.controller_id < 0:
@@ -85,13 +94,15 @@ async def overview(request: web.Request) -> web.Response:
     console = console_of(request)
     view = await console.call(admin_of(request).cluster)
     quorum = await _quorum(console.bootstrap, admin_of(request).conf)
+    disks = await console.call(disk_use, console.bootstrap, admin_of(request).conf)
     return console.render(
         request,
         "overview.html",
         page="overview",
         view=view,
         quorum=quorum,
-        alerts=alerts(view, quorum if "error" not in quorum else None),
+        alerts=alerts(view, quorum if "error" not in quorum else None, disks),
+        disks=disks,
         partitions=sum(len(t.partitions) for t in view.topics),
         offline=[(t.name, p) for t in view.topics for p in t.partitions if p.offline],
         under_replicated=[

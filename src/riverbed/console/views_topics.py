@@ -11,7 +11,7 @@ from aiohttp import web
 from riverbed.console.admin import ConsoleError
 from riverbed.console.app import admin_of, console_of, form_of
 from riverbed.console.browse import whole_number
-from riverbed.console.wire_views import topic_extras
+from riverbed.console.wire_views import disk_use, topic_extras
 
 #: Most partitions a topic may be created with from the console.
 CREATE_PARTITIONS_MAX = 10_000
@@ -60,10 +60,12 @@ def parse_configs(text: str) -> dict[str, str]:
 async def topics(request: web.Request) -> web.Response:
     console = console_of(request)
     rows = await console.call(admin_of(request).topics)
+    disks = await console.call(disk_use, console.bootstrap, admin_of(request).conf)
     show_internal = request.query.get("internal") == "1"
     shown = [t for t in rows if show_internal or not t.internal]
     return console.render(
         request, "topics.html", page="topics", topics=shown, show_internal=show_internal,
+        topic_bytes=disks.topic_bytes,
         created=request.query.get("created"), deleted=request.query.get("deleted"),
     )  # fmt: skip
 
@@ -94,6 +96,7 @@ async def topic(request: web.Request) -> web.Response:
     return console.render(
         request, "topic.html", page="topics", topic=row, configs=configs, extras=extras,
         created=request.query.get("created"), altered=request.query.get("altered"),
+        aborted=request.query.get("aborted"),
     )  # fmt: skip
 
 

@@ -44,3 +44,62 @@ def topic_extras(bootstrap: str, conf: dict[str, Any], topic: str) -> TopicExtra
     except (CliError, WireError, OSError) as exc:
         return TopicExtras(error=f"not shown: {exc}")
     return TopicExtras(replicas, producers)
+
+
+@dataclass(frozen=True, slots=True)
+class LogDir:
+    broker: int
+    path: str
+    error: str | None
+    total_bytes: int
+    usable_bytes: int
+    #: bytes of the partition replicas in this dir
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class DiskUse:
+    dirs: tuple[LogDir, ...] = ()
+    #: topic -> bytes on disk over all its replicas
+    topic_bytes: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+
+
+def disk_use(bootstrap: str, conf: dict[str, Any]) -> DiskUse:
+    """DescribeLogDirs (every topic) to every broker: each log dir's capacity, free space
+    and replica bytes, and each topic's bytes on disk. Blocking; a broker that does not
+    answer within `BROKER_TIMEOUT_S` is left out and named in ``error``."""
+    from riverbed.cli.replica_state import BROKER_TIMEOUT_S
+    from riverbed.cli.wire import WireClient, WireError
+    from riverbed.protocol.api_versions import ApiKey
+    from riverbed.protocol.errors import ErrorCode
+    from riverbed.protocol.messages import DescribeLogDirsRequest, MetadataRequest
+
+    if not plaintext(conf):
+        return DiskUse(error="not shown over TLS/SASL (riverbed's wire client is plaintext)")
+    try:
+        with WireClient(bootstrap) as client:
+            md: Any = client.request(ApiKey.METADATA, MetadataRequest(topics=[]))
+    except WireError as exc:
+        return DiskUse(error=f"not shown: {exc}")
+    dirs: list[LogDir] = []
+    topic_bytes: dict[str, int] = {}
+    missing = []
+    for b in sorted(md.brokers, key=lambda b: b.node_id):
+        try:
+            with WireClient(f"{b.host}:{b.port}", timeout_s=BROKER_TIMEOUT_S) as client:
+                reply: Any = client.request(ApiKey.DESCRIBE_LOG_DIRS, DescribeLogDirsRequest(topics=None))  # fmt: skip
+        except WireError:
+            missing.append(str(b.node_id))
+            continue
+        for d in reply.results:
+            size = 0
+            for t in d.topics:
+                for p in t.partitions:
+                    size += p.partition_size
+                    if not p.is_future_key:
+                        topic_bytes[t.name] = topic_bytes.get(t.name, 0) + p.partition_size
+            error = None if d.error_code == 0 else ErrorCode.of(d.error_code).name
+            dirs.append(LogDir(b.node_id, d.log_dir, error, d.total_bytes, d.usable_bytes, size))
+    error = f"broker(s) {', '.join(missing)} did not answer DescribeLogDirs" if missing else None
+    return DiskUse(tuple(dirs), topic_bytes, error)

@@ -140,3 +140,11 @@ def test_lag_history_is_bounded_per_group_and_in_groups() -> None:
         history.add(f"other-{g}", 1, now_s=0.0)
     # "g" was the least recently viewed: forgotten, it starts again with one sample
     assert len(history.add("g", 0, now_s=1.0)) == 1
+
+
+def test_bytes_are_shown_in_binary_units() -> None:
+    from riverbed.console.app import human_bytes
+
+    assert [human_bytes(n) for n in (0, 1023, 1536, 5 * 1024**3, None, -1)] == [
+        "0 B", "1023 B", "1.5 KiB", "5.0 GiB", "?", "?",
+    ]  # fmt: skip

@@ -1,0 +1,120 @@
+"""Produce throughput through a broker checking 10,000 unrelated ACLs, against a broker
+without an authorizer, in one run (issue 20: "no measurable change in produce throughput").
+
+    python -m benchmarks.authorizer_throughput [--acls 10000] [--records 20000] [--rounds 3]
+
+Two brokers run side by side: one plain, one with Kafka's StandardAuthorizer and
+``allow.everyone.if.no.acl.found=true`` (so the PLAINTEXT client, User:ANONYMOUS, may
+create the ACLs: the cluster resource has none), ``--acls`` ACLs for other principals
+(literal topic names and prefixes of many lengths, as `benchmarks.authorizer_bench` makes
+them) and one ALLOW WRITE on the benchmark topic for User:ANONYMOUS, which is no super
+user: every Produce request goes through the whole decision. confluent-kafka produces
+``--records`` records of 1 KiB with acks=1 and small batches (linger.ms=0, 16 KiB: many
+requests, so the per-request check weighs as much as it can). Rounds alternate between
+the brokers; printed: each round's MB/s, the medians and their ratio.
+Nothing passes or fails on time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+from benchmarks.authorizer_bench import make_acls
+from riverbed.testing.cluster import BrokerProcess
+
+TOPIC = "bench-authz"
+VALUE = b"x" * 1024
+
+
+def _create_acls(bootstrap: str, count: int) -> int:
+    """Create the ACLs; how many."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    bindings = [
+        AclBinding(ResourceType(a.resource_type), a.resource_name,
+                   ResourcePatternType(a.pattern_type), a.principal, a.host,
+                   AclOperation(a.operation), AclPermissionType(a.permission_type))
+        for a in make_acls(count, random.Random(7))  # other principals than the producer's
+    ]  # fmt: skip
+    bindings.append(AclBinding(ResourceType.TOPIC, TOPIC, ResourcePatternType.LITERAL,
+                               "User:ANONYMOUS", "*", AclOperation.WRITE,
+                               AclPermissionType.ALLOW))  # fmt: skip
+    for start in range(0, len(bindings), 1000):
+        for future in admin.create_acls(bindings[start : start + 1000]).values():
+            future.result(timeout=120)
+    return len(bindings)
+
+
+def _produce_mb_s(bootstrap: str, records: int) -> float:
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": "0", "batch.size": "16384"}
+    )
+    started = time.perf_counter()
+    for _ in range(records):
+        while True:
+            try:
+                producer.produce(TOPIC, VALUE)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    producer.flush(300)
+    return records * len(VALUE) / 1e6 / (time.perf_counter() - started)
+
+
+def main() -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--acls", type=int, default=10_000)
+    parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    authz = {
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "allow.everyone.if.no.acl.found": "true",
+    }
+    brokers = {
+        "no authorizer": BrokerProcess(),
+        f"{args.acls} ACLs": BrokerProcess(overrides=authz),
+    }
+    try:
+        for broker in brokers.values():
+            broker.start(timeout_s=120)
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            for f in admin.create_topics([NewTopic(TOPIC, 1, 1)]).values():
+                f.result(timeout=60)
+        created = _create_acls(brokers[f"{args.acls} ACLs"].bootstrap, args.acls)
+        print(f"{created} ACLs created (the last for the producer)", flush=True)
+        for broker in brokers.values():
+            _produce_mb_s(broker.bootstrap, args.records // 10)  # warm-up, not counted
+        results: dict[str, list[float]] = {name: [] for name in brokers}
+        for round_no in range(args.rounds):
+            for name, broker in brokers.items():
+                mb_s = _produce_mb_s(broker.bootstrap, args.records)
+                results[name].append(mb_s)
+                print(f"round {round_no + 1} {name:14s} {mb_s:7.2f} MB/s", flush=True)
+        medians = {name: statistics.median(v) for name, v in results.items()}
+        base, checked = medians.values()
+        for name, m in medians.items():
+            print(f"median {name:14s} {m:7.2f} MB/s")
+        print(f"ratio ACLs / no authorizer: {checked / base:.3f}")
+    finally:
+        for broker in brokers.values():
+            broker.close()
+
+
+if __name__ == "__main__":
+    main()

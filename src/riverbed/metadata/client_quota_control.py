@@ -15,7 +15,8 @@ Kafka's ClientQuotaControlManager, per entry of a request:
 - a change becomes a ClientQuotaRecord only if it changes something (a removal of an
   absent key, or the same value again, writes nothing). Entities are independent: one's
   error leaves the others' records in the batch.
-``validate_only`` answers the same and writes nothing.
+``validate_only`` answers the same and writes nothing. A request of more than
+``REQUEST_ITEMS_MAX`` entries is refused whole (Kafka bounds a user operation's records).
 
 DescribeClientQuotas (Kafka's ClientQuotasImage.describe): filter components match an
 entity type exactly (match type 0), its default (1) or any name (2); ``strict`` excludes
@@ -26,7 +27,12 @@ from __future__ import annotations
 
 import ipaddress
 
-from riverbed.metadata.control_common import ControllerBase, ControllerResult
+from riverbed.metadata.control_common import (
+    ControllerBase,
+    ControllerError,
+    ControllerResult,
+    check_request_items,
+)
 from riverbed.metadata.image import MetadataImage, client_quota_record
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
@@ -160,10 +166,17 @@ class ClientQuotaControl(ControllerBase):
         records: list[Message] = []
         results: list[ResultEntry] = []
         seen: set[QuotaEntity] = set()
+        try:
+            check_request_items(len(request.entries))
+            too_many = None
+        except ControllerError as exc:
+            too_many = exc
         for entry in request.entries:
             entity = tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity))
             code, message = 0, None
-            if entity in seen:
+            if too_many is not None:
+                code, message = int(too_many.code), too_many.message
+            elif entity in seen:
                 code, message = int(_INVALID), f"Ignoring duplicate entity {entity_text(entity)}"
             else:
                 seen.add(entity)

@@ -5,6 +5,8 @@ replay changes the image, snapshots carry the quotas; DescribeClientQuotas filte
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from riverbed.metadata.client_quota_control import (
     MATCH_DEFAULT,
@@ -12,6 +14,7 @@ from riverbed.metadata.client_quota_control import (
     MATCH_SPECIFIED,
     describe_client_quotas,
 )
+from riverbed.metadata.control_common import REQUEST_ITEMS_MAX
 from riverbed.metadata.controller import Controller, ControllerConfig
 from riverbed.metadata.image import MetadataImage, image_to_records, replay_all
 from riverbed.metadata.records import decode_record, encode_record
@@ -132,6 +135,15 @@ def test_duplicate_key_and_duplicate_entity() -> None:
     assert len(res.records) == 1
 
 
+def test_an_oversized_request_is_refused_whole() -> None:
+    entries = [
+        entry({"user": f"u{i}"}, producer_byte_rate=1.0) for i in range(REQUEST_ITEMS_MAX + 1)
+    ]
+    res = alter(MetadataImage.EMPTY, *entries)
+    assert res.records == []
+    assert {e.error_code for e in res.response.entries} == {ErrorCode.POLICY_VIOLATION}
+
+
 def test_validate_only_writes_nothing() -> None:
     res = alter(
         MetadataImage.EMPTY, entry({"user": "u"}, producer_byte_rate=1.0), validate_only=True
@@ -195,3 +207,41 @@ def test_describe_refuses_bad_filters() -> None:
     )
     assert code(("group", MATCH_SPECIFIED, None)) == ErrorCode.UNSUPPORTED_VERSION
     assert code(("user", 7, None)) == ErrorCode.INVALID_REQUEST
+
+
+ENTITIES = [{"user": "u"}, {"user": None}, {"client-id": "c"}, {"user": "u", "client-id": None}]
+KEYS = ["producer_byte_rate", "consumer_byte_rate", "request_percentage"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, len(ENTITIES) - 1),
+            st.sampled_from(KEYS),
+            st.one_of(st.none(), st.sampled_from([1000.0, 2000.0, 50.0])),
+        ),
+        max_size=20,
+    )
+)
+def test_replayed_alterations_follow_a_model_and_survive_a_snapshot(
+    changes: list[tuple[int, str, float | None]],
+) -> None:
+    """Each alteration, its records replayed, leaves the quotas a dict model says (set or
+    remove, an entity gone with its last key); image -> records -> image is the identity."""
+    image = MetadataImage.EMPTY
+    model: dict[tuple, dict[str, float]] = {}
+    for index, key, value in changes:
+        pairs = ENTITIES[index]
+        res = alter(image, entry(pairs, **{key: value}))
+        assert res.response.entries[0].error_code == 0
+        image = replay_all(image, res.records)
+        entity = tuple(sorted(pairs.items()))
+        if value is None:
+            model.get(entity, {}).pop(key, None)
+            if not model.get(entity, True):
+                del model[entity]
+        else:
+            model.setdefault(entity, {})[key] = value
+        assert {k: dict(v) for k, v in image.client_quotas.items()} == model
+    assert replay_all(MetadataImage.EMPTY, image_to_records(image)) == image

@@ -61,6 +61,8 @@ class Tail:
         self.ready = asyncio.Event()
         self._stop = threading.Event()
         self._dropped = 0
+        #: why the consumer could not start (set before `ready`), else None
+        self.failed: str | None = None
         self._thread = threading.Thread(target=self._run, name=f"tail-{topic.name}", daemon=True)
 
     def start(self) -> None:
@@ -72,8 +74,8 @@ class Tail:
         self._thread.join()
 
     def _run(self) -> None:
-        consumer = self.admin.consumer()
         try:
+            consumer = self.admin.consumer()
             consumer.assign(
                 [
                     TopicPartition(self.topic.name, p.partition, p.latest or 0)
@@ -81,6 +83,11 @@ class Tail:
                     if not p.offline
                 ]
             )
+        except Exception as exc:  # reported to the browser; the tail ends
+            self.failed = f"cannot start the tail: {exc}"
+            self.loop.call_soon_threadsafe(self.ready.set)
+            return
+        try:
             self.loop.call_soon_threadsafe(self.ready.set)
             while not self._stop.is_set():
                 for msg in consumer.consume(_BATCH, _POLL_S):

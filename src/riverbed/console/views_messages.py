@@ -4,7 +4,8 @@ produce one record, and the live tail as server-sent events (`riverbed.console.t
 The search form works without JavaScript (a GET of the page); with htmx it replaces only
 the results. Each tail event is ``event: record`` with the rendered table row as JSON
 ``{"html": ...}``; ``event: ready`` says the tail is assigned at the end of every
-partition, ``event: dropped`` how many records a slow browser lost.
+partition (``event: failed`` that it could not start, and why), ``event: dropped`` how many
+records a slow browser lost.
 """
 
 from __future__ import annotations
@@ -124,6 +125,9 @@ async def _stream(console: Console, running: tail.Tail, response: web.StreamResp
     row = console.templates.get_template("_row.html")
     deadline = time.monotonic() + tail.TAIL_SECONDS_MAX
     await running.ready.wait()
+    if running.failed is not None:
+        await response.write(_event("failed", {"error": running.failed}))
+        return
     await response.write(_event("ready", {"topic": running.topic.name}))
     while time.monotonic() < deadline:
         try:

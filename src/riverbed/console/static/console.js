@@ -60,6 +60,13 @@
         showTimes(rows);
         status.textContent = "live: " + rows.children.length + " new record(s)";
       });
+      source.addEventListener("failed", function (ev) {
+        source.close();
+        source = null;
+        toggle.textContent = "Start live tail";
+        status.textContent = JSON.parse(ev.data).error;
+        status.dataset.state = "failed";
+      });
       source.addEventListener("dropped", function (ev) {
         status.textContent = "live: " + JSON.parse(ev.data).count + " record(s) dropped (browser too slow)";
       });

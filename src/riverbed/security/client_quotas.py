@@ -149,9 +149,7 @@ class RateSensor:
             if now_ms - sample.last_event_ms >= expire_ms:
                 sample.reset(now_ms)
 
-    def window_size_ms(self, now_ms: int) -> int:
-        """Kafka's Rate.windowSize: the elapsed time the rate is taken over."""
-        self._purge(now_ms)
+    def _window_after_purge(self, now_ms: int) -> int:
         if not self._samples:
             self._samples.append(_Sample(now_ms))
         oldest = min(s.start_ms for s in self._samples)
@@ -161,11 +159,20 @@ class RateSensor:
             elapsed += (self.windows.samples - 1 - full) * self.windows.window_ms
         return max(elapsed, 1)
 
+    def window_size_ms(self, now_ms: int) -> int:
+        """Kafka's Rate.windowSize: the elapsed time the rate is taken over."""
+        self._purge(now_ms)
+        return self._window_after_purge(now_ms)
+
+    def measure(self, now_ms: int) -> tuple[float, int]:
+        """(rate per second, the window it is taken over in ms), one purge for both."""
+        self._purge(now_ms)
+        window_ms = self._window_after_purge(now_ms)
+        return sum(s.value for s in self._samples) / (window_ms / 1000.0), window_ms
+
     def rate(self, now_ms: int) -> float:
         """Per second, over `window_size_ms`."""
-        self._purge(now_ms)
-        total = sum(s.value for s in self._samples)
-        return total / (self.window_size_ms(now_ms) / 1000.0)
+        return self.measure(now_ms)[0]
 
     def idle(self, now_ms: int) -> bool:
         """Every sample obsolete or reset: nothing recorded counts any more."""
@@ -193,6 +200,11 @@ class QuotaBook:
     """The configured quotas of one key (e.g. ``producer_byte_rate``) by entity."""
 
     limits: Mapping[QuotaEntity, float] = field(default_factory=lambda: MappingProxyType({}))
+    #: (user, client id) -> (metric tags, limit): the book never changes, so each client's
+    #: resolution is kept (bounded: cleared when full)
+    _resolved: dict[tuple[str, str], tuple[tuple[str, str], float | None]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @staticmethod
     def of(key: str, quotas: Mapping[QuotaEntity, Mapping[str, float]]) -> QuotaBook:
@@ -203,6 +215,17 @@ class QuotaBook:
     @property
     def enabled(self) -> bool:
         return bool(self.limits)
+
+    def resolve(self, user: str, client_id: str) -> tuple[tuple[str, str], float | None]:
+        """(`metric_tags`, `limit` of them) of a client."""
+        key = (user, client_id)
+        found = self._resolved.get(key)
+        if found is None:
+            if len(self._resolved) >= QUOTA_SENSORS_MAX:
+                self._resolved.clear()
+            tags = self.metric_tags(user, client_id)
+            found = self._resolved[key] = (tags, self.limit(tags))
+        return found
 
     def metric_tags(self, user: str, client_id: str) -> tuple[str, str]:
         """Kafka's DefaultQuotaCallback.quotaMetricTags: (user tag, client-id tag)."""
@@ -291,16 +314,15 @@ class ClientQuotaManager:
         """Record ``value`` and return the throttle time (0: within the quota)."""
         if not book.enabled:
             return 0
-        tags = book.metric_tags(user, client_id)
-        bound = book.limit(tags)
+        tags, bound = book.resolve(user, client_id)
         if bound is None:
             return 0
         sensor = self.sensor(tags, now_ms)
         sensor.record(value, now_ms)
-        rate = sensor.rate(now_ms)
+        rate, window_ms = sensor.measure(now_ms)
         if rate <= bound:
             return 0
-        throttle = throttle_time_ms(rate, bound, sensor.window_size_ms(now_ms))
+        throttle = throttle_time_ms(rate, bound, window_ms)
         if self.throttle_max_ms is not None:
             throttle = min(throttle, self.throttle_max_ms)
         return throttle
@@ -310,8 +332,8 @@ class ClientQuotaManager:
     ) -> None:
         """Take back a recorded value (a throttled fetch answers no data)."""
         if book.enabled:
-            tags = book.metric_tags(user, client_id)
-            if book.limit(tags) is not None:
+            tags, bound = book.resolve(user, client_id)
+            if bound is not None:
                 self.sensor(tags, now_ms).record(-value, now_ms)
 
     def max_value_in_window(self, book: QuotaBook, user: str, client_id: str) -> float | None:
@@ -319,7 +341,7 @@ class ClientQuotaManager:
         may carry (bounds a fetch's bytes); None without a quota."""
         if not book.enabled:
             return None
-        bound = book.limit(book.metric_tags(user, client_id))
+        bound = book.resolve(user, client_id)[1]
         if bound is None:
             return None
         return bound * (self.windows.samples - 1) * self.windows.window_ms / 1000.0

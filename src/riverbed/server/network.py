@@ -115,15 +115,18 @@ class ChannelThrottle:
     """Kafka's channel muting for client quotas (ClientQuotaManager.throttle): a
     connection reads and handles nothing more until ``until`` (monotonic seconds)."""
 
-    __slots__ = ("gate", "until")
+    __slots__ = ("engaged", "gate", "until")
 
     def __init__(self) -> None:
         self.until = 0.0
-        #: held while a request of a client under a quota is handled (one at a time)
+        #: throttled at least once: from then on its requests are handled one at a time
+        self.engaged = False
+        #: held while a request of an engaged connection is handled
         self.gate = asyncio.Lock()
 
     def throttle(self, throttle_ms: int) -> None:
         if throttle_ms > 0:
+            self.engaged = True
             self.until = max(self.until, time.monotonic() + throttle_ms / 1000.0)
 
     async def wait(self) -> None:

@@ -212,11 +212,13 @@ class Broker:
         if handler is None or ctx.header.api_key not in BROKER_API_VERSIONS:
             raise UnsupportedApi(f"api key {ctx.header.api_key} is not served on this listener")
         throttle = ctx.throttle
-        if throttle is None or not self.quotas.applies(self.metadata.image, ctx):
+        if throttle is None or not throttle.engaged:
             return await self._handle(handler, ctx, body)
-        # A client under a quota is served as Kafka serves every connection: one request
-        # at a time, none while its channel is throttled (pipelined requests read ahead
-        # would otherwise all be handled before the first throttle takes effect).
+        # A connection once throttled is served as Kafka serves every connection: one
+        # request at a time, none while it is throttled (pipelined requests read ahead
+        # would otherwise all be handled together when a throttle ends). Until its first
+        # throttle a client within its quota keeps its pipelining: the first violation
+        # may be overshot by the requests already read (inflight_requests_max).
         async with throttle.gate:
             await throttle.wait()
             return await self._handle(handler, ctx, body)

@@ -98,17 +98,6 @@ class BrokerQuotas:
             self._books = QuotaBooks.of(image.client_quotas)
         return self._books
 
-    def applies(self, image: MetadataImage, ctx: RequestContext) -> bool:
-        """Is the request's client under any quota (produce, fetch or request time)?"""
-        books = self.books(image)
-        if not (books.produce.enabled or books.fetch.enabled or books.request.enabled):
-            return False
-        user, client_id = _who(ctx)
-        return any(
-            b.enabled and b.limit(b.metric_tags(user, client_id)) is not None
-            for b in (books.produce, books.fetch, books.request)
-        )
-
     def connection_throttle_ms(self, image: MetadataImage, address: str) -> int:
         """A new connection from ``address``: 0 to accept it, else its throttle."""
         return self.connections.record(self.books(image).ip, address, self.now_ms())

@@ -96,7 +96,10 @@ def bootstrap() -> Iterator[str]:
         return
     from riverbed.testing.cluster import start_broker
 
-    node = start_broker(overrides={"num.partitions": "1"})
+    # two-phase commit (KIP-939) for the exactly-once sink, the default of streaming writes
+    node = start_broker(
+        overrides={"num.partitions": "1", "transaction.two.phase.commit.enable": "true"}
+    )
     try:
         yield node.bootstrap
     finally:

@@ -89,6 +89,21 @@ def test_write_options() -> None:
         parse_write_options({**BS, "subscribe": "x"})
     with pytest.raises(RiverbedOptionError, match=r"kafka\.bootstrap\.servers"):
         parse_write_options({"topic": "x"})
+    # exactly-once: the default of streaming writes, not of batch writes (issue 22)
+    plain = parse_write_options({**BS, "topic": "out"})
+    assert plain.with_default_exactly_once(True).exactly_once is True
+    assert plain.with_default_exactly_once(False).exactly_once is False
+    forced = parse_write_options({**BS, "topic": "out", "exactlyOnce": "false"})
+    assert forced.with_default_exactly_once(True).exactly_once is False
+    assert plain.prefix() == "riverbed-spark-out"
+    custom = parse_write_options(
+        {**BS, "topic": "o", "transactional.id.prefix": "q1", "transaction.timeout.ms": "5000"}
+    )
+    assert (custom.prefix(), custom.transaction_timeout_ms) == ("q1", 5000)
+    with pytest.raises(RiverbedOptionError, match="exactlyOnce"):
+        parse_write_options({**BS, "topic": "o", "exactlyOnce": "maybe"})
+    with pytest.raises(RiverbedOptionError, match=r"transactional\.id\.prefix"):
+        parse_write_options(BS).prefix()  # rows name their topics: no default prefix
 
 
 def test_offsets_json_is_spark_format_and_canonical() -> None:

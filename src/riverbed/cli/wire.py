@@ -105,6 +105,16 @@ class WireClient:
     def request(self, api_key: ApiKey, body: Message) -> Message:
         return self._send(api_key, self.version(api_key), body)
 
+    def request_at(self, api_key: ApiKey, version: int, body: Message) -> Message:
+        """``body`` at exactly ``version`` (e.g. a client-side AddPartitionsToTxn v3, whose
+        v4+ is the brokers' batched form); WireError when either side lacks it."""
+        if not self.version(api_key) >= version >= SUPPORTED_VERSIONS[api_key][0]:
+            raise WireError(f"the broker does not support {api_key.name} v{version}")
+        low = self._versions[int(api_key)][0]
+        if version < low:
+            raise WireError(f"the broker does not support {api_key.name} v{version}")
+        return self._send(api_key, version, body)
+
     def _send(self, api_key: int, version: int, body: Message) -> Message:
         self._correlation += 1
         header = RequestHeader(int(api_key), version, self._correlation, self.client_id)

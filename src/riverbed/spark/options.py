@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 TopicPartition = tuple[str, int]
@@ -72,7 +72,13 @@ _READ_OPTIONS = {
     "kafkaconsumer.polltimeoutms",
     "reader",
 }
-_WRITE_OPTIONS = {"topic"}
+_WRITE_OPTIONS = {
+    "topic",
+    "exactlyonce",
+    "transactional.id.prefix",
+    "transaction.timeout.ms",
+    "exactlyonce.commitlogtopic",
+}
 # Options Spark itself adds or that belong to the stream, not the source.
 _SPARK_OPTIONS = {"checkpointlocation", "queryname"}
 
@@ -184,10 +190,38 @@ def fetch_settings(client_config: Mapping[str, str]) -> FetchSettings:
     )
 
 
+#: Where the exactly-once sink's driver records each commit decision (a compacted topic).
+DEFAULT_COMMIT_LOG_TOPIC = "__riverbed_spark_sink_commits"
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+
+
 @dataclass(frozen=True)
 class WriteOptions:
     client_config: dict[str, str]
     topic: str | None
+    #: None: the default of the write (streaming: on, batch: off)
+    exactly_once: bool | None = None
+    transactional_id_prefix: str | None = None
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    commit_log_topic: str = DEFAULT_COMMIT_LOG_TOPIC
+
+    def with_default_exactly_once(self, streaming: bool) -> WriteOptions:
+        """Exactly-once by default for streaming writes, at-least-once (as Spark's Kafka
+        sink) by default for batch writes."""
+        if self.exactly_once is not None:
+            return self
+        return replace(self, exactly_once=streaming)
+
+    def prefix(self) -> str:
+        """The transactional id prefix: the option, else one derived from the topic."""
+        if self.transactional_id_prefix:
+            return self.transactional_id_prefix
+        if self.topic is None:
+            raise RiverbedOptionError(
+                "the exactly-once sink needs option 'transactional.id.prefix' when rows name "
+                "their topic (no 'topic' option)"
+            )
+        return f"riverbed-spark-{self.topic}"
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -469,4 +503,20 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     topic = opts.get("topic")
     if topic is not None and not topic.strip():
         raise RiverbedOptionError("option 'topic' must not be empty")
-    return WriteOptions(client_config=client, topic=topic.strip() if topic else None)
+    exactly_once = None
+    if "exactlyonce" in opts:
+        exactly_once = _parse_bool("exactlyOnce", opts["exactlyonce"])
+    prefix = opts.get("transactional.id.prefix")
+    if prefix is not None and not prefix.strip():
+        raise RiverbedOptionError("option 'transactional.id.prefix' must not be empty")
+    return WriteOptions(
+        client_config=client,
+        topic=topic.strip() if topic else None,
+        exactly_once=exactly_once,
+        transactional_id_prefix=prefix.strip() if prefix else None,
+        transaction_timeout_ms=_parse_positive_int(
+            "transaction.timeout.ms",
+            opts.get("transaction.timeout.ms", str(DEFAULT_TRANSACTION_TIMEOUT_MS)),
+        ),
+        commit_log_topic=opts.get("exactlyonce.commitlogtopic", DEFAULT_COMMIT_LOG_TOPIC),
+    )

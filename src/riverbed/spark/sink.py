@@ -6,10 +6,21 @@ Columns (as in Spark's Kafka sink): ``value`` (binary or string) is required; ``
 null = now) and ``headers`` (array<struct<key:string,value:binary>>) are optional. Other
 columns are ignored.
 
-Each Spark task owns one idempotent producer (``enable.idempotence=true``): retries inside
+Exactly-once (option ``exactlyOnce``, the default of streaming writes): each task writes
+its rows in a transaction that the driver commits with the batch, through KIP-939's
+two-phase commit (:mod:`riverbed.spark.exactly_once`); read_committed readers see every
+row of a batch once, or none of it. Options ``transactional.id.prefix`` (default
+``riverbed-spark-<topic>``; give each query writing a topic its own),
+``transaction.timeout.ms`` (how long a task's transaction may stay open before it is
+prepared; default 60000) and ``exactlyOnce.commitLogTopic`` (where the driver records its
+decisions; default ``__riverbed_spark_sink_commits``). Brokers need
+``transaction.two.phase.commit.enable=true``.
+
+At-least-once (``exactlyOnce=false``, the default of batch writes, as Spark's Kafka sink):
+each Spark task owns one idempotent producer (``enable.idempotence=true``): retries inside
 a task never duplicate or reorder records. A failed delivery fails the task with the
 broker's error; Spark then retries the task, so the guarantee across task retries is
-at-least-once (exactly-once needs transactions, which come later).
+at-least-once.
 """
 
 from __future__ import annotations
@@ -36,6 +47,7 @@ from pyspark.sql.types import (
 )
 
 from riverbed.spark.client import new_client
+from riverbed.spark.exactly_once import SinkCoordinator, write_task
 from riverbed.spark.options import RiverbedOptionError, WriteOptions
 from riverbed.spark.schema import HEADERS_TYPE
 
@@ -130,6 +142,36 @@ def _headers(col: pa.Array | None, n: int) -> list[Any]:
     return out
 
 
+Row = tuple[str, int, Any, Any, int, Any]  # topic, partition (-1: any), key, value, ts, headers
+
+
+def rows_of(options: WriteOptions, batch: pa.RecordBatch) -> Iterator[Row]:
+    """Each row of ``batch`` as (topic, partition, key, value, timestamp ms, headers)."""
+    n = batch.num_rows
+    names = batch.schema.names
+
+    def column(name: str) -> Any:
+        return batch.column(names.index(name)) if name in names else None
+
+    if options.topic is not None:
+        topics: list[Any] = [options.topic] * n
+    else:
+        topics = column("topic").to_pylist()
+        if None in topics:
+            raise RiverbedWriteError("a row has a null 'topic' and no 'topic' option is set")
+    pcol = column("partition")
+    parts = [-1 if p is None else p for p in pcol.to_pylist()] if pcol is not None else [-1] * n
+    return zip(
+        topics,
+        parts,
+        _as_bytes(column("key"), n),
+        _as_bytes(column("value"), n),
+        _timestamps_ms(column("timestamp"), n),
+        _headers(column("headers"), n),
+        strict=True,
+    )
+
+
 def produce_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> int:
     """Produce every row of ``batches``; return the count once all are acknowledged."""
     first_error: list[tuple[KafkaError, str, int]] = []
@@ -142,46 +184,21 @@ def produce_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) ->
     produce = producer.produce
     count = 0
     for batch in batches:
-        n = batch.num_rows
-        names = batch.schema.names
-
-        def column(name: str, names: list[str] = names, batch: pa.RecordBatch = batch) -> Any:
-            return batch.column(names.index(name)) if name in names else None
-
-        values = _as_bytes(column("value"), n)
-        keys = _as_bytes(column("key"), n)
-        if options.topic is not None:
-            topics: list[Any] = [options.topic] * n
-        else:
-            topics = column("topic").to_pylist()
-            if None in topics:
-                raise RiverbedWriteError("a row has a null 'topic' and no 'topic' option is set")
-        pcol = column("partition")
-        parts = [-1 if p is None else p for p in pcol.to_pylist()] if pcol is not None else [-1] * n
-        stamps = _timestamps_ms(column("timestamp"), n)
-        headers = _headers(column("headers"), n)
-        for i in range(n):
+        for topic, partition, key, value, ts, headers in rows_of(options, batch):
             while True:
                 try:
-                    produce(
-                        topics[i],
-                        values[i],
-                        keys[i],
-                        partition=parts[i],
-                        timestamp=stamps[i],
-                        headers=headers[i],
-                    )
+                    produce(topic, value, key, partition=partition, timestamp=ts, headers=headers)
                     break
                 except BufferError:
                     producer.poll(_queue_full_wait_s)
                 except KafkaException as e:
                     err = e.args[0]
                     raise RiverbedWriteError(
-                        f"delivery to {topics[i]}-{parts[i]} failed: {err.name()}: {err.str()}"
+                        f"delivery to {topic}-{partition} failed: {err.name()}: {err.str()}"
                     ) from e
             if first_error:
                 break
-        count += n
+        count += batch.num_rows
         producer.poll(0)
         if first_error:
             break
@@ -209,31 +226,64 @@ def producer_config(options: WriteOptions, on_error: Any) -> dict[str, Any]:
     return config
 
 
-class _ProducingWriter:
-    """What the batch and the streaming writer share: checks on the driver, then each task
-    produces its Arrow batches (Spark's two writer bases differ only in commit/abort)."""
+#: ``kafka.*`` settings the exactly-once sink's own client obeys (it speaks PLAINTEXT).
+_EXACTLY_ONCE_CLIENT_SETTINGS = frozenset({"bootstrap.servers", "client.id", "isolation.level"})
 
-    def __init__(self, options: WriteOptions, schema: StructType) -> None:
+
+class _ProducingWriter:
+    """What the batch and the streaming writer share: checks on the driver (and the
+    exactly-once sink's recovery), then each task produces its Arrow batches."""
+
+    def __init__(self, options: WriteOptions, schema: StructType, streaming: bool) -> None:
+        options = options.with_default_exactly_once(streaming)
         validate_write_schema(schema, options)
-        check_producer_config(options)
         self.options = options
+        self.coordinator: SinkCoordinator | None = None
+        if not options.exactly_once:
+            check_producer_config(options)
+            return
+        other = sorted(set(options.client_config) - _EXACTLY_ONCE_CLIENT_SETTINGS)
+        if other:
+            raise RiverbedOptionError(
+                "the exactly-once sink does not support option(s) "
+                + ", ".join(f"'kafka.{k}'" for k in other)
+                + " yet (PLAINTEXT only); set exactlyOnce=false to write at-least-once"
+            )
+        self.coordinator = SinkCoordinator(options)
+        self.coordinator.start()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return RiverbedCommitMessage(produce_batches(self.options, iterator))
+        if self.coordinator is None:
+            return RiverbedCommitMessage(produce_batches(self.options, iterator))
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        partition_id = ctx.partitionId() if ctx is not None else 0
+        return write_task(self.options, iterator, partition_id)
 
 
 class RiverbedWriter(_ProducingWriter, DataSourceArrowWriter):
+    def __init__(self, options: WriteOptions, schema: StructType) -> None:
+        super().__init__(options, schema, streaming=False)
+
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        return None
+        if self.coordinator is not None:
+            self.coordinator.commit(messages, None)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        # Records already delivered stay: the sink is at-least-once.
-        return None
+        # At-least-once: records already delivered stay. Exactly-once: none is visible.
+        if self.coordinator is not None:
+            self.coordinator.abort(messages)
 
 
 class RiverbedStreamWriter(_ProducingWriter, DataSourceStreamArrowWriter):
+    def __init__(self, options: WriteOptions, schema: StructType) -> None:
+        super().__init__(options, schema, streaming=True)
+
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        return None
+        if self.coordinator is not None:
+            self.coordinator.commit(messages, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        return None
+        if self.coordinator is not None:
+            self.coordinator.abort(messages)

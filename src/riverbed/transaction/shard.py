@@ -260,7 +260,7 @@ class TransactionShard:
         if cur.state in (S.PREPARE_ABORT, S.PREPARE_COMMIT):
             return self._reply(request_id, TxnResult(E.CONCURRENT_TRANSACTIONS))
         if cur.state is S.ONGOING and keep_prepared:
-            return self._keep(request_id, cur, now_ms)
+            return self._keep(request_id, cur, timeout_ms, now_ms)
         if cur.state is S.ONGOING:
             return self._write(_Why.FENCE_FOR_INIT, tid, T.fence_and_abort(cur, now_ms), request_id)
         if cur.state not in (S.EMPTY, S.COMPLETE_ABORT, S.COMPLETE_COMMIT):
@@ -270,16 +270,16 @@ class TransactionShard:
             return self._reply(request_id, TxnResult(bumped))
         return self._write(_Why.INIT, tid, bumped, request_id)
 
-    def _keep(self, request_id: int, cur: TxnMetadata, now_ms: int) -> Step:
+    def _keep(self, request_id: int, cur: TxnMetadata, timeout_ms: int, now_ms: int) -> Step:
         """KeepPreparedTxn on an Ongoing transaction: a new client epoch (or producer id)
-        fences the previous client; the transaction, its partitions and its timeout
-        stay."""
+        fences the previous client; the transaction and its partitions stay, its timeout
+        becomes the request's."""
         new_pid = None
         if T.kept_needs_new_id(cur):
             new_pid = self.allocator.allocate()
             if new_pid is None:
                 return self._reply(request_id, TxnResult(E.COORDINATOR_LOAD_IN_PROGRESS))
-        target = T.keep_prepared(cur, T.kept_client(cur, new_pid), now_ms)
+        target = T.keep_prepared(cur, T.kept_client(cur, new_pid), timeout_ms, now_ms)
         return self._write(_Why.KEEP, cur.transactional_id, target, request_id)
 
     def _bump_or_rotate(

@@ -130,17 +130,23 @@ def _to_empty(
     )
 
 
-def keep_prepared(cur: TxnMetadata, client: tuple[int, int], now_ms: int) -> TxnMetadata:
+def keep_prepared(
+    cur: TxnMetadata, client: tuple[int, int], timeout_ms: int, now_ms: int
+) -> TxnMetadata:
     """KIP-939 InitProducerId(KeepPreparedTxn) on an Ongoing transaction: it stays Ongoing
     with its partitions and its (producer id, epoch), which its markers will carry; the
     new client's (producer id, epoch) go to the next* fields ("we want to preserve the
     producerId and epoch of the ongoing transaction ... but update the producerId / epoch
-    that's going to be used by client, so that we could fence stale client requests")."""
+    that's going to be used by client, so that we could fence stale client requests").
+    The timeout becomes the request's: with Enable2Pc, Int.MaxValue, so a transaction that
+    began with an ordinary timeout (aborted if its writer dies while writing) becomes a
+    prepared participant that no timeout aborts."""
     return _transit(
         cur,
         S.ONGOING,
         next_producer_id=client[0],
         next_producer_epoch=client[1],
+        timeout_ms=timeout_ms,
         last_update_ms=now_ms,
     )
 

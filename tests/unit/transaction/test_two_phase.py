@@ -190,3 +190,25 @@ def test_keep_with_an_exhausted_client_epoch_moves_the_client_to_a_new_producer_
     assert write_markers(h) == [(pid, 32767, True)]
     m = h.meta("a")
     assert (m.state, m.producer_id, m.producer_epoch) == (S.COMPLETE_COMMIT, 1001, 0)
+
+
+def test_keep_with_enable_2pc_prepares_an_ordinary_transaction() -> None:
+    """A writer that began with an ordinary timeout (aborted if it dies while writing)
+    prepares its transaction by keeping it with Enable2Pc: from then on no timeout
+    aborts it."""
+    h = Harness(config=TWO_PC)
+    r = h.init("a", timeout_ms=1_000)
+    assert isinstance(r, TxnResult)
+    h.add("a", r.producer_id, r.producer_epoch, T1)
+    assert keep(h) == TxnResult(E.NONE, r.producer_id, r.producer_epoch + 1, r.producer_id, 0)
+    assert h.meta("a").timeout_ms == TWO_PHASE_TIMEOUT_MS
+    h.take(h.c.tick(h.now_ms + 3_600_000))
+    assert h.meta("a").state is S.ONGOING and not h.writes
+    # without the prepare, the same transaction times out
+    h2 = Harness(config=TWO_PC)
+    r = h2.init("a", timeout_ms=1_000)
+    assert isinstance(r, TxnResult)
+    h2.add("a", r.producer_id, r.producer_epoch, T1)
+    h2.take(h2.c.tick(h2.now_ms + 3_600_000))
+    h2.commit()
+    assert h2.meta("a").state is S.PREPARE_ABORT

@@ -35,6 +35,7 @@ import tracemalloc
 import uuid
 from collections import deque
 
+from riverbed.metadata.controller import Controller
 from riverbed.metadata.image import MetadataImage, iter_image_values, replay_all
 from riverbed.metadata.records import decode_record
 from riverbed.protocol import fastpath
@@ -158,6 +159,107 @@ def image_memory(partitions: int) -> None:
         f"metadata image memory: {held / n_parts:.0f} B/partition "
         f"({held / 1e6:.1f} MB for {n_parts} partitions, tracemalloc)"
     )
+
+
+#: Brokers of the joined cluster's partitions: registered, fenced (shut down), so that no
+#: process hosts 100,000 partition logs on this machine (see bench_join).
+OFFLINE_BROKERS = range(100, 110)
+
+
+def offline_cluster_image(partitions: int, per_topic: int = 1000) -> MetadataImage:
+    """A cluster whose ``partitions`` (replication factor 3) live on OFFLINE_BROKERS, all
+    shut down: fenced, each partition without a leader, its last replica in the ISR (the
+    state Kafka's controller leaves when a partition's last ISR member is fenced)."""
+    records: list = list(Controller.bootstrap_records())
+    for b in OFFLINE_BROKERS:
+        records.append(
+            RegisterBrokerRecord(
+                broker_id=b,
+                incarnation_id=uuid.UUID(int=b + 1),
+                broker_epoch=b,
+                end_points=[
+                    RegisterBrokerRecord.BrokerEndpoint(
+                        name="PLAINTEXT", host="127.0.0.1", port=9, security_protocol=0
+                    )
+                ],
+                fenced=True,
+            )
+        )
+    n = len(OFFLINE_BROKERS)
+    for t in range(max(1, partitions // per_topic)):
+        tid = uuid.UUID(int=random.Random(t).getrandbits(128))
+        records.append(TopicRecord(name=f"join-{t:05d}", topic_id=tid))
+        for p in range(per_topic):
+            first = (t * per_topic + p) % n
+            replicas = [OFFLINE_BROKERS[(first + i) % n] for i in range(3)]
+            records.append(
+                PartitionRecord(
+                    partition_id=p,
+                    topic_id=tid,
+                    replicas=replicas,
+                    isr=replicas[:1],
+                    leader=-1,
+                    leader_epoch=1,
+                    partition_epoch=1,
+                )
+            )
+    return replay_all(MetadataImage.EMPTY, records, offset=len(records) - 1)
+
+
+def bench_join(partitions: int) -> None:
+    """A broker joining a cluster of ``partitions`` partitions, with real processes.
+
+    The cluster: one combined node (the controller quorum) started on a metadata snapshot
+    of ``offline_cluster_image`` written by riverbed's own snapshot writer (as its
+    controller would have written it; 100,000 partition logs hosted on this 2-core machine
+    would measure file creation, not metadata). Then a broker-only node starts on an
+    empty data dir: it fetches the snapshot (FetchSnapshot), loads it, registers and is
+    unfenced. Times from its start: its ready line, and *serving*: it alone answers
+    confluent-kafka's Metadata request listing every partition, itself among the brokers.
+    """
+    from confluent_kafka.admin import AdminClient
+
+    from riverbed.server.metadata_log import metadata_partition_dir
+    from riverbed.testing.quorum_cluster import QuorumCluster
+
+    image = offline_cluster_image(partitions)
+    total = sum(len(t.partitions) for t in image.topics_by_id.values())
+    with tempfile.TemporaryDirectory() as tmp, QuorumCluster(tmp, nodes=1) as cluster:
+        cluster.format(1)
+        sid = SnapshotId(image.offset + 1, 1)
+        store = FileSnapshotStore(metadata_partition_dir(cluster.data_dir(1)))
+        store.write(sid, b"".join(iter_snapshot_chunks(sid, iter_image_values(image))))
+        t0 = time.perf_counter()
+        cluster.start(timeout_s=600)
+        start_s = time.perf_counter() - t0
+        j0 = time.perf_counter()
+        broker = cluster.add_broker(2, timeout_s=600)
+        ready_s = time.perf_counter() - j0
+        ready_cpu_s = _cpu_s(broker.pid)
+        joined = AdminClient({"bootstrap.servers": broker.bootstrap})
+        listed = 0
+        while time.perf_counter() - j0 < 600:
+            md = joined.list_topics(timeout=60)
+            listed = sum(len(t.partitions) for t in md.topics.values())
+            if listed >= total and 2 in md.brokers:
+                break
+            time.sleep(0.05)
+        serve_s = time.perf_counter() - j0
+        serve_cpu_s = _cpu_s(broker.pid)
+    print(
+        f"join: the controller node started on a {total}-partition snapshot in {start_s:.1f} s; "
+        f"a broker joining it: ready line after {ready_s:.1f} s ({ready_cpu_s:.1f} s of its "
+        f"CPU), serving (Metadata from it alone lists {listed} partitions and itself) after "
+        f"{serve_s:.1f} s ({serve_cpu_s:.1f} s of its CPU: the time it would take on an idle "
+        f"core; wall times stretch with the machine's load)"
+    )
+
+
+def _cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of a running process (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def bench_commit(records: int, batch: int) -> None:
@@ -391,6 +493,16 @@ def main() -> None:
     ap.add_argument("--skip-snapshot", action="store_true")
     ap.add_argument("--snapshot-only", action="store_true", help="only the snapshot figures")
     ap.add_argument("--memory-partitions", type=int, default=100_000)
+    ap.add_argument(
+        "--join-partitions",
+        type=int,
+        default=0,
+        help="also time a broker joining a cluster of this many partitions (processes)",
+    )
+    ap.add_argument(
+        "--node-src",
+        help="run the join benchmark's nodes from this source tree (a baseline checkout)",
+    )
     args = ap.parse_args()
     if args.quorum_node:  # a child process of bench_quorum
         ports = [int(p) for p in args.ports.split(",")]
@@ -404,6 +516,10 @@ def main() -> None:
     if not args.skip_snapshot:
         bench_snapshot(args.partitions)
         image_memory(args.memory_partitions)
+    if args.join_partitions:
+        if args.node_src:  # the node processes inherit it
+            os.environ["PYTHONPATH"] = args.node_src
+        bench_join(args.join_partitions)
     load1, load5, _ = os.getloadavg()
     print(f"machine at the end: load average {load1:.2f} (1 min) {load5:.2f} (5 min)")
 

@@ -1,7 +1,7 @@
 """Produce throughput with client quotas configured but not binding, against no quota
 (issue 20), as a ratio measured in the same run.
 
-    python -m benchmarks.quota_bench [--records 30000] [--size 1024] [--rounds 5]
+    python -m benchmarks.quota_bench [--records 200000] [--size 1024] [--rounds 5]
 
 One broker; confluent-kafka produces ``--records`` records of ``--size`` bytes (acks=1)
 per round, alternately without quotas and with a ``<default>`` user quota far above what
@@ -96,7 +96,7 @@ def bookkeeping_us(requests: int) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--records", type=int, default=30_000)
+    parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--bookkeeping-requests", type=int, default=50_000)

@@ -46,7 +46,7 @@ def start_server(args: argparse.Namespace) -> int:
     from riverbed.server import node
 
     try:
-        return int(node.run(config))
+        return int(node.run(config, _console_extension(config)))
     except StorageFormatError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -54,3 +54,30 @@ def start_server(args: argparse.Namespace) -> int:
         # Typically a listener port in use or an unwritable log dir: say so, no traceback.
         print(f"error: cannot start the node: {exc}", file=sys.stderr)
         return 1
+
+
+def _console_extension(config: Any) -> Any:
+    """With ``riverbed.http.console.enable``: the web console mounted on the node's HTTP
+    listener, an admin client of the node's first PLAINTEXT listener (None otherwise)."""
+    if not config.http_console:
+        return None
+    plain = [lst for lst in config.advertised_listeners if lst.security_protocol == "PLAINTEXT"]
+    if not plain:
+        print(
+            "error: riverbed.http.console.enable needs a PLAINTEXT listener to connect to"
+            " (use `riverbed console --command-config` for a secured cluster)",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    host = plain[0].host or "localhost"
+    bootstrap = f"{'[' + host + ']' if ':' in host else host}:{plain[0].port}"
+
+    def mount(app: Any) -> None:
+        from riverbed.console.admin import ConsoleAdmin
+        from riverbed.console.app import mount_console
+
+        mount_console(
+            app, ConsoleAdmin({"bootstrap.servers": bootstrap, "log_level": 2}), bootstrap
+        )
+
+    return mount

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
 import jinja2
@@ -199,15 +199,36 @@ def _error_page(
     return response
 
 
-def build_app(
-    admin: ConsoleAdmin | None,
-    bootstrap: str,
-    metrics_urls: list[str] | None = None,
-    *,
-    tls: bool = False,
-    base_conf: dict[str, Any] | None = None,
-) -> web.Application:
-    """The console; ``admin`` None means --login: each user signs in (`console.login`)."""
+class Routes(Protocol):
+    """Where views add their routes: an app's router, or `_Guarded` around one."""
+
+    def add_get(self, path: str, handler: Handler) -> object: ...
+
+    def add_post(self, path: str, handler: Handler) -> object: ...
+
+
+class _Guarded:
+    """A router whose handlers run inside the console's guard: for an application that
+    is not the console's own (the node's HTTP listener), where `_guard` is no middleware."""
+
+    def __init__(self, router: web.UrlDispatcher) -> None:
+        self.router = router
+
+    def add_get(self, path: str, handler: Handler) -> object:
+        return self.router.add_get(path, _guarded(handler))
+
+    def add_post(self, path: str, handler: Handler) -> object:
+        return self.router.add_post(path, _guarded(handler))
+
+
+def _guarded(handler: Handler) -> Handler:
+    async def run(request: web.Request) -> web.StreamResponse:
+        return await _guard(request, handler)
+
+    return run
+
+
+def _add_console(app: web.Application, routes: Routes, console: Console) -> None:
     from riverbed.console import (
         views_cluster,
         views_groups,
@@ -218,21 +239,40 @@ def build_app(
         views_transactions,
     )
 
-    app = web.Application(client_max_size=REQUEST_BODY_BYTES_MAX, middlewares=[_guard])
-    console = Console(admin, bootstrap, list(metrics_urls or []), tls=tls, base_conf=base_conf)
     app[CONSOLE] = console
     for module in (
         views_cluster, views_topics, views_messages, views_groups, views_metrics, views_login,
         views_transactions,
     ):  # fmt: skip
-        module.add_routes(app.router)
-    app.router.add_static("/static", _HERE / "static", append_version=True)
+        module.add_routes(routes)
+    app.router.add_static("/static", _HERE / "static")
 
     async def close(_app: web.Application) -> None:
         console.close()
 
     app.on_cleanup.append(close)
+
+
+def build_app(
+    admin: ConsoleAdmin | None,
+    bootstrap: str,
+    metrics_urls: list[str] | None = None,
+    *,
+    tls: bool = False,
+    base_conf: dict[str, Any] | None = None,
+) -> web.Application:
+    """The console; ``admin`` None means --login: each user signs in (`console.login`)."""
+    app = web.Application(client_max_size=REQUEST_BODY_BYTES_MAX, middlewares=[_guard])
+    console = Console(admin, bootstrap, list(metrics_urls or []), tls=tls, base_conf=base_conf)
+    _add_console(app, app.router, console)
     return app
+
+
+def mount_console(app: web.Application, admin: ConsoleAdmin, bootstrap: str) -> None:
+    """The console's pages on another application (the node's HTTP listener,
+    ``riverbed.http.console.enable``): its paths do not meet /metrics or /health/*; that
+    application's own limits (body size, 404 and 405 answers) stay in force."""
+    _add_console(app, _Guarded(app.router), Console(admin, bootstrap, []))
 
 
 async def form_of(request: web.Request) -> dict[str, str]:

@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from riverbed.console.admin import ADMIN_TIMEOUT_S, ClusterView, ConsoleAdmin, cluster_error
-from riverbed.console.app import admin_of, console_of
+from riverbed.console.app import Routes, admin_of, console_of
 from riverbed.console.wire_views import DiskUse, disk_use
 
 #: How long the overview waits for DescribeQuorum, seconds.
@@ -37,7 +37,7 @@ class Alert:
     text: str
 
 
-def add_routes(router: web.UrlDispatcher) -> None:
+def add_routes(router: Routes) -> None:
     router.add_get("/", overview)
     router.add_get("/transactions", transactions)
     router.add_get("/security", security)

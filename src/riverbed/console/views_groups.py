@@ -15,11 +15,11 @@ from aiohttp import web
 
 from riverbed.console import groups
 from riverbed.console.admin import ConsoleError
-from riverbed.console.app import admin_of, console_of, form_of
+from riverbed.console.app import Routes, admin_of, console_of, form_of
 from riverbed.console.browse import parse_time_ms
 
 
-def add_routes(router: web.UrlDispatcher) -> None:
+def add_routes(router: Routes) -> None:
     router.add_get("/groups", group_list)
     router.add_get("/group", group)
     router.add_get("/group/lag", lag)

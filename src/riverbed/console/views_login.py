@@ -9,11 +9,11 @@ from __future__ import annotations
 from aiohttp import web
 
 from riverbed.console.admin import ConsoleError
-from riverbed.console.app import console_of, form_of
+from riverbed.console.app import Routes, console_of, form_of
 from riverbed.console.login import COOKIE, SESSION_IDLE_S, sign_in
 
 
-def add_routes(router: web.UrlDispatcher) -> None:
+def add_routes(router: Routes) -> None:
     router.add_get("/login", login_form)
     router.add_post("/login", login)
     router.add_post("/logout", logout)

@@ -19,13 +19,13 @@ from aiohttp import web
 
 from riverbed.console import browse, tail
 from riverbed.console.admin import ConsoleError
-from riverbed.console.app import Console, admin_of, console_of, form_of
+from riverbed.console.app import Console, Routes, admin_of, console_of, form_of
 
 #: Most headers one produced record may carry.
 PRODUCE_HEADERS_MAX = 64
 
 
-def add_routes(router: web.UrlDispatcher) -> None:
+def add_routes(router: Routes) -> None:
     router.add_get("/topics/{topic}/messages", messages)
     router.add_post("/topics/{topic}/messages", produce)
     router.add_get("/topics/{topic}/tail", live_tail)

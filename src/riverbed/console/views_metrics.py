@@ -11,10 +11,10 @@ import time
 from aiohttp import web
 
 from riverbed.console import metrics_view
-from riverbed.console.app import console_of
+from riverbed.console.app import Routes, console_of
 
 
-def add_routes(router: web.UrlDispatcher) -> None:
+def add_routes(router: Routes) -> None:
     router.add_get("/cluster-metrics", page)
     router.add_get("/cluster-metrics/data", data)
 

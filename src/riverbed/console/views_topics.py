@@ -9,7 +9,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from riverbed.console.admin import ConsoleError
-from riverbed.console.app import admin_of, console_of, form_of
+from riverbed.console.app import Routes, admin_of, console_of, form_of
 from riverbed.console.browse import whole_number
 from riverbed.console.wire_views import disk_use, topic_extras
 
@@ -20,7 +20,7 @@ TOPIC_NAME_CHARS_MAX = 249
 _LEGAL = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
-def add_routes(router: web.UrlDispatcher) -> None:
+def add_routes(router: Routes) -> None:
     router.add_get("/topics", topics)
     router.add_post("/topics", create)
     router.add_get("/topics/{topic}", topic)

@@ -13,12 +13,12 @@ from typing import Any
 from aiohttp import web
 
 from riverbed.console.admin import ConsoleError
-from riverbed.console.app import admin_of, console_of, form_of
+from riverbed.console.app import Routes, admin_of, console_of, form_of
 from riverbed.console.browse import whole_number
 from riverbed.console.wire_views import plaintext
 
 
-def add_routes(router: web.UrlDispatcher) -> None:
+def add_routes(router: Routes) -> None:
     router.add_get("/transactions/abort", confirm_abort)
     router.add_post("/transactions/abort", abort)
 

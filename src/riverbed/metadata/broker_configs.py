@@ -257,6 +257,9 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     _d("riverbed.http.listeners", _LI, "", None,
        "HTTP listeners (http://host:port,...) serving /metrics and /health/*; empty = none "
        "(the embedded default serves http://127.0.0.1:9644)."),
+    _d("riverbed.http.console.enable", _B, "false", None,
+       "Serve the web console (riverbed console) on the HTTP listeners too, as an admin "
+       "client of this node's first PLAINTEXT listener."),
     _d("riverbed.log.format", _S, "text", one_of("text", "json"),
        "The node's log lines: text, or one JSON object per line (log shippers)."),
     _d("riverbed.metrics.enable", _B, "true", None,

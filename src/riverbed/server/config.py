@@ -233,6 +233,7 @@ class ServerConfig:
         self.auto_format: bool = bool(v["riverbed.storage.auto.format"])
         self.broker_rack: str | None = v["broker.rack"]  # type: ignore[assignment]
         self.http_listeners: tuple[str, ...] = tuple(_list(v["riverbed.http.listeners"]))
+        self.http_console: bool = bool(v["riverbed.http.console.enable"])
         try:
             self.logger_levels: dict[str, int] = logger_levels(self.originals)
         except LogLevelError as exc:

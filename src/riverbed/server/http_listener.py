@@ -42,6 +42,9 @@ HTTP_SHUTDOWN_GRACE_S = 2.0
 _URL_RE = re.compile(r"^(?P<scheme>[a-zA-Z]+)://(?P<host>\[[^\]]*\]|[^:/\[\]]*):(?P<port>\d+)/?$")
 
 ReadinessCheck = Callable[[], bool]
+#: Adds routes to the listener's application before it serves (given by a layer above
+#: server/, e.g. `riverbed.cli.server` mounting the web console).
+HttpExtension = Callable[[web.Application], None]
 
 
 class HttpListenerError(ValueError):
@@ -108,6 +111,7 @@ class HttpListener:
         self,
         render_metrics: Callable[[], bytes],
         readiness: Mapping[str, ReadinessCheck],
+        extend: HttpExtension | None = None,
     ) -> None:
         self.render_metrics = render_metrics
         self.readiness = dict(readiness)
@@ -118,6 +122,8 @@ class HttpListener:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/health/live", self._live)
         app.router.add_get("/health/ready", self._ready)
+        if extend is not None:
+            extend(app)  # e.g. the web console's pages (riverbed.http.console.enable)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         self._started = False
 

@@ -66,7 +66,12 @@ from riverbed.server.clock import SystemClock
 from riverbed.server.config import ServerConfig
 from riverbed.server.connection_quotas import ConnectionQuotas, raise_open_files_limit
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
-from riverbed.server.http_listener import HttpListener, HttpListenerError, parse_http_listeners
+from riverbed.server.http_listener import (
+    HttpExtension,
+    HttpListener,
+    HttpListenerError,
+    parse_http_listeners,
+)
 from riverbed.server.listener_security import (
     ListenerSecurity,
     client_security,
@@ -145,8 +150,11 @@ class Node:
         config: ServerConfig,
         *,
         fault_handler: FaultHandler | None = None,
+        http_extension: HttpExtension | None = None,
     ) -> None:
         self.config = config
+        #: More routes for the HTTP listener (the web console), from the layer above.
+        self.http_extension = http_extension
         #: Where unexpected faults go (tests inject a RecordingFaultHandler).
         self.fault_handler: FaultHandler = fault_handler or ProcessTerminatingFaultHandler(
             config.node_id
@@ -640,7 +648,7 @@ class Node:
             raise NodeStartError(str(exc)) from None
         if not endpoints:
             return
-        self.http = HttpListener(self.metrics.render, self._readiness())
+        self.http = HttpListener(self.metrics.render, self._readiness(), self.http_extension)
         try:
             bound = await self.http.start(endpoints)
         except OSError as exc:
@@ -710,10 +718,10 @@ def _remote_log_setup(
         raise NodeStartError(f"tiered storage: {exc}") from None
 
 
-async def run_node(config: ServerConfig) -> None:
+async def run_node(config: ServerConfig, http_extension: HttpExtension | None = None) -> None:
     """Start a node, stop it cleanly on SIGTERM/SIGINT, return once it has stopped."""
     # the process-terminating fault handler is Node's default: a fault ends this process
-    node = Node(config)
+    node = Node(config, http_extension=http_extension)
     loop = asyncio.get_running_loop()
     stop_requested = node.stop_requested
     signals = 0
@@ -736,8 +744,9 @@ async def run_node(config: ServerConfig) -> None:
         await node.stop()
 
 
-def run(config: ServerConfig) -> int:
-    """Run a node in this process until it is told to stop (``riverbed server start``)."""
+def run(config: ServerConfig, http_extension: HttpExtension | None = None) -> int:
+    """Run a node in this process until it is told to stop (``riverbed server start``);
+    ``http_extension`` adds routes to its HTTP listener (the web console)."""
     configure_logging(config.node_id, config.logger_levels, config.log_json)
     try:
         import uvloop
@@ -747,7 +756,7 @@ def run(config: ServerConfig) -> int:
         runner = asyncio.Runner()
     with runner:
         try:
-            runner.run(run_node(config))
+            runner.run(run_node(config, http_extension))
         except NodeStartError as exc:
             log.error("%s", exc)
             print(f"error: {exc}", file=sys.stderr, flush=True)

@@ -40,6 +40,8 @@ from riverbed.protocol.messages import (
     DescribeGroupsResponse,
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
+    FetchRequest,
+    FetchResponse,
     FindCoordinatorRequest,
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -68,6 +70,7 @@ USERS = {
     "ivy": "ivy-pw",
     "jo": "jo-pw",
     "kim": "kim-pw",
+    "lee": "lee-pw",
 }
 SCRAM_USERS = {"gina": ("SCRAM-SHA-256", "gina-pw")}
 TIMEOUT_S = 30
@@ -128,6 +131,11 @@ def _outcome(future) -> int:
 
 def _ask(secure: SecureBroker, user: str, body: Message) -> Message:
     return sasl_plain_request(secure.bootstrap("SASL_PLAINTEXT"), user, USERS[user], body)
+
+
+def _ask_at(secure: SecureBroker, user: str, body: Message, version: int) -> Message:
+    address = secure.bootstrap("SASL_PLAINTEXT")
+    return sasl_plain_request(address, user, USERS[user], body, version=version)
 
 
 def test_create_topics_answers_each_topic(secure: SecureBroker) -> None:
@@ -355,3 +363,42 @@ def test_idempotent_producer_needs_idempotent_write_or_some_topic_write(
     (topic,) = _topics(secure, "kim-")
     _allow(secure, ResourceType.TOPIC, topic, "kim", AclOperation.WRITE)
     assert init() == OK
+
+
+def test_fetch_serves_the_readable_topic_and_refuses_the_other(secure: SecureBroker) -> None:
+    from confluent_kafka import Consumer, Producer
+
+    mine, theirs = _topics(secure, "lee-fetch-", "other-fetch-")
+    producer = Producer(_client(secure, None))
+    for t in (mine, theirs):
+        producer.produce(t, t.encode())
+    assert producer.flush(TIMEOUT_S) == 0
+    _allow(secure, ResourceType.TOPIC, mine, "lee", AclOperation.READ)
+    _allow(secure, ResourceType.TOPIC, theirs, "lee", AclOperation.DESCRIBE)  # seen, not read
+    # the broker's answer: mine's record, theirs TOPIC_AUTHORIZATION_FAILED
+    F = FetchRequest
+    fetch = F(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, session_epoch=-1,
+              topics=[F.FetchTopic(topic=t, partitions=[F.FetchPartition(
+                  partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])
+                  for t in (mine, theirs)])  # fmt: skip
+    answer = _ask_at(secure, "lee", fetch, version=12)
+    assert isinstance(answer, FetchResponse) and answer.error_code == 0
+    parts = {t.topic: t.partitions[0] for t in answer.responses}
+    assert {t: p.error_code for t, p in parts.items()} == {mine: OK, theirs: TOPIC_DENIED}
+    assert parts[mine].high_watermark == 1 and parts[mine].records
+    # a real consumer assigned both reads what it may
+    consumer = Consumer(_client(secure, "lee") | {
+        "group.id": "lee-unused", "enable.auto.commit": "false",
+    })  # fmt: skip
+    consumer.assign([TopicPartition(mine, 0, 0), TopicPartition(theirs, 0, 0)])
+    try:
+        deadline = time.monotonic() + scaled_s(TIMEOUT_S)
+        msg = None
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                break
+    finally:
+        consumer.close()
+    assert msg is not None and msg.error() is None
+    assert (msg.topic(), msg.value()) == (mine, mine.encode())

@@ -109,10 +109,6 @@ def nothing(req: Any, names: TopicNames) -> list[Check]:
     return []
 
 
-def topics(op: int, items: Iterable[str | None]) -> list[Check]:
-    return [check(T, n, op) for n in dict.fromkeys(items) if n is not None]
-
-
 def each(rtype: int, op: int, array: str, names: Iterable[str | None]) -> list[Check]:
     """One check per item of the request array ``array`` (``names``: each item's resource
     name; None, a topic id that names no topic, is left to the handler to answer)."""
@@ -133,7 +129,7 @@ def _fetch(req: Any, names: TopicNames) -> list[Check]:
     replica = req.replica_id if req.replica_id >= 0 else req.replica_state.replica_id
     if replica >= 0:
         return [check(C, CLUSTER_NAME, Op.CLUSTER_ACTION, ErrorCode.TOPIC_AUTHORIZATION_FAILED)]
-    return topics(Op.READ, (t.topic or names(t.topic_id) for t in req.topics))
+    return each(T, Op.READ, "topics", (t.topic or names(t.topic_id) for t in req.topics))
 
 
 def _offset_for_leader_epoch(req: Any, names: TopicNames) -> list[Check]:

@@ -294,11 +294,12 @@ class Broker:
             return denied_response(api_key, body, version, v.whole)
         allowed, refused = split(api_key, body, v)
         served = None if allowed is None else await self._run(handler, ctx, allowed, version)
-        if allowed is not None and not isinstance(served, Message):
-            return served  # a handler that answers otherwise (none does for these APIs)
-        merged = with_refused(
-            api_key, served if isinstance(served, Message) else None, refused, version
-        )
+        if isinstance(served, SplicedResponse):  # a Fetch sending file ranges: same body
+            with_refused(api_key, served.body, refused, version)
+            return served
+        if allowed is not None and served is None:
+            return None
+        merged = with_refused(api_key, served, refused, version)
         return fit_to_version(merged, version)
 
     def _error_response(

@@ -36,6 +36,7 @@ from confluent_kafka.admin import (
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
+    CreateTopicsRequest,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     DescribeTransactionsRequest,
@@ -148,6 +149,19 @@ def test_create_topics_answers_each_topic(secure: SecureBroker) -> None:
         erin.create_topics([NewTopic(mine, 1, 1), NewTopic(theirs, 1, 1)]), mine, theirs
     )
     assert mine in _listed(secure) and theirs not in _listed(secure)
+    # CREATE without DESCRIBE_CONFIGS: created, but its configs are not shown (Kafka)
+    C = CreateTopicsRequest
+    for user, withheld in (("erin", True), ("admin", False)):
+        name = f"erin-new-{user}-{n}"
+        topic = C.CreatableTopic(name=name, num_partitions=2, replication_factor=1)
+        (result,) = _ask(secure, user, C(topics=[topic], timeout_ms=30_000)).topics  # type: ignore[attr-defined]
+        assert result.error_code == OK
+        if withheld:
+            assert result.topic_config_error_code == TOPIC_DENIED
+            assert (result.num_partitions, result.configs) == (-1, [])
+        else:
+            assert result.topic_config_error_code == OK
+            assert result.num_partitions == 2 and result.configs
 
 
 def test_configs_and_delete_topics_answer_each_topic(secure: SecureBroker) -> None:

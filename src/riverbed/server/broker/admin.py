@@ -49,6 +49,8 @@ from riverbed.protocol.messages import (
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
 )
+from riverbed.security.acl import AclOperation as Op
+from riverbed.security.acl import ResourceType
 from riverbed.server.network import RequestContext
 from riverbed.storage.errors import StorageError
 
@@ -61,7 +63,26 @@ async def handle_create_topics(
 ) -> CreateTopicsResponse:
     response = await broker.metadata.create_topics(req)
     await broker.partitions.settled()  # answer once the new partitions take requests
+    if broker.authz is not None:
+        _withhold_configs(broker, ctx, response)
     return response
+
+
+def _withhold_configs(broker: Broker, ctx: RequestContext, response: CreateTopicsResponse) -> None:
+    """Kafka's ReplicationControlManager.createTopic: a created topic's configs, partition
+    count and replication factor are returned only to a principal that may DESCRIBE_CONFIGS
+    it; to others TopicConfigErrorCode TOPIC_AUTHORIZATION_FAILED."""
+    assert broker.authz is not None
+    image = broker.metadata.image
+    for t in response.topics:
+        if t.error_code or broker.authz.may(
+            image, ctx, Op.DESCRIBE_CONFIGS, ResourceType.TOPIC, t.name
+        ):
+            continue
+        t.configs = []
+        t.num_partitions = -1
+        t.replication_factor = -1
+        t.topic_config_error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 
 
 async def handle_delete_topics(

@@ -160,3 +160,25 @@ def test_an_acl_grants_describe_quorum(cluster: QuorumCluster) -> None:
     # DESCRIBE does not make mallory a broker
     beat = _ask(controller, "mallory", ApiKey.BROKER_HEARTBEAT, BrokerHeartbeatRequest(broker_id=2))
     assert beat.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED  # type: ignore[attr-defined]
+
+
+def test_a_create_topics_on_the_controller_is_answered_per_topic(cluster: QuorumCluster) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    grant = AclBinding(
+        ResourceType.TOPIC, "mallory-ok-", ResourcePatternType.PREFIXED, "User:mallory", "*",
+        AclOperation.CREATE, AclPermissionType.ALLOW,
+    )  # fmt: skip
+    for f in admin.create_acls([grant]).values():
+        f.result(timeout=TIMEOUT_S)
+    C = CreateTopicsRequest
+    topics = [
+        C.CreatableTopic(name=n, num_partitions=1, replication_factor=1)
+        for n in ("mallory-ok-1", "mallory-no-1")
+    ]
+    created = _ask(cluster.controller(1), "mallory", ApiKey.CREATE_TOPICS,
+                   C(topics=topics, timeout_ms=10_000))  # fmt: skip
+    assert isinstance(created, CreateTopicsResponse)
+    assert {t.name: t.error_code for t in created.topics} == {
+        "mallory-ok-1": 0,
+        "mallory-no-1": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+    }

@@ -59,6 +59,8 @@ from riverbed.server.broker.authorization import (
     BrokerAuthorizer,
     authorizer_config,
     denied_response,
+    split,
+    with_refused,
 )
 from riverbed.server.broker.dispatch import Broker
 from riverbed.server.broker.partitions import PartitionManager, log_config_for
@@ -438,7 +440,7 @@ class Node:
         from riverbed.protocol.api_versions import ApiKey
         from riverbed.protocol.headers import response_body_version
         from riverbed.server.broker.cluster_info import api_versions_response
-        from riverbed.server.broker.error_response import error_code_of, error_response
+        from riverbed.server.broker.error_response import error_response
         from riverbed.server.broker.versioning import fit_to_version
 
         api_key = ctx.header.api_key
@@ -455,11 +457,27 @@ class Node:
         if self.quorum is None:
             raise UnsupportedControllerApi(f"api key {api_key} before the quorum is open")
         if self._controller_authz is not None:
-            denied = self._controller_authz.denied(self.quorum.image, ctx, body, CONTROLLER_RULES)
-            if denied is not None:
-                return denied_response(api_key, body, version, denied)
+            v = self._controller_authz.verdict(self.quorum.image, ctx, body, CONTROLLER_RULES)
+            if v.whole is not None:
+                return denied_response(api_key, body, version, v.whole)
+            if v.refused:  # Kafka's ControllerApis answers these per topic / resource
+                allowed, refused = split(api_key, body, v)
+                served = None
+                if allowed is not None:
+                    served = await self._serve_controller(self.quorum, ctx, allowed, version)
+                return fit_to_version(with_refused(api_key, served, refused, version), version)
+        return await self._serve_controller(self.quorum, ctx, body, version)
+
+    async def _serve_controller(
+        self, quorum: QuorumMetadata, ctx: RequestContext, body: Message, version: int
+    ) -> Message:
+        from riverbed.protocol.api_versions import ApiKey
+        from riverbed.server.broker.error_response import error_code_of, error_response
+        from riverbed.server.broker.versioning import fit_to_version
+
+        api_key = ctx.header.api_key
         try:
-            response = await self.quorum.handle_controller_request(api_key, body)
+            response = await quorum.handle_controller_request(api_key, body)
         except Exception as exc:
             code = error_code_of(exc)
             if code is not ErrorCode.NOT_CONTROLLER:

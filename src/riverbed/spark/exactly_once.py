@@ -43,7 +43,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from pyspark.sql.datasource import WriterCommitMessage
 
 from riverbed.cli.wire import WireError
-from riverbed.protocol.records import SimpleRecord, build_batch
+from riverbed.protocol.compression import CompressionType
+from riverbed.protocol.records import SimpleRecord, build_batch, frame_batch
 from riverbed.spark.options import WriteOptions
 from riverbed.spark.txn_client import Cluster, TxnProducer, TxnSinkError, murmur2_partition
 
@@ -83,8 +84,9 @@ def write_task(options: WriteOptions, batches: Iterator[pa.RecordBatch], partiti
         producer.init()
         writer = _PartitionedWriter(producer, cluster, partition_id)
         for batch in batches:
+            add = writer.add
             for topic, part, key, value, ts, headers in rows_of(options, batch):
-                writer.add(topic, part, SimpleRecord(value, key, headers or (), ts or None))
+                add(topic, part, (key, value, ts, headers))
         writer.flush_all()
         if not writer.count:
             return TxnCommitMessage(0, producer.tid, -1, -1)
@@ -100,6 +102,66 @@ def write_task(options: WriteOptions, batches: Iterator[pa.RecordBatch], partiti
         cluster.close()
 
 
+def _zigzag(n: int) -> bytes:
+    v = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+#: Zigzag varints of 0 .. _VARINTS_MAX - 1 (lengths and offset deltas), and of -1 (null).
+_VARINTS_MAX: Final = 1 << 15
+_VARINTS: Final = [_zigzag(i) for i in range(_VARINTS_MAX)]
+_NULL: Final = _zigzag(-1)
+Buffered = tuple[Any, Any, int, Any]  # key, value, timestamp ms (0: now), headers
+
+
+def encode_plain(rows: Sequence[Buffered]) -> bytes:
+    """The records of a v2 batch for rows without headers or timestamps (every record
+    at the batch's first timestamp): KIP-98's record format, varints from a table."""
+    table, null = _VARINTS, _NULL
+    parts: list[bytes] = []
+    append = parts.append
+    for delta, (key, value, _ts, _headers) in enumerate(rows):
+        k = null if key is None else _varint(len(key), table) + key
+        v = null if value is None else _varint(len(value), table) + value
+        record = b"\x00\x00" + _varint(delta, table) + k + v + b"\x00"
+        append(_varint(len(record), table))
+        append(record)
+    return b"".join(parts)
+
+
+def _varint(n: int, table: list[bytes]) -> bytes:
+    return table[n] if n < _VARINTS_MAX else _zigzag(n)
+
+
+def build_rows(rows: Sequence[Buffered], pid: int, epoch: int, seq: int, now_ms: int) -> bytes:
+    """One transactional batch of ``rows``: `encode_plain` when no row has headers or a
+    timestamp, else riverbed's general record builder."""
+    if any(ts or headers for _k, _v, ts, headers in rows):
+        records = [SimpleRecord(v, k, h or (), ts or None) for k, v, ts, h in rows]
+        return build_batch(records, producer_id=pid, producer_epoch=epoch, now_ms=now_ms,
+                           base_sequence=seq, is_transactional=True)  # fmt: skip
+    return frame_batch(
+        encode_plain(rows),
+        len(rows),
+        base_offset=0,
+        compression=CompressionType.NONE,
+        timestamp_type=0,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        partition_leader_epoch=-1,
+        first_timestamp=now_ms,
+        max_timestamp=now_ms,
+        last_offset_delta=len(rows) - 1,
+        is_transactional=True,
+    )
+
+
 class _PartitionedWriter:
     """Rows buffered per partition, produced as one batch once ``batch_bytes_max``."""
 
@@ -108,7 +170,7 @@ class _PartitionedWriter:
         self.cluster = cluster
         self.leaders: dict[tuple[str, int], int] = {}
         self.partitions: dict[str, int] = {}
-        self.buffers: dict[tuple[str, int], list[SimpleRecord]] = {}
+        self.buffers: dict[tuple[str, int], list[Buffered]] = {}
         self.sizes: dict[tuple[str, int], int] = {}
         self.count = 0
         self._next_unkeyed = seed
@@ -130,37 +192,40 @@ class _PartitionedWriter:
             self.leaders.update({(topic, p): leader for p, leader in found.items()})
         return self.partitions[topic]
 
-    def add(self, topic: str, partition: int, record: SimpleRecord) -> None:
-        n = self._count(topic)
+    def add(self, topic: str, partition: int, row: Buffered) -> None:
+        n = self.partitions.get(topic) or self._count(topic)
+        key = row[0]
         if partition < 0:
-            if record.key is not None:
-                partition = murmur2_partition(record.key, n)
+            if key is not None:
+                partition = murmur2_partition(key, n)
             else:  # unkeyed: spread over the partitions, as a sticky partitioner would
                 partition = self._next_unkeyed % n
         elif partition >= n:
             raise TxnSinkError(f"delivery to {topic}-{partition} failed: UNKNOWN_PARTITION")
         tp = (topic, partition)
-        self.buffers.setdefault(tp, []).append(record)
-        size = self.sizes.get(tp, 0) + len(record.value or b"") + len(record.key or b"") + 16
+        buffer = self.buffers.get(tp)
+        if buffer is None:
+            buffer = self.buffers[tp] = []
+        buffer.append(row)
+        value = row[1]
+        size = self.sizes.get(tp, 0) + (len(value) if value else 0) + 16
         self.sizes[tp] = size
         if size >= batch_bytes_max:
             self.flush(tp)
             self._next_unkeyed += 1
 
     def flush(self, tp: tuple[str, int]) -> None:
-        records = self.buffers.pop(tp, [])
+        rows = self.buffers.pop(tp, [])
         self.sizes.pop(tp, None)
-        if not records:
+        if not rows:
             return
-
         now_ms = int(time.time() * 1000)
 
         def build(pid: int, epoch: int, seq: int) -> bytes:
-            return build_batch(records, producer_id=pid, producer_epoch=epoch, now_ms=now_ms,
-                               base_sequence=seq, is_transactional=True)  # fmt: skip
+            return build_rows(rows, pid, epoch, seq, now_ms)
 
-        self.producer.produce(tp, build, len(records), self._lookup)
-        self.count += len(records)
+        self.producer.produce(tp, build, len(rows), self._lookup)
+        self.count += len(rows)
 
     def flush_all(self) -> None:
         for tp in list(self.buffers):

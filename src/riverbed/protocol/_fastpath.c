@@ -117,8 +117,10 @@ static PyObject *rd_uuid(Rd *r) {
         Py_XDECREF(args);
         Py_DECREF(raw);
         if (u == NULL) return NULL;
-        Py_XSETREF(dec_uuid, u);
+        /* the bytes first: the old object's release may run Python code (a weakref
+         * callback) and another thread, which must see a consistent cache */
         memcpy(dec_uuid_raw, q, 16);
+        Py_XSETREF(dec_uuid, u);
     }
     Py_INCREF(dec_uuid);
     return dec_uuid;

@@ -262,6 +262,15 @@ def test_offset_commit_answers_each_topic_under_the_group(secure: SecureBroker) 
         fetched = _ask(secure, user, fetch_all)
         assert isinstance(fetched, OffsetFetchResponse)
         assert {t.name for t in fetched.groups[0].topics} == shown
+    # naming both: each topic answered alone within the group
+    named = [F.OffsetFetchRequestTopics(name=t, partition_indexes=[0]) for t in (mine, theirs)]
+    fetched = _ask(
+        secure, "frank", F(groups=[F.OffsetFetchRequestGroup(group_id=group, topics=named)])
+    )
+    assert isinstance(fetched, OffsetFetchResponse) and fetched.groups[0].error_code == 0
+    answers = {t.name: t.partitions[0] for t in fetched.groups[0].topics}
+    assert {t: p.error_code for t, p in answers.items()} == {mine: OK, theirs: TOPIC_DENIED}
+    assert answers[mine].committed_offset == 0
 
 
 def test_describe_groups_answers_each_group(secure: SecureBroker) -> None:

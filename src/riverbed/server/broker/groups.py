@@ -384,6 +384,12 @@ def _fetch_group(
     transactional offsets answer UNSTABLE_OFFSET_COMMIT. All topics (``topics`` None):
     only those the principal may DESCRIBE (Kafka filters them; named ones are checked
     before, `riverbed.security.api_operations`)."""
+    refused: list[OffsetFetchTopics] = []
+    if topics is not None and broker.authz is not None:  # v8+: each group's own topics
+        image, authz = broker.metadata.image, broker.authz
+        ok = [authz.may(image, ctx, Op.DESCRIBE, ResourceType.TOPIC, t.name) for t in topics]
+        refused = [t for t, yes in zip(topics, ok, strict=True) if not yes]
+        topics = [t for t, yes in zip(topics, ok, strict=True) if yes]
     wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
     try:
         _partition, shard = broker.groups.shard_of(group_id)
@@ -397,6 +403,7 @@ def _fetch_group(
             group_id=group_id, topics=[], error_code=int(code)
         )
     fetched = shard.offset_fetch(group_id, wanted, require_stable)
+    fetched.topics += [_refused_offsets(t) for t in refused]
     if topics is None and broker.authz is not None:
         image, authz = broker.metadata.image, broker.authz
         fetched.topics = [
@@ -405,6 +412,23 @@ def _fetch_group(
             if authz.may(image, ctx, Op.DESCRIBE, ResourceType.TOPIC, t.name)
         ]
     return fetched
+
+
+def _refused_offsets(topic: OffsetFetchTopics) -> OffsetFetchResponse.OffsetFetchResponseTopics:
+    """A named topic the principal may not DESCRIBE: each partition TOPIC_AUTHORIZATION_FAILED
+    (Kafka's OffsetFetch answers it per topic, the group's other topics served)."""
+    R = OffsetFetchResponse
+    return R.OffsetFetchResponseTopics(
+        name=topic.name,
+        partitions=[
+            R.OffsetFetchResponsePartitions(
+                partition_index=p,
+                committed_offset=-1,
+                error_code=int(E.TOPIC_AUTHORIZATION_FAILED),
+            )
+            for p in topic.partition_indexes
+        ],
+    )
 
 
 async def handle_offset_fetch(

@@ -7,9 +7,11 @@ One ``local[2]`` SparkSession; the broker runs on 127.0.0.1 (riverbed through
 riverbed.testing.cluster with data on disk by default). Steps, all in the same run:
 
 1. write: ``spark.range(N)`` turned into 100-byte ``value`` rows, written with
-   ``df.write.format("riverbed")`` to a 2-partition topic (one idempotent producer per
-   task) -- rows/s, shown against writing the same DataFrame to Spark's ``noop`` sink
-   (what Spark alone costs);
+   ``df.write.format("riverbed")`` to a 2-partition topic with the at-least-once sink (one
+   idempotent producer per task, ``exactlyOnce=false``) and with the exactly-once sink
+   (one transaction per task, prepared, committed by the driver: KIP-939) -- rows/s, the
+   exactly-once sink as a ratio to the at-least-once one (goal >= 0.8), both against
+   writing the same DataFrame to Spark's ``noop`` sink (what Spark alone costs);
 2. read: ``spark.read.format("riverbed")`` of those N records into the ``noop`` sink, with
    the default reader (riverbed's own Fetch requests + the columnar decoder) and with
    ``reader=consumer`` (confluent-kafka record by record, the reader before issue 22) --
@@ -106,7 +108,8 @@ def broker(kind: str, bootstrap: str | None) -> Iterator[str]:
     else:
         from riverbed.testing.cluster import start_broker
 
-        node = start_broker()
+        # two-phase commit (KIP-939) for the exactly-once sink
+        node = start_broker(overrides={"transaction.two.phase.commit.enable": "true"})
         try:
             yield node.bootstrap
         finally:
@@ -239,15 +242,33 @@ def main(argv: list[str] | None = None) -> int:
                 "same rows -> noop", lambda: rows.write.format("noop").mode("overwrite").save()
             )
             t_write = timed(
-                "same rows -> riverbed",
+                "same rows -> riverbed, at-least-once",
                 lambda: (
                     rows.write.format("riverbed")
                     .option("kafka.bootstrap.servers", bootstrap)
                     .option("topic", topic)
+                    .option("exactlyOnce", "false")
                     .mode("append")
                     .save()
                 ),
             )
+            t_write_eo = float("nan")
+            if args.broker == "riverbed" or args.bootstrap_server:  # Tansu: no KIP-939
+                eo_topic = f"{topic}-eo"
+                create_topic(bootstrap, eo_topic, parts)
+                t_write_eo = timed(
+                    "same rows -> riverbed, exactly-once",
+                    lambda: (
+                        rows.write.format("riverbed")
+                        .option("kafka.bootstrap.servers", bootstrap)
+                        .option("topic", eo_topic)
+                        .option("exactlyOnce", "true")
+                        .mode("append")
+                        .save()
+                    ),
+                )
+                stored = records_in(bootstrap, eo_topic, parts)
+                assert stored >= n, f"{eo_topic} holds {stored} offsets, {n} were written"
             print("read", flush=True)
             source = (
                 spark.read.format("riverbed")
@@ -294,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     print(f"write  riverbed sink          {rate(t_write)}   (noop sink: {rate(t_noop_write)})")
+    print(f"write  exactly-once sink      {rate(t_write_eo)}")
+    print(f"write ratio exactly-once/at-least-once  {t_write / t_write_eo:.3f}")
+    print(f"write ratio exactly-once/noop           {t_noop_write / t_write_eo:.3f}")
     print(f"read   riverbed source        {rate(t_read)}")
     print(f"read   source reader=consumer {rate(t_read_consumer)}")
     print(f"read   ceiling (Arrow only)   {rate(t_ceiling)}")

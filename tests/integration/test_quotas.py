@@ -19,10 +19,10 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from riverbed.cli.main import main
@@ -33,6 +33,10 @@ from riverbed.testing.cluster import BrokerProcess, scaled_s
 
 QUOTA_BYTES_PER_S = 1024 * 1024
 RECORD_BYTES = 16 * 1024
+#: the consumer test's quota and topic (enough that the unthrottled consumer is not done
+#: before the throttled one has been measured)
+CONSUMER_QUOTA_BYTES_PER_S = 2 * 1024 * 1024
+CONSUMED_RECORDS = 2000
 #: the throttled client's first window (its burst) is over by then
 MEASURE_FROM_S = 1.5
 MEASURE_TO_S = 6.5
@@ -57,7 +61,19 @@ def riverbed_cli(*args: str) -> str:
     return out.getvalue()
 
 
-def _produce(bootstrap: str, topic: str, client_id: str, until: float, out: list) -> None:
+def _throttle_seen(throttles: list[int]) -> Callable[[str], None]:
+    """A librdkafka stats callback keeping the largest throttle_time_ms a broker answered."""
+
+    def seen(stats_json: str) -> None:
+        brokers = json.loads(stats_json)["brokers"].values()
+        throttles.append(max((b["throttle"]["max"] for b in brokers), default=0))
+
+    return seen
+
+
+def _produce(
+    bootstrap: str, topic: str, client_id: str, until: float, out: list, throttles: list[int]
+) -> None:
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -66,6 +82,8 @@ def _produce(bootstrap: str, topic: str, client_id: str, until: float, out: list
             "batch.size": 64 * 1024,  # ~16 requests per quota second: a smooth rate
             "acks": 1,
             "queue.buffering.max.kbytes": 4096,
+            "statistics.interval.ms": 500,
+            "stats_cb": _throttle_seen(throttles),
         }
     )
     value = os.urandom(RECORD_BYTES)
@@ -116,10 +134,13 @@ def test_a_client_id_quota_throttles_only_that_client(quota_broker: BrokerProces
     ]
     slow: list[float] = []
     fast: list[float] = []
+    throttles: dict[str, list[int]] = {"slow": [], "fast": []}
     start = time.monotonic()
     until = start + MEASURE_TO_S
     threads = [
-        threading.Thread(target=_produce, args=(bootstrap, topic, name, until, out))
+        threading.Thread(
+            target=_produce, args=(bootstrap, topic, name, until, out, throttles[name])
+        )
         for name, out in (("slow", slow), ("fast", fast))
     ]
     for t in threads:
@@ -130,6 +151,76 @@ def test_a_client_id_quota_throttles_only_that_client(quota_broker: BrokerProces
     print(f"slow {slow_rate / 2**20:.2f} MiB/s, fast {fast_rate / 2**20:.2f} MiB/s")
     assert 0.6 * QUOTA_BYTES_PER_S <= slow_rate <= 1.4 * QUOTA_BYTES_PER_S
     assert fast_rate > 3 * slow_rate
+    # the broker told the throttled client (throttle_time_ms), and only it
+    assert max(throttles["slow"]) > 0
+    assert max(throttles["fast"], default=0) == 0
+
+
+def _consume(bootstrap: str, topic: str, client_id: str, until: float, out: list) -> None:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": client_id,
+            "client.id": client_id,
+            # fetches of 256 KiB: a smooth rate (the quota window allows 2 MiB at once)
+            "max.partition.fetch.bytes": 256 * 1024,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    try:
+        while time.monotonic() < until:
+            for msg in consumer.consume(100, 0.2):
+                if msg.error() is None:
+                    out.append(time.monotonic())
+    finally:
+        consumer.close()
+
+
+def test_a_consumer_byte_rate_quota_throttles_only_that_consumer(
+    quota_broker: BrokerProcess,
+) -> None:
+    """Fetches of the quota'd consumer are bounded by the quota window and, once over,
+    answered without data with throttle_time_ms; the consumer still reads in order."""
+    bootstrap = quota_broker.bootstrap
+    topic = "quota-fetch-test"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=scaled_s(30))
+    loader = Producer({"bootstrap.servers": bootstrap, "client.id": "loader", "batch.size": 65536})
+    value = os.urandom(RECORD_BYTES)
+    for _ in range(CONSUMED_RECORDS):
+        while True:
+            try:
+                loader.produce(topic, value)
+                break
+            except BufferError:
+                loader.poll(0.05)
+    assert loader.flush(scaled_s(60)) == 0
+    riverbed_cli(
+        "quotas",
+        "alter",
+        "-b",
+        bootstrap,
+        "--client",
+        "reader-slow",
+        "--add-config",
+        f"consumer_byte_rate={CONSUMER_QUOTA_BYTES_PER_S}",
+    )
+    slow: list[float] = []
+    fast: list[float] = []
+    start = time.monotonic()
+    until = start + MEASURE_TO_S
+    threads = [
+        threading.Thread(target=_consume, args=(bootstrap, topic, name, until, out))
+        for name, out in (("reader-slow", slow), ("reader-fast", fast))
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    slow_rate, fast_total = _rate(slow, start), len(fast) * RECORD_BYTES
+    print(f"slow {slow_rate / 2**20:.2f} MiB/s, fast read {fast_total / 2**20:.1f} MiB")
+    assert 0.6 * CONSUMER_QUOTA_BYTES_PER_S <= slow_rate <= 1.4 * CONSUMER_QUOTA_BYTES_PER_S
+    assert len(fast) == CONSUMED_RECORDS  # the other consumer read everything
 
 
 def _api_versions_answered(bootstrap: str, source_ip: str) -> bool:

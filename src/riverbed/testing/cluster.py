@@ -13,12 +13,10 @@ start raises `BrokerStartError` carrying the tail of that log.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +24,10 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+
+# re-exported: tests import the port pickers from here
+from riverbed.testing.ports import free_base_port as free_base_port
+from riverbed.testing.ports import free_port as free_port
 
 #: Seconds `start` waits for the ready line before giving up.
 START_TIMEOUT_S = 30.0
@@ -52,55 +54,6 @@ def scaled_s(timeout_s: float) -> float:
 
 class BrokerStartError(RuntimeError):
     """The broker process exited or did not become ready in time."""
-
-
-#: ports this process handed out recently: a port is released as soon as it is picked, so
-#: the kernel may pick it again before the node that was given it binds it (a node's HTTP
-#: port once came back as its own controller port); no port is handed out twice among the
-#: last HANDED_OUT_PORTS_MAX
-HANDED_OUT_PORTS_MAX = 4096
-_handed_out: collections.deque[int] = collections.deque(maxlen=HANDED_OUT_PORTS_MAX)
-#: tries for a port not handed out recently before giving up
-FREE_PORT_TRIES_MAX = 100
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A currently unused TCP port on ``host`` (bound to port 0, then released), never one
-    this process handed out among its last HANDED_OUT_PORTS_MAX."""
-    for _ in range(FREE_PORT_TRIES_MAX):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((host, 0))
-            port = int(s.getsockname()[1])
-        if port not in _handed_out:
-            _handed_out.append(port)
-            return port
-    raise AssertionError(f"no fresh free port in {FREE_PORT_TRIES_MAX} tries")
-
-
-def free_base_port(count: int = 6) -> int:
-    """A port P such that P..P+count-1 are free now."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = int(s.getsockname()[1])
-        if base + count > 65535:
-            continue
-        socks = []
-        try:
-            for p in range(base, base + count):
-                if p in _handed_out:
-                    raise OSError(f"port {p} was handed out already")
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            _handed_out.extend(range(base, base + count))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise AssertionError("no run of free ports found")
 
 
 def _server_command() -> list[str]:

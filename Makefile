@@ -8,10 +8,11 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # Test processes for `make test` (pytest-xdist): most integration tests wait on real
-# processes and sockets rather than compute, so a 2-core machine runs three at once; each
-# worker takes ports from its own slice (riverbed.testing.ports) and files stay whole on
-# one worker (module-scoped clusters). PYTEST_WORKERS=0 runs everything in one process.
-PYTEST_WORKERS ?= 3
+# processes and sockets rather than compute, so a 2-core machine can run three at once; each
+# worker takes ports from its own slice (riverbed.testing.ports); a file stays whole on one
+# worker (module-scoped clusters) and the Spark tests share one (tests/conftest.py).
+# PYTEST_WORKERS=0 runs everything in one process.
+PYTEST_WORKERS ?= 0
 # The C extensions (the Spark source's record decoder, the metadata records' fast path),
 # built in place for the editable install (hatch_build.py; wheels get them from the same
 # file through hatchling's build hook). COLUMNAR stands for both.
@@ -72,7 +73,7 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: $(STAMP) $(COLUMNAR) sysdeps lint typecheck
-	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 unit: $(STAMP) $(COLUMNAR)
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)

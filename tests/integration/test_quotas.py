@@ -26,9 +26,10 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from riverbed.cli.main import main
+from riverbed.cli.wire import WireClient
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.headers import RequestHeader, encode_request
-from riverbed.protocol.messages import ApiVersionsRequest
+from riverbed.protocol.messages import ApiVersionsRequest, MetadataRequest, MetadataResponse
 from riverbed.testing.cluster import BrokerProcess, scaled_s
 
 QUOTA_BYTES_PER_S = 1024 * 1024
@@ -37,6 +38,8 @@ RECORD_BYTES = 16 * 1024
 #: before the throttled one has been measured)
 CONSUMER_QUOTA_BYTES_PER_S = 2 * 1024 * 1024
 CONSUMED_RECORDS = 2000
+#: Metadata requests the request-time test sends at most per client
+REQUESTS_MAX = 300
 #: the throttled client's first window (its burst) is over by then
 MEASURE_FROM_S = 1.5
 MEASURE_TO_S = 6.5
@@ -259,3 +262,38 @@ def test_connection_creation_rate_of_one_address(quota_broker: BrokerProcess) ->
     assert answered[:3] == [True] * 3
     assert answered.count(False) >= 3
     assert all(_api_versions_answered(bootstrap, "127.0.0.2") for _ in range(8))
+
+
+def test_request_percentage_throttles_and_mutes_the_connection(
+    quota_broker: BrokerProcess,
+) -> None:
+    """KIP-124: a client over its request_percentage gets throttle_time_ms and its next
+    request is not handled before the throttle ends; another client id is not throttled."""
+    bootstrap = quota_broker.bootstrap
+    riverbed_cli(
+        "quotas",
+        "alter",
+        "-b",
+        bootstrap,
+        "--client",
+        "chatty",
+        "--add-config",
+        "request_percentage=0.01",
+    )
+    with WireClient(bootstrap, client_id="chatty") as chatty:
+        throttle_ms = 0
+        for _ in range(REQUESTS_MAX):
+            response = chatty.request(ApiKey.METADATA, MetadataRequest(topics=None))
+            assert isinstance(response, MetadataResponse)
+            throttle_ms = response.throttle_time_ms
+            if throttle_ms > 0:
+                break
+        assert throttle_ms > 0
+        sent = time.monotonic()
+        chatty.request(ApiKey.METADATA, MetadataRequest(topics=None))
+        assert time.monotonic() - sent >= 0.9 * throttle_ms / 1000
+    with WireClient(bootstrap, client_id="quiet") as quiet:
+        for _ in range(REQUESTS_MAX):
+            response = quiet.request(ApiKey.METADATA, MetadataRequest(topics=None))
+            assert isinstance(response, MetadataResponse)
+            assert response.throttle_time_ms == 0

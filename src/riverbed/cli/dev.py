@@ -79,6 +79,8 @@ def dev_overrides(nodes: int) -> dict[str, str]:
         "offsets.topic.replication.factor": str(rf),
         "transaction.state.log.replication.factor": str(rf),
         "transaction.state.log.min.isr": min_isr,
+        # the Spark sink's exactly-once writes (KIP-939), the default of streaming writes
+        "transaction.two.phase.commit.enable": "true",
     }
 
 

@@ -87,7 +87,7 @@ def run_cmd(args: argparse.Namespace) -> int:
         return int(main(["--bootstrap-server", args.bootstrap_server, *extra]) or 0)
     from riverbed.testing.cluster import start_broker
 
-    node = start_broker()
+    node = start_broker(overrides={"transaction.two.phase.commit.enable": "true"})
     try:
         print(f"started a temporary riverbed node at {node.bootstrap}", file=sys.stderr)
         return int(main(["--bootstrap-server", node.bootstrap, *extra]) or 0)

@@ -49,6 +49,9 @@ EMBEDDED_DEFAULTS: dict[str, str] = {
     "offsets.topic.replication.factor": "1",
     "transaction.state.log.replication.factor": "1",
     "transaction.state.log.min.isr": "1",
+    # the Spark sink's exactly-once writes (KIP-939) work on the embedded node (Kafka's
+    # default, false, stays for configured servers)
+    "transaction.two.phase.commit.enable": "true",
     "riverbed.storage.auto.format": "true",
     "riverbed.http.listeners": "http://127.0.0.1:9644",
 }

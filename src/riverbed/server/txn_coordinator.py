@@ -155,6 +155,9 @@ class TransactionCoordinatorShell:
         self._replies: dict[int, asyncio.Future[Result]] = {}
         self._next_request = 0
         self._wake = asyncio.Event()
+        #: set (and replaced) whenever a write or a marker answer may have moved a
+        #: transaction on: what a request answered CONCURRENT_TRANSACTIONS waits for
+        self._progress = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._timer_task: asyncio.Task[None] | None = None
         self._closed = False
@@ -237,6 +240,7 @@ class TransactionCoordinatorShell:
             if partition in self.core.shards:
                 log.info("unloaded transactions of %s-%d", TRANSACTION_STATE_TOPIC, partition)
             self._run(self.core.unload(partition))
+            self._progressed()
 
     def loading(self) -> bool:
         return bool(self._loading)
@@ -292,6 +296,21 @@ class TransactionCoordinatorShell:
     def now_ms(self) -> int:
         return self.clock.now_ms()
 
+    def progress(self) -> asyncio.Event:
+        """An event set at the next step of any transaction (a write completed, markers
+        answered, a partition unloaded); take it before asking the core."""
+        return self._progress
+
+    async def wait_progress(self, progress: asyncio.Event, timeout_ms: int) -> None:
+        """Until `progress` is set or ``timeout_ms`` passed (the request holds no permit)."""
+        park_current_request()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(progress.wait(), timeout_ms / 1000)
+
+    def _progressed(self) -> None:
+        done, self._progress = self._progress, asyncio.Event()
+        done.set()
+
     # ------------------------------------------------------------------ outputs
     def _run(self, step: Step) -> None:
         for answer in step.answers:
@@ -304,6 +323,7 @@ class TransactionCoordinatorShell:
 
     def _complete(self, partition: int, epoch: int, token: int, code: ErrorCode) -> None:
         self._run(self.core.complete_write(partition, epoch, token, code, self.clock.now_ms()))
+        self._progressed()
 
     def _start_write(self, partition: int, epoch: int, token: int, records: list[KeyValue]) -> None:
         hosted = self.partitions.get(TRANSACTION_STATE_TOPIC, partition)
@@ -371,4 +391,5 @@ class TransactionCoordinatorShell:
             self.core.on_broker_markers_failed(batch)
         else:
             self._run(self.core.on_broker_markers_response(batch, errors, self.clock.now_ms()))
+        self._progressed()
         self._wake.set()  # the next markers, or the Complete records

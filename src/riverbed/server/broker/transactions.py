@@ -49,15 +49,41 @@ ADD_PARTITIONS_BATCHED_VERSION = 4
 ADD_PARTITIONS_TV2_VERSION = 5
 #: Transactions one batched AddPartitionsToTxn may carry.
 ADD_PARTITIONS_TRANSACTIONS_MAX = 10_000
+#: Most an add waits for its id's previous transaction to complete (see `_ask`).
+CONCURRENT_WAIT_MS = 100
 APTR = AddPartitionsToTxnResponse
 
 
-async def _ask(broker: Broker, tid: str, op: CoreOp) -> Result | ErrorCode:
-    """The core's answer to ``op`` for ``tid``, or the coordinator error answered at once."""
-    code = broker.transactions.check(tid)
-    if code != E.NONE:
-        return code
-    return await broker.transactions.call(op)
+async def _ask(
+    broker: Broker, tid: str, op: CoreOp, *, await_completion: bool = False
+) -> Result | ErrorCode:
+    """The core's answer to ``op`` for ``tid``, or the coordinator error answered at once.
+
+    With ``await_completion`` (an add that starts a transaction) an answer of
+    CONCURRENT_TRANSACTIONS, "the previous transaction of this id is still completing"
+    (its markers and Complete record are being written: Kafka's coordinator answers so
+    and the client retries after a backoff, 20 ms in librdkafka and the Java client), is
+    not sent at once: ``op`` is asked again after each step of the coordinator, for up to
+    CONCURRENT_WAIT_MS, so the new transaction starts as soon as the previous one has
+    completed instead of a client backoff later. Past that the answer goes as it is."""
+    coordinator = broker.transactions
+    deadline = coordinator.now_ms() + CONCURRENT_WAIT_MS
+    while True:
+        code = coordinator.check(tid)
+        if code != E.NONE:
+            return code
+        progress = coordinator.progress()
+        answer = await coordinator.call(op)
+        left = deadline - coordinator.now_ms()
+        if not await_completion or left <= 0 or not _concurrent(answer):
+            return answer
+        await coordinator.wait_progress(progress, left)
+
+
+def _concurrent(answer: Result) -> bool:
+    if isinstance(answer, PartitionsResult):
+        return any(code is E.CONCURRENT_TRANSACTIONS for _, code in answer.errors)
+    return isinstance(answer, TxnResult) and answer.error is E.CONCURRENT_TRANSACTIONS
 
 
 def _txn_result(answer: Result | ErrorCode) -> TxnResult:
@@ -149,7 +175,7 @@ async def _add_one(
         op = lambda rid, now: core.add_partitions(  # noqa: E731
             rid, tid, pid, epoch, wanted, version, now, tv
         )
-    answer = await _ask(broker, tid, op)
+    answer = await _ask(broker, tid, op, await_completion=not verify_only)
     if isinstance(answer, ErrorCode):
         return dict.fromkeys(parts, answer)
     if isinstance(answer, PartitionsResult):
@@ -220,6 +246,7 @@ async def handle_add_offsets_to_txn(
                 version,
                 now,
             ),
+            await_completion=True,
         )
     )
     return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=int(r.error))

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -32,7 +30,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from riverbed.testing.cluster import free_port, scaled_s
+from riverbed.testing.cluster import scaled_s
+from riverbed.testing.console import console_process
 from riverbed.testing.quorum_cluster import QuorumCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -76,24 +75,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuorumCluster]
 @pytest.fixture(scope="module")
 def console(cluster: QuorumCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A `riverbed console` process; yields its base URL."""
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("console-log") / "console.log"
-    cmd = [sys.executable, "-m", "riverbed.cli.main", "console"]
-    cmd += ["-b", cluster.bootstrap_servers, "--listen", f"127.0.0.1:{port}"]
+    args = ["-b", cluster.bootstrap_servers]
     for node in cluster.nodes.values():
-        cmd += ["--metrics-url", f"{node.http_url}/metrics"]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + scaled_s(30)
-        while "riverbed console for" not in log_path.read_text():
-            assert proc.poll() is None, f"console exited: {log_path.read_text()}"
-            assert time.monotonic() < deadline, f"console not up: {log_path.read_text()}"
-            time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+        args += ["--metrics-url", f"{node.http_url}/metrics"]
+    log_path = tmp_path_factory.mktemp("console-log") / "console.log"
+    with console_process(args, log_path) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

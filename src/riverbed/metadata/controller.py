@@ -4,8 +4,9 @@ Every operation is a pure function of (image, request, now_ms): it validates the
 the way Kafka's QuorumController does and returns `ControllerResult(records, response)`.
 Nothing here changes state; the caller appends `records` to the metadata log and replays
 them (see `riverbed.server.metadata_service`).  Within one request, later items see the effect of
-earlier ones (two creations of the same name, partitions of a topic created just before)
-because each item's records are replayed into a scratch image before the next is checked.
+earlier ones (two creations of the same name, or of names that collide): CreateTopics keeps
+the names and ids its earlier topics took beside the image (`_TakenTopics`), so a request
+of N topics costs O(existing + N).
 
 Requests and responses are the protocol's CreateTopics / DeleteTopics / CreatePartitions /
 AlterConfigs / IncrementalAlterConfigs / DescribeConfigs messages; the response fields are
@@ -126,21 +127,38 @@ def _unify(name: str) -> str:
     return name.replace(".", "_")
 
 
-def _check_new_topic_name(image: MetadataImage, name: str) -> None:
-    """Kafka's rules: a valid name, not taken, and no collision with an existing name
-    once '.' and '_' are unified (they share metric names)."""
-    problem = topic_name_error(name)
-    if problem is not None:
-        raise ControllerError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
-    if name in image.topics_by_name:
-        raise ControllerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-    unified = _unify(name)
-    for other in image.topics_by_name:
-        if _unify(other) == unified:
+class _TakenTopics:
+    """The topic names and ids a CreateTopics request must not reuse: the image's and
+    those of the request's earlier topics. Kafka's collision rule ('.' and '_' unified)
+    is a lookup in an index built once per request, so a request of N topics costs
+    O(existing + N), not O(N x existing) (a request of 10,000 topics took minutes)."""
+
+    def __init__(self, image: MetadataImage) -> None:
+        self.image = image
+        self.unified: dict[str, str] = {_unify(n): n for n in image.topics_by_name}
+        self.ids: set[uuid.UUID] = set()
+
+    def check_new_name(self, name: str) -> None:
+        """Kafka's rules: a valid name, not taken, and no collision with an existing name
+        once '.' and '_' are unified (they share metric names)."""
+        problem = topic_name_error(name)
+        if problem is not None:
+            raise ControllerError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
+        other = self.unified.get(_unify(name))
+        if other == name:
+            raise ControllerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        if other is not None:
             raise ControllerError(
                 ErrorCode.INVALID_TOPIC_EXCEPTION,
                 f"Topic '{name}' collides with existing topic: {other}",
             )
+
+    def id_taken(self, topic_id: uuid.UUID) -> bool:
+        return topic_id in self.image.topics_by_id or topic_id in self.ids
+
+    def add(self, name: str, topic_id: uuid.UUID) -> None:
+        self.unified[_unify(name)] = name
+        self.ids.add(topic_id)
 
 
 class Controller(
@@ -167,13 +185,13 @@ class Controller(
         self._rng = rng if rng is not None else random.Random()
 
     # ------------------------------------------------------------------ helpers
-    def _new_topic_id(self, image: MetadataImage) -> uuid.UUID:
+    def _new_topic_id(self, taken: _TakenTopics) -> uuid.UUID:
         for _ in range(100):
             candidate = self._uuid_factory()
             # Kafka avoids ids whose base64 form starts with '-' (they look like CLI flags).
             if (
                 candidate not in (ZERO_UUID, METADATA_TOPIC_ID)
-                and candidate not in image.topics_by_id
+                and not taken.id_taken(candidate)
                 and candidate.bytes[0] >> 2 != 62
             ):
                 return candidate
@@ -359,7 +377,7 @@ class Controller(
         topics = list(request.topics)
         counts = Counter(t.name for t in topics)
         total_partitions = sum(self._requested_partitions(t) for t in topics)
-        scratch = image
+        taken = _TakenTopics(image)
         records: list[Message] = []
         results = []
         for t in topics:
@@ -370,7 +388,7 @@ class Controller(
                 if counts[t.name] > 1:
                     raise ControllerError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
                 topic_records, topic_id, num_partitions, rf, overrides = self._create_topic(
-                    scratch, t
+                    image, taken, t
                 )
             except ControllerError as err:
                 result.error_code = int(err.code)
@@ -382,7 +400,7 @@ class Controller(
             result.replication_factor = rf
             result.configs = self._topic_config_rows(image, overrides)
             results.append(result)
-            scratch = replay_all(scratch, topic_records)
+            taken.add(t.name, topic_id)
             records.extend(topic_records)
         response = CreateTopicsResponse(throttle_time_ms=0, topics=results)
         return ControllerResult([] if request.validate_only else records, response)
@@ -393,9 +411,11 @@ class Controller(
         return self.config.num_partitions if t.num_partitions == -1 else max(0, t.num_partitions)
 
     def _create_topic(
-        self, image: MetadataImage, t: CreateTopicsRequest.CreatableTopic
+        self, image: MetadataImage, taken: _TakenTopics, t: CreateTopicsRequest.CreatableTopic
     ) -> tuple[list[Message], uuid.UUID, int, int, dict[str, str]]:
-        _check_new_topic_name(image, t.name)
+        """One topic's records; ``image`` is the state before the request (placement and
+        ISR depend only on its brokers), ``taken`` adds the request's earlier topics."""
+        taken.check_new_name(t.name)
         configs: dict[str, str | None] = {}
         for c in t.configs:
             if c.name in configs:
@@ -408,7 +428,7 @@ class Controller(
             assignment = self._manual_assignment(image, t)
         else:
             assignment = self._placed_assignment(image, t)
-        topic_id = self._new_topic_id(image)
+        topic_id = self._new_topic_id(taken)
         records: list[Message] = [TopicRecord(name=t.name, topic_id=topic_id)]
         for name in sorted(overrides):
             records.append(

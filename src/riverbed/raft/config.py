@@ -82,7 +82,10 @@ class RaftConfig:
     max_replication_lag_ms: int = 30_000  # max.replication.lag.ms
     fetch_bytes_max: int = 1024 * 1024  # per Fetch response
     fetch_snapshot_bytes_max: int = 1024 * 1024  # per FetchSnapshot response
-    append_queue_records_max: int = 10_000  # records waiting for the linger to expire
+    # records waiting for the linger to expire; above the largest operation the controller
+    # accepts (CreateTopics of PARTITIONS_PER_REQUEST_MAX partitions in as many topics,
+    # with their config records), which is written as one atomic batch
+    append_queue_records_max: int = 100_000
     # voter id -> directory id (KIP-853); a replica whose directory id differs from the
     # configured one lost its disk and must never vote again with that id.
     voter_directory_ids: Mapping[int, str] = field(default_factory=dict)

@@ -86,7 +86,23 @@ class NotLeaderError(Exception):
 
 
 class AppendQueueFullError(Exception):
-    """More records wait for the append linger than ``append_queue_records_max``."""
+    """More records would wait for the append linger than ``append_queue_records_max``.
+
+    ``alone_too_large``: the operation alone is over the limit, so retrying cannot help
+    (the request is refused); otherwise other operations fill the queue for now."""
+
+    def __init__(self, op_records: int, pending_records: int, limit: int) -> None:
+        super().__init__(
+            f"an operation of {op_records} records with {pending_records} records waiting "
+            f"for the linger is over append_queue_records_max ({limit})"
+        )
+        self.op_records = op_records
+        self.pending_records = pending_records
+        self.limit = limit
+
+    @property
+    def alone_too_large(self) -> bool:
+        return self.op_records > self.limit
 
 
 def leader_change_value(leader_id: int, voters: Iterable[int]) -> bytes:
@@ -278,8 +294,7 @@ class RaftNode(ReplicationMixin):
             raise NotLeaderError(self.leader_id, self.epoch)
         if ls.pending_records + len(values) > self.config.append_queue_records_max:
             raise AppendQueueFullError(
-                f"{ls.pending_records} records wait for the linger; "
-                f"append_queue_records_max is {self.config.append_queue_records_max}"
+                len(values), ls.pending_records, self.config.append_queue_records_max
             )
         ls.pending_batches.append(list(values))
         ls.pending_records += len(values)

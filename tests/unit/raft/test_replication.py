@@ -492,8 +492,12 @@ def test_append_only_on_the_leader_and_bounded() -> None:
     now, _ = make_leader(leader)
     last, _ = leader.append([b"set a 1", b"set b 2"], now)
     assert last == 2  # after the LeaderChange at 0
-    with pytest.raises(AppendQueueFullError):
+    with pytest.raises(AppendQueueFullError) as full:
         leader.append([b"set c 3", b"set d 4"], now)
+    assert not full.value.alone_too_large  # behind the waiting batch: retriable
+    with pytest.raises(AppendQueueFullError) as alone:
+        leader.append([b"a", b"b", b"c", b"d"], now)
+    assert alone.value.alone_too_large  # over the limit by itself: never fits
     with pytest.raises(ValueError, match="at least one"):
         leader.append([], now)
     assert leader.log.end_offset == 1  # lingering

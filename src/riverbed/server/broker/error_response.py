@@ -216,10 +216,13 @@ def error_code_of(exc: BaseException) -> ErrorCode:
     Storage and coordinator errors carry ``error_code`` (Kafka's number), controller
     errors ``code``; a
     metadata append on a node that is not the quorum leader is NOT_CONTROLLER (the client
-    refreshes its metadata and retries); anything else is UNKNOWN_SERVER_ERROR.
+    refreshes its metadata and retries); an operation too large for the metadata log's
+    append queue is POLICY_VIOLATION when it is too large alone (Kafka refuses overly
+    large user operations) and REQUEST_TIMED_OUT (retriable) when other operations fill
+    the queue; anything else is UNKNOWN_SERVER_ERROR.
     """
     from riverbed.metadata.control_common import ControllerError
-    from riverbed.raft.node import NotLeaderError
+    from riverbed.raft.node import AppendQueueFullError, NotLeaderError
     from riverbed.server.coordinator import CoordinatorError
     from riverbed.storage.errors import StorageError
 
@@ -229,4 +232,6 @@ def error_code_of(exc: BaseException) -> ErrorCode:
         return exc.code
     if isinstance(exc, NotLeaderError):
         return ErrorCode.NOT_CONTROLLER
+    if isinstance(exc, AppendQueueFullError):
+        return ErrorCode.POLICY_VIOLATION if exc.alone_too_large else ErrorCode.REQUEST_TIMED_OUT
     return ErrorCode.UNKNOWN_SERVER_ERROR

@@ -5,22 +5,39 @@ listener, the console's 4xx pages; off by default."""
 
 from __future__ import annotations
 
+import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from riverbed.testing.cluster import BrokerProcess, scaled_s
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+
+#: Tiering to a file:// "object store" with small segments and no local retention, so a
+#: tiered topic's older records soon live only in the remote tier.
+TIERED = {
+    "remote.log.storage.system.enable": "true",
+    "remote.log.manager.task.interval.ms": "200",
+    "log.retention.check.interval.ms": "300",
+}
+TIERED_TOPIC = {"remote.storage.enable": "true", "segment.bytes": str(16 * 1024),
+                "local.retention.bytes": "0", "retention.ms": "-1"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def node() -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(overrides={"riverbed.http.console.enable": "true", "num.partitions": "1"})
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    remote = tmp_path_factory.mktemp("console-remote")
+    overrides = {"riverbed.http.console.enable": "true", "num.partitions": "1", **TIERED,
+                 "rsm.config.url": f"file://{remote}"}  # fmt: skip
+    proc = BrokerProcess(overrides=overrides)
     proc.start()
     try:
         yield proc
@@ -60,3 +77,30 @@ def test_the_console_is_off_unless_configured(tmp_path: object) -> None:
         status, ctype, _ = get(plain.http_url + "/topics")
         assert status == 404 and ctype.startswith("application/json")
         assert get(plain.http_url + "/metrics")[0] == 200
+
+
+def test_the_topic_page_shows_remote_and_local_ranges(node: BrokerProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": node.bootstrap, "log_level": 3})
+    for f in admin.create_topics([NewTopic("tiered-on-node", 1, 1, config=TIERED_TOPIC)]).values():
+        f.result(timeout=scaled_s(30))
+    # batches well below the 16 KiB segments (a larger one is RECORD_LIST_TOO_LARGE)
+    p = Producer({"bootstrap.servers": node.bootstrap, "linger.ms": 5, "batch.size": 4096,
+                  "log_level": 3})  # fmt: skip
+    failed: list[object] = []
+    for i in range(1500):
+        p.produce(
+            "tiered-on-node", value=f"{i:0100d}".encode(),
+            on_delivery=lambda err, _msg: failed.append(err) if err else None,
+        )  # fmt: skip
+    assert p.flush(scaled_s(30)) == 0 and failed == []
+    deadline = time.monotonic() + scaled_s(60)
+    while True:  # segments roll, are copied, then leave the local log
+        _status, _ctype, page = get(node.http_url + "/topics/tiered-on-node")
+        found = re.search(r'class="tiers">remote 0\.\.(\d+) · local (\d+)\.\.1499<', page)
+        if found:
+            break
+        assert time.monotonic() < deadline, re.findall(r'class="tiers">[^<]*', page)
+        time.sleep(0.5)
+    assert int(found.group(1)) + 1 == int(found.group(2)) > 0
+    _status, _ctype, page = get(node.http_url + "/topics/made-on-the-node")
+    assert 'class="tiers">all local<' in page

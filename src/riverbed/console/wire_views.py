@@ -16,12 +16,18 @@ from typing import Any
 
 from riverbed.cli.replica_state import ReplicaState
 
+#: ListOffsets' "earliest local" timestamp (KIP-405): the local log start offset.
+EARLIEST_LOCAL = -4
+
 
 @dataclass(frozen=True, slots=True)
 class TopicExtras:
     replicas: ReplicaState = field(default_factory=ReplicaState)
     #: one row per partition: {"partition", "producers": [...], "ledger": {...} | None}
     producers: tuple[dict[str, Any], ...] = ()
+    #: partition -> local log start offset (ListOffsets -4, KIP-405): below it, records
+    #: live only in the remote tier (empty when the brokers do not say)
+    local_start: dict[int, int] = field(default_factory=dict)
     error: str | None = None
 
 
@@ -43,7 +49,20 @@ def topic_extras(bootstrap: str, conf: dict[str, Any], topic: str) -> TopicExtra
         producers = tuple(describe(bootstrap, topic, None))
     except (CliError, WireError, OSError) as exc:
         return TopicExtras(error=f"not shown: {exc}")
-    return TopicExtras(replicas, producers)
+    return TopicExtras(replicas, producers, _local_starts(bootstrap, topic, producers))
+
+
+def _local_starts(bootstrap: str, topic: str, rows: tuple[dict[str, Any], ...]) -> dict[int, int]:
+    from riverbed.cli import group_admin
+    from riverbed.cli.common import CliError
+
+    try:
+        found = group_admin.list_offsets(
+            bootstrap, [(topic, r["partition"]) for r in rows], EARLIEST_LOCAL
+        )
+    except CliError:  # a broker without KIP-405's -4 (Tansu): no ranges shown
+        return {}
+    return {p: off for (_t, p), off in found.items() if off >= 0}
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,8 @@ Reads DIR/{message,metadata,raft,group-coordinator,transaction-coordinator}/*.js
 message specs, JSON with // comments; Apache-2.0, see NOTICE), plus the same layout under
 scripts/kafka-specs/ (record formats the reference lacks: the KIP-848 consumer group
 records of ``__consumer_offsets``; and newer versions of a reference spec, which replace
-it: InitProducerId v6 and TransactionLogValue's NextProducerEpoch of KIP-939), and writes
+it: InitProducerId v6 and TransactionLogValue's NextProducerEpoch of KIP-939, and Apache
+Kafka 4.1's specs of the messages whose 4.1 versions the reference predates), and writes
 
 - src/riverbed/protocol/schemas/generated.py: ``SCHEMAS``, the tables as plain data (a
   request keeps its ``listeners``: the listener types that serve it, which ApiVersions

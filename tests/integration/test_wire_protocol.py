@@ -422,7 +422,17 @@ def test_metadata_auto_create_and_invalid_names(client: Client, topic_name: str)
 
 
 def test_api_versions_fallback_and_placeholders(client: Client) -> None:
-    resp = client.call(ApiKey.API_VERSIONS, 4, ApiVersionsRequest())  # we speak 0-3
+    # we speak 0-4: a v5 request (v4's body, the header's version patched) is answered
+    # UNSUPPORTED_VERSION with our ranges, at v0
+    header = RequestHeader(ApiKey.API_VERSIONS, 5, 999, "wire-test")
+    frame = bytearray(
+        encode_request(
+            RequestHeader(ApiKey.API_VERSIONS, 4, 999, "wire-test"), ApiVersionsRequest()
+        )
+    )
+    frame[6:8] = (5).to_bytes(2, "big")
+    client.sock.sendall(bytes(frame))
+    resp = client.recv(header)
     assert resp.error_code == ErrorCode.UNSUPPORTED_VERSION
     ranges = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
     assert ranges[ApiKey.PRODUCE][1] >= 9 and ranges[ApiKey.FETCH][1] >= 12

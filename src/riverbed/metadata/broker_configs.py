@@ -206,6 +206,8 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     _d("offsets.commit.timeout.ms", _I, "5000", at_least(1)),
     _d("offsets.load.buffer.size", _I, "5242880", at_least(1)),
     _d("offset.metadata.max.bytes", _I, "4096"),
+    # --- DescribeTopicPartitions: most partitions one response describes (Kafka's default)
+    _d("max.request.partition.size.limit", _I, "2000", at_least(1)),
     # --- transactions and producer ids
     _d("transaction.state.log.replication.factor", _SH, "3", at_least(1)),
     _d("transaction.state.log.num.partitions", _I, "50", at_least(1)),

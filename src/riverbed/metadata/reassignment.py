@@ -101,6 +101,23 @@ def completion(
     )
 
 
+def check_same_replication_factor(
+    image: MetadataImage, name: str, index: int, target: list[int] | None
+) -> None:
+    """KIP-860 (AlterPartitionReassignments v1, ``AllowReplicationFactorChange`` false): a
+    target of another size than the partition's current replica set (its target while a
+    reassignment runs) is INVALID_REPLICATION_FACTOR; a cancellation (null) is allowed."""
+    if target is None:
+        return
+    _topic, part = hosted_partition(image, name, index)
+    current = len(part.replicas) - len(part.removing_replicas)
+    if len(target) != current:
+        raise ControllerError(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"The replication factor is changed from {current} to {len(target)}",
+        )
+
+
 class ReassignmentControl(ControllerBase):
     def alter_partition_reassignments(
         self, image: MetadataImage, request: AlterPartitionReassignmentsRequest, now_ms: int
@@ -121,12 +138,18 @@ class ReassignmentControl(ControllerBase):
                 out.partitions.append(res)
                 try:
                     check_request_items(total)
+                    if not request.allow_replication_factor_change:
+                        check_same_replication_factor(image, t.name, p.partition_index, p.replicas)
                     records += self._reassign_one(image, t.name, p.partition_index, p.replicas)
                 except ControllerError as err:
                     res.error_code = int(err.code)
                     res.error_message = err.message
         response = AlterPartitionReassignmentsResponse(
-            throttle_time_ms=0, error_code=0, error_message=None, responses=responses
+            throttle_time_ms=0,
+            error_code=0,
+            error_message=None,
+            allow_replication_factor_change=request.allow_replication_factor_change,
+            responses=responses,
         )
         return ControllerResult(records, response)
 

@@ -269,12 +269,12 @@ class ProducerStateManager:
     def last_stable_offset(self, high_watermark: int) -> int:
         return self.table.last_stable_offset(high_watermark)
 
-    def begin_verification(self, producer_id: int) -> int | None:
-        """A KIP-890 verification guard, or None when the producer's transaction is open
-        here already (nothing to verify)."""
+    def begin_verification(self, producer_id: int, epoch: int | None = None) -> int | None:
+        """A KIP-890 verification guard, or None when the producer's transaction (of
+        ``epoch`` when given) is open here already (nothing to verify)."""
 
         def begin() -> int | None:
-            if self.table.has_open_transaction(producer_id):
+            if self.table.has_open_transaction(producer_id, epoch):
                 return None
             return self.table.begin_verification(producer_id)
 

@@ -250,8 +250,14 @@ class ProducerStateTable:
     # meanwhile (the transaction the answer was about ended) drops it, so a late produce
     # can never open a transaction that nothing will end.
 
-    def has_open_transaction(self, producer_id: int) -> bool:
-        return producer_id in self.ongoing
+    def has_open_transaction(self, producer_id: int, epoch: int | None = None) -> bool:
+        """The producer's transaction is open here (at ``epoch`` when given: under
+        transaction.version 2 every transaction has its own epoch, so a batch of a higher
+        one starts the next transaction, KIP-890 part 2)."""
+        if producer_id not in self.ongoing:
+            return False
+        entry = self.get(producer_id) if epoch is not None else None
+        return entry is None or entry.epoch == epoch
 
     def begin_verification(self, producer_id: int) -> int:
         """The producer's guard: the current one when verifications of it are under way

@@ -1,10 +1,14 @@
 """API keys and the versions riverbed advertises in ApiVersions responses.
 
 Wire format: ApiVersionsResponse lists (api_key int16, min_version int16, max_version int16)
-for every entry of ``SUPPORTED_VERSIONS``. Every API is advertised from version 0 (the
-message engine encodes every version the specs define, and old clients such as librdkafka
-2.0 only enable features when the ranges contain specific old versions). Produce and Fetch
-stop before 13 (the versions that replace topic names with topic IDs).
+for every entry of ``SUPPORTED_VERSIONS``. The maxima are Apache Kafka 4.1's (a broker's
+ApiVersions); a lower maximum carries its reason on its line. The minima stay at 0 where
+Kafka 4.0 raised them (KIP-896 removed Fetch v0-3, ListOffsets v0, OffsetCommit v0-1, ...):
+riverbed still serves those versions with their behaviour, and old clients such as
+librdkafka 2.0 only enable features when the ranges contain specific old versions (Kafka
+itself keeps advertising Produce v0-2 for that reason, KAFKA-18659). The message specs of
+the versions the reference directory predates are Kafka 4.1's, in
+``scripts/kafka-specs/message/``.
 
 Each listener advertises exactly what it serves (Kafka's ``ApiKeys.apisForListener``): the
 APIs whose request spec names its listener type (the ``listeners`` field of
@@ -120,26 +124,33 @@ class ApiKey(IntEnum):
 
 
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
-    # Produce v10 (KIP-951): NOT_LEADER_OR_FOLLOWER answers name the current leader.
-    ApiKey.PRODUCE: (0, 10),
-    ApiKey.FETCH: (0, 12),
-    ApiKey.LIST_OFFSETS: (0, 7),
-    ApiKey.METADATA: (0, 12),
+    # v10: NOT_LEADER_OR_FOLLOWER names the leader (KIP-951); v11: TRANSACTION_ABORTABLE;
+    # v12: under transaction.version 2 the leader adds the partition to the transaction
+    # (KIP-890 part 2); v13: topics by id (KIP-516).
+    ApiKey.PRODUCE: (0, 13),
+    # v13+: topics by id; v16: node endpoints (KIP-951); v17/v18: KRaft-only fields.
+    ApiKey.FETCH: (0, 18),
+    # v8: -4 earliest local, v9: -5 latest tiered (KIP-1005), v10: timeout (KIP-1075).
+    ApiKey.LIST_OFFSETS: (0, 10),
+    # v13: a top-level error code (KIP-1102; riverbed never needs a rebootstrap).
+    ApiKey.METADATA: (0, 13),
     # OffsetCommit/OffsetFetch v9: member epochs of KIP-848 consumer groups.
     ApiKey.OFFSET_COMMIT: (0, 9),
     ApiKey.OFFSET_FETCH: (0, 9),
     # FindCoordinator v5 (KIP-890: may answer TRANSACTION_ABORTABLE, which riverbed's never
     # does) and v6 (KIP-932: key type 2, share groups, answered INVALID_REQUEST: none here)
-    # have v4's fields: Kafka 4.1's range.
+    # have v4's fields.
     ApiKey.FIND_COORDINATOR: (0, 6),
     ApiKey.JOIN_GROUP: (0, 9),
     ApiKey.HEARTBEAT: (0, 4),
     ApiKey.LEAVE_GROUP: (0, 5),
     ApiKey.SYNC_GROUP: (0, 5),
-    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    # v6: GROUP_ID_NOT_FOUND with a message for an unknown group (KIP-1043).
+    ApiKey.DESCRIBE_GROUPS: (0, 6),
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.SASL_HANDSHAKE: (0, 1),
-    ApiKey.API_VERSIONS: (0, 3),
+    # v4: features of minimum level 0 are listed (below v4 they are left out, KAFKA-17492).
+    ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (0, 7),
     ApiKey.DELETE_TOPICS: (0, 6),
     ApiKey.DELETE_RECORDS: (0, 2),
@@ -156,26 +167,27 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.ELECT_LEADERS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
-    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    # v1: AllowReplicationFactorChange (KIP-860).
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.OFFSET_DELETE: (0, 0),
-    ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    # v2: IncludeFencedBrokers / IsFenced (KIP-1073).
+    ApiKey.DESCRIBE_CLUSTER: (0, 2),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
-    # Transactions (issue 19), Kafka 4.1's ranges: v0 stays (aiokafka speaks only v0 of
-    # every transactional API, librdkafka v0 of AddPartitionsToTxn / AddOffsetsToTxn).
+    # Transactions (issue 19): v0 stays (aiokafka speaks only v0 of every transactional
+    # API, librdkafka v0 of AddPartitionsToTxn / AddOffsetsToTxn).
     # AddPartitionsToTxn v4-5: batched, from brokers (KIP-890); EndTxn v5: TV2.
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
     ApiKey.END_TXN: (0, 5),
     # coordinator -> partition leaders (v1 flexible, what Kafka 4.x's coordinators send)
     ApiKey.WRITE_TXN_MARKERS: (0, 1),
-    # v5 (TV2: the commit adds the group to the transaction implicitly) is not served: the
-    # group coordinator does not verify or add with the transaction coordinator yet
-    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
+    # v5: under transaction.version 2 the group's partition is added to the transaction
+    # by the broker (KIP-890 part 2; the client sends no AddOffsetsToTxn).
+    ApiKey.TXN_OFFSET_COMMIT: (0, 5),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
-    # Kafka 4.1 has v2 (KIP-1152, a transactional id pattern); the message specs riverbed
-    # is generated from stop at v1, so v1 is the most riverbed can decode.
-    ApiKey.LIST_TRANSACTIONS: (0, 1),
+    # v1: duration filter (KIP-994); v2: transactional id pattern (KIP-1152).
+    ApiKey.LIST_TRANSACTIONS: (0, 2),
     ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
     ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
@@ -183,10 +195,14 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DESCRIBE_ACLS: (0, 3),
     ApiKey.CREATE_ACLS: (0, 3),
     ApiKey.DELETE_ACLS: (0, 3),
+    # KIP-966: topics described a page of partitions at a time (Kafka 4.x's admin client).
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
     # KIP-848; v1 adds SubscribedTopicRegex
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    # Kafka 4.1 has v1 (KIP-1099: MemberType); the reference specs stop at v0.
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 0),
     # cluster-internal (controller quorum and broker <-> controller)
+    # Kafka 4.1 has v2 (KIP-996 pre-vote); riverbed's Raft has no pre-vote phase.
     ApiKey.VOTE: (0, 1),
     ApiKey.BEGIN_QUORUM_EPOCH: (0, 1),
     ApiKey.END_QUORUM_EPOCH: (0, 1),
@@ -223,11 +239,10 @@ def listener_api_versions(
     }
 
 
-#: Versions a broker takes beyond those it advertises. Kafka's followers pick their Fetch
-#: version from metadata.version, not from ApiVersions: riverbed's replica fetchers send
-#: Fetch v15 (KIP-903 ReplicaState: the follower's broker epoch, topics by id), while
-#: clients are offered v12 (topics by name).
-INTER_BROKER_VERSIONS: dict[ApiKey, tuple[int, int]] = {ApiKey.FETCH: (0, 15)}
+#: Versions a broker takes beyond those it advertises (Kafka's followers pick their Fetch
+#: version from metadata.version, not from ApiVersions; riverbed's replica fetchers send
+#: Fetch v15, which clients are offered too): none today.
+INTER_BROKER_VERSIONS: dict[ApiKey, tuple[int, int]] = {}
 
 
 def is_accepted(api_key: int, api_version: int) -> bool:

@@ -94,7 +94,7 @@ class Check:
     item: tuple[str, int] | None = None
 
 
-#: Topic id -> name (Fetch v13+ names topics by id); None when unknown.
+#: Topic id -> name (Fetch and Produce v13+ name topics by id); None when unknown.
 TopicNames = Callable[[Any], "str | None"]
 Rule = Callable[[Any, TopicNames], list[Check]]
 
@@ -124,7 +124,8 @@ def each(rtype: int, op: int, array: str, names: Iterable[str | None]) -> list[C
 
 def _produce(req: Any, names: TopicNames) -> list[Check]:
     checks = [check(X, req.transactional_id, Op.WRITE)] if req.transactional_id else []
-    return checks + each(T, Op.WRITE, "topic_data", (t.name for t in req.topic_data))
+    topic_names = (t.name or names(t.topic_id) for t in req.topic_data)  # v13+: by id
+    return checks + each(T, Op.WRITE, "topic_data", topic_names)
 
 
 def _fetch(req: Any, names: TopicNames) -> list[Check]:
@@ -261,6 +262,7 @@ RULES: dict[int, Rule] = {
     ApiKey.FETCH: _fetch,
     ApiKey.LIST_OFFSETS: lambda r, n: each(T, Op.DESCRIBE, "topics", (t.name for t in r.topics)),
     ApiKey.METADATA: nothing,  # filtered: undescribable topics are hidden
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: nothing,  # filtered, as Metadata
     ApiKey.OFFSET_FOR_LEADER_EPOCH: _offset_for_leader_epoch,
     ApiKey.API_VERSIONS: nothing,
     ApiKey.SASL_HANDSHAKE: nothing,

@@ -138,3 +138,39 @@ def test_reassignment_errors():
         assert code(res) == err and res.records == []
     res, _ = reassign(c, image, [1], index=7)
     assert code(res) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_a_replication_factor_change_is_refused_when_not_allowed():
+    """KIP-860 (v1 ``AllowReplicationFactorChange`` false): a target of another size than
+    the current replica set (an ongoing move's target) is INVALID_REPLICATION_FACTOR;
+    the same size, a cancellation and the default (true, all v0 requests) are accepted."""
+    c, image = setup()
+
+    def reassign_strict(image, target):
+        req = AR(
+            allow_replication_factor_change=False,
+            topics=[
+                AR.ReassignableTopic(
+                    name="r",
+                    partitions=[AR.ReassignablePartition(partition_index=0, replicas=target)],
+                )
+            ],
+        )
+        res = c.alter_partition_reassignments(image, req, 0)
+        assert res.response.allow_replication_factor_change is False  # echoed (v1)
+        return res, replay_all(image, res.records)
+
+    for target in ([1, 2, 3], [3]):
+        res, _ = reassign_strict(image, target)
+        assert code(res) == ErrorCode.INVALID_REPLICATION_FACTOR and res.records == []
+        assert res.response.responses[0].partitions[0].error_message == (
+            f"The replication factor is changed from 2 to {len(target)}"
+        )
+    res, image = reassign_strict(image, [3, 4])  # same size: a move
+    assert code(res) == 0 and image.partition("r", 0).adding_replicas == (3, 4)
+    res, _ = reassign_strict(image, [1, 2, 3])  # against the move's target of 2
+    assert code(res) == ErrorCode.INVALID_REPLICATION_FACTOR
+    res, image = reassign_strict(image, None)  # cancelling is not a change of size
+    assert code(res) == 0 and image.partition("r", 0).replicas == (1, 2)
+    res, image = reassign(c, image, [1, 2, 3])  # allowed by default
+    assert code(res) == 0 and image.partition("r", 0).adding_replicas == (3,)

@@ -272,6 +272,17 @@ def test_verification_guard_is_dropped_by_a_marker() -> None:
     assert t.has_open_transaction(1)
 
 
+def test_an_open_transaction_of_an_older_epoch_is_not_the_batchs() -> None:
+    """KIP-890 part 2: under transaction.version 2 every transaction has its own epoch, so
+    a batch of a higher epoch than the open transaction's starts the next transaction and
+    needs its add (the open one is the previous, its marker not yet written here)."""
+    t = ProducerStateTable()
+    t.apply(at(data(1, 0, epoch=4), 0))
+    assert t.has_open_transaction(1) and t.has_open_transaction(1, 4)
+    assert not t.has_open_transaction(1, 5)
+    assert not t.has_open_transaction(2, 4)
+
+
 def test_produce_errors_of_a_failed_verification() -> None:
     from riverbed.protocol.errors import ErrorCode as E
     from riverbed.server.broker.txn_verification import produce_error

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from riverbed.protocol.messages import ProduceRequest, message_spec
 from riverbed.protocol.schema import VERSION_MAX, VersionRange, build_all, snake_case
 from riverbed.protocol.schemas.generated import SCHEMAS
@@ -80,7 +82,22 @@ def test_committed_tables_cover_the_reference_dirs() -> None:
         "group-coordinator",
         "transaction-coordinator",
     }
-    assert message_spec(ProduceRequest).valid_versions == VersionRange(0, 11)
+    # Kafka 4.1's spec (scripts/kafka-specs/message) replaces the reference's 0-11
+    assert message_spec(ProduceRequest).valid_versions == VersionRange(0, 13)
+
+
+def test_a_later_directory_replaces_a_spec_of_the_same_name(tmp_path: Path) -> None:
+    gen = _load_script()
+    old, new = tmp_path / "reference", tmp_path / "extra"
+    for d, versions in ((old, "0-2"), (new, "0-3")):
+        (d / "message").mkdir(parents=True)
+        text = SPEC_TEXT.replace('"validVersions": "0-2"', f'"validVersions": "{versions}"')
+        (d / "message" / "DemoRequest.json").write_text(text)
+    assert gen.load_tables(old, new)["DemoRequest"]["validVersions"] == "0-3"
+    (old / "metadata").mkdir()
+    (old / "metadata" / "DemoRequest.json").write_text(SPEC_TEXT)
+    with pytest.raises(SystemExit, match="duplicate spec name DemoRequest"):
+        gen.load_tables(old, new)  # twice in one directory is still a mistake
 
 
 def test_version_ranges_and_names() -> None:

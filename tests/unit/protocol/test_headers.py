@@ -106,10 +106,10 @@ def test_api_versions_above_supported_gets_v0_error_answer() -> None:
 
 
 def test_unsupported_request_versions() -> None:
-    raw = struct.pack(">hhih", ApiKey.PRODUCE, 13, 9, 1) + b"p" + b"\x00"
+    raw = struct.pack(">hhih", ApiKey.PRODUCE, 14, 9, 1) + b"p" + b"\x00"
     with pytest.raises(h.UnsupportedRequestError) as info:
         h.decode_request(raw)
-    assert info.value.header == h.RequestHeader(0, 13, 9, "p")
+    assert info.value.header == h.RequestHeader(0, 14, 9, "p")
     with pytest.raises(h.UnsupportedRequestError):
         h.decode_request(struct.pack(">hhih", 999, 0, 1, -1))
     with pytest.raises(ProtocolError, match="shorter"):
@@ -136,7 +136,8 @@ def test_advertised_versions() -> None:
     for key, at_least in required.items():
         lo, hi = SUPPORTED_VERSIONS[key]
         assert lo == 0 and hi >= at_least, key
-    assert SUPPORTED_VERSIONS[ApiKey.PRODUCE][1] < 13 and SUPPORTED_VERSIONS[ApiKey.FETCH][1] < 13
+    # topics by id (v13+) are served to clients too (Kafka 4.1's maxima)
+    assert SUPPORTED_VERSIONS[ApiKey.PRODUCE][1] == 13 and SUPPORTED_VERSIONS[ApiKey.FETCH][1] == 18
     for key in SUPPORTED_VERSIONS:
         if BROKER_LISTENER in API_LISTENERS[key]:
             continue
@@ -148,7 +149,7 @@ def test_advertised_versions() -> None:
         for cls in (request_class(key), response_class(key)):
             assert message_spec(cls).valid_versions.lo == 0, key
             assert hi <= message_spec(cls).valid_versions.hi, key
-    assert is_supported(0, 10) and not is_supported(0, 11) and not is_supported(4, 0)
+    assert is_supported(0, 13) and not is_supported(0, 14) and not is_supported(4, 0)
     public = api_versions_response(
         versions=listener_api_versions(BROKER_LISTENER, SUPPORTED_VERSIONS)
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 import struct
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +38,22 @@ FETCH_VERSIONS = range(
 )
 TOPICS = [f"topic-{i:02d}" for i in range(24)]
 PARTITIONS = 3
+#: From Fetch v13 on topics are named by id (KIP-516).
+TOPIC_ID_VERSION = 13
+TOPIC_IDS = {name: uuid.uuid5(uuid.NAMESPACE_OID, name) for name in TOPICS}
+NAMES = {topic_id: name for name, topic_id in TOPIC_IDS.items()}
+
+
+def _by_id(reads: list[_PartitionRead], version: int) -> list[_PartitionRead]:
+    """Reads of a v13+ request name their topic by id, as the handler's do."""
+    if version >= TOPIC_ID_VERSION:
+        for r in reads:
+            r.topic_id = TOPIC_IDS[r.topic]
+    return reads
+
+
+def _name(t: FetchResponse.FetchableTopicResponse) -> str:
+    return t.topic or NAMES[t.topic_id]
 
 
 @pytest.fixture
@@ -128,7 +145,9 @@ def _decoded_records(header: RequestHeader, frame: bytes) -> dict[tuple[str, int
     body = decode_response(header, frame[4:])
     assert isinstance(body, FetchResponse)
     return {
-        (t.topic, p.partition_index): p.records or b"" for t in body.responses for p in t.partitions
+        (_name(t), p.partition_index): p.records or b""
+        for t in body.responses
+        for p in t.partitions
     }
 
 
@@ -142,7 +161,7 @@ def test_fetch_of_many_topics_splices_in_every_version(
         order = _librdkafka_order(rotate)
         reads, expected = _reads(seg, spans, order, rng)
         header = RequestHeader(ApiKey.FETCH, version, 1000 + rotate, "rdkafka")
-        spliced = _build_response(reads, version, read_committed=rotate % 2 == 0)
+        spliced = _build_response(_by_id(reads, version), version, read_committed=rotate % 2 == 0)
         assert isinstance(spliced, SplicedResponse)
         try:
             streamed = _stream(seg, header, spliced)
@@ -155,7 +174,9 @@ def test_fetch_of_many_topics_splices_in_every_version(
         assert {k: v for k, v in got.items() if v} == expected
         # Kafka keeps the request's order (it groups only adjacent partitions of a topic).
         wire = decode_response(header, streamed[4:])
-        assert [(t.topic, p.partition_index) for t in wire.responses for p in t.partitions] == order
+        assert [
+            (_name(t), p.partition_index) for t in wire.responses for p in t.partitions
+        ] == order
 
 
 @pytest.mark.parametrize("version", FETCH_VERSIONS)
@@ -167,7 +188,7 @@ def test_splice_plan_finds_ranges_in_any_order(
     seg, spans = segment
     rng = random.Random(1000 + version)
     reads, expected = _reads(seg, spans, _librdkafka_order(7), rng)
-    spliced = _build_response(reads, version, read_committed=False)
+    spliced = _build_response(_by_id(reads, version), version, read_committed=False)
     assert isinstance(spliced, SplicedResponse)
     header = RequestHeader(ApiKey.FETCH, version, 9, "c")
     for _ in range(5):

@@ -34,7 +34,7 @@ CONTROLLER_ONLY = {
 
 def test_listeners_come_from_the_generated_spec_tables() -> None:
     assert API_LISTENERS[ApiKey.VOTE] == {"controller"}
-    assert API_LISTENERS[ApiKey.PRODUCE] == {"zkBroker", "broker"}
+    assert API_LISTENERS[ApiKey.PRODUCE] == {"broker"}  # Kafka 4.1's spec
     assert API_LISTENERS[ApiKey.DESCRIBE_QUORUM] == {"broker", "controller"}
     assert message_spec(request_class(ApiKey.UNREGISTER_BROKER)).listeners == {
         "broker",

@@ -66,6 +66,7 @@ def test_error_codes_walk_nested_arrays_and_top_level_fields() -> None:
         ]
     )
     assert sorted(error_codes(resp)) == [
+        "NONE",  # the top-level error code (Metadata v13, KIP-1102)
         "NONE",
         "NOT_LEADER_OR_FOLLOWER",
         "UNKNOWN_TOPIC_OR_PARTITION",

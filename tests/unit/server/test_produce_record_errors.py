@@ -42,15 +42,20 @@ PRODUCE_VERSIONS = range(3, 11)
 RECORD_ERRORS_VERSION = 8
 
 
-def _image() -> MetadataImage:
-    c = Controller(ControllerConfig(node_id=NODE))
+def registered_image(c: Controller) -> MetadataImage:
+    """Broker 1 registered and unfenced on ``c``'s bootstrapped metadata."""
     image = replay_all(MetadataImage.EMPTY, c.bootstrap_records())
     eps = [BrokerEndpoint("PLAINTEXT", "host1", 9091)]
     image = replay_all(image, c.register_broker(image, 1, uuid.UUID(int=1), eps, None, 0).records)
     # a registration starts fenced (issue 18 defect 2): unfenced once caught up
-    image = replay_all(
+    return replay_all(
         image, c.unfence_broker(image, 1, -1, 0, metadata_offset=image.offset).records
     )
+
+
+def _image() -> MetadataImage:
+    c = Controller(ControllerConfig(node_id=NODE))
+    image = registered_image(c)
     CT = CreateTopicsRequest
     configs = {
         COMPACTED: {"cleanup.policy": "compact"},

@@ -763,20 +763,23 @@ class AlterConfigsResponse(Message):
 
 
 class AlterPartitionReassignmentsRequest(Message):
-    """AlterPartitionReassignmentsRequest (request, api key 45, versions 0, flexible 0+)."""
+    """AlterPartitionReassignmentsRequest (request, api key 45, versions 0-1, flexible 0+)."""
 
-    __slots__ = ("timeout_ms", "topics")
+    __slots__ = ("allow_replication_factor_change", "timeout_ms", "topics")
     _SPEC_PATH: ClassVar[str] = "AlterPartitionReassignmentsRequest"
     timeout_ms: int
+    allow_replication_factor_change: bool
     topics: list[AlterPartitionReassignmentsRequest.ReassignableTopic]
 
     def __init__(
         self,
         *,
         timeout_ms: int = 60000,
+        allow_replication_factor_change: bool = True,
         topics: list[AlterPartitionReassignmentsRequest.ReassignableTopic] = MISSING,
     ) -> None:
         self.timeout_ms = timeout_ms
+        self.allow_replication_factor_change = allow_replication_factor_change
         self.topics = [] if topics is MISSING else topics
         self._unknown_tagged_fields = None
 
@@ -813,11 +816,18 @@ class AlterPartitionReassignmentsRequest(Message):
 
 
 class AlterPartitionReassignmentsResponse(Message):
-    """AlterPartitionReassignmentsResponse (response, api key 45, versions 0, flexible 0+)."""
+    """AlterPartitionReassignmentsResponse (response, api key 45, versions 0-1, flexible 0+)."""
 
-    __slots__ = ("error_code", "error_message", "responses", "throttle_time_ms")
+    __slots__ = (
+        "allow_replication_factor_change",
+        "error_code",
+        "error_message",
+        "responses",
+        "throttle_time_ms",
+    )
     _SPEC_PATH: ClassVar[str] = "AlterPartitionReassignmentsResponse"
     throttle_time_ms: int
+    allow_replication_factor_change: bool
     error_code: int
     error_message: str | None
     responses: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse]
@@ -826,11 +836,13 @@ class AlterPartitionReassignmentsResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
+        allow_replication_factor_change: bool = True,
         error_code: int = 0,
         error_message: str | None = None,
         responses: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse] = MISSING,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
+        self.allow_replication_factor_change = allow_replication_factor_change
         self.error_code = error_code
         self.error_message = error_message
         self.responses = [] if responses is MISSING else responses
@@ -3485,23 +3497,29 @@ class DescribeClientQuotasResponse(Message):
 
 
 class DescribeClusterRequest(Message):
-    """DescribeClusterRequest (request, api key 60, versions 0-1, flexible 0+)."""
+    """DescribeClusterRequest (request, api key 60, versions 0-2, flexible 0+)."""
 
-    __slots__ = ("endpoint_type", "include_cluster_authorized_operations")
+    __slots__ = ("endpoint_type", "include_cluster_authorized_operations", "include_fenced_brokers")
     _SPEC_PATH: ClassVar[str] = "DescribeClusterRequest"
     include_cluster_authorized_operations: bool
     endpoint_type: int
+    include_fenced_brokers: bool
 
     def __init__(
-        self, *, include_cluster_authorized_operations: bool = False, endpoint_type: int = 1
+        self,
+        *,
+        include_cluster_authorized_operations: bool = False,
+        endpoint_type: int = 1,
+        include_fenced_brokers: bool = False,
     ) -> None:
         self.include_cluster_authorized_operations = include_cluster_authorized_operations
         self.endpoint_type = endpoint_type
+        self.include_fenced_brokers = include_fenced_brokers
         self._unknown_tagged_fields = None
 
 
 class DescribeClusterResponse(Message):
-    """DescribeClusterResponse (response, api key 60, versions 0-1, flexible 0+)."""
+    """DescribeClusterResponse (response, api key 60, versions 0-2, flexible 0+)."""
 
     __slots__ = (
         "brokers",
@@ -3548,20 +3566,28 @@ class DescribeClusterResponse(Message):
     class DescribeClusterBroker(Message):
         """DescribeClusterResponse.DescribeClusterBroker."""
 
-        __slots__ = ("broker_id", "host", "port", "rack")
+        __slots__ = ("broker_id", "host", "is_fenced", "port", "rack")
         _SPEC_PATH: ClassVar[str] = "DescribeClusterResponse.DescribeClusterBroker"
         broker_id: int
         host: str
         port: int
         rack: str | None
+        is_fenced: bool
 
         def __init__(
-            self, *, broker_id: int = 0, host: str = "", port: int = 0, rack: str | None = None
+            self,
+            *,
+            broker_id: int = 0,
+            host: str = "",
+            port: int = 0,
+            rack: str | None = None,
+            is_fenced: bool = False,
         ) -> None:
             self.broker_id = broker_id
             self.host = host
             self.port = port
             self.rack = rack
+            self.is_fenced = is_fenced
             self._unknown_tagged_fields = None
 
 
@@ -3840,7 +3866,7 @@ class DescribeDelegationTokenResponse(Message):
 
 
 class DescribeGroupsRequest(Message):
-    """DescribeGroupsRequest (request, api key 15, versions 0-5, flexible 5+)."""
+    """DescribeGroupsRequest (request, api key 15, versions 0-6, flexible 5+)."""
 
     __slots__ = ("groups", "include_authorized_operations")
     _SPEC_PATH: ClassVar[str] = "DescribeGroupsRequest"
@@ -3856,7 +3882,7 @@ class DescribeGroupsRequest(Message):
 
 
 class DescribeGroupsResponse(Message):
-    """DescribeGroupsResponse (response, api key 15, versions 0-5, flexible 5+)."""
+    """DescribeGroupsResponse (response, api key 15, versions 0-6, flexible 5+)."""
 
     __slots__ = ("groups", "throttle_time_ms")
     _SPEC_PATH: ClassVar[str] = "DescribeGroupsResponse"
@@ -3879,6 +3905,7 @@ class DescribeGroupsResponse(Message):
         __slots__ = (
             "authorized_operations",
             "error_code",
+            "error_message",
             "group_id",
             "group_state",
             "members",
@@ -3887,6 +3914,7 @@ class DescribeGroupsResponse(Message):
         )
         _SPEC_PATH: ClassVar[str] = "DescribeGroupsResponse.DescribedGroup"
         error_code: int
+        error_message: str | None
         group_id: str
         group_state: str
         protocol_type: str
@@ -3898,6 +3926,7 @@ class DescribeGroupsResponse(Message):
             self,
             *,
             error_code: int = 0,
+            error_message: str | None = None,
             group_id: str = "",
             group_state: str = "",
             protocol_type: str = "",
@@ -3906,6 +3935,7 @@ class DescribeGroupsResponse(Message):
             authorized_operations: int = -2147483648,
         ) -> None:
             self.error_code = error_code
+            self.error_message = error_message
             self.group_id = group_id
             self.group_state = group_state
             self.protocol_type = protocol_type
@@ -5139,7 +5169,7 @@ class ExpireDelegationTokenResponse(Message):
 
 
 class FetchRequest(Message):
-    """FetchRequest (request, api key 1, versions 0-17, flexible 12+)."""
+    """FetchRequest (request, api key 1, versions 0-18, flexible 12+)."""
 
     __slots__ = (
         "cluster_id",
@@ -5243,6 +5273,7 @@ class FetchRequest(Message):
         __slots__ = (
             "current_leader_epoch",
             "fetch_offset",
+            "high_watermark",
             "last_fetched_epoch",
             "log_start_offset",
             "partition",
@@ -5257,6 +5288,7 @@ class FetchRequest(Message):
         log_start_offset: int
         partition_max_bytes: int
         replica_directory_id: uuid.UUID
+        high_watermark: int
 
         def __init__(
             self,
@@ -5268,6 +5300,7 @@ class FetchRequest(Message):
             log_start_offset: int = -1,
             partition_max_bytes: int = 0,
             replica_directory_id: uuid.UUID = ZERO_UUID,
+            high_watermark: int = 9223372036854775807,
         ) -> None:
             self.partition = partition
             self.current_leader_epoch = current_leader_epoch
@@ -5276,6 +5309,7 @@ class FetchRequest(Message):
             self.log_start_offset = log_start_offset
             self.partition_max_bytes = partition_max_bytes
             self.replica_directory_id = replica_directory_id
+            self.high_watermark = high_watermark
             self._unknown_tagged_fields = None
 
     class ForgottenTopic(Message):
@@ -5301,7 +5335,7 @@ class FetchRequest(Message):
 
 
 class FetchResponse(Message):
-    """FetchResponse (response, api key 1, versions 0-17, flexible 12+)."""
+    """FetchResponse (response, api key 1, versions 0-18, flexible 12+)."""
 
     __slots__ = ("error_code", "node_endpoints", "responses", "session_id", "throttle_time_ms")
     _SPEC_PATH: ClassVar[str] = "FetchResponse"
@@ -7000,13 +7034,19 @@ class ListPartitionReassignmentsResponse(Message):
 
 
 class ListTransactionsRequest(Message):
-    """ListTransactionsRequest (request, api key 66, versions 0-1, flexible 0+)."""
+    """ListTransactionsRequest (request, api key 66, versions 0-2, flexible 0+)."""
 
-    __slots__ = ("duration_filter", "producer_id_filters", "state_filters")
+    __slots__ = (
+        "duration_filter",
+        "producer_id_filters",
+        "state_filters",
+        "transactional_id_pattern",
+    )
     _SPEC_PATH: ClassVar[str] = "ListTransactionsRequest"
     state_filters: list[str]
     producer_id_filters: list[int]
     duration_filter: int
+    transactional_id_pattern: str | None
 
     def __init__(
         self,
@@ -7014,15 +7054,17 @@ class ListTransactionsRequest(Message):
         state_filters: list[str] = MISSING,
         producer_id_filters: list[int] = MISSING,
         duration_filter: int = -1,
+        transactional_id_pattern: str | None = None,
     ) -> None:
         self.state_filters = [] if state_filters is MISSING else state_filters
         self.producer_id_filters = [] if producer_id_filters is MISSING else producer_id_filters
         self.duration_filter = duration_filter
+        self.transactional_id_pattern = transactional_id_pattern
         self._unknown_tagged_fields = None
 
 
 class ListTransactionsResponse(Message):
-    """ListTransactionsResponse (response, api key 66, versions 0-1, flexible 0+)."""
+    """ListTransactionsResponse (response, api key 66, versions 0-2, flexible 0+)."""
 
     __slots__ = ("error_code", "throttle_time_ms", "transaction_states", "unknown_state_filters")
     _SPEC_PATH: ClassVar[str] = "ListTransactionsResponse"
@@ -7066,7 +7108,7 @@ class ListTransactionsResponse(Message):
 
 
 class MetadataRequest(Message):
-    """MetadataRequest (request, api key 3, versions 0-12, flexible 9+)."""
+    """MetadataRequest (request, api key 3, versions 0-13, flexible 9+)."""
 
     __slots__ = (
         "allow_auto_topic_creation",
@@ -7109,13 +7151,14 @@ class MetadataRequest(Message):
 
 
 class MetadataResponse(Message):
-    """MetadataResponse (response, api key 3, versions 0-12, flexible 9+)."""
+    """MetadataResponse (response, api key 3, versions 0-13, flexible 9+)."""
 
     __slots__ = (
         "brokers",
         "cluster_authorized_operations",
         "cluster_id",
         "controller_id",
+        "error_code",
         "throttle_time_ms",
         "topics",
     )
@@ -7126,6 +7169,7 @@ class MetadataResponse(Message):
     controller_id: int
     topics: list[MetadataResponse.MetadataResponseTopic]
     cluster_authorized_operations: int
+    error_code: int
 
     def __init__(
         self,
@@ -7136,6 +7180,7 @@ class MetadataResponse(Message):
         controller_id: int = -1,
         topics: list[MetadataResponse.MetadataResponseTopic] = MISSING,
         cluster_authorized_operations: int = -2147483648,
+        error_code: int = 0,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.brokers = [] if brokers is MISSING else brokers
@@ -7143,6 +7188,7 @@ class MetadataResponse(Message):
         self.controller_id = controller_id
         self.topics = [] if topics is MISSING else topics
         self.cluster_authorized_operations = cluster_authorized_operations
+        self.error_code = error_code
         self._unknown_tagged_fields = None
 
     class MetadataResponseBroker(Message):
@@ -7822,7 +7868,7 @@ class OffsetForLeaderEpochResponse(Message):
 
 
 class ProduceRequest(Message):
-    """ProduceRequest (request, api key 0, versions 0-11, flexible 9+)."""
+    """ProduceRequest (request, api key 0, versions 0-13, flexible 9+)."""
 
     __slots__ = ("acks", "timeout_ms", "topic_data", "transactional_id")
     _SPEC_PATH: ClassVar[str] = "ProduceRequest"
@@ -7848,18 +7894,21 @@ class ProduceRequest(Message):
     class TopicProduceData(Message):
         """ProduceRequest.TopicProduceData."""
 
-        __slots__ = ("name", "partition_data")
+        __slots__ = ("name", "partition_data", "topic_id")
         _SPEC_PATH: ClassVar[str] = "ProduceRequest.TopicProduceData"
         name: str
+        topic_id: uuid.UUID
         partition_data: list[ProduceRequest.PartitionProduceData]
 
         def __init__(
             self,
             *,
             name: str = "",
+            topic_id: uuid.UUID = ZERO_UUID,
             partition_data: list[ProduceRequest.PartitionProduceData] = MISSING,
         ) -> None:
             self.name = name
+            self.topic_id = topic_id
             self.partition_data = [] if partition_data is MISSING else partition_data
             self._unknown_tagged_fields = None
 
@@ -7878,7 +7927,7 @@ class ProduceRequest(Message):
 
 
 class ProduceResponse(Message):
-    """ProduceResponse (response, api key 0, versions 0-11, flexible 9+)."""
+    """ProduceResponse (response, api key 0, versions 0-13, flexible 9+)."""
 
     __slots__ = ("node_endpoints", "responses", "throttle_time_ms")
     _SPEC_PATH: ClassVar[str] = "ProduceResponse"
@@ -7901,18 +7950,21 @@ class ProduceResponse(Message):
     class TopicProduceResponse(Message):
         """ProduceResponse.TopicProduceResponse."""
 
-        __slots__ = ("name", "partition_responses")
+        __slots__ = ("name", "partition_responses", "topic_id")
         _SPEC_PATH: ClassVar[str] = "ProduceResponse.TopicProduceResponse"
         name: str
+        topic_id: uuid.UUID
         partition_responses: list[ProduceResponse.PartitionProduceResponse]
 
         def __init__(
             self,
             *,
             name: str = "",
+            topic_id: uuid.UUID = ZERO_UUID,
             partition_responses: list[ProduceResponse.PartitionProduceResponse] = MISSING,
         ) -> None:
             self.name = name
+            self.topic_id = topic_id
             self.partition_responses = [] if partition_responses is MISSING else partition_responses
             self._unknown_tagged_fields = None
 
@@ -9460,7 +9512,7 @@ class SyncGroupResponse(Message):
 
 
 class TxnOffsetCommitRequest(Message):
-    """TxnOffsetCommitRequest (request, api key 28, versions 0-4, flexible 3+)."""
+    """TxnOffsetCommitRequest (request, api key 28, versions 0-5, flexible 3+)."""
 
     __slots__ = (
         "generation_id",
@@ -9553,7 +9605,7 @@ class TxnOffsetCommitRequest(Message):
 
 
 class TxnOffsetCommitResponse(Message):
-    """TxnOffsetCommitResponse (response, api key 28, versions 0-4, flexible 3+)."""
+    """TxnOffsetCommitResponse (response, api key 28, versions 0-5, flexible 3+)."""
 
     __slots__ = ("throttle_time_ms", "topics")
     _SPEC_PATH: ClassVar[str] = "TxnOffsetCommitResponse"

@@ -57,7 +57,7 @@ async def handle_api_versions(
 ) -> ApiVersionsResponse:
     response = api_versions_response(ctx, broker.api_versions)
     if response.error_code == 0:
-        add_features(response, broker.metadata.image, broker.api_versions)
+        add_features(response, broker.metadata.image, broker.api_versions, ctx.header.api_version)
     return response
 
 
@@ -66,31 +66,41 @@ SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     METADATA_VERSION_FEATURE: (1, METADATA_VERSION_LEVEL),
     TRANSACTION_VERSION_FEATURE: (0, TRANSACTION_VERSION_LEVEL),
 }
-#: The first Produce version of TV2 (KIP-890 part 2: the leader adds the partition).
-PRODUCE_TV2_VERSION = 12
+#: The first versions of TV2 (KIP-890 part 2: the broker adds the partition / group).
+TV2_VERSIONS: dict[ApiKey, int] = {ApiKey.PRODUCE: 12, ApiKey.TXN_OFFSET_COMMIT: 5}
 
 
 def client_transaction_version(level: int, versions: Mapping[ApiKey, tuple[int, int]]) -> int:
     """The transaction version clients are told is finalized. A Kafka 4.x Java producer
-    that sees transaction.version 2 stops sending AddPartitionsToTxn and relies on
-    Produce v12 adding the partition; while this broker serves Produce below v12 it is
-    told 1 (its transactions then add partitions themselves), whatever the level."""
-    if versions.get(ApiKey.PRODUCE, (0, 0))[1] < PRODUCE_TV2_VERSION:
+    that sees transaction.version 2 stops sending AddPartitionsToTxn / AddOffsetsToTxn and
+    relies on Produce v12 / TxnOffsetCommit v5 adding the partition; while this broker
+    serves either below that version it is told 1 (its transactions then add partitions
+    themselves), whatever the level."""
+    if any(versions.get(key, (0, 0))[1] < v for key, v in TV2_VERSIONS.items()):
         return min(level, 1)
     return level
+
+
+#: ApiVersions versions from this one on may list a feature whose minimum level is 0.
+FEATURE_LEVEL_0_VERSION = 4
 
 
 def add_features(
     response: ApiVersionsResponse,
     image: MetadataImage,
     versions: Mapping[ApiKey, tuple[int, int]],
+    api_version: int = FEATURE_LEVEL_0_VERSION,
 ) -> None:
     """ApiVersions v3+: supported features, and the levels finalized in the metadata log
-    (``FeatureLevelRecord`` s; the epoch is the image's offset, as a KRaft broker's)."""
+    (``FeatureLevelRecord`` s; the epoch is the image's offset, as a KRaft broker's).
+    Below v4 a supported feature of minimum level 0 (transaction.version) is left out, as
+    Kafka's: "Some older clients will have deserialization problems if a feature's
+    minimum supported level is 0" (KAFKA-17492)."""
     R = ApiVersionsResponse
     response.supported_features = [
         R.SupportedFeatureKey(name=name, min_version=lo, max_version=hi)
         for name, (lo, hi) in sorted(SUPPORTED_FEATURES.items())
+        if lo > 0 or api_version >= FEATURE_LEVEL_0_VERSION
     ]
     finalized = dict(image.features)
     if TRANSACTION_VERSION_FEATURE in finalized:
@@ -134,10 +144,12 @@ def _controller_id(broker: Broker) -> int:
     return broker.metadata.active_controller_id()
 
 
-def _brokers(image: MetadataImage, listener: str) -> list[tuple[int, str, int, str | None]]:
+def _brokers(
+    image: MetadataImage, listener: str, include_fenced: bool = False
+) -> list[tuple[int, str, int, str | None]]:
     out = []
     for broker_id, reg in sorted(image.brokers.items()):
-        if reg.fenced:
+        if reg.fenced and not include_fenced:
             continue
         ep = reg.endpoint(listener)
         if ep is not None:
@@ -255,7 +267,10 @@ async def handle_metadata(
 async def handle_describe_cluster(
     broker: Broker, ctx: RequestContext, req: DescribeClusterRequest
 ) -> DescribeClusterResponse:
+    """DescribeCluster; v2 (KIP-1073) lists fenced brokers too when asked
+    (``IncludeFencedBrokers``), each with ``IsFenced``."""
     image = broker.metadata.image
+    with_fenced = req.include_fenced_brokers and ctx.header.api_version >= 2
     return DescribeClusterResponse(
         throttle_time_ms=0,
         error_code=0,
@@ -264,8 +279,10 @@ async def handle_describe_cluster(
         cluster_id=broker.cluster_id,
         controller_id=_controller_id(broker),
         brokers=[
-            DescribeClusterResponse.DescribeClusterBroker(broker_id=i, host=h, port=p, rack=r)
-            for i, h, p, r in _brokers(image, ctx.listener_name)
+            DescribeClusterResponse.DescribeClusterBroker(
+                broker_id=i, host=h, port=p, rack=r, is_fenced=image.brokers[i].fenced
+            )
+            for i, h, p, r in _brokers(image, ctx.listener_name, with_fenced)
         ],
         cluster_authorized_operations=(
             cluster_operations(broker.authz, image, ctx)

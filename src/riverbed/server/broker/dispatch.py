@@ -31,6 +31,7 @@ from riverbed.server.broker import (
     client_quota_admin,
     cluster_info,
     consumer_groups,
+    describe_topics,
     fetch,
     forwarded,
     groups,
@@ -131,6 +132,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DESCRIBE_ACLS: acls.handle_describe_acls,
     ApiKey.CREATE_ACLS: acls.handle_create_acls,
     ApiKey.DELETE_ACLS: acls.handle_delete_acls,
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: describe_topics.handle_describe_topic_partitions,
 }
 
 #: What a broker listener serves and advertises.

@@ -11,7 +11,8 @@ answer carries ``last_stable_offset``:
 - unknown partition -> UNKNOWN_TOPIC_OR_PARTITION; a ``current_leader_epoch`` newer than
   ours -> UNKNOWN_LEADER_EPOCH, older -> FENCED_LEADER_EPOCH; a partition this node does
   not lead -> NOT_LEADER_OR_FOLLOWER (both with the current leader in ``current_leader``
-  from v12 on, KIP-951); an offset below the log start or above the log end ->
+  from v12 on, and its endpoint on the request's listener in ``node_endpoints`` from v16
+  on, KIP-951); an offset below the log start or above the log end ->
   OFFSET_OUT_OF_RANGE;
 - ``partition_max_bytes`` and the response's ``max_bytes`` bound the data, except that
   the first partition returning data returns at least one whole batch (so a batch larger
@@ -32,9 +33,10 @@ epoch): the leader's partition core judges each one first (``riverbed.replicatio
 epoch fencing, a stale incarnation's broker epoch (KIP-903), KIP-320 DivergingEpoch,
 follower progress, ISR and high watermark); a follower then reads up to the log end, not
 the high watermark, and is parked like a consumer (``replica.fetch.wait.max.ms`` /
-``replica.fetch.min.bytes`` are its max_wait_ms / min_bytes). Replica fetchers send v15
-(topics by id, UNKNOWN_TOPIC_ID for an unknown one); clients are offered v12
-(``protocol.api_versions.INTER_BROKER_VERSIONS``).
+``replica.fetch.min.bytes`` are its max_wait_ms / min_bytes). Replica fetchers send v15;
+from v13 on topics are named by id (UNKNOWN_TOPIC_ID for an unknown one). The v17
+``ReplicaDirectoryId`` and v18 ``HighWatermark`` (KIP-853, KIP-1166) are KRaft voters'
+fields, ignored here as Kafka's brokers ignore them.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from riverbed.server.broker.partitions import (
     HostedPartition,
     NotServed,
     last_stable_offset,
+    leader_endpoints,
 )
 from riverbed.server.broker.remote_fetch import read_remote, remote_tier_serves
 from riverbed.server.network import FileRecords, RequestContext, SplicedResponse
@@ -68,6 +71,8 @@ FetchPartition = FetchRequest.FetchPartition
 READ_COMMITTED = 1
 #: Fetch versions from this one on are flexible (compact ``records`` length).
 FETCH_FLEXIBLE_VERSION = 12
+#: From this version on a response names the endpoints of the leaders it names (KIP-951).
+FETCH_NODE_ENDPOINTS_VERSION = 16
 #: Older Fetch versions expect message sets v0/v1; riverbed does not down-convert (like
 #: Kafka with message.downconversion.enable=false: UNSUPPORTED_VERSION for such data).
 FETCH_RECORD_BATCH_V2_VERSION = 4
@@ -310,7 +315,15 @@ async def handle_fetch(
     throttle = 0
     if quota_max is not None:
         throttle = _record_quota(broker, ctx, reads)
-    response = _build_response(reads, version, req.isolation_level == READ_COMMITTED)
+    endpoints: list[FetchResponse.NodeEndpoint] = []
+    if version >= FETCH_NODE_ENDPOINTS_VERSION:
+        leaders = [r.leader.leader_id for r in reads if r.leader is not None]
+        endpoints = [
+            FetchResponse.NodeEndpoint(node_id=i, host=h, port=p, rack=rack)
+            for i, h, p, rack in leader_endpoints(broker.metadata.image, leaders, ctx.listener_name)
+        ]
+    committed = req.isolation_level == READ_COMMITTED
+    response = _build_response(reads, version, committed, endpoints)
     if throttle > 0 and isinstance(response, FetchResponse):
         response.throttle_time_ms = throttle
     return response
@@ -338,7 +351,10 @@ def _aborted(r: _PartitionRead) -> list[FetchResponse.AbortedTransaction]:
 
 
 def _build_response(
-    reads: list[_PartitionRead], version: int, read_committed: bool
+    reads: list[_PartitionRead],
+    version: int,
+    read_committed: bool,
+    endpoints: list[FetchResponse.NodeEndpoint] | None = None,
 ) -> FetchResponse | SplicedResponse:
     """The response in the request's order of partitions.
 
@@ -387,7 +403,13 @@ def _build_response(
                 leader_id=r.leader.leader_id, leader_epoch=r.leader.leader_epoch
             )
         t.partitions.append(part)
-    body = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+    body = FetchResponse(
+        throttle_time_ms=0,
+        error_code=0,
+        session_id=0,
+        responses=topics,
+        node_endpoints=endpoints or [],
+    )
     if not files:
         return body
     return SplicedResponse(body=body, files=files, compact=version >= FETCH_FLEXIBLE_VERSION)

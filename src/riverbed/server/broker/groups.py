@@ -288,8 +288,11 @@ async def handle_txn_offset_commit(
     """TxnOffsetCommit (KIP-98 / KIP-447): the offsets are written as the producer's
     transactional batch and stay pending until its marker (`riverbed.coordinator.txn_offsets`);
     first verified with the transaction coordinator (KIP-890 part 1) unless the producer's
-    transaction is open in the group's partition already."""
-    verified, still_holds = await _verify_txn_commit(broker, req)
+    transaction is open in the group's partition already. From v5 on (KIP-890 part 2,
+    transaction.version 2) the client sends no AddOffsetsToTxn: the group's partition is
+    added to the transaction here instead of verified."""
+    add = ctx.header.api_version >= TXN_COMMIT_IMPLICIT_ADD_VERSION
+    verified, still_holds = await _verify_txn_commit(broker, req, add)
     if verified != E.NONE:
         code = txn_commit_error(verified, ctx.header.api_version)
         return error_response(ctx.header.api_key, req, response_body_version(ctx.header), code)
@@ -320,6 +323,9 @@ _VERIFY_RETRIABLE = frozenset(
 )
 #: TxnOffsetCommit versions from this one on know TRANSACTION_ABORTABLE (KIP-890).
 TXN_COMMIT_ABORTABLE_VERSION = 4
+#: From this version on the group's partition is added to the transaction here (Kafka's
+#: ``addPartition`` for "txn offset commit version >= 5", KIP-890 part 2).
+TXN_COMMIT_IMPLICIT_ADD_VERSION = 5
 
 
 def txn_commit_error(code: ErrorCode, version: int) -> ErrorCode:
@@ -340,13 +346,14 @@ def _holds() -> bool:
 
 
 async def _verify_txn_commit(
-    broker: Broker, req: TxnOffsetCommitRequest
+    broker: Broker, req: TxnOffsetCommitRequest, add: bool = False
 ) -> tuple[ErrorCode, Callable[[], bool]]:
     """KIP-890 part 1 for the group's ``__consumer_offsets`` partition: NONE when verified
-    or nothing to verify (the producer's transaction is open there, verification is off,
-    or this node cannot take the commit: the shard answers that), and the check the write
-    makes again right before its append (a marker meanwhile ended the transaction)."""
-    if not broker.txn_verifier.enabled():
+    (``add``: added, part 2) or nothing to verify (the producer's transaction is open
+    there, verification is off, or this node cannot take the commit: the shard answers
+    that), and the check the write makes again right before its append (a marker
+    meanwhile ended the transaction)."""
+    if not add and not broker.txn_verifier.enabled():
         return E.NONE, _holds
     try:
         partition = broker.groups.partition_of(req.group_id)
@@ -356,18 +363,18 @@ async def _verify_txn_commit(
     if isinstance(hosted, NotServed):
         return E.NONE, _holds
     state = producer_state_of(hosted.log)
-    guard = state.begin_verification(req.producer_id) if state is not None else None
+    pid, epoch = req.producer_id, req.producer_epoch
+    guard = state.begin_verification(pid, epoch) if state is not None else None
     if state is None or guard is None:
         return E.NONE, _holds
     code = await broker.txn_verifier.verify(
-        req.transactional_id, req.producer_id, req.producer_epoch, OFFSETS_TOPIC, partition
+        req.transactional_id, pid, epoch, OFFSETS_TOPIC, partition, add
     )
     # a marker of the producer meanwhile ended the verified transaction (a failed
     # verification drops the guard)
     held = state.end_verification(req.producer_id, guard, code == E.NONE)
     if code == E.NONE and not held:
         return E.INVALID_TXN_STATE, _holds
-    pid = req.producer_id
     return code, lambda: state.end_verification(pid, guard)
 
 
@@ -535,8 +542,22 @@ async def handle_describe_groups(
             described.authorized_operations = authorized_operations(
                 broker.authz, broker.metadata.image, ctx, ResourceType.GROUP, group_id
             )
+        if ctx.header.api_version >= DESCRIBE_GROUPS_NOT_FOUND_VERSION:
+            _not_found(described)
         out.append(described)
     return DescribeGroupsResponse(throttle_time_ms=0, groups=out)
+
+
+#: From this version on an unknown group is GROUP_ID_NOT_FOUND (KIP-1043), not Dead.
+DESCRIBE_GROUPS_NOT_FOUND_VERSION = 6
+
+
+def _not_found(described: DescribeGroupsResponse.DescribedGroup) -> None:
+    """KIP-1043 (DescribeGroups v6): "returns error code GROUP_ID_NOT_FOUND if the group
+    ID is not found", with a message; older versions get the Dead group with no error."""
+    if described.error_code == 0 and described.group_state == "Dead" and not described.members:
+        described.error_code = int(ErrorCode.GROUP_ID_NOT_FOUND)
+        described.error_message = f"Group {described.group_id} not found."
 
 
 async def handle_delete_groups(

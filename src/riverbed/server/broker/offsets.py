@@ -1,13 +1,16 @@
 """ListOffsets (2), OffsetForLeaderEpoch (23) and DeleteRecords (21).
 
 ListOffsets special timestamps (Kafka's): -2 earliest (log start offset: in the remote
-tier for a tiered log), -4 earliest local (the local log start offset), -1 latest (the
+tier for a tiered log), -4 earliest local (the local log start offset, v8+), -5 latest
+tiered (the highest offset copied to the remote tier, -1 without one; v9+, KIP-1005),
+-1 latest (the
 high watermark; for ``isolation_level=READ_COMMITTED`` the last stable offset, and a
 timestamp's answer must then lie below it, as Kafka's ``fetchOffsetForTimestamp``), -3 the
 offset of the record with the largest timestamp (over the remote tier too); any other timestamp finds the first
 offset whose timestamp is >= it through the time index (the remote time index first for a
 tiered log, :mod:`riverbed.server.broker.remote_fetch`) (offset -1, timestamp -1 when
-there is none). Version 0 answers in ``old_style_offsets``.
+there is none). Version 0 answers in ``old_style_offsets``. From v10 on (KIP-1075) the
+request's ``timeout_ms`` bounds a lookup in the remote tier (REQUEST_TIMED_OUT after it).
 
 OffsetForLeaderEpoch returns the largest epoch <= the requested one and its end offset
 (the start of the next epoch, or the log end offset for the current epoch), from the
@@ -24,6 +27,7 @@ except for Kafka's debugging replica id (-2) in ListOffsets and OffsetForLeaderE
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from riverbed.protocol.errors import ErrorCode
@@ -54,6 +58,9 @@ LATEST_TIMESTAMP = -1
 READ_COMMITTED = 1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+#: From this version on the request's timeout bounds remote lookups (KIP-1075).
+LIST_OFFSETS_TIMEOUT_VERSION = 10
 
 
 async def _list_one(
@@ -63,6 +70,7 @@ async def _list_one(
     version: int,
     replica_id: int,
     read_committed: bool = False,
+    timeout_ms: int = 0,
 ) -> ListOffsetsResponse.ListOffsetsPartitionResponse:
     def answer(
         code: int, timestamp: int = -1, offset: int = -1, epoch: int = -1
@@ -92,18 +100,23 @@ async def _list_one(
         return answer(0, -1, plog.local_log_start_offset, epoch)
     if ts == LATEST_TIMESTAMP:
         return answer(0, -1, fetchable, epoch)
-    if ts == MAX_TIMESTAMP:
-        try:
-            found = await max_timestamp_offset(broker, topic, p.partition_index, plog)
-        except RemoteStorageError:
-            return answer(ErrorCode.KAFKA_STORAGE_ERROR)
-    elif ts < 0:
+    if ts == LATEST_TIERED_TIMESTAMP:  # Kafka: -1 / epoch -1 when nothing is remote
+        remote = plog.highest_offset_in_remote
+        return answer(
+            0, -1, remote, plog.epoch_cache.epoch_for_offset(remote) if remote >= 0 else -1
+        )
+    if ts < 0 and ts != MAX_TIMESTAMP:
         return answer(ErrorCode.INVALID_REQUEST)
+    if ts == MAX_TIMESTAMP:
+        lookup = max_timestamp_offset(broker, topic, p.partition_index, plog)
     else:
-        try:
-            found = await offset_for_timestamp(broker, topic, p.partition_index, plog, ts)
-        except RemoteStorageError:
-            return answer(ErrorCode.KAFKA_STORAGE_ERROR)
+        lookup = offset_for_timestamp(broker, topic, p.partition_index, plog, ts)
+    try:
+        found = await asyncio.wait_for(lookup, timeout_ms / 1000 if timeout_ms > 0 else None)
+    except RemoteStorageError:
+        return answer(ErrorCode.KAFKA_STORAGE_ERROR)
+    except TimeoutError:
+        return answer(ErrorCode.REQUEST_TIMED_OUT)
     if found is None:
         return answer(0, -1, -1, -1)
     if found.offset >= fetchable:
@@ -116,10 +129,11 @@ async def handle_list_offsets(
 ) -> ListOffsetsResponse:
     version = ctx.header.api_version
     topics = []
+    timeout_ms = req.timeout_ms if version >= LIST_OFFSETS_TIMEOUT_VERSION else 0
     for t in req.topics:
         committed = req.isolation_level == READ_COMMITTED
         parts = [
-            await _list_one(broker, t.name, p, version, req.replica_id, committed)
+            await _list_one(broker, t.name, p, version, req.replica_id, committed, timeout_ms)
             for p in t.partitions
         ]
         topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=t.name, partitions=parts))

@@ -3,7 +3,8 @@
 Per partition, in request order (appends happen before the handler's first ``await``, so
 pipelined produces on one connection reach the log in the order they were sent):
 
-- unknown topic or partition -> UNKNOWN_TOPIC_OR_PARTITION; a partition this node does
+- unknown topic or partition -> UNKNOWN_TOPIC_OR_PARTITION (v13+ names topics by id
+  (KIP-516): an unknown id -> UNKNOWN_TOPIC_ID); a partition this node does
   not lead at the current leader epoch -> NOT_LEADER_OR_FOLLOWER, with the current leader
   in ``current_leader`` and its endpoint (on the request's listener) in
   ``node_endpoints`` from v10 on (KIP-951: the client redirects without a metadata
@@ -28,10 +29,12 @@ pipelined produces on one connection reach the log in the order they were sent):
 
 Transactional batches (KIP-890 part 1, ``transaction.partition.verification.enable``):
 a produce with a ``transactional_id`` whose batch would open the producer's transaction
-in a partition is first verified with the transaction coordinator
+(of the batch's epoch) in a partition is first verified with the transaction coordinator
 (`riverbed.server.broker.txn_verification`); such partitions are appended after the
 request's other partitions, once verified (an error answers the partition, nothing is
-appended; a marker of the producer meanwhile answers INVALID_TXN_STATE).
+appended; a marker of the producer meanwhile answers INVALID_TXN_STATE). From v12 on
+(KIP-890 part 2, transaction.version 2) the leader adds the partition to the
+transaction instead of verifying it: the client sends no AddPartitionsToTxn.
 
 acks=0 writes no response at all, and closes the connection when a partition failed (as
 Kafka: there is no response to carry the error); acks must be 0, 1 or -1 (else
@@ -52,6 +55,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from riverbed.metadata.records import ZERO_UUID
 from riverbed.producer.manager import ProducerStateManager
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.exceptions import ProtocolError
@@ -76,6 +80,8 @@ log = logging.getLogger(__name__)
 _VALID_ACKS = (0, 1, -1)
 #: From this version on a NOT_LEADER_OR_FOLLOWER answer names the leader (KIP-951).
 PRODUCE_CURRENT_LEADER_VERSION = 10
+#: From this version on the leader adds a transaction's partition itself (KIP-890 part 2).
+PRODUCE_IMPLICIT_ADD_VERSION = 12
 #: Position of the magic byte in a batch / message set (after offset, length, epoch|crc).
 _MAGIC_OFFSET = 16
 #: The low byte of a v2 batch's int16 attributes (the transactional bit is in it).
@@ -103,7 +109,8 @@ async def handle_produce(
     responses = []
     acks_ok = req.acks in _VALID_ACKS
     leaders: list[int] = []  # named in NOT_LEADER_OR_FOLLOWER answers
-    names_leader = ctx.header.api_version >= PRODUCE_CURRENT_LEADER_VERSION
+    version = ctx.header.api_version
+    names_leader = version >= PRODUCE_CURRENT_LEADER_VERSION
     waits: list[tuple[PartitionResponse, Awaitable[ErrorCode]]] = []  # acks=all
     verifications: list[tuple[list[PartitionResponse], int, str, PartitionData, Verification]] = []
     # Kafka: transactional records need the request's transactional id (authorized to
@@ -111,7 +118,11 @@ async def handle_produce(
     no_txn_id = not req.transactional_id and _has_transactional_batches(req)
     for topic in req.topic_data:
         parts: list[PartitionResponse] = []
+        name = _topic_name(broker, topic)
         for pd in topic.partition_data:
+            if name is None:
+                parts.append(_partition_error(pd.index, ErrorCode.UNKNOWN_TOPIC_ID))
+                continue
             if not acks_ok:
                 parts.append(_partition_error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS))
                 continue
@@ -119,13 +130,13 @@ async def handle_produce(
                 code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                 parts.append(_partition_error(pd.index, code))
                 continue
-            verification = _verification(broker, req.transactional_id, topic.name, pd)
+            verification = _verification(broker, req.transactional_id, name, pd, version)
             if verification is not None:  # appended once verified, below
-                verifications.append((parts, len(parts), topic.name, pd, verification))
+                verifications.append((parts, len(parts), name, pd, verification))
                 parts.append(_partition_error(pd.index, ErrorCode.NONE))
                 continue
             part, wait = _produce_partition(
-                broker, topic.name, pd.index, pd.records, names_leader, req.acks, req.timeout_ms
+                broker, name, pd.index, pd.records, names_leader, req.acks, req.timeout_ms
             )
             if names_leader and part.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
                 leaders.append(part.current_leader.leader_id)
@@ -133,7 +144,9 @@ async def handle_produce(
                 waits.append((part, wait))
             parts.append(part)
         responses.append(
-            ProduceResponse.TopicProduceResponse(name=topic.name, partition_responses=parts)
+            ProduceResponse.TopicProduceResponse(
+                name=topic.name, topic_id=topic.topic_id, partition_responses=parts
+            )
         )
     if verifications:
         codes = await asyncio.gather(*(v[4].verify() for v in verifications))
@@ -165,11 +178,19 @@ async def handle_produce(
     return ProduceResponse(responses=responses, throttle_time_ms=0, node_endpoints=endpoints)
 
 
+def _topic_name(broker: Broker, topic: ProduceRequest.TopicProduceData) -> str | None:
+    """The topic a Produce names: by name (v0-12), or by id (v13+; None: unknown id)."""
+    if topic.name or topic.topic_id == ZERO_UUID:
+        return topic.name
+    found = broker.metadata.image.topic_by_id(topic.topic_id)
+    return found.name if found is not None else None
+
+
 def _close_if_any_failed(responses: list[ProduceResponse.TopicProduceResponse]) -> None:
     """acks=0: as Kafka, no response can carry an error, so the connection is closed and
     the producer learns something went wrong (it refreshes its metadata)."""
     failed = [
-        f"{t.name}-{p.index}: {ErrorCode.of(p.error_code).name}"
+        f"{t.name or t.topic_id}-{p.index}: {ErrorCode.of(p.error_code).name}"
         for t in responses
         for p in t.partition_responses
         if p.error_code
@@ -206,12 +227,13 @@ class Verification:
     topic: str
     partition: int
     guard: int
+    add: bool = False  # Produce v12+: add the partition (TV2), not only verify
 
     async def verify(self) -> ErrorCode:
         h = self.header
         verifier = self.broker.txn_verifier
         return await verifier.verify(
-            self.tid, h.producer_id, h.producer_epoch, self.topic, self.partition
+            self.tid, h.producer_id, h.producer_epoch, self.topic, self.partition, self.add
         )
 
     def still_holds(self, verified: bool = True) -> bool:
@@ -219,13 +241,14 @@ class Verification:
 
 
 def _verification(
-    broker: Broker, tid: str | None, topic: str, pd: PartitionData
+    broker: Broker, tid: str | None, topic: str, pd: PartitionData, version: int
 ) -> Verification | None:
-    """The verification the partition's batch needs first (None: none; Kafka verifies a
-    transactional batch of a produce with a transactional id whose transaction is not
-    open in the partition)."""
+    """The verification (or, v12+, the add) the partition's batch needs first (None:
+    none; Kafka verifies a transactional batch of a produce with a transactional id whose
+    transaction is not open in the partition)."""
     records = pd.records
-    if not tid or not records or not broker.txn_verifier.enabled():
+    add = version >= PRODUCE_IMPLICIT_ADD_VERSION
+    if not tid or not records or not (add or broker.txn_verifier.enabled()):
         return None
     try:
         h = parse_header(records)
@@ -239,10 +262,10 @@ def _verification(
     state = producer_state_of(hosted.log)
     if state is None:
         return None
-    guard = state.begin_verification(h.producer_id)
+    guard = state.begin_verification(h.producer_id, h.producer_epoch)
     if guard is None:
         return None  # the transaction is open here: verified before
-    return Verification(broker, state, tid, h, topic, pd.index, guard)
+    return Verification(broker, state, tid, h, topic, pd.index, guard, add)
 
 
 def _not_served(index: int, why: NotServed, names_leader: bool) -> PartitionResponse:

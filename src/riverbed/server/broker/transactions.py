@@ -191,6 +191,14 @@ async def verify_locally(
     return await _add_one(broker, tid, pid, epoch, parts, True, ADD_PARTITIONS_BATCHED_VERSION)
 
 
+async def add_locally(
+    broker: Broker, tid: str, pid: int, epoch: int, parts: set[TopicPartition]
+) -> dict[TopicPartition, ErrorCode]:
+    """A partition leader's TV2 add (Produce v12+, KIP-890 part 2) when this node is the
+    coordinator itself, as a v5 request without VerifyOnly would be answered."""
+    return await _add_one(broker, tid, pid, epoch, parts, False, ADD_PARTITIONS_TV2_VERSION)
+
+
 async def handle_add_partitions_to_txn(
     broker: Broker, ctx: RequestContext, req: AddPartitionsToTxnRequest
 ) -> AddPartitionsToTxnResponse:
@@ -315,6 +323,7 @@ async def handle_list_transactions(
         states=frozenset(req.state_filters),
         producer_ids=frozenset(req.producer_id_filters),
         duration_ms=req.duration_filter if ctx.header.api_version >= 1 else -1,
+        id_pattern=req.transactional_id_pattern if ctx.header.api_version >= 2 else None,
     )
     code, listed, unknown = shell.core.list(f, shell.now_ms())
     if code == E.NONE and shell.loading():

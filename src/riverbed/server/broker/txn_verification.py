@@ -1,4 +1,5 @@
-"""KIP-890 part 1: the partition leader verifies a transaction with its coordinator.
+"""KIP-890: the partition leader verifies (part 1) or adds (part 2) a transaction's
+partition with its coordinator.
 
 Before a producer's first transactional append of a transaction to a partition (its
 transaction is not open in the partition), the leader asks the transaction coordinator
@@ -13,6 +14,13 @@ The producer state's guard (``ProducerStateManager.begin_verification``) is take
 asking and checked right before the append: a marker of the producer meanwhile means the
 verified transaction ended, and the produce is refused (INVALID_TXN_STATE), so a late
 or retried produce after an abort never opens a transaction that hangs the LSO.
+
+Part 2 (transaction.version 2): a Produce v12+ does not follow an AddPartitionsToTxn of
+the client's; the leader adds the partition to the transaction itself, with
+AddPartitionsToTxn v5 without ``verify_only`` (Kafka's ``TransactionSupportedOperation``
+``addPartition`` for "produce request version > 11"), which the coordinator takes as a TV2
+add (the first add of a transaction starts it). Such adds happen whether or not
+``transaction.partition.verification.enable`` is set: nothing else would add them.
 
 Errors, as Kafka's ``ReplicaManager`` maps them for Produce: CONCURRENT_TRANSACTIONS,
 NETWORK_EXCEPTION, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE and
@@ -34,7 +42,7 @@ from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.messages import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
-from riverbed.server.broker.transactions import verify_locally
+from riverbed.server.broker.transactions import add_locally, verify_locally
 from riverbed.server.replication.fetcher import BrokerChannel, Channel
 
 if TYPE_CHECKING:
@@ -47,6 +55,8 @@ log = logging.getLogger(__name__)
 E = ErrorCode
 #: AddPartitionsToTxn version of a broker's verification (batched, VerifyOnly).
 VERIFY_VERSION: Final = 4
+#: AddPartitionsToTxn version of a broker's TV2 add (KIP-890 part 2).
+ADD_VERSION: Final = 5
 #: Transactions in one verification request (Kafka's handler takes up to 10,000).
 VERIFY_TRANSACTIONS_MAX: Final = 1000
 #: Largest AddPartitionsToTxn response frame read.
@@ -84,6 +94,7 @@ class _Pending:
     topic: str
     partition: int
     answer: asyncio.Future[ErrorCode] = field(repr=False)
+    add: bool = False  # a TV2 add (Produce v12+), not VerifyOnly
 
 
 class TxnVerifier:
@@ -112,13 +123,17 @@ class TxnVerifier:
             return None
         return int(reg.leader)
 
-    async def verify(self, tid: str, pid: int, epoch: int, topic: str, partition: int) -> ErrorCode:
-        """The coordinator's answer for one partition of ``tid``'s transaction."""
+    async def verify(
+        self, tid: str, pid: int, epoch: int, topic: str, partition: int, add: bool = False
+    ) -> ErrorCode:
+        """The coordinator's answer for one partition of ``tid``'s transaction (``add``:
+        a TV2 add of the partition rather than a check that it is in)."""
         node = self._coordinator_of(tid)
         if node is None:
             return E.COORDINATOR_NOT_AVAILABLE
         fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
-        self._pending.setdefault(node, []).append(_Pending(tid, pid, epoch, topic, partition, fut))
+        pending = _Pending(tid, pid, epoch, topic, partition, fut, add)
+        self._pending.setdefault(node, []).append(pending)
         lock = self._locks.setdefault(node, asyncio.Lock())
         while not fut.done():
             async with lock:  # one request per coordinator in flight; it takes all waiting
@@ -154,7 +169,8 @@ class TxnVerifier:
     async def _ask_local(self, batch: list[_Pending]) -> dict[tuple[str, str, int], ErrorCode]:
         out: dict[tuple[str, str, int], ErrorCode] = {}
         for p in batch:
-            errors = await verify_locally(
+            ask = add_locally if p.add else verify_locally
+            errors = await ask(
                 self.broker, p.tid, p.producer_id, p.producer_epoch, {(p.topic, p.partition)}
             )
             for (topic, index), code in errors.items():
@@ -169,7 +185,7 @@ class TxnVerifier:
                     transactional_id=p.tid,
                     producer_id=p.producer_id,
                     producer_epoch=p.producer_epoch,
-                    verify_only=True,
+                    verify_only=not p.add,
                     topics=[R.AddPartitionsToTxnTopic(name=p.topic, partitions=[p.partition])],
                 )
                 for p in batch
@@ -188,8 +204,9 @@ class TxnVerifier:
         timeout_s = self.broker.config.get_int("request.timeout.ms") / 1000
         try:
             self.requests_sent += 1
+            version = ADD_VERSION if any(p.add for p in batch) else VERIFY_VERSION
             response = await channel.request(
-                ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, self._request(batch), timeout_s
+                ApiKey.ADD_PARTITIONS_TO_TXN, version, self._request(batch), timeout_s
             )
         except _LOST as exc:
             log.info("transaction verification with broker %d lost: %r", node, exc)

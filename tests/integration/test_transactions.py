@@ -410,17 +410,22 @@ def test_aiokafka_transactional_producer(node: BrokerProcess, client: Client) ->
 
 def test_api_versions_show_the_transaction_version(client: Client) -> None:
     """transaction.version is a feature level of the metadata log (new clusters: 2);
-    ApiVersions v3 shows it, capped at 1 while Produce stops below v12 (a Java producer
-    seeing 2 would leave the partition adds to Produce v12)."""
-    resp = client.call(ApiKey.API_VERSIONS, 3, ApiVersionsRequest())
+    ApiVersions v4 shows it (v3 leaves out a supported feature of minimum level 0, as
+    Kafka, KAFKA-17492), finalized at 2 now that Produce v12 and TxnOffsetCommit v5 add
+    partitions implicitly (a Java producer seeing 2 leaves the adds to them)."""
+    resp = client.call(ApiKey.API_VERSIONS, 4, ApiVersionsRequest())
     assert resp.error_code == 0
     supported = {f.name: (f.min_version, f.max_version) for f in resp.supported_features}
     assert supported["transaction.version"] == (0, 2)
     finalized = {f.name: f.max_version_level for f in resp.finalized_features}
-    produce_max = {k.api_key: k.max_version for k in resp.api_keys}[ApiKey.PRODUCE]
-    assert finalized["transaction.version"] == (2 if produce_max >= 12 else 1)
+    maxima = {k.api_key: k.max_version for k in resp.api_keys}
+    assert maxima[ApiKey.PRODUCE] >= 12 and maxima[ApiKey.TXN_OFFSET_COMMIT] >= 5
+    assert finalized["transaction.version"] == 2
     assert finalized["metadata.version"] > 0
     assert resp.finalized_features_epoch >= 0
+    v3 = client.call(ApiKey.API_VERSIONS, 3, ApiVersionsRequest())
+    assert "transaction.version" not in {f.name for f in v3.supported_features}
+    assert "metadata.version" in {f.name for f in v3.supported_features}
 
 
 def test_cli_lists_and_describes_transactions(

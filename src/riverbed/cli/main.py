@@ -38,6 +38,7 @@ VERBS: tuple[str, ...] = (
     "console",
     "quotas",
     "users",
+    "features",
 )
 
 

@@ -60,6 +60,7 @@ from riverbed.metadata.control_common import (
     check_partitions_per_request,
     check_request_items,
 )
+from riverbed.metadata.feature_control import FeatureControl
 from riverbed.metadata.image import (
     BrokerEndpoint,
     BrokerRegistration,
@@ -169,6 +170,7 @@ class Controller(
     ScramControl,
     AclControl,
     ClientQuotaControl,
+    FeatureControl,
     ControllerBase,
 ):
     """Pure controller operations over a MetadataImage (see module docstring)."""

@@ -171,6 +171,8 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.OFFSET_DELETE: (0, 0),
+    # finalized feature levels (transaction.version); v2: no per-feature results.
+    ApiKey.UPDATE_FEATURES: (0, 2),
     # v2: IncludeFencedBrokers / IsFenced (KIP-1073).
     ApiKey.DESCRIBE_CLUSTER: (0, 2),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),

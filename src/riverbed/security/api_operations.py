@@ -302,6 +302,7 @@ RULES: dict[int, Rule] = {
     ApiKey.LIST_TRANSACTIONS: nothing,  # filtered: ids the principal may not DESCRIBE
     ApiKey.ELECT_LEADERS: cluster(Op.ALTER),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: cluster(Op.ALTER),
+    ApiKey.UPDATE_FEATURES: cluster(Op.ALTER),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: cluster(Op.DESCRIBE),
     ApiKey.DESCRIBE_QUORUM: cluster(Op.DESCRIBE),
     ApiKey.UNREGISTER_BROKER: cluster(Op.ALTER),
@@ -352,6 +353,7 @@ _FORWARDABLE_APIS = (
     ApiKey.DELETE_ACLS,
     ApiKey.UNREGISTER_BROKER,
     ApiKey.ALTER_CLIENT_QUOTAS,
+    ApiKey.UPDATE_FEATURES,
 )
 CONTROLLER_RULES: dict[int, Rule] = {
     ApiKey.API_VERSIONS: nothing,

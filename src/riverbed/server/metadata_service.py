@@ -59,6 +59,8 @@ from riverbed.protocol.messages import (
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
     Message,
+    UpdateFeaturesRequest,
+    UpdateFeaturesResponse,
 )
 from riverbed.server.metadata_log import MetadataLog
 from riverbed.storage.clock import Clock
@@ -307,6 +309,11 @@ class MetadataService:
         c = self.controller
         response = await self._run(lambda img, now: c.delete_acls(img, request, now))
         return cast(DeleteAclsResponse, response)
+
+    async def update_features(self, request: UpdateFeaturesRequest) -> UpdateFeaturesResponse:
+        c = self.controller
+        response = await self._run(lambda img, now: c.update_features(img, request))
+        return cast(UpdateFeaturesResponse, response)
 
     async def fence_broker(self, broker_id: int) -> BrokerRegistration:
         c = self.controller

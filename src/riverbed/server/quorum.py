@@ -98,6 +98,8 @@ from riverbed.protocol.messages import (
     Message,
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
+    UpdateFeaturesRequest,
+    UpdateFeaturesResponse,
 )
 from riverbed.raft.config import RaftConfig
 from riverbed.raft.messages import SnapshotId
@@ -160,6 +162,7 @@ FORWARDED_APIS: frozenset[int] = frozenset(
         ApiKey.ALTER_CLIENT_QUOTAS,
         ApiKey.CREATE_ACLS,
         ApiKey.DELETE_ACLS,
+        ApiKey.UPDATE_FEATURES,
         # sent by partition leaders (ISR changes; replication), served on controller listeners
         ApiKey.ALTER_PARTITION,
     }
@@ -721,6 +724,20 @@ class QuorumMetadata:
 
         return await self._write(ApiKey.DELETE_ACLS, request, DeleteAclsResponse, settled)
 
+    async def update_features(self, request: UpdateFeaturesRequest) -> UpdateFeaturesResponse:
+        """Finalized feature levels on the active controller; a forwarded answer returns
+        once this node's image has the levels it accepted."""
+        wanted = {u.feature: u.max_version_level for u in request.feature_updates}
+
+        def settled(response: UpdateFeaturesResponse) -> bool:
+            if response.error_code or request.validate_only:
+                return True
+            have = self.service.image.features
+            return all(have.get(f, 0) == level for f, level in wanted.items())
+
+        R = UpdateFeaturesResponse
+        return await self._write(ApiKey.UPDATE_FEATURES, request, R, settled)
+
     async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
         """A partition leader's ISR change (Kafka's AlterPartition), on the active
         controller; the caller learns the outcome from the response (its epochs)."""
@@ -756,6 +773,8 @@ class QuorumMetadata:
                 return await s.create_acls(request)
             case DeleteAclsRequest():
                 return await s.delete_acls(request)
+            case UpdateFeaturesRequest():
+                return await s.update_features(request)
         raise TypeError(f"{type(request).__name__} is not a forwarded metadata write")
 
     async def register_broker(

@@ -24,6 +24,7 @@ import os
 import shutil
 from typing import TYPE_CHECKING
 
+from riverbed.metadata.feature_control import set_upgrade_types
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
     AlterConfigsRequest,
@@ -48,6 +49,8 @@ from riverbed.protocol.messages import (
     IncrementalAlterConfigsResponse,
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
+    UpdateFeaturesRequest,
+    UpdateFeaturesResponse,
 )
 from riverbed.security.acl import AclOperation as Op
 from riverbed.security.acl import ResourceType
@@ -233,3 +236,13 @@ async def handle_describe_log_dirs(
             )
         )
     return DescribeLogDirsResponse(throttle_time_ms=0, error_code=0, results=results)
+
+
+async def handle_update_features(
+    broker: Broker, ctx: RequestContext, req: UpdateFeaturesRequest
+) -> UpdateFeaturesResponse:
+    """UpdateFeatures (57), forwarded to the active controller
+    (`riverbed.metadata.feature_control`); a v0 request's AllowDowngrade becomes its
+    upgrade type first (the forwarded request is the newest version)."""
+    set_upgrade_types(req, ctx.header.api_version)
+    return await broker.metadata.update_features(req)

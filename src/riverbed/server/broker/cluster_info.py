@@ -16,11 +16,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from riverbed.metadata.controller import topic_name_error
+from riverbed.metadata.feature_control import SUPPORTED_FEATURES
 from riverbed.metadata.records import (
-    METADATA_VERSION_FEATURE,
-    METADATA_VERSION_LEVEL,
     TRANSACTION_VERSION_FEATURE,
-    TRANSACTION_VERSION_LEVEL,
 )
 from riverbed.protocol.api_versions import ApiKey, is_supported
 from riverbed.protocol.errors import ErrorCode
@@ -61,11 +59,6 @@ async def handle_api_versions(
     return response
 
 
-#: Feature levels this broker supports (ApiVersions v3+ ``SupportedFeatures``).
-SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
-    METADATA_VERSION_FEATURE: (1, METADATA_VERSION_LEVEL),
-    TRANSACTION_VERSION_FEATURE: (0, TRANSACTION_VERSION_LEVEL),
-}
 #: The first versions of TV2 (KIP-890 part 2: the broker adds the partition / group).
 TV2_VERSIONS: dict[ApiKey, int] = {ApiKey.PRODUCE: 12, ApiKey.TXN_OFFSET_COMMIT: 5}
 

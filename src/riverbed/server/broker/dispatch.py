@@ -133,6 +133,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.CREATE_ACLS: acls.handle_create_acls,
     ApiKey.DELETE_ACLS: acls.handle_delete_acls,
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: describe_topics.handle_describe_topic_partitions,
+    ApiKey.UPDATE_FEATURES: admin.handle_update_features,
 }
 
 #: What a broker listener serves and advertises.

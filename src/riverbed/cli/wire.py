@@ -30,6 +30,12 @@ from riverbed.server.listener_security import PLAINTEXT_CLIENT, ClientSecurity
 RESPONSE_BYTES_MAX = 64 * 1024 * 1024
 CONNECT_TIMEOUT_S = 10.0
 CLIENT_ID = "riverbed-cli"
+#: The newest versions this client speaks where they stop short of the broker's: its
+#: requests name topics (Produce and Fetch v13+ name them by id, KIP-516), and a
+#: transactional producer on it adds its partitions with AddPartitionsToTxn itself (a
+#: Produce v12+ in a transaction is KIP-890 part 2's implicit add: Kafka's producer sends
+#: it only under transaction.version 2).
+CLIENT_VERSION_MAX: dict[ApiKey, int] = {ApiKey.PRODUCE: 11, ApiKey.FETCH: 12}
 
 
 class WireError(RuntimeError):
@@ -96,7 +102,8 @@ class WireClient:
             raise WireError(str(exc)) from None
 
     def version(self, api_key: ApiKey) -> int:
-        ours = SUPPORTED_VERSIONS[api_key]
+        lo, hi = SUPPORTED_VERSIONS[api_key]
+        ours = (lo, min(hi, CLIENT_VERSION_MAX.get(api_key, hi)))
         theirs = self._versions.get(int(api_key))
         if theirs is None or theirs[1] < ours[0] or ours[1] < theirs[0]:
             raise WireError(f"the broker does not support {api_key.name}")

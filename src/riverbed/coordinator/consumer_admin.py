@@ -48,6 +48,9 @@ E = ErrorCode
 _OPERATIONS_OMITTED = -(2**31)
 #: The OffsetCommit / OffsetFetch version that carries member epochs (KIP-848).
 MEMBER_EPOCH_VERSION = 9
+#: ConsumerGroupDescribe v1's MemberType (KIP-1099) of a member on the consumer protocol:
+#: every member of a consumer group here (a classic member cannot join one).
+CONSUMER_MEMBER = 1
 
 
 class ConsumerAdmin:
@@ -311,6 +314,7 @@ class ConsumerAdmin:
                 subscribed_topic_regex=m.subscribed_topic_regex,
                 assignment=rows(m.assigned),
                 target_assignment=rows(group.target.get(m.member_id, {})),
+                member_type=CONSUMER_MEMBER,
             )
             for m in group.members.values()
         ]

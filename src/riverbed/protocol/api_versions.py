@@ -201,8 +201,8 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
     # KIP-848; v1 adds SubscribedTopicRegex
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
-    # Kafka 4.1 has v1 (KIP-1099: MemberType); the reference specs stop at v0.
-    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 0),
+    # v1: each member's MemberType (KIP-1099).
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
     # cluster-internal (controller quorum and broker <-> controller)
     # Kafka 4.1 has v2 (KIP-996 pre-vote); riverbed's Raft has no pre-vote phase.
     ApiKey.VOTE: (0, 1),

@@ -18,7 +18,11 @@ from riverbed.coordinator.consumer_group import ConsumerGroupState, MemberState
 from riverbed.coordinator.consumer_membership import StaticTopics
 from riverbed.coordinator.shard import GroupConfig, GroupShard
 from riverbed.protocol.errors import ErrorCode
-from riverbed.protocol.messages import ConsumerGroupHeartbeatRequest, OffsetCommitRequest
+from riverbed.protocol.messages import (
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    OffsetCommitRequest,
+)
 from riverbed.testing.group_harness import CONFIG as CLASSIC
 from riverbed.testing.group_harness import Harness, group_state, join_req, replay_log
 
@@ -735,3 +739,20 @@ def test_uniform_assignor_properties(seed: int) -> None:
             had = to_partitions(before.get(m, {}))
             kept = had & to_partitions(after[m])
             assert len(kept) == min(len(had), len(to_partitions(after[m]))), f"seed {seed}"
+
+
+def test_describe_v1_names_each_member_a_consumer_protocol_member() -> None:
+    """ConsumerGroupDescribe v1 (KIP-1099): MemberType 1 for a member on the consumer
+    protocol (every member of a consumer group here); v0 has no such field."""
+    from riverbed.protocol.api_versions import ApiKey
+    from riverbed.protocol.headers import RequestHeader, decode_response, encode_response
+
+    g = CG()
+    g.join()
+    d = g.h.shard.describe_consumer_group("g")
+    assert [m.member_type for m in d.members] == [1]
+    response = ConsumerGroupDescribeResponse(groups=[d])
+    for version, member_type in ((1, 1), (0, -1)):
+        header = RequestHeader(int(ApiKey.CONSUMER_GROUP_DESCRIBE), version, 3, "t")
+        wire = decode_response(header, encode_response(header, response)[4:])
+        assert [m.member_type for m in wire.groups[0].members] == [member_type]

@@ -1836,7 +1836,7 @@ class BrokerRegistrationResponse(Message):
 
 
 class ConsumerGroupDescribeRequest(Message):
-    """ConsumerGroupDescribeRequest (request, api key 69, versions 0, flexible 0+)."""
+    """ConsumerGroupDescribeRequest (request, api key 69, versions 0-1, flexible 0+)."""
 
     __slots__ = ("group_ids", "include_authorized_operations")
     _SPEC_PATH: ClassVar[str] = "ConsumerGroupDescribeRequest"
@@ -1852,7 +1852,7 @@ class ConsumerGroupDescribeRequest(Message):
 
 
 class ConsumerGroupDescribeResponse(Message):
-    """ConsumerGroupDescribeResponse (response, api key 69, versions 0, flexible 0+)."""
+    """ConsumerGroupDescribeResponse (response, api key 69, versions 0-1, flexible 0+)."""
 
     __slots__ = ("groups", "throttle_time_ms")
     _SPEC_PATH: ClassVar[str] = "ConsumerGroupDescribeResponse"
@@ -1928,6 +1928,7 @@ class ConsumerGroupDescribeResponse(Message):
             "instance_id",
             "member_epoch",
             "member_id",
+            "member_type",
             "rack_id",
             "subscribed_topic_names",
             "subscribed_topic_regex",
@@ -1944,6 +1945,7 @@ class ConsumerGroupDescribeResponse(Message):
         subscribed_topic_regex: str | None
         assignment: ConsumerGroupDescribeResponse.Assignment
         target_assignment: ConsumerGroupDescribeResponse.Assignment
+        member_type: int
 
         def __init__(
             self,
@@ -1958,6 +1960,7 @@ class ConsumerGroupDescribeResponse(Message):
             subscribed_topic_regex: str | None = None,
             assignment: ConsumerGroupDescribeResponse.Assignment = MISSING,
             target_assignment: ConsumerGroupDescribeResponse.Assignment = MISSING,
+            member_type: int = -1,
         ) -> None:
             self.member_id = member_id
             self.instance_id = instance_id
@@ -1977,6 +1980,7 @@ class ConsumerGroupDescribeResponse(Message):
                 if target_assignment is MISSING
                 else target_assignment
             )
+            self.member_type = member_type
             self._unknown_tagged_fields = None
 
     class Assignment(Message):

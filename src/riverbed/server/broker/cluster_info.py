@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from riverbed.metadata.controller import topic_name_error
 from riverbed.metadata.feature_control import SUPPORTED_FEATURES
+from riverbed.metadata.image import PartitionRegistration
 from riverbed.metadata.records import (
     TRANSACTION_VERSION_FEATURE,
 )
@@ -27,6 +28,7 @@ from riverbed.protocol.messages import (
     ApiVersionsResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
+    DescribeTopicPartitionsResponse,
     MetadataRequest,
     MetadataResponse,
 )
@@ -159,6 +161,29 @@ def _refused_topic(name: str) -> MetadataResponse.MetadataResponseTopic:
     )
 
 
+PartitionEntry = TypeVar(
+    "PartitionEntry",
+    MetadataResponse.MetadataResponsePartition,
+    DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition,
+)
+
+
+def partition_entry(
+    cls: type[PartitionEntry], index: int, reg: PartitionRegistration
+) -> PartitionEntry:
+    """A partition as Metadata and DescribeTopicPartitions describe it (LEADER_NOT_AVAILABLE
+    without a leader; riverbed has no offline replicas to list)."""
+    return cls(
+        error_code=0 if reg.leader >= 0 else int(ErrorCode.LEADER_NOT_AVAILABLE),
+        partition_index=index,
+        leader_id=reg.leader,
+        leader_epoch=reg.leader_epoch,
+        replica_nodes=list(reg.replicas),
+        isr_nodes=list(reg.isr),
+        offline_replicas=[],
+    )
+
+
 def _topic_metadata(
     image: MetadataImage, name: str, ops: int
 ) -> MetadataResponse.MetadataResponseTopic:
@@ -173,18 +198,8 @@ def _topic_metadata(
         return MetadataResponse.MetadataResponseTopic(
             error_code=int(code), name=name, partitions=[], topic_authorized_operations=ops
         )
-    parts = [
-        MetadataResponse.MetadataResponsePartition(
-            error_code=0 if reg.leader >= 0 else int(ErrorCode.LEADER_NOT_AVAILABLE),
-            partition_index=index,
-            leader_id=reg.leader,
-            leader_epoch=reg.leader_epoch,
-            replica_nodes=list(reg.replicas),
-            isr_nodes=list(reg.isr),
-            offline_replicas=[],
-        )
-        for index, reg in sorted(topic.partitions.items())
-    ]
+    P = MetadataResponse.MetadataResponsePartition
+    parts = [partition_entry(P, index, reg) for index, reg in sorted(topic.partitions.items())]
     return MetadataResponse.MetadataResponseTopic(
         error_code=0,
         name=name,

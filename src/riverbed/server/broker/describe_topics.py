@@ -34,7 +34,7 @@ from riverbed.protocol.messages import (
 )
 from riverbed.security.acl import ResourceType
 from riverbed.server.broker.authorization import authorized_operations
-from riverbed.server.broker.cluster_info import valid_topic_name
+from riverbed.server.broker.cluster_info import partition_entry, valid_topic_name
 from riverbed.server.broker.error_response import error_response
 from riverbed.server.network import RequestContext
 
@@ -52,19 +52,8 @@ def _partitions(
     topic = image.topic(name)
     assert topic is not None
     indexes = [i for i in sorted(topic.partitions) if i >= start]
-    out = [
-        R.DescribeTopicPartitionsResponsePartition(
-            error_code=0 if reg.leader >= 0 else int(ErrorCode.LEADER_NOT_AVAILABLE),
-            partition_index=index,
-            leader_id=reg.leader,
-            leader_epoch=reg.leader_epoch,
-            replica_nodes=list(reg.replicas),
-            isr_nodes=list(reg.isr),
-            offline_replicas=[],
-        )
-        for index in indexes[:room]
-        for reg in (topic.partitions[index],)
-    ]
+    P = R.DescribeTopicPartitionsResponsePartition
+    out = [partition_entry(P, i, topic.partitions[i]) for i in indexes[:room]]
     return out, indexes[room] if len(indexes) > room else -1
 
 

@@ -1,8 +1,13 @@
-"""A local SparkSession with the riverbed data source registered (examples, benchmarks).
+"""A SparkSession with the riverbed data source registered (examples, benchmarks).
 
 Spark 4 needs Java 17+; :func:`check_java` says so clearly instead of letting the JVM
 launch fail obscurely. Python workers must run the interpreter that has riverbed
 installed, so ``PYSPARK_PYTHON`` defaults to this one; everything binds to 127.0.0.1.
+
+The master is ``local[cores]`` unless ``RIVERBED_SPARK_MASTER`` names another (e.g.
+``spark://host:7077``, what ``riverbed pipeline run --master`` sets). On a cluster the
+executors' Python (``spark.pyspark.python``, default this interpreter's path) must have
+riverbed installed: install the wheel of ``make wheel`` there (see the README, "Spark").
 """
 
 from __future__ import annotations
@@ -15,6 +20,10 @@ import sys
 from typing import Any
 
 JAVA_MAJOR_MIN = 17
+#: environment variable naming the Spark master of :func:`local_session` (default local[n])
+MASTER_ENV = "RIVERBED_SPARK_MASTER"
+#: memory of each executor on a cluster master (Spark's floor is about 450 MiB)
+CLUSTER_EXECUTOR_MEMORY = "512m"
 
 
 class JavaMissingError(RuntimeError):
@@ -50,7 +59,17 @@ def check_java() -> None:
 
 
 def local_session(app_name: str, cores: int = 2, **conf: str) -> Any:
-    """``local[cores]`` session, UI off, loopback only, UTC, riverbed registered."""
+    """``local[cores]`` session (or the master ``RIVERBED_SPARK_MASTER`` names), UI off,
+    loopback only, UTC, riverbed registered."""
+    master = os.environ.get(MASTER_ENV) or f"local[{cores}]"
+    return spark_session(app_name, master, cores=cores, **conf)
+
+
+def spark_session(app_name: str, master: str, cores: int = 2, **conf: str) -> Any:
+    """A session on ``master`` (``local[n]`` or ``spark://host:port``), riverbed registered.
+
+    On a cluster the executors get ``spark.pyspark.python`` = this interpreter unless
+    ``conf`` says otherwise (the driver's venv, shared by the workers on one machine)."""
     check_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -58,16 +77,26 @@ def local_session(app_name: str, cores: int = 2, **conf: str) -> Any:
 
     from riverbed.spark import register
 
+    if not master.startswith("local"):
+        conf = {
+            "spark.pyspark.python": sys.executable,
+            "spark.pyspark.driver.python": sys.executable,
+            "spark.executor.memory": CLUSTER_EXECUTOR_MEMORY,
+            **conf,
+        }
     builder = (
-        SparkSession.builder.master(f"local[{cores}]")
+        SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(cores))
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.session.timeZone", "UTC")
     )
+    if master.startswith("local") or "://127.0.0.1:" in master or "://localhost:" in master:
+        # On one machine everything stays on loopback; a remote cluster's executors must
+        # reach the driver at an address Spark picks (or spark.driver.host in conf).
+        builder = builder.config("spark.driver.host", "127.0.0.1")
+        builder = builder.config("spark.driver.bindAddress", "127.0.0.1")
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -6,7 +6,9 @@ processes (`riverbed.testing.quorum_cluster.QuorumCluster`): node i listens on
 in ``DIR/node-i/data`` (formatted with one cluster id on first start; a second run reuses
 it) and its log in ``DIR/node-i/broker-i.log``. Prints the bootstrap servers and the
 controller quorum, then waits; Ctrl-C or SIGTERM stops every node by PID (SIGTERM, clean
-shutdown). A node that exits on its own is reported and the others are stopped too.
+shutdown). A node that exits on its own is reported and the others are stopped too;
+with ``--keep-running`` the others stay up (kill a node and watch the fail-over), and
+riverbed dev ends when every node has exited.
 
 ``--secure`` (issue 20): every listener is SASL_SSL (`riverbed.testing.secure`): TLS with
 certificates generated under ``DIR/pki``, SCRAM-SHA-512 between brokers and for clients,
@@ -65,6 +67,11 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="SASL_SSL everywhere: generated certificates (DIR/pki), SCRAM-SHA-512 users "
         "admin and broker from storage format --add-scram; prints the client config",
+    )
+    parser.add_argument(
+        "--keep-running",
+        action="store_true",
+        help="keep the other nodes up when one exits (kill a node to watch the fail-over)",
     )
     parser.set_defaults(func=run_guarded(dev_cmd))
 
@@ -136,17 +143,36 @@ def dev_cmd(args: argparse.Namespace) -> int:
                 "Ctrl-C stops every node.",
                 flush=True,
             )
-        while not stop.wait(WATCH_INTERVAL_S):
-            dead = [i for i, n in cluster.nodes.items() if n.proc and n.proc.poll() is not None]
-            if dead:
-                print(f"node(s) {dead} exited; stopping the others", flush=True)
-                return 1
+        if not _watch(cluster, stop, keep_running=args.keep_running):
+            return 1
         print("stopping ...", flush=True)
         return 0
     finally:
         cluster.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _watch(cluster: QuorumCluster, stop: threading.Event, *, keep_running: bool) -> bool:
+    """Wait for ``stop``; False when a node exited on its own (without ``keep_running``)
+    or every node has (with it). Each exit is reported once."""
+    reported: set[int] = set()
+    while not stop.wait(WATCH_INTERVAL_S):
+        dead = {
+            i: n.proc.returncode
+            for i, n in cluster.nodes.items()
+            if n.proc and n.proc.poll() is not None
+        }
+        if not keep_running and dead:
+            print(f"node(s) {sorted(dead)} exited; stopping the others", flush=True)
+            return False
+        for i in sorted(dead.keys() - reported):
+            print(f"node {i} exited (code {dead[i]}); the others keep running", flush=True)
+        reported |= dead.keys()
+        if len(reported) == len(cluster.nodes):
+            print("every node has exited", flush=True)
+            return False
+    return True
 
 
 def _secure(cluster: QuorumCluster, directory: Path) -> Path:

@@ -633,19 +633,38 @@ class Node:
     async def _controlled_shutdown(self) -> None:
         """Before stopping, hand every leadership another in-sync replica can take to it
         (``controlled.shutdown.enable``), so clients move on at once instead of waiting
-        for broker.session.timeout.ms; bounded by CONTROLLED_SHUTDOWN_S."""
+        for broker.session.timeout.ms; bounded by CONTROLLED_SHUTDOWN_S.
+
+        Kafka's broker waits for the controller's answer (BrokerServer.shutdown, up to
+        5 minutes). When the controller quorum is gone (the last nodes of a cluster
+        stopping) that answer cannot come: once no controller has answered for
+        controller.quorum.fetch.timeout.ms + election.timeout.ms (the time a live quorum
+        takes to notice a lost leader and elect another), the wait is skipped."""
         replicas, quorum = self.replicas, self.quorum
         if replicas is None or quorum is None or not self.config.get("controlled.shutdown.enable"):
             return
+        silence_max_s = (
+            self.config.get_int("controller.quorum.fetch.timeout.ms")
+            + self.config.get_int("controller.quorum.election.timeout.ms")
+        ) / 1000
         deadline = time.monotonic() + CONTROLLED_SHUTDOWN_S
+        answered = time.monotonic()  # when a controller last answered
         retrier = Retrier(CONTROLLED_SHUTDOWN_BACKOFF, random.Random())
         while replicas.leads_with_followers() and time.monotonic() < deadline:
+            if time.monotonic() - answered >= silence_max_s:
+                log.warning(
+                    "controlled shutdown skipped: no controller answered for %.1f s "
+                    "(the controller quorum is gone); stopping as leader of some partitions",
+                    silence_max_s,
+                )
+                return
             try:
                 done = await asyncio.wait_for(
                     quorum.controlled_shutdown(self.config.node_id),
-                    max(0.1, deadline - time.monotonic()),
+                    max(0.1, min(deadline, answered + silence_max_s) - time.monotonic()),
                 )
-            except Exception as exc:  # no controller reachable: stop anyway, uncontrolled
+                answered = time.monotonic()
+            except Exception as exc:  # no controller reachable: retried until silence_max_s
                 log.info("controlled shutdown not accepted (%r)", exc)
                 done = False
             if not done or replicas.leads_with_followers():

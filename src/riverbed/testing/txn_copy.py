@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -357,18 +358,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--at-least-once", action="store_true",
                         help="run the broken copier (offsets outside the transaction): must fail")  # fmt: skip
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="riverbed-copy-") as tmp:
-        cluster = QuorumCluster(Path(tmp) / "cluster", 3, overrides=OVERRIDES)
-        try:
-            cluster.start(timeout_s=60)
-            started = time.monotonic()
-            out = run_copy_job(cluster, Path(tmp), rounds=args.rounds, seconds=args.seconds,
-                               seed=args.seed,
-                               mode="at-least-once" if args.at_least_once else "exactly-once")  # fmt: skip
-        finally:
-            cluster.stop()
+    workdir = Path(tempfile.mkdtemp(prefix="riverbed-copy-"))
+    cluster = QuorumCluster(workdir / "cluster", 3, overrides=OVERRIDES)
+    try:
+        cluster.start(timeout_s=60)
+        started = time.monotonic()
+        out = run_copy_job(cluster, workdir, rounds=args.rounds, seconds=args.seconds,
+                           seed=args.seed,
+                           mode="at-least-once" if args.at_least_once else "exactly-once")  # fmt: skip
+    finally:
+        cluster.stop()
     print(f"copy job (seed {args.seed}, {time.monotonic() - started:.0f} s): {out}")
-    return 0 if not out.problems and out.report.clean else 1
+    if out.problems or not out.report.clean:
+        # kept for a look: copier.log, copier-history.jsonl, cluster/node-*/broker-*.log
+        print(f"its logs and data are in {workdir}")
+        return 1
+    shutil.rmtree(workdir, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":

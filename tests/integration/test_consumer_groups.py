@@ -7,6 +7,7 @@ sessions down to 500 ms) and a 5-partition ``__consumer_offsets`` so each test s
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import signal
@@ -601,3 +602,52 @@ def test_groups_cli_delete_offsets(
     assert d["offsets"] == []
     code, out = run("--group", "no-such-group", "--topic", f"{topic}:0")
     assert (code, out["error"]) == (1, "GROUP_ID_NOT_FOUND")
+
+
+class _TtyIO(io.StringIO):
+    """A stderr that says it is a terminal (where progress bars are drawn)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_reset_offsets_commits_in_steps_with_a_progress_bar_on_a_terminal_never_in_json(
+    gbroker: BrokerProcess, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A reset over more partitions than one OffsetCommit step takes commits them all;
+    with stderr a terminal it draws a progress bar, with --json it draws none (and stdout is
+    one JSON document)."""
+    from riverbed.cli import groups
+    from riverbed.cli.main import main
+
+    b = gbroker.bootstrap
+    topic, group = "reset-steps", "reset-steps-group"
+    fill(b, topic, 5, 50)
+    c = consumer(b, group, **{"enable.auto.commit": False})  # the group exists, then is Empty
+    c.subscribe([topic])
+    msg = None
+    deadline = time.monotonic() + 30
+    while (msg is None or msg.error() is not None) and time.monotonic() < deadline:
+        msg = c.poll(0.1)
+    assert msg is not None and msg.error() is None
+    c.commit(message=msg, asynchronous=False)
+    c.close()
+    monkeypatch.setattr(groups, "RESET_COMMIT_PARTITIONS_MAX", 2)  # 3 steps of 5 partitions
+    argv = ["groups", "reset-offsets", "-b", b, "--group", group, "--topic", topic, "--execute"]
+    for to, offset, json_output in (("--to-latest", 10, True), ("--to-earliest", 0, False)):
+        err = _TtyIO()
+        monkeypatch.setattr(sys, "stderr", err)
+        capsys.readouterr()
+        assert main([*argv, to] + (["--json"] if json_output else [])) == 0, err.getvalue()
+        out = capsys.readouterr().out
+        if json_output:
+            assert err.getvalue() == ""
+            doc = json.loads(out)
+            assert [(r["new_offset"], r["error"]) for r in doc["partitions"]] == [(10, None)] * 5
+        else:
+            assert f"resetting {group}" in err.getvalue()
+        monkeypatch.setattr(sys, "stderr", sys.__stderr__)
+        (d,) = _cli_json(capsys, "groups", "describe", "-b", b, "--group", group, "--json")[
+            "groups"
+        ]
+        assert [r["current_offset"] for r in d["offsets"]] == [offset] * 5

@@ -25,7 +25,6 @@ import math
 import multiprocessing
 import os
 import struct
-import sys
 import time
 from array import array
 from collections.abc import Callable, Iterator
@@ -41,6 +40,7 @@ from riverbed.cli.common import (
     add_json,
     kafka_error_text,
     print_json,
+    progress_bar,
     run_guarded,
     verb_parser,
 )
@@ -527,24 +527,10 @@ def bench_cmd(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def _progress_bar(args: argparse.Namespace, kind: str) -> Iterator[None]:
-    """A transient rich progress bar on stderr for interactive runs (all process counts)."""
+    """A transient progress bar on a terminal's stderr (all process counts)."""
     global _PROGRESS
-    if args.json or not sys.stderr.isatty():
-        yield
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    with Progress(
-        f"bench {kind}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as progress:
-        task = progress.add_task(kind, total=args.num_records)
-        _PROGRESS = lambda n: progress.update(task, advance=n)  # noqa: E731
+    with progress_bar(args.json, f"bench {kind}", args.num_records) as advance:
+        _PROGRESS = advance
         try:
             yield
         finally:

@@ -8,9 +8,10 @@ properties file, as Kafka's tools take) and `-X key=value` (librdkafka names, re
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 #: How long admin calls wait for the broker before giving up, seconds.
@@ -291,3 +292,28 @@ def verb_parser(
     )
     parser.set_defaults(_parser=parser)
     return parser
+
+
+@contextlib.contextmanager
+def progress_bar(
+    json_output: bool, description: str, total: int
+) -> Iterator[Callable[[int], None]]:
+    """A transient rich progress bar on stderr for a long operation; yields ``advance(n)``.
+    Shown only when stderr is a terminal and never with --json (whose output is data):
+    otherwise ``advance`` does nothing."""
+    if json_output or not sys.stderr.isatty():
+        yield lambda n: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress(
+        description,
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(file=sys.stderr),
+        transient=True,
+    ) as progress:
+        task = progress.add_task(description, total=total)
+        yield lambda n: progress.update(task, advance=n)

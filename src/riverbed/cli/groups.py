@@ -35,11 +35,15 @@ from riverbed.cli.common import (
     add_json,
     print_json,
     print_table,
+    progress_bar,
     run_guarded,
     verb_parser,
 )
 
 _INACTIVE = ("Empty", "Dead")
+#: Partitions per OffsetCommit of a reset (a reset over many partitions commits in steps,
+#: each a bounded request, with a progress bar on a terminal).
+RESET_COMMIT_PARTITIONS_MAX = 1000
 
 
 def register(subparsers: Any) -> None:
@@ -367,6 +371,22 @@ def plan_reset(
     return {tp: min(max(off, earliest[tp]), latest[tp]) for tp, off in wanted.items()}
 
 
+def _commit_in_steps(
+    args: argparse.Namespace, address: str, plan: dict[tuple[str, int], int]
+) -> dict[tuple[str, int], str | None]:
+    """Commit ``plan`` RESET_COMMIT_PARTITIONS_MAX partitions at a time; errors by partition."""
+    from riverbed.cli import group_admin
+
+    items = sorted(plan.items())
+    errors: dict[tuple[str, int], str | None] = {}
+    with progress_bar(args.json, f"resetting {args.group}", len(items)) as advance:
+        for start in range(0, len(items), RESET_COMMIT_PARTITIONS_MAX):
+            step = dict(items[start : start + RESET_COMMIT_PARTITIONS_MAX])
+            errors |= group_admin.commit_offsets(address, args.group, step)
+            advance(len(step))
+    return errors
+
+
 def reset_cmd(args: argparse.Namespace) -> int:
     from riverbed.cli import group_admin
 
@@ -382,7 +402,7 @@ def reset_cmd(args: argparse.Namespace) -> int:
     plan = plan_reset(args, committed, targets)
     errors: dict[tuple[str, int], str | None] = {}
     if args.execute and plan:
-        errors = group_admin.commit_offsets(address, args.group, plan)
+        errors = _commit_in_steps(args, address, plan)
     rows = [
         {
             "topic": t,

@@ -13,12 +13,16 @@ Plans are Kafka's JSON, so plans written for ``kafka-reassign-partitions.sh`` wo
   started / failed (replicas differ from the plan and no move is listed);
 - ``--cancel --reassignment-json-file F``: cancels the listed moves (the original replicas
   are restored).
+
+``--wait`` (with --execute or --verify) polls until every move of the plan is complete, up to
+``--wait-timeout-s``, with a progress bar (partitions complete of the plan) on a terminal.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +35,16 @@ from riverbed.cli.common import (
     kafka_error_text,
     print_json,
     print_table,
+    progress_bar,
     run_guarded,
     verb_parser,
 )
 
 PLAN_PARTITIONS_MAX = 100_000
+#: Default bound of --wait, seconds.
+REASSIGN_WAIT_S = 3600.0
+#: Seconds between two polls of the moves' progress under --wait.
+REASSIGN_POLL_S = 1.0
 
 
 def register(subparsers: Any) -> None:
@@ -54,6 +63,17 @@ def register(subparsers: Any) -> None:
     ra.add_argument("--reassignment-json-file", type=Path, help="the plan (execute/verify/cancel)")
     ra.add_argument("--topics-to-move-json-file", type=Path, help="topics (generate)")
     ra.add_argument("--broker-list", help="target brokers, e.g. 1,2,3 (generate)")
+    ra.add_argument(
+        "--wait",
+        action="store_true",
+        help="with --execute/--verify: wait until every move is complete (progress bar)",
+    )
+    ra.add_argument(
+        "--wait-timeout-s",
+        type=float,
+        default=REASSIGN_WAIT_S,
+        help=f"how long --wait waits at most, seconds (default {REASSIGN_WAIT_S:.0f})",
+    )
     add_bootstrap(ra)
     add_json(ra)
     ra.set_defaults(func=run_guarded(reassign_cmd))
@@ -66,7 +86,8 @@ def reassign_cmd(args: argparse.Namespace) -> int:
         raise CliError("--reassignment-json-file is required with --execute/--verify/--cancel")
     plan = read_plan(args.reassignment_json_file)
     if args.execute:
-        return _alter(args, plan, cancel=False)
+        code = _alter(args, plan, cancel=False)
+        return code if code or not args.wait or args.json else _verify(args, plan)
     if args.cancel:
         return _alter(args, plan, cancel=True)
     return _verify(args, plan)
@@ -175,8 +196,13 @@ def _alter(args: argparse.Namespace, plan: list[tuple[str, int, list[int]]], can
         for p in t.partitions:
             result = "ok" if not p.error_code else ErrorCode.of(p.error_code).name
             rows.append({"topic": t.name, "partition": p.partition_index, "result": result})
+    failed = any(r["result"] != "ok" for r in rows)
     if args.json:
-        print_json({"rollback": plan_json(current) if current else None, "results": rows})
+        doc = {"rollback": plan_json(current) if current else None, "results": rows}
+        if args.wait and not cancel and not failed:  # one JSON document: the moves' end too
+            doc["verify"] = verify = _wait_complete(args, plan)
+            failed = any(r["status"] != "complete" for r in verify)
+        print_json(doc)
     else:
         if current:
             print("Current partition replica assignment (save it to roll back)")
@@ -187,10 +213,44 @@ def _alter(args: argparse.Namespace, plan: list[tuple[str, int, list[int]]], can
             ["topic", "partition", "result"],
             [(r["topic"], r["partition"], r["result"]) for r in rows],
         )
-    return 1 if any(r["result"] != "ok" for r in rows) else 0
+    return 1 if failed else 0
 
 
 def _verify(args: argparse.Namespace, plan: list[tuple[str, int, list[int]]]) -> int:
+    rows = _wait_complete(args, plan) if args.wait else _statuses(args, plan)
+    if args.json:
+        print_json(rows)
+    else:
+        print_table(
+            "reassignment",
+            ["topic", "partition", "status"],
+            [(r["topic"], r["partition"], r["status"]) for r in rows],
+        )
+    return 1 if args.wait and any(r["status"] != "complete" for r in rows) else 0
+
+
+def _wait_complete(
+    args: argparse.Namespace, plan: list[tuple[str, int, list[int]]]
+) -> list[dict[str, Any]]:
+    """Poll the plan's statuses until every partition is complete or --wait-timeout-s has
+    passed; the last statuses."""
+    deadline = time.monotonic() + args.wait_timeout_s
+    shown = 0
+    with progress_bar(args.json, "reassigning partitions", len(plan)) as advance:
+        while True:
+            rows = _statuses(args, plan)
+            done = sum(1 for r in rows if r["status"] == "complete")
+            advance(done - shown)
+            shown = done
+            if done == len(plan) or time.monotonic() >= deadline:
+                return rows
+            time.sleep(REASSIGN_POLL_S)
+
+
+def _statuses(
+    args: argparse.Namespace, plan: list[tuple[str, int, list[int]]]
+) -> list[dict[str, Any]]:
+    """Per partition of the plan: complete, in progress, or not started or failed."""
     from riverbed.cli.wire import WireClient, WireError
     from riverbed.protocol.api_versions import ApiKey
     from riverbed.protocol.messages import ListPartitionReassignmentsRequest
@@ -213,12 +273,4 @@ def _verify(args: argparse.Namespace, plan: list[tuple[str, int, list[int]]]) ->
         else:
             status = "not started or failed"
         rows.append({"topic": topic, "partition": partition, "status": status})
-    if args.json:
-        print_json(rows)
-    else:
-        print_table(
-            "reassignment",
-            ["topic", "partition", "status"],
-            [(r["topic"], r["partition"], r["status"]) for r in rows],
-        )
-    return 0
+    return rows

@@ -171,9 +171,12 @@ def test_a_half_completed_decision_is_rolled_forward_and_strays_aborted(
     assert stray.producer_id >= 0
 
 
-def test_a_broker_without_two_phase_commit_is_refused_clearly(
-    broker: BrokerProcess, topic_name: str
-) -> None:
-    opts = _options(broker.bootstrap, topic_name)
-    with pytest.raises(TxnSinkError, match=r"transaction\.two\.phase\.commit\.enable=true"):
-        SinkCoordinator(opts).start()
+def test_a_broker_without_two_phase_commit_is_refused_clearly(topic_name: str) -> None:
+    proc = BrokerProcess(overrides={"transaction.two.phase.commit.enable": "false"})
+    proc.start()
+    try:
+        opts = _options(proc.bootstrap, topic_name)
+        with pytest.raises(TxnSinkError, match=r"transaction\.two\.phase\.commit\.enable=true"):
+            SinkCoordinator(opts).start()
+    finally:
+        proc.close()

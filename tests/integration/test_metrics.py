@@ -142,6 +142,9 @@ def test_bytes_and_messages_in_match_what_was_produced(node: BrokerProcess) -> N
     assert value(m, "kafka_server_replicamanager_leadercount") >= 3
     assert value(m, "kafka_controller_kafkacontroller_activecontrollercount") == 1
     assert value(m, "kafka_server_raftmetrics_current_state", current_state="leader") == 1
+    # the topic's creation was a committed metadata append: its latency was measured
+    avg = value(m, "kafka_server_raftmetrics_commit_latency_avg")
+    assert value(m, "kafka_server_raftmetrics_commit_latency_max") >= avg >= 0
     assert value(
         m, "kafka_server_socket_server_metrics_connection_count",
         listener="PLAINTEXT", networkProcessor="0",

@@ -714,6 +714,7 @@ class Node:
             quorum=quorum,
             raft=lambda: driver.node,
             raft_log_end=lambda: driver.log.end_offset,
+            raft_commit=lambda: driver.commit_latency,
             hosted=partitions,
             lag=lambda: self.replicas,
             log_dirs=lambda: self.log_manager,

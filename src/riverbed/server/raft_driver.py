@@ -136,6 +136,28 @@ class GuardedMachine:
         self.applied_offset = snapshot_id.end_offset
 
 
+class CommitLatency:
+    """Kafka's raft-metrics commit-latency-avg / -max: milliseconds from a leader's append
+    to its commit (high watermark past it), over every append since the node started
+    (Kafka's are over a 30 s sample window)."""
+
+    __slots__ = ("count", "max_ms", "sum_ms")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.sum_ms = 0
+        self.max_ms = 0
+
+    def observe(self, ms: int) -> None:
+        self.count += 1
+        self.sum_ms += ms
+        self.max_ms = max(self.max_ms, ms)
+
+    @property
+    def avg_ms(self) -> float:
+        return self.sum_ms / self.count if self.count else 0.0
+
+
 class RaftDriver:
     def __init__(
         self,
@@ -188,9 +210,10 @@ class RaftDriver:
         )
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
-        #: Appends waiting for their commit: (last offset, epoch, future); settled after
-        #: every step (``_settle_appends``).
-        self._appends: list[tuple[int, int, asyncio.Future[int]]] = []
+        #: Appends waiting for their commit: (last offset, epoch, future, appended at ms);
+        #: settled after every step (``_settle_appends``).
+        self._appends: list[tuple[int, int, asyncio.Future[int], int]] = []
+        self.commit_latency = CommitLatency()
         self._replies: dict[int, asyncio.Future[Response]] = {}
         self._next_inbound = 1
         self._tasks: set[asyncio.Task[None]] = set()
@@ -242,7 +265,7 @@ class RaftDriver:
                 await task
         for fut in self._replies.values():
             fut.cancel()
-        for _, _, append in self._appends:
+        for _, _, append, _ in self._appends:
             append.cancel()
         self.log.close()
 
@@ -276,7 +299,7 @@ class RaftDriver:
         async with self._lock:
             now = self.clock_ms()
             last, actions = self.node.append(values, now)
-            self._appends.append((last, self.node.epoch, fut))
+            self._appends.append((last, self.node.epoch, fut, now))
             await self._run(actions, now)
         self._wake.set()
         return await asyncio.wait_for(fut, timeout_s)
@@ -289,19 +312,20 @@ class RaftDriver:
         the node left that epoch's leadership first. No waiter has to observe the steps
         in between, so asyncio's scheduling order does not matter."""
         node = self.node
-        waiting: list[tuple[int, int, asyncio.Future[int]]] = []
-        for last, epoch, fut in self._appends:
+        waiting: list[tuple[int, int, asyncio.Future[int], int]] = []
+        for last, epoch, fut, appended_ms in self._appends:
             if fut.done():  # timed out (cancelled)
                 continue
             if node.high_watermark > last:
                 if self._committed_epoch(last, epoch) == epoch:
                     fut.set_result(last)
+                    self.commit_latency.observe(self.clock_ms() - appended_ms)
                 else:
                     fut.set_exception(NotLeaderError(node.leader_id, node.epoch))
             elif node.epoch != epoch or node.role is not Role.LEADER:
                 fut.set_exception(NotLeaderError(node.leader_id, node.epoch))
             else:
-                waiting.append((last, epoch, fut))
+                waiting.append((last, epoch, fut, appended_ms))
         self._appends = waiting
 
     def _committed_epoch(self, offset: int, epoch: int) -> int:

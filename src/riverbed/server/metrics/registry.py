@@ -18,6 +18,7 @@ from riverbed.server.metrics.exposition import render_text
 from riverbed.server.metrics.metadata_events import MetadataEvents
 from riverbed.server.metrics.remote import RemoteLogCollector, RemoteLogStats
 from riverbed.server.metrics.state import (
+    CommitLatencyView,
     ControllerCollector,
     FollowerLag,
     GroupLagCollector,
@@ -73,12 +74,15 @@ class NodeMetrics:
         log_dirs: Callable[[], OfflineDirs | None],
         groups: Callable[[], GroupShards | None],
         remote: Callable[[], RemoteLogStats | None],
+        raft_commit: Callable[[], CommitLatencyView] | None = None,
     ) -> None:
         """Register the scrape-time collectors (once; a second call changes nothing)."""
         if self._watching:
             return
         self._watching = True
-        self.registry.register(ControllerCollector(quorum, raft, raft_log_end, self.is_controller))
+        self.registry.register(
+            ControllerCollector(quorum, raft, raft_log_end, self.is_controller, raft_commit)
+        )
         self.registry.register(ReplicaCollector(self.node_id, hosted, lag, log_dirs))
         self.registry.register(GroupLagCollector(groups, hosted))
         self.registry.register(LedgerCollector(hosted))

@@ -171,6 +171,15 @@ class RaftView(Protocol):
     def is_voter(self) -> bool: ...
 
 
+class CommitLatencyView(Protocol):
+    """Raft commit latency (`riverbed.server.raft_driver.CommitLatency`)."""
+
+    @property
+    def avg_ms(self) -> float: ...
+    @property
+    def max_ms(self) -> int: ...
+
+
 class QuorumView(Protocol):
     """The node's metadata quorum (`QuorumMetadata`)."""
 
@@ -189,10 +198,12 @@ class ControllerCollector(Collector):
         raft: Callable[[], RaftView],
         raft_log_end: Callable[[], int],
         is_controller: bool,
+        raft_commit: Callable[[], CommitLatencyView] | None = None,
     ) -> None:
         self.quorum = quorum
         self.raft = raft
         self.raft_log_end = raft_log_end
+        self.raft_commit = raft_commit
         self.is_controller = is_controller
 
     def collect(self) -> Families:
@@ -240,6 +251,10 @@ class ControllerCollector(Collector):
         yield _gauge(p + "current_vote", "The voted-for id (-1: none)", node.voted_id)
         yield _gauge(p + "high_watermark", "The metadata log's high watermark", node.high_watermark)
         yield _gauge(p + "log_end_offset", "The metadata log's end offset", self.raft_log_end())
+        if self.raft_commit is not None:
+            commit = self.raft_commit()
+            yield _gauge(p + "commit_latency_avg", "Append -> commit, ms (avg)", commit.avg_ms)
+            yield _gauge(p + "commit_latency_max", "Append -> commit, ms (max)", commit.max_ms)
 
 
 # ------------------------------------------------------------------ network

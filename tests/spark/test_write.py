@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from riverbed.testing.cluster import scaled_s
+
 from .conftest import BROKER_KIND, riverbed_read
 
 pytestmark = pytest.mark.spark
@@ -70,6 +72,7 @@ def test_topic_column_routes_rows_and_option_overrides_it(
     assert sorted(r.value for r in _read(spark, bootstrap, c)) == [b"x", b"y", b"z"]
 
 
+@pytest.mark.timeout(900)  # a Spark query on a loaded machine (the wait below is scaled)
 def test_stream_write_copies_a_topic(
     spark: Any,
     bootstrap: str,
@@ -91,7 +94,7 @@ def test_stream_write_copies_a_topic(
         .trigger(availableNow=True)
         .start()
     )
-    assert query.awaitTermination(120)
+    assert query.awaitTermination(scaled_s(120))
     assert query.exception() is None
     got = _read(spark, bootstrap, dst)
     assert sorted(r.value for r in got) == sorted(f"v{i}".encode() for i in range(8))

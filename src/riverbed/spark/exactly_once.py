@@ -322,21 +322,11 @@ class SinkCoordinator:
         batch's tasks could fence its prepared transactions)."""
         cluster = self._cluster()
         try:
-            probe = TxnProducer(
-                cluster, f"{self.prefix}-probe", self.options.transaction_timeout_ms
-            )
-            try:
-                probe.init(enable_2pc=True)
-            except WireError as e:
-                raise TxnSinkError(
-                    f"the exactly-once sink needs KIP-939 two-phase commit (InitProducerId "
-                    f"v6) from the brokers: {e}; set option exactlyOnce=false to write "
-                    "at-least-once"
-                ) from e
             log = CommitLog(self.options)
             log.ensure(cluster)
             last = log.last(self.prefix)
-            if last is None:
+            if last is None:  # a new writer: can the brokers do it? (a decided one could)
+                self._probe(cluster)
                 return
             self.decided_batch = last.get("batch")
             self.decided = [(t, p, e) for t, p, e in last["txns"]]
@@ -346,6 +336,17 @@ class SinkCoordinator:
                     self._complete(cluster, txn, True)
         finally:
             cluster.close()
+
+    def _probe(self, cluster: Cluster) -> None:
+        probe = TxnProducer(cluster, f"{self.prefix}-probe", self.options.transaction_timeout_ms)
+        try:
+            probe.init(enable_2pc=True)
+        except WireError as e:
+            raise TxnSinkError(
+                f"the exactly-once sink needs KIP-939 two-phase commit (InitProducerId "
+                f"v6) from the brokers: {e}; set option exactlyOnce=false to write "
+                "at-least-once"
+            ) from e
 
     def _ongoing(self, cluster: Cluster) -> set[str]:
         mine = f"{self.prefix}-"

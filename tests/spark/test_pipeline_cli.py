@@ -49,3 +49,31 @@ def test_run_and_list_report_bad_input(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["pipeline", "list", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "p.py  Records how it was called." in out and "no_main.py" not in out
+
+
+MASTER_PIPELINE = '''"""Records the Spark master it would use."""
+import json, os
+from pathlib import Path
+
+
+def main(argv=None):
+    master = os.environ.get("RIVERBED_SPARK_MASTER")
+    Path(__file__).with_suffix(".json").write_text(json.dumps(master))
+    return 0
+'''
+
+
+def test_run_passes_the_master_to_the_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # set (to "": no master) so that monkeypatch restores what the run sets
+    monkeypatch.setenv("RIVERBED_SPARK_MASTER", "")
+    script = tmp_path / "master_pipeline.py"
+    script.write_text(MASTER_PIPELINE)
+    assert main(["pipeline", "run", "--master", "spark://h:7077", str(script)]) == 0
+    assert json.loads(script.with_suffix(".json").read_text()) == "spark://h:7077"
+    from riverbed.spark.session import local_session_master
+
+    assert local_session_master(2) == "spark://h:7077"
+    monkeypatch.delenv("RIVERBED_SPARK_MASTER")
+    assert local_session_master(2) == "local[2]"

@@ -13,12 +13,17 @@ options come before FILE):
 The default address is the embedded default broker (``localhost:9092``, what
 ``riverbed server start`` / ``make run`` listen on). ``--start-broker`` instead starts a
 throw-away riverbed node on a free loopback port for the run and stops it afterwards.
+``--master spark://HOST:PORT`` runs the pipeline's SparkSession on that Spark cluster
+(it sets ``RIVERBED_SPARK_MASTER``, which ``riverbed.spark.session.local_session``
+reads); the executors' Python must have riverbed installed (``make wheel``, see the
+README).
 ``riverbed pipeline list [DIR]`` lists the pipelines of a directory (default examples/).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import runpy
 import sys
 from pathlib import Path
@@ -46,6 +51,11 @@ def register(subparsers: Any) -> None:
         "--start-broker",
         action="store_true",
         help="start a temporary riverbed node on a free port for this run",
+    )
+    run.add_argument(
+        "--master",
+        metavar="URL",
+        help="Spark master for the pipeline's session, e.g. spark://HOST:7077 (default local[2])",
     )
     run.add_argument(
         "args", nargs=argparse.REMAINDER, help="arguments for the pipeline (everything after FILE)"
@@ -80,6 +90,11 @@ def load_main(path: Path) -> Any:
 
 def run_cmd(args: argparse.Namespace) -> int:
     main = load_main(args.file)
+    if args.master:
+        from riverbed.spark.session import MASTER_ENV
+
+        # The pipeline builds its own session (local_session), which reads the master here.
+        os.environ[MASTER_ENV] = args.master
     extra = list(args.args)
     if extra[:1] == ["--"]:
         extra = extra[1:]

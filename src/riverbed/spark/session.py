@@ -61,8 +61,12 @@ def check_java() -> None:
 def local_session(app_name: str, cores: int = 2, **conf: str) -> Any:
     """``local[cores]`` session (or the master ``RIVERBED_SPARK_MASTER`` names), UI off,
     loopback only, UTC, riverbed registered."""
-    master = os.environ.get(MASTER_ENV) or f"local[{cores}]"
-    return spark_session(app_name, master, cores=cores, **conf)
+    return spark_session(app_name, local_session_master(cores), cores=cores, **conf)
+
+
+def local_session_master(cores: int) -> str:
+    """The master of :func:`local_session`: ``RIVERBED_SPARK_MASTER`` or ``local[cores]``."""
+    return os.environ.get(MASTER_ENV) or f"local[{cores}]"
 
 
 def spark_session(app_name: str, master: str, cores: int = 2, **conf: str) -> Any:
@@ -84,6 +88,10 @@ def spark_session(app_name: str, master: str, cores: int = 2, **conf: str) -> An
             "spark.executor.memory": CLUSTER_EXECUTOR_MEMORY,
             **conf,
         }
+    if "spark.pyspark.python" in conf:
+        # A Python driver takes its Python workers' interpreter (shipped with each task to
+        # the executors) from PYSPARK_PYTHON alone; the conf is spark-submit's.
+        os.environ["PYSPARK_PYTHON"] = conf["spark.pyspark.python"]
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)

@@ -35,6 +35,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from riverbed.spark.client import OffsetClient, plan_ranges
+from riverbed.spark.executor_import import ExecutorImportCheck
 from riverbed.spark.fetch import read_range
 from riverbed.spark.offsets import (
     OffsetRange,
@@ -55,7 +56,7 @@ from riverbed.spark.schema import source_schema
 FORMAT_NAME = "riverbed"
 
 
-class RangePartition(InputPartition):
+class RangePartition(ExecutorImportCheck, InputPartition):
     """One Spark partition: ``[from_offset, until_offset)`` of one Kafka partition."""
 
     def __init__(self, r: OffsetRange) -> None:
@@ -95,7 +96,7 @@ def _spark_partitions(options: ReadOptions, ranges: list[OffsetRange]) -> list[I
     return [RangePartition(r) for r in split]
 
 
-class RiverbedBatchReader(DataSourceReader):
+class RiverbedBatchReader(ExecutorImportCheck, DataSourceReader):
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
 
@@ -124,7 +125,9 @@ class RiverbedBatchReader(DataSourceReader):
         return _read(self.options, partition)
 
 
-class RiverbedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class RiverbedStreamReader(
+    ExecutorImportCheck, DataSourceStreamReader, SupportsTriggerAvailableNow
+):
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
         self._client: OffsetClient | None = None
@@ -195,8 +198,11 @@ class RiverbedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._client = None
 
 
-class RiverbedDataSource(DataSource):
-    """``spark.read/readStream/write/writeStream.format("riverbed")``."""
+class RiverbedDataSource(ExecutorImportCheck, DataSource):
+    """``spark.read/readStream/write/writeStream.format("riverbed")``.
+
+    It and its readers and partitions travel to executors through ExecutorImportCheck: an
+    executor's Python without riverbed fails saying how to install it."""
 
     @classmethod
     def name(cls) -> str:

@@ -19,7 +19,7 @@ PYTEST_WORKERS ?= 0
 EXT_SUFFIX := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
 COLUMNAR := src/riverbed/spark/_columnar$(EXT_SUFFIX) src/riverbed/protocol/_fastpath$(EXT_SUFFIX)
 
-.PHONY: run test lint typecheck unit sysdeps venv bench soak clean ext vendor
+.PHONY: run test lint typecheck unit sysdeps venv bench soak clean ext vendor wheel
 
 $(UV):
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet --user uv || $(PYTHON) -m pip install --quiet uv
@@ -34,6 +34,12 @@ $(COLUMNAR) &: src/riverbed/spark/_columnar.c src/riverbed/protocol/_fastpath.c 
 	$(VENV)/bin/python hatch_build.py
 
 ext: $(COLUMNAR)
+
+# A wheel of riverbed (with the compiled record decoder) in dist/: the way to put the Spark
+# data source on a cluster's executors (pip install it into the Python that
+# spark.pyspark.python names on every worker; see the README, "Spark on a cluster").
+wheel: | $(UV)
+	$(UV) build --wheel --out-dir dist
 
 # Debian packages the tests use; installed when missing, with a clear word when that is impossible.
 sysdeps:

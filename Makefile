@@ -19,7 +19,7 @@ PYTEST_WORKERS ?= 0
 EXT_SUFFIX := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
 COLUMNAR := src/riverbed/spark/_columnar$(EXT_SUFFIX) src/riverbed/protocol/_fastpath$(EXT_SUFFIX)
 
-.PHONY: run test lint typecheck unit sysdeps venv bench soak clean ext vendor wheel
+.PHONY: run test lint typecheck unit sysdeps venv bench soak soak-spark clean ext vendor wheel
 
 $(UV):
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet --user uv || $(PYTHON) -m pip install --quiet uv
@@ -99,6 +99,11 @@ soak: $(STAMP)
 	$(VENV)/bin/python -m riverbed.testing.group_sim --seeds $(SEEDS)
 	$(VENV)/bin/python -m riverbed.testing.ledger_model --seeds $(SEEDS)
 	$(VENV)/bin/python -m riverbed.testing.txn_sim --seeds $(SEEDS)
+
+# The Spark exactly-once sink under repeated driver kills on 3 nodes (issue 22): a soak,
+# each kill restarts a Spark driver; RIVERBED_EOS_KILLS (default 10) kills per run.
+soak-spark: $(STAMP) $(COLUMNAR)
+	$(VENV)/bin/pytest -q -s tests/spark/soak_exactly_once_kills.py
 
 # The console's JavaScript and CSS, vendored into the package with their licences (committed:
 # nothing is fetched at build or run time). `make vendor` refreshes them from npm.

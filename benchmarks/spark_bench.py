@@ -23,6 +23,11 @@ riverbed.testing.cluster with data on disk by default). Steps, all in the same r
    per partition, as Spark runs one Python worker per task; no Spark, no Arrow): what the
    broker and the client deliver by themselves.
 
+With ``--standalone`` it measures instead the same read (``riverbed -> noop``, best of
+``--repeat``) on ``local[2]`` and on a Spark standalone cluster on loopback (a master and
+two workers of 1 core / 512m each, riverbed.testing.spark_standalone, executors running
+this interpreter), and prints the ratio standalone/local[2].
+
 Not a test: nothing is asserted about time.
 """
 
@@ -193,8 +198,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeat", type=int, default=1, help="rounds of the reads; the best time of each counts"
     )
+    parser.add_argument(
+        "--standalone",
+        action="store_true",
+        help="only the read, on a standalone cluster of two workers vs local[2] (ratio)",
+    )
     args = parser.parse_args(argv)
     n, parts = args.records, args.partitions
+    if args.standalone:
+        return standalone_main(args)
 
     from pyspark.sql import functions as F
 
@@ -325,6 +337,64 @@ def main(argv: list[str] | None = None) -> int:
     print(f"read ratio riverbed/ceiling   {t_ceiling / t_read:.3f}")
     print(f"read ratio riverbed/consume   {t_raw / t_read:.3f}")
     print(f"read ratio riverbed/consumer reader  {t_read_consumer / t_read:.3f}")
+    return 0
+
+
+def best_read_s(spark: Any, bootstrap: str, topic: str, repeat: int, label: str) -> float:
+    """Best time of ``repeat`` reads of ``topic`` into the noop sink (after a warm-up)."""
+    df = (
+        spark.read.format("riverbed")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .load()
+    )
+    df.limit(10).collect()  # warm-up: executors and their Python workers
+    return min(
+        timed(label, lambda: df.write.format("noop").mode("overwrite").save())
+        for _ in range(repeat)
+    )
+
+
+def standalone_main(args: argparse.Namespace) -> int:
+    from pyspark.sql import functions as F
+
+    from riverbed.spark.session import local_session, spark_session
+    from riverbed.testing.spark_standalone import StandaloneCluster
+
+    n, parts = args.records, args.partitions
+    print(
+        f"spark_bench --standalone: {n:,} records of {RECORD_BYTES} B, {parts} partitions; "
+        f"{platform.machine()} x{os.cpu_count()}, load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    with broker(args.broker, args.bootstrap_server) as bootstrap:
+        topic = f"spark-bench-sa-{int(time.time())}"
+        create_topic(bootstrap, topic, parts)
+        spark = local_session("riverbed-spark-bench")
+        try:
+            value = F.expr(f"cast(lpad(cast(id as string), {RECORD_BYTES}, 'x') as binary)")
+            spark.range(0, n, numPartitions=parts).select(value.alias("value")).write.format(
+                "riverbed"
+            ).option("kafka.bootstrap.servers", bootstrap).option("topic", topic).option(
+                "exactlyOnce", "false"
+            ).mode("append").save()
+            t_local = best_read_s(
+                spark, bootstrap, topic, args.repeat, "riverbed -> noop, local[2]"
+            )
+        finally:
+            spark.stop()
+        with StandaloneCluster(workers=2) as cluster:
+            spark = spark_session("riverbed-spark-bench-standalone", cluster.master_url)
+            try:
+                t_sa = best_read_s(
+                    spark, bootstrap, topic, args.repeat, "riverbed -> noop, standalone x2"
+                )
+            finally:
+                spark.stop()
+    print()
+    print(f"read   local[2]               {n / t_local:>12,.0f} rows/s")
+    print(f"read   standalone, 2 workers  {n / t_sa:>12,.0f} rows/s")
+    print(f"read ratio standalone/local[2]  {t_local / t_sa:.3f}")
     return 0
 
 

@@ -242,11 +242,12 @@ def test_kafka_python(capture: Capture, codec: str) -> None:
     finally:
         producer.close(timeout=5)
     _check_produce(capture, client_id, topic, codec)
-    # kafka-python 3 asks ApiVersions v4 first; the v0 UNSUPPORTED_VERSION answer makes it
-    # retry at the version riverbed advertises
+    # kafka-python 3 asks ApiVersions v4 first; riverbed serves v4 (Kafka 4.1's range), so
+    # the client never falls back to a lower version (before, the v0 UNSUPPORTED_VERSION
+    # answer made it retry at v3)
     with capture.lock:
         asked = [hd.api_version for hd, _ in capture.requests if hd.api_key == ApiKey.API_VERSIONS]
-    assert asked[:2] == [4, 3]
+    assert asked and set(asked) == {4}
 
 
 @pytest.mark.timeout(60)

@@ -37,6 +37,7 @@ def test_ports_come_from_below_the_kernels_ephemeral_range() -> None:
 
 def test_xdist_workers_pick_from_disjoint_slices(monkeypatch: pytest.MonkeyPatch) -> None:
     picked: dict[str, set[int]] = {}
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
     for worker in ("gw0", "gw1", "gw2"):
         monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
         monkeypatch.setattr(ports_module, "_picker", None)
@@ -47,8 +48,20 @@ def test_xdist_workers_pick_from_disjoint_slices(monkeypatch: pytest.MonkeyPatch
 
 
 def test_a_port_in_use_is_skipped() -> None:
-    picker = ports_module._SlicePicker(index=5, start_offset=0)
+    picker = ports_module._SlicePicker(index=5, start_offset=0, slices=8)
     with socket.socket() as held:
         held.bind(("127.0.0.1", picker.first))
         held.listen()
         assert picker.take_run(1, "127.0.0.1") == picker.first + 1
+
+
+def test_a_single_process_walks_the_whole_range_before_reusing_a_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a stopped node of a long-lived cluster keeps its ports for its restart: a serial run
+    # hands out thousands of ports, and a slice of ~2,800 came round again within one run
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
+    monkeypatch.setattr(ports_module, "_picker", None)
+    ports = [free_port() for _ in range(6000)]
+    assert len(set(ports)) == len(ports)

@@ -9,12 +9,13 @@ chance: 1,000 picks among ~28,000 ports almost surely repeat one (birthday bound
 client's outgoing connection can take a port a node is about to bind.
 
 So ports come from below the ephemeral range (PORT_RANGE_START..PORT_RANGE_END, which
-the kernel never hands out by itself), split into PORT_SLICES_COUNT disjoint slices, one
-per pytest-xdist worker (``PYTEST_XDIST_WORKER`` = ``gwN``; a process outside xdist takes
-the slice of its pid). A process walks its slice in order from a pid-dependent start, so
-a port comes back only after the whole slice has been handed out (about 2,800 ports), by
-which time the test that had it is long over; every port is still checked bindable (a
-port held or in TIME_WAIT elsewhere is skipped).
+the kernel never hands out by itself), split into one disjoint slice per pytest-xdist
+worker (``PYTEST_XDIST_WORKER`` = ``gwN`` of ``PYTEST_XDIST_WORKER_COUNT``); a process
+outside xdist walks the whole range. A process walks its slice in order from a
+pid-dependent start, so a port comes back only after the whole slice has been handed out
+(22,768 ports in one process, ~7,600 each for three workers): a stopped node of a
+long-lived cluster keeps its ports for its restart. Every port is still checked bindable
+(a port held or in TIME_WAIT elsewhere is skipped).
 """
 
 from __future__ import annotations
@@ -26,38 +27,40 @@ import socket
 PORT_RANGE_START = 10000
 #: one past the last port; the kernel's ephemeral range starts here by default
 PORT_RANGE_END = 32768
-#: disjoint slices of the range, one per concurrent test process (xdist worker)
-PORT_SLICES_COUNT = 8
-#: ports in one slice
-PORT_SLICE_SIZE = (PORT_RANGE_END - PORT_RANGE_START) // PORT_SLICES_COUNT
+#: the most slices the range is split into (xdist workers beyond share slices)
+PORT_SLICES_MAX = 8
 
 
-def _slice_index() -> int:
+def _slices() -> tuple[int, int]:
+    """(this process's slice index, number of slices)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    if worker.startswith("gw") and worker[2:].isdigit():
-        return int(worker[2:]) % PORT_SLICES_COUNT
-    return os.getpid() % PORT_SLICES_COUNT
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 0:
+        slices = min(int(count), PORT_SLICES_MAX)
+        return int(worker[2:]) % slices, slices
+    return 0, 1
 
 
 class _SlicePicker:
     """Hands out the ports of one slice in order, wrapping around."""
 
-    def __init__(self, index: int, start_offset: int) -> None:
-        self.first = PORT_RANGE_START + index * PORT_SLICE_SIZE
-        self.next_offset = start_offset % PORT_SLICE_SIZE
+    def __init__(self, index: int, start_offset: int, slices: int = 1) -> None:
+        self.size = (PORT_RANGE_END - PORT_RANGE_START) // slices
+        self.first = PORT_RANGE_START + index * self.size
+        self.next_offset = start_offset % self.size
 
     def take_run(self, count: int, host: str) -> int:
         """The first of ``count`` consecutive bindable ports of the slice, handed out."""
-        assert 1 <= count < PORT_SLICE_SIZE
-        for _ in range(PORT_SLICE_SIZE):
-            if self.next_offset + count > PORT_SLICE_SIZE:
+        assert 1 <= count < self.size
+        for _ in range(self.size):
+            if self.next_offset + count > self.size:
                 self.next_offset = 0
             base = self.first + self.next_offset
             self.next_offset += count
             if all(_bindable(host, p) for p in range(base, base + count)):
                 return base
         raise AssertionError(
-            f"no {count} consecutive free ports in {self.first}..{self.first + PORT_SLICE_SIZE - 1}"
+            f"no {count} consecutive free ports in {self.first}..{self.first + self.size - 1}"
         )
 
 
@@ -79,7 +82,8 @@ def _current_picker() -> _SlicePicker:
     global _picker, _picker_pid
     pid = os.getpid()
     if _picker is None or _picker_pid != pid:  # a forked child picks from its own slice
-        _picker = _SlicePicker(_slice_index(), start_offset=pid * 97)
+        index, slices = _slices()
+        _picker = _SlicePicker(index, start_offset=pid * 97, slices=slices)
         _picker_pid = pid
     return _picker
 

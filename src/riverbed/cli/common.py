@@ -251,8 +251,9 @@ def run_guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse
     def wrapper(args: argparse.Namespace) -> int:
         from confluent_kafka import KafkaException
 
+        restore_security: Callable[[], object] = _keep_security
         try:
-            _use_wire_security(args)
+            restore_security = _use_wire_security(args)
             return func(args)
         except CliError as exc:
             print(f"error: {exc}", file=sys.stderr)
@@ -260,11 +261,17 @@ def run_guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse
         except KafkaException as exc:
             print(f"error: {kafka_error_text(exc)}", file=sys.stderr)
             return 1
+        finally:
+            restore_security()
 
     return wrapper
 
 
-def _use_wire_security(args: argparse.Namespace) -> None:
+def _keep_security() -> None:
+    """Nothing to put back: the command failed before it chose its security."""
+
+
+def _use_wire_security(args: argparse.Namespace) -> Callable[[], object]:
     """riverbed's own wire client connects as the command's --command-config says."""
     from riverbed.cli.client_security import ClientSecurityError, wire_security
     from riverbed.cli.wire import WireError, use_security
@@ -278,7 +285,8 @@ def _use_wire_security(args: argparse.Namespace) -> None:
         except ClientSecurityError as exc:
             raise WireError(f"--command-config: {exc}") from None
 
-    use_security(security)
+    previous = use_security(security)
+    return lambda: use_security(previous)
 
 
 def verb_parser(

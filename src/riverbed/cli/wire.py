@@ -50,11 +50,15 @@ def _plaintext() -> ClientSecurity:
 _session_security: Callable[[], ClientSecurity] = _plaintext
 
 
-def use_security(security: Callable[[], ClientSecurity]) -> None:
+def use_security(security: Callable[[], ClientSecurity]) -> Callable[[], ClientSecurity]:
     """Every WireClient opened from now on connects with ``security()`` (the CLI
-    command's; a WireError from it fails only the verbs that open a wire client)."""
+    command's; a WireError from it fails only the verbs that open a wire client).
+    Returns the security it replaces, for the caller to put back when its command ends
+    (a command run in-process must not leave its credentials to the next one)."""
     global _session_security
+    previous = _session_security
     _session_security = security
+    return previous
 
 
 class WireClient:

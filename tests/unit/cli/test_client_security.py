@@ -97,3 +97,35 @@ def test_what_the_wire_client_cannot_do_is_refused_clearly(tmp_path: Path) -> No
         librdkafka_config({"sasl.jaas.config": "Broken required username="})
     # librdkafka's own mechanisms still reach librdkafka
     assert librdkafka_config({"sasl.mechanism": "OAUTHBEARER"})["sasl.mechanism"] == "OAUTHBEARER"
+
+
+def test_a_commands_security_ends_with_the_command(pki: Pki, tmp_path: Path) -> None:
+    """The CLI run in-process (tests, `riverbed dev`) must not leave one command's
+    --command-config credentials to the wire clients opened after it."""
+    import argparse
+
+    from riverbed.cli import wire
+    from riverbed.cli.common import run_guarded
+
+    config = tmp_path / "client.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in java_props(pki).items()))
+    seen: list[str] = []
+
+    def command(args: argparse.Namespace) -> int:
+        seen.append(wire._session_security().protocol)
+        return 0
+
+    assert run_guarded(command)(argparse.Namespace(command_config=str(config))) == 0
+    assert seen == ["SASL_SSL"]
+    assert wire._session_security().protocol == "PLAINTEXT"
+
+
+def test_a_bad_command_config_fails_only_that_command(tmp_path: Path) -> None:
+    import argparse
+
+    from riverbed.cli import wire
+    from riverbed.cli.common import run_guarded
+
+    missing = argparse.Namespace(command_config=str(tmp_path / "absent.properties"))
+    assert run_guarded(lambda args: 0)(missing) == 1
+    assert wire._session_security().protocol == "PLAINTEXT"

@@ -45,8 +45,10 @@ from riverbed.protocol.messages import (
     ProduceRequest,
 )
 from riverbed.protocol.records import SimpleRecord, build_batch
+from riverbed.security.client_quotas import QuotaWindows
 from riverbed.server.broker import fetch, offsets, produce, producers
 from riverbed.server.broker.partitions import PartitionManager
+from riverbed.server.broker.quota_enforcement import BrokerQuotas
 from riverbed.server.network import RequestContext
 from riverbed.server.purgatory import Purgatory
 from riverbed.storage.clock import ManualClock
@@ -98,6 +100,7 @@ class Node:
             metadata=self.metadata,
             fetch_purgatory=self.purgatory,
             remote_log=None,  # no tiered storage
+            quotas=BrokerQuotas(QuotaWindows(11, 1000)),  # no quota configured
         )
 
     def move_leader(self, index: int, leader: int) -> None:

@@ -325,13 +325,7 @@ def test_authorized_operations_of_topics_cluster_and_groups(secure: SecureBroker
     }
     cluster = ivy.describe_cluster(include_authorized_operations=True).result(timeout=TIMEOUT_S)
     assert _ops(cluster.authorized_operations) == {"DESCRIBE", "IDEMPOTENT_WRITE"}
-    (group_future,) = ivy.describe_consumer_groups(
-        [group], include_authorized_operations=True
-    ).values()
-    assert _ops(group_future.result(timeout=TIMEOUT_S).authorized_operations) == {
-        "DELETE",
-        "DESCRIBE",
-    }
+    assert _ops(_described_group(ivy, group).authorized_operations) == {"DELETE", "DESCRIBE"}
     # a super user may do everything the resource types support
     admin = AdminClient(_client(secure, "admin"))  # SASL, not ANONYMOUS
     cluster = admin.describe_cluster(include_authorized_operations=True).result(timeout=TIMEOUT_S)
@@ -339,6 +333,25 @@ def test_authorized_operations_of_topics_cluster_and_groups(secure: SecureBroker
         "CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE",
         "ALTER", "DESCRIBE",
     }  # fmt: skip
+
+
+def _described_group(admin: AdminClient, group: str):
+    """DescribeGroups of ``group``, asked again while its coordinator is still loading
+    (the first group request of a broker creates __consumer_offsets, and Kafka answers
+    COORDINATOR_LOAD_IN_PROGRESS until the partition is loaded; librdkafka hands that
+    answer back rather than retrying it)."""
+    deadline = time.monotonic() + scaled_s(TIMEOUT_S)
+    while True:
+        (future,) = admin.describe_consumer_groups(
+            [group], include_authorized_operations=True
+        ).values()
+        try:
+            return future.result(timeout=TIMEOUT_S)
+        except KafkaException as exc:
+            loading = exc.args[0].code() == KafkaError.COORDINATOR_LOAD_IN_PROGRESS
+            if not loading or time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)
 
 
 # --- transactional ids ----------------------------------------------------------------------

@@ -153,8 +153,9 @@ def test_three_node_reassignment(cluster: QuorumCluster) -> None:
         leader = desc["partitions"][0]["leader_id"]
         shrink = TopicPartition("shrinking", 0)
         assert admin.alter_partition_reassignments({shrink: [leader]}) == {shrink: None}
-        assert admin.list_partition_reassignments() == {}
-        assert replicas_of(admin, "shrinking") == {0: [leader]}
+        assert admin.list_partition_reassignments() == {}  # the controller: done at once
+        # a broker's Metadata shows it once that broker's image has the change
+        wait_for("the shrink", lambda: replicas_of(admin, "shrinking") == {0: [leader]})
 
         # a target that cannot catch up (b is down) stays listed until it is cancelled
         cluster.kill(b)

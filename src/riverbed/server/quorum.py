@@ -473,9 +473,12 @@ class QuorumMetadata:
         response = _expect(answer, BrokerHeartbeatResponse)
         return response.error_code == 0 and bool(response.should_shut_down)
 
-    async def _wait_active_or_leader(self) -> int:
-        """-1 when this node is the active controller, else the leader to forward to."""
-        deadline = time.monotonic() + ACTIVATION_WAIT_S
+    async def _wait_active_or_leader(self, deadline: float | None = None) -> int:
+        """-1 when this node is the active controller, else the leader to forward to;
+        NotLeaderError when there is neither by ``deadline`` (monotonic; default
+        `ACTIVATION_WAIT_S` from now)."""
+        if deadline is None:
+            deadline = time.monotonic() + ACTIVATION_WAIT_S
         while True:
             if self.is_active():
                 return -1
@@ -498,7 +501,11 @@ class QuorumMetadata:
         when this node's replica shows a forwarded result."""
         deadline = time.monotonic() + FORWARD_TIMEOUT_S
         while True:
-            leader = await self._wait_active_or_leader()
+            # As Kafka's forwarding channel, a client's write waits out an election (its
+            # whole timeout, not `ACTIVATION_WAIT_S`): a loaded quorum can take longer than
+            # that to elect after its leader died, and NOT_CONTROLLER is not retried by
+            # every client (librdkafka's DeleteTopics hands it back).
+            leader = await self._wait_active_or_leader(deadline)
             if leader < 0:
                 return _expect(await self._run_locally(request), response_type)
             try:

@@ -137,6 +137,23 @@ def test_bench_produce_consume_e2e(broker, capsys):
     assert res["records"] == 200 and res["errors"] == 0
 
 
+def test_bench_latency_finds_the_peak_then_holds_half_of_it(broker, capsys):
+    b = broker.bootstrap
+    res = run_json(capsys, "bench", "latency", "-b", b, "--topic", "lat", "--peak-records",
+                   "3000", "--duration-s", "1", "--json")  # fmt: skip
+    peak = res["peak_records_per_s"]
+    assert peak > 0 and res["target_rate"] == pytest.approx(peak / 2, rel=0.01)
+    # every record of one second at the target rate, each acknowledged
+    assert res["records"] == int(res["target_rate"]) and res["errors"] == 0
+    lat = res["latency_ms"]
+    assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"] <= lat["p99.9"] <= lat["max"]
+    # a fixed --rate skips the peak run
+    res = run_json(capsys, "bench", "latency", "-b", b, "--topic", "lat", "--rate", "400",
+                   "--duration-s", "0.5", "--json")  # fmt: skip
+    assert res["peak_records_per_s"] is None and res["records"] == 200
+    assert res["seconds"] >= 0.49  # paced: 200 records at 400/s take half a second
+
+
 def test_bench_consume_processes_read_everything_the_producer_spread_unevenly(broker, capsys):
     from confluent_kafka import Producer
 

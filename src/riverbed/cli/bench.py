@@ -1,4 +1,4 @@
-"""`riverbed bench produce|consume|e2e`: throughput and latency, like kafka-*-perf-test.
+"""`riverbed bench produce|consume|e2e|latency`: throughput and latency, like kafka-*-perf-test.
 
 Works against any Kafka-compatible broker (confluent-kafka).  Several client processes
 (`--processes`) split the records between them; results are merged into one report:
@@ -12,6 +12,8 @@ records/s, MB/s (MiB = 2^20 bytes, as Kafka's tools), and latency avg/p50/p95/p9
   them all.
 - e2e: a producer and a consumer in one process; latency = wall-clock send time (written
   into the record value) -> receive time.
+- latency: send-to-ack at a fixed rate (``--rate``, or half of the peak it measures
+  first), from each record's intended send time (`riverbed.cli.bench_latency`).
 
 `run_produce` / `run_consume` / `run_e2e` return a `BenchResult` for scripts
 (benchmarks/broker_vs_tansu.py).
@@ -505,6 +507,59 @@ def register(subparsers: Any) -> None:
         if name != "e2e":
             p.add_argument("--processes", type=int, default=1, help="client processes")
         p.set_defaults(func=run_guarded(bench_cmd), bench_kind=name)
+    _register_latency(sub)
+
+
+def _register_latency(sub: Any) -> None:
+    p = verb_parser(sub, "latency", "send-to-ack latency at a fixed rate (default: half of peak)")
+    add_bootstrap(p)
+    add_json(p)
+    p.add_argument("--topic", default="riverbed-bench", help="the topic (created when missing)")
+    p.add_argument(
+        "--rate", type=float, default=-1, help="records/s; -1: --rate-fraction of the peak"
+    )
+    p.add_argument(
+        "--rate-fraction", type=float, default=0.5, help="of the peak found first (no --rate)"
+    )
+    p.add_argument(
+        "--peak-records", type=int, default=100_000, help="records of the unpaced peak run"
+    )
+    p.add_argument("--duration-s", type=float, default=5.0, help="seconds at the fixed rate")
+    p.add_argument("--record-size", type=int, default=100, help="value bytes (at least 8)")
+    add_acks(p)
+    p.add_argument("--partitions", type=int, default=1, help="when creating the topic")
+    p.add_argument("--batch-size", type=int, default=16384, help="producer batch.size bytes")
+    add_batching(p)
+    p.set_defaults(func=run_guarded(latency_cmd))
+
+
+def latency_cmd(args: argparse.Namespace) -> int:
+    from riverbed.cli import bench_latency
+    from riverbed.cli.common import client_config
+
+    extra = client_config(args)
+    bootstrap = extra.pop("bootstrap.servers")
+    if args.duration_s <= 0 or args.peak_records <= 0:
+        raise CliError("--duration-s and --peak-records must be positive")
+    if args.rate <= 0 and not 0 < args.rate_fraction <= 1:
+        raise CliError("--rate-fraction must be in (0, 1]")
+    run = bench_latency.run_latency(
+        bootstrap,
+        args.topic,
+        rate=args.rate,
+        rate_fraction=args.rate_fraction,
+        peak_records=args.peak_records,
+        duration_s=args.duration_s,
+        record_size=args.record_size,
+        acks=args.acks,
+        batch_size=args.batch_size,
+        linger_ms=args.linger_ms,
+        compression=args.compression,
+        partitions=args.partitions,
+        extra=extra,
+    )
+    bench_latency.report(run, args.json)
+    return 1 if run.result.errors else 0
 
 
 def bench_cmd(args: argparse.Namespace) -> int:

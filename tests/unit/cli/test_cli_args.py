@@ -243,3 +243,21 @@ def _leaves(name: str, parser: argparse.ArgumentParser):
         return
     for sub_name, sub in subs[0].choices.items():
         yield from _leaves(f"{name} {sub_name}", sub)
+
+
+def test_bench_latency_paces_from_intended_send_times():
+    from riverbed.cli import bench_latency as bl
+
+    # record i is due at i / rate: at 1000 records/s, 0..4 are due 4.5 ms in
+    assert bl.records_due(0.0, 1000, 10) == 1
+    assert bl.records_due(0.0045, 1000, 10) == 5
+    assert bl.records_due(1.0, 1000, 10) == 10  # never past the total
+    assert bl.records_due(-0.1, 1000, 10) == 0
+    # latency counts from the intended send time, so a late send shows as latency
+    assert bl.intended_latency_ms(100, 1000.0, 5.0, 5.1 + 0.003) == pytest.approx(3.0)
+    assert bl.intended_latency_ms(0, 1000.0, 5.0, 5.020) == pytest.approx(20.0)
+
+
+def test_bench_latency_arguments():
+    args = build_parser().parse_args(["bench", "latency", "-b", "h:1", "--rate", "500"])
+    assert (args.rate, args.rate_fraction, args.duration_s, args.acks) == (500, 0.5, 5.0, "all")

@@ -10,7 +10,8 @@ records of ``--size`` bytes, linger.ms=5, one partition):
 - leader fail-over time: SIGKILL of the partition leader to the first acknowledged acks=all
   produce, with ``broker.session.timeout.ms`` at its default (9000) and at 2000; median and
   max over ``--trials`` trials each (the killed node restarts and rejoins the ISR between
-  trials);
+  trials), and each trial's timeline (``benchmarks.failover_timeline``: fencing, election,
+  metadata on the brokers, become-leader, the client's view);
 - follower catch-up rate vs the leader's own append rate: a follower is SIGSTOPped while
   ``--catchup-messages`` records are produced (acks=1; the leader's append rate), then
   SIGCONTed; the rate at which its log reaches the leader's size.
@@ -21,6 +22,7 @@ Run: ``.venv/bin/python -m benchmarks.replication_bench [--messages 30000] [--tr
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import statistics
@@ -32,6 +34,7 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from benchmarks.failover_timeline import STEPS, ClientLog, Timeline, read_nodes
 from riverbed.testing.quorum_cluster import QuorumCluster
 
 TOPIC = "bench"
@@ -107,7 +110,7 @@ def paced_latency(bootstrap: str, rate: float, seconds: float, size: int) -> tup
     return lat[len(lat) // 2] * 1000, lat[int(len(lat) * 0.99)] * 1000
 
 
-def failover(base: Path, session_ms: int, trials: int) -> list[float]:
+def failover_overrides(session_ms: int) -> dict[str, str]:
     overrides = {
         "default.replication.factor": "3",
         "min.insync.replicas": "2",
@@ -116,32 +119,62 @@ def failover(base: Path, session_ms: int, trials: int) -> list[float]:
     }
     if session_ms:
         overrides["broker.session.timeout.ms"] = str(session_ms)
-    times: list[float] = []
-    with QuorumCluster(base, 3, overrides=overrides) as c:
+        # a lease renewed only as often as it lasts lapses on any delay: live brokers were
+        # fenced and unfenced every few seconds at 2000/2000 (their leaderships moved to the
+        # controller's own broker, the only one heartbeating without a network hop). Kafka's
+        # defaults renew 4.5 times per session (2000 of 9000); a quarter of it here.
+        overrides["broker.heartbeat.interval.ms"] = str(min(2000, session_ms // 4))
+    return overrides
+
+
+def failover(base: Path, session_ms: int, trials: int) -> list[Timeline]:
+    """``trials`` SIGKILLs of the partition leader; each trial's timeline (`Timeline`:
+    ``acked`` is the fail-over time)."""
+    timelines: list[Timeline] = []
+    client_log = ClientLog(TOPIC)
+    logger = logging.getLogger(f"{__name__}.rdkafka")
+    logger.addHandler(client_log)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    with QuorumCluster(base, 3, overrides=failover_overrides(session_ms)) as c:
         c.start(timeout_s=60)
         admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
         admin.create_topics([NewTopic(TOPIC, 1, 3)])[TOPIC].result(30)
         for _ in range(trials):
             leader = wait_isr(admin, 3)
-            p = producer(c.bootstrap_servers, **{"message.timeout.ms": 120000})
+            p = producer(
+                c.bootstrap_servers,
+                **{
+                    "message.timeout.ms": 120000,
+                    "debug": "broker,topic,msg,metadata",
+                    "logger": logger,
+                },
+            )
             p.produce(TOPIC, b"warm")
             p.flush(30)
+            client_log.reset(leader)
+            killed_at = time.time()
             c.kill(leader)
-            killed = time.perf_counter()
             acked: list[float] = []
 
             def on_delivery(err: Any, msg: Any, acked: list[float] = acked) -> None:
                 if err is None:
-                    acked.append(time.perf_counter())
+                    acked.append(time.time())
 
             p.produce(TOPIC, b"after", callback=on_delivery)
-            while not acked and time.perf_counter() - killed < 120:
+            while not acked and time.time() - killed_at < 120:
                 p.poll(0.005)
             assert acked, "no acknowledged produce within 120 s of the kill"
-            times.append(acked[0] - killed)
+            timeline = Timeline(leader)
+            timeline.mark("acked", acked[0] - killed_at)
+            client_log.into(timeline)
+            logs = [c.nodes[i].log_path for i in c.ids if i != leader]
+            read_nodes(timeline, logs, TOPIC, killed_at, acked[0] + 0.01)
+            timelines.append(timeline)
+            print(f"  trial {len(timelines)} (killed node {leader}): {timeline.row()}", flush=True)
             p.flush(10)
             c.nodes[leader].start(60)
-    return times
+    return timelines
 
 
 def log_bytes(cluster: QuorumCluster, node: int) -> int:
@@ -238,13 +271,23 @@ def main(argv: list[str] | None = None) -> int:
 def failovers(base: Path, sessions: list[int], trials: int) -> None:
     for session_ms in sessions:
         label = str(session_ms) if session_ms else "default 9000"
-        times = failover(base / f"failover-{session_ms}", session_ms, trials)
+        print(f"fail-over trials, broker.session.timeout.ms {label} (s after the kill):")
+        timelines = failover(base / f"failover-{session_ms}", session_ms, trials)
+        times = [t.steps["acked"] for t in timelines]
         print(
             f"fail-over (broker.session.timeout.ms {label}): median {statistics.median(times):.2f} s, "
             f"max {max(times):.2f} s over {len(times)} trials; all: "
             + " ".join(f"{t:.2f}" for t in times),
             flush=True,
         )
+        for step in STEPS:
+            seen = [t.steps[step] for t in timelines if step in t.steps]
+            if seen:
+                print(
+                    f"  {step}: median {statistics.median(seen):.2f} s, max {max(seen):.2f} s "
+                    f"({len(seen)} of {len(timelines)} trials)",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

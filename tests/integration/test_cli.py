@@ -1,6 +1,7 @@
 """The `riverbed` CLI end to end against a real riverbed broker process."""
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -135,6 +136,12 @@ def test_bench_produce_consume_e2e(broker, capsys):
     res = run_json(capsys, "bench", "e2e", "-b", b, "--topic", "bench-e2e", "--num-records",
                    "200", "--json")  # fmt: skip
     assert res["records"] == 200 and res["errors"] == 0
+
+
+def test_node_froze_its_start_up_heap(broker):
+    # issue 23: full collections must not walk the start-up heap while serving
+    found = re.search(r"froze (\d+) start-up objects", broker.log_text())
+    assert found is not None and int(found.group(1)) > 10_000
 
 
 def test_bench_latency_finds_the_peak_then_holds_half_of_it(broker, capsys):

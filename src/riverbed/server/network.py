@@ -263,7 +263,9 @@ class Connection:
         idle_s = self.server.connections_max_idle_ms / 1000.0
         while True:
             try:
-                head = await asyncio.wait_for(self.reader.readexactly(4), idle_s)
+                # (a deadline on this task: wait_for would start one more task per request)
+                async with asyncio.timeout(idle_s):
+                    head = await self.reader.readexactly(4)
                 break
             except TimeoutError:
                 if self.outstanding == 0:

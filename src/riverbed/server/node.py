@@ -68,6 +68,7 @@ from riverbed.server.clock import SystemClock
 from riverbed.server.config import ServerConfig
 from riverbed.server.connection_quotas import ConnectionQuotas, raise_open_files_limit
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
+from riverbed.server.heap import freeze_startup_heap
 from riverbed.server.http_listener import (
     HttpExtension,
     HttpListener,
@@ -227,6 +228,8 @@ class Node:
         if rsm is not None:
             self._start_remote_log(remote_settings, rsm, quorum, partitions)
         await self._serve(quorum)
+        frozen = freeze_startup_heap()  # full collections no longer walk the start-up heap
+        log.info("froze %d start-up objects out of the garbage collector's way", frozen)
         addrs = " ".join(f"{name}://{h}:{p}" for name, (h, p) in self.bound_listeners.items())
         print(f"riverbed node {cfg.node_id} ready: {addrs}", flush=True)
         log.info("node %d started (cluster id %s): %s", cfg.node_id, self.cluster_id, addrs)

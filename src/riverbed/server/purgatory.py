@@ -85,11 +85,13 @@ class Purgatory:
         self._count += 1
         try:
             while True:
-                remaining = deadline - loop.time()
-                if remaining <= 0 or self._closed:
+                if deadline <= loop.time() or self._closed:
                     return ready()
                 try:
-                    await asyncio.wait_for(waiter.event.wait(), remaining)
+                    # (a deadline on this task, not wait_for's extra task per wake-up: a
+                    # follower's fetch is parked and woken once per leader append)
+                    async with asyncio.timeout_at(deadline):
+                        await waiter.event.wait()
                 except TimeoutError:
                     return ready()
                 waiter.event.clear()

@@ -153,7 +153,7 @@ def bench_record_cost(args: argparse.Namespace) -> None:
     n = 200_000
     start, cpu_start = time.perf_counter(), time.process_time()
     for _ in range(n):
-        stats.record(ctx, req, resp, 0.0)
+        stats.record(ctx, req, resp)
     per_us = (time.perf_counter() - start) / n * 1e6
     cpu_us = (time.process_time() - cpu_start) / n * 1e6
     print(

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -149,6 +149,72 @@ def test_bytes_and_messages_in_match_what_was_produced(node: BrokerProcess) -> N
         m, "kafka_server_socket_server_metrics_connection_count",
         listener="PLAINTEXT", networkProcessor="0",
     ) >= 0  # fmt: skip
+
+
+def _delta(before: Samples, after: Samples, name: str, **labels: str) -> float:
+    return total(after, name, **labels) - total(before, name, **labels)
+
+
+#: The request time families (Kafka's RequestMetrics timers) and the stages that make up
+#: the total.
+_RM = "kafka_network_requestmetrics_"
+_STAGES = ("requestqueuetimems", "localtimems", "remotetimems", "responsequeuetimems",
+           "responsesendtimems")  # fmt: skip
+
+
+def _assert_stages_add_up(before: Samples, after: Samples, request: str, count: float) -> None:
+    """Every stage timed each request once, and the stages' times add up to the total."""
+    assert _delta(before, after, _RM + "totaltimems_count", request=request) == count
+    stages = 0.0
+    for stage in _STAGES:
+        assert _delta(before, after, f"{_RM}{stage}_count", request=request) == count, stage
+        stages += _delta(before, after, f"{_RM}{stage}_sum", request=request)
+    assert stages == pytest.approx(_delta(before, after, _RM + "totaltimems_sum", request=request))
+
+
+def test_long_poll_fetch_waits_in_remote_time_not_local(node: BrokerProcess) -> None:
+    """Kafka's RequestMetrics: a fetch parked in the purgatory (nothing to read, waiting up
+    to fetch.wait.max.ms) spends that wait in RemoteTimeMs; its handler's own work,
+    LocalTimeMs, stays small; an acks=1 produce never parks (RemoteTimeMs 0)."""
+    topic, wait_ms = "long-polled", 600
+    produce(node.bootstrap, topic, [b"first"])
+    before = scrape(node.http_url)
+    produce(node.bootstrap, topic, [b"p"] * 5, acks=1)
+    c = Consumer(
+        {
+            "bootstrap.servers": node.bootstrap,
+            "group.id": "long-pollers",
+            "fetch.wait.max.ms": wait_ms,
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        # from the end, where nothing new comes: every fetch waits it out
+        c.assign([TopicPartition(topic, p, OFFSET_END) for p in range(3)])
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline:
+            c.poll(0.2)
+    finally:
+        c.close()
+    after = scrape(node.http_url)
+    fetches = _delta(before, after, _RM + "requests_total", request="FetchConsumer")
+    assert fetches >= 2
+    _assert_stages_add_up(before, after, "FetchConsumer", fetches)
+
+    def over(stage: str, bound_ms: str) -> float:
+        """FetchConsumer requests whose ``stage`` took longer than ``bound_ms``."""
+        count = _delta(before, after, f"{_RM}{stage}_count", request="FetchConsumer")
+        under = _delta(before, after, f"{_RM}{stage}_bucket", request="FetchConsumer", le=bound_ms)
+        return count - under
+
+    # the long polls (all but maybe the last, cut short by the consumer's close) waited
+    # fetch.wait.max.ms in the purgatory: remote time, not local
+    assert over("remotetimems", "250") >= fetches - 1 >= 1
+    assert over("localtimems", "250") == 0
+    produces = _delta(before, after, _RM + "requests_total", request="Produce")
+    assert produces >= 1
+    _assert_stages_add_up(before, after, "Produce", produces)
+    assert _delta(before, after, _RM + "remotetimems_sum", request="Produce") == 0
 
 
 def test_group_lag_matches_committed_offsets(node: BrokerProcess) -> None:
@@ -306,6 +372,30 @@ def test_sigstopped_follower_shows_as_under_replicated(trio: QuorumCluster) -> N
     )
     assert _counter(trio, ids, "kafka_server_replicamanager_isrexpands_total") >= 1
     assert took_s >= LAG_MAX_MS / 1000 * 0.5, "the ISR shrank before the follower could lag"
+
+
+def test_acks_all_produce_waits_for_the_followers_in_remote_time(trio: QuorumCluster) -> None:
+    """acks=all: the leader parks the produce until the ISR has the records (Kafka's
+    DelayedProduce), time that shows as RemoteTimeMs of Produce."""
+    topic = "acked-by-all"
+    admin = AdminClient({"bootstrap.servers": trio.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
+    wait_for("a leader", lambda: _leaders(trio, topic), WAIT_S)
+    ids = list(trio.ids)
+    before = {i: scrape(trio.nodes[i].http_url) for i in ids}
+    produce(trio.bootstrap_servers, topic, [b"all"] * 20, acks="all", **{"linger.ms": 0})
+    after = {i: scrape(trio.nodes[i].http_url) for i in ids}
+
+    def delta(name: str) -> float:
+        return sum(_delta(before[i], after[i], name, request="Produce") for i in ids)
+
+    produces = delta(_RM + "requests_total")
+    assert produces >= 1
+    assert delta(_RM + "remotetimems_count") == produces
+    assert delta(_RM + "remotetimems_sum") > 0
+    for i in ids:
+        count = _delta(before[i], after[i], _RM + "requests_total", request="Produce")
+        _assert_stages_add_up(before[i], after[i], "Produce", count)
 
 
 def _keep_producing(cluster: QuorumCluster, topic: str, done: threading.Event) -> None:

@@ -66,6 +66,7 @@ from riverbed.server.connection_setup import SetupFailed, open_transport
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.listener_security import PLAINTEXT, ListenerSecurity
 from riverbed.server.request_permits import CountedSemaphore, RequestPermit, run_with_permit
+from riverbed.server.request_timing import RequestTiming
 from riverbed.server.splice import FileRange
 from riverbed.server.splice import FileRecords as FileRecords
 from riverbed.server.splice import SplicedResponse as SplicedResponse
@@ -109,6 +110,10 @@ THROTTLED_SOCKETS_MAX = 1000
 
 Response: TypeAlias = "Message | SplicedResponse"
 RequestHandler = Callable[["RequestContext", "Message"], Awaitable["Response | None"]]
+#: Told of every request whose response was handed to the socket (or, acks=0, dropped).
+SentHook = Callable[[RequestTiming], None]
+#: An in-flight request: its header, the task answering it, its stage stamps.
+_Inflight: TypeAlias = "tuple[RequestHeader, asyncio.Task[Response | None], RequestTiming | None]"
 
 
 class ChannelThrottle:
@@ -149,6 +154,8 @@ class RequestContext:
     size_bytes: int = 0
     #: the connection's throttle: a quota violation mutes the connection through it
     throttle: ChannelThrottle | None = None
+    #: the request's stage stamps (None: the node records no request metrics)
+    timing: RequestTiming | None = None
 
 
 class CloseConnection(Exception):
@@ -207,11 +214,13 @@ class Connection:
         # Items are (request header, task producing the response); order = request order;
         # None ends the writer. Its length is bounded by `slots`: one per request read and
         # not yet answered.
-        self.inflight: deque[tuple[RequestHeader, asyncio.Task[Response | None]] | None] = deque()
+        self.inflight: deque[_Inflight | None] = deque()
         self._inflight_added = asyncio.Event()
         # Encoded responses waiting to go out in one write (fewer syscalls when pipelined).
         self._out: list[bytes] = []
         self._out_bytes = 0
+        # The stamps of the responses in `_out`: sent when `_out` is written.
+        self._out_timings: list[RequestTiming] = []
         self.slots = asyncio.Semaphore(server.inflight_requests_max)
         self.outstanding = 0  # requests read and not yet answered (or dropped: acks=0)
         self._answered = asyncio.Event()  # set while outstanding == 0
@@ -310,7 +319,7 @@ class Connection:
             self.server.track(task)
             self.outstanding += 1
             self._answered.clear()
-            self._push((ctx.header, task))
+            self._push((ctx.header, task, ctx.timing))
 
     async def _read_one(self) -> tuple[RequestContext, Message] | None:
         """Read and decode one request; None when the connection is done."""
@@ -321,6 +330,7 @@ class Connection:
             return None
         if frame is None:
             return None
+        received = time.perf_counter()
         if self.sasl is not None:
             verdict = await self.sasl.screen(frame)
             if verdict is None:  # a re-authentication: the next request
@@ -346,10 +356,11 @@ class Connection:
             principal=self.principal,
             size_bytes=len(frame) + 4,
             throttle=self.throttle,
+            timing=RequestTiming(received) if self.server.on_sent is not None else None,
         )
         return ctx, body
 
-    def _push(self, item: tuple[RequestHeader, asyncio.Task[Response | None]] | None) -> None:
+    def _push(self, item: _Inflight | None) -> None:
         self.inflight.append(item)
         self._inflight_added.set()
 
@@ -367,7 +378,9 @@ class Connection:
             if self._out and not transport.is_closing():
                 with contextlib.suppress(Exception):
                     self.writer.write(b"".join(self._out))
+                    self._sent(self._out_timings)
             self._out.clear()
+            self._out_timings = []
 
     async def _write_responses(self, transport: asyncio.WriteTransport) -> None:
         while True:
@@ -380,7 +393,7 @@ class Connection:
             if item is None:
                 await self._flush()
                 return
-            header, task = item
+            header, task, timing = item
             if not task.done():
                 await self._flush()  # never hold finished responses behind a slow one
             try:
@@ -396,9 +409,13 @@ class Connection:
                 )
                 self._close_with("internal error in a request handler")
                 return
+            if timing is not None:
+                timing.taken = time.perf_counter()
+                if response is None:  # acks=0: nothing to send (Kafka's NoOpResponse)
+                    self._sent([timing])
             if response is not None and not transport.is_closing():
                 try:
-                    await self._send(header, response)
+                    await self._send(header, response, timing)
                 except CloseConnection as exc:
                     self._close_with(str(exc))
                     return
@@ -433,7 +450,16 @@ class Connection:
             self._out.clear()
             self._out_bytes = 0
             self.writer.write(data)
+            if self._out_timings:  # handed to the socket (or its transport buffer)
+                self._sent(self._out_timings)
+                self._out_timings = []
         await self.writer.drain()
+
+    def _sent(self, timings: list[RequestTiming]) -> None:
+        hook = self.server.on_sent
+        if hook is not None:
+            for timing in timings:
+                hook(timing)
 
     def _abort_pending(self) -> None:
         """Connection gone: cancel unanswered requests (their permits come back as their
@@ -444,12 +470,16 @@ class Connection:
             if item is not None:
                 item[1].cancel()
 
-    async def _send(self, header: RequestHeader, response: Response) -> None:
+    async def _send(
+        self, header: RequestHeader, response: Response, timing: RequestTiming | None
+    ) -> None:
         codec = self.server.codec
         if not isinstance(response, SplicedResponse):
             encoded = codec.encode_response(header, response)
             self._out.append(encoded)
             self._out_bytes += len(encoded)
+            if timing is not None:
+                self._out_timings.append(timing)
             if self._out_bytes >= COALESCE_BYTES_MAX:
                 await self._flush()
             return
@@ -472,6 +502,8 @@ class Connection:
                     continue
                 for rng in part.ranges:
                     await self._send_range(rng)
+            if timing is not None:
+                self._sent([timing])
             await self.writer.drain()
         finally:
             for fr in response.files:
@@ -569,6 +601,7 @@ class SocketServer:
         codec: _Codec | None = None,
         fault_handler: FaultHandler | None = None,
         rng: random.Random | None = None,
+        on_sent: SentHook | None = None,
     ) -> None:
         if socket_request_max_bytes <= 0 or inflight_requests_max <= 0:
             raise ValueError("socket_request_max_bytes and inflight_requests_max must be > 0")
@@ -601,6 +634,9 @@ class SocketServer:
         self.sendfile = hasattr(os, "sendfile")
         self.handshakes = HandshakeLimiter()
         self.bound: dict[str, tuple[str, int]] = {}
+        #: told of each request once its response is sent (request metrics; None: the
+        #: requests carry no stage stamps)
+        self.on_sent = on_sent
 
     def track(self, task: asyncio.Task[Response | None]) -> None:
         self._handler_tasks.add(task)

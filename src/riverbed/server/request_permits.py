@@ -17,6 +17,8 @@ import contextvars
 from collections.abc import Awaitable, Callable
 from typing import Literal, TypeVar, TypeVarTuple
 
+from riverbed.server.request_timing import mark_parked
+
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
@@ -82,7 +84,9 @@ async def run_with_permit(
 
 
 def park_current_request() -> None:
-    """The running request is about to wait in a purgatory: give back its permit."""
+    """The running request is about to wait in a purgatory: give back its permit (and
+    its RemoteTime starts, `riverbed.server.request_timing`)."""
+    mark_parked()
     permit = _CURRENT.get()
     if permit is not None:
         permit.release()

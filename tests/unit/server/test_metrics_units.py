@@ -22,7 +22,9 @@ from riverbed.protocol.messages import (
 from riverbed.protocol.records import SimpleRecord, build_batch
 from riverbed.server.metrics.metadata_events import MetadataEvents
 from riverbed.server.metrics.traffic import (
+    TIME_METRICS,
     MsHistogram,
+    RequestTimes,
     TrafficCollector,
     TrafficStats,
     error_codes,
@@ -30,6 +32,7 @@ from riverbed.server.metrics.traffic import (
     request_name,
 )
 from riverbed.server.network import RequestContext
+from riverbed.server.request_timing import RequestTiming
 
 TOPIC_ID = uuid.UUID(int=7)
 
@@ -105,7 +108,7 @@ def test_produce_counts_bytes_and_messages_of_successful_partitions_only() -> No
             )
         ]
     )
-    stats.record(_ctx(0, 9), req, resp, started_ms=0)
+    stats.record(_ctx(0, 9), req, resp)
     topic = stats.topics["t"]
     assert (topic.bytes_in, topic.messages_in) == (len(ok), 4)
     assert (topic.total_produce, topic.failed_produce) == (2, 1)
@@ -113,7 +116,7 @@ def test_produce_counts_bytes_and_messages_of_successful_partitions_only() -> No
     assert stats.errors == {("Produce", "NONE"): 1, ("Produce", "NOT_LEADER_OR_FOLLOWER"): 1}
     # acks=0: no response; every partition was appended (a failure closed the connection)
     req.acks = 0
-    stats.record(_ctx(0, 9), req, None, started_ms=0)
+    stats.record(_ctx(0, 9), req, None)
     assert topic.messages_in == 4 + 4 + 2
     # the rendering parses, with the unlabelled all-topics series beside the per-topic one
     registry = CollectorRegistry(auto_describe=False)
@@ -126,8 +129,48 @@ def test_produce_counts_bytes_and_messages_of_successful_partitions_only() -> No
     assert samples[("kafka_server_brokertopicmetrics_messagesin_total", ())] == 10
     assert samples[("kafka_server_brokertopicmetrics_messagesin_total", (("topic", "t"),))] == 10
     assert samples[("kafka_network_requestchannel_requestqueuesize", ())] == 3
-    key = ("kafka_network_requestmetrics_totaltimems_count", (("request", "Produce"),))
-    assert samples[key] == 2
+
+
+def _stamped(received: float, dequeued: float, parked: float, answered: float) -> RequestTiming:
+    t = RequestTiming(received)
+    t.dequeued, t.parked, t.answered, t.name = dequeued, parked, answered, "Produce"
+    return t
+
+
+def test_request_times_split_into_kafkas_stages() -> None:
+    """received 0, dequeued 2 ms, parked 5 ms, answered 105 ms, taken 110 ms, sent 111 ms;
+    a second request that never parked: all its handler time is local."""
+    stats = TrafficStats(lambda _id: None)
+    parked = _stamped(0.0, 0.002, 0.005, 0.105)
+    parked.taken = 0.110
+    stats.times["Produce"] = RequestTimes()
+    stats.times["Produce"].observe(parked, 0.111)
+    at_once = _stamped(1.0, 1.001, 0.0, 1.004)
+    at_once.taken = 1.004
+    stats.times["Produce"].observe(at_once, 1.0045)
+    t = stats.times["Produce"]
+    sums = {name: round(timer(t).sum_ms, 6) for name, timer, _ in TIME_METRICS}
+    assert sums == {
+        "totaltimems": 111 + 4.5,
+        "requestqueuetimems": 2 + 1,
+        "localtimems": 3 + 3,
+        "remotetimems": 100 + 0,
+        "responsequeuetimems": 5 + 0,
+        "responsesendtimems": 1 + 0.5,
+    }
+    # the stages add up to the total
+    assert sum(sums.values()) - sums["totaltimems"] == sums["totaltimems"]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(TrafficCollector(stats, lambda: 0))
+    text = generate_latest(registry).decode()
+    counts = {
+        s.name: s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name.endswith("_count")
+    }
+    for name, _timer, _doc in TIME_METRICS:
+        assert counts[f"kafka_network_requestmetrics_{name}_count"] == 2
 
 
 def test_histogram_buckets_are_cumulative() -> None:

@@ -6,9 +6,13 @@ wrapper, which records, per Kafka request name (``Produce``, ``FetchConsumer``,
 
 - ``RequestsPerSec{request, version}`` and ``ErrorsPerSec{request, error}`` (every error
   code found in the response, ``NONE`` included, as Kafka's ``errorCounts``);
-- ``TotalTimeMs`` (from the moment the request was read to the handler's answer) and
-  ``RequestQueueTimeMs`` (read -> handler start: the wait for a ``queued.max.requests``
-  permit) as histograms;
+- as histograms, from the request's stage stamps (`riverbed.server.request_timing` has
+  Kafka's definitions), recorded once its response is handed to the socket:
+  ``TotalTimeMs`` (read -> sent), ``RequestQueueTimeMs`` (read -> handler start: the wait
+  for a ``queued.max.requests`` permit), ``LocalTimeMs`` (the handler's own work),
+  ``RemoteTimeMs`` (parked in a purgatory: acks=all, long-poll fetch, group joins),
+  ``ResponseQueueTimeMs`` (answered -> taken by the connection's writer) and
+  ``ResponseSendTimeMs`` (taken -> sent);
 
 and, for produce and fetch, Kafka's BrokerTopicMetrics per topic and over all topics:
 ``BytesInPerSec`` / ``MessagesInPerSec`` (records appended by a produce, counted from
@@ -26,12 +30,12 @@ metric families when ``/metrics`` is scraped.
 from __future__ import annotations
 
 import struct
-import time
 import uuid
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
+from time import perf_counter
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -48,6 +52,7 @@ from riverbed.protocol.messages import (
 )
 from riverbed.protocol.schema import StructSpec
 from riverbed.server.network import RequestContext, RequestHandler, Response, SplicedResponse
+from riverbed.server.request_timing import RequestTiming
 
 #: Upper bounds (ms) of the request time histograms' buckets (+Inf is added).
 TIME_BUCKETS_MS: tuple[float, ...] = (
@@ -110,6 +115,42 @@ class MsHistogram:
         return out
 
 
+class RequestTimes:
+    """Kafka's RequestMetrics timers of one request name (ms)."""
+
+    __slots__ = ("local", "remote", "request_queue", "response_queue", "response_send", "total")
+
+    def __init__(self) -> None:
+        self.total = MsHistogram()
+        self.request_queue = MsHistogram()
+        self.local = MsHistogram()
+        self.remote = MsHistogram()
+        self.response_queue = MsHistogram()
+        self.response_send = MsHistogram()
+
+    def observe(self, t: RequestTiming, sent: float) -> None:
+        """Kafka's ``updateRequestMetrics``: the stages of a request sent at ``sent``."""
+        answered = t.answered
+        parked = t.parked or answered
+        self.total.observe((sent - t.received) * 1000)
+        self.request_queue.observe((t.dequeued - t.received) * 1000)
+        self.local.observe((parked - t.dequeued) * 1000)
+        self.remote.observe((answered - parked) * 1000)
+        self.response_queue.observe((t.taken - answered) * 1000)
+        self.response_send.observe((sent - t.taken) * 1000)
+
+
+#: (metric suffix, timer, help): kafka_network_requestmetrics_<suffix>
+TIME_METRICS: tuple[tuple[str, Callable[[RequestTimes], MsHistogram], str], ...] = (
+    ("totaltimems", lambda r: r.total, "Request read -> response sent (TotalTimeMs)"),
+    ("requestqueuetimems", lambda r: r.request_queue, "Request read -> handler start"),
+    ("localtimems", lambda r: r.local, "Handler start -> parked or answered (LocalTimeMs)"),
+    ("remotetimems", lambda r: r.remote, "Parked in a purgatory -> answered (RemoteTimeMs)"),
+    ("responsequeuetimems", lambda r: r.response_queue, "Answered -> taken by the writer"),
+    ("responsesendtimems", lambda r: r.response_send, "Taken by the writer -> sent"),
+)
+
+
 @dataclass(slots=True)
 class TopicCounters:
     """BrokerTopicMetrics of one topic (or of all topics)."""
@@ -145,8 +186,7 @@ class TrafficStats:
         self._topic_name = topic_name
         self.requests: dict[tuple[str, int], int] = {}
         self.errors: dict[tuple[str, str], int] = {}
-        self.total_time: dict[str, MsHistogram] = {}
-        self.queue_time: dict[str, MsHistogram] = {}
+        self.times: dict[str, RequestTimes] = {}
         self.topics: dict[str, TopicCounters] = {}
         self.all_topics = TopicCounters()
 
@@ -154,29 +194,37 @@ class TrafficStats:
         """``handler`` recording every request it answers."""
 
         async def handle(ctx: RequestContext, body: Message) -> Response | None:
-            started_ms = time.time() * 1000
+            timing = ctx.timing
+            if timing is None:
+                response = await handler(ctx, body)
+                self.record(ctx, body, response)
+                return response
+            timing.start()
             response = await handler(ctx, body)
-            self.record(ctx, body, response, started_ms)
+            timing.answered = perf_counter()
+            timing.name = self.record(ctx, body, response)
             return response
 
         return handle
 
-    def record(
-        self, ctx: RequestContext, body: Message, response: Response | None, started_ms: float
-    ) -> None:
+    def sent(self, timing: RequestTiming) -> None:
+        """The network layer's `SentHook`: the request's times, now that it is sent."""
+        name = timing.name
+        if not name:  # never answered through `instrument` (e.g. a handler raised)
+            return
+        times = self.times.get(name)
+        if times is None:
+            times = self.times[name] = RequestTimes()
+        times.observe(timing, perf_counter())
+
+    def record(self, ctx: RequestContext, body: Message, response: Response | None) -> str:
+        """Count an answered request; its Kafka request name."""
         api_key = ctx.header.api_key
         name = _NAMES.get(api_key) or request_name(api_key)
         if isinstance(body, FetchRequest):
             name = "FetchFollower" if _replica_id(body) >= 0 else "FetchConsumer"
         key = (name, ctx.header.api_version)
         self.requests[key] = self.requests.get(key, 0) + 1
-        now_ms = time.time() * 1000
-        hist = self.total_time.get(name)
-        if hist is None:
-            hist = self.total_time[name] = MsHistogram()
-            self.queue_time[name] = MsHistogram()
-        hist.observe(now_ms - ctx.received_ms)
-        self.queue_time[name].observe(max(0.0, started_ms - ctx.received_ms))
         message = response.body if isinstance(response, SplicedResponse) else response
         if isinstance(body, ProduceRequest):
             self._produced(name, body, message if isinstance(message, ProduceResponse) else None)
@@ -186,6 +234,7 @@ class TrafficStats:
         elif message is not None:
             for code in error_codes(message):
                 self._error(name, code)
+        return name
 
     def _error(self, name: str, code: str) -> None:
         key = (name, code)
@@ -369,14 +418,13 @@ class TrafficCollector(Collector):
         for (name, code), n in sorted(s.errors.items()):
             errors.add_metric([name, code], n)
         yield errors
-        for metric, hists, what in (
-            ("totaltimems", s.total_time, "Request read -> answered (TotalTimeMs)"),
-            ("requestqueuetimems", s.queue_time, "Request read -> handler start"),
-        ):
+        times = sorted(s.times.items())
+        for metric, timer, what in TIME_METRICS:
             family = HistogramMetricFamily(
                 f"kafka_network_requestmetrics_{metric}", what, labels=["request"]
             )
-            for name, h in sorted(hists.items()):
+            for name, t in times:
+                h = timer(t)
                 family.add_metric([name], h.cumulative(), sum_value=h.sum_ms)
             yield family
         yield GaugeMetricFamily(

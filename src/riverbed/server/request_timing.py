@@ -1,0 +1,61 @@
+"""When a request passed each stage of its life: Kafka's RequestMetrics times.
+
+Kafka's ``RequestChannel.Request`` stamps a request as it moves between threads, and
+``updateRequestMetrics`` derives (all in ms):
+
+- ``RequestQueueTime`` = dequeued by a handler - received (fully read);
+- ``LocalTime`` = the handler's own work: until the request was parked in a purgatory
+  (a delayed produce with acks=all, a long-poll fetch, a group join, a remote fetch), or
+  until its answer when it never parked;
+- ``RemoteTime`` = parked -> answered (the wait for other replicas, for data, for the
+  coordinator; it includes the completion's work, as Kafka's ``onComplete`` does);
+- ``ResponseQueueTime`` = answered -> taken by the connection's writer (in riverbed: the
+  wait behind earlier responses of the connection, which go out in request order);
+- ``ResponseSendTime`` = taken by the writer -> its bytes handed to the socket;
+- ``TotalTime`` = received -> sent.
+
+riverbed's handlers are tasks of one event loop, so the stages are stamped in place: the
+network layer stamps receive, writer and send (`riverbed.server.network`), the metrics'
+handler wrapper stamps dequeue and answer, and `mark_parked` (called by every park point
+through `riverbed.server.request_permits.park_current_request`) stamps the first park. A
+`RequestTiming` exists only when the node records metrics; the times are
+`time.perf_counter` seconds.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+
+_CURRENT: contextvars.ContextVar[RequestTiming | None] = contextvars.ContextVar(
+    "riverbed_request_timing", default=None
+)
+
+
+class RequestTiming:
+    """The stage stamps of one request (0.0: not reached)."""
+
+    __slots__ = ("answered", "dequeued", "name", "parked", "received", "taken")
+
+    def __init__(self, received: float) -> None:
+        self.received = received
+        self.dequeued = 0.0
+        self.parked = 0.0
+        self.answered = 0.0
+        self.taken = 0.0
+        #: Kafka's request name (``Produce``, ``FetchConsumer``, ...), set by the handler
+        #: wrapper; empty when no wrapper saw the request
+        self.name = ""
+
+    def start(self) -> None:
+        """The handler starts; `mark_parked` now finds this request (the caller runs in
+        the request's own task, whose context is its own)."""
+        self.dequeued = time.perf_counter()
+        _CURRENT.set(self)
+
+
+def mark_parked() -> None:
+    """The running request waits in a purgatory from now (its first park counts)."""
+    timing = _CURRENT.get()
+    if timing is not None and not timing.parked:
+        timing.parked = time.perf_counter()

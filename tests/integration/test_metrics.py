@@ -40,6 +40,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 #: Liveness bounds of the waits below (not timings under test).
 WAIT_S = 60.0
+#: The window of the single node's idle ratios (metrics.sample.window.ms).
+IDLE_WINDOW_MS = 3000
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -75,7 +77,8 @@ def http_status(url: str, method: str = "GET", data: bytes | None = None) -> tup
 
 @pytest.fixture(scope="module")
 def node() -> Any:
-    with BrokerProcess(overrides={"num.partitions": "3"}) as b:
+    overrides = {"num.partitions": "3", "metrics.sample.window.ms": str(IDLE_WINDOW_MS)}
+    with BrokerProcess(overrides=overrides) as b:
         yield b
 
 
@@ -215,6 +218,47 @@ def test_long_poll_fetch_waits_in_remote_time_not_local(node: BrokerProcess) -> 
     assert produces >= 1
     _assert_stages_add_up(before, after, "Produce", produces)
     assert _delta(before, after, _RM + "remotetimems_sum", request="Produce") == 0
+
+
+def _idle(url: str) -> float:
+    """The loop's idle ratio; both of Kafka's names carry the same measure."""
+    m = scrape(url)
+    network = value(m, "kafka_network_socketserver_networkprocessoravgidlepercent")
+    handlers = value(m, "kafka_server_kafkarequesthandlerpool_requesthandleravgidlepercent")
+    assert network == handlers and 0 <= network <= 1
+    return network
+
+
+def test_idle_ratio_falls_while_producers_keep_the_loop_busy(node: BrokerProcess) -> None:
+    """The event loop's idle fraction (NetworkProcessorAvgIdlePercent and
+    RequestHandlerAvgIdlePercent): high while nothing happens, low while producers keep
+    the loop busy, high again after them (a window of IDLE_WINDOW_MS)."""
+    wait_for("an idle loop", lambda: _idle(node.http_url) > 0.5 or None, WAIT_S)
+    done = threading.Event()
+    flooders = [
+        threading.Thread(target=_flood, args=(node.bootstrap, "flooded", done)) for _ in range(3)
+    ]
+    for t in flooders:
+        t.start()
+    try:
+        wait_for("a busy loop", lambda: _idle(node.http_url) < 0.5 or None, WAIT_S)
+    finally:
+        done.set()
+        for t in flooders:
+            t.join(WAIT_S)
+    wait_for("an idle loop again", lambda: _idle(node.http_url) > 0.5 or None, WAIT_S)
+
+
+def _flood(bootstrap: str, topic: str, done: threading.Event) -> None:
+    """Small produce requests, as many as the broker takes, until ``done``."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": 1, "log_level": 3})
+    while not done.is_set():
+        try:
+            p.produce(topic, value=b"f" * 20)
+        except BufferError:
+            p.poll(0.01)
+        p.poll(0)
+    p.flush(30)
 
 
 def test_group_lag_matches_committed_offsets(node: BrokerProcess) -> None:

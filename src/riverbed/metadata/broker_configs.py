@@ -264,6 +264,9 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
        "client of this node's first PLAINTEXT listener."),
     _d("riverbed.log.format", _S, "text", one_of("text", "json"),
        "The node's log lines: text, or one JSON object per line (log shippers)."),
+    _d("metrics.sample.window.ms", _L, "30000", at_least(1),
+       "The window the event loop's idle ratios (NetworkProcessorAvgIdlePercent, "
+       "RequestHandlerAvgIdlePercent) are averaged over."),
     _d("riverbed.metrics.enable", _B, "true", None,
        "Count requests, bytes and messages on the request path (false: only the gauges "
        "computed at scrape time; for measuring what the counters cost)."),

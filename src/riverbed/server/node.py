@@ -200,6 +200,8 @@ class Node:
         self._tasks.append(supervise("parent watch", self._watch_parent(), fh))
         raise_open_files_limit()  # one fd per connection: 1024 would cap max.connections
         await self._start_http()  # first: /health/ready answers 503 while the node starts
+        idle = self.metrics.watch_loop(cfg.get_int("metrics.sample.window.ms"))
+        self._tasks.append(supervise("event loop idle sampler", idle, fh))
         self.cluster_id = ensure_formatted(
             list(cfg.log_dirs), cfg.metadata_log_dir, cfg.node_id, auto_format=cfg.auto_format
         )

@@ -4,8 +4,11 @@ metadata deltas (ISR shrinks/expands of partitions led here, elections, unclean 
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -20,6 +23,7 @@ from riverbed.protocol.messages import (
     TopicRecord,
 )
 from riverbed.protocol.records import SimpleRecord, build_batch
+from riverbed.server.metrics.loop_idle import LoopIdle, schedstat_busy_ns
 from riverbed.server.metrics.metadata_events import MetadataEvents
 from riverbed.server.metrics.traffic import (
     TIME_METRICS,
@@ -283,3 +287,37 @@ def test_rendered_families_parse_like_any_other() -> None:
         ({"topic": "a.b-c", "partition": "0"}, 10.0),
         ({"topic": "x", "partition": "7"}, 2.5),
     ]
+
+
+def test_loop_idle_is_one_minus_busy_over_the_window() -> None:
+    """Samples every second; a window of 3 s keeps 4 samples (3 differences)."""
+    clock = {"wall": 0, "busy": 0}
+    idle = LoopIdle(
+        3000, busy_ns=lambda: clock["busy"], now_ns=lambda: clock["wall"], interval_ms=1000
+    )
+    assert idle.idle_ratio() == 1.0  # nothing measured yet
+    for busy_ms in (0, 100, 900, 500, 500):  # busy time in each second
+        clock["wall"] += 1_000_000_000
+        clock["busy"] += busy_ms * 1_000_000
+        idle.sample()
+    # the window: the last 3 seconds, 900 + 500 + 500 ms busy of 3000
+    assert idle.idle_ratio() == pytest.approx(1 - 1900 / 3000)
+    clock["wall"] += 1_000_000_000
+    clock["busy"] += 2_000_000_000  # busier than the wall (a runqueue wait in the sample)
+    idle.sample()
+    clock["wall"] += 1_000_000_000
+    clock["busy"] += 2_000_000_000
+    idle.sample()
+    clock["wall"] += 1_000_000_000
+    clock["busy"] += 2_000_000_000
+    idle.sample()
+    assert idle.idle_ratio() == 0.0  # clamped
+
+
+def test_schedstat_busy_time_of_this_thread_grows_with_work() -> None:
+    busy = schedstat_busy_ns(threading.get_native_id())
+    before = busy()
+    deadline = time.thread_time() + 0.05
+    while time.thread_time() < deadline:  # 50 ms of CPU
+        pass
+    assert busy() - before >= 40_000_000

@@ -9,12 +9,14 @@ scrape-time collectors read once that state exists.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from riverbed.metadata.image import MetadataDelta, MetadataImage
 from riverbed.server.metrics.exposition import render_text
+from riverbed.server.metrics.loop_idle import LoopIdleCollector, loop_idle_here
 from riverbed.server.metrics.metadata_events import MetadataEvents
 from riverbed.server.metrics.remote import RemoteLogCollector, RemoteLogStats
 from riverbed.server.metrics.state import (
@@ -62,6 +64,13 @@ class NodeMetrics:
     ) -> None:
         self.registry.register(TrafficCollector(self.traffic, queue_size))
         self.registry.register(NetworkCollector(quotas, fetch_purgatory))
+
+    def watch_loop(self, window_ms: int) -> Coroutine[Any, Any, None]:
+        """The idle ratios of the calling thread's event loop: registers their collector
+        and returns the sampler to run in that loop."""
+        idle = loop_idle_here(window_ms)
+        self.registry.register(LoopIdleCollector(idle))
+        return idle.run()
 
     def watch(
         self,

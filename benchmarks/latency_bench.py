@@ -1,0 +1,101 @@
+"""acks=all latency at half of peak: replication factor 1 on one node vs 3 on three (issue 23).
+
+In one run, for each cluster (``rf1-1node``: one node, replication factor 1;
+``rf3-3nodes``: three local nodes, replication factor 3, ``min.insync.replicas`` 2), one
+partition, the client workload of ``riverbed bench latency`` (confluent-kafka, acks=all,
+batch.size 16384, linger.ms ``--linger-ms``, ``--size``-byte records):
+
+- the peak: an unpaced run of ``--messages`` records;
+- ``--trials`` runs of ``--paced-s`` seconds at half of that peak, each reporting
+  send-to-ack p50/p95/p99/p99.9/max measured from every record's intended send time
+  (`riverbed.cli.bench_latency`: a client or broker behind schedule counts).
+
+Printed: each trial, the median over trials per cluster, the goal ratios (RF3 p99 <= 10 ms;
+RF3 p50 within 2x of RF1) and the load average before and after (``os.getloadavg``).
+
+Run: ``.venv/bin/python -m benchmarks.latency_bench [--messages 100000] [--trials 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from benchmarks.replication_bench import wait_isr
+from riverbed.cli.bench_latency import LatencyRun, run_latency
+from riverbed.testing.quorum_cluster import QuorumCluster
+
+TOPIC = "bench"
+PERCENTILES = ("p50", "p95", "p99", "p99.9", "max")
+
+
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} ({os.cpu_count()} CPUs)"
+
+
+def line(name: str, run: LatencyRun) -> str:
+    lat = run.result.latency_ms
+    peak = f"peak {run.peak:,.0f}/s, " if run.peak is not None else ""
+    figures = " ".join(f"{p} {lat[p]:.1f}" for p in PERCENTILES)
+    return (
+        f"{name}: {peak}at {run.rate:,.0f}/s (achieved {run.result.records_per_s:,.0f}/s, "
+        f"errors {run.result.errors}): ms {figures}"
+    )
+
+
+def measure(base: Path, nodes: int, rf: int, args: argparse.Namespace) -> list[LatencyRun]:
+    overrides = {
+        "default.replication.factor": str(rf),
+        "min.insync.replicas": "2" if rf == 3 else "1",
+    }
+    name = f"rf{rf}-{nodes}node{'s' if nodes > 1 else ''}"
+    runs: list[LatencyRun] = []
+    with QuorumCluster(base / name, nodes, overrides=overrides) as c:
+        c.start(timeout_s=60)
+        admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
+        admin.create_topics([NewTopic(TOPIC, 1, rf)])[TOPIC].result(30)
+        wait_isr(admin, rf)
+        common = {"record_size": args.size, "linger_ms": args.linger_ms, "duration_s": args.paced_s}
+        first = run_latency(c.bootstrap_servers, TOPIC, peak_records=args.messages, **common)
+        runs.append(first)
+        print(line(name, first), flush=True)
+        for _ in range(args.trials - 1):
+            run = run_latency(c.bootstrap_servers, TOPIC, rate=first.rate, **common)
+            runs.append(run)
+            print(line(name, run), flush=True)
+    return runs
+
+
+def median(runs: list[LatencyRun], p: str) -> float:
+    return statistics.median(r.result.latency_ms[p] for r in runs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--messages", type=int, default=100_000, help="records of the peak run")
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--linger-ms", type=int, default=5)
+    ap.add_argument("--paced-s", type=float, default=5.0)
+    ap.add_argument("--trials", type=int, default=3, help="paced runs per cluster")
+    args = ap.parse_args(argv)
+    print(f"before: {load()}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        rf1 = measure(Path(tmp), 1, 1, args)
+        rf3 = measure(Path(tmp), 3, 3, args)
+    for name, runs in (("rf1-1node", rf1), ("rf3-3nodes", rf3)):
+        figures = " ".join(f"{p} {median(runs, p):.1f}" for p in PERCENTILES)
+        print(f"{name} median of {len(runs)} trials: ms {figures}")
+    p50_ratio = median(rf3, "p50") / median(rf1, "p50")
+    print(f"goal: RF3 p99 {median(rf3, 'p99'):.1f} ms (<= 10); RF3/RF1 p50 {p50_ratio:.2f}x (<= 2)")
+    print(f"after: {load()}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -101,6 +101,12 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
        "The number of samples to retain in memory for client quotas."),
     _d("quota.window.size.seconds", _I, "1", at_least(1),
        "The time span of each sample for client quotas."),
+    # controller mutation quotas (riverbed.security.mutation_quotas): the token bucket's
+    # burst is controller.quota.window.num * controller.quota.window.size.seconds * rate
+    _d("controller.quota.window.num", _I, "11", at_least(1),
+       "The number of samples to retain in memory for alter topics and partitions quotas."),
+    _d("controller.quota.window.size.seconds", _I, "1", at_least(1),
+       "The time span of each sample for alter topics and partitions quotas."),
     _d("request.timeout.ms", _I, "30000", at_least(0)),
     # --- logs
     _d("log.dir", _S, "/tmp/kafka-logs"),

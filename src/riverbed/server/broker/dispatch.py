@@ -23,7 +23,15 @@ from typing import TYPE_CHECKING
 from riverbed.protocol.api_versions import BROKER_LISTENER, ApiKey, listener_api_versions
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import response_body_version
-from riverbed.protocol.messages import FetchRequest, FetchResponse, Message, ProduceRequest
+from riverbed.protocol.messages import (
+    CreatePartitionsResponse,
+    CreateTopicsResponse,
+    DeleteTopicsResponse,
+    FetchRequest,
+    FetchResponse,
+    Message,
+    ProduceRequest,
+)
 from riverbed.security.client_quotas import QuotaWindows
 from riverbed.server.broker import (
     acls,
@@ -74,6 +82,14 @@ log = logging.getLogger(__name__)
 
 #: APIs whose handlers build version-exact responses (hot path: no fitting walk).
 _VERSION_EXACT = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
+#: responses whose handler may have set a throttle already (a throttled fetch; the
+#: controller mutation quota): the request-time throttle does not lower it
+_THROTTLED_BY_HANDLER = (
+    FetchResponse,
+    CreateTopicsResponse,
+    DeleteTopicsResponse,
+    CreatePartitionsResponse,
+)
 
 #: A request handler: (broker, context, the decoded request of its api key) -> response.
 #: The request parameter is each handler's own request class, hence the ``...``.
@@ -200,7 +216,11 @@ class Broker:
             QuotaWindows(
                 config.get_int("quota.window.num"),
                 config.get_int("quota.window.size.seconds") * 1000,
-            )
+            ),
+            QuotaWindows(
+                config.get_int("controller.quota.window.num"),
+                config.get_int("controller.quota.window.size.seconds") * 1000,
+            ),
         )
         # Serving starts now: new partition logs are created off the event loop.
         partitions.create_logs_off_loop()
@@ -279,7 +299,7 @@ class Broker:
         if ctx.throttle is not None:
             ctx.throttle.throttle(throttle)
         msg = response.body if isinstance(response, SplicedResponse) else response
-        if isinstance(msg, FetchResponse):
+        if isinstance(msg, _THROTTLED_BY_HANDLER):  # the larger throttle is answered
             throttle = max(throttle, msg.throttle_time_ms)
         if msg is not None:
             set_throttle_time(msg, throttle)

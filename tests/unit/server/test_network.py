@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from riverbed.server.network import (
+    SPLICE_COPY_BYTES_MAX,
     FileRecords,
     RequestContext,
     SplicedResponse,
@@ -166,6 +168,57 @@ def test_spliced_file_ranges_are_streamed(loop_kind: str, compact: bool, tmp_pat
         )
     assert cid == 42
     assert body == expected
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_small_spliced_response_is_one_copied_write_large_one_uses_sendfile(
+    loop_kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 23: a follower's fetch at the log end carries one small batch; sent as a
+    # write, a sendfile and a write it reached the follower as three segments
+    seg = tmp_path / "00000000000000000000.log"
+    content = bytes(range(256)) * 4000
+    seg.write_bytes(content)
+    sendfiles: list[int] = []
+    real_sendfile = os.sendfile
+
+    def recording_sendfile(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+        sendfiles.append(count)
+        return real_sendfile(out_fd, in_fd, offset, count)
+
+    monkeypatch.setattr(os, "sendfile", recording_sendfile)
+    small = SPLICE_COPY_BYTES_MAX // 2
+
+    async def handler(ctx: RequestContext, body: bytes) -> Any:
+        size = small if body == b"small" else SPLICE_COPY_BYTES_MAX + 1
+        fr = FileRecords([FileRange.open(seg, 100, size)])
+        return SplicedResponse(
+            body=b"HEAD" + struct.pack(">i", 16) + fr.token + b"TAIL", files=[fr], compact=False
+        )
+
+    async def main() -> list[tuple[int, bytes]]:
+        server, port = await start(handler)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(frame(1, b"small"))
+        got = [await read_response(reader)]
+        assert sendfiles == []  # read into the one frame, not spliced
+        writer.write(frame(2, b"large"))
+        got.append(await read_response(reader))
+        writer.close()
+        await server.stop()
+        return got
+
+    (cid1, body1), (cid2, body2) = run(loop_kind, main())
+    assert (
+        cid1 == 1
+        and body1 == b"HEAD" + struct.pack(">i", small) + content[100 : 100 + small] + b"TAIL"
+    )
+    large = SPLICE_COPY_BYTES_MAX + 1
+    assert (
+        cid2 == 2
+        and body2 == b"HEAD" + struct.pack(">i", large) + content[100 : 100 + large] + b"TAIL"
+    )
+    assert sum(sendfiles) >= 1  # the large one went through sendfile
 
 
 def test_splice_plan_rejects_missing_token() -> None:

@@ -25,6 +25,7 @@ from riverbed.protocol.messages import (
 )
 from riverbed.testing.cluster import BrokerProcess, scaled_s
 
+from .test_metrics import scrape, total
 from .test_transactions import client, node
 from .test_wire_protocol import Client, create_topic
 
@@ -39,7 +40,13 @@ NOT_READY = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_
 def test_an_add_right_after_endtxn_waits_for_the_previous_transaction(
     node: BrokerProcess, client: Client
 ) -> None:
-    tid, topic = "tid-back-to-back", "txn-back-to-back"
+    codes = back_to_back(client, "tid-back-to-back", "txn-back-to-back")
+    assert codes == [("NONE", "NONE")] * TRANSACTIONS, codes
+
+
+def back_to_back(client: Client, tid: str, topic: str) -> list[tuple[str, str]]:
+    """TRANSACTIONS adds and EndTxns of ``tid`` in ``topic`` (created) in a row: each
+    (add's error, EndTxn's error)."""
     create_topic(client, topic)
     request = InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=60_000,
                                     producer_id=-1, producer_epoch=-1)  # fmt: skip
@@ -67,4 +74,19 @@ def test_an_add_right_after_endtxn_waits_for_the_previous_transaction(
         ended = client.call(ApiKey.END_TXN, 3, end)
         codes.append((ErrorCode(added.results_by_topic_v3_and_below[0].results_by_partition[0]
                                 .partition_error_code).name, ErrorCode(ended.error_code).name))  # fmt: skip
+    return codes
+
+
+def test_a_single_nodes_markers_are_written_without_a_request_to_itself(
+    node: BrokerProcess, client: Client
+) -> None:
+    """The coordinator writes the markers of the partitions its own node leads in-process
+    (`riverbed.server.txn_markers`): the transactions above committed (every add was
+    answered NONE, which needs the previous transaction's markers written) while the
+    node's listener served no WriteTxnMarkers request."""
+    codes = back_to_back(client, "tid-in-process", "txn-in-process")
     assert codes == [("NONE", "NONE")] * TRANSACTIONS, codes
+    samples = scrape(node.http_url)
+    assert total(samples, "kafka_network_requestmetrics_requests_total", request="EndTxn") >= 1
+    assert total(samples, "kafka_network_requestmetrics_requests_total",
+                 request="WriteTxnMarkers") == 0  # fmt: skip

@@ -53,7 +53,7 @@ from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultH
 from riverbed.server.listener_security import client_security
 from riverbed.server.request_permits import park_current_request
 from riverbed.server.supervise import supervise_background
-from riverbed.server.txn_markers import MarkerSender
+from riverbed.server.txn_markers import LocalMarkers, MarkerSender
 from riverbed.storage.clock import Clock
 from riverbed.transaction.api import ProducerIdAllocator, Result, Step, TxnConfig
 from riverbed.transaction.coordinator import TransactionCoordinator
@@ -128,6 +128,7 @@ class TransactionCoordinatorShell:
         fault_handler: FaultHandler | None = None,
         *,
         channel_factory: Callable[[int], Channel | None] | None = None,
+        local_markers: LocalMarkers | None = None,
     ) -> None:
         self.config = config
         self.node_id = node_id
@@ -148,6 +149,7 @@ class TransactionCoordinatorShell:
             security=client_security(
                 config, config.inter_broker_listener_name, "sasl.mechanism.inter.broker.protocol"
             ),
+            local=local_markers,
         )
         #: partition -> the leader epoch loaded (or being loaded) here
         self._epochs: dict[int, int] = {}
@@ -349,6 +351,9 @@ class TransactionCoordinatorShell:
         if code == E.NONE or self._epochs.get(partition) != epoch:
             # (unloaded meanwhile: the core ignores it, its request was answered)
             self._complete(partition, epoch, token, code)
+            # a committed Prepare record's markers go now, not at the timer task's next
+            # turn: the producer's next transaction waits for them
+            self._send_markers(self.clock.now_ms())
             self._wake.set()
             return
         # Appended but not acknowledged: the record may still commit, while the core

@@ -147,6 +147,53 @@ def test_a_lost_marker_request_backs_its_broker_off() -> None:
     assert sender.leader_of(("t", 1)) == 2
 
 
+def test_this_nodes_own_markers_are_written_in_process() -> None:
+    """Broker 1's coordinator writes broker 1's markers through ``local`` (no connection
+    to itself, no request encoded: fewer hops before the Complete record that the
+    producer's next transaction waits for); broker 2's still go over the network."""
+    written: list[WriteTxnMarkersRequest] = []
+
+    async def local(req: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
+        written.append(req)
+        return R(markers=[R.WritableTxnMarkerResult(producer_id=7, topics=[
+            R.WritableTxnMarkerTopicResult(name="t", partitions=[
+                R.WritableTxnMarkerPartitionResult(partition_index=0, error_code=0)])])])  # fmt: skip
+
+    channels: list[int] = []
+    channel = FakeChannel(R(markers=[]))
+
+    def connect(broker: int) -> FakeChannel:
+        channels.append(broker)
+        return channel
+
+    sender = MarkerSender(
+        1, SimpleNamespace(image=image_with_topic()), "PLAINTEXT", ManualClock(1000).now_ms,
+        30_000, channel_factory=connect, local=local,
+    )  # fmt: skip
+    assert asyncio.run(sender.send(batch_to(1))) == {(7, ("t", 0)): ErrorCode.NONE}
+    ((m,),) = [req.markers for req in written]
+    assert (m.producer_id, m.producer_epoch, m.coordinator_epoch) == (7, 3, 5)
+    assert channels == [] and sender.answered == 1
+    assert asyncio.run(sender.send(batch_to(2))) == {}
+    assert channels == [2]
+
+
+def test_a_failing_local_marker_write_is_lost_and_backed_off() -> None:
+    """An exception out of the in-process write is what dispatch would have answered
+    UNKNOWN_SERVER_ERROR over the network: the batch is lost (its partitions planned
+    again after the back-off), the node does not halt."""
+
+    async def local(req: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
+        raise RuntimeError("boom")
+
+    sender = MarkerSender(
+        1, SimpleNamespace(image=image_with_topic()), "PLAINTEXT", ManualClock(1000).now_ms,
+        30_000, local=local, rng=random.Random(1),
+    )  # fmt: skip
+    assert asyncio.run(sender.send(batch_to(1))) is None
+    assert sender.lost == 1 and sender.leader_of(("t", 0)) == -1
+
+
 def test_a_failing_core_tick_goes_to_the_fault_handler() -> None:
     faults = RecordingFaultHandler()
     metadata = SimpleNamespace(image=image_with_topic())

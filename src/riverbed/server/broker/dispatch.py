@@ -202,6 +202,7 @@ class Broker:
             clock or SystemClock(),
             self.producer_ids,
             fault_handler,
+            local_markers=lambda req: txn_markers.write_txn_markers(self, req),
         )
         self.transactions.start()
         #: told of every marker appended to __consumer_offsets: the group coordinator's

@@ -41,7 +41,7 @@ from riverbed.storage.log import ORIGIN_COORDINATOR
 if TYPE_CHECKING:
     from riverbed.server.broker.dispatch import Broker
 
-__all__ = ["TxnMarkerListener", "handle_write_txn_markers"]
+__all__ = ["TxnMarkerListener", "handle_write_txn_markers", "write_txn_markers"]
 
 R = WriteTxnMarkersResponse
 
@@ -95,6 +95,12 @@ def _write_marker(
 async def handle_write_txn_markers(
     broker: Broker, ctx: RequestContext, req: WriteTxnMarkersRequest
 ) -> WriteTxnMarkersResponse:
+    return await write_txn_markers(broker, req)
+
+
+async def write_txn_markers(broker: Broker, req: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
+    """The markers of ``req`` appended and answered (also this node's own transaction
+    coordinator's, called in-process: `riverbed.server.txn_markers`)."""
     answers: list[R.WritableTxnMarkerResult] = []
     waits: list[tuple[R.WritableTxnMarkerPartitionResult, Awaitable[ErrorCode]]] = []
     # every marker is appended before the first await: the appends keep request order

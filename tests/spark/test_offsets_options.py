@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -249,11 +250,25 @@ def test_reader_option_and_the_kafka_settings_it_maps() -> None:
     ("settings", "message"),
     [
         ({"reader": "kafka"}, "'reader' must be fetch or consumer"),
+        # Kafka's default mechanism, GSSAPI, is not one riverbed's client logs in with
+        ({"kafka.security.protocol": "SASL_SSL"}, "sasl.mechanism=GSSAPI"),
         (
-            {"kafka.security.protocol": "SASL_SSL"},
-            "kafka.security.protocol need the option reader=consumer",
+            {"kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "PLAIN"},
+            "SASL needs a login: sasl.jaas.config",
         ),
-        ({"kafka.ssl.ca.location": "/x"}, "PLAINTEXT only"),
+        (
+            {"kafka.security.protocol": "SSL", "kafka.ssl.truststore.location": "/no/such.pem"},
+            "JKS trust stores are not supported: use PEM or PKCS12",  # Kafka's default type
+        ),
+        (
+            {
+                "kafka.security.protocol": "SSL",
+                "kafka.ssl.truststore.type": "PEM",
+                "kafka.ssl.truststore.location": "/no/such.pem",
+            },
+            "ssl.truststore.location: cannot read /no/such.pem",
+        ),
+        ({"kafka.security.protocol": "TLS"}, "security.protocol=TLS is not a Kafka protocol"),
         ({"kafka.isolation.level": "dirty"}, "read_committed or read_uncommitted"),
         ({"kafka.fetch.max.bytes": "-1"}, "'kafka.fetch.max.bytes' must be positive"),
     ],
@@ -261,8 +276,38 @@ def test_reader_option_and_the_kafka_settings_it_maps() -> None:
 def test_reader_settings_fail_fast(settings: dict[str, str], message: str) -> None:
     with pytest.raises(RiverbedOptionError, match=message):
         parse_read_options({**BS, "subscribe": "t", **settings}, streaming=False)
-    # the consumer path takes TLS/SASL settings (librdkafka checks them)
-    if "ssl" in str(settings) or "SASL" in str(settings):
-        parse_read_options(
-            {**BS, "subscribe": "t", "reader": "consumer", **settings}, streaming=False
-        )
+
+
+def test_reader_security_settings_are_kafkas_spark_connector_options(tmp_path: Path) -> None:
+    """The ``kafka.*`` security options of Kafka's Spark connector (Java names) reach
+    riverbed's wire client (TLS context, SASL login) and, in librdkafka's names, the
+    confluent-kafka clients."""
+    from riverbed.spark.options import fetch_settings, librdkafka_settings
+    from riverbed.testing.certs import make_pki
+
+    pki = make_pki(tmp_path)
+    jaas = (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="alice" password="alice-pw";'
+    )
+    opts = parse_read_options(
+        {
+            **BS,
+            "subscribe": "t",
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": "SCRAM-SHA-512",
+            "kafka.sasl.jaas.config": jaas,
+            "kafka.ssl.truststore.type": "PEM",
+            "kafka.ssl.truststore.location": str(pki.ca),
+        },
+        streaming=False,
+    )
+    security = fetch_settings(opts.client_config).security
+    assert (security.protocol, security.mechanism) == ("SASL_SSL", "SCRAM-SHA-512")
+    assert (security.username, security.password) == ("alice", "alice-pw")
+    assert security.ssl_context is not None
+    assert security.ssl_context.check_hostname  # Kafka's default: https identification
+    rdkafka = librdkafka_settings(opts.client_config)
+    assert rdkafka["sasl.username"] == "alice" and rdkafka["sasl.password"] == "alice-pw"
+    assert rdkafka["ssl.ca.pem"].startswith("-----BEGIN CERTIFICATE-----")
+    assert "sasl.jaas.config" not in rdkafka and "ssl.truststore.location" not in rdkafka

@@ -42,6 +42,12 @@ class WireError(RuntimeError):
     """The broker could not be reached or answered something unusable."""
 
 
+class WireAuthError(WireError):
+    """The broker refused this client's credentials (SASL) or the TLS handshake failed
+    (e.g. a certificate the trust store does not vouch for): not worth a retry, as
+    Kafka's clients treat SaslAuthenticationException and SslAuthenticationException."""
+
+
 def _plaintext() -> ClientSecurity:
     return PLAINTEXT_CLIENT
 
@@ -78,6 +84,8 @@ class WireClient:
             self.sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
             if security.ssl_context is not None:
                 self.sock = security.ssl_context.wrap_socket(self.sock, server_hostname=host)
+        except ssl.SSLCertVerificationError as exc:
+            raise WireAuthError(f"TLS handshake with {host}:{port} failed: {exc}") from None
         except (OSError, ssl.SSLError) as exc:
             raise WireError(f"cannot connect to {host}:{port}: {exc}") from None
         self.sock.settimeout(timeout_s)
@@ -103,7 +111,7 @@ class WireClient:
             return
         except sasl_client.SaslLoginError as exc:
             self.close()
-            raise WireError(str(exc)) from None
+            raise WireAuthError(str(exc)) from None
 
     def version(self, api_key: ApiKey) -> int:
         lo, hi = SUPPORTED_VERSIONS[api_key]

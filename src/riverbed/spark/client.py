@@ -17,6 +17,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
+from riverbed.cli.wire import WireAuthError, WireClient, WireError
 from riverbed.spark.offsets import OffsetRange, PartitionOffsets
 from riverbed.spark.options import (
     EARLIEST,
@@ -25,6 +26,8 @@ from riverbed.spark.options import (
     ReadOptions,
     RiverbedOptionError,
     TopicPartition,
+    librdkafka_settings,
+    wire_client_security,
 )
 
 log = logging.getLogger(__name__)
@@ -44,6 +47,34 @@ class RiverbedSourceError(RuntimeError):
     """The cluster could not answer a look-up the source needs (names topic/partition)."""
 
 
+class KafkaAuthenticationError(RuntimeError):
+    """The brokers refused the ``kafka.*`` credentials or the TLS handshake failed."""
+
+
+def check_login(client_config: Mapping[str, str]) -> None:
+    """With TLS or SASL settings, log in once to a bootstrap broker with riverbed's wire
+    client and raise KafkaAuthenticationError if it is refused. librdkafka retries a
+    refused login until its request times out and then reports a bare "Broker transport
+    failure" (30 s later): the driver's look-ups would hide a wrong password."""
+    security = wire_client_security(client_config)
+    if security.protocol == "PLAINTEXT":
+        return
+    for address in client_config["bootstrap.servers"].split(","):
+        try:
+            WireClient(address.strip(), timeout_s=request_timeout_s, security=security).close()
+            return
+        except WireAuthError as e:
+            how = f"kafka.security.protocol={security.protocol}" + (
+                f", kafka.sasl.mechanism={security.mechanism}" if security.mechanism else ""
+            )
+            raise KafkaAuthenticationError(
+                f"authentication with {address.strip()} failed ({how}): {e}; check "
+                "kafka.sasl.jaas.config (username, password) and the ssl.truststore settings"
+            ) from None
+        except WireError:
+            continue  # unreachable: the next address (the look-ups report it otherwise)
+
+
 class DataLossError(RiverbedSourceError):
     """Offsets the query needs are gone (retention, DeleteRecords, deleted topic)."""
 
@@ -57,7 +88,7 @@ def report_data_loss(fail_on_data_loss: bool, message: str) -> None:
 def consumer_config(
     client_config: Mapping[str, str], **extra: str | int | bool
 ) -> dict[str, object]:
-    config: dict[str, object] = dict(client_config)
+    config: dict[str, object] = dict(librdkafka_settings(client_config))
     # A fresh group per client: the source never joins or commits to a group.
     config.setdefault("group.id", f"riverbed-spark-{uuid.uuid4().hex[:12]}")
     config["enable.auto.commit"] = False
@@ -82,6 +113,7 @@ class OffsetClient:
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
+        check_login(options.client_config)
         self._consumer = new_client(Consumer, consumer_config(options.client_config))
 
     def close(self) -> None:

@@ -45,7 +45,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from riverbed.cli.wire import WireError
 from riverbed.protocol.compression import CompressionType
 from riverbed.protocol.records import SimpleRecord, build_batch, frame_batch
-from riverbed.spark.options import WriteOptions
+from riverbed.spark.options import WriteOptions, librdkafka_settings, wire_client_security
 from riverbed.spark.txn_client import Cluster, TxnProducer, TxnSinkError, murmur2_partition
 
 #: Bytes of records a task buffers for one partition before producing them as one batch.
@@ -70,13 +70,19 @@ class TxnCommitMessage(WriterCommitMessage):
         return (self.transactional_id, self.producer_id, self.producer_epoch)
 
 
+def cluster_of(options: WriteOptions) -> Cluster:
+    """The brokers of ``options``, with their ``kafka.*`` TLS and SASL settings."""
+    config = options.client_config
+    return Cluster(config["bootstrap.servers"], security=wire_client_security(config))
+
+
 # ---------------------------------------------------------------------------- tasks
 def write_task(options: WriteOptions, batches: Iterator[pa.RecordBatch], partition_id: int
                ) -> TxnCommitMessage:  # fmt: skip
     """Write every row in one transaction and prepare it (see the module docstring)."""
     from riverbed.spark.sink import rows_of
 
-    cluster = Cluster(options.client_config["bootstrap.servers"])
+    cluster = cluster_of(options)
     try:
         producer = TxnProducer(
             cluster, f"{options.prefix()}-{partition_id}", options.transaction_timeout_ms
@@ -252,7 +258,9 @@ class CommitLog:
 
     def __init__(self, options: WriteOptions) -> None:
         self.topic = options.commit_log_topic
-        self.config: dict[str, str | int | float | bool] = dict(options.client_config)
+        self.config: dict[str, str | int | float | bool] = dict(
+            librdkafka_settings(options.client_config)
+        )
         self.config.pop("isolation.level", None)
 
     def ensure(self, cluster: Cluster) -> None:
@@ -312,7 +320,7 @@ class SinkCoordinator:
         self.decided: list[Txn] = []
 
     def _cluster(self) -> Cluster:
-        return Cluster(self.options.client_config["bootstrap.servers"])
+        return cluster_of(self.options)
 
     def _complete(self, cluster: Cluster, txn: Txn, commit: bool) -> bool:
         return complete(cluster, txn, commit, self.options.transaction_timeout_ms)

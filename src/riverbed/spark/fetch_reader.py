@@ -36,7 +36,7 @@ from typing import Final
 
 import pyarrow as pa
 
-from riverbed.cli.wire import RESPONSE_BYTES_MAX, WireClient, WireError
+from riverbed.cli.wire import RESPONSE_BYTES_MAX, WireAuthError, WireClient, WireError
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
@@ -99,7 +99,18 @@ class PartitionClient:
         conn = self._conns.get(key)
         if conn is None:
             timeout_s = self.settings.request_timeout_ms / 1000
-            conn = WireClient(address, timeout_s=timeout_s, client_id=self.settings.client_id)
+            try:
+                conn = WireClient(
+                    address,
+                    timeout_s=timeout_s,
+                    client_id=self.settings.client_id,
+                    security=self.settings.security,
+                )
+            except WireAuthError as e:  # no retry cures credentials
+                raise RiverbedSourceError(
+                    f"reading {self.topic}-{self.partition}: authentication with {address} "
+                    f"failed: {e}"
+                ) from None
             self._conns[key] = conn
         return conn
 

@@ -18,10 +18,15 @@ Executors read with riverbed's own Fetch requests (``reader=fetch``), which take
 ``kafka.*`` settings with Kafka's meanings and defaults: ``bootstrap.servers``, ``client.id``,
 ``fetch.max.bytes``, ``max.partition.fetch.bytes``, ``fetch.max.wait.ms`` (librdkafka's
 ``fetch.wait.max.ms`` too), ``fetch.min.bytes``, ``request.timeout.ms`` (or
-``socket.timeout.ms``) and ``isolation.level`` (default ``read_committed``, as librdkafka's);
-other settings only reach the driver's look-ups (librdkafka). The reader speaks PLAINTEXT
-only: TLS/SASL settings are refused with a pointer to ``reader=consumer``, the
-confluent-kafka consumer path, which passes every ``kafka.*`` setting to librdkafka.
+``socket.timeout.ms``), ``isolation.level`` (default ``read_committed``, as librdkafka's)
+and the security settings Kafka's Spark connector takes (``kafka.security.protocol``
+PLAINTEXT / SSL / SASL_PLAINTEXT / SASL_SSL, ``kafka.sasl.mechanism`` PLAIN / SCRAM-SHA-256 /
+SCRAM-SHA-512, ``kafka.sasl.jaas.config``, ``kafka.ssl.truststore.location`` with
+``kafka.ssl.truststore.type`` PEM or PKCS12, key stores for mutual TLS, or librdkafka's
+names for them): read by `riverbed.cli.client_security`, the one reader of Kafka client
+properties, for riverbed's wire client (the reader, the exactly-once sink) and rendered
+into librdkafka's names for the confluent-kafka clients (the driver's look-ups,
+``reader=consumer``, the at-least-once sink). Other settings only reach librdkafka.
 
 Offsets JSON is Spark's: ``{"topic": {"0": 42, "1": -2}}`` with -2 = earliest and
 -1 = latest; timestamps JSON has the same shape with epoch milliseconds. Spark lets
@@ -36,6 +41,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from riverbed.cli.client_security import ClientSecurityError, librdkafka_config, wire_security
+from riverbed.server.listener_security import PLAINTEXT_CLIENT, ClientSecurity
 
 TopicPartition = tuple[str, int]
 
@@ -145,6 +153,8 @@ class FetchSettings:
     fetch_min_bytes: int = 1
     request_timeout_ms: int = 30_000
     read_committed: bool = True
+    #: TLS and SASL of every connection (built where the settings are: not pickled)
+    security: ClientSecurity = PLAINTEXT_CLIENT
 
 
 _FETCH_INT_SETTINGS = {
@@ -160,18 +170,7 @@ _FETCH_INT_SETTINGS = {
 
 def fetch_settings(client_config: Mapping[str, str]) -> FetchSettings:
     """The reader's settings from ``kafka.*`` (without the prefix); RiverbedOptionError for
-    bad values and for security settings it cannot honour."""
-    secure = sorted(
-        k
-        for k, v in client_config.items()
-        if k.startswith(("ssl.", "sasl."))
-        or (k == "security.protocol" and v.strip().lower() != "plaintext")
-    )
-    if secure:
-        raise RiverbedOptionError(
-            f"riverbed's reader speaks PLAINTEXT only; {', '.join('kafka.' + k for k in secure)} "
-            "need the option reader=consumer (librdkafka)"
-        )
+    bad values (security settings included)."""
     values: dict[str, object] = {}
     for key, name in _FETCH_INT_SETTINGS.items():
         if key in client_config:
@@ -186,8 +185,27 @@ def fetch_settings(client_config: Mapping[str, str]) -> FetchSettings:
     return FetchSettings(
         bootstrap_servers=client_config["bootstrap.servers"],
         read_committed=level == "read_committed",
+        security=wire_client_security(client_config),
         **values,  # type: ignore[arg-type]
     )
+
+
+def wire_client_security(client_config: Mapping[str, str]) -> ClientSecurity:
+    """TLS and SASL of riverbed's wire client from the ``kafka.*`` settings (Kafka's or
+    librdkafka's names); RiverbedOptionError naming what cannot be used."""
+    try:
+        return wire_security(client_config)
+    except ClientSecurityError as e:
+        raise RiverbedOptionError(f"invalid Kafka security option (kafka.*): {e}") from None
+
+
+def librdkafka_settings(client_config: Mapping[str, str]) -> dict[str, str]:
+    """The ``kafka.*`` settings in librdkafka's names (``sasl.jaas.config`` becomes
+    ``sasl.username``/``sasl.password``, a PEM or PKCS12 trust store ``ssl.ca.pem``...)."""
+    try:
+        return librdkafka_config(client_config)
+    except ClientSecurityError as e:
+        raise RiverbedOptionError(f"invalid Kafka security option (kafka.*): {e}") from None
 
 
 #: Where the exactly-once sink's driver records each commit decision (a compacted topic).

@@ -47,9 +47,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from riverbed.spark.client import new_client
+from riverbed.spark.client import check_login, new_client
 from riverbed.spark.exactly_once import SinkCoordinator, write_task
-from riverbed.spark.options import RiverbedOptionError, WriteOptions
+from riverbed.spark.options import RiverbedOptionError, WriteOptions, librdkafka_settings
 from riverbed.spark.schema import HEADERS_TYPE
 
 # How long a task waits for outstanding deliveries after its last row.
@@ -221,14 +221,16 @@ def check_producer_config(options: WriteOptions) -> None:
 
 def producer_config(options: WriteOptions, on_error: Any) -> dict[str, Any]:
     config: dict[str, Any] = {"enable.idempotence": True, "linger.ms": 5}
-    config.update(options.client_config)
+    config.update(librdkafka_settings(options.client_config))
     config["on_delivery"] = on_error
     config["delivery.report.only.error"] = True
     return config
 
 
-#: ``kafka.*`` settings the exactly-once sink's own client obeys (it speaks PLAINTEXT).
+#: ``kafka.*`` settings the exactly-once sink's own client obeys, besides its security
+#: settings (``security.protocol``, ``sasl.*``, ``ssl.*``: `riverbed.cli.client_security`).
 _EXACTLY_ONCE_CLIENT_SETTINGS = frozenset({"bootstrap.servers", "client.id", "isolation.level"})
+_SECURITY_PREFIXES = ("security.protocol", "sasl.", "ssl.")
 
 
 class _ProducingWriter:
@@ -240,15 +242,20 @@ class _ProducingWriter:
         validate_write_schema(schema, options)
         self.options = options
         self.coordinator: SinkCoordinator | None = None
+        check_login(options.client_config)
         if not options.exactly_once:
             check_producer_config(options)
             return
-        other = sorted(set(options.client_config) - _EXACTLY_ONCE_CLIENT_SETTINGS)
+        other = sorted(
+            k
+            for k in options.client_config
+            if k not in _EXACTLY_ONCE_CLIENT_SETTINGS and not k.startswith(_SECURITY_PREFIXES)
+        )
         if other:
             raise RiverbedOptionError(
                 "the exactly-once sink does not support option(s) "
                 + ", ".join(f"'kafka.{k}'" for k in other)
-                + " yet (PLAINTEXT only); set exactlyOnce=false to write at-least-once"
+                + " yet; set exactlyOnce=false to write at-least-once"
             )
         self.coordinator = SinkCoordinator(options)
         self.coordinator.start()

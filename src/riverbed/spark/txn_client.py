@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Final, TypeVar
 
-from riverbed.cli.wire import WireClient, WireError
+from riverbed.cli.wire import WireAuthError, WireClient, WireError
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
@@ -36,6 +36,7 @@ from riverbed.protocol.messages import (
     ProduceRequest,
     ProduceResponse,
 )
+from riverbed.server.listener_security import PLAINTEXT_CLIENT, ClientSecurity
 
 E = ErrorCode
 TopicPartition = tuple[str, int]
@@ -120,9 +121,12 @@ def murmur2_partition(key: bytes, partitions: int) -> int:
 class Cluster:
     """Connections to one cluster's brokers (by node id, bootstrap addresses first)."""
 
-    def __init__(self, bootstrap: str, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, bootstrap: str, timeout_s: float = 30.0, security: ClientSecurity = PLAINTEXT_CLIENT
+    ) -> None:
         self.bootstrap = [a.strip() for a in bootstrap.split(",") if a.strip()]
         self.timeout_s = timeout_s
+        self.security = security
         self.brokers: dict[int, str] = {}
         self._conns: dict[int | str, WireClient] = {}
 
@@ -130,7 +134,10 @@ class Cluster:
         c = self._conns.get(key)
         if c is None:
             address = self.brokers[key] if isinstance(key, int) else key
-            c = WireClient(address, self.timeout_s, CLIENT_ID)
+            try:
+                c = WireClient(address, self.timeout_s, CLIENT_ID, self.security)
+            except WireAuthError as e:  # not retried: no retry cures credentials
+                raise TxnSinkError(f"authentication with {address} failed: {e}") from None
             self._conns[key] = c
         return c
 

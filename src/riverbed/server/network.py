@@ -465,7 +465,9 @@ class Connection:
     def _sent(self, timings: list[RequestTiming]) -> None:
         hook = self.server.on_sent
         if hook is not None:
+            now = time.perf_counter()
             for timing in timings:
+                timing.sent = now
                 hook(timing)
 
     def _abort_pending(self) -> None:

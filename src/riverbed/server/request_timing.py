@@ -35,7 +35,7 @@ _CURRENT: contextvars.ContextVar[RequestTiming | None] = contextvars.ContextVar(
 class RequestTiming:
     """The stage stamps of one request (0.0: not reached)."""
 
-    __slots__ = ("answered", "dequeued", "name", "parked", "received", "taken")
+    __slots__ = ("answered", "dequeued", "name", "parked", "received", "sent", "taken")
 
     def __init__(self, received: float) -> None:
         self.received = received
@@ -43,6 +43,7 @@ class RequestTiming:
         self.parked = 0.0
         self.answered = 0.0
         self.taken = 0.0
+        self.sent = 0.0
         #: Kafka's request name (``Produce``, ``FetchConsumer``, ...), set by the handler
         #: wrapper; empty when no wrapper saw the request
         self.name = ""

@@ -26,9 +26,9 @@ from riverbed.protocol.records import SimpleRecord, build_batch
 from riverbed.server.metrics.loop_idle import LoopIdle, schedstat_busy_ns
 from riverbed.server.metrics.metadata_events import MetadataEvents
 from riverbed.server.metrics.traffic import (
+    PENDING_TIMINGS_MAX,
     TIME_METRICS,
     MsHistogram,
-    RequestTimes,
     TrafficCollector,
     TrafficStats,
     error_codes,
@@ -135,9 +135,11 @@ def test_produce_counts_bytes_and_messages_of_successful_partitions_only() -> No
     assert samples[("kafka_network_requestchannel_requestqueuesize", ())] == 3
 
 
-def _stamped(received: float, dequeued: float, parked: float, answered: float) -> RequestTiming:
-    t = RequestTiming(received)
-    t.dequeued, t.parked, t.answered, t.name = dequeued, parked, answered, "Produce"
+def _stamped(*stamps: float) -> RequestTiming:
+    """A Produce request's timing: received, dequeued, parked, answered, taken, sent."""
+    t = RequestTiming(stamps[0])
+    t.dequeued, t.parked, t.answered, t.taken, t.sent = stamps[1:]
+    t.name = "Produce"
     return t
 
 
@@ -145,15 +147,21 @@ def test_request_times_split_into_kafkas_stages() -> None:
     """received 0, dequeued 2 ms, parked 5 ms, answered 105 ms, taken 110 ms, sent 111 ms;
     a second request that never parked: all its handler time is local."""
     stats = TrafficStats(lambda _id: None)
-    parked = _stamped(0.0, 0.002, 0.005, 0.105)
-    parked.taken = 0.110
-    stats.times["Produce"] = RequestTimes()
-    stats.times["Produce"].observe(parked, 0.111)
-    at_once = _stamped(1.0, 1.001, 0.0, 1.004)
-    at_once.taken = 1.004
-    stats.times["Produce"].observe(at_once, 1.0045)
-    t = stats.times["Produce"]
-    sums = {name: round(timer(t).sum_ms, 6) for name, timer, _ in TIME_METRICS}
+    stats.sent(_stamped(0.0, 0.002, 0.005, 0.105, 0.110, 0.111))
+    stats.sent(_stamped(1.0, 1.001, 0.0, 1.004, 1.004, 1.0045))
+    assert stats.times == {}  # folded at scrape time
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(TrafficCollector(stats, lambda: 0))
+    samples = {
+        s.name: s.value
+        for f in text_string_to_metric_families(generate_latest(registry).decode())
+        for s in f.samples
+        if s.labels.get("request") == "Produce" and "le" not in s.labels
+    }
+    sums = {
+        name: round(samples[f"kafka_network_requestmetrics_{name}_sum"], 6)
+        for name, _timer, _doc in TIME_METRICS
+    }
     assert sums == {
         "totaltimems": 111 + 4.5,
         "requestqueuetimems": 2 + 1,
@@ -164,17 +172,24 @@ def test_request_times_split_into_kafkas_stages() -> None:
     }
     # the stages add up to the total
     assert sum(sums.values()) - sums["totaltimems"] == sums["totaltimems"]
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(TrafficCollector(stats, lambda: 0))
-    text = generate_latest(registry).decode()
-    counts = {
-        s.name: s.value
-        for f in text_string_to_metric_families(text)
-        for s in f.samples
-        if s.name.endswith("_count")
-    }
     for name, _timer, _doc in TIME_METRICS:
-        assert counts[f"kafka_network_requestmetrics_{name}_count"] == 2
+        assert samples[f"kafka_network_requestmetrics_{name}_count"] == 2
+    remote = stats.times["Produce"].remote
+    assert dict(remote.cumulative())["1"] == 1 and dict(remote.cumulative())["100"] == 2
+
+
+def test_stamps_fold_when_bounded_and_bulk_matches_one_by_one() -> None:
+    stats = TrafficStats(lambda _id: None)
+    for i in range(PENDING_TIMINGS_MAX):  # never parked: local times 0 .. 4095 ms
+        stats.sent(_stamped(0.0, 0.0, 0.0, i / 1000, i / 1000, i / 1000))
+    assert "Produce" in stats.times
+    one_by_one = MsHistogram()
+    for i in range(PENDING_TIMINGS_MAX):
+        one_by_one.observe((i / 1000 - 0.0) * 1000)
+    local = stats.times["Produce"].local  # folded at the bound, no scrape needed
+    assert local.counts == one_by_one.counts  # a bucket's bound is inclusive in both
+    assert local.sum_ms == pytest.approx(one_by_one.sum_ms)
+    assert stats.times["Produce"].remote.sum_ms == 0
 
 
 def test_histogram_buckets_are_cumulative() -> None:

@@ -24,7 +24,9 @@ an error).
 
 Cost: the counters are plain integers in dicts, touched only by the event loop (no
 locks, no prometheus_client objects on the hot path); `TrafficCollector` turns them into
-metric families when ``/metrics`` is scraped.
+metric families when ``/metrics`` is scraped. A sent request's stamps are only appended
+to a list; they are folded into the histograms (vectorised, numpy) at scrape time or
+when `PENDING_TIMINGS_MAX` have gathered.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from dataclasses import dataclass
 from functools import cache
 from time import perf_counter
 
+import numpy as np
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
@@ -58,6 +61,9 @@ from riverbed.server.request_timing import RequestTiming
 TIME_BUCKETS_MS: tuple[float, ...] = (
     1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
 )  # fmt: skip
+_BOUNDS_MS = np.array(TIME_BUCKETS_MS)
+#: Sent requests' stamps kept before they are folded into the histograms.
+PENDING_TIMINGS_MAX = 4096
 #: Nesting bound of the error-code walk (Kafka's messages nest three deep at most).
 _DEPTH_MAX = 8
 _INT32 = struct.Struct(">i")
@@ -83,6 +89,13 @@ def record_count(records: bytes | bytearray | memoryview) -> int:
     count = 0
     pos = 0
     size = len(records)
+    if (
+        size >= _BATCH_HEADER_BYTES
+        and _INT32.unpack_from(records, _BATCH_LENGTH_AT)[0] == size - 12
+    ):
+        return max(
+            0, int(_INT32.unpack_from(records, _RECORDS_COUNT_AT)[0])
+        )  # one batch: the usual
     while pos + _BATCH_HEADER_BYTES <= size:
         (length,) = _INT32.unpack_from(records, pos + _BATCH_LENGTH_AT)
         (n,) = _INT32.unpack_from(records, pos + _RECORDS_COUNT_AT)
@@ -106,6 +119,12 @@ class MsHistogram:
         self.counts[bisect_left(TIME_BUCKETS_MS, ms)] += 1
         self.sum_ms += ms
 
+    def observe_many(self, ms: np.ndarray) -> None:
+        """`observe` of each value (a bucket's bound is inclusive: bisect_left's index)."""
+        found = np.bincount(np.searchsorted(_BOUNDS_MS, ms), minlength=len(self.counts))
+        self.counts = [a + int(b) for a, b in zip(self.counts, found, strict=True)]
+        self.sum_ms += float(ms.sum())
+
     def cumulative(self) -> list[tuple[str, float]]:
         out: list[tuple[str, float]] = []
         total = 0
@@ -113,6 +132,11 @@ class MsHistogram:
             total += n
             out.append(("+Inf" if bound == float("inf") else str(bound), float(total)))
         return out
+
+
+#: A sent request's stamps: received, dequeued, parked (answered if it never parked),
+#: answered, taken by the writer, sent.
+Stamps = tuple[float, float, float, float, float, float]
 
 
 class RequestTimes:
@@ -128,16 +152,17 @@ class RequestTimes:
         self.response_queue = MsHistogram()
         self.response_send = MsHistogram()
 
-    def observe(self, t: RequestTiming, sent: float) -> None:
-        """Kafka's ``updateRequestMetrics``: the stages of a request sent at ``sent``."""
-        answered = t.answered
-        parked = t.parked or answered
-        self.total.observe((sent - t.received) * 1000)
-        self.request_queue.observe((t.dequeued - t.received) * 1000)
-        self.local.observe((parked - t.dequeued) * 1000)
-        self.remote.observe((answered - parked) * 1000)
-        self.response_queue.observe((t.taken - answered) * 1000)
-        self.response_send.observe((sent - t.taken) * 1000)
+    def observe_many(self, stamps: list[Stamps]) -> None:
+        """Kafka's ``updateRequestMetrics`` for each request's stamps: each stage is the
+        difference of two consecutive stamps, the total the last minus the first."""
+        at = np.array(stamps)
+        stages = np.diff(at, axis=1) * 1000
+        self.total.observe_many((at[:, -1] - at[:, 0]) * 1000)
+        self.request_queue.observe_many(stages[:, 0])
+        self.local.observe_many(stages[:, 1])
+        self.remote.observe_many(stages[:, 2])
+        self.response_queue.observe_many(stages[:, 3])
+        self.response_send.observe_many(stages[:, 4])
 
 
 #: (metric suffix, timer, help): kafka_network_requestmetrics_<suffix>
@@ -187,6 +212,9 @@ class TrafficStats:
         self.requests: dict[tuple[str, int], int] = {}
         self.errors: dict[tuple[str, str], int] = {}
         self.times: dict[str, RequestTimes] = {}
+        #: request name -> stamps of requests sent since the last fold
+        self._pending: dict[str, list[Stamps]] = {}
+        self._pending_count = 0
         self.topics: dict[str, TopicCounters] = {}
         self.all_topics = TopicCounters()
 
@@ -207,15 +235,28 @@ class TrafficStats:
 
         return handle
 
-    def sent(self, timing: RequestTiming) -> None:
-        """The network layer's `SentHook`: the request's times, now that it is sent."""
-        name = timing.name
+    def sent(self, t: RequestTiming) -> None:
+        """The network layer's `SentHook`: keep the request's stamps for the next fold."""
+        name = t.name
         if not name:  # never answered through `instrument` (e.g. a handler raised)
             return
-        times = self.times.get(name)
-        if times is None:
-            times = self.times[name] = RequestTimes()
-        times.observe(timing, perf_counter())
+        pending = self._pending.get(name)
+        if pending is None:
+            pending = self._pending[name] = []
+        answered = t.answered
+        pending.append((t.received, t.dequeued, t.parked or answered, answered, t.taken, t.sent))
+        self._pending_count += 1
+        if self._pending_count >= PENDING_TIMINGS_MAX:
+            self.fold()
+
+    def fold(self) -> None:
+        """Fold the pending stamps into the histograms (scrape time, or when bounded)."""
+        pending, self._pending, self._pending_count = self._pending, {}, 0
+        for name, stamps in pending.items():
+            times = self.times.get(name)
+            if times is None:
+                times = self.times[name] = RequestTimes()
+            times.observe_many(stamps)
 
     def record(self, ctx: RequestContext, body: Message, response: Response | None) -> str:
         """Count an answered request; its Kafka request name."""
@@ -249,28 +290,40 @@ class TrafficStats:
     def _produced(self, name: str, req: ProduceRequest, resp: ProduceResponse | None) -> None:
         """acks=0 has no response: its partitions all succeeded (a failure closed the
         connection and never reached here). The handler answers in request order; a
-        response in another order is matched by name and index."""
+        response in another order is matched by name and index. Hot path: sums in locals,
+        each counter touched once per topic."""
         answers = resp.responses if resp is not None else None
         in_order = answers is not None and len(answers) == len(req.topic_data)
         every = self.all_topics
+        topics = self.topics
+        answered_none = 0  # partitions answered NONE (Kafka's errorCounts)
         for ti, td in enumerate(req.topic_data):
-            topic = self._topic(td.name)
+            topic = topics.get(td.name) or self._topic(td.name)
+            parts = td.partition_data
             codes = self._produce_codes(td, answers[ti] if in_order and answers else None, resp)
-            for pd, code in zip(td.partition_data, codes, strict=True):
-                topic.total_produce += 1
-                if code is not None:
+            size = count = failed = 0
+            for pd, code in zip(parts, codes, strict=True):
+                records = pd.records
+                if code:
                     self._error(name, _code_name(code))
-                if code or not pd.records:
-                    topic.failed_produce += 1
-                    every.failed_produce += 1
+                elif code is not None:
+                    answered_none += 1
+                if code or not records:
+                    failed += 1
                     continue
-                size = len(pd.records)
-                count = record_count(pd.records)
-                topic.bytes_in += size
-                every.bytes_in += size
-                topic.messages_in += count
-                every.messages_in += count
-            every.total_produce += len(td.partition_data)
+                size += len(records)
+                count += record_count(records)
+            topic.total_produce += len(parts)
+            every.total_produce += len(parts)
+            topic.failed_produce += failed
+            every.failed_produce += failed
+            topic.bytes_in += size
+            every.bytes_in += size
+            topic.messages_in += count
+            every.messages_in += count
+        if answered_none:
+            key = (name, "NONE")
+            self.errors[key] = self.errors.get(key, 0) + answered_none
 
     @staticmethod
     def _produce_codes(
@@ -402,6 +455,7 @@ class TrafficCollector(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         s = self.stats
+        s.fold()
         requests = CounterMetricFamily(
             "kafka_network_requestmetrics_requests",
             "Requests answered (RequestsPerSec)",

@@ -144,6 +144,18 @@ def test_node_froze_its_start_up_heap(broker):
     assert found is not None and int(found.group(1)) > 10_000
 
 
+def test_node_reports_loop_stalls_and_collector_pauses(broker):
+    # issue 23: the stall sampler runs in the node's loop, the collector hook times pauses
+    import urllib.request
+
+    with urllib.request.urlopen(f"{broker.http_url}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    assert re.search(r"^riverbed_event_loop_stalls_total \d", text, re.M)
+    # the start-up collection before the freeze, at least, was timed
+    found = re.search(r'^python_gc_pauses_total\{generation="2"\} (\S+)', text, re.M)
+    assert found is not None and float(found.group(1)) >= 1
+
+
 def test_bench_latency_finds_the_peak_then_holds_half_of_it(broker, capsys):
     b = broker.bootstrap
     res = run_json(capsys, "bench", "latency", "-b", b, "--topic", "lat", "--peak-records",

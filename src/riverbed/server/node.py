@@ -202,6 +202,8 @@ class Node:
         await self._start_http()  # first: /health/ready answers 503 while the node starts
         idle = self.metrics.watch_loop(cfg.get_int("metrics.sample.window.ms"))
         self._tasks.append(supervise("event loop idle sampler", idle, fh))
+        stalls = self.metrics.watch_stalls()  # where the latency tail goes (issue 23)
+        self._tasks.append(supervise("event loop stall sampler", stalls, fh))
         self.cluster_id = ensure_formatted(
             list(cfg.log_dirs), cfg.metadata_log_dir, cfg.node_id, auto_format=cfg.auto_format
         )

@@ -19,6 +19,7 @@ from riverbed.server.metrics.exposition import render_text
 from riverbed.server.metrics.loop_idle import LoopIdleCollector, loop_idle_here
 from riverbed.server.metrics.metadata_events import MetadataEvents
 from riverbed.server.metrics.remote import RemoteLogCollector, RemoteLogStats
+from riverbed.server.metrics.stalls import StallCollector, StallStats
 from riverbed.server.metrics.state import (
     CommitLatencyView,
     ControllerCollector,
@@ -53,6 +54,7 @@ class NodeMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.traffic = TrafficStats(topic_name)
         self.events = MetadataEvents(node_id, is_controller)
+        self.stalls = StallStats()
         self.registry.register(self.events)
         self._watching = False
 
@@ -71,6 +73,12 @@ class NodeMetrics:
         idle = loop_idle_here(window_ms)
         self.registry.register(LoopIdleCollector(idle))
         return idle.run()
+
+    def watch_stalls(self) -> Coroutine[Any, Any, None]:
+        """Loop stalls and collector pauses (`riverbed.server.metrics.stalls`): registers
+        their collector and returns the sampler to run in the node's loop."""
+        self.registry.register(StallCollector(self.stalls))
+        return self.stalls.run()
 
     def watch(
         self,

@@ -8,7 +8,10 @@ batch.size 16384, linger.ms ``--linger-ms``, ``--size``-byte records):
 - the peak: an unpaced run of ``--messages`` records;
 - ``--trials`` runs of ``--paced-s`` seconds at half of that peak, each reporting
   send-to-ack p50/p95/p99/p99.9/max measured from every record's intended send time
-  (`riverbed.cli.bench_latency`: a client or broker behind schedule counts).
+  (`riverbed.cli.bench_latency`: a client or broker behind schedule counts), and per 1000
+  records the CPU time of the node processes and the wake-ups of their event-loop threads
+  (voluntary context switches, /proc): figures a loaded machine disturbs far less than
+  latency.
 
 Printed: each trial, the median over trials per cluster, the goal ratios (RF3 p99 <= 10 ms;
 RF3 p50 within 2x of RF1) and the load average before and after (``os.getloadavg``).
@@ -27,6 +30,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from benchmarks.replication_bench import wait_isr
+from riverbed.cli.bench import run_produce
 from riverbed.cli.bench_latency import LatencyRun, run_latency
 from riverbed.testing.quorum_cluster import QuorumCluster
 
@@ -39,13 +43,31 @@ def load() -> str:
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} ({os.cpu_count()} CPUs)"
 
 
-def line(name: str, run: LatencyRun) -> str:
+def node_cost(pids: list[int]) -> tuple[float, int]:
+    """(CPU seconds of the node processes, voluntary context switches of their event-loop
+    threads: how often a loop went to sleep and had to be woken) so far."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu, wakeups = 0.0, 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        cpu += (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+        with open(f"/proc/{pid}/task/{pid}/status") as f:
+            for row in f:
+                if row.startswith("voluntary_ctxt_switches:"):
+                    wakeups += int(row.split()[1])
+    return cpu, wakeups
+
+
+def line(name: str, run: LatencyRun, cost: tuple[float, int]) -> str:
     lat = run.result.latency_ms
     peak = f"peak {run.peak:,.0f}/s, " if run.peak is not None else ""
     figures = " ".join(f"{p} {lat[p]:.1f}" for p in PERCENTILES)
+    per_k = 1000 / max(1, run.result.records)
     return (
         f"{name}: {peak}at {run.rate:,.0f}/s (achieved {run.result.records_per_s:,.0f}/s, "
-        f"errors {run.result.errors}): ms {figures}"
+        f"errors {run.result.errors}): ms {figures}; per 1000 records the nodes used "
+        f"{cost[0] * per_k * 1000:.1f} ms CPU, their loops woke {cost[1] * per_k:.0f} times"
     )
 
 
@@ -62,13 +84,17 @@ def measure(base: Path, nodes: int, rf: int, args: argparse.Namespace) -> list[L
         admin.create_topics([NewTopic(TOPIC, 1, rf)])[TOPIC].result(30)
         wait_isr(admin, rf)
         common = {"record_size": args.size, "linger_ms": args.linger_ms, "duration_s": args.paced_s}
-        first = run_latency(c.bootstrap_servers, TOPIC, peak_records=args.messages, **common)
-        runs.append(first)
-        print(line(name, first), flush=True)
-        for _ in range(args.trials - 1):
-            run = run_latency(c.bootstrap_servers, TOPIC, rate=first.rate, **common)
+        pids = [p for p in (c.nodes[i].pid for i in c.ids) if p is not None]
+        peak = run_produce(
+            c.bootstrap_servers, TOPIC, args.messages, args.size, linger_ms=args.linger_ms
+        ).records_per_s
+        for _ in range(args.trials):
+            before = node_cost(pids)
+            run = run_latency(c.bootstrap_servers, TOPIC, rate=peak / 2, **common)
+            after = node_cost(pids)
+            run = LatencyRun(run.rate, peak, run.result)
             runs.append(run)
-            print(line(name, run), flush=True)
+            print(line(name, run, (after[0] - before[0], after[1] - before[1])), flush=True)
     return runs
 
 

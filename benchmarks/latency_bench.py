@@ -85,12 +85,15 @@ def measure(base: Path, nodes: int, rf: int, args: argparse.Namespace) -> list[L
         wait_isr(admin, rf)
         common = {"record_size": args.size, "linger_ms": args.linger_ms, "duration_s": args.paced_s}
         pids = [p for p in (c.nodes[i].pid for i in c.ids) if p is not None]
-        peak = run_produce(
-            c.bootstrap_servers, TOPIC, args.messages, args.size, linger_ms=args.linger_ms
-        ).records_per_s
+        peak = None
+        if args.rate <= 0:
+            peak = run_produce(
+                c.bootstrap_servers, TOPIC, args.messages, args.size, linger_ms=args.linger_ms
+            ).records_per_s
+        rate = args.rate if peak is None else peak / 2
         for _ in range(args.trials):
             before = node_cost(pids)
-            run = run_latency(c.bootstrap_servers, TOPIC, rate=peak / 2, **common)
+            run = run_latency(c.bootstrap_servers, TOPIC, rate=rate, **common)
             after = node_cost(pids)
             run = LatencyRun(run.rate, peak, run.result)
             runs.append(run)
@@ -109,6 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--linger-ms", type=int, default=5)
     ap.add_argument("--paced-s", type=float, default=5.0)
     ap.add_argument("--trials", type=int, default=3, help="paced runs per cluster")
+    ap.add_argument(
+        "--rate",
+        type=float,
+        default=-1,
+        help="a fixed rate for both (records/s) instead of half of each peak",
+    )
     args = ap.parse_args(argv)
     print(f"before: {load()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:

@@ -144,3 +144,21 @@ def test_each_user_sees_what_their_principal_may_describe(console: Console) -> N
     assert (status, headers["Location"]) == (303, "/login")
     assert call(console, "GET", "/topics", Cookie=alice)[0] == 401  # the session is gone
     assert call(console, "GET", "/topics", Cookie=admin)[0] == 200  # admin's is not
+
+
+def test_wire_client_views_connect_as_the_signed_in_user(console: Console) -> None:
+    """The views riverbed's own wire client fills (quorum, disks, replica epochs and
+    producers) reach the SASL listener with the signed-in user's login; the cluster's
+    authorizer, not the console, decides what they show."""
+    admin = sign_in(console, "admin", USERS["admin"])
+    status, _, page = call(console, "GET", "/", Cookie=admin)
+    assert status == 200 and 'id="quorum"' in page and "leader <b>" in page
+    assert 'class="muted">not shown' not in page
+    status, _, page = call(console, "GET", f"/topics/{SECRET_TOPIC}", Cookie=admin)
+    assert status == 200 and "Leader epochs, replica lag and producers:" not in page
+    status, _, page = call(console, "GET", "/transactions", Cookie=admin)
+    assert status == 200 and "not shown" not in page
+
+    alice = sign_in(console, "alice", USERS["alice"])  # no DESCRIBE on the cluster
+    status, _, page = call(console, "GET", "/", Cookie=alice)
+    assert status == 200 and 'id="quorum"' not in page

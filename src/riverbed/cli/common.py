@@ -285,8 +285,7 @@ def _use_wire_security(args: argparse.Namespace) -> Callable[[], object]:
         except ClientSecurityError as exc:
             raise WireError(f"--command-config: {exc}") from None
 
-    previous = use_security(security)
-    return lambda: use_security(previous)
+    return use_security(security)
 
 
 def verb_parser(

@@ -29,6 +29,7 @@ from riverbed.cli.common import (
 
 if TYPE_CHECKING:
     from riverbed.raft.messages import DescribeQuorumResponse
+    from riverbed.server.listener_security import ClientSecurity
 
 DESCRIBE_TIMEOUT_S = 10.0
 
@@ -62,11 +63,16 @@ def _address(text: str, flag: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-async def describe_quorum(host: str, port: int) -> Any:
+async def describe_quorum(host: str, port: int, security: ClientSecurity | None = None) -> Any:
+    """DescribeQuorum to ``host:port``, connecting with ``security`` (default: the
+    command's, `riverbed.cli.wire.current_security`)."""
+    from riverbed.cli.wire import current_security
     from riverbed.raft.messages import DescribeQuorumRequest
     from riverbed.server.raft_transport import KafkaRaftTransport
 
-    transport = KafkaRaftTransport(-1, {0: (host, port)})
+    transport = KafkaRaftTransport(
+        -1, {0: (host, port)}, security=security if security is not None else current_security()
+    )
     try:
         return await asyncio.wait_for(
             transport.send(0, DescribeQuorumRequest()), DESCRIBE_TIMEOUT_S

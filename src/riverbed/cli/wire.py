@@ -8,16 +8,20 @@ sides support.  Responses larger than `RESPONSE_BYTES_MAX` are refused.
 
 Secured listeners: TLS, then Kafka's SASL login (`riverbed.security.sasl_client`), from a
 `ClientSecurity`; the CLI sets its command's security (``--command-config``) once for every
-client it opens (`use_security`), so each verb that connects honours it.
+client it opens (`use_security`), so each verb that connects honours it. The security is
+a context variable: the console's worker threads each connect as their request's user
+(`secured`), and one command's credentials never reach the next.
 """
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import socket
 import ssl
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 
 from riverbed.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey
 from riverbed.protocol.exceptions import ProtocolError
@@ -53,18 +57,34 @@ def _plaintext() -> ClientSecurity:
 
 
 #: the security of the command being run (`use_security`); PLAINTEXT outside the CLI
-_session_security: Callable[[], ClientSecurity] = _plaintext
+_session_security: ContextVar[Callable[[], ClientSecurity]] = ContextVar(
+    "riverbed_wire_security", default=_plaintext
+)
 
 
-def use_security(security: Callable[[], ClientSecurity]) -> Callable[[], ClientSecurity]:
-    """Every WireClient opened from now on connects with ``security()`` (the CLI
-    command's; a WireError from it fails only the verbs that open a wire client).
-    Returns the security it replaces, for the caller to put back when its command ends
-    (a command run in-process must not leave its credentials to the next one)."""
-    global _session_security
-    previous = _session_security
-    _session_security = security
-    return previous
+def use_security(security: Callable[[], ClientSecurity]) -> Callable[[], None]:
+    """Every WireClient opened from now on in this context (thread, task) connects with
+    ``security()`` (the CLI command's; a WireError from it fails only the verbs that open
+    a wire client). Returns what puts the previous security back, for the caller to run
+    when its command ends: a command run in-process must not leave its credentials to
+    the next one."""
+    token = _session_security.set(security)
+    return lambda: _session_security.reset(token)
+
+
+def current_security() -> ClientSecurity:
+    """How a WireClient opened now connects."""
+    return _session_security.get()()
+
+
+@contextlib.contextmanager
+def secured(security: ClientSecurity) -> Iterator[None]:
+    """Wire clients opened inside connect with ``security``."""
+    restore = use_security(lambda: security)
+    try:
+        yield
+    finally:
+        restore()
 
 
 class WireClient:
@@ -78,7 +98,7 @@ class WireClient:
         security: ClientSecurity | None = None,
     ) -> None:
         self.client_id = client_id
-        security = security if security is not None else _session_security()
+        security = security if security is not None else current_security()
         host, port = _first_address(bootstrap)
         try:
             self.sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)

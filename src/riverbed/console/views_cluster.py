@@ -68,16 +68,18 @@ def alerts(view: ClusterView, quorum: dict[str, Any] | None, disks: DiskUse) -> 
 
 
 async def _quorum(console_bootstrap: str, conf: dict[str, Any]) -> dict[str, Any]:
+    from riverbed.cli.common import CliError
     from riverbed.cli.quorum import describe_quorum, replication_rows
-    from riverbed.console.wire_views import plaintext
+    from riverbed.console.wire_views import console_security
 
-    if not plaintext(conf):
-        return {"error": "not shown over TLS/SASL (DescribeQuorum is sent in plaintext)"}
     host, _, port = console_bootstrap.split(",")[0].strip().rpartition(":")
     try:
         reply = await asyncio.wait_for(
-            describe_quorum(host.strip("[]") or "localhost", int(port)), QUORUM_TIMEOUT_S
+            describe_quorum(host.strip("[]") or "localhost", int(port), console_security(conf)),
+            QUORUM_TIMEOUT_S,
         )
+    except CliError as exc:
+        return {"error": str(exc)}
     except (OSError, TimeoutError, ValueError) as exc:
         return {"error": f"DescribeQuorum failed: {exc or 'timed out'}"}
     if reply.error_code:
@@ -114,14 +116,15 @@ async def overview(request: web.Request) -> web.Response:
 def _transactions(bootstrap: str, conf: dict[str, Any], hanging: bool) -> dict[str, Any]:
     from riverbed.cli.common import CliError
     from riverbed.cli.transactions import find_hanging, list_transactions
-    from riverbed.console.wire_views import plaintext
+    from riverbed.console.wire_views import run_secured
 
-    if not plaintext(conf):
-        return {"error": "not shown over TLS/SASL (riverbed's wire client is plaintext)",
-                "transactions": [], "hanging": None}  # fmt: skip
     try:
-        rows = list_transactions(bootstrap, [], [], -1)
-        stuck = find_hanging(bootstrap, None, None, None, HANGING_AFTER_MIN) if hanging else None
+        rows = run_secured(conf, list_transactions, bootstrap, [], [], -1)
+        stuck = (
+            run_secured(conf, find_hanging, bootstrap, None, None, None, HANGING_AFTER_MIN)
+            if hanging
+            else None
+        )
     except CliError as exc:
         return {"error": str(exc), "transactions": [], "hanging": None}
     return {"error": None, "transactions": rows, "hanging": stuck}

@@ -3,7 +3,8 @@ and ``riverbed transactions abort``): the partition leader writes an ABORT marke
 producer whose transaction starts at the given offset, which releases the partition's
 last stable offset. The confirmation page names the partition, the producer, its epoch and
 the first offset, and the abort happens only when the partition (``topic-partition``) is
-typed. It uses riverbed's plaintext wire client (not offered over TLS/SASL).
+typed. It uses riverbed's wire client, connecting as the signed-in user (`run_secured`):
+the cluster decides whether that principal may abort.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from aiohttp import web
 from riverbed.console.admin import ConsoleError
 from riverbed.console.app import Routes, admin_of, console_of, form_of
 from riverbed.console.browse import whole_number
-from riverbed.console.wire_views import plaintext
+from riverbed.console.wire_views import run_secured
 
 
 def add_routes(router: Routes) -> None:
@@ -34,13 +35,15 @@ def _target(values: Any) -> tuple[str, int, int]:
     return topic, partition, start
 
 
-def _open_transaction(bootstrap: str, topic: str, partition: int, start: int) -> dict[str, Any]:
+def _open_transaction(
+    conf: dict[str, Any], bootstrap: str, topic: str, partition: int, start: int
+) -> dict[str, Any]:
     """The producer whose transaction starts at ``start`` (blocking; 404 when none)."""
     from riverbed.cli.common import CliError
     from riverbed.cli.producers import describe
 
     try:
-        (row,) = describe(bootstrap, topic, [partition])
+        (row,) = run_secured(conf, describe, bootstrap, topic, [partition])
     except CliError as exc:
         raise ConsoleError(404, str(exc)) from None
     for p in row["producers"]:
@@ -49,16 +52,13 @@ def _open_transaction(bootstrap: str, topic: str, partition: int, start: int) ->
     raise ConsoleError(404, f"no open transaction starts at offset {start} of {topic}-{partition}")
 
 
-def _check_plaintext(request: web.Request) -> None:
-    if not plaintext(admin_of(request).conf):
-        raise ConsoleError(400, "aborting a transaction needs riverbed's plaintext wire client")
-
-
 async def confirm_abort(request: web.Request) -> web.Response:
     console = console_of(request)
-    _check_plaintext(request)
     topic, partition, start = _target(request.query)
-    producer = await console.call(_open_transaction, console.bootstrap, topic, partition, start)
+    conf = admin_of(request).conf
+    producer = await console.call(
+        _open_transaction, conf, console.bootstrap, topic, partition, start
+    )
     return console.render(
         request, "abort.html", page="transactions", topic=topic, partition=partition,
         start=start, producer=producer,
@@ -70,13 +70,15 @@ async def abort(request: web.Request) -> web.Response:
     from riverbed.cli.transactions import abort as abort_transaction
 
     console = console_of(request)
-    _check_plaintext(request)
     form = await form_of(request)
     topic, partition, start = _target(form)
     if form.get("confirm") != f"{topic}-{partition}":
         raise ConsoleError(400, f"not aborted: type {topic}-{partition} to confirm")
     try:
-        done = await console.call(abort_transaction, console.bootstrap, topic, partition, start)
+        done = await console.call(
+            run_secured, admin_of(request).conf, abort_transaction, console.bootstrap,
+            topic, partition, start,
+        )  # fmt: skip
     except CliError as exc:
         raise ConsoleError(409, f"not aborted: {exc}") from None
     raise web.HTTPSeeOther(f"/topics/{topic}?aborted={done['producer_id']}")

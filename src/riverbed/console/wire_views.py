@@ -3,18 +3,22 @@ each partition's leader epoch, an ongoing reassignment's adding/removing replica
 replica's lag (`riverbed.cli.replica_state`), and the active producers with riverbed's
 producer-id ledger counts (DescribeProducers, `riverbed.cli.producers`).
 
-These connect in plaintext (the wire client speaks neither TLS nor SASL): for a cluster
-reached through ``security.protocol`` other than PLAINTEXT the page says they are not
-shown, and any failure is shown in place of the extra columns, never as an error page
-(DescribeProducers is Kafka's own API, so they work against Kafka too).
+They connect as the console's admin client does (`run_secured`: its librdkafka settings,
+so the signed-in user's SASL login and the trust store), and the cluster shows them what
+that principal may describe. Any failure is shown in place of the extra columns, never as
+an error page (DescribeProducers is Kafka's own API, so they work against Kafka too).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from riverbed.cli.replica_state import ReplicaState
+from riverbed.server.listener_security import ClientSecurity
+
+T = TypeVar("T")
 
 #: ListOffsets' "earliest local" timestamp (KIP-405): the local log start offset.
 EARLIEST_LOCAL = -4
@@ -31,8 +35,25 @@ class TopicExtras:
     error: str | None = None
 
 
-def plaintext(conf: dict[str, Any]) -> bool:
-    return str(conf.get("security.protocol", "PLAINTEXT")).upper() == "PLAINTEXT"
+def console_security(conf: Mapping[str, Any]) -> ClientSecurity:
+    """How riverbed's wire client reaches the cluster as the admin client configured by
+    ``conf`` (librdkafka's names) does; CliError naming what it cannot do."""
+    from riverbed.cli.client_security import ClientSecurityError, wire_security
+    from riverbed.cli.common import CliError
+
+    try:
+        return wire_security({k: str(v) for k, v in conf.items()})
+    except ClientSecurityError as exc:
+        raise CliError(f"riverbed's wire client cannot connect as configured: {exc}") from None
+
+
+def run_secured(conf: Mapping[str, Any], fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` with every wire client it opens connecting as ``conf`` says.
+    Blocking: run it on the console's pool (each thread has its own security)."""
+    from riverbed.cli.wire import secured
+
+    with secured(console_security(conf)):
+        return fn(*args)
 
 
 def topic_extras(bootstrap: str, conf: dict[str, Any], topic: str) -> TopicExtras:
@@ -42,14 +63,15 @@ def topic_extras(bootstrap: str, conf: dict[str, Any], topic: str) -> TopicExtra
     from riverbed.cli.replica_state import replica_state
     from riverbed.cli.wire import WireError
 
-    if not plaintext(conf):
-        return TopicExtras(error="not shown over TLS/SASL (riverbed's wire client is plaintext)")
-    try:
+    def extras() -> TopicExtras:
         replicas = replica_state(bootstrap, [topic])
         producers = tuple(describe(bootstrap, topic, None))
+        return TopicExtras(replicas, producers, _local_starts(bootstrap, topic, producers))
+
+    try:
+        return run_secured(conf, extras)
     except (CliError, WireError, OSError) as exc:
         return TopicExtras(error=f"not shown: {exc}")
-    return TopicExtras(replicas, producers, _local_starts(bootstrap, topic, producers))
 
 
 def _local_starts(bootstrap: str, topic: str, rows: tuple[dict[str, Any], ...]) -> dict[int, int]:
@@ -88,14 +110,21 @@ def disk_use(bootstrap: str, conf: dict[str, Any]) -> DiskUse:
     """DescribeLogDirs (every topic) to every broker: each log dir's capacity, free space
     and replica bytes, and each topic's bytes on disk. Blocking; a broker that does not
     answer within `BROKER_TIMEOUT_S` is left out and named in ``error``."""
+    from riverbed.cli.common import CliError
+
+    try:
+        return run_secured(conf, _disk_use, bootstrap)
+    except CliError as exc:
+        return DiskUse(error=f"not shown: {exc}")
+
+
+def _disk_use(bootstrap: str) -> DiskUse:
     from riverbed.cli.replica_state import BROKER_TIMEOUT_S
     from riverbed.cli.wire import WireClient, WireError
     from riverbed.protocol.api_versions import ApiKey
     from riverbed.protocol.errors import ErrorCode
     from riverbed.protocol.messages import DescribeLogDirsRequest, MetadataRequest
 
-    if not plaintext(conf):
-        return DiskUse(error="not shown over TLS/SASL (riverbed's wire client is plaintext)")
     try:
         with WireClient(bootstrap) as client:
             md: Any = client.request(ApiKey.METADATA, MetadataRequest(topics=[]))

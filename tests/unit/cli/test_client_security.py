@@ -112,12 +112,12 @@ def test_a_commands_security_ends_with_the_command(pki: Pki, tmp_path: Path) -> 
     seen: list[str] = []
 
     def command(args: argparse.Namespace) -> int:
-        seen.append(wire._session_security().protocol)
+        seen.append(wire.current_security().protocol)
         return 0
 
     assert run_guarded(command)(argparse.Namespace(command_config=str(config))) == 0
     assert seen == ["SASL_SSL"]
-    assert wire._session_security().protocol == "PLAINTEXT"
+    assert wire.current_security().protocol == "PLAINTEXT"
 
 
 def test_a_bad_command_config_fails_only_that_command(tmp_path: Path) -> None:
@@ -128,4 +128,4 @@ def test_a_bad_command_config_fails_only_that_command(tmp_path: Path) -> None:
 
     missing = argparse.Namespace(command_config=str(tmp_path / "absent.properties"))
     assert run_guarded(lambda args: 0)(missing) == 1
-    assert wire._session_security().protocol == "PLAINTEXT"
+    assert wire.current_security().protocol == "PLAINTEXT"

@@ -260,6 +260,9 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     _d("riverbed.remote.log.index.roll.ms", _L, "86400000", at_least(1),
        "Age at which the active .remotelogindex of a partition is rotated."),
     # --- riverbed's own keys
+    _d("riverbed.broker.early.fence.enable", _B, "true", None,
+       "The active controller fences a silent broker whose registered endpoint refuses "
+       "connections (its process is gone) without waiting out broker.session.timeout.ms."),
     _d("riverbed.storage.auto.format", _B, "false", None,
        "Format unformatted log dirs on start (true in the embedded default)."),
     _d("riverbed.http.listeners", _LI, "", None,

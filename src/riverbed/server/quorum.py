@@ -47,6 +47,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from riverbed.metadata.bootstrap_file import read_bootstrap_records
+from riverbed.metadata.broker_liveness import (
+    PROBE_TIMEOUT_MS,
+    BrokerLiveness,
+    LivenessConfig,
+    Probe,
+)
 from riverbed.metadata.control_common import REQUEST_ITEMS_MAX
 from riverbed.metadata.controller import Controller, ControllerError
 from riverbed.metadata.image import BrokerEndpoint, BrokerRegistration, MetadataImage
@@ -111,7 +117,7 @@ from riverbed.server.inter_broker import connect
 from riverbed.server.listener_security import PLAINTEXT_CLIENT, client_security
 from riverbed.server.metadata_quorum import MetadataStateMachine, RaftMetadataLog
 from riverbed.server.metadata_service import ImageListener, MetadataService
-from riverbed.server.raft_driver import RaftDriver
+from riverbed.server.raft_driver import RaftDriver, monotonic_ms
 from riverbed.server.raft_transport import (
     RAFT_API_KEYS,
     KafkaRaftTransport,
@@ -267,10 +273,17 @@ class QuorumMetadata:
         self.driver = driver
         self.machine = machine
         self.heartbeat_interval_s = config.get_int("broker.heartbeat.interval.ms") / 1000
-        self.session_timeout_s = config.get_int("broker.session.timeout.ms") / 1000
-        #: On the active controller: broker id -> monotonic time of its last heartbeat (in
-        #: memory only, as in Kafka; a new active controller starts every session afresh).
-        self._heartbeats: dict[int, float] = {}
+        #: Sessions and the early fence (riverbed.metadata.broker_liveness; in memory only,
+        #: as in Kafka: a new active controller starts every session afresh).
+        self.liveness = BrokerLiveness(
+            LivenessConfig(
+                session_timeout_ms=config.get_int("broker.session.timeout.ms"),
+                early_fence=bool(config.get("riverbed.broker.early.fence.enable")),
+            )
+        )
+        #: (leader id, monotonic ms) of the last contact with the quorum leader we followed
+        self._leader_contact: tuple[int, int] = (-1, 0)
+        self._probes: set[asyncio.Task[None]] = set()
         self._active_epoch = -1
         self._image_changed = asyncio.Event()
         service.add_listener(lambda old, new, delta: self._image_changed.set())
@@ -365,12 +378,14 @@ class QuorumMetadata:
         while True:
             await asyncio.sleep(CONTROLLER_POLL_S)
             epoch = self.driver.node.epoch
-            if not self.is_active():
-                continue
-            if self._active_epoch != epoch:
+            active = self.is_active()
+            if active and self._active_epoch != epoch:
                 self._active_epoch = epoch
-                now = time.monotonic()
-                self._heartbeats = {b: now for b in self.service.image.brokers}
+                leader, contact_ms = self._leader_contact
+                self.liveness.activate(monotonic_ms(), {leader: contact_ms} if leader >= 0 else {})
+            self._track_liveness(active)
+            if not active:
+                continue
             try:
                 if self._bootstrapped_epoch != epoch:
                     if await self.service.bootstrap_if_needed():
@@ -384,23 +399,59 @@ class QuorumMetadata:
                 continue  # leadership moved, or the operation was refused: next round
             # anything else escapes to the supervisor: crash-only
 
-    async def _fence_expired(self) -> None:
-        """Fence every unfenced broker whose session (``broker.session.timeout.ms``) expired:
-        its partitions lose it as leader, so clients stop being sent to a dead node. This
-        node's own broker heartbeats too (locally, `heartbeat_loop`): a restarted node must
-        not keep its previous incarnation's session alive."""
-        cutoff = time.monotonic() - self.session_timeout_s
-        for broker_id, reg in sorted(self.service.image.brokers.items()):
-            if reg.fenced:
-                continue
-            last = self._heartbeats.setdefault(broker_id, time.monotonic())
-            if last < cutoff:
-                log.warning(
-                    "fencing broker %d: no heartbeat for %.1f s (broker.session.timeout.ms)",
-                    broker_id,
-                    time.monotonic() - last,
+    def _track_liveness(self, active: bool) -> None:
+        """What this node hears from the brokers, and the probes of their endpoints (on every
+        voter: a standby confirms endpoints so that it can fence early once active)."""
+        node = self.driver.node
+        now = monotonic_ms()
+        brokers = self.service.image.brokers
+        self.liveness.observe({b: reg.broker_epoch for b, reg in brokers.items()}, now)
+        if active and node.leader_state is not None:
+            for replica_id, progress in node.leader_state.replicas.items():
+                if progress.last_fetch_ms >= 0:  # its metadata fetch arrived then
+                    self.liveness.heard(replica_id, progress.last_fetch_ms)
+        elif node.role is Role.FOLLOWER and node.leader_id >= 0:
+            self._leader_contact = (node.leader_id, node.last_leader_contact_ms)
+        if not node.is_voter:
+            return
+        others = [b for b, reg in sorted(brokers.items()) if not reg.fenced and b != self.node_id]
+        for broker_id, epoch in self.liveness.to_probe(others, now, active=active):
+            task = asyncio.create_task(self._probe(broker_id, epoch))
+            self._probes.add(task)
+            task.add_done_callback(self._probes.discard)
+
+    async def _probe(self, broker_id: int, epoch: int) -> None:
+        """One TCP connection to the broker's first registered endpoint: refused (its host
+        says nothing listens there), accepted, or no answer."""
+        reg = self.service.image.brokers.get(broker_id)
+        outcome = Probe.NO_ANSWER
+        if reg is not None and reg.broker_epoch == epoch and reg.endpoints:
+            endpoint = reg.endpoints[0]
+            try:
+                _, writer = await asyncio.wait_for(
+                    asyncio.open_connection(endpoint.host or "localhost", endpoint.port),
+                    PROBE_TIMEOUT_MS / 1000,
                 )
-                await self.service.fence_broker(broker_id)
+                writer.close()
+                outcome = Probe.ACCEPTED
+            except ConnectionRefusedError:
+                outcome = Probe.REFUSED
+            except (OSError, TimeoutError):
+                pass
+        self.liveness.probed(broker_id, epoch, outcome)
+
+    async def _fence_expired(self) -> None:
+        """Fence every unfenced broker whose session (``broker.session.timeout.ms``) expired,
+        or whose process is gone (`BrokerLiveness.to_fence`): its partitions lose it as
+        leader, so clients stop being sent to a dead node. This node's own broker
+        heartbeats too (locally, `heartbeat_loop`): a restarted node must not keep its
+        previous incarnation's session alive."""
+        brokers = self.service.image.brokers
+        unfenced = [b for b, reg in sorted(brokers.items()) if not reg.fenced]
+        for broker_id, why in self.liveness.to_fence(unfenced, monotonic_ms()):
+            log.warning("fencing broker %d: %s", broker_id, why)
+            await self.service.fence_broker(broker_id)
+            log.info("fenced broker %d", broker_id)
 
     async def _balance_leaders(self) -> None:
         """Elect preferred replicas back where a broker leads too few of its own."""
@@ -906,7 +957,7 @@ class QuorumMetadata:
         if reg is None or reg.broker_epoch != req.broker_epoch:
             # registered again since (or never): that incarnation must register anew
             return BrokerHeartbeatResponse(error_code=int(ErrorCode.STALE_BROKER_EPOCH))
-        self._heartbeats[req.broker_id] = time.monotonic()
+        self.liveness.heartbeat(req.broker_id, req.broker_epoch, monotonic_ms())
         if req.want_shut_down:
             # controlled shutdown (KRaft): leaderships move away; it may stop at 0
             remaining = await self.service.controlled_shutdown(req.broker_id, req.broker_epoch)
@@ -960,8 +1011,7 @@ class QuorumMetadata:
         reg = self.service.image.brokers.get(broker_id)
         if reg is None or reg.fenced:
             return False
-        last = self._heartbeats.setdefault(broker_id, time.monotonic())
-        return time.monotonic() - last <= self.session_timeout_s
+        return self.liveness.session_live(broker_id, monotonic_ms())
 
     async def _register_locally(
         self,
@@ -985,7 +1035,7 @@ class QuorumMetadata:
             session_live=not own and self._session_live(broker_id),
             previous_broker_epoch=previous_broker_epoch,
         )
-        self._heartbeats[broker_id] = time.monotonic()  # a new session
+        self.liveness.registered(broker_id, reg.broker_epoch, monotonic_ms())  # a new session
         log.info(
             "registered broker %d (epoch %d, previous epoch %d%s)",
             broker_id,

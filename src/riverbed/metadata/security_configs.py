@@ -40,6 +40,10 @@ SECURITY_CONFIGS: tuple[ConfigDef, ...] = (
     _d("ssl.client.auth", _S, "none", one_of("required", "requested", "none")),
     _d("ssl.endpoint.identification.algorithm", _S, "https"),
     _d("ssl.principal.mapping.rules", _S, "DEFAULT"),
+    # a key store replaced on a running broker keeps its certificate's DN and SANs unless
+    # these allow a change (Kafka's SslFactory.CertificateEntries.ensureCompatible)
+    _d("ssl.allow.dn.changes", ConfigType.BOOLEAN, "false"),
+    _d("ssl.allow.san.changes", ConfigType.BOOLEAN, "false"),
     # --- SASL
     _d("sasl.enabled.mechanisms", _LI, "GSSAPI"),
     _d("sasl.mechanism.inter.broker.protocol", _S, "GSSAPI"),
@@ -59,3 +63,33 @@ SECURITY_CONFIGS: tuple[ConfigDef, ...] = (
     _d("super.users", _S, ""),
     _d("allow.everyone.if.no.acl.found", ConfigType.BOOLEAN, "false"),
 )  # fmt: skip
+
+
+#: Listener TLS keys a running broker takes through AlterConfigs on its own broker resource
+#: as ``listener.name.<l>.<key>`` (Kafka's dynamic listener SSL configs: key and trust
+#: stores replaced without a restart). Per broker only, never at the cluster default.
+DYNAMIC_LISTENER_SSL_KEYS: frozenset[str] = frozenset(
+    {
+        "ssl.keystore.type",
+        "ssl.keystore.location",
+        "ssl.keystore.password",
+        "ssl.key.password",
+        "ssl.keystore.key",
+        "ssl.keystore.certificate.chain",
+        "ssl.truststore.type",
+        "ssl.truststore.location",
+        "ssl.truststore.password",
+        "ssl.truststore.certificates",
+    }
+)
+LISTENER_PREFIX = "listener.name."
+
+
+def dynamic_listener_key(name: str) -> tuple[str, str] | None:
+    """(listener, key) of a dynamic listener TLS config name, else None."""
+    if not name.startswith(LISTENER_PREFIX):
+        return None
+    listener, dot, key = name[len(LISTENER_PREFIX) :].partition(".")
+    if not dot or not listener or key not in DYNAMIC_LISTENER_SSL_KEYS:
+        return None
+    return listener, key

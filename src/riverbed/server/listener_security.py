@@ -23,6 +23,7 @@ import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from riverbed.metadata.broker_configs import CONFIG_DEFS
 from riverbed.metadata.config_defs import ConfigValueError
@@ -35,8 +36,9 @@ from riverbed.security.sasl_server import MechanismServer
 from riverbed.security.scram import ScramCredential, ScramMechanism, ScramServer
 from riverbed.security.ssl_principal import SslPrincipalMapper, certificate_dn
 from riverbed.server.config import ConfigError, ServerConfig
-from riverbed.server.tls import Lookup, TlsConfigError, client_context, server_context
+from riverbed.server.tls import Lookup, TlsConfigError, client_context, server_tls
 
+T = TypeVar("T")
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 #: What this node can log in with to other nodes (OAUTHBEARER needs a token provider).
 CLIENT_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -51,18 +53,27 @@ def _no_scram(mechanism: ScramMechanism, user: str) -> ScramCredential | None:
 class ListenerConfig:
     """Typed values of one listener: ``listener.name.<l>.<key>`` over ``<key>``."""
 
-    def __init__(self, config: ServerConfig, listener: str) -> None:
+    def __init__(
+        self, config: ServerConfig, listener: str, dynamic: Mapping[str, str] | None = None
+    ) -> None:
         self.config = config
         self.listener = listener
         self.prefix = f"listener.name.{listener.lower()}."
+        #: this broker's dynamic configs (AlterConfigs): listener.name.<l>.ssl.* over the file
+        self.dynamic: Mapping[str, str] = dynamic or {}
+
+    def _prefixed(self, key: str) -> str | None:
+        name = self.prefix + key
+        value = self.dynamic.get(name)
+        return value if value is not None else self.config.originals.get(name)
 
     def raw(self, key: str) -> str | None:
-        value = self.config.originals.get(self.prefix + key)
+        value = self._prefixed(key)
         return value if value is not None else self.config.originals.get(key)
 
     def get(self, key: str) -> object:
         cdef = CONFIG_DEFS[key]
-        raw = self.config.originals.get(self.prefix + key)
+        raw = self._prefixed(key)
         if raw is None:
             return self.config.get(key)
         try:
@@ -86,6 +97,10 @@ class ListenerSecurity:
     name: str
     protocol: str
     ssl_context: ssl.SSLContext | None = None
+    #: TLS: the key store's certificate (DER) and whether a trust store is loaded, what a
+    #: key store replaced on the running broker is checked against
+    certificate: bytes | None = None
+    has_truststore: bool = False
     principal_mapper: SslPrincipalMapper = field(default_factory=SslPrincipalMapper)
     mechanisms: tuple[str, ...] = ()
     plain_users: Mapping[str, str] = field(default_factory=dict)
@@ -130,11 +145,16 @@ PLAINTEXT = ListenerSecurity("PLAINTEXT", "PLAINTEXT")
 
 
 def listener_security(
-    config: ServerConfig, name: str, protocol: str, scram: ScramLookup = _no_scram
+    config: ServerConfig,
+    name: str,
+    protocol: str,
+    scram: ScramLookup = _no_scram,
+    dynamic: Mapping[str, str] | None = None,
 ) -> ListenerSecurity:
-    """Build (and validate: ConfigError naming the key) one listener's security."""
-    lc = ListenerConfig(config, name)
-    context = _tls_context(lc, protocol, server_context)
+    """Build (and validate: ConfigError naming the key) one listener's security;
+    ``dynamic``: the broker's dynamic configs (listener.name.<l>.ssl.* replacements)."""
+    lc = ListenerConfig(config, name, dynamic)
+    tls = _tls_context(lc, protocol, server_tls)
     try:
         mapper = SslPrincipalMapper(str(lc.get("ssl.principal.mapping.rules")))
     except ValueError as exc:
@@ -166,7 +186,9 @@ def listener_security(
     return ListenerSecurity(
         name=name,
         protocol=protocol,
-        ssl_context=context,
+        ssl_context=tls.context if tls is not None else None,
+        certificate=tls.certificate if tls is not None else None,
+        has_truststore=tls is not None and tls.has_truststore,
         principal_mapper=mapper,
         mechanisms=mechanisms,
         plain_users=users,
@@ -256,9 +278,7 @@ def _jwks_validator(lc: ListenerConfig) -> JwksValidator | None:
     )
 
 
-def _tls_context(
-    lc: ListenerConfig, protocol: str, make: Callable[[Lookup], ssl.SSLContext]
-) -> ssl.SSLContext | None:
+def _tls_context(lc: ListenerConfig, protocol: str, make: Callable[[Lookup], T]) -> T | None:
     if protocol not in ("SSL", "SASL_SSL"):
         return None
     try:

@@ -711,6 +711,13 @@ class SocketServer:
         self.bound[name] = (host, int(socks[0].getsockname()[1]))
         return self.bound[name]
 
+    def reconfigure(self, name: str, security: ListenerSecurity) -> None:
+        """New connections to listener ``name`` are set up with ``security`` (a replaced
+        key store); open connections keep the security they were set up with."""
+        for lst in self._listeners:
+            if lst.name == name:
+                lst.security = security
+
     async def _bind(self, host: str, port: int) -> list[socket.socket]:
         """Listening sockets for ``host`` (all interfaces when empty), like start_server."""
         loop = asyncio.get_running_loop()
@@ -801,6 +808,7 @@ class SocketServer:
 
     async def _serve(self, lst: _Listener, csock: socket.socket, ip: str) -> None:
         name = lst.name
+        security = lst.security  # the one this connection keeps (`reconfigure`)
         try:
             with contextlib.suppress(OSError):
                 csock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -809,7 +817,7 @@ class SocketServer:
             protocol = asyncio.StreamReaderProtocol(reader)
             try:
                 transport, principal = await open_transport(
-                    csock, protocol, lst.security, self.handshakes
+                    csock, protocol, security, self.handshakes
                 )
             except SetupFailed as exc:
                 log.info("connection from %s on %s closed: %s", ip, name, exc)
@@ -817,7 +825,7 @@ class SocketServer:
             writer = asyncio.StreamWriter(transport, protocol, reader, loop)
             self._next_connection_id += 1
             conn = Connection(
-                self, reader, writer, self._next_connection_id, name, lst.security, principal
+                self, reader, writer, self._next_connection_id, name, security, principal
             )
             self._open.add(conn)
             try:

@@ -67,6 +67,7 @@ from riverbed.server.broker.partitions import PartitionManager, log_config_for
 from riverbed.server.clock import SystemClock
 from riverbed.server.config import ServerConfig
 from riverbed.server.connection_quotas import ConnectionQuotas, raise_open_files_limit
+from riverbed.server.dynamic_listeners import DynamicListeners
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.heap import freeze_startup_heap
 from riverbed.server.http_listener import (
@@ -222,6 +223,7 @@ class Node:
         if authz_config is not None:
             self._controller_authz = BrokerAuthorizer(authz_config)
         quorum = await self._start_quorum(clock)
+        dynamic_listeners = self._dynamic_listeners(quorum)
         remote_settings, rsm = _remote_log_setup(cfg)
         partitions = self._open_partitions(quorum, clock, remote_settings.enabled)
         await self._listen(controller=False)
@@ -229,6 +231,7 @@ class Node:
         self.broker = Broker(
             cfg, quorum, partitions, self.purgatory, self.cluster_id, clock, self.fault_handler
         )
+        self.broker.dynamic_listeners = dynamic_listeners
         self._limit_connection_rates(self.broker)
         if rsm is not None:
             self._start_remote_log(remote_settings, rsm, quorum, partitions)
@@ -240,6 +243,15 @@ class Node:
         log.info("node %d started (cluster id %s): %s", cfg.node_id, self.cluster_id, addrs)
         bootstrap = ",".join(f"{h}:{p}" for _n, h, p, _s in self.advertised_endpoints())
         log.info("clients connect with --bootstrap-server %s (bootstrap.servers)", bootstrap)
+
+    def _dynamic_listeners(self, quorum: QuorumMetadata) -> DynamicListeners:
+        """Listener key / trust stores replaced through AlterConfigs: the ones already in
+        the caught-up image before the broker listeners bind, later ones as they come."""
+        assert self.server is not None
+        dynamic = DynamicListeners(self.config, self._security, self._scram, self.server)
+        dynamic.apply(quorum.image)
+        quorum.add_listener(lambda old, new, delta: dynamic.apply(new))
+        return dynamic
 
     def _limit_connection_rates(self, broker: Broker) -> None:
         """connection_creation_rate quotas on the broker listeners (not the controller's,

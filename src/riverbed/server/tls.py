@@ -29,12 +29,14 @@ the event loop.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import re
 import ssl
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 #: TLS handshakes in progress at once, over all listeners of a node.
 TLS_HANDSHAKES_CONCURRENT_MAX = 64
@@ -123,7 +125,8 @@ def _pkcs12(key: str, path: str, password: str | None) -> tuple[str, str, str]:
     return key_pem.decode(), chain.decode(), cas.decode()
 
 
-def _load_keystore(ctx: ssl.SSLContext, get: Lookup, required: bool) -> None:
+def _load_keystore(ctx: ssl.SSLContext, get: Lookup, required: bool) -> str | None:
+    """Load the key store; the PEM text loaded (certificate chain first), None without."""
     store_type = str(get("ssl.keystore.type") or "JKS").upper()
     location = _str(get("ssl.keystore.location"))
     inline_key = _str(get("ssl.keystore.key"))
@@ -137,27 +140,36 @@ def _load_keystore(ctx: ssl.SSLContext, get: Lookup, required: bool) -> None:
                 "ssl.keystore.key",
                 "ssl.keystore.key and ssl.keystore.certificate.chain must both be set",
             )
-        _load_chain(ctx, normalize_pem(chain) + normalize_pem(inline_key), key_password)
-        return
+        pem = normalize_pem(chain) + normalize_pem(inline_key)
+        _load_chain(ctx, pem, key_password)
+        return pem
     if location is None:
         if required:
             raise TlsConfigError(
                 "ssl.keystore.location", "a TLS listener needs a key store (PEM or PKCS12)"
             )
-        return
+        return None
     if store_type == "PEM":
-        _load_chain(
-            ctx, normalize_pem(_read("ssl.keystore.location", location).decode()), key_password
-        )
-    elif store_type == "PKCS12":
+        pem = normalize_pem(_read("ssl.keystore.location", location).decode())
+        _load_chain(ctx, pem, key_password)
+        return pem
+    if store_type == "PKCS12":
         key_pem, chain, _ = _pkcs12(
             "ssl.keystore.location", location, _str(get("ssl.keystore.password"))
         )
         _load_chain(ctx, chain + key_pem, None)
-    else:
-        raise TlsConfigError(
-            "ssl.keystore.type", f"{store_type} key stores are not supported: use PEM or PKCS12"
-        )
+        return chain + key_pem
+    raise TlsConfigError(
+        "ssl.keystore.type", f"{store_type} key stores are not supported: use PEM or PKCS12"
+    )
+
+
+def first_certificate(pem: str | None) -> bytes | None:
+    """DER of the first certificate of a PEM text (a key store's own certificate)."""
+    for label, body in _PEM_BLOCK.findall(pem or ""):
+        if label == "CERTIFICATE":
+            return base64.b64decode("".join(body.split()))
+    return None
 
 
 def _load_chain(ctx: ssl.SSLContext, pem: str, password: str | None) -> None:
@@ -236,11 +248,21 @@ def _apply_protocols(ctx: ssl.SSLContext, get: Lookup) -> None:
             ) from None
 
 
-def server_context(get: Lookup) -> ssl.SSLContext:
+@dataclass(frozen=True)
+class ServerTls:
+    """A listener's server-side context and what a replacement is checked against."""
+
+    context: ssl.SSLContext
+    #: DER of the key store's certificate
+    certificate: bytes | None
+    has_truststore: bool
+
+
+def server_tls(get: Lookup) -> ServerTls:
     """The listener's server-side context (TlsConfigError naming the bad key)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _apply_protocols(ctx, get)
-    _load_keystore(ctx, get, required=True)
+    pem = _load_keystore(ctx, get, required=True)
     has_trust = _load_truststore(ctx, get)
     client_auth = str(get("ssl.client.auth") or "none")
     if client_auth != "none":
@@ -249,7 +271,7 @@ def server_context(get: Lookup) -> ssl.SSLContext:
                 "ssl.truststore.location", f"ssl.client.auth={client_auth} needs a trust store"
             )
         ctx.verify_mode = ssl.CERT_REQUIRED if client_auth == "required" else ssl.CERT_OPTIONAL
-    return ctx
+    return ServerTls(ctx, first_certificate(pem), has_trust)
 
 
 def client_context(get: Lookup) -> ssl.SSLContext:

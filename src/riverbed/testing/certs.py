@@ -85,6 +85,26 @@ def _key_pem(key: rsa.RSAPrivateKey) -> bytes:
     return key.private_bytes(_PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
 
 
+_SERVER_SANS: list[x509.GeneralName] = [
+    x509.DNSName("localhost"),
+    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+]
+
+
+def server_keystore(pki: Pki, path: Path, cn: str = "localhost", ou: str = "brokers") -> Path:
+    """A new PEM key store (key + certificate: a new key and serial number, the same SANs)
+    signed by ``pki``'s CA, as a certificate replaced on a running broker."""
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    ca_key = load_pem_private_key((pki.directory / "ca.key").read_bytes(), None)
+    assert isinstance(ca_key, rsa.RSAPrivateKey)
+    ca_name = x509.load_pem_x509_certificate(pki.ca.read_bytes()).subject
+    key = _key()
+    cert = _cert(_name(cn, ou), key, ca_name, ca_key, sans=_SERVER_SANS)
+    path.write_bytes(_key_pem(key) + cert.public_bytes(_PEM))
+    return path
+
+
 def make_pki(directory: str | Path, clients: dict[str, str] | None = None) -> Pki:
     """Write the CA, the server's stores and the clients' certificates (name -> OU)."""
     d = Path(directory)
@@ -93,16 +113,13 @@ def make_pki(directory: str | Path, clients: dict[str, str] | None = None) -> Pk
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "riverbed test CA")])
     ca = _cert(ca_name, ca_key, ca_name, ca_key, ca=True)
     server_key = _key()
-    sans: list[x509.GeneralName] = [
-        x509.DNSName("localhost"),
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-    ]
-    server = _cert(_name("localhost", "brokers"), server_key, ca_name, ca_key, sans=sans)
+    server = _cert(_name("localhost", "brokers"), server_key, ca_name, ca_key, sans=_SERVER_SANS)
     paths = Pki(
         d, d / "ca.pem", d / "ca.p12", d / "server.pem", d / "server.key", d / "server.crt",
         d / "server.p12",
     )  # fmt: skip
     paths.ca.write_bytes(ca.public_bytes(_PEM))
+    (d / "ca.key").write_bytes(_key_pem(ca_key))  # new certificates later (`server_keystore`)
     paths.server_key.write_bytes(_key_pem(server_key))
     paths.server_crt.write_bytes(server.public_bytes(_PEM) + ca.public_bytes(_PEM))
     paths.server_pem.write_bytes(_key_pem(server_key) + server.public_bytes(_PEM))

@@ -162,6 +162,8 @@ def start_secure_broker(
     config["num.partitions"] = "1"
     proc.extra_overrides.update(config | dict(overrides or {}))
     proc.start()
+    if not scram_users:
+        return SecureBroker(proc, pki, ports)
     try:
         create_scram_users(f"127.0.0.1:{ports['PLAINTEXT']}", scram_users)
     except BaseException:

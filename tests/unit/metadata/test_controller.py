@@ -480,3 +480,21 @@ def test_dynamic_broker_config_errors():
         res = _incremental(c, image, ResourceType.BROKER, name, op)
         assert res.response.responses[0].error_code == code, (name, op)
         assert res.records == []
+
+
+def test_dynamic_listener_tls_configs_are_per_broker_only():
+    """Kafka's dynamic listener SSL configs: a broker's own resource takes them (the
+    broker validated the store); the cluster default refuses them."""
+    c = make_controller()
+    image = cluster_image(c)
+    key = "listener.name.ssl.ssl.keystore.location"
+    res = _incremental(c, image, ResourceType.BROKER, "1", (key, OP_SET, "/new.pem"))
+    assert res.response.responses[0].error_code == 0
+    assert replay_all(image, res.records).broker_config("1") == {key: "/new.pem"}
+    res = _incremental(c, image, ResourceType.BROKER, "", (key, OP_SET, "/new.pem"))
+    assert res.response.responses[0].error_code == ErrorCode.INVALID_REQUEST
+    assert "broker id must be specified" in res.response.responses[0].error_message
+    # only key / trust store keys are dynamic per listener
+    other = "listener.name.ssl.ssl.client.auth"
+    res = _incremental(c, image, ResourceType.BROKER, "1", (other, OP_SET, "required"))
+    assert res.response.responses[0].error_code == ErrorCode.INVALID_CONFIG

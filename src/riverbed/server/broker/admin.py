@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from riverbed.metadata.feature_control import set_upgrade_types
 from riverbed.protocol.errors import ErrorCode
@@ -56,6 +56,7 @@ from riverbed.security.acl import AclOperation as Op
 from riverbed.security.acl import ResourceType
 from riverbed.server.broker import mutation_quota as mq
 from riverbed.server.broker.mutation_quota import RequestMutationQuota
+from riverbed.server.dynamic_listeners import OP_SET
 from riverbed.server.network import RequestContext
 from riverbed.storage.errors import StorageError
 
@@ -177,13 +178,72 @@ async def handle_create_partitions(
 async def handle_alter_configs(
     broker: Broker, ctx: RequestContext, req: AlterConfigsRequest
 ) -> AlterConfigsResponse:
-    return await broker.metadata.alter_configs(req)
+    kept, refused = _checked(broker, req.resources)
+    R = AlterConfigsResponse.AlterConfigsResourceResponse
+    results = [
+        R(resource_type=t, resource_name=n, error_code=c, error_message=m) for t, n, c, m in refused
+    ]
+    if refused and not kept:
+        return AlterConfigsResponse(responses=results)
+    req = AlterConfigsRequest(resources=kept, validate_only=req.validate_only)
+    response = await broker.metadata.alter_configs(req)
+    response.responses.extend(results)
+    return response
 
 
 async def handle_incremental_alter_configs(
     broker: Broker, ctx: RequestContext, req: IncrementalAlterConfigsRequest
 ) -> IncrementalAlterConfigsResponse:
-    return await broker.metadata.incremental_alter_configs(req)
+    kept, refused = _checked(broker, req.resources)
+    R = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+    results = [
+        R(resource_type=t, resource_name=n, error_code=c, error_message=m) for t, n, c, m in refused
+    ]
+    if refused and not kept:
+        return IncrementalAlterConfigsResponse(responses=results)
+    req = IncrementalAlterConfigsRequest(resources=kept, validate_only=req.validate_only)
+    response = await broker.metadata.incremental_alter_configs(req)
+    response.responses.extend(results)
+    return response
+
+
+_Resource = TypeVar(
+    "_Resource",
+    AlterConfigsRequest.AlterConfigsResource,
+    IncrementalAlterConfigsRequest.AlterConfigsResource,
+)
+
+
+def _checked(
+    broker: Broker, resources: list[_Resource]
+) -> tuple[list[_Resource], list[tuple[int, str, int, str]]]:
+    """The resources to forward, and (type, name, error code, message) of those refused
+    here: a broker resource replacing this broker's listener key / trust stores is
+    validated on the broker it alters (`riverbed.server.dynamic_listeners`)."""
+    dynamic = broker.dynamic_listeners
+    if dynamic is None:
+        return resources, []
+    image = broker.metadata.image
+    kept: list[_Resource] = []
+    refused: list[tuple[int, str, int, str]] = []
+    for res in resources:
+        incremental = isinstance(res, IncrementalAlterConfigsRequest.AlterConfigsResource)
+        changes = _changes(res)
+        why = dynamic.refusal(image, res.resource_type, res.resource_name, changes, incremental)
+        if why is None:
+            kept.append(res)
+        else:
+            refused.append((res.resource_type, res.resource_name, int(why[0]), why[1]))
+    return kept, refused
+
+
+def _changes(
+    res: AlterConfigsRequest.AlterConfigsResource
+    | IncrementalAlterConfigsRequest.AlterConfigsResource,
+) -> list[tuple[str, int, str | None]]:
+    if isinstance(res, IncrementalAlterConfigsRequest.AlterConfigsResource):
+        return [(c.name, c.config_operation, c.value) for c in res.configs]
+    return [(c.name, OP_SET, c.value) for c in res.configs]
 
 
 async def handle_elect_leaders(

@@ -67,6 +67,7 @@ from riverbed.server.broker.txn_verification import TxnVerifier
 from riverbed.server.broker.versioning import fit_to_version
 from riverbed.server.clock import SystemClock
 from riverbed.server.coordinator import GroupCoordinator
+from riverbed.server.dynamic_listeners import DynamicListeners
 from riverbed.server.network import CloseConnection, RequestContext, Response, SplicedResponse
 from riverbed.server.purgatory import Purgatory
 from riverbed.server.txn_coordinator import TransactionCoordinatorShell
@@ -212,6 +213,8 @@ class Broker:
         self.txn_verifier = TxnVerifier(self)
         # the remote log manager (riverbed.server.remote_log) when tiering is enabled
         self.remote_log: RemoteLogManager | None = None
+        #: listener key / trust stores replaced through AlterConfigs (set by the node)
+        self.dynamic_listeners: DynamicListeners | None = None
         #: client quotas (produce / fetch byte rates, request time), per metadata image
         self.quotas = BrokerQuotas(
             QuotaWindows(

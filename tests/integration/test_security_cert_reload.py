@@ -1,0 +1,148 @@
+"""Issue 20: a listener's certificate replaced on a running broker (Kafka's dynamic
+listener SSL configs) through IncrementalAlterConfigs / AlterConfigs from confluent-kafka's
+AdminClient on the broker resource: new TLS connections get the new certificate, a
+connection opened before keeps working, and a key store that cannot be used is refused
+with INVALID_CONFIG naming the problem while the certificate in use stays."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
+from cryptography import x509
+
+from riverbed.protocol.api_versions import ApiKey
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.headers import RequestHeader, encode_request
+from riverbed.protocol.messages import ApiVersionsRequest
+from riverbed.testing.certs import server_keystore
+from riverbed.testing.cluster import scaled_s
+from riverbed.testing.secure import SecureBroker, start_secure_broker
+
+KEYSTORE = "listener.name.ssl.ssl.keystore.location"
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
+    secure = start_secure_broker(tmp_path_factory.mktemp("reload"), {"admin": "admin-pw"}, {})
+    try:
+        yield secure
+    finally:
+        secure.proc.close()
+
+
+def _tls(broker: SecureBroker) -> ssl.SSLSocket:
+    """A TLS connection to the SSL listener, trusting the test CA, host name checked."""
+    context = ssl.create_default_context(cafile=str(broker.pki.ca))
+    raw = socket.create_connection(("127.0.0.1", broker.ports["SSL"]), timeout=scaled_s(15))
+    return context.wrap_socket(raw, server_hostname="localhost")
+
+
+def _serial(conn: ssl.SSLSocket) -> str:
+    cert = conn.getpeercert()
+    assert cert is not None
+    return str(cert["serialNumber"])
+
+
+def _new_connection_serial(broker: SecureBroker) -> str:
+    with _tls(broker) as conn:
+        return _serial(conn)
+
+
+def _api_versions(conn: ssl.SSLSocket, correlation_id: int) -> int:
+    """An ApiVersions round trip on ``conn``: the response's correlation id."""
+    header = RequestHeader(int(ApiKey.API_VERSIONS), 0, correlation_id, "reload")
+    conn.sendall(encode_request(header, ApiVersionsRequest()))
+    size = struct.unpack(">i", _read(conn, 4))[0]
+    return int(struct.unpack(">i", _read(conn, size)[:4])[0])
+
+
+def _read(conn: ssl.SSLSocket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = conn.recv(n - len(out))
+        assert chunk, "connection closed"
+        out += chunk
+    return out
+
+
+def _alter(broker: SecureBroker, value: str, *, incremental: bool = True) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap("PLAINTEXT")})
+    resource = ConfigResource(ResourceType.BROKER, "1")
+    if incremental:
+        resource.add_incremental_config(
+            ConfigEntry(KEYSTORE, value, incremental_operation=AlterConfigOpType.SET)
+        )
+        future = admin.incremental_alter_configs([resource])[resource]
+    else:
+        resource.set_config(KEYSTORE, value)
+        future = admin.alter_configs([resource])[resource]
+    future.result(timeout=scaled_s(30))
+
+
+def _refused(broker: SecureBroker, value: str) -> str:
+    with pytest.raises(KafkaException) as info:
+        _alter(broker, value)
+    error = info.value.args[0]
+    assert error.code() == ErrorCode.INVALID_CONFIG, error
+    return str(error.str())
+
+
+def _wait_for_serial(broker: SecureBroker, old: str) -> str:
+    deadline = time.monotonic() + scaled_s(20)
+    while (serial := _new_connection_serial(broker)) == old:
+        assert time.monotonic() < deadline, "new connections still get the old certificate"
+        time.sleep(0.1)
+    return serial
+
+
+def test_a_replaced_certificate_serves_new_connections_and_old_ones_stay(
+    broker: SecureBroker, tmp_path: Path
+) -> None:
+    opened = _tls(broker)
+    try:
+        first = _serial(opened)
+        assert _api_versions(opened, 1) == 1
+        renewed = server_keystore(broker.pki, tmp_path / "renewed.pem")
+        _alter(broker, str(renewed))
+        second = _wait_for_serial(broker, first)
+        assert second == format(
+            x509.load_pem_x509_certificate(renewed.read_bytes()).serial_number, "X"
+        )
+        # the connection opened before keeps its session and is still served
+        assert _api_versions(opened, 2) == 2
+        assert _serial(opened) == first
+    finally:
+        opened.close()
+    # legacy AlterConfigs as well
+    third = server_keystore(broker.pki, tmp_path / "third.pem")
+    _alter(broker, str(third), incremental=False)
+    assert _wait_for_serial(broker, second) != second
+
+
+def test_a_bad_key_store_is_refused_and_the_certificate_stays(
+    broker: SecureBroker, tmp_path: Path
+) -> None:
+    before = _new_connection_serial(broker)
+    missing = tmp_path / "missing.pem"
+    assert str(missing) in _refused(broker, str(missing))
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+    assert "cannot load the key store" in _refused(broker, str(garbage))
+    # Kafka's default: the certificate's subject may not change (ssl.allow.dn.changes)
+    other = server_keystore(broker.pki, tmp_path / "other.pem", cn="elsewhere")
+    assert "DistinguishedName does not match" in _refused(broker, str(other))
+    assert _new_connection_serial(broker) == before

@@ -6,7 +6,8 @@ records of ``--size`` bytes, linger.ms=5, one partition):
 - throughput with replication factor 3 on a 3-node ``QuorumCluster`` (min.insync.replicas
   2) against the baseline, replication factor 1 on a one-node cluster: the ratio (goal
   >= 0.5);
-- produce latency p50/p99 at half of each one's peak throughput (paced for ``--paced-s``);
+- produce latency p50/p99 at half of each one's peak throughput (paced for ``--paced-s``;
+  from each record's intended send time, `riverbed bench latency`'s fixed-rate producer);
 - leader fail-over time: SIGKILL of the partition leader to the first acknowledged acks=all
   produce, with ``broker.session.timeout.ms`` at its default (9000) and at 2000; median and
   max over ``--trials`` trials each (the killed node restarts and rejoins the ISR between
@@ -35,9 +36,12 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from benchmarks.failover_timeline import STEPS, ClientLog, Timeline, read_nodes
+from riverbed.cli.bench_latency import run_latency
 from riverbed.testing.quorum_cluster import QuorumCluster
 
 TOPIC = "bench"
+#: librdkafka's default batch.size, which `producer` leaves as it is.
+LIBRDKAFKA_BATCH_BYTES = 1_000_000
 
 
 def wait_isr(admin: AdminClient, size: int, timeout_s: float = 60) -> int:
@@ -86,28 +90,21 @@ def throughput(bootstrap: str, messages: int, size: int) -> float:
 
 
 def paced_latency(bootstrap: str, rate: float, seconds: float, size: int) -> tuple[float, float]:
-    p = producer(bootstrap)
-    value = b"y" * size
-    lat: list[float] = []
-    start = time.perf_counter()
-    n = 0
-    while time.perf_counter() - start < seconds:
-        due = start + n / rate
-        now = time.perf_counter()
-        if now < due:
-            p.poll(min(due - now, 0.01))
-            continue
-        sent_at = time.perf_counter()
-
-        def on_delivery(err: Any, msg: Any, t: float = sent_at) -> None:
-            lat.append(time.perf_counter() - t)
-
-        p.produce(TOPIC, value, callback=on_delivery)
-        n += 1
-        p.poll(0)
-    p.flush(60)
-    lat.sort()
-    return lat[len(lat) // 2] * 1000, lat[int(len(lat) * 0.99)] * 1000
+    """(p50, p99) ms of acks=all at ``rate`` records/s for ``seconds``: `riverbed bench
+    latency`'s fixed-rate producer (latency from each record's intended send time, no
+    per-record closure), with this script's producer settings (librdkafka's default
+    batch.size, linger.ms 5)."""
+    run = run_latency(
+        bootstrap,
+        TOPIC,
+        rate=rate,
+        duration_s=seconds,
+        record_size=size,
+        batch_size=LIBRDKAFKA_BATCH_BYTES,
+        linger_ms=5,
+    )
+    lat = run.result.latency_ms
+    return lat["p50"], lat["p99"]
 
 
 def failover_overrides(session_ms: int) -> dict[str, str]:

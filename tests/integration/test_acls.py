@@ -293,3 +293,41 @@ def test_acl_apis_answer_security_disabled_without_an_authorizer() -> None:
             with pytest.raises(KafkaException) as info:
                 future.result(timeout=TIMEOUT_S)
             assert info.value.args[0].code() == KafkaError.SECURITY_DISABLED
+
+
+def test_a_regex_subscription_resolves_only_to_describable_topics(secure: SecureBroker) -> None:
+    """KIP-848 (Kafka 4): a SubscribedTopicRegex matches only the topics the member's
+    principal may DESCRIBE; a topic it may not is not assigned to it. (The client could
+    not name such a topic, its Metadata hides it: the group's own view, from a super
+    user's ConsumerGroupDescribe, shows what the coordinator assigned.)"""
+    seen = _topic(secure, "rxacl-seen-")
+    hidden = _topic(secure, "rxacl-hidden-")
+    group = f"rxacl-group-{next(_ids)}"
+    _add(
+        secure,
+        _acl(ResourceType.GROUP, group, "User:alice", AclOperation.READ),
+        _acl(ResourceType.TOPIC, seen, "User:alice", AclOperation.READ),  # implies DESCRIBE
+    )
+    consumer = Consumer(_conf(secure, "alice") | {"group.id": group, "group.protocol": "consumer"})
+    admin = _admin(secure, "admin")
+
+    def coordinator_assigned() -> set[str]:
+        described = admin.describe_consumer_groups([group])[group].result(timeout=TIMEOUT_S)
+        return {tp.topic for m in described.members for tp in m.assignment.topic_partitions}
+
+    def poll_until(wanted: set[str]) -> None:
+        deadline = time.monotonic() + TIMEOUT_S
+        while {tp.topic for tp in consumer.assignment()} != wanted:
+            assert time.monotonic() < deadline, f"assigned {consumer.assignment()}, not {wanted}"
+            consumer.poll(0.2)
+
+    try:
+        consumer.subscribe(["^rxacl-.*"])
+        poll_until({seen})
+        # both topics existed before the subscription: its resolution is this
+        assert coordinator_assigned() == {seen}
+        _add(secure, _acl(ResourceType.TOPIC, hidden, "User:alice", AclOperation.DESCRIBE))
+        poll_until({seen, hidden})
+        assert coordinator_assigned() == {seen, hidden}
+    finally:
+        consumer.close()

@@ -2,7 +2,10 @@
 
 A heartbeat goes to its group's shard (`riverbed.coordinator.consumer_membership`) with
 a view of the topics in this node's metadata image (ids and partition counts, names for
-subscription regexes; internal topics are never matched). With ``consumer`` missing from
+subscription regexes; internal topics are never matched). With an authorizer, a regex
+matches only the topics the heartbeat's principal may DESCRIBE (Kafka 4's
+``filterTopicDescribeAuthorizedTopics``: the group's regexes are resolved with the
+context of the member whose heartbeat resolves them). With ``consumer`` missing from
 ``group.coordinator.rebalance.protocols`` the two APIs are not advertised and a heartbeat
 answers UNSUPPORTED_VERSION, as Kafka does when the new protocol is disabled.
 """
@@ -10,7 +13,7 @@ answers UNSUPPORTED_VERSION, as Kafka does when the new protocol is disabled.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from riverbed.metadata.image import MetadataImage
@@ -42,8 +45,12 @@ CONSUMER_PROTOCOL = "consumer"
 class ImageTopics:
     """The `TopicView` of a metadata image (looked up on demand, nothing copied)."""
 
-    def __init__(self, image: MetadataImage) -> None:
+    def __init__(
+        self, image: MetadataImage, describable: Callable[[str], bool] | None = None
+    ) -> None:
         self.image = image
+        #: which topics a regex may match (None: all of them, no authorizer)
+        self.describable = describable
 
     def get(self, name: str) -> tuple[uuid.UUID, int] | None:
         topic = self.image.topic(name)
@@ -52,7 +59,10 @@ class ImageTopics:
         return topic.topic_id, len(topic.partitions)
 
     def names(self) -> Iterable[str]:
-        return [n for n in self.image.topics_by_name if not n.startswith("__")]
+        names = [n for n in self.image.topics_by_name if not n.startswith("__")]
+        if self.describable is None:
+            return names
+        return [n for n in names if self.describable(n)]
 
 
 def consumer_protocol_enabled(config: ServerConfig) -> bool:
@@ -77,7 +87,15 @@ async def handle_consumer_group_heartbeat(
         )
     client_id = ctx.header.client_id or ""
     host = _client_host(ctx)
-    topics = ImageTopics(broker.metadata.image)
+    image = broker.metadata.image
+    authz = broker.authz
+    describable = None
+    if authz is not None:
+
+        def describable(name: str) -> bool:
+            return authz.may(image, ctx, Op.DESCRIBE, ResourceType.TOPIC, name)
+
+    topics = ImageTopics(image, describable)
     return await _answer(
         broker,
         ctx,

@@ -20,6 +20,9 @@ The rule (Kafka's ``StandardAuthorizerData.authorize``), in order:
 `AclIndex` keeps the ACLs by (resource type, literal name) and (resource type, prefix),
 with the prefix lengths in use, so a decision costs a few dict lookups however many ACLs
 there are (Kafka scans a sorted set from the resource name; the effect is the same).
+`DecisionCache` remembers the decisions of one `Authorizer` (one ACL set, one readiness):
+a client repeats the same few questions with every request (WRITE on its topic for each
+Produce), so the common case is one dict lookup.
 """
 
 from __future__ import annotations
@@ -212,3 +215,56 @@ def _entry_matches(acl: StandardAcl, principal: str, host: str, operation: int) 
         and acl.host in (host, WILDCARD)
         and acl.operation in (operation, AclOperation.ALL)
     )
+
+
+#: Decisions one `DecisionCache` remembers; past this many it starts over (a client
+#: naming ever new resources cannot grow it without bound).
+DECISION_CACHE_ENTRIES_MAX = 65_536
+#: The name slot of an `Authorizer.authorize_any` decision in the cache's keys.
+_ANY_RESOURCE = None
+
+
+class DecisionCache:
+    """`Authorizer`'s decisions, remembered: the rule is a pure function of (principal,
+    host, operation, resource type, resource name) and the authorizer (its ACLs, config
+    and readiness are fixed), so a cache per authorizer is never stale; a new ACL set
+    means a new authorizer and so a new, empty cache."""
+
+    __slots__ = ("_decisions", "_entries_max", "authorizer")
+
+    def __init__(
+        self, authorizer: Authorizer, entries_max: int = DECISION_CACHE_ENTRIES_MAX
+    ) -> None:
+        self.authorizer = authorizer
+        self._entries_max = entries_max
+        self._decisions: dict[tuple[str, str, int, int, str | None], bool] = {}
+
+    @property
+    def ready(self) -> bool:
+        return self.authorizer.ready
+
+    def __len__(self) -> int:
+        return len(self._decisions)
+
+    def authorize(
+        self, principal: str, host: str, operation: int, resource_type: int, name: str
+    ) -> bool:
+        key = (principal, host, operation, resource_type, name)
+        decision = self._decisions.get(key)
+        if decision is None:
+            decision = self.authorizer.authorize(principal, host, operation, resource_type, name)
+            self._remember(key, decision)
+        return decision
+
+    def authorize_any(self, principal: str, host: str, operation: int, resource_type: int) -> bool:
+        key = (principal, host, operation, resource_type, _ANY_RESOURCE)
+        decision = self._decisions.get(key)
+        if decision is None:
+            decision = self.authorizer.authorize_any(principal, host, operation, resource_type)
+            self._remember(key, decision)
+        return decision
+
+    def _remember(self, key: tuple[str, str, int, int, str | None], decision: bool) -> None:
+        if len(self._decisions) >= self._entries_max:
+            self._decisions.clear()
+        self._decisions[key] = decision

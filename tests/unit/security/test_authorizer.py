@@ -1,11 +1,17 @@
 """The authorizer against a small reference model of Kafka's StandardAuthorizer rule
-(hypothesis), and the rule's corners one by one."""
+(hypothesis), and the rule's corners one by one; its decision cache (per ACL set) against
+the same model while the ACLs change."""
 
 from __future__ import annotations
+
+import uuid
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from riverbed.metadata.image import MetadataImage, acl_record, replay_all
+from riverbed.metadata.records import METADATA_VERSION_FEATURE
+from riverbed.protocol.messages import FeatureLevelRecord, Message
 from riverbed.security.acl import (
     AclOperation as Op,
 )
@@ -19,8 +25,10 @@ from riverbed.security.authorizer import (
     AclIndex,
     Authorizer,
     AuthorizerConfig,
+    DecisionCache,
     parse_super_users,
 )
+from riverbed.server.broker.authorization import BrokerAuthorizer
 
 ALLOW, DENY = PermissionType.ALLOW, PermissionType.DENY
 LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED
@@ -188,3 +196,69 @@ def test_authorize_any_agrees_with_some_name_allowed(acls, principal, host, op, 
     auth = Authorizer(AuthorizerConfig(supers, everyone), AclIndex.build(acls), ready=True)
     expected = _some_name_allowed(acls, principal, host, op, TOPIC, supers, everyone)
     assert auth.authorize_any(principal, host, op, TOPIC) == expected
+
+
+def _image(acls: list[StandardAcl], *, ready: bool = True) -> MetadataImage:
+    """An image holding ``acls`` (a new ACL map each time, as replay makes one per change)."""
+    records: list[Message] = [acl_record(uuid.UUID(int=i + 1), a) for i, a in enumerate(acls)]
+    if ready:
+        records.insert(0, FeatureLevelRecord(name=METADATA_VERSION_FEATURE, feature_level=21))
+    return replay_all(MetadataImage.EMPTY, records)
+
+
+QUERIES = st.tuples(
+    st.sampled_from(["User:alice", "User:bob", "User:root"]),
+    st.sampled_from(["10.0.0.1", "10.0.0.2"]),
+    OPS.filter(lambda o: o != Op.ALL),
+    st.sampled_from([TOPIC, GROUP]),
+    NAMES.filter(bool),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.lists(ACLS, max_size=8), st.lists(QUERIES, min_size=1, max_size=6)),
+        min_size=1,
+        max_size=4,
+    ),
+    everyone=st.booleans(),
+)
+def test_cached_decisions_agree_with_the_reference_model_while_acls_change(steps, everyone):
+    """The broker's authorizer shell answers from its decision cache; after each ACL
+    change (a new image) every answer, the repeated ones too, is the model's for the ACLs
+    of that moment: no decision outlives the ACL set it was made for."""
+    supers = frozenset({"User:root"})
+    authz = BrokerAuthorizer(AuthorizerConfig(supers, everyone))
+    asked = [q for _, queries in steps for q in queries]
+    for acls, _ in steps:
+        image = _image(acls)
+        for principal, host, op, rtype, name in asked + asked:  # again: from the cache
+            expected = _reference(acls, principal, host, op, rtype, name, supers, everyone)
+            got = authz.authorizer(image).authorize(principal, host, op, rtype, name)
+            assert got == expected, (acls, principal, host, op, rtype, name)
+
+
+def test_the_shell_forgets_decisions_when_acls_or_readiness_change():
+    authz = BrokerAuthorizer(AuthorizerConfig())
+    allow = acl("t", Op.WRITE)
+    args = ("User:alice", "10.0.0.1", Op.WRITE, TOPIC, "t")
+    assert not authz.authorizer(_image([allow], ready=False)).authorize(*args)  # not ready
+    assert authz.authorizer(_image([allow])).authorize(*args)
+    assert not authz.authorizer(_image([allow, acl("t", Op.WRITE, DENY)])).authorize(*args)
+    assert authz.authorizer(_image([allow])).authorize(*args)  # the DENY removed
+    assert not authz.authorizer(_image([])).authorize(*args)
+    cache = authz.authorizer(_image([allow]))
+    assert cache.authorize_any("User:alice", "10.0.0.1", Op.WRITE, TOPIC)
+    assert not authz.authorizer(_image([])).authorize_any("User:alice", "10.0.0.1", Op.WRITE, TOPIC)
+
+
+def test_decision_cache_is_bounded_and_still_right():
+    auth = _auth(acl("a", Op.READ), acl("b", Op.READ, DENY))
+    cache = DecisionCache(auth, entries_max=2)
+    for _ in range(2):
+        for name, allowed in (("a", True), ("b", False), ("c", False), ("a", True)):
+            assert cache.authorize("User:alice", "h", Op.READ, TOPIC, name) is allowed
+            assert len(cache) <= 2
+    assert cache.authorize_any("User:alice", "h", Op.READ, TOPIC)
+    assert len(cache) <= 2

@@ -4,7 +4,10 @@ against `riverbed.security.api_operations.RULES` before its handler runs.
 The decision core is `riverbed.security.authorizer.Authorizer`; this shell gives it the
 ACLs of the current metadata image (the index is rebuilt only when the image's ACL map
 changes, which replay leaves untouched by any other record) and the "ready" flag (the
-image holds metadata.version: the first metadata load is done).
+image holds metadata.version: the first metadata load is done). Decisions are answered
+through a `DecisionCache` made with each authorizer, so they never outlive the ACLs they
+were made with, and a client's repeated question (WRITE on its topic, every Produce) costs
+one lookup however many ACLs there are.
 
 A request whose whole-request check fails (the group of an OffsetCommit, the
 transactional id of a Produce) is answered with the check's code in every error field
@@ -51,6 +54,7 @@ from riverbed.security.authorizer import (
     AclIndex,
     Authorizer,
     AuthorizerConfig,
+    DecisionCache,
     parse_super_users,
 )
 from riverbed.server.broker.error_response import append_entries, error_response, item_errors
@@ -105,18 +109,20 @@ class BrokerAuthorizer:
         self.config = config
         self._acls: Mapping[uuid.UUID, StandardAcl] | None = None
         self._index = AclIndex()
-        self._current = Authorizer(config, self._index, ready=False)
+        self._current = DecisionCache(Authorizer(config, self._index, ready=False))
 
-    def authorizer(self, image: MetadataImage) -> Authorizer:
+    def authorizer(self, image: MetadataImage) -> DecisionCache:
+        """The decisions for the image's ACLs: a new ACL map or readiness starts a new
+        authorizer with an empty cache."""
         ready = image.metadata_version > 0
         if image.acls is not self._acls or ready != self._current.ready:
             if image.acls is not self._acls:
                 self._index = AclIndex.build(image.acls.values())
                 self._acls = image.acls
-            self._current = Authorizer(self.config, self._index, ready=ready)
+            self._current = DecisionCache(Authorizer(self.config, self._index, ready=ready))
         return self._current
 
-    def allowed(self, auth: Authorizer, ctx: RequestContext, action: Action) -> bool:
+    def allowed(self, auth: DecisionCache, ctx: RequestContext, action: Action) -> bool:
         principal, host = str(ctx.principal), client_host(ctx)
         if action.name is None:
             return auth.authorize_any(principal, host, action.operation, action.resource_type)

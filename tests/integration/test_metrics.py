@@ -42,6 +42,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 WAIT_S = 60.0
 #: The window of the single node's idle ratios (metrics.sample.window.ms).
 IDLE_WINDOW_MS = 3000
+#: The single node's dedupe buffer, in keys (one cleaner thread).
+DEDUPE_SLOTS = 10_000
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -77,7 +79,12 @@ def http_status(url: str, method: str = "GET", data: bytes | None = None) -> tup
 
 @pytest.fixture(scope="module")
 def node() -> Any:
-    overrides = {"num.partitions": "3", "metrics.sample.window.ms": str(IDLE_WINDOW_MS)}
+    overrides = {
+        "num.partitions": "3",
+        "metrics.sample.window.ms": str(IDLE_WINDOW_MS),
+        "log.cleaner.backoff.ms": "100",
+        "log.cleaner.dedupe.buffer.size": str(DEDUPE_SLOTS * 24),  # 24 bytes a key
+    }
     with BrokerProcess(overrides=overrides) as b:
         yield b
 
@@ -259,6 +266,49 @@ def _flood(bootstrap: str, topic: str, done: threading.Event) -> None:
             p.poll(0.01)
         p.poll(0)
     p.flush(30)
+
+
+def test_cleaner_gauges_follow_a_compaction(node: BrokerProcess) -> None:
+    """kafka.log LogCleaner / LogCleanerManager: a compacted topic of 20 keys is cleaned:
+    the dedupe buffer held those 20 keys, less was written than read; then segments of
+    records written after the cleaning leave the log dirty, below the topic's
+    min.cleanable.dirty.ratio (99%: a never-cleaned log, 100% dirty, is cleaned; then
+    the dirty bytes must be 99 times the clean ones)."""
+    topic = "compacted-metered"
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    config = {
+        "cleanup.policy": "compact",
+        "segment.bytes": "4096",
+        "min.cleanable.dirty.ratio": "0.99",
+    }
+    admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(30)
+    keys = 20
+    p = Producer({"bootstrap.servers": node.bootstrap, "linger.ms": 0, "batch.size": 1500})
+    for i in range(600):
+        p.produce(topic, b"v%d" % i, key=b"k%d" % (i % keys))
+    assert p.flush(30) == 0
+    lc, lcm = "kafka_log_logcleaner_", "kafka_log_logcleanermanager_"
+    used = wait_for(
+        "a cleaning",
+        lambda: value(scrape(node.http_url), lc + "max_buffer_utilization_percent"),
+        WAIT_S,
+    )
+    # each cleaning maps at least a whole segment (~50 records): every key once
+    assert used == pytest.approx(100 * keys / DEDUPE_SLOTS)
+    m = scrape(node.http_url)
+    assert 0 < value(m, lc + "cleaner_recopy_percent") < 100
+    assert 0 <= value(m, lc + "max_clean_time_secs") < WAIT_S
+    assert value(m, lcm + "time_since_last_run_ms") >= 0
+    assert total(m, lcm + "uncleanable_partitions_count") == 0
+    for i in range(300):  # in 15 flushes: at least as many batches, several segments
+        p.produce(topic, b"w%d" % i, key=b"k%d" % (i % keys))
+        if i % 20 == 19:
+            assert p.flush(30) == 0
+    wait_for(
+        "a dirty log left alone",
+        lambda: 0 < value(scrape(node.http_url), lcm + "max_dirty_percent") < 99,
+        WAIT_S,
+    )
 
 
 def test_group_lag_matches_committed_offsets(node: BrokerProcess) -> None:

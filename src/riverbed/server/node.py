@@ -741,6 +741,7 @@ class Node:
             hosted=partitions,
             lag=lambda: self.replicas,
             log_dirs=lambda: self.log_manager,
+            cleaner=lambda: self.log_manager.cleaner if self.log_manager is not None else None,
             groups=lambda: self.broker.groups if self.broker is not None else None,
             remote=lambda: self.remote_log.stats if self.remote_log is not None else None,
         )

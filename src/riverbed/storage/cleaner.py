@@ -89,8 +89,14 @@ class OffsetMap:
 
     def __init__(self, dedupe_buffer_bytes: int) -> None:
         slots = max(dedupe_buffer_bytes // OFFSET_MAP_ENTRY_BYTES, 2)
+        self.slots = slots
         self.capacity = max(1, int(slots * OFFSET_MAP_LOAD_FACTOR))
         self.clear()
+
+    @property
+    def utilization(self) -> float:
+        """Keys held / slots (Kafka's ``SkimpyOffsetMap.utilization``)."""
+        return len(self) / self.slots
 
     def clear(self) -> None:
         self._hi: np.ndarray = np.empty(0, dtype=np.uint64)

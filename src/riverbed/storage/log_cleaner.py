@@ -10,6 +10,13 @@ cleaning). Each thread owns an `OffsetMap` of ``log.cleaner.dedupe.buffer.size /
 threads`` bytes; reads and writes together are throttled to
 ``log.cleaner.io.max.bytes.per.second``.
 
+For the metrics (Kafka's LogCleaner / LogCleanerManager gauges) it keeps the figures of
+the last ``log.cleaner.threads`` cleanings (`CleanerRun`: Kafka keeps each cleaner
+thread's last stats; riverbed's pool threads have no identity, so the last cleanings
+stand for them), the largest dirty ratio of the last scan, and the partitions whose last
+cleaning failed (``uncleanable``: Kafka's marked partitions; riverbed retries them at the
+next scan instead of skipping them until a restart).
+
 ``cleaner-offset-checkpoint`` (one per log dir, the offset-checkpoint format: version 0,
 count, ``topic partition offset`` lines) holds each log's first dirty offset; it is
 written after every cleaning and read at start-up.
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -58,6 +66,19 @@ class CleanerConfig:
             io_max_bytes_per_second=float(rate) if rate is not None else _UNLIMITED,
             backoff_ms=int(get("log.cleaner.backoff.ms")),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerRun:
+    """One cleaning's figures, as Kafka's cleaner metrics read its ``CleanerStats``."""
+
+    elapsed_ms: int
+    #: bytes the copy pass read (the map's and the header pass's reads are not counted,
+    #: as in Kafka) and bytes it wrote
+    bytes_read: int
+    bytes_written: int
+    #: keys in the dedupe buffer / its slots at the end of the cleaning
+    buffer_utilization: float
 
 
 class _Throttle:
@@ -117,6 +138,14 @@ class LogCleaner:
         self._inflight: dict[Key, Future[Any]] = {}
         self._next_run_ms = 0
         self.cleanings = 0
+        #: the last cleanings, one per cleaner thread (see the module docstring)
+        self.last_runs: deque[CleanerRun] = deque(maxlen=max(config.threads, 1))
+        #: the largest dirty ratio among the compacted logs at the last scan
+        self.max_dirty_ratio = 0.0
+        #: partitions whose last cleaning failed
+        self.uncleanable: set[Key] = set()
+        #: when the last scan for dirty logs ran (-1: never)
+        self.last_scan_ms = -1
 
     @property
     def enabled(self) -> bool:
@@ -161,6 +190,7 @@ class LogCleaner:
     def due(self, now_ms: int) -> list[tuple[Key, Any]]:
         """Compacted logs worth cleaning now, dirtiest first."""
         found: list[tuple[float, Key, Any]] = []
+        dirtiest = 0.0
         for key, plog in list(self._logs().items()):
             cfg = plog.config
             if not cfg.compact_enabled or key in self._inflight:
@@ -173,6 +203,7 @@ class LogCleaner:
             ratio, dirty = plog.dirty_ratio(first_dirty, now_ms)
             if not dirty:
                 continue
+            dirtiest = max(dirtiest, ratio)
             overdue = False
             if cfg.max_compaction_lag_ms < 2**63 - 1:
                 for c in plog.cleanable_segments(now_ms):
@@ -183,6 +214,8 @@ class LogCleaner:
             if ratio >= cfg.min_cleanable_dirty_ratio or overdue:
                 found.append((ratio, key, plog))
         found.sort(key=lambda t: -t[0])
+        self.max_dirty_ratio = dirtiest
+        self.last_scan_ms = now_ms
         return [(key, plog) for _ratio, key, plog in found]
 
     def _take_map(self) -> OffsetMap:
@@ -198,6 +231,7 @@ class LogCleaner:
         try:
             throttle = _Throttle(self.config.io_max_bytes_per_second, self._stopped, self.clock)
             horizon = self.delete_horizons.get(key, -1)
+            started_ms = self.clock.now_ms()
             result = plog.clean(
                 self.first_dirty.get(key, 0),
                 offset_map,
@@ -210,11 +244,23 @@ class LogCleaner:
                 self.delete_horizons[key] = result.stats.delete_horizon_ms
                 self.cleanings += 1
                 self._write_checkpoint(key)
+                self.last_runs.append(
+                    CleanerRun(
+                        self.clock.now_ms() - started_ms,
+                        result.bytes_copied_from,
+                        result.bytes_written,
+                        offset_map.utilization,
+                    )
+                )
+            with self._lock:
+                self.uncleanable.discard(key)
             return result
         except CleanerStopped:
             return None
         except Exception:
             log.exception("cleaning %s-%d failed", *key)
+            with self._lock:
+                self.uncleanable.add(key)
             return None
         finally:
             offset_map.clear()
@@ -243,6 +289,20 @@ class LogCleaner:
         """A log was deleted: its checkpoint entry goes too (at the next write)."""
         self.first_dirty.pop(key, None)
         self.delete_horizons.pop(key, None)
+        with self._lock:
+            self.uncleanable.discard(key)
+
+    def uncleanable_by_dir(self) -> dict[Path, int]:
+        """Partitions whose last cleaning failed, per log dir (LogCleanerManager's
+        ``uncleanable-partitions-count``): every dir, 0 included."""
+        with self._lock:
+            keys = list(self.uncleanable)
+        counts = dict.fromkeys(self._dirs, 0)
+        for key in keys:
+            d = self._dir_of(key)
+            if d is not None:
+                counts[d] = counts.get(d, 0) + 1
+        return counts
 
     def shutdown(self) -> None:
         self._stopped.set()

@@ -41,10 +41,14 @@ Throttle = Callable[[int], None]
 class CleanResult:
     #: The next cleaning's first dirty offset (the cleaner checkpoint).
     first_dirty: int
+    #: every read (the map, the producers' last batches, the copy: the throttled I/O)
     bytes_read: int
     bytes_written: int
     segments_swapped: int
     stats: CleanStats
+    #: the bytes of the segments the copy pass read (Kafka's CleanerStats.bytesRead,
+    #: over which cleaner-recopy-percent is taken)
+    bytes_copied_from: int = 0
 
 
 class _IoCount:
@@ -163,7 +167,7 @@ class LogCleaning(LogBase):
             self.name, first_dirty, map_end, swapped, stats.records_dropped,
             stats.tombstones_dropped, before, after,
         )  # fmt: skip
-        return CleanResult(map_end, io.read, io.written, swapped, stats)
+        return CleanResult(map_end, io.read, io.written, swapped, stats, before)
 
     def _segment_bytes(
         self, cleanables: list[Cleanable], io: _IoCount

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -23,12 +24,14 @@ from riverbed.protocol.messages import (
     TopicRecord,
 )
 from riverbed.protocol.records import SimpleRecord, build_batch
+from riverbed.server.metrics.cleaner import CleanerCollector
 from riverbed.server.metrics.loop_idle import LoopIdle, schedstat_busy_ns
 from riverbed.server.metrics.metadata_events import MetadataEvents
 from riverbed.server.metrics.traffic import (
     PENDING_TIMINGS_MAX,
     TIME_METRICS,
     MsHistogram,
+    TopicCounters,
     TrafficCollector,
     TrafficStats,
     error_codes,
@@ -37,6 +40,8 @@ from riverbed.server.metrics.traffic import (
 )
 from riverbed.server.network import RequestContext
 from riverbed.server.request_timing import RequestTiming
+from riverbed.storage import LogConfig, LogManager, ManualClock
+from riverbed.storage.log_cleaner import CleanerConfig
 
 TOPIC_ID = uuid.UUID(int=7)
 
@@ -133,6 +138,8 @@ def test_produce_counts_bytes_and_messages_of_successful_partitions_only() -> No
     assert samples[("kafka_server_brokertopicmetrics_messagesin_total", ())] == 10
     assert samples[("kafka_server_brokertopicmetrics_messagesin_total", (("topic", "t"),))] == 10
     assert samples[("kafka_network_requestchannel_requestqueuesize", ())] == 3
+    stats.forget_topic("t")  # deleted: its series go, the all-topics sums keep its counts
+    assert "t" not in stats.topics and stats.all_topics().messages_in == 10
 
 
 def _stamped(*stamps: float) -> RequestTiming:
@@ -265,7 +272,7 @@ def test_the_fast_exposition_parses_to_what_generate_latest_gives() -> None:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Mixed())
     stats = TrafficStats(lambda _id: None)
-    stats.all_topics.bytes_in = 10
+    stats.topics["t"] = TopicCounters(bytes_in=10)
     registry.register(TrafficCollector(stats, lambda: 0))
     from riverbed.server.metrics.metadata_events import MetadataEvents
 
@@ -336,3 +343,73 @@ def test_schedstat_busy_time_of_this_thread_grows_with_work() -> None:
     while time.thread_time() < deadline:  # 50 ms of CPU
         pass
     assert busy() - before >= 40_000_000
+
+
+def _cleaner_gauges(manager: LogManager) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(CleanerCollector(lambda: manager.cleaner))
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(generate_latest(registry).decode())
+        for s in f.samples
+    }
+
+
+def test_cleaner_gauges_follow_the_cleanings_and_count_failed_partitions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cleaning of 9 keys in a dedupe buffer of 1,000 slots; then a cleaning that fails
+    (its log's read raises) makes the partition uncleanable until one succeeds."""
+    clock = ManualClock(1_700_000_000_000)
+    compact = LogConfig(
+        cleanup_policy=("compact",), segment_bytes=600, min_cleanable_dirty_ratio=0.0
+    )
+    data = tmp_path / "data"
+    manager = LogManager(
+        [data], clock, default_config=compact,
+        cleaner_config=CleanerConfig(backoff_ms=0, dedupe_buffer_bytes=24_000),
+    )  # fmt: skip
+    log = manager.get_or_create("t", 0, compact)
+    # a key written once: the first segment keeps it, so the cleaning rewrites that one
+    log.append_as_leader(build_batch([SimpleRecord(b"once", key=b"solo")]), 0)
+    for i in range(200):
+        log.append_as_leader(build_batch([SimpleRecord(b"v%d" % i, key=b"k%d" % (i % 8))]), 0)
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    before = log.size_bytes
+    manager.flush_due(clock.now_ms())
+    manager.cleaner.wait(30)
+    g = _cleaner_gauges(manager)
+    (run,) = manager.cleaner.last_runs
+    # the copy pass read every closed segment and wrote back what it kept of them
+    assert run.bytes_read == before and 0 < run.bytes_written < before
+    p, m = "kafka_log_logcleaner_", "kafka_log_logcleanermanager_"
+    recopy = 100 * run.bytes_written / before
+    assert g[(p + "cleaner_recopy_percent", ())] == pytest.approx(recopy)
+    assert g[(p + "max_buffer_utilization_percent", ())] == pytest.approx(100 * 9 / 1000)
+    assert g[(p + "max_clean_time_secs", ())] == 0  # the manual clock stood still
+    assert g[(m + "max_dirty_percent", ())] == 100  # never cleaned before: all dirty
+    assert g[(m + "uncleanable_partitions_count", (("logDirectory", str(data)),))] == 0
+    clock.advance(1500)
+    assert _cleaner_gauges(manager)[(m + "time_since_last_run_ms", ())] == 1500
+
+    def broken(*_args: object, **_kw: object) -> None:
+        raise OSError("a read failed")
+
+    for i in range(50):  # dirty again
+        log.append_as_leader(build_batch([SimpleRecord(b"w%d" % i, key=b"k%d" % (i % 8))]), 0)
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    monkeypatch.setattr(log, "clean", broken)
+    manager.flush_due(clock.now_ms())
+    manager.cleaner.wait(30)
+    g = _cleaner_gauges(manager)
+    assert g[(m + "uncleanable_partitions_count", (("logDirectory", str(data)),))] == 1
+    assert 0 < g[(m + "max_dirty_percent", ())] < 100
+    monkeypatch.undo()
+    clock.advance(1)
+    manager.flush_due(clock.now_ms())
+    manager.cleaner.wait(30)
+    g = _cleaner_gauges(manager)
+    assert g[(m + "uncleanable_partitions_count", (("logDirectory", str(data)),))] == 0
+    manager.shutdown()

@@ -15,6 +15,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from riverbed.metadata.image import MetadataDelta, MetadataImage
+from riverbed.server.metrics.cleaner import CleanerCollector, CleanerView
 from riverbed.server.metrics.exposition import render_text
 from riverbed.server.metrics.loop_idle import LoopIdleCollector, loop_idle_here
 from riverbed.server.metrics.metadata_events import MetadataEvents
@@ -92,6 +93,7 @@ class NodeMetrics:
         groups: Callable[[], GroupShards | None],
         remote: Callable[[], RemoteLogStats | None],
         raft_commit: Callable[[], CommitLatencyView] | None = None,
+        cleaner: Callable[[], CleanerView | None] | None = None,
     ) -> None:
         """Register the scrape-time collectors (once; a second call changes nothing)."""
         if self._watching:
@@ -104,6 +106,8 @@ class NodeMetrics:
         self.registry.register(GroupLagCollector(groups, hosted))
         self.registry.register(LedgerCollector(hosted))
         self.registry.register(RemoteLogCollector(remote))
+        if cleaner is not None:
+            self.registry.register(CleanerCollector(cleaner))
 
     def on_image(self, old: MetadataImage, new: MetadataImage, delta: MetadataDelta) -> None:
         """Image listener: metadata-event counters; a deleted topic's series go away."""

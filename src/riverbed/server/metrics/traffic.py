@@ -189,6 +189,16 @@ class TopicCounters:
     total_fetch: int = 0
     failed_fetch: int = 0
 
+    def add(self, other: TopicCounters) -> None:
+        self.bytes_in += other.bytes_in
+        self.messages_in += other.messages_in
+        self.bytes_out += other.bytes_out
+        self.replication_bytes_out += other.replication_bytes_out
+        self.total_produce += other.total_produce
+        self.failed_produce += other.failed_produce
+        self.total_fetch += other.total_fetch
+        self.failed_fetch += other.failed_fetch
+
 
 #: (metric suffix, value, help): kafka_server_brokertopicmetrics_<suffix>_total
 TOPIC_METRICS: tuple[tuple[str, Callable[[TopicCounters], int], str], ...] = (
@@ -216,7 +226,8 @@ class TrafficStats:
         self._pending: dict[str, list[Stamps]] = {}
         self._pending_count = 0
         self.topics: dict[str, TopicCounters] = {}
-        self.all_topics = TopicCounters()
+        #: the counts of deleted topics (kept in the all-topics sums)
+        self._retired = TopicCounters()
 
     def instrument(self, handler: RequestHandler) -> RequestHandler:
         """``handler`` recording every request it answers."""
@@ -290,37 +301,41 @@ class TrafficStats:
     def _produced(self, name: str, req: ProduceRequest, resp: ProduceResponse | None) -> None:
         """acks=0 has no response: its partitions all succeeded (a failure closed the
         connection and never reached here). The handler answers in request order; a
-        response in another order is matched by name and index. Hot path: sums in locals,
-        each counter touched once per topic."""
+        response in another order is matched by name and index. Hot path: sums in
+        locals, each topic's counters touched once (the all-topics sums are taken at
+        scrape time)."""
+        topic_data = req.topic_data
         answers = resp.responses if resp is not None else None
-        in_order = answers is not None and len(answers) == len(req.topic_data)
-        every = self.all_topics
+        in_order = answers is not None and len(answers) == len(topic_data)
         topics = self.topics
         answered_none = 0  # partitions answered NONE (Kafka's errorCounts)
-        for ti, td in enumerate(req.topic_data):
+        for ti, td in enumerate(topic_data):
             topic = topics.get(td.name) or self._topic(td.name)
             parts = td.partition_data
-            codes = self._produce_codes(td, answers[ti] if in_order and answers else None, resp)
+            codes = None  # acks=0
+            if resp is not None:
+                codes = self._produce_codes(td, answers[ti] if in_order and answers else None, resp)
             size = count = failed = 0
-            for pd, code in zip(parts, codes, strict=True):
-                records = pd.records
-                if code:
-                    self._error(name, _code_name(code))
-                elif code is not None:
+            i = 0
+            for pd in parts:  # (no zip: this loop is the hot path, mostly one partition)
+                code = codes[i] if codes is not None else 0
+                i += 1
+                if codes is not None:
+                    if code:
+                        self._error(name, _code_name(code))
+                        failed += 1
+                        continue
                     answered_none += 1
-                if code or not records:
+                records = pd.records
+                if records:
+                    size += len(records)
+                    count += record_count(records)
+                else:
                     failed += 1
-                    continue
-                size += len(records)
-                count += record_count(records)
             topic.total_produce += len(parts)
-            every.total_produce += len(parts)
             topic.failed_produce += failed
-            every.failed_produce += failed
             topic.bytes_in += size
-            every.bytes_in += size
             topic.messages_in += count
-            every.messages_in += count
         if answered_none:
             key = (name, "NONE")
             self.errors[key] = self.errors.get(key, 0) + answered_none
@@ -329,14 +344,13 @@ class TrafficStats:
     def _produce_codes(
         td: ProduceRequest.TopicProduceData,
         answer: ProduceResponse.TopicProduceResponse | None,
-        resp: ProduceResponse | None,
-    ) -> list[int | None]:
-        """Each partition's answered error code (None: no response, acks=0)."""
-        if resp is None:
-            return [None] * len(td.partition_data)
-        parts = answer.partition_responses if answer is not None else []
-        if answer is not None and answer.name == td.name and len(parts) == len(td.partition_data):
-            return [p.error_code for p in parts]  # the handler answers in request order
+        resp: ProduceResponse,
+    ) -> list[int]:
+        """Each partition's answered error code."""
+        if answer is not None:
+            parts = answer.partition_responses
+            if answer.name == td.name and len(parts) == len(td.partition_data):
+                return [p.error_code for p in parts]  # the handler answers in request order
         found = {
             (t.name, p.index): p.error_code for t in resp.responses for p in t.partition_responses
         }
@@ -345,17 +359,14 @@ class TrafficStats:
     def _fetched(self, name: str, resp: FetchResponse, spliced: SplicedResponse | None) -> None:
         follower = name == "FetchFollower"
         sizes = {fr.token: fr.size for fr in spliced.files} if spliced is not None else {}
-        every = self.all_topics
         self._error(name, _code_name(resp.error_code))
         for t in resp.responses:
             topic = self._topic(t.topic or self._topic_name(t.topic_id) or str(t.topic_id))
             for p in t.partitions:
                 topic.total_fetch += 1
-                every.total_fetch += 1
                 self._error(name, _code_name(p.error_code))
                 if p.error_code:
                     topic.failed_fetch += 1
-                    every.failed_fetch += 1
                 records = p.records
                 if not records:
                     continue
@@ -364,14 +375,26 @@ class TrafficStats:
                     size = len(records)
                 if follower:
                     topic.replication_bytes_out += size
-                    every.replication_bytes_out += size
                 else:
                     topic.bytes_out += size
-                    every.bytes_out += size
 
     def forget_topic(self, name: str) -> None:
-        """A deleted topic's series go away (Kafka removes its BrokerTopicMetrics)."""
-        self.topics.pop(name, None)
+        """A deleted topic's series go away (Kafka removes its BrokerTopicMetrics); its
+        counts stay in the all-topics sums."""
+        gone = self.topics.pop(name, None)
+        if gone is not None:
+            self._retired = _sum_counters([self._retired, gone])
+
+    def all_topics(self) -> TopicCounters:
+        """BrokerTopicMetrics over all topics, deleted ones included (scrape time)."""
+        return _sum_counters([self._retired, *self.topics.values()])
+
+
+def _sum_counters(counters: list[TopicCounters]) -> TopicCounters:
+    out = TopicCounters()
+    for c in counters:
+        out.add(c)
+    return out
 
 
 def _replica_id(req: FetchRequest) -> int:
@@ -490,11 +513,12 @@ class TrafficCollector(Collector):
 
     def _topic_families(self) -> Iterator[CounterMetricFamily]:
         s = self.stats
+        every = s.all_topics()
         for suffix, value, what in TOPIC_METRICS:
             name = f"kafka_server_brokertopicmetrics_{suffix}"
             family = CounterMetricFamily(name, what, labels=["topic"])
             # the all-topics meter has no topic label (jmx_exporter's rule without one)
-            family.add_metric([], value(s.all_topics))
+            family.add_metric([], value(every))
             for topic, counters in sorted(s.topics.items()):
                 family.add_metric([topic], value(counters))
             yield family

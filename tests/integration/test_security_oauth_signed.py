@@ -1,7 +1,7 @@
 """OAUTHBEARER with signed JWTs (issue 20): a listener configured with Kafka's
-OAuthBearerValidatorCallbackHandler checks RS256 tokens against a JWKS file; confluent-
-kafka logs in with a token from its ``oauth_cb``, an unsigned (alg none) token is
-refused."""
+OAuthBearerValidatorCallbackHandler checks RS256 tokens against a JWKS file or an https
+endpoint (trusted through a CA of the JAAS options, refreshed); confluent-kafka logs in
+with a token from its ``oauth_cb``, an unsigned (alg none) token is refused."""
 
 from __future__ import annotations
 
@@ -10,10 +10,16 @@ from collections.abc import Iterator
 
 import pytest
 
+from riverbed.testing.certs import make_pki
+from riverbed.testing.cluster import scaled_s
+from riverbed.testing.https_server import Document, serve_https
 from riverbed.testing.jwt import JwtIssuer
 from riverbed.testing.secure import SecureBroker, start_secure_broker
 
 HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
+PREFIX = "listener.name.sasl_plaintext."
+#: the https JWKS broker's sasl.oauthbearer.jwks.endpoint.refresh.ms
+REFRESH_MS = 500
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +89,72 @@ def test_unsigned_or_wrong_audience_is_refused(signed: tuple[SecureBroker, JwtIs
                 break
             producer.poll(0.25)
         assert errors and errors[0].code() == KafkaError._AUTHENTICATION, (name, errors)
+
+
+@pytest.fixture(scope="module")
+def https_idp(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[SecureBroker, Document, JwtIssuer]]:
+    """A broker whose JWKS comes from an https endpoint (a local aiohttp server with a
+    certificate of its own CA), trusted through the OAUTHBEARER JAAS options."""
+    issuer = JwtIssuer()
+    base = tmp_path_factory.mktemp("oauth-https")
+    idp = make_pki(base / "idp")
+    document = Document(issuer.jwks())
+    jaas = (
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+        f'ssl.truststore.type="PEM" ssl.truststore.location="{idp.ca}";'
+    )
+    with serve_https(idp, document) as url:
+        broker = start_secure_broker(
+            base / "pki",
+            {"admin": "admin-secret"},
+            {},
+            {
+                f"{PREFIX}oauthbearer.sasl.server.callback.handler.class": HANDLER,
+                f"{PREFIX}oauthbearer.sasl.jaas.config": jaas,
+                "sasl.oauthbearer.jwks.endpoint.url": url,
+                "sasl.oauthbearer.jwks.endpoint.refresh.ms": str(REFRESH_MS),
+                "sasl.oauthbearer.expected.audience": "riverbed",
+            },
+        )
+        try:
+            yield broker, document, issuer
+        finally:
+            broker.proc.close()
+
+
+def _logs_in(broker: SecureBroker, issuer: JwtIssuer) -> bool:
+    """A producer with a token of ``issuer``: True when its record is delivered, False
+    when the broker refuses the login."""
+    from confluent_kafka import KafkaError, Producer
+
+    def token(_config: str) -> tuple[str, float]:
+        exp = time.time() + 300
+        claims = {"sub": "svc", "exp": int(exp), "iat": int(time.time()), "aud": "riverbed"}
+        return issuer.token(claims), exp
+
+    errors: list[KafkaError] = []
+    producer = Producer(_conf(broker, token) | {"error_cb": errors.append})
+    delivered: list[bool] = []
+    producer.produce("oauth-https", b"v", on_delivery=lambda err, _m: delivered.append(not err))
+    deadline = time.monotonic() + scaled_s(30)
+    while not delivered and not errors:
+        assert time.monotonic() < deadline, "neither delivered nor refused"
+        producer.poll(0.1)
+    producer.purge()
+    return bool(delivered) and delivered[0]
+
+
+def test_a_jwks_from_an_https_endpoint_and_its_rotation(
+    https_idp: tuple[SecureBroker, Document, JwtIssuer],
+) -> None:
+    broker, document, issuer = https_idp
+    assert _logs_in(broker, issuer)
+    rotated = JwtIssuer()  # the identity provider rotates its key (same kid)
+    assert not _logs_in(broker, rotated)
+    document.body = rotated.jwks()
+    deadline = time.monotonic() + scaled_s(20)
+    while not _logs_in(broker, rotated):  # refreshed every REFRESH_MS
+        assert time.monotonic() < deadline, "the rotated key was never fetched"
+    assert document.requests >= 2

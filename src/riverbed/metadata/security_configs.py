@@ -54,6 +54,9 @@ SECURITY_CONFIGS: tuple[ConfigDef, ...] = (
     _d("connections.max.reauth.ms", _L, "0", at_least(0)),
     # OAUTHBEARER with signed JWTs (KIP-768's OAuthBearerValidatorCallbackHandler)
     _d("sasl.oauthbearer.jwks.endpoint.url", _S, None),
+    _d("sasl.oauthbearer.jwks.endpoint.refresh.ms", _L, "3600000", at_least(1)),
+    _d("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", _L, "100", at_least(0)),
+    _d("sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms", _L, "10000", at_least(0)),
     _d("sasl.oauthbearer.expected.audience", _LI, ""),
     _d("sasl.oauthbearer.expected.issuer", _S, None),
     _d("sasl.oauthbearer.sub.claim.name", _S, "sub"),

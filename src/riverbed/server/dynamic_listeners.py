@@ -104,7 +104,10 @@ class DynamicListeners:
 
     def _build(self, name: str, dynamic: Mapping[str, str]) -> ListenerSecurity:
         protocol = next(lst.security_protocol for lst in self.config.listeners if lst.name == name)
-        return listener_security(self.config, name, protocol, self.scram, dynamic)
+        signed = self.security[name].oauthbearer_signed  # kept: no JWKS fetch on the loop
+        return listener_security(
+            self.config, name, protocol, self.scram, dynamic, lambda lc: signed
+        )
 
     def validate(self, dynamic: Mapping[str, str]) -> str | None:
         """The problem with these dynamic listener configs (None: they may be applied)."""

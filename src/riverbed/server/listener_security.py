@@ -28,7 +28,7 @@ from typing import TypeVar
 from riverbed.metadata.broker_configs import CONFIG_DEFS
 from riverbed.metadata.config_defs import ConfigValueError
 from riverbed.security.jaas import JaasConfigError, LoginModule, parse_jaas_config
-from riverbed.security.jwks import JWKS_BYTES_MAX, JwksValidator, load_jwks
+from riverbed.security.jwks import JWKS_BYTES_MAX, JwksValidator, PublicKey, load_jwks
 from riverbed.security.oauthbearer import OAuthBearerUnsecuredServer
 from riverbed.security.plain import PlainServer
 from riverbed.security.principal import ANONYMOUS, KafkaPrincipal
@@ -36,6 +36,7 @@ from riverbed.security.sasl_server import MechanismServer
 from riverbed.security.scram import ScramCredential, ScramMechanism, ScramServer
 from riverbed.security.ssl_principal import SslPrincipalMapper, certificate_dn
 from riverbed.server.config import ConfigError, ServerConfig
+from riverbed.server.jwks_https import HttpsJwks, JwksFetchError, trust_context
 from riverbed.server.tls import Lookup, TlsConfigError, client_context, server_tls
 
 T = TypeVar("T")
@@ -150,9 +151,12 @@ def listener_security(
     protocol: str,
     scram: ScramLookup = _no_scram,
     dynamic: Mapping[str, str] | None = None,
+    signed: Callable[[ListenerConfig], JwksValidator | None] | None = None,
 ) -> ListenerSecurity:
     """Build (and validate: ConfigError naming the key) one listener's security;
-    ``dynamic``: the broker's dynamic configs (listener.name.<l>.ssl.* replacements)."""
+    ``dynamic``: the broker's dynamic configs (listener.name.<l>.ssl.* replacements);
+    ``signed``: where the OAUTHBEARER JWKS validator comes from (a rebuilt listener keeps
+    the one it has instead of fetching its JWKS again)."""
     lc = ListenerConfig(config, name, dynamic)
     tls = _tls_context(lc, protocol, server_tls)
     try:
@@ -193,7 +197,7 @@ def listener_security(
         mechanisms=mechanisms,
         plain_users=users,
         oauthbearer_options=dict(oauth.options) if oauth is not None else {},
-        oauthbearer_signed=_jwks_validator(lc) if "OAUTHBEARER" in mechanisms else None,
+        oauthbearer_signed=(signed or _jwks_validator)(lc) if "OAUTHBEARER" in mechanisms else None,
         scram=scram,
         sasl_receive_bytes_max=int(str(lc.get("sasl.server.max.receive.size"))),
         failed_authentication_delay_ms=int(
@@ -248,25 +252,22 @@ SIGNED_JWT_HANDLER = (
 
 def _jwks_validator(lc: ListenerConfig) -> JwksValidator | None:
     """The listener's JWKS validator when its OAUTHBEARER callback handler is Kafka's
-    OAuthBearerValidatorCallbackHandler; the JWKS is read once, from a file:// URL."""
+    OAuthBearerValidatorCallbackHandler: the JWKS read from a file:// URL, or fetched from
+    an https:// one (`riverbed.server.jwks_https`, trusting the CAs of the OAUTHBEARER
+    JAAS options)."""
     key = f"{lc.prefix}oauthbearer.sasl.server.callback.handler.class"
     if lc.config.originals.get(key) != SIGNED_JWT_HANDLER:
         return None
     url = lc.get("sasl.oauthbearer.jwks.endpoint.url")
-    if not isinstance(url, str) or not url.startswith("file://"):
+    if isinstance(url, str) and url.startswith("https://"):
+        keys: Mapping[str, PublicKey] = _https_jwks(lc, url)
+    elif isinstance(url, str) and url.startswith("file://"):
+        keys = _file_jwks(url[len("file://") :])
+    else:
         raise ConfigError(
             "sasl.oauthbearer.jwks.endpoint.url",
-            "sasl.oauthbearer.jwks.endpoint.url must be a file:// URL (riverbed reads the JWKS "
-            "from a file; https endpoints are not supported)",
+            "sasl.oauthbearer.jwks.endpoint.url must be a file:// or https:// URL",
         )
-    path = url[len("file://") :]
-    try:
-        with open(path, encoding="utf-8") as f:
-            keys = load_jwks(f.read(JWKS_BYTES_MAX))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(
-            "sasl.oauthbearer.jwks.endpoint.url", f"cannot load {path}: {exc}"
-        ) from None
     audience = lc.get("sasl.oauthbearer.expected.audience")
     issuer = lc.get("sasl.oauthbearer.expected.issuer")
     return JwksValidator(
@@ -276,6 +277,38 @@ def _jwks_validator(lc: ListenerConfig) -> JwksValidator | None:
         sub_claim=str(lc.get("sasl.oauthbearer.sub.claim.name")),
         clock_skew_ms=int(str(lc.get("sasl.oauthbearer.clock.skew.seconds"))) * 1000,
     )
+
+
+def _file_jwks(path: str) -> dict[str, PublicKey]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return load_jwks(f.read(JWKS_BYTES_MAX))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            "sasl.oauthbearer.jwks.endpoint.url", f"cannot load {path}: {exc}"
+        ) from None
+
+
+def _https_jwks(lc: ListenerConfig, url: str) -> HttpsJwks:
+    module = lc.jaas("OAUTHBEARER")
+    options = module.options if module is not None else {}
+    try:
+        context = trust_context(options)
+    except TlsConfigError as exc:
+        key = f"{lc.prefix}oauthbearer.sasl.jaas.config"
+        raise ConfigError(key, f"{key}: the JWKS endpoint's trust store: {exc}") from None
+    jwks = HttpsJwks(
+        url,
+        context,
+        refresh_ms=int(str(lc.get("sasl.oauthbearer.jwks.endpoint.refresh.ms"))),
+        backoff_ms=int(str(lc.get("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms"))),
+        backoff_max_ms=int(str(lc.get("sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms"))),
+    )
+    try:
+        jwks.start()
+    except JwksFetchError as exc:
+        raise ConfigError("sasl.oauthbearer.jwks.endpoint.url", str(exc)) from None
+    return jwks
 
 
 def _tls_context(lc: ListenerConfig, protocol: str, make: Callable[[Lookup], T]) -> T | None:

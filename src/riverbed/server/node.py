@@ -76,6 +76,7 @@ from riverbed.server.http_listener import (
     HttpListenerError,
     parse_http_listeners,
 )
+from riverbed.server.jwks_https import HttpsJwks
 from riverbed.server.listener_security import (
     ListenerSecurity,
     client_security,
@@ -423,6 +424,11 @@ class Node:
         self.serving = True
         self.replicas.start()
         self._tasks.append(supervise("log housekeeping", self._housekeeping(), fh))
+        for security in self._security.values():
+            signed = security.oauthbearer_signed
+            if signed is not None and isinstance(signed.keys, HttpsJwks):
+                refresh = signed.keys.run(self.stop_requested)
+                self._tasks.append(supervise(f"JWKS refresh of {security.name}", refresh, fh))
         heartbeats = quorum.heartbeat_loop(self.config.node_id, self.stop_requested, lambda: False)
         self._tasks.append(supervise("broker heartbeats", heartbeats, fh))
 

@@ -311,6 +311,43 @@ def test_cleaner_gauges_follow_a_compaction(node: BrokerProcess) -> None:
     )
 
 
+def test_transaction_gauges_follow_an_open_then_aborted_transaction(node: BrokerProcess) -> None:
+    """A transaction left open with three records stamped an hour ago: one open
+    transaction, HW - LSO = 3 (a read_committed reader waits for them), late (its producer
+    last wrote more than transaction.max.timeout.ms (15 min) + 5 min ago: KIP-664), and
+    Ongoing at the coordinator; after its abort: none, lag 0, CompleteAbort."""
+    topic = "txn-metered"
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    p = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": "metered-txn"})
+    p.init_transactions(30)
+    before = scrape(node.http_url)
+    p.begin_transaction()
+    hour_ago_ms = int(time.time() * 1000) - 3_600_000
+    for i in range(3):
+        p.produce(topic, b"t%d" % i, partition=0, timestamp=hour_ago_ms)
+    assert p.flush(30) == 0
+    m = scrape(node.http_url)
+    assert value(m, "riverbed_partition_open_transactions") == 1
+    assert value(m, "riverbed_partition_lso_lag_max") == 3
+    assert value(m, "kafka_server_replicamanager_partitionswithlatetransactionscount") == 1
+    ongoing = "riverbed_transaction_coordinator_transactions"
+    assert _delta(before, m, ongoing, state="Ongoing") == 1
+    p.abort_transaction(30)
+    m = wait_for(
+        "the abort's marker",
+        lambda: (
+            (s := scrape(node.http_url))["riverbed_partition_open_transactions", frozenset()] == 0
+            and s
+        ),
+        WAIT_S,
+    )
+    assert value(m, "riverbed_partition_lso_lag_max") == 0
+    assert value(m, "kafka_server_replicamanager_partitionswithlatetransactionscount") == 0
+    assert total(m, ongoing, state="Ongoing") == total(before, ongoing, state="Ongoing")
+    assert _delta(before, m, ongoing, state="CompleteAbort") == 1
+
+
 def test_group_lag_matches_committed_offsets(node: BrokerProcess) -> None:
     topic, group = "lagging", "lag-readers"
     produce(node.bootstrap, topic, [b"a" * 10] * 300)

@@ -292,6 +292,16 @@ class ProducerStateManager:
         """Producer id -> first offset of every open transaction (a copy)."""
         return dict(self.table.ongoing)
 
+    def oldest_open_txn_last_timestamp(self) -> int:
+        """The last timestamp written by the producer of the earliest open transaction
+        (Kafka's ``oldestTxnLastTimestamp``); -1 without one."""
+        ongoing = self.table.ongoing
+        if not ongoing:
+            return -1
+        producer_id = min(ongoing, key=lambda pid: ongoing[pid])
+        entry = self.table.get(producer_id)
+        return entry.last_timestamp if entry is not None else -1
+
     def on_roll(self, base_offset: int) -> None:
         # a pending flush first: every segment base then has its sealed file (when
         # anything changed), which retention deleting the segments below relies on

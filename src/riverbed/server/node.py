@@ -751,6 +751,12 @@ class Node:
             groups=lambda: self.broker.groups if self.broker is not None else None,
             remote=lambda: self.remote_log.stats if self.remote_log is not None else None,
         )
+        self.metrics.watch_transactions(
+            partitions,
+            lambda: self.broker.transactions.core if self.broker is not None else None,
+            lambda: self.config.get_int("transaction.max.timeout.ms"),
+            lambda: int(time.time() * 1000),
+        )
 
     def _topic_name(self, topic_id: uuid.UUID) -> str | None:
         topic = self.quorum.image.topic_by_id(topic_id) if self.quorum is not None else None

@@ -38,6 +38,7 @@ from riverbed.server.metrics.state import (
     ReplicaCollector,
 )
 from riverbed.server.metrics.traffic import TrafficCollector, TrafficStats
+from riverbed.server.metrics.transactions import TransactionCollector, TxnShards
 
 
 class NodeMetrics:
@@ -108,6 +109,18 @@ class NodeMetrics:
         self.registry.register(RemoteLogCollector(remote))
         if cleaner is not None:
             self.registry.register(CleanerCollector(cleaner))
+
+    def watch_transactions(
+        self,
+        hosted: HostedPartitions,
+        coordinator: Callable[[], TxnShards | None],
+        max_timeout_ms: Callable[[], int],
+        now_ms: Callable[[], int],
+    ) -> None:
+        """Register the transaction gauges (`riverbed.server.metrics.transactions`)."""
+        self.registry.register(
+            TransactionCollector(self.node_id, hosted, coordinator, max_timeout_ms, now_ms)
+        )
 
     def on_image(self, old: MetadataImage, new: MetadataImage, delta: MetadataDelta) -> None:
         """Image listener: metadata-event counters; a deleted topic's series go away."""

@@ -11,8 +11,13 @@ batch and ``CurrentLeaderEpoch`` = the epoch it follows. Truncation is by leader
 - it knows no epoch at all: truncate to min(O, its log end).
 
 OFFSET_OUT_OF_RANGE below the leader's log start (or with an empty log) restarts the log at
-the leader's log start. Every other error backs off ``replica.fetch.backoff.ms``;
-FENCED_LEADER_EPOCH means our metadata is behind and new metadata will restart us.
+the leader's log start. NOT_LEADER_OR_FOLLOWER and UNKNOWN_LEADER_EPOCH from the replica
+this follower's metadata names as leader mean, right after an election, that its broker has
+not applied the election yet (the controller's own broker applies it first): they are
+retried after ``LEADER_NOT_READY_BACKOFF_MS``, doubling up to ``replica.fetch.backoff.ms``
+(waiting the whole back-off held every acks=all produce of the new leader a second, issue
+23). Every other error backs off ``replica.fetch.backoff.ms``; FENCED_LEADER_EPOCH means
+our metadata is behind and new metadata will restart us.
 The follower's high watermark is min(leader's high watermark, own log end).
 A response that does not answer the current position (offset, last fetched epoch or
 leader epoch changed since it was sent: reordered, duplicated, stale) is ignored.
@@ -32,6 +37,9 @@ from riverbed.replication.config import ReplicaConfig
 from riverbed.replication.log import ReplicaLog
 
 NO_LEADER = -1
+#: First retry (ms) of a leader that has not taken over yet (doubling, up to the back-off).
+LEADER_NOT_READY_BACKOFF_MS = 50
+_NOT_READY = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_LEADER_EPOCH)
 
 
 class PartitionFollower:
@@ -59,6 +67,7 @@ class PartitionFollower:
         # epochs of the batches it is about to fetch
         log.forget_epochs_from(log.log_end_offset)
         self.backoff_until_ms = 0
+        self.not_ready_answers = 0  # consecutive NOT_LEADER / UNKNOWN_LEADER_EPOCH answers
         self.truncations = 0
         # the leader's HW as of the last fetch answer (-1: none yet); lag is measured to it
         self.leader_high_watermark = -1
@@ -88,9 +97,15 @@ class PartitionFollower:
         answer = result.answer
         if answer.error is ErrorCode.OFFSET_OUT_OF_RANGE:
             return self._out_of_range(result, now_ms)
+        if answer.error in _NOT_READY:
+            wait = LEADER_NOT_READY_BACKOFF_MS << min(self.not_ready_answers, 16)
+            self.not_ready_answers += 1
+            self.backoff_until_ms = now_ms + min(wait, self.config.replica_fetch_backoff_ms)
+            return []
         if answer.error is not ErrorCode.NONE:
             self.backoff_until_ms = now_ms + self.config.replica_fetch_backoff_ms
             return []
+        self.not_ready_answers = 0
         self.leader_high_watermark = answer.high_watermark
         if answer.diverging_epoch is not None:
             return self._truncate_on_divergence(*answer.diverging_epoch)

@@ -303,3 +303,34 @@ def test_a_fetch_from_an_older_incarnation_of_the_follower_is_refused() -> None:
     part.set_registered_epochs({1: 7, 2: 60, 3: 45})
     again = ld.on_follower_fetch(FetchPosition(2, 5, 10, 5, replica_epoch=40), 40)
     assert again[0].error is ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_follower_retries_a_leader_that_has_not_taken_over_yet_soon() -> None:
+    # the new leader's broker applies the election a little after ours (the controller's
+    # own broker applies it first): its NOT_LEADER_OR_FOLLOWER / UNKNOWN_LEADER_EPOCH meant
+    # a replica.fetch.backoff.ms (1 s) wait, and an acks=all produce waited for it (issue
+    # 23). Retries start at LEADER_NOT_READY_BACKOFF_MS and double up to the back-off.
+    from riverbed.replication.follower import LEADER_NOT_READY_BACKOFF_MS as FIRST
+
+    fl = PartitionFollower(2, 1, 5, MemLog(), CONFIG, high_watermark=0)
+    now, waits = 0, []
+    for error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_LEADER_EPOCH) * 4:
+        pos = fl.fetch_position(now)
+        assert pos is not None
+        fl.on_fetch_result(FetchResult(pos, FetchAnswer(error, -1, -1)), now)
+        waits.append(fl.backoff_until_ms - now)
+        now = fl.backoff_until_ms
+    backoff = CONFIG.replica_fetch_backoff_ms
+    assert waits == [min(FIRST * 2**i, backoff) for i in range(8)]
+    # an answer resets it; any other error waits the whole back-off
+    pos = fl.fetch_position(now)
+    assert pos is not None
+    fl.on_fetch_result(FetchResult(pos, FetchAnswer(ErrorCode.NONE, 0, 0)), now)
+    pos = fl.fetch_position(now)
+    assert pos is not None
+    fl.on_fetch_result(FetchResult(pos, FetchAnswer(ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1)), now)
+    assert fl.backoff_until_ms - now == FIRST
+    pos = fl.fetch_position(fl.backoff_until_ms)
+    assert pos is not None
+    fl.on_fetch_result(FetchResult(pos, FetchAnswer(ErrorCode.KAFKA_STORAGE_ERROR, -1, -1)), now)
+    assert fl.backoff_until_ms - now == backoff

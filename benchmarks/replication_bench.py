@@ -44,11 +44,11 @@ TOPIC = "bench"
 LIBRDKAFKA_BATCH_BYTES = 1_000_000
 
 
-def wait_isr(admin: AdminClient, size: int, timeout_s: float = 60) -> int:
+def wait_isr(admin: AdminClient, size: int, timeout_s: float = 60, topic: str = TOPIC) -> int:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            part = admin.list_topics(TOPIC, timeout=5).topics[TOPIC].partitions[0]
+            part = admin.list_topics(topic, timeout=5).topics[topic].partitions[0]
             if part.leader >= 0 and len(part.isrs) == size:
                 return int(part.leader)
         except Exception:
@@ -124,8 +124,25 @@ def failover_overrides(session_ms: int) -> dict[str, str]:
     return overrides
 
 
-def failover(base: Path, session_ms: int, trials: int) -> list[Timeline]:
-    """``trials`` SIGKILLs of the partition leader; each trial's timeline (`Timeline`:
+def controller_led_topic(admin: AdminClient, n: int, brokers: list[int]) -> tuple[str, int]:
+    """A new topic ``bench-c<n>`` whose one partition the active controller leads (its
+    broker first in the assignment); (topic, leader) once its ISR is whole."""
+    deadline = time.monotonic() + 60
+    while len(admin.describe_cluster().result(15).nodes) < len(brokers):
+        assert time.monotonic() < deadline, "a broker never registered again"
+        time.sleep(0.2)
+    controller = int(admin.describe_cluster().result(15).controller.id)
+    topic = f"{TOPIC}-c{n}"
+    replicas = [controller] + [b for b in brokers if b != controller]
+    admin.create_topics([NewTopic(topic, 1, replica_assignment=[replicas])])[topic].result(30)
+    return topic, wait_isr(admin, len(brokers), topic=topic)
+
+
+def failover(
+    base: Path, session_ms: int, trials: int, kill_controller: bool = False
+) -> list[Timeline]:
+    """``trials`` SIGKILLs of the partition leader (with ``kill_controller``, of a new
+    topic's leader that is the active controller too); each trial's timeline (`Timeline`:
     ``acked`` is the fail-over time)."""
     timelines: list[Timeline] = []
     client_log = ClientLog(TOPIC)
@@ -137,8 +154,12 @@ def failover(base: Path, session_ms: int, trials: int) -> list[Timeline]:
         c.start(timeout_s=60)
         admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
         admin.create_topics([NewTopic(TOPIC, 1, 3)])[TOPIC].result(30)
-        for _ in range(trials):
-            leader = wait_isr(admin, 3)
+        for n in range(trials):
+            topic = TOPIC
+            if kill_controller:
+                topic, leader = controller_led_topic(admin, n, c.ids)
+            else:
+                leader = wait_isr(admin, 3)
             p = producer(
                 c.bootstrap_servers,
                 **{
@@ -147,8 +168,9 @@ def failover(base: Path, session_ms: int, trials: int) -> list[Timeline]:
                     "logger": logger,
                 },
             )
-            p.produce(TOPIC, b"warm")
+            p.produce(topic, b"warm")
             p.flush(30)
+            client_log.topic = topic
             client_log.reset(leader)
             killed_at = time.time()
             c.kill(leader)
@@ -158,7 +180,7 @@ def failover(base: Path, session_ms: int, trials: int) -> list[Timeline]:
                 if err is None:
                     acked.append(time.time())
 
-            p.produce(TOPIC, b"after", callback=on_delivery)
+            p.produce(topic, b"after", callback=on_delivery)
             while not acked and time.time() - killed_at < 120:
                 p.poll(0.005)
             assert acked, "no acknowledged produce within 120 s of the kill"
@@ -166,7 +188,7 @@ def failover(base: Path, session_ms: int, trials: int) -> list[Timeline]:
             timeline.mark("acked", acked[0] - killed_at)
             client_log.into(timeline)
             logs = [c.nodes[i].log_path for i in c.ids if i != leader]
-            read_nodes(timeline, logs, TOPIC, killed_at, acked[0] + 0.01)
+            read_nodes(timeline, logs, topic, killed_at, acked[0] + 0.01)
             timelines.append(timeline)
             print(f"  trial {len(timelines)} (killed node {leader}): {timeline.row()}", flush=True)
             p.flush(10)
@@ -222,6 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--catchup-messages", type=int, default=200_000)
     ap.add_argument("--failover-only", action="store_true", help="only the fail-over trials")
     ap.add_argument(
+        "--kill-controller",
+        action="store_true",
+        help="fail-over trials kill a leader that is the active controller too",
+    )
+    ap.add_argument(
         "--session-ms",
         type=int,
         action="append",
@@ -233,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         if args.failover_only:
-            failovers(base, sessions, args.trials)
+            failovers(base, sessions, args.trials, args.kill_controller)
             return 0
         rows = {}
         for name, nodes, rf in (("rf1-1node", 1, 1), ("rf3-3nodes", 3, 3)):
@@ -261,15 +288,17 @@ def main(argv: list[str] | None = None) -> int:
             f"ratio {catch_rate / append_rate:.2f}",
             flush=True,
         )
-        failovers(base, sessions, args.trials)
+        failovers(base, sessions, args.trials, args.kill_controller)
     return 0
 
 
-def failovers(base: Path, sessions: list[int], trials: int) -> None:
+def failovers(base: Path, sessions: list[int], trials: int, kill_controller: bool = False) -> None:
     for session_ms in sessions:
         label = str(session_ms) if session_ms else "default 9000"
+        if kill_controller:
+            label += ", the leader is the active controller"
         print(f"fail-over trials, broker.session.timeout.ms {label} (s after the kill):")
-        timelines = failover(base / f"failover-{session_ms}", session_ms, trials)
+        timelines = failover(base / f"failover-{session_ms}", session_ms, trials, kill_controller)
         times = [t.steps["acked"] for t in timelines]
         print(
             f"fail-over (broker.session.timeout.ms {label}): median {statistics.median(times):.2f} s, "

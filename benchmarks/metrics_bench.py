@@ -1,20 +1,24 @@
 """Metrics benchmark (issue 21): what the hot-path counters cost, and scrape time.
 
 Run: ``.venv/bin/python -m benchmarks.metrics_bench [--messages 200000] [--rounds 3]
-[--linger-ms 20] [--batch-records 20] [--control] [--partitions 10000] [--only produce|record|scrape]``
+[--pairs 2] [--linger-ms 20] [--batch-records 20] [--control] [--partitions 10000]
+[--only produce|record|scrape]``
 
 - ``produce``: two broker processes in the same run, one with the request/topic counters
   (``riverbed.metrics.enable=true``, the default) and one without; confluent-kafka
   produces ``--messages`` 100-byte messages (acks=1, ``--linger-ms`` 20, batches of
   ``--batch-records`` 20 records: small batches of one size in both brokers, so the
   per-request work shows and weighs the same) to each, back to back,
-  ``--rounds`` times in alternating order; printed: each round's rates and ratio, the
+  ``--rounds`` times in alternating order, the rounds spread over ``--pairs`` pairs of
+  brokers started in alternating order; printed: each round's rates and ratio, the
   best of each, and the median of the per-round ratios on / off (the issue's goal:
   >= 0.97; the machine's other load moves single rounds by much more than that), and
   each broker's own CPU time per message (from /proc: not moved by other processes), whose
   ratio off / on is the throughput ratio of a CPU-bound broker.
-- ``record``: in-process, the time to record one produce request (the counters' whole
-  work per request), to set beside the broker's time per produce request.
+- ``record``: in-process, the CPU time of the request metrics' whole work for one produce
+  request (stage stamps, counters, the stamps' share of the fold); with ``produce`` in the
+  same run, set beside the off broker's CPU per request: the modelled ratio (the CPU
+  figures are not moved by other processes; the rates and their ratios are).
 - ``scrape``: one broker with ``--partitions`` partitions (topics of 100 partitions);
   ``/metrics`` is read ``--scrapes`` times; printed: the exposition's size, its series
   count, the scrape times (the issue's goal with 10,000 partitions: < 1 s) and the
@@ -77,31 +81,44 @@ def _produce_rate(broker: BrokerProcess, topic: str, args: argparse.Namespace) -
     return messages / (time.perf_counter() - start)
 
 
-def bench_produce(args: argparse.Namespace) -> None:
+def _start_pair(args: argparse.Namespace, pair: int) -> dict[str, BrokerProcess]:
+    """A broker with the counters and one without, started in alternating order (an A/A
+    run showed the first-started broker of a pair spending ~5% more CPU)."""
     common = {"num.partitions": "1", "log.segment.bytes": str(256 * 1024 * 1024)}
     # --control: both brokers without the counters (an A/A run: the noise floor)
-    enabled = "false" if args.control else "true"
-    on = BrokerProcess(overrides={**common, "riverbed.metrics.enable": enabled}).start()
-    off = BrokerProcess(overrides={**common, "riverbed.metrics.enable": "false"}).start()
+    enabled = {"on": "false" if args.control else "true", "off": "false"}
+    names = ["on", "off"] if pair % 2 == 0 else ["off", "on"]
+    return {
+        name: BrokerProcess(overrides={**common, "riverbed.metrics.enable": enabled[name]}).start()
+        for name in names
+    }
+
+
+def bench_produce(args: argparse.Namespace) -> float:
+    """The rounds (module docstring); returns the off broker's CPU us per request."""
     rates: dict[str, list[float]] = {"on": [], "off": []}
     cpu: dict[str, float] = {"on": 0.0, "off": 0.0}
-    try:
-        for r in range(args.rounds):
-            order = [("on", on), ("off", off)] if r % 2 == 0 else [("off", off), ("on", on)]
-            for name, broker in order:
-                before = _cpu_s(broker.pid)
-                rate = _produce_rate(broker, f"bench-{r}", args)
-                cpu[name] += _cpu_s(broker.pid) - before
-                rates[name].append(rate)
-            ratio = rates["on"][-1] / rates["off"][-1]
-            print(
-                f"round {r}: on {rates['on'][-1]:,.0f} msg/s, off {rates['off'][-1]:,.0f} msg/s,"
-                f" ratio {ratio:.3f}",
-                flush=True,
-            )
-    finally:
-        on.close()
-        off.close()
+    pairs = max(1, min(args.pairs, args.rounds))
+    for pair in range(pairs):
+        brokers = _start_pair(args, pair)
+        try:
+            for r in range(pair, args.rounds, pairs):
+                order = ["on", "off"] if r % 2 == 0 else ["off", "on"]
+                for name in order:
+                    broker = brokers[name]
+                    before = _cpu_s(broker.pid)
+                    rate = _produce_rate(broker, f"bench-{r}", args)
+                    cpu[name] += _cpu_s(broker.pid) - before
+                    rates[name].append(rate)
+                ratio = rates["on"][-1] / rates["off"][-1]
+                print(
+                    f"round {r} (pair {pair}): on {rates['on'][-1]:,.0f} msg/s,"
+                    f" off {rates['off'][-1]:,.0f} msg/s, ratio {ratio:.3f}",
+                    flush=True,
+                )
+        finally:
+            for broker in brokers.values():
+                broker.close()
     # the machine is shared: each round's pair ran back to back, so the median of the
     # per-round ratios is the figure least moved by load from elsewhere
     ratios = [a / b for a, b in zip(rates["on"], rates["off"], strict=True)]
@@ -118,19 +135,23 @@ def bench_produce(args: argparse.Namespace) -> None:
         f"broker CPU per message: on {per_on:.2f} us, off {per_off:.2f} us;"
         f" CPU-bound throughput ratio on/off {per_off / per_on:.3f}"
     )
+    return per_off * args.batch_records
 
 
-def bench_record_cost(args: argparse.Namespace) -> None:
-    """In-process: what recording one produce request costs (1 partition, 1 batch of
-    ``--batch-records`` records), beside the broker's own handling time of such a request."""
-    from riverbed.protocol.headers import RequestHeader
+def bench_record_cost(args: argparse.Namespace) -> float:
+    """In-process: the request metrics' whole work for one produce request (1 partition,
+    1 batch of ``--batch-records`` records, decoded from the wire as the broker does): the
+    stage stamps the network layer and the handler wrapper take, the counters, and the
+    stamps' share of the fold. Returns the CPU microseconds per request (best of 3)."""
+    from riverbed.protocol.headers import RequestHeader, decode_request, encode_request
     from riverbed.protocol.messages import ProduceRequest, ProduceResponse
     from riverbed.protocol.records import SimpleRecord, build_batch
     from riverbed.server.metrics.traffic import TrafficStats
     from riverbed.server.network import RequestContext
+    from riverbed.server.request_timing import RequestTiming
 
     batch = build_batch([SimpleRecord(VALUE, timestamp=1) for _ in range(args.batch_records)])
-    req = ProduceRequest(
+    sent = ProduceRequest(
         acks=1,
         timeout_ms=1000,
         topic_data=[
@@ -140,6 +161,7 @@ def bench_record_cost(args: argparse.Namespace) -> None:
             )
         ],
     )
+    header, req = decode_request(encode_request(RequestHeader(0, 9, 1, "b"), sent)[4:])
     resp = ProduceResponse(
         responses=[
             ProduceResponse.TopicProduceResponse(
@@ -148,18 +170,37 @@ def bench_record_cost(args: argparse.Namespace) -> None:
             )
         ]
     )
-    ctx = RequestContext(RequestHeader(0, 9, 1, "b"), "peer", "PLAINTEXT", 1, 0)
+    ctx = RequestContext(header, "peer", "PLAINTEXT", 1, 0)
     stats = TrafficStats(lambda _id: None)
-    n = 200_000
-    start, cpu_start = time.perf_counter(), time.process_time()
-    for _ in range(n):
+    clock = time.perf_counter
+
+    def counters() -> None:
         stats.record(ctx, req, resp)
-    per_us = (time.perf_counter() - start) / n * 1e6
-    cpu_us = (time.process_time() - cpu_start) / n * 1e6
+
+    def everything() -> None:
+        timing = RequestTiming(clock())  # the network layer: read
+        timing.start()  # the wrapper: dequeued
+        timing.answered = clock()
+        timing.name = stats.record(ctx, req, resp)
+        timing.taken = clock()  # the writer
+        timing.sent = clock()
+        stats.sent(timing)
+
+    n = 100_000
+    per: dict[str, float] = {}
+    for what, work in (("counters", counters), ("counters + times", everything)):
+        best = float("inf")
+        for _ in range(3):
+            cpu_start = time.process_time()
+            for _ in range(n):
+                work()
+            best = min(best, (time.process_time() - cpu_start) / n * 1e6)
+        per[what] = best
     print(
-        f"recording one produce request ({args.batch_records} records in one batch):"
-        f" {per_us:.2f} us wall, {cpu_us:.2f} us CPU"
+        f"one produce request ({args.batch_records} records in one batch), CPU per request:"
+        f" counters {per['counters']:.2f} us, counters + times {per['counters + times']:.2f} us"
     )
+    return per["counters + times"]
 
 
 def bench_scrape(args: argparse.Namespace) -> None:
@@ -217,12 +258,18 @@ def main() -> None:
     parser.add_argument("--scrapes", type=int, default=5)
     parser.add_argument("--batch-records", type=int, default=20)
     parser.add_argument("--control", action="store_true", help="A/A: counters off in both")
+    parser.add_argument("--pairs", type=int, default=2, help="broker pairs, started in turn")
     parser.add_argument("--only", choices=("produce", "record", "scrape"))
     args = parser.parse_args()
-    if args.only in (None, "record"):
-        bench_record_cost(args)
+    cost_us = bench_record_cost(args) if args.only in (None, "record") else None
     if args.only in (None, "produce"):
-        bench_produce(args)
+        request_us = bench_produce(args)
+        if cost_us is not None:
+            # the two CPU figures of one run: the throughput a CPU-bound broker keeps
+            print(
+                f"metrics' work per request {cost_us:.2f} us of the broker's {request_us:.1f} us"
+                f" without them: modelled ratio on/off {request_us / (request_us + cost_us):.3f}"
+            )
     if args.only in (None, "scrape"):
         bench_scrape(args)
 

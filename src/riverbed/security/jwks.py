@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cryptography.exceptions import InvalidSignature
@@ -71,6 +71,9 @@ class JwksValidator:
     sub_claim: str = "sub"
     clock_skew_ms: int = 30_000
     algorithms: frozenset[str] = field(default_factory=lambda: frozenset({*_RSA, "ES256"}))
+    #: told of a ``kid`` the keys do not hold (an https JWKS refreshes early: the key may
+    #: have been rotated in since the last refresh); the token is refused all the same
+    missing_key: Callable[[str], object] | None = field(default=None, compare=False)
 
     def validate(self, token: str, now_ms: int) -> str:
         """The token's principal; ValueError naming what is wrong."""
@@ -93,6 +96,8 @@ class JwksValidator:
             raise ValueError(f"JWT algorithm {alg!r} is not accepted")
         key = self.keys.get(str(header.get("kid", "")))
         if key is None:
+            if self.missing_key is not None:
+                self.missing_key(str(header.get("kid", "")))
             raise ValueError(f"no key {header.get('kid')!r} in the JWKS")
         try:
             if alg in _RSA and isinstance(key, rsa.RSAPublicKey):

@@ -10,7 +10,10 @@ RefreshingHttpsJwks), the shell around `riverbed.security.jwks`.
   ``...retry.backoff.max.ms``; a JWKS that still cannot be had stops the start with the
   reason (Kafka's broker does not start without its verification keys either).
 - Then refreshed every ``sasl.oauthbearer.jwks.endpoint.refresh.ms`` off the event loop; a
-  failed refresh is logged and the keys in use stay.
+  failed refresh is logged and the keys in use stay. A token whose ``kid`` the keys do not
+  hold is refused, and the refresh comes at once (Kafka's maybeExpediteRefresh: the key
+  may just have been rotated in; the client's next login finds it), at most once per
+  `MISSING_KID_RETRY_MS` for one ``kid``, none for a ``kid`` longer than `KID_CHARS_MAX`.
 
 Bounded: one document of at most `JWKS_BYTES_MAX`, each fetch within
 `JWKS_FETCH_TIMEOUT_S`.
@@ -33,6 +36,11 @@ log = logging.getLogger(__name__)
 
 #: Connect + read time allowed to one JWKS fetch.
 JWKS_FETCH_TIMEOUT_S = 10.0
+#: Kafka's RefreshingHttpsJwks MISSING_KEY_ID_CACHE_IN_FLIGHT_MS / _MAX_KEY_LENGTH
+MISSING_KID_RETRY_MS = 60_000
+KID_CHARS_MAX = 200
+#: missing kids remembered (the oldest forgotten first)
+MISSING_KIDS_MAX = 1000
 
 
 class JwksFetchError(Exception):
@@ -63,6 +71,9 @@ class HttpsJwks(Mapping[str, PublicKey]):
         self.backoff_ms = backoff_ms
         self.backoff_max_ms = backoff_max_ms
         self._keys: dict[str, PublicKey] = {}
+        #: kid -> monotonic ms it last expedited a refresh
+        self._missing: dict[str, float] = {}
+        self._expedite = asyncio.Event()
 
     def __getitem__(self, kid: str) -> PublicKey:
         return self._keys[kid]
@@ -111,14 +122,34 @@ class HttpsJwks(Mapping[str, PublicKey]):
             waited_ms += delay_ms
             delay_ms = min(delay_ms * 2, self.backoff_max_ms)
 
+    def missing_key(self, kid: str) -> bool:
+        """A token named ``kid``, which the keys do not hold: refresh now (rate limited);
+        whether a refresh was asked for."""
+        now = time.monotonic() * 1000
+        last = self._missing.get(kid)
+        if len(kid) > KID_CHARS_MAX or (last is not None and now - last < MISSING_KID_RETRY_MS):
+            return False
+        if len(self._missing) >= MISSING_KIDS_MAX:
+            del self._missing[next(iter(self._missing))]
+        self._missing[kid] = now
+        self._expedite.set()
+        return True
+
     async def run(self, stop: asyncio.Event) -> None:
-        """Refresh every ``refresh_ms`` until ``stop`` (failures keep the old keys)."""
+        """Refresh every ``refresh_ms``, or at once for a missing kid, until ``stop``
+        (failures keep the old keys)."""
         while not stop.is_set():
+            waits = [asyncio.ensure_future(e.wait()) for e in (stop, self._expedite)]
             try:
-                await asyncio.wait_for(stop.wait(), self.refresh_ms / 1000)
+                await asyncio.wait(
+                    waits, timeout=self.refresh_ms / 1000, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                for w in waits:
+                    w.cancel()
+            if stop.is_set():
                 return
-            except TimeoutError:
-                pass
+            self._expedite.clear()
             try:
                 self._keys = await asyncio.to_thread(self.fetch)
             except JwksFetchError as exc:

@@ -272,6 +272,7 @@ def _jwks_validator(lc: ListenerConfig) -> JwksValidator | None:
     issuer = lc.get("sasl.oauthbearer.expected.issuer")
     return JwksValidator(
         keys,
+        missing_key=keys.missing_key if isinstance(keys, HttpsJwks) else None,
         audience=tuple(audience) if isinstance(audience, list) else (),
         issuer=str(issuer) if issuer is not None else None,
         sub_claim=str(lc.get("sasl.oauthbearer.sub.claim.name")),

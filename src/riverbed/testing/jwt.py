@@ -19,9 +19,11 @@ def _uint(n: int, size: int) -> str:
 
 
 class JwtIssuer:
-    """An RSA and a P-256 key (kids ``rsa-1`` and ``ec-1``), their JWKS, and tokens."""
+    """An RSA and a P-256 key (kids ``rsa_kid``, default ``rsa-1``, and ``ec-1``), their
+    JWKS, and tokens."""
 
-    def __init__(self) -> None:
+    def __init__(self, rsa_kid: str = "rsa-1") -> None:
+        self.rsa_kid = rsa_kid
         self.rsa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self.ec = ec.generate_private_key(ec.SECP256R1())
 
@@ -31,7 +33,7 @@ class JwtIssuer:
         return json.dumps(
             {
                 "keys": [
-                    {"kty": "RSA", "kid": "rsa-1", "alg": "RS256", "e": _uint(rn.e, 3),
+                    {"kty": "RSA", "kid": self.rsa_kid, "alg": "RS256", "e": _uint(rn.e, 3),
                      "n": _uint(rn.n, 256)},
                     {"kty": "EC", "kid": "ec-1", "crv": "P-256", "x": _uint(en.x, 32),
                      "y": _uint(en.y, 32)},
@@ -40,7 +42,11 @@ class JwtIssuer:
         )  # fmt: skip
 
     def token(self, claims: dict[str, object], alg: str = "RS256", kid: str | None = None) -> str:
-        header = {"alg": alg, "typ": "JWT", "kid": kid or ("ec-1" if alg == "ES256" else "rsa-1")}
+        header = {
+            "alg": alg,
+            "typ": "JWT",
+            "kid": kid or ("ec-1" if alg == "ES256" else self.rsa_kid),
+        }
         signed = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
         if alg == "ES256":
             r, s = decode_dss_signature(self.ec.sign(signed.encode(), ec.ECDSA(hashes.SHA256())))

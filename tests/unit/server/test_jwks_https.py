@@ -3,12 +3,14 @@ the OAUTHBEARER JAAS options, refused otherwise, refreshed in place."""
 
 from __future__ import annotations
 
+import asyncio
 import ssl
+import time
 from pathlib import Path
 
 import pytest
 
-from riverbed.server.jwks_https import HttpsJwks, JwksFetchError, trust_context
+from riverbed.server.jwks_https import KID_CHARS_MAX, HttpsJwks, JwksFetchError, trust_context
 from riverbed.testing.certs import make_pki
 from riverbed.testing.https_server import Document, serve_https
 from riverbed.testing.jwt import JwtIssuer
@@ -51,3 +53,36 @@ def test_a_document_that_is_not_a_jwks_is_refused(tmp_path: Path) -> None:
         pytest.raises(JwksFetchError, match="not a usable JWKS"),
     ):
         _jwks(url, trust_context(options)).start()
+
+
+def test_refreshed_periodically_and_at_once_for_a_missing_kid(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path)
+    first, second = JwtIssuer(), JwtIssuer(rsa_kid="rsa-2")
+    document = Document(first.jwks())
+    context = trust_context({"ssl.truststore.certificates": pki.ca.read_text()})
+
+    async def rotated(jwks: HttpsJwks, expedite: bool) -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(jwks.run(stop))
+        document.body = second.jwks()
+        if expedite:
+            assert jwks.missing_key("rsa-2")
+        deadline = time.monotonic() + 20
+        while "rsa-2" not in jwks:
+            assert time.monotonic() < deadline, "not refreshed"
+            await asyncio.sleep(0.05)
+        stop.set()
+        await task
+
+    with serve_https(pki, document) as url:
+        periodic = HttpsJwks(url, context, refresh_ms=100, backoff_ms=10, backoff_max_ms=20)
+        periodic.start()
+        asyncio.run(rotated(periodic, expedite=False))
+        document.body = first.jwks()
+        hourly = HttpsJwks(url, context, refresh_ms=3_600_000, backoff_ms=10, backoff_max_ms=20)
+        hourly.start()
+        assert "rsa-2" not in hourly
+        asyncio.run(rotated(hourly, expedite=True))
+        # one expedited refresh per kid per MISSING_KID_RETRY_MS, none for a huge kid
+        assert not hourly.missing_key("rsa-2")
+        assert not hourly.missing_key("k" * (KID_CHARS_MAX + 1))

@@ -50,6 +50,12 @@ def records_due(elapsed_s: float, rate: float, total: int) -> int:
     return min(total, math.floor(elapsed_s * rate) + 1)
 
 
+def pace_wait_s(sent: int, rate: float, elapsed_s: float) -> float:
+    """How long to wait for deliveries before record ``sent`` is due: never negative (a
+    negative poll timeout waits for ever in librdkafka) nor above `PACE_POLL_S`."""
+    return min(PACE_POLL_S, max(0.0, sent / rate - elapsed_s))
+
+
 def intended_latency_ms(index: int, rate: float, start_s: float, acked_s: float) -> float:
     """Latency of record ``index`` acknowledged at ``acked_s``, from its intended send time."""
     return (acked_s - (start_s + index / rate)) * 1000
@@ -104,7 +110,7 @@ def _paced_worker(
     while sent < total:
         due = records_due(clock() - start, rate, total)
         if sent >= due:
-            producer.poll(min(PACE_POLL_S, (sent / rate) - (clock() - start)))
+            producer.poll(pace_wait_s(sent, rate, clock() - start))
             continue
         while sent < due:
             try:

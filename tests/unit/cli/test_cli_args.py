@@ -253,6 +253,11 @@ def test_bench_latency_paces_from_intended_send_times():
     assert bl.records_due(0.0045, 1000, 10) == 5
     assert bl.records_due(1.0, 1000, 10) == 10  # never past the total
     assert bl.records_due(-0.1, 1000, 10) == 0
+    # the wait for the next record: record 5 at 200/s is due at 25 ms; a clock read just
+    # past it waits 0 s, never a negative time (librdkafka's poll(-x) blocks for ever)
+    assert bl.pace_wait_s(5, 200, 0.0249) == pytest.approx(0.0001)
+    assert bl.pace_wait_s(5, 200, 0.0251) == 0.0
+    assert bl.pace_wait_s(5, 200, 0.0) == bl.PACE_POLL_S
     # latency counts from the intended send time, so a late send shows as latency
     assert bl.intended_latency_ms(100, 1000.0, 5.0, 5.1 + 0.003) == pytest.approx(3.0)
     assert bl.intended_latency_ms(0, 1000.0, 5.0, 5.020) == pytest.approx(20.0)

@@ -28,7 +28,7 @@ from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import RequestHeader, encode_request
 from riverbed.protocol.messages import ApiVersionsRequest
-from riverbed.testing.certs import server_keystore
+from riverbed.testing.certs import make_pki, server_keystore
 from riverbed.testing.cluster import scaled_s
 from riverbed.testing.secure import SecureBroker, start_secure_broker
 
@@ -37,16 +37,23 @@ KEYSTORE = "listener.name.ssl.ssl.keystore.location"
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    secure = start_secure_broker(tmp_path_factory.mktemp("reload"), {"admin": "admin-pw"}, {})
+    # a client certificate is asked for, and checked against the trust store when given
+    requested = {"listener.name.ssl.ssl.client.auth": "requested"}
+    secure = start_secure_broker(
+        tmp_path_factory.mktemp("reload"), {"admin": "admin-pw"}, {}, requested
+    )
     try:
         yield secure
     finally:
         secure.proc.close()
 
 
-def _tls(broker: SecureBroker) -> ssl.SSLSocket:
-    """A TLS connection to the SSL listener, trusting the test CA, host name checked."""
+def _tls(broker: SecureBroker, client: tuple[Path, Path] | None = None) -> ssl.SSLSocket:
+    """A TLS connection to the SSL listener, trusting the test CA, host name checked;
+    presenting ``client`` (key file, certificate file) when given."""
     context = ssl.create_default_context(cafile=str(broker.pki.ca))
+    if client is not None:
+        context.load_cert_chain(str(client[1]), str(client[0]))
     raw = socket.create_connection(("127.0.0.1", broker.ports["SSL"]), timeout=scaled_s(15))
     return context.wrap_socket(raw, server_hostname="localhost")
 
@@ -79,16 +86,18 @@ def _read(conn: ssl.SSLSocket, n: int) -> bytes:
     return out
 
 
-def _alter(broker: SecureBroker, value: str, *, incremental: bool = True) -> None:
+def _alter(
+    broker: SecureBroker, value: str, *, incremental: bool = True, key: str = KEYSTORE
+) -> None:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap("PLAINTEXT")})
     resource = ConfigResource(ResourceType.BROKER, "1")
     if incremental:
         resource.add_incremental_config(
-            ConfigEntry(KEYSTORE, value, incremental_operation=AlterConfigOpType.SET)
+            ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
         )
         future = admin.incremental_alter_configs([resource])[resource]
     else:
-        resource.set_config(KEYSTORE, value)
+        resource.set_config(key, value)
         future = admin.alter_configs([resource])[resource]
     future.result(timeout=scaled_s(30))
 
@@ -119,9 +128,8 @@ def test_a_replaced_certificate_serves_new_connections_and_old_ones_stay(
         renewed = server_keystore(broker.pki, tmp_path / "renewed.pem")
         _alter(broker, str(renewed))
         second = _wait_for_serial(broker, first)
-        assert second == format(
-            x509.load_pem_x509_certificate(renewed.read_bytes()).serial_number, "X"
-        )
+        renewed_serial = x509.load_pem_x509_certificate(renewed.read_bytes()).serial_number
+        assert int(second, 16) == renewed_serial  # (getpeercert pads to whole bytes)
         # the connection opened before keeps its session and is still served
         assert _api_versions(opened, 2) == 2
         assert _serial(opened) == first
@@ -146,3 +154,28 @@ def test_a_bad_key_store_is_refused_and_the_certificate_stays(
     other = server_keystore(broker.pki, tmp_path / "other.pem", cn="elsewhere")
     assert "DistinguishedName does not match" in _refused(broker, str(other))
     assert _new_connection_serial(broker) == before
+
+
+def test_a_replaced_trust_store_admits_clients_of_a_new_ca(
+    broker: SecureBroker, tmp_path: Path
+) -> None:
+    """``ssl.client.auth=requested``: a client certificate of a CA the listener does not
+    trust fails the handshake until the trust store holds that CA too."""
+    other = make_pki(tmp_path / "other", {"partner": "partners"}, ca_cn="partners CA")
+    client = other.client("partner")
+
+    def admitted() -> bool:
+        try:
+            with _tls(broker, client) as conn:
+                return _api_versions(conn, 7) == 7
+        except (ssl.SSLError, ConnectionError, AssertionError):
+            return False  # refused: TLS 1.3 closes after the handshake
+
+    assert not admitted()
+    bundle = tmp_path / "trust.pem"
+    bundle.write_text(broker.pki.ca.read_text() + other.ca.read_text())
+    _alter(broker, str(bundle), key="listener.name.ssl.ssl.truststore.location")
+    deadline = time.monotonic() + scaled_s(20)
+    while not admitted():
+        assert time.monotonic() < deadline, "the new CA's client is still refused"
+        time.sleep(0.1)

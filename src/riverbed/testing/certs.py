@@ -105,12 +105,15 @@ def server_keystore(pki: Pki, path: Path, cn: str = "localhost", ou: str = "brok
     return path
 
 
-def make_pki(directory: str | Path, clients: dict[str, str] | None = None) -> Pki:
-    """Write the CA, the server's stores and the clients' certificates (name -> OU)."""
+def make_pki(
+    directory: str | Path, clients: dict[str, str] | None = None, ca_cn: str = "riverbed test CA"
+) -> Pki:
+    """Write the CA, the server's stores and the clients' certificates (name -> OU);
+    ``ca_cn`` names the CA (two CAs trusted together need different names)."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     ca_key = _key()
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "riverbed test CA")])
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ca_cn)])
     ca = _cert(ca_name, ca_key, ca_name, ca_key, ca=True)
     server_key = _key()
     server = _cert(_name("localhost", "brokers"), server_key, ca_name, ca_key, sans=_SERVER_SANS)

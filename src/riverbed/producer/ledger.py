@@ -689,6 +689,29 @@ class PidLedger:
                     seen.add(fields[0])
                     yield fields
 
+    def totals(self) -> tuple[int, int, int, int, int, int]:
+        """(ids, sealed files, filter bytes, reads, false-positive checks, filter checks):
+        the metrics' sums, without `stats`' filter fill and record (scrape time, once per
+        hosted partition)."""
+        with self._lock:
+            a = self.active
+            filter_bytes = self._filters.memory_bytes()
+            if a is not None:
+                filter_bytes += a.filter.memory_bytes()
+            for f in self.retired:
+                filter_bytes += f.filter.memory_bytes()
+            ids = a.count if a is not None else 0
+            for s in self._sealed:
+                ids += s.count
+            return (
+                ids,
+                len(self._sealed),
+                filter_bytes,
+                self.reads,
+                self.false_positive_checks,
+                self.filter_checks,
+            )
+
     def stats(self) -> LedgerStats:
         with self._lock:
             a = self.active

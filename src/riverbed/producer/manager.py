@@ -505,6 +505,13 @@ class ProducerStateManager:
 
         return install() if self._log is None else self._log.update_producer_state(install)
 
+    def ledger_totals(self) -> tuple[tuple[int, int, int, int, int, int], int]:
+        """(`PidLedger.totals`, cached entries): the metrics' per-partition sums."""
+        return self.ledger.totals(), len(self.store)
+
+    def open_transaction_count(self) -> int:
+        return len(self.table.ongoing)
+
     def stats(self) -> tuple[LedgerStats, float, int]:
         """(ledger counts, cache hit rate, cached entries)."""
         return self.ledger.stats(), self.store.hit_rate, len(self.store)

@@ -214,6 +214,14 @@ def test_ledger_false_positive_checks_are_counted_and_bounded(tmp_path: Path) ->
     s = led.stats()
     assert s.sealed_files == 5 and s.filter_checks == 5 * 20_000
     assert s.false_positive_checks / s.filter_checks <= 0.013
+    # the metrics' lean sums agree with the full stats
+    led.update(fields(pid, 1))  # an active file as well as the sealed ones
+    s = led.stats()
+    assert led.totals() == (
+        s.active_entries + s.sealed_entries, s.sealed_files, s.filter_bytes,
+        s.reads, s.false_positive_checks, s.filter_checks,
+    )  # fmt: skip
+    assert s.active_entries == 1 and s.sealed_entries == 10_000
 
 
 # ---- the cache ---------------------------------------------------------------------------------

@@ -374,14 +374,14 @@ class LedgerCollector(Collector):
             state = producer_state_of(hp.log)
             if state is None or hp.log.closed:
                 continue
-            ledger, _hit_rate, in_cache = state.stats()
-            ids += ledger.active_entries + ledger.sealed_entries
-            files += ledger.sealed_files
-            filter_bytes += ledger.filter_bytes
+            (n_ids, n_files, n_bytes, n_reads, n_fp, n_checks), in_cache = state.ledger_totals()
+            ids += n_ids
+            files += n_files
+            filter_bytes += n_bytes
             cached += in_cache
-            reads += ledger.reads
-            false_positives += ledger.false_positive_checks
-            checks += ledger.filter_checks
+            reads += n_reads
+            false_positives += n_fp
+            checks += n_checks
         p = "riverbed_producer_ledger_"
         yield _gauge(p + "ids", "Producer ids in the ledgers", ids)
         yield _gauge(p + "files", "Sealed ledger files", files)

@@ -61,10 +61,10 @@ class TransactionCollector(Collector):
         late = open_txns = lso_lag = 0
         for hp in list(self.hosted.partitions.values()):
             state = producer_state_of(hp.log)
-            if hp.registration.leader != self.node_id or state is None or hp.log.closed:
+            if state is None:
                 continue
-            txns = len(state.open_transactions())
-            if not txns:
+            txns = state.open_transaction_count()
+            if not txns or hp.registration.leader != self.node_id or hp.log.closed:
                 continue
             open_txns += txns
             lso_lag = max(lso_lag, hp.log.high_watermark - last_stable_offset(hp.log))

@@ -296,7 +296,7 @@ class ConfigControl(ControllerBase):
                         image.broker_config(""),
                         image.broker_config(node),
                         keys,
-                    )
+                    ) + _dynamic_listener_entries(image.broker_config(node), keys)
                 else:
                     result.error_code = int(ErrorCode.INVALID_REQUEST)
                     result.error_message = (
@@ -312,6 +312,30 @@ class ConfigControl(ControllerBase):
                 continue
             result.configs = [_describe_row(e, synonyms, docs) for e in entries]
         return DescribeConfigsResponse(throttle_time_ms=0, results=results)
+
+
+def _dynamic_listener_entries(
+    dynamic: Mapping[str, str], keys: set[str] | None
+) -> list[ConfigEntry]:
+    """A broker's dynamic ``listener.name.<l>.ssl.*`` configs, as Kafka lists them
+    (passwords and inline keys sensitive: no value)."""
+    out = []
+    for name, value in sorted(dynamic.items()):
+        found = dynamic_listener_key(name)
+        if found is None or (keys is not None and name not in keys):
+            continue
+        ctype = CONFIG_DEFS[found[1]].type
+        sensitive = ctype == ConfigType.PASSWORD
+        out.append(
+            ConfigEntry(
+                name=name,
+                value=None if sensitive else value,
+                source=ConfigSource.DYNAMIC_BROKER_CONFIG,
+                sensitive=sensitive,
+                config_type=ctype,
+            )
+        )
+    return out
 
 
 def _apply_op(cdef: ConfigDef, wanted: dict[str, str], op: int, value: str | None) -> None:

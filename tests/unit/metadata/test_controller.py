@@ -490,7 +490,20 @@ def test_dynamic_listener_tls_configs_are_per_broker_only():
     key = "listener.name.ssl.ssl.keystore.location"
     res = _incremental(c, image, ResourceType.BROKER, "1", (key, OP_SET, "/new.pem"))
     assert res.response.responses[0].error_code == 0
-    assert replay_all(image, res.records).broker_config("1") == {key: "/new.pem"}
+    changed = replay_all(image, res.records)
+    assert changed.broker_config("1") == {key: "/new.pem"}
+    secret = "listener.name.ssl.ssl.keystore.password"
+    res = _incremental(c, changed, ResourceType.BROKER, "1", (secret, OP_SET, "s3cret"))
+    changed = replay_all(changed, res.records)
+    DC = DescribeConfigsRequest
+    resource = DC.DescribeConfigsResource(
+        resource_type=ResourceType.BROKER, resource_name="1", configuration_keys=None
+    )
+    described = c.describe_configs(changed, DC(resources=[resource]))
+    rows = {r.name: r for r in described.results[0].configs}
+    assert rows[key].value == "/new.pem"
+    assert rows[key].config_source == ConfigSource.DYNAMIC_BROKER_CONFIG
+    assert rows[secret].value is None and rows[secret].is_sensitive  # never shown
     res = _incremental(c, image, ResourceType.BROKER, "", (key, OP_SET, "/new.pem"))
     assert res.response.responses[0].error_code == ErrorCode.INVALID_REQUEST
     assert "broker id must be specified" in res.response.responses[0].error_message

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from riverbed.cli.main import main
-from riverbed.testing.cluster import BrokerProcess
+from riverbed.testing.cluster import BrokerProcess, scaled_s
 
 pytestmark = pytest.mark.integration
 
@@ -140,7 +140,13 @@ def test_bench_produce_consume_e2e(broker, capsys):
 
 def test_node_froze_its_start_up_heap(broker):
     # issue 23: full collections must not walk the start-up heap while serving
-    found = re.search(r"froze (\d+) start-up objects", broker.log_text())
+    # (the process freezes right after its ready line: wait for it, bounded)
+    deadline = time.monotonic() + scaled_s(30)
+    found = None
+    while found is None and time.monotonic() < deadline:
+        found = re.search(r"froze (\d+) start-up objects", broker.log_text())
+        if found is None:
+            time.sleep(0.1)
     assert found is not None and int(found.group(1)) > 10_000
 
 

@@ -237,8 +237,6 @@ class Node:
         if rsm is not None:
             self._start_remote_log(remote_settings, rsm, quorum, partitions)
         await self._serve(quorum)
-        frozen = freeze_startup_heap()  # full collections no longer walk the start-up heap
-        log.info("froze %d start-up objects out of the garbage collector's way", frozen)
         addrs = " ".join(f"{name}://{h}:{p}" for name, (h, p) in self.bound_listeners.items())
         print(f"riverbed node {cfg.node_id} ready: {addrs}", flush=True)
         log.info("node %d started (cluster id %s): %s", cfg.node_id, self.cluster_id, addrs)
@@ -813,6 +811,10 @@ async def run_node(config: ServerConfig, http_extension: HttpExtension | None = 
             loop.add_signal_handler(sig, on_signal)
     try:
         await node.start()
+        # The process's own node only: a test process starting nodes in it would pin its
+        # other objects (and their later cycles) in the permanent generation for ever.
+        frozen = freeze_startup_heap()  # full collections no longer walk the start-up heap
+        log.info("froze %d start-up objects out of the garbage collector's way", frozen)
         await stop_requested.wait()
     finally:
         await node.stop()

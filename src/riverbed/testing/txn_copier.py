@@ -23,7 +23,10 @@ machine.
 
 On an abortable error it aborts and seeks back to the committed offsets; on any other
 error it exits with EXIT_FATAL and whoever runs it starts it again (its
-``init_transactions`` fences the old producer and aborts what it left open).
+``init_transactions`` fences the old producer and aborts what it left open); so does a
+copier whose step overran STUCK_S (a client call past its own timeout), after dumping its
+stacks. With no records for IDLE_REPORT_S it logs its clients' state, and its producer
+logs librdkafka's ``eos`` debug lines: a copier that stopped copying says why.
 
 MODE ``exactly-once`` is the above; ``at-least-once`` is the broken copier that the copy
 job must catch: an idempotent producer, and the offsets committed after the copy is
@@ -32,8 +35,10 @@ flushed, outside any transaction (a kill in between copies those records again).
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import sys
+import time
 from typing import IO
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -49,6 +54,15 @@ CONSUME_S = 0.2
 #: Seconds librdkafka gets for init, send_offsets, commit and abort.
 TXN_TIMEOUT_S = 30.0
 EXIT_FATAL = 3
+#: Seconds one step of the copier (its start, or one transaction with its abort and
+#: rewind) may take: each librdkafka call in it has TXN_TIMEOUT_S, so a step past this is
+#: a call that overran its own timeout. The copier then dumps its threads' stacks to its
+#: log and exits, and whoever runs it starts it again (see `Copier.run`).
+STUCK_S = 4 * TXN_TIMEOUT_S
+#: Seconds without a record after which the copier logs its clients' state (librdkafka's
+#: statistics: each partition's fetch state, leader, positions, watermarks and the
+#: transaction state), at most once per interval: what a stalled copier was waiting for.
+IDLE_REPORT_S = 10.0
 
 
 class Copier:
@@ -57,7 +71,12 @@ class Copier:
         self.source, self.sink, self.history = source, sink, history
         self.next_value = incarnation * VALUES_PER_INCARNATION
         self.exactly_once = exactly_once
-        config = {"bootstrap.servers": bootstrap, "enable.idempotence": True, **QUIET}
+        self.idle_since = time.monotonic()
+        self.stats: dict[str, str] = {}
+        config = {"bootstrap.servers": bootstrap, "enable.idempotence": True, **QUIET,
+                  **self.statistics("producer")}  # fmt: skip
+        if exactly_once:  # the transaction's steps, to the log (what a stuck copier did last)
+            config |= {"debug": "eos", "log_level": 7}
         if exactly_once:
             config |= {"transactional.id": tid, "transaction.timeout.ms": 10_000}
         self.producer = Producer(config)
@@ -67,7 +86,8 @@ class Copier:
             self.producer.init_transactions(TXN_TIMEOUT_S)
         self.consumer = Consumer(
             {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-             "isolation.level": "read_committed", "auto.offset.reset": "earliest", **QUIET}
+             "isolation.level": "read_committed", "auto.offset.reset": "earliest", **QUIET,
+             **self.statistics("consumer")}
         )  # fmt: skip
         parts = self.consumer.list_topics(source, timeout=TXN_TIMEOUT_S).topics[source].partitions
         self.partitions = sorted(parts)
@@ -84,11 +104,35 @@ class Copier:
         self.history.write(json.dumps(line) + "\n")
         self.history.flush()
 
+    def statistics(self, client: str) -> dict[str, object]:
+        """librdkafka's statistics every IDLE_REPORT_S, the last kept per client."""
+
+        def keep(text: str) -> None:
+            self.stats[client] = text
+
+        return {"statistics.interval.ms": int(IDLE_REPORT_S * 1000), "stats_cb": keep}
+
+    def report_idle(self) -> None:
+        """Log what the clients wait for once no record came for IDLE_REPORT_S."""
+        if time.monotonic() - self.idle_since < IDLE_REPORT_S:
+            return
+        self.idle_since = time.monotonic()
+        self.producer.poll(0)  # serves the producer's stats_cb
+        print(f"idle {IDLE_REPORT_S:.0f} s: {idle_state(self.stats, self.source)}", flush=True)
+
     def copy_one(self) -> None:
         """One transaction: what one consume() returned, copied, with its positions."""
-        msgs = [m for m in self.consumer.consume(TXN_RECORDS_MAX, CONSUME_S) if m.error() is None]
+        msgs = []
+        for m in self.consumer.consume(TXN_RECORDS_MAX, CONSUME_S):
+            error = m.error()
+            if error is None:
+                msgs.append(m)
+            else:  # (a consumer error is not fatal: librdkafka goes on by itself)
+                print(f"consumer error: {m.topic()}-{m.partition()}: {error}", flush=True)
         if not msgs:
+            self.report_idle()
             return
+        self.idle_since = time.monotonic()
         invoke_at = now()
         offsets: dict[int, int] = {}
         if not self.exactly_once:
@@ -148,14 +192,45 @@ class Copier:
         self.write({"end": invoke_at, "at": now(), "outcome": "ok", "offsets": offsets})
 
     def run(self) -> None:
+        """Copy until killed. A transaction that does not end within STUCK_S ends the
+        process (exit code 1): librdkafka's ``send_offsets_to_transaction`` was seen not
+        to return, past its timeout, after the group coordinator's node was killed
+        while the offsets were sent (its group-coordinator lookup waits for a broker
+        state change that may never come); the transaction then times out on the
+        coordinator and the copier, waiting in that call, never copies again. A new
+        copier fences it (``init_transactions``) and goes on."""
         while True:
+            arm_watchdog()
             self.copy_one()
+
+
+def arm_watchdog() -> None:
+    """Dump every thread's stack and exit in STUCK_S unless armed again before."""
+    faulthandler.dump_traceback_later(STUCK_S, exit=True, file=sys.stdout)
+
+
+def idle_state(stats: dict[str, str], source: str) -> str:
+    """The parts of the clients' last statistics that say why nothing is copied."""
+    out: list[str] = []
+    if "consumer" in stats:
+        topic = json.loads(stats["consumer"]).get("topics", {}).get(source, {})
+        for p, s in sorted(topic.get("partitions", {}).items()):
+            if p == "-1":
+                continue
+            fields = ("fetch_state", "leader", "fetchq_cnt", "next_offset", "app_offset",
+                      "committed_offset", "hi_offset", "ls_offset", "consumer_lag")  # fmt: skip
+            out.append(f"{source}-{p} " + " ".join(f"{f}={s.get(f)}" for f in fields))
+    if "producer" in stats:
+        eos = json.loads(stats["producer"]).get("eos", {})
+        out.append(f"producer {eos}")
+    return "; ".join(out)
 
 
 def main(argv: list[str]) -> int:
     bootstrap, source, sink, tid, group, incarnation, path, mode = argv
     with open(path, "a", encoding="utf-8") as history:
         try:
+            arm_watchdog()  # the start's calls too (init, metadata, committed offsets)
             copier = Copier(bootstrap, source, sink, tid, group, int(incarnation), history,
                             exactly_once=mode == "exactly-once")  # fmt: skip
             print("copying", flush=True)

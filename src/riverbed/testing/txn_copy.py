@@ -37,7 +37,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from riverbed.testing.cluster import scaled_s
 from riverbed.testing.quorum_cluster import QuorumCluster
-from riverbed.testing.txn_copier import VALUES_PER_INCARNATION
+from riverbed.testing.txn_copier import STUCK_S, VALUES_PER_INCARNATION
 from riverbed.testing.txn_history import Outcome, Report, Send, Txn, check
 from riverbed.testing.txn_history_clients import QUIET, Reader
 
@@ -64,8 +64,10 @@ SOURCE, SINK, GROUP, TXN_ID = "copy-in", "copy-out", "copier", "copier-tid"
 PARTITIONS = 3
 #: Input records the feeder writes per second (spread over the partitions).
 FEED_PER_S = 150
-#: Seconds the copier gets, after the faults and the feed stop, to copy what is left.
-DRAIN_S = 90.0
+#: Seconds the copier gets, after the faults and the feed stop, to copy what is left:
+#: room for a copier stuck in a client call to be ended by its watchdog
+#: (`riverbed.testing.txn_copier.STUCK_S`), started again and catch up.
+DRAIN_S = 90.0 + STUCK_S
 
 
 @dataclass

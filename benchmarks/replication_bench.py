@@ -23,6 +23,7 @@ Run: ``.venv/bin/python -m benchmarks.replication_bench [--messages 30000] [--tr
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import signal
@@ -37,6 +38,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from benchmarks.failover_timeline import STEPS, ClientLog, Timeline, read_nodes
 from riverbed.cli.bench_latency import run_latency
+from riverbed.cli.quorum import describe_quorum
 from riverbed.testing.quorum_cluster import QuorumCluster
 
 TOPIC = "bench"
@@ -124,14 +126,19 @@ def failover_overrides(session_ms: int) -> dict[str, str]:
     return overrides
 
 
-def controller_led_topic(admin: AdminClient, n: int, brokers: list[int]) -> tuple[str, int]:
+def controller_led_topic(cluster: QuorumCluster, admin: AdminClient, n: int) -> tuple[str, int]:
     """A new topic ``bench-c<n>`` whose one partition the active controller leads (its
     broker first in the assignment); (topic, leader) once its ISR is whole."""
+    brokers = cluster.ids
     deadline = time.monotonic() + 60
     while len(admin.describe_cluster().result(15).nodes) < len(brokers):
         assert time.monotonic() < deadline, "a broker never registered again"
         time.sleep(0.2)
-    controller = int(admin.describe_cluster().result(15).controller.id)
+    # DescribeQuorum's leader (Metadata's controller id is whichever node answers: any
+    # node takes controller requests and forwards them)
+    host, port = cluster.bootstrap_servers.split(",")[0].rsplit(":", 1)
+    controller = asyncio.run(describe_quorum(host, int(port))).leader_id
+    assert controller in brokers, f"no quorum leader ({controller})"
     topic = f"{TOPIC}-c{n}"
     replicas = [controller] + [b for b in brokers if b != controller]
     admin.create_topics([NewTopic(topic, 1, replica_assignment=[replicas])])[topic].result(30)
@@ -157,7 +164,7 @@ def failover(
         for n in range(trials):
             topic = TOPIC
             if kill_controller:
-                topic, leader = controller_led_topic(admin, n, c.ids)
+                topic, leader = controller_led_topic(c, admin, n)
             else:
                 leader = wait_isr(admin, 3)
             p = producer(

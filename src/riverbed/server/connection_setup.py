@@ -29,7 +29,7 @@ class SetupFailed(Exception):
 
 async def open_transport(
     csock: socket.socket,
-    protocol: asyncio.StreamReaderProtocol,
+    protocol: asyncio.BaseProtocol,
     security: ListenerSecurity,
     limiter: HandshakeLimiter,
 ) -> tuple[asyncio.Transport, KafkaPrincipal]:

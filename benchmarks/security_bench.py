@@ -1,11 +1,13 @@
 """Throughput over SSL and SASL_SSL against PLAINTEXT on one broker (issue 20), as ratios
 measured in the same run, and SCRAM connection set-up rate.
 
-    python -m benchmarks.security_bench [--records 20000] [--size 1024]
+    python -m benchmarks.security_bench [--records 20000] [--size 1024] [--rounds 1]
 
 One broker with a listener per protocol (`riverbed.testing.secure.start_secure_broker`);
 for each listener confluent-kafka produces ``--records`` records of ``--size`` bytes
-(acks=1) and a consumer reads them back; prints MB/s and the ratio to PLAINTEXT. Then
+(acks=1) and a consumer reads them back; prints MB/s and the ratio to PLAINTEXT. With
+``--rounds`` N the listeners take turns N times (a new topic each time) and the medians
+and their ratios are printed too (a shared machine's load moves single rounds). Then
 opens SCRAM-SHA-512 connections (ApiVersions + handshake + login) one after another for a
 few seconds and prints connections/s. Nothing passes or fails on absolute time.
 """
@@ -13,12 +15,13 @@ few seconds and prints connections/s. Nothing passes or fails on absolute time.
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from riverbed.security.scram import ScramClient, ScramMechanism
-from riverbed.testing.secure import start_secure_broker
+from riverbed.testing.secure import SecureBroker, start_secure_broker
 from riverbed.testing.secure_clients import Wire, librdkafka_config
 
 SCRAM = {"bench": ("SCRAM-SHA-512", "bench-pw")}
@@ -80,31 +83,48 @@ def _scram_connections_per_s(port: int, seconds: float) -> float:
     return done / (time.perf_counter() - started)
 
 
+def _cases(broker: SecureBroker) -> dict[str, dict[str, str]]:
+    return {
+        "PLAINTEXT": {"protocol": "PLAINTEXT"},
+        "SSL": {"protocol": "SSL", "cafile": str(broker.pki.ca)},
+        "SASL_SSL": {"protocol": "SASL_SSL", "cafile": str(broker.pki.ca),
+                     "mechanism": "SCRAM-SHA-512", "username": "bench", "password": "bench-pw"},
+    }  # fmt: skip
+
+
+def _print_ratios(label: str, rates: dict[str, tuple[float, float]]) -> None:
+    base = rates["PLAINTEXT"]
+    for name, (produce, consume) in rates.items():
+        print(
+            f"{label}{name:10s} produce {produce:7.1f} MB/s (x{produce / base[0]:.2f})  "
+            f"consume {consume:7.1f} MB/s (x{consume / base[1]:.2f})",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         broker = start_secure_broker(Path(tmp) / "pki", {"admin": "admin-secret"}, SCRAM)
         try:
-            cases = {
-                "PLAINTEXT": {"protocol": "PLAINTEXT"},
-                "SSL": {"protocol": "SSL", "cafile": str(broker.pki.ca)},
-                "SASL_SSL": {"protocol": "SASL_SSL", "cafile": str(broker.pki.ca),
-                             "mechanism": "SCRAM-SHA-512", "username": "bench", "password": "bench-pw"},
-            }  # fmt: skip
-            base: tuple[float, float] | None = None
-            for name, sec in cases.items():
-                conf = librdkafka_config(broker.bootstrap(sec["protocol"]), sec)
-                produce, consume = _throughput(
-                    conf, f"bench-{name.lower()}", args.records, args.size
-                )
-                base = base or (produce, consume)
-                print(
-                    f"{name:10s} produce {produce:7.1f} MB/s (x{produce / base[0]:.2f})  "
-                    f"consume {consume:7.1f} MB/s (x{consume / base[1]:.2f})"
-                )
+            cases = _cases(broker)
+            runs: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
+            for round_no in range(args.rounds):
+                for name, sec in cases.items():
+                    conf = librdkafka_config(broker.bootstrap(sec["protocol"]), sec)
+                    topic = f"bench-{name.lower()}-{round_no}"
+                    runs[name].append(_throughput(conf, topic, args.records, args.size))
+                label = f"round {round_no + 1} " if args.rounds > 1 else ""
+                _print_ratios(label, {name: r[-1] for name, r in runs.items()})
+            if args.rounds > 1:
+                _print_ratios("median  ", {
+                    name: (statistics.median(p for p, _ in r), statistics.median(c for _, c in r))
+                    for name, r in runs.items()
+                })  # fmt: skip
             rate = _scram_connections_per_s(broker.ports["SASL_PLAINTEXT"], 5.0)
             print(f"SCRAM-SHA-512 connection set-up: {rate:.0f} connections/s (4096 iterations)")
         finally:

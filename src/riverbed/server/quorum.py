@@ -124,7 +124,7 @@ from riverbed.server.raft_transport import (
     is_raft_fetch,
     serve_raft_request,
 )
-from riverbed.server.supervise import supervise
+from riverbed.server.supervise import supervise, supervise_background
 from riverbed.storage.clock import Clock
 
 if TYPE_CHECKING:
@@ -416,9 +416,12 @@ class QuorumMetadata:
             return
         others = [b for b, reg in sorted(brokers.items()) if not reg.fenced and b != self.node_id]
         for broker_id, epoch in self.liveness.to_probe(others, now, active=active):
-            task = asyncio.create_task(self._probe(broker_id, epoch))
-            self._probes.add(task)
-            task.add_done_callback(self._probes.discard)
+            supervise_background(
+                f"probe of broker {broker_id}",
+                self._probe(broker_id, epoch),
+                self.driver.fault_handler,
+                self._probes,
+            )
 
     async def _probe(self, broker_id: int, epoch: int) -> None:
         """One TCP connection to the broker's first registered endpoint: refused (its host

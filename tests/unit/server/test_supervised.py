@@ -33,6 +33,8 @@ PER_CONNECTION = {
     ("network.py", "Connection.run"): "the reader and writer of one client connection",
     ("network.py", "Connection._read_loop"): "one request's handler: its error is answered",
     ("network.py", "SocketServer._accept_loop"): "one accepted connection (_serve logs, ends it)",
+    ("jwks_https.py", "HttpsJwks.run"): "waits on two events inside the supervised JWKS"
+    " refresh loop, cancelled before each round ends",
 }
 
 #: Modules whose long-running loops must be started with ``supervise``.

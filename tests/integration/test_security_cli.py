@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient
 
 from riverbed.cli.main import main
 from riverbed.cli.wire import WireClient, WireError
-from riverbed.server.listener_security import ClientSecurity
+from riverbed.server.client_login import ClientSecurity
 from riverbed.server.tls import client_context
 from riverbed.testing.cluster import scaled_s
 from riverbed.testing.secure import SecureBroker, start_secure_broker

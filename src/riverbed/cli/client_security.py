@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from riverbed.security.jaas import JaasConfigError, parse_jaas_config
-from riverbed.server.listener_security import CLIENT_MECHANISMS, ClientSecurity
+from riverbed.server.client_login import CLIENT_MECHANISMS, ClientSecurity
 from riverbed.server.tls import Lookup, TlsConfigError, client_context, truststore_pem
 
 

@@ -275,7 +275,7 @@ def _use_wire_security(args: argparse.Namespace) -> Callable[[], object]:
     """riverbed's own wire client connects as the command's --command-config says."""
     from riverbed.cli.client_security import ClientSecurityError, wire_security
     from riverbed.cli.wire import WireError, use_security
-    from riverbed.server.listener_security import ClientSecurity
+    from riverbed.server.client_login import ClientSecurity
 
     props = command_config(args)
 

@@ -28,7 +28,7 @@ from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
 from riverbed.protocol.messages import ApiVersionsRequest, ApiVersionsResponse, Message
 from riverbed.security import sasl_client
-from riverbed.server.listener_security import PLAINTEXT_CLIENT, ClientSecurity
+from riverbed.server.client_login import PLAINTEXT_CLIENT, ClientSecurity
 
 #: Largest response frame accepted (bytes).
 RESPONSE_BYTES_MAX = 64 * 1024 * 1024

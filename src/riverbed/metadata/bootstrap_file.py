@@ -22,14 +22,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from riverbed.metadata.records import decode_record, encode_record
-from riverbed.metadata.scram_control import (
+from riverbed.protocol.messages import Message, UserScramCredentialRecord
+from riverbed.security.scram_keys import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
     SCRAM_HASHES,
     SCRAM_NAMES,
     derive_keys,
 )
-from riverbed.protocol.messages import Message, UserScramCredentialRecord
 from riverbed.storage.checkpoints import write_atomic
 
 BOOTSTRAP_RECORDS = "bootstrap.records"

@@ -18,8 +18,6 @@ changes in the batch.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from collections import Counter
 
 from riverbed.metadata.control_common import ControllerBase, ControllerResult
@@ -34,21 +32,12 @@ from riverbed.protocol.messages import (
     RemoveUserScramCredentialRecord,
     UserScramCredentialRecord,
 )
-
-#: SCRAM mechanism id (wire and record) -> hashlib name.
-SCRAM_HASHES: dict[int, str] = {1: "sha256", 2: "sha512"}
-SCRAM_NAMES: dict[int, str] = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
-MIN_ITERATIONS = 4096
-MAX_ITERATIONS = 16384
-
-
-def derive_keys(mechanism: int, salted_password: bytes) -> tuple[bytes, bytes]:
-    """(StoredKey, ServerKey) from SaltedPassword (RFC 5802)."""
-    name = SCRAM_HASHES[mechanism]
-    client_key = hmac.new(salted_password, b"Client Key", name).digest()
-    server_key = hmac.new(salted_password, b"Server Key", name).digest()
-    return hashlib.new(name, client_key).digest(), server_key
-
+from riverbed.security.scram_keys import (  # re-exported: bootstrap_file, tests
+    MAX_ITERATIONS,
+    MIN_ITERATIONS,
+    SCRAM_HASHES,
+    derive_keys,
+)
 
 AlterResult = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
 Upsertion = AlterUserScramCredentialsRequest.ScramCredentialUpsertion

@@ -38,8 +38,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from riverbed.metadata.scram_control import MAX_ITERATIONS, MIN_ITERATIONS, derive_keys
 from riverbed.security.errors import SaslAuthenticationError, SaslFailure
+from riverbed.security.scram_keys import MAX_ITERATIONS, MIN_ITERATIONS, derive_keys
 
 #: Salt bytes of credentials riverbed creates (Kafka's ScramFormatter: secureRandomBytes).
 SALT_BYTES = 32

@@ -17,7 +17,7 @@ import struct
 from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
 from riverbed.protocol.messages import Message
 from riverbed.security import sasl_client
-from riverbed.server.listener_security import PLAINTEXT_CLIENT, ClientSecurity
+from riverbed.server.client_login import PLAINTEXT_CLIENT, ClientSecurity
 from riverbed.server.tls import TLS_HANDSHAKE_TIMEOUT_MS
 
 _SIZE = struct.Struct(">i")

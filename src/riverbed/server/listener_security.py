@@ -35,6 +35,7 @@ from riverbed.security.principal import ANONYMOUS, KafkaPrincipal
 from riverbed.security.sasl_server import MechanismServer
 from riverbed.security.scram import ScramCredential, ScramMechanism, ScramServer
 from riverbed.security.ssl_principal import SslPrincipalMapper, certificate_dn
+from riverbed.server.client_login import CLIENT_MECHANISMS, ClientSecurity
 from riverbed.server.config import ConfigError, ServerConfig
 from riverbed.server.jwks_https import HttpsJwks, JwksFetchError, trust_context
 from riverbed.server.tls import Lookup, TlsConfigError, client_context, server_tls
@@ -42,7 +43,6 @@ from riverbed.server.tls import Lookup, TlsConfigError, client_context, server_t
 T = TypeVar("T")
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 #: What this node can log in with to other nodes (OAUTHBEARER needs a token provider).
-CLIENT_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 #: (mechanism, user) -> the user's SCRAM credential, from the metadata image.
 ScramLookup = Callable[[ScramMechanism, str], "ScramCredential | None"]
 
@@ -205,20 +205,6 @@ def listener_security(
         ),
         reauth_ms=int(str(lc.get("connections.max.reauth.ms"))),
     )
-
-
-@dataclass(frozen=True)
-class ClientSecurity:
-    """How this node connects to a listener of another node."""
-
-    protocol: str = "PLAINTEXT"
-    ssl_context: ssl.SSLContext | None = None
-    mechanism: str = ""
-    username: str = ""
-    password: str = ""
-
-
-PLAINTEXT_CLIENT = ClientSecurity()
 
 
 def client_security(config: ServerConfig, listener: str, mechanism_key: str) -> ClientSecurity:

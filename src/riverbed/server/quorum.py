@@ -112,9 +112,10 @@ from riverbed.raft.messages import SnapshotId
 from riverbed.raft.node import NotLeaderError
 from riverbed.raft.roles import Role
 from riverbed.security.acl import StandardAcl
+from riverbed.server.client_login import PLAINTEXT_CLIENT
 from riverbed.server.fault_handler import FaultHandler
 from riverbed.server.inter_broker import connect
-from riverbed.server.listener_security import PLAINTEXT_CLIENT, client_security
+from riverbed.server.listener_security import client_security
 from riverbed.server.metadata_quorum import MetadataStateMachine, RaftMetadataLog
 from riverbed.server.metadata_service import ImageListener, MetadataService
 from riverbed.server.raft_driver import RaftDriver, monotonic_ms

@@ -33,9 +33,9 @@ from riverbed.protocol.messages import FetchRequest as WireFetchRequest
 from riverbed.protocol.messages import Message
 from riverbed.raft import wire
 from riverbed.raft.messages import Request, Response
+from riverbed.server.client_login import PLAINTEXT_CLIENT, ClientSecurity
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.inter_broker import connect
-from riverbed.server.listener_security import PLAINTEXT_CLIENT, ClientSecurity
 from riverbed.server.raft_driver import RaftDriver
 from riverbed.server.supervise import supervise
 from riverbed.storage.layout import METADATA_TOPIC

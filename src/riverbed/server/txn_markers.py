@@ -31,7 +31,7 @@ from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.messages import Message, WriteTxnMarkersRequest, WriteTxnMarkersResponse
 from riverbed.server.backoff import ExponentialBackoff, Retrier
-from riverbed.server.listener_security import PLAINTEXT_CLIENT, ClientSecurity
+from riverbed.server.client_login import PLAINTEXT_CLIENT, ClientSecurity
 from riverbed.server.replication.fetcher import BrokerChannel, Channel
 from riverbed.transaction.markers import BrokerMarkers
 from riverbed.transaction.records import TopicPartition

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from riverbed.cli.client_security import ClientSecurityError, librdkafka_config, wire_security
-from riverbed.server.listener_security import PLAINTEXT_CLIENT, ClientSecurity
+from riverbed.server.client_login import PLAINTEXT_CLIENT, ClientSecurity
 
 TopicPartition = tuple[str, int]
 

@@ -36,7 +36,7 @@ from riverbed.protocol.messages import (
     ProduceRequest,
     ProduceResponse,
 )
-from riverbed.server.listener_security import PLAINTEXT_CLIENT, ClientSecurity
+from riverbed.server.client_login import PLAINTEXT_CLIENT, ClientSecurity
 
 E = ErrorCode
 TopicPartition = tuple[str, int]

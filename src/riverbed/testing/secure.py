@@ -242,8 +242,8 @@ def sasl_plain_request(
     from riverbed.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey
     from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
     from riverbed.protocol.messages import message_spec
+    from riverbed.server.client_login import ClientSecurity
     from riverbed.server.inter_broker import connect
-    from riverbed.server.listener_security import ClientSecurity
 
     host, port = address.rsplit(":", 1)
     security = ClientSecurity("SASL_PLAINTEXT", None, "PLAIN", user, password)

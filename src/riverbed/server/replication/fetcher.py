@@ -38,8 +38,8 @@ from riverbed.protocol.headers import RequestHeader, decode_response, encode_req
 from riverbed.protocol.messages import FetchRequest, FetchResponse, Message
 from riverbed.replication.actions import FetchAnswer, FetchPosition, FetchResult
 from riverbed.server.backoff import ExponentialBackoff, Retrier
+from riverbed.server.client_login import PLAINTEXT_CLIENT, ClientSecurity
 from riverbed.server.inter_broker import connect
-from riverbed.server.listener_security import PLAINTEXT_CLIENT, ClientSecurity
 from riverbed.server.supervise import supervise
 from riverbed.storage.errors import StorageError
 

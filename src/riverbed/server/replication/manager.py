@@ -59,8 +59,8 @@ from riverbed.replication.actions import (
 from riverbed.replication.config import ReplicaConfig
 from riverbed.replication.partition import Partition
 from riverbed.replication.wire import Item, alter_partition_request, alter_partition_results
+from riverbed.server.client_login import PLAINTEXT_CLIENT, ClientSecurity
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
-from riverbed.server.listener_security import PLAINTEXT_CLIENT, ClientSecurity
 from riverbed.server.purgatory import Purgatory
 from riverbed.server.replication.fetcher import ReplicaFetcherManager
 from riverbed.server.replication.replica_log import PartitionReplicaLog

@@ -29,7 +29,7 @@ from riverbed.cli.common import (
 
 if TYPE_CHECKING:
     from riverbed.raft.messages import DescribeQuorumResponse
-    from riverbed.server.listener_security import ClientSecurity
+    from riverbed.server.client_login import ClientSecurity
 
 DESCRIBE_TIMEOUT_S = 10.0
 

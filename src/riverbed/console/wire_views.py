@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from riverbed.cli.replica_state import ReplicaState
-from riverbed.server.listener_security import ClientSecurity
+from riverbed.server.client_login import ClientSecurity
 
 T = TypeVar("T")
 

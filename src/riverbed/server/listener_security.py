@@ -35,7 +35,9 @@ from riverbed.security.principal import ANONYMOUS, KafkaPrincipal
 from riverbed.security.sasl_server import MechanismServer
 from riverbed.security.scram import ScramCredential, ScramMechanism, ScramServer
 from riverbed.security.ssl_principal import SslPrincipalMapper, certificate_dn
-from riverbed.server.client_login import CLIENT_MECHANISMS, ClientSecurity
+from riverbed.server.client_login import CLIENT_MECHANISMS as CLIENT_MECHANISMS
+from riverbed.server.client_login import PLAINTEXT_CLIENT as PLAINTEXT_CLIENT
+from riverbed.server.client_login import ClientSecurity as ClientSecurity
 from riverbed.server.config import ConfigError, ServerConfig
 from riverbed.server.jwks_https import HttpsJwks, JwksFetchError, trust_context
 from riverbed.server.tls import Lookup, TlsConfigError, client_context, server_tls

@@ -29,7 +29,7 @@ class SetupFailed(Exception):
 
 async def open_transport(
     csock: socket.socket,
-    protocol: asyncio.BaseProtocol,
+    protocol: asyncio.StreamReaderProtocol,
     security: ListenerSecurity,
     limiter: HandshakeLimiter,
 ) -> tuple[asyncio.Transport, KafkaPrincipal]:

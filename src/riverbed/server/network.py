@@ -67,7 +67,6 @@ from riverbed.server.backoff import ExponentialBackoff, Retrier
 from riverbed.server.connection_quotas import ConnectionQuotas
 from riverbed.server.connection_setup import SetupFailed, open_transport
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
-from riverbed.server.frame_reader import READ_CHUNK_BYTES, FrameReader
 from riverbed.server.listener_security import PLAINTEXT, ListenerSecurity
 from riverbed.server.request_permits import CountedSemaphore, RequestPermit, run_with_permit
 from riverbed.server.request_timing import RequestTiming
@@ -110,8 +109,8 @@ ACCEPT_ERROR_BACKOFF_MS = 100
 #: ... doubling up to this while accept keeps failing
 ACCEPT_ERROR_BACKOFF_MAX_MS = 2_000
 ACCEPT_BACKOFF = ExponentialBackoff(ACCEPT_ERROR_BACKOFF_MS, ACCEPT_ERROR_BACKOFF_MAX_MS)
-#: Bytes a connection reads ahead of the requests asked for (reading pauses above this).
-READ_AHEAD_BYTES_MAX = 128 * 1024
+#: StreamReader buffer per connection (reading pauses above twice this).
+STREAM_LIMIT_BYTES = 64 * 1024
 #: Connections held open until their connection-rate throttle ends; more are closed at once.
 THROTTLED_SOCKETS_MAX = 1000
 
@@ -201,7 +200,7 @@ class Connection:
     def __init__(
         self,
         server: SocketServer,
-        reader: FrameReader,
+        reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         connection_id: int,
         listener_name: str,
@@ -678,8 +677,6 @@ class SocketServer:
         self.sendfile = hasattr(os, "sendfile")
         self.handshakes = HandshakeLimiter()
         self.bound: dict[str, tuple[str, int]] = {}
-        #: where the connections' transports land small reads (one at a time: FrameReader)
-        self._read_stage = bytearray(READ_CHUNK_BYTES)
         #: told of each request once its response is sent (request metrics; None: the
         #: requests carry no stage stamps)
         self.on_sent = on_sent
@@ -816,16 +813,16 @@ class SocketServer:
             with contextlib.suppress(OSError):
                 csock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             loop = asyncio.get_running_loop()
-            reader = FrameReader(READ_AHEAD_BYTES_MAX, self._read_stage)
+            reader = asyncio.StreamReader(limit=STREAM_LIMIT_BYTES)
+            protocol = asyncio.StreamReaderProtocol(reader)
             try:
                 transport, principal = await open_transport(
-                    csock, reader, security, self.handshakes
+                    csock, protocol, security, self.handshakes
                 )
             except SetupFailed as exc:
                 log.info("connection from %s on %s closed: %s", ip, name, exc)
                 return
-            # the reader is the protocol: StreamWriter's own reader is for StreamReaders
-            writer = asyncio.StreamWriter(transport, reader, None, loop)
+            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
             self._next_connection_id += 1
             conn = Connection(
                 self, reader, writer, self._next_connection_id, name, security, principal

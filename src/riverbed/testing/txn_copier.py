@@ -26,7 +26,8 @@ error it exits with EXIT_FATAL and whoever runs it starts it again (its
 ``init_transactions`` fences the old producer and aborts what it left open); so does a
 copier whose step overran STUCK_S (a client call past its own timeout), after dumping its
 stacks. With no records for IDLE_REPORT_S it logs its clients' state, and its producer
-logs librdkafka's ``eos`` debug lines: a copier that stopped copying says why.
+logs librdkafka's ``eos`` and ``broker`` debug lines (the transaction's steps, its
+connections going up and down, coordinator look-ups): a stalled copier says why.
 
 MODE ``exactly-once`` is the above; ``at-least-once`` is the broken copier that the copy
 job must catch: an idempotent producer, and the offsets committed after the copy is
@@ -76,7 +77,7 @@ class Copier:
         config = {"bootstrap.servers": bootstrap, "enable.idempotence": True, **QUIET,
                   **self.statistics("producer")}  # fmt: skip
         if exactly_once:  # the transaction's steps, to the log (what a stuck copier did last)
-            config |= {"debug": "eos", "log_level": 7}
+            config |= {"debug": "eos,broker", "log_level": 7}
         if exactly_once:
             config |= {"transactional.id": tid, "transaction.timeout.ms": 10_000}
         self.producer = Producer(config)

@@ -89,7 +89,8 @@ bench: $(STAMP) $(COLUMNAR)
 
 # simulation soak, raft, replication, then replication over the brokers' shells (real
 # storage on a simulated disk), then the group coordinator at its persistence seam, then
-# the producer ledger's model check, then transactions (coordinator + partition leaders):
+# the producer ledger's model check, then transactions (coordinator + partition leaders),
+# then the controller's broker liveness (the early fence):
 # `make soak SEEDS=100000` (each failure prints its replay command)
 SEEDS ?= 10000
 soak: $(STAMP)
@@ -99,6 +100,7 @@ soak: $(STAMP)
 	$(VENV)/bin/python -m riverbed.testing.group_sim --seeds $(SEEDS)
 	$(VENV)/bin/python -m riverbed.testing.ledger_model --seeds $(SEEDS)
 	$(VENV)/bin/python -m riverbed.testing.txn_sim --seeds $(SEEDS)
+	$(VENV)/bin/python -m riverbed.testing.liveness_sim --seeds $(SEEDS)
 
 # The Spark exactly-once sink under repeated driver kills on 3 nodes (issue 22): a soak,
 # each kill restarts a Spark driver; RIVERBED_EOS_KILLS (default 10) kills per run.

@@ -636,6 +636,16 @@ class RaftNode(ReplicationMixin):
     def _log_up_to_date(self, last_epoch: int, last_offset: int) -> bool:
         return (last_epoch, last_offset) >= self._vote_log_position()
 
+    def _yields_to(self, req: VoteRequest) -> bool:
+        """Does this prospective grant ``req``'s pre-vote: one that refused ours (it heard
+        from the leader when we asked: we cannot win, it may), a newer log, or as new and a
+        lower id (pre-votes change nothing, so the tie-break costs no safety)."""
+        if req.candidate_id in self.votes_rejected:
+            return True
+        theirs = (req.last_offset_epoch, req.last_offset)
+        mine = self._vote_log_position()
+        return theirs > mine or (theirs == mine and req.candidate_id < self.node_id)
+
     def _vote_reply(self, granted: bool, pre_vote: bool, error: int = Errors.NONE) -> VoteResponse:
         return VoteResponse(error, self.leader_id, self.epoch, granted, pre_vote)
 
@@ -662,6 +672,13 @@ class RaftNode(ReplicationMixin):
                 self.role is Role.FOLLOWER
                 and self._now - self.last_leader_contact_ms < self.config.fetch_timeout_ms
             )
+            if self.role is Role.PROSPECTIVE and not self._yields_to(req):
+                # two prospectives of one round (the leader's last replies reached both at
+                # once, so their fetch timeouts ran out together) that granted each other
+                # would both campaign and split the vote, each voting for itself, until an
+                # election timeout and a back-off later (issue 23: 2.4 s of a fail-over);
+                # one of them yields: the newer log, else the lower id
+                return self._vote_reply(False, True)
             return self._vote_reply(log_ok and not leader_alive, True)
         if req.candidate_epoch > self.epoch:
             self._become_unattached(req.candidate_epoch, -1)

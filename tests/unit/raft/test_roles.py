@@ -369,3 +369,41 @@ def test_check_quorum_counts_voters_downloading_a_snapshot() -> None:
     node.handle_request(4, 1, FetchSnapshotRequest("test", 4, node.epoch, sid, 0, 10), t)
     node.tick(t + 3001)
     assert node.role is Role.RESIGNED
+
+
+def test_two_prospectives_of_one_round_grant_only_one_of_them() -> None:
+    # the leader died: its last fetch replies reached both followers together, so their
+    # fetch timeouts ran out together; granting each other's pre-votes, both campaigned
+    # and split the vote (each voting for itself, the dead voter silent): 2.4 s more in
+    # the fail-over benchmark (issue 23). Between two prospectives of equal logs the
+    # lower id gets the pre-vote; a newer log gets it whatever its id.
+    low, high = make_node(1), make_node(3)
+    for node in (low, high):
+        make_follower(node, leader=2, epoch=3, now=0)
+        timeout(node, 0)  # fetch timeout
+        assert node.role is Role.PROSPECTIVE
+    asks_high = vote_req(3, 1, 0, 0, pre=True)
+    asks_low = vote_req(3, 3, 0, 0, pre=True)
+    assert responses(high.handle_request(1, 1, asks_high, 2100), VoteResponse)[0].vote_granted
+    assert not responses(low.handle_request(3, 1, asks_low, 2100), VoteResponse)[0].vote_granted
+    assert low.role is Role.PROSPECTIVE and high.role is Role.PROSPECTIVE  # nothing changed
+    newer = vote_req(3, 3, 3, 5, pre=True)
+    assert responses(low.handle_request(3, 2, newer, 2100), VoteResponse)[0].vote_granted
+
+
+def test_a_prospective_yields_to_the_replica_that_refused_its_pre_vote() -> None:
+    # node 1's fetch timeout ran out first: node 3 still heard from the leader and refused
+    # it; when node 3's own timeout runs out, node 1 (still prospective, unable to win)
+    # must grant it, or both lose their round and wait another fetch timeout
+    node = make_node(1)
+    make_follower(node, leader=2, epoch=3, now=0)
+    now, _ = timeout(node, 0)
+    assert node.role is Role.PROSPECTIVE
+    for corr, (dest, _, _, _) in list(node.pending.items()):
+        if dest == 3:
+            node.handle_response(3, corr, VoteResponse(0, 2, 3, False, True), now)
+    assert node.role is Role.PROSPECTIVE  # node 2 (the dead leader) never answers
+    reply = responses(
+        node.handle_request(3, 1, vote_req(3, 3, 0, 0, pre=True), now + 5), VoteResponse
+    )
+    assert reply[0].vote_granted

@@ -1,8 +1,9 @@
 """The riverbed data source on a Spark standalone cluster (a master and two workers on
 loopback, started from PySpark's own launcher), driven by ``riverbed pipeline run --master``:
 executors in the workers' JVMs with their own Python workers read every record exactly once,
-in a batch and in a streaming query restarted from its checkpoint; an executor Python
-without riverbed fails saying how to install it.
+in a batch and in a streaming query restarted from its checkpoint, and write through the
+exactly-once sink; an executor Python without riverbed fails saying how to install it, for
+the source and for the sink.
 
 The driver runs in a subprocess (one SparkSession per JVM: the other Spark tests keep
 their local[2] session).
@@ -23,14 +24,19 @@ from typing import Any
 
 import pytest
 
-from riverbed.testing.cluster import scaled_s, start_broker
+from riverbed.testing.cluster import LOAD_SCALE_MAX, scaled_s, start_broker
 from riverbed.testing.spark_standalone import StandaloneCluster
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration]
-
-PIPELINE = Path(__file__).with_name("standalone_pipeline.py")
 #: seconds (before load scaling) a driver subprocess may take: JVM start, executors, jobs
 DRIVER_TIMEOUT_S = 240.0
+# a deadline for hangs: a driver's run with its cluster's start, at the highest load scale
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.integration,
+    pytest.mark.timeout(int(DRIVER_TIMEOUT_S * LOAD_SCALE_MAX + 120)),
+]
+
+PIPELINE = Path(__file__).with_name("standalone_pipeline.py")
 #: set only in the driver's environment (the workers' JVMs never see it)
 DRIVER_SIDE_ENV = "RIVERBED_TEST_DRIVER_SIDE"
 
@@ -43,7 +49,8 @@ def cluster() -> Iterator[StandaloneCluster]:
 
 @pytest.fixture(scope="module")
 def bootstrap() -> Iterator[str]:
-    node = start_broker(overrides={"num.partitions": "2"})
+    overrides = {"num.partitions": "2", "transaction.two.phase.commit.enable": "true"}
+    node = start_broker(overrides=overrides)
     try:
         yield node.bootstrap
     finally:
@@ -89,20 +96,29 @@ def _run(
     return result
 
 
-def test_batch_and_streaming_reads_on_two_workers(
+def test_reads_and_exactly_once_writes_on_two_workers(
     cluster: StandaloneCluster, bootstrap: str, tmp_path: Path
 ) -> None:
-    topic = _topic(bootstrap, 400)
+    """One driver (a JVM start saved): a batch read, a streaming read restarted from its
+    checkpoint, then the exactly-once sink, whose tasks on the workers' executors write
+    and prepare while the driver commits: a batch write of rows made on the executors,
+    and a streaming copy run twice from its checkpoint (records produced in between);
+    a read_committed read of the target holds every row once."""
+    topic, target = _topic(bootstrap, 400), _topic(bootstrap, 0)
     result = _run(
         cluster, bootstrap, tmp_path / "result.json", "--topic", topic,
         "--stream-dir", str(tmp_path / "stream"), "--more", "100",
+        "--write-local", "20", "--copy-to", target, "--copy-dir", str(tmp_path / "copy"),
+        "--copy-more", "100",
     )  # fmt: skip
-    assert "error" not in result, result.get("error")
+    assert "error" not in result and "write_error" not in result, result
     assert result["master"] == cluster.master_url
     assert result["executors"] >= 1, "no executor of the workers registered"
     assert result["batch"] == sorted(f"v{i}" for i in range(400))
     # the second availableNow run resumed from the checkpoint: each record once
     assert result["stream"] == sorted(f"v{i}" for i in range(500))
+    expected = sorted([f"w{i}" for i in range(20)] + [f"v{i}" for i in range(600)])
+    assert result["copied"] == expected
     with urllib.request.urlopen(cluster.status_url, timeout=10) as resp:
         apps = json.load(resp)["completedapps"]
     assert any(app["name"] == "riverbed-standalone-test" for app in apps), apps
@@ -130,8 +146,13 @@ def test_an_executor_python_without_riverbed_says_how_to_install_it(
     out = tmp_path / "result.json"
     result = _run(
         cluster, bootstrap, out, "--topic", topic, "--executor-python", str(bare),
-        env={**os.environ, DRIVER_SIDE_ENV: "1"},
+        "--write-local", "5", env={**os.environ, DRIVER_SIDE_ENV: "1"},
     )  # fmt: skip
-    error = result.get("error", "")
-    assert "riverbed is not installed on this Spark executor's Python" in error, error[-3000:]
-    assert "make wheel" in error and "spark.submit.pyFiles" in error
+    # the reader's classes and the sink's writer, each unpickled on an executor
+    for stage in ("error", "write_error"):
+        error = result.get(stage, "")
+        assert "riverbed is not installed on this Spark executor's Python" in error, (
+            stage,
+            error[-3000:],
+        )
+        assert "make wheel" in error and "spark.submit.pyFiles" in error

@@ -49,6 +49,7 @@ from pyspark.sql.types import (
 
 from riverbed.spark.client import check_login, new_client
 from riverbed.spark.exactly_once import SinkCoordinator, write_task
+from riverbed.spark.executor_import import ExecutorImportCheck
 from riverbed.spark.options import RiverbedOptionError, WriteOptions, librdkafka_settings
 from riverbed.spark.schema import HEADERS_TYPE
 
@@ -235,7 +236,9 @@ _SECURITY_PREFIXES = ("security.protocol", "sasl.", "ssl.")
 
 class _ProducingWriter:
     """What the batch and the streaming writer share: checks on the driver (and the
-    exactly-once sink's recovery), then each task produces its Arrow batches."""
+    exactly-once sink's recovery), then each task produces its Arrow batches. The writers
+    travel to executors through ExecutorImportCheck (an executor's Python without
+    riverbed fails saying how to install it, as for the source's classes)."""
 
     def __init__(self, options: WriteOptions, schema: StructType, streaming: bool) -> None:
         options = options.with_default_exactly_once(streaming)
@@ -270,7 +273,7 @@ class _ProducingWriter:
         return write_task(self.options, iterator, partition_id)
 
 
-class RiverbedWriter(_ProducingWriter, DataSourceArrowWriter):
+class RiverbedWriter(ExecutorImportCheck, _ProducingWriter, DataSourceArrowWriter):
     def __init__(self, options: WriteOptions, schema: StructType) -> None:
         super().__init__(options, schema, streaming=False)
 
@@ -284,7 +287,7 @@ class RiverbedWriter(_ProducingWriter, DataSourceArrowWriter):
             self.coordinator.abort(messages)
 
 
-class RiverbedStreamWriter(_ProducingWriter, DataSourceStreamArrowWriter):
+class RiverbedStreamWriter(ExecutorImportCheck, _ProducingWriter, DataSourceStreamArrowWriter):
     def __init__(self, options: WriteOptions, schema: StructType) -> None:
         super().__init__(options, schema, streaming=True)
 

@@ -8,6 +8,36 @@ micro-batches, until ``in`` is consumed (trigger availableNow); exit 0 when done
 from __future__ import annotations
 
 import sys
+import time
+from typing import Any
+
+_T0 = time.monotonic()
+
+
+def say(what: str) -> None:
+    """A line of the driver's log with the seconds since its process started."""
+    print(f"[eos-driver +{time.monotonic() - _T0:.1f}s] {what}", flush=True)
+
+
+def progress_listener() -> Any:
+    """Prints each micro-batch's phases (Spark's durationMs), where a run's time goes."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class Progress(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            say("query started")
+
+        def onQueryProgress(self, event: Any) -> None:
+            p = event.progress
+            say(f"batch {p.batchId}: {p.numInputRows} rows, durationMs {p.durationMs}")
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            say("query terminated")
+
+    return Progress()
 
 
 def main(argv: list[str]) -> int:
@@ -20,6 +50,8 @@ def main(argv: list[str]) -> int:
         "spark.python.authenticate.socketTimeout": "120s",
     }
     spark = local_session("eos-driver", **conf)
+    say("session up")
+    spark.streams.addListener(progress_listener())
     query = (
         spark.readStream.format("riverbed")
         .option("kafka.bootstrap.servers", bootstrap)

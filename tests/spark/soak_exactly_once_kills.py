@@ -1,7 +1,8 @@
 """End to end (issue 22): a streaming query copies topic ``in`` (read_committed) to topic
 ``out`` through the riverbed sink on a 3-node riverbed cluster while its Spark driver, a
 process of its own, is SIGKILLed at random points of its run (starting, reading, writing,
-committing) and restarted from its checkpoint. With the exactly-once sink a read_committed
+committing) and restarted from its checkpoint, and one of the riverbed nodes is SIGKILLed
+and restarted while the driver writes. With the exactly-once sink a read_committed
 consumer of ``out`` reads every record of ``in`` exactly once; the same job with the
 at-least-once sink writes duplicates (so the check can fail).
 
@@ -157,26 +158,52 @@ def _out_end(bootstrap: str) -> int:
         c.close()
 
 
-def _run_with_kills(bootstrap: str, tmp: Path, exactly_once: bool, kills: int, seed: int) -> int:
+def _kill_broker(cluster: QuorumCluster, rng: random.Random, proc: Any) -> None:
+    """SIGKILL a random node while the driver writes, and restart it while the driver
+    goes on (its tasks' and commits' clients follow the new leaders and coordinators)."""
+    node = rng.choice(sorted(cluster.nodes))
+    began = time.monotonic()
+    cluster.kill(node)
+    cluster.start_nodes([node], scaled_s(120))
+    alive = "still running" if proc.poll() is None else f"exited {proc.returncode}"
+    say(
+        f"broker {node} SIGKILLed and restarted in {time.monotonic() - began:.0f} s (driver {alive})"
+    )
+
+
+def say(what: str) -> None:
+    print(f"[soak {time.strftime('%H:%M:%S')}] {what}", flush=True)
+
+
+def _run_with_kills(cluster: QuorumCluster, tmp: Path, exactly_once: bool, kills: int,
+                    seed: int, broker_kill_round: int | None = None) -> int:  # fmt: skip
     """Start the driver, wait until it writes to ``out`` (a batch's tasks are producing, or
     its commit's markers land), SIGKILL it after a random delay (within the batch, its
     commit, or the next batch), restart from the checkpoint; ``kills`` times; then run to
-    the end. A run that fails by itself (a loaded machine: Spark's "Python worker failed
-    to connect back") is one more crash, and restarted. Returns those failed runs."""
+    the end. In round ``broker_kill_round`` a broker is SIGKILLed (and restarted) first,
+    at the same kind of point. A run that fails by itself (a loaded machine: Spark's
+    "Python worker failed to connect back") is one more crash, and restarted. Returns
+    those failed runs."""
+    bootstrap = cluster.bootstrap_servers
     rng = random.Random(seed)
     checkpoint = tmp / f"ckpt-{exactly_once}"
-    killed = failed = 0
+    killed = failed = rounds = 0
     deadline = time.monotonic() + scaled_s(RUN_TIMEOUT_S) * (kills + 2)
     with open(tmp / f"driver-{exactly_once}.log", "ab") as log:
         while killed < kills:
             assert time.monotonic() < deadline, f"{killed} kills, {failed} failed runs"
+            began = time.monotonic()
             proc = _start_driver(bootstrap, checkpoint, exactly_once, log)
             start = _out_end(bootstrap)
             while proc.poll() is None and _out_end(bootstrap) == start:
                 assert time.monotonic() < deadline, "the driver made no progress"
                 time.sleep(0.05)
+            say(f"run {rounds}: first write to out {time.monotonic() - began:.0f} s after start")
             if proc.poll() is None:
                 time.sleep(rng.uniform(0.0, KILL_DELAY_MAX_S))
+            if rounds == broker_kill_round and proc.poll() is None:
+                _kill_broker(cluster, rng, proc)
+            rounds += 1
             if proc.poll() is None:
                 _kill(proc)
                 killed += 1
@@ -186,9 +213,11 @@ def _run_with_kills(bootstrap: str, tmp: Path, exactly_once: bool, kills: int, s
                 failed += 1
         while True:  # to the end
             assert time.monotonic() < deadline, f"the copy did not finish: see {tmp}"
+            began = time.monotonic()
             proc = _start_driver(bootstrap, checkpoint, exactly_once, log)
             try:
                 if proc.wait(scaled_s(RUN_TIMEOUT_S)) == 0:
+                    say(f"the last run copied the rest in {time.monotonic() - began:.0f} s")
                     return failed
             except subprocess.TimeoutExpired:
                 _kill(proc)
@@ -205,10 +234,19 @@ def _reset_out(bootstrap: str) -> None:
     while time.monotonic() < deadline:
         try:
             admin.create_topics([NewTopic("out", 2, 3)])["out"].result(60)
-            return
+            break
         except Exception:  # still being deleted
             time.sleep(0.5)
-    raise AssertionError("could not recreate topic out")
+    else:
+        raise AssertionError("could not recreate topic out")
+    while time.monotonic() < deadline:  # every node knows the new partitions
+        try:
+            if _out_end(bootstrap) == 0:
+                return
+        except Exception:  # UNKNOWN_PARTITION while the metadata spreads
+            pass
+        time.sleep(0.5)
+    raise AssertionError("the recreated topic out has no readable partitions")
 
 
 @pytest.mark.spark
@@ -221,20 +259,23 @@ def test_exactly_once_under_driver_kills_and_at_least_once_duplicates(
     seed = int(os.environ.get("RIVERBED_EOS_SEED", str(random.randrange(2**32))))
     print(f"kill points: RIVERBED_EOS_SEED={seed} RIVERBED_EOS_KILLS={KILLS}")
 
-    failed = _run_with_kills(bootstrap, tmp_path, True, KILLS, seed)
+    # a broker SIGKILLed (and restarted) mid-copy too, half-way through the driver kills
+    failed = _run_with_kills(cluster, tmp_path, True, KILLS, seed, broker_kill_round=KILLS // 2)
     got = _read_out(bootstrap)
     missing = expected - set(got)
     dups = {v: n for v, n in got.items() if n > 1}
     assert not missing and not dups and set(got) == expected, (
         f"seed {seed}: {len(missing)} missing, {len(dups)} duplicated "
         f"(e.g. {sorted(dups.items())[:3]}), {len(set(got) - expected)} unexpected; "
-        f"after {KILLS} kills and {failed} runs that failed by themselves"
+        f"after {KILLS} kills, a broker kill and {failed} runs that failed by themselves"
     )
+    say(f"exactly-once: {len(got)} records once each after {KILLS} driver kills and a broker kill")
 
     # the same job, at-least-once: a kill between a batch's writes and Spark's commit
     # log makes the restarted query write the batch again
     _reset_out(bootstrap)
-    _run_with_kills(bootstrap, tmp_path, False, KILLS, seed)
+    _run_with_kills(cluster, tmp_path, False, KILLS, seed)
     got = _read_out(bootstrap)
     assert set(got) == expected  # nothing lost either
     assert sum(got.values()) > len(expected), f"seed {seed}: no duplicate at-least-once"
+    say(f"at-least-once: {sum(got.values()) - len(expected)} duplicates")

@@ -24,6 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 #: Largest /metrics body read from one node.
 SCRAPE_BYTES_MAX = 32 * 1024 * 1024
+#: Bytes read from a node's response at a time.
+SCRAPE_CHUNK_BYTES = 64 * 1024
 #: How long one node's scrape may take, seconds.
 SCRAPE_TIMEOUT_S = 5.0
 #: Points kept for the charts (one per poll of the page, every 2 s).
@@ -162,10 +164,16 @@ async def scrape_one(session: aiohttp.ClientSession, url: str, t: float) -> Scra
     async with session.get(url, timeout=timeout) as resp:
         if resp.status != 200:
             raise ValueError(f"HTTP {resp.status}")
-        body = await resp.content.read(SCRAPE_BYTES_MAX + 1)
-        if len(body) > SCRAPE_BYTES_MAX:
-            raise ValueError(f"body above SCRAPE_BYTES_MAX = {SCRAPE_BYTES_MAX} bytes")
-    return parse(body.decode("utf-8", "replace"), t)
+        # the whole body (StreamReader.read(n) answers what has arrived, up to n: a node's
+        # exposition larger than one chunk came back cut mid-line), bounded
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in resp.content.iter_chunked(SCRAPE_CHUNK_BYTES):
+            size += len(chunk)
+            if size > SCRAPE_BYTES_MAX:
+                raise ValueError(f"body above SCRAPE_BYTES_MAX = {SCRAPE_BYTES_MAX} bytes")
+            chunks.append(chunk)
+    return parse(b"".join(chunks).decode("utf-8", "replace"), t)
 
 
 async def scrape_all(urls: list[str], t: float) -> tuple[Scrape, list[str]]:

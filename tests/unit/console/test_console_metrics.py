@@ -85,3 +85,46 @@ def test_history_is_bounded_and_charts_the_busiest_requests() -> None:
     shown = set(data["p99_ms"])  # type: ignore[arg-type]
     assert len(shown) == m.REQUEST_TYPES_SHOWN_MAX
     assert "R0" not in shown and "R1" not in shown  # the two least busy
+
+
+def test_a_scrape_reads_the_whole_exposition_however_many_chunks() -> None:
+    """A node's exposition is hundreds of KiB once every request type has its stage
+    histograms: the scrape must read to the end, not the first chunk that arrived."""
+    import asyncio
+
+    import aiohttp
+    from aiohttp import web
+
+    topics = "".join(
+        f'kafka_server_brokertopicmetrics_messagesin_total{{topic="t{i}"}} 1.0\n'
+        for i in range(20_000)
+    )
+    body = EXPOSITION.replace("# HELP kafka_server_brokertopicmetrics_bytesin", topics + "# HELP kafka_server_brokertopicmetrics_bytesin", 1)  # fmt: skip
+    assert len(body) > 10 * m.SCRAPE_CHUNK_BYTES
+
+    async def main() -> m.Scrape:
+        async def metrics(_request: web.Request) -> web.StreamResponse:
+            resp = web.StreamResponse()
+            await resp.prepare(_request)
+            for i in range(0, len(body), 4096):  # as a slow node sends it
+                await resp.write(body[i : i + 4096].encode())
+                await asyncio.sleep(0)
+            await resp.write_eof()
+            return resp
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        try:
+            async with aiohttp.ClientSession() as session:
+                return await m.scrape_one(session, f"http://127.0.0.1:{port}/metrics", 1.0)
+        finally:
+            await runner.cleanup()
+
+    scrape = asyncio.run(main())
+    assert scrape.totals["messages_in"] == 100.0
+    assert scrape.latency["Produce"][math.inf] == 10.0

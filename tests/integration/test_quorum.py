@@ -36,6 +36,7 @@ from riverbed.protocol.messages import (
 )
 from riverbed.raft.messages import DescribeQuorumRequest
 from riverbed.server.raft_transport import KafkaRaftTransport
+from riverbed.testing.cluster import scaled_s
 from riverbed.testing.quorum_cluster import QuorumCluster
 
 pytestmark = pytest.mark.timeout(180)
@@ -197,13 +198,24 @@ def test_kcat_auto_creates_through_a_follower(cluster: QuorumCluster) -> None:
         check=True,
         timeout=60,
     )
-    out = subprocess.run(
-        [KCAT, "-b", cluster.bootstrap_servers, "-C", "-t", "auto-kcat", "-e", "-q", "-f", "%s\\n"],
-        capture_output=True,
-        check=True,
-        timeout=60,
-    ).stdout.decode()
-    assert sorted(out.splitlines()) == sorted(f"value {i}" for i in range(20))
+    expected = sorted(f"value {i}" for i in range(20))
+    # the node kcat's consumer asks first may not have applied the new topic yet (it
+    # answers UNKNOWN_TOPIC and kcat exits): read again until the deadline
+    deadline = time.monotonic() + scaled_s(60)
+    while True:
+        read = subprocess.run(
+            [KCAT, "-b", cluster.bootstrap_servers, "-C", "-t", "auto-kcat", "-e", "-q", "-f", "%s\\n"],
+            capture_output=True,
+            timeout=scaled_s(60),
+        )  # fmt: skip
+        out = read.stdout.decode()
+        if (read.returncode == 0 and sorted(out.splitlines()) == expected) or (
+            time.monotonic() > deadline
+        ):
+            break
+        time.sleep(0.5)
+    assert read.returncode == 0, read.stderr.decode()[-2000:]
+    assert sorted(out.splitlines()) == expected
     for i in cluster.ids:  # every node serves the topic, led by one of them
         md = wait_metadata(cluster.ports[i][0], lambda m: "auto-kcat" in m["topics"])
         assert md["topics"]["auto-kcat"][1][0][1] in cluster.ids

@@ -6,7 +6,9 @@ A confluent-kafka transactional producer writes 3 records to each of 3 partition
 The leader of a partition that the coordinator does not lead is SIGKILLed and the producer
 commits at once: the coordinator writes PrepareCommit, answers, and sends the markers, the
 one for the dead leader's partition to a node that is gone (its leadership stays in the
-metadata until its broker session, 4 s, expires). The marker is retried to the new leader;
+metadata until its broker session, 4 s, expires; the early fence of a dead broker is off
+here, or leadership could move before the first marker is sent and the fault would not be
+exercised). The marker is retried to the new leader;
 the commit completes (CompleteCommit), and read_committed consumers on the survivors read
 every record of the transaction on every partition exactly once, to an LSO at the high
 watermark.
@@ -25,11 +27,29 @@ from riverbed.testing.cluster import scaled_s
 from riverbed.testing.quorum_cluster import QuorumCluster
 
 from .test_transactions_failover import coordinator_of, describe
-from .test_txn_partitions_failover import PARTITIONS, QUIET, TOPIC, cluster, leaders, start_producer
-
-__all__ = ["cluster"]  # the fixture: 3 nodes, broker sessions of 4 s
+from .test_txn_partitions_failover import (
+    OVERRIDES,
+    PARTITIONS,
+    QUIET,
+    TOPIC,
+    leaders,
+    start_producer,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """3 nodes, broker sessions of 4 s, no early fence."""
+    overrides = {**OVERRIDES, "riverbed.broker.early.fence.enable": "false"}
+    c = QuorumCluster(tmp_path_factory.mktemp("txn-faults"), 3, overrides=overrides)
+    try:
+        c.start(timeout_s=60)
+        yield c
+    finally:
+        c.stop()
+
 
 TID, PER_PARTITION = "tid-marker-kill", 3
 

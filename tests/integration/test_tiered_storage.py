@@ -347,10 +347,14 @@ def test_topic_deletion_deletes_remote_data(tier: Tier, topic_name: str) -> None
     assert remote
     for fut in tier.admin.delete_topics([topic_name]).values():
         fut.result(15)
-    wait_for(
-        "the remote data of the deleted topic gone",
-        lambda: not list(tier.remote_dir.glob(f"{topic_name}-*/0/*")),
-    )
+
+    def remote_gone() -> bool:
+        try:
+            return not list(tier.remote_dir.glob(f"{topic_name}-*/0/*"))
+        except FileNotFoundError:  # the broker removed a directory while glob read it
+            return False  # look again
+
+    wait_for("the remote data of the deleted topic gone", remote_gone)
 
 
 def test_tiering_needs_the_broker_system(broker: BrokerProcess, topic_name: str) -> None:

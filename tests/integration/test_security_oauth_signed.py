@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from riverbed.security.oauthbearer_urls import ALLOWED_URLS_ENV, ALLOWED_URLS_PROPERTY
 from riverbed.testing.certs import make_pki
-from riverbed.testing.cluster import scaled_s
+from riverbed.testing.cluster import BrokerStartError, scaled_s
 from riverbed.testing.https_server import Document, serve_https
 from riverbed.testing.jwt import JwtIssuer
 from riverbed.testing.secure import SecureBroker, start_secure_broker
@@ -37,11 +39,35 @@ def signed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SecureBro
             "sasl.oauthbearer.jwks.endpoint.url": f"file://{jwks}",
             "sasl.oauthbearer.expected.audience": "riverbed",
         },
+        {ALLOWED_URLS_ENV: f"file://{jwks}"},
     )
     try:
         yield broker, issuer
     finally:
         broker.proc.close()
+
+
+def test_a_jwks_url_not_allowed_stops_the_start(tmp_path: Path) -> None:
+    """Kafka 4's default: no OAUTHBEARER URL is read unless the process property
+    org.apache.kafka.sasl.oauthbearer.allowed.urls lists it; the node says which URL and
+    which property instead of starting."""
+    jwks = tmp_path / "jwks.json"
+    jwks.write_text(JwtIssuer().jwks())
+    with pytest.raises(BrokerStartError) as err:
+        broker = start_secure_broker(
+            tmp_path / "pki",
+            {"admin": "admin-secret"},
+            {},
+            {
+                f"{PREFIX}oauthbearer.sasl.server.callback.handler.class": HANDLER,
+                "sasl.oauthbearer.jwks.endpoint.url": f"file://{jwks}",
+            },
+            {ALLOWED_URLS_ENV: "https://other.example/jwks"},
+        )
+        broker.proc.close()
+    message = str(err.value)
+    assert f"Invalid value file://{jwks} for configuration sasl.oauthbearer.jwks" in message
+    assert ALLOWED_URLS_PROPERTY in message, message
 
 
 def _conf(broker: SecureBroker, token_of: object) -> dict[str, object]:
@@ -117,6 +143,7 @@ def https_idp(
                 "sasl.oauthbearer.jwks.endpoint.refresh.ms": str(REFRESH_MS),
                 "sasl.oauthbearer.expected.audience": "riverbed",
             },
+            {ALLOWED_URLS_ENV: url},
         )
         try:
             yield broker, document, issuer

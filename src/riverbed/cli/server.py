@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -18,6 +19,12 @@ examples:
   riverbed server start --config server.properties
   riverbed server start --override listeners=PLAINTEXT://127.0.0.1:19092 \\
                         --override log.dirs=/tmp/rb
+  riverbed server start -c server.properties \\
+      -Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=https://idp.example.com/jwks
+
+-D sets a process property, as Kafka's JVM -D system properties (not a node config:
+AlterConfigs cannot change it); the environment variable of the same name in upper
+case with _ for . (ORG_APACHE_KAFKA_SASL_OAUTHBEARER_ALLOWED_URLS) does the same.
 """
 
 
@@ -34,12 +41,39 @@ def register(subparsers: Any) -> None:
         metavar="KEY=VALUE",
         help="override one config key, repeatable",
     )
+    start.add_argument(
+        "-D",
+        dest="properties",
+        action="append",
+        default=[],
+        metavar="PROPERTY=VALUE",
+        help="a process property (Kafka's JVM system property), repeatable: "
+        "org.apache.kafka.sasl.oauthbearer.allowed.urls",
+    )
     start.set_defaults(func=start_server)
+
+
+def set_process_properties(properties: list[str]) -> str | None:
+    """Put each ``-D PROPERTY=VALUE`` into the environment (where the node reads it);
+    the error for one riverbed does not know, else None."""
+    from riverbed.security.oauthbearer_urls import PROCESS_PROPERTIES, property_env_name
+
+    for item in properties:
+        name, sep, value = item.partition("=")
+        if not sep or name.strip() not in PROCESS_PROPERTIES:
+            known = ", ".join(sorted(PROCESS_PROPERTIES))
+            return f"-D {item}: riverbed knows the process properties {known}"
+        os.environ[property_env_name(name.strip())] = value
+    return None
 
 
 def start_server(args: argparse.Namespace) -> int:
     from riverbed.metadata.storage_format import StorageFormatError
 
+    refused = set_process_properties(args.properties)
+    if refused is not None:
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
     config = load_server_config(args)
     if config is None:
         return 2

@@ -18,6 +18,7 @@ config for the mechanism, as Kafka's broker logs in.
 
 from __future__ import annotations
 
+import os
 import secrets
 import ssl
 import time
@@ -30,6 +31,7 @@ from riverbed.metadata.config_defs import ConfigValueError
 from riverbed.security.jaas import JaasConfigError, LoginModule, parse_jaas_config
 from riverbed.security.jwks import JWKS_BYTES_MAX, JwksValidator, PublicKey, load_jwks
 from riverbed.security.oauthbearer import OAuthBearerUnsecuredServer
+from riverbed.security.oauthbearer_urls import allowed_urls, url_refusal
 from riverbed.security.plain import PlainServer
 from riverbed.security.principal import ANONYMOUS, KafkaPrincipal
 from riverbed.security.sasl_server import MechanismServer
@@ -232,6 +234,7 @@ def client_security(config: ServerConfig, listener: str, mechanism_key: str) -> 
     return ClientSecurity(protocol, context, mechanism, username, password)
 
 
+JWKS_URL = "sasl.oauthbearer.jwks.endpoint.url"
 #: Kafka's validator of signed JWTs (KIP-768); naming it turns JWKS validation on.
 SIGNED_JWT_HANDLER = (
     "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
@@ -242,20 +245,22 @@ def _jwks_validator(lc: ListenerConfig) -> JwksValidator | None:
     """The listener's JWKS validator when its OAUTHBEARER callback handler is Kafka's
     OAuthBearerValidatorCallbackHandler: the JWKS read from a file:// URL, or fetched from
     an https:// one (`riverbed.server.jwks_https`, trusting the CAs of the OAUTHBEARER
-    JAAS options)."""
+    JAAS options); either only when the process allows the URL (Kafka 4's
+    ``org.apache.kafka.sasl.oauthbearer.allowed.urls``, `riverbed.security.oauthbearer_urls`)."""
     key = f"{lc.prefix}oauthbearer.sasl.server.callback.handler.class"
     if lc.config.originals.get(key) != SIGNED_JWT_HANDLER:
         return None
-    url = lc.get("sasl.oauthbearer.jwks.endpoint.url")
-    if isinstance(url, str) and url.startswith("https://"):
+    url = lc.get(JWKS_URL)
+    if not (isinstance(url, str) and url.startswith(("https://", "file://"))):
+        raise ConfigError(JWKS_URL, f"{JWKS_URL} must be a file:// or https:// URL")
+    url = url.strip()
+    refusal = url_refusal(JWKS_URL, url, allowed_urls(os.environ))
+    if refusal is not None:
+        raise ConfigError(JWKS_URL, refusal)
+    if url.startswith("https://"):
         keys: Mapping[str, PublicKey] = _https_jwks(lc, url)
-    elif isinstance(url, str) and url.startswith("file://"):
-        keys = _file_jwks(url[len("file://") :])
     else:
-        raise ConfigError(
-            "sasl.oauthbearer.jwks.endpoint.url",
-            "sasl.oauthbearer.jwks.endpoint.url must be a file:// or https:// URL",
-        )
+        keys = _file_jwks(url[len("file://") :])
     audience = lc.get("sasl.oauthbearer.expected.audience")
     issuer = lc.get("sasl.oauthbearer.expected.issuer")
     return JwksValidator(
@@ -273,9 +278,7 @@ def _file_jwks(path: str) -> dict[str, PublicKey]:
         with open(path, encoding="utf-8") as f:
             return load_jwks(f.read(JWKS_BYTES_MAX))
     except (OSError, ValueError) as exc:
-        raise ConfigError(
-            "sasl.oauthbearer.jwks.endpoint.url", f"cannot load {path}: {exc}"
-        ) from None
+        raise ConfigError(JWKS_URL, f"cannot load {path}: {exc}") from None
 
 
 def _https_jwks(lc: ListenerConfig, url: str) -> HttpsJwks:
@@ -296,7 +299,7 @@ def _https_jwks(lc: ListenerConfig, url: str) -> HttpsJwks:
     try:
         jwks.start()
     except JwksFetchError as exc:
-        raise ConfigError("sasl.oauthbearer.jwks.endpoint.url", str(exc)) from None
+        raise ConfigError(JWKS_URL, str(exc)) from None
     return jwks
 
 

@@ -145,13 +145,15 @@ def start_secure_broker(
     users: Mapping[str, str],
     scram_users: Mapping[str, tuple[str, str]],
     overrides: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> SecureBroker:
     """A broker with PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL listeners: PEM files on
     SSL, the key inline on SASL_SSL (a per-listener override, flattened as a properties
-    value is), PLAIN ``users``, SCRAM ``scram_users`` created through the admin API."""
+    value is), PLAIN ``users``, SCRAM ``scram_users`` created through the admin API;
+    ``env``: the process's environment on top of this one's (process properties)."""
     pki = make_pki(directory)
     ports = {name: free_port() for name in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")}
-    proc = BrokerProcess(port=ports["PLAINTEXT"])
+    proc = BrokerProcess(port=ports["PLAINTEXT"], env=env)
     config = secure_overrides(pki, ports, proc.controller_port, users)
     config["listener.name.sasl_ssl.ssl.keystore.key"] = " ".join(
         pki.server_key.read_text().splitlines()
@@ -161,11 +163,10 @@ def start_secure_broker(
     )
     config["num.partitions"] = "1"
     proc.extra_overrides.update(config | dict(overrides or {}))
-    proc.start()
-    if not scram_users:
-        return SecureBroker(proc, pki, ports)
     try:
-        create_scram_users(f"127.0.0.1:{ports['PLAINTEXT']}", scram_users)
+        proc.start()
+        if scram_users:
+            create_scram_users(f"127.0.0.1:{ports['PLAINTEXT']}", scram_users)
     except BaseException:
         proc.close()
         raise

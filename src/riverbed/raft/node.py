@@ -1,7 +1,8 @@
 """RaftNode: the sans-I/O KRaft replica (KIP-595 + KIP-630 snapshots + KIP-996 pre-vote).
 
 Inputs: ``start``, ``tick(now_ms)``, ``handle_request``/``handle_response`` (RPCs from a
-node id, with the correlation id the shell carries), ``on_log_flushed``,
+node id, with the correlation id the shell carries), ``request_failed`` (a request's
+connection lost or refused: ``riverbed.raft.refusals``), ``on_log_flushed``,
 ``on_snapshot_written``, ``append`` (leader only) and ``resign`` (graceful shutdown). Each
 returns a list of actions (``riverbed.raft.actions``) for the shell to execute in order.
 The node reads no clock (``now_ms`` is passed in), draws randomness only from the injected
@@ -62,7 +63,8 @@ from riverbed.raft.messages import (
     VoteResponse,
 )
 from riverbed.raft.quorum_state import QuorumState
-from riverbed.raft.replication import ReplicationMixin
+from riverbed.raft.refusals import Refusal, refusal_proves_leader_gone
+from riverbed.raft.replication import FETCH_ERROR_BACKOFF_MS, ReplicationMixin
 from riverbed.raft.roles import Role
 from riverbed.raft.snapshots import SnapshotStore
 
@@ -153,6 +155,12 @@ class RaftNode(ReplicationMixin):
         self.election_deadline_ms = 0
         self.fetch_deadline_ms = 0  # follower: leader presumed dead after this
         self.last_leader_contact_ms = -(10**12)  # last good reply from / begin by the leader
+        #: the latest refused request to the leader that proves it gone (raft.refusals)
+        self.leader_refusal: Refusal | None = None
+        #: peers whose endpoint answered this process (a reply): only their refusals count
+        self.peers_answered: set[int] = set()
+        #: how often a refusal made this follower prospective at once (for simulations)
+        self.refusal_shortcuts = 0
         self.backoff_until_ms = 0
         self.candidate_backing_off = False
         self.prospective_from_leader = -1
@@ -381,6 +389,7 @@ class RaftNode(ReplicationMixin):
         if info is None or info[0] != src:
             return []  # timed out, duplicated or unsolicited: the request was retried
         _, kind, sent_epoch, _ = info
+        self.peers_answered.add(src)  # its endpoint reaches it from here
         if not isinstance(response, _REPLY_TYPES[kind]):
             return []  # a reply that does not match the request: ignore it
         if isinstance(response, VoteResponse):
@@ -410,6 +419,56 @@ class RaftNode(ReplicationMixin):
             pass
         self._after_event()
         return self._drain()
+
+    def request_failed(
+        self, dest: int, correlation_id: int, refused: bool, now_ms: int
+    ) -> list[Action]:
+        """The shell gave up on request ``correlation_id`` to ``dest``: its connection was
+        lost, or could not be made, before a reply came. ``refused``: the attempt to connect
+        was refused (the peer's host answered that nothing listens at its endpoint).
+
+        A fetch is sent again after ``FETCH_ERROR_BACKOFF_MS`` (Kafka's retry backoff)
+        rather than after the request timeout; a refusal that proves the leader gone
+        (``riverbed.raft.refusals``) makes a voter following it Prospective at once."""
+        self._now = now_ms
+        info = self.pending.get(correlation_id)
+        if info is None or info[0] != dest:
+            return []  # answered, expired or not ours
+        del self.pending[correlation_id]
+        _, _, sent_epoch, sent_ms = info
+        if correlation_id == self.fetch_correlation_id:
+            self.fetch_in_flight = False
+            self.backoff_until_ms = max(self.backoff_until_ms, now_ms + FETCH_ERROR_BACKOFF_MS)
+        if refused:
+            self._on_refusal(Refusal(sent_epoch, dest, sent_ms))
+        self._after_event()
+        return self._drain()
+
+    def _on_refusal(self, refusal: Refusal) -> None:
+        if not refusal_proves_leader_gone(
+            refusal,
+            epoch=self.epoch,
+            leader_id=self.leader_id,
+            last_contact_ms=self.last_leader_contact_ms,
+            answered=self.peers_answered,
+        ):
+            return
+        self.leader_refusal = refusal
+        if self.role is Role.FOLLOWER and self.is_voter:
+            # its process is gone: nothing is gained by waiting out the fetch timeout
+            self.refusal_shortcuts += 1
+            self._become_prospective()
+
+    def _leader_gone(self) -> bool:
+        """A refusal (``riverbed.raft.refusals``) since the last contact with our leader."""
+        refusal = self.leader_refusal
+        return refusal is not None and refusal_proves_leader_gone(
+            refusal,
+            epoch=self.epoch,
+            leader_id=self.leader_id,
+            last_contact_ms=self.last_leader_contact_ms,
+            answered=self.peers_answered,
+        )
 
     # ======================================================================================
     # transitions (see roles.py)
@@ -646,6 +705,22 @@ class RaftNode(ReplicationMixin):
         mine = self._vote_log_position()
         return theirs > mine or (theirs == mine and req.candidate_id < self.node_id)
 
+    def _pre_vote_blocked_by_leader(self) -> bool:
+        """KIP-996: "We also want servers to reject Pre-Vote requests received if they are
+        still within their fetch timeout ... they have recently heard from a leader so
+        there is no need to consider electing a new leader." A leader or candidate
+        rejects too; a follower whose leader refused a connection since (its process is
+        gone, ``riverbed.raft.refusals``) does not."""
+        if self.role in (Role.LEADER, Role.CANDIDATE):
+            return True
+        # contact, not fetch_deadline: a replica that lost a pre-vote goes back to
+        # following with a fresh timer, and must not block the others' pre-votes
+        return (
+            self.role is Role.FOLLOWER
+            and self._now - self.last_leader_contact_ms < self.config.fetch_timeout_ms
+            and not self._leader_gone()
+        )
+
     def _vote_reply(self, granted: bool, pre_vote: bool, error: int = Errors.NONE) -> VoteResponse:
         return VoteResponse(error, self.leader_id, self.epoch, granted, pre_vote)
 
@@ -666,12 +741,7 @@ class RaftNode(ReplicationMixin):
                 # (a prospective that never won a pre-vote has not bumped its epoch, so a
                 # partitioned replica coming back does not get here)
                 self._become_unattached(req.candidate_epoch, -1)
-            # contact, not fetch_deadline: a replica that lost a pre-vote goes back to
-            # following with a fresh timer, and must not block the others' pre-votes
-            leader_alive = self.role in (Role.LEADER, Role.CANDIDATE) or (
-                self.role is Role.FOLLOWER
-                and self._now - self.last_leader_contact_ms < self.config.fetch_timeout_ms
-            )
+            leader_alive = self._pre_vote_blocked_by_leader()
             if self.role is Role.PROSPECTIVE and not self._yields_to(req):
                 # two prospectives of one round (the leader's last replies reached both at
                 # once, so their fetch timeouts ran out together) that granted each other

@@ -43,6 +43,9 @@ Candidate          election timeout                                backoff (rand
                                                                    then Prospective
 Candidate          BeginQuorumEpoch of its epoch                   Follower
 Follower           fetch timeout (voter)                           Prospective
+Follower           the leader's endpoint refused a request sent    Prospective at once
+                   since the last contact, and answered before
+                   (voter; ``riverbed.raft.refusals``)
 Follower           fetch timeout (observer)                        Unattached
 Follower           EndQuorumEpoch from its leader                  Unattached; election
                                                                    soon (earlier for
@@ -62,7 +65,9 @@ other vote was cast in E, no leader is known in E, and the candidate's log
 carries the asker's current epoch E; a voter behind E first moves to Unattached(E) (as in
 Kafka: the asker saw an epoch whose leader can no longer be followed), and it is granted iff
 the log is as up to date and we are not a leader or candidate and have not heard from a
-live leader within the fetch timeout. The vote is persisted before the reply is sent.
+live leader within the fetch timeout (KIP-996) -- or that leader refused a connection since
+(its process is gone, ``riverbed.raft.refusals``). The vote is persisted before the reply is
+sent.
 """
 
 from __future__ import annotations

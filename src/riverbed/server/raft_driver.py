@@ -14,7 +14,7 @@ file. It executes the node's actions in order:
 - ``CreateSnapshot``: ``machine.snapshot_records()`` is taken at once, encoded and written
   (``.part`` + fsync + rename) on a worker thread, then ``on_snapshot_written``;
 - ``SendRequest``: ``await transport.send(dest, request)`` in a task, the reply fed back;
-  a failed send is dropped (the node's request timeout retries);
+  a failed send is fed back as ``request_failed`` (refused or not, ``is_refusal``);
 - ``SendResponse``: resolves the ``handle_request`` call waiting for it (a Fetch may be
   parked by the leader for up to ``fetch_max_wait_ms``).
 
@@ -93,6 +93,15 @@ class Transport(Protocol):
     async def send(self, dest: int, request: Request) -> Response:
         """Deliver ``request`` to node ``dest`` and return its reply; raise on failure."""
         ...
+
+
+def is_refusal(exc: BaseException) -> bool:
+    """The peer's host refused the connection: nothing listens at its endpoint
+    (ECONNREFUSED, only ever from connecting: a reset, a timeout, an unreachable network or
+    a garbled reply is not one; ``riverbed.raft.refusals`` says what it proves). A host
+    name with several addresses that all refused fails as a plain OSError (asyncio's
+    "Multiple exceptions") and does not count: the shortcut is lost, not the safety."""
+    return isinstance(exc, ConnectionRefusedError)  # OSError(ECONNREFUSED, ...) is one
 
 
 def monotonic_ms() -> int:
@@ -460,8 +469,10 @@ class RaftDriver:
                 self.config.request_timeout_ms / 1000,
             )
         except (OSError, TimeoutError, ConnectionError, RaftWireError) as exc:
-            # a peer that is down or answers garbage: the node's request timeout retries
-            log.debug("node %d: request to %d failed: %s", self.node_id, action.dest, exc)
+            # a peer that is down, unreachable or answers garbage: the node decides when
+            # to ask again, and whether a refusal proves its leader gone
+            log.debug("node %d: request to %d failed: %r", self.node_id, action.dest, exc)
+            await self._request_failed(action, is_refusal(exc))
             return
         await self._feed(
             lambda now: self.node.handle_response(
@@ -469,6 +480,20 @@ class RaftDriver:
             ),
             f"handling {type(response).__name__} from {action.dest}",
         )
+
+    async def _request_failed(self, action: SendRequest, refused: bool) -> None:
+        shortcuts = self.node.refusal_shortcuts
+        await self._feed(
+            lambda now: self.node.request_failed(action.dest, action.correlation_id, refused, now),
+            f"a failed request to {action.dest}",
+        )
+        if self.node.refusal_shortcuts != shortcuts:
+            log.info(
+                "node %d: quorum leader %d refused a connection (its process is gone): "
+                "pre-vote at once",
+                self.node_id,
+                action.dest,
+            )
 
     async def _delete_expired_files(self) -> None:
         await asyncio.to_thread(self.log.delete_expired_files, int(time.time() * 1000))

@@ -135,10 +135,16 @@ def fetch_reply(leader: int, epoch: int, hw: int, ents: list[Entry], lbo: int = 
 
 
 async def raft_listener(
-    drivers: dict[int, Any], node_id: int, errors: list[BaseException], port: int = 0
+    drivers: dict[int, Any],
+    node_id: int,
+    errors: list[BaseException],
+    port: int = 0,
+    connections: set[asyncio.StreamWriter] | None = None,
 ) -> asyncio.Server:
     """Listen on 127.0.0.1:``port`` (0: a free one); answer raft RPCs with ``drivers[node_id]``, in request order
-    per connection (as Kafka's network layer). Server-side failures go to ``errors``."""
+    per connection (as Kafka's network layer). Server-side failures go to ``errors``; the
+    accepted connections are kept in ``connections`` (to abort them as a killed process's
+    kernel would)."""
     from riverbed.protocol.headers import decode_request, encode_response
     from riverbed.server.raft_transport import RAFT_API_KEYS, is_raft_fetch, serve_raft_request
 
@@ -162,6 +168,8 @@ async def raft_listener(
                     raise
 
         writer_task = asyncio.create_task(write_in_order())
+        if connections is not None:
+            connections.add(writer)
         try:
             while True:
                 (size,) = struct.unpack(">i", await reader.readexactly(4))

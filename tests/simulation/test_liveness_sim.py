@@ -35,6 +35,10 @@ def test_simulation_seeds() -> None:
     for chaos in ("pauses", "partitions", "partitions one way", "slow links", "controller pauses"):
         assert stats[chaos] > SEEDS // 2, chaos
     assert stats["controller fail-overs"] > SEEDS and stats["restarts"] > SEEDS
+    # a dead seat whose host lives is replaced at once (its quorum peers' reconnects are
+    # refused): the new seat probes the old one's broker without waiting for its silence
+    assert stats["fast controller fail-overs"] > SEEDS // 4
+    assert stats["lost controllers fenced before the silence rule"] > SEEDS // 8
     # most deaths of a broker whose host refuses end in an early fence (the rest: the
     # broker restarted first, or no controller was active)
     assert stats["dead brokers not fenced early"] < stats["early fences"] // 2

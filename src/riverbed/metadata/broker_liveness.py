@@ -18,7 +18,11 @@ fenced early. The rule, all of it required:
 
 1. nothing heard from the broker (a heartbeat, or its fetch of the metadata log) for
    ``probe_after_ms`` (its long-polled metadata fetch arrives every few hundred ms while it
-   lives) -- only then is it probed (`to_probe`), once per ``probe_every_ms``;
+   lives) -- only then is it probed (`to_probe`), once per ``probe_every_ms``; or, on a
+   newly active controller, the broker of the quorum leader it followed: silent since, it
+   is probed at once (`activate`; a refused reconnect makes a controller fail-over take
+   ~0.1 s, `riverbed.raft.refusals`, so the silence has not reached ``probe_after_ms``).
+   The silence only spares live brokers probes; the next two rules decide;
 2. the probe of its current registration (same broker epoch) was refused, and nothing was
    heard from the broker since that probe started (a later contact makes it stale);
 3. an earlier probe of the same registration was accepted: the endpoint is known to reach
@@ -73,6 +77,7 @@ class _Broker:
     probing: bool = False
     reachable: bool = False  # a probe of this registration was accepted
     refused_ms: int = -1  # start of a refused probe, if no contact since
+    probe_now: bool = False  # the lost quorum leader's broker: probed without the silence
 
 
 class BrokerLiveness:
@@ -94,11 +99,12 @@ class BrokerLiveness:
     def activate(self, now_ms: int, heard_ms: Mapping[int, int]) -> None:
         """This node became the active controller: every lease starts now (Kafka);
         ``heard_ms`` is when this node last heard from some brokers (as a follower, from the
-        previous leader), so a broker silent since then is probed at once."""
+        previous quorum leader): a broker silent since then is probed at once."""
         for broker_id, b in self._brokers.items():
             b.heartbeat_ms = now_ms
             b.contact_ms = min(now_ms, heard_ms.get(broker_id, now_ms))
             b.refused_ms = -1
+            b.probe_now = b.contact_ms < now_ms
 
     def registered(self, broker_id: int, epoch: int, now_ms: int) -> None:
         """A registration (a new incarnation): a new lease, nothing known of its endpoint."""
@@ -141,7 +147,8 @@ class BrokerLiveness:
                 due = since is None or since >= CONFIRM_EVERY_MS
             else:
                 silent = now_ms - b.contact_ms >= self.config.probe_after_ms
-                due = active and silent and (since is None or since >= self.config.probe_every_ms)
+                spaced = since is None or since >= self.config.probe_every_ms
+                due = active and (b.probe_now or (silent and spaced))
             if due:
                 b.probing, b.probe_started_ms = True, now_ms
                 out.append((broker_id, b.epoch))
@@ -153,6 +160,7 @@ class BrokerLiveness:
         if b is None or b.epoch != epoch or not b.probing:
             return  # registered again since: that probe was of another incarnation
         b.probing = False
+        b.probe_now = False
         if outcome is Probe.ACCEPTED:
             b.reachable = True
         elif outcome is Probe.REFUSED and b.contact_ms < b.probe_started_ms:

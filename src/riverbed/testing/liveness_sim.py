@@ -18,7 +18,9 @@ draws, per broker and at random times:
 - an endpoint advertised for outside clients that refuses from inside (one broker in
   some seeds): its probes are refused while the broker lives;
 - controller pauses, and controller fail-overs (the active seat's node dies, or leadership
-  just moves): the new active seat learns when it last heard from the old one.
+  just moves): the new active seat learns when it last heard from the old one; a dead
+  seat whose host lives is replaced within ``FAST_TAKEOVER_MS`` (its quorum peers'
+  reconnects are refused), so the new seat probes its broker before it is long silent.
 
 Invariants, checked at each fence: an early fence ("its process is gone") is only ever of
 an incarnation that is dead; a session fence only of a broker with no heartbeat delivered
@@ -49,8 +51,12 @@ POLL_MS = 50
 #: A live broker's metadata fetch arrives at most this long after the previous one.
 FETCH_EVERY_MS = 500
 SLOW_DELAY_MAX_MS = 3000
-#: A controller seat's node died: the other takes over after the quorum's fetch timeout.
+#: A controller seat's node died with its host: the other takes over after the quorum's
+#: fetch timeout.
 TAKEOVER_MS = 2500
+#: ... with its host up: the survivors' reconnects are refused, the other takes over at
+#: once (riverbed.raft.refusals), before the old seat's broker has been silent long.
+FAST_TAKEOVER_MS = (30, 300)
 
 
 class SimulationFailure(AssertionError):
@@ -123,6 +129,7 @@ class LivenessSim:
         self.controller_paused_until = -1
         self.fenced: dict[int, int] = {}  # broker id -> fenced epoch
         self.deaths_refusing: set[tuple[int, int]] = set()  # (broker, epoch) dead, host up
+        self.lost_seat = (-1, 0)  # (seat, last heard) the active seat took over from
 
     # --- plumbing -----------------------------------------------------------------------
     def at(self, when: int, run: Callable[[], None]) -> None:
@@ -228,6 +235,9 @@ class LivenessSim:
         self.fenced[broker_id] = epoch
         if "process is gone" in why:
             self.stats["early fences"] += 1
+            seat, last_heard = self.lost_seat
+            if broker_id == seat and self.now - last_heard < bl.PROBE_AFTER_MS:
+                self.stats["lost controllers fenced before the silence rule"] += 1
             if b.alive():
                 self.fail(f"broker {broker_id} fenced early while its process lives: {why}")
             self.deaths_refusing.discard((broker_id, epoch))
@@ -305,13 +315,21 @@ class LivenessSim:
                 self.at(self.now + TAKEOVER_MS, activate)  # no quorum yet
                 return
             self.active = new
+            self.lost_seat = (old, last_heard)
             self.seats[new].activate(self.now, {old: last_heard})
             for b in self.brokers.values():
                 b.last_heartbeat_in = max(b.last_heartbeat_in, self.now)  # leases restart
             self.note(f"seat {new} active (last heard from {old} at {last_heard})")
 
-        dead = not self.brokers[old].alive()
-        self.at(self.now + (TAKEOVER_MS if dead else self.rng.randint(50, 500)), activate)
+        b = self.brokers[old]
+        if b.alive():
+            takes = self.rng.randint(50, 500)  # leadership just moves
+        elif b.host_down:
+            takes = TAKEOVER_MS
+        else:
+            takes = self.rng.randint(*FAST_TAKEOVER_MS)
+            self.stats["fast controller fail-overs"] += 1
+        self.at(self.now + takes, activate)
 
     # --- run ----------------------------------------------------------------------------
     def run(self) -> LivenessSim:

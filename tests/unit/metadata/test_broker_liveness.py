@@ -95,6 +95,28 @@ def test_a_standby_only_confirms_endpoints_and_a_new_controller_probes_the_silen
     assert [b for b, _ in live.to_fence([1, 2], 12_010)] == [1]
 
 
+def test_a_controller_elected_at_once_probes_the_lost_leaders_broker_at_once() -> None:
+    # a refused reconnect elects the new quorum leader ~0.1 s after the old one died
+    # (riverbed.raft.refusals): its broker has not been silent for PROBE_AFTER_MS yet, but
+    # it is the one whose death is likely; before, it was probed only PROBE_AFTER_MS after
+    # the last contact, the fence came ~0.7 s later than it could
+    live = BrokerLiveness(LivenessConfig(session_timeout_ms=2000))
+    live.observe({1: 10, 2: 20}, 0)
+    live.to_probe([1, 2], 0, active=False)
+    live.probed(1, 10, Probe.ACCEPTED)
+    live.probed(2, 20, Probe.ACCEPTED)
+    live.activate(12_100, {1: 12_000})  # heard from node 1 100 ms ago
+    assert live.to_probe([1, 2], 12_100, active=True) == [(1, 10)]
+    live.probed(1, 10, Probe.REFUSED)
+    assert [b for b, _ in live.to_fence([1, 2], 12_110)] == [1]
+    # once only: a live broker's accepted probe puts it back under the silence rule
+    live.activate(20_100, {2: 20_000})
+    assert live.to_probe([1, 2], 20_100, active=True) == [(2, 20)]
+    live.probed(2, 20, Probe.ACCEPTED)
+    assert live.to_probe([1, 2], 20_200, active=True) == []
+    assert [b for b, _ in live.to_fence([1, 2], 20_200)] == []
+
+
 def test_a_probe_of_a_previous_incarnation_is_ignored() -> None:
     live = active()
     t = PROBE_EVERY_MS

@@ -58,6 +58,7 @@ from riverbed.server.broker.partitions import (
 )
 from riverbed.server.broker.remote_fetch import read_remote, remote_tier_serves
 from riverbed.server.network import FileRecords, RequestContext, SplicedResponse
+from riverbed.server.replication import cycle_trace
 from riverbed.storage.errors import StorageError
 from riverbed.storage.log import PartitionLog
 from riverbed.storage.log_files import FileRange
@@ -289,6 +290,9 @@ async def handle_fetch(
     if req.session_id != 0:
         return FetchResponse(error_code=int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND), session_id=0)
     consumer = replica_of(req)[0] < 0
+    trace = None if consumer else cycle_trace.TRACE
+    if trace is not None:
+        trace.event("fetch_in", replica_of(req)[0], *_fetch_offsets(req))
     quota_max = broker.quotas.fetch_bytes_max(broker.metadata.image, ctx) if consumer else None
     reads = _read_all(broker, req, quota_max)
     remote = [r for r in reads if r.remote_max_bytes]
@@ -324,9 +328,16 @@ async def handle_fetch(
         ]
     committed = req.isolation_level == READ_COMMITTED
     response = _build_response(reads, version, committed, endpoints)
+    if trace is not None:
+        for r, offset in zip(reads, _fetch_offsets(req), strict=False):
+            trace.event("fetch_out", replica_of(req)[0], offset, r.end_offset, r.size)
     if throttle > 0 and isinstance(response, FetchResponse):
         response.throttle_time_ms = throttle
     return response
+
+
+def _fetch_offsets(req: FetchRequest) -> list[int]:
+    return [p.fetch_offset for t in req.topics for p in t.partitions]
 
 
 def _record_quota(broker: Broker, ctx: RequestContext, reads: list[_PartitionRead]) -> int:

@@ -70,6 +70,7 @@ from riverbed.server.broker.partitions import (
 )
 from riverbed.server.broker.txn_verification import produce_error
 from riverbed.server.network import CloseConnection, RequestContext
+from riverbed.server.replication import cycle_trace
 from riverbed.storage.errors import StorageError
 
 if TYPE_CHECKING:
@@ -106,6 +107,8 @@ def _partition_error(index: int, code: ErrorCode, message: str | None = None) ->
 async def handle_produce(
     broker: Broker, ctx: RequestContext, req: ProduceRequest
 ) -> ProduceResponse | None:
+    if cycle_trace.TRACE is not None:
+        cycle_trace.TRACE.event("produce_in")
     responses = []
     acks_ok = req.acks in _VALID_ACKS
     leaders: list[int] = []  # named in NOT_LEADER_OR_FOLLOWER answers
@@ -168,6 +171,8 @@ async def handle_produce(
         errors = await asyncio.gather(*(w for _, w in waits))
         for (part, _), error in zip(waits, errors, strict=True):
             part.error_code = int(error)
+        if cycle_trace.TRACE is not None:
+            cycle_trace.TRACE.event("produce_out")
     if req.acks == 0:
         _close_if_any_failed(responses)
         return None
@@ -336,6 +341,8 @@ def _append_partition(
     except OSError as exc:  # the disk failed under the log: the client may retry
         log.error("append to %s-%d failed: %s", hosted.topic, index, exc)
         return _partition_error(index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc)), -1
+    if cycle_trace.TRACE is not None:
+        cycle_trace.TRACE.event("append", info.last_offset + 1)
     log_append_time = info.log_append_time if hosted.config.log_append_time else -1
     part = ProduceResponse.PartitionProduceResponse(
         index=index,

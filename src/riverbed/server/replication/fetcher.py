@@ -40,6 +40,7 @@ from riverbed.replication.actions import FetchAnswer, FetchPosition, FetchResult
 from riverbed.server.backoff import ExponentialBackoff, Retrier
 from riverbed.server.client_login import PLAINTEXT_CLIENT, ClientSecurity
 from riverbed.server.inter_broker import connect
+from riverbed.server.replication import cycle_trace
 from riverbed.server.supervise import supervise
 from riverbed.storage.errors import StorageError
 
@@ -183,6 +184,8 @@ class ReplicaFetcher:
                     if channel is None:  # the leader has no endpoint we can use yet
                         await self._back_off()
                         continue
+                if cycle_trace.TRACE is not None:
+                    cycle_trace.TRACE.event("f_sent", *(p.fetch_offset for p in positions.values()))
                 try:
                     response = await channel.request(
                         ApiKey.FETCH,
@@ -200,7 +203,12 @@ class ReplicaFetcher:
                     continue
                 if not isinstance(response, FetchResponse):  # a bug, not a network error
                     raise TypeError(f"a Fetch answered with {type(response).__name__}")
+                trace = cycle_trace.TRACE
+                if trace is not None:
+                    trace.event("f_recv")
                 delay_ms = self.answered(positions, response)
+                if trace is not None:
+                    trace.event("f_appended", *(self.manager.log_end(k) for k in positions))
                 if delay_ms:
                     await o.sleep(delay_ms / 1000)
         finally:

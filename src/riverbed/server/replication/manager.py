@@ -62,6 +62,7 @@ from riverbed.replication.wire import Item, alter_partition_request, alter_parti
 from riverbed.server.client_login import PLAINTEXT_CLIENT, ClientSecurity
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.purgatory import Purgatory
+from riverbed.server.replication import cycle_trace
 from riverbed.server.replication.fetcher import ReplicaFetcherManager
 from riverbed.server.replication.replica_log import PartitionReplicaLog
 from riverbed.server.replication.throttling import ReplicationThrottles
@@ -302,6 +303,8 @@ class ReplicaManager:
                 if hosted is not None:
                     hosted.log.update_high_watermark(a.high_watermark)
                 self.purgatory.notify(key)
+                if cycle_trace.TRACE is not None:
+                    cycle_trace.TRACE.event("hw", a.high_watermark)
             elif isinstance(a, ProduceCompleted):
                 done = self._waiters.pop(a.request_id, None)
                 if done is not None:
@@ -378,6 +381,8 @@ class ReplicaManager:
         fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
 
         def done(error: ErrorCode) -> None:
+            if cycle_trace.TRACE is not None:
+                cycle_trace.TRACE.event("produce_done", required_offset)
             if not fut.done():  # (a cancelled request's future is done)
                 fut.set_result(error)
 
@@ -400,6 +405,11 @@ class ReplicaManager:
     def _in_isr(self, key: Key) -> bool:
         hosted = self.partitions.get(*key)
         return hosted is not None and self.node_id in hosted.registration.isr
+
+    def log_end(self, key: Key) -> int:
+        """The hosted replica's log end offset (-1: not hosted)."""
+        core = self.cores.get(key)
+        return -1 if core is None else core.log.log_end_offset
 
     def fetch_position(self, key: Key) -> FetchPosition | None:
         core = self.cores.get(key)

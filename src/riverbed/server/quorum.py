@@ -30,8 +30,10 @@ records). Any other node forwards the operation's request to the leader's contro
 endpoint (one short-lived connection per forwarded request; wire format: Kafka framing at
 the highest version riverbed speaks) and then waits, bounded by ``FORWARD_APPLY_WAIT_S``,
 until its own replica of the image shows the result, so a client that created a topic
-through a follower sees it there next. With no known leader the operation fails with
-``NotLeaderError`` (NOT_CONTROLLER: clients refresh metadata and retry).
+through a follower sees it there next. A forward the controller did not answer, or
+answered NOT_CONTROLLER, goes again to the next active controller (Kafka's forwarding
+channel; `QuorumMetadata._write`); only when there is none by ``FORWARD_TIMEOUT_S`` does the
+operation fail with ``NotLeaderError`` (NOT_CONTROLLER: clients refresh metadata and retry).
 """
 
 from __future__ import annotations
@@ -118,6 +120,7 @@ from riverbed.server.inter_broker import connect
 from riverbed.server.listener_security import client_security
 from riverbed.server.metadata_quorum import MetadataStateMachine, RaftMetadataLog
 from riverbed.server.metadata_service import ImageListener, MetadataService
+from riverbed.server.metrics.traffic import error_codes
 from riverbed.server.raft_driver import RaftDriver, monotonic_ms
 from riverbed.server.raft_transport import (
     RAFT_API_KEYS,
@@ -145,6 +148,12 @@ ACTIVATION_WAIT_S = 5.0
 CONTROLLER_POLL_S = 0.05
 _SIZE = struct.Struct(">i")
 ResponseT = TypeVar("ResponseT", bound=Message)
+
+
+def _not_controller(response: Message) -> bool:
+    """Did the controller refuse ``response``'s request as not (or no longer) active?
+    (Kafka's channel looks for NOT_CONTROLLER in the response's ``errorCounts``.)"""
+    return ErrorCode.NOT_CONTROLLER.name in error_codes(response)
 
 
 def _expect(response: Message, response_type: type[ResponseT]) -> ResponseT:
@@ -553,28 +562,38 @@ class QuorumMetadata:
         settled: Callable[[ResponseT], bool] | None = None,
     ) -> ResponseT:
         """Run locally on the active controller, else forward; ``settled(response)`` says
-        when this node's replica shows a forwarded result."""
+        when this node's replica shows a forwarded result.
+
+        As Kafka's broker-to-controller channel (``NodeToControllerRequestThread``): a
+        request the controller did not answer (connection refused, reset or closed
+        mid-request, timed out) or answered NOT_CONTROLLER goes again, to whichever
+        controller is active next, until `FORWARD_TIMEOUT_S` from the first send. One
+        that the old controller applied before it died gets the natural answer from the
+        new one (CreateTopics TOPIC_ALREADY_EXISTS, DeleteTopics UNKNOWN_TOPIC_OR_PARTITION,
+        CreatePartitions INVALID_PARTITIONS, ElectLeaders ELECTION_NOT_NEEDED, DeleteAcls
+        no matching binding; the config, quota, SCRAM upsert, CreateAcls and feature writes
+        set a state and apply again unchanged; AllocateProducerIds takes a fresh block):
+        never a success for something not done, and no NOT_CONTROLLER to clients that do
+        not retry it (librdkafka's DeleteTopics hands it back)."""
         deadline = time.monotonic() + FORWARD_TIMEOUT_S
         while True:
-            # As Kafka's forwarding channel, a client's write waits out an election (its
-            # whole timeout, not `ACTIVATION_WAIT_S`): a loaded quorum can take longer than
-            # that to elect after its leader died, and NOT_CONTROLLER is not retried by
-            # every client (librdkafka's DeleteTopics hands it back).
+            # waits out an election (the whole deadline, not `ACTIVATION_WAIT_S`): a loaded
+            # quorum can take longer than that to elect after its leader died
             leader = await self._wait_active_or_leader(deadline)
-            if leader < 0:
-                return _expect(await self._run_locally(request), response_type)
             try:
-                response = _expect(await self.forward(leader, api_key, request), response_type)
-                break
-            except NotLeaderError as exc:
-                # A refused connection never reached a controller: the leader we know just
-                # died. As Kafka's forwarding channel, wait for the next one and send again
-                # (bounded); anything else may have been applied and goes back to the client.
-                if not isinstance(exc.__cause__, ConnectionRefusedError):
-                    raise
-                if time.monotonic() >= deadline:
-                    raise
-                await asyncio.sleep(CONTROLLER_POLL_S)
+                if leader < 0:
+                    # NotLeaderError here: leadership moved while the operation committed
+                    return _expect(await self._run_locally(request), response_type)
+                remaining = max(deadline - time.monotonic(), CONTROLLER_POLL_S)
+                answer = await self.forward(leader, api_key, request, remaining)
+                response = _expect(answer, response_type)
+                if not _not_controller(response):
+                    break
+            except NotLeaderError as exc:  # not answered, or the controller resigned mid-way
+                log.debug("write api_key=%s via %d: %r; sending again", api_key, leader, exc)
+            if time.monotonic() >= deadline:
+                raise NotLeaderError(self.driver.node.leader_id, self.driver.node.epoch)
+            await asyncio.sleep(CONTROLLER_POLL_S)  # Kafka's reconnect back-off (50 ms)
         if settled is not None:
             await self._wait_until(lambda: settled(response))
         return response
@@ -906,10 +925,12 @@ class QuorumMetadata:
         return UnregisterBrokerResponse(error_code=0)
 
     # --- the controller channel (client side) ----------------------------------------------
-    async def forward(self, leader: int, api_key: int, request: Message) -> Message:
+    async def forward(
+        self, leader: int, api_key: int, request: Message, timeout_s: float = FORWARD_TIMEOUT_S
+    ) -> Message:
         """Send ``request`` to ``leader``'s controller listener; its decoded response.
-        ConnectionError/TimeoutError when the leader cannot be reached (the caller's client
-        retries)."""
+        NotLeaderError when it is not answered within ``timeout_s`` (refused, reset, closed
+        or silent: the caller retries, or its client does)."""
         host, port = self.voters[leader]
         version = SUPPORTED_VERSIONS[ApiKey(api_key)][1]
         header = RequestHeader(api_key, version, 1, f"riverbed-forward-{self.node_id}")
@@ -929,8 +950,8 @@ class QuorumMetadata:
                 writer.close()
 
         try:
-            return await asyncio.wait_for(exchange(), FORWARD_TIMEOUT_S)
-        except (OSError, asyncio.IncompleteReadError) as exc:
+            return await asyncio.wait_for(exchange(), timeout_s)
+        except (OSError, asyncio.IncompleteReadError) as exc:  # TimeoutError is an OSError
             raise NotLeaderError(leader, self.driver.node.epoch) from exc
 
     # --- the controller listener (server side) ---------------------------------------------

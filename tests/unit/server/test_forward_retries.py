@@ -1,0 +1,181 @@
+"""A metadata write forwarded to the active controller is sent again, as Kafka's
+broker-to-controller channel does, when the controller dies mid-request (the connection
+closes before an answer) or answers NOT_CONTROLLER (a new leader not active yet, or an old
+one that resigned mid-operation); a retried write the old controller already applied gets
+the natural answer from the next one, never NOT_CONTROLLER (librdkafka's DeleteTopics hands
+that back to the application).
+
+The controller side is a scripted fake listener on loopback: each connection takes one
+request and, by the script, closes without answering or answers a given error code; the
+node side is `QuorumMetadata` with a Raft node that follows that listener's id."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from riverbed.metadata.image import MetadataImage
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.headers import decode_request, encode_response
+from riverbed.protocol.messages import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    Message,
+)
+from riverbed.raft.node import NotLeaderError
+from riverbed.raft.roles import Role
+from riverbed.server.broker.error_response import error_response
+from riverbed.server.client_login import PLAINTEXT_CLIENT
+from riverbed.server.quorum import QuorumMetadata
+
+CONTROLLER = 2
+#: what the fake controller does with the n-th connection's request
+CLOSE = "close"  # reads it, then dies: the connection closes without an answer
+
+Step = str | ErrorCode
+
+
+class FakeController:
+    """A controller listener that follows ``script`` (one step per connection)."""
+
+    def __init__(self, script: list[Step]) -> None:
+        self.script = list(script)
+        self.seen: list[Message] = []
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            (size,) = struct.unpack(">i", await reader.readexactly(4))
+            header, body = decode_request(await reader.readexactly(size))
+            self.seen.append(body)
+            step = self.script.pop(0) if self.script else CLOSE
+            if step != CLOSE:
+                assert isinstance(step, ErrorCode)
+                answer = error_response(header.api_key, body, header.api_version, step)
+                writer.write(encode_response(header, answer))
+                await writer.drain()
+        finally:
+            writer.close()
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+def follower_of(port: int, image: MetadataImage = MetadataImage.EMPTY) -> QuorumMetadata:
+    """A node whose Raft follows ``CONTROLLER`` at ``port`` (only what `_write` reads)."""
+    node: Any = SimpleNamespace(
+        role=Role.FOLLOWER, leader_id=CONTROLLER, epoch=3, leader_state=None, high_watermark=9
+    )
+    quorum = QuorumMetadata.__new__(QuorumMetadata)
+    quorum.node_id = 1
+    quorum.voters = {CONTROLLER: ("127.0.0.1", port)}
+    quorum.driver = SimpleNamespace(node=node)  # type: ignore[assignment]
+    quorum.transport = SimpleNamespace(security=PLAINTEXT_CLIENT)  # type: ignore[assignment]
+    quorum.service = SimpleNamespace(image=image)  # type: ignore[assignment]
+    quorum._image_changed = asyncio.Event()
+    return quorum
+
+
+def delete(name: str) -> DeleteTopicsRequest:
+    return DeleteTopicsRequest(
+        topics=[DeleteTopicsRequest.DeleteTopicState(name=name)], topic_names=[], timeout_ms=30_000
+    )
+
+
+def run_against(
+    script: list[Step], write: Callable[[QuorumMetadata], Any]
+) -> tuple[Any, list[Message]]:
+    async def main() -> tuple[Any, list[Message]]:
+        fake = FakeController(script)
+        port = await fake.start()
+        try:
+            return await asyncio.wait_for(write(follower_of(port)), 20), fake.seen
+        finally:
+            await fake.close()
+
+    return asyncio.run(main())
+
+
+def test_delete_applied_by_a_controller_that_died_mid_request_gets_the_natural_answer() -> None:
+    """The old controller takes the request and dies before answering (it may have applied
+    it); the next one, not yet active, answers NOT_CONTROLLER; the one after that no longer
+    knows the topic. The client is told UNKNOWN_TOPIC_OR_PARTITION, as Kafka's forwarding
+    channel would, not NOT_CONTROLLER (before: NotLeaderError at the first closed
+    connection)."""
+    script: list[Step] = [CLOSE, ErrorCode.NOT_CONTROLLER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+    response, seen = run_against(script, lambda q: q.delete_topics(delete("gone")))
+    assert isinstance(response, DeleteTopicsResponse)
+    assert [(r.name, r.error_code) for r in response.responses] == [
+        ("gone", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    ]
+    assert len(seen) == 3 and all(isinstance(r, DeleteTopicsRequest) for r in seen)
+
+
+def test_not_controller_answer_is_sent_again_to_the_active_controller() -> None:
+    """A new leader that is not active yet answers NOT_CONTROLLER without applying the
+    request; the node asks again and hands back the active controller's answer (before:
+    NOT_CONTROLLER went to the client)."""
+    request = CreateTopicsRequest(
+        topics=[CreateTopicsRequest.CreatableTopic(name="t", num_partitions=1)],
+        timeout_ms=30_000,
+    )
+    script: list[Step] = [ErrorCode.NOT_CONTROLLER, ErrorCode.TOPIC_ALREADY_EXISTS]
+    response, seen = run_against(script, lambda q: q.create_topics(request))
+    assert isinstance(response, CreateTopicsResponse)
+    assert [(t.name, t.error_code) for t in response.topics] == [
+        ("t", ErrorCode.TOPIC_ALREADY_EXISTS)
+    ]
+    assert len(seen) == 2
+
+
+def test_a_controller_that_never_answers_ends_in_not_controller_at_the_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Bounded: with no controller answering, the write gives up at its deadline with
+    NotLeaderError (NOT_CONTROLLER), never a success."""
+    monkeypatch.setattr("riverbed.server.quorum.FORWARD_TIMEOUT_S", 0.5)
+    with pytest.raises(NotLeaderError):
+        run_against([CLOSE] * 1000, lambda q: q.delete_topics(delete("t")))
+
+
+def test_a_write_the_active_controller_lost_mid_commit_goes_to_the_next_one() -> None:
+    """This node was the active controller and lost its leadership while the operation's
+    batch committed (the driver's NotLeaderError: the batch may still commit under the new
+    leader). The write goes to the new controller, whose answer the client gets (before:
+    NOT_CONTROLLER)."""
+
+    async def main() -> tuple[Any, list[Message]]:
+        fake = FakeController([ErrorCode.UNKNOWN_TOPIC_OR_PARTITION])
+        quorum = follower_of(await fake.start())
+        node = quorum.driver.node
+        node.role, node.leader_id = Role.LEADER, quorum.node_id
+        node.leader_state = SimpleNamespace(epoch_start_offset=5)
+
+        async def resign_mid_commit(request: DeleteTopicsRequest) -> DeleteTopicsResponse:
+            node.role, node.leader_id, node.leader_state = Role.FOLLOWER, CONTROLLER, None
+            raise NotLeaderError(CONTROLLER, 4)
+
+        quorum.service.delete_topics = resign_mid_commit  # type: ignore[method-assign]
+        try:
+            return await asyncio.wait_for(quorum.delete_topics(delete("t")), 20), fake.seen
+        finally:
+            await fake.close()
+
+    response, seen = asyncio.run(main())
+    assert [(r.name, r.error_code) for r in response.responses] == [
+        ("t", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    ]
+    assert len(seen) == 1

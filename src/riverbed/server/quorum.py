@@ -622,6 +622,8 @@ class QuorumMetadata:
         )
 
     async def auto_create_topic(self, name: str) -> CreateTopicsResponse:
+        """Create ``name`` with the defaults (Metadata's auto-creation); a forwarded one
+        returns once this replica shows the topic, or after `FORWARD_APPLY_WAIT_S`."""
         request = CreateTopicsRequest(
             topics=[
                 CreateTopicsRequest.CreatableTopic(
@@ -632,7 +634,12 @@ class QuorumMetadata:
         )
         if self.is_active():
             return await self.service.auto_create_topic(name)
-        return await self.create_topics(request)
+        response = await self.create_topics(request)
+        if any(t.error_code == ErrorCode.TOPIC_ALREADY_EXISTS for t in response.topics):
+            # another node's Metadata created it a moment ago: this replica may not have
+            # applied it yet, and its Metadata answer must wait for it as for one it made
+            await self._wait_until(lambda: self.service.image.topic(name) is not None)
+        return response
 
     async def delete_topics(self, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
         def settled(response: DeleteTopicsResponse) -> bool:

@@ -4,15 +4,16 @@ Metadata answers from the current metadata image: the brokers' endpoints for the
 listener the request came in on, this node as controller, and per topic its id and
 partitions (leader, leader epoch, replicas, ISR). A requested topic that does not exist
 is created when ``auto.create.topics.enable`` is on and the request allows it (v4+ flag;
-always allowed before v4), through the controller like CreateTopics; an invalid name is
-INVALID_TOPIC_EXCEPTION, otherwise UNKNOWN_TOPIC_OR_PARTITION. A null topic list (v1+) or
-an empty one in v0 means every topic.
+always allowed before v4), through the controller like CreateTopics, and answered once
+this node's image shows it (LEADER_NOT_AVAILABLE while the controller has it and the
+image not yet); an invalid name is INVALID_TOPIC_EXCEPTION, otherwise
+UNKNOWN_TOPIC_OR_PARTITION. A null topic list (v1+) or an empty one in v0 means every topic.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from typing import TYPE_CHECKING, TypeVar
 
 from riverbed.metadata.controller import topic_name_error
@@ -185,16 +186,18 @@ def partition_entry(
 
 
 def _topic_metadata(
-    image: MetadataImage, name: str, ops: int
+    image: MetadataImage, name: str, ops: int, being_created: Set[str] = frozenset()
 ) -> MetadataResponse.MetadataResponseTopic:
-    """``ops``: the topic's KIP-430 bitfield, or AUTHORIZED_OPERATIONS_OMITTED."""
+    """``ops``: the topic's KIP-430 bitfield, or AUTHORIZED_OPERATIONS_OMITTED;
+    ``being_created``: topics the controller has that this node's image does not show yet."""
     topic = image.topic(name)
     if topic is None:
-        code = (
-            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            if valid_topic_name(name)
-            else ErrorCode.INVALID_TOPIC_EXCEPTION
-        )
+        if name in being_created:
+            code = ErrorCode.LEADER_NOT_AVAILABLE
+        elif valid_topic_name(name):
+            code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        else:
+            code = ErrorCode.INVALID_TOPIC_EXCEPTION
         return MetadataResponse.MetadataResponseTopic(
             error_code=int(code), name=name, partitions=[], topic_authorized_operations=ops
         )
@@ -210,11 +213,40 @@ def _topic_metadata(
     )
 
 
+#: What the controller answers for a topic that exists (once created) after an auto-create.
+_EXISTS = frozenset({0, int(ErrorCode.TOPIC_ALREADY_EXISTS)})
+
+
+async def _auto_create(broker: Broker, names: list[str]) -> set[str]:
+    """Ask the controller to create each of ``names``; the ones it has (created now, or
+    already: another node's Metadata created it a moment ago).
+
+    Such a topic that this node's image does not show yet (the forwarded create waited
+    `FORWARD_APPLY_WAIT_S` for it) is answered LEADER_NOT_AVAILABLE with no partitions, as
+    Kafka's ZooKeeper-era broker answered a topic its controller had (TOPIC_ALREADY_EXISTS
+    or REQUEST_TIMED_OUT from the create); its KRaft broker answers UNKNOWN_TOPIC_OR_PARTITION
+    while its asynchronous create is in flight, but a client that knows the topic from
+    another node must not be told it is unknown: librdkafka takes that as "partition count
+    changed from 1 to 0" and fails the messages it holds for the topic, while it ignores
+    LEADER_NOT_AVAILABLE without partitions as temporary."""
+    exists: set[str] = set()
+    for name in names:
+        try:
+            response = await broker.metadata.auto_create_topic(name)
+        except Exception:  # reported as UNKNOWN_TOPIC_OR_PARTITION
+            log.exception("auto-creating topic %r failed", name)
+            continue
+        if any(t.name == name and t.error_code in _EXISTS for t in response.topics):
+            exists.add(name)
+    return exists
+
+
 async def handle_metadata(
     broker: Broker, ctx: RequestContext, req: MetadataRequest
 ) -> MetadataResponse:
     version = ctx.header.api_version
     image = broker.metadata.image
+    being_created: set[str] = set()
     refused: list[str] = []  # named, and not for this principal to describe
     if req.topics is None or (version == 0 and not req.topics):
         names = sorted(image.topics_by_name)
@@ -239,11 +271,7 @@ async def handle_metadata(
             )
         missing = [n for n in names if image.topic(n) is None and valid_topic_name(n)]
         if missing and allow and broker.config.auto_create_topics_enable:
-            for name in missing:
-                try:
-                    await broker.metadata.auto_create_topic(name)
-                except Exception:  # reported below as UNKNOWN_TOPIC_OR_PARTITION
-                    log.exception("auto-creating topic %r failed", name)
+            being_created = await _auto_create(broker, missing)
             await broker.partitions.settled()
             image = broker.metadata.image
 
@@ -262,7 +290,7 @@ async def handle_metadata(
         brokers=brokers,
         cluster_id=broker.cluster_id,
         controller_id=_controller_id(broker),
-        topics=[_topic_metadata(image, n, topic_ops(n)) for n in names]
+        topics=[_topic_metadata(image, n, topic_ops(n), being_created) for n in names]
         + [_refused_topic(n) for n in refused],
         cluster_authorized_operations=(
             cluster_operations(broker.authz, image, ctx)

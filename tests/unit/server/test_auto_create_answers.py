@@ -1,0 +1,130 @@
+"""Metadata auto-creation through a node whose image lags the controller: kcat's producer
+learned ``auto-kcat`` (1 partition) from one node, asked another whose replica had not
+applied it yet, and was told UNKNOWN_TOPIC_OR_PARTITION, which librdkafka takes as
+"partition count changed from 1 to 0" and fails its queued messages.
+
+That node forwards the auto-creation and the controller answers TOPIC_ALREADY_EXISTS
+(another node's Metadata created it a moment ago). The node now waits for its replica to
+show the topic, as for one it created itself, and answers it with its partitions; if the
+replica does not show it within the wait, LEADER_NOT_AVAILABLE without partitions (Kafka's
+answer for a topic being created, which librdkafka ignores as temporary), never unknown.
+
+The controller is the scripted fake listener of `test_forward_retries`; the node is
+`QuorumMetadata` following it, behind the real Metadata handler."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from tests.unit.server.test_forward_retries import FakeController, Step, follower_of
+from tests.unit.server.test_produce_record_errors import registered_image
+
+from riverbed.metadata.controller import Controller, ControllerConfig
+from riverbed.metadata.image import MetadataImage, replay_all
+from riverbed.protocol.api_versions import ApiKey
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.headers import RequestHeader
+from riverbed.protocol.messages import CreateTopicsRequest, MetadataRequest, MetadataResponse
+from riverbed.security.principal import ANONYMOUS
+from riverbed.server.broker.cluster_info import handle_metadata
+from riverbed.server.network import RequestContext
+
+TOPIC = "auto-kcat"
+#: seconds after the controller's answer at which the lagging replica applies the topic
+APPLY_LAG_S = 0.2
+
+
+def _images() -> tuple[MetadataImage, MetadataImage]:
+    """This node's image without the topic, and with it (1 partition on broker 1)."""
+    c = Controller(ControllerConfig(node_id=2))
+    before = registered_image(c)
+    CT = CreateTopicsRequest
+    create = CT(
+        topics=[CT.CreatableTopic(name=TOPIC, num_partitions=1, replication_factor=1)],
+        timeout_ms=0,
+        validate_only=False,
+    )
+    return before, replay_all(before, c.create_topics(before, create, 0).records)
+
+
+async def _no_wait() -> None:
+    return None
+
+
+def ask_lagging_node(
+    script: list[Step], applied_after_s: float | None
+) -> MetadataResponse.MetadataResponseTopic:
+    """A producer's Metadata (auto-creation allowed) to a node without the topic yet; its
+    replica applies the topic ``applied_after_s`` after the controller answered (None:
+    not during the request)."""
+    before, after = _images()
+
+    async def main() -> Any:
+        fake = FakeController(script)
+        quorum = follower_of(await fake.start(), before)
+        broker = SimpleNamespace(
+            metadata=quorum,
+            authz=None,
+            config=SimpleNamespace(auto_create_topics_enable=True, node_id=quorum.node_id),
+            partitions=SimpleNamespace(settled=_no_wait),
+            cluster_id="c",
+        )
+
+        async def lagging_apply() -> None:
+            while not fake.seen:
+                await asyncio.sleep(0.01)
+            if applied_after_s is not None:
+                await asyncio.sleep(applied_after_s)
+                quorum.service.image = after  # type: ignore[misc]
+                quorum._image_changed.set()
+
+        header = RequestHeader(int(ApiKey.METADATA), 12, 7, "kcat")
+        ctx = RequestContext(header, "127.0.0.1:5000", "PLAINTEXT", 1, 0, ANONYMOUS)
+        request = MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name=TOPIC)],
+            allow_auto_topic_creation=True,
+        )
+        applier = asyncio.create_task(lagging_apply())
+        try:
+            return await asyncio.wait_for(handle_metadata(broker, ctx, request), 20)
+        finally:
+            applier.cancel()
+            await fake.close()
+
+    response = asyncio.run(main())
+    (topic,) = response.topics
+    assert topic.name == TOPIC
+    return topic
+
+
+def test_topic_another_node_just_created_is_answered_once_applied() -> None:
+    """The controller says TOPIC_ALREADY_EXISTS; the replica applies the topic a moment
+    later: the answer is the topic with its partition (before: UNKNOWN_TOPIC_OR_PARTITION
+    right after the controller's answer)."""
+    topic = ask_lagging_node([ErrorCode.TOPIC_ALREADY_EXISTS], APPLY_LAG_S)
+    assert topic.error_code == 0
+    assert [p.partition_index for p in topic.partitions] == [0]
+
+
+def test_topic_the_controller_has_but_the_image_not_yet_is_leader_not_available(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The replica does not show the topic within the wait: LEADER_NOT_AVAILABLE with no
+    partitions (librdkafka ignores it), not UNKNOWN_TOPIC_OR_PARTITION (it would drop the
+    partitions it knows)."""
+    monkeypatch.setattr("riverbed.server.quorum.FORWARD_APPLY_WAIT_S", 0.3)
+    topic = ask_lagging_node([ErrorCode.TOPIC_ALREADY_EXISTS], None)
+    assert (topic.error_code, topic.partitions) == (ErrorCode.LEADER_NOT_AVAILABLE, [])
+
+
+def test_topic_the_controller_refuses_to_create_stays_unknown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only a topic the controller has is LEADER_NOT_AVAILABLE: one it refused (here no
+    broker to place it on) is still UNKNOWN_TOPIC_OR_PARTITION."""
+    monkeypatch.setattr("riverbed.server.quorum.FORWARD_APPLY_WAIT_S", 0.3)
+    topic = ask_lagging_node([ErrorCode.INVALID_REPLICATION_FACTOR], None)
+    assert (topic.error_code, topic.partitions) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])

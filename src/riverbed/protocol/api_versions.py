@@ -215,6 +215,8 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.BROKER_HEARTBEAT: (0, 1),
     ApiKey.UNREGISTER_BROKER: (0, 0),
     ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
+    # a client's CreateTopics / DeleteTopics / CreatePartitions forwarded by a broker
+    ApiKey.ENVELOPE: (0, 0),
 }
 
 #: Listener types of Kafka's request specs (the ``listeners`` field).

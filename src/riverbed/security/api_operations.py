@@ -40,12 +40,13 @@ Kafka answers those APIs per topic / group / resource:
 
 `CONTROLLER_RULES` is the controller listener's table (Kafka's ``ControllerApis``): the
 Raft RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch and FetchSnapshot of the metadata
-log), BrokerRegistration, BrokerHeartbeat, AlterPartition and AllocateProducerIds need
-CLUSTER_ACTION on the cluster. The metadata
+log), BrokerRegistration, BrokerHeartbeat, AlterPartition, AllocateProducerIds and
+Envelope need CLUSTER_ACTION on the cluster. The metadata
 writes a broker forwards (CreateTopics, CreateAcls, ElectLeaders, ...) are checked as on a
-broker (DescribeQuorum: DESCRIBE on the cluster), or pass with CLUSTER_ACTION: riverbed forwards the client's request itself rather
-than in an Envelope, so the sender is the broker that already authorized the client (Kafka
-checks an Envelope's sender for CLUSTER_ACTION, then the client's principal).
+broker (DescribeQuorum: DESCRIBE on the cluster), or pass with CLUSTER_ACTION: the sender
+is the broker that already authorized the client (riverbed's brokers authorize before
+forwarding; CreateTopics, DeleteTopics and CreatePartitions travel in an Envelope, whose
+client principal the controller's mutation quota counts, `riverbed.server.forwarding`).
 
 An API missing from a table is refused (fail closed); a unit test keeps the tables whole.
 """
@@ -338,6 +339,7 @@ _INTER_NODE_APIS = (
     ApiKey.BROKER_HEARTBEAT,
     ApiKey.ALTER_PARTITION,
     ApiKey.ALLOCATE_PRODUCER_IDS,
+    ApiKey.ENVELOPE,
 )
 #: Metadata writes brokers forward to the active controller.
 _FORWARDABLE_APIS = (

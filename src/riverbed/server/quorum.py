@@ -28,7 +28,9 @@ epochs is committed and applied and the image it computes against is current. On
 does it run a metadata operation locally (the first active leader also writes the bootstrap
 records). Any other node forwards the operation's request to the leader's controller
 endpoint (one short-lived connection per forwarded request; wire format: Kafka framing at
-the highest version riverbed speaks) and then waits, bounded by ``FORWARD_APPLY_WAIT_S``,
+the highest version riverbed speaks; a client's CreateTopics, DeleteTopics and
+CreatePartitions go at the client's version in an Envelope with its principal, for the
+active controller's mutation quota: `riverbed.server.forwarding`) and then waits, bounded by ``FORWARD_APPLY_WAIT_S``,
 until its own replica of the image shows the result, so a client that created a topic
 through a follower sees it there next. A forward the controller did not answer, or
 answered NOT_CONTROLLER, goes again to the next active controller (Kafka's forwarding
@@ -99,6 +101,8 @@ from riverbed.protocol.messages import (
     DescribeConfigsResponse,
     ElectLeadersRequest,
     ElectLeadersResponse,
+    EnvelopeRequest,
+    EnvelopeResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     ListPartitionReassignmentsRequest,
@@ -114,13 +118,23 @@ from riverbed.raft.messages import SnapshotId
 from riverbed.raft.node import NotLeaderError
 from riverbed.raft.roles import Role
 from riverbed.security.acl import StandardAcl
+from riverbed.security.client_quotas import QuotaWindows
 from riverbed.server.client_login import PLAINTEXT_CLIENT
 from riverbed.server.fault_handler import FaultHandler
+from riverbed.server.forwarding import (
+    ENVELOPED_APIS,
+    EnvelopeError,
+    Origin,
+    serve_envelope,
+    unwrap_response,
+    wrap_request,
+)
 from riverbed.server.inter_broker import connect
 from riverbed.server.listener_security import client_security
 from riverbed.server.metadata_quorum import MetadataStateMachine, RaftMetadataLog
 from riverbed.server.metadata_service import ImageListener, MetadataService
 from riverbed.server.metrics.traffic import error_codes
+from riverbed.server.mutation_quota import ControllerMutationQuotas, run_with_quota
 from riverbed.server.raft_driver import RaftDriver, monotonic_ms
 from riverbed.server.raft_transport import (
     RAFT_API_KEYS,
@@ -194,6 +208,7 @@ CONTROLLER_API_VERSIONS = listener_api_versions(
         ApiKey.BROKER_REGISTRATION,
         ApiKey.BROKER_HEARTBEAT,
         ApiKey.UNREGISTER_BROKER,
+        ApiKey.ENVELOPE,
         # served by the SASL gate before authentication (a SASL controller listener
         # advertises them, or librdkafka takes SASL handshakes as unsupported)
         ApiKey.SASL_HANDSHAKE,
@@ -304,6 +319,15 @@ class QuorumMetadata:
         self._rebalance_every_s = config.get_int("leader.imbalance.check.interval.seconds")
         self._imbalance_pct = config.get_int("leader.imbalance.per.broker.percentage")
         self._next_rebalance = time.monotonic() + self._rebalance_every_s
+        #: KIP-599's buckets, used while this node is the active controller (every
+        #: broker's clients count against them: forwarded writes carry their client)
+        self.mutation_quotas = ControllerMutationQuotas(
+            QuotaWindows(
+                config.get_int("controller.quota.window.num"),
+                config.get_int("controller.quota.window.size.seconds") * 1000,
+            )
+        )
+        self._default_partitions = config.get_int("num.partitions")
 
     # --- the read side (the service's) ----------------------------------------------------
     @property
@@ -560,9 +584,11 @@ class QuorumMetadata:
         request: Message,
         response_type: type[ResponseT],
         settled: Callable[[ResponseT], bool] | None = None,
+        origin: Origin | None = None,
     ) -> ResponseT:
         """Run locally on the active controller, else forward; ``settled(response)`` says
-        when this node's replica shows a forwarded result.
+        when this node's replica shows a forwarded result; ``origin``: the client the
+        write acts for (its mutation quota; forwarded in an Envelope).
 
         As Kafka's broker-to-controller channel (``NodeToControllerRequestThread``): a
         request the controller did not answer (connection refused, reset or closed
@@ -583,9 +609,9 @@ class QuorumMetadata:
             try:
                 if leader < 0:
                     # NotLeaderError here: leadership moved while the operation committed
-                    return _expect(await self._run_locally(request), response_type)
+                    return _expect(await self._run_for(request, origin), response_type)
                 remaining = max(deadline - time.monotonic(), CONTROLLER_POLL_S)
-                answer = await self.forward(leader, api_key, request, remaining)
+                answer = await self.forward(leader, api_key, request, remaining, origin)
                 response = _expect(answer, response_type)
                 if not _not_controller(response):
                     break
@@ -608,7 +634,9 @@ class QuorumMetadata:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._image_changed.wait(), 0.2)
 
-    async def create_topics(self, request: CreateTopicsRequest) -> CreateTopicsResponse:
+    async def create_topics(
+        self, request: CreateTopicsRequest, origin: Origin | None = None
+    ) -> CreateTopicsResponse:
         def settled(response: CreateTopicsResponse) -> bool:
             image = self.service.image
             created = [t.name for t in response.topics if t.error_code == 0]
@@ -619,6 +647,7 @@ class QuorumMetadata:
             request,
             CreateTopicsResponse,
             None if request.validate_only else settled,
+            origin,
         )
 
     async def auto_create_topic(self, name: str) -> CreateTopicsResponse:
@@ -641,25 +670,31 @@ class QuorumMetadata:
             await self._wait_until(lambda: self.service.image.topic(name) is not None)
         return response
 
-    async def delete_topics(self, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
+    async def delete_topics(
+        self, request: DeleteTopicsRequest, origin: Origin | None = None
+    ) -> DeleteTopicsResponse:
         def settled(response: DeleteTopicsResponse) -> bool:
             image = self.service.image
             deleted = [r.name for r in response.responses if r.error_code == 0 and r.name]
             return all(image.topic(n) is None for n in deleted)
 
-        if request.topic_names and not request.topics:
-            # forwarded at v6+, where the names moved from TopicNames to Topics[].Name
+        if origin is None and request.topic_names and not request.topics:
+            # forwarded at v6+, where the names moved from TopicNames to Topics[].Name (a
+            # client's request goes at the client's version)
             request = DeleteTopicsRequest(
                 topics=[DeleteTopicsRequest.DeleteTopicState(name=n) for n in request.topic_names],
                 topic_names=[],
                 timeout_ms=request.timeout_ms,
             )
-        return await self._write(ApiKey.DELETE_TOPICS, request, DeleteTopicsResponse, settled)
+        R = DeleteTopicsResponse
+        return await self._write(ApiKey.DELETE_TOPICS, request, R, settled, origin)
 
-    async def create_partitions(self, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
+    async def create_partitions(
+        self, request: CreatePartitionsRequest, origin: Origin | None = None
+    ) -> CreatePartitionsResponse:
         R = CreatePartitionsResponse
         if request.validate_only:
-            return await self._write(ApiKey.CREATE_PARTITIONS, request, R)
+            return await self._write(ApiKey.CREATE_PARTITIONS, request, R, None, origin)
         counts = {t.name: t.count for t in request.topics}
 
         def settled(response: CreatePartitionsResponse) -> bool:
@@ -672,7 +707,7 @@ class QuorumMetadata:
                     return False
             return True
 
-        return await self._write(ApiKey.CREATE_PARTITIONS, request, R, settled)
+        return await self._write(ApiKey.CREATE_PARTITIONS, request, R, settled, origin)
 
     async def alter_configs(self, request: AlterConfigsRequest) -> AlterConfigsResponse:
         return await self._write(ApiKey.ALTER_CONFIGS, request, AlterConfigsResponse)
@@ -831,6 +866,23 @@ class QuorumMetadata:
         controller; the caller learns the outcome from the response (its epochs)."""
         return await self._write(ApiKey.ALTER_PARTITION, request, AlterPartitionResponse)
 
+    async def _run_for(self, request: Message, origin: Origin | None) -> Message:
+        """`_run_locally`, under the mutation quota of ``origin`` (Kafka's ControllerApis:
+        the active controller enforces it, for every broker's clients at once)."""
+        image = self.service.image
+        quota = None
+        if origin is not None:
+            who = (origin.principal.name, origin.client_id, origin.api_version)
+            quota = self.mutation_quotas.quota_for(image, request, *who)
+        if quota is None:
+            return await self._run_locally(request)
+        assert isinstance(
+            request, CreateTopicsRequest | DeleteTopicsRequest | CreatePartitionsRequest
+        )
+        return await run_with_quota(
+            quota, image, request, self._run_locally, self._default_partitions, monotonic_ms
+        )
+
     async def _run_locally(self, request: Message) -> Message:
         """One of `FORWARDED_APIS` on this node, the active controller."""
         s = self.service
@@ -933,11 +985,32 @@ class QuorumMetadata:
 
     # --- the controller channel (client side) ----------------------------------------------
     async def forward(
-        self, leader: int, api_key: int, request: Message, timeout_s: float = FORWARD_TIMEOUT_S
+        self,
+        leader: int,
+        api_key: int,
+        request: Message,
+        timeout_s: float = FORWARD_TIMEOUT_S,
+        origin: Origin | None = None,
     ) -> Message:
         """Send ``request`` to ``leader``'s controller listener; its decoded response.
         NotLeaderError when it is not answered within ``timeout_s`` (refused, reset, closed
-        or silent: the caller retries, or its client does)."""
+        or silent: the caller retries, or its client does). A client's CreateTopics /
+        DeleteTopics / CreatePartitions (``origin`` given) goes in an Envelope
+        (`riverbed.server.forwarding`); an envelope the controller refused is
+        UNKNOWN_SERVER_ERROR to the client, as Kafka's ForwardingManager answers."""
+        if origin is None or api_key not in ENVELOPED_APIS:
+            return await self._exchange(leader, api_key, request, timeout_s)
+        envelope = wrap_request(api_key, request, origin)
+        answer = await self._exchange(leader, ApiKey.ENVELOPE, envelope, timeout_s)
+        try:
+            return unwrap_response(api_key, origin, _expect(answer, EnvelopeResponse))
+        except EnvelopeError as exc:
+            log.warning("forwarded api_key=%s: %s", api_key, exc)
+            raise ControllerError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)) from None
+
+    async def _exchange(
+        self, leader: int, api_key: int, request: Message, timeout_s: float
+    ) -> Message:
         host, port = self.voters[leader]
         version = SUPPORTED_VERSIONS[ApiKey(api_key)][1]
         header = RequestHeader(api_key, version, 1, f"riverbed-forward-{self.node_id}")
@@ -972,6 +1045,8 @@ class QuorumMetadata:
             return await self._serve_registration(body)
         if isinstance(body, BrokerHeartbeatRequest):
             return await self._serve_heartbeat(body)
+        if isinstance(body, EnvelopeRequest):
+            return await serve_envelope(body, self._serve_enveloped)
         if isinstance(body, UnregisterBrokerRequest):
             if not self.is_active():
                 return UnregisterBrokerResponse(error_code=int(ErrorCode.NOT_CONTROLLER))
@@ -981,6 +1056,11 @@ class QuorumMetadata:
                 raise NotLeaderError(self.driver.node.leader_id, self.driver.node.epoch)
             return await self._run_locally(body)
         return None
+
+    async def _serve_enveloped(self, body: Message, origin: Origin) -> Message:
+        if not self.is_active():
+            raise NotLeaderError(self.driver.node.leader_id, self.driver.node.epoch)
+        return await self._run_for(body, origin)
 
     async def _serve_heartbeat(self, req: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse:
         if not self.is_active():

@@ -15,7 +15,7 @@ from riverbed.security.client_quotas import (
     quota_entity,
 )
 from riverbed.security.mutation_quotas import MutationQuotaManager, TokenBucket
-from riverbed.server.broker import mutation_quota as mq
+from riverbed.server import mutation_quota as mq
 
 T0 = 1_000_000
 

@@ -54,9 +54,8 @@ from riverbed.protocol.messages import (
 )
 from riverbed.security.acl import AclOperation as Op
 from riverbed.security.acl import ResourceType
-from riverbed.server.broker import mutation_quota as mq
-from riverbed.server.broker.mutation_quota import RequestMutationQuota
 from riverbed.server.dynamic_listeners import OP_SET
+from riverbed.server.forwarding import origin_of
 from riverbed.server.network import RequestContext
 from riverbed.storage.errors import StorageError
 
@@ -67,50 +66,23 @@ if TYPE_CHECKING:
 async def handle_create_topics(
     broker: Broker, ctx: RequestContext, req: CreateTopicsRequest
 ) -> CreateTopicsResponse:
-    image = broker.metadata.image
-    quota = broker.quotas.mutation_quota(image, ctx, mq.STRICT_SINCE_CREATE_TOPICS)
-    refused: list[CreateTopicsResponse.CreatableTopicResult] = []
-    if quota is not None:
-        default_partitions = broker.config.get_int("num.partitions")
-        permits = mq.create_topics_permits(image, req, default_partitions)
-        req, refused = mq.split_create_topics(req, _admit(broker, quota, permits))
-    if refused and not req.topics:
-        response = CreateTopicsResponse()
-    else:
-        response = await broker.metadata.create_topics(req)
-        await broker.partitions.settled()  # answer once the new partitions take requests
+    response = await broker.metadata.create_topics(req, origin_of(ctx))
+    await broker.partitions.settled()  # answer once the new partitions take requests
     if broker.authz is not None:
         _withhold_configs(broker, ctx, response)
-    if quota is not None:
-        quota.give_back(
-            mq.failed_keys((t.name, t.error_code) for t in response.topics), broker.quotas.now_ms()
-        )
-        response.topics.extend(refused)
-        _throttle(broker, ctx, response, quota)
+    _throttle(ctx, response)
     return response
 
 
-def _admit(
-    broker: Broker, quota: RequestMutationQuota, permits: list[tuple[object, int]]
-) -> list[bool]:
-    return mq.admit_all(permits, quota, broker.quotas.now_ms())
-
-
 def _throttle(
-    broker: Broker,
     ctx: RequestContext,
     response: CreateTopicsResponse | DeleteTopicsResponse | CreatePartitionsResponse,
-    quota: RequestMutationQuota,
 ) -> None:
-    """The quota's throttle in the response and on the connection (Kafka's
-    sendResponseMaybeThrottleWithControllerQuota; the request-time throttle is added by
-    the dispatcher, the larger one answered)."""
-    throttle_ms = quota.throttle_time_ms(broker.quotas.now_ms())
-    if throttle_ms <= 0:
-        return
-    response.throttle_time_ms = max(response.throttle_time_ms, throttle_ms)
-    if ctx.throttle is not None:
-        ctx.throttle.throttle(throttle_ms)
+    """The active controller's mutation-quota throttle (in the response) mutes the
+    client's connection here, as Kafka's sendForwardedResponse does (the request-time
+    throttle is added by the dispatcher, the larger one answered)."""
+    if response.throttle_time_ms > 0 and ctx.throttle is not None:
+        ctx.throttle.throttle(response.throttle_time_ms)
 
 
 def _withhold_configs(broker: Broker, ctx: RequestContext, response: CreateTopicsResponse) -> None:
@@ -133,45 +105,17 @@ def _withhold_configs(broker: Broker, ctx: RequestContext, response: CreateTopic
 async def handle_delete_topics(
     broker: Broker, ctx: RequestContext, req: DeleteTopicsRequest
 ) -> DeleteTopicsResponse:
-    image = broker.metadata.image
-    quota = broker.quotas.mutation_quota(image, ctx, mq.STRICT_SINCE_DELETE_TOPICS)
-    if quota is None:
-        return await broker.metadata.delete_topics(req)
-    admitted = _admit(broker, quota, mq.delete_topics_permits(image, req))
-    req, refused = mq.split_delete_topics(image, req, admitted)
-    if refused and not (req.topic_names or req.topics):
-        response = DeleteTopicsResponse()
-    else:
-        response = await broker.metadata.delete_topics(req)
-    results = response.responses
-    failed = [(r.name, r.error_code) for r in results] + [
-        (r.topic_id, r.error_code) for r in results
-    ]
-    quota.give_back(mq.failed_keys(failed), broker.quotas.now_ms())
-    response.responses.extend(refused)
-    _throttle(broker, ctx, response, quota)
+    response = await broker.metadata.delete_topics(req, origin_of(ctx))
+    _throttle(ctx, response)
     return response
 
 
 async def handle_create_partitions(
     broker: Broker, ctx: RequestContext, req: CreatePartitionsRequest
 ) -> CreatePartitionsResponse:
-    image = broker.metadata.image
-    quota = broker.quotas.mutation_quota(image, ctx, mq.STRICT_SINCE_CREATE_PARTITIONS)
-    refused: list[CreatePartitionsResponse.CreatePartitionsTopicResult] = []
-    if quota is not None:
-        permits = mq.create_partitions_permits(image, req)
-        req, refused = mq.split_create_partitions(req, _admit(broker, quota, permits))
-    if refused and not req.topics:
-        response = CreatePartitionsResponse()
-    else:
-        response = await broker.metadata.create_partitions(req)
-        await broker.partitions.settled()
-    if quota is not None:
-        failed = mq.failed_keys((r.name, r.error_code) for r in response.results)
-        quota.give_back(failed, broker.quotas.now_ms())
-        response.results.extend(refused)
-        _throttle(broker, ctx, response, quota)
+    response = await broker.metadata.create_partitions(req, origin_of(ctx))
+    await broker.partitions.settled()
+    _throttle(ctx, response)
     return response
 
 

@@ -220,11 +220,7 @@ class Broker:
             QuotaWindows(
                 config.get_int("quota.window.num"),
                 config.get_int("quota.window.size.seconds") * 1000,
-            ),
-            QuotaWindows(
-                config.get_int("controller.quota.window.num"),
-                config.get_int("controller.quota.window.size.seconds") * 1000,
-            ),
+            )
         )
         # Serving starts now: new partition logs are created off the event loop.
         partitions.create_logs_off_loop()

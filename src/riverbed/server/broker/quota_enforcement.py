@@ -15,6 +15,9 @@ Kafka's KafkaApis does with its three ClientQuotaManagers.
   requests (WriteTxnMarkers), as Kafka exempts cluster actions.
 - Connections (``connection_creation_rate`` of ``ip`` entities): `connection_throttle_ms`
   for the acceptor (`riverbed.server.connection_quotas`).
+- Controller mutations (``controller_mutation_rate``) are the active controller's
+  (`riverbed.server.mutation_quota`); the broker mutes the client for the throttle the
+  controller's response carries.
 - The larger of the byte-rate and request-time throttles goes into the response's
   ``throttle_time_ms`` and mutes the connection for that long
   (`riverbed.server.network.ChannelThrottle`).
@@ -37,7 +40,6 @@ from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.messages import Message
 from riverbed.security.client_quotas import (
     CONSUMER_BYTE_RATE,
-    CONTROLLER_MUTATION_RATE,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
     ClientQuotaManager,
@@ -47,8 +49,6 @@ from riverbed.security.client_quotas import (
     QuotaEntity,
     QuotaWindows,
 )
-from riverbed.security.mutation_quotas import MutationQuotaManager
-from riverbed.server.broker.mutation_quota import RequestMutationQuota
 from riverbed.server.network import RequestContext
 
 T = TypeVar("T")
@@ -67,7 +67,6 @@ class QuotaBooks:
     fetch: QuotaBook
     request: QuotaBook
     ip: IpQuotaBook
-    mutation: QuotaBook
 
     @staticmethod
     def of(quotas: Mapping[QuotaEntity, Mapping[str, float]]) -> QuotaBooks:
@@ -76,7 +75,6 @@ class QuotaBooks:
             QuotaBook.of(CONSUMER_BYTE_RATE, quotas),
             QuotaBook.of(REQUEST_PERCENTAGE, quotas),
             IpQuotaBook.of(quotas),
-            QuotaBook.of(CONTROLLER_MUTATION_RATE, quotas),
         )
 
 
@@ -87,14 +85,12 @@ def _who(ctx: RequestContext) -> tuple[str, str]:
 class BrokerQuotas:
     """The broker's three quota managers and the books of its current image."""
 
-    def __init__(self, windows: QuotaWindows, mutation_windows: QuotaWindows | None = None) -> None:
+    def __init__(self, windows: QuotaWindows) -> None:
         self.windows = windows
         self.produce = ClientQuotaManager(windows)
         self.fetch = ClientQuotaManager(windows)
         self.request = ClientQuotaManager(windows, throttle_max_ms=windows.window_ms)
         self.connections = ConnectionRateQuotas(windows)
-        #: controller_mutation_rate (controller.quota.window.*)
-        self.mutations = MutationQuotaManager(mutation_windows or windows)
         self._source: Mapping[QuotaEntity, Mapping[str, float]] | None = None
         self._books = QuotaBooks.of({})
 
@@ -112,17 +108,6 @@ class BrokerQuotas:
     @staticmethod
     def now_ms() -> int:
         return int(time.monotonic() * 1000)
-
-    def mutation_quota(
-        self, image: MetadataImage, ctx: RequestContext, strict_since_version: int
-    ) -> RequestMutationQuota | None:
-        """The controller mutation quota of a CreateTopics / CreatePartitions / DeleteTopics
-        request (None: no ``controller_mutation_rate`` is configured)."""
-        book = self.books(image).mutation
-        if not book.enabled:
-            return None
-        strict = ctx.header.api_version >= strict_since_version
-        return RequestMutationQuota(self.mutations, book, *_who(ctx), strict)
 
     def fetch_bytes_max(self, image: MetadataImage, ctx: RequestContext) -> int | None:
         """The most a consumer's fetch may read now (None: no consumer quota)."""

@@ -1,6 +1,7 @@
-"""Controller mutation quotas (KIP-599) on CreateTopics, CreatePartitions and DeleteTopics.
+"""Controller mutation quotas (KIP-599) on CreateTopics, CreatePartitions and DeleteTopics,
+enforced once for the whole cluster, by the active controller.
 
-Kafka's ControllerApis gives each of these requests a quota of the sender (principal,
+Kafka's ControllerApis gives each of these requests a quota of the client (principal,
 client id): strict from CreateTopics v6, DeleteTopics v5 and CreatePartitions v3, whose
 clients know THROTTLING_QUOTA_EXCEEDED; permissive below ("older versions are throttled
 instead"). The controller applies it per topic once the topic passed validation
@@ -8,11 +9,13 @@ instead"). The controller applies it per topic once the topic passed validation
 deleted topic's partitions, the partitions CreatePartitions adds. A refused topic gets
 THROTTLING_QUOTA_EXCEEDED; the response carries the quota's throttle time
 (``sendResponseMaybeThrottleWithControllerQuota``: the larger of it and the request-time
-throttle), and the connection is muted for it.
+throttle), and the client's connection is muted for it by the broker it is connected to.
 
-riverbed's forwarded metadata writes carry no principal, so the quota is applied where
-the request arrives, before it is forwarded (the place Kafka's ZooKeeper-mode brokers
-applied it): the permits of each topic are taken from this broker's image, a topic the
+The active controller's buckets (`ControllerMutationQuotas`, Kafka's ControllerServer
+owns its ControllerMutationQuotaManager) count every broker's clients together: a broker
+that is not the active controller forwards the request in an Envelope with the client's
+principal, client id and request version (`riverbed.server.forwarding`), and the active
+controller runs it through `run_with_quota` against its own image: a topic the
 controller will refuse anyway (unknown, already existing, no increase) takes no permits,
 and the permits of a topic the controller then refused are given back, so that, as in
 Kafka, only mutations that happen are counted.
@@ -20,7 +23,7 @@ Kafka, only mutations that happen are counted.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from riverbed.metadata.image import MetadataImage
@@ -32,8 +35,9 @@ from riverbed.protocol.messages import (
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    Message,
 )
-from riverbed.security.client_quotas import QuotaBook
+from riverbed.security.client_quotas import CONTROLLER_MUTATION_RATE, QuotaBook, QuotaWindows
 from riverbed.security.mutation_quotas import MutationQuotaManager
 
 #: the first version of each API whose quota is strict (ControllerApis' strictSinceVersion)
@@ -220,3 +224,121 @@ def admit_all(
 ) -> list[bool]:
     """Each item's fate under the quota, in request order (Kafka's per-topic order)."""
     return [quota.admit(key, n, now_ms) for key, n in permits]
+
+
+# --- the active controller ------------------------------------------------------------------
+
+#: the first strict version of each quota'd request
+_STRICT_SINCE: dict[type, int] = {
+    CreateTopicsRequest: STRICT_SINCE_CREATE_TOPICS,
+    DeleteTopicsRequest: STRICT_SINCE_DELETE_TOPICS,
+    CreatePartitionsRequest: STRICT_SINCE_CREATE_PARTITIONS,
+}
+QuotaRequest = CreateTopicsRequest | DeleteTopicsRequest | CreatePartitionsRequest
+QuotaResponse = CreateTopicsResponse | DeleteTopicsResponse | CreatePartitionsResponse
+
+
+class ControllerMutationQuotas:
+    """The active controller's ``controller_mutation_rate`` buckets
+    (``controller.quota.window.*``) and the book of its current image."""
+
+    def __init__(self, windows: QuotaWindows) -> None:
+        self.manager = MutationQuotaManager(windows)
+        self._source: object = None
+        self._book = QuotaBook.of(CONTROLLER_MUTATION_RATE, {})
+
+    def book(self, image: MetadataImage) -> QuotaBook:
+        # images share the quotas mapping until a ClientQuotaRecord changes it
+        if image.client_quotas is not self._source:
+            self._source = image.client_quotas
+            self._book = QuotaBook.of(CONTROLLER_MUTATION_RATE, image.client_quotas)
+        return self._book
+
+    def quota_for(
+        self, image: MetadataImage, request: Message, user: str, client_id: str, version: int
+    ) -> RequestMutationQuota | None:
+        """Kafka's newQuotaFor(request, strictSinceVersion): None when no quota applies
+        (not a mutation API, or no ``controller_mutation_rate`` configured)."""
+        strict_since = _STRICT_SINCE.get(type(request))
+        book = self.book(image)
+        if strict_since is None or not book.enabled:
+            return None
+        return RequestMutationQuota(self.manager, book, user, client_id, version >= strict_since)
+
+
+Run = Callable[[Message], Awaitable[Message]]
+
+
+async def run_with_quota(
+    quota: RequestMutationQuota,
+    image: MetadataImage,
+    request: QuotaRequest,
+    run: Run,
+    default_partitions: int,
+    now_ms: Callable[[], int],
+) -> QuotaResponse:
+    """``run`` the part of ``request`` the quota admits (per topic, in request order),
+    the refused topics answered THROTTLING_QUOTA_EXCEEDED, the quota's throttle in the
+    response; permits of topics ``run`` then refused go back."""
+    response: QuotaResponse
+    if isinstance(request, CreateTopicsRequest):
+        permits = create_topics_permits(image, request, default_partitions)
+        response = await _create_topics(quota, request, permits, run, now_ms)
+    elif isinstance(request, DeleteTopicsRequest):
+        response = await _delete_topics(quota, image, request, run, now_ms)
+    else:
+        response = await _create_partitions(quota, image, request, run, now_ms)
+    response.throttle_time_ms = max(response.throttle_time_ms, quota.throttle_time_ms(now_ms()))
+    return response
+
+
+async def _create_topics(
+    quota: RequestMutationQuota,
+    request: CreateTopicsRequest,
+    permits: list[tuple[object, int]],
+    run: Run,
+    now_ms: Callable[[], int],
+) -> CreateTopicsResponse:
+    kept, refused = split_create_topics(request, admit_all(permits, quota, now_ms()))
+    response = CreateTopicsResponse() if refused and not kept.topics else await run(kept)
+    assert isinstance(response, CreateTopicsResponse)
+    quota.give_back(failed_keys((t.name, t.error_code) for t in response.topics), now_ms())
+    response.topics.extend(refused)
+    return response
+
+
+async def _delete_topics(
+    quota: RequestMutationQuota,
+    image: MetadataImage,
+    request: DeleteTopicsRequest,
+    run: Run,
+    now_ms: Callable[[], int],
+) -> DeleteTopicsResponse:
+    admitted = admit_all(delete_topics_permits(image, request), quota, now_ms())
+    kept, refused = split_delete_topics(image, request, admitted)
+    empty = refused and not (kept.topic_names or kept.topics)
+    response = DeleteTopicsResponse() if empty else await run(kept)
+    assert isinstance(response, DeleteTopicsResponse)
+    results = response.responses
+    failed = [(r.name, r.error_code) for r in results] + [
+        (r.topic_id, r.error_code) for r in results
+    ]
+    quota.give_back(failed_keys(failed), now_ms())
+    response.responses.extend(refused)
+    return response
+
+
+async def _create_partitions(
+    quota: RequestMutationQuota,
+    image: MetadataImage,
+    request: CreatePartitionsRequest,
+    run: Run,
+    now_ms: Callable[[], int],
+) -> CreatePartitionsResponse:
+    permits = create_partitions_permits(image, request)
+    kept, refused = split_create_partitions(request, admit_all(permits, quota, now_ms()))
+    response = CreatePartitionsResponse() if refused and not kept.topics else await run(kept)
+    assert isinstance(response, CreatePartitionsResponse)
+    quota.give_back(failed_keys((r.name, r.error_code) for r in response.results), now_ms())
+    response.results.extend(refused)
+    return response

@@ -19,11 +19,17 @@ error (the core maps it as Kafka's ``appendTransactionToLog`` does). A write tha
 after its append (not acknowledged within ``request.timeout.ms``) is in doubt: the core
 answers it REQUEST_TIMED_OUT and the partition is loaded again from the log.
 
-Timers: one task wakes at most every ``TIMER_INTERVAL_MS`` (and after any request) to
+Timers: one task wakes every ``TIMER_INTERVAL_MS`` (and when a load finishes) to
 re-check leadership, run the core's ``tick`` (the timed-out aborts every
 ``transaction.abort.timed.out.transaction.cleanup.interval.ms``, id expiry every
 ``transaction.remove.expired.transaction.cleanup.interval.ms``; the core keeps those
-intervals) and plan markers (`server.txn_markers`).
+intervals) and plan markers (`server.txn_markers`) whose leader was away or backing off.
+A transaction's own steps do not wait for it, nor wake it: markers are planned the moment
+their Prepare record commits and again the moment a marker request is answered (its
+retriable partitions, and the Complete records now due, go at once), as Kafka's marker
+channel drains its queue at each answer. A request or a write that woke the timer task
+cost a whole turn (leadership, every shard's timers and markers: ~0.6 ms) between the
+steps of one transaction's commit.
 
 Crash-only: an exception out of the core in a timer, a write completion or a marker
 answer halts the node through its fault handler; one out of a request is answered
@@ -287,7 +293,6 @@ class TransactionCoordinatorShell:
         except BaseException:
             self._replies.pop(rid, None)
             raise
-        self._wake.set()  # markers may be due
         if not fut.done():
             park_current_request()  # a request waiting for its write holds no permit
         try:
@@ -354,7 +359,6 @@ class TransactionCoordinatorShell:
             # a committed Prepare record's markers go now, not at the timer task's next
             # turn: the producer's next transaction waits for them
             self._send_markers(self.clock.now_ms())
-            self._wake.set()
             return
         # Appended but not acknowledged: the record may still commit, while the core
         # takes a failed write as never written. The log is the truth: the write is
@@ -397,4 +401,6 @@ class TransactionCoordinatorShell:
         else:
             self._run(self.core.on_broker_markers_response(batch, errors, self.clock.now_ms()))
         self._progressed()
-        self._wake.set()  # the next markers, or the Complete records
+        # the partitions answered with a retriable error go again now (a broker whose
+        # request was lost is backing off: the timer task's turn sends them later)
+        self._send_markers(self.clock.now_ms())

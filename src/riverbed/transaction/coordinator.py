@@ -284,10 +284,14 @@ class TransactionCoordinator:
 
     def plan_markers(self, leader_of: LeaderOf, now_ms: int) -> tuple[list[MarkerRequest], Step]:
         """Each shard's marker requests (one per leader broker), and the Complete records
-        now due; `plan_broker_markers` merges them into one request per broker."""
+        now due; `plan_broker_markers` merges them into one request per broker. A shard
+        without a transaction being completed has neither (its Complete records follow
+        its markers), so only those shards are asked."""
         requests: list[MarkerRequest] = []
         step = Step()
         for shard in self.shards.values():
+            if not shard.markers:  # nothing due: the usual shard, planned at every answer
+                continue
             r, s = shard.plan_markers(leader_of, now_ms)
             requests += r
             step += s

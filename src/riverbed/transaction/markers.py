@@ -135,6 +135,10 @@ class MarkerBook:
     def pending(self) -> frozenset[str]:
         return frozenset(self._jobs)
 
+    def __bool__(self) -> bool:
+        """Any transaction whose markers (or Complete record) are still due."""
+        return bool(self._jobs)
+
     def done(self) -> list[str]:
         """Transactions whose markers are all written (their Complete record is due)."""
         return [tid for tid, job in self._jobs.items() if not job.left]

@@ -372,3 +372,66 @@ def test_a_load_needs_the_high_watermark_not_min_insync_replicas(
             shell.close()
 
     assert asyncio.run(run()) == ErrorCode.NONE
+
+
+class AutoAcks(Acks):
+    """Every write is acknowledged at the next event-loop turn."""
+
+    async def wait_committed(
+        self, partitions: Any, hosted: Any, end: int, timeout_ms: int
+    ) -> ErrorCode:
+        await asyncio.sleep(0)
+        return ErrorCode.NONE
+
+
+def test_a_commit_runs_from_end_txn_to_complete_without_a_timer_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A transaction's steps are driven by its own events: the Prepare record's commit
+    sends the markers, their answer writes the Complete record. No request, write or
+    marker answer wakes the timer task (each wake was a full turn over leadership and
+    every shard's timers and markers in the middle of one commit), so with the timer's
+    interval out of reach the core's ``tick`` runs no more after the load, while init,
+    add, EndTxn, the markers and the Complete record all happen, in that order."""
+    import riverbed.server.txn_coordinator as shell_module
+
+    monkeypatch.setattr(shell_module, "TIMER_INTERVAL_MS", 3_600_000)
+    acks = AutoAcks()
+    marked: list[int] = []
+
+    async def local(req: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
+        marked.append(len(acks.appended))  # the writes before the markers
+        return R(markers=[R.WritableTxnMarkerResult(producer_id=m.producer_id, topics=[
+            R.WritableTxnMarkerTopicResult(name=t.name, partitions=[
+                R.WritableTxnMarkerPartitionResult(partition_index=p, error_code=0)
+                for p in t.partition_indexes]) for t in m.topics]) for m in req.markers])  # fmt: skip
+
+    async def run() -> tuple[int, int, list[Any]]:
+        shell = _shell_over(acks, monkeypatch)
+        shell.markers.local = local
+        ticks: list[int] = []
+        tick = shell.core.tick
+        monkeypatch.setattr(shell.core, "tick", lambda now: ticks.append(now) or tick(now))
+        shell.start()
+        await _turns(lambda: shell.check("tid") == ErrorCode.NONE and not shell._wake.is_set())
+        for _ in range(10):  # the turn the finished load woke
+            await asyncio.sleep(0)
+        after_load = len(ticks)
+        core = shell.core
+        init = await asyncio.wait_for(_init(shell), 5)
+        pid, epoch = init.producer_id, init.producer_epoch
+        tp = frozenset({("t", 0)})
+        answers = [init.error]
+        add = await shell.call(lambda r, now: core.add_partitions(r, "tid", pid, epoch, tp, 0, now))
+        answers.append(dict(add.errors)[("t", 0)])
+        end = await shell.call(lambda r, now: core.end_txn(r, "tid", pid, epoch, True, 1, now))
+        answers.append(end.error)
+        await _turns(lambda: core.shards[0].txns["tid"].state.kafka_name == "CompleteCommit")
+        shell.close()
+        return after_load, len(ticks), answers
+
+    after_load, ticks, answers = asyncio.run(run())
+    assert answers == [ErrorCode.NONE] * 3
+    assert ticks == after_load >= 1  # no timer turn from init to the Complete record
+    # init, the add's Ongoing, PrepareCommit, then the markers, then CompleteCommit
+    assert marked == [3] and len(acks.appended) == 4

@@ -4,7 +4,8 @@ One combined node (the only voter) and one broker-only node, with Kafka's Standa
 configured and the controller listener on SASL_PLAINTEXT (PLAIN). The voter logs in as
 ``User:controller`` (a super user); the broker-only node as ``User:broker2``, which is no
 super user and holds only ALLOW CLUSTER_ACTION on the cluster: that is enough for it to
-register, heartbeat, follow the metadata log and forward a CreateTopics. ``User:mallory``
+register, heartbeat, follow the metadata log and forward a CreateTopics (in an Envelope,
+which needs CLUSTER_ACTION). ``User:mallory``
 logs in to the controller listener with the right password but holds no ACL: each of the
 controller's APIs refuses it with the error Kafka's ControllerApis gives, until an ACL
 grants the operation.
@@ -34,9 +35,12 @@ from riverbed.protocol.messages import (
     CreateTopicsRequest,
     CreateTopicsResponse,
     DescribeQuorumRequest,
+    EnvelopeResponse,
     Message,
     VoteRequest,
 )
+from riverbed.security.principal import KafkaPrincipal
+from riverbed.server.forwarding import Origin, wrap_request
 from riverbed.testing.cluster import scaled_s
 from riverbed.testing.quorum_cluster import QuorumCluster
 from riverbed.testing.secure import jaas_plain, sasl_plain_request
@@ -143,6 +147,16 @@ def test_controller_apis_refuse_a_principal_without_acls(cluster: QuorumCluster)
     assert [(t.name, t.error_code) for t in created.topics] == [
         ("mallory-t", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     ]
+    # an Envelope (a broker's forward, API 58) needs CLUSTER_ACTION: mallory cannot pass
+    # off a request as a super user's
+    forged = wrap_request(
+        ApiKey.CREATE_TOPICS,
+        CreateTopicsRequest(topics=[topic], timeout_ms=10_000),
+        Origin(KafkaPrincipal.user("controller"), "forger", 7),
+    )
+    enveloped = _ask(controller, "mallory", ApiKey.ENVELOPE, forged)
+    assert isinstance(enveloped, EnvelopeResponse)
+    assert (enveloped.error_code, enveloped.response_data) == (refused, None)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
     assert "mallory-t" not in admin.list_topics(timeout=TIMEOUT_S).topics
 

@@ -1,8 +1,9 @@
 """Seeded raft simulation: 900 seeds over clusters of 1, 3 and 5 voters with 0-2 observers,
 and 60 more with every message through Kafka wire bytes.
 
-Each seed runs chaos (crashes losing unflushed writes, restarts, partitions, drops,
-duplicates, resignations, disk wipes, client appends, snapshots every 25 records) with the
+Each seed runs chaos (crashes losing unflushed writes, restarts, partitions both ways and
+one way, pauses, hosts down, refused connections, drops, duplicates, resignations, disk
+wipes, client appends, snapshots every 25 records) with the
 invariants of ``riverbed.testing.raft_sim_checks`` checked after every event, then a calm
 phase that must commit new records on every node. The metadata controller runs on top
 (``riverbed.testing.raft_sim_metadata``): every image any node publishes must be the
@@ -20,6 +21,7 @@ import pytest
 
 from riverbed.metadata.image import BrokerEndpoint, MetadataImage
 from riverbed.testing.raft_sim import SimParams, params_for, run_seed
+from riverbed.testing.raft_sim_links import BROKEN_REFUSAL_RULES
 
 SEEDS_PER_CHUNK = 45
 CHUNKS = 20  # 900 seeds
@@ -40,6 +42,13 @@ def test_simulation_seeds(chunk: int) -> None:
     assert stats["metadata ops"] > SEEDS_PER_CHUNK
     assert stats["metadata images checked"] > stats["metadata ops"]
     assert stats["state machine faults"] > 0
+    # the refused-connection shortcut (riverbed.raft.refusals) under pauses, partitions
+    # both ways and one way, hosts down and misdirected endpoints
+    assert stats["refusal shortcuts"] > SEEDS_PER_CHUNK // 4
+    assert stats["elections after a refusal shortcut"] > 0
+    assert stats["connections refused by a live peer (misdirected)"] > 0
+    assert stats["pauses"] > SEEDS_PER_CHUNK // 2
+    assert stats["one-way partitions"] > SEEDS_PER_CHUNK // 2
 
 
 def test_simulation_through_kafka_wire_bytes() -> None:
@@ -186,3 +195,32 @@ def test_check_quorum_without_snapshot_downloads_is_caught(
     monkeypatch.setattr(leader_state.LeaderState, "voters_active_since", fetch_only)
     with pytest.raises(SimulationFailure, match="downloading its snapshot"):
         _soak(range(1, 120, 3))
+
+
+def first_failure(seeds: range) -> str:
+    """The message of the first seed that fails (the test fails when none does)."""
+    from riverbed.testing.raft_sim import SimulationFailure
+
+    with pytest.raises(SimulationFailure) as info:
+        _soak(seeds)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("rule", BROKEN_REFUSAL_RULES)
+def test_broken_refusal_rules_are_caught(monkeypatch: pytest.MonkeyPatch, rule: str) -> None:
+    monkeypatch.setattr(*BROKEN_REFUSAL_RULES[rule])
+    message = first_failure(range(60))  # seed 17 at the latest today
+    assert message.startswith("replay: .venv/bin/python -m riverbed.testing.raft_sim --seed ")
+    assert "on a refused connection to leader" in message
+
+
+def test_a_timeout_taken_as_refusal_elects_while_the_leader_holds_the_quorum(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from riverbed.testing.raft_sim_links import RefusalChecks
+
+    # the election-level invariant alone (the evidence check off): a paused or cut-off
+    # leader's timeouts taken as refusals start an election while it holds the quorum
+    monkeypatch.setattr(*BROKEN_REFUSAL_RULES["timeout-is-refusal"])
+    monkeypatch.setattr(RefusalChecks, "check_evidence", lambda *args: None)
+    assert "lives and holds the quorum" in first_failure(range(60))  # seed 19 today

@@ -167,6 +167,8 @@ class RaftNode(ReplicationMixin):
         # elections
         self.votes_granted: set[int] = set()
         self.votes_rejected: set[int] = set()
+        #: prospectives whose pre-vote this prospective refused by the tie-break this round
+        self.pre_votes_refused: set[int] = set()
         # requests in flight: correlation id -> (dest, kind, epoch, sent_ms)
         self.pending: dict[int, tuple[int, str, int, int]] = {}
         self.next_correlation_id = 1
@@ -459,7 +461,7 @@ class RaftNode(ReplicationMixin):
             self.refusal_shortcuts += 1
             self._become_prospective()
 
-    def _leader_gone(self) -> bool:
+    def leader_gone(self) -> bool:
         """A refusal (``riverbed.raft.refusals``) since the last contact with our leader."""
         refusal = self.leader_refusal
         return refusal is not None and refusal_proves_leader_gone(
@@ -546,25 +548,29 @@ class RaftNode(ReplicationMixin):
         self.fetch_in_flight = False
         self.votes_granted = {self.node_id}
         self.votes_rejected = set()
+        self.pre_votes_refused = set()
         self._reset_election_timer()
         if len(self.votes_granted) >= self.config.majority:
             self._become_candidate()
             return
-        last_epoch, last_offset = self._vote_log_position()
         for v in sorted(self.config.voters - {self.node_id}):
-            self._send(
-                v,
-                "pre_vote",
-                VoteRequest(
-                    cluster_id=self.config.cluster_id,
-                    candidate_epoch=self.epoch,  # Kafka: a pre-vote carries the current epoch
-                    candidate_id=self.node_id,
-                    last_offset_epoch=last_epoch,
-                    last_offset=last_offset,
-                    pre_vote=True,
-                    voter_id=v,
-                ),
-            )
+            self._send_pre_vote(v)
+
+    def _send_pre_vote(self, voter: int) -> None:
+        last_epoch, last_offset = self._vote_log_position()
+        self._send(
+            voter,
+            "pre_vote",
+            VoteRequest(
+                cluster_id=self.config.cluster_id,
+                candidate_epoch=self.epoch,  # Kafka: a pre-vote carries the current epoch
+                candidate_id=self.node_id,
+                last_offset_epoch=last_epoch,
+                last_offset=last_offset,
+                pre_vote=True,
+                voter_id=voter,
+            ),
+        )
 
     def _prospective_lost(self) -> None:
         leader = self.prospective_from_leader
@@ -718,7 +724,7 @@ class RaftNode(ReplicationMixin):
         return (
             self.role is Role.FOLLOWER
             and self._now - self.last_leader_contact_ms < self.config.fetch_timeout_ms
-            and not self._leader_gone()
+            and not self.leader_gone()
         )
 
     def _vote_reply(self, granted: bool, pre_vote: bool, error: int = Errors.NONE) -> VoteResponse:
@@ -748,6 +754,7 @@ class RaftNode(ReplicationMixin):
                 # would both campaign and split the vote, each voting for itself, until an
                 # election timeout and a back-off later (issue 23: 2.4 s of a fail-over);
                 # one of them yields: the newer log, else the lower id
+                self.pre_votes_refused.add(req.candidate_id)
                 return self._vote_reply(False, True)
             return self._vote_reply(log_ok and not leader_alive, True)
         if req.candidate_epoch > self.epoch:
@@ -779,6 +786,14 @@ class RaftNode(ReplicationMixin):
         if src not in self.config.voters:
             return
         (self.votes_granted if resp.vote_granted else self.votes_rejected).add(src)
+        if pre_vote and not resp.vote_granted and src in self.pre_votes_refused:
+            # it refused us while it was still following (its reply crossed its own
+            # pre-vote, which we refused by the tie-break): asked again it yields to us,
+            # who refused it; else each waits for the other for an election timeout
+            self.pre_votes_refused.discard(src)
+            self.votes_rejected.discard(src)
+            self._send_pre_vote(src)
+            return
         if len(self.votes_granted) >= self.config.majority:
             if self.role is Role.PROSPECTIVE:
                 self._become_candidate()

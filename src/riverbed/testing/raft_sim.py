@@ -3,8 +3,11 @@
 One ``random.Random(seed)`` drives everything: event scheduling, message delays (reordering
 follows), drops and duplicates, slow-network periods (replies outliving request timeouts),
 network partitions, crashes that lose unflushed log writes and partial snapshot downloads,
-restarts, graceful leader resignation, a disk wipe (the replica comes back with a new
-directory id and never votes again under its id, as with KIP-853), client appends, slow
+restarts, pauses (SIGSTOP), one-way partitions, connections as the shell sees them
+(refused by a dead process's live host, reset, timed out: ``raft_sim_links``, with the
+invariants of the refused-connection shortcut), graceful leader resignation, a disk wipe
+(the replica comes back with a new directory id and never votes again under its id, as
+with KIP-853), client appends, slow
 fsyncs, and state-machine exceptions: an apply or snapshot load that raises goes through
 the shell's ``GuardedMachine`` to the fault handler, the node halts (losing what it had
 not flushed) and a supervisor restarts it; its applied offset never passes an entry the
@@ -74,6 +77,7 @@ from riverbed.raft.snapshots import MemorySnapshotStore, finish_download
 from riverbed.server.fault_handler import FaultHalt, RecordingFaultHandler
 from riverbed.server.raft_driver import GuardedMachine
 from riverbed.testing.raft_sim_checks import Checker, InvariantError
+from riverbed.testing.raft_sim_links import Links, Outcome, RefusalChecks, failure, is_refusal
 from riverbed.testing.raft_sim_metadata import (
     MetadataChecker,
     MetadataClient,
@@ -209,6 +213,13 @@ class Simulation:
         self.key_counter = 0
         self.events = 0
         self.stats: Counter[str] = Counter()
+        self.links = Links(self.stats)
+        if params.voters >= 3 and self.rng.random() < 0.3:
+            src, dst = self.rng.sample(sorted(self.voters), 2)
+            self.links.misdirected = (src, dst)
+        self.refusal_checks = RefusalChecks(
+            self.stats, self.config.fetch_timeout_ms, self.config.majority
+        )
         self.log_lines: list[str] = []
 
     # --- scheduling --------------------------------------------------------------------------
@@ -265,6 +276,7 @@ class Simulation:
 
     def boot(self, sn: SimNode) -> None:
         sn.incarnation += 1
+        self.links.host_down.discard(sn.node_id)
         sn.sm = self.new_machine(sn.node_id)
         sn.guard = GuardedMachine(sn.sm, self.faults)
         sn.metadata_op = None
@@ -286,9 +298,13 @@ class Simulation:
     def crash(self, sn: SimNode, wipe: bool = False) -> None:
         if sn.node is None:
             return
-        self.trace(f"crash node {sn.node_id}{' + wipe disk' if wipe else ''}")
+        host_down = self.chaos and self.rng.random() < 0.2
+        self.trace(f"crash node {sn.node_id}{' + wipe disk' if wipe else ''} host down {host_down}")
         self.stats["wipes" if wipe else "crashes"] += 1
         sn.node = None
+        self.links.crashed(sn.node_id, host_down)
+        for (src, corr), src_inc in sn.request_incarnation.items():
+            self.reset(sn.node_id, src, src_inc, corr)
         sn.disk.log = sn.disk.log.durable_copy()
         sn.disk.snapshots = sn.disk.snapshots.durable_copy()
         start = sn.disk.log.start_offset
@@ -304,10 +320,33 @@ class Simulation:
 
     # --- actions -----------------------------------------------------------------------------
     def connected(self, a: int, b: int) -> bool:
-        return self.partition.get(a, 0) == self.partition.get(b, 0)
+        return self.partition.get(a, 0) == self.partition.get(b, 0) and (a, b) not in self.links.cut
+
+    def request_outcome(self, src: int, dst: int, corr: int) -> bool:
+        """Whether a request goes out (``raft_sim_links``); if not, the shell's failure."""
+        peer = self.nodes[dst]
+        ways = (self.connected(src, dst), self.connected(dst, src))
+        outcome = self.links.request(src, dst, peer.incarnation if peer.alive else None, ways)
+        if outcome is Outcome.DELIVER and self.rng.random() >= self.drop_rate:
+            return True
+        after = (
+            self.rng.randint(1, 5) if outcome is Outcome.REFUSED else self.config.request_timeout_ms
+        )
+        self.fail_request(src, self.nodes[src].incarnation, dst, corr, failure(outcome), after)
+        return False
+
+    def fail_request(
+        self, src: int, src_inc: int, dst: int, corr: int, exc: BaseException, after: int
+    ) -> None:
+        self.schedule(self.now + after, "failed", src, src_inc, dst, corr, exc)
 
     def send(self, src: int, dst: int, kind: str, corr: int, msg: Any, dst_inc: int) -> None:
-        if not self.connected(src, dst) or self.rng.random() < self.drop_rate:
+        if kind == "req" and not self.request_outcome(src, dst, corr):
+            return
+        if kind == "resp" and (not self.connected(src, dst) or self.rng.random() < self.drop_rate):
+            # the requester's shell times out waiting for it
+            timeout = self.rng.randint(1, self.config.request_timeout_ms // 2)
+            self.fail_request(dst, dst_inc, src, corr, TimeoutError(), timeout)
             return
         copies = 2 if self.rng.random() < self.dup_rate else 1
         src_inc = self.nodes[src].incarnation
@@ -402,16 +441,27 @@ class Simulation:
                 self.now + delay, "download done", sn.node_id, sn.incarnation, a.snapshot_id
             )
 
+    def reset(self, dead: int, src: int, src_inc: int, corr: int) -> None:
+        """``dead``'s process died with ``src``'s request on its connection: its host's
+        kernel resets the connection (if the host lives and its packets reach ``src``)."""
+        if dead not in self.links.host_down and self.connected(dead, src):
+            exc = ConnectionResetError("connection closed")
+            self.fail_request(src, src_inc, dead, corr, exc, self.rng.randint(1, 5))
+
     def feed(self, sn: SimNode, fn: Callable[[RaftNode], list[Action]]) -> None:
         node = sn.node
         assert node is not None
         old_hw = node.high_watermark
         old_rejected = node.rejected_inputs
+        refusals_before = self.refusal_checks.before(node, self.now)
         try:
-            self.run_actions(sn, fn(node))
+            actions = fn(node)
+            self.run_actions(sn, actions)
         except FaultHalt:
             self.halt(sn)
             return
+        if sn.node is node:
+            self.check_refusals(node, refusals_before, actions)
         if node.rejected_inputs > old_rejected:
             self.stats["rejected inputs"] += node.rejected_inputs - old_rejected
         if sn.node is not node:
@@ -432,6 +482,23 @@ class Simulation:
             self.checker.check_leader_hw(node, old_hw, self.durable_view())
         self.reschedule_tick(sn)
 
+    def check_refusals(
+        self, node: RaftNode, before: tuple[int, Role, bool], actions: list[Action]
+    ) -> None:
+        leaders = {
+            i: n.node
+            for i, n in self.nodes.items()
+            if n.node is not None and n.node.role is Role.LEADER
+        }
+        granted = any(
+            isinstance(a, SendResponse)
+            and isinstance(a.response, VoteResponse)
+            and a.response.pre_vote
+            and a.response.vote_granted
+            for a in actions
+        )
+        self.refusal_checks.after(node, before, leaders, granted, self.now)
+
     def durable_view(self) -> dict[int, tuple[MemoryLog, MemorySnapshotStore, int]]:
         # a wiped voter still holds what it flushed before the wipe as far as safety goes:
         # it never votes again, so only its acks (old and new) matter
@@ -444,7 +511,25 @@ class Simulation:
 
     # --- events ------------------------------------------------------------------------------
     def handle(self, kind: str, payload: tuple[Any, ...]) -> None:
-        if kind == "tick":
+        target = payload[2] if kind == "msg" else payload[0] if payload else -1
+        if self.links.paused(target, self.now):
+            # a stopped process handles nothing until it resumes (its kernel still takes
+            # connections and buffers what arrives); the requester's shell times out
+            resume = self.links.paused_until[target] + self.rng.randint(0, 5)
+            timeout = self.config.request_timeout_ms
+            if kind == "msg" and payload[4] == "req" and resume - self.now >= timeout:
+                src, src_inc, _, _, _, corr, _ = payload
+                self.fail_request(src, src_inc, target, corr, TimeoutError(), timeout)
+            self.schedule(resume, kind, *payload)
+            return
+        if kind == "failed":
+            nid, inc, dst, corr, exc = payload
+            sn = self.nodes[nid]
+            if sn.alive and sn.incarnation == inc:
+                self.stats[f"requests failed: {type(exc).__name__}"] += 1
+                refused = is_refusal(exc)
+                self.feed(sn, lambda n: n.request_failed(dst, corr, refused, self.now))
+        elif kind == "tick":
             nid, version = payload
             sn = self.nodes[nid]
             if sn.alive and version == sn.tick_version:
@@ -471,6 +556,7 @@ class Simulation:
                 self.boot(sn)
         elif kind == "heal":
             self.partition = {}
+            self.links.cut.clear()
             self.trace("partition healed")
 
     def deliver(
@@ -478,6 +564,8 @@ class Simulation:
     ) -> None:
         """A request or response arrives (a response only at the incarnation that asked)."""
         sn = self.nodes[dst]
+        if not sn.alive and mkind == "req":
+            self.reset(dst, src, src_inc, corr)  # sent on the connection to a dead process
         if not sn.alive or not self.connected(src, dst):
             return
         if mkind == "req":
@@ -569,7 +657,13 @@ class Simulation:
             )
 
     def client_append(self) -> None:
-        leaders = [sn for sn in self.nodes.values() if sn.node and sn.node.role is Role.LEADER]
+        leaders = [
+            sn
+            for sn in self.nodes.values()
+            if sn.node
+            and sn.node.role is Role.LEADER
+            and not self.links.paused(sn.node_id, self.now)
+        ]
         if not leaders:
             return
         sn = self.rng.choice(leaders)
@@ -647,7 +741,13 @@ class Simulation:
                 self.slow_until = self.now + self.rng.randint(200, 2000)
                 self.trace(f"slow network until {self.slow_until}")
         elif r < 0.70:
-            leaders = [sn for sn in alive if sn.node and sn.node.role is Role.LEADER]
+            leaders = [
+                sn
+                for sn in alive
+                if sn.node
+                and sn.node.role is Role.LEADER
+                and not self.links.paused(sn.node_id, self.now)
+            ]
             if leaders:
                 sn = self.rng.choice(leaders)
                 self.trace(f"node {sn.node_id} resigns")
@@ -662,6 +762,29 @@ class Simulation:
                 self.wiped_voters += is_voter
                 self.crash(sn, wipe=True)
                 self.schedule(self.now + self.rng.randint(10, 1000), "restart", sn.node_id)
+        elif r < 0.80 and alive:
+            self.pause(alive)
+        elif r < 0.86:
+            self.cut_one_way()
+
+    def pause(self, alive: list[SimNode]) -> None:
+        """SIGSTOP a node (the leader half the time) for up to three fetch timeouts."""
+        leaders = [sn for sn in alive if sn.node and sn.node.role is Role.LEADER]
+        sn = self.rng.choice(leaders if leaders and self.rng.random() < 0.5 else alive)
+        until = self.now + self.rng.randint(50, 3 * self.config.fetch_timeout_ms)
+        self.links.paused_until[sn.node_id] = max(until, self.links.paused_until.get(sn.node_id, 0))
+        self.stats["pauses"] += 1
+        self.trace(f"pause node {sn.node_id} until {until}")
+
+    def cut_one_way(self) -> None:
+        """A one-way partition: everything a node sends, or everything sent to it, is lost."""
+        node = self.rng.choice(sorted(self.nodes))
+        others = [i for i in self.nodes if i != node]
+        outgoing = self.rng.random() < 0.5
+        self.links.cut |= {(node, o) if outgoing else (o, node) for o in others}
+        self.stats["one-way partitions"] += 1
+        self.trace(f"one-way partition: {'from' if outgoing else 'to'} node {node}")
+        self.schedule(self.now + self.rng.randint(100, 2000), "heal")
 
     # --- phases ------------------------------------------------------------------------------
     def run_until(self, deadline: int, done: Callable[[], bool] | None = None) -> bool:
@@ -691,6 +814,7 @@ class Simulation:
         # calm: everyone up and connected, no loss; liveness must follow
         self.chaos = False
         self.partition = {}
+        self.links.calm()
         self.drop_rate = self.dup_rate = 0.0
         for sn in self.nodes.values():
             if not sn.alive:

@@ -166,3 +166,33 @@ def test_the_survivors_elect_a_new_leader_within_milliseconds_of_the_refusals() 
     leaders = [n for n in nodes.values() if n.role is Role.LEADER]
     assert [n.node_id for n in leaders] == [1] and leaders[0].epoch == EPOCH + 1
     assert nodes[3].voted_id == 1
+
+
+def pre_vote_to(node: RaftNode, dest: int) -> tuple[int, VoteRequest]:
+    (corr,) = [c for c, (d, kind, _, _) in node.pending.items() if kind == "pre_vote" and d == dest]
+    return corr, VoteRequest("test", EPOCH, node.node_id, 0, 0, pre_vote=True)
+
+
+def test_crossed_pre_votes_do_not_wait_for_an_election_timeout() -> None:
+    # the fail-over benchmark's slow trial (1.3 s): node 1's reconnect was refused first,
+    # node 3 (still following, the leader heard 50 ms ago) refused its pre-vote; node 3's
+    # reconnect was refused next and its pre-vote reached node 1 before that refusal did:
+    # node 1 refused it by the tie-break (equal logs, the lower id goes first). Each had
+    # refused the other, the dead leader answers nobody: both waited out their election
+    # timeouts. Node 1 now asks node 3 again, which yields to it.
+    low, high = fetching_follower(1), fetching_follower(3)
+    refuse_next_fetch(low, lost_at=100)
+    corr_low, asks_high = pre_vote_to(low, 3)
+    refused_low = responses(high.handle_request(1, 1, asks_high, 152), VoteResponse)[0]
+    assert not refused_low.vote_granted  # KIP-996: node 3 heard from the leader
+    refuse_next_fetch(high, lost_at=100)
+    _, asks_low = pre_vote_to(high, 1)
+    assert high.role is Role.PROSPECTIVE
+    assert not responses(low.handle_request(3, 1, asks_low, 153), VoteResponse)[0].vote_granted
+    again = low.handle_response(3, corr_low, refused_low, 154)
+    ((send, retry),) = requests(again, VoteRequest)
+    assert send.dest == 3 and retry.pre_vote
+    granted = responses(high.handle_request(1, 2, retry, 155), VoteResponse)[0]
+    assert granted.vote_granted
+    low.handle_response(3, send.correlation_id, granted, 156)
+    assert low.role is Role.CANDIDATE and low.epoch == EPOCH + 1

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import os
+import resource
 import statistics
 import tempfile
 from collections import defaultdict
@@ -180,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
             pids = {i: p for i in c.ids if (p := c.nodes[i].pid) is not None}
             # as latency_bench's peak run: connections, codecs and segments warm first
             run_produce(c.bootstrap_servers, TOPIC, args.warm_records, args.size)
-            before = node_cost(list(pids.values()))
+            before = {i: node_cost([p]) for i, p in pids.items()}
+            client_before = resource.getrusage(resource.RUSAGE_SELF)
             run = run_latency(
                 c.bootstrap_servers,
                 TOPIC,
@@ -189,17 +191,25 @@ def main(argv: list[str] | None = None) -> int:
                 record_size=args.size,
                 linger_ms=args.linger_ms,
             )
-            after = node_cost(list(pids.values()))
+            client_after = resource.getrusage(resource.RUSAGE_SELF)
+            after = {i: node_cost([p]) for i, p in pids.items()}
         traces = {i: NodeTrace.read(Path(f"{prefix}.{pid}")) for i, pid in pids.items()}
     lat = run.result.latency_ms
     per_k = 1000 / max(1, run.result.records)
+    leader = next(i for i, t in traces.items() if t.events["append"])
+    cpu = {i: (after[i][0] - before[i][0]) * per_k * 1000 for i in pids}
+    wakeups = sum(after[i][1] - before[i][1] for i in pids) * per_k
+    client_cpu = sum(
+        getattr(client_after, f) - getattr(client_before, f) for f in ("ru_utime", "ru_stime")
+    )
     print(
         f"at {args.rate:,.0f}/s (achieved {run.result.records_per_s:,.0f}/s): client ms "
-        f"p50 {lat['p50']:.1f} p99 {lat['p99']:.1f}; node CPU per 1000 records "
-        f"{(after[0] - before[0]) * per_k * 1000:.1f} ms, loop wake-ups per 1000 "
-        f"{(after[1] - before[1]) * per_k:.0f}"
+        f"p50 {lat['p50']:.1f} p99 {lat['p99']:.1f}; CPU ms per 1000 records: nodes "
+        f"{sum(cpu.values()):.1f} (leader {cpu[leader]:.1f}, followers "
+        + ", ".join(f"{cpu[i]:.1f}" for i in pids if i != leader)
+        + f"), client {client_cpu * per_k * 1000:.1f}; node loop wake-ups per 1000 "
+        f"{wakeups:.0f}"
     )
-    leader = next(i for i, t in traces.items() if t.events["append"])
     report(analyse(traces[leader], {i: t for i, t in traces.items() if i != leader}))
     print(f"after: {load()}", flush=True)
     return 0

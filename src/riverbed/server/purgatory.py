@@ -64,13 +64,18 @@ class Purgatory:
         keys: Iterable[Hashable],
         ready: Callable[[], bool],
         timeout_ms: int,
+        *,
+        checked: bool = False,
     ) -> bool:
         """Return True once ``ready()`` holds, False when ``timeout_ms`` elapsed first.
 
         ``ready`` is checked now and after every notification of one of ``keys``. When the
         purgatory is full or closed it is checked once and the result returned at once.
+        ``checked=True``: the caller has just found it false with nothing awaited since
+        (a fetch's first read), so the first check is skipped: a follower fetch parked
+        once per replication cycle would otherwise read its partitions twice.
         """
-        if ready():
+        if not checked and ready():
             return True
         if timeout_ms <= 0 or self._closed or self._count >= self.waiters_max:
             return False

@@ -23,6 +23,7 @@ from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import RequestHeader
 from riverbed.protocol.messages import FetchRequest
+from riverbed.replication.actions import FetchPosition
 from riverbed.server.broker.fetch import handle_fetch
 from riverbed.server.network import RequestContext, SplicedResponse
 from riverbed.testing.broker_shell import TOPIC, BrokerShell
@@ -71,31 +72,43 @@ async def _turns_until(done: Callable[[], bool]) -> int:
     raise AssertionError(f"nothing happened within {TURNS_MAX} event-loop turns")
 
 
+def _fetch_ctx() -> RequestContext:
+    return RequestContext(RequestHeader(int(ApiKey.FETCH), 15, 1, "f"), "peer", "PLAINTEXT", 1, 0)
+
+
+async def _produce_woken_fetch(
+    shell: BrokerShell, on_parked: Callable[[], None] = lambda: None
+) -> tuple[asyncio.Future[int], SplicedResponse]:
+    """Follower 2's fetch at offset 0 parks; an acks=all produce's append wakes it:
+    (the produce, still waiting, and the fetch's answer, its ranges closed)."""
+    shell.broker.remote_log = None  # no tiered storage on this node
+    shell.apply()
+    # replicas.start() never called: no ticker, so no produce is completed by a poll
+    fetch = asyncio.ensure_future(
+        handle_fetch(shell.broker, _fetch_ctx(), _follower_fetch(shell, 0))
+    )
+    await _turns_until(lambda: shell.purgatory.parked == 1)
+    on_parked()
+    produce = asyncio.ensure_future(shell.produce(acks=-1))
+    await _turns_until(fetch.done)
+    answer = fetch.result()
+    assert isinstance(answer, SplicedResponse)  # the new batch, from the log file
+    for fr in answer.files:
+        for rng in fr.ranges:
+            rng.close()
+    return produce, answer
+
+
 def test_append_wakes_the_parked_follower_fetch_and_its_next_fetch_completes_the_produce(
     tmp_path: Path,
 ) -> None:
     async def run() -> None:
         shell = BrokerShell(tmp_path, isr=[1, 2])
-        ctx = RequestContext(
-            RequestHeader(int(ApiKey.FETCH), 15, 1, "f"), "peer", "PLAINTEXT", 1, 0
-        )
+        ctx = _fetch_ctx()
         try:
-            shell.broker.remote_log = None  # no tiered storage on this node
-            shell.apply()
-            # replicas.start() never called: no ticker, so no produce is completed by a poll
-            fetch = asyncio.ensure_future(
-                handle_fetch(shell.broker, ctx, _follower_fetch(shell, 0))
-            )
-            await _turns_until(lambda: shell.purgatory.parked == 1)
-            produce = asyncio.ensure_future(shell.produce(acks=-1))
-            await _turns_until(fetch.done)
-            answer = fetch.result()
-            assert isinstance(answer, SplicedResponse)  # the new batch, from the log file
+            produce, answer = await _produce_woken_fetch(shell)
             assert answer.body.responses[0].partitions[0].high_watermark == 0
             assert sum(fr.size for fr in answer.files) > 0
-            for fr in answer.files:
-                for rng in fr.ranges:
-                    rng.close()
             assert not produce.done()  # follower 2 (in the ISR) does not have it yet
             # the follower appended it and fetches from offset 1: the HW passes the batch
             nxt = asyncio.ensure_future(handle_fetch(shell.broker, ctx, _follower_fetch(shell, 1)))
@@ -108,3 +121,59 @@ def test_append_wakes_the_parked_follower_fetch_and_its_next_fetch_completes_the
             await shell.close()
 
     asyncio.run(run())
+
+
+def test_a_parked_follower_fetch_reads_its_partition_once_before_parking(
+    tmp_path: Path,
+) -> None:
+    """The fetch that finds nothing new is parked on the reads it has just made: the
+    leader core judges it once (it moved the high watermark already), not a second time
+    by the purgatory's first check; each append that wakes it reads once more."""
+
+    async def run() -> list[int]:
+        shell = BrokerShell(tmp_path, isr=[1, 2])
+        judged: list[int] = []
+        real = shell.replicas.follower_fetch
+
+        def counting(hosted: object, pos: FetchPosition) -> object:
+            judged.append(pos.fetch_offset)
+            return real(hosted, pos)  # type: ignore[arg-type]
+
+        shell.replicas.follower_fetch = counting  # type: ignore[method-assign,assignment]
+        parked: list[int] = []
+        try:
+            produce, _ = await _produce_woken_fetch(shell, lambda: parked.extend(judged))
+            produce.cancel()
+            return [*parked, -1, *judged[len(parked) :]]
+        finally:
+            await shell.close()
+
+    # parked after one judgement; the append's wake-up judges (and reads) once more
+    assert asyncio.run(run()) == [0, -1, 0]
+
+
+def test_the_produce_answers_one_loop_pass_after_the_fetch_that_moves_the_hw(
+    tmp_path: Path,
+) -> None:
+    """The delayed produce is a future the Produce handler awaits itself (parked at the
+    append): the follower fetch that moves the high watermark resolves it, and the
+    handler returns in the next pass of the event loop. Through a task per partition and
+    a gather it took three more hand-offs, each behind everything else ready to run (on a
+    busy leader: the follower's response, the other fetches)."""
+
+    async def run() -> tuple[int, int]:
+        shell = BrokerShell(tmp_path, isr=[1, 2])
+        ctx = _fetch_ctx()
+        try:
+            produce, _ = await _produce_woken_fetch(shell)
+            assert not produce.done()  # the follower has not fetched past the batch yet
+            nxt = asyncio.ensure_future(handle_fetch(shell.broker, ctx, _follower_fetch(shell, 1)))
+            turns = await _turns_until(produce.done)
+            nxt.cancel()
+            return turns, produce.result()
+        finally:
+            await shell.close()
+
+    # turn 1 runs the follower's fetch (it completes the delayed produce), turn 2 the
+    # Produce handler, which returns
+    assert asyncio.run(run()) == (2, ErrorCode.NONE)

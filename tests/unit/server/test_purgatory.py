@@ -80,3 +80,28 @@ def test_close_releases_parked_operations() -> None:
         return result or again
 
     assert asyncio.run(main()) is False
+
+
+def test_checked_skips_the_first_check_and_still_wakes() -> None:
+    """A fetch that has just read its partitions parks with ``checked=True``: ``ready``
+    is not called again before parking (it re-reads every partition, once per follower
+    cycle), only after each notification."""
+
+    async def main() -> tuple[int, int, bool]:
+        p = Purgatory()
+        calls = {"n": 0}
+        state = {"ready": False}
+
+        def ready() -> bool:
+            calls["n"] += 1
+            return state["ready"]
+
+        task = asyncio.create_task(p.wait_until(["k"], ready, PARK_MS, checked=True))
+        await asyncio.sleep(0)
+        parked_calls = calls["n"]
+        state["ready"] = True
+        p.notify("k")
+        result = await asyncio.wait_for(task, GUARD_S)
+        return parked_calls, calls["n"], result
+
+    assert asyncio.run(main()) == (0, 1, True)

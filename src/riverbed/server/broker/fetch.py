@@ -310,7 +310,8 @@ async def handle_fetch(
             ready = sum(r.size for r in reads)
             return ready >= req.min_bytes or any(r.error or r.diverging for r in reads)
 
-        await broker.fetch_purgatory.wait_until(keys, enough, req.max_wait_ms)
+        # (``checked``: the reads above are the first check; nothing was awaited since)
+        await broker.fetch_purgatory.wait_until(keys, enough, req.max_wait_ms, checked=True)
     if version < FETCH_RECORD_BATCH_V2_VERSION:
         for r in reads:
             if r.ranges:

@@ -43,15 +43,14 @@ acks=-1 (all): NOT_ENOUGH_REPLICAS before the append when the ISR is smaller tha
 topic's ``min.insync.replicas``; after the append the partition waits (a delayed produce,
 `riverbed.server.replication.manager`) until every ISR member has the batch, then answers
 NONE, or NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below the minimum meanwhile,
-or REQUEST_TIMED_OUT after the request's ``timeout_ms``. The waits start after every
-partition of the request was appended, and run concurrently.
+or REQUEST_TIMED_OUT after the request's ``timeout_ms``. Each partition's wait is parked at
+its append (no task of its own), and the request is answered once all are done.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -71,6 +70,7 @@ from riverbed.server.broker.partitions import (
 from riverbed.server.broker.txn_verification import produce_error
 from riverbed.server.network import CloseConnection, RequestContext
 from riverbed.server.replication import cycle_trace
+from riverbed.server.request_permits import park_current_request
 from riverbed.storage.errors import StorageError
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ async def handle_produce(
     leaders: list[int] = []  # named in NOT_LEADER_OR_FOLLOWER answers
     version = ctx.header.api_version
     names_leader = version >= PRODUCE_CURRENT_LEADER_VERSION
-    waits: list[tuple[PartitionResponse, Awaitable[ErrorCode]]] = []  # acks=all
+    waits: list[tuple[PartitionResponse, asyncio.Future[ErrorCode]]] = []  # acks=all
     verifications: list[tuple[list[PartitionResponse], int, str, PartitionData, Verification]] = []
     # Kafka: transactional records need the request's transactional id (authorized to
     # write it), else the whole request is TRANSACTIONAL_ID_AUTHORIZATION_FAILED
@@ -168,7 +168,7 @@ async def handle_produce(
             if wait is not None:
                 waits.append((part, wait))
     if waits:
-        errors = await asyncio.gather(*(w for _, w in waits))
+        errors = await _acknowledged([w for _, w in waits])
         for (part, _), error in zip(waits, errors, strict=True):
             part.error_code = int(error)
         if cycle_trace.TRACE is not None:
@@ -181,6 +181,17 @@ async def handle_produce(
         for i, h, p, r in leader_endpoints(broker.metadata.image, leaders, ctx.listener_name)
     ]
     return ProduceResponse(responses=responses, throttle_time_ms=0, node_endpoints=endpoints)
+
+
+async def _acknowledged(futures: list[asyncio.Future[ErrorCode]]) -> list[ErrorCode]:
+    """The outcome of each partition's delayed produce (parked at its append). One
+    partition (the common case) is awaited directly: no gather, so its completion reaches
+    this handler in one event-loop pass."""
+    if not all(f.done() for f in futures):
+        park_current_request()  # a delayed produce holds no request permit
+    if len(futures) == 1:
+        return [await futures[0]]
+    return list(await asyncio.gather(*futures))
 
 
 def _topic_name(broker: Broker, topic: ProduceRequest.TopicProduceData) -> str | None:
@@ -290,8 +301,8 @@ def _produce_partition(
     names_leader: bool,
     acks: int = 1,
     timeout_ms: int = 0,
-) -> tuple[PartitionResponse, Awaitable[ErrorCode] | None]:
-    """(partition response, None or the acks=all wait to await once all are appended)."""
+) -> tuple[PartitionResponse, asyncio.Future[ErrorCode] | None]:
+    """(partition response, None or the acks=all delayed produce, parked at the append)."""
     hosted = broker.partitions.leader_partition(topic, index)
     if isinstance(hosted, NotServed):
         return _not_served(index, hosted, names_leader), None
@@ -303,7 +314,7 @@ def _produce_partition(
     part, end = _append_partition(broker, hosted, index, records)
     if acks != -1 or replicas is None or part.error_code:
         return part, None
-    return part, replicas.wait_for_acks(hosted, end, timeout_ms)
+    return part, replicas.acks_future(hosted, end, timeout_ms)
 
 
 def _append_partition(

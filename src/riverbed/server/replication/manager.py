@@ -378,6 +378,18 @@ class ReplicaManager:
         self, hosted: HostedPartition, required_offset: int, timeout_ms: int
     ) -> ErrorCode:
         """acks=all: wait until the ISR holds every offset below ``required_offset``."""
+        fut = self.acks_future(hosted, required_offset, timeout_ms)
+        if not fut.done():
+            park_current_request()  # a delayed produce holds no request permit
+        return await fut
+
+    def acks_future(
+        self, hosted: HostedPartition, required_offset: int, timeout_ms: int
+    ) -> asyncio.Future[ErrorCode]:
+        """acks=all: the delayed produce, parked now; its future is resolved with the
+        outcome (`park_produce`). The produce handler awaits it directly, with no task
+        of its own: the completion reaches the handler one event-loop pass after the
+        follower fetch that moved the high watermark, not three (task, gather, handler)."""
         fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
 
         def done(error: ErrorCode) -> None:
@@ -387,9 +399,7 @@ class ReplicaManager:
                 fut.set_result(error)
 
         self.park_produce(hosted, required_offset, timeout_ms, done)
-        if not fut.done():
-            park_current_request()  # a delayed produce holds no request permit
-        return await fut
+        return fut
 
     # ------------------------------------------------------------------ follower side
     def on_fetch_result(self, key: Key, result: FetchResult) -> bool:

@@ -263,6 +263,10 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     _d("riverbed.broker.early.fence.enable", _B, "true", None,
        "The active controller fences a silent broker whose registered endpoint refuses "
        "connections (its process is gone) without waiting out broker.session.timeout.ms."),
+    _d("riverbed.metadata.fenced.broker.listing.grace.ms", _L, "3000", at_least(0),
+       "How long a broker keeps listing a broker it saw fenced in Metadata answers, so "
+       "that clients move its partitions to their new leaders before they drop it "
+       "(riverbed.metadata.recently_fenced; 0: never, as Kafka)."),
     _d("riverbed.storage.auto.format", _B, "false", None,
        "Format unformatted log dirs on start (true in the embedded default)."),
     _d("riverbed.http.listeners", _LI, "", None,

@@ -246,6 +246,7 @@ def test_crashing_handler_answers_unknown_server_error_and_connection_survives(
             "controller.listener.names=CONTROLLER",
             "controller.quorum.voters=1@127.0.0.1:9093",
             f"log.dirs={tmp_path / 'data'}",
+            "riverbed.http.listeners=",  # no fixed port: another node may hold 9644
         ],
     )
 

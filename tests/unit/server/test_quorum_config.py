@@ -69,6 +69,7 @@ def test_bootstrap_servers_without_voters_is_refused_at_start(tmp_path: Path) ->
             "controller.listener.names=CONTROLLER",
             "controller.quorum.bootstrap.servers=127.0.0.1:9093",
             f"log.dirs={tmp_path}",
+            "riverbed.http.listeners=",  # no fixed port: another node may hold 9644
         ],
     )
 

@@ -13,7 +13,7 @@ UNKNOWN_TOPIC_OR_PARTITION. A null topic list (v1+) or an empty one in v0 means 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping, Set
 from typing import TYPE_CHECKING, TypeVar
 
 from riverbed.metadata.controller import topic_name_error
@@ -140,12 +140,22 @@ def _controller_id(broker: Broker) -> int:
     return broker.metadata.active_controller_id()
 
 
+def recently_fenced(broker: Broker) -> Callable[[int], bool]:
+    """Fenced brokers a Metadata answer still lists (riverbed.metadata.recently_fenced:
+    librdkafka moves a dead leader's partitions cleanly only while the dead broker is
+    listed)."""
+    now_ms = broker.clock.now_ms()
+    return lambda broker_id: broker.recently_fenced.listed(broker_id, now_ms)
+
+
 def _brokers(
-    image: MetadataImage, listener: str, include_fenced: bool = False
+    image: MetadataImage, listener: str, include_fenced: Callable[[int], bool] = lambda _: False
 ) -> list[tuple[int, str, int, str | None]]:
+    """Registered brokers with an endpoint on ``listener``: the unfenced ones, and the fenced
+    ones ``include_fenced`` names."""
     out = []
     for broker_id, reg in sorted(image.brokers.items()):
-        if reg.fenced and not include_fenced:
+        if reg.fenced and not include_fenced(broker_id):
             continue
         ep = reg.endpoint(listener)
         if ep is not None:
@@ -282,7 +292,7 @@ async def handle_metadata(
 
     brokers = [
         MetadataResponse.MetadataResponseBroker(node_id=i, host=h, port=p, rack=r)
-        for i, h, p, r in _brokers(image, ctx.listener_name)
+        for i, h, p, r in _brokers(image, ctx.listener_name, recently_fenced(broker))
     ]
     include_cluster_ops = req.include_cluster_authorized_operations and 8 <= version <= 10
     return MetadataResponse(
@@ -318,7 +328,7 @@ async def handle_describe_cluster(
             DescribeClusterResponse.DescribeClusterBroker(
                 broker_id=i, host=h, port=p, rack=r, is_fenced=image.brokers[i].fenced
             )
-            for i, h, p, r in _brokers(image, ctx.listener_name, with_fenced)
+            for i, h, p, r in _brokers(image, ctx.listener_name, lambda _: with_fenced)
         ],
         cluster_authorized_operations=(
             cluster_operations(broker.authz, image, ctx)

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from riverbed.metadata.recently_fenced import RecentlyFenced
 from riverbed.protocol.api_versions import BROKER_LISTENER, ApiKey, listener_api_versions
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import response_body_version
@@ -220,6 +221,17 @@ class Broker:
             QuotaWindows(
                 config.get_int("quota.window.num"),
                 config.get_int("quota.window.size.seconds") * 1000,
+            )
+        )
+        #: fenced brokers Metadata still lists for a moment (riverbed.metadata.recently_fenced)
+        self.recently_fenced = RecentlyFenced(
+            config.get_int("riverbed.metadata.fenced.broker.listing.grace.ms")
+        )
+        #: the wall clock of the shell's time-stamped views
+        self.clock: Clock = clock or SystemClock()
+        metadata.add_listener(
+            lambda old, new, delta: self.recently_fenced.observe(
+                old.brokers, new.brokers, self.clock.now_ms()
             )
         )
         # Serving starts now: new partition logs are created off the event loop.

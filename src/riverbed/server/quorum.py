@@ -32,10 +32,11 @@ the highest version riverbed speaks; a client's CreateTopics, DeleteTopics and
 CreatePartitions go at the client's version in an Envelope with its principal, for the
 active controller's mutation quota: `riverbed.server.forwarding`) and then waits, bounded
 by ``FORWARD_APPLY_WAIT_S``, until its own replica of the image shows the result, so a
-client that created a topic through a follower sees it there next. A forward the controller did not answer, or
-answered NOT_CONTROLLER, goes again to the next active controller (Kafka's forwarding
-channel; `QuorumMetadata._write`); only when there is none by ``FORWARD_TIMEOUT_S`` does the
-operation fail with ``NotLeaderError`` (NOT_CONTROLLER: clients refresh metadata and retry).
+client that created a topic through a follower sees it there next. A forward the
+controller did not answer, or answered NOT_CONTROLLER, goes again to the next active
+controller (Kafka's forwarding channel; `QuorumMetadata._write`); only when there is none
+by ``FORWARD_TIMEOUT_S`` does the operation fail with ``NotLeaderError`` (NOT_CONTROLLER:
+clients refresh metadata and retry).
 """
 
 from __future__ import annotations

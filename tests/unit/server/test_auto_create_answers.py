@@ -24,6 +24,7 @@ from tests.unit.server.test_produce_record_errors import registered_image
 
 from riverbed.metadata.controller import Controller, ControllerConfig
 from riverbed.metadata.image import MetadataImage, replay_all
+from riverbed.metadata.recently_fenced import RecentlyFenced
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import RequestHeader
@@ -71,6 +72,8 @@ def ask_lagging_node(
             config=SimpleNamespace(auto_create_topics_enable=True, node_id=quorum.node_id),
             partitions=SimpleNamespace(settled=_no_wait),
             cluster_id="c",
+            clock=SimpleNamespace(now_ms=lambda: 0),
+            recently_fenced=RecentlyFenced(0),
         )
 
         async def lagging_apply() -> None:

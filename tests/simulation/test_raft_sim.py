@@ -46,6 +46,7 @@ def test_simulation_seeds(chunk: int) -> None:
     # both ways and one way, hosts down and misdirected endpoints
     assert stats["refusal shortcuts"] > SEEDS_PER_CHUNK // 4
     assert stats["elections after a refusal shortcut"] > 0
+    assert stats["observers' refusal shortcuts"] > 0
     assert stats["connections refused by a live peer (misdirected)"] > 0
     assert stats["pauses"] > SEEDS_PER_CHUNK // 2
     assert stats["one-way partitions"] > SEEDS_PER_CHUNK // 2

@@ -456,10 +456,15 @@ class RaftNode(ReplicationMixin):
         ):
             return
         self.leader_refusal = refusal
-        if self.role is Role.FOLLOWER and self.is_voter:
-            # its process is gone: nothing is gained by waiting out the fetch timeout
-            self.refusal_shortcuts += 1
+        if self.role is not Role.FOLLOWER:
+            return
+        # its process is gone: nothing is gained by waiting out the fetch timeout
+        self.refusal_shortcuts += 1
+        if self.is_voter:
             self._become_prospective()
+        else:  # an observer (a broker-only node) asks the other voters for the new leader
+            self._become_unattached(self.epoch, self.voted_id, persist=False)
+            self._discover_leader(avoid=refusal.leader_id)
 
     def leader_gone(self) -> bool:
         """A refusal (``riverbed.raft.refusals``) since the last contact with our leader."""
@@ -681,12 +686,14 @@ class RaftNode(ReplicationMixin):
         ):
             self._become_follower(epoch, leader_id)
 
-    def _discover_leader(self) -> None:
-        """Observer without a leader: ask a random voter (it answers with a leader hint)."""
+    def _discover_leader(self, avoid: int = -1) -> None:
+        """Observer without a leader: ask a random voter (it answers with a leader hint),
+        not ``avoid`` (a leader that refused a connection) if there is another."""
         self._reset_election_timer()
         if self.fetch_in_flight:
             return
-        target = self.rng.choice(sorted(self.config.voters - {self.node_id}) or [self.node_id])
+        voters = sorted(self.config.voters - {self.node_id})
+        target = self.rng.choice([v for v in voters if v != avoid] or voters or [self.node_id])
         if target == self.node_id:
             return
         self.fetch_target = target

@@ -46,6 +46,8 @@ Follower           fetch timeout (voter)                           Prospective
 Follower           the leader's endpoint refused a request sent    Prospective at once
                    since the last contact, and answered before
                    (voter; ``riverbed.raft.refusals``)
+Follower           the same (observer)                             Unattached, fetch
+                                                                   another voter at once
 Follower           fetch timeout (observer)                        Unattached
 Follower           EndQuorumEpoch from its leader                  Unattached; election
                                                                    soon (earlier for

@@ -143,9 +143,14 @@ class RefusalChecks:
     ) -> None:
         shortcuts, role, on_refusal = before
         if node.refusal_shortcuts > shortcuts:
-            self.stats["refusal shortcuts"] += 1
             self.shortcut_epoch[node.node_id] = node.epoch
-            self.check_evidence(node, node.prospective_from_leader, leaders, "pre-voted at once")
+            refusal = node.leader_refusal
+            assert refusal is not None
+            what = "pre-voted at once" if node.is_voter else "left its leader"
+            self.check_evidence(node, refusal.leader_id, leaders, what)
+            self.stats[
+                "refusal shortcuts" if node.is_voter else "observers' refusal shortcuts"
+            ] += 1
         if on_refusal and granted_pre_vote:
             self.stats["pre-votes granted on a refusal"] += 1
             self.check_evidence(node, node.leader_id, leaders, "granted a pre-vote")

@@ -196,3 +196,15 @@ def test_crossed_pre_votes_do_not_wait_for_an_election_timeout() -> None:
     assert granted.vote_granted
     low.handle_response(3, send.correlation_id, granted, 156)
     assert low.role is Role.CANDIDATE and low.epoch == EPOCH + 1
+
+
+def test_an_observer_asks_another_voter_for_the_new_leader_at_once() -> None:
+    # a broker-only node (an observer) whose leader refuses: it stops following it and asks
+    # another voter at once (the code before waited out its 2000 ms fetch timeout)
+    node = fetching_follower(node_id=4)
+    assert not node.is_voter
+    actions = refuse_next_fetch(node, lost_at=100)
+    assert node.role is Role.UNATTACHED and node.leader_id == -1 and node.epoch == EPOCH
+    fetches = requests(actions, FetchRequest)
+    assert len(fetches) == 1 and fetches[0][0].dest in (1, 3)
+    assert requests(actions, VoteRequest) == []  # observers never campaign

@@ -44,6 +44,7 @@ from riverbed.protocol.records import (
 from riverbed.storage.file_io import OS_FILE_IO, FileIO
 from riverbed.storage.index_file import INT32_MAX, CorruptIndexError
 from riverbed.storage.offset_index import OffsetIndex
+from riverbed.storage.recent_batches import RecentBatches
 from riverbed.storage.time_index import NO_TIMESTAMP, TimeIndex
 from riverbed.storage.txn_index import TXN_INDEX_SUFFIX, CorruptTxnIndexError, TransactionIndex
 
@@ -135,6 +136,8 @@ class LogSegment:
         self._indexes_checked = False
         self._tail_known = False  # next_offset / max_timestamp are exact
         self._verified_sizes: tuple[int, int] | None = None  # index sizes when unloaded
+        #: the batches appended last, up to the end: reads at the log end skip the index
+        self.recent = RecentBatches()
 
     # ---- creation and loading ------------------------------------------------------------
 
@@ -208,6 +211,9 @@ class LogSegment:
         """The batch header at ``position``, None at the end; ProtocolError if torn."""
         if position >= self.size:
             return None
+        known = self.recent.header_at(position)
+        if known is not None:
+            return known
         data = self.pread(BATCH_HEADER_SIZE, position)
         h = parse_header(data)
         if position + h.size > self.size:
@@ -328,11 +334,18 @@ class LogSegment:
             raise
         self._account(start, h)
         self.size = start + len(data)
+        self.recent.add(start, h)
 
     # ---- lookups -------------------------------------------------------------------------
 
     def translate_offset(self, offset: int, start_position: int = 0) -> SegmentBatch | None:
         """The first batch with last offset >= ``offset`` (None when there is none)."""
+        recent = self.recent
+        if recent.covers_offset(offset):  # a read at the log end: no index, no pread
+            i = recent.first_ending_at_or_after(offset, start_position)
+            if i == len(recent.positions):
+                return None
+            return SegmentBatch(recent.positions[i], recent.headers[i])
         self.ensure_indexes()
         _, position = self.offset_index.lookup(offset)
         position = max(position, start_position)
@@ -347,6 +360,8 @@ class LogSegment:
         ``start`` is a batch position; the offset index finds a batch start near
         ``limit`` so only a few headers are read whatever the distance.
         """
+        if self.recent.covers_position(start):
+            return self.recent.whole_batches_end(start, limit)
         self.ensure_indexes()
         _, pos = self.offset_index.floor_position(limit)
         pos = max(pos, start)
@@ -437,6 +452,7 @@ class LogSegment:
         Indexes are rebuilt. Returns the number of bytes truncated.
         """
         self._reset_state()
+        self.recent.clear()
         file_size = self.log_path.stat().st_size
         self.size = file_size
         for idx in (self.offset_index, self.time_index):
@@ -504,6 +520,7 @@ class LogSegment:
         if b is None:
             return 0
         position = b.position
+        self.recent.clear()
         removed = self.size - position
         self.offset_index.truncate_to(offset)
         self.offset_index.truncate_to_position(position)
@@ -517,6 +534,7 @@ class LogSegment:
 
     def on_become_inactive(self) -> None:
         """Roll: make the time index's last entry the segment's max timestamp."""
+        self.recent.clear()  # no more appends: reads go through the index (bounded memory)
         self.ensure_indexes()
         if not self.size:
             return  # an empty segment needs no index files (a later roll makes them)

@@ -68,7 +68,12 @@ from riverbed.server.connection_quotas import ConnectionQuotas
 from riverbed.server.connection_setup import SetupFailed, open_transport
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.listener_security import PLAINTEXT, ListenerSecurity
-from riverbed.server.request_permits import CountedSemaphore, RequestPermit, run_with_permit
+from riverbed.server.request_permits import (
+    CountedSemaphore,
+    RequestPermit,
+    hold_permit,
+    run_with_permit,
+)
 from riverbed.server.request_timing import RequestTiming
 from riverbed.server.splice import FileRange
 from riverbed.server.splice import FileRecords as FileRecords
@@ -117,8 +122,20 @@ THROTTLED_SOCKETS_MAX = 1000
 
 Response: TypeAlias = "Message | SplicedResponse"
 RequestHandler = Callable[["RequestContext", "Message"], Awaitable["Response | None"]]
-#: Told of every request whose response was handed to the socket (or, acks=0, dropped).
-SentHook = Callable[[RequestTiming], None]
+
+
+class RequestObserver(Protocol):
+    """The request metrics' two hooks (`riverbed.server.metrics.traffic.TrafficStats`)."""
+
+    def answered(self, ctx: RequestContext, body: Message, response: Response | None) -> str:
+        """Count an answered request (in its handler task); Kafka's request name."""
+        ...
+
+    def sent(self, timing: RequestTiming) -> None:
+        """The request's response was handed to the socket (or, acks=0, dropped)."""
+        ...
+
+
 #: An in-flight request: its header, the task answering it, its stage stamps.
 _Inflight: TypeAlias = "tuple[RequestHeader, asyncio.Task[Response | None], RequestTiming | None]"
 
@@ -163,6 +180,32 @@ class RequestContext:
     throttle: ChannelThrottle | None = None
     #: the request's stage stamps (None: the node records no request metrics)
     timing: RequestTiming | None = None
+
+
+async def run_timed(
+    handler: RequestHandler,
+    permit: RequestPermit,
+    ctx: RequestContext,
+    body: Message,
+    observer: RequestObserver,
+) -> Response | None:
+    """`run_with_permit` for a node that records request metrics: the handler task also
+    stamps the request's dequeue and answer and has the observer count the answer. One
+    coroutine and one context variable per request, as without metrics: the stamps ride
+    on the permit (`park_current_request` stamps the park), no wrapper handler awaits
+    the handler."""
+    timing = ctx.timing
+    assert timing is not None  # stamped by the reader whenever there is an observer
+    permit.timing = timing
+    hold_permit(permit)  # the task runs in its own copy of the context
+    timing.dequeued = time.perf_counter()
+    try:
+        response = await handler(ctx, body)
+    finally:
+        permit.release()
+    timing.answered = time.perf_counter()
+    timing.name = observer.answered(ctx, body, response)
+    return response
 
 
 class CloseConnection(Exception):
@@ -319,8 +362,11 @@ class Connection:
             permit = RequestPermit(self.server.queued)
             await permit.acquire()
             ctx, body = request
+            observer = self.server.observer
             task: asyncio.Task[Response | None] = asyncio.create_task(
                 run_with_permit(self.server.handler, permit, ctx, body)
+                if observer is None
+                else run_timed(self.server.handler, permit, ctx, body, observer)
             )
             task.add_done_callback(permit.release_on_done)
             self.server.track(task)
@@ -363,7 +409,7 @@ class Connection:
             principal=self.principal,
             size_bytes=len(frame) + 4,
             throttle=self.throttle,
-            timing=RequestTiming(received) if self.server.on_sent is not None else None,
+            timing=RequestTiming(received) if self.server.observer is not None else None,
         )
         return ctx, body
 
@@ -463,12 +509,12 @@ class Connection:
         await self.writer.drain()
 
     def _sent(self, timings: list[RequestTiming]) -> None:
-        hook = self.server.on_sent
-        if hook is not None:
+        observer = self.server.observer
+        if observer is not None:
             now = time.perf_counter()
             for timing in timings:
                 timing.sent = now
-                hook(timing)
+                observer.sent(timing)
 
     def _abort_pending(self) -> None:
         """Connection gone: cancel unanswered requests (their permits come back as their
@@ -644,7 +690,7 @@ class SocketServer:
         codec: _Codec | None = None,
         fault_handler: FaultHandler | None = None,
         rng: random.Random | None = None,
-        on_sent: SentHook | None = None,
+        observer: RequestObserver | None = None,
     ) -> None:
         if socket_request_max_bytes <= 0 or inflight_requests_max <= 0:
             raise ValueError("socket_request_max_bytes and inflight_requests_max must be > 0")
@@ -677,9 +723,9 @@ class SocketServer:
         self.sendfile = hasattr(os, "sendfile")
         self.handshakes = HandshakeLimiter()
         self.bound: dict[str, tuple[str, int]] = {}
-        #: told of each request once its response is sent (request metrics; None: the
-        #: requests carry no stage stamps)
-        self.on_sent = on_sent
+        #: told of each request once answered and once its response is sent (request
+        #: metrics; None: the requests carry no stage stamps and nothing is counted)
+        self.observer = observer
 
     def track(self, task: asyncio.Task[Response | None]) -> None:
         self._handler_tasks.add(task)

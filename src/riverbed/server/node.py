@@ -89,7 +89,6 @@ from riverbed.server.network import (
     RequestContext,
     RequestHandler,
     Response,
-    SentHook,
     SocketServer,
 )
 from riverbed.server.purgatory import Purgatory
@@ -264,10 +263,8 @@ class Node:
     def _socket_server(self) -> SocketServer:
         cfg = self.config
         handler: RequestHandler = self._handle
-        on_sent: SentHook | None = None
-        if cfg.get("riverbed.metrics.enable"):
-            handler = self.metrics.traffic.instrument(handler)  # the request/topic counters
-            on_sent = self.metrics.traffic.sent  # ... and their times
+        # the request/topic counters and the request times
+        observer = self.metrics.traffic if cfg.get("riverbed.metrics.enable") else None
         server = SocketServer(
             handler,
             socket_request_max_bytes=cfg.socket_request_max_bytes,
@@ -277,7 +274,7 @@ class Node:
             quotas=ConnectionQuotas(cfg.connection_limits),
             listen_backlog=cfg.socket_listen_backlog_size,
             fault_handler=self.fault_handler,
-            on_sent=on_sent,
+            observer=observer,
         )
         # Kafka's KRaft controller listeners have a socket server (and quotas) of their own
         self._controller_quotas = ConnectionQuotas(

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import time
 from collections.abc import Awaitable, Callable
 from typing import Literal, TypeVar, TypeVarTuple
 
-from riverbed.server.request_timing import mark_parked
+from riverbed.server.request_timing import RequestTiming
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -48,11 +49,13 @@ class CountedSemaphore(asyncio.Semaphore):
 class RequestPermit:
     """One permit of a semaphore, given back exactly once."""
 
-    __slots__ = ("_held", "_semaphore")
+    __slots__ = ("_held", "_semaphore", "timing")
 
     def __init__(self, semaphore: asyncio.Semaphore) -> None:
         self._semaphore = semaphore
         self._held = False
+        #: the request's stage stamps (None: the node records no request metrics)
+        self.timing: RequestTiming | None = None
 
     async def acquire(self) -> None:
         await self._semaphore.acquire()
@@ -72,6 +75,12 @@ class RequestPermit:
         self.release()
 
 
+def hold_permit(permit: RequestPermit) -> None:
+    """The running task owns ``permit`` from now (see `park_current_request`); call it in
+    the request's own task, whose context is its own."""
+    _CURRENT.set(permit)
+
+
 async def run_with_permit(
     handler: Callable[[*Ts], Awaitable[T]], permit: RequestPermit, *args: *Ts
 ) -> T:
@@ -85,8 +94,10 @@ async def run_with_permit(
 
 def park_current_request() -> None:
     """The running request is about to wait in a purgatory: give back its permit (and
-    its RemoteTime starts, `riverbed.server.request_timing`)."""
-    mark_parked()
+    its RemoteTime starts at its first park, `riverbed.server.request_timing`)."""
     permit = _CURRENT.get()
     if permit is not None:
+        timing = permit.timing
+        if timing is not None and not timing.parked:
+            timing.parked = time.perf_counter()
         permit.release()

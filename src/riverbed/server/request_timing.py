@@ -15,21 +15,14 @@ Kafka's ``RequestChannel.Request`` stamps a request as it moves between threads,
 - ``TotalTime`` = received -> sent.
 
 riverbed's handlers are tasks of one event loop, so the stages are stamped in place: the
-network layer stamps receive, writer and send (`riverbed.server.network`), the metrics'
-handler wrapper stamps dequeue and answer, and `mark_parked` (called by every park point
-through `riverbed.server.request_permits.park_current_request`) stamps the first park. A
-`RequestTiming` exists only when the node records metrics; the times are
-`time.perf_counter` seconds.
+network layer stamps receive, writer and send, its handler task (`run_timed` in
+`riverbed.server.network`) dequeue and answer, and every park point stamps the first park
+through `riverbed.server.request_permits.park_current_request` (the stamps travel with the
+request's permit). A `RequestTiming` exists only when the node records metrics; the times
+are `time.perf_counter` seconds.
 """
 
 from __future__ import annotations
-
-import contextvars
-import time
-
-_CURRENT: contextvars.ContextVar[RequestTiming | None] = contextvars.ContextVar(
-    "riverbed_request_timing", default=None
-)
 
 
 class RequestTiming:
@@ -44,19 +37,6 @@ class RequestTiming:
         self.answered = 0.0
         self.taken = 0.0
         self.sent = 0.0
-        #: Kafka's request name (``Produce``, ``FetchConsumer``, ...), set by the handler
-        #: wrapper; empty when no wrapper saw the request
+        #: Kafka's request name (``Produce``, ``FetchConsumer``, ...), set once the
+        #: request is answered; empty when it never was (its handler raised)
         self.name = ""
-
-    def start(self) -> None:
-        """The handler starts; `mark_parked` now finds this request (the caller runs in
-        the request's own task, whose context is its own)."""
-        self.dequeued = time.perf_counter()
-        _CURRENT.set(self)
-
-
-def mark_parked() -> None:
-    """The running request waits in a purgatory from now (its first park counts)."""
-    timing = _CURRENT.get()
-    if timing is not None and not timing.parked:
-        timing.parked = time.perf_counter()

@@ -29,6 +29,7 @@ from riverbed.server.metrics.loop_idle import LoopIdle, schedstat_busy_ns
 from riverbed.server.metrics.metadata_events import MetadataEvents
 from riverbed.server.metrics.traffic import (
     PENDING_TIMINGS_MAX,
+    PRODUCE_VERSIONS,
     TIME_METRICS,
     MsHistogram,
     TopicCounters,
@@ -90,6 +91,19 @@ def _ctx(api_key: int, version: int) -> RequestContext:
     return RequestContext(header, "peer", "PLAINTEXT", 1, received_ms=0)
 
 
+def _traffic_samples(
+    stats: TrafficStats, queue_size: int = 0
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """(sample name, sorted labels) -> value, as prometheus-client parses the rendering."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(TrafficCollector(stats, lambda: queue_size))
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(generate_latest(registry).decode())
+        for s in f.samples
+    }
+
+
 def test_produce_counts_bytes_and_messages_of_successful_partitions_only() -> None:
     stats = TrafficStats(lambda _id: None)
     ok, bad = _batch(4), _batch(2)
@@ -128,18 +142,68 @@ def test_produce_counts_bytes_and_messages_of_successful_partitions_only() -> No
     stats.record(_ctx(0, 9), req, None)
     assert topic.messages_in == 4 + 4 + 2
     # the rendering parses, with the unlabelled all-topics series beside the per-topic one
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(TrafficCollector(stats, lambda: 3))
-    samples = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for f in text_string_to_metric_families(generate_latest(registry).decode())
-        for s in f.samples
-    }
+    samples = _traffic_samples(stats, queue_size=3)
     assert samples[("kafka_server_brokertopicmetrics_messagesin_total", ())] == 10
     assert samples[("kafka_server_brokertopicmetrics_messagesin_total", (("topic", "t"),))] == 10
     assert samples[("kafka_network_requestchannel_requestqueuesize", ())] == 3
     stats.forget_topic("t")  # deleted: its series go, the all-topics sums keep its counts
     assert "t" not in stats.topics and stats.all_topics().messages_in == 10
+
+
+def _one_partition(records: bytes | None, code: int) -> tuple[ProduceRequest, ProduceResponse]:
+    req = ProduceRequest(
+        acks=1,
+        timeout_ms=1000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name="t", partition_data=[ProduceRequest.PartitionProduceData(records=records)]
+            )
+        ],
+    )
+    resp = ProduceResponse(
+        responses=[
+            ProduceResponse.TopicProduceResponse(
+                name="t",
+                partition_responses=[ProduceResponse.PartitionProduceResponse(error_code=code)],
+            )
+        ]
+    )
+    return req, resp
+
+
+def test_one_partition_produce_counts_as_the_general_path_does() -> None:
+    """The hot path (one topic, one partition, answered in order) and the general path
+    count the same requests the same way: the same stream of produces through both."""
+    produces = [(_batch(3), 0), (_batch(5), 0), (_batch(2), 6), (None, 87), (_batch(1), 0)]
+    fast, general = TrafficStats(lambda _id: None), TrafficStats(lambda _id: None)
+    for records, code in produces:
+        req, resp = _one_partition(records, code)
+        assert fast.record(_ctx(0, 9), req, resp) == "Produce"
+        general._produced_any(req, resp)  # what the hot path stands in for
+        # a version past the hot path's table goes the general way, counted the same
+        assert fast.record(_ctx(0, PRODUCE_VERSIONS), req, resp) == "Produce"
+    topic = fast.topics["t"]
+    assert (topic.bytes_in, topic.messages_in) == (
+        2 * len(_batch(3) + _batch(5) + _batch(1)),
+        2 * (3 + 5 + 1),
+    )
+    assert (topic.total_produce, topic.failed_produce) == (2 * 5, 2 * 2)
+    assert fast.requests == {("Produce", 9): 5, ("Produce", PRODUCE_VERSIONS): 5}
+    assert fast.errors == {
+        ("Produce", "NONE"): 2 * 3,
+        ("Produce", "NOT_LEADER_OR_FOLLOWER"): 2,
+        ("Produce", "INVALID_RECORD"): 2,
+    }
+    once = general.topics["t"]
+    assert 2 * once.bytes_in == topic.bytes_in and 2 * once.messages_in == topic.messages_in
+    assert (2 * once.total_produce, 2 * once.failed_produce) == (10, 4)
+    assert {k: 2 * n for k, n in general.errors.items()} == fast.errors
+    # the exposition shows the merged counts
+    samples = _traffic_samples(fast)
+    requests = "kafka_network_requestmetrics_requests_total"
+    assert samples[(requests, (("request", "Produce"), ("version", "9")))] == 5
+    errors = "kafka_network_requestmetrics_errors_total"
+    assert samples[(errors, (("error", "NONE"), ("request", "Produce")))] == 6
 
 
 def _stamped(*stamps: float) -> RequestTiming:

@@ -1,8 +1,8 @@
 """Hot-path counters: Kafka's RequestMetrics and BrokerTopicMetrics.
 
-Every request the node's listeners answer passes through `TrafficStats.instrument`'s
-wrapper, which records, per Kafka request name (``Produce``, ``FetchConsumer``,
-``FetchFollower``, ``Metadata``, ...):
+Every request the node's listeners answer is counted by `TrafficStats.record` (the
+network layer's `RequestObserver.answered`, in the request's handler task), per Kafka
+request name (``Produce``, ``FetchConsumer``, ``FetchFollower``, ``Metadata``, ...):
 
 - ``RequestsPerSec{request, version}`` and ``ErrorsPerSec{request, error}`` (every error
   code found in the response, ``NONE`` included, as Kafka's ``errorCounts``);
@@ -24,9 +24,9 @@ an error).
 
 Cost: the counters are plain integers in dicts, touched only by the event loop (no
 locks, no prometheus_client objects on the hot path); `TrafficCollector` turns them into
-metric families when ``/metrics`` is scraped. A sent request's stamps are only appended
-to a list; they are folded into the histograms (vectorised, numpy) at scrape time or
-when `PENDING_TIMINGS_MAX` have gathered.
+metric families when ``/metrics`` is scraped. A sent request's timing is only appended
+to a list; its stamps are folded into the histograms (vectorised, numpy) at scrape time
+or when `PENDING_TIMINGS_MAX` have gathered.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
-from time import perf_counter
 
 import numpy as np
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -54,7 +53,7 @@ from riverbed.protocol.messages import (
     message_spec,
 )
 from riverbed.protocol.schema import StructSpec
-from riverbed.server.network import RequestContext, RequestHandler, Response, SplicedResponse
+from riverbed.server.network import RequestContext, Response, SplicedResponse
 from riverbed.server.request_timing import RequestTiming
 
 #: Upper bounds (ms) of the request time histograms' buckets (+Inf is added).
@@ -82,6 +81,10 @@ def request_name(api_key: int) -> str:
 
 
 _NAMES = {int(k): request_name(int(k)) for k in ApiKey}
+_PRODUCE = _NAMES[ApiKey.PRODUCE]
+_PRODUCE_NONE = (_PRODUCE, "NONE")
+#: Produce versions counted on the hot path (0-13 today; a later one goes by the dict).
+PRODUCE_VERSIONS = 16
 
 
 def record_count(records: bytes | bytearray | memoryview) -> int:
@@ -134,11 +137,6 @@ class MsHistogram:
         return out
 
 
-#: A sent request's stamps: received, dequeued, parked (answered if it never parked),
-#: answered, taken by the writer, sent.
-Stamps = tuple[float, float, float, float, float, float]
-
-
 class RequestTimes:
     """Kafka's RequestMetrics timers of one request name (ms)."""
 
@@ -152,17 +150,26 @@ class RequestTimes:
         self.response_queue = MsHistogram()
         self.response_send = MsHistogram()
 
-    def observe_many(self, stamps: list[Stamps]) -> None:
+    def observe_many(self, timings: list[RequestTiming]) -> None:
         """Kafka's ``updateRequestMetrics`` for each request's stamps: each stage is the
-        difference of two consecutive stamps, the total the last minus the first."""
-        at = np.array(stamps)
-        stages = np.diff(at, axis=1) * 1000
-        self.total.observe_many((at[:, -1] - at[:, 0]) * 1000)
-        self.request_queue.observe_many(stages[:, 0])
-        self.local.observe_many(stages[:, 1])
-        self.remote.observe_many(stages[:, 2])
-        self.response_queue.observe_many(stages[:, 3])
-        self.response_send.observe_many(stages[:, 4])
+        difference of two consecutive stamps (received, dequeued, parked - or answered
+        if it never parked -, answered, taken, sent), the total the last minus the
+        first."""
+        n = len(timings)
+        at = np.empty((6, n))
+        at[0] = np.fromiter([t.received for t in timings], np.float64, n)
+        at[1] = np.fromiter([t.dequeued for t in timings], np.float64, n)
+        at[2] = np.fromiter([t.parked or t.answered for t in timings], np.float64, n)
+        at[3] = np.fromiter([t.answered for t in timings], np.float64, n)
+        at[4] = np.fromiter([t.taken for t in timings], np.float64, n)
+        at[5] = np.fromiter([t.sent for t in timings], np.float64, n)
+        stages = np.diff(at, axis=0) * 1000
+        self.total.observe_many((at[5] - at[0]) * 1000)
+        self.request_queue.observe_many(stages[0])
+        self.local.observe_many(stages[1])
+        self.remote.observe_many(stages[2])
+        self.response_queue.observe_many(stages[3])
+        self.response_send.observe_many(stages[4])
 
 
 #: (metric suffix, timer, help): kafka_network_requestmetrics_<suffix>
@@ -219,68 +226,80 @@ class TrafficStats:
     def __init__(self, topic_name: Callable[[uuid.UUID], str | None]) -> None:
         #: topic id -> name (Fetch v13+ names topics by id only)
         self._topic_name = topic_name
-        self.requests: dict[tuple[str, int], int] = {}
-        self.errors: dict[tuple[str, str], int] = {}
+        self._requests: dict[tuple[str, int], int] = {}
+        self._errors: dict[tuple[str, str], int] = {}
+        #: the hot path's counts, merged into `requests` / `errors` when read: Produce
+        #: requests by version, and its partitions answered NONE
+        self._produce_requests = [0] * PRODUCE_VERSIONS
+        self._produce_none = 0
         self.times: dict[str, RequestTimes] = {}
-        #: request name -> stamps of requests sent since the last fold
-        self._pending: dict[str, list[Stamps]] = {}
-        self._pending_count = 0
+        #: answered requests sent since the last fold (their stamps)
+        self._pending: list[RequestTiming] = []
         self.topics: dict[str, TopicCounters] = {}
         #: the counts of deleted topics (kept in the all-topics sums)
         self._retired = TopicCounters()
 
-    def instrument(self, handler: RequestHandler) -> RequestHandler:
-        """``handler`` recording every request it answers."""
+    @property
+    def requests(self) -> dict[tuple[str, int], int]:
+        """Requests answered by (request name, version) (scrape time)."""
+        out = dict(self._requests)
+        for version, n in enumerate(self._produce_requests):
+            if n:
+                out[(_PRODUCE, version)] = out.get((_PRODUCE, version), 0) + n
+        return out
 
-        async def handle(ctx: RequestContext, body: Message) -> Response | None:
-            timing = ctx.timing
-            if timing is None:
-                response = await handler(ctx, body)
-                self.record(ctx, body, response)
-                return response
-            timing.start()
-            response = await handler(ctx, body)
-            timing.answered = perf_counter()
-            timing.name = self.record(ctx, body, response)
-            return response
-
-        return handle
+    @property
+    def errors(self) -> dict[tuple[str, str], int]:
+        """Error codes in responses by (request name, code name), NONE included."""
+        out = dict(self._errors)
+        if self._produce_none:
+            out[_PRODUCE_NONE] = out.get(_PRODUCE_NONE, 0) + self._produce_none
+        return out
 
     def sent(self, t: RequestTiming) -> None:
-        """The network layer's `SentHook`: keep the request's stamps for the next fold."""
-        name = t.name
-        if not name:  # never answered through `instrument` (e.g. a handler raised)
-            return
-        pending = self._pending.get(name)
-        if pending is None:
-            pending = self._pending[name] = []
-        answered = t.answered
-        pending.append((t.received, t.dequeued, t.parked or answered, answered, t.taken, t.sent))
-        self._pending_count += 1
-        if self._pending_count >= PENDING_TIMINGS_MAX:
-            self.fold()
+        """`RequestObserver.sent`: keep the request's stamps for the next fold (the
+        stamps stay in the timing: nothing is computed per request here)."""
+        if t.name:  # else never answered (its handler raised)
+            pending = self._pending
+            pending.append(t)
+            if len(pending) >= PENDING_TIMINGS_MAX:
+                self.fold()
 
     def fold(self) -> None:
         """Fold the pending stamps into the histograms (scrape time, or when bounded)."""
-        pending, self._pending, self._pending_count = self._pending, {}, 0
-        for name, stamps in pending.items():
+        pending, self._pending = self._pending, []
+        by_name: dict[str, list[RequestTiming]] = {}
+        for t in pending:
+            same = by_name.get(t.name)
+            if same is None:
+                by_name[t.name] = [t]
+            else:
+                same.append(t)
+        for name, timings in by_name.items():
             times = self.times.get(name)
             if times is None:
                 times = self.times[name] = RequestTimes()
-            times.observe_many(stamps)
+            times.observe_many(timings)
 
     def record(self, ctx: RequestContext, body: Message, response: Response | None) -> str:
         """Count an answered request; its Kafka request name."""
+        version = ctx.header.api_version
+        if type(body) is ProduceRequest and version < PRODUCE_VERSIONS:
+            # the hot path: no name look-up, no key, no walk
+            self._produce_requests[version] += 1
+            self._produced(body, response if type(response) is ProduceResponse else None)
+            return _PRODUCE
         api_key = ctx.header.api_key
         name = _NAMES.get(api_key) or request_name(api_key)
         if isinstance(body, FetchRequest):
             name = "FetchFollower" if _replica_id(body) >= 0 else "FetchConsumer"
-        key = (name, ctx.header.api_version)
-        self.requests[key] = self.requests.get(key, 0) + 1
+        key = (name, version)
+        self._requests[key] = self._requests.get(key, 0) + 1
+        if isinstance(body, ProduceRequest):  # a version the hot path does not count
+            self._produced(body, response if isinstance(response, ProduceResponse) else None)
+            return name
         message = response.body if isinstance(response, SplicedResponse) else response
-        if isinstance(body, ProduceRequest):
-            self._produced(name, body, message if isinstance(message, ProduceResponse) else None)
-        elif isinstance(body, FetchRequest) and isinstance(message, FetchResponse):
+        if isinstance(body, FetchRequest) and isinstance(message, FetchResponse):
             spliced = response if isinstance(response, SplicedResponse) else None
             self._fetched(name, message, spliced)
         elif message is not None:
@@ -288,9 +307,12 @@ class TrafficStats:
                 self._error(name, code)
         return name
 
+    #: `RequestObserver.answered` (the network layer calls it in the request's task)
+    answered = record
+
     def _error(self, name: str, code: str) -> None:
         key = (name, code)
-        self.errors[key] = self.errors.get(key, 0) + 1
+        self._errors[key] = self._errors.get(key, 0) + 1
 
     def _topic(self, name: str) -> TopicCounters:
         counters = self.topics.get(name)
@@ -298,12 +320,43 @@ class TrafficStats:
             counters = self.topics[name] = TopicCounters()
         return counters
 
-    def _produced(self, name: str, req: ProduceRequest, resp: ProduceResponse | None) -> None:
+    def _produced(self, req: ProduceRequest, resp: ProduceResponse | None) -> None:
+        """The hot path: a produce of one partition (what a producer sends to a broker
+        leading one partition of its topic, and most requests otherwise) answered in
+        order, counted without loops or lists; anything else by `_produced_any`."""
+        topic_data = req.topic_data
+        answers = resp.responses if resp is not None else None
+        if answers is None or len(topic_data) != 1 or len(answers) != 1:
+            self._produced_any(req, resp)
+            return
+        td = topic_data[0]
+        parts = td.partition_data
+        answer = answers[0]
+        codes = answer.partition_responses
+        if len(parts) != 1 or len(codes) != 1 or answer.name != td.name:
+            self._produced_any(req, resp)
+            return
+        topic = self.topics.get(td.name) or self._topic(td.name)
+        topic.total_produce += 1
+        code = codes[0].error_code
+        if code:
+            topic.failed_produce += 1
+            self._error(_PRODUCE, _code_name(code))
+            return
+        self._produce_none += 1
+        records = parts[0].records
+        if records:
+            topic.bytes_in += len(records)
+            topic.messages_in += record_count(records)
+        else:
+            topic.failed_produce += 1
+
+    def _produced_any(self, req: ProduceRequest, resp: ProduceResponse | None) -> None:
         """acks=0 has no response: its partitions all succeeded (a failure closed the
         connection and never reached here). The handler answers in request order; a
-        response in another order is matched by name and index. Hot path: sums in
-        locals, each topic's counters touched once (the all-topics sums are taken at
-        scrape time)."""
+        response in another order is matched by name and index. Sums in locals, each
+        topic's counters touched once (the all-topics sums are taken at scrape time)."""
+        name = _PRODUCE
         topic_data = req.topic_data
         answers = resp.responses if resp is not None else None
         in_order = answers is not None and len(answers) == len(topic_data)
@@ -336,9 +389,7 @@ class TrafficStats:
             topic.failed_produce += failed
             topic.bytes_in += size
             topic.messages_in += count
-        if answered_none:
-            key = (name, "NONE")
-            self.errors[key] = self.errors.get(key, 0) + answered_none
+        self._produce_none += answered_none
 
     @staticmethod
     def _produce_codes(

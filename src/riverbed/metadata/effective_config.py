@@ -19,8 +19,8 @@ partition on every metadata update, so a dynamic change binds at once (Kafka's
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from riverbed.metadata.broker_configs import broker_config_layers
 from riverbed.metadata.topic_configs import topic_config_for
@@ -28,7 +28,9 @@ from riverbed.metadata.topic_configs import topic_config_for
 if TYPE_CHECKING:
     from riverbed.metadata.image import MetadataImage
 
-__all__ = ["broker_config", "partition_config", "topic_config_for"]
+__all__ = ["PerTopicConfigs", "broker_config", "partition_config", "topic_config_for"]
+
+T = TypeVar("T")
 
 
 def broker_config(
@@ -51,3 +53,23 @@ def partition_config(
         **broker_config(image, node_id, static_broker_config),
         **topic_config_for(image, topic, node_id, static_broker_config),
     }
+
+
+class PerTopicConfigs(Generic[T]):
+    """A value computed from each topic's config (a ``LogConfig``, a ``ReplicaConfig``),
+    once per image configs map: a resolution costs ~0.2 ms, and a broker asks for every
+    partition on every image. An image without a config change shares its configs map."""
+
+    def __init__(self, compute: Callable[[MetadataImage, str], T]) -> None:
+        self._compute = compute
+        self._values: dict[str, T] = {}  # bounded by the topics of one configs map
+        self._of: object = None
+
+    def get(self, image: MetadataImage, topic: str) -> T:
+        if image.configs is not self._of:
+            self._values.clear()
+            self._of = image.configs
+        value = self._values.get(topic)
+        if value is None:
+            value = self._values[topic] = self._compute(image, topic)
+        return value

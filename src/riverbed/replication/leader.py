@@ -298,6 +298,12 @@ class PartitionLeader:
         return out
 
     # ------------------------------------------------------------------ time
+    def tick_needed(self) -> bool:
+        """Can a ``tick`` do anything: a parked produce to expire, an AlterPartition to
+        resend, or an ISR member besides this leader that may fall behind? (A broker
+        leading 10,000 partitions of one replica must not walk them every tick.)"""
+        return bool(self._produces) or self.isr.pending is not None or len(self.isr.isr) > 1
+
     def tick(self, now_ms: int) -> list[Action]:
         """Expire parked produces, shrink the ISR, resend an overdue AlterPartition."""
         out: list[Action] = []

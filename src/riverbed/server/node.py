@@ -635,6 +635,8 @@ class Node:
             await self.quorum.close()
         if self.remote_log is not None:
             await self.remote_log.close()  # running uploads end before the logs close
+        if self.partitions is not None:
+            await self.partitions.stop_log_work()  # creations in workers end first
         if self.log_manager is not None:
             self.log_manager.shutdown(self._clean_shutdown_epoch())
         if self.http is not None:

@@ -227,8 +227,10 @@ class PartitionLog(LogRetention, LogCleaning, LogTxns):
 
     def assign_epoch_start(self, epoch: int, start_offset: int) -> None:
         """Kafka's ``maybeAssignEpochStartOffset``: a leader's epoch starts at
-        ``start_offset`` (its log end when it takes over)."""
-        self.epoch_cache.assign(epoch, start_offset)
+        ``start_offset`` (its log end when it takes over). A failed checkpoint write takes
+        the log dir offline, as every write of the log does."""
+        with self._failing_dir("leader epoch checkpoint"):
+            self.epoch_cache.assign(epoch, start_offset)
 
     def forget_epochs_from(self, offset: int) -> None:
         """Drop the epochs that start at or after ``offset`` (a follower truncating)."""

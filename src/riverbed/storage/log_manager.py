@@ -35,7 +35,8 @@ failed dir holds the metadata log. A restart recovers the dir's logs.
 :meth:`LogManager.get_or_create` picks the dir and reserves the partition under the
 manager's lock but builds the log (file work) outside it, so creations overlap each other
 and never block flushes, retention or lookups of other partitions; a second caller for
-the same partition waits for the first. ``delete`` and ``shutdown`` wait for creations in
+the same partition waits for the first. A creation that fails on the disk takes its dir
+offline (Kafka's ``getOrCreateLog``). ``delete`` and ``shutdown`` wait for creations in
 progress.
 """
 
@@ -399,11 +400,15 @@ class LogManager(LogMoves):
             plog = self._open_log(
                 d, key, config or self._config(topic), clean_shutdown=True, topic_id=topic_id
             )
-        except BaseException:
+        except BaseException as e:
             with self._lock:
                 self._unassign_dir(key)
                 del self._creating[key]
             done.set()
+            if isinstance(e, OSError):
+                # a disk that cannot take a new log (ENOSPC, EIO) fails its dir, as any
+                # write does (Kafka's getOrCreateLog: maybeAddOfflineLogDir)
+                raise self._dirs[d].fail(f"create log {topic}-{partition}", e) from e
             raise
         with self._lock:
             self._logs[key] = plog

@@ -35,9 +35,12 @@ WAIT_S = 20.0
 
 
 class Conn:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, wait_s: float = WAIT_S
+    ) -> None:
         self.reader, self.writer = reader, writer
         self.ids = itertools.count(1)
+        self.wait_s = wait_s  # liveness bound of one answer
 
     def send(self, api: int, version: int, body: Any) -> RequestHeader:
         header = RequestHeader(api, version, next(self.ids), "creation-test")
@@ -45,8 +48,9 @@ class Conn:
         return header
 
     async def recv(self, header: RequestHeader) -> Any:
-        (size,) = struct.unpack(">i", await asyncio.wait_for(self.reader.readexactly(4), WAIT_S))
-        frame = await asyncio.wait_for(self.reader.readexactly(size), WAIT_S)
+        header_bytes = await asyncio.wait_for(self.reader.readexactly(4), self.wait_s)
+        (size,) = struct.unpack(">i", header_bytes)
+        frame = await asyncio.wait_for(self.reader.readexactly(size), self.wait_s)
         return decode_response(header, frame)
 
     async def call(self, api: int, version: int, body: Any) -> Any:

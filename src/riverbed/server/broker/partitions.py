@@ -18,14 +18,31 @@ that becomes leader or follower with every registration change and owns the high
 watermark (the min log end over the ISR on a leader). Without one (unit tests of this
 module) the leader's high watermark is its log end offset after each append.
 
-Creating a partition log costs milliseconds of file creation and fsyncs; a topic of 500
-partitions would stall the event loop (every client) for seconds.  Once serving
-(`create_logs_off_loop`, called by the broker), new logs are created one at a time in a
-worker thread while the loop keeps serving; a partition becomes visible to produce and
-fetch when its log exists, and CreateTopics / CreatePartitions / auto-creation answer
-only once every pending log exists (`settled`).  A topic deleted or re-created while its
-log was being created has that log deleted again.  At start-up (before serving) logs are
-created inline, so `delete_orphans` sees every hosted partition.
+Creating a partition log costs milliseconds of file creation (and a become-leader its
+leader-epoch checkpoint); 10,000 new partitions stalled the event loop (every client) for
+seconds.  Once serving (`create_logs_off_loop`, called by the broker), logs are created
+and deleted in worker threads (`riverbed.server.broker.log_work`: ``LOG_WORK_THREADS`` at
+once, in order per partition) while the loop keeps serving, as Kafka's request threads
+serve while its metadata thread creates logs:
+
+- a partition becomes visible to produce and fetch when its log exists; until then it
+  answers NOT_LEADER_OR_FOLLOWER (Kafka's answer for a partition in the image that the
+  broker does not host yet); CreateTopics / CreatePartitions / auto-creation answer only
+  once every queued log job is done (`settled`);
+- the new log of a partition this node leads gets its leader epoch in the worker too (the
+  checkpoint write of the become-leader that follows; the core's own assignment of the
+  same epoch then writes nothing);
+- a deleted partition stops being served at once; its log is closed and renamed by a
+  worker, before any creation of the same partition queued after it (a re-created topic);
+- a log whose topic was deleted or re-created, or whose replica moved away, while it was
+  being created is deleted again; one whose leadership changed meanwhile takes the
+  registration current when it is installed;
+- a creation that fails on the disk (ENOSPC, EIO) takes the log dir offline (Kafka's
+  ``LogManager.getOrCreateLog``; the node halts when it was the last one online) and the
+  partition answers KAFKA_STORAGE_ERROR (Kafka's offline partition) until a restart.
+
+At start-up (before serving) logs are created inline, so `delete_orphans` sees every
+hosted partition; a log a crash left half-created is loaded (recovered) there.
 """
 
 from __future__ import annotations
@@ -33,20 +50,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Final, Protocol
 
-from riverbed.metadata.effective_config import topic_config_for
+from riverbed.metadata.effective_config import PerTopicConfigs, topic_config_for
 from riverbed.metadata.image import MetadataImage, PartitionRegistration, TopicImage
 from riverbed.metadata.storage_format import uuid_to_str
 from riverbed.producer.ledger import LedgerConfig
 from riverbed.producer.manager import ProducerStateConfig, ProducerStateManager
 from riverbed.protocol.errors import ErrorCode
+from riverbed.server.broker.log_work import Job, LogWork
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.purgatory import Purgatory
-from riverbed.server.supervise import guarded, supervise
+from riverbed.server.supervise import guarded
 from riverbed.storage.config import LogConfig
 from riverbed.storage.errors import StorageError
 from riverbed.storage.layout import METADATA_TOPIC
@@ -220,13 +239,17 @@ class PartitionManager:
         self.image: MetadataImage = MetadataImage.EMPTY
         #: attached by the node (None: no replication, this module's unit tests)
         self.replicas: ReplicaManager | None = None
-        # Off-loop creation: partitions whose log is still to be created (-> topic id),
-        # in image order; bounded by the partitions the image holds for this node.
+        # Off-loop log work (see the module docstring); both maps are bounded by the
+        # partitions the image holds for this node.
         self._off_loop = False
-        self._pending: dict[tuple[str, int], uuid.UUID] = {}
-        self._creator: asyncio.Task[None] | None = None
-        self._settled = asyncio.Event()
-        self._settled.set()
+        self._work = LogWork(self.fault_handler)
+        #: the topic id of the latest creation queued or running per partition
+        self._creating: dict[tuple[str, int], uuid.UUID] = {}
+        #: partitions whose log creation failed on the disk (-> topic id): offline here
+        self._offline: dict[tuple[str, int], uuid.UUID] = {}
+        self._configs = PerTopicConfigs(
+            lambda image, topic: log_config_for(image, topic, node_id, self.static_broker_config)
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         # A replica moved to another log dir (AlterReplicaLogDirs) reopens there: its
         # producer state is attached again and the hosted partition takes the new log.
@@ -239,12 +262,16 @@ class PartitionManager:
         self._loop = asyncio.get_running_loop() if _loop_running() else None
 
     async def settled(self) -> None:
-        """Wait until every partition log the image asks for exists."""
-        await self._settled.wait()
+        """Wait until every partition log the image asks for exists (or failed)."""
+        await self._work.idle()
+
+    async def stop_log_work(self) -> None:
+        """Stop creating and deleting logs (the node stops; before the log manager)."""
+        await self._work.close()
 
     # -- image changes -------------------------------------------------------------
     def log_config_for(self, image: MetadataImage, topic: str) -> LogConfig:
-        return log_config_for(image, topic, self.node_id, self.static_broker_config)
+        return self._configs.get(image, topic)
 
     def apply_image(self, image: MetadataImage) -> None:
         """Open logs for new partitions, close+delete removed ones, refresh configs."""
@@ -265,9 +292,7 @@ class PartitionManager:
                     if hosted is not None:  # same name, new topic id: the old log is gone
                         self._delete(key)
                     if self._off_loop and _loop_running():
-                        if self._pending.get(key) != topic.topic_id:
-                            self._pending[key] = topic.topic_id
-                            self._start_creator()
+                        self._queue_creation(key, topic.topic_id)
                         continue
                     plog = self._open_log(name, index, config, uuid_to_str(topic.topic_id))
                     hosted = HostedPartition(name, topic.topic_id, index, reg, plog, config)
@@ -291,9 +316,9 @@ class PartitionManager:
             topic_img: TopicImage | None = image.topics_by_name.get(name)
             if topic_img is None or index not in topic_img.partitions:
                 self._delete(key)
-        for key, topic_id in list(self._pending.items()):
+        for key, topic_id in list(self._offline.items()):
             if not self._wanted(key, topic_id):
-                del self._pending[key]
+                del self._offline[key]  # deleted or re-created: a new creation may work
         if self.replicas is not None:
             self.replicas.refresh_configs(image)  # dynamic configs bind at once
             self.replicas.refresh_brokers(image)  # re-registrations reach the leaders
@@ -307,48 +332,87 @@ class PartitionManager:
         reg = topic.partitions.get(key[1])
         return reg is not None and self.node_id in reg.replicas and key not in self.partitions
 
-    def _start_creator(self) -> None:
-        self._settled.clear()
-        if self._creator is None or self._creator.done():
-            self._creator = supervise(
-                "partition log creator", self._create_pending(), self.fault_handler
-            )
+    def _queue_creation(self, key: tuple[str, int], topic_id: uuid.UUID) -> None:
+        if topic_id in (self._creating.get(key), self._offline.get(key)):
+            return  # queued or running already, or failed on the disk (until a restart)
+        self._creating[key] = topic_id
+        job = Job(
+            partial(self._prepare_creation, key, topic_id),
+            partial(self._finish_creation, key, topic_id),
+        )
+        self._work.submit(key, job)
 
-    async def _create_pending(self) -> None:
-        try:
-            while self._pending:
-                key, topic_id = next(iter(self._pending.items()))
-                del self._pending[key]
-                if self._wanted(key, topic_id):
-                    await self._create_one(key, topic_id)
-        finally:
-            self._settled.set()
-
-    async def _create_one(self, key: tuple[str, int], topic_id: uuid.UUID) -> None:
-        name, index = key
-        config = self.log_config_for(self.image, name)
-        try:
-            plog = await asyncio.to_thread(
-                self._open_log, name, index, config, uuid_to_str(topic_id)
-            )
-        except (StorageError, OSError) as exc:
-            # a failing disk (its log dir goes offline); anything else is a fault
-            log.error("cannot create the log of partition %s-%d: %s", name, index, exc)
-            return
+    def _prepare_creation(
+        self, key: tuple[str, int], topic_id: uuid.UUID
+    ) -> Callable[[], object] | None:
+        """On the loop when the creation's turn comes: the file work, or None when the
+        image no longer wants this log here."""
         if not self._wanted(key, topic_id):
-            # Deleted (or re-created under a new id) while the log was being created.
-            log.info("deleting partition log %s-%d: its topic went away", name, index)
-            self.log_manager.delete(name, index)
+            if self._creating.get(key) == topic_id:
+                del self._creating[key]
+            return None
+        name, index = key
+        reg = self.image.topics_by_name[name].partitions[index]
+        lead_epoch = reg.leader_epoch if reg.leader == self.node_id else None
+        config = self.log_config_for(self.image, name)
+        return partial(self._create_log, name, index, config, uuid_to_str(topic_id), lead_epoch)
+
+    def _create_log(
+        self, name: str, index: int, config: LogConfig, topic_id: str, lead_epoch: int | None
+    ) -> PartitionLog:
+        """In a worker thread: the log, and for a new log this node leads, the leader
+        epoch its become-leader is about to assign (its checkpoint write)."""
+        plog = self._open_log(name, index, config, topic_id)
+        if lead_epoch is not None and plog.log_end_offset == 0 and not plog.epoch_entries():
+            plog.assign_epoch_start(lead_epoch, 0)
+        return plog
+
+    def _finish_creation(
+        self, key: tuple[str, int], topic_id: uuid.UUID, plog: object, error: BaseException | None
+    ) -> None:
+        """On the loop: serve the new log, or delete it when no longer wanted."""
+        name, index = key
+        if self._creating.get(key) == topic_id:
+            del self._creating[key]
+        if error is not None:
+            if not isinstance(error, (StorageError, OSError)):
+                raise error  # not a disk's failure: a fault (the supervisor halts the node)
+            log.error("cannot create the log of partition %s-%d: %s", name, index, error)
+            if self._wanted(key, topic_id):
+                self._offline[key] = topic_id  # KAFKA_STORAGE_ERROR until a restart
+            return
+        assert isinstance(plog, PartitionLog)
+        hosted = self.partitions.get(key)
+        if hosted is not None and hosted.log is plog:
+            return  # (created inline meanwhile: nothing to do)
+        if not self._wanted(key, topic_id):
+            # Deleted, re-created under a new id or moved away while being created: the
+            # deletion goes before any creation queued for the partition since.
+            log.info("deleting partition log %s-%d: not wanted here any more", name, index)
+            self._work.submit(key, self._deletion_job(name, index), first=True)
             return
         reg = self.image.topics_by_name[name].partitions[index]
+        config = self.log_config_for(self.image, name)
         hosted = HostedPartition(name, topic_id, index, reg, plog, config)
-        latest = self.log_config_for(self.image, name)
-        if latest != config:  # a config change arrived meanwhile
-            hosted.config = latest
+        if config != plog.config:  # a config change arrived meanwhile
             self._update_config(hosted)
         self.partitions[key] = hosted
         self._sync_high_watermark(hosted)
         self.purgatory.notify(key)
+
+    def _deletion_job(self, name: str, index: int) -> Job:
+        def work() -> Callable[[], object]:
+            return partial(self.log_manager.delete, name, index)
+
+        def done(_deleted: object, error: BaseException | None) -> None:
+            if error is None:
+                return
+            if not isinstance(error, (StorageError, OSError)):
+                raise error  # a fault (the supervisor halts the node)
+            # the rename failed: the dir is offline; its next start deletes the orphan
+            log.error("cannot delete the log of partition %s-%d: %s", name, index, error)
+
+        return Job(work, done)
 
     def _open_log(self, name: str, index: int, config: LogConfig, topic_id: str) -> PartitionLog:
         """The partition's log, with its producer state rebuilt and attached (snapshots +
@@ -382,8 +446,8 @@ class PartitionManager:
         for topic, index in list(self.log_manager.all_logs()):
             if topic == METADATA_TOPIC:
                 continue  # the metadata log is never a broker partition
-            if (topic, index) not in self.partitions and (topic, index) not in self._pending:
-                # (a pending one is being opened off the loop: the image has it)
+            if (topic, index) not in self.partitions and (topic, index) not in self._creating:
+                # (one queued for creation is being opened off the loop: the image has it)
                 log.info("deleting log %s-%d: not in the metadata image", topic, index)
                 self.log_manager.delete(topic, index)
 
@@ -391,11 +455,15 @@ class PartitionManager:
         hosted.log.update_config(hosted.config)
 
     def _delete(self, key: tuple[str, int]) -> None:
+        """Stop serving the partition now; its log goes (off the loop once serving)."""
         hosted = self.partitions.pop(key)
         if self.replicas is not None:
             self.replicas.remove(key)
         log.info("deleting partition log %s-%d", hosted.topic, hosted.index)
-        self.log_manager.delete(hosted.topic, hosted.index)
+        if self._off_loop and _loop_running():
+            self._work.submit(key, self._deletion_job(hosted.topic, hosted.index))
+        else:
+            self.log_manager.delete(hosted.topic, hosted.index)
         self.purgatory.notify(key)
 
     # -- data path -----------------------------------------------------------------
@@ -421,6 +489,8 @@ class PartitionManager:
         if reg is None:
             return NotServed(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         if hosted is None:
+            if (topic, index) in self._offline:
+                return NotServed(ErrorCode.KAFKA_STORAGE_ERROR)  # its creation failed here
             # in the image but not here (another node's, or its log is still being created)
             return NotServed(ErrorCode.NOT_LEADER_OR_FOLLOWER, reg.leader, reg.leader_epoch)
         if requested is not None:

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from riverbed.metadata.control_common import ControllerError
-from riverbed.metadata.effective_config import partition_config
+from riverbed.metadata.effective_config import PerTopicConfigs, partition_config
 from riverbed.metadata.image import MetadataImage
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import AlterPartitionRequest, AlterPartitionResponse
@@ -146,8 +146,11 @@ class ReplicaManager:
         self._tasks: list[asyncio.Task[None]] = []
         #: the image's configs map the cores last took theirs from (refresh_configs)
         self._configs_applied: object = None
-        self._config_cache: dict[str, ReplicaConfig] = {}  # topic -> of _config_cache_of
-        self._config_cache_of: object = None
+        self._configs = PerTopicConfigs(
+            lambda image, topic: ReplicaConfig.from_configs(
+                partition_config(image, topic, node_id, self.static_config)
+            )
+        )
         self._brokers_applied: object = None  # the brokers map `refresh_brokers` last took
         #: where an unexpected error of a loop goes (crash-only: riverbed.server.supervise)
         self.fault_handler: FaultHandler = fault_handler or ProcessTerminatingFaultHandler(node_id)
@@ -184,16 +187,9 @@ class ReplicaManager:
         return reg.broker_epoch if reg is not None else -1
 
     def _config_for(self, image: MetadataImage, topic: str) -> ReplicaConfig:
-        """The topic's replica config, resolved once per configs map (a few hundred us
-        each: an ISR change of every partition must not pay it per partition)."""
-        if image.configs is not self._config_cache_of:
-            self._config_cache.clear()  # bounded by the topics of one configs map
-            self._config_cache_of = image.configs
-        config = self._config_cache.get(topic)
-        if config is None:
-            values = partition_config(image, topic, self.node_id, self.static_config)
-            config = self._config_cache[topic] = ReplicaConfig.from_configs(values)
-        return config
+        """The topic's replica config, resolved once per configs map (an ISR change of
+        every partition must not pay a resolution per partition)."""
+        return self._configs.get(image, topic)
 
     def refresh_configs(self, image: MetadataImage) -> None:
         """After every metadata update: each core takes its topic's effective config now, so
@@ -431,11 +427,16 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ loops
     def tick(self) -> None:
-        """One timer step of every leader core (ISR shrink, produce timeouts, resends)."""
+        """One timer step of every leader core with timed work (ISR shrink, produce
+        timeouts, resends; ``PartitionLeader.tick_needed``)."""
         now = self.now_ms()
-        for key, core in list(self.cores.items()):
-            if core.leader is not None:
-                self._run(key, None, core.leader.tick(now))
+        due = [
+            (key, leader)
+            for key, core in self.cores.items()
+            if (leader := core.leader) is not None and leader.tick_needed()
+        ]
+        for key, leader in due:
+            self._run(key, None, leader.tick(now))
 
     async def _ticker(self) -> None:
         while True:

@@ -174,7 +174,8 @@ def _one_partition(records: bytes | None, code: int) -> tuple[ProduceRequest, Pr
 def test_one_partition_produce_counts_as_the_general_path_does() -> None:
     """The hot path (one topic, one partition, answered in order) and the general path
     count the same requests the same way: the same stream of produces through both."""
-    produces = [(_batch(3), 0), (_batch(5), 0), (_batch(2), 6), (None, 87), (_batch(1), 0)]
+    two = _batch(2) + _batch(3)  # two batches in one partition's records
+    produces = [(_batch(3), 0), (two, 0), (_batch(2), 6), (None, 87), (_batch(1), 0)]
     fast, general = TrafficStats(lambda _id: None), TrafficStats(lambda _id: None)
     for records, code in produces:
         req, resp = _one_partition(records, code)
@@ -184,7 +185,7 @@ def test_one_partition_produce_counts_as_the_general_path_does() -> None:
         assert fast.record(_ctx(0, PRODUCE_VERSIONS), req, resp) == "Produce"
     topic = fast.topics["t"]
     assert (topic.bytes_in, topic.messages_in) == (
-        2 * len(_batch(3) + _batch(5) + _batch(1)),
+        2 * len(_batch(3) + two + _batch(1)),
         2 * (3 + 5 + 1),
     )
     assert (topic.total_produce, topic.failed_produce) == (2 * 5, 2 * 2)

@@ -65,11 +65,12 @@ _BOUNDS_MS = np.array(TIME_BUCKETS_MS)
 PENDING_TIMINGS_MAX = 4096
 #: Nesting bound of the error-code walk (Kafka's messages nest three deep at most).
 _DEPTH_MAX = 8
-_INT32 = struct.Struct(">i")
 #: Record batch v2: batchLength at 8, recordsCount at 57, header 61 bytes.
 _BATCH_LENGTH_AT = 8
 _RECORDS_COUNT_AT = 57
 _BATCH_HEADER_BYTES = 61
+#: batchLength and recordsCount in one unpack (the bytes between them skipped)
+_LENGTH_AND_COUNT = struct.Struct(f">i{_RECORDS_COUNT_AT - _BATCH_LENGTH_AT - 4}xi")
 
 
 def request_name(api_key: int) -> str:
@@ -89,24 +90,20 @@ PRODUCE_VERSIONS = 16
 
 def record_count(records: bytes | bytearray | memoryview) -> int:
     """Records in a run of v2 batches (each header's recordsCount); stops at a torn tail."""
-    count = 0
-    pos = 0
     size = len(records)
-    if (
-        size >= _BATCH_HEADER_BYTES
-        and _INT32.unpack_from(records, _BATCH_LENGTH_AT)[0] == size - 12
-    ):
-        return max(
-            0, int(_INT32.unpack_from(records, _RECORDS_COUNT_AT)[0])
-        )  # one batch: the usual
+    if size >= _BATCH_HEADER_BYTES:
+        length, count = _LENGTH_AND_COUNT.unpack_from(records, _BATCH_LENGTH_AT)
+        if length == size - 12:  # one batch: the usual (one unpack, no loop)
+            return count if count > 0 else 0
+    total = 0
+    pos = 0
     while pos + _BATCH_HEADER_BYTES <= size:
-        (length,) = _INT32.unpack_from(records, pos + _BATCH_LENGTH_AT)
-        (n,) = _INT32.unpack_from(records, pos + _RECORDS_COUNT_AT)
-        if length <= 0 or n < 0 or pos + 12 + length > size:
+        length, count = _LENGTH_AND_COUNT.unpack_from(records, pos + _BATCH_LENGTH_AT)
+        if length <= 0 or count < 0 or pos + 12 + length > size:
             break
-        count += n
+        total += count
         pos += 12 + length
-    return count
+    return total
 
 
 class MsHistogram:
@@ -345,11 +342,17 @@ class TrafficStats:
             return
         self._produce_none += 1
         records = parts[0].records
-        if records:
-            topic.bytes_in += len(records)
-            topic.messages_in += record_count(records)
-        else:
+        if not records:
             topic.failed_produce += 1
+            return
+        size = len(records)
+        topic.bytes_in += size
+        if size >= _BATCH_HEADER_BYTES:  # `record_count`'s one-batch case, without a call
+            length, count = _LENGTH_AND_COUNT.unpack_from(records, _BATCH_LENGTH_AT)
+            if length == size - 12:
+                topic.messages_in += count if count > 0 else 0
+                return
+        topic.messages_in += record_count(records)
 
     def _produced_any(self, req: ProduceRequest, resp: ProduceResponse | None) -> None:
         """acks=0 has no response: its partitions all succeeded (a failure closed the

@@ -105,7 +105,9 @@ def bench_produce(args: argparse.Namespace) -> float:
         brokers = _start_pair(args, pair)
         try:
             for r in range(pair, args.rounds, pairs):
-                order = ["on", "off"] if r % 2 == 0 else ["off", "on"]
+                # each pair's rounds alternate which broker goes first (r % 2 would
+                # give a pair's rounds all one order when there are two pairs)
+                order = ["on", "off"] if (r // pairs) % 2 == 0 else ["off", "on"]
                 for name in order:
                     broker = brokers[name]
                     before = _cpu_s(broker.pid)

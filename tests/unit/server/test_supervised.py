@@ -49,7 +49,7 @@ SUPERVISED_MODULES = (
     "network.py",  # acceptors
     "coordinator.py",  # the group coordinator's timer and loads
     "txn_coordinator.py",  # the transaction coordinator's timer, loads, writes, markers
-    "broker/partitions.py",  # the partition log creator
+    "broker/log_work.py",  # the partition log work (creations and deletions, off the loop)
     "broker/producers.py",  # the producer id block prefetch
 )
 

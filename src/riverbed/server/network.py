@@ -131,8 +131,9 @@ class RequestObserver(Protocol):
         """Count an answered request (in its handler task); Kafka's request name."""
         ...
 
-    def sent(self, timing: RequestTiming) -> None:
-        """The request's response was handed to the socket (or, acks=0, dropped)."""
+    def sent(self, timings: list[RequestTiming]) -> None:
+        """These requests' responses were handed to the socket (or, acks=0, dropped);
+        the list is the observer's to keep."""
         ...
 
 
@@ -509,12 +510,14 @@ class Connection:
         await self.writer.drain()
 
     def _sent(self, timings: list[RequestTiming]) -> None:
+        """Stamp the requests sent (one call per write, not per request); ``timings`` is
+        handed over (callers give a list of their own or drop theirs after)."""
         observer = self.server.observer
         if observer is not None:
             now = time.perf_counter()
             for timing in timings:
                 timing.sent = now
-                observer.sent(timing)
+            observer.sent(timings)
 
     def _abort_pending(self) -> None:
         """Connection gone: cancel unanswered requests (their permits come back as their

@@ -219,8 +219,9 @@ def test_request_times_split_into_kafkas_stages() -> None:
     """received 0, dequeued 2 ms, parked 5 ms, answered 105 ms, taken 110 ms, sent 111 ms;
     a second request that never parked: all its handler time is local."""
     stats = TrafficStats(lambda _id: None)
-    stats.sent(_stamped(0.0, 0.002, 0.005, 0.105, 0.110, 0.111))
-    stats.sent(_stamped(1.0, 1.001, 0.0, 1.004, 1.004, 1.0045))
+    stats.sent([_stamped(0.0, 0.002, 0.005, 0.105, 0.110, 0.111)])
+    stats.sent([_stamped(1.0, 1.001, 0.0, 1.004, 1.004, 1.0045)])
+    stats.sent([RequestTiming(2.0)])  # never answered (its handler raised): not timed
     assert stats.times == {}  # folded at scrape time
     registry = CollectorRegistry(auto_describe=False)
     registry.register(TrafficCollector(stats, lambda: 0))
@@ -253,7 +254,7 @@ def test_request_times_split_into_kafkas_stages() -> None:
 def test_stamps_fold_when_bounded_and_bulk_matches_one_by_one() -> None:
     stats = TrafficStats(lambda _id: None)
     for i in range(PENDING_TIMINGS_MAX):  # never parked: local times 0 .. 4095 ms
-        stats.sent(_stamped(0.0, 0.0, 0.0, i / 1000, i / 1000, i / 1000))
+        stats.sent([_stamped(0.0, 0.0, 0.0, i / 1000, i / 1000, i / 1000)])
     assert "Produce" in stats.times
     one_by_one = MsHistogram()
     for i in range(PENDING_TIMINGS_MAX):

@@ -27,8 +27,8 @@ class Recorder:
         self.answered_bodies.append(body)
         return f"Toy{ctx.header.api_key}"
 
-    def sent(self, timing: RequestTiming) -> None:
-        self.timings.append(timing)
+    def sent(self, timings: list[RequestTiming]) -> None:
+        self.timings.extend(timings)
 
 
 async def handler(ctx: RequestContext, body: bytes) -> Any:

@@ -253,20 +253,21 @@ class TrafficStats:
             out[_PRODUCE_NONE] = out.get(_PRODUCE_NONE, 0) + self._produce_none
         return out
 
-    def sent(self, t: RequestTiming) -> None:
-        """`RequestObserver.sent`: keep the request's stamps for the next fold (the
-        stamps stay in the timing: nothing is computed per request here)."""
-        if t.name:  # else never answered (its handler raised)
-            pending = self._pending
-            pending.append(t)
-            if len(pending) >= PENDING_TIMINGS_MAX:
-                self.fold()
+    def sent(self, timings: list[RequestTiming]) -> None:
+        """`RequestObserver.sent`: keep the requests' stamps for the next fold (the
+        stamps stay in the timings: nothing is computed per request here)."""
+        pending = self._pending
+        pending.extend(timings)
+        if len(pending) >= PENDING_TIMINGS_MAX:
+            self.fold()
 
     def fold(self) -> None:
         """Fold the pending stamps into the histograms (scrape time, or when bounded)."""
         pending, self._pending = self._pending, []
         by_name: dict[str, list[RequestTiming]] = {}
         for t in pending:
+            if not t.name:  # never answered (its handler raised)
+                continue
             same = by_name.get(t.name)
             if same is None:
                 by_name[t.name] = [t]

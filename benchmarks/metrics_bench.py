@@ -1,7 +1,7 @@
 """Metrics benchmark (issue 21): what the hot-path counters cost, and scrape time.
 
 Run: ``.venv/bin/python -m benchmarks.metrics_bench [--messages 200000] [--rounds 3]
-[--pairs 2] [--concurrent] [--linger-ms 20] [--batch-records 20] [--control]
+[--pairs 2] [--concurrent] [--pin] [--linger-ms 20] [--batch-records 20] [--control]
 [--partitions 10000] [--only produce|record|scrape]``
 
 - ``produce``: two broker processes in the same run, one with the request/topic counters
@@ -18,7 +18,9 @@ Run: ``.venv/bin/python -m benchmarks.metrics_bench [--messages 200000] [--round
   rounds' ratios. Other processes move a round's CPU per message too (by up to 2x on two
   shared cores: cache and core contention), so ``--concurrent`` produces to both brokers
   of a round at once: both are measured under the same contention (the rates then share
-  the machine and mean little; the CPU ratio is the figure).
+  the machine and mean little; the CPU ratio is the figure), and ``--pin`` runs the
+  brokers on one CPU and the producers on the others (where the scheduler put a broker
+  beside its producer or not moved a round's CPU per message too).
 - ``record``: in-process, the CPU time the request metrics add to one produce request on
   the network layer's path (a request decoded afresh, its handler coroutine with and
   without the stamps and counters, the stamps' share of the fold; the two alternate, the
@@ -95,10 +97,27 @@ def _start_pair(args: argparse.Namespace, pair: int) -> dict[str, BrokerProcess]
     # --control: both brokers without the counters (an A/A run: the noise floor)
     enabled = {"on": "false" if args.control else "true", "off": "false"}
     names = ["on", "off"] if pair % 2 == 0 else ["off", "on"]
-    return {
+    brokers = {
         name: BrokerProcess(overrides={**common, "riverbed.metrics.enable": enabled[name]}).start()
         for name in names
     }
+    if args.pin:
+        for broker in brokers.values():
+            _pin(broker.pid, BROKER_CPU)
+    return brokers
+
+
+#: --pin: the CPU the brokers run on; the producers (this process) run on the others.
+BROKER_CPU = 1
+
+
+def _pin(pid: int | None, cpu: int) -> None:
+    """Every thread of process ``pid`` on ``cpu`` only (the threads it starts later
+    inherit it)."""
+    assert pid is not None
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(tid), {cpu})
 
 
 def _produce_both(
@@ -136,6 +155,8 @@ def bench_produce(args: argparse.Namespace) -> float:
     rates: dict[str, list[float]] = {"on": [], "off": []}
     cpu: dict[str, list[float]] = {"on": [], "off": []}  # broker CPU s of each round
     pairs = max(1, min(args.pairs, args.rounds))
+    if args.pin:  # before any producer: librdkafka's threads inherit it
+        os.sched_setaffinity(0, os.sched_getaffinity(0) - {BROKER_CPU})
     for pair in range(pairs):
         brokers = _start_pair(args, pair)
         try:
@@ -336,8 +357,14 @@ def main() -> None:
     parser.add_argument(
         "--concurrent", action="store_true", help="produce to both brokers of a round at once"
     )
+    parser.add_argument(
+        "--pin", action="store_true", help=f"brokers on CPU {BROKER_CPU}, producers elsewhere"
+    )
     parser.add_argument("--only", choices=("produce", "record", "scrape"))
     args = parser.parse_args()
+    allowed = os.sched_getaffinity(0)
+    if args.pin and (BROKER_CPU not in allowed or len(allowed) < 2):
+        parser.error(f"--pin needs CPU {BROKER_CPU} and another one (this process has {allowed})")
     cost_us = bench_record_cost(args) if args.only in (None, "record") else None
     if args.only in (None, "produce"):
         request_us = bench_produce(args)

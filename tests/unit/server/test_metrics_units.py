@@ -207,6 +207,39 @@ def test_one_partition_produce_counts_as_the_general_path_does() -> None:
     assert samples[(errors, (("error", "NONE"), ("request", "Produce")))] == 6
 
 
+def test_produce_v13_naming_topics_by_id_counts_under_their_names() -> None:
+    """Produce v13 (KIP-516) names topics by id only: the counters go to the topic's name
+    (they went to a topic named "" before)."""
+    stats = TrafficStats(lambda topic_id: "t" if topic_id == TOPIC_ID else None)
+    for partitions in (1, 2):  # the one-partition path and the general one
+        req = ProduceRequest(
+            acks=1,
+            timeout_ms=1000,
+            topic_data=[
+                ProduceRequest.TopicProduceData(
+                    topic_id=TOPIC_ID,
+                    partition_data=[
+                        ProduceRequest.PartitionProduceData(index=i, records=_batch(2))
+                        for i in range(partitions)
+                    ],
+                )
+            ],
+        )
+        resp = ProduceResponse(
+            responses=[
+                ProduceResponse.TopicProduceResponse(
+                    topic_id=TOPIC_ID,
+                    partition_responses=[
+                        ProduceResponse.PartitionProduceResponse(index=i) for i in range(partitions)
+                    ],
+                )
+            ]
+        )
+        stats.record(_ctx(0, 13), req, resp)
+    assert set(stats.topics) == {"t"}
+    assert (stats.topics["t"].messages_in, stats.topics["t"].total_produce) == (2 * 3, 3)
+
+
 def _stamped(*stamps: float) -> RequestTiming:
     """A Produce request's timing: received, dequeued, parked, answered, taken, sent."""
     t = RequestTiming(stamps[0])

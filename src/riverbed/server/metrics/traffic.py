@@ -312,6 +312,10 @@ class TrafficStats:
         key = (name, code)
         self._errors[key] = self._errors.get(key, 0) + 1
 
+    def _name_of(self, topic_id: uuid.UUID) -> str:
+        """The name of a topic a request names by id only (Produce v13+, Fetch v13+)."""
+        return self._topic_name(topic_id) or str(topic_id)
+
     def _topic(self, name: str) -> TopicCounters:
         counters = self.topics.get(name)
         if counters is None:
@@ -334,7 +338,8 @@ class TrafficStats:
         if len(parts) != 1 or len(codes) != 1 or answer.name != td.name:
             self._produced_any(req, resp)
             return
-        topic = self.topics.get(td.name) or self._topic(td.name)
+        name = td.name or self._name_of(td.topic_id)
+        topic = self.topics.get(name) or self._topic(name)
         topic.total_produce += 1
         code = codes[0].error_code
         if code:
@@ -367,7 +372,8 @@ class TrafficStats:
         topics = self.topics
         answered_none = 0  # partitions answered NONE (Kafka's errorCounts)
         for ti, td in enumerate(topic_data):
-            topic = topics.get(td.name) or self._topic(td.name)
+            topic_name = td.name or self._name_of(td.topic_id)
+            topic = topics.get(topic_name) or self._topic(topic_name)
             parts = td.partition_data
             codes = None  # acks=0
             if resp is not None:
@@ -416,7 +422,7 @@ class TrafficStats:
         sizes = {fr.token: fr.size for fr in spliced.files} if spliced is not None else {}
         self._error(name, _code_name(resp.error_code))
         for t in resp.responses:
-            topic = self._topic(t.topic or self._topic_name(t.topic_id) or str(t.topic_id))
+            topic = self._topic(t.topic or self._name_of(t.topic_id))
             for p in t.partitions:
                 topic.total_fetch += 1
                 self._error(name, _code_name(p.error_code))

@@ -35,7 +35,7 @@ CYCLE_TRACE_EVENTS_MAX: Final = 500_000
 
 
 class CycleTrace:
-    """Stage stamps buffered in memory, written on exit (or when full)."""
+    """Stage stamps buffered in memory (at most ``events_max``), written at exit."""
 
     def __init__(self, out: TextIO, events_max: int = CYCLE_TRACE_EVENTS_MAX) -> None:
         self.out = out

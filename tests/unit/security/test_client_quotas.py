@@ -151,18 +151,23 @@ def test_a_client_that_waits_its_throttle_keeps_to_the_quota(
     """The muted channel's promise: a client that sends only after its throttle time (and
     its own think time) never gets more than the quota over the run, beyond what the
     quota window lets through at once: bytes <= bound * (elapsed + samples * window) plus
-    the one request that crossed it."""
+    the one request that crossed it, plus what rounding gives back: each throttle time is
+    Kafka's Math.round of the exact one, up to 0.5 ms short per request (hypothesis found
+    16 requests 0.05 bytes over the bound without that term)."""
     windows = QuotaWindows()
     mgr = ClientQuotaManager(windows)
     b = book({("u", 0): bound})
     now = 0
     total = 0.0
+    requests = 0
     for size, gap in zip(sizes, gaps, strict=False):
         value = size * bound
         total += value
+        requests += 1
         now += mgr.record(b, "u", "c", value, now) + gap
     window_s = windows.samples * windows.window_ms / 1000
-    assert total <= bound * (now / 1000 + window_s) + 5.0 * bound
+    rounding_s = requests * 0.5 / 1000
+    assert total <= bound * (now / 1000 + window_s + rounding_s) + 5.0 * bound
 
 
 def test_connection_rate_of_an_address_or_the_default() -> None:

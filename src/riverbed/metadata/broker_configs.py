@@ -108,6 +108,8 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     _d("controller.quota.window.size.seconds", _I, "1", at_least(1),
        "The time span of each sample for alter topics and partitions quotas."),
     _d("request.timeout.ms", _I, "30000", at_least(0)),
+    _d("controller.socket.timeout.ms", _I, "30000", at_least(1),
+       "The socket timeout for controller-to-broker channels."),
     # --- logs
     _d("log.dir", _S, "/tmp/kafka-logs"),
     _d("log.dirs", _LI, None),

@@ -34,9 +34,10 @@ active controller's mutation quota: `riverbed.server.forwarding`) and then waits
 by ``FORWARD_APPLY_WAIT_S``, until its own replica of the image shows the result, so a
 client that created a topic through a follower sees it there next. A forward the
 controller did not answer, or answered NOT_CONTROLLER, goes again to the next active
-controller (Kafka's forwarding channel; `QuorumMetadata._write`); only when there is none
-by ``FORWARD_TIMEOUT_S`` does the operation fail with ``NotLeaderError`` (NOT_CONTROLLER:
-clients refresh metadata and retry).
+controller (Kafka's forwarding channel; `QuorumMetadata._write`), each attempt bounded by
+``controller.socket.timeout.ms``; only when none answered by `FORWARD_RETRY_TIMEOUT_S` from
+the first send does the operation fail with REQUEST_TIMED_OUT (Kafka's ForwardingManager:
+``onTimeout`` answers ``getErrorResponse(new TimeoutException())``; clients retry it).
 """
 
 from __future__ import annotations
@@ -151,8 +152,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Seconds a forwarded request may take (connect + the leader's commit).
+#: Seconds a forwarded request may take (connect + the leader's commit) in one attempt:
+#: ``controller.socket.timeout.ms``'s default (the config sets it per node).
 FORWARD_TIMEOUT_S = 30.0
+#: Seconds a metadata write is sent again (to each next active controller) before it fails
+#: with REQUEST_TIMED_OUT: Kafka's forwarding channel's ``retryTimeoutMs`` (60000, fixed in
+#: BrokerServer; not a config in Kafka either).
+FORWARD_RETRY_TIMEOUT_S = 60.0
 #: Largest response frame accepted from the active controller.
 FORWARD_RESPONSE_BYTES_MAX = 16 * 1024 * 1024
 #: Seconds a follower waits for its replica to show a forwarded operation's result.
@@ -169,6 +175,16 @@ def _not_controller(response: Message) -> bool:
     """Did the controller refuse ``response``'s request as not (or no longer) active?
     (Kafka's channel looks for NOT_CONTROLLER in the response's ``errorCounts``.)"""
     return ErrorCode.NOT_CONTROLLER.name in error_codes(response)
+
+
+def _forward_timed_out(api_key: int) -> ControllerError:
+    """A metadata write no active controller answered within `FORWARD_RETRY_TIMEOUT_S`:
+    REQUEST_TIMED_OUT (retriable), as Kafka's ForwardingManager answers one its channel
+    timed out (not NOT_CONTROLLER: this node does not know the write was not done)."""
+    return ControllerError(
+        ErrorCode.REQUEST_TIMED_OUT,
+        f"no active controller answered api_key={api_key} within {FORWARD_RETRY_TIMEOUT_S} s",
+    )
 
 
 def _expect(response: Message, response_type: type[ResponseT]) -> ResponseT:
@@ -299,6 +315,9 @@ class QuorumMetadata:
         self.driver = driver
         self.machine = machine
         self.heartbeat_interval_s = config.get_int("broker.heartbeat.interval.ms") / 1000
+        #: one forwarding attempt's bound (Kafka's NodeToControllerChannelManager: the
+        #: request timeout is min(controller.socket.timeout.ms, retryTimeoutMs))
+        self.forward_attempt_s = config.get_int("controller.socket.timeout.ms") / 1000
         #: Sessions and the early fence (riverbed.metadata.broker_liveness; in memory only,
         #: as in Kafka: a new active controller starts every session afresh).
         self.liveness = BrokerLiveness(
@@ -594,7 +613,9 @@ class QuorumMetadata:
         As Kafka's broker-to-controller channel (``NodeToControllerRequestThread``): a
         request the controller did not answer (connection refused, reset or closed
         mid-request, timed out) or answered NOT_CONTROLLER goes again, to whichever
-        controller is active next, until `FORWARD_TIMEOUT_S` from the first send. One
+        controller is active next, until `FORWARD_RETRY_TIMEOUT_S` from the first send,
+        then fails with REQUEST_TIMED_OUT (`_forward_timed_out`), as Kafka's
+        ForwardingManager answers a request its channel timed out. One
         that the old controller applied before it died gets the natural answer from the
         new one (CreateTopics TOPIC_ALREADY_EXISTS, DeleteTopics UNKNOWN_TOPIC_OR_PARTITION,
         CreatePartitions INVALID_PARTITIONS, ElectLeaders ELECTION_NOT_NEEDED, DeleteAcls
@@ -602,24 +623,28 @@ class QuorumMetadata:
         set a state and apply again unchanged; AllocateProducerIds takes a fresh block):
         never a success for something not done, and no NOT_CONTROLLER to clients that do
         not retry it (librdkafka's DeleteTopics hands it back)."""
-        deadline = time.monotonic() + FORWARD_TIMEOUT_S
+        deadline = time.monotonic() + FORWARD_RETRY_TIMEOUT_S
         while True:
-            # waits out an election (the whole deadline, not `ACTIVATION_WAIT_S`): a loaded
-            # quorum can take longer than that to elect after its leader died
-            leader = await self._wait_active_or_leader(deadline)
+            try:
+                # waits out an election (the whole deadline, not `ACTIVATION_WAIT_S`): a
+                # loaded quorum can take longer than that to elect after its leader died
+                leader = await self._wait_active_or_leader(deadline)
+            except NotLeaderError:
+                raise _forward_timed_out(api_key) from None
             try:
                 if leader < 0:
                     # NotLeaderError here: leadership moved while the operation committed
                     return _expect(await self._run_for(request, origin), response_type)
-                remaining = max(deadline - time.monotonic(), CONTROLLER_POLL_S)
-                answer = await self.forward(leader, api_key, request, remaining, origin)
+                attempt_s = min(self.forward_attempt_s, deadline - time.monotonic())
+                attempt_s = max(attempt_s, CONTROLLER_POLL_S)
+                answer = await self.forward(leader, api_key, request, attempt_s, origin)
                 response = _expect(answer, response_type)
                 if not _not_controller(response):
                     break
             except NotLeaderError as exc:  # not answered, or the controller resigned mid-way
                 log.debug("write api_key=%s via %d: %r; sending again", api_key, leader, exc)
             if time.monotonic() >= deadline:
-                raise NotLeaderError(self.driver.node.leader_id, self.driver.node.epoch)
+                raise _forward_timed_out(api_key)
             await asyncio.sleep(CONTROLLER_POLL_S)  # Kafka's reconnect back-off (50 ms)
         if settled is not None:
             await self._wait_until(lambda: settled(response))
@@ -990,7 +1015,7 @@ class QuorumMetadata:
         leader: int,
         api_key: int,
         request: Message,
-        timeout_s: float = FORWARD_TIMEOUT_S,
+        timeout_s: float | None = None,
         origin: Origin | None = None,
     ) -> Message:
         """Send ``request`` to ``leader``'s controller listener; its decoded response.
@@ -998,7 +1023,10 @@ class QuorumMetadata:
         or silent: the caller retries, or its client does). A client's CreateTopics /
         DeleteTopics / CreatePartitions (``origin`` given) goes in an Envelope
         (`riverbed.server.forwarding`); an envelope the controller refused is
-        UNKNOWN_SERVER_ERROR to the client, as Kafka's ForwardingManager answers."""
+        UNKNOWN_SERVER_ERROR to the client, as Kafka's ForwardingManager answers.
+        ``timeout_s`` defaults to ``controller.socket.timeout.ms``."""
+        if timeout_s is None:
+            timeout_s = self.forward_attempt_s
         if origin is None or api_key not in ENVELOPED_APIS:
             return await self._exchange(leader, api_key, request, timeout_s)
         envelope = wrap_request(api_key, request, origin)

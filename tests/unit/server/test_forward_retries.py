@@ -19,10 +19,12 @@ from typing import Any
 
 import pytest
 
+from riverbed.metadata.control_common import ControllerError
 from riverbed.metadata.image import MetadataImage
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import decode_request, encode_response
 from riverbed.protocol.messages import (
+    AlterConfigsRequest,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
@@ -31,13 +33,14 @@ from riverbed.protocol.messages import (
 )
 from riverbed.raft.node import NotLeaderError
 from riverbed.raft.roles import Role
-from riverbed.server.broker.error_response import error_response
+from riverbed.server.broker.error_response import error_code_of, error_response
 from riverbed.server.client_login import PLAINTEXT_CLIENT
 from riverbed.server.quorum import QuorumMetadata
 
 CONTROLLER = 2
 #: what the fake controller does with the n-th connection's request
 CLOSE = "close"  # reads it, then dies: the connection closes without an answer
+SILENT = "silent"  # reads it and never answers (a stalled controller)
 
 Step = str | ErrorCode
 
@@ -60,7 +63,9 @@ class FakeController:
             header, body = decode_request(await reader.readexactly(size))
             self.seen.append(body)
             step = self.script.pop(0) if self.script else CLOSE
-            if step != CLOSE:
+            if step == SILENT:
+                await reader.read()  # until the node gives up and closes
+            elif step != CLOSE:
                 assert isinstance(step, ErrorCode)
                 answer = error_response(header.api_key, body, header.api_version, step)
                 writer.write(encode_response(header, answer))
@@ -81,6 +86,7 @@ def follower_of(port: int, image: MetadataImage = MetadataImage.EMPTY) -> Quorum
     )
     quorum = QuorumMetadata.__new__(QuorumMetadata)
     quorum.node_id = 1
+    quorum.forward_attempt_s = 30.0  # controller.socket.timeout.ms's default
     quorum.voters = {CONTROLLER: ("127.0.0.1", port)}
     quorum.driver = SimpleNamespace(node=node)  # type: ignore[assignment]
     quorum.transport = SimpleNamespace(security=PLAINTEXT_CLIENT)  # type: ignore[assignment]
@@ -141,14 +147,54 @@ def test_not_controller_answer_is_sent_again_to_the_active_controller() -> None:
     assert len(seen) == 2
 
 
-def test_a_controller_that_never_answers_ends_in_not_controller_at_the_deadline(
+def test_a_controller_that_never_answers_ends_in_request_timed_out_at_the_deadline(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Bounded: with no controller answering, the write gives up at its deadline with
-    NotLeaderError (NOT_CONTROLLER), never a success."""
-    monkeypatch.setattr("riverbed.server.quorum.FORWARD_TIMEOUT_S", 0.5)
-    with pytest.raises(NotLeaderError):
+    REQUEST_TIMED_OUT, as Kafka's ForwardingManager answers a request its channel timed
+    out (``getErrorResponse(new TimeoutException())``), never a success (before:
+    NotLeaderError, NOT_CONTROLLER to the client)."""
+    monkeypatch.setattr("riverbed.server.quorum.FORWARD_RETRY_TIMEOUT_S", 0.5)
+    with pytest.raises(ControllerError) as raised:
         run_against([CLOSE] * 1000, lambda q: q.delete_topics(delete("t")))
+    assert error_code_of(raised.value) is ErrorCode.REQUEST_TIMED_OUT
+
+
+def test_no_controller_at_all_ends_in_request_timed_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No leader known for the whole deadline (an election that does not end): the
+    queued write times out as in Kafka's channel, REQUEST_TIMED_OUT (before:
+    NOT_CONTROLLER)."""
+    monkeypatch.setattr("riverbed.server.quorum.FORWARD_RETRY_TIMEOUT_S", 0.3)
+
+    async def main() -> None:
+        quorum = follower_of(1)
+        quorum.driver.node.leader_id = -1
+        await asyncio.wait_for(quorum.alter_configs(AlterConfigsRequest(resources=[])), 20)
+
+    with pytest.raises(ControllerError) as raised:
+        asyncio.run(main())
+    assert raised.value.code is ErrorCode.REQUEST_TIMED_OUT
+
+
+def test_a_stalled_controller_is_given_up_after_one_attempts_timeout() -> None:
+    """One attempt is bounded by ``controller.socket.timeout.ms`` (Kafka's channel:
+    min(controller.socket.timeout.ms, retryTimeoutMs)), not the whole retry deadline: a
+    controller that takes the request and stalls is given up after it, and the write goes
+    again to the one that answers (before: the first attempt had the whole deadline)."""
+    request = CreateTopicsRequest(
+        topics=[CreateTopicsRequest.CreatableTopic(name="t", num_partitions=1)],
+        timeout_ms=30_000,
+    )
+
+    async def create(quorum: QuorumMetadata) -> CreateTopicsResponse:
+        quorum.forward_attempt_s = 0.3
+        return await quorum.create_topics(request)
+
+    response, seen = run_against([SILENT, ErrorCode.TOPIC_ALREADY_EXISTS], create)
+    assert [(t.name, t.error_code) for t in response.topics] == [
+        ("t", ErrorCode.TOPIC_ALREADY_EXISTS)
+    ]
+    assert len(seen) == 2
 
 
 def test_a_write_the_active_controller_lost_mid_commit_goes_to_the_next_one() -> None:

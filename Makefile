@@ -29,7 +29,7 @@ PYTEST_WORKERS ?= 0
 EXT_SUFFIX := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
 COLUMNAR := src/riverbed/spark/_columnar$(EXT_SUFFIX) src/riverbed/protocol/_fastpath$(EXT_SUFFIX)
 
-.PHONY: run test lint typecheck unit sysdeps venv bench soak soak-spark clean ext vendor wheel
+.PHONY: run test lint typecheck unit sysdeps venv bench soak soak-spark fuzz clean ext vendor wheel
 
 $(UV):
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet --user uv || $(PYTHON) -m pip install --quiet uv
@@ -99,6 +99,11 @@ endif
 
 unit: $(STAMP) $(COLUMNAR)
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
+
+# The property tests with random seeds and more examples (make test derandomizes them so a
+# clean clone runs the examples its author ran); each failure prints its reproduce blob.
+fuzz: $(STAMP) $(COLUMNAR)
+	HYPOTHESIS_PROFILE=fuzz $(VENV)/bin/pytest -q -n $(UNIT_WORKERS) --dist load $(IN_PROCESS_TESTS) $(PYTEST_ARGS)
 
 bench: $(STAMP) $(COLUMNAR)
 	$(VENV)/bin/python -m benchmarks.codec_bench

@@ -9,11 +9,23 @@ property is still checked on every example.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import HealthCheck, settings
 
-settings.register_profile("riverbed", deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("riverbed")
+_SLOW_OK = [HealthCheck.too_slow]
+settings.register_profile(
+    "riverbed", deadline=None, suppress_health_check=_SLOW_OK, derandomize=True
+)
+settings.register_profile(
+    "fuzz",
+    deadline=None,
+    suppress_health_check=_SLOW_OK,
+    max_examples=1000,
+    print_blob=True,
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "riverbed"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -28,8 +28,14 @@ from riverbed.metadata.recently_fenced import RecentlyFenced
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import RequestHeader
-from riverbed.protocol.messages import CreateTopicsRequest, MetadataRequest, MetadataResponse
+from riverbed.protocol.messages import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
 from riverbed.security.principal import ANONYMOUS
+from riverbed.server.broker.auto_create import AutoTopicCreations
 from riverbed.server.broker.cluster_info import handle_metadata
 from riverbed.server.network import RequestContext
 
@@ -61,12 +67,22 @@ def ask_lagging_node(
     """A producer's Metadata (auto-creation allowed) to a node without the topic yet; its
     replica applies the topic ``applied_after_s`` after the controller answered (None:
     not during the request)."""
+    (topic,), _ = ask_lagging_node_at_once(script, applied_after_s, 1)
+    return topic
+
+
+def ask_lagging_node_at_once(
+    script: list[Step], applied_after_s: float | None, producers: int
+) -> tuple[list[MetadataResponse.MetadataResponseTopic], int]:
+    """``producers`` such Metadata requests at once; their answers for the topic and the
+    number of requests the controller received."""
     before, after = _images()
 
     async def main() -> Any:
         fake = FakeController(script)
         quorum = follower_of(await fake.start(), before)
         broker = SimpleNamespace(
+            auto_topic_creations=AutoTopicCreations(quorum.auto_create_topic),
             metadata=quorum,
             authz=None,
             config=SimpleNamespace(auto_create_topics_enable=True, node_id=quorum.node_id),
@@ -91,16 +107,17 @@ def ask_lagging_node(
             allow_auto_topic_creation=True,
         )
         applier = asyncio.create_task(lagging_apply())
+        asks = [handle_metadata(broker, ctx, request) for _ in range(producers)]
         try:
-            return await asyncio.wait_for(handle_metadata(broker, ctx, request), 20)
+            return await asyncio.wait_for(asyncio.gather(*asks), 20), len(fake.seen)
         finally:
             applier.cancel()
             await fake.close()
 
-    response = asyncio.run(main())
-    (topic,) = response.topics
-    assert topic.name == TOPIC
-    return topic
+    responses, seen = asyncio.run(main())
+    topics = [t for r in responses for t in r.topics]
+    assert [t.name for t in topics] == [TOPIC] * producers
+    return topics, seen
 
 
 def test_topic_another_node_just_created_is_answered_once_applied() -> None:
@@ -131,3 +148,45 @@ def test_topic_the_controller_refuses_to_create_stays_unknown(
     monkeypatch.setattr("riverbed.server.quorum.FORWARD_APPLY_WAIT_S", 0.3)
     topic = ask_lagging_node([ErrorCode.INVALID_REPLICATION_FACTOR], None)
     assert (topic.error_code, topic.partitions) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])
+
+
+def test_producers_asking_at_once_cost_the_controller_one_creation() -> None:
+    """Five producers ask a follower for the same missing topic at once: one CreateTopics
+    reaches the controller (Kafka's AutoTopicCreationManager keeps the topics in flight and
+    sends none twice), and every producer is answered with the created topic (before: one
+    CreateTopics per Metadata request)."""
+    script: list[Step] = [ErrorCode.NONE] * 5
+    topics, seen = ask_lagging_node_at_once(script, APPLY_LAG_S, 5)
+    assert seen == 1
+    assert [(t.error_code, len(t.partitions)) for t in topics] == [(0, 1)] * 5
+
+
+def test_auto_creations_in_flight_are_bounded() -> None:
+    """At `inflight_max` topics in flight another topic's creation is not sent (the
+    client asks again); the same topic joins its creation; a finished creation frees its
+    place."""
+
+    async def main() -> tuple[list[CreateTopicsResponse | None], list[str], int]:
+        sent: list[str] = []
+        release = asyncio.Event()
+
+        async def create(name: str) -> CreateTopicsResponse:
+            sent.append(name)
+            await release.wait()
+            return CreateTopicsResponse(topics=[])
+
+        creations = AutoTopicCreations(create, inflight_max=1)
+        first = asyncio.ensure_future(creations.create("a"))
+        joined = asyncio.ensure_future(creations.create("a"))
+        while len(sent) < 1:  # both have started: "a" is in flight
+            await asyncio.sleep(0)
+        refused = await creations.create("b")
+        release.set()
+        answers = [await asyncio.wait_for(first, 10), await joined, refused]
+        after = await creations.create("b")
+        return [*answers, after], sent, creations.inflight
+
+    answers, sent, inflight = asyncio.run(main())
+    assert answers[0] is answers[1] and answers[0] is not None
+    assert answers[2] is None and answers[3] is not None
+    assert sent == ["a", "b"] and inflight == 0

@@ -242,9 +242,12 @@ async def _auto_create(broker: Broker, names: list[str]) -> set[str]:
     exists: set[str] = set()
     for name in names:
         try:
-            response = await broker.metadata.auto_create_topic(name)
+            # one creation per name in flight on this broker (riverbed.server.broker.auto_create)
+            response = await broker.auto_topic_creations.create(name)
         except Exception:  # reported as UNKNOWN_TOPIC_OR_PARTITION
             log.exception("auto-creating topic %r failed", name)
+            continue
+        if response is None:  # too many other creations in flight: the client asks again
             continue
         if any(t.name == name and t.error_code in _EXISTS for t in response.topics):
             exists.add(name)

@@ -61,6 +61,7 @@ from riverbed.server.broker.authorization import (
     split,
     with_refused,
 )
+from riverbed.server.broker.auto_create import AutoTopicCreations
 from riverbed.server.broker.error_response import error_code_of, error_response
 from riverbed.server.broker.partitions import PartitionManager
 from riverbed.server.broker.quota_enforcement import BrokerQuotas, run_timed, set_throttle_time
@@ -227,6 +228,9 @@ class Broker:
         self.recently_fenced = RecentlyFenced(
             config.get_int("riverbed.metadata.fenced.broker.listing.grace.ms")
         )
+        #: Metadata's topic auto-creations in flight, one per name (Kafka's
+        #: AutoTopicCreationManager)
+        self.auto_topic_creations = AutoTopicCreations(metadata.auto_create_topic)
         #: the wall clock of the shell's time-stamped views
         self.clock: Clock = clock or SystemClock()
         metadata.add_listener(
@@ -238,6 +242,7 @@ class Broker:
         partitions.create_logs_off_loop()
 
     def close(self) -> None:
+        self.auto_topic_creations.close()
         self.groups.close()
         self.transactions.close()
         self.txn_verifier.close()

@@ -10,12 +10,17 @@ A new partition reads ``(was none)``; a deleted topic ``controller 1 decided ord
 deleted``. Brokers log the ``received`` and ``completed`` side of the same changes to the
 same logger (``riverbed.server.replication.manager``), so a node's file tells a change's
 whole lifecycle.
+
+One CreateTopics of 10,000 partitions logs 10,000 lines: written at once they held the
+active controller's event loop (every client of the node) for a second. `decision_slices`
+logs them in slices of ``DECISION_SLICE_RECORDS`` records, and the asyncio shell lets the
+loop run between two slices.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from riverbed.metadata.image import MetadataImage
 from riverbed.protocol.messages import (
@@ -26,16 +31,33 @@ from riverbed.protocol.messages import (
 )
 
 state_change_log = logging.getLogger("riverbed.state.change")
+#: Records `decision_slices` looks at (and lines it logs, at most) between two yields.
+DECISION_SLICE_RECORDS = 100
 
 
 def log_decisions(
     node_id: int, before: MetadataImage, after: MetadataImage, records: Sequence[Message]
 ) -> None:
     """Log what ``records`` (committed, replayed from ``before`` into ``after``) changed."""
+    for _ in decision_slices(node_id, before, after, records):
+        pass
+
+
+def decision_slices(
+    node_id: int,
+    before: MetadataImage,
+    after: MetadataImage,
+    records: Sequence[Message],
+    slice_records: int = DECISION_SLICE_RECORDS,
+) -> Iterator[None]:
+    """`log_decisions`, yielding after every ``slice_records`` records (the caller may
+    let other work run there: the images are immutable, the lines keep their order)."""
     if not state_change_log.isEnabledFor(logging.INFO):
         return
     seen: set[tuple[object, int]] = set()
-    for record in records:
+    for done, record in enumerate(records, 1):
+        if done % slice_records == 0:
+            yield
         if isinstance(record, RemoveTopicRecord):
             gone = before.topic_by_id(record.topic_id)
             if gone is not None:

@@ -298,11 +298,33 @@ class PartitionLeader:
         return out
 
     # ------------------------------------------------------------------ time
-    def tick_needed(self) -> bool:
-        """Can a ``tick`` do anything: a parked produce to expire, an AlterPartition to
-        resend, or an ISR member besides this leader that may fall behind? (A broker
-        leading 10,000 partitions of one replica must not walk them every tick.)"""
-        return bool(self._produces) or self.isr.pending is not None or len(self.isr.isr) > 1
+    def next_tick_ms(self, now_ms: int) -> tuple[int, bool]:
+        """(the earliest time a ``tick`` can do something, whether the next local append
+        may make it earlier): a parked produce expiring, an AlterPartition due again, or
+        an ISR member falling out of sync. The timer ticks a leader only then, so a broker
+        leading 10,000 partitions does not walk them all every tick. An ISR member is out
+        of sync once it is behind the log end and was last caught up more than
+        ``replica.lag.time.max.ms`` ago; one at the log end whose time has passed falls
+        out only when the log grows (True: ask again after the next append). A time
+        after ``now_ms`` can be too early (a fetch since moves it), never too late."""
+        due = min((p.deadline_ms for p in self._produces.values()), default=_NEVER_MS)
+        resend = self.isr.next_deadline_ms(self.config.alter_partition_timeout_ms)
+        if resend is not None:
+            due = min(due, resend)
+        if self.isr.pending is not None:
+            return due, False  # no shrink while a change is in flight (its answer reschedules)
+        leo, lag = self.log.log_end_offset, self.config.replica_lag_time_max_ms
+        on_append = False
+        for r in self.isr.isr:
+            remote = self.remotes.get(r) if r != self.broker_id else None
+            if remote is None:
+                continue
+            behind_at = remote.last_caught_up_ms + lag + 1
+            if behind_at > now_ms or remote.log_end_offset != leo:
+                due = min(due, max(behind_at, self.isr.quiet_until_ms))
+            else:
+                on_append = True
+        return due, on_append
 
     def tick(self, now_ms: int) -> list[Action]:
         """Expire parked produces, shrink the ISR, resend an overdue AlterPartition."""
@@ -324,13 +346,3 @@ class PartitionLeader:
             out.append(again)
         out += self._maybe_shrink(now_ms)
         return out
-
-    def next_deadline_ms(self) -> int:
-        """When a parked produce expires or an AlterPartition is due again. The ISR is
-        checked on every ``tick``: call it at least every ``replica.lag.time.max.ms / 2``
-        too (Kafka's isr-expiration period)."""
-        times = [p.deadline_ms for p in self._produces.values()]
-        resend = self.isr.next_deadline_ms(self.config.alter_partition_timeout_ms)
-        if resend is not None and resend < _NEVER_MS:
-            times.append(resend)
-        return min(times, default=_NEVER_MS)

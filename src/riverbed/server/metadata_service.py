@@ -26,7 +26,7 @@ from riverbed.metadata.image import (
     MetadataImage,
     iter_image_records,
 )
-from riverbed.metadata.state_change import log_decisions
+from riverbed.metadata.state_change import decision_slices
 from riverbed.protocol.messages import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
@@ -222,7 +222,9 @@ class MetadataService:
             before = self._image
             result = op(before, self.clock.now_ms())
             await self._commit(result.records)
-            log_decisions(self.controller.config.node_id, before, self._image, result.records)
+            after, node_id = self._image, self.controller.config.node_id
+            for _ in decision_slices(node_id, before, after, result.records):
+                await asyncio.sleep(0)  # the loop serves others between slices of lines
             return result.response
 
     # ----- admin operations (responses are protocol messages)

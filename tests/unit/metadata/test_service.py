@@ -200,3 +200,50 @@ def test_controller_logs_each_partition_state_change_it_decides(tmp_path, caplog
         f"removing [] (was leader 1 at leader epoch {before.leader_epoch})",
         "controller 1 decided s: deleted",
     ]
+
+
+def test_a_large_operations_state_change_lines_let_the_loop_run_between_slices(tmp_path, caplog):
+    """10,000 lines of one CreateTopics written at once held the event loop for a second:
+    other tasks run between slices of ``DECISION_SLICE_RECORDS`` records now."""
+    import logging
+
+    from riverbed.metadata.state_change import DECISION_SLICE_RECORDS
+
+    partitions = 5 * DECISION_SLICE_RECORDS
+    passes = [0]
+    seen_at: list[int] = []
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen_at.append(passes[0])
+
+    async def other_task(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            passes[0] += 1
+            await asyncio.sleep(0)
+
+    async def run():
+        svc = new_service(tmp_path)
+        await svc.start()
+        await register_unfenced(svc, 1, [])
+        stop = asyncio.Event()
+        other = asyncio.ensure_future(other_task(stop))
+        CT = CreateTopicsRequest
+        request = CT(
+            topics=[CT.CreatableTopic(name="big", num_partitions=partitions, replication_factor=1)]
+        )
+        resp = await svc.create_topics(request)
+        stop.set()
+        await other
+        svc.close()
+        assert resp.topics[0].error_code == 0
+
+    handler = Seen()
+    logging.getLogger("riverbed.state.change").addHandler(handler)
+    try:
+        with caplog.at_level(logging.INFO, logger="riverbed.state.change"):
+            asyncio.run(run())
+    finally:
+        logging.getLogger("riverbed.state.change").removeHandler(handler)
+    assert len(seen_at) == partitions  # every line, in slices the other task ran between
+    assert len(set(seen_at)) >= partitions // DECISION_SLICE_RECORDS

@@ -184,6 +184,38 @@ def test_acks_all_delayed_produce() -> None:
     assert ld.resign() == [ProduceCompleted(4, ErrorCode.NOT_LEADER_OR_FOLLOWER)]
 
 
+def test_next_tick_is_the_first_time_a_tick_has_work() -> None:
+    """The replica timer ticks a leader only at ``next_tick_ms``: no tick before it may
+    have work, and the one at it does (ISR shrink, produce expiry, AlterPartition resend)."""
+    never = 2**62
+    ld, _ = leader_with(10)  # ISR (1, 2, 3) at 0: both followers caught up "at 0"
+    ld.on_follower_fetch(fetch(2, 10, last_epoch=4), 100)  # at the log end: caught up at 100
+    ld.on_follower_fetch(fetch(3, 4, last_epoch=4), 100)  # behind since 0
+    assert ld.next_tick_ms(100) == (1001, False)  # 3 is out of sync after 0 + 1000 ms
+    ld.park_produce(1, 10, 500, 100)
+    assert ld.next_tick_ms(100) == (600, False)
+    assert of(ProduceCompleted, ld.tick(599)) == [] and ld.tick(599) == []
+    assert ld.tick(600) == [ProduceCompleted(1, ErrorCode.REQUEST_TIMED_OUT)]
+    assert ld.tick(1000) == []
+    (req,) = of(AlterIsr, ld.tick(1001))
+    assert req.new_isr == (1, 2)
+    resend = 1001 + CONFIG.alter_partition_timeout_ms  # in flight: no shrink, a resend
+    assert ld.next_tick_ms(1001) == (resend, False)
+    assert of(AlterIsr, ld.tick(resend - 1)) == [] and of(AlterIsr, ld.tick(resend)) == [req]
+    # an ISR member at the log end is never out of sync, however long ago it fetched:
+    # nothing is timed until the log grows
+    ld, log = leader_with(10, isr=(1, 2))
+    ld.on_follower_fetch(fetch(2, 10, last_epoch=4), 100)
+    assert ld.next_tick_ms(500) == (1101, False)
+    assert ld.next_tick_ms(5000) == (never, True)
+    assert ld.tick(5000) == []
+    log.append_as_leader("x", 5)
+    ld.on_local_append(5001)
+    assert ld.next_tick_ms(5001) == (1101, False)  # overdue: the next tick shrinks
+    (req,) = of(AlterIsr, ld.tick(5001))
+    assert req.new_isr == (1,)
+
+
 def test_follower_truncates_by_epochs_never_to_the_high_watermark() -> None:
     log = MemLog()
     for i in range(6):

@@ -497,10 +497,12 @@ def test_a_creation_failing_on_the_disk_takes_its_dir_offline(tmp_path: Path) ->
     asyncio.run(scenario())
 
 
-def test_the_timer_skips_leaders_with_nothing_timed(tmp_path: Path) -> None:
-    """A broker leading thousands of one-replica partitions walked them all every tick
-    (100 ms): a loop stall growing with the partitions. Only leaders with a parked
-    produce, a pending AlterPartition or another ISR member are ticked now."""
+def test_the_timer_ticks_only_leaders_with_something_due(tmp_path: Path) -> None:
+    """A broker leading thousands of partitions walked them all every tick (100 ms): a
+    loop stall growing with the partitions, a fifth of a core at 10,000. The timer ticks a
+    leader only when its ``next_tick_ms`` comes: a parked produce expiring, an ISR member
+    that may have fallen out of sync (``replica.lag.time.max.ms`` after it was last caught
+    up), a resend."""
 
     async def scenario() -> None:
         async with serving_broker(tmp_path) as b:
@@ -519,16 +521,29 @@ def test_the_timer_skips_leaders_with_nothing_timed(tmp_path: Path) -> None:
 
                 leader.tick = spy  # type: ignore[method-assign]
             b.replicas.tick()
-            assert ticked == ["pair"]
-            # a parked produce on the lone leader is timed again: it still expires
+            assert ticked == []  # nothing due: 2 is in sync for replica.lag.time.max.ms
+            # a parked produce on the lone leader is timed: it expires
             outcome: list[ErrorCode] = []
             alone = b.partitions.get("alone", 0)
             assert alone is not None
             b.replicas.park_produce(alone, 5, 1000, outcome.append)
             assert outcome == []  # parked
-            b.now_ms += 1000
+            b.now_ms += 999
             b.replicas.tick()
-            assert ticked[0] == "pair" and sorted(ticked[1:]) == ["alone", "pair"]
-            assert outcome == [ErrorCode.REQUEST_TIMED_OUT]
+            assert ticked == [] and outcome == []
+            b.now_ms += 1
+            b.replicas.tick()
+            assert ticked == ["alone"] and outcome == [ErrorCode.REQUEST_TIMED_OUT]
+            # replica 2 never fetched: out of sync once replica.lag.time.max.ms has passed
+            lag_ms = b.replicas.cores[("pair", 0)].config.replica_lag_time_max_ms
+            b.now_ms += lag_ms - 1000
+            b.replicas.tick()
+            assert ticked == ["alone"]
+            b.now_ms += 1
+            b.replicas.tick()
+            assert ticked == ["alone", "pair"]
+            assert list(b.replicas._alter_queue) == [("pair", 0)]  # the shrink, proposed
+            b.replicas.tick()
+            assert ticked == ["alone", "pair"]  # in flight: only its resend is timed
 
     asyncio.run(scenario())

@@ -330,6 +330,7 @@ async def node_in_process(tmp_path: Path, *extra: str) -> AsyncIterator[tuple[An
             "listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
             "advertised.listeners=PLAINTEXT://127.0.0.1:0",
             f"log.dirs={tmp_path / 'data'}",
+            "riverbed.http.listeners=",  # no fixed port: another node may hold 9644
             *extra,
         ],
     )

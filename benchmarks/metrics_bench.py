@@ -1,26 +1,31 @@
 """Metrics benchmark (issue 21): what the hot-path counters cost, and scrape time.
 
 Run: ``.venv/bin/python -m benchmarks.metrics_bench [--messages 200000] [--rounds 3]
-[--pairs 2] [--concurrent] [--pin] [--linger-ms 20] [--batch-records 20] [--control]
-[--partitions 10000] [--only produce|record|scrape]``
+[--pairs 2] [--slices N] [--sequential [--pin]] [--linger-ms 20] [--batch-records 20]
+[--control] [--partitions 10000] [--only produce|record|scrape]``
 
 - ``produce``: two broker processes in the same run, one with the request/topic counters
   (``riverbed.metrics.enable=true``, the default) and one without; confluent-kafka
   produces ``--messages`` 100-byte messages (acks=1, ``--linger-ms`` 20, batches of
   ``--batch-records`` 20 records: small batches of one size in both brokers, so the
-  per-request work shows and weighs the same) to each, back to back,
-  ``--rounds`` times in alternating order, the rounds spread over ``--pairs`` pairs of
-  brokers started in alternating order; printed: each round's rates and ratio, the
-  best of each, and the median of the per-round ratios on / off (the issue's goal:
-  >= 0.97; the machine's other load moves single rounds by much more than that), and
-  each broker's own CPU time per message (from /proc), whose ratio off / on is the
-  throughput ratio of a CPU-bound broker, over all rounds and as the median of the
-  rounds' ratios. Other processes move a round's CPU per message too (by up to 2x on two
-  shared cores: cache and core contention), so ``--concurrent`` produces to both brokers
-  of a round at once: both are measured under the same contention (the rates then share
-  the machine and mean little; the CPU ratio is the figure), and ``--pin`` runs the
-  brokers on one CPU and the producers on the others (where the scheduler put a broker
-  beside its producer or not moved a round's CPU per message too).
+  per-request work shows and weighs the same) to each, ``--rounds`` times (the first
+  broker alternating), the rounds spread over ``--pairs`` pairs of brokers started in
+  alternating order. The figure is each broker's own CPU time per message (from
+  /proc/<pid>/task/*/schedstat), whose ratio off / on is the throughput ratio of a
+  CPU-bound broker; printed per round (with the Produce requests per message and bytes
+  per request librdkafka sent, and a speed probe of each CPU) and over all rounds.
+  Why both brokers run at once on one CPU (`BROKER_CPU`, the producer on the others):
+  this machine's virtual CPUs each run at one of two speeds for seconds at a time (a
+  fixed piece of pure Python takes ~6 or ~12 ms of CPU, per CPU: the host's load on the
+  vCPU's core), so a broker measured alone costs 8-9 or 12-16 us per message by the
+  speed of its CPU during its round, more than the effect measured (an A/A control of
+  back-to-back rounds gave single-round CPU ratios of 0.59-1.05). At once on one CPU,
+  both meet the same speed: A/A rounds within 2% of 1.0. The price: the two brokers
+  switching on one CPU cost each ~15-20% more CPU per message than alone, which
+  shrinks the measured difference by as much; ``--slices N`` alternates the brokers in
+  N slices of a round instead (each alone on the CPU during its slice: no switching,
+  more noise), ``--sequential`` runs each broker's messages back to back as before
+  (rates that mean something; ``--pin``: the brokers on one CPU).
 - ``record``: in-process, the CPU time the request metrics add to one produce request on
   the network layer's path (a request decoded afresh, its handler coroutine with and
   without the stamps and counters, the stamps' share of the fold; the two alternate, the
@@ -38,9 +43,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import statistics
-import threading
 import time
 import urllib.request
 
@@ -64,9 +69,10 @@ def _cpu_s(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _produce_rate(broker: BrokerProcess, topic: str, args: argparse.Namespace) -> float:
-    messages = args.messages
-    p = Producer(
+def _producer(broker: BrokerProcess, args: argparse.Namespace, stats: list[str]) -> Producer:
+    """A producer of the rounds' batches (``stats``: librdkafka's statistics, the last
+    one read after the round for its requests and bytes sent)."""
+    return Producer(
         {
             "bootstrap.servers": broker.bootstrap,
             "acks": 1,
@@ -74,20 +80,47 @@ def _produce_rate(broker: BrokerProcess, topic: str, args: argparse.Namespace) -
             "batch.size": args.batch_bytes,
             "batch.num.messages": args.batch_records,
             "log_level": 3,
+            "statistics.interval.ms": STATS_INTERVAL_MS,
+            "stats_cb": stats.append,
         }
     )
+
+
+#: librdkafka's statistics period (its Produce request and byte counts per round).
+STATS_INTERVAL_MS = 100
+
+
+def _sent(p: Producer, stats: list[str]) -> tuple[int, int]:
+    """(Produce requests, bytes) the producer has sent to brokers so far (its next
+    statistics)."""
+    seen = len(stats)
+    deadline = time.monotonic() + 10 * STATS_INTERVAL_MS / 1000
+    while len(stats) == seen and time.monotonic() < deadline:
+        p.poll(STATS_INTERVAL_MS / 1000)
+    doc = json.loads(stats[-1])
+    brokers = [b for b in doc["brokers"].values() if b["nodeid"] >= 0]
+    return sum(b["req"].get("Produce", 0) for b in brokers), sum(b["txbytes"] for b in brokers)
+
+
+def _produce(p: Producer, topic: str) -> None:
+    while True:
+        try:
+            p.produce(topic, value=VALUE)
+            return
+        except BufferError:  # its queue is full: let it send
+            p.poll(0.01)
+
+
+def _produce_rate(broker: BrokerProcess, topic: str, args: argparse.Namespace) -> float:
+    stats: list[str] = []
+    p = _producer(broker, args, stats)
     p.produce(topic, value=VALUE)  # metadata first
     assert p.flush(30) == 0
     start = time.perf_counter()
-    for _ in range(messages):
-        while True:
-            try:
-                p.produce(topic, value=VALUE)
-                break
-            except BufferError:
-                p.poll(0.01)
+    for _ in range(args.messages):
+        _produce(p, topic)
     assert p.flush(120) == 0
-    return messages / (time.perf_counter() - start)
+    return float(args.messages / (time.perf_counter() - start))
 
 
 def _start_pair(args: argparse.Namespace, pair: int) -> dict[str, BrokerProcess]:
@@ -101,13 +134,13 @@ def _start_pair(args: argparse.Namespace, pair: int) -> dict[str, BrokerProcess]
         name: BrokerProcess(overrides={**common, "riverbed.metrics.enable": enabled[name]}).start()
         for name in names
     }
-    if args.pin:
+    if args.pin or not args.sequential:
         for broker in brokers.values():
             _pin(broker.pid, BROKER_CPU)
     return brokers
 
 
-#: --pin: the CPU the brokers run on; the producers (this process) run on the others.
+#: The CPU the brokers run on (both of them; the producers run on the others).
 BROKER_CPU = 1
 
 
@@ -120,34 +153,93 @@ def _pin(pid: int | None, cpu: int) -> None:
             os.sched_setaffinity(int(tid), {cpu})
 
 
-def _produce_both(
-    brokers: dict[str, BrokerProcess],
-    order: list[str],
-    topic: str,
-    args: argparse.Namespace,
-    rates: dict[str, list[float]],
-    cpu: dict[str, list[float]],
-) -> None:
-    """--concurrent: one producer per broker at the same time (a thread each), so that
-    both brokers' CPU per message is taken under the same load from elsewhere (on two
-    shared cores a round's CPU per message moved by up to 2x with what else ran)."""
-    got: dict[str, tuple[float, float]] = {}
+def _run_ns(pid: int | None) -> dict[str, int]:
+    """Each thread's CPU time so far in ns (/proc/<pid>/task/*/schedstat: exact, where
+    /proc/<pid>/stat counts 10 ms ticks)."""
+    assert pid is not None
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with (
+            contextlib.suppress(FileNotFoundError, ProcessLookupError),  # a thread ended
+            open(f"/proc/{pid}/task/{tid}/schedstat") as f,
+        ):
+            out[tid] = int(f.read().split()[0])
+    return out
 
-    def run(name: str) -> None:
-        broker = brokers[name]
-        before = _cpu_s(broker.pid)
-        rate = _produce_rate(broker, topic, args)
-        got[name] = (rate, _cpu_s(broker.pid) - before)
 
-    threads = [threading.Thread(target=run, args=(name,)) for name in order]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+def _cpu_since(pid: int | None, before: dict[str, int]) -> float:
+    """CPU seconds the process's threads spent since ``before`` (`_run_ns`)."""
+    now = _run_ns(pid)
+    return sum(ns - before.get(tid, 0) for tid, ns in now.items()) / 1e9
+
+
+def _cpu_speed_ms(cpus: list[int]) -> list[float]:
+    """Each CPU's speed right now: the CPU ms a fixed piece of pure Python takes on it.
+    On this machine's virtual CPUs it is either ~6 or ~12 ms, per CPU, for seconds at a
+    time (the host's other load: a vCPU's hardware thread shares its core or not), which
+    is what made sequential rounds cost either 8-9 or 12-16 us per message."""
+    allowed = os.sched_getaffinity(0)
+    out = []
+    for cpu in cpus:
+        os.sched_setaffinity(0, {cpu})
+        start = time.process_time()
+        d: dict[int, int] = {}
+        for i in range(SPEED_PROBE_LOOPS):
+            d[i & 1023] = d.get(i & 511, 0) + i
+        out.append((time.process_time() - start) * 1e3)
+    os.sched_setaffinity(0, allowed)
+    return out
+
+
+#: Iterations of `_cpu_speed_ms`'s loop (~6 ms on a fast vCPU of this machine).
+SPEED_PROBE_LOOPS = 50_000
+
+
+def _round_shared(
+    brokers: dict[str, BrokerProcess], order: list[str], topic: str, args: argparse.Namespace
+) -> dict[str, tuple[float, float, int, int]]:
+    """One round of the default mode, both brokers pinned to `BROKER_CPU` so that both
+    meet the CPU's speed of the moment: both take ``--messages`` at once, the producer
+    alternating between them message by message, or, ``--slices N``, each takes them in
+    N slices alternating with the other's (each alone on the CPU during its slice);
+    returns each broker's (CPU s, seconds its messages took, Produce requests, bytes
+    sent)."""
+    stats = {name: [] for name in order}  # type: dict[str, list[str]]
+    producers = {name: _producer(brokers[name], args, stats[name]) for name in order}
+    for p in producers.values():
+        p.produce(topic, value=VALUE)  # metadata first
+        assert p.flush(30) == 0
+    sent = {name: _sent(producers[name], stats[name]) for name in order}
+    cpu = dict.fromkeys(order, 0.0)
+    wall = dict.fromkeys(order, 0.0)
+    if not args.slices:
+        first, second = (producers[name] for name in order)
+        before = {name: _run_ns(brokers[name].pid) for name in order}
+        start = time.perf_counter()
+        for _ in range(args.messages):
+            _produce(first, topic)
+            _produce(second, topic)
+        for p in producers.values():
+            assert p.flush(120) == 0
+        for name in order:
+            cpu[name] = _cpu_since(brokers[name].pid, before[name])
+            wall[name] = time.perf_counter() - start
+    else:
+        size = args.messages // args.slices
+        for _ in range(args.slices):
+            for name in order:
+                p, pid = producers[name], brokers[name].pid
+                ran, start = _run_ns(pid), time.perf_counter()
+                for _ in range(size):
+                    _produce(p, topic)
+                assert p.flush(120) == 0
+                wall[name] += time.perf_counter() - start
+                cpu[name] += _cpu_since(pid, ran)
+    out = {}
     for name in order:
-        rate, seconds = got[name]  # a failed producer raised in its thread: no entry
-        rates[name].append(rate)
-        cpu[name].append(seconds)
+        requests, sent_bytes = _sent(producers[name], stats[name])
+        out[name] = (cpu[name], wall[name], requests - sent[name][0], sent_bytes - sent[name][1])
+    return out
 
 
 def bench_produce(args: argparse.Namespace) -> float:
@@ -155,7 +247,8 @@ def bench_produce(args: argparse.Namespace) -> float:
     rates: dict[str, list[float]] = {"on": [], "off": []}
     cpu: dict[str, list[float]] = {"on": [], "off": []}  # broker CPU s of each round
     pairs = max(1, min(args.pairs, args.rounds))
-    if args.pin:  # before any producer: librdkafka's threads inherit it
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.pin or not args.sequential:  # before any producer: librdkafka's threads inherit it
         os.sched_setaffinity(0, os.sched_getaffinity(0) - {BROKER_CPU})
     for pair in range(pairs):
         brokers = _start_pair(args, pair)
@@ -164,36 +257,45 @@ def bench_produce(args: argparse.Namespace) -> float:
                 # each pair's rounds alternate which broker goes first (r % 2 would
                 # give a pair's rounds all one order when there are two pairs)
                 order = ["on", "off"] if (r // pairs) % 2 == 0 else ["off", "on"]
-                if args.concurrent:
-                    _produce_both(brokers, order, f"bench-{r}", args, rates, cpu)
-                for name in [] if args.concurrent else order:
-                    broker = brokers[name]
-                    before = _cpu_s(broker.pid)
-                    rate = _produce_rate(broker, f"bench-{r}", args)
-                    cpu[name].append(_cpu_s(broker.pid) - before)
-                    rates[name].append(rate)
-                ratio = rates["on"][-1] / rates["off"][-1]
+                if args.sequential:
+                    extra = _sequential_round(brokers, order, f"bench-{r}", args, rates, cpu)
+                else:
+                    speeds = _cpu_speed_ms(cpus)
+                    got = _round_shared(brokers, order, f"bench-{r}", args)
+                    for name in ("on", "off"):
+                        cpu[name].append(got[name][0])
+                        rates[name].append(args.messages / got[name][1])
+                    extra = "; ".join(
+                        f"{name} {got[name][2] / args.messages:.4f} requests per message,"
+                        f" {got[name][3] / max(got[name][2], 1):,.0f} bytes per request"
+                        for name in ("on", "off")
+                    )
+                    extra += "; CPU speed probe " + ", ".join(
+                        f"CPU {c} {ms:.1f} ms" for c, ms in zip(cpus, speeds, strict=True)
+                    )
                 us_on, us_off = (cpu[n][-1] / args.messages * 1e6 for n in ("on", "off"))
                 print(
                     f"round {r} (pair {pair}): on {rates['on'][-1]:,.0f} msg/s,"
-                    f" off {rates['off'][-1]:,.0f} msg/s, ratio {ratio:.3f};"
+                    f" off {rates['off'][-1]:,.0f} msg/s;"
                     f" broker CPU per message on {us_on:.2f} us, off {us_off:.2f} us"
-                    f" (ratio {us_off / us_on:.3f})",
+                    f" (ratio {us_off / us_on:.3f}); {extra}",
                     flush=True,
                 )
         finally:
             for broker in brokers.values():
                 broker.close()
-    # the machine is shared: each round's pair ran back to back, so the median of the
-    # per-round ratios is the figure least moved by load from elsewhere
-    ratios = [a / b for a, b in zip(rates["on"], rates["off"], strict=True)]
-    best_on, best_off = max(rates["on"]), max(rates["off"])
-    print(
-        f"best: on {best_on:,.0f} msg/s, off {best_off:,.0f} msg/s; ratio {best_on / best_off:.3f}"
-    )
-    print(f"median of the per-round ratios on/off: {statistics.median(ratios):.3f}")
-    # the broker's own CPU time per message is not moved by other processes' load: the
-    # throughput a CPU-bound broker reaches scales with its inverse
+    if args.sequential:
+        # the machine is shared: each round's pair ran back to back, so the median of
+        # the per-round ratios is the figure least moved by load from elsewhere
+        ratios = [a / b for a, b in zip(rates["on"], rates["off"], strict=True)]
+        best_on, best_off = max(rates["on"]), max(rates["off"])
+        print(
+            f"best: on {best_on:,.0f} msg/s, off {best_off:,.0f} msg/s;"
+            f" ratio {best_on / best_off:.3f}"
+        )
+        print(f"median of the per-round ratios on/off: {statistics.median(ratios):.3f}")
+    # the broker's own CPU time per message: the throughput a CPU-bound broker reaches
+    # scales with its inverse
     messages = args.messages * args.rounds
     per_on, per_off = sum(cpu["on"]) / messages * 1e6, sum(cpu["off"]) / messages * 1e6
     cpu_ratios = [b / a for a, b in zip(cpu["on"], cpu["off"], strict=True)]
@@ -202,7 +304,26 @@ def bench_produce(args: argparse.Namespace) -> float:
         f" CPU-bound throughput ratio on/off {per_off / per_on:.3f}"
         f" (median of the per-round CPU ratios {statistics.median(cpu_ratios):.3f})"
     )
-    return per_off * args.batch_records
+    return float(per_off * args.batch_records)
+
+
+def _sequential_round(
+    brokers: dict[str, BrokerProcess],
+    order: list[str],
+    topic: str,
+    args: argparse.Namespace,
+    rates: dict[str, list[float]],
+    cpu: dict[str, list[float]],
+) -> str:
+    """--sequential: one broker's messages, then the other's (each alone on the machine:
+    rates that mean something, CPU per message moved by the CPU's speed of the moment)."""
+    for name in order:
+        broker = brokers[name]
+        before = _run_ns(broker.pid)
+        rate = _produce_rate(broker, topic, args)
+        cpu[name].append(_cpu_since(broker.pid, before))
+        rates[name].append(rate)
+    return f"rate ratio {rates['on'][-1] / rates['off'][-1]:.3f}"
 
 
 def bench_record_cost(args: argparse.Namespace) -> float:
@@ -355,16 +476,24 @@ def main() -> None:
     parser.add_argument("--control", action="store_true", help="A/A: counters off in both")
     parser.add_argument("--pairs", type=int, default=2, help="broker pairs, started in turn")
     parser.add_argument(
-        "--concurrent", action="store_true", help="produce to both brokers of a round at once"
+        "--sequential", action="store_true", help="one broker's messages, then the other's"
     )
     parser.add_argument(
-        "--pin", action="store_true", help=f"brokers on CPU {BROKER_CPU}, producers elsewhere"
+        "--slices", type=int, default=0, help="a round's messages in slices, in turn (0: at once)"
+    )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help=f"--sequential: brokers on CPU {BROKER_CPU}, producers elsewhere",
     )
     parser.add_argument("--only", choices=("produce", "record", "scrape"))
     args = parser.parse_args()
     allowed = os.sched_getaffinity(0)
-    if args.pin and (BROKER_CPU not in allowed or len(allowed) < 2):
-        parser.error(f"--pin needs CPU {BROKER_CPU} and another one (this process has {allowed})")
+    if (args.pin or not args.sequential) and (BROKER_CPU not in allowed or len(allowed) < 2):
+        parser.error(
+            f"the brokers run on CPU {BROKER_CPU} and the producers on another one"
+            f" (this process has {allowed}; --sequential runs anywhere)"
+        )
     cost_us = bench_record_cost(args) if args.only in (None, "record") else None
     if args.only in (None, "produce"):
         request_us = bench_produce(args)

@@ -639,6 +639,10 @@ class Node:
             await self.partitions.stop_log_work()  # creations in workers end first
         if self.log_manager is not None:
             self.log_manager.shutdown(self._clean_shutdown_epoch())
+        if self.partitions is not None:
+            # after the logs closed (a close waits for its ledger flush): joins the ledger
+            # flush threads, which would otherwise outlive the node
+            self.partitions.close()
         if self.http is not None:
             await self.http.stop()
         self._stopped.set()

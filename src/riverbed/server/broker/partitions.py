@@ -549,5 +549,7 @@ class PartitionManager:
         return gone
 
     def close(self) -> None:
+        """The node stops (after `stop_log_work` and the log manager's shutdown closed
+        every log): forget the hosted partitions and join the ledger flush threads."""
         self.partitions.clear()
         self.ledger_flusher.shutdown(wait=True)  # a log's close waits for its flush anyway

@@ -163,6 +163,13 @@ class UnsupportedApi(CloseConnection):
     """A request for an API this listener does not serve; the connection is closed."""
 
 
+def _quota_windows(config: ServerConfig) -> QuotaWindows:
+    """The client quotas' sample windows (Kafka's quota.window.num / .size.seconds)."""
+    return QuotaWindows(
+        config.get_int("quota.window.num"), config.get_int("quota.window.size.seconds") * 1000
+    )
+
+
 class Broker:
     """What request handlers share: config, metadata service, partitions, purgatory,
     the group and transaction coordinators."""
@@ -218,18 +225,12 @@ class Broker:
         #: listener key / trust stores replaced through AlterConfigs (set by the node)
         self.dynamic_listeners: DynamicListeners | None = None
         #: client quotas (produce / fetch byte rates, request time), per metadata image
-        self.quotas = BrokerQuotas(
-            QuotaWindows(
-                config.get_int("quota.window.num"),
-                config.get_int("quota.window.size.seconds") * 1000,
-            )
-        )
+        self.quotas = BrokerQuotas(_quota_windows(config))
         #: fenced brokers Metadata still lists for a moment (riverbed.metadata.recently_fenced)
         self.recently_fenced = RecentlyFenced(
             config.get_int("riverbed.metadata.fenced.broker.listing.grace.ms")
         )
-        #: Metadata's topic auto-creations in flight, one per name (Kafka's
-        #: AutoTopicCreationManager)
+        #: Metadata's topic auto-creations in flight, one per name
         self.auto_topic_creations = AutoTopicCreations(metadata.auto_create_topic)
         #: the wall clock of the shell's time-stamped views
         self.clock: Clock = clock or SystemClock()

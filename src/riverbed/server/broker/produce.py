@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from riverbed.metadata.records import ZERO_UUID
@@ -90,6 +90,7 @@ _ATTRIBUTES_LOW_BYTE = 22
 
 
 PartitionResponse = ProduceResponse.PartitionProduceResponse
+TopicResponse = ProduceResponse.TopicProduceResponse
 PartitionData = ProduceRequest.PartitionProduceData
 
 
@@ -109,78 +110,118 @@ async def handle_produce(
 ) -> ProduceResponse | None:
     if cycle_trace.TRACE is not None:
         cycle_trace.TRACE.event("produce_in")
-    responses = []
-    acks_ok = req.acks in _VALID_ACKS
-    leaders: list[int] = []  # named in NOT_LEADER_OR_FOLLOWER answers
-    version = ctx.header.api_version
-    names_leader = version >= PRODUCE_CURRENT_LEADER_VERSION
-    waits: list[tuple[PartitionResponse, asyncio.Future[ErrorCode]]] = []  # acks=all
-    verifications: list[tuple[list[PartitionResponse], int, str, PartitionData, Verification]] = []
-    # Kafka: transactional records need the request's transactional id (authorized to
-    # write it), else the whole request is TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    no_txn_id = not req.transactional_id and _has_transactional_batches(req)
-    for topic in req.topic_data:
-        parts: list[PartitionResponse] = []
-        name = _topic_name(broker, topic)
-        for pd in topic.partition_data:
-            if name is None:
-                parts.append(_partition_error(pd.index, ErrorCode.UNKNOWN_TOPIC_ID))
-                continue
-            if not acks_ok:
-                parts.append(_partition_error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS))
-                continue
-            if no_txn_id:
-                code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-                parts.append(_partition_error(pd.index, code))
-                continue
-            verification = _verification(broker, req.transactional_id, name, pd, version)
-            if verification is not None:  # appended once verified, below
-                verifications.append((parts, len(parts), name, pd, verification))
-                parts.append(_partition_error(pd.index, ErrorCode.NONE))
-                continue
-            part, wait = _produce_partition(
-                broker, name, pd.index, pd.records, names_leader, req.acks, req.timeout_ms
-            )
-            if names_leader and part.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
-                leaders.append(part.current_leader.leader_id)
-            if wait is not None:
-                waits.append((part, wait))
-            parts.append(part)
-        responses.append(
-            ProduceResponse.TopicProduceResponse(
-                name=topic.name, topic_id=topic.topic_id, partition_responses=parts
-            )
-        )
-    if verifications:
-        codes = await asyncio.gather(*(v[4].verify() for v in verifications))
-        for (parts, i, name, pd, v), code in zip(verifications, codes, strict=True):
-            if not v.still_holds(code == ErrorCode.NONE) and code == ErrorCode.NONE:
-                code = ErrorCode.INVALID_TXN_STATE  # the verified transaction ended meanwhile
-            if code != ErrorCode.NONE:
-                message = "the partition was not verified in the transaction"
-                error = produce_error(code, ctx.header.api_version)
-                parts[i] = _partition_error(pd.index, error, f"{message}: {code.name}")
-                continue
-            part, wait = _produce_partition(
-                broker, name, pd.index, pd.records, names_leader, req.acks, req.timeout_ms
-            )
-            parts[i] = part
-            if wait is not None:
-                waits.append((part, wait))
-    if waits:
-        errors = await _acknowledged([w for _, w in waits])
-        for (part, _), error in zip(waits, errors, strict=True):
-            part.error_code = int(error)
-        if cycle_trace.TRACE is not None:
-            cycle_trace.TRACE.event("produce_out")
+    run = _ProduceRun(broker, req, ctx.header.api_version)
+    # every partition that needs no verification is appended before the first await
+    responses = [run.append_topic(topic) for topic in req.topic_data]
+    if run.verifications:
+        await run.append_verified()
+    if run.waits:
+        await run.acknowledged()
     if req.acks == 0:
         _close_if_any_failed(responses)
         return None
     endpoints = [
         ProduceResponse.NodeEndpoint(node_id=i, host=h, port=p, rack=r)
-        for i, h, p, r in leader_endpoints(broker.metadata.image, leaders, ctx.listener_name)
+        for i, h, p, r in leader_endpoints(broker.metadata.image, run.leaders, ctx.listener_name)
     ]
     return ProduceResponse(responses=responses, throttle_time_ms=0, node_endpoints=endpoints)
+
+
+#: A partition appended once verified: its topic's answers, its place in them, the topic
+#: name, the partition's data and the verification.
+_Deferred = tuple[list[PartitionResponse], int, str, PartitionData, "Verification"]
+
+
+@dataclass(slots=True)
+class _ProduceRun:
+    """One Produce request's steps (`handle_produce`): appends in request order, the
+    KIP-890 verified appends after them, then the acks=all waits."""
+
+    broker: Broker
+    req: ProduceRequest
+    version: int
+    acks_ok: bool = False
+    #: from v10 a NOT_LEADER_OR_FOLLOWER answer names the leader (KIP-951)
+    names_leader: bool = False
+    #: Kafka: transactional records need the request's transactional id (authorized to
+    #: write it), else the whole request is TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    no_txn_id: bool = False
+    leaders: list[int] = field(default_factory=list)  # named in NOT_LEADER answers
+    waits: list[tuple[PartitionResponse, asyncio.Future[ErrorCode]]] = field(
+        default_factory=list
+    )  # acks=all
+    verifications: list[_Deferred] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        req = self.req
+        self.acks_ok = req.acks in _VALID_ACKS
+        self.names_leader = self.version >= PRODUCE_CURRENT_LEADER_VERSION
+        self.no_txn_id = not req.transactional_id and _has_transactional_batches(req)
+
+    def append_topic(self, topic: ProduceRequest.TopicProduceData) -> TopicResponse:
+        """Answer or append each of ``topic``'s partitions (those to verify first are
+        deferred to `append_verified`)."""
+        parts: list[PartitionResponse] = []
+        name = _topic_name(self.broker, topic)
+        for pd in topic.partition_data:
+            refused = self._refusal(name, pd)
+            if refused is not None:
+                parts.append(refused)
+                continue
+            assert name is not None  # else refused
+            verification = _verification(
+                self.broker, self.req.transactional_id, name, pd, self.version
+            )
+            if verification is not None:  # appended once verified
+                self.verifications.append((parts, len(parts), name, pd, verification))
+                parts.append(_partition_error(pd.index, ErrorCode.NONE))
+                continue
+            part = self._append(name, pd)
+            if self.names_leader and part.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                self.leaders.append(part.current_leader.leader_id)
+            parts.append(part)
+        return TopicResponse(name=topic.name, topic_id=topic.topic_id, partition_responses=parts)
+
+    def _refusal(self, name: str | None, pd: PartitionData) -> PartitionResponse | None:
+        """The request-level errors, answered per partition before any append."""
+        if name is None:
+            return _partition_error(pd.index, ErrorCode.UNKNOWN_TOPIC_ID)
+        if not self.acks_ok:
+            return _partition_error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS)
+        if self.no_txn_id:
+            return _partition_error(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        return None
+
+    def _append(self, name: str, pd: PartitionData) -> PartitionResponse:
+        req = self.req
+        part, wait = _produce_partition(
+            self.broker, name, pd.index, pd.records, self.names_leader, req.acks, req.timeout_ms
+        )
+        if wait is not None:
+            self.waits.append((part, wait))
+        return part
+
+    async def append_verified(self) -> None:
+        """Verify the deferred partitions with their coordinator, then append each one
+        whose verification still holds (else answer it INVALID_TXN_STATE / the error)."""
+        codes = await asyncio.gather(*(v[4].verify() for v in self.verifications))
+        for (parts, i, name, pd, v), code in zip(self.verifications, codes, strict=True):
+            if not v.still_holds(code == ErrorCode.NONE) and code == ErrorCode.NONE:
+                code = ErrorCode.INVALID_TXN_STATE  # the verified transaction ended meanwhile
+            if code != ErrorCode.NONE:
+                message = "the partition was not verified in the transaction"
+                error = produce_error(code, self.version)
+                parts[i] = _partition_error(pd.index, error, f"{message}: {code.name}")
+                continue
+            parts[i] = self._append(name, pd)
+
+    async def acknowledged(self) -> None:
+        """acks=all: each waiting partition's answer is its delayed produce's outcome."""
+        errors = await _acknowledged([w for _, w in self.waits])
+        for (part, _), error in zip(self.waits, errors, strict=True):
+            part.error_code = int(error)
+        if cycle_trace.TRACE is not None:
+            cycle_trace.TRACE.event("produce_out")
 
 
 async def _acknowledged(futures: list[asyncio.Future[ErrorCode]]) -> list[ErrorCode]:

@@ -3,6 +3,7 @@
 Files of a segment with base offset B, in the partition dir ``<topic>-<partition>/``::
 
     {B:020d}.log        record batches exactly as on the wire, offsets assigned
+                        (format and recovery's valid prefix: :mod:`riverbed.storage.segment_scan`)
     {B:020d}.index      offset index (:mod:`riverbed.storage.offset_index`)
     {B:020d}.timeindex  time index (:mod:`riverbed.storage.time_index`)
 
@@ -39,12 +40,12 @@ from riverbed.protocol.records import (
     BATCH_HEADER_SIZE,
     BatchHeader,
     parse_header,
-    validate_batch,
 )
 from riverbed.storage.file_io import OS_FILE_IO, FileIO
 from riverbed.storage.index_file import INT32_MAX, CorruptIndexError
 from riverbed.storage.offset_index import OffsetIndex
 from riverbed.storage.recent_batches import RecentBatches
+from riverbed.storage.segment_scan import valid_batches
 from riverbed.storage.time_index import NO_TIMESTAMP, TimeIndex
 from riverbed.storage.txn_index import TXN_INDEX_SUFFIX, CorruptTxnIndexError, TransactionIndex
 
@@ -64,8 +65,6 @@ LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
 TIME_INDEX_SUFFIX: Final = ".timeindex"
 DELETED_SUFFIX: Final = ".deleted"
-# Recovery reads the .log in chunks of this size (a batch larger than it is read whole).
-RECOVERY_READ_BYTES: Final = 8 * 1024 * 1024
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -447,7 +446,8 @@ class LogSegment:
     # ---- recovery and truncation ---------------------------------------------------------
 
     def recover(self, on_batch: Callable[[BatchHeader], None] | None = None) -> int:
-        """Validate every batch (length, CRC, offsets), truncate the first bad one on.
+        """Keep the ``.log``'s valid prefix (`riverbed.storage.segment_scan`: lengths,
+        CRC, offsets) and truncate the first bad batch on.
 
         Indexes are rebuilt. Returns the number of bytes truncated.
         """
@@ -463,44 +463,12 @@ class LogSegment:
         # the txn index is rebuilt once the producer state is attached (its entries stay
         # until then: a restart before the rebuild must not lose them)
         self.txn_index_stale = True
-        pos = 0
-        chunk = b""
-        chunk_start = 0
-        while pos < file_size:
-            rel = pos - chunk_start
-            if rel + BATCH_HEADER_SIZE > len(chunk):
-                chunk = self.pread(RECOVERY_READ_BYTES, pos)
-                chunk_start, rel = pos, 0
-            try:
-                h = parse_header(chunk, rel)
-            except ProtocolError as e:
-                log.warning("%s: invalid batch header at %d: %s", self.log_path, pos, e)
-                break
-            if pos + h.size > file_size:
-                log.warning("%s: torn batch at %d (%d bytes)", self.log_path, pos, h.size)
-                break
-            if rel + h.size > len(chunk):
-                chunk = self.pread(max(RECOVERY_READ_BYTES, h.size), pos)
-                chunk_start, rel = pos, 0
-            try:
-                h = validate_batch(chunk, rel)
-            except ProtocolError as e:
-                log.warning("%s: corrupt batch at %d: %s", self.log_path, pos, e)
-                break
-            if h.base_offset < self.next_offset or not self.can_hold_offset(h.last_offset):
-                log.warning(
-                    "%s: batch at %d has offsets %d..%d out of order (expected >= %d)",
-                    self.log_path,
-                    pos,
-                    h.base_offset,
-                    h.last_offset,
-                    self.next_offset,
-                )
-                break
-            self._account(pos, h)
+        pos = 0  # the end of the valid prefix (`riverbed.storage.segment_scan`)
+        for position, h in valid_batches(self.pread, file_size, self.base_offset, self.log_path):
+            self._account(position, h)
             if on_batch is not None:
                 on_batch(h)
-            pos += h.size
+            pos = position + h.size
         truncated = file_size - pos
         if truncated:
             self.io.ftruncate(self._log_fd(), pos)

@@ -563,9 +563,9 @@ def test_recovery_truncates_torn_tail(tmp_path: Path, clock: ManualClock) -> Non
 def test_recovery_reads_in_chunks_smaller_than_batches(
     tmp_path: Path, clock: ManualClock, chunk: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import riverbed.storage.segment as segment_module
+    import riverbed.storage.segment_scan as segment_scan
 
-    monkeypatch.setattr(segment_module, "RECOVERY_READ_BYTES", chunk)
+    monkeypatch.setattr(segment_scan, "RECOVERY_READ_BYTES", chunk)
     log = _filled(tmp_path, clock, n=12)
     want = log.read(0, 1 << 20).read_bytes()
     path = log.active_segment.log_path

@@ -33,6 +33,8 @@ PER_CONNECTION = {
     ("network.py", "Connection.run"): "the reader and writer of one client connection",
     ("network.py", "Connection._read_loop"): "one request's handler: its error is answered",
     ("network.py", "SocketServer._accept_loop"): "one accepted connection (_serve logs, ends it)",
+    ("broker/auto_create.py", "AutoTopicCreations.create"): "one topic's auto-creation,"
+    " shared by the Metadata requests that wait for it: its error is answered to them",
     ("jwks_https.py", "HttpsJwks.run"): "waits on two events inside the supervised JWKS"
     " refresh loop, cancelled before each round ends",
 }

@@ -39,8 +39,8 @@ import contextlib
 import logging
 import os
 import random
-from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 from riverbed.coordinator.consumer_records import parse_consumer_record
 from riverbed.coordinator.group import Reply
@@ -51,7 +51,7 @@ from riverbed.protocol.records import SimpleRecord, build_batch
 from riverbed.server.coordinator_log import CoordinatorPartitions, led_partitions, log_entries
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.request_permits import park_current_request
-from riverbed.server.supervise import supervise_background
+from riverbed.server.supervise import Work, supervise_background
 from riverbed.storage.clock import Clock
 from riverbed.storage.errors import StorageError
 from riverbed.storage.log import ORIGIN_COORDINATOR, PartitionLog
@@ -190,7 +190,7 @@ class GroupCoordinator:
         for partition in list(self.shards):
             self._unload(partition)
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    def _spawn(self, coro: Work) -> asyncio.Task[None]:
         return supervise_background("group coordinator task", coro, self.fault_handler, self._tasks)
 
     # ------------------------------------------------------------------ leadership

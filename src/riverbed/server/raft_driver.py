@@ -37,9 +37,9 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from riverbed.raft.actions import (
     Action,
@@ -77,7 +77,7 @@ from riverbed.server.fault_handler import (
     FaultHandler,
     ProcessTerminatingFaultHandler,
 )
-from riverbed.server.supervise import supervise
+from riverbed.server.supervise import Work, supervise
 from riverbed.storage.config import LogConfig
 from riverbed.storage.layout import METADATA_PARTITION, METADATA_PARTITION_DIR, METADATA_TOPIC
 from riverbed.storage.log import PartitionLog
@@ -404,7 +404,7 @@ class RaftDriver:
                 )
         self._settle_appends()
 
-    def _spawn(self, what: str, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    def _spawn(self, what: str, coro: Work) -> asyncio.Task[None]:
         # an exception escaping a driver task is a fault (no wedged loop)
         task = supervise(f"raft driver {what}", coro, self.fault_handler)
         self._tasks.add(task)

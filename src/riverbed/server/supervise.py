@@ -24,16 +24,18 @@ import asyncio
 import contextvars
 import inspect
 from collections.abc import Callable, Coroutine
-from typing import Any, ParamSpec
+from typing import ParamSpec, TypeAlias
 
 from riverbed.server.fault_handler import FaultHandler
 
-__all__ = ["guarded", "supervise"]
+__all__ = ["Work", "guarded", "supervise"]
 
 P = ParamSpec("P")
+#: A long-running task's body: a coroutine (``async def`` ... ``-> None``) not yet awaited.
+Work: TypeAlias = Coroutine[object, object, None]
 
 
-async def _guarded(what: str, work: Coroutine[Any, Any, None], fault_handler: FaultHandler) -> None:
+async def _guarded(what: str, work: Work, fault_handler: FaultHandler) -> None:
     try:
         await work
     except asyncio.CancelledError:
@@ -44,7 +46,7 @@ async def _guarded(what: str, work: Coroutine[Any, Any, None], fault_handler: Fa
 
 def supervise(
     what: str,
-    work: Coroutine[Any, Any, None],
+    work: Work,
     fault_handler: FaultHandler,
     *,
     context: contextvars.Context | None = None,
@@ -64,7 +66,7 @@ def supervise(
 
 def supervise_background(
     what: str,
-    work: Coroutine[Any, Any, None],
+    work: Work,
     fault_handler: FaultHandler,
     tasks: set[asyncio.Task[None]],
 ) -> asyncio.Task[None]:
@@ -77,7 +79,7 @@ def supervise_background(
     return task
 
 
-def _close_if_unstarted(work: Coroutine[Any, Any, None]) -> None:
+def _close_if_unstarted(work: Work) -> None:
     # a task cancelled before its first step never awaited ``work``: close it quietly
     if inspect.getcoroutinestate(work) == inspect.CORO_CREATED:
         work.close()

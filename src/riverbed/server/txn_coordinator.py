@@ -41,8 +41,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final, Protocol
 
 from riverbed.coordinator.records import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from riverbed.protocol.errors import ErrorCode
@@ -58,7 +58,7 @@ from riverbed.server.coordinator_log import (
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.listener_security import client_security
 from riverbed.server.request_permits import park_current_request
-from riverbed.server.supervise import supervise_background
+from riverbed.server.supervise import Work, supervise_background
 from riverbed.server.txn_markers import LocalMarkers, MarkerSender
 from riverbed.storage.clock import Clock
 from riverbed.transaction.api import ProducerIdAllocator, Result, Step, TxnConfig
@@ -183,7 +183,7 @@ class TransactionCoordinatorShell:
             self._unload(partition)
         self.markers.close()
 
-    def _spawn(self, what: str, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    def _spawn(self, what: str, coro: Work) -> asyncio.Task[None]:
         return supervise_background(what, coro, self.fault_handler, self._tasks)
 
     # ------------------------------------------------------------------ leadership

@@ -33,7 +33,7 @@ import time
 import types
 from collections.abc import Awaitable, Generator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from riverbed.metadata.image import MetadataImage
 from riverbed.protocol.api_versions import ApiKey
@@ -148,11 +148,11 @@ class BrokerQuotas:
 
 
 @types.coroutine
-def _timed(awaitable: Awaitable[T], spent_ns: list[int]) -> Generator[Any, Any, T]:
+def _timed(awaitable: Awaitable[T], spent_ns: list[int]) -> Generator[object, object, T]:
     """Await ``awaitable``, adding to ``spent_ns[0]`` the time its steps run (each
     ``send`` into it runs synchronously on the loop; the waits between are not counted)."""
     steps = awaitable.__await__()
-    value: Any = None
+    value: object = None
     error: BaseException | None = None
     while True:
         start = time.perf_counter_ns()

@@ -9,8 +9,7 @@ scrape-time collectors read once that state exists.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Coroutine, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry
 
@@ -39,6 +38,7 @@ from riverbed.server.metrics.state import (
 )
 from riverbed.server.metrics.traffic import TrafficCollector, TrafficStats
 from riverbed.server.metrics.transactions import TransactionCollector, TxnShards
+from riverbed.server.supervise import Work
 
 
 class NodeMetrics:
@@ -69,14 +69,14 @@ class NodeMetrics:
         self.registry.register(TrafficCollector(self.traffic, queue_size))
         self.registry.register(NetworkCollector(quotas, fetch_purgatory))
 
-    def watch_loop(self, window_ms: int) -> Coroutine[Any, Any, None]:
+    def watch_loop(self, window_ms: int) -> Work:
         """The idle ratios of the calling thread's event loop: registers their collector
         and returns the sampler to run in that loop."""
         idle = loop_idle_here(window_ms)
         self.registry.register(LoopIdleCollector(idle))
         return idle.run()
 
-    def watch_stalls(self) -> Coroutine[Any, Any, None]:
+    def watch_stalls(self) -> Work:
         """Loop stalls and collector pauses (`riverbed.server.metrics.stalls`): registers
         their collector and returns the sampler to run in the node's loop."""
         self.registry.register(StallCollector(self.stalls))

@@ -22,7 +22,6 @@ import asyncio
 import gc
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -62,7 +61,7 @@ class StallStats:
         """A ``gc.callbacks`` entry timing every collection into these counters."""
         started = [0.0]
 
-        def hook(phase: str, info: dict[str, Any]) -> None:
+        def hook(phase: str, info: dict[str, int]) -> None:  # gc.callbacks' signature
             if phase == "start":
                 started[0] = clock()
             else:

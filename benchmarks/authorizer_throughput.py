@@ -11,7 +11,9 @@ them) and one ALLOW WRITE on the benchmark topic for User:ANONYMOUS, which is no
 user: every Produce request goes through the whole decision. confluent-kafka produces
 ``--records`` records of 1 KiB with acks=1 and small batches (linger.ms=0, 16 KiB: many
 requests, so the per-request check weighs as much as it can). Rounds alternate between
-the brokers; printed: each round's MB/s and the broker's CPU time per MB (user + system:
+the brokers, which goes first alternating too (so that running second is not counted as
+the authorizer's cost); ``--control`` gives both brokers no authorizer
+(an A/A run: what the method itself shows as a difference); printed: each round's MB/s and the broker's CPU time per MB (user + system:
 less disturbed by other load than wall time), the medians and their ratios.
 Nothing passes or fails on time.
 """
@@ -92,6 +94,7 @@ def main() -> None:
     parser.add_argument("--acls", type=int, default=10_000)
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--control", action="store_true", help="A/A: no authorizer on either")
     args = parser.parse_args()
     authz = {
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -99,7 +102,7 @@ def main() -> None:
     }
     brokers = {
         "no authorizer": BrokerProcess(),
-        f"{args.acls} ACLs": BrokerProcess(overrides=authz),
+        f"{args.acls} ACLs": BrokerProcess(overrides={} if args.control else authz),
     }
     try:
         for broker in brokers.values():
@@ -107,15 +110,17 @@ def main() -> None:
             admin = AdminClient({"bootstrap.servers": broker.bootstrap})
             for f in admin.create_topics([NewTopic(TOPIC, 1, 1)]).values():
                 f.result(timeout=60)
-        created = _create_acls(brokers[f"{args.acls} ACLs"].bootstrap, args.acls)
-        print(f"{created} ACLs created (the last for the producer)", flush=True)
+        if not args.control:
+            created = _create_acls(brokers[f"{args.acls} ACLs"].bootstrap, args.acls)
+            print(f"{created} ACLs created (the last for the producer)", flush=True)
         for broker in brokers.values():
             _produce_mb_s(broker.bootstrap, args.records // 10)  # warm-up, not counted
         mb_s: dict[str, list[float]] = {name: [] for name in brokers}
         cpu_ms: dict[str, list[float]] = {name: [] for name in brokers}
         mb = args.records * len(VALUE) / 1e6
         for round_no in range(args.rounds):
-            for name, broker in brokers.items():
+            pair = list(brokers.items())
+            for name, broker in pair if round_no % 2 == 0 else pair[::-1]:
                 assert broker.pid is not None
                 cpu_before = _cpu_s(broker.pid)
                 rate = _produce_mb_s(broker.bootstrap, args.records)

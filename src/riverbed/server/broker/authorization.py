@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -38,6 +38,7 @@ from riverbed.protocol.messages import (
     DeleteAclsRequest,
     DeleteAclsResponse,
     Message,
+    ProduceRequest,
     response_class,
 )
 from riverbed.security.acl import (
@@ -104,16 +105,38 @@ class Verdict:
 ALLOWED = Verdict()
 
 
+def _all_topics_writable(
+    auth: DecisionCache,
+    principal: str,
+    host: str,
+    body: ProduceRequest,
+    topic_name: Callable[[object], str | None],
+) -> bool:
+    """A Produce's one rule (WRITE on each topic) without building its checks, for the
+    request every producer sends: all topics allowed, answered by the decision cache alone
+    (~1 us instead of ~6). Anything else (a refusal, a topic id naming no topic) returns
+    False and takes the table's path, which says which items are refused."""
+    for topic in body.topic_data:
+        name = topic.name or topic_name(topic.topic_id)
+        if name is None or not auth.authorize(principal, host, Op.WRITE, ResourceType.TOPIC, name):
+            return False
+    return True
+
+
 class BrokerAuthorizer:
     def __init__(self, config: AuthorizerConfig) -> None:
         self.config = config
         self._acls: Mapping[uuid.UUID, StandardAcl] | None = None
         self._index = AclIndex()
         self._current = DecisionCache(Authorizer(config, self._index, ready=False))
+        self._image: MetadataImage | None = None
 
     def authorizer(self, image: MetadataImage) -> DecisionCache:
         """The decisions for the image's ACLs: a new ACL map or readiness starts a new
         authorizer with an empty cache."""
+        if image is self._image:  # every request between two metadata changes
+            return self._current
+        self._image = image
         ready = image.metadata_version > 0
         if image.acls is not self._acls or ready != self._current.ready:
             if image.acls is not self._acls:
@@ -148,6 +171,13 @@ class BrokerAuthorizer:
             return None if topic is None else topic.name
 
         principal, host = str(ctx.principal), client_host(ctx)
+        if (
+            rules is RULES
+            and isinstance(body, ProduceRequest)
+            and not body.transactional_id
+            and _all_topics_writable(auth, principal, host, body, topic_name)
+        ):
+            return ALLOWED
 
         def allowed(a: Action) -> bool:
             if a.name is None:

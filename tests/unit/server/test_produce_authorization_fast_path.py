@@ -1,0 +1,105 @@
+"""A Produce's authorization answered by the decision cache alone
+(`authorization._all_topics_writable`) says what the table's rule says, for every mix of
+allowed, refused, wildcard and prefixed ACLs, topic ids naming no topic, transactional ids
+and principals (the table's path is taken with a copy of `RULES`)."""
+
+from __future__ import annotations
+
+import uuid
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from riverbed.metadata.image import MetadataImage, acl_record, replay_all
+from riverbed.metadata.records import METADATA_VERSION_FEATURE
+from riverbed.protocol.api_versions import ApiKey
+from riverbed.protocol.headers import RequestHeader
+from riverbed.protocol.messages import FeatureLevelRecord, Message, ProduceRequest, TopicRecord
+from riverbed.security.acl import (
+    AclOperation,
+    PatternType,
+    PermissionType,
+    ResourceType,
+    StandardAcl,
+)
+from riverbed.security.api_operations import RULES
+from riverbed.security.authorizer import AuthorizerConfig
+from riverbed.security.principal import KafkaPrincipal
+from riverbed.server.broker.authorization import ALLOWED, BrokerAuthorizer
+from riverbed.server.network import RequestContext
+
+TOPICS = ["orders", "orders-eu", "payments", "team-a-x"]
+TOPIC_IDS = {name: uuid.UUID(int=i + 1) for i, name in enumerate(TOPICS)}
+
+acls = st.builds(
+    StandardAcl,
+    st.just(ResourceType.TOPIC),
+    st.sampled_from(["orders", "orders-", "payments", "team-", "*"]),
+    st.sampled_from([PatternType.LITERAL, PatternType.PREFIXED]),
+    st.sampled_from(["User:alice", "User:bob", "User:*"]),
+    st.just("*"),
+    st.sampled_from([AclOperation.WRITE, AclOperation.ALL, AclOperation.READ]),
+    st.sampled_from([PermissionType.ALLOW, PermissionType.DENY]),
+)
+
+
+def image_with(acl_list: list[StandardAcl]) -> MetadataImage:
+    records: list[Message] = [FeatureLevelRecord(name=METADATA_VERSION_FEATURE, feature_level=21)]
+    records += [TopicRecord(name=n, topic_id=t) for n, t in TOPIC_IDS.items()]
+    records += [acl_record(uuid.UUID(int=100 + i), a) for i, a in enumerate(acl_list)]
+    return replay_all(MetadataImage.EMPTY, records)
+
+
+def produce(topics: list[tuple[str, bool]], transactional_id: str | None) -> ProduceRequest:
+    """(name, by id) per topic; a name not in TOPICS sent by id is an id naming no topic."""
+    data = []
+    for name, by_id in topics:
+        if by_id:
+            topic_id = TOPIC_IDS.get(name, uuid.UUID(int=999))
+            data.append(ProduceRequest.TopicProduceData(name="", topic_id=topic_id))
+        else:
+            data.append(ProduceRequest.TopicProduceData(name=name))
+    return ProduceRequest(
+        acks=1, timeout_ms=1000, topic_data=data, transactional_id=transactional_id
+    )
+
+
+@given(
+    acl_list=st.lists(acls, max_size=8),
+    topics=st.lists(
+        st.tuples(st.sampled_from([*TOPICS, "unknown"]), st.booleans()), min_size=1, max_size=4
+    ),
+    user=st.sampled_from(["alice", "bob", "carol"]),
+    transactional_id=st.sampled_from([None, "", "tx"]),
+    allow_if_no_acl=st.booleans(),
+)
+def test_the_fast_path_answers_as_the_table(
+    acl_list: list[StandardAcl],
+    topics: list[tuple[str, bool]],
+    user: str,
+    transactional_id: str | None,
+    allow_if_no_acl: bool,
+) -> None:
+    image = image_with(acl_list)
+    body = produce(topics, transactional_id)
+    header = RequestHeader(ApiKey.PRODUCE, 13, 1, "c")
+    ctx = RequestContext(header, "10.0.0.1:5000", "PLAINTEXT", 1, 0, KafkaPrincipal("User", user))
+    config = AuthorizerConfig(allow_everyone_if_no_acl_found=allow_if_no_acl)
+    fast = BrokerAuthorizer(config).verdict(image, ctx, body)
+    table = BrokerAuthorizer(config).verdict(image, ctx, body, dict(RULES))
+    assert fast == table
+    assert (fast is ALLOWED) == (table == ALLOWED)
+
+
+def test_an_allowed_produce_takes_the_fast_path() -> None:
+    acl = StandardAcl(
+        ResourceType.TOPIC, "orders", PatternType.LITERAL, "User:alice", "*",
+        AclOperation.WRITE, PermissionType.ALLOW,
+    )  # fmt: skip
+    image = image_with([acl])
+    header = RequestHeader(ApiKey.PRODUCE, 9, 1, "c")
+    ctx = RequestContext(header, "10.0.0.1:5000", "PLAINTEXT", 1, 0, KafkaPrincipal.user("alice"))
+    authz = BrokerAuthorizer(AuthorizerConfig())
+    assert authz.verdict(image, ctx, produce([("orders", False)], None)) is ALLOWED
+    refused = authz.verdict(image, ctx, produce([("orders", False), ("payments", False)], None))
+    assert refused.refused == {1: refused.refused[1]} and refused.array == "topic_data"

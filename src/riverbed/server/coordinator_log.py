@@ -15,7 +15,7 @@ leader epoch, hence another load); `log_entries` gives the transaction markers t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from riverbed.protocol.control_records import ControlRecordType, decode_control_key
@@ -90,6 +90,25 @@ async def wait_committed(
         [(hosted.topic, hosted.index)], lambda: hosted.log.high_watermark >= end, timeout_ms
     )
     return ErrorCode.NONE if ok else ErrorCode.REQUEST_TIMED_OUT
+
+
+def park_committed(
+    partitions: CoordinatorPartitions,
+    hosted: HostedPartition,
+    end: int,
+    timeout_ms: int,
+    done: Callable[[ErrorCode], None],
+) -> bool:
+    """`wait_committed` without a task or a future: ``done(code)`` once the ISR holds every
+    offset below ``end`` (or with the partition's error), called by the replica manager,
+    maybe before this returns (a leader alone in its ISR commits its tail at once); False,
+    with nothing parked, when the node has no replica manager (await `wait_committed`)."""
+    replicas = partitions.replicas
+    if replicas is None:
+        return False
+    replicas.on_local_append(hosted)
+    replicas.park_produce(hosted, end, timeout_ms, done)
+    return True
 
 
 class LogEntry(NamedTuple):

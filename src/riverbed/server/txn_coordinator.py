@@ -51,6 +51,7 @@ from riverbed.server.coordinator_log import (
     KeyValue,
     append_records,
     led_partitions,
+    park_committed,
     read_records,
     wait_committed,
     wait_high_watermark,
@@ -58,7 +59,7 @@ from riverbed.server.coordinator_log import (
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.listener_security import client_security
 from riverbed.server.request_permits import park_current_request
-from riverbed.server.supervise import Work, supervise_background
+from riverbed.server.supervise import Work, guarded, supervise_background
 from riverbed.server.txn_markers import LocalMarkers, MarkerSender
 from riverbed.storage.clock import Clock
 from riverbed.transaction.api import ProducerIdAllocator, Result, Step, TxnConfig
@@ -169,6 +170,8 @@ class TransactionCoordinatorShell:
         self._tasks: set[asyncio.Task[None]] = set()
         self._timer_task: asyncio.Task[None] | None = None
         self._closed = False
+        #: a write's completion, run from the replica manager's acks=all wait (crash-only)
+        self._guarded_committed = guarded("a write completion", self._committed, self.fault_handler)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -344,15 +347,47 @@ class TransactionCoordinatorShell:
             log.warning("writing to %s-%d failed: %s", TRANSACTION_STATE_TOPIC, partition, end.name)
             self._complete(partition, epoch, token, end)
             return
-        self._spawn(
-            f"a write to {TRANSACTION_STATE_TOPIC}-{partition}",
-            self._await_committed(partition, epoch, token, hosted, end),
-        )
+        self._await_write(partition, epoch, token, hosted, end)
+
+    def _await_write(
+        self, partition: int, epoch: int, token: int, hosted: HostedPartition, end: int
+    ) -> None:
+        """The write's acks=all wait, parked with the replica manager (no task, no loop
+        turn): a record the ISR already holds (a leader alone in its ISR) is committed
+        here and now, so the request that wrote it is answered in the same turn; one
+        committed later, or failed, is handled at the loop's next turn (outside the
+        replica manager's step that completed it)."""
+        loop = asyncio.get_running_loop()
+        at_once: list[ErrorCode] = []
+        parking = True
+
+        def done(code: ErrorCode) -> None:
+            if parking:
+                at_once.append(code)
+            else:
+                loop.call_soon(self._guarded_committed, partition, epoch, token, code)
+
+        if not park_committed(self.partitions, hosted, end, self.write_timeout_ms, done):
+            self._spawn(
+                f"a write to {TRANSACTION_STATE_TOPIC}-{partition}",
+                self._await_committed(partition, epoch, token, hosted, end),
+            )
+            return
+        parking = False
+        if not at_once:
+            return
+        if at_once[0] != E.NONE:  # the in-doubt path reloads the shard: not mid-step
+            loop.call_soon(self._guarded_committed, partition, epoch, token, at_once[0])
+            return
+        self._guarded_committed(partition, epoch, token, E.NONE)
 
     async def _await_committed(
         self, partition: int, epoch: int, token: int, hosted: HostedPartition, end: int
     ) -> None:
         code = await wait_committed(self.partitions, hosted, end, self.write_timeout_ms)
+        self._committed(partition, epoch, token, code)
+
+    def _committed(self, partition: int, epoch: int, token: int, code: ErrorCode) -> None:
         if code == E.NONE or self._epochs.get(partition) != epoch:
             # (unloaded meanwhile: the core ignores it, its request was answered)
             self._complete(partition, epoch, token, code)
@@ -395,6 +430,9 @@ class TransactionCoordinatorShell:
             self._spawn(f"WriteTxnMarkers to broker {batch.broker_id}", self._send_batch(batch))
 
     async def _send_batch(self, batch: BrokerMarkers) -> None:
+        # one loop turn first: the EndTxn whose Prepare record was committed in the turn
+        # that planned these markers is answered (its response written) before them
+        await asyncio.sleep(0)
         errors = await self.markers.send(batch)
         if errors is None:
             self.core.on_broker_markers_failed(batch)

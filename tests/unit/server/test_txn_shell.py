@@ -288,6 +288,15 @@ def _shell_over(acks: Acks, monkeypatch: pytest.MonkeyPatch) -> TransactionCoord
     )  # fmt: skip
 
 
+def _shell_of(partitions: Any) -> TransactionCoordinatorShell:
+    """A shell over ``partitions`` with one ``__transaction_state`` partition, on broker 1."""
+    return TransactionCoordinatorShell(
+        ServerConfig.load(None, ["transaction.state.log.num.partitions=1"]), 1, partitions,
+        SimpleNamespace(image=image_with_topic(txn_state=True)), ManualClock(5),
+        SimpleNamespace(allocate=lambda: 42), RecordingFaultHandler(),
+    )  # fmt: skip
+
+
 def _init(shell: TransactionCoordinatorShell) -> Any:
     core = shell.core
     return shell.call(lambda rid, now: core.init_producer_id(rid, "tid", 60_000, None, 4, now))
@@ -368,12 +377,7 @@ def test_a_load_needs_the_high_watermark_not_min_insync_replicas(
     )
 
     async def run() -> ErrorCode:
-        shell = TransactionCoordinatorShell(
-            ServerConfig.load(None, ["transaction.state.log.num.partitions=1"]), 1,
-            partitions,  # type: ignore[arg-type]
-            SimpleNamespace(image=image_with_topic(txn_state=True)), ManualClock(5),
-            SimpleNamespace(allocate=lambda: 42), RecordingFaultHandler(),
-        )  # fmt: skip
+        shell = _shell_of(partitions)
         shell.reconcile()
         try:
             await _turns(lambda: shell.check("tid") == ErrorCode.NONE)
@@ -445,3 +449,123 @@ def test_a_commit_runs_from_end_txn_to_complete_without_a_timer_turn(
     assert ticks == after_load >= 1  # no timer turn from init to the Complete record
     # init, the add's Ongoing, PrepareCommit, then the markers, then CompleteCommit
     assert marked == [3] and len(acks.appended) == 4
+
+
+class HeldAtOnce:
+    """A replica manager whose ISR holds every append at once (a leader alone in its
+    ISR): ``park_produce`` calls back before it returns; the awaitable forms of the same
+    wait (the ones the old paths used) complete one loop turn later."""
+
+    def __init__(self) -> None:
+        self.parked = 0
+
+    def on_local_append(self, hosted: Any) -> None:
+        pass
+
+    def park_produce(self, hosted: Any, end: int, timeout_ms: int, done: Any) -> None:
+        self.parked += 1
+        done(ErrorCode.NONE)
+
+    async def wait_for_acks(self, hosted: Any, end: int, timeout_ms: int) -> ErrorCode:
+        await asyncio.sleep(0)
+        return ErrorCode.NONE
+
+    def acks_future(self, hosted: Any, end: int, timeout_ms: int) -> asyncio.Future[ErrorCode]:
+        self.parked += 1
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(ErrorCode.NONE)
+        return fut
+
+    def check_produce(self, hosted: Any, acks: int) -> ErrorCode:
+        return ErrorCode.NONE
+
+
+def _finished_without_a_turn(coro: Any) -> Any:
+    """``coro``'s result when it runs to its end without yielding to the loop once."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    coro.close()
+    raise AssertionError("it waited for a loop turn")
+
+
+def test_a_write_the_isr_holds_at_once_is_answered_in_the_same_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A leader alone in its ISR commits a ``__transaction_state`` record as it appends
+    it: InitProducerId, AddPartitionsToTxn and EndTxn are answered in the turn that wrote
+    their record (the write's wait is parked with the replica manager, not a task per
+    write: each was a loop turn between the commit and the answer, and a turn more
+    between the Prepare record and its markers)."""
+    import riverbed.server.txn_coordinator as shell_module
+
+    acks = Acks()
+    monkeypatch.setattr(shell_module, "append_records", acks.append_records)
+    monkeypatch.setattr(shell_module, "read_records", acks.read_records)
+    replicas = HeldAtOnce()
+    hosted = SimpleNamespace(topic="__transaction_state", index=0,
+                             log=SimpleNamespace(high_watermark=0))  # fmt: skip
+
+    async def wait_until(keys: Any, ready: Any, timeout_ms: int) -> bool:
+        return bool(ready())
+
+    partitions = SimpleNamespace(get=lambda topic, index: hosted, replicas=replicas,
+                                 purgatory=SimpleNamespace(wait_until=wait_until))  # fmt: skip
+
+    async def run() -> list[ErrorCode]:
+        shell = _shell_of(partitions)
+        shell.reconcile()
+        await _turns(lambda: shell.check("tid") == ErrorCode.NONE)
+        core = shell.core
+        init = _finished_without_a_turn(_init(shell))
+        pid, epoch, tp = init.producer_id, init.producer_epoch, frozenset({("t", 0)})
+        add = _finished_without_a_turn(
+            shell.call(lambda r, now: core.add_partitions(r, "tid", pid, epoch, tp, 0, now))
+        )
+        end = _finished_without_a_turn(
+            shell.call(lambda r, now: core.end_txn(r, "tid", pid, epoch, True, 1, now))
+        )
+        shell.close()
+        return [init.error, dict(add.errors)[("t", 0)], end.error]
+
+    assert asyncio.run(run()) == [ErrorCode.NONE] * 3
+    assert len(acks.appended) == 3 and replicas.parked == 3
+
+
+def test_markers_the_isr_holds_at_once_are_answered_in_the_same_turn() -> None:
+    """WriteTxnMarkers (and the coordinator's in-process call of it) waits for each
+    marker's acks=all through the delayed produce's future itself: markers a leader alone
+    in its ISR committed as it appended them are answered without a loop turn (a task
+    per partition and a gather cost turns between the Prepare record and the Complete
+    record that the producer's next transaction waits for)."""
+    from riverbed.server.broker.txn_markers import write_txn_markers
+
+    replicas = HeldAtOnce()
+    appended: list[bytearray] = []
+
+    def append(hosted: Any, batch: bytearray, origin: str = "") -> Any:
+        appended.append(batch)
+        return SimpleNamespace(first_offset=len(appended) - 1, last_offset=len(appended) - 1)
+
+    broker = SimpleNamespace(
+        partitions=SimpleNamespace(
+            leader_partition=lambda topic, index: SimpleNamespace(topic=topic, index=index),
+            replicas=replicas,
+            append=append,
+        ),
+        txn_marker_listener=None,
+        config=ServerConfig.embedded_default(),
+    )
+    W = WriteTxnMarkersRequest
+    req = W(markers=[W.WritableTxnMarker(
+        producer_id=7, producer_epoch=3, transaction_result=True, coordinator_epoch=5,
+        topics=[W.WritableTxnMarkerTopic(name="t", partition_indexes=[0, 1])])])  # fmt: skip
+
+    async def run() -> WriteTxnMarkersResponse:
+        return _finished_without_a_turn(write_txn_markers(broker, req))  # type: ignore[arg-type]
+
+    response = asyncio.run(run())
+    ((topic,),) = [m.topics for m in response.markers]
+    assert [(p.partition_index, p.error_code) for p in topic.partitions] == [(0, 0), (1, 0)]
+    assert len(appended) == 2 and replicas.parked == 2

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Protocol
 
 from riverbed.coordinator.records import OFFSETS_TOPIC
@@ -35,6 +34,7 @@ from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 from riverbed.server.broker.partitions import NotServed
 from riverbed.server.network import RequestContext
+from riverbed.server.request_permits import park_current_request
 from riverbed.storage.errors import StorageError
 from riverbed.storage.log import ORIGIN_COORDINATOR
 
@@ -57,7 +57,7 @@ class TxnMarkerListener(Protocol):
 
 def _write_marker(
     broker: Broker, marker: WriteTxnMarkersRequest.WritableTxnMarker, topic: str, index: int
-) -> tuple[ErrorCode, Awaitable[ErrorCode] | None]:
+) -> tuple[ErrorCode, asyncio.Future[ErrorCode] | None]:
     """Append the marker to one partition: (error, the acks=-1 wait when appended)."""
     hosted = broker.partitions.leader_partition(topic, index)
     if isinstance(hosted, NotServed):
@@ -87,7 +87,9 @@ def _write_marker(
         )
     if replicas is None:
         return ErrorCode.NONE, None
-    return ErrorCode.NONE, replicas.wait_for_acks(
+    # the delayed produce's future itself (no coroutine, no task): a marker the ISR
+    # already holds is answered without a loop turn
+    return ErrorCode.NONE, replicas.acks_future(
         hosted, info.last_offset + 1, broker.config.get_int("request.timeout.ms")
     )
 
@@ -102,7 +104,7 @@ async def write_txn_markers(broker: Broker, req: WriteTxnMarkersRequest) -> Writ
     """The markers of ``req`` appended and answered (also this node's own transaction
     coordinator's, called in-process: `riverbed.server.txn_markers`)."""
     answers: list[R.WritableTxnMarkerResult] = []
-    waits: list[tuple[R.WritableTxnMarkerPartitionResult, Awaitable[ErrorCode]]] = []
+    waits: list[tuple[R.WritableTxnMarkerPartitionResult, asyncio.Future[ErrorCode]]] = []
     # every marker is appended before the first await: the appends keep request order
     for marker in req.markers:
         topics = []
@@ -118,8 +120,8 @@ async def write_txn_markers(broker: Broker, req: WriteTxnMarkersRequest) -> Writ
                 parts.append(part)
             topics.append(R.WritableTxnMarkerTopicResult(name=t.name, partitions=parts))
         answers.append(R.WritableTxnMarkerResult(producer_id=marker.producer_id, topics=topics))
-    if waits:
-        errors = await asyncio.gather(*(w for _, w in waits))
-        for (part, _), error in zip(waits, errors, strict=True):
-            part.error_code = int(error)
+    if any(not w.done() for _, w in waits):
+        park_current_request()  # a delayed produce holds no request permit
+    for part, wait in waits:  # all parked at once: awaited in turn, each done or not
+        part.error_code = int(await wait)
     return WriteTxnMarkersResponse(markers=answers)

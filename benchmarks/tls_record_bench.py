@@ -11,7 +11,9 @@ BIOs too: uvloop's SSLProtocol) with the test PKI's certificates. Prints CPU ms 
   request as: one TLS record per message segment) and of 16 KiB (the largest, what the
   broker writes a fetch response as), fed 256 KiB at a time, read the way uvloop's
   SSLProtocol does it (``copied``: ``read(256 KiB)`` per record, then one join) and the
-  way its BufferedProtocol path does (``into``: ``read(n, buffer)``);
+  way its BufferedProtocol path does (``into``: ``read(n, buffer)``), each through
+  `ssl.SSLObject`'s Python ``read`` and through the listeners' `DirectSSLObject` (``C``:
+  the OpenSSL object's C ``read`` / ``pending``, riverbed's listeners since issue 20);
 - write: the server encrypting 256 KiB writes (a fetch response's chunks);
 - each for TLS 1.3 (what librdkafka and riverbed negotiate by default:
   TLS_AES_256_GCM_SHA384) and TLS 1.2 (ECDHE-RSA-AES256-GCM-SHA384);
@@ -35,6 +37,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from riverbed.server.tls import DirectSSLObject
 from riverbed.testing.certs import Pki, make_pki
 
 #: Bytes handed to the incoming BIO at once (uvloop's SSL_READ_MAX_SIZE, a socket read).
@@ -49,8 +52,10 @@ VERSIONS = {"TLSv1.3": ssl.TLSVersion.TLSv1_3, "TLSv1.2": ssl.TLSVersion.TLSv1_2
 class Pair:
     """A handshaken client/server pair of SSLObjects over memory BIOs."""
 
-    def __init__(self, pki: Pki, version: ssl.TLSVersion) -> None:
+    def __init__(self, pki: Pki, version: ssl.TLSVersion, direct: bool = False) -> None:
         server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        if direct:
+            server_ctx.sslobject_class = DirectSSLObject
         server_ctx.load_cert_chain(pki.server_pem)
         client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         client_ctx.load_verify_locations(pki.ca)
@@ -114,6 +119,7 @@ def _cpu_ms_per_mb(work: Callable[[], int]) -> float:
 
 
 def read_ms_per_mb(pair: Pair, record: int, total: int, into: bool) -> float:
+    """Server CPU per MB decrypting ``record``-byte records."""
     ciphertext = pair.client_records(record, total)
     reader = read_into if into else read_copied
     return _cpu_ms_per_mb(lambda: reader(pair.server, pair.s_in, ciphertext))
@@ -174,10 +180,12 @@ def main() -> None:
         for name, version in VERSIONS.items():
             for record in (SMALL_RECORD_BYTES, FULL_RECORD_BYTES):
                 for into in (False, True):
-                    label = f"read  {name} {record:6d} B records {'into' if into else 'copied'}"
-                    cases[label] = lambda v=version, r=record, i=into: read_ms_per_mb(
-                        Pair(pki, v), r, total, i
-                    )
+                    for direct in (False, True):
+                        how = f"{'into' if into else 'copied'}{' C' if direct else ''}"
+                        label = f"read  {name} {record:6d} B records {how}"
+                        cases[label] = lambda v=version, r=record, i=into, d=direct: read_ms_per_mb(
+                            Pair(pki, v, d), r, total, i
+                        )
             cases[f"write {name} 256 KiB writes"] = lambda v=version: write_ms_per_mb(
                 Pair(pki, v), total
             )

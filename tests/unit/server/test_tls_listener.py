@@ -4,9 +4,11 @@ principal comes from the client certificate, and a TLS connection never uses sen
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -180,3 +182,34 @@ def test_bad_tls_config_names_the_key(pki, tmp_path: Path) -> None:
             "ssl.client.auth": "required",
         }
         listener_security(ServerConfig.from_props(props), "SSL", "SSL")
+
+
+def test_listener_reads_records_through_the_c_methods(pki) -> None:
+    """A listener's TLS connections decrypt through the OpenSSL object's C ``read`` and
+    ``pending`` (the event loop calls them once per TLS record), with the wrapper's
+    behaviour: a read of one record's bytes, into a buffer or not, WantRead when empty."""
+    context = _security(pki).ssl_context
+    assert context is not None
+    s_in, s_out, c_in, c_out = (ssl.MemoryBIO() for _ in range(4))
+    server = context.wrap_bio(s_in, s_out, server_side=True)
+    client = _client_ctx(pki, None).wrap_bio(c_in, c_out, server_hostname="localhost")
+    for _ in range(4):
+        for side in (client, server):
+            with contextlib.suppress(ssl.SSLWantReadError):
+                side.do_handshake()
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+    assert isinstance(server.read, types.BuiltinMethodType)
+    assert isinstance(server.pending, types.BuiltinMethodType)
+    for record in (b"v" * 1046, b"h" * 32, b"w" * 1046):  # librdkafka: one record each
+        client.write(record)
+    s_in.write(c_out.read())
+    buf = bytearray(4096)
+    got = server.read(4096, memoryview(buf))
+    assert bytes(buf[:got]) == b"v" * 1046
+    assert server.read(10) == b"h" * 10
+    assert server.pending() == 22
+    assert server.read(4096) == b"h" * 22
+    assert server.read(4096) == b"w" * 1046
+    with pytest.raises(ssl.SSLWantReadError):
+        server.read(4096)

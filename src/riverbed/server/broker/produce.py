@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from riverbed.metadata.records import ZERO_UUID
@@ -132,31 +132,35 @@ async def handle_produce(
 _Deferred = tuple[list[PartitionResponse], int, str, PartitionData, "Verification"]
 
 
-@dataclass(slots=True)
 class _ProduceRun:
     """One Produce request's steps (`handle_produce`): appends in request order, the
     KIP-890 verified appends after them, then the acks=all waits."""
 
-    broker: Broker
-    req: ProduceRequest
-    version: int
-    acks_ok: bool = False
-    #: from v10 a NOT_LEADER_OR_FOLLOWER answer names the leader (KIP-951)
-    names_leader: bool = False
-    #: Kafka: transactional records need the request's transactional id (authorized to
-    #: write it), else the whole request is TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    no_txn_id: bool = False
-    leaders: list[int] = field(default_factory=list)  # named in NOT_LEADER answers
-    waits: list[tuple[PartitionResponse, asyncio.Future[ErrorCode]]] = field(
-        default_factory=list
-    )  # acks=all
-    verifications: list[_Deferred] = field(default_factory=list)
+    __slots__ = (
+        "acks_ok",
+        "broker",
+        "leaders",
+        "names_leader",
+        "no_txn_id",
+        "req",
+        "verifications",
+        "version",
+        "waits",
+    )
 
-    def __post_init__(self) -> None:
-        req = self.req
+    def __init__(self, broker: Broker, req: ProduceRequest, version: int) -> None:
+        self.broker = broker
+        self.req = req
+        self.version = version
         self.acks_ok = req.acks in _VALID_ACKS
-        self.names_leader = self.version >= PRODUCE_CURRENT_LEADER_VERSION
+        #: from v10 a NOT_LEADER_OR_FOLLOWER answer names the leader (KIP-951)
+        self.names_leader = version >= PRODUCE_CURRENT_LEADER_VERSION
+        #: Kafka: transactional records need the request's transactional id (authorized
+        #: to write it), else the whole request is TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         self.no_txn_id = not req.transactional_id and _has_transactional_batches(req)
+        self.leaders: list[int] = []  # named in NOT_LEADER_OR_FOLLOWER answers
+        self.waits: list[tuple[PartitionResponse, asyncio.Future[ErrorCode]]] = []  # acks=all
+        self.verifications: list[_Deferred] = []
 
     def append_topic(self, topic: ProduceRequest.TopicProduceData) -> TopicResponse:
         """Answer or append each of ``topic``'s partitions (those to verify first are

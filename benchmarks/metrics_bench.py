@@ -358,6 +358,8 @@ def bench_record_cost(args: argparse.Namespace) -> float:
     )
     frame = encode_request(RequestHeader(0, 9, 1, "b"), sent)[4:]
 
+    stats = TrafficStats(lambda _id: None)
+
     async def handler(_ctx: RequestContext, body: object) -> Response | None:
         assert isinstance(body, ProduceRequest)
         topic = body.topic_data[0]
@@ -370,7 +372,25 @@ def bench_record_cost(args: argparse.Namespace) -> float:
             ]
         )
 
-    stats = TrafficStats(lambda _id: None)
+    async def counting(ctx: RequestContext, body: object) -> Response | None:
+        """`handler` plus the produce handler's own counting with metrics on (its
+        append's bytes and records, then each partition: `riverbed.server.broker.produce`)."""
+        assert isinstance(body, ProduceRequest)
+        records = body.topic_data[0].partition_data[0].records
+        assert records is not None
+        counters = stats.produce_topic(body.topic_data[0].name)
+        counters.bytes_in += len(records)
+        counters.messages_in += args.batch_records  # the append info's records_count
+        response = await handler(ctx, body)
+        assert isinstance(response, ProduceResponse)
+        for answer in response.responses:
+            counters = stats.produce_topic(answer.name)
+            counters.total_produce += len(answer.partition_responses)
+            for part in answer.partition_responses:
+                if part.error_code:
+                    counters.failed_produce += 1
+        return response
+
     permits = asyncio.Semaphore(1)
     clock = time.perf_counter
 
@@ -380,7 +400,7 @@ def bench_record_cost(args: argparse.Namespace) -> float:
         ctx = RequestContext(header, "peer", "PLAINTEXT", 1, 0, timing=timing)
         permit = RequestPermit(permits)
         coro = (
-            run_timed(handler, permit, ctx, body, stats)
+            run_timed(counting, permit, ctx, body, stats)
             if timed
             else run_with_permit(handler, permit, ctx, body)
         )

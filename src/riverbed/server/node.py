@@ -232,6 +232,8 @@ class Node:
             cfg, quorum, partitions, self.purgatory, self.cluster_id, clock, self.fault_handler
         )
         self.broker.dynamic_listeners = dynamic_listeners
+        if cfg.get("riverbed.metrics.enable"):  # the produce handler's topic counters
+            self.broker.topic_stats = self.metrics.traffic
         self._limit_connection_rates(self.broker)
         if rsm is not None:
             self._start_remote_log(remote_settings, rsm, quorum, partitions)

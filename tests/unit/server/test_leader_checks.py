@@ -101,6 +101,7 @@ class Node:
             fetch_purgatory=self.purgatory,
             remote_log=None,  # no tiered storage
             quotas=BrokerQuotas(QuotaWindows(11, 1000)),  # no quota configured
+            topic_stats=None,  # riverbed.metrics.enable=false
         )
 
     def move_leader(self, index: int, leader: int) -> None:

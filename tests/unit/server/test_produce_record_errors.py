@@ -28,6 +28,7 @@ from riverbed.protocol.messages import CreateTopicsRequest, ProduceRequest, Prod
 from riverbed.protocol.records import CompressionType, SimpleRecord, build_batch
 from riverbed.server.broker import produce
 from riverbed.server.broker.partitions import PartitionManager
+from riverbed.server.metrics.traffic import TrafficStats
 from riverbed.server.network import RequestContext
 from riverbed.server.purgatory import Purgatory
 from riverbed.storage.clock import ManualClock
@@ -89,8 +90,13 @@ class Node:
         self.partitions = PartitionManager(self.logs, NODE, {}, purgatory)
         metadata = SimpleNamespace(image=_image())
         self.partitions.apply_image(metadata.image)
+        #: the produce handler's BrokerTopicMetrics (riverbed.metrics.enable)
+        self.stats = TrafficStats(lambda _topic_id: None)
         self.broker: Any = SimpleNamespace(
-            partitions=self.partitions, metadata=metadata, fetch_purgatory=purgatory
+            partitions=self.partitions,
+            metadata=metadata,
+            fetch_purgatory=purgatory,
+            topic_stats=self.stats,
         )
 
     def produce(self, version: int, topic: str, batch: bytes) -> Any:

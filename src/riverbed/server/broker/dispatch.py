@@ -78,6 +78,7 @@ from riverbed.storage.clock import Clock
 if TYPE_CHECKING:
     from riverbed.server.config import ServerConfig
     from riverbed.server.fault_handler import FaultHandler
+    from riverbed.server.metrics.traffic import TrafficStats
     from riverbed.server.quorum import QuorumMetadata
     from riverbed.server.remote_log import RemoteLogManager
 
@@ -234,6 +235,9 @@ class Broker:
         self.auto_topic_creations = AutoTopicCreations(metadata.auto_create_topic)
         #: the wall clock of the shell's time-stamped views
         self.clock: Clock = clock or SystemClock()
+        #: BrokerTopicMetrics the produce handler counts into (set by the node; None:
+        #: riverbed.metrics.enable=false)
+        self.topic_stats: TrafficStats | None = None
         metadata.add_listener(
             lambda old, new, delta: self.recently_fenced.observe(
                 old.brokers, new.brokers, self.clock.now_ms()

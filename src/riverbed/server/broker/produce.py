@@ -75,6 +75,7 @@ from riverbed.storage.errors import StorageError
 
 if TYPE_CHECKING:
     from riverbed.server.broker.dispatch import Broker
+    from riverbed.server.metrics.traffic import TrafficStats
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,8 @@ async def handle_produce(
         await run.append_verified()
     if run.waits:
         await run.acknowledged()
+    if broker.topic_stats is not None:
+        _count_partitions(broker.topic_stats, req, run.names, responses)
     if req.acks == 0:
         _close_if_any_failed(responses)
         return None
@@ -140,6 +143,7 @@ class _ProduceRun:
         "acks_ok",
         "broker",
         "leaders",
+        "names",
         "names_leader",
         "no_txn_id",
         "req",
@@ -159,6 +163,7 @@ class _ProduceRun:
         #: to write it), else the whole request is TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         self.no_txn_id = not req.transactional_id and _has_transactional_batches(req)
         self.leaders: list[int] = []  # named in NOT_LEADER_OR_FOLLOWER answers
+        self.names: list[str | None] = []  # each topic's name (v13+: None for an unknown id)
         self.waits: list[tuple[PartitionResponse, asyncio.Future[ErrorCode]]] = []  # acks=all
         self.verifications: list[_Deferred] = []
 
@@ -167,6 +172,7 @@ class _ProduceRun:
         deferred to `append_verified`)."""
         parts: list[PartitionResponse] = []
         name = _topic_name(self.broker, topic)
+        self.names.append(name)
         for pd in topic.partition_data:
             refused = self._refusal(name, pd)
             if refused is not None:
@@ -237,6 +243,24 @@ async def _acknowledged(futures: list[asyncio.Future[ErrorCode]]) -> list[ErrorC
     if len(futures) == 1:
         return [await futures[0]]
     return list(await asyncio.gather(*futures))
+
+
+def _count_partitions(
+    stats: TrafficStats,
+    req: ProduceRequest,
+    names: list[str | None],
+    responses: list[TopicResponse],
+) -> None:
+    """Kafka's TotalProduceRequestsPerSec (each partition of the request) and
+    riverbed's FailedProduceRequestsPerSec (each answered with an error, acks=all waits
+    included) per topic; a topic id this node does not know counts under the id."""
+    for topic, name, answer in zip(req.topic_data, names, responses, strict=True):
+        counters = stats.produce_topic(name or str(topic.topic_id))
+        parts = answer.partition_responses
+        counters.total_produce += len(parts)
+        for part in parts:
+            if part.error_code:
+                counters.failed_produce += 1
 
 
 def _topic_name(broker: Broker, topic: ProduceRequest.TopicProduceData) -> str | None:
@@ -399,6 +423,15 @@ def _append_partition(
         return _partition_error(index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc)), -1
     if cycle_trace.TRACE is not None:
         cycle_trace.TRACE.event("append", info.last_offset + 1)
+    stats = broker.topic_stats
+    if stats is not None:
+        # Kafka's ReplicaManager: BytesIn = the records' size, MessagesIn = the append
+        # info's count (an idempotent retry's too: its original batch's offsets)
+        counters = stats.produce_topic(hosted.topic)
+        counters.bytes_in += len(records)
+        counters.messages_in += (
+            info.last_offset - info.first_offset + 1 if info.duplicate else info.records_count
+        )
     log_append_time = info.log_append_time if hosted.config.log_append_time else -1
     part = ProduceResponse.PartitionProduceResponse(
         index=index,

@@ -15,12 +15,14 @@ request name (``Produce``, ``FetchConsumer``, ``FetchFollower``, ``Metadata``, .
   ``ResponseSendTimeMs`` (taken -> sent);
 
 and, for produce and fetch, Kafka's BrokerTopicMetrics per topic and over all topics:
-``BytesInPerSec`` / ``MessagesInPerSec`` (records appended by a produce, counted from
-the batch headers), ``BytesOutPerSec`` (consumer fetches) / ``ReplicationBytesOutPerSec``
-(follower fetches), ``TotalProduceRequestsPerSec`` / ``FailedProduceRequestsPerSec`` and
-``TotalFetchRequestsPerSec`` / ``FailedFetchRequestsPerSec`` (one per partition in a
-request, as Kafka's ReplicaManager marks them; failed = the partition's answer carries
-an error).
+``BytesInPerSec`` / ``MessagesInPerSec`` (records a produce appended: the records' size
+and the append info's count, counted by the produce handler at its append as Kafka's
+ReplicaManager does, through `TrafficStats.produce_topic`; nothing re-reads a batch),
+``BytesOutPerSec`` (consumer fetches) / ``ReplicationBytesOutPerSec`` (follower
+fetches), ``TotalProduceRequestsPerSec`` / ``FailedProduceRequestsPerSec`` (the produce
+handler too) and ``TotalFetchRequestsPerSec`` / ``FailedFetchRequestsPerSec`` (one per
+partition in a request, as Kafka's ReplicaManager marks them; failed = the partition's
+answer carries an error).
 
 Cost: the counters are plain integers in dicts, touched only by the event loop (no
 locks, no prometheus_client objects on the hot path); `TrafficCollector` turns them into
@@ -31,7 +33,6 @@ or when `PENDING_TIMINGS_MAX` have gathered.
 
 from __future__ import annotations
 
-import struct
 import uuid
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
@@ -65,12 +66,6 @@ _BOUNDS_MS = np.array(TIME_BUCKETS_MS)
 PENDING_TIMINGS_MAX = 4096
 #: Nesting bound of the error-code walk (Kafka's messages nest three deep at most).
 _DEPTH_MAX = 8
-#: Record batch v2: batchLength at 8, recordsCount at 57, header 61 bytes.
-_BATCH_LENGTH_AT = 8
-_RECORDS_COUNT_AT = 57
-_BATCH_HEADER_BYTES = 61
-#: batchLength and recordsCount in one unpack (the bytes between them skipped)
-_LENGTH_AND_COUNT = struct.Struct(f">i{_RECORDS_COUNT_AT - _BATCH_LENGTH_AT - 4}xi")
 
 
 def request_name(api_key: int) -> str:
@@ -86,24 +81,6 @@ _PRODUCE = _NAMES[ApiKey.PRODUCE]
 _PRODUCE_NONE = (_PRODUCE, "NONE")
 #: Produce versions counted on the hot path (0-13 today; a later one goes by the dict).
 PRODUCE_VERSIONS = 16
-
-
-def record_count(records: bytes | bytearray | memoryview) -> int:
-    """Records in a run of v2 batches (each header's recordsCount); stops at a torn tail."""
-    size = len(records)
-    if size >= _BATCH_HEADER_BYTES:
-        length, count = _LENGTH_AND_COUNT.unpack_from(records, _BATCH_LENGTH_AT)
-        if length == size - 12:  # one batch: the usual (one unpack, no loop)
-            return count if count > 0 else 0
-    total = 0
-    pos = 0
-    while pos + _BATCH_HEADER_BYTES <= size:
-        length, count = _LENGTH_AND_COUNT.unpack_from(records, pos + _BATCH_LENGTH_AT)
-        if length <= 0 or count < 0 or pos + 12 + length > size:
-            break
-        total += count
-        pos += 12 + length
-    return total
 
 
 class MsHistogram:
@@ -285,7 +262,8 @@ class TrafficStats:
         if type(body) is ProduceRequest and version < PRODUCE_VERSIONS:
             # the hot path: no name look-up, no key, no walk
             self._produce_requests[version] += 1
-            self._produced(body, response if type(response) is ProduceResponse else None)
+            if type(response) is ProduceResponse:
+                self._produce_errors(response)
             return _PRODUCE
         api_key = ctx.header.api_key
         name = _NAMES.get(api_key) or request_name(api_key)
@@ -294,7 +272,8 @@ class TrafficStats:
         key = (name, version)
         self._requests[key] = self._requests.get(key, 0) + 1
         if isinstance(body, ProduceRequest):  # a version the hot path does not count
-            self._produced(body, response if isinstance(response, ProduceResponse) else None)
+            if isinstance(response, ProduceResponse):
+                self._produce_errors(response)
             return name
         message = response.body if isinstance(response, SplicedResponse) else response
         if isinstance(body, FetchRequest) and isinstance(message, FetchResponse):
@@ -322,100 +301,31 @@ class TrafficStats:
             counters = self.topics[name] = TopicCounters()
         return counters
 
-    def _produced(self, req: ProduceRequest, resp: ProduceResponse | None) -> None:
-        """The hot path: a produce of one partition (what a producer sends to a broker
-        leading one partition of its topic, and most requests otherwise) answered in
-        order, counted without loops or lists; anything else by `_produced_any`."""
-        topic_data = req.topic_data
-        answers = resp.responses if resp is not None else None
-        if answers is None or len(topic_data) != 1 or len(answers) != 1:
-            self._produced_any(req, resp)
-            return
-        td = topic_data[0]
-        parts = td.partition_data
-        answer = answers[0]
-        codes = answer.partition_responses
-        if len(parts) != 1 or len(codes) != 1 or answer.name != td.name:
-            self._produced_any(req, resp)
-            return
-        name = td.name or self._name_of(td.topic_id)
-        topic = self.topics.get(name) or self._topic(name)
-        topic.total_produce += 1
-        code = codes[0].error_code
-        if code:
-            topic.failed_produce += 1
-            self._error(_PRODUCE, _code_name(code))
-            return
-        self._produce_none += 1
-        records = parts[0].records
-        if not records:
-            topic.failed_produce += 1
-            return
-        size = len(records)
-        topic.bytes_in += size
-        if size >= _BATCH_HEADER_BYTES:  # `record_count`'s one-batch case, without a call
-            length, count = _LENGTH_AND_COUNT.unpack_from(records, _BATCH_LENGTH_AT)
-            if length == size - 12:
-                topic.messages_in += count if count > 0 else 0
+    def produce_topic(self, name: str) -> TopicCounters:
+        """The BrokerTopicMetrics of a topic a produce names: the produce handler counts
+        its partitions, bytes and records there as it appends them (Kafka's
+        ReplicaManager marks BrokerTopicStats from the append's info), so nothing here
+        reads a batch again."""
+        return self.topics.get(name) or self._topic(name)
+
+    def _produce_errors(self, resp: ProduceResponse) -> None:
+        """Kafka's errorCounts of a produce response: each partition's code. The hot
+        path: one topic of one partition answered NONE, without loops."""
+        answers = resp.responses
+        if len(answers) == 1:
+            codes = answers[0].partition_responses
+            if len(codes) == 1 and not codes[0].error_code:
+                self._produce_none += 1
                 return
-        topic.messages_in += record_count(records)
-
-    def _produced_any(self, req: ProduceRequest, resp: ProduceResponse | None) -> None:
-        """acks=0 has no response: its partitions all succeeded (a failure closed the
-        connection and never reached here). The handler answers in request order; a
-        response in another order is matched by name and index. Sums in locals, each
-        topic's counters touched once (the all-topics sums are taken at scrape time)."""
-        name = _PRODUCE
-        topic_data = req.topic_data
-        answers = resp.responses if resp is not None else None
-        in_order = answers is not None and len(answers) == len(topic_data)
-        topics = self.topics
-        answered_none = 0  # partitions answered NONE (Kafka's errorCounts)
-        for ti, td in enumerate(topic_data):
-            topic_name = td.name or self._name_of(td.topic_id)
-            topic = topics.get(topic_name) or self._topic(topic_name)
-            parts = td.partition_data
-            codes = None  # acks=0
-            if resp is not None:
-                codes = self._produce_codes(td, answers[ti] if in_order and answers else None, resp)
-            size = count = failed = 0
-            i = 0
-            for pd in parts:  # (no zip: this loop is the hot path, mostly one partition)
-                code = codes[i] if codes is not None else 0
-                i += 1
-                if codes is not None:
-                    if code:
-                        self._error(name, _code_name(code))
-                        failed += 1
-                        continue
-                    answered_none += 1
-                records = pd.records
-                if records:
-                    size += len(records)
-                    count += record_count(records)
+        answered_none = 0
+        for answer in answers:
+            for part in answer.partition_responses:
+                code = part.error_code
+                if code:
+                    self._error(_PRODUCE, _code_name(code))
                 else:
-                    failed += 1
-            topic.total_produce += len(parts)
-            topic.failed_produce += failed
-            topic.bytes_in += size
-            topic.messages_in += count
+                    answered_none += 1
         self._produce_none += answered_none
-
-    @staticmethod
-    def _produce_codes(
-        td: ProduceRequest.TopicProduceData,
-        answer: ProduceResponse.TopicProduceResponse | None,
-        resp: ProduceResponse,
-    ) -> list[int]:
-        """Each partition's answered error code."""
-        if answer is not None:
-            parts = answer.partition_responses
-            if answer.name == td.name and len(parts) == len(td.partition_data):
-                return [p.error_code for p in parts]  # the handler answers in request order
-        found = {
-            (t.name, p.index): p.error_code for t in resp.responses for p in t.partition_responses
-        }
-        return [found.get((td.name, pd.index), 0) for pd in td.partition_data]
 
     def _fetched(self, name: str, resp: FetchResponse, spliced: SplicedResponse | None) -> None:
         follower = name == "FetchFollower"

@@ -190,3 +190,29 @@ def test_auto_creations_in_flight_are_bounded() -> None:
     assert answers[0] is answers[1] and answers[0] is not None
     assert answers[2] is None and answers[3] is not None
     assert sent == ["a", "b"] and inflight == 0
+
+
+def test_a_metadata_requests_missing_topics_are_created_at_once() -> None:
+    """A Metadata request naming three missing topics asks for all three creations before
+    any is answered, as Kafka sends them in one CreateTopics (before: one after another,
+    each waiting for the controller's answer and this replica's apply)."""
+    from riverbed.server.broker.cluster_info import _auto_create
+
+    names = ["m1", "m2", "m3"]
+
+    async def main() -> set[str]:
+        started: list[str] = []
+        all_started = asyncio.Event()
+
+        async def create(name: str) -> CreateTopicsResponse:
+            started.append(name)
+            if len(started) == len(names):
+                all_started.set()
+            await all_started.wait()  # answered only once every creation was asked for
+            R = CreateTopicsResponse.CreatableTopicResult
+            return CreateTopicsResponse(topics=[R(name=name, error_code=0)])
+
+        broker: Any = SimpleNamespace(auto_topic_creations=AutoTopicCreations(create))
+        return await asyncio.wait_for(_auto_create(broker, names), 10)
+
+    assert asyncio.run(main()) == set(names)

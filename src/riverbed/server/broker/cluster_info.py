@@ -12,6 +12,7 @@ UNKNOWN_TOPIC_OR_PARTITION. A null topic list (v1+) or an empty one in v0 means 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping, Set
 from typing import TYPE_CHECKING, TypeVar
@@ -239,19 +240,22 @@ async def _auto_create(broker: Broker, names: list[str]) -> set[str]:
     another node must not be told it is unknown: librdkafka takes that as "partition count
     changed from 1 to 0" and fails the messages it holds for the topic, while it ignores
     LEADER_NOT_AVAILABLE without partitions as temporary."""
-    exists: set[str] = set()
-    for name in names:
-        try:
-            # one creation per name in flight on this broker (riverbed.server.broker.auto_create)
-            response = await broker.auto_topic_creations.create(name)
-        except Exception:  # reported as UNKNOWN_TOPIC_OR_PARTITION
-            log.exception("auto-creating topic %r failed", name)
-            continue
-        if response is None:  # too many other creations in flight: the client asks again
-            continue
-        if any(t.name == name and t.error_code in _EXISTS for t in response.topics):
-            exists.add(name)
-    return exists
+    # all at once, as Kafka sends one CreateTopics for a Metadata request's missing topics
+    created = await asyncio.gather(*(_auto_create_one(broker, name) for name in names))
+    return {name for name, ok in zip(names, created, strict=True) if ok}
+
+
+async def _auto_create_one(broker: Broker, name: str) -> bool:
+    """Does the controller have ``name`` once asked to create it (`_auto_create`)?"""
+    try:
+        # one creation per name in flight on this broker (riverbed.server.broker.auto_create)
+        response = await broker.auto_topic_creations.create(name)
+    except Exception:  # reported as UNKNOWN_TOPIC_OR_PARTITION
+        log.exception("auto-creating topic %r failed", name)
+        return False
+    if response is None:  # too many other creations in flight: the client asks again
+        return False
+    return any(t.name == name and t.error_code in _EXISTS for t in response.topics)
 
 
 async def handle_metadata(

@@ -11,6 +11,11 @@ v2, where it is permissive (accepted, the client throttled).
 a topic of 8 partitions leaves the bucket 7.5 tokens short: 15 s before the client may
 mutate again, longer than any of the steps below takes. A throttled connection is muted
 for its throttle, so each step after a throttle uses a new client.
+
+Also counted (Kafka's rule for each): a Metadata auto-creation, against the asking
+client's quota (Kafka's broker forwards it in an Envelope with that client's principal and
+client id, at CreateTopics' latest version: strict), and a CreateTopics sent straight to
+a controller listener, against its sender's (ControllerApis' ``newQuotaFor(request)``).
 """
 
 from __future__ import annotations
@@ -28,7 +33,12 @@ from riverbed.cli.main import main
 from riverbed.cli.wire import WireClient
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
-from riverbed.protocol.messages import CreateTopicsRequest, CreateTopicsResponse
+from riverbed.protocol.messages import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
 from riverbed.testing.cluster import BrokerProcess, scaled_s
 
 RATE = 0.5
@@ -50,7 +60,7 @@ def broker(muted: list[AdminClient]) -> Iterator[BrokerProcess]:
     proc = BrokerProcess(overrides={"num.partitions": "1", "controller.quota.window.num": "1"})
     proc.start()
     try:
-        for client_id in ("strict", "legacy"):
+        for client_id in ("strict", "legacy", "auto", "direct"):
             args = [
                 "quotas",
                 "alter",
@@ -170,3 +180,57 @@ def test_older_versions_are_accepted_and_throttled(
     # (listed by another client: "legacy"'s connection is muted again)
     listed = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=timeout)
     assert "mq-l1" not in listed.topics and "mq-l2" in listed.topics
+
+
+def _create(wire: WireClient, name: str, partitions: int) -> CreateTopicsResponse:
+    Topic = CreateTopicsRequest.CreatableTopic
+    request = CreateTopicsRequest(
+        topics=[Topic(name=name, num_partitions=partitions, replication_factor=1)],
+        timeout_ms=int(scaled_s(30) * 1000),
+    )
+    answer = wire.request_at(ApiKey.CREATE_TOPICS, 7, request)
+    assert isinstance(answer, CreateTopicsResponse)
+    return answer
+
+
+def _metadata(wire: WireClient, names: list[str] | None) -> MetadataResponse:
+    topics = (
+        None if names is None else [MetadataRequest.MetadataRequestTopic(name=n) for n in names]
+    )
+    answer = wire.request_at(
+        ApiKey.METADATA, 12, MetadataRequest(topics=topics, allow_auto_topic_creation=True)
+    )
+    assert isinstance(answer, MetadataResponse)
+    return answer
+
+
+def test_auto_creation_counts_against_the_asking_clients_quota(broker: BrokerProcess) -> None:
+    with WireClient(broker.bootstrap, client_id="auto") as wire:
+        # a full bucket takes 8 partitions whole: 7.5 tokens short, 15 s
+        assert [t.error_code for t in _create(wire, "mq-auto-a", 8).topics] == [0]
+    with WireClient(broker.bootstrap, client_id="auto") as wire:
+        refused = _metadata(wire, ["mq-auto-b"])
+    # not created: unknown to the client, which asks again later; not muted
+    assert [(t.name, t.error_code) for t in refused.topics] == [
+        ("mq-auto-b", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    ]
+    assert refused.throttle_time_ms == 0
+    with WireClient(broker.bootstrap, client_id="other") as wire:
+        made = _metadata(wire, ["mq-auto-c"])  # another client id: no quota
+        listed = {t.name for t in _metadata(wire, None).topics}
+    assert [t.error_code for t in made.topics] in ([0], [ErrorCode.LEADER_NOT_AVAILABLE])
+    assert "mq-auto-c" in listed and "mq-auto-b" not in listed
+
+
+def test_create_topics_on_the_controller_listener_counts_against_the_quota(
+    broker: BrokerProcess,
+) -> None:
+    controller = f"127.0.0.1:{broker.controller_port}"
+    with WireClient(controller, client_id="direct") as wire:
+        assert [t.error_code for t in _create(wire, "mq-direct-a", 8).topics] == [0]
+    with WireClient(controller, client_id="direct") as wire:
+        refused = _create(wire, "mq-direct-b", 1)
+    assert [t.error_code for t in refused.topics] == [THROTTLED]
+    assert 1_000 < refused.throttle_time_ms <= 15_000
+    with WireClient(controller, client_id="other") as wire:
+        assert [t.error_code for t in _create(wire, "mq-direct-c", 8).topics] == [0]

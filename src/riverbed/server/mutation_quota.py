@@ -19,6 +19,21 @@ controller runs it through `run_with_quota` against its own image: a topic the
 controller will refuse anyway (unknown, already existing, no increase) takes no permits,
 and the permits of a topic the controller then refused are given back, so that, as in
 Kafka, only mutations that happen are counted.
+
+Who else pays, as in Kafka:
+
+- a Metadata auto-creation: the asking client (Kafka's KRaft broker forwards it in an
+  Envelope with that client's principal and client id at CreateTopics' latest version,
+  so strict; `QuorumMetadata.auto_create_topic`). Over the quota the topic is not
+  created and the client is told it is unknown; its connection is not muted (the
+  throttle is in the broker's CreateTopics answer, not the client's Metadata);
+- a CreateTopics, DeleteTopics or CreatePartitions sent straight to a controller listener
+  (an admin client bootstrapped from the controllers): its sender, at its version, muted
+  for the throttle (ControllerApis' ``newQuotaFor(request)``). FindCoordinator's creation
+  of ``__consumer_offsets`` / ``__transaction_state`` is such a request from the broker
+  itself (Kafka sends it without a client's context), counted against the principal and
+  client id the broker connects to the controller with; created in-process by the active
+  controller itself (a combined node) it counts against no one.
 """
 
 from __future__ import annotations

@@ -55,6 +55,7 @@ from riverbed.protocol.messages import Message
 from riverbed.security.api_operations import CONTROLLER_RULES
 from riverbed.security.scram import ScramCredential, ScramMechanism
 from riverbed.server.backoff import ExponentialBackoff, Retrier
+from riverbed.server.broker.admin import mute_for_mutation_quota
 from riverbed.server.broker.authorization import (
     BrokerAuthorizer,
     authorizer_config,
@@ -69,6 +70,7 @@ from riverbed.server.config import ServerConfig
 from riverbed.server.connection_quotas import ConnectionQuotas, raise_open_files_limit
 from riverbed.server.dynamic_listeners import DynamicListeners
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
+from riverbed.server.forwarding import origin_of
 from riverbed.server.heap import freeze_startup_heap
 from riverbed.server.http_listener import (
     HttpExtension,
@@ -503,7 +505,7 @@ class Node:
 
         api_key = ctx.header.api_key
         try:
-            response = await quorum.handle_controller_request(api_key, body)
+            response = await quorum.handle_controller_request(api_key, body, origin_of(ctx))
         except Exception as exc:
             code = error_code_of(exc)
             if code is not ErrorCode.NOT_CONTROLLER:
@@ -519,6 +521,7 @@ class Node:
             )
         if api_key not in _RAFT_EXACT:
             fit_to_version(response, version)
+        mute_for_mutation_quota(ctx, response)
         return response
 
     def advertised_endpoints(self) -> list[tuple[str, str, int, str]]:

@@ -136,7 +136,7 @@ from riverbed.server.listener_security import client_security
 from riverbed.server.metadata_quorum import MetadataStateMachine, RaftMetadataLog
 from riverbed.server.metadata_service import ImageListener, MetadataService
 from riverbed.server.metrics.traffic import error_codes
-from riverbed.server.mutation_quota import ControllerMutationQuotas, run_with_quota
+from riverbed.server.mutation_quota import ControllerMutationQuotas, Run, run_with_quota
 from riverbed.server.raft_driver import RaftDriver, monotonic_ms
 from riverbed.server.raft_transport import (
     RAFT_API_KEYS,
@@ -676,9 +676,16 @@ class QuorumMetadata:
             origin,
         )
 
-    async def auto_create_topic(self, name: str) -> CreateTopicsResponse:
-        """Create ``name`` with the defaults (Metadata's auto-creation); a forwarded one
-        returns once this replica shows the topic, or after `FORWARD_APPLY_WAIT_S`."""
+    async def auto_create_topic(
+        self, name: str, origin: Origin | None = None
+    ) -> CreateTopicsResponse:
+        """Create ``name`` with the defaults (Metadata's auto-creation) for ``origin``, the
+        client whose Metadata asked: under its mutation quota, as Kafka's KRaft broker
+        forwards the creation in an Envelope with that client's principal and client id
+        at the controller's latest CreateTopics version (strict: a topic over the quota is
+        refused THROTTLING_QUOTA_EXCEEDED, and the client, not muted, asks again); a
+        forwarded one returns once this replica shows the topic, or after
+        `FORWARD_APPLY_WAIT_S`."""
         request = CreateTopicsRequest(
             topics=[
                 CreateTopicsRequest.CreatableTopic(
@@ -688,8 +695,13 @@ class QuorumMetadata:
             timeout_ms=int(FORWARD_TIMEOUT_S * 1000),
         )
         if self.is_active():
-            return await self.service.auto_create_topic(name)
-        response = await self.create_topics(request)
+            return _expect(
+                await self._run_for(
+                    request, origin, lambda _: self.service.auto_create_topic(name)
+                ),
+                CreateTopicsResponse,
+            )
+        response = await self.create_topics(request, origin)
         if any(t.error_code == ErrorCode.TOPIC_ALREADY_EXISTS for t in response.topics):
             # another node's Metadata created it a moment ago: this replica may not have
             # applied it yet, and its Metadata answer must wait for it as for one it made
@@ -892,21 +904,25 @@ class QuorumMetadata:
         controller; the caller learns the outcome from the response (its epochs)."""
         return await self._write(ApiKey.ALTER_PARTITION, request, AlterPartitionResponse)
 
-    async def _run_for(self, request: Message, origin: Origin | None) -> Message:
-        """`_run_locally`, under the mutation quota of ``origin`` (Kafka's ControllerApis:
-        the active controller enforces it, for every broker's clients at once)."""
+    async def _run_for(
+        self, request: Message, origin: Origin | None, run: Run | None = None
+    ) -> Message:
+        """``run`` (`_run_locally` by default), under the mutation quota of ``origin``
+        (Kafka's ControllerApis: the active controller enforces it, for every broker's
+        clients at once)."""
+        run = run if run is not None else self._run_locally
         image = self.service.image
         quota = None
         if origin is not None:
             who = (origin.principal.name, origin.client_id, origin.api_version)
             quota = self.mutation_quotas.quota_for(image, request, *who)
         if quota is None:
-            return await self._run_locally(request)
+            return await run(request)
         assert isinstance(
             request, CreateTopicsRequest | DeleteTopicsRequest | CreatePartitionsRequest
         )
         return await run_with_quota(
-            quota, image, request, self._run_locally, self._default_partitions, monotonic_ms
+            quota, image, request, run, self._default_partitions, monotonic_ms
         )
 
     async def _run_locally(self, request: Message) -> Message:
@@ -1064,8 +1080,14 @@ class QuorumMetadata:
             raise NotLeaderError(leader, self.driver.node.epoch) from exc
 
     # --- the controller listener (server side) ---------------------------------------------
-    async def handle_controller_request(self, api_key: int, body: Message) -> Message | None:
-        """Answer one request that arrived on a controller listener."""
+    async def handle_controller_request(
+        self, api_key: int, body: Message, origin: Origin | None = None
+    ) -> Message | None:
+        """Answer one request that arrived on a controller listener from ``origin``: a
+        CreateTopics, DeleteTopics or CreatePartitions sent there directly (an admin
+        client bootstrapped from the controllers, a broker's own creation of an internal
+        topic) counts against the mutation quota of its sender, as Kafka's ControllerApis
+        applies ``newQuotaFor(request)`` to whatever principal sent it."""
         if api_key == ApiKey.DESCRIBE_QUORUM:
             return await self.describe_quorum(body)
         if api_key in RAFT_API_KEYS or is_raft_fetch(api_key, body):
@@ -1083,7 +1105,7 @@ class QuorumMetadata:
         if api_key in FORWARDED_APIS:
             if not self.is_active():
                 raise NotLeaderError(self.driver.node.leader_id, self.driver.node.epoch)
-            return await self._run_locally(body)
+            return await self._run_for(body, origin)
         return None
 
     async def _serve_enveloped(self, body: Message, origin: Origin) -> Message:

@@ -31,12 +31,14 @@ from riverbed.protocol.headers import RequestHeader
 from riverbed.protocol.messages import (
     CreateTopicsRequest,
     CreateTopicsResponse,
+    Message,
     MetadataRequest,
     MetadataResponse,
 )
-from riverbed.security.principal import ANONYMOUS
-from riverbed.server.broker.auto_create import AutoTopicCreations
+from riverbed.security.principal import ANONYMOUS, KafkaPrincipal
+from riverbed.server.broker.auto_create import AUTO_CREATE_TOPICS_VERSION, AutoTopicCreations
 from riverbed.server.broker.cluster_info import handle_metadata
+from riverbed.server.forwarding import Origin
 from riverbed.server.network import RequestContext
 
 TOPIC = "auto-kcat"
@@ -61,6 +63,20 @@ async def _no_wait() -> None:
     return None
 
 
+def _broker(quorum: Any) -> Any:
+    """What the Metadata handler reads of a broker whose metadata is ``quorum``."""
+    return SimpleNamespace(
+        auto_topic_creations=AutoTopicCreations(quorum.auto_create_topic),
+        metadata=quorum,
+        authz=None,
+        config=SimpleNamespace(auto_create_topics_enable=True, node_id=quorum.node_id),
+        partitions=SimpleNamespace(settled=_no_wait),
+        cluster_id="c",
+        clock=SimpleNamespace(now_ms=lambda: 0),
+        recently_fenced=RecentlyFenced(0),
+    )
+
+
 def ask_lagging_node(
     script: list[Step], applied_after_s: float | None
 ) -> MetadataResponse.MetadataResponseTopic:
@@ -81,16 +97,7 @@ def ask_lagging_node_at_once(
     async def main() -> Any:
         fake = FakeController(script)
         quorum = follower_of(await fake.start(), before)
-        broker = SimpleNamespace(
-            auto_topic_creations=AutoTopicCreations(quorum.auto_create_topic),
-            metadata=quorum,
-            authz=None,
-            config=SimpleNamespace(auto_create_topics_enable=True, node_id=quorum.node_id),
-            partitions=SimpleNamespace(settled=_no_wait),
-            cluster_id="c",
-            clock=SimpleNamespace(now_ms=lambda: 0),
-            recently_fenced=RecentlyFenced(0),
-        )
+        broker = _broker(quorum)
 
         async def lagging_apply() -> None:
             while not fake.seen:
@@ -170,7 +177,7 @@ def test_auto_creations_in_flight_are_bounded() -> None:
         sent: list[str] = []
         release = asyncio.Event()
 
-        async def create(name: str) -> CreateTopicsResponse:
+        async def create(name: str, origin: Origin | None) -> CreateTopicsResponse:
             sent.append(name)
             await release.wait()
             return CreateTopicsResponse(topics=[])
@@ -204,7 +211,7 @@ def test_a_metadata_requests_missing_topics_are_created_at_once() -> None:
         started: list[str] = []
         all_started = asyncio.Event()
 
-        async def create(name: str) -> CreateTopicsResponse:
+        async def create(name: str, origin: Origin | None) -> CreateTopicsResponse:
             started.append(name)
             if len(started) == len(names):
                 all_started.set()
@@ -213,6 +220,43 @@ def test_a_metadata_requests_missing_topics_are_created_at_once() -> None:
             return CreateTopicsResponse(topics=[R(name=name, error_code=0)])
 
         broker: Any = SimpleNamespace(auto_topic_creations=AutoTopicCreations(create))
-        return await asyncio.wait_for(_auto_create(broker, names), 10)
+        header = RequestHeader(int(ApiKey.METADATA), 12, 7, "c")
+        ctx = RequestContext(header, "127.0.0.1:5000", "PLAINTEXT", 1, 0, ANONYMOUS)
+        return await asyncio.wait_for(_auto_create(broker, ctx, names), 10)
 
     assert asyncio.run(main()) == set(names)
+
+
+def test_auto_creation_is_the_asking_clients_mutation() -> None:
+    """Kafka's KRaft broker sends a Metadata auto-creation to the controller in an
+    Envelope with the asking client's principal and client id, at its latest CreateTopics
+    version (strict): the controller counts it against that client's
+    controller_mutation_rate and refuses it over the quota; the client is told the topic
+    is unknown (it asks again later), its connection is not muted."""
+    before, _ = _images()
+    alice = KafkaPrincipal("User", "alice")
+
+    async def main() -> tuple[MetadataResponse, list[Origin], list[Message]]:
+        fake = FakeController([ErrorCode.THROTTLING_QUOTA_EXCEEDED])
+        quorum = follower_of(await fake.start(), before)
+        broker = _broker(quorum)
+        header = RequestHeader(int(ApiKey.METADATA), 12, 7, "kcat")
+        ctx = RequestContext(header, "127.0.0.1:5000", "PLAINTEXT", 1, 0, alice)
+        request = MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name=TOPIC)],
+            allow_auto_topic_creation=True,
+        )
+        try:
+            response = await asyncio.wait_for(handle_metadata(broker, ctx, request), 20)
+        finally:
+            await fake.close()
+        return response, fake.origins, fake.seen
+
+    response, origins, seen = asyncio.run(main())
+    assert origins == [Origin(alice, "kcat", AUTO_CREATE_TOPICS_VERSION, "127.0.0.1")]
+    assert AUTO_CREATE_TOPICS_VERSION >= 6  # strict
+    assert [type(m) for m in seen] == [CreateTopicsRequest]
+    assert [(t.name, t.error_code) for t in response.topics] == [
+        (TOPIC, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    ]
+    assert response.throttle_time_ms == 0

@@ -29,12 +29,14 @@ from riverbed.protocol.messages import (
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    EnvelopeRequest,
     Message,
 )
 from riverbed.raft.node import NotLeaderError
 from riverbed.raft.roles import Role
 from riverbed.server.broker.error_response import error_code_of, error_response
 from riverbed.server.client_login import PLAINTEXT_CLIENT
+from riverbed.server.forwarding import Origin, unwrap_request, wrap_response
 from riverbed.server.quorum import QuorumMetadata
 
 CONTROLLER = 2
@@ -51,6 +53,8 @@ class FakeController:
     def __init__(self, script: list[Step]) -> None:
         self.script = list(script)
         self.seen: list[Message] = []
+        #: the clients of the enveloped requests among them
+        self.origins: list[Origin] = []
         self.server: asyncio.Server | None = None
 
     async def start(self) -> int:
@@ -61,13 +65,22 @@ class FakeController:
         try:
             (size,) = struct.unpack(">i", await reader.readexactly(4))
             header, body = decode_request(await reader.readexactly(size))
+            envelope = isinstance(body, EnvelopeRequest)
+            if isinstance(body, EnvelopeRequest):  # a client's write: answered inside
+                inner_header, body, origin = unwrap_request(body)
+                self.origins.append(origin)
             self.seen.append(body)
             step = self.script.pop(0) if self.script else CLOSE
             if step == SILENT:
                 await reader.read()  # until the node gives up and closes
             elif step != CLOSE:
                 assert isinstance(step, ErrorCode)
-                answer = error_response(header.api_key, body, header.api_version, step)
+                if envelope:
+                    v = inner_header.api_version
+                    inner = error_response(inner_header.api_key, body, v, step)
+                    answer: Message = wrap_response(inner_header, inner)
+                else:
+                    answer = error_response(header.api_key, body, header.api_version, step)
                 writer.write(encode_response(header, answer))
                 await writer.drain()
         finally:

@@ -70,17 +70,20 @@ async def handle_create_topics(
     await broker.partitions.settled()  # answer once the new partitions take requests
     if broker.authz is not None:
         _withhold_configs(broker, ctx, response)
-    _throttle(ctx, response)
+    mute_for_mutation_quota(ctx, response)
     return response
 
 
-def _throttle(
-    ctx: RequestContext,
-    response: CreateTopicsResponse | DeleteTopicsResponse | CreatePartitionsResponse,
-) -> None:
-    """The active controller's mutation-quota throttle (in the response) mutes the
-    client's connection here, as Kafka's sendForwardedResponse does (the request-time
-    throttle is added by the dispatcher, the larger one answered)."""
+def mute_for_mutation_quota(ctx: RequestContext, response: object) -> None:
+    """The active controller's mutation-quota throttle (in a CreateTopics, DeleteTopics
+    or CreatePartitions response) mutes the client's connection here, as Kafka's
+    sendForwardedResponse does on a broker and sendResponseMaybeThrottleWithControllerQuota
+    on a controller listener (the request-time throttle is added by the dispatcher, the
+    larger one answered)."""
+    if not isinstance(
+        response, CreateTopicsResponse | DeleteTopicsResponse | CreatePartitionsResponse
+    ):
+        return
     if response.throttle_time_ms > 0 and ctx.throttle is not None:
         ctx.throttle.throttle(response.throttle_time_ms)
 
@@ -106,7 +109,7 @@ async def handle_delete_topics(
     broker: Broker, ctx: RequestContext, req: DeleteTopicsRequest
 ) -> DeleteTopicsResponse:
     response = await broker.metadata.delete_topics(req, origin_of(ctx))
-    _throttle(ctx, response)
+    mute_for_mutation_quota(ctx, response)
     return response
 
 
@@ -115,7 +118,7 @@ async def handle_create_partitions(
 ) -> CreatePartitionsResponse:
     response = await broker.metadata.create_partitions(req, origin_of(ctx))
     await broker.partitions.settled()
-    _throttle(ctx, response)
+    mute_for_mutation_quota(ctx, response)
     return response
 
 

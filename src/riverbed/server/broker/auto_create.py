@@ -22,12 +22,17 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
+from riverbed.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey
 from riverbed.protocol.messages import CreateTopicsResponse
+from riverbed.server.forwarding import Origin
 
 #: Topics whose auto-creation one broker has in flight at most.
 AUTO_CREATE_INFLIGHT_MAX = 1024
+#: The CreateTopics version an auto-creation counts as against its client's mutation
+#: quota: Kafka's broker sends the controller's latest usable one (strict since v6).
+AUTO_CREATE_TOPICS_VERSION = SUPPORTED_VERSIONS[ApiKey.CREATE_TOPICS][1]
 
-CreateTopic = Callable[[str], Awaitable[CreateTopicsResponse]]
+CreateTopic = Callable[[str, Origin | None], Awaitable[CreateTopicsResponse]]
 
 
 class AutoTopicCreations:
@@ -42,16 +47,18 @@ class AutoTopicCreations:
     def inflight(self) -> int:
         return len(self._inflight)
 
-    async def create(self, name: str) -> CreateTopicsResponse | None:
+    async def create(self, name: str, origin: Origin | None = None) -> CreateTopicsResponse | None:
         """The controller's answer to creating ``name``: the creation already in flight
-        if there is one, else a new one; None when `inflight_max` others are in flight
-        (not sent). A waiter that goes away (its connection closed) does not cancel the
-        creation the others wait for."""
+        if there is one, else a new one for ``origin`` (the client whose Metadata asked:
+        its mutation quota pays, as in Kafka the first request's context goes in the
+        Envelope); None when `inflight_max` others are in flight (not sent). A waiter
+        that goes away (its connection closed) does not cancel the creation the others
+        wait for."""
         task = self._inflight.get(name)
         if task is None:
             if len(self._inflight) >= self.inflight_max:
                 return None
-            task = asyncio.ensure_future(self._create(name))
+            task = asyncio.ensure_future(self._create(name, origin))
             self._inflight[name] = task
             task.add_done_callback(lambda done: self._finished(name, done))
         return await asyncio.shield(task)

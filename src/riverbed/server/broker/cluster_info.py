@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Set
+from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
 from riverbed.metadata.controller import topic_name_error
@@ -37,6 +38,8 @@ from riverbed.protocol.messages import (
 from riverbed.protocol.primitives import ZERO_UUID
 from riverbed.security.acl import ResourceType
 from riverbed.server.broker.authorization import authorized_operations, cluster_operations
+from riverbed.server.broker.auto_create import AUTO_CREATE_TOPICS_VERSION
+from riverbed.server.forwarding import Origin, origin_of
 from riverbed.server.network import RequestContext
 
 if TYPE_CHECKING:
@@ -228,7 +231,7 @@ def _topic_metadata(
 _EXISTS = frozenset({0, int(ErrorCode.TOPIC_ALREADY_EXISTS)})
 
 
-async def _auto_create(broker: Broker, names: list[str]) -> set[str]:
+async def _auto_create(broker: Broker, ctx: RequestContext, names: list[str]) -> set[str]:
     """Ask the controller to create each of ``names``; the ones it has (created now, or
     already: another node's Metadata created it a moment ago).
 
@@ -240,16 +243,18 @@ async def _auto_create(broker: Broker, names: list[str]) -> set[str]:
     another node must not be told it is unknown: librdkafka takes that as "partition count
     changed from 1 to 0" and fails the messages it holds for the topic, while it ignores
     LEADER_NOT_AVAILABLE without partitions as temporary."""
-    # all at once, as Kafka sends one CreateTopics for a Metadata request's missing topics
-    created = await asyncio.gather(*(_auto_create_one(broker, name) for name in names))
+    # all at once, as Kafka sends one CreateTopics for a Metadata request's missing topics;
+    # the requesting client's mutation quota pays (Kafka's Envelope of its context)
+    origin = replace(origin_of(ctx), api_version=AUTO_CREATE_TOPICS_VERSION)
+    created = await asyncio.gather(*(_auto_create_one(broker, name, origin) for name in names))
     return {name for name, ok in zip(names, created, strict=True) if ok}
 
 
-async def _auto_create_one(broker: Broker, name: str) -> bool:
+async def _auto_create_one(broker: Broker, name: str, origin: Origin) -> bool:
     """Does the controller have ``name`` once asked to create it (`_auto_create`)?"""
     try:
         # one creation per name in flight on this broker (riverbed.server.broker.auto_create)
-        response = await broker.auto_topic_creations.create(name)
+        response = await broker.auto_topic_creations.create(name, origin)
     except Exception:  # reported as UNKNOWN_TOPIC_OR_PARTITION
         log.exception("auto-creating topic %r failed", name)
         return False
@@ -288,7 +293,7 @@ async def handle_metadata(
             )
         missing = [n for n in names if image.topic(n) is None and valid_topic_name(n)]
         if missing and allow and broker.config.auto_create_topics_enable:
-            being_created = await _auto_create(broker, missing)
+            being_created = await _auto_create(broker, ctx, missing)
             await broker.partitions.settled()
             image = broker.metadata.image
 

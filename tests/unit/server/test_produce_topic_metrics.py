@@ -127,3 +127,15 @@ def test_no_counting_when_metrics_are_off(node: Node) -> None:
     resp = _produce(node, 9, [_topic(node, 9, PLAIN, [(0, _batch(2))])])
     assert resp is not None and _log(node, PLAIN)[0] == 2
     assert node.stats.topics == {}
+
+
+@pytest.mark.parametrize("version", [9, 13])
+def test_a_refused_partition_counts_as_failed_without_bytes(node: Node, version: int) -> None:
+    """One partition (the handler's loop-free path) answered with an error."""
+    resp = _produce(node, version, [_topic(node, version, PLAIN, [(7, _batch(2))])])
+    assert resp is not None
+    code = resp.responses[0].partition_responses[0].error_code
+    assert code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    counters = node.stats.topics[PLAIN]
+    assert (counters.total_produce, counters.failed_produce) == (1, 1)
+    assert (counters.bytes_in, counters.messages_in) == (0, 0)

@@ -254,6 +254,13 @@ def _count_partitions(
     """Kafka's TotalProduceRequestsPerSec (each partition of the request) and
     riverbed's FailedProduceRequestsPerSec (each answered with an error, acks=all waits
     included) per topic; a topic id this node does not know counts under the id."""
+    if len(responses) == 1 and len(responses[0].partition_responses) == 1:
+        # the usual request (one partition): no loops
+        counters = stats.produce_topic(names[0] or str(req.topic_data[0].topic_id))
+        counters.total_produce += 1
+        if responses[0].partition_responses[0].error_code:
+            counters.failed_produce += 1
+        return
     for topic, name, answer in zip(req.topic_data, names, responses, strict=True):
         counters = stats.produce_topic(name or str(topic.topic_id))
         parts = answer.partition_responses

@@ -25,7 +25,7 @@ markers, ZK migration) are accepted and ignored so that logs written by newer co
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, ClassVar, NamedTuple, TypeVar
@@ -300,12 +300,18 @@ class MetadataDelta:
         self._quotas: dict[QuotaEntity, dict[str, float]] | None = None
         self.changed_topics: set[uuid.UUID] = set()
         self.deleted_topics: dict[uuid.UUID, TopicImage] = {}
+        # The partitions changed or added per changed topic of the base image (a topic
+        # created here has all of them new: not tracked, a snapshot's million cost nothing)
+        # so that a broker applies a delta in O(changed partitions).
+        self._new_topics: set[uuid.UUID] = set()
+        self._changed_ids: dict[uuid.UUID, set[int]] = {}
         self._registered: set[int] = set()  # brokers whose RegisterBrokerRecord is here
         # The partitions of the topic of the last partition record, by its id object: a
         # topic's records come one after another (a snapshot's million in runs of their
         # topic's partitions), and hashing a UUID runs Python code.
         self._last_topic_id: uuid.UUID | None = None
         self._last_parts: dict[int, PartitionRegistration] = {}
+        self._last_ids: set[int] | None = None
         self._shared: dict[tuple[int, ...], tuple[int, ...]] = {}  # replica tuples, shared
 
     # ----- copy-on-write accessors
@@ -326,8 +332,18 @@ class MetadataDelta:
             return self._last_parts
         parts = self._partitions_w(topic_id)
         self.changed_topics.add(topic_id)
-        self._last_topic_id, self._last_parts = topic_id, parts
+        ids = (
+            None if topic_id in self._new_topics else self._changed_ids.setdefault(topic_id, set())
+        )
+        self._last_topic_id, self._last_parts, self._last_ids = topic_id, parts, ids
         return parts
+
+    def changed_partition_ids(self, topic_id: uuid.UUID) -> Set[int] | None:
+        """The partitions of changed topic ``topic_id`` that records of this delta created
+        or changed; None for a topic created in this delta (all of its partitions are)."""
+        if topic_id in self._new_topics:
+            return None
+        return self._changed_ids.get(topic_id, frozenset())
 
     def _partitions_w(self, topic_id: uuid.UUID) -> dict[int, PartitionRegistration]:
         parts = self._partitions.get(topic_id)
@@ -371,6 +387,7 @@ class MetadataDelta:
         names[rec.name] = rec.topic_id
         self._partitions[rec.topic_id] = {}
         self.changed_topics.add(rec.topic_id)
+        self._new_topics.add(rec.topic_id)
         self._last_topic_id = None
 
     def _partition_record(self, rec: PartitionRecord) -> None:
@@ -381,6 +398,8 @@ class MetadataDelta:
         if reg is None:
             reg = PartitionRegistration.from_record(rec, self._shared)
         parts[rec.partition_id] = reg
+        if self._last_ids is not None:
+            self._last_ids.add(rec.partition_id)
 
     def _partition_change_record(self, rec: PartitionChangeRecord) -> None:
         parts = self._changed_partitions(rec.topic_id)
@@ -390,6 +409,8 @@ class MetadataDelta:
                 f"PartitionChangeRecord for unknown partition {rec.topic_id}-{rec.partition_id}"
             )
         parts[rec.partition_id] = current.merge(rec)
+        if self._last_ids is not None:
+            self._last_ids.add(rec.partition_id)
 
     def _remove_topic_record(self, rec: RemoveTopicRecord) -> None:
         topics = self._topics_w()
@@ -400,6 +421,8 @@ class MetadataDelta:
         self._last_topic_id = None
         self._names_w().pop(topic.name, None)
         self.changed_topics.discard(rec.topic_id)
+        self._changed_ids.pop(rec.topic_id, None)
+        self._new_topics.discard(rec.topic_id)
         self.deleted_topics[rec.topic_id] = topic
         # Kafka drops a deleted topic's dynamic configs with it.
         self._configs_w().pop((ResourceType.TOPIC, topic.name), None)

@@ -412,7 +412,7 @@ class Node:
         await self._register(quorum)
         partitions.apply_image(quorum.image)
         partitions.delete_orphans()
-        quorum.add_listener(lambda old, new, delta: partitions.apply_image(new))
+        quorum.add_listener(lambda old, new, delta: partitions.apply_image(new, delta))
 
     async def _serve(self, quorum: QuorumMetadata) -> None:
         """Once unfenced: serve clients, run the replica manager, housekeeping, heartbeats."""

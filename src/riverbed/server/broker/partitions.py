@@ -57,7 +57,13 @@ from functools import partial
 from typing import TYPE_CHECKING, Final, Protocol
 
 from riverbed.metadata.effective_config import PerTopicConfigs, topic_config_for
-from riverbed.metadata.image import MetadataImage, PartitionRegistration, TopicImage
+from riverbed.metadata.image import (
+    MetadataDelta,
+    MetadataImage,
+    PartitionRegistration,
+    TopicImage,
+)
+from riverbed.metadata.records import ResourceType
 from riverbed.metadata.storage_format import uuid_to_str
 from riverbed.producer.ledger import LedgerConfig
 from riverbed.producer.manager import ProducerStateConfig, ProducerStateManager
@@ -201,6 +207,21 @@ def producer_state_config(props: Mapping[str, str]) -> ProducerStateConfig:
     )
 
 
+def config_changed_topics(old: MetadataImage, new: MetadataImage) -> set[str] | None:
+    """The topics whose config overrides differ between two images; None when a config
+    of another resource (a broker's, the cluster default) differs: any topic's effective
+    config may have changed."""
+    if new.configs is old.configs:
+        return set()  # no config record in between (the image shares the map)
+    topics: set[str] = set()
+    for key in old.configs.keys() | new.configs.keys():
+        if old.configs.get(key) != new.configs.get(key):
+            if key[0] != ResourceType.TOPIC:
+                return None
+            topics.add(key[1])
+    return topics
+
+
 def log_config_for(
     image: MetadataImage, topic: str, node_id: int, static_broker_config: Mapping[str, str]
 ) -> LogConfig:
@@ -273,56 +294,109 @@ class PartitionManager:
     def log_config_for(self, image: MetadataImage, topic: str) -> LogConfig:
         return self._configs.get(image, topic)
 
-    def apply_image(self, image: MetadataImage) -> None:
-        """Open logs for new partitions, close+delete removed ones, refresh configs."""
+    def apply_image(self, image: MetadataImage, delta: MetadataDelta | None = None) -> None:
+        """Open logs for new partitions, close+delete removed ones, refresh configs. Given
+        the ``delta`` that made ``image`` from the image applied last, only the partitions
+        it created, changed or deleted are looked at (Kafka's broker applies a
+        ``MetadataDelta`` the same way): a change of one partition costs O(1), not a walk
+        of every partition. Without one (start-up, a snapshot), every partition is."""
         old = self.image
         self.image = image
-        for name, topic in image.topics_by_name.items():
-            config = self.log_config_for(image, name)
-            for index, reg in topic.partitions.items():
-                key = (name, index)
-                if self.node_id not in reg.replicas:
-                    if key in self.partitions:
-                        # reassigned away (the move completed): the replica stops and its
-                        # log goes, as Kafka's StopReplica with delete
-                        self._delete(key)
-                    continue
-                hosted = self.partitions.get(key)
-                if hosted is None or hosted.topic_id != topic.topic_id:
-                    if hosted is not None:  # same name, new topic id: the old log is gone
-                        self._delete(key)
-                    if self._off_loop and _loop_running():
-                        self._queue_creation(key, topic.topic_id)
-                        continue
-                    plog = self._open_log(name, index, config, uuid_to_str(topic.topic_id))
-                    hosted = HostedPartition(name, topic.topic_id, index, reg, plog, config)
-                    self.partitions[key] = hosted
-                    self._sync_high_watermark(hosted)
-                else:
-                    previous = hosted.registration
-                    hosted.registration = reg
-                    if (reg.leader, reg.leader_epoch) != (previous.leader, previous.leader_epoch):
-                        # A leadership change: the HW's owner learns it; parked fetches
-                        # wake up to answer the change.
-                        self._sync_high_watermark(hosted)
-                        self.purgatory.notify(key)
-                    elif self.replicas is not None and reg != previous:
-                        self.replicas.apply(hosted)  # ISR / replicas / partition epoch
-                    if config != hosted.config:
-                        hosted.config = config
-                        self._update_config(hosted)
-        for key in list(self.partitions):
-            name, index = key
-            topic_img: TopicImage | None = image.topics_by_name.get(name)
-            if topic_img is None or index not in topic_img.partitions:
-                self._delete(key)
+        if delta is None or delta.base is not old:
+            self._apply_all(image)
+        else:
+            self._apply_delta(image, delta)
+            self._refresh_configs(old, image)
         for key, topic_id in list(self._offline.items()):
             if not self._wanted(key, topic_id):
                 del self._offline[key]  # deleted or re-created: a new creation may work
         if self.replicas is not None:
             self.replicas.refresh_configs(image)  # dynamic configs bind at once
             self.replicas.refresh_brokers(image)  # re-registrations reach the leaders
-        del old
+
+    def _apply_all(self, image: MetadataImage) -> None:
+        for topic in image.topics_by_name.values():
+            config = self.log_config_for(image, topic.name)
+            for index, reg in topic.partitions.items():
+                self._apply_partition(topic, index, reg, config)
+        for key in list(self.partitions):
+            name, index = key
+            topic_img: TopicImage | None = image.topics_by_name.get(name)
+            if topic_img is None or index not in topic_img.partitions:
+                self._delete(key)
+
+    def _apply_delta(self, image: MetadataImage, delta: MetadataDelta) -> None:
+        for topic_id, gone in delta.deleted_topics.items():
+            for index in gone.partitions:
+                hosted = self.partitions.get((gone.name, index))
+                if hosted is not None and hosted.topic_id == topic_id:
+                    self._delete((gone.name, index))
+        for topic_id in delta.changed_topics:
+            topic = image.topics_by_id.get(topic_id)
+            if topic is None:
+                continue
+            config = self.log_config_for(image, topic.name)
+            changed = delta.changed_partition_ids(topic_id)
+            for index in topic.partitions if changed is None else changed:
+                reg = topic.partitions.get(index)
+                if reg is not None:
+                    self._apply_partition(topic, index, reg, config)
+
+    def _refresh_configs(self, old: MetadataImage, image: MetadataImage) -> None:
+        """Hosted partitions whose topic's effective config changed take it."""
+        topics = config_changed_topics(old, image)
+        if topics is None:  # a broker-level config: any topic's effective config
+            hosted_now: Iterable[HostedPartition] = list(self.partitions.values())
+        else:
+            hosted_now = [
+                hosted
+                for name in topics
+                if (topic := image.topics_by_name.get(name)) is not None
+                for index in topic.partitions
+                if (hosted := self.partitions.get((name, index))) is not None
+            ]
+        for hosted in hosted_now:
+            config = self.log_config_for(image, hosted.topic)
+            if config != hosted.config:
+                hosted.config = config
+                self._update_config(hosted)
+
+    def _apply_partition(
+        self, topic: TopicImage, index: int, reg: PartitionRegistration, config: LogConfig
+    ) -> None:
+        """One partition of the image: host it, follow its registration, or let it go."""
+        name = topic.name
+        key = (name, index)
+        if self.node_id not in reg.replicas:
+            if key in self.partitions:
+                # reassigned away (the move completed): the replica stops and its
+                # log goes, as Kafka's StopReplica with delete
+                self._delete(key)
+            return
+        hosted = self.partitions.get(key)
+        if hosted is None or hosted.topic_id != topic.topic_id:
+            if hosted is not None:  # same name, new topic id: the old log is gone
+                self._delete(key)
+            if self._off_loop and _loop_running():
+                self._queue_creation(key, topic.topic_id)
+                return
+            plog = self._open_log(name, index, config, uuid_to_str(topic.topic_id))
+            hosted = HostedPartition(name, topic.topic_id, index, reg, plog, config)
+            self.partitions[key] = hosted
+            self._sync_high_watermark(hosted)
+            return
+        previous = hosted.registration
+        hosted.registration = reg
+        if (reg.leader, reg.leader_epoch) != (previous.leader, previous.leader_epoch):
+            # A leadership change: the HW's owner learns it; parked fetches
+            # wake up to answer the change.
+            self._sync_high_watermark(hosted)
+            self.purgatory.notify(key)
+        elif self.replicas is not None and reg != previous:
+            self.replicas.apply(hosted)  # ISR / replicas / partition epoch
+        if config != hosted.config:
+            hosted.config = config
+            self._update_config(hosted)
 
     def _wanted(self, key: tuple[str, int], topic_id: uuid.UUID) -> bool:
         """Does the current image still want a log for ``key`` of topic ``topic_id`` here?"""

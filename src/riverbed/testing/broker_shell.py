@@ -108,7 +108,10 @@ class BrokerShell:
         )
         self.partitions.replicas = self.replicas
         self.broker: Any = SimpleNamespace(
-            partitions=self.partitions, metadata=self.metadata, fetch_purgatory=self.purgatory
+            partitions=self.partitions,
+            metadata=self.metadata,
+            fetch_purgatory=self.purgatory,
+            topic_stats=None,  # no metrics (riverbed.metrics.enable=false)
         )
 
     def apply(self) -> None:

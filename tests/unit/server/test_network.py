@@ -122,6 +122,42 @@ def test_idle_connection_is_closed() -> None:
 
 
 @pytest.mark.parametrize("loop_kind", LOOPS)
+def test_idle_watch_spares_busy_connections_and_requests_in_flight(loop_kind: str) -> None:
+    """connections.max.idle.ms counts from the last frame (one timer per connection, not
+    a deadline per read): a client sending a frame every quarter period outlives several
+    periods; a request in flight for three periods (a long poll) is answered; then,
+    silent and with nothing in flight, the connection is closed."""
+    idle_ms = 800
+    release = asyncio.Event()
+
+    async def handler(ctx: RequestContext, body: bytes) -> Any:
+        if body == b"park":
+            await release.wait()
+        return body
+
+    async def main() -> tuple[list[bytes], bytes]:
+        server, port = await start(handler, connections_max_idle_ms=idle_ms)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        loop = asyncio.get_running_loop()
+        answers = []
+        for i in range(8):  # 8 frames 200 ms apart: 1.6 s, two idle periods
+            writer.write(frame(i, b"ping"))
+            answers.append((await asyncio.wait_for(read_response(reader), 5))[1])
+            await asyncio.sleep(idle_ms / 4000)
+        writer.write(frame(99, b"park"))
+        loop.call_later(3 * idle_ms / 1000, release.set)
+        answers.append((await asyncio.wait_for(read_response(reader), 10))[1])
+        rest = await asyncio.wait_for(reader.read(), 10)  # closed once idle
+        writer.close()
+        await server.stop()
+        return answers, rest
+
+    answers, rest = run(loop_kind, main())
+    assert answers == [b"ping"] * 8 + [b"park"]
+    assert rest == b""
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
 @pytest.mark.parametrize("compact", [False, True])
 def test_spliced_file_ranges_are_streamed(loop_kind: str, compact: bool, tmp_path: Path) -> None:
     seg = tmp_path / "00000000000000000000.log"

@@ -294,6 +294,8 @@ class ReplicaFetcherManager:
         self.socket_timeout_ms = int(config.get("replica.socket.timeout.ms", "30000"))
         self.assigned: dict[Key, tuple[int, int]] = {}  # -> (leader, fetcher index)
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        self._ids_image: object = None  # the image `_ids` was read from
+        self._ids: dict[str, uuid.UUID] = {}
 
     def _index(self, key: Key) -> int:
         return (zlib.crc32(key[0].encode()) + key[1]) % self.num_fetchers
@@ -350,13 +352,21 @@ class ReplicaFetcherManager:
         return BrokerChannel(ep.host, ep.port, client_id, frame_max, self.security)
 
     def topic_ids(self, names: Iterable[str]) -> dict[str, uuid.UUID]:
-        """Topic name -> id in this broker's metadata (Fetch v13+ names topics by id)."""
+        """Topic name -> id in this broker's metadata (Fetch v13+ names topics by id),
+        remembered until the next image (asked twice per fetch: request and answer)."""
         image = self.manager._image()
+        if image is not self._ids_image:
+            self._ids_image, self._ids = image, {}
+        known = self._ids
         out = {}
         for name in names:
-            topic = image.topic(name)
-            if topic is not None:
-                out[name] = topic.topic_id
+            tid = known.get(name)
+            if tid is None:
+                topic = image.topic(name)
+                if topic is None:
+                    continue
+                tid = known[name] = topic.topic_id
+            out[name] = tid
         return out
 
     def request_for(self, positions: dict[Key, FetchPosition]) -> FetchRequest:

@@ -351,12 +351,15 @@ class ReplicaManager:
         """Bytes the leader-side replication quota lets this follower have now (None:
         unthrottled)."""
         key: Key = (hosted.topic, hosted.index)
+        if not self.throttles.leader_throttled(key):  # (every follower fetch asks)
+            return None
         return self.throttles.leader_allowance(key, self._follower_in_isr(key, replica_id))
 
     def leader_sent(self, hosted: HostedPartition, replica_id: int, size_bytes: int) -> None:
         key: Key = (hosted.topic, hosted.index)
-        in_isr = self._follower_in_isr(key, replica_id)
-        self.throttles.leader_sent(key, in_isr, size_bytes)
+        if size_bytes > 0 and self.throttles.leader_throttled(key):
+            in_isr = self._follower_in_isr(key, replica_id)
+            self.throttles.leader_sent(key, in_isr, size_bytes)
 
     def on_local_append(self, hosted: HostedPartition) -> None:
         key: Key = (hosted.topic, hosted.index)
@@ -428,7 +431,7 @@ class ReplicaManager:
         if core is None or core.follower is None:
             return False
         self._run(key, None, core.follower.on_fetch_result(result, self.now_ms()))
-        if result.records is not None:
+        if result.records is not None and self.throttles.follower_throttled(key):
             self.throttles.follower_received(key, self._in_isr(key), len(result.records))
         return True
 
@@ -445,7 +448,8 @@ class ReplicaManager:
         core = self.cores.get(key)
         if core is None or core.follower is None:
             return None
-        if self.throttles.follower_holds_back(key, self._in_isr(key)):
+        th = self.throttles
+        if th.follower_throttled(key) and th.follower_holds_back(key, self._in_isr(key)):
             return None  # follower.replication.throttled.rate spent: this one waits
         return core.follower.fetch_position(self.now_ms())
 

@@ -62,6 +62,15 @@ class ReplicationThrottles:
             self._flags[key] = flags
         return flags
 
+    def leader_throttled(self, key: Key) -> bool:
+        """Is ``key`` in ``leader.replication.throttled.replicas`` here? (Otherwise the
+        leader side neither limits nor counts it: callers skip the ISR look-up.)"""
+        return self._throttled(key)[0]
+
+    def follower_throttled(self, key: Key) -> bool:
+        """Is ``key`` in ``follower.replication.throttled.replicas`` here?"""
+        return self._throttled(key)[1]
+
     def leader_allowance(self, key: Key, follower_in_isr: bool) -> int | None:
         """Bytes the leader may send a follower for ``key`` now (None: not throttled; 0:
         nothing now)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from enum import IntEnum
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from riverbed.protocol.schemas.generated import SCHEMAS
@@ -249,8 +250,14 @@ def listener_api_versions(
 INTER_BROKER_VERSIONS: dict[ApiKey, tuple[int, int]] = {}
 
 
+#: (api key, version) verdicts `is_accepted` remembers (bounded: a peer may send any).
+ACCEPTED_CACHE_ENTRIES_MAX = 4096
+
+
+@lru_cache(maxsize=ACCEPTED_CACHE_ENTRIES_MAX)
 def is_accepted(api_key: int, api_version: int) -> bool:
-    """Whether a request at ``api_version`` is decoded (advertised, or inter-broker)."""
+    """Whether a request at ``api_version`` is decoded (advertised, or inter-broker);
+    remembered, as the tables are constants and every request asks."""
     try:
         lo, hi = INTER_BROKER_VERSIONS[ApiKey(api_key)]
     except (ValueError, KeyError):

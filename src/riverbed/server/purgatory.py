@@ -22,11 +22,17 @@ PURGATORY_WAITERS_MAX = 10000
 
 
 class _Waiter:
-    __slots__ = ("event", "keys")
+    __slots__ = ("event", "expired", "keys")
 
     def __init__(self, keys: tuple[Hashable, ...]) -> None:
         self.keys = keys
         self.event = asyncio.Event()
+        self.expired = False
+
+    def expire(self) -> None:
+        """The operation's deadline passed (its timer's callback)."""
+        self.expired = True
+        self.event.set()
 
 
 class Purgatory:
@@ -83,26 +89,27 @@ class Purgatory:
         # permit goes back (Kafka's delayed operations hold no request-queue slot).
         park_current_request()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_ms / 1000.0
         waiter = _Waiter(tuple(dict.fromkeys(keys)))
         for key in waiter.keys:
             self._watchers.setdefault(key, set()).add(waiter)
         self._count += 1
+        # One timer for the whole wait, firing the same event as a notification: a
+        # follower's fetch is parked once per leader append, and a deadline context
+        # (asyncio.timeout_at) around each wait cost a Timeout object and its bookkeeping
+        # every time (wait_for, before it, an extra task).
+        timer = loop.call_at(loop.time() + timeout_ms / 1000.0, waiter.expire)
         try:
             while True:
-                if deadline <= loop.time() or self._closed:
+                if waiter.expired or self._closed:
                     return ready()
-                try:
-                    # (a deadline on this task, not wait_for's extra task per wake-up: a
-                    # follower's fetch is parked and woken once per leader append)
-                    async with asyncio.timeout_at(deadline):
-                        await waiter.event.wait()
-                except TimeoutError:
+                await waiter.event.wait()
+                if waiter.expired or self._closed:
                     return ready()
                 waiter.event.clear()
                 if ready():
                     return True
         finally:
+            timer.cancel()
             self._count -= 1
             for key in waiter.keys:
                 watchers = self._watchers.get(key)

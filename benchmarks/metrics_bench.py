@@ -14,7 +14,7 @@ Run: ``.venv/bin/python -m benchmarks.metrics_bench [--messages 200000] [--round
   /proc/<pid>/task/*/schedstat), whose ratio off / on is the throughput ratio of a
   CPU-bound broker; printed per round (with the Produce requests per message and bytes
   per request librdkafka sent, and a speed probe of each CPU) and over all rounds.
-  Why both brokers run at once on one CPU (`BROKER_CPU`, the producer on the others):
+  Why both brokers run at once on one CPU (`ab_brokers.BROKER_CPU`, the producer on the others):
   this machine's virtual CPUs each run at one of two speeds for seconds at a time (a
   fixed piece of pure Python takes ~6 or ~12 ms of CPU, per CPU: the host's load on the
   vCPU's core), so a broker measured alone costs 8-9 or 12-16 us per message by the
@@ -52,6 +52,18 @@ import urllib.request
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from benchmarks.ab_brokers import (
+    BROKER_CPU,
+    check_cpus,
+    cpu_since,
+    cpu_speed_ms,
+    pin,
+    produce,
+    producers_off_broker_cpu,
+    run_ns,
+    shared_round,
+    speeds_text,
+)
 from riverbed.testing.cluster import BrokerProcess
 
 #: Partitions per topic in the scrape benchmark.
@@ -102,15 +114,6 @@ def _sent(p: Producer, stats: list[str]) -> tuple[int, int]:
     return sum(b["req"].get("Produce", 0) for b in brokers), sum(b["txbytes"] for b in brokers)
 
 
-def _produce(p: Producer, topic: str) -> None:
-    while True:
-        try:
-            p.produce(topic, value=VALUE)
-            return
-        except BufferError:  # its queue is full: let it send
-            p.poll(0.01)
-
-
 def _produce_rate(broker: BrokerProcess, topic: str, args: argparse.Namespace) -> float:
     stats: list[str] = []
     p = _producer(broker, args, stats)
@@ -118,7 +121,7 @@ def _produce_rate(broker: BrokerProcess, topic: str, args: argparse.Namespace) -
     assert p.flush(30) == 0
     start = time.perf_counter()
     for _ in range(args.messages):
-        _produce(p, topic)
+        produce(p, topic, VALUE)
     assert p.flush(120) == 0
     return float(args.messages / (time.perf_counter() - start))
 
@@ -136,109 +139,29 @@ def _start_pair(args: argparse.Namespace, pair: int) -> dict[str, BrokerProcess]
     }
     if args.pin or not args.sequential:
         for broker in brokers.values():
-            _pin(broker.pid, BROKER_CPU)
+            pin(broker.pid)
     return brokers
-
-
-#: The CPU the brokers run on (both of them; the producers run on the others).
-BROKER_CPU = 1
-
-
-def _pin(pid: int | None, cpu: int) -> None:
-    """Every thread of process ``pid`` on ``cpu`` only (the threads it starts later
-    inherit it)."""
-    assert pid is not None
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
-            os.sched_setaffinity(int(tid), {cpu})
-
-
-def _run_ns(pid: int | None) -> dict[str, int]:
-    """Each thread's CPU time so far in ns (/proc/<pid>/task/*/schedstat: exact, where
-    /proc/<pid>/stat counts 10 ms ticks)."""
-    assert pid is not None
-    out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with (
-            contextlib.suppress(FileNotFoundError, ProcessLookupError),  # a thread ended
-            open(f"/proc/{pid}/task/{tid}/schedstat") as f,
-        ):
-            out[tid] = int(f.read().split()[0])
-    return out
-
-
-def _cpu_since(pid: int | None, before: dict[str, int]) -> float:
-    """CPU seconds the process's threads spent since ``before`` (`_run_ns`)."""
-    now = _run_ns(pid)
-    return sum(ns - before.get(tid, 0) for tid, ns in now.items()) / 1e9
-
-
-def _cpu_speed_ms(cpus: list[int]) -> list[float]:
-    """Each CPU's speed right now: the CPU ms a fixed piece of pure Python takes on it.
-    On this machine's virtual CPUs it is either ~6 or ~12 ms, per CPU, for seconds at a
-    time (the host's other load: a vCPU's hardware thread shares its core or not), which
-    is what made sequential rounds cost either 8-9 or 12-16 us per message."""
-    allowed = os.sched_getaffinity(0)
-    out = []
-    for cpu in cpus:
-        os.sched_setaffinity(0, {cpu})
-        start = time.process_time()
-        d: dict[int, int] = {}
-        for i in range(SPEED_PROBE_LOOPS):
-            d[i & 1023] = d.get(i & 511, 0) + i
-        out.append((time.process_time() - start) * 1e3)
-    os.sched_setaffinity(0, allowed)
-    return out
-
-
-#: Iterations of `_cpu_speed_ms`'s loop (~6 ms on a fast vCPU of this machine).
-SPEED_PROBE_LOOPS = 50_000
 
 
 def _round_shared(
     brokers: dict[str, BrokerProcess], order: list[str], topic: str, args: argparse.Namespace
 ) -> dict[str, tuple[float, float, int, int]]:
-    """One round of the default mode, both brokers pinned to `BROKER_CPU` so that both
-    meet the CPU's speed of the moment: both take ``--messages`` at once, the producer
-    alternating between them message by message, or, ``--slices N``, each takes them in
-    N slices alternating with the other's (each alone on the CPU during its slice);
-    returns each broker's (CPU s, seconds its messages took, Produce requests, bytes
-    sent)."""
+    """One round of the default mode (`ab_brokers.shared_round`, ``--slices`` N: in
+    slices); returns each broker's (CPU s, seconds its messages took, Produce requests,
+    bytes sent)."""
     stats = {name: [] for name in order}  # type: dict[str, list[str]]
     producers = {name: _producer(brokers[name], args, stats[name]) for name in order}
     for p in producers.values():
         p.produce(topic, value=VALUE)  # metadata first
         assert p.flush(30) == 0
     sent = {name: _sent(producers[name], stats[name]) for name in order}
-    cpu = dict.fromkeys(order, 0.0)
-    wall = dict.fromkeys(order, 0.0)
-    if not args.slices:
-        first, second = (producers[name] for name in order)
-        before = {name: _run_ns(brokers[name].pid) for name in order}
-        start = time.perf_counter()
-        for _ in range(args.messages):
-            _produce(first, topic)
-            _produce(second, topic)
-        for p in producers.values():
-            assert p.flush(120) == 0
-        for name in order:
-            cpu[name] = _cpu_since(brokers[name].pid, before[name])
-            wall[name] = time.perf_counter() - start
-    else:
-        size = args.messages // args.slices
-        for _ in range(args.slices):
-            for name in order:
-                p, pid = producers[name], brokers[name].pid
-                ran, start = _run_ns(pid), time.perf_counter()
-                for _ in range(size):
-                    _produce(p, topic)
-                assert p.flush(120) == 0
-                wall[name] += time.perf_counter() - start
-                cpu[name] += _cpu_since(pid, ran)
+    pids = {name: brokers[name].pid for name in order}
+    got = shared_round(pids, producers, topic, VALUE, args.messages, args.slices)
     out = {}
     for name in order:
         requests, sent_bytes = _sent(producers[name], stats[name])
-        out[name] = (cpu[name], wall[name], requests - sent[name][0], sent_bytes - sent[name][1])
+        cpu, wall = got[name]
+        out[name] = (cpu, wall, requests - sent[name][0], sent_bytes - sent[name][1])
     return out
 
 
@@ -249,7 +172,7 @@ def bench_produce(args: argparse.Namespace) -> float:
     pairs = max(1, min(args.pairs, args.rounds))
     cpus = sorted(os.sched_getaffinity(0))
     if args.pin or not args.sequential:  # before any producer: librdkafka's threads inherit it
-        os.sched_setaffinity(0, os.sched_getaffinity(0) - {BROKER_CPU})
+        producers_off_broker_cpu()
     for pair in range(pairs):
         brokers = _start_pair(args, pair)
         try:
@@ -260,7 +183,7 @@ def bench_produce(args: argparse.Namespace) -> float:
                 if args.sequential:
                     extra = _sequential_round(brokers, order, f"bench-{r}", args, rates, cpu)
                 else:
-                    speeds = _cpu_speed_ms(cpus)
+                    speeds = cpu_speed_ms(cpus)
                     got = _round_shared(brokers, order, f"bench-{r}", args)
                     for name in ("on", "off"):
                         cpu[name].append(got[name][0])
@@ -270,9 +193,7 @@ def bench_produce(args: argparse.Namespace) -> float:
                         f" {got[name][3] / max(got[name][2], 1):,.0f} bytes per request"
                         for name in ("on", "off")
                     )
-                    extra += "; CPU speed probe " + ", ".join(
-                        f"CPU {c} {ms:.1f} ms" for c, ms in zip(cpus, speeds, strict=True)
-                    )
+                    extra += "; " + speeds_text(cpus, speeds)
                 us_on, us_off = (cpu[n][-1] / args.messages * 1e6 for n in ("on", "off"))
                 print(
                     f"round {r} (pair {pair}): on {rates['on'][-1]:,.0f} msg/s,"
@@ -319,9 +240,9 @@ def _sequential_round(
     rates that mean something, CPU per message moved by the CPU's speed of the moment)."""
     for name in order:
         broker = brokers[name]
-        before = _run_ns(broker.pid)
+        before = run_ns(broker.pid)
         rate = _produce_rate(broker, topic, args)
-        cpu[name].append(_cpu_since(broker.pid, before))
+        cpu[name].append(cpu_since(broker.pid, before))
         rates[name].append(rate)
     return f"rate ratio {rates['on'][-1] / rates['off'][-1]:.3f}"
 
@@ -508,12 +429,9 @@ def main() -> None:
     )
     parser.add_argument("--only", choices=("produce", "record", "scrape"))
     args = parser.parse_args()
-    allowed = os.sched_getaffinity(0)
-    if (args.pin or not args.sequential) and (BROKER_CPU not in allowed or len(allowed) < 2):
-        parser.error(
-            f"the brokers run on CPU {BROKER_CPU} and the producers on another one"
-            f" (this process has {allowed}; --sequential runs anywhere)"
-        )
+    refused = check_cpus() if args.pin or not args.sequential else None
+    if refused:
+        parser.error(f"{refused}; --sequential runs anywhere")
     cost_us = bench_record_cost(args) if args.only in (None, "record") else None
     if args.only in (None, "produce"):
         request_us = bench_produce(args)

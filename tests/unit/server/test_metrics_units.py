@@ -234,12 +234,13 @@ def test_request_times_split_into_kafkas_stages() -> None:
 
 def test_stamps_fold_when_bounded_and_bulk_matches_one_by_one() -> None:
     stats = TrafficStats(lambda _id: None)
-    for i in range(PENDING_TIMINGS_MAX):  # never parked: local times 0 .. 4095 ms
-        stats.sent([_stamped(0.0, 0.0, 0.0, i / 1000, i / 1000, i / 1000)])
+    step_s = 4.096 / PENDING_TIMINGS_MAX  # never parked: local times 0 .. ~4,096 ms
+    for i in range(PENDING_TIMINGS_MAX):
+        stats.sent([_stamped(0.0, 0.0, 0.0, i * step_s, i * step_s, i * step_s)])
     assert "Produce" in stats.times
     one_by_one = MsHistogram()
     for i in range(PENDING_TIMINGS_MAX):
-        one_by_one.observe((i / 1000 - 0.0) * 1000)
+        one_by_one.observe((i * step_s - 0.0) * 1000)
     local = stats.times["Produce"].local  # folded at the bound, no scrape needed
     assert local.counts == one_by_one.counts  # a bucket's bound is inclusive in both
     assert local.sum_ms == pytest.approx(one_by_one.sum_ms)

@@ -103,3 +103,47 @@ def test_an_allowed_produce_takes_the_fast_path() -> None:
     assert authz.verdict(image, ctx, produce([("orders", False)], None)) is ALLOWED
     refused = authz.verdict(image, ctx, produce([("orders", False), ("payments", False)], None))
     assert refused.refused == {1: refused.refused[1]} and refused.array == "topic_data"
+
+
+def test_each_connection_is_checked_against_its_own_host_and_principal() -> None:
+    """The host and principal string are kept per peer / principal (`client_host`'s cache,
+    `KafkaPrincipal.text`): two connections of one client, from other hosts or as other
+    users, each get their own answer, asked in turn."""
+    acls = [
+        StandardAcl(
+            ResourceType.TOPIC,
+            "orders",
+            PatternType.LITERAL,
+            "User:alice",
+            host,
+            AclOperation.WRITE,
+            PermissionType.ALLOW,
+        )
+        for host in ("10.0.0.1", "::1")
+    ]
+    image = image_with(acls)
+    authz = BrokerAuthorizer(AuthorizerConfig())
+    body = produce([("orders", False)], None)
+    header = RequestHeader(ApiKey.PRODUCE, 9, 1, "c")
+    cases = [
+        ("10.0.0.1:5000", "alice", True),
+        ("10.0.0.2:5000", "alice", False),
+        ("10.0.0.1:5001", "bob", False),
+        ("::1:5002", "alice", True),
+        ("[::1]:5003", "alice", True),
+        ("10.0.0.11:5000", "alice", False),
+    ]
+    for _ in range(2):  # the second time from the caches
+        for peer, user, allowed in cases:
+            ctx = RequestContext(header, peer, "PLAINTEXT", 1, 0, KafkaPrincipal.user(user))
+            assert (authz.verdict(image, ctx, body) is ALLOWED) is allowed, (peer, user)
+
+
+def test_a_principal_is_its_type_and_name() -> None:
+    alice = KafkaPrincipal.parse("User:alice")
+    assert str(alice) == "User:alice" == str(KafkaPrincipal.user("alice"))
+    assert alice == KafkaPrincipal("User", "alice") and hash(alice) == hash(
+        KafkaPrincipal.user("alice")
+    )
+    assert alice != KafkaPrincipal.user("bob") and str(KafkaPrincipal("Group", "x")) == "Group:x"
+    assert repr(alice) == "KafkaPrincipal(type='User', name='alice')"

@@ -24,9 +24,10 @@ DESCRIBE is hidden.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -89,7 +90,17 @@ def authorizer_config(config: ServerConfig) -> AuthorizerConfig | None:
 
 def client_host(ctx: RequestContext) -> str:
     """The client's address as ACL hosts name it (``peer`` is ``host:port``)."""
-    return ctx.peer.rpartition(":")[0].strip("[]")
+    return _host_of(ctx.peer)
+
+
+#: Connections' peers whose ACL host `client_host` keeps (a connection's requests all
+#: ask for the same one: the split was ~20% of an allowed Produce's check).
+CLIENT_HOSTS_CACHED = 4096
+
+
+@functools.lru_cache(maxsize=CLIENT_HOSTS_CACHED)
+def _host_of(peer: str) -> str:
+    return peer.rpartition(":")[0].strip("[]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,18 +117,17 @@ ALLOWED = Verdict()
 
 
 def _all_topics_writable(
-    auth: DecisionCache,
-    principal: str,
-    host: str,
-    body: ProduceRequest,
-    topic_name: Callable[[object], str | None],
+    auth: DecisionCache, principal: str, host: str, body: ProduceRequest, image: MetadataImage
 ) -> bool:
     """A Produce's one rule (WRITE on each topic) without building its checks, for the
     request every producer sends: all topics allowed, answered by the decision cache alone
     (~1 us instead of ~6). Anything else (a refusal, a topic id naming no topic) returns
     False and takes the table's path, which says which items are refused."""
     for topic in body.topic_data:
-        name = topic.name or topic_name(topic.topic_id)
+        name: str | None = topic.name
+        if not name:
+            by_id = image.topics_by_id.get(topic.topic_id)
+            name = None if by_id is None else by_id.name
         if name is None or not auth.authorize(principal, host, Op.WRITE, ResourceType.TOPIC, name):
             return False
     return True
@@ -165,19 +175,18 @@ class BrokerAuthorizer:
         if rule is None:
             return Verdict(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
         auth = self.authorizer(image)
-
-        def topic_name(topic_id: object) -> str | None:
-            topic = image.topics_by_id.get(topic_id)  # type: ignore[call-overload]
-            return None if topic is None else topic.name
-
         principal, host = str(ctx.principal), client_host(ctx)
         if (
             rules is RULES
             and isinstance(body, ProduceRequest)
             and not body.transactional_id
-            and _all_topics_writable(auth, principal, host, body, topic_name)
+            and _all_topics_writable(auth, principal, host, body, image)
         ):
             return ALLOWED
+
+        def topic_name(topic_id: object) -> str | None:
+            topic = image.topics_by_id.get(topic_id)  # type: ignore[call-overload]
+            return None if topic is None else topic.name
 
         def allowed(a: Action) -> bool:
             if a.name is None:

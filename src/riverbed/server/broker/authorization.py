@@ -156,7 +156,7 @@ class BrokerAuthorizer:
         return self._current
 
     def allowed(self, auth: DecisionCache, ctx: RequestContext, action: Action) -> bool:
-        principal, host = str(ctx.principal), client_host(ctx)
+        principal, host = ctx.principal.text, client_host(ctx)
         if action.name is None:
             return auth.authorize_any(principal, host, action.operation, action.resource_type)
         return auth.authorize(principal, host, action.operation, action.resource_type, action.name)
@@ -175,7 +175,7 @@ class BrokerAuthorizer:
         if rule is None:
             return Verdict(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
         auth = self.authorizer(image)
-        principal, host = str(ctx.principal), client_host(ctx)
+        principal, host = ctx.principal.text, client_host(ctx)
         if (
             rules is RULES
             and isinstance(body, ProduceRequest)
@@ -232,7 +232,7 @@ class BrokerAuthorizer:
         """KIP-430: the bitfield of the resource type's operations the principal may do on
         the resource (Kafka's AuthHelper.authorizedOperations)."""
         auth = self.authorizer(image)
-        principal, host = str(ctx.principal), client_host(ctx)
+        principal, host = ctx.principal.text, client_host(ctx)
         return operations_bitfield(
             op
             for op in SUPPORTED_OPERATIONS[rtype]

@@ -10,8 +10,9 @@ create the ACLs: the cluster resource has none), ``--acls`` ACLs for other princ
 (literal topic names and prefixes of many lengths, as `benchmarks.authorizer_bench` makes
 them) and one ALLOW WRITE on the benchmark topic for User:ANONYMOUS, which is no super
 user: every Produce request goes through the whole decision. confluent-kafka produces
-``--records`` records of 1 KiB with acks=1 and small batches (linger.ms=0, 16 KiB: many
-requests, so the per-request check weighs as much as it can). ``--control`` gives both
+``--records`` records of 1 KiB with acks=1 and small batches of one size (15 records,
+linger.ms=20 to fill them: many requests, so the per-request check weighs as much as it
+can, and as many to each broker, however fast it answers). ``--control`` gives both
 brokers no authorizer (an A/A run: what the method itself shows as a difference).
 
 The default method is `benchmarks.ab_brokers`'s (as `benchmarks.metrics_bench`): both
@@ -83,9 +84,22 @@ def _create_acls(bootstrap: str, count: int) -> int:
 
 
 def _producer(bootstrap: str) -> Producer:
+    """Batches of `BATCH_RECORDS` records always (linger.ms long enough to fill them): a
+    broker answering slower would otherwise get fuller batches, fewer requests per MB and
+    so less CPU per MB, whatever its work per request."""
     return Producer(
-        {"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": "0", "batch.size": "16384"}
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "1",
+            "linger.ms": "20",
+            "batch.size": "16384",
+            "batch.num.messages": BATCH_RECORDS,
+        }
     )
+
+
+#: Records per Produce request (15 KiB: within batch.size's 16 KiB).
+BATCH_RECORDS = 15
 
 
 def _produce_mb_s(bootstrap: str, records: int) -> float:

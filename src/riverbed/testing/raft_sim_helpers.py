@@ -161,11 +161,17 @@ async def raft_listener(
         async def write_in_order() -> None:
             while (task := await order.get()) is not None:
                 try:
-                    writer.write(await task)
-                    await writer.drain()
+                    reply = await task
                 except Exception as exc:
                     errors.append(exc)
                     raise
+                try:
+                    writer.write(reply)
+                    await writer.drain()
+                except ConnectionError:
+                    # the peer went away with the answer on its way (a killed process, a
+                    # client closed at the end of a test): its loss, not the server's failure
+                    return
 
         writer_task = asyncio.create_task(write_in_order())
         if connections is not None:

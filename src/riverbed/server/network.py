@@ -332,7 +332,10 @@ class Connection:
         layer's CPU per request, on every replication cycle)."""
         loop = asyncio.get_running_loop()
         self._last_frame_s = loop.time()
-        self._idle_timer = loop.call_at(self._last_frame_s + self._idle_s, self._idle_check)
+        self._guarded_idle_check = guarded(
+            "idle connection watch", self._idle_check, self.server.fault_handler
+        )
+        self._idle_timer = loop.call_at(self._last_frame_s + self._idle_s, self._guarded_idle_check)
 
     def _idle_check(self) -> None:
         """No frame for ``connections.max.idle.ms`` and nothing in flight: the reader gets
@@ -344,11 +347,11 @@ class Connection:
         if self.closing or self.server.stopping:
             return
         if now < due:  # a frame came meanwhile
-            self._idle_timer = loop.call_at(due, self._idle_check)
+            self._idle_timer = loop.call_at(due, self._guarded_idle_check)
             return
         if self.outstanding > 0:  # a request in flight: a whole new period from now
             self._last_frame_s = now
-            self._idle_timer = loop.call_at(now + self._idle_s, self._idle_check)
+            self._idle_timer = loop.call_at(now + self._idle_s, self._guarded_idle_check)
             return
         log.info("closing idle connection from %s", self.peer)
         self._idle_timer = None

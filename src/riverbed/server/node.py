@@ -179,7 +179,7 @@ class Node:
         #: This process's incarnation id (BrokerRegistration's IncarnationId).
         self._incarnation = uuid.uuid4()
         self.partitions: PartitionManager | None = None
-        self.purgatory = Purgatory()
+        self.purgatory = Purgatory(fault_handler=self.fault_handler)
         self.broker: Broker | None = None
         #: `authorizer.class.name` set: controller listener requests are checked first
         self._controller_authz: BrokerAuthorizer | None = None

@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Hashable, Iterable
 
+from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.request_permits import park_current_request
+from riverbed.server.supervise import guarded
 
 #: Default bound on parked operations per node.
 PURGATORY_WAITERS_MAX = 10000
@@ -35,12 +37,23 @@ class _Waiter:
         self.event.set()
 
 
+def _expire(waiter: _Waiter) -> None:
+    waiter.expire()
+
+
 class Purgatory:
     """Parks operations on keys; `notify(key)` wakes every operation watching ``key``."""
 
-    def __init__(self, waiters_max: int = PURGATORY_WAITERS_MAX) -> None:
+    def __init__(
+        self,
+        waiters_max: int = PURGATORY_WAITERS_MAX,
+        fault_handler: FaultHandler | None = None,
+    ) -> None:
         assert waiters_max >= 0
         self.waiters_max = waiters_max
+        fh = fault_handler or ProcessTerminatingFaultHandler(-1)
+        #: the deadlines' callback, built once (a parked operation's timer runs it)
+        self._guarded_expire = guarded("purgatory deadline", _expire, fh)
         self._watchers: dict[Hashable, set[_Waiter]] = {}
         self._count = 0
         self._closed = False
@@ -97,7 +110,7 @@ class Purgatory:
         # follower's fetch is parked once per leader append, and a deadline context
         # (asyncio.timeout_at) around each wait cost a Timeout object and its bookkeeping
         # every time (wait_for, before it, an extra task).
-        timer = loop.call_at(loop.time() + timeout_ms / 1000.0, waiter.expire)
+        timer = loop.call_at(loop.time() + timeout_ms / 1000.0, self._guarded_expire, waiter)
         try:
             while True:
                 if waiter.expired or self._closed:

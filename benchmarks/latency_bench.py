@@ -7,8 +7,11 @@ batch.size 16384, linger.ms ``--linger-ms``, ``--size``-byte records):
 
 - the peak: an unpaced run of ``--messages`` records;
 - ``--trials`` runs of ``--paced-s`` seconds at half of that peak, each reporting
-  send-to-ack p50/p95/p99/p99.9/max measured from every record's intended send time
-  (`riverbed.cli.bench_latency`: a client or broker behind schedule counts), and per 1000
+  send-to-ack p50/p95/p99/p99.9/max measured from each record's intended send time
+  (`riverbed.cli.bench_latency`: a client or broker behind schedule counts) over a uniform
+  random sample of one record in ``--sample-every`` (only those carry a Python delivery
+  callback, so the client leaves the CPU to the nodes; the sample's size is printed), per 1000
+  records the client's own CPU time, and per 1000
   records the CPU time of the node processes and the wake-ups of their event-loop threads
   (voluntary context switches, /proc): figures a loaded machine disturbs far less than
   latency.
@@ -25,13 +28,14 @@ import argparse
 import os
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from benchmarks.replication_bench import wait_isr
 from riverbed.cli.bench import run_produce
-from riverbed.cli.bench_latency import LatencyRun, run_latency
+from riverbed.cli.bench_latency import DEFAULT_SAMPLE_EVERY, LatencyRun, run_latency
 from riverbed.testing.quorum_cluster import QuorumCluster
 
 TOPIC = "bench"
@@ -59,15 +63,17 @@ def node_cost(pids: list[int]) -> tuple[float, int]:
     return cpu, wakeups
 
 
-def line(name: str, run: LatencyRun, cost: tuple[float, int]) -> str:
+def line(name: str, run: LatencyRun, cost: tuple[float, int], client_cpu_s: float) -> str:
     lat = run.result.latency_ms
     peak = f"peak {run.peak:,.0f}/s, " if run.peak is not None else ""
     figures = " ".join(f"{p} {lat[p]:.1f}" for p in PERCENTILES)
     per_k = 1000 / max(1, run.result.records)
     return (
         f"{name}: {peak}at {run.rate:,.0f}/s (achieved {run.result.records_per_s:,.0f}/s, "
-        f"errors {run.result.errors}): ms {figures}; per 1000 records the nodes used "
-        f"{cost[0] * per_k * 1000:.1f} ms CPU, their loops woke {cost[1] * per_k:.0f} times"
+        f"errors {run.result.errors}): ms {figures} ({run.sampled:,} timed, 1 in "
+        f"{run.sample_every}); per 1000 records the nodes used "
+        f"{cost[0] * per_k * 1000:.1f} ms CPU, their loops woke {cost[1] * per_k:.0f} times, "
+        f"the client {client_cpu_s * per_k * 1000:.1f} ms CPU"
     )
 
 
@@ -92,12 +98,15 @@ def measure(base: Path, nodes: int, rf: int, args: argparse.Namespace) -> list[L
             ).records_per_s
         rate = args.rate if peak is None else peak / 2
         for _ in range(args.trials):
-            before = node_cost(pids)
-            run = run_latency(c.bootstrap_servers, TOPIC, rate=rate, **common)
-            after = node_cost(pids)
-            run = LatencyRun(run.rate, peak, run.result)
+            before, client_before = node_cost(pids), time.process_time()
+            run = run_latency(
+                c.bootstrap_servers, TOPIC, rate=rate, sample_every=args.sample_every, **common
+            )
+            after, client_s = node_cost(pids), time.process_time() - client_before
+            run = LatencyRun(run.rate, peak, run.result, run.sampled, run.sample_every)
             runs.append(run)
-            print(line(name, run, (after[0] - before[0], after[1] - before[1])), flush=True)
+            cost = (after[0] - before[0], after[1] - before[1])
+            print(line(name, run, cost, client_s), flush=True)
     return runs
 
 
@@ -112,6 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--linger-ms", type=int, default=5)
     ap.add_argument("--paced-s", type=float, default=5.0)
     ap.add_argument("--trials", type=int, default=3, help="paced runs per cluster")
+    ap.add_argument(
+        "--sample-every",
+        type=int,
+        default=DEFAULT_SAMPLE_EVERY,
+        help="time one record in this many on average (a uniform random sample)",
+    )
     ap.add_argument(
         "--rate",
         type=float,

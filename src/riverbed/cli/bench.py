@@ -525,7 +525,13 @@ def _register_latency(sub: Any) -> None:
         "--peak-records", type=int, default=100_000, help="records of the unpaced peak run"
     )
     p.add_argument("--duration-s", type=float, default=5.0, help="seconds at the fixed rate")
-    p.add_argument("--record-size", type=int, default=100, help="value bytes (at least 8)")
+    p.add_argument("--record-size", type=int, default=100, help="value bytes")
+    p.add_argument(
+        "--sample-every",
+        type=int,
+        default=10,
+        help="time one record in this many on average (a uniform random sample)",
+    )
     add_acks(p)
     p.add_argument("--partitions", type=int, default=1, help="when creating the topic")
     p.add_argument("--batch-size", type=int, default=16384, help="producer batch.size bytes")
@@ -539,8 +545,8 @@ def latency_cmd(args: argparse.Namespace) -> int:
 
     extra = client_config(args)
     bootstrap = extra.pop("bootstrap.servers")
-    if args.duration_s <= 0 or args.peak_records <= 0:
-        raise CliError("--duration-s and --peak-records must be positive")
+    if args.duration_s <= 0 or args.peak_records <= 0 or args.sample_every <= 0:
+        raise CliError("--duration-s, --peak-records and --sample-every must be positive")
     if args.rate <= 0 and not 0 < args.rate_fraction <= 1:
         raise CliError("--rate-fraction must be in (0, 1]")
     run = bench_latency.run_latency(
@@ -557,6 +563,7 @@ def latency_cmd(args: argparse.Namespace) -> int:
         compression=args.compression,
         partitions=args.partitions,
         extra=extra,
+        sample_every=args.sample_every,
     )
     bench_latency.report(run, args.json)
     return 1 if run.result.errors else 0

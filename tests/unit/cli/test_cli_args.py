@@ -258,11 +258,41 @@ def test_bench_latency_paces_from_intended_send_times():
     assert bl.pace_wait_s(5, 200, 0.0249) == pytest.approx(0.0001)
     assert bl.pace_wait_s(5, 200, 0.0251) == 0.0
     assert bl.pace_wait_s(5, 200, 0.0) == bl.PACE_POLL_S
+    # a wait under poll()'s millisecond resolution sleeps: poll(0.0004) returns at once,
+    # and a loop of them spins a core beside the brokers being measured
+    assert not bl.polls_for(0.0004) and not bl.polls_for(0.0)
+    assert bl.polls_for(bl.PACE_POLL_S)
     # latency counts from the intended send time, so a late send shows as latency
     assert bl.intended_latency_ms(100, 1000.0, 5.0, 5.1 + 0.003) == pytest.approx(3.0)
     assert bl.intended_latency_ms(0, 1000.0, 5.0, 5.020) == pytest.approx(20.0)
 
 
+def test_bench_latency_samples_one_record_in_every_uniformly():
+    from itertools import islice
+
+    from riverbed.cli import bench_latency as bl
+
+    gaps = list(islice(bl.sample_gaps(10, seed=7), 20_000))
+    assert min(gaps) >= 1  # never the same record twice
+    assert 9.5 < sum(gaps) / len(gaps) < 10.5  # one record in 10 on average
+    # not every 10th record: the gaps vary, so the sample cannot fall in step with the
+    # pacing loop's bursts, and each residue mod 10 is taken about equally often
+    assert len(set(gaps)) > 20
+    indices, at = [], -1
+    for gap in gaps:
+        at += gap
+        indices.append(at)
+    residues = [sum(1 for i in indices if i % 10 == r) for r in range(10)]
+    assert max(residues) < 1.2 * min(residues)
+    assert list(islice(bl.sample_gaps(1, seed=7), 5)) == [1] * 5  # every record
+    assert list(islice(bl.sample_gaps(10, seed=7), 50)) == gaps[:50]  # replayable
+    # the interval widens only to keep the sample bounded
+    assert bl.sample_every_for(1000, 10) == 10
+    assert bl.sample_every_for(bl.LATENCY_SAMPLES_MAX * 30, 10) == 30
+    assert bl.sample_every_for(5, 0) == 1
+
+
 def test_bench_latency_arguments():
     args = build_parser().parse_args(["bench", "latency", "-b", "h:1", "--rate", "500"])
     assert (args.rate, args.rate_fraction, args.duration_s, args.acks) == (500, 0.5, 5.0, "all")
+    assert args.sample_every == 10

@@ -6,79 +6,142 @@ measured in the same run against the same broker:
 
 - produce: records per second of a transactional producer committing every N records
   (N = 1, 100, 10,000) against an idempotent producer (``enable.idempotence=true``)
-  sending the same records with the same settings; ratio = transactional / idempotent;
+  sending the same records; ratio = transactional / idempotent. Both producers have
+  librdkafka's defaults (the transactional one adds only its ``transactional.id``, which
+  implies idempotence): no setting favours either side;
 - EndTxn latency: ``commit_transaction`` wall time after a flush (EndTxn alone, answered
-  once its PrepareCommit is committed) of the N = 1 transactions, p50 / p99;
+  once its PrepareCommit is committed), p50 / p99 per N;
 - consume: records per second of a read_committed consumer against a read_uncommitted
-  one reading the same partition (the transactional topic of N = 10,000), alternated
+  one reading the same partition (the transactional topic of the last N), alternated
   ``CONSUME_ROUNDS`` times, the best of each.
 
-Each producer is warmed up (connections, metadata, producer id, a first transaction)
-before its clock starts.
+Why the produce figure is taken in fine alternated pairs: this machine's vCPUs each run at
+one of two speeds (~2x apart) for seconds at a time (`benchmarks.ab_brokers`), so a side
+measured for seconds alone meets whichever speed its CPUs had (the idempotent baseline
+alone read 350k-1.2M rec/s between runs; the ratio 0.53-1.53). Here both producers are
+made and warmed up (connections, metadata, producer id, a first transaction) once, then
+``--pairs`` pairs each send ``--records`` records per side: the idempotent chunk
+(``produce`` x records, then ``flush``) and the transactional chunk (records / N
+transactions: begin, produce x N, flush, commit), which side goes first alternating from
+pair to pair. A pair takes a fraction of a second, so both sides of a pair meet the same
+CPU speeds; the figure is the median of the pairs' ratios (their spread is printed). The
+broker is pinned to `ab_brokers.BROKER_CPU` and the clients to the other CPUs (as
+`ab_brokers` does), so each side's broker and client meet the same CPU as the other
+side's. A chunk ends with a flush on both sides, so each pays one pipeline drain per
+chunk; with the default 100,000 records (10 transactions of 10,000) that is ~2% of the
+idempotent chunk, what the earlier back-to-back rounds of 100,000 had as well.
 
-    .venv/bin/python -m benchmarks.txn_bench --records 20000
-    .venv/bin/python -m benchmarks.txn_bench --records 200000 --rounds 5 --sizes 10000
+``--control`` is the A/A check of the method: the "transactional" side is a second
+idempotent producer (its own topic) sent exactly as the idempotent side; its ratio should
+be ~1.00, and its spread is the method's noise.
+
+    .venv/bin/python -m benchmarks.txn_bench --records 100000 --pairs 15 --sizes 10000
+    .venv/bin/python -m benchmarks.txn_bench --records 100000 --pairs 15 --sizes 10000 --control
+    .venv/bin/python -m benchmarks.txn_bench --records 20000 --pairs 5
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from benchmarks.ab_brokers import check_cpus, pin, produce, producers_off_broker_cpu
 from riverbed.testing.cluster import BrokerProcess
 
 QUIET = {"log_level": 3}
 RECORD = b"x" * 100
 TXN_SIZES = (1, 100, 10_000)
-#: Transactions of one record are slow by nature (one EndTxn each): this many at most.
+#: Transactions of one record are slow by nature (one EndTxn each): this many per chunk.
 SMALL_TXNS_MAX = 1_000
 TIMEOUT_S = 120.0
 #: Reads of the same partition per isolation level (alternated; the best counts).
 CONSUME_ROUNDS = 2
+#: ``produce`` calls between polls (delivery reports served; as the earlier rounds did).
+POLL_EVERY = 10_000
+
+#: One side's chunk: (producer, topic, records, records per transaction or 0) -> commit ms.
+Chunk = Callable[[Producer, str, int, int], list[float]]
 
 
-def _idempotent(bootstrap: str, topic: str, n: int) -> float:
+def _idempotent_producer(bootstrap: str, topic: str) -> Producer:
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, **QUIET})
     p.produce(topic, RECORD)  # warm-up: connections, metadata, producer id
     assert p.flush(TIMEOUT_S) == 0
-    start = time.perf_counter()
-    for i in range(n):
-        p.produce(topic, RECORD)
-        if i % 10_000 == 9_999:
-            p.poll(0)
-    assert p.flush(TIMEOUT_S) == 0
-    return n / (time.perf_counter() - start)
+    return p
 
 
-def _transactional(
-    bootstrap: str, topic: str, n: int, per_txn: int, tid: str
-) -> tuple[float, list[float]]:
-    """(records per second, commit_transaction ms of each transaction)."""
+def _transactional_producer(bootstrap: str, topic: str, tid: str) -> Producer:
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, **QUIET})
     p.init_transactions(TIMEOUT_S)
     p.begin_transaction()  # warm-up: connections, metadata, the partition's first add
     p.produce(topic, RECORD)
     p.commit_transaction(TIMEOUT_S)
-    commits: list[float] = []
-    start = time.perf_counter()
+    return p
+
+
+def _send(p: Producer, topic: str, n: int) -> None:
+    for i in range(n):
+        produce(p, topic, RECORD)
+        if i % POLL_EVERY == POLL_EVERY - 1:
+            p.poll(0)
+
+
+def _idempotent_chunk(p: Producer, topic: str, n: int, per_txn: int) -> list[float]:
+    _send(p, topic, n)
+    assert p.flush(TIMEOUT_S) == 0
+    return []
+
+
+def _transactional_chunk(p: Producer, topic: str, n: int, per_txn: int) -> list[float]:
+    """``n`` records in transactions of ``per_txn``; each ``commit_transaction``'s ms."""
+    commits = []
     sent = 0
     while sent < n:
         p.begin_transaction()
-        for _ in range(min(per_txn, n - sent)):
-            p.produce(topic, RECORD)
-            sent += 1
-            if sent % 10_000 == 0:
-                p.poll(0)
+        count = min(per_txn, n - sent)
+        _send(p, topic, count)
+        sent += count
         assert p.flush(TIMEOUT_S) == 0  # the clock below is EndTxn's alone
         t = time.perf_counter()
         p.commit_transaction(TIMEOUT_S)
         commits.append((time.perf_counter() - t) * 1000)
-    return n / (time.perf_counter() - start), commits
+    return commits
+
+
+def _pairs(
+    bootstrap: str, per_txn: int, n: int, pairs: int, control: bool
+) -> tuple[list[float], list[float], list[float]]:
+    """(idempotent rec/s per pair, the other side's rec/s per pair, commit ms)."""
+    base_topic, other_topic = "idem", ("idem-b" if control else f"txn-{per_txn}")
+    base = _idempotent_producer(bootstrap, base_topic)
+    other: Producer
+    other_chunk: Chunk
+    if control:
+        other, other_chunk = _idempotent_producer(bootstrap, other_topic), _idempotent_chunk
+    else:
+        other = _transactional_producer(bootstrap, other_topic, f"b{per_txn}")
+        other_chunk = _transactional_chunk
+    sides: list[tuple[Producer, str, Chunk]] = [
+        (base, base_topic, _idempotent_chunk),
+        (other, other_topic, other_chunk),
+    ]
+    rates: list[list[float]] = [[], []]
+    commits: list[float] = []
+    for pair in range(pairs):
+        for side in (0, 1) if pair % 2 == 0 else (1, 0):  # which goes first alternates
+            p, topic, chunk = sides[side]
+            start = time.perf_counter()
+            ms = chunk(p, topic, n, per_txn)
+            rates[side].append(n / (time.perf_counter() - start))
+            commits += ms
+    return rates[0], rates[1], commits
 
 
 def _consume(bootstrap: str, topic: str, n: int, isolation: str) -> float:
@@ -105,31 +168,30 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
-def run(records: int, rounds: int = 1, sizes: tuple[int, ...] = TXN_SIZES) -> dict[str, Any]:
-    """The figures (see the module's docstring); with ``rounds`` > 1 each produce figure
-    is the median of that many alternated idempotent / transactional pairs, the ratio the
-    median of the pairs' ratios."""
-    out: dict[str, Any] = {}
+def run(
+    records: int,
+    pairs: int = 5,
+    sizes: tuple[int, ...] = TXN_SIZES,
+    control: bool = False,
+    pinned: bool = True,
+) -> dict[Any, Any]:
+    """The figures (see the module's docstring): per size (rates' medians, pair ratios,
+    commit ms), and "consume" (not in a control run)."""
+    out: dict[Any, Any] = {}
     with BrokerProcess(overrides={"num.partitions": "1"}) as b:
+        if pinned:
+            pin(b.pid)
         admin = AdminClient({"bootstrap.servers": b.bootstrap, **QUIET})
-        topics = ["idem"] + [f"txn-{n}" for n in TXN_SIZES]
+        topics = ["idem", "idem-b"] + [f"txn-{n}" for n in TXN_SIZES]
         for f in admin.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
             f.result(30)
         for per_txn in sizes:
             n = min(records, SMALL_TXNS_MAX) if per_txn == 1 else records
-            bases, rates, ratios, commits = [], [], [], []
-            for r in range(rounds):  # alternated: a loaded machine's noise hits both
-                base = _idempotent(b.bootstrap, "idem", n)
-                rate, ms = _transactional(b.bootstrap, f"txn-{per_txn}", n, per_txn,
-                                          f"b{per_txn}-{r}")  # fmt: skip
-                bases.append(base)
-                rates.append(rate)
-                ratios.append(rate / base)
-                commits += ms
-            med = statistics.median
-            out[per_txn] = (med(rates), med(bases), med(ratios))
-            if per_txn == 1:
-                out["endtxn"] = (med(commits), _pct(commits, 0.99), len(commits))
+            bases, others, commits = _pairs(b.bootstrap, per_txn, n, pairs, control)
+            ratios = [o / i for i, o in zip(bases, others, strict=True)]
+            out[per_txn] = (bases, others, ratios, commits)
+        if control:
+            return out
         topic = f"txn-{sizes[-1]}"
         rates: dict[str, list[float]] = {"read_committed": [], "read_uncommitted": []}
         for _ in range(CONSUME_ROUNDS):  # alternated, best of each (page cache, warm-up)
@@ -140,35 +202,60 @@ def run(records: int, rounds: int = 1, sizes: tuple[int, ...] = TXN_SIZES) -> di
     return out
 
 
+def _report(r: dict[Any, Any], sizes: tuple[int, ...], control: bool) -> None:
+    med = statistics.median
+    other = "idempotent B (A/A control)" if control else "transactional"
+    for per_txn in sizes:
+        bases, others, ratios, commits = r[per_txn]
+        print(f"produce, {per_txn:>6} records per transaction: {other} {med(others):10.0f}"
+              f" rec/s vs idempotent {med(bases):10.0f} rec/s: ratio {med(ratios):.3f}"
+              f" (median of {len(ratios)} pairs; min {min(ratios):.3f},"
+              f" max {max(ratios):.3f})")  # fmt: skip
+        print("  pair ratios: " + " ".join(f"{x:.3f}" for x in ratios))
+        print(
+            "  pairs, k rec/s (idempotent/other): "
+            + " ".join(f"{i / 1e3:.0f}/{o / 1e3:.0f}" for i, o in zip(bases, others, strict=True))
+        )
+        if commits:
+            print(f"  EndTxn (commit_transaction) of {len(commits)} transactions: "
+                  f"p50 {_pct(commits, 0.5):.1f} ms, p99 {_pct(commits, 0.99):.1f} ms")  # fmt: skip
+    if "consume" in r:
+        committed, uncommitted, ratio = r["consume"]
+        print(f"consume: read_committed {committed:.0f} rec/s vs read_uncommitted "
+              f"{uncommitted:.0f} rec/s: ratio {ratio:.2f}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--records", type=int, default=100_000, help="per side per pair")
     parser.add_argument(
+        "--pairs",
         "--rounds",
         type=int,
-        default=1,
-        help="alternated idempotent/transactional pairs per size (median)",
+        default=15,
+        help="alternated idempotent/transactional pairs per size (median of their ratios)",
     )
     parser.add_argument(
         "--sizes",
         default=",".join(map(str, TXN_SIZES)),
         help="records per transaction, comma separated",
     )
+    parser.add_argument(
+        "--control", action="store_true", help="A/A: both sides idempotent (expect ~1.00)"
+    )
+    parser.add_argument("--unpinned", action="store_true", help="broker and clients on any CPU")
     args = parser.parse_args()
     sizes = tuple(int(x) for x in args.sizes.split(","))
-    r = run(args.records, args.rounds, sizes)
-    for per_txn in sizes:
-        rate, base, ratio = r[per_txn]
-        print(f"produce, {per_txn:>6} records per transaction: {rate:10.0f} rec/s vs "
-              f"idempotent {base:10.0f} rec/s: ratio {ratio:.3f}")  # fmt: skip
-    if "endtxn" not in r:
-        return
-    p50, p99, count = r["endtxn"]
-    print(f"EndTxn (commit_transaction) of {count} one-record transactions: "
-          f"p50 {p50:.1f} ms, p99 {p99:.1f} ms")  # fmt: skip
-    committed, uncommitted, ratio = r["consume"]
-    print(f"consume: read_committed {committed:.0f} rec/s vs read_uncommitted "
-          f"{uncommitted:.0f} rec/s: ratio {ratio:.2f}")  # fmt: skip
+    pinned = not args.unpinned
+    if pinned:
+        refused = check_cpus()
+        if refused:
+            parser.error(f"{refused}; --unpinned runs anywhere")
+        producers_off_broker_cpu()  # before any client: librdkafka's threads inherit it
+    load = os.getloadavg()[0]
+    r = run(args.records, args.pairs, sizes, args.control, pinned)
+    print(f"(load {load:.1f} -> {os.getloadavg()[0]:.1f}; {'pinned' if pinned else 'unpinned'})")
+    _report(r, sizes, args.control)
 
 
 if __name__ == "__main__":

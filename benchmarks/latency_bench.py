@@ -10,11 +10,11 @@ batch.size 16384, linger.ms ``--linger-ms``, ``--size``-byte records):
   send-to-ack p50/p95/p99/p99.9/max measured from each record's intended send time
   (`riverbed.cli.bench_latency`: a client or broker behind schedule counts) over a uniform
   random sample of one record in ``--sample-every`` (only those carry a Python delivery
-  callback, so the client leaves the CPU to the nodes; the sample's size is printed), per 1000
-  records the client's own CPU time, and per 1000
-  records the CPU time of the node processes and the wake-ups of their event-loop threads
-  (voluntary context switches, /proc): figures a loaded machine disturbs far less than
-  latency.
+  callback, so the client leaves the CPU to the nodes; the sample's size is printed), and
+  per 1000 records the CPU time of the node processes and of the client, the wake-ups of
+  the nodes' event-loop threads (voluntary context switches, /proc): figures a loaded
+  machine disturbs far less than latency; and the time the nodes' and the client's threads
+  waited for a CPU while runnable (schedstat run delay: queueing for a core, not work).
 
 Printed: each trial, the median over trials per cluster, the goal ratios (RF3 p99 <= 10 ms;
 RF3 p50 within 2x of RF1) and the load average before and after (``os.getloadavg``).
@@ -63,7 +63,28 @@ def node_cost(pids: list[int]) -> tuple[float, int]:
     return cpu, wakeups
 
 
-def line(name: str, run: LatencyRun, cost: tuple[float, int], client_cpu_s: float) -> str:
+def cpu_wait_s(pids: list[int]) -> float:
+    """Seconds the threads of ``pids`` spent runnable but waiting for a CPU so far (the
+    scheduler's run delay, /proc/PID/task/TID/schedstat): on a machine with more runnable
+    processes than cores, latency that is queueing for a core, not work."""
+    waited = 0
+    for pid in pids:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    waited += int(f.read().split()[1])
+            except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
+                continue
+    return waited / 1e9
+
+
+def line(
+    name: str,
+    run: LatencyRun,
+    cost: tuple[float, int],
+    client_cpu_s: float,
+    waits: tuple[float, float],
+) -> str:
     lat = run.result.latency_ms
     peak = f"peak {run.peak:,.0f}/s, " if run.peak is not None else ""
     figures = " ".join(f"{p} {lat[p]:.1f}" for p in PERCENTILES)
@@ -73,7 +94,8 @@ def line(name: str, run: LatencyRun, cost: tuple[float, int], client_cpu_s: floa
         f"errors {run.result.errors}): ms {figures} ({run.sampled:,} timed, 1 in "
         f"{run.sample_every}); per 1000 records the nodes used "
         f"{cost[0] * per_k * 1000:.1f} ms CPU, their loops woke {cost[1] * per_k:.0f} times, "
-        f"the client {client_cpu_s * per_k * 1000:.1f} ms CPU"
+        f"the client {client_cpu_s * per_k * 1000:.1f} ms CPU; waited for a CPU: the nodes "
+        f"{waits[0] * per_k * 1000:.1f} ms, the client {waits[1] * per_k * 1000:.1f} ms"
     )
 
 
@@ -98,15 +120,18 @@ def measure(base: Path, nodes: int, rf: int, args: argparse.Namespace) -> list[L
             ).records_per_s
         rate = args.rate if peak is None else peak / 2
         for _ in range(args.trials):
+            me = [os.getpid()]
             before, client_before = node_cost(pids), time.process_time()
+            waits_before = (cpu_wait_s(pids), cpu_wait_s(me))
             run = run_latency(
                 c.bootstrap_servers, TOPIC, rate=rate, sample_every=args.sample_every, **common
             )
             after, client_s = node_cost(pids), time.process_time() - client_before
+            waits = (cpu_wait_s(pids) - waits_before[0], cpu_wait_s(me) - waits_before[1])
             run = LatencyRun(run.rate, peak, run.result, run.sampled, run.sample_every)
             runs.append(run)
             cost = (after[0] - before[0], after[1] - before[1])
-            print(line(name, run, cost, client_s), flush=True)
+            print(line(name, run, cost, client_s, waits), flush=True)
     return runs
 
 

@@ -136,6 +136,8 @@ def analyse(leader: NodeTrace, followers: dict[int, NodeTrace]) -> dict[str, lis
             for name, a, b in steps:
                 stages[name].append((b - a) / 1e6)
             stages["parked"].append(slow["parked"])
+            kind = "parked" if slow["parked"] else "not parked"
+            stages[f"append->fetch_out, {kind}"].append((slow["out"] - t_append) / 1e6)
     for ft in followers.values():
         sent = ft.events["f_sent"]
         lo_f, hi_f = int(len(sent) * EDGE_FRACTION), int(len(sent) * (1 - EDGE_FRACTION))
@@ -154,7 +156,7 @@ def report(stages: dict[str, list[float]]) -> None:
             continue
         unit = "" if name == "records per cycle" else " ms"
         print(
-            f"  {name:20s} p50 {pct(values, 0.5):8.2f} p90 {pct(values, 0.9):8.2f} "
+            f"  {name:30s} p50 {pct(values, 0.5):8.2f} p90 {pct(values, 0.9):8.2f} "
             f"p99 {pct(values, 0.99):8.2f}{unit}  (n={len(values)})"
         )
 

@@ -9,6 +9,9 @@ measured in the same run against the same broker:
   sending the same records; ratio = transactional / idempotent. Both producers have
   librdkafka's defaults (the transactional one adds only its ``transactional.id``, which
   implies idempotence): no setting favours either side;
+- the broker's CPU per record of each side (its threads' /proc/<pid>/task/*/schedstat
+  over each side's chunks, as `ab_brokers.run_ns`) and the difference per transaction:
+  what a loaded machine disturbs least, and what a CPU-bound broker's throughput follows;
 - EndTxn latency: ``commit_transaction`` wall time after a flush (EndTxn alone, answered
   once its PrepareCommit is committed), p50 / p99 per N;
 - consume: records per second of a read_committed consumer against a read_uncommitted
@@ -52,7 +55,14 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from benchmarks.ab_brokers import check_cpus, pin, produce, producers_off_broker_cpu
+from benchmarks.ab_brokers import (
+    check_cpus,
+    cpu_since,
+    pin,
+    produce,
+    producers_off_broker_cpu,
+    run_ns,
+)
 from riverbed.testing.cluster import BrokerProcess
 
 QUIET = {"log_level": 3}
@@ -116,9 +126,11 @@ def _transactional_chunk(p: Producer, topic: str, n: int, per_txn: int) -> list[
 
 
 def _pairs(
-    bootstrap: str, per_txn: int, n: int, pairs: int, control: bool
-) -> tuple[list[float], list[float], list[float]]:
-    """(idempotent rec/s per pair, the other side's rec/s per pair, commit ms)."""
+    b: BrokerProcess, per_txn: int, n: int, pairs: int, control: bool
+) -> tuple[list[float], list[float], list[float], list[float]]:
+    """(idempotent rec/s per pair, the other side's rec/s per pair, commit ms, the
+    broker's CPU per record of each side: [idempotent us, other us])."""
+    bootstrap = b.bootstrap
     base_topic, other_topic = "idem", ("idem-b" if control else f"txn-{per_txn}")
     base = _idempotent_producer(bootstrap, base_topic)
     other: Producer
@@ -133,15 +145,17 @@ def _pairs(
         (other, other_topic, other_chunk),
     ]
     rates: list[list[float]] = [[], []]
+    cpu_s = [0.0, 0.0]
     commits: list[float] = []
     for pair in range(pairs):
         for side in (0, 1) if pair % 2 == 0 else (1, 0):  # which goes first alternates
             p, topic, chunk = sides[side]
-            start = time.perf_counter()
+            ran, start = run_ns(b.pid), time.perf_counter()
             ms = chunk(p, topic, n, per_txn)
             rates[side].append(n / (time.perf_counter() - start))
+            cpu_s[side] += cpu_since(b.pid, ran)
             commits += ms
-    return rates[0], rates[1], commits
+    return rates[0], rates[1], commits, [s * 1e6 / (n * pairs) for s in cpu_s]
 
 
 def _consume(bootstrap: str, topic: str, n: int, isolation: str) -> float:
@@ -187,9 +201,9 @@ def run(
             f.result(30)
         for per_txn in sizes:
             n = min(records, SMALL_TXNS_MAX) if per_txn == 1 else records
-            bases, others, commits = _pairs(b.bootstrap, per_txn, n, pairs, control)
+            bases, others, commits, cpu_us = _pairs(b, per_txn, n, pairs, control)
             ratios = [o / i for i, o in zip(bases, others, strict=True)]
-            out[per_txn] = (bases, others, ratios, commits)
+            out[per_txn] = (bases, others, ratios, commits, cpu_us)
         if control:
             return out
         topic = f"txn-{sizes[-1]}"
@@ -206,7 +220,7 @@ def _report(r: dict[Any, Any], sizes: tuple[int, ...], control: bool) -> None:
     med = statistics.median
     other = "idempotent B (A/A control)" if control else "transactional"
     for per_txn in sizes:
-        bases, others, ratios, commits = r[per_txn]
+        bases, others, ratios, commits, (base_us, other_us) = r[per_txn]
         print(f"produce, {per_txn:>6} records per transaction: {other} {med(others):10.0f}"
               f" rec/s vs idempotent {med(bases):10.0f} rec/s: ratio {med(ratios):.3f}"
               f" (median of {len(ratios)} pairs; min {min(ratios):.3f},"
@@ -216,6 +230,9 @@ def _report(r: dict[Any, Any], sizes: tuple[int, ...], control: bool) -> None:
             "  pairs, k rec/s (idempotent/other): "
             + " ".join(f"{i / 1e3:.0f}/{o / 1e3:.0f}" for i, o in zip(bases, others, strict=True))
         )
+        extra_ms = (other_us - base_us) * per_txn / 1e3
+        print(f"  broker CPU per record: idempotent {base_us:.3f} us, {other} {other_us:.3f}"
+              f" us (ratio {other_us / base_us:.3f}; {extra_ms:+.2f} ms per {per_txn} records)")  # fmt: skip
         if commits:
             print(f"  EndTxn (commit_transaction) of {len(commits)} transactions: "
                   f"p50 {_pct(commits, 0.5):.1f} ms, p99 {_pct(commits, 0.99):.1f} ms")  # fmt: skip

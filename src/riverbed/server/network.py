@@ -69,9 +69,9 @@ from riverbed.server.connection_setup import SetupFailed, open_transport
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.listener_security import PLAINTEXT, ListenerSecurity
 from riverbed.server.request_permits import (
+    CURRENT_PERMIT,
     CountedSemaphore,
     RequestPermit,
-    hold_permit,
     run_with_permit,
 )
 from riverbed.server.request_timing import RequestTiming
@@ -198,7 +198,7 @@ async def run_timed(
     timing = ctx.timing
     assert timing is not None  # stamped by the reader whenever there is an observer
     permit.timing = timing
-    hold_permit(permit)  # the task runs in its own copy of the context
+    CURRENT_PERMIT.set(permit)  # the task runs in its own copy of the context
     timing.dequeued = time.perf_counter()
     try:
         response = await handler(ctx, body)
@@ -537,9 +537,15 @@ class Connection:
             self._out.clear()
             self._out_bytes = 0
             self.writer.write(data)
-            if self._out_timings:  # handed to the socket (or its transport buffer)
-                self._sent(self._out_timings)
+            timings = self._out_timings
+            if timings:  # handed to the socket (or its transport buffer): `_sent` inline
+                now = time.perf_counter()
+                for timing in timings:
+                    timing.sent = now
                 self._out_timings = []
+                observer = self.server.observer
+                assert observer is not None  # timings are kept only for an observer
+                observer.sent(timings)
         await self.writer.drain()
 
     def _sent(self, timings: list[RequestTiming]) -> None:

@@ -23,7 +23,9 @@ from riverbed.server.request_timing import RequestTiming
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
-_CURRENT: contextvars.ContextVar[RequestPermit | None] = contextvars.ContextVar(
+#: The running request's permit (its task's context): set by `run_with_permit` and by
+#: the network layer's `run_timed`, read by `park_current_request`.
+CURRENT_PERMIT: contextvars.ContextVar[RequestPermit | None] = contextvars.ContextVar(
     "riverbed_request_permit", default=None
 )
 
@@ -75,17 +77,11 @@ class RequestPermit:
         self.release()
 
 
-def hold_permit(permit: RequestPermit) -> None:
-    """The running task owns ``permit`` from now (see `park_current_request`); call it in
-    the request's own task, whose context is its own."""
-    _CURRENT.set(permit)
-
-
 async def run_with_permit(
     handler: Callable[[*Ts], Awaitable[T]], permit: RequestPermit, *args: *Ts
 ) -> T:
     """Run ``handler(*args)`` in a task that owns ``permit`` (see `park_current_request`)."""
-    _CURRENT.set(permit)  # the task runs in its own copy of the context
+    CURRENT_PERMIT.set(permit)  # the task runs in its own copy of the context
     try:
         return await handler(*args)
     finally:
@@ -95,7 +91,7 @@ async def run_with_permit(
 def park_current_request() -> None:
     """The running request is about to wait in a purgatory: give back its permit (and
     its RemoteTime starts at its first park, `riverbed.server.request_timing`)."""
-    permit = _CURRENT.get()
+    permit = CURRENT_PERMIT.get()
     if permit is not None:
         timing = permit.timing
         if timing is not None and not timing.parked:

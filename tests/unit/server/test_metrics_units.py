@@ -28,7 +28,7 @@ from riverbed.server.metrics.cleaner import CleanerCollector
 from riverbed.server.metrics.loop_idle import LoopIdle, schedstat_busy_ns
 from riverbed.server.metrics.metadata_events import MetadataEvents
 from riverbed.server.metrics.traffic import (
-    PENDING_TIMINGS_MAX,
+    PENDING_REQUESTS_MAX,
     PRODUCE_VERSIONS,
     TIME_METRICS,
     MsHistogram,
@@ -233,18 +233,33 @@ def test_request_times_split_into_kafkas_stages() -> None:
 
 
 def test_stamps_fold_when_bounded_and_bulk_matches_one_by_one() -> None:
+    """Folded at the bound without a scrape (the timings are not kept: their stamps
+    are copied), every stage's buckets and sum as if each stage time were observed one
+    by one, parked or not."""
     stats = TrafficStats(lambda _id: None)
-    step_s = 4.096 / PENDING_TIMINGS_MAX  # never parked: local times 0 .. ~4,096 ms
-    for i in range(PENDING_TIMINGS_MAX):
-        stats.sent([_stamped(0.0, 0.0, 0.0, i * step_s, i * step_s, i * step_s)])
-    assert "Produce" in stats.times
-    one_by_one = MsHistogram()
-    for i in range(PENDING_TIMINGS_MAX):
-        one_by_one.observe((i * step_s - 0.0) * 1000)
-    local = stats.times["Produce"].local  # folded at the bound, no scrape needed
-    assert local.counts == one_by_one.counts  # a bucket's bound is inclusive in both
-    assert local.sum_ms == pytest.approx(one_by_one.sum_ms)
-    assert stats.times["Produce"].remote.sum_ms == 0
+    step_s = 4.096 / PENDING_REQUESTS_MAX
+    expected = {name: MsHistogram() for name, _timer, _doc in TIME_METRICS}
+    for i in range(PENDING_REQUESTS_MAX):
+        at = [1000.0 + i, 0.0, 0.0, 0.0, 0.0, 0.0]  # received .. sent
+        for stage in range(1, 6):  # stage times 0 .. ~8 ms, some of them 0
+            at[stage] = at[stage - 1] + (i % 3) * (stage % 3) * step_s
+        parked = at[2]
+        if i % 2:
+            at[2] = 0.0  # never parked: its local time runs to the answer
+            parked = at[3]
+        stats.sent([_stamped(*at)])
+        for (name, _timer, _doc), (start, end) in zip(
+            TIME_METRICS,
+            [(at[0], at[5]), (at[0], at[1]), (at[1], parked), (parked, at[3]),
+             (at[3], at[4]), (at[4], at[5])],
+            strict=True,
+        ):  # fmt: skip
+            expected[name].observe((end - start) * 1000)
+    folded = stats.times["Produce"]  # folded at the bound, no scrape needed
+    for name, timer, _doc in TIME_METRICS:
+        assert timer(folded).counts == expected[name].counts, name  # bounds inclusive in both
+        assert timer(folded).sum_ms == pytest.approx(expected[name].sum_ms), name
+    assert 0 < folded.local.counts[0] < PENDING_REQUESTS_MAX
 
 
 def test_histogram_buckets_are_cumulative() -> None:

@@ -26,14 +26,16 @@ answer carries an error).
 
 Cost: the counters are plain integers in dicts, touched only by the event loop (no
 locks, no prometheus_client objects on the hot path); `TrafficCollector` turns them into
-metric families when ``/metrics`` is scraped. A sent request's timing is only appended
-to a list; its stamps are folded into the histograms (vectorised, numpy) at scrape time
-or when `PENDING_TIMINGS_MAX` have gathered.
+metric families when ``/metrics`` is scraped. A sent request's six stamps are appended
+to a flat array of floats of its request name (its timing object is not kept); they are
+folded into the histograms (vectorised, numpy: a few calls per fold, whatever its size)
+at scrape time or when `PENDING_REQUESTS_MAX` requests have gathered.
 """
 
 from __future__ import annotations
 
 import uuid
+from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -62,11 +64,14 @@ TIME_BUCKETS_MS: tuple[float, ...] = (
     1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
 )  # fmt: skip
 _BOUNDS_MS = np.array(TIME_BUCKETS_MS)
-#: Sent requests' stamps kept before they are folded into the histograms. Small: the
-#: fold costs the same per request at 256 as at 4,096 (~0.6 us), but 4,096 timings kept
-#: alive (~400 KB, an L2 cache's worth) cost an on broker ~1.5% more CPU per message
-#: in metrics_bench (A/B CPU ratio 0.957 twice at 4,096, 0.970 at 256).
-PENDING_TIMINGS_MAX = 256
+#: Sent requests whose stamps are kept (48 bytes each, 48 KB in all) before they are
+#: folded into the histograms. Keeping the timing objects themselves (~230 bytes each
+#: with their floats) cost an on broker ~1.5% more CPU per message at 4,096 than at 256
+#: (metrics_bench); at 256 the fold's per-call numpy overhead was ~0.6 us a request.
+PENDING_REQUESTS_MAX = 1024
+#: Stamps per request in the pending arrays: received, dequeued, parked (or answered
+#: if it never parked), answered, taken, sent.
+_STAMPS = 6
 #: Nesting bound of the error-code walk (Kafka's messages nest three deep at most).
 _DEPTH_MAX = 8
 
@@ -96,14 +101,10 @@ class MsHistogram:
         self.sum_ms = 0.0
 
     def observe(self, ms: float) -> None:
+        """One value (a bucket's bound is inclusive: bisect_left's index, as
+        `RequestTimes.observe_many`'s searchsorted)."""
         self.counts[bisect_left(TIME_BUCKETS_MS, ms)] += 1
         self.sum_ms += ms
-
-    def observe_many(self, ms: np.ndarray) -> None:
-        """`observe` of each value (a bucket's bound is inclusive: bisect_left's index)."""
-        found = np.bincount(np.searchsorted(_BOUNDS_MS, ms), minlength=len(self.counts))
-        self.counts = [a + int(b) for a, b in zip(self.counts, found, strict=True)]
-        self.sum_ms += float(ms.sum())
 
     def cumulative(self) -> list[tuple[str, float]]:
         out: list[tuple[str, float]] = []
@@ -127,26 +128,28 @@ class RequestTimes:
         self.response_queue = MsHistogram()
         self.response_send = MsHistogram()
 
-    def observe_many(self, timings: list[RequestTiming]) -> None:
-        """Kafka's ``updateRequestMetrics`` for each request's stamps: each stage is the
-        difference of two consecutive stamps (received, dequeued, parked - or answered
-        if it never parked -, answered, taken, sent), the total the last minus the
-        first."""
-        n = len(timings)
-        at = np.empty((6, n))
-        at[0] = np.fromiter([t.received for t in timings], np.float64, n)
-        at[1] = np.fromiter([t.dequeued for t in timings], np.float64, n)
-        at[2] = np.fromiter([t.parked or t.answered for t in timings], np.float64, n)
-        at[3] = np.fromiter([t.answered for t in timings], np.float64, n)
-        at[4] = np.fromiter([t.taken for t in timings], np.float64, n)
-        at[5] = np.fromiter([t.sent for t in timings], np.float64, n)
-        stages = np.diff(at, axis=0) * 1000
-        self.total.observe_many((at[5] - at[0]) * 1000)
-        self.request_queue.observe_many(stages[0])
-        self.local.observe_many(stages[1])
-        self.remote.observe_many(stages[2])
-        self.response_queue.observe_many(stages[3])
-        self.response_send.observe_many(stages[4])
+    def observe_many(self, stamps: np.ndarray) -> None:
+        """Kafka's ``updateRequestMetrics`` for each request's stamps (a row of
+        ``stamps``: received, dequeued, parked - or answered if it never parked -,
+        answered, taken, sent): each stage is the difference of two consecutive stamps,
+        the total the last minus the first."""
+        ms = np.empty((len(stamps), _STAMPS))
+        ms[:, 0] = stamps[:, 5] - stamps[:, 0]
+        ms[:, 1:] = np.diff(stamps, axis=1)
+        ms *= 1000
+        width = len(TIME_BUCKETS_MS) + 1
+        # one bincount for all six: each column's bucket indexes offset by its column
+        found = np.bincount(
+            (np.searchsorted(_BOUNDS_MS, ms) + np.arange(_STAMPS) * width).ravel(),
+            minlength=_STAMPS * width,
+        ).reshape(_STAMPS, width)
+        hists = (
+            self.total, self.request_queue, self.local,
+            self.remote, self.response_queue, self.response_send,
+        )  # fmt: skip
+        for h, row, sum_ms in zip(hists, found.tolist(), ms.sum(axis=0).tolist(), strict=True):
+            h.counts = [a + b for a, b in zip(h.counts, row, strict=True)]
+            h.sum_ms += sum_ms
 
 
 #: (metric suffix, timer, help): kafka_network_requestmetrics_<suffix>
@@ -210,8 +213,10 @@ class TrafficStats:
         self._produce_requests = [0] * PRODUCE_VERSIONS
         self._produce_none = 0
         self.times: dict[str, RequestTimes] = {}
-        #: answered requests sent since the last fold (their stamps)
-        self._pending: list[RequestTiming] = []
+        #: the stamps of the answered requests sent since the last fold, by request
+        #: name (`_STAMPS` floats a request), and how many requests they hold
+        self._pending: dict[str, array[float]] = {}
+        self._pending_requests = 0
         self.topics: dict[str, TopicCounters] = {}
         #: the counts of deleted topics (kept in the all-topics sums)
         self._retired = TopicCounters()
@@ -234,30 +239,31 @@ class TrafficStats:
         return out
 
     def sent(self, timings: list[RequestTiming]) -> None:
-        """`RequestObserver.sent`: keep the requests' stamps for the next fold (the
-        stamps stay in the timings: nothing is computed per request here)."""
+        """`RequestObserver.sent`: keep the requests' stamps for the next fold (copied
+        into a flat array: the timings are not kept)."""
         pending = self._pending
-        pending.extend(timings)
-        if len(pending) >= PENDING_TIMINGS_MAX:
+        for t in timings:
+            name = t.name
+            if not name:  # never answered (its handler raised)
+                continue
+            stamps = pending.get(name)
+            if stamps is None:
+                stamps = pending[name] = array("d")
+            answered = t.answered
+            stamps.extend((t.received, t.dequeued, t.parked or answered, answered, t.taken, t.sent))
+        self._pending_requests += len(timings)
+        if self._pending_requests >= PENDING_REQUESTS_MAX:
             self.fold()
 
     def fold(self) -> None:
         """Fold the pending stamps into the histograms (scrape time, or when bounded)."""
-        pending, self._pending = self._pending, []
-        by_name: dict[str, list[RequestTiming]] = {}
-        for t in pending:
-            if not t.name:  # never answered (its handler raised)
-                continue
-            same = by_name.get(t.name)
-            if same is None:
-                by_name[t.name] = [t]
-            else:
-                same.append(t)
-        for name, timings in by_name.items():
+        pending, self._pending = self._pending, {}
+        self._pending_requests = 0
+        for name, stamps in pending.items():
             times = self.times.get(name)
             if times is None:
                 times = self.times[name] = RequestTimes()
-            times.observe_many(timings)
+            times.observe_many(np.frombuffer(stamps).reshape(-1, _STAMPS))
 
     def record(self, ctx: RequestContext, body: Message, response: Response | None) -> str:
         """Count an answered request; its Kafka request name."""
@@ -266,6 +272,13 @@ class TrafficStats:
             # the hot path: no name look-up, no key, no walk
             self._produce_requests[version] += 1
             if type(response) is ProduceResponse:
+                # `_produce_errors` inline for one topic of one partition answered NONE
+                answers = response.responses
+                if len(answers) == 1:
+                    codes = answers[0].partition_responses
+                    if len(codes) == 1 and not codes[0].error_code:
+                        self._produce_none += 1
+                        return _PRODUCE
                 self._produce_errors(response)
             return _PRODUCE
         api_key = ctx.header.api_key
@@ -312,16 +325,10 @@ class TrafficStats:
         return self.topics.get(name) or self._topic(name)
 
     def _produce_errors(self, resp: ProduceResponse) -> None:
-        """Kafka's errorCounts of a produce response: each partition's code. The hot
-        path: one topic of one partition answered NONE, without loops."""
-        answers = resp.responses
-        if len(answers) == 1:
-            codes = answers[0].partition_responses
-            if len(codes) == 1 and not codes[0].error_code:
-                self._produce_none += 1
-                return
+        """Kafka's errorCounts of a produce response: each partition's code (`record`
+        counts the usual one, one partition answered NONE, itself)."""
         answered_none = 0
-        for answer in answers:
+        for answer in resp.responses:
             for part in answer.partition_responses:
                 code = part.error_code
                 if code:

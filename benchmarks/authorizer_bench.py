@@ -32,7 +32,7 @@ from riverbed.security.acl import (
     ResourceType,
     StandardAcl,
 )
-from riverbed.security.authorizer import AuthorizerConfig
+from riverbed.security.authorizer import AuthorizerConfig, ConnectionDecisions
 from riverbed.security.principal import KafkaPrincipal
 from riverbed.server.broker.authorization import BrokerAuthorizer
 from riverbed.server.network import RequestContext
@@ -105,7 +105,10 @@ def main() -> None:
     acls = make_acls(args.acls, random.Random(7))
     image, empty = image_with(acls), image_with([])
     header = RequestHeader(ApiKey.PRODUCE, PRODUCE_VERSION, 1, "bench")
-    ctx = RequestContext(header, "10.0.0.7:5555", "SASL_SSL", 1, 0, KafkaPrincipal.user(USER))
+    ctx = RequestContext(
+        header, "10.0.0.7:5555", "SASL_SSL", 1, 0, KafkaPrincipal.user(USER),
+        decisions=ConnectionDecisions(),  # one connection's, as the network layer gives
+    )  # fmt: skip
     data = produce_bytes()
     authz = BrokerAuthorizer(AuthorizerConfig(frozenset({"User:admin"})))
     build_start = time.perf_counter()

@@ -268,3 +268,35 @@ class DecisionCache:
         if len(self._decisions) >= self._entries_max:
             self._decisions.clear()
         self._decisions[key] = decision
+
+
+#: Topic names one connection's `ConnectionDecisions` remembers as writable; past this
+#: many it starts over (a client producing to ever new topics cannot grow it).
+CONNECTION_WRITABLE_TOPICS_MAX = 1024
+
+
+class ConnectionDecisions:
+    """One connection's memory of the topics its Produce requests were allowed to WRITE,
+    with the `DecisionCache` (one ACL set, config and readiness) and the principal that
+    decided them: a producer asks the same question with every request, and answering
+    it from here skips the principal's text, the host and the 5-field key of the shared
+    cache. An ACL change makes a new `DecisionCache`, so the next request of an open
+    connection finds ``decided_by`` stale and is decided afresh (as is a connection
+    re-authenticated as another principal); the host is the connection's, fixed."""
+
+    __slots__ = ("decided_by", "principal", "writable")
+
+    def __init__(self) -> None:
+        self.decided_by: DecisionCache | None = None
+        self.principal: object = None
+        self.writable: set[str] = set()
+
+    def writable_for(self, decided_by: DecisionCache, principal: object) -> set[str]:
+        """The topics known writable under this authorizer by this principal (emptied
+        first when either changed)."""
+        if self.decided_by is not decided_by or self.principal is not principal:
+            self.decided_by, self.principal = decided_by, principal
+            self.writable = set()
+        elif len(self.writable) >= CONNECTION_WRITABLE_TOPICS_MAX:
+            self.writable.clear()
+        return self.writable

@@ -62,6 +62,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn, Protocol, TypeAlias
 
 from riverbed.protocol.exceptions import ProtocolError
+from riverbed.security.authorizer import ConnectionDecisions
 from riverbed.security.principal import ANONYMOUS, KafkaPrincipal
 from riverbed.server.backoff import ExponentialBackoff, Retrier
 from riverbed.server.connection_quotas import ConnectionQuotas
@@ -181,6 +182,8 @@ class RequestContext:
     throttle: ChannelThrottle | None = None
     #: the request's stage stamps (None: the node records no request metrics)
     timing: RequestTiming | None = None
+    #: the connection's remembered authorization answers (None: not from a connection)
+    decisions: ConnectionDecisions | None = None
 
 
 async def run_timed(
@@ -279,6 +282,7 @@ class Connection:
         self.sasl: SaslSession | None = None  # SASL listeners: the session (re-authentication)
         self.closing = False
         self.throttle = ChannelThrottle()
+        self.decisions = ConnectionDecisions()
         self._idle_s = server.connections_max_idle_ms / 1000.0
         self._last_frame_s = 0.0  # the event loop's time of the last frame's arrival
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -444,6 +448,7 @@ class Connection:
             size_bytes=len(frame) + 4,
             throttle=self.throttle,
             timing=RequestTiming(received) if self.server.observer is not None else None,
+            decisions=self.decisions,
         )
         return ctx, body
 

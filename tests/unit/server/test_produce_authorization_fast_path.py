@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from riverbed.metadata.image import MetadataImage, acl_record, replay_all
 from riverbed.metadata.records import METADATA_VERSION_FEATURE
 from riverbed.protocol.api_versions import ApiKey
+from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import RequestHeader
 from riverbed.protocol.messages import FeatureLevelRecord, Message, ProduceRequest, TopicRecord
 from riverbed.security.acl import (
@@ -23,7 +24,7 @@ from riverbed.security.acl import (
     StandardAcl,
 )
 from riverbed.security.api_operations import RULES
-from riverbed.security.authorizer import AuthorizerConfig
+from riverbed.security.authorizer import AuthorizerConfig, ConnectionDecisions
 from riverbed.security.principal import KafkaPrincipal
 from riverbed.server.broker.authorization import ALLOWED, BrokerAuthorizer
 from riverbed.server.network import RequestContext
@@ -147,3 +148,95 @@ def test_a_principal_is_its_type_and_name() -> None:
     )
     assert alice != KafkaPrincipal.user("bob") and str(KafkaPrincipal("Group", "x")) == "Group:x"
     assert repr(alice) == "KafkaPrincipal(type='User', name='alice')"
+
+
+def _alice_ctx(decisions: ConnectionDecisions) -> RequestContext:
+    header = RequestHeader(ApiKey.PRODUCE, 9, 1, "c")
+    return RequestContext(
+        header, "10.0.0.1:5000", "PLAINTEXT", 1, 0, KafkaPrincipal.user("alice"),
+        decisions=decisions,
+    )  # fmt: skip
+
+
+def _acl(name: str, permission: int) -> StandardAcl:
+    return StandardAcl(
+        ResourceType.TOPIC, name, PatternType.LITERAL, "User:alice", "*",
+        AclOperation.WRITE, permission,
+    )  # fmt: skip
+
+
+def test_an_acl_change_takes_effect_on_the_next_request_of_an_open_connection() -> None:
+    """The connection remembers the topics it may write (one set lookup per topic for
+    each Produce after the first), for the ACL set they were decided under: a DENY added,
+    an ALLOW removed, then the ALLOW back, each decides the very next request."""
+    allow = _acl("orders", PermissionType.ALLOW)
+    decisions = ConnectionDecisions()
+    ctx = _alice_ctx(decisions)
+    authz = BrokerAuthorizer(AuthorizerConfig())
+    body = produce([("orders", False)], None)
+    allowed = image_with([allow])
+    assert authz.verdict(allowed, ctx, body) is ALLOWED
+    assert decisions.writable == {"orders"}  # remembered on the connection
+    assert authz.verdict(allowed, ctx, body) is ALLOWED
+    denied = image_with([allow, _acl("orders", PermissionType.DENY)])
+    assert authz.verdict(denied, ctx, body).refused == {0: ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+    assert decisions.writable == set()
+    removed = image_with([])
+    assert authz.verdict(removed, ctx, body).refused == {0: ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+    assert authz.verdict(allowed, ctx, body) is ALLOWED
+    assert decisions.writable == {"orders"}
+
+
+def test_a_connection_remembers_only_names_and_forgets_another_principal() -> None:
+    """Topic ids are not remembered (the id's topic may be deleted: the table then says
+    so); a re-authenticated connection's other principal is decided afresh."""
+    decisions = ConnectionDecisions()
+    authz = BrokerAuthorizer(AuthorizerConfig())
+    image = image_with([_acl("orders", PermissionType.ALLOW)])
+    ctx = _alice_ctx(decisions)
+    assert authz.verdict(image, ctx, produce([("orders", True)], None)) is ALLOWED
+    assert decisions.writable == set()
+    assert authz.verdict(image, ctx, produce([("orders", False)], None)) is ALLOWED
+    bob = RequestContext(
+        ctx.header, ctx.peer, "PLAINTEXT", 1, 0, KafkaPrincipal.user("bob"), decisions=decisions
+    )
+    assert authz.verdict(image, bob, produce([("orders", False)], None)) is not ALLOWED
+
+
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.lists(acls, max_size=6),
+            st.lists(
+                st.tuples(st.sampled_from([*TOPICS, "unknown"]), st.booleans()),
+                min_size=1,
+                max_size=3,
+            ),
+            st.sampled_from(["alice", "bob"]),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    allow_if_no_acl=st.booleans(),
+)
+def test_the_connections_memory_answers_as_the_table_while_acls_change(
+    steps: list[tuple[list[StandardAcl], list[tuple[str, bool]], str]], allow_if_no_acl: bool
+) -> None:
+    """One open connection (one `ConnectionDecisions`, one `BrokerAuthorizer`) through a
+    run of ACL sets, principals and Produce requests: each verdict is the table's, made
+    afresh by an authorizer with no memory of the earlier steps."""
+    config = AuthorizerConfig(allow_everyone_if_no_acl_found=allow_if_no_acl)
+    authz = BrokerAuthorizer(config)
+    decisions = ConnectionDecisions()
+    header = RequestHeader(ApiKey.PRODUCE, 13, 1, "c")
+    principals = {u: KafkaPrincipal.user(u) for u in ("alice", "bob")}
+    for acl_list, topics, user in steps:
+        image = image_with(acl_list)
+        body = produce(topics, None)
+        ctx = RequestContext(
+            header, "10.0.0.1:5000", "PLAINTEXT", 1, 0, principals[user], decisions=decisions
+        )
+        fresh = RequestContext(header, "10.0.0.1:5000", "PLAINTEXT", 1, 0, principals[user])
+        for _ in range(2):  # the second time from the connection's memory
+            got = authz.verdict(image, ctx, body)
+            assert got == BrokerAuthorizer(config).verdict(image, fresh, body, dict(RULES))

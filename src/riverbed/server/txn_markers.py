@@ -32,6 +32,7 @@ from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.messages import Message, WriteTxnMarkersRequest, WriteTxnMarkersResponse
 from riverbed.server.backoff import ExponentialBackoff, Retrier
 from riverbed.server.client_login import PLAINTEXT_CLIENT, ClientSecurity
+from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.replication.fetcher import BrokerChannel, Channel
 from riverbed.transaction.markers import BrokerMarkers
 from riverbed.transaction.records import TopicPartition
@@ -109,6 +110,7 @@ class MarkerSender:
         local: LocalMarkers | None = None,
     ) -> None:
         self.node_id = node_id
+        self.fault_handler: FaultHandler = ProcessTerminatingFaultHandler(node_id)
         #: this node's own marker writes (None: over the network like any broker's)
         self.local = local
         #: the inter-broker listener's protocol and this broker's login (issue 20)
@@ -155,7 +157,12 @@ class MarkerSender:
                 return None
             client_id = f"txn-marker-sender-{self.node_id}"
             channel = BrokerChannel(
-                ep.host, ep.port, client_id, MARKER_RESPONSE_BYTES_MAX, self.security
+                ep.host,
+                ep.port,
+                client_id,
+                MARKER_RESPONSE_BYTES_MAX,
+                self.security,
+                fault_handler=self.fault_handler,
             )
         if channel is not None:
             self._channels[broker_id] = channel

@@ -239,7 +239,13 @@ class TxnVerifier:
             if ep is None:
                 return None
             client_id = f"txn-verifier-{self.broker.node_id}"
-            channel = BrokerChannel(ep.host, ep.port, client_id, VERIFY_RESPONSE_BYTES_MAX)
+            channel = BrokerChannel(
+                ep.host,
+                ep.port,
+                client_id,
+                VERIFY_RESPONSE_BYTES_MAX,
+                fault_handler=self.broker.partitions.fault_handler,
+            )
         if channel is not None:
             self._channels[node] = channel
         return channel

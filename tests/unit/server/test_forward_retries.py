@@ -36,6 +36,7 @@ from riverbed.raft.node import NotLeaderError
 from riverbed.raft.roles import Role
 from riverbed.server.broker.error_response import error_code_of, error_response
 from riverbed.server.client_login import PLAINTEXT_CLIENT
+from riverbed.server.controller_channel import ControllerChannel
 from riverbed.server.forwarding import Origin, unwrap_request, wrap_response
 from riverbed.server.quorum import QuorumMetadata
 
@@ -99,10 +100,10 @@ def follower_of(port: int, image: MetadataImage = MetadataImage.EMPTY) -> Quorum
     )
     quorum = QuorumMetadata.__new__(QuorumMetadata)
     quorum.node_id = 1
-    quorum.forward_attempt_s = 30.0  # controller.socket.timeout.ms's default
     quorum.voters = {CONTROLLER: ("127.0.0.1", port)}
     quorum.driver = SimpleNamespace(node=node)  # type: ignore[assignment]
-    quorum.transport = SimpleNamespace(security=PLAINTEXT_CLIENT)  # type: ignore[assignment]
+    # 30 s: controller.socket.timeout.ms's default
+    quorum.channel = ControllerChannel(1, quorum.voters, PLAINTEXT_CLIENT, 30.0, lambda: 3)
     quorum.service = SimpleNamespace(image=image)  # type: ignore[assignment]
     quorum._image_changed = asyncio.Event()
     return quorum
@@ -200,7 +201,7 @@ def test_a_stalled_controller_is_given_up_after_one_attempts_timeout() -> None:
     )
 
     async def create(quorum: QuorumMetadata) -> CreateTopicsResponse:
-        quorum.forward_attempt_s = 1.0
+        quorum.channel.attempt_s = 1.0
         return await quorum.create_topics(request)
 
     # answers to spare: an attempt that a loaded machine lets time out is sent again

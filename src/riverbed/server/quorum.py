@@ -267,6 +267,7 @@ class QuorumMetadata(MetadataWrites):
         self.driver = driver
         self.machine = machine
         self.heartbeat_interval_s = config.get_int("broker.heartbeat.interval.ms") / 1000
+        session_ms = config.get_int("broker.session.timeout.ms")
         self.channel = ControllerChannel(
             self.node_id,
             self.voters,
@@ -274,9 +275,16 @@ class QuorumMetadata(MetadataWrites):
             config.get_int("controller.socket.timeout.ms") / 1000,
             lambda: self.driver.node.epoch,
         )
+        #: One attempt of a registration, heartbeat or controlled shutdown: Kafka's broker
+        #: lifecycle channel retries within ``broker.session.timeout.ms`` / 2 (KAFKA-14392),
+        #: so a heartbeat sent to a controller that stopped answering (SIGSTOPped, cut off)
+        #: gives up in time for the next one to reach the new controller before the
+        #: session expires (with the channel's 30 s, the session rested on the broker's
+        #: metadata fetches alone, `BrokerSessions.track`).
+        self.lifecycle_attempt_s = min(self.channel.attempt_s, session_ms / 2 / 1000)
         #: Sessions and the early fence (riverbed.server.broker_sessions)
         liveness = LivenessConfig(
-            session_timeout_ms=config.get_int("broker.session.timeout.ms"),
+            session_timeout_ms=session_ms,
             early_fence=bool(config.get("riverbed.broker.early.fence.enable")),
         )
         self.sessions = BrokerSessions(
@@ -451,7 +459,9 @@ class QuorumMetadata(MetadataWrites):
                 leader = self.driver.node.leader_id
                 if leader in (-1, self.node_id):
                     return False  # no active controller to ask yet
-                answer = await self.channel.forward(leader, ApiKey.BROKER_HEARTBEAT, request)
+                answer = await self.channel.forward(
+                    leader, ApiKey.BROKER_HEARTBEAT, request, self.lifecycle_attempt_s
+                )
                 response = expect_response(answer, BrokerHeartbeatResponse)
         except (NotLeaderError, TimeoutError, ControllerError) as exc:
             log.debug("heartbeat of broker %d failed: %r", broker_id, exc)
@@ -472,7 +482,9 @@ class QuorumMetadata(MetadataWrites):
             current_metadata_offset=self.service.image.offset,
             want_shut_down=True,
         )
-        answer = await self.channel.forward(leader, ApiKey.BROKER_HEARTBEAT, request)
+        answer = await self.channel.forward(
+            leader, ApiKey.BROKER_HEARTBEAT, request, self.lifecycle_attempt_s
+        )
         response = expect_response(answer, BrokerHeartbeatResponse)
         return response.error_code == 0 and bool(response.should_shut_down)
 
@@ -584,7 +596,9 @@ class QuorumMetadata(MetadataWrites):
             rack=rack,
             previous_broker_epoch=previous_broker_epoch,
         )
-        answer = await self.channel.forward(leader, ApiKey.BROKER_REGISTRATION, request)
+        answer = await self.channel.forward(
+            leader, ApiKey.BROKER_REGISTRATION, request, self.lifecycle_attempt_s
+        )
         response = expect_response(answer, BrokerRegistrationResponse)
         if response.error_code == ErrorCode.NOT_CONTROLLER:
             raise NotLeaderError(leader, self.driver.node.epoch)

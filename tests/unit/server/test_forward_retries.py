@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import time
 from collections.abc import Callable
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -36,9 +38,12 @@ from riverbed.raft.node import NotLeaderError
 from riverbed.raft.roles import Role
 from riverbed.server.broker.error_response import error_code_of, error_response
 from riverbed.server.client_login import PLAINTEXT_CLIENT
+from riverbed.server.config import ServerConfig
 from riverbed.server.controller_channel import ControllerChannel
+from riverbed.server.fault_handler import RecordingFaultHandler
 from riverbed.server.forwarding import Origin, unwrap_request, wrap_response
-from riverbed.server.quorum import QuorumMetadata
+from riverbed.server.quorum import QuorumMetadata, open_quorum_metadata
+from riverbed.storage.clock import ManualClock
 
 CONTROLLER = 2
 #: what the fake controller does with the n-th connection's request
@@ -104,6 +109,7 @@ def follower_of(port: int, image: MetadataImage = MetadataImage.EMPTY) -> Quorum
     quorum.driver = SimpleNamespace(node=node)  # type: ignore[assignment]
     # 30 s: controller.socket.timeout.ms's default
     quorum.channel = ControllerChannel(1, quorum.voters, PLAINTEXT_CLIENT, 30.0, lambda: 3)
+    quorum.lifecycle_attempt_s = 30.0
     quorum.service = SimpleNamespace(image=image)  # type: ignore[assignment]
     quorum._image_changed = asyncio.Event()
     return quorum
@@ -241,3 +247,37 @@ def test_a_write_the_active_controller_lost_mid_commit_goes_to_the_next_one() ->
         ("t", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     ]
     assert len(seen) == 1
+
+
+def test_a_heartbeat_to_a_stalled_controller_gives_up_within_half_the_session(
+    tmp_path: Path,
+) -> None:
+    """Kafka's broker lifecycle channel (registration, heartbeats, controlled shutdown)
+    gives a request ``broker.session.timeout.ms`` / 2 (KAFKA-14392), not the controller
+    channel's 30 s: a heartbeat sent to a controller that stopped answering (SIGSTOPped,
+    cut off) must give up in time for the next one to reach the new controller before
+    the session expires. Before, the heartbeat waited out 30 s, and the broker's session
+    at the new controller rested on its metadata fetches alone."""
+    config = ServerConfig.load(
+        None,
+        [
+            "node.id=1",
+            "process.roles=broker,controller",
+            "listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+            "controller.listener.names=CONTROLLER",
+            f"log.dirs={tmp_path}",
+            "broker.session.timeout.ms=2000",
+        ],
+    )
+    built = open_quorum_metadata(config, "c" * 22, ManualClock(), RecordingFaultHandler())
+    assert built.lifecycle_attempt_s == 1.0  # min(controller.socket.timeout.ms, 2000 / 2)
+
+    async def beat(quorum: QuorumMetadata) -> tuple[bool, float]:
+        quorum.lifecycle_attempt_s = built.lifecycle_attempt_s
+        started = time.monotonic()
+        unfenced = await quorum.heartbeat(5, want_fence=False)
+        return unfenced, time.monotonic() - started
+
+    (unfenced, took_s), seen = run_against([SILENT], beat)
+    assert not unfenced and len(seen) == 1
+    assert took_s < 10  # ~1 s; the controller channel's attempt is 30 s

@@ -5,7 +5,9 @@ own deadline (past an earlier request's) does not, and the channel reconnects af
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
+import threading
 import time
 from collections.abc import Awaitable, Callable
 
@@ -98,5 +100,54 @@ def test_the_channel_reconnects_after_a_timeout(loop: str) -> None:
         channel.close()
         server.close()
         server2.close()
+
+    _run(loop, main)
+
+
+def _threaded_server() -> tuple[socket.socket, threading.Thread]:
+    """A broker in a thread, answering every ApiVersions at once: it answers while the
+    test's event loop is blocked."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            stream = conn.makefile("rb")
+            while head := stream.read(4):
+                (size,) = _SIZE.unpack(head)
+                header, _ = decode_request(stream.read(size))
+                conn.sendall(encode_response(header, ApiVersionsResponse()))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener, thread
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_an_answer_read_in_the_watchdogs_turn_leaves_the_channel_usable(loop: str) -> None:
+    """The answer and the request's deadline arrive in one loop turn (the loop was busy
+    past the deadline while the answer came): asyncio reads the answer first and then
+    runs the watchdog, which aborts the connection of a request already answered. The
+    request returns its answer (or, where the watchdog runs first, times out and the
+    caller closes); either way the next request is answered. Before, the aborted
+    connection stayed in place and the next request failed with a TimeoutError at once."""
+
+    async def main() -> None:
+        listener, thread = _threaded_server()
+        port = listener.getsockname()[1]
+        channel = BrokerChannel("127.0.0.1", port, "test", 1 << 20, fault_handler=FAULTS)
+        assert isinstance(await _ask(channel, 30.0), ApiVersionsResponse)  # connected
+        asyncio.get_running_loop().call_soon(time.sleep, 0.5)  # busy past the deadline
+        try:
+            assert isinstance(await _ask(channel, 0.2), ApiVersionsResponse)
+        except TimeoutError:
+            channel.close()  # as every caller does after a timeout
+            listener.close()
+            listener, thread = _threaded_server()
+            channel.port = listener.getsockname()[1]
+        assert isinstance(await _ask(channel, 30.0), ApiVersionsResponse)
+        channel.close()
+        listener.close()
+        thread.join(5)
 
     _run(loop, main)

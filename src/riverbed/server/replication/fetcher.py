@@ -124,7 +124,7 @@ class BrokerChannel:
         if self._watchdog is None or self._watch_at > deadline:  # (a shorter timeout)
             self._arm(deadline)
         try:
-            return await self._exchange(api_key, version, body)
+            response = await self._exchange(api_key, version, body)
         except (OSError, asyncio.IncompleteReadError) as exc:
             if self._timed_out:
                 self.close()
@@ -134,6 +134,11 @@ class BrokerChannel:
             raise
         finally:
             self._deadline = 0.0
+        if self._timed_out:
+            # answered in the turn the watchdog aborted the connection (asyncio reads
+            # before it runs due timers): the answer stands, the connection does not
+            self.close()
+        return response
 
     def _arm(self, at: float) -> None:
         if self._watchdog is not None:

@@ -110,13 +110,17 @@ def _threaded_server() -> tuple[socket.socket, threading.Thread]:
     listener = socket.create_server(("127.0.0.1", 0))
 
     def serve() -> None:
-        conn, _ = listener.accept()
-        with conn:
-            stream = conn.makefile("rb")
-            while head := stream.read(4):
-                (size,) = _SIZE.unpack(head)
-                header, _ = decode_request(stream.read(size))
-                conn.sendall(encode_response(header, ApiVersionsResponse()))
+        while True:  # a connection at a time, until the test closes the listener
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                stream = conn.makefile("rb")
+                while head := stream.read(4):
+                    (size,) = _SIZE.unpack(head)
+                    header, _ = decode_request(stream.read(size))
+                    conn.sendall(encode_response(header, ApiVersionsResponse()))
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
@@ -142,12 +146,10 @@ def test_an_answer_read_in_the_watchdogs_turn_leaves_the_channel_usable(loop: st
             assert isinstance(await _ask(channel, 0.2), ApiVersionsResponse)
         except TimeoutError:
             channel.close()  # as every caller does after a timeout
-            listener.close()
-            listener, thread = _threaded_server()
-            channel.port = listener.getsockname()[1]
         assert isinstance(await _ask(channel, 30.0), ApiVersionsResponse)
         channel.close()
+        listener.shutdown(socket.SHUT_RDWR)  # wakes the thread's accept
         listener.close()
-        thread.join(5)
+        await asyncio.to_thread(thread.join, 5)  # the loop closes the connection meanwhile
 
     _run(loop, main)

@@ -102,11 +102,14 @@ def park_committed(
     """`wait_committed` without a task or a future: ``done(code)`` once the ISR holds every
     offset below ``end`` (or with the partition's error), called by the replica manager,
     maybe before this returns (a leader alone in its ISR commits its tail at once); False,
-    with nothing parked, when the node has no replica manager (await `wait_committed`)."""
+    with nothing parked, when the node has no replica manager (await `wait_committed`).
+    ``end`` is that of an `append_records`, whose append already told the replica
+    manager (`PartitionManager.append`: a leader alone in its ISR moved its high
+    watermark there), so the parked wait finds the tail committed without telling it
+    again."""
     replicas = partitions.replicas
     if replicas is None:
         return False
-    replicas.on_local_append(hosted)
     replicas.park_produce(hosted, end, timeout_ms, done)
     return True
 

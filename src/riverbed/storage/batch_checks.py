@@ -76,6 +76,10 @@ def validate_leader_batches(
     if not cfg.log_append_time:
         before, after = cfg.message_timestamp_before_max_ms, cfg.message_timestamp_after_max_ms
         bounds = TimestampBounds(now, before, after)
+    # A compacted topic refuses a record without a key; a coordinator's records (its
+    # KeyValue's key is bytes, never None) and markers always have one, so only what a
+    # client wrote is decoded for it (a coordinator's state write is not walked twice).
+    keyed = cfg.compact_enabled and origin == ORIGIN_CLIENT
     record_errors: list[RecordError] = []
     any_timestamp, index = False, 0
     for pos, h in found:
@@ -91,9 +95,7 @@ def validate_leader_batches(
             raise InvalidTimestampError(
                 f"{name}: batch claims LogAppendTime but the topic uses CreateTime"
             )
-        errors, timestamp = batch_record_errors(
-            buf, pos, h, name, compacted=cfg.compact_enabled, bounds=bounds
-        )
+        errors, timestamp = batch_record_errors(buf, pos, h, name, compacted=keyed, bounds=bounds)
         # indices count the records of every batch of the request (one batch: KIP-467's)
         record_errors += [RecordError(index + e.batch_index, e.message) for e in errors]
         any_timestamp |= timestamp

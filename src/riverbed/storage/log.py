@@ -87,7 +87,12 @@ from riverbed.storage.log_files import (
 )
 from riverbed.storage.log_retention import LogRetention
 from riverbed.storage.log_txns import LogTxns
-from riverbed.storage.producer_hook import DuplicateBatch, ProducerStateHook, txn_marker_of
+from riverbed.storage.producer_hook import (
+    DuplicateBatch,
+    ProducerStateHook,
+    TxnMarker,
+    txn_marker_of,
+)
 from riverbed.storage.segment import LogSegment, SegmentBatch
 from riverbed.storage.time_index import NO_TIMESTAMP
 
@@ -129,6 +134,13 @@ class AppendInfo:
 
 def _batch_view(buf: bytearray, pos: int, h: BatchHeader) -> memoryview:
     return memoryview(buf)[pos : pos + h.size]
+
+
+class _Unknown:
+    """A batch whose marker is not decoded yet (a follower's append)."""
+
+
+_UNKNOWN = _Unknown()
 
 
 class PartitionLog(LogRetention, LogCleaning, LogTxns):
@@ -281,6 +293,7 @@ class PartitionLog(LogRetention, LogCleaning, LogTxns):
             self._check_open()
             now = self.clock.now_ms()
             found = validate_leader_batches(buf, self.name, self.config, now, origin)
+            markers: list[TxnMarker | None] | None = None
             if self.producer_state is not None:
                 markers = [txn_marker_of(_batch_view(buf, pos, h), h) for pos, h in found]
                 dup = self.producer_state.check_leader_append(
@@ -304,7 +317,7 @@ class PartitionLog(LogRetention, LogCleaning, LogTxns):
                 self.epoch_cache.assign(leader_epoch, self.log_end_offset)
             except OSError as e:
                 raise self.log_dir.fail(f"{self.name}: leader epoch checkpoint", e) from e
-            info = self._append(buf, patched, now, log_append_time)
+            info = self._append(buf, patched, now, log_append_time, markers)
             return info
 
     def _duplicate_info(self, dup: DuplicateBatch) -> AppendInfo:
@@ -348,15 +361,22 @@ class PartitionLog(LogRetention, LogCleaning, LogTxns):
             return self._append(buf, batches_found, now, NO_TIMESTAMP)
 
     def _append(
-        self, buf: bytearray, batches: list[SegmentBatch], now: int, log_append_time: int
+        self,
+        buf: bytearray,
+        batches: list[SegmentBatch],
+        now: int,
+        log_append_time: int,
+        markers: list[TxnMarker | None] | None = None,
     ) -> AppendInfo:
+        """``markers``: each batch's marker when the leader's checks decoded them already
+        (a control batch is decoded once per append, not again for the producer state)."""
         if not batches:
             leo = self.log_end_offset
             return AppendInfo(leo, leo - 1, NO_TIMESTAMP, -1, -1, self._log_start_offset, 0, 0, ())
         mv = memoryview(buf)
         max_ts, max_ts_offset, count = NO_TIMESTAMP, -1, 0
         producer_state = self.producer_state
-        for b in batches:
+        for i, b in enumerate(batches):
             h = b.header
             try:
                 rolled = self._local.append_batch(mv[b.position : b.position + h.size], h, now)
@@ -369,7 +389,9 @@ class PartitionLog(LogRetention, LogCleaning, LogTxns):
             elif rolled is Rolled.REPLACED:
                 self._after_replaced_empty(h.base_offset)
             if producer_state is not None:
-                self._on_batch(producer_state, mv[b.position : b.position + h.size], h)
+                batch = mv[b.position : b.position + h.size]
+                known = _UNKNOWN if markers is None else markers[i]
+                self._on_batch(producer_state, batch, h, known)
             if h.max_timestamp > max_ts:
                 max_ts, max_ts_offset = h.max_timestamp, h.last_offset
             count += h.records_count
@@ -392,16 +414,23 @@ class PartitionLog(LogRetention, LogCleaning, LogTxns):
         )
 
     def _on_batch(
-        self, producer_state: ProducerStateHook, batch: memoryview, h: BatchHeader
+        self,
+        producer_state: ProducerStateHook,
+        batch: memoryview,
+        h: BatchHeader,
+        known: TxnMarker | _Unknown | None,
     ) -> None:
         """The producer state follows the batch; an ABORT that ended a transaction with
         data goes to the ``.txnindex`` of the segment holding the marker (Kafka's
-        ``segment.updateTxnIndex``)."""
-        try:
-            marker = txn_marker_of(batch, h)
-        except CorruptRecordError as e:  # a replicated marker (the leader's were checked)
-            log.warning("%s: %s", self.name, e)
-            marker = None
+        ``segment.updateTxnIndex``). ``known``: the batch's marker when already decoded."""
+        if not isinstance(known, _Unknown):
+            marker = known
+        else:
+            try:
+                marker = txn_marker_of(batch, h)
+            except CorruptRecordError as e:  # a replicated marker (the leader's were checked)
+                log.warning("%s: %s", self.name, e)
+                marker = None
         aborted = producer_state.on_batch(h, marker)
         if aborted is not None:
             try:

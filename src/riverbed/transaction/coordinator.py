@@ -92,6 +92,9 @@ class TransactionCoordinator:
         self.shards: dict[int, TransactionShard] = {}
         #: partition -> the coordinator epoch being loaded
         self.loading: dict[int, int] = {}
+        #: partitions whose shard may have markers (or a Complete record) due: a shard's
+        #: markers add its partition, `plan_markers` drops it once none are left
+        self._marking: set[int] = set()
 
     def partition_for(self, tid: str) -> int:
         return partition_for(tid, self.config.num_partitions)
@@ -115,7 +118,9 @@ class TransactionCoordinator:
         stale (another epoch began loading, or leadership left meanwhile)."""
         if self.loading.get(partition) != coordinator_epoch:
             return False
-        shard = TransactionShard(partition, coordinator_epoch, self.config, self.allocator, now_ms)
+        shard = TransactionShard(
+            partition, coordinator_epoch, self.config, self.allocator, now_ms, self._marking
+        )
         for key, value in records:
             shard.replay(key, value)
         shard.loaded()
@@ -286,11 +291,14 @@ class TransactionCoordinator:
         """Each shard's marker requests (one per leader broker), and the Complete records
         now due; `plan_broker_markers` merges them into one request per broker. A shard
         without a transaction being completed has neither (its Complete records follow
-        its markers), so only those shards are asked."""
+        its markers), so only those shards are asked: the partitions in ``_marking``
+        (planning runs after every write and marker answer; most of the 50 are idle)."""
         requests: list[MarkerRequest] = []
         step = Step()
-        for shard in self.shards.values():
-            if not shard.markers:  # nothing due: the usual shard, planned at every answer
+        for partition in sorted(self._marking):
+            shard = self.shards.get(partition)
+            if shard is None or not shard.markers:  # unloaded, or nothing due any more
+                self._marking.discard(partition)
                 continue
             r, s = shard.plan_markers(leader_of, now_ms)
             requests += r

@@ -111,9 +111,14 @@ class _Job:
 class MarkerBook:
     """The transactions of one coordinator partition (and epoch) whose markers are due."""
 
-    def __init__(self, txn_partition: int, coordinator_epoch: int) -> None:
+    def __init__(
+        self, txn_partition: int, coordinator_epoch: int, marking: set[int] | None = None
+    ) -> None:
         self.txn_partition = txn_partition
         self.coordinator_epoch = coordinator_epoch
+        #: the coordinator's partitions that may have markers due: this one joins it when a
+        #: transaction's markers start (so that planning skips every idle partition)
+        self._marking = marking
         self._jobs: dict[str, _Job] = {}
         self._requests: dict[int, tuple[int, tuple[TxnMarker, ...]]] = {}
         self._next_token = 0
@@ -131,6 +136,8 @@ class MarkerBook:
             tuple(sorted(meta.partitions)),
         )
         self._jobs[meta.transactional_id] = _Job(marker, set(meta.partitions))
+        if self._marking is not None:
+            self._marking.add(self.txn_partition)
 
     def pending(self) -> frozenset[str]:
         return frozenset(self._jobs)

@@ -29,6 +29,7 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import IntEnum
+from functools import lru_cache
 
 from riverbed.coordinator.records import TRANSACTION_STATE_TOPIC, partition_for
 from riverbed.protocol.exceptions import ProtocolError
@@ -43,6 +44,7 @@ __all__ = [
     "TxnMetadata",
     "TxnRecord",
     "TxnState",
+    "as_recorded",
     "key_bytes",
     "parse_record",
     "partition_for",
@@ -57,6 +59,8 @@ EPOCH_EXHAUSTED_AT = 2**15 - 2
 #: KIP-939: an Enable2Pc transaction's timeout (Int.MaxValue), which no timer aborts.
 TWO_PHASE_TIMEOUT_MS = 2**31 - 1
 TRANSACTION_LOG_KEY_VERSION = 0
+#: Transactional ids whose record key `key_bytes` keeps encoded (least recently used go).
+KEY_BYTES_CACHED_MAX = 4096
 _INT16 = struct.Struct(">h")
 TopicPartition = tuple[str, int]
 
@@ -186,7 +190,9 @@ class TxnRecord:
     value: TxnMetadata | None
 
 
+@lru_cache(maxsize=KEY_BYTES_CACHED_MAX)
 def key_bytes(transactional_id: str) -> bytes:
+    """The record key of ``transactional_id`` (cached: every write of an id has it)."""
     msg = TransactionLogKey(transactional_id=transactional_id)
     return _INT16.pack(TRANSACTION_LOG_KEY_VERSION) + encode(msg, TRANSACTION_LOG_KEY_VERSION)
 
@@ -228,6 +234,23 @@ def value_bytes(meta: TxnMetadata, transaction_version_level: int) -> bytes:
         next_producer_epoch=meta.next_producer_epoch if tagged else NO_PRODUCER_EPOCH,
     )
     return _INT16.pack(version) + encode(msg, version)
+
+
+def as_recorded(meta: TxnMetadata, transaction_version_level: int) -> TxnMetadata:
+    """What a replay of ``value_bytes(meta, transaction_version_level)`` gives, plus the
+    in-memory-only ``last_producer_epoch``, without decoding the bytes: Empty keeps no
+    partitions (`value_bytes` refuses any) and version 0 none of the tagged fields (their
+    defaults). The shard applies this when the record commits, so its memory equals a
+    replay of the log (tests check it against `parse_record` of the bytes)."""
+    if value_version(transaction_version_level) >= 1:
+        return meta
+    return replace(
+        meta,
+        previous_producer_id=NO_PRODUCER_ID,
+        next_producer_id=NO_PRODUCER_ID,
+        client_transaction_version=0,
+        next_producer_epoch=NO_PRODUCER_EPOCH,
+    )
 
 
 def _version(data: bytes, what: str) -> int:

@@ -23,7 +23,7 @@ transitions are `riverbed.transaction.transitions`. Marker sending is
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import Enum, auto
 
 from riverbed.protocol.errors import ErrorCode
@@ -50,6 +50,7 @@ from riverbed.transaction.records import (
     TopicPartition,
     TxnMetadata,
     TxnState,
+    as_recorded,
     key_bytes,
     parse_record,
     value_bytes,
@@ -106,6 +107,7 @@ class TransactionShard:
         config: TxnConfig,
         allocator: ProducerIdAllocator,
         now_ms: int,
+        marking: set[int] | None = None,
     ) -> None:
         self.partition = partition
         self.coordinator_epoch = coordinator_epoch
@@ -114,7 +116,7 @@ class TransactionShard:
         #: the committed state of every transactional id (what a replay gives, plus the
         #: in-memory-only last producer epoch)
         self.txns: dict[str, TxnMetadata] = {}
-        self.markers = MarkerBook(partition, coordinator_epoch)
+        self.markers = MarkerBook(partition, coordinator_epoch, marking)
         self._pending: dict[str, _Pending] = {}
         self._tokens: dict[int, str] = {}
         self._next_token = 0
@@ -156,15 +158,16 @@ class TransactionShard:
         partitions: frozenset[TopicPartition] = frozenset(),
     ) -> Step:
         """The one write in flight for ``tid``; ``target`` is applied when it commits,
-        as the record says (the bytes parsed back: memory equals a replay)."""
+        as the record says (`as_recorded`: what a replay of these bytes gives, without
+        decoding them back; memory equals a replay)."""
         assert tid not in self._pending, f"two writes in flight for {tid}"
         self._next_token += 1
         value = None
         if target is not None:
-            value = value_bytes(target, self.config.transaction_version_level)
-            parsed = parse_record(key_bytes(tid), value)
-            assert parsed is not None and parsed.value is not None
-            target = replace(parsed.value, last_producer_epoch=target.last_producer_epoch)
+            assert target.transactional_id == tid, (tid, target)
+            level = self.config.transaction_version_level
+            value = value_bytes(target, level)
+            target = as_recorded(target, level)
         write = TxnWrite(
             self._next_token, self.partition, self.coordinator_epoch, key_bytes(tid), value
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -12,6 +14,7 @@ from riverbed.transaction.records import (
     TxnMetadata,
     TxnRecord,
     TxnState,
+    as_recorded,
     key_bytes,
     parse_record,
     partition_for,
@@ -148,3 +151,40 @@ def test_round_trip_v1(
     assert parse_record(key_bytes(tid), value_bytes(meta, level)) == TxnRecord(
         tid, meta.persisted()
     )
+
+
+@given(
+    tid=st.text(max_size=20),
+    state=st.sampled_from(list(S)),
+    parts=_parts,
+    pid=st.integers(-1, 2**63 - 1),
+    epoch=st.integers(-1, 2**15 - 1),
+    ids=st.tuples(st.integers(-1, 2**40), st.integers(-1, 2**40)),
+    next_epoch=st.integers(-1, 2**15 - 1),
+    tv=st.integers(0, 2),
+    level=st.integers(0, 2),
+    last_epoch=st.integers(-1, 2**15 - 1),
+)
+def test_as_recorded_is_what_a_replay_of_the_bytes_gives(
+    tid: str,
+    state: TxnState,
+    parts: frozenset[tuple[str, int]],
+    pid: int,
+    epoch: int,
+    ids: tuple[int, int],
+    next_epoch: int,
+    tv: int,
+    level: int,
+    last_epoch: int,
+) -> None:
+    """The shard applies `as_recorded` instead of parsing its own bytes back: both must
+    agree at every level (v0 drops the tagged fields), and the in-memory-only last
+    producer epoch is kept."""
+    parts = frozenset() if state is S.EMPTY else parts
+    meta = TxnMetadata(tid, pid, epoch, 60_000, state, parts, -1, 123, *ids, tv, next_epoch)
+    meta = replace(meta, last_producer_epoch=last_epoch)
+    recorded = as_recorded(meta, level)
+    assert parse_record(key_bytes(tid), value_bytes(meta, level)) == TxnRecord(
+        tid, recorded.persisted()
+    )
+    assert recorded.last_producer_epoch == last_epoch

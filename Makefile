@@ -23,11 +23,13 @@ PYTEST_ARGS ?=
 IN_PROCESS_TESTS := tests/unit tests/simulation
 UNIT_WORKERS ?= 2
 PYTEST_WORKERS ?= 0
-# The C extensions (the Spark source's record decoder, the metadata records' fast path),
+# The C extensions (the Spark source's record decoder, the metadata records' fast path,
+# a TLS listener's record reader),
 # built in place for the editable install (hatch_build.py; wheels get them from the same
-# file through hatchling's build hook). COLUMNAR stands for both.
+# file through hatchling's build hook). COLUMNAR stands for all of them.
 EXT_SUFFIX := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
-COLUMNAR := src/riverbed/spark/_columnar$(EXT_SUFFIX) src/riverbed/protocol/_fastpath$(EXT_SUFFIX)
+COLUMNAR := src/riverbed/spark/_columnar$(EXT_SUFFIX) src/riverbed/protocol/_fastpath$(EXT_SUFFIX) \
+	src/riverbed/server/_tlsread$(EXT_SUFFIX)
 
 .PHONY: run test lint typecheck unit sysdeps venv bench soak soak-spark fuzz clean ext vendor wheel
 
@@ -40,7 +42,8 @@ $(STAMP): pyproject.toml uv.lock | $(UV)
 
 venv: $(STAMP) $(COLUMNAR)
 
-$(COLUMNAR) &: src/riverbed/spark/_columnar.c src/riverbed/protocol/_fastpath.c hatch_build.py | $(STAMP)
+$(COLUMNAR) &: src/riverbed/spark/_columnar.c src/riverbed/protocol/_fastpath.c \
+		src/riverbed/server/_tlsread.c hatch_build.py | $(STAMP)
 	$(VENV)/bin/python hatch_build.py
 
 ext: $(COLUMNAR)

@@ -3,7 +3,9 @@
 - ``riverbed.spark._columnar``, the Spark source's record decoder (see its module
   docstring in ``riverbed/spark/columnar.py``);
 - ``riverbed.protocol._fastpath``, the specialised codecs of the metadata records a
-  snapshot is made of (see ``riverbed/protocol/fastpath.py``).
+  snapshot is made of (see ``riverbed/protocol/fastpath.py``);
+- ``riverbed.server._tlsread``, a TLS listener's read of every buffered record in one
+  call (see ``riverbed/server/tls.py``).
 
 Two callers, one recipe (the C compiler of this Python's sysconfig, its headers, -O2):
 
@@ -29,7 +31,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent
 SOURCE = ROOT / "src" / "riverbed" / "spark" / "_columnar.c"
 #: every extension's C source, by its package directory under src/
-SOURCES = (SOURCE, ROOT / "src" / "riverbed" / "protocol" / "_fastpath.c")
+SOURCES = (
+    SOURCE,
+    ROOT / "src" / "riverbed" / "protocol" / "_fastpath.c",
+    ROOT / "src" / "riverbed" / "server" / "_tlsread.c",
+)
 
 
 def extension_path(out_dir: Path, source: Path = SOURCE) -> Path:

@@ -264,7 +264,7 @@ def bench_record_cost(args: argparse.Namespace) -> float:
     from riverbed.server.metrics.traffic import TrafficStats
     from riverbed.server.network import RequestContext, Response, run_timed
     from riverbed.server.request_permits import RequestPermit, run_with_permit
-    from riverbed.server.request_timing import RequestTiming
+    from riverbed.server.request_timing import TAKEN, TimedPermit
 
     batch = build_batch([SimpleRecord(VALUE, timestamp=1) for _ in range(args.batch_records)])
     sent = ProduceRequest(
@@ -316,21 +316,20 @@ def bench_record_cost(args: argparse.Namespace) -> float:
     clock = time.perf_counter
 
     def one(timed: bool) -> None:
+        received = clock()
         header, body = decode_request(frame)
-        timing = RequestTiming(clock()) if timed else None
-        ctx = RequestContext(header, "peer", "PLAINTEXT", 1, 0, timing=timing)
-        permit = RequestPermit(permits)
+        ctx = RequestContext(header, "peer", "PLAINTEXT", 1, 0)
+        timing = TimedPermit(permits, received) if timed else None
         coro = (
-            run_timed(counting, permit, ctx, body, stats)
-            if timed
-            else run_with_permit(handler, permit, ctx, body)
+            run_with_permit(handler, RequestPermit(permits), ctx, body)
+            if timing is None
+            else run_timed(counting, timing, ctx, body, stats)
         )
         with contextlib.suppress(StopIteration):  # answered at once, as acks=1
             coro.send(None)
         if timing is not None:  # the writer
-            timing.taken = clock()
-            timing.sent = clock()
-            stats.sent([timing])
+            timing.stamps[TAKEN] = clock()
+            stats.sent([timing], clock())
 
     def chunk(timed: bool, n: int = 1000) -> float:
         cpu_start = time.process_time()

@@ -75,7 +75,7 @@ from riverbed.server.request_permits import (
     RequestPermit,
     run_with_permit,
 )
-from riverbed.server.request_timing import RequestTiming
+from riverbed.server.request_timing import ANSWERED, DEQUEUED, TAKEN, TimedPermit
 from riverbed.server.splice import FileRange
 from riverbed.server.splice import FileRecords as FileRecords
 from riverbed.server.splice import SplicedResponse as SplicedResponse
@@ -129,17 +129,20 @@ class RequestObserver(Protocol):
     """The request metrics' two hooks (`riverbed.server.metrics.traffic.TrafficStats`)."""
 
     def answered(self, ctx: RequestContext, body: Message, response: Response | None) -> str:
-        """Count an answered request (in its handler task); Kafka's request name."""
+        """Count an answered request (in its handler task, while its objects are fresh in
+        the CPU's caches); Kafka's request name."""
         ...
 
-    def sent(self, timings: list[RequestTiming]) -> None:
-        """These requests' responses were handed to the socket (or, acks=0, dropped);
-        the list is the observer's to keep."""
+    def sent(self, permits: list[TimedPermit], sent: float) -> None:
+        """These answered requests' responses were handed to the socket at ``sent``
+        (`time.perf_counter`), or (acks=0) dropped: keep their stamps (one call per
+        write, not per request); the list is the observer's to keep."""
         ...
 
 
-#: An in-flight request: its header, the task answering it, its stage stamps.
-_Inflight: TypeAlias = "tuple[RequestHeader, asyncio.Task[Response | None], RequestTiming | None]"
+#: An in-flight request: its header, the task answering it, its stage stamps (None:
+#: no observer).
+_Inflight: TypeAlias = "tuple[RequestHeader, asyncio.Task[Response | None], TimedPermit | None]"
 
 
 class ChannelThrottle:
@@ -180,35 +183,31 @@ class RequestContext:
     size_bytes: int = 0
     #: the connection's throttle: a quota violation mutes the connection through it
     throttle: ChannelThrottle | None = None
-    #: the request's stage stamps (None: the node records no request metrics)
-    timing: RequestTiming | None = None
     #: the connection's remembered authorization answers (None: not from a connection)
     decisions: ConnectionDecisions | None = None
 
 
 async def run_timed(
     handler: RequestHandler,
-    permit: RequestPermit,
+    permit: TimedPermit,
     ctx: RequestContext,
     body: Message,
     observer: RequestObserver,
 ) -> Response | None:
     """`run_with_permit` for a node that records request metrics: the handler task also
-    stamps the request's dequeue and answer and has the observer count the answer. One
-    coroutine and one context variable per request, as without metrics: the stamps ride
-    on the permit (`park_current_request` stamps the park), no wrapper handler awaits
-    the handler."""
-    timing = ctx.timing
-    assert timing is not None  # stamped by the reader whenever there is an observer
-    permit.timing = timing
+    stamps the request's dequeue and answer on its permit and has the observer count the
+    answer. One coroutine and one context variable per request, as without metrics: the
+    stamps ride on the permit (`park_current_request` stamps the park), no wrapper
+    handler awaits the handler."""
     CURRENT_PERMIT.set(permit)  # the task runs in its own copy of the context
-    timing.dequeued = time.perf_counter()
+    stamps = permit.stamps
+    stamps[DEQUEUED] = time.perf_counter()
     try:
         response = await handler(ctx, body)
     finally:
         permit.release()
-    timing.answered = time.perf_counter()
-    timing.name = observer.answered(ctx, body, response)
+    stamps[ANSWERED] = time.perf_counter()
+    permit.name = observer.answered(ctx, body, response)
     return response
 
 
@@ -274,7 +273,7 @@ class Connection:
         self._out: list[bytes] = []
         self._out_bytes = 0
         # The stamps of the responses in `_out`: sent when `_out` is written.
-        self._out_timings: list[RequestTiming] = []
+        self._out_timings: list[TimedPermit] = []
         self.slots = asyncio.Semaphore(server.inflight_requests_max)
         self.outstanding = 0  # requests read and not yet answered (or dropped: acks=0)
         self._answered = asyncio.Event()  # set while outstanding == 0
@@ -397,23 +396,28 @@ class Connection:
             # connections, never idle connections: the permit is taken once a request has
             # been read (Kafka's processor, too, holds one read request when the request
             # queue is full) and given back when its handler finishes or parks.
-            permit = RequestPermit(self.server.queued)
-            await permit.acquire()
-            ctx, body = request
+            ctx, body, received = request
             observer = self.server.observer
+            permit: RequestPermit
+            if observer is None:
+                permit, timed = RequestPermit(self.server.queued), None
+            else:
+                permit = timed = TimedPermit(self.server.queued, received)
+            await permit.acquire()
             task: asyncio.Task[Response | None] = asyncio.create_task(
                 run_with_permit(self.server.handler, permit, ctx, body)
-                if observer is None
-                else run_timed(self.server.handler, permit, ctx, body, observer)
+                if timed is None or observer is None
+                else run_timed(self.server.handler, timed, ctx, body, observer)
             )
             task.add_done_callback(permit.release_on_done)
             self.server.track(task)
             self.outstanding += 1
             self._answered.clear()
-            self._push((ctx.header, task, ctx.timing))
+            self._push((ctx.header, task, timed))
 
-    async def _read_one(self) -> tuple[RequestContext, Message] | None:
-        """Read and decode one request; None when the connection is done."""
+    async def _read_one(self) -> tuple[RequestContext, Message, float] | None:
+        """Read and decode one request, with when it was read (`time.perf_counter`);
+        None when the connection is done."""
         try:
             frame = await self._read_frame()
         except ProtocolError as exc:
@@ -447,10 +451,9 @@ class Connection:
             principal=self.principal,
             size_bytes=len(frame) + 4,
             throttle=self.throttle,
-            timing=RequestTiming(received) if self.server.observer is not None else None,
             decisions=self.decisions,
         )
-        return ctx, body
+        return ctx, body, received
 
     def _push(self, item: _Inflight | None) -> None:
         self.inflight.append(item)
@@ -485,7 +488,7 @@ class Connection:
             if item is None:
                 await self._flush()
                 return
-            header, task, timing = item
+            header, task, timed = item
             if not task.done():
                 await self._flush()  # never hold finished responses behind a slow one
             try:
@@ -501,13 +504,13 @@ class Connection:
                 )
                 self._close_with("internal error in a request handler")
                 return
-            if timing is not None:
-                timing.taken = time.perf_counter()
+            if timed is not None:
+                timed.stamps[TAKEN] = time.perf_counter()
                 if response is None:  # acks=0: nothing to send (Kafka's NoOpResponse)
-                    self._sent([timing])
+                    self._sent([timed])
             if response is not None and not transport.is_closing():
                 try:
-                    await self._send(header, response, timing)
+                    await self._send(header, response, timed)
                 except CloseConnection as exc:
                     self._close_with(str(exc))
                     return
@@ -544,24 +547,18 @@ class Connection:
             self.writer.write(data)
             timings = self._out_timings
             if timings:  # handed to the socket (or its transport buffer): `_sent` inline
-                now = time.perf_counter()
-                for timing in timings:
-                    timing.sent = now
                 self._out_timings = []
                 observer = self.server.observer
                 assert observer is not None  # timings are kept only for an observer
-                observer.sent(timings)
+                observer.sent(timings, time.perf_counter())
         await self.writer.drain()
 
-    def _sent(self, timings: list[RequestTiming]) -> None:
-        """Stamp the requests sent (one call per write, not per request); ``timings`` is
+    def _sent(self, timings: list[TimedPermit]) -> None:
+        """The requests sent (one call per write, not per request); ``timings`` is
         handed over (callers give a list of their own or drop theirs after)."""
         observer = self.server.observer
         if observer is not None:
-            now = time.perf_counter()
-            for timing in timings:
-                timing.sent = now
-            observer.sent(timings)
+            observer.sent(timings, time.perf_counter())
 
     def _abort_pending(self) -> None:
         """Connection gone: cancel unanswered requests (their permits come back as their
@@ -573,7 +570,7 @@ class Connection:
                 item[1].cancel()
 
     async def _send(
-        self, header: RequestHeader, response: Response, timing: RequestTiming | None
+        self, header: RequestHeader, response: Response, timing: TimedPermit | None
     ) -> None:
         codec = self.server.codec
         if not isinstance(response, SplicedResponse):
@@ -616,7 +613,7 @@ class Connection:
                 for r in fr.ranges:
                     r.close()
 
-    def _queue(self, encoded: bytes, timing: RequestTiming | None) -> None:
+    def _queue(self, encoded: bytes, timing: TimedPermit | None) -> None:
         self._out.append(encoded)
         self._out_bytes += len(encoded)
         if timing is not None:

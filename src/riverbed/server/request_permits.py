@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import time
 from collections.abc import Awaitable, Callable
 from typing import Literal, TypeVar, TypeVarTuple
-
-from riverbed.server.request_timing import RequestTiming
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -51,13 +48,11 @@ class CountedSemaphore(asyncio.Semaphore):
 class RequestPermit:
     """One permit of a semaphore, given back exactly once."""
 
-    __slots__ = ("_held", "_semaphore", "timing")
+    __slots__ = ("_held", "_semaphore")
 
     def __init__(self, semaphore: asyncio.Semaphore) -> None:
         self._semaphore = semaphore
         self._held = False
-        #: the request's stage stamps (None: the node records no request metrics)
-        self.timing: RequestTiming | None = None
 
     async def acquire(self) -> None:
         await self._semaphore.acquire()
@@ -74,6 +69,11 @@ class RequestPermit:
 
     def release_on_done(self, _task: asyncio.Future[T]) -> None:
         """Done callback: also runs for a task cancelled before it ever started."""
+        self.release()
+
+    def park(self) -> None:
+        """The request waits in a purgatory: the permit goes back (a `TimedPermit` also
+        stamps the park)."""
         self.release()
 
 
@@ -93,7 +93,4 @@ def park_current_request() -> None:
     its RemoteTime starts at its first park, `riverbed.server.request_timing`)."""
     permit = CURRENT_PERMIT.get()
     if permit is not None:
-        timing = permit.timing
-        if timing is not None and not timing.parked:
-            timing.parked = time.perf_counter()
-        permit.release()
+        permit.park()

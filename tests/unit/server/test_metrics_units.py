@@ -4,9 +4,11 @@ metadata deltas (ISR shrinks/expands of partitions led here, elections, unclean 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
+from array import array
 from pathlib import Path
 
 import pytest
@@ -39,7 +41,7 @@ from riverbed.server.metrics.traffic import (
     request_name,
 )
 from riverbed.server.network import RequestContext
-from riverbed.server.request_timing import RequestTiming
+from riverbed.server.request_timing import TimedPermit
 from riverbed.storage import LogConfig, LogManager, ManualClock
 from riverbed.storage.log_cleaner import CleanerConfig
 
@@ -188,21 +190,22 @@ def test_one_partition_produce_counts_as_the_general_path_does() -> None:
     assert samples[(errors, (("error", "NONE"), ("request", "Produce")))] == 4
 
 
-def _stamped(*stamps: float) -> RequestTiming:
-    """A Produce request's timing: received, dequeued, parked, answered, taken, sent."""
-    t = RequestTiming(stamps[0])
-    t.dequeued, t.parked, t.answered, t.taken, t.sent = stamps[1:]
-    t.name = "Produce"
-    return t
+def _sent(stats: TrafficStats, *stamps: float, name: str = "Produce") -> None:
+    """A request sent with these stamps (received, dequeued, parked, answered, taken,
+    sent), handed to ``stats`` as the network layer does."""
+    t = TimedPermit(asyncio.Semaphore(1), stamps[0])
+    t.stamps[1:5] = array("d", stamps[1:5])
+    t.name = name
+    stats.sent([t], stamps[5])
 
 
 def test_request_times_split_into_kafkas_stages() -> None:
     """received 0, dequeued 2 ms, parked 5 ms, answered 105 ms, taken 110 ms, sent 111 ms;
     a second request that never parked: all its handler time is local."""
     stats = TrafficStats(lambda _id: None)
-    stats.sent([_stamped(0.0, 0.002, 0.005, 0.105, 0.110, 0.111)])
-    stats.sent([_stamped(1.0, 1.001, 0.0, 1.004, 1.004, 1.0045)])
-    stats.sent([RequestTiming(2.0)])  # never answered (its handler raised): not timed
+    _sent(stats, 0.0, 0.002, 0.005, 0.105, 0.110, 0.111)
+    _sent(stats, 1.0, 1.001, 0.0, 1.004, 1.004, 1.0045)
+    _sent(stats, 2.0, 2.001, 0.0, 0.0, 0.0, 2.1, name="")  # never answered: not timed
     assert stats.times == {}  # folded at scrape time
     registry = CollectorRegistry(auto_describe=False)
     registry.register(TrafficCollector(stats, lambda: 0))
@@ -233,7 +236,7 @@ def test_request_times_split_into_kafkas_stages() -> None:
 
 
 def test_stamps_fold_when_bounded_and_bulk_matches_one_by_one() -> None:
-    """Folded at the bound without a scrape (the timings are not kept: their stamps
+    """Folded at the bound without a scrape (the permits are not kept: their stamps
     are copied), every stage's buckets and sum as if each stage time were observed one
     by one, parked or not."""
     stats = TrafficStats(lambda _id: None)
@@ -247,7 +250,7 @@ def test_stamps_fold_when_bounded_and_bulk_matches_one_by_one() -> None:
         if i % 2:
             at[2] = 0.0  # never parked: its local time runs to the answer
             parked = at[3]
-        stats.sent([_stamped(*at)])
+        _sent(stats, *at)
         for (name, _timer, _doc), (start, end) in zip(
             TIME_METRICS,
             [(at[0], at[5]), (at[0], at[1]), (at[1], parked), (parked, at[3]),

@@ -1,7 +1,8 @@
 """The request metrics' hooks in the network layer (issue 21): with an observer, each
-request's handler task (`run_timed`) stamps dequeue and answer, counts the answer, and the
-park points stamp the first park through the request's permit; the writer stamps taken
-and sent. Over real loopback sockets with the toy codec, on both event loops."""
+request's handler task (`run_timed`) stamps dequeue and answer on the request's permit
+and counts the answer, the park points stamp the first park through the permit; the
+writer stamps taken and hands each write's permits to the observer with the send time.
+Over real loopback sockets with the toy codec, on both event loops."""
 
 from __future__ import annotations
 
@@ -11,8 +12,16 @@ from typing import Any
 import pytest
 
 from riverbed.server.network import RequestContext, Response
-from riverbed.server.request_permits import park_current_request
-from riverbed.server.request_timing import RequestTiming
+from riverbed.server.request_permits import CURRENT_PERMIT, RequestPermit, park_current_request
+from riverbed.server.request_timing import (
+    ANSWERED,
+    DEQUEUED,
+    PARKED,
+    RECEIVED,
+    SENT,
+    TAKEN,
+    TimedPermit,
+)
 from riverbed.testing.toy_wire import LOOPS, frame, read_response, run, start, until
 
 
@@ -21,14 +30,17 @@ class Recorder:
 
     def __init__(self) -> None:
         self.answered_bodies: list[bytes] = []
-        self.timings: list[RequestTiming] = []
+        self.timings: list[TimedPermit] = []
 
     def answered(self, ctx: RequestContext, body: Any, response: Response | None) -> str:
         self.answered_bodies.append(body)
         return f"Toy{ctx.header.api_key}"
 
-    def sent(self, timings: list[RequestTiming]) -> None:
-        self.timings.extend(timings)
+    def sent(self, permits: list[TimedPermit], sent: float) -> None:
+        assert all(p.stamps[SENT] == 0.0 for p in permits)  # the observer's to stamp
+        for p in permits:
+            p.stamps[SENT] = sent
+        self.timings.extend(permits)
 
 
 async def handler(ctx: RequestContext, body: bytes) -> Any:
@@ -66,16 +78,17 @@ def test_every_request_is_stamped_in_stage_order_and_counted_once(loop_kind: str
     by_body = dict(zip([b"a", b"park", b"none", b"d"], in_order, strict=True))
     for t in observer.timings:
         assert t.name == "Toy1"
-        assert 0 < t.received <= t.dequeued <= t.answered <= t.taken <= t.sent
-    parked = by_body[b"park"]
-    assert parked.dequeued <= parked.parked < parked.answered
+        s = t.stamps
+        assert 0 < s[RECEIVED] <= s[DEQUEUED] <= s[ANSWERED] <= s[TAKEN] <= s[SENT]
+    parked = by_body[b"park"].stamps
+    assert parked[DEQUEUED] <= parked[PARKED] < parked[ANSWERED]
     # the first park counts: the handler waited 20 ms after it, then parked again
-    assert parked.answered - parked.parked >= 0.025
-    assert [by_body[b].parked for b in (b"a", b"none", b"d")] == [0.0, 0.0, 0.0]
+    assert parked[ANSWERED] - parked[PARKED] >= 0.025
+    assert [by_body[b].stamps[PARKED] for b in (b"a", b"none", b"d")] == [0.0, 0.0, 0.0]
 
 
-def _key(t: RequestTiming) -> float:
-    return t.received
+def _key(t: TimedPermit) -> float:
+    return t.stamps[RECEIVED]
 
 
 def test_a_request_whose_handler_raised_is_neither_counted_nor_timed() -> None:
@@ -96,10 +109,11 @@ def test_a_request_whose_handler_raised_is_neither_counted_nor_timed() -> None:
 
 
 def test_without_an_observer_requests_carry_no_timing() -> None:
-    seen: list[RequestTiming | None] = []
+    seen: list[type[RequestPermit] | None] = []
 
     async def plain(ctx: RequestContext, body: bytes) -> Any:
-        seen.append(ctx.timing)
+        permit = CURRENT_PERMIT.get()
+        seen.append(None if permit is None else type(permit))
         park_current_request()  # nothing to stamp: only the permit goes back
         return body
 
@@ -113,4 +127,4 @@ def test_without_an_observer_requests_carry_no_timing() -> None:
         return got
 
     assert asyncio.run(main()) == (0, b"x")
-    assert seen == [None]
+    assert seen == [RequestPermit]  # a plain permit: no stamps

@@ -27,8 +27,8 @@ answer carries an error).
 Cost: the counters are plain integers in dicts, touched only by the event loop (no
 locks, no prometheus_client objects on the hot path); `TrafficCollector` turns them into
 metric families when ``/metrics`` is scraped. A sent request's six stamps are appended
-to a flat array of floats of its request name (its timing object is not kept); they are
-folded into the histograms (vectorised, numpy: a few calls per fold, whatever its size)
+to a flat array of doubles of its request name (one copy of its permit's array of
+stamps; the permit is not kept); they are folded into the histograms (vectorised, numpy: a few calls per fold, whatever its size)
 at scrape time or when `PENDING_REQUESTS_MAX` requests have gathered.
 """
 
@@ -57,7 +57,7 @@ from riverbed.protocol.messages import (
 )
 from riverbed.protocol.schema import StructSpec
 from riverbed.server.network import RequestContext, Response, SplicedResponse
-from riverbed.server.request_timing import RequestTiming
+from riverbed.server.request_timing import ANSWERED, PARKED, SENT, STAMPS, TimedPermit
 
 #: Upper bounds (ms) of the request time histograms' buckets (+Inf is added).
 TIME_BUCKETS_MS: tuple[float, ...] = (
@@ -69,9 +69,9 @@ _BOUNDS_MS = np.array(TIME_BUCKETS_MS)
 #: with their floats) cost an on broker ~1.5% more CPU per message at 4,096 than at 256
 #: (metrics_bench); at 256 the fold's per-call numpy overhead was ~0.6 us a request.
 PENDING_REQUESTS_MAX = 1024
-#: Stamps per request in the pending arrays: received, dequeued, parked (or answered
-#: if it never parked), answered, taken, sent.
-_STAMPS = 6
+#: Stamps per request in the pending arrays (`riverbed.server.request_timing`'s order):
+#: received, dequeued, parked (0.0 if it never parked), answered, taken, sent.
+_STAMPS = STAMPS
 #: Nesting bound of the error-code walk (Kafka's messages nest three deep at most).
 _DEPTH_MAX = 8
 
@@ -130,9 +130,12 @@ class RequestTimes:
 
     def observe_many(self, stamps: np.ndarray) -> None:
         """Kafka's ``updateRequestMetrics`` for each request's stamps (a row of
-        ``stamps``: received, dequeued, parked - or answered if it never parked -,
-        answered, taken, sent): each stage is the difference of two consecutive stamps,
-        the total the last minus the first."""
+        ``stamps``: received, dequeued, parked - 0.0 if it never parked -, answered,
+        taken, sent): each stage is the difference of two consecutive stamps, the total
+        the last minus the first; a request that never parked spent its handler time
+        locally (its park counts as at its answer). ``stamps`` is changed."""
+        never_parked = stamps[:, PARKED] == 0.0
+        stamps[never_parked, PARKED] = stamps[never_parked, ANSWERED]
         ms = np.empty((len(stamps), _STAMPS))
         ms[:, 0] = stamps[:, 5] - stamps[:, 0]
         ms[:, 1:] = np.diff(stamps, axis=1)
@@ -238,20 +241,22 @@ class TrafficStats:
             out[_PRODUCE_NONE] = out.get(_PRODUCE_NONE, 0) + self._produce_none
         return out
 
-    def sent(self, timings: list[RequestTiming]) -> None:
-        """`RequestObserver.sent`: keep the requests' stamps for the next fold (copied
-        into a flat array: the timings are not kept)."""
+    def sent(self, permits: list[TimedPermit], sent: float) -> None:
+        """`RequestObserver.sent`: keep the requests' stamps, ``sent`` the last, for the
+        next fold (each permit's array copied into a flat one: the permits are not
+        kept)."""
         pending = self._pending
-        for t in timings:
-            name = t.name
+        for p in permits:
+            name = p.name
             if not name:  # never answered (its handler raised)
                 continue
-            stamps = pending.get(name)
-            if stamps is None:
-                stamps = pending[name] = array("d")
-            answered = t.answered
-            stamps.extend((t.received, t.dequeued, t.parked or answered, answered, t.taken, t.sent))
-        self._pending_requests += len(timings)
+            stamps = p.stamps
+            stamps[SENT] = sent
+            kept = pending.get(name)
+            if kept is None:
+                kept = pending[name] = array("d")
+            kept += stamps  # one memory copy
+        self._pending_requests += len(permits)
         if self._pending_requests >= PENDING_REQUESTS_MAX:
             self.fold()
 
@@ -263,7 +268,8 @@ class TrafficStats:
             times = self.times.get(name)
             if times is None:
                 times = self.times[name] = RequestTimes()
-            times.observe_many(np.frombuffer(stamps).reshape(-1, _STAMPS))
+            # a writable copy of the stamps (`observe_many` fills in parks)
+            times.observe_many(np.frombuffer(stamps).reshape(-1, _STAMPS).copy())
 
     def record(self, ctx: RequestContext, body: Message, response: Response | None) -> str:
         """Count an answered request; its Kafka request name."""

@@ -139,3 +139,43 @@ def test_a_refused_partition_counts_as_failed_without_bytes(node: Node, version:
     counters = node.stats.topics[PLAIN]
     assert (counters.total_produce, counters.failed_produce) == (1, 1)
     assert (counters.bytes_in, counters.messages_in) == (0, 0)
+
+
+class _TimingOutReplicas:
+    """A replica manager whose every acks=all wait ends REQUEST_TIMED_OUT (the ISR never
+    caught up): the append happened, the answer is an error."""
+
+    def check_produce(self, hosted: object, acks: int) -> ErrorCode:
+        return ErrorCode.NONE
+
+    def on_local_append(self, hosted: object) -> None:
+        """The high watermark stays: no follower fetches."""
+
+    def acks_future(
+        self, hosted: object, required_offset: int, timeout_ms: int
+    ) -> asyncio.Future[ErrorCode]:
+        future: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+        future.set_result(ErrorCode.REQUEST_TIMED_OUT)
+        return future
+
+
+@pytest.mark.parametrize("version", [9, 13])
+def test_an_appended_partition_whose_acks_all_wait_failed_counts_once(
+    node: Node, version: int
+) -> None:
+    """The append counts the partition in the total (and its bytes); its failed wait
+    adds a failure, not a second partition; beside it a refused partition counts in both."""
+    node.broker.partitions.replicas = _TimingOutReplicas()  # type: ignore[assignment]
+    records = _batch(3)
+    topics = [_topic(node, version, PLAIN, [(0, records), (7, _batch(2))])]
+    resp = _produce(node, version, topics, acks=-1)
+    assert resp is not None
+    codes = [p.error_code for p in resp.responses[0].partition_responses]
+    assert codes == [ErrorCode.REQUEST_TIMED_OUT, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+    counters = node.stats.topics[PLAIN]
+    assert (counters.total_produce, counters.failed_produce) == (2, 2)
+    assert (counters.bytes_in, counters.messages_in) == (len(records), 3)
+    one = _produce(node, version, [_topic(node, version, PLAIN, [(0, records)])], acks=-1)
+    assert one is not None  # one partition: the handler's loop-free check sends it on
+    assert one.responses[0].partition_responses[0].error_code == ErrorCode.REQUEST_TIMED_OUT
+    assert (counters.total_produce, counters.failed_produce) == (3, 3)

@@ -75,7 +75,7 @@ from riverbed.storage.errors import StorageError
 
 if TYPE_CHECKING:
     from riverbed.server.broker.dispatch import Broker
-    from riverbed.server.metrics.traffic import TrafficStats
+    from riverbed.server.metrics.traffic import TopicCounters, TrafficStats
 
 log = logging.getLogger(__name__)
 
@@ -119,18 +119,15 @@ async def handle_produce(
     if run.waits:
         await run.acknowledged()
     stats = broker.topic_stats
-    if stats is not None:
-        # the usual request, one partition of a topic already counted, inline (each
-        # call on the request path costs a metrics-on broker its share: issue 21's 3%)
-        parts = responses[0].partition_responses if len(responses) == 1 else []
-        name = run.names[0] if len(parts) == 1 else None
-        counters = stats.topics.get(name) if name else None
-        if counters is None:
-            _count_partitions(stats, req, run.names, responses)
-        else:
-            counters.total_produce += 1
-            if parts[0].error_code:
-                counters.failed_produce += 1
+    if stats is not None and (
+        len(responses) != 1
+        or len(parts := responses[0].partition_responses) != 1
+        or parts[0].error_code
+    ):
+        # a partition answered NONE was counted by its append (the usual request: one
+        # partition, nothing more to count here; each operation on the request path
+        # costs a metrics-on broker its share: issue 21's 3%)
+        _count_unappended(stats, req, run, responses)
     if req.acks == 0:
         _close_if_any_failed(responses)
         return None
@@ -256,22 +253,26 @@ async def _acknowledged(futures: list[asyncio.Future[ErrorCode]]) -> list[ErrorC
     return list(await asyncio.gather(*futures))
 
 
-def _count_partitions(
-    stats: TrafficStats,
-    req: ProduceRequest,
-    names: list[str | None],
-    responses: list[TopicResponse],
+def _count_unappended(
+    stats: TrafficStats, req: ProduceRequest, run: _ProduceRun, responses: list[TopicResponse]
 ) -> None:
     """Kafka's TotalProduceRequestsPerSec (each partition of the request) and
     riverbed's FailedProduceRequestsPerSec (each answered with an error, acks=all waits
-    included) per topic; a topic id this node does not know counts under the id."""
-    for topic, name, answer in zip(req.topic_data, names, responses, strict=True):
-        counters = stats.produce_topic(name or str(topic.topic_id))
-        parts = answer.partition_responses
-        counters.total_produce += len(parts)
-        for part in parts:
-            if part.error_code:
-                counters.failed_produce += 1
+    included) per topic, for the partitions the appends did not count: an append counts
+    its partition in the total (`_append_partition`), so here each partition answered
+    with an error is failed, and counted in the total too unless it was appended and
+    failed its acks=all wait; a topic id this node does not know counts under the id."""
+    waited = {id(part) for part, _ in run.waits}
+    for topic, name, answer in zip(req.topic_data, run.names, responses, strict=True):
+        counters: TopicCounters | None = None
+        for part in answer.partition_responses:
+            if not part.error_code:
+                continue
+            if counters is None:
+                counters = stats.produce_topic(name or str(topic.topic_id))
+            counters.failed_produce += 1
+            if id(part) not in waited:
+                counters.total_produce += 1
 
 
 def _topic_name(broker: Broker, topic: ProduceRequest.TopicProduceData) -> str | None:
@@ -437,8 +438,10 @@ def _append_partition(
     stats = broker.topic_stats
     if stats is not None:
         # Kafka's ReplicaManager: BytesIn = the records' size, MessagesIn = the append
-        # info's count (an idempotent retry's too: its original batch's offsets)
+        # info's count (an idempotent retry's too: its original batch's offsets); the
+        # partition's TotalProduceRequests here too (`_count_unappended` counts the rest)
         counters = stats.topics.get(hosted.topic) or stats.produce_topic(hosted.topic)
+        counters.total_produce += 1
         counters.bytes_in += len(records)
         counters.messages_in += (
             info.last_offset - info.first_offset + 1 if info.duplicate else info.records_count

@@ -64,11 +64,12 @@ TIME_BUCKETS_MS: tuple[float, ...] = (
     1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
 )  # fmt: skip
 _BOUNDS_MS = np.array(TIME_BUCKETS_MS)
-#: Sent requests whose stamps are kept (48 bytes each, 48 KB in all) before they are
-#: folded into the histograms. Keeping the timing objects themselves (~230 bytes each
-#: with their floats) cost an on broker ~1.5% more CPU per message at 4,096 than at 256
-#: (metrics_bench); at 256 the fold's per-call numpy overhead was ~0.6 us a request.
-PENDING_REQUESTS_MAX = 1024
+#: Sent requests whose stamps are kept (48 bytes each, 192 KB in all) before they are
+#: folded into the histograms. Keeping timing objects (~230 bytes each with their
+#: floats) cost an on broker ~1.5% more CPU per message at 4,096 than at 256
+#: (metrics_bench); the stamps are flat arrays now, and a fold costs its ~10 numpy
+#: calls whatever its size (~0.6 ms in a broker, cold): at 1,024 ~0.55 us a request.
+PENDING_REQUESTS_MAX = 4096
 #: Stamps per request in the pending arrays (`riverbed.server.request_timing`'s order):
 #: received, dequeued, parked (0.0 if it never parked), answered, taken, sent.
 _STAMPS = STAMPS

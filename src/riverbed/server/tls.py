@@ -39,10 +39,24 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-try:
-    from riverbed.server import _tlsread  # type: ignore[attr-defined]
-except ImportError:  # not built (no C compiler): the _ssl methods, one record per call
-    _tlsread = None
+#: The `_tlsread` extension once a listener's first TLS connection has asked for it (None:
+#: not built, no C compiler: the `_ssl` methods, one record per call). Imported then, not
+#: with this module: a Spark worker or a client builds client contexts here and must not
+#: load the broker's pieces (tests/unit/test_spark_import_weight.py).
+_UNLOADED = object()
+_tlsread: Any = _UNLOADED
+
+
+def _tlsread_module() -> Any:
+    global _tlsread
+    if _tlsread is _UNLOADED:
+        try:
+            from riverbed.server import _tlsread as module  # type: ignore[attr-defined]
+        except ImportError:
+            module = None
+        _tlsread = module
+    return _tlsread
+
 
 #: TLS handshakes in progress at once, over all listeners of a node.
 TLS_HANDSHAKES_CONCURRENT_MAX = 64
@@ -285,9 +299,10 @@ class DirectSSLObject(ssl.SSLObject):
 def records_reader(openssl: Any) -> tuple[Callable[..., Any], Callable[[], int]]:
     """``read`` and ``pending`` of an ``_ssl._SSLSocket``: `_tlsread`'s when the extension
     is built and recognises the object, else the object's own C methods (same contract)."""
-    if _tlsread is not None:
+    extension = _tlsread_module()
+    if extension is not None:
         with contextlib.suppress(ValueError):
-            reader = _tlsread.Reader(openssl)
+            reader = extension.Reader(openssl)
             return reader.read, reader.pending
     return openssl.read, openssl.pending
 

@@ -2,25 +2,39 @@
 measured in the same run, and SCRAM connection set-up rate.
 
     python -m benchmarks.security_bench [--records 20000] [--size 1024] [--rounds 1]
-        [--consume-passes 3]
+        [--slices 3] [--consume-passes 3] [--control] [--unpinned]
 
-One broker with a listener per protocol (`riverbed.testing.secure.start_secure_broker`);
-for each listener confluent-kafka produces ``--records`` records of ``--size`` bytes
-(acks=1) and ``--consume-passes`` consumers in turn read them back; prints MB/s, the
-broker's CPU per MB (user + system, /proc/<pid>/stat) and their ratios to PLAINTEXT.
-Only throughput is timed: a producer is timed once it has produced one record (topic
-created, connected, TLS handshake and SASL login done), a consumer from its first record,
-and every listener first produces and consumes up to ``WARMUP_RECORDS_MAX`` records
-unreported. With ``--rounds`` N the listeners take turns N times (a new topic each time)
-and the medians and their ratios are printed too (a shared machine's load moves single
-rounds). Then opens SCRAM-SHA-512 connections (ApiVersions + handshake + login) one after
-another for a few seconds and prints connections/s. Nothing passes or fails on absolute
-time.
+One broker with a listener per protocol (`riverbed.testing.secure.start_secure_broker`).
+Produce: one confluent-kafka producer per listener (acks=1), connected once (TLS handshake
+and SASL login done, topics created); each round sends ``--records`` records of
+``--size`` bytes per listener in ``--slices`` slices, the listeners taking turns slice by
+slice (who goes first rotating), each slice timed to its flush with the broker's CPU over
+it (its threads' schedstat, as `benchmarks.ab_brokers.run_ns`). A slice takes a fraction
+of a second, so the listeners of one turn meet the same CPU speeds (this machine's vCPUs
+run at one of two speeds ~2x apart for seconds at a time, see `benchmarks.ab_brokers`):
+the figure is the median of the per-turn ratios to PLAINTEXT (their spread is printed).
+Back-to-back rounds of whole listeners read 0.32-0.56 for SSL on one tree. The broker is
+pinned to `ab_brokers.BROKER_CPU` and the clients to the other CPUs, the same for every
+listener (``--unpinned``: anywhere). Consume: after each round's produce, per listener
+(order rotating) ``--consume-passes`` consumers in turn read that round's records, timed
+from their first record. Prints MB/s, the broker's CPU per MB and their ratios to
+PLAINTEXT, per round and as medians, and for produce the clients' CPU per MB (this
+process: Python and librdkafka's threads, on their own CPU): a producer whose CPU per MB
+is 1000 / its MB/s is bound by its own CPU, not the broker's.
+
+``--control`` is the A/A check of the method: the secure listeners are replaced by a second
+PLAINTEXT connection (its own producer, consumer and topic) measured exactly as the
+others; its ratios should be ~1.00, and their spread is the method's noise.
+
+Then (not with ``--control``) opens SCRAM-SHA-512 connections (ApiVersions + handshake +
+login) one after another for a few seconds and prints connections/s. Nothing passes or
+fails on absolute time.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -29,7 +43,7 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from benchmarks.authorizer_throughput import _cpu_s as cpu_seconds
+from benchmarks.ab_brokers import check_cpus, cpu_since, pin, producers_off_broker_cpu, run_ns
 from riverbed.security.scram import ScramClient, ScramMechanism
 from riverbed.testing.secure import SecureBroker, start_secure_broker
 from riverbed.testing.secure_clients import Wire, librdkafka_config
@@ -79,31 +93,36 @@ class Phase:
     """One listener's produce or consume in one round."""
 
     mb_per_s: float
-    #: the broker's CPU (user + system) per MB over the timed part: less moved by other
-    #: processes on a shared machine than MB/s
+    #: the broker's CPU per MB over the timed part: less moved by other processes on a
+    #: shared machine than MB/s
     broker_ms_per_mb: float
+    #: this process's CPU (the clients: librdkafka's threads and Python) per MB
+    client_ms_per_mb: float = 0.0
 
 
-def _consume_once(conf: dict[str, str], topic: str, records: int, pid: int) -> tuple[float, float]:
+def _consume_once(
+    conf: dict[str, str], topic: str, records: int, pid: int | None
+) -> tuple[float, float]:
     """(seconds, broker CPU seconds) for a new consumer to read the ``records`` of
     ``topic``, from its first record (connection set-up is measured apart)."""
     consumer = Consumer(conf | {"group.id": f"bench-{topic}", "fetch.max.bytes": "52428800"})
     consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     got = 0
-    started = cpu_started = 0.0
+    started = 0.0
+    ran: dict[str, int] = {}
     while got < records:
         # never more than what is left: consume() waits its whole timeout to fill a batch
         msgs = [m for m in consumer.consume(min(1000, records - got), 1.0) if m.error() is None]
         if msgs and not started:
-            started, cpu_started = time.perf_counter(), cpu_seconds(pid)
+            started, ran = time.perf_counter(), run_ns(pid)
         got += len(msgs)
-    elapsed, cpu = time.perf_counter() - started, cpu_seconds(pid) - cpu_started
+    elapsed, cpu = time.perf_counter() - started, cpu_since(pid, ran)
     consumer.close()
     return elapsed, cpu
 
 
 def _consume(
-    conf: dict[str, str], topic: str, records: int, size: int, pid: int, passes: int
+    conf: dict[str, str], topic: str, records: int, size: int, pid: int | None, passes: int
 ) -> Phase:
     """``passes`` consumers in turn read the ``records`` of ``topic``: one pass of 30 MB
     took 60-100 ms, too short to be told apart from a loaded machine's scheduling."""
@@ -112,15 +131,26 @@ def _consume(
     return Phase(mb / sum(s for s, _ in timed), 1000 * sum(c for _, c in timed) / mb)
 
 
-def _throughput(
-    conf: dict[str, str], topic: str, records: int, size: int, pid: int, passes: int
-) -> tuple[Phase, Phase]:
-    producer = connected_producer(conf, topic, size)
-    cpu_started = cpu_seconds(pid)
-    produce_s = timed_produce(producer, topic, records, size)
+def _produce_turns(
+    producers: dict[str, Producer],
+    topic: str,
+    records: int,
+    size: int,
+    pid: int | None,
+    turn_no: int,
+) -> dict[str, Phase]:
+    """One slice per listener, the listeners taking turns (who goes first rotating with
+    ``turn_no``): each one's MB/s and broker CPU per MB over its slice."""
+    names = list(producers)
+    shift = turn_no % len(names)
+    out = {}
     mb = records * size / 1e6
-    produce = Phase(mb / produce_s, 1000 * (cpu_seconds(pid) - cpu_started) / mb)
-    return produce, _consume(conf, topic, records + 1, size, pid, passes)
+    for name in names[shift:] + names[:shift]:
+        ran, client = run_ns(pid), time.process_time()
+        seconds = timed_produce(producers[name], f"{topic}-{name.lower()}", records, size)
+        client_ms = 1000 * (time.process_time() - client) / mb
+        out[name] = Phase(mb / seconds, 1000 * cpu_since(pid, ran) / mb, client_ms)
+    return out
 
 
 def _scram_connections_per_s(port: int, seconds: float) -> float:
@@ -140,7 +170,9 @@ def _scram_connections_per_s(port: int, seconds: float) -> float:
     return done / (time.perf_counter() - started)
 
 
-def _cases(broker: SecureBroker) -> dict[str, dict[str, str]]:
+def _cases(broker: SecureBroker, control: bool) -> dict[str, dict[str, str]]:
+    if control:  # A/A: a second PLAINTEXT connection in the secure listeners' place
+        return {"PLAINTEXT": {"protocol": "PLAINTEXT"}, "PLAINTEXT-B": {"protocol": "PLAINTEXT"}}
     return {
         "PLAINTEXT": {"protocol": "PLAINTEXT"},
         "SSL": {"protocol": "SSL", "cafile": str(broker.pki.ca)},
@@ -149,66 +181,115 @@ def _cases(broker: SecureBroker) -> dict[str, dict[str, str]]:
     }  # fmt: skip
 
 
-#: one listener's (produce, consume) in a round
-Rates = tuple[Phase, Phase]
-
-
-def _print_ratios(label: str, rates: dict[str, Rates]) -> None:
-    base = rates["PLAINTEXT"]
-    for name, phases in rates.items():
-        cols = [
-            f"{kind} {ph.mb_per_s:7.1f} MB/s (x{ph.mb_per_s / b.mb_per_s:.2f}) broker "
-            f"{ph.broker_ms_per_mb:5.2f} ms/MB (x{ph.broker_ms_per_mb / b.broker_ms_per_mb:.2f})"
-            for kind, ph, b in zip(("produce", "consume"), phases, base, strict=True)
-        ]
-        print(f"{label}{name:10s} " + "  ".join(cols), flush=True)
+def _print_phases(label: str, kind: str, phases: dict[str, Phase]) -> None:
+    base = phases["PLAINTEXT"]
+    for name, ph in phases.items():
+        print(
+            f"{label}{name:11s} {kind} {ph.mb_per_s:7.1f} MB/s (x{ph.mb_per_s / base.mb_per_s:.2f})"
+            f" broker {ph.broker_ms_per_mb:5.2f} ms/MB"
+            f" (x{ph.broker_ms_per_mb / base.broker_ms_per_mb:.2f})"
+            + (f" clients {ph.client_ms_per_mb:5.2f} ms/MB" if ph.client_ms_per_mb else ""),
+            flush=True,
+        )
 
 
 def _median(phases: list[Phase]) -> Phase:
     return Phase(
         statistics.median(p.mb_per_s for p in phases),
         statistics.median(p.broker_ms_per_mb for p in phases),
+        statistics.median(p.client_ms_per_mb for p in phases),
     )
+
+
+def _print_summary(turns: list[dict[str, Phase]], consumes: list[dict[str, Phase]]) -> None:
+    """Medians over the run, and the median of the per-turn produce ratios (the figure)."""
+    names = list(turns[0])
+    _print_phases("median ", "produce", {n: _median([t[n] for t in turns]) for n in names})
+    _print_phases("median ", "consume", {n: _median([c[n] for c in consumes]) for n in names})
+    for name in names[1:]:
+        ratios = sorted(t[name].mb_per_s / t["PLAINTEXT"].mb_per_s for t in turns)
+        cpu = sorted(t[name].broker_ms_per_mb / t["PLAINTEXT"].broker_ms_per_mb for t in turns)
+        print(
+            f"{name} produce / PLAINTEXT: median of {len(ratios)} turn ratios"
+            f" {statistics.median(ratios):.3f} (min {ratios[0]:.3f}, max {ratios[-1]:.3f});"
+            f" broker CPU per MB x{statistics.median(cpu):.2f}"
+            f" (min {cpu[0]:.2f}, max {cpu[-1]:.2f})"
+        )
+        print("  turn ratios: " + " ".join(f"{x:.2f}" for x in ratios))
+
+
+def _run(broker: SecureBroker, args: argparse.Namespace) -> None:
+    pid = broker.proc.pid
+    if not args.unpinned:
+        pin(pid)
+    confs = {
+        name: librdkafka_config(broker.bootstrap(sec["protocol"]), sec)
+        for name, sec in _cases(broker, args.control).items()
+    }
+    slice_records = max(1, args.records // args.slices)
+    records = slice_records * args.slices  # per listener per round
+    warmup = min(records, WARMUP_RECORDS_MAX)
+    for name, conf in confs.items():  # every listener's first requests, unreported
+        producer = connected_producer(conf, f"warmup-{name.lower()}", args.size)
+        timed_produce(producer, f"warmup-{name.lower()}", warmup, args.size)
+        _consume(conf, f"warmup-{name.lower()}", warmup + 1, args.size, pid, 1)
+    turns: list[dict[str, Phase]] = []
+    consumes: list[dict[str, Phase]] = []
+    for round_no in range(args.rounds):
+        topic = f"bench-{round_no}"
+        producers = {  # connected, its topic created: the slices time throughput only
+            name: connected_producer(conf, f"{topic}-{name.lower()}", args.size)
+            for name, conf in confs.items()
+        }
+        for _ in range(args.slices):
+            turns.append(
+                _produce_turns(producers, topic, slice_records, args.size, pid, len(turns))
+            )
+        label = f"round {round_no + 1} "
+        _print_phases(label, "produce", {n: _median([t[n] for t in turns[-args.slices :]])
+                                         for n in confs})  # fmt: skip
+        shift = round_no % len(confs)
+        order = list(confs)[shift:] + list(confs)[:shift]
+        consumed = {
+            name: _consume(confs[name], f"{topic}-{name.lower()}", records + 1, args.size, pid,
+                           args.consume_passes)
+            for name in order
+        }  # fmt: skip
+        consumes.append({name: consumed[name] for name in confs})
+        _print_phases(label, "consume", consumes[-1])
+    _print_summary(turns, consumes)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--records", type=int, default=20_000, help="per listener per round")
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--slices", type=int, default=3, help="alternated produce turns per round")
     parser.add_argument("--consume-passes", type=int, default=3)
+    parser.add_argument(
+        "--control", action="store_true", help="A/A: PLAINTEXT vs PLAINTEXT (expect ~1.00)"
+    )
+    parser.add_argument("--unpinned", action="store_true", help="broker and clients on any CPU")
     args = parser.parse_args()
+    if not args.unpinned:
+        refused = check_cpus()
+        if refused:
+            parser.error(f"{refused}; --unpinned runs anywhere")
+        producers_off_broker_cpu()  # before any client: librdkafka's threads inherit it
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         broker = start_secure_broker(Path(tmp) / "pki", {"admin": "admin-secret"}, SCRAM)
-        pid = broker.proc.pid
-        assert pid is not None
         try:
-            cases = _cases(broker)
-            confs = {
-                name: librdkafka_config(broker.bootstrap(sec["protocol"]), sec)
-                for name, sec in cases.items()
-            }
-            warmup = min(args.records, WARMUP_RECORDS_MAX)
-            for name, conf in confs.items():
-                _throughput(conf, f"warmup-{name.lower()}", warmup, args.size, pid, 1)
-            runs: dict[str, list[Rates]] = {name: [] for name in cases}
-            for round_no in range(args.rounds):
-                for name, conf in confs.items():
-                    topic = f"bench-{name.lower()}-{round_no}"
-                    runs[name].append(
-                        _throughput(conf, topic, args.records, args.size, pid, args.consume_passes)
-                    )
-                label = f"round {round_no + 1} " if args.rounds > 1 else ""
-                _print_ratios(label, {name: r[-1] for name, r in runs.items()})
-            if args.rounds > 1:
-                _print_ratios("median  ", {
-                    name: (_median([p for p, _ in r]), _median([c for _, c in r]))
-                    for name, r in runs.items()
-                })  # fmt: skip
-            rate = _scram_connections_per_s(broker.ports["SASL_PLAINTEXT"], 5.0)
-            print(f"SCRAM-SHA-512 connection set-up: {rate:.0f} connections/s (4096 iterations)")
+            _run(broker, args)
+            if not args.control:
+                rate = _scram_connections_per_s(broker.ports["SASL_PLAINTEXT"], 5.0)
+                print(f"SCRAM-SHA-512 connection set-up: {rate:.0f} connections/s"
+                      " (4096 iterations)")  # fmt: skip
         finally:
             broker.proc.close()
+    print(f"(load {load:.1f} -> {os.getloadavg()[0]:.1f};"
+          f" {'unpinned' if args.unpinned else 'pinned'})")  # fmt: skip
 
 
 if __name__ == "__main__":

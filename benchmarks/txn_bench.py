@@ -15,8 +15,11 @@ measured in the same run against the same broker:
 - EndTxn latency: ``commit_transaction`` wall time after a flush (EndTxn alone, answered
   once its PrepareCommit is committed), p50 / p99 per N;
 - consume: records per second of a read_committed consumer against a read_uncommitted
-  one reading the same partition (the transactional topic of the last N), alternated
-  ``CONSUME_ROUNDS`` times, the best of each.
+  one reading the same range (the first ``--records`` records of the transactional topic
+  of the last N), in fine alternated pairs without their start-up, with the broker's CPU
+  per record of each (`benchmarks.txn_consume`, whose docstring says how). ``--only
+  consume`` measures it alone on its own data: transactions of 1, 100 and 10,000 records,
+  10% of them aborted (where markers are dense read_committed costs most).
 
 Why the produce figure is taken in fine alternated pairs: this machine's vCPUs each run at
 one of two speeds (~2x apart) for seconds at a time (`benchmarks.ab_brokers`), so a side
@@ -41,6 +44,7 @@ be ~1.00, and its spread is the method's noise.
     .venv/bin/python -m benchmarks.txn_bench --records 100000 --pairs 15 --sizes 10000
     .venv/bin/python -m benchmarks.txn_bench --records 100000 --pairs 15 --sizes 10000 --control
     .venv/bin/python -m benchmarks.txn_bench --records 20000 --pairs 5
+    .venv/bin/python -m benchmarks.txn_bench --only consume --pairs 15 [--control]
 """
 
 from __future__ import annotations
@@ -52,9 +56,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from benchmarks import txn_consume
 from benchmarks.ab_brokers import (
     check_cpus,
     cpu_since,
@@ -73,8 +78,6 @@ TXN_SIZES = (1, 100, 10_000)
 #: take seconds, not minutes, over all the pairs.
 TXNS_PER_CHUNK_MAX = 200
 TIMEOUT_S = 120.0
-#: Reads of the same partition per isolation level (alternated; the best counts).
-CONSUME_ROUNDS = 2
 #: ``produce`` calls between polls (delivery reports served; as the earlier rounds did).
 POLL_EVERY = 10_000
 
@@ -160,25 +163,6 @@ def _pairs(
     return rates[0], rates[1], commits, [s * 1e6 / (n * pairs) for s in cpu_s]
 
 
-def _consume(bootstrap: str, topic: str, n: int, isolation: str) -> float:
-    c = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"bench-{isolation}",
-         "isolation.level": isolation, "enable.auto.commit": False, **QUIET}
-    )  # fmt: skip
-    c.assign([TopicPartition(topic, 0, 0)])
-    got = 0
-    start = time.perf_counter()
-    deadline = start + TIMEOUT_S
-    while got < n and time.perf_counter() < deadline:
-        for m in c.consume(10_000, 0.5):
-            if m.error() is None:
-                got += 1
-    elapsed = time.perf_counter() - start
-    c.close()
-    assert got >= n, f"{isolation} read {got} of {n}"
-    return n / elapsed
-
-
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
@@ -192,7 +176,7 @@ def run(
     pinned: bool = True,
 ) -> dict[Any, Any]:
     """The figures (see the module's docstring): per size (rates' medians, pair ratios,
-    commit ms), and "consume" (not in a control run)."""
+    commit ms), and "consume" (`txn_consume.ConsumeFigures`)."""
     out: dict[Any, Any] = {}
     with BrokerProcess(overrides={"num.partitions": "1"}) as b:
         if pinned:
@@ -206,15 +190,26 @@ def run(
             bases, others, commits, cpu_us = _pairs(b, per_txn, n, pairs, control)
             ratios = [o / i for i, o in zip(bases, others, strict=True)]
             out[per_txn] = (bases, others, ratios, commits, cpu_us)
-        if control:
-            return out
         topic = f"txn-{sizes[-1]}"
-        rates: dict[str, list[float]] = {"read_committed": [], "read_uncommitted": []}
-        for _ in range(CONSUME_ROUNDS):  # alternated, best of each (page cache, warm-up)
-            for isolation, seen in rates.items():
-                seen.append(_consume(b.bootstrap, topic, records, isolation))
-        committed, uncommitted = max(rates["read_committed"]), max(rates["read_uncommitted"])
-        out["consume"] = (committed, uncommitted, committed / uncommitted)
+        out["consume"] = txn_consume.measure(b, topic, records, pairs, control)
+    return out
+
+
+def run_consume(pairs: int, control: bool = False, pinned: bool = True) -> dict[Any, Any]:
+    """``--only consume``: the dedicated data (`txn_consume.CONSUME_DATA`, written with
+    the broker on every CPU), then each topic's pairs with the broker pinned."""
+    out: dict[Any, Any] = {}
+    with BrokerProcess(overrides={"num.partitions": "1"}) as b:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap, **QUIET})
+        topics = {f"rc-{n}": (n, txns) for n, txns in txn_consume.CONSUME_DATA}
+        for f in admin.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
+            f.result(30)
+        written = {t: txn_consume.write_topic(b.bootstrap, t, *spec) for t, spec in topics.items()}
+        if pinned:
+            pin(b.pid)
+            producers_off_broker_cpu()  # the consumers' librdkafka threads inherit it
+        for t, count in written.items():
+            out[topics[t][0]] = txn_consume.measure(b, t, count, pairs, control)
     return out
 
 
@@ -239,9 +234,7 @@ def _report(r: dict[Any, Any], sizes: tuple[int, ...], control: bool) -> None:
             print(f"  EndTxn (commit_transaction) of {len(commits)} transactions: "
                   f"p50 {_pct(commits, 0.5):.1f} ms, p99 {_pct(commits, 0.99):.1f} ms")  # fmt: skip
     if "consume" in r:
-        committed, uncommitted, ratio = r["consume"]
-        print(f"consume: read_committed {committed:.0f} rec/s vs read_uncommitted "
-              f"{uncommitted:.0f} rec/s: ratio {ratio:.2f}")  # fmt: skip
+        txn_consume.report("", r["consume"], control)
 
 
 def main() -> None:
@@ -263,6 +256,9 @@ def main() -> None:
         "--control", action="store_true", help="A/A: both sides idempotent (expect ~1.00)"
     )
     parser.add_argument("--unpinned", action="store_true", help="broker and clients on any CPU")
+    parser.add_argument(
+        "--only", choices=("consume",), help="consume: read_committed vs read_uncommitted alone"
+    )
     args = parser.parse_args()
     sizes = tuple(int(x) for x in args.sizes.split(","))
     pinned = not args.unpinned
@@ -270,8 +266,20 @@ def main() -> None:
         refused = check_cpus()
         if refused:
             parser.error(f"{refused}; --unpinned runs anywhere")
-        producers_off_broker_cpu()  # before any client: librdkafka's threads inherit it
+        if args.only is None:  # (--only consume: after its writes, on every CPU)
+            producers_off_broker_cpu()  # before any client: librdkafka's threads inherit it
     load = os.getloadavg()[0]
+    if args.only == "consume":
+        consumed = run_consume(args.pairs, args.control, pinned)
+        print(
+            f"(load {load:.1f} -> {os.getloadavg()[0]:.1f}; {'pinned' if pinned else 'unpinned'})"
+        )
+        for per_txn, figures in consumed.items():
+            label = (
+                f", {per_txn:>6} records per transaction, {100 // txn_consume.ABORT_EVERY}% aborted"
+            )
+            txn_consume.report(label, figures, args.control)
+        return
     r = run(args.records, args.pairs, sizes, args.control, pinned)
     print(f"(load {load:.1f} -> {os.getloadavg()[0]:.1f}; {'pinned' if pinned else 'unpinned'})")
     _report(r, sizes, args.control)

@@ -26,6 +26,7 @@ read into memory on first use (34 bytes each on disk, one small tuple in memory)
 
 from __future__ import annotations
 
+import bisect
 import os
 import struct
 from collections.abc import Iterable, Sequence
@@ -115,14 +116,32 @@ def collect_aborted(
 ) -> TxnSearch:
     """Kafka's ``collectAbortedTxns``: the entries with ``last_offset >= fetch_offset``
     and ``first_offset < upper_bound``; complete at the first entry whose LSO is at or
-    past ``upper_bound``."""
+    past ``upper_bound``.
+
+    The search starts at the first entry ending at or after ``fetch_offset`` (a bisection:
+    last offsets increase), not at the index's first entry as Kafka's scan does: a consumer
+    near the end of a segment with many aborted transactions (a marker every few records)
+    would otherwise walk every entry of the segment on every fetch. The entries skipped
+    change nothing: none ends at or after ``fetch_offset``, and none could complete the
+    search, since an entry's LSO is at most its marker's offset + 1 (the first offset of a
+    transaction still open at the abort, or the marker's offset + 1), so at most
+    ``fetch_offset`` < ``upper_bound``. (With ``upper_bound <= fetch_offset``, an empty
+    range, the whole index is searched as Kafka does.)"""
     found = []
-    for e in entries:
+    start = 0
+    if upper_bound > fetch_offset:
+        start = bisect.bisect_left(entries, fetch_offset, key=_last_offset)
+    for i in range(start, len(entries)):
+        e = entries[i]
         if e.last_offset >= fetch_offset and e.first_offset < upper_bound:
             found.append(e)
         if e.last_stable_offset >= upper_bound:
             return TxnSearch(found, True)
     return TxnSearch(found, False)
+
+
+def _last_offset(e: AbortedTxn) -> int:
+    return e.last_offset
 
 
 class TransactionIndex:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from pathlib import Path
+from typing import overload
 
 import pytest
 from hypothesis import given
@@ -14,6 +16,7 @@ from riverbed.storage.txn_index import (
     AbortedTxn,
     CorruptTxnIndexError,
     TransactionIndex,
+    TxnSearch,
     collect_aborted,
     decode_entries,
     encode_entries,
@@ -59,6 +62,64 @@ def test_collect_overlapping_and_complete_at_lso() -> None:
     assert s.complete
     s2 = collect_aborted(entries[:2], 0, 100)
     assert s2.aborted == entries[:2] and not s2.complete
+
+
+def _kafka_scan(entries: Sequence[AbortedTxn], fetch_offset: int, upper_bound: int) -> TxnSearch:
+    """Kafka's collectAbortedTxns as written: every entry from the index's first."""
+    found = []
+    for e in entries:
+        if e.last_offset >= fetch_offset and e.first_offset < upper_bound:
+            found.append(e)
+        if e.last_stable_offset >= upper_bound:
+            return TxnSearch(found, True)
+    return TxnSearch(found, False)
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 30), st.integers(0, 60), st.integers(0, 60)), max_size=30),
+    st.integers(0, 900),
+    st.integers(0, 900),
+)
+def test_collect_finds_what_kafkas_full_scan_finds(
+    raw: list[tuple[int, int, int]], fetch_offset: int, upper_bound: int
+) -> None:
+    # entries as a partition writes them: increasing marker offsets, the first offset
+    # before the marker, the LSO at most the marker's offset + 1
+    entries, last = [], 0
+    for step, back, lso_back in raw:
+        last += step
+        entries.append(AbortedTxn(1, max(0, last - back), last, max(0, last + 1 - lso_back)))
+    assert collect_aborted(entries, fetch_offset, upper_bound) == _kafka_scan(
+        entries, fetch_offset, upper_bound
+    )
+
+
+class _CountingEntries(Sequence[AbortedTxn]):
+    """An entry list that counts the entries read."""
+
+    def __init__(self, entries: list[AbortedTxn]) -> None:
+        self.entries, self.reads = entries, 0
+
+    @overload
+    def __getitem__(self, i: int) -> AbortedTxn: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[AbortedTxn]: ...
+    def __getitem__(self, i: int | slice) -> AbortedTxn | Sequence[AbortedTxn]:
+        self.reads += 1
+        return self.entries[i]
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+def test_collect_does_not_walk_the_entries_before_the_fetch_offset() -> None:
+    # a marker every 2 offsets, every transaction aborted: 20,000 entries in the segment;
+    # a fetch near its end must not read all of them (Kafka's scan did: ~5 ms per fetch)
+    entries = _CountingEntries([AbortedTxn(1, 2 * i, 2 * i + 1, 2 * i + 2) for i in range(20_000)])
+    s = collect_aborted(entries, 39_000, 39_100)
+    assert s.aborted == [AbortedTxn(1, 2 * i, 2 * i + 1, 2 * i + 2) for i in range(19_500, 19_550)]
+    assert s.complete
+    assert entries.reads < 100, entries.reads
 
 
 def test_file_append_truncate_reload_delete(tmp_path: Path) -> None:

@@ -190,7 +190,8 @@ def run(
             bases, others, commits, cpu_us = _pairs(b, per_txn, n, pairs, control)
             ratios = [o / i for i, o in zip(bases, others, strict=True)]
             out[per_txn] = (bases, others, ratios, commits, cpu_us)
-        topic = f"txn-{sizes[-1]}"
+        # the A/A control wrote no transactions: both consumers read its second side
+        topic = "idem-b" if control else f"txn-{sizes[-1]}"
         out["consume"] = txn_consume.measure(b, topic, records, pairs, control)
     return out
 

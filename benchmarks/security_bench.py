@@ -20,7 +20,9 @@ listener (``--unpinned``: anywhere). Consume: after each round's produce, per li
 from their first record. Prints MB/s, the broker's CPU per MB and their ratios to
 PLAINTEXT, per round and as medians, and for produce the clients' CPU per MB (this
 process: Python and librdkafka's threads, on their own CPU): a producer whose CPU per MB
-is 1000 / its MB/s is bound by its own CPU, not the broker's.
+is 1000 / its MB/s is bound by its own CPU, not the broker's; the summary prints, per
+secure listener, the most its producer could send with a broker that cost nothing (1000 /
+its CPU per MB) as a ratio to PLAINTEXT: the ceiling of the produce ratio.
 
 ``--control`` is the A/A check of the method: the secure listeners are replaced by a second
 PLAINTEXT connection (its own producer, consumer and topic) measured exactly as the
@@ -216,6 +218,24 @@ def _print_summary(turns: list[dict[str, Phase]], consumes: list[dict[str, Phase
             f" (min {cpu[0]:.2f}, max {cpu[-1]:.2f})"
         )
         print("  turn ratios: " + " ".join(f"{x:.2f}" for x in ratios))
+        _print_client_ceiling(name, [t[name] for t in turns], [t["PLAINTEXT"] for t in turns])
+
+
+def _print_client_ceiling(name: str, phases: list[Phase], plaintext: list[Phase]) -> None:
+    """The most ``name`` could produce if the broker cost nothing: the producer (its own
+    CPU, pinned apart) is saturated at 1000 / its CPU ms per MB. As a ratio to what
+    PLAINTEXT achieved, the ceiling no broker change can lift."""
+    client = statistics.median(p.client_ms_per_mb for p in phases)
+    if not client:
+        return
+    base = statistics.median(p.mb_per_s for p in plaintext)
+    ceiling = 1000 / client
+    busy = statistics.median(p.mb_per_s * p.client_ms_per_mb / 1000 for p in phases)
+    print(
+        f"  {name} producer alone: {client:.2f} ms CPU per MB (busy {busy:.0%} of its"
+        f" CPU over the slices): at most {ceiling:.0f} MB/s even with a free broker,"
+        f" x{ceiling / base:.2f} of PLAINTEXT's {base:.0f} MB/s"
+    )
 
 
 def _run(broker: SecureBroker, args: argparse.Namespace) -> None:

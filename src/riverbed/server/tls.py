@@ -37,19 +37,37 @@ import ssl
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+
+class RecordsReader(Protocol):
+    """What a listener's TLS object reads with: an ``_ssl._SSLSocket``'s C ``read`` and
+    ``pending``, or `_tlsread.Reader`'s (the same contract)."""
+
+    def read(self, size: int, buffer: bytearray | memoryview | None = None, /) -> bytes | int: ...
+
+    def pending(self) -> int: ...
+
+
+class _TlsreadModule(Protocol):
+    """The `_tlsread` extension: ``Reader(openssl)`` raises ValueError when it does not
+    recognise the OpenSSL object's layout."""
+
+    def Reader(self, openssl: RecordsReader, /) -> RecordsReader: ...
+
 
 #: The `_tlsread` extension once a listener's first TLS connection has asked for it (None:
 #: not built, no C compiler: the `_ssl` methods, one record per call). Imported then, not
 #: with this module: a Spark worker or a client builds client contexts here and must not
 #: load the broker's pieces (tests/unit/test_spark_import_weight.py).
-_UNLOADED = object()
-_tlsread: Any = _UNLOADED
+_tlsread: _TlsreadModule | None = None
+_tlsread_tried = False
 
 
-def _tlsread_module() -> Any:
-    global _tlsread
-    if _tlsread is _UNLOADED:
+def _tlsread_module() -> _TlsreadModule | None:
+    global _tlsread, _tlsread_tried
+    if not _tlsread_tried:
+        _tlsread_tried = True
         try:
             from riverbed.server import _tlsread as module  # type: ignore[attr-defined]
         except ImportError:
@@ -296,7 +314,9 @@ class DirectSSLObject(ssl.SSLObject):
         return obj
 
 
-def records_reader(openssl: Any) -> tuple[Callable[..., Any], Callable[[], int]]:
+def records_reader(
+    openssl: RecordsReader,
+) -> tuple[Callable[..., bytes | int], Callable[[], int]]:
     """``read`` and ``pending`` of an ``_ssl._SSLSocket``: `_tlsread`'s when the extension
     is built and recognises the object, else the object's own C methods (same contract)."""
     extension = _tlsread_module()

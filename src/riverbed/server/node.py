@@ -49,17 +49,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import replace
 
-from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import Message
-from riverbed.security.api_operations import CONTROLLER_RULES
 from riverbed.security.scram import ScramCredential, ScramMechanism
-from riverbed.server.broker.admin import mute_for_mutation_quota
 from riverbed.server.broker.authorization import (
     BrokerAuthorizer,
     authorizer_config,
-    denied_response,
-    split,
-    with_refused,
 )
 from riverbed.server.broker.dispatch import Broker
 from riverbed.server.broker.partitions import PartitionManager, log_config_for
@@ -67,9 +61,9 @@ from riverbed.server.broker_lifecycle import BrokerLifecycle, NodeStartError
 from riverbed.server.clock import SystemClock
 from riverbed.server.config import ServerConfig
 from riverbed.server.connection_quotas import ConnectionQuotas, raise_open_files_limit
+from riverbed.server.controller_apis import ControllerApis
 from riverbed.server.dynamic_listeners import DynamicListeners
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
-from riverbed.server.forwarding import origin_of
 from riverbed.server.heap import freeze_startup_heap
 from riverbed.server.http_listener import (
     HttpExtension,
@@ -86,14 +80,13 @@ from riverbed.server.listener_security import (
 from riverbed.server.logging_config import configure_logging
 from riverbed.server.metrics.registry import NodeMetrics
 from riverbed.server.network import (
-    CloseConnection,
     RequestContext,
     RequestHandler,
     Response,
     SocketServer,
 )
 from riverbed.server.purgatory import Purgatory
-from riverbed.server.quorum import CONTROLLER_API_VERSIONS, QuorumMetadata, open_quorum_metadata
+from riverbed.server.quorum import QuorumMetadata, open_quorum_metadata
 from riverbed.server.remote_log import RemoteLogManager, RemoteLogSettings
 from riverbed.server.replication.manager import (
     ReplicaManager,
@@ -113,8 +106,6 @@ HOUSEKEEPING_INTERVAL_MS = 1000
 #: Environment variable naming a parent pid: the node stops cleanly when that process is
 #: gone (set by riverbed.testing.cluster so a killed test run leaves no brokers behind).
 EXIT_WITH_PARENT_ENV = "RIVERBED_EXIT_WITH_PARENT"
-#: Raft replies are built at their exact wire version by ``raft.wire``.
-_RAFT_EXACT = frozenset({1, 52, 53, 54, 55, 59})
 #: Requests read ahead per connection before the node stops reading it (back-pressure).
 INFLIGHT_REQUESTS_PER_CONNECTION_MAX = 16
 
@@ -123,10 +114,6 @@ def _move_rate(cfg: ServerConfig) -> int | None:
     """replica.alter.log.dirs.io.max.bytes.per.second; None when unlimited (the default)."""
     rate = cfg.get_int("replica.alter.log.dirs.io.max.bytes.per.second")
     return None if rate >= 2**63 - 1 else rate
-
-
-class UnsupportedControllerApi(CloseConnection):
-    """A request a controller listener does not serve; the connection is closed."""
 
 
 def _now_ms() -> int:
@@ -166,7 +153,7 @@ class Node(BrokerLifecycle):
         self.purgatory = Purgatory(fault_handler=self.fault_handler)
         self.broker: Broker | None = None
         #: `authorizer.class.name` set: controller listener requests are checked first
-        self._controller_authz: BrokerAuthorizer | None = None
+        self._controller_apis = ControllerApis(lambda: self.quorum)
         self.replicas: ReplicaManager | None = None
         self.remote_log: RemoteLogManager | None = None
         #: Prometheus metrics (one registry per node) and /metrics + /health (node_http)
@@ -207,7 +194,7 @@ class Node(BrokerLifecycle):
         self.server = self._socket_server()
         authz_config = authorizer_config(cfg)
         if authz_config is not None:
-            self._controller_authz = BrokerAuthorizer(authz_config)
+            self._controller_apis.authorizer = BrokerAuthorizer(authz_config)
         quorum = await self._start_quorum(clock)
         dynamic_listeners = self._dynamic_listeners(quorum)
         remote_settings, rsm = _remote_log_setup(cfg)
@@ -444,69 +431,9 @@ class Node(BrokerLifecycle):
         """The network layer's handler: controller listeners -> the quorum; others -> the
         broker (not yet bound while the node starts)."""
         if ctx.listener_name in self.config.controller_listener_names:
-            return await self._handle_controller(ctx, body)
+            return await self._controller_apis.handle(ctx, body)
         assert self.broker is not None
         return await self.broker.handle(ctx, body)
-
-    async def _handle_controller(self, ctx: RequestContext, body: Message) -> Message:
-        from riverbed.protocol.api_versions import ApiKey
-        from riverbed.protocol.headers import response_body_version
-        from riverbed.server.broker.cluster_info import api_versions_response
-        from riverbed.server.broker.error_response import error_response
-        from riverbed.server.broker.versioning import fit_to_version
-
-        api_key = ctx.header.api_key
-        if api_key not in CONTROLLER_API_VERSIONS:
-            raise UnsupportedControllerApi(
-                f"api key {api_key} is not served on {ctx.listener_name}"
-            )
-        if api_key == ApiKey.API_VERSIONS:
-            return api_versions_response(ctx, CONTROLLER_API_VERSIONS)
-        version = response_body_version(ctx.header)
-        if api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
-            # outside the SASL gate (PLAINTEXT, or already authenticated): Kafka's answer
-            return error_response(api_key, body, version, ErrorCode.ILLEGAL_SASL_STATE)
-        if self.quorum is None:
-            raise UnsupportedControllerApi(f"api key {api_key} before the quorum is open")
-        if self._controller_authz is not None:
-            v = self._controller_authz.verdict(self.quorum.image, ctx, body, CONTROLLER_RULES)
-            if v.whole is not None:
-                return denied_response(api_key, body, version, v.whole)
-            if v.refused:  # Kafka's ControllerApis answers these per topic / resource
-                allowed, refused = split(api_key, body, v)
-                served = None
-                if allowed is not None:
-                    served = await self._serve_controller(self.quorum, ctx, allowed, version)
-                return fit_to_version(with_refused(api_key, served, refused, version), version)
-        return await self._serve_controller(self.quorum, ctx, body, version)
-
-    async def _serve_controller(
-        self, quorum: QuorumMetadata, ctx: RequestContext, body: Message, version: int
-    ) -> Message:
-        from riverbed.protocol.api_versions import ApiKey
-        from riverbed.server.broker.error_response import error_code_of, error_response
-        from riverbed.server.broker.versioning import fit_to_version
-
-        api_key = ctx.header.api_key
-        try:
-            response = await quorum.handle_controller_request(api_key, body, origin_of(ctx))
-        except Exception as exc:
-            code = error_code_of(exc)
-            if code is not ErrorCode.NOT_CONTROLLER:
-                log.exception("controller request api_key=%s failed", api_key)
-            return error_response(api_key, body, version, code)
-        if response is None and api_key == ApiKey.FETCH:
-            # A controller only serves the metadata partition (Kafka's raft client answers
-            # any other Fetch INVALID_REQUEST).
-            return error_response(api_key, body, version, ErrorCode.INVALID_REQUEST)
-        if response is None:
-            raise UnsupportedControllerApi(
-                f"api key {api_key} is not served on {ctx.listener_name}"
-            )
-        if api_key not in _RAFT_EXACT:
-            fit_to_version(response, version)
-        mute_for_mutation_quota(ctx, response)
-        return response
 
     def advertised_endpoints(self) -> list[tuple[str, str, int, str]]:
         """(listener name, host, port, security protocol); port 0 -> the bound port."""

@@ -2,7 +2,8 @@
 measured in the same run, and SCRAM connection set-up rate.
 
     python -m benchmarks.security_bench [--records 20000] [--size 1024] [--rounds 1]
-        [--slices 3] [--consume-passes 3] [--control] [--unpinned]
+        [--slices 3] [--consume-passes 3] [--control] [--unpinned] [--raw-rounds 6]
+        [--raw-mb 100]
 
 One broker with a listener per protocol (`riverbed.testing.secure.start_secure_broker`).
 Produce: one confluent-kafka producer per listener (acks=1), connected once (TLS handshake
@@ -28,6 +29,13 @@ its CPU per MB) as a ratio to PLAINTEXT: the ceiling of the produce ratio.
 PLAINTEXT connection (its own producer, consumer and topic) measured exactly as the
 others; its ratios should be ~1.00, and their spread is the method's noise.
 
+Then (not with ``--control``; ``--raw-rounds 0`` skips it) the broker's own produce ratio
+with a client that writes full TLS records (`benchmarks.tls_produce_raw`: a pre-encoded
+256 KiB Produce request written again and again per listener, ``--raw-rounds`` rounds of
+``--raw-mb`` MB): librdkafka's producer above writes a TLS record per buffer segment and
+saturates its own CPU near x0.25 of PLAINTEXT whatever the broker costs; this part says
+what TLS costs the broker. The broker's log is kept small (`tls_produce_raw.BOUNDED_LOG`).
+
 Then (not with ``--control``) opens SCRAM-SHA-512 connections (ApiVersions + handshake +
 login) one after another for a few seconds and prints connections/s. Nothing passes or
 fails on absolute time.
@@ -46,11 +54,18 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from benchmarks.ab_brokers import check_cpus, cpu_since, pin, producers_off_broker_cpu, run_ns
+from benchmarks.tls_produce_raw import (
+    BOUNDED_LOG,
+    SCRAM_USER,
+    RawSettings,
+    print_raw_summary,
+    raw_produce_rounds,
+)
 from riverbed.security.scram import ScramClient, ScramMechanism
 from riverbed.testing.secure import SecureBroker, start_secure_broker
 from riverbed.testing.secure_clients import Wire, librdkafka_config
 
-SCRAM = {"bench": ("SCRAM-SHA-512", "bench-pw")}
+SCRAM = SCRAM_USER
 
 
 #: Records each listener produces and consumes once before the first round, unreported:
@@ -291,6 +306,13 @@ def main() -> None:
         "--control", action="store_true", help="A/A: PLAINTEXT vs PLAINTEXT (expect ~1.00)"
     )
     parser.add_argument("--unpinned", action="store_true", help="broker and clients on any CPU")
+    parser.add_argument(
+        "--raw-rounds",
+        type=int,
+        default=6,
+        help="rounds of the full-TLS-record produce (benchmarks.tls_produce_raw); 0: none",
+    )
+    parser.add_argument("--raw-mb", type=int, default=100, help="MB per listener per raw round")
     args = parser.parse_args()
     if not args.unpinned:
         refused = check_cpus()
@@ -299,9 +321,14 @@ def main() -> None:
         producers_off_broker_cpu()  # before any client: librdkafka's threads inherit it
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        broker = start_secure_broker(Path(tmp) / "pki", {"admin": "admin-secret"}, SCRAM)
+        broker = start_secure_broker(
+            Path(tmp) / "pki", {"admin": "admin-secret"}, SCRAM, BOUNDED_LOG
+        )
         try:
             _run(broker, args)
+            if not args.control and args.raw_rounds:
+                raw = RawSettings(mb=args.raw_mb, rounds=args.raw_rounds)
+                print_raw_summary(raw_produce_rounds(broker, raw), raw)
             if not args.control:
                 rate = _scram_connections_per_s(broker.ports["SASL_PLAINTEXT"], 5.0)
                 print(f"SCRAM-SHA-512 connection set-up: {rate:.0f} connections/s"

@@ -44,46 +44,28 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from riverbed.protocol.messages import decode, encode, request_class, response_class
-from riverbed.raft import wire
-from riverbed.raft.actions import (
-    Action,
-    CommitEntries,
-    CompleteSnapshotDownload,
-    CreateSnapshot,
-    DeleteSnapshots,
-    FlushLog,
-    LeaderChanged,
-    LoadSnapshot,
-    PersistQuorumState,
-    SendRequest,
-    SendResponse,
-)
+from riverbed.raft.actions import Action
 from riverbed.raft.config import RaftConfig
 from riverbed.raft.log import MemoryLog
-from riverbed.raft.messages import (
-    BeginQuorumEpochResponse,
-    DescribeQuorumResponse,
-    EndQuorumEpochResponse,
-    FetchResponse,
-    FetchSnapshotResponse,
-    VoteResponse,
-)
 from riverbed.raft.node import AppendQueueFullError, NotLeaderError, RaftNode
 from riverbed.raft.quorum_state import QuorumState
 from riverbed.raft.roles import Role
-from riverbed.raft.snapshot_format import read_snapshot
-from riverbed.raft.snapshots import MemorySnapshotStore, finish_download
+from riverbed.raft.snapshots import MemorySnapshotStore
 from riverbed.server.fault_handler import FaultHalt, RecordingFaultHandler
 from riverbed.server.raft_driver import GuardedMachine
 from riverbed.testing.raft_sim_checks import Checker, InvariantError
-from riverbed.testing.raft_sim_links import Links, Outcome, RefusalChecks, failure, is_refusal
+from riverbed.testing.raft_sim_faults import FaultsMixin
+from riverbed.testing.raft_sim_leader_checks import LeaderChecksMixin
+from riverbed.testing.raft_sim_links import Links, RefusalChecks, is_refusal
 from riverbed.testing.raft_sim_metadata import (
     MetadataChecker,
     MetadataClient,
     SimStateMachine,
     encoded,
 )
+from riverbed.testing.raft_sim_network import NetworkMixin
+from riverbed.testing.raft_sim_network import through_wire as through_wire  # re-exported
+from riverbed.testing.raft_sim_shell import ShellMixin
 
 
 class SimulationFailure(AssertionError):
@@ -91,28 +73,6 @@ class SimulationFailure(AssertionError):
 
 
 METADATA_OP_SHARE = 0.35  # client events that run a controller operation (when active)
-
-
-_RESPONSE_API = {
-    VoteResponse: wire.API_VOTE,
-    BeginQuorumEpochResponse: wire.API_BEGIN_QUORUM_EPOCH,
-    EndQuorumEpochResponse: wire.API_END_QUORUM_EPOCH,
-    FetchResponse: wire.API_FETCH,
-    FetchSnapshotResponse: wire.API_FETCH_SNAPSHOT,
-    DescribeQuorumResponse: wire.API_DESCRIBE_QUORUM,
-}
-
-
-def through_wire(msg: Any) -> Any:
-    """The message as the peer would decode it from Kafka wire bytes."""
-    api = _RESPONSE_API.get(type(msg))
-    if api is None:
-        api, version, wire_msg = wire.encode_request(msg)
-        data = encode(wire_msg, version)
-        return wire.decode_request(api, decode(request_class(api), data, version))
-    version = wire.WIRE_VERSIONS[api]
-    data = encode(wire.encode_response(msg), version)
-    return wire.decode_response(api, decode(response_class(api), data, version))
 
 
 @dataclass(frozen=True)
@@ -182,7 +142,7 @@ class SimNode:
         return self.node is not None
 
 
-class Simulation:
+class Simulation(NetworkMixin, ShellMixin, LeaderChecksMixin, FaultsMixin):
     def __init__(self, params: SimParams) -> None:
         self.p = params
         self.rng = random.Random(params.seed)
@@ -250,30 +210,6 @@ class Simulation:
         sm.fault = self.machine_fault  # type: ignore[method-assign]
         return sm
 
-    def machine_fault(self) -> bool:
-        return (
-            self.chaos
-            and self.machine_fault_rate > 0
-            and (self.rng.random() < self.machine_fault_rate)
-        )
-
-    def halt(self, sn: SimNode) -> None:
-        """The fault handler ran (FaultHalt): the process is gone with what it had not
-        flushed; a supervisor restarts it, and the start-up path recovers."""
-        what, cause = self.faults.faults[-1]
-        guard = sn.guard
-        assert guard is not None
-        self.stats["state machine faults"] += 1
-        self.trace(f"node {sn.node_id} halted: {what}: {cause}")
-        # the shell's applied offset stays before the entries the machine did not apply
-        if guard.applied_offset != sn.sm.kv.applied:
-            raise InvariantError(
-                f"node {sn.node_id}: applied offset {guard.applied_offset} after a failed "
-                f"apply, but the machine applied up to {sn.sm.kv.applied}"
-            )
-        self.crash(sn)
-        self.schedule(self.now + self.rng.randint(10, 500), "restart", sn.node_id)
-
     def boot(self, sn: SimNode) -> None:
         sn.incarnation += 1
         self.links.host_down.discard(sn.node_id)
@@ -319,135 +255,6 @@ class Simulation:
             self.checker.on_restart(sn.node_id, wiped=True)
 
     # --- actions -----------------------------------------------------------------------------
-    def connected(self, a: int, b: int) -> bool:
-        return self.partition.get(a, 0) == self.partition.get(b, 0) and (a, b) not in self.links.cut
-
-    def request_outcome(self, src: int, dst: int, corr: int) -> bool:
-        """Whether a request goes out (``raft_sim_links``); if not, the shell's failure."""
-        peer = self.nodes[dst]
-        ways = (self.connected(src, dst), self.connected(dst, src))
-        outcome = self.links.request(src, dst, peer.incarnation if peer.alive else None, ways)
-        if outcome is Outcome.DELIVER and self.rng.random() >= self.drop_rate:
-            return True
-        after = (
-            self.rng.randint(1, 5) if outcome is Outcome.REFUSED else self.config.request_timeout_ms
-        )
-        self.fail_request(src, self.nodes[src].incarnation, dst, corr, failure(outcome), after)
-        return False
-
-    def fail_request(
-        self, src: int, src_inc: int, dst: int, corr: int, exc: BaseException, after: int
-    ) -> None:
-        self.schedule(self.now + after, "failed", src, src_inc, dst, corr, exc)
-
-    def send(self, src: int, dst: int, kind: str, corr: int, msg: Any, dst_inc: int) -> None:
-        if kind == "req" and not self.request_outcome(src, dst, corr):
-            return
-        if kind == "resp" and (not self.connected(src, dst) or self.rng.random() < self.drop_rate):
-            # the requester's shell times out waiting for it
-            timeout = self.rng.randint(1, self.config.request_timeout_ms // 2)
-            self.fail_request(dst, dst_inc, src, corr, TimeoutError(), timeout)
-            return
-        copies = 2 if self.rng.random() < self.dup_rate else 1
-        src_inc = self.nodes[src].incarnation
-        if self.p.wire:
-            msg = through_wire(msg)
-        for _ in range(copies):
-            # a slow network period: some messages outlive the request timeout, so late
-            # replies to requests already retried are common
-            slow = self.slow_until > self.now and self.rng.random() < 0.3
-            delay = self.rng.randint(1, 900) if slow else self.rng.randint(1, 12)
-            self.schedule(self.now + delay, "msg", src, src_inc, dst, dst_inc, kind, corr, msg)
-
-    def run_actions(self, sn: SimNode, actions: list[Action]) -> None:
-        node = sn.node
-        assert node is not None
-        for a in actions:
-            if isinstance(a, SendRequest):
-                self.send(sn.node_id, a.dest, "req", a.correlation_id, a.request, -1)
-            elif isinstance(a, SendResponse):
-                self.send_response(sn, a)
-            elif isinstance(a, PersistQuorumState):
-                sn.disk.quorum_state = a.state
-                self.checker.on_persist(sn.node_id, a.state.leader_epoch)
-            elif isinstance(a, FlushLog):
-                delay = self.rng.choice((0, 1, 2, 5, 20))
-                self.schedule(
-                    self.now + delay,
-                    "flush",
-                    sn.node_id,
-                    sn.incarnation,
-                    a.end_offset,
-                    sn.disk.log.truncations,
-                )
-            elif isinstance(a, CommitEntries):
-                # ground truth first: the image checks compare against the committed log
-                self.checker.on_commit(sn.node_id, a.entries)
-                self.metadata_checker.on_commit(a.entries)
-                assert sn.guard is not None
-                sn.guard.apply(a.entries)
-            elif isinstance(a, LeaderChanged):
-                self.trace(f"node {sn.node_id}: epoch {a.epoch} leader {a.leader_id}")
-            else:
-                self.run_snapshot_action(sn, a)
-
-    def send_response(self, sn: SimNode, a: SendResponse) -> None:
-        node = sn.node
-        assert node is not None
-        resp = a.response
-        if (
-            isinstance(resp, FetchSnapshotResponse)
-            and resp.error_code == 0
-            and node.role is Role.LEADER
-            and a.dest in self.voters
-        ):
-            follows = self.snapshot_follows.setdefault((sn.node_id, node.epoch), {})
-            follows[a.dest] = self.now
-        inc = sn.request_incarnation.pop((a.dest, a.correlation_id), -1)
-        self.send(sn.node_id, a.dest, "resp", a.correlation_id, a.response, inc)
-
-    def run_snapshot_action(self, sn: SimNode, a: Action) -> None:
-        """LoadSnapshot, CreateSnapshot, DeleteSnapshots, CompleteSnapshotDownload."""
-        if isinstance(a, LoadSnapshot):
-            self.stats["snapshot loads"] += 1
-            assert sn.guard is not None
-            records = read_snapshot(sn.disk.snapshots.get(a.snapshot_id)).records
-            sn.guard.load_snapshot(a.snapshot_id, records)
-            self.checker.check_snapshot_state(sn.node_id, a.snapshot_id, sn.sm.data)
-            self.trace(f"node {sn.node_id} loaded snapshot {a.snapshot_id}")
-        elif isinstance(a, CreateSnapshot):
-            self.stats["snapshots written"] += 1
-            if not self.metadata_checker.is_batch_boundary(a.snapshot_id.end_offset):
-                raise InvariantError(
-                    f"node {sn.node_id}: snapshot {a.snapshot_id} ends inside a batch"
-                )
-            data = sn.sm.snapshot(a.snapshot_id)
-            self.checker.check_snapshot_state(sn.node_id, a.snapshot_id, sn.sm.data)
-            # a crash before the rename loses it: write after a delay
-            delay = self.rng.choice((0, 1, 10))
-            self.schedule(
-                self.now + delay, "snapshot", sn.node_id, sn.incarnation, a.snapshot_id, data
-            )
-        elif isinstance(a, DeleteSnapshots):
-            # unlinked on the shell's worker thread: later (a crash may come first)
-            delay = self.rng.choice((0, 2, 20))
-            self.schedule(
-                self.now + delay, "snapshot delete", sn.node_id, sn.incarnation, a.snapshot_ids
-            )
-        elif isinstance(a, CompleteSnapshotDownload):
-            # validated, fsynced and renamed on the shell's worker thread: later
-            delay = self.rng.choice((0, 1, 5, 30))
-            self.schedule(
-                self.now + delay, "download done", sn.node_id, sn.incarnation, a.snapshot_id
-            )
-
-    def reset(self, dead: int, src: int, src_inc: int, corr: int) -> None:
-        """``dead``'s process died with ``src``'s request on its connection: its host's
-        kernel resets the connection (if the host lives and its packets reach ``src``)."""
-        if dead not in self.links.host_down and self.connected(dead, src):
-            exc = ConnectionResetError("connection closed")
-            self.fail_request(src, src_inc, dead, corr, exc, self.rng.randint(1, 5))
-
     def feed(self, sn: SimNode, fn: Callable[[RaftNode], list[Action]]) -> None:
         node = sn.node
         assert node is not None
@@ -481,33 +288,6 @@ class Simulation:
         if node.role is Role.LEADER and node.high_watermark > old_hw:
             self.checker.check_leader_hw(node, old_hw, self.durable_view())
         self.reschedule_tick(sn)
-
-    def check_refusals(
-        self, node: RaftNode, before: tuple[int, Role, bool], actions: list[Action]
-    ) -> None:
-        leaders = {
-            i: n.node
-            for i, n in self.nodes.items()
-            if n.node is not None and n.node.role is Role.LEADER
-        }
-        granted = any(
-            isinstance(a, SendResponse)
-            and isinstance(a.response, VoteResponse)
-            and a.response.pre_vote
-            and a.response.vote_granted
-            for a in actions
-        )
-        self.refusal_checks.after(node, before, leaders, granted, self.now)
-
-    def durable_view(self) -> dict[int, tuple[MemoryLog, MemorySnapshotStore, int]]:
-        # a wiped voter still holds what it flushed before the wipe as far as safety goes:
-        # it never votes again, so only its acks (old and new) matter
-        out = {}
-        for v in self.voters:
-            sn = self.nodes[v]
-            coverage = -1 if sn.wiped_coverage is None else sn.wiped_coverage
-            out[v] = (sn.disk.log, sn.disk.snapshots, coverage)
-        return out
 
     # --- events ------------------------------------------------------------------------------
     def handle(self, kind: str, payload: tuple[Any, ...]) -> None:
@@ -558,103 +338,6 @@ class Simulation:
             self.partition = {}
             self.links.cut.clear()
             self.trace("partition healed")
-
-    def deliver(
-        self, src: int, src_inc: int, dst: int, dst_inc: int, mkind: str, corr: int, msg: Any
-    ) -> None:
-        """A request or response arrives (a response only at the incarnation that asked)."""
-        sn = self.nodes[dst]
-        if not sn.alive and mkind == "req":
-            self.reset(dst, src, src_inc, corr)  # sent on the connection to a dead process
-        if not sn.alive or not self.connected(src, dst):
-            return
-        if mkind == "req":
-            if self.p.verbose:
-                self.trace(f"{src}->{dst} #{corr} {msg}")
-            sn.request_incarnation[(src, corr)] = src_inc
-            self.feed(sn, lambda n: n.handle_request(src, corr, msg, self.now))
-        elif dst_inc == sn.incarnation:
-            if isinstance(msg, FetchResponse):
-                if msg.diverging_epoch is not None:
-                    self.stats["diverging"] += 1
-                if msg.snapshot_id is not None:
-                    self.stats["fetch->snapshot id"] += 1
-            elif isinstance(msg, FetchSnapshotResponse):
-                self.stats[f"fetch_snapshot error {msg.error_code}"] += 1
-            if self.p.verbose:
-                self.trace(f"{src}->{dst} #{corr} {msg}")
-            self.feed(sn, lambda n: n.handle_response(src, corr, msg, self.now))
-
-    def disk_done(self, kind: str, payload: tuple[Any, ...]) -> None:
-        """A disk operation the shell ran in the background finished (unless the node
-        crashed meanwhile: then it never happened)."""
-        if kind == "flush":
-            nid, inc, end, truncations = payload
-            sn = self.nodes[nid]
-            if sn.alive and sn.incarnation == inc:
-                # like storage's recovery point: an fsync that started before a truncation
-                # does not vouch for what was written after it
-                if sn.disk.log.truncations == truncations:
-                    sn.disk.log.flush(end)
-                self.feed(sn, lambda n: n.on_log_flushed(end, self.now))
-        elif kind == "snapshot":
-            nid, inc, sid, data = payload
-            sn = self.nodes[nid]
-            if sn.alive and sn.incarnation == inc:
-                sn.disk.snapshots.write(sid, data)
-                self.feed(sn, lambda n: n.on_snapshot_written(sid, self.now))
-        elif kind == "snapshot delete":
-            nid, inc, sids = payload
-            sn = self.nodes[nid]
-            if sn.alive and sn.incarnation == inc:
-                for sid in sids:
-                    sn.disk.snapshots.delete(sid)
-                self.stats["snapshots deleted"] += len(sids)
-        elif kind == "download done":
-            nid, inc, sid = payload
-            sn = self.nodes[nid]
-            if sn.alive and sn.incarnation == inc:
-                problem = finish_download(sn.disk.snapshots, sid)
-                self.stats[
-                    "snapshot downloads " + ("completed" if problem is None else "rejected")
-                ] += 1
-                self.feed(sn, lambda n: n.on_snapshot_downloaded(sid, problem, self.now))
-
-    def leader_view(self, sn: SimNode) -> tuple[int, int, dict[int, int]] | None:
-        """(epoch, start ms, voter -> last Fetch ms) of a leader, before its tick."""
-        node = sn.node
-        ls = node.leader_state if node is not None else None
-        if node is None or ls is None or node.role is not Role.LEADER:
-            return None
-        fetches = {v: ls.replicas[v].last_fetch_ms for v in self.voters if v in ls.replicas}
-        return node.epoch, ls.started_ms, fetches
-
-    def check_quorum_kept(
-        self, sn: SimNode, epoch: int, started_ms: int, fetches: dict[int, int]
-    ) -> None:
-        """Check-quorum counts FetchSnapshot as following (Kafka does): a leader whose
-        majority fetched or downloaded its snapshot within 1.5 x fetch timeout must not
-        resign; without that a snapshot download restarts with every new leader."""
-        window = self.config.fetch_timeout_ms * 3 // 2
-        since = self.now - window
-        if self.now - started_ms < window:
-            return
-        follows = self.snapshot_follows.get((sn.node_id, epoch), {})
-        fetching = {v for v, ms in fetches.items() if ms >= since and v != sn.node_id}
-        downloading = {v for v, ms in follows.items() if ms >= since} - fetching
-        majority = len(self.voters) // 2 + 1
-        active = 1 + len(fetching) + len(downloading)
-        node = sn.node
-        if active < majority or not downloading:
-            return
-        if 1 + len(fetching) < majority:
-            self.stats["leader kept by FetchSnapshot"] += 1
-        if node is not None and node.epoch == epoch and node.role is Role.RESIGNED:
-            raise InvariantError(
-                f"node {sn.node_id} resigned epoch {epoch} by check-quorum while voters "
-                f"{sorted(fetching | downloading)} followed it ({sorted(downloading)} "
-                f"downloading its snapshot)"
-            )
 
     def client_append(self) -> None:
         leaders = [
@@ -718,73 +401,6 @@ class Simulation:
         self.checker.check_node(node)
         self.reschedule_tick(sn)
         return True
-
-    def inject_fault(self) -> None:
-        r = self.rng.random()
-        alive = [sn for sn in self.nodes.values() if sn.alive]
-        dead = [sn for sn in self.nodes.values() if not sn.alive]
-        if r < 0.18 and alive:
-            self.crash(self.rng.choice(alive))
-        elif r < 0.36 and dead:
-            self.boot(self.rng.choice(dead))
-        elif r < 0.46:
-            ids = sorted(self.nodes)
-            self.partition = {i: self.rng.randint(0, 1) for i in ids}
-            self.trace(f"partition {self.partition}")
-            self.schedule(self.now + self.rng.randint(100, 2000), "heal")
-        elif r < 0.52:
-            self.partition = {}
-        elif r < 0.62:
-            self.drop_rate = self.rng.choice((0.0, 0.0, 0.05, 0.2, 0.5))
-            self.dup_rate = self.rng.choice((0.0, 0.02, 0.1))
-            if self.rng.random() < 0.3:
-                self.slow_until = self.now + self.rng.randint(200, 2000)
-                self.trace(f"slow network until {self.slow_until}")
-        elif r < 0.70:
-            leaders = [
-                sn
-                for sn in alive
-                if sn.node
-                and sn.node.role is Role.LEADER
-                and not self.links.paused(sn.node_id, self.now)
-            ]
-            if leaders:
-                sn = self.rng.choice(leaders)
-                self.trace(f"node {sn.node_id} resigns")
-                self.feed(sn, lambda n: n.resign(self.now))
-                if self.rng.random() < 0.5:
-                    self.crash(sn)
-                    self.schedule(self.now + self.rng.randint(10, 1000), "restart", sn.node_id)
-        elif r < 0.73 and alive:
-            sn = self.rng.choice(alive)
-            is_voter = sn.node_id in self.voters
-            if not is_voter or (self.p.voters > 1 and self.wiped_voters < (self.p.voters - 1) // 2):
-                self.wiped_voters += is_voter
-                self.crash(sn, wipe=True)
-                self.schedule(self.now + self.rng.randint(10, 1000), "restart", sn.node_id)
-        elif r < 0.80 and alive:
-            self.pause(alive)
-        elif r < 0.86:
-            self.cut_one_way()
-
-    def pause(self, alive: list[SimNode]) -> None:
-        """SIGSTOP a node (the leader half the time) for up to three fetch timeouts."""
-        leaders = [sn for sn in alive if sn.node and sn.node.role is Role.LEADER]
-        sn = self.rng.choice(leaders if leaders and self.rng.random() < 0.5 else alive)
-        until = self.now + self.rng.randint(50, 3 * self.config.fetch_timeout_ms)
-        self.links.paused_until[sn.node_id] = max(until, self.links.paused_until.get(sn.node_id, 0))
-        self.stats["pauses"] += 1
-        self.trace(f"pause node {sn.node_id} until {until}")
-
-    def cut_one_way(self) -> None:
-        """A one-way partition: everything a node sends, or everything sent to it, is lost."""
-        node = self.rng.choice(sorted(self.nodes))
-        others = [i for i in self.nodes if i != node]
-        outgoing = self.rng.random() < 0.5
-        self.links.cut |= {(node, o) if outgoing else (o, node) for o in others}
-        self.stats["one-way partitions"] += 1
-        self.trace(f"one-way partition: {'from' if outgoing else 'to'} node {node}")
-        self.schedule(self.now + self.rng.randint(100, 2000), "heal")
 
     # --- phases ------------------------------------------------------------------------------
     def run_until(self, deadline: int, done: Callable[[], bool] | None = None) -> bool:

@@ -15,6 +15,7 @@ from pathlib import Path
 from riverbed.producer.complete import iter_fd_fields, merge_newest
 from riverbed.producer.ledger import PidLedger
 from riverbed.producer.ledger_files import Fields
+from riverbed.producer.ledger_truncation import LedgerTruncation
 from riverbed.producer.manager import ProducerStateManager
 
 __all__ = ["MUTATIONS"]
@@ -59,7 +60,8 @@ def _carry_to_active(
 
 
 def carry_to_active() -> AbstractContextManager[None]:
-    return _patched(PidLedger, "_carry_forward", _carry_to_active)
+    # the class that defines it (PidLedger inherits it), so that restoring puts it back
+    return _patched(LedgerTruncation, "_carry_forward", _carry_to_active)
 
 
 def _replay_from_log_start(self: ProducerStateManager, log_end: int) -> None:

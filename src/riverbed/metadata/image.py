@@ -6,7 +6,10 @@ and the next producer-id block.  It never changes; `MetadataDelta(image)` collec
 effect of replayed records and `apply(offset)` returns a new image.  Log replay at start,
 snapshot load and the controller's own writes all go through `MetadataDelta.replay`, so
 there is exactly one way state changes.  `image_to_records` is the inverse used to write
-snapshots: replaying its output into `MetadataImage.EMPTY` gives an equal image.
+snapshots: replaying its output into `MetadataImage.EMPTY` gives an equal image (it and
+its record order are :mod:`riverbed.metadata.image_records`'s; one partition's
+registration and its merge rule are :mod:`riverbed.metadata.partition_registration`'s,
+both importable from here as before).
 
 SCRAM credentials (UserScramCredentialRecord / RemoveUserScramCredentialRecord) are kept
 by (user, mechanism id): salt, StoredKey, ServerKey, iterations, never a password.
@@ -25,12 +28,22 @@ markers, ZK migration) are accepted and ignored so that logs written by newer co
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Set
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from riverbed.metadata.records import METADATA_VERSION_FEATURE, ResourceType, encode_record
+from riverbed.metadata.image_records import acl_record as acl_record  # re-exported
+from riverbed.metadata.image_records import client_quota_record as client_quota_record
+from riverbed.metadata.image_records import image_to_records as image_to_records
+from riverbed.metadata.image_records import iter_image_records as iter_image_records
+from riverbed.metadata.image_records import iter_image_values as iter_image_values
+from riverbed.metadata.partition_registration import NO_LEADER as NO_LEADER  # re-exported
+from riverbed.metadata.partition_registration import NO_LEADER_CHANGE as NO_LEADER_CHANGE
+from riverbed.metadata.partition_registration import (
+    PartitionRegistration as PartitionRegistration,
+)
+from riverbed.metadata.records import METADATA_VERSION_FEATURE, ResourceType
 from riverbed.protocol.fastpath import fast
 from riverbed.protocol.messages import (
     AccessControlEntryRecord,
@@ -57,104 +70,14 @@ from riverbed.security.client_quotas import QuotaEntity
 
 K = TypeVar("K")
 V = TypeVar("V")
-NO_LEADER = -1
-NO_LEADER_CHANGE = -2
 
 
 class MetadataReplayError(ValueError):
     """A record that does not fit the image it is replayed into (a corrupt or foreign log)."""
 
 
-_new_tuple = tuple.__new__
-
-
 def _frozen(d: dict[K, V]) -> Mapping[K, V]:
     return MappingProxyType(d)
-
-
-class PartitionRegistration(NamedTuple):
-    """One partition's assignment and leadership (immutable).
-
-    A NamedTuple rather than a frozen dataclass: images hold one per partition (a million
-    in a large cluster) and tuple construction is several times cheaper on replay. Replay
-    builds them with the C fast path when it is there (``_fastpath.registration``: equal
-    to ``from_record``'s, and untracked by the garbage collector, which never untracks a
-    tuple subclass by itself: a million tracked registrations made every full collection
-    walk them all)."""
-
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-    removing_replicas: tuple[int, ...] = ()
-    adding_replicas: tuple[int, ...] = ()
-    leader: int = NO_LEADER
-    leader_recovery_state: int = 0
-    leader_epoch: int = 0
-    partition_epoch: int = 0
-
-    @classmethod
-    def from_record(
-        cls, rec: PartitionRecord, shared: dict[tuple[int, ...], tuple[int, ...]] | None = None
-    ) -> PartitionRegistration:
-        """The registration a PartitionRecord makes. With ``shared``, equal replica lists
-        become one tuple object: a cluster has few distinct replica sets and many
-        partitions (10 brokers, replication factor 3: 720), which halves an image's
-        memory per partition."""
-        replicas, isr = tuple(rec.replicas), tuple(rec.isr)
-        if shared is not None:
-            replicas = shared.setdefault(replicas, replicas)
-            isr = shared.setdefault(isr, isr)
-        # tuple.__new__ skips NamedTuple's Python-level __new__ (a replay makes millions)
-        return _new_tuple(
-            cls,
-            (
-                replicas,
-                isr,
-                tuple(rec.removing_replicas) if rec.removing_replicas else (),
-                tuple(rec.adding_replicas) if rec.adding_replicas else (),
-                rec.leader,
-                rec.leader_recovery_state,
-                rec.leader_epoch,
-                rec.partition_epoch,
-            ),
-        )
-
-    def merge(self, change: PartitionChangeRecord) -> PartitionRegistration:
-        """Apply a PartitionChangeRecord (Kafka's PartitionRegistration.merge)."""
-        leader, leader_epoch = self.leader, self.leader_epoch
-        if change.leader != NO_LEADER_CHANGE:
-            # A leader field in the record, even the same leader, starts a new epoch.
-            leader, leader_epoch = change.leader, self.leader_epoch + 1
-        recovery = self.leader_recovery_state
-        if change.leader_recovery_state != -1:
-            recovery = change.leader_recovery_state
-        return PartitionRegistration(
-            replicas=self.replicas if change.replicas is None else tuple(change.replicas),
-            isr=self.isr if change.isr is None else tuple(change.isr),
-            removing_replicas=self.removing_replicas
-            if change.removing_replicas is None
-            else tuple(change.removing_replicas),
-            adding_replicas=self.adding_replicas
-            if change.adding_replicas is None
-            else tuple(change.adding_replicas),
-            leader=leader,
-            leader_recovery_state=recovery,
-            leader_epoch=leader_epoch,
-            partition_epoch=self.partition_epoch + 1,
-        )
-
-    def to_record(self, topic_id: uuid.UUID, partition_id: int) -> Message:
-        return PartitionRecord(
-            partition_id=partition_id,
-            topic_id=topic_id,
-            replicas=list(self.replicas),
-            isr=list(self.isr),
-            removing_replicas=list(self.removing_replicas),
-            adding_replicas=list(self.adding_replicas),
-            leader=self.leader,
-            leader_recovery_state=self.leader_recovery_state,
-            leader_epoch=self.leader_epoch,
-            partition_epoch=self.partition_epoch,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -632,112 +555,3 @@ def replay_all(
     for record in records:
         delta.replay(record)
     return delta.apply(offset)
-
-
-def image_to_records(image: MetadataImage) -> list[Message]:
-    """The records that rebuild `image` from EMPTY (snapshot content), in replay order."""
-    return list(iter_image_records(image))
-
-
-def iter_image_records(image: MetadataImage) -> Iterator[Message]:
-    """`image_to_records` lazily: safe on any thread, since the image never changes."""
-    yield from _head_records(image)
-    for topic in sorted(image.topics_by_id.values(), key=lambda t: t.name):
-        yield TopicRecord(name=topic.name, topic_id=topic.topic_id)
-        for index in sorted(topic.partitions):
-            yield topic.partitions[index].to_record(topic.topic_id, index)
-    yield from _tail_records(image)
-
-
-def iter_image_values(image: MetadataImage) -> Iterator[bytes]:
-    """``encode_record(r) for r in iter_image_records(image)``, the same bytes: a
-    snapshot's values. The partitions (nearly all of a large image) are encoded straight
-    from their registrations by the C fast path (``riverbed.protocol.fastpath``), without
-    a PartitionRecord object each; without it, or for a registration it does not take,
-    through the record."""
-    for record in _head_records(image):
-        yield encode_record(record)
-    encode_partition = fast.encode_partition if fast is not None else None
-    for topic in sorted(image.topics_by_id.values(), key=lambda t: t.name):
-        topic_id, parts = topic.topic_id, topic.partitions
-        yield encode_record(TopicRecord(name=topic.name, topic_id=topic_id))
-        for index in sorted(parts):
-            part = parts[index]
-            value = None if encode_partition is None else encode_partition(index, topic_id, *part)
-            yield encode_record(part.to_record(topic_id, index)) if value is None else value
-    for record in _tail_records(image):
-        yield encode_record(record)
-
-
-def _head_records(image: MetadataImage) -> Iterator[Message]:
-    """Features, brokers and the producer id block: what comes before the topics."""
-    features = dict(image.features)
-    # New logs and snapshots begin with metadata.version (see FeatureLevelRecord.json).
-    if METADATA_VERSION_FEATURE in features:
-        yield (
-            FeatureLevelRecord(
-                name=METADATA_VERSION_FEATURE,
-                feature_level=features.pop(METADATA_VERSION_FEATURE),
-            )
-        )
-    for name in sorted(features):
-        yield FeatureLevelRecord(name=name, feature_level=features[name])
-    for broker_id in sorted(image.brokers):
-        yield image.brokers[broker_id].to_record()
-    if image.next_producer_id:
-        # The broker epoch in the record is informational for replay.
-        yield (
-            ProducerIdsRecord(
-                broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id
-            )
-        )
-
-
-def _tail_records(image: MetadataImage) -> Iterator[Message]:
-    """SCRAM credentials, ACLs and configs: what comes after the topics."""
-    for (user, mechanism), cred in sorted(image.scram_credentials.items()):
-        yield UserScramCredentialRecord(
-            name=user,
-            mechanism=mechanism,
-            salt=cred.salt,
-            stored_key=cred.stored_key,
-            server_key=cred.server_key,
-            iterations=cred.iterations,
-        )
-    for acl_id, acl in sorted(image.acls.items()):
-        yield acl_record(acl_id, acl)
-    for entity, values in sorted(image.client_quotas.items(), key=lambda kv: repr(kv[0])):
-        for key in sorted(values):
-            yield client_quota_record(entity, key, values[key])
-    for rtype, rname in sorted(image.configs):
-        entries = image.configs[(rtype, rname)]
-        for name in sorted(entries):
-            yield (
-                ConfigRecord(
-                    resource_type=rtype, resource_name=rname, name=name, value=entries[name]
-                )
-            )
-
-
-def acl_record(acl_id: uuid.UUID, acl: StandardAcl) -> AccessControlEntryRecord:
-    """The record that adds ``acl`` under ``acl_id`` (controller writes and snapshots)."""
-    return AccessControlEntryRecord(
-        id=acl_id,
-        resource_type=acl.resource_type,
-        resource_name=acl.resource_name,
-        pattern_type=acl.pattern_type,
-        principal=acl.principal,
-        host=acl.host,
-        operation=acl.operation,
-        permission_type=acl.permission_type,
-    )
-
-
-def client_quota_record(entity: QuotaEntity, key: str, value: float | None) -> ClientQuotaRecord:
-    """The record that sets (``value``) or removes (None) ``key`` of ``entity``."""
-    return ClientQuotaRecord(
-        entity=[ClientQuotaRecord.EntityData(entity_type=t, entity_name=n) for t, n in entity],
-        key=key,
-        value=0.0 if value is None else value,
-        remove=value is None,
-    )

@@ -240,3 +240,38 @@ def test_the_connections_memory_answers_as_the_table_while_acls_change(
         for _ in range(2):  # the second time from the connection's memory
             got = authz.verdict(image, ctx, body)
             assert got == BrokerAuthorizer(config).verdict(image, fresh, body, dict(RULES))
+
+
+def test_produce_remembered_says_yes_only_for_what_verdict_let_this_connection_write() -> None:
+    """The dispatcher asks `produce_remembered` before `verdict`: it may say yes only for a
+    Produce whose every topic `verdict` already let this connection's principal write
+    under the image's ACLs; an ACL change, another principal, a topic id, a transactional
+    id or a topic not yet decided all go to `verdict`, which then decides them."""
+    decisions = ConnectionDecisions()
+    ctx = _alice_ctx(decisions)
+    authz = BrokerAuthorizer(AuthorizerConfig())
+    allowed = image_with(
+        [_acl("orders", PermissionType.ALLOW), _acl("payments", PermissionType.ALLOW)]
+    )
+    orders = produce([("orders", False)], None)
+    assert not authz.produce_remembered(allowed, ctx, orders)  # never decided
+    assert authz.verdict(allowed, ctx, orders) is ALLOWED
+    assert authz.produce_remembered(allowed, ctx, orders)
+    both = produce([("orders", False), ("payments", False)], None)
+    assert not authz.produce_remembered(allowed, ctx, both)  # payments not decided yet
+    assert not authz.produce_remembered(allowed, ctx, produce([("orders", True)], None))
+    assert not authz.produce_remembered(allowed, ctx, produce([("orders", False)], "tx"))
+    bob = RequestContext(
+        ctx.header, ctx.peer, "PLAINTEXT", 1, 0, KafkaPrincipal.user("bob"), decisions=decisions
+    )
+    assert not authz.produce_remembered(allowed, bob, orders)
+    denied = image_with([_acl("orders", PermissionType.ALLOW), _acl("orders", PermissionType.DENY)])
+    assert not authz.produce_remembered(denied, ctx, orders)  # a new ACL set: decided again
+    assert authz.verdict(denied, ctx, orders).refused == {0: ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+    assert not authz.produce_remembered(denied, ctx, orders)
+    assert not authz.produce_remembered(allowed, ctx, orders)  # back: decided afresh first
+    assert authz.verdict(allowed, ctx, orders) is ALLOWED
+    assert authz.produce_remembered(allowed, ctx, orders)
+    assert not authz.produce_remembered(
+        allowed, RequestContext(ctx.header, ctx.peer, "PLAINTEXT", 1, 0, ctx.principal), orders
+    )

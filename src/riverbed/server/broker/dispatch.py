@@ -272,8 +272,12 @@ class Broker:
         self, handler: Handler, ctx: RequestContext, body: Message
     ) -> Response | None:
         version = response_body_version(ctx.header)
-        if self.authz is not None:
-            verdict = self.authz.verdict(self.metadata.image, ctx, body)
+        authz = self.authz
+        if authz is not None and not (
+            type(body) is ProduceRequest
+            and authz.produce_remembered(self.metadata.image, ctx, body)
+        ):
+            verdict = authz.verdict(self.metadata.image, ctx, body)
             if verdict is not ALLOWED:
                 return await self._handle_refused(handler, ctx, body, version, verdict)
         return await self._run(handler, ctx, body, version)

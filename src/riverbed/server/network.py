@@ -225,19 +225,17 @@ class _Codec(Protocol):
 
 
 class _DefaultCodec:
-    """The protocol engine's header codec (imported lazily: it is large)."""
+    """The protocol engine's header codec, imported when a server is made (not with this
+    module: it is large). Its two functions are bound once here: an import statement in
+    a function runs on every call (~0.5 us, twice a request)."""
 
-    def decode_request(self, frame: bytes) -> tuple[RequestHeader, Message]:
-        from riverbed.protocol.headers import decode_request
+    def __init__(self) -> None:
+        from riverbed.protocol.headers import decode_request, encode_response
 
-        # Trailing bytes after a body are ignored there, as by Kafka (librdkafka 2.x sends
-        # MetadataRequest v12 with 3 extra bytes).
-        return decode_request(frame)
-
-    def encode_response(self, header: RequestHeader, body: Message) -> bytes:
-        from riverbed.protocol.headers import encode_response
-
-        return encode_response(header, body)
+        # Trailing bytes after a body are ignored by decode_request, as by Kafka
+        # (librdkafka 2.x sends MetadataRequest v12 with 3 extra bytes).
+        self.decode_request: Callable[[bytes], tuple[RequestHeader, Message]] = decode_request
+        self.encode_response: Callable[[RequestHeader, Message], bytes] = encode_response
 
 
 class Connection:

@@ -14,7 +14,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.headers import response_body_version
 from riverbed.protocol.messages import Message
 from riverbed.security.api_operations import CONTROLLER_RULES
 from riverbed.server.broker.admin import mute_for_mutation_quota
@@ -24,6 +26,9 @@ from riverbed.server.broker.authorization import (
     split,
     with_refused,
 )
+from riverbed.server.broker.cluster_info import api_versions_response
+from riverbed.server.broker.error_response import error_code_of, error_response
+from riverbed.server.broker.versioning import fit_to_version
 from riverbed.server.forwarding import origin_of
 from riverbed.server.network import CloseConnection, RequestContext
 from riverbed.server.quorum import CONTROLLER_API_VERSIONS, QuorumMetadata
@@ -49,12 +54,6 @@ class ControllerApis:
 
     async def handle(self, ctx: RequestContext, body: Message) -> Message:
         """The answer to a request read on a controller listener."""
-        from riverbed.protocol.api_versions import ApiKey
-        from riverbed.protocol.headers import response_body_version
-        from riverbed.server.broker.cluster_info import api_versions_response
-        from riverbed.server.broker.error_response import error_response
-        from riverbed.server.broker.versioning import fit_to_version
-
         api_key = ctx.header.api_key
         if api_key not in CONTROLLER_API_VERSIONS:
             raise UnsupportedControllerApi(
@@ -84,9 +83,6 @@ class ControllerApis:
     async def _serve(
         self, quorum: QuorumMetadata, ctx: RequestContext, body: Message, version: int
     ) -> Message:
-        from riverbed.protocol.api_versions import ApiKey
-        from riverbed.server.broker.error_response import error_code_of, error_response
-        from riverbed.server.broker.versioning import fit_to_version
 
         api_key = ctx.header.api_key
         try:

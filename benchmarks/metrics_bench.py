@@ -251,7 +251,7 @@ def bench_record_cost(args: argparse.Namespace) -> float:
     """In-process: what the request metrics add to one produce request (1 partition, 1
     batch of ``--batch-records`` records) on the network layer's path: each request is
     decoded from the wire afresh, given its context and permit, run in its handler
-    coroutine (`run_with_permit`, or `run_timed` with the counters) by a handler that
+    coroutine (`run_with_permit`, or `TrafficStats.run_timed` with the counters) by a handler that
     answers at once (acks=1), stamped taken and sent, its stamps folded. The two paths
     alternate in chunks; returns the median of the chunks' paired differences in CPU
     microseconds per request (the machine's load moves each chunk, less their
@@ -262,7 +262,7 @@ def bench_record_cost(args: argparse.Namespace) -> float:
     from riverbed.protocol.messages import ProduceRequest, ProduceResponse
     from riverbed.protocol.records import SimpleRecord, build_batch
     from riverbed.server.metrics.traffic import TrafficStats
-    from riverbed.server.network import RequestContext, Response, run_timed
+    from riverbed.server.network import RequestContext, Response
     from riverbed.server.request_permits import RequestPermit, run_with_permit
     from riverbed.server.request_timing import TAKEN, TimedPermit
 
@@ -323,7 +323,7 @@ def bench_record_cost(args: argparse.Namespace) -> float:
         coro = (
             run_with_permit(handler, RequestPermit(permits), ctx, body)
             if timing is None
-            else run_timed(counting, timing, ctx, body, stats)
+            else stats.run_timed(counting, timing, ctx, body)
         )
         with contextlib.suppress(StopIteration):  # answered at once, as acks=1
             coro.send(None)

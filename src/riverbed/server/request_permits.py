@@ -21,7 +21,7 @@ T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
 #: The running request's permit (its task's context): set by `run_with_permit` and by
-#: the network layer's `run_timed`, read by `park_current_request`.
+#: the metrics' `TrafficStats.run_timed`, read by `park_current_request`.
 CURRENT_PERMIT: contextvars.ContextVar[RequestPermit | None] = contextvars.ContextVar(
     "riverbed_request_permit", default=None
 )

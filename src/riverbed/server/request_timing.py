@@ -16,9 +16,10 @@ Kafka's ``RequestChannel.Request`` stamps a request as it moves between threads,
 
 riverbed's handlers are tasks of one event loop, so the stages are stamped in place, on
 the request's `TimedPermit` (the ``queued.max.requests`` permit every request already
-has): the network layer stamps receive, taken and sent, its handler task (`run_timed` in
-`riverbed.server.network`) dequeue and answer, and every park point stamps the first park
-through `riverbed.server.request_permits.park_current_request`. The stamps are written
+has): the network layer stamps receive, taken and sent, its handler task
+(`TrafficStats.run_timed` in `riverbed.server.metrics.traffic`) dequeue and answer, and
+every park point stamps the first park through
+`riverbed.server.request_permits.park_current_request`. The stamps are written
 into a small array of doubles of the permit, in the order above, as they are taken: a
 stamp is no float object kept alive until the send, and the observer copies a request's
 six stamps into its pending array with one memory copy (reading five float objects

@@ -18,6 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from riverbed.metadata.image import NO_LEADER_CHANGE, MetadataDelta, MetadataImage
 from riverbed.protocol.headers import RequestHeader
 from riverbed.protocol.messages import (
+    Message,
+    MetadataRequest,
     MetadataResponse,
     PartitionChangeRecord,
     PartitionRecord,
@@ -40,8 +42,8 @@ from riverbed.server.metrics.traffic import (
     error_codes,
     request_name,
 )
-from riverbed.server.network import RequestContext
-from riverbed.server.request_timing import TimedPermit
+from riverbed.server.network import RequestContext, Response
+from riverbed.server.request_timing import ANSWERED, DEQUEUED, TimedPermit
 from riverbed.storage import LogConfig, LogManager, ManualClock
 from riverbed.storage.log_cleaner import CleanerConfig
 
@@ -188,6 +190,47 @@ def test_one_partition_produce_counts_as_the_general_path_does() -> None:
     assert samples[(requests, (("request", "Produce"), ("version", "9")))] == 4
     errors = "kafka_network_requestmetrics_errors_total"
     assert samples[(errors, (("error", "NONE"), ("request", "Produce")))] == 4
+
+
+class _Recorded(TrafficStats):
+    """TrafficStats keeping the bodies `record` was asked to count."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda _id: None)
+        self.recorded: list[Message] = []
+
+    def record(self, ctx: RequestContext, body: Message, response: Response | None) -> str:
+        self.recorded.append(body)
+        return super().record(ctx, body, response)
+
+
+def test_the_handler_task_counts_as_record_does() -> None:
+    """`TrafficStats.run_timed` counts a one-partition Produce answered NONE itself (no
+    call to `record`) and every other answer through `record`: the counters come out as
+    `record` alone makes them, for NONE, an error, acks=0, another version and another API,
+    and each permit gets its request name and both of its handler stamps."""
+    answers: list[tuple[int, Message, Message | None]] = []
+    for records, code in [(_batch(3), 0), (_batch(2), 6), (None, 87), (_batch(1), 0)]:
+        req, resp = _one_partition(records, code)
+        answers += [(9, req, resp), (PRODUCE_VERSIONS, req, resp), (3, req, None)]
+    answers.append((12, MetadataRequest(), MetadataResponse()))
+    by_task, by_record = _Recorded(), TrafficStats(lambda _id: None)
+    for version, body, answer in answers:
+
+        async def handler(
+            _ctx: RequestContext, _body: Message, answer: Message | None = answer
+        ) -> Response | None:
+            return answer
+
+        permit = TimedPermit(asyncio.Semaphore(1), time.perf_counter())
+        ctx = _ctx(3 if isinstance(body, MetadataRequest) else 0, version)
+        assert asyncio.run(by_task.run_timed(handler, permit, ctx, body)) is answer
+        assert permit.name == by_record.record(ctx, body, answer)
+        assert permit.stamps[DEQUEUED] > 0.0 and permit.stamps[ANSWERED] >= permit.stamps[DEQUEUED]
+    assert by_task.requests == by_record.requests and by_task.errors == by_record.errors
+    assert by_task.requests[("Produce", 9)] == 4 and by_task.errors[("Produce", "NONE")] == 4
+    # the two one-partition answers NONE at v9 never reached record; the rest all did
+    assert len(by_task.recorded) == len(answers) - 2
 
 
 def _sent(stats: TrafficStats, *stamps: float, name: str = "Produce") -> None:

@@ -1,5 +1,5 @@
 """The request metrics' hooks in the network layer (issue 21): with an observer, each
-request's handler task (`run_timed`) stamps dequeue and answer on the request's permit
+request's handler task (`TrafficStats.run_timed`) stamps dequeue and answer on the request's permit
 and counts the answer, the park points stamp the first park through the permit; the
 writer stamps taken and hands each write's permits to the observer with the send time.
 Over real loopback sockets with the toy codec, on both event loops."""
@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from riverbed.server.metrics.traffic import TrafficStats
 from riverbed.server.network import RequestContext, Response
 from riverbed.server.request_permits import CURRENT_PERMIT, RequestPermit, park_current_request
 from riverbed.server.request_timing import (
@@ -25,14 +26,16 @@ from riverbed.server.request_timing import (
 from riverbed.testing.toy_wire import LOOPS, frame, read_response, run, start, until
 
 
-class Recorder:
-    """A `RequestObserver` keeping what it was told."""
+class Recorder(TrafficStats):
+    """The node's `RequestObserver` (its handler task, `TrafficStats.run_timed`), keeping
+    what it counted and was told was sent."""
 
     def __init__(self) -> None:
+        super().__init__(lambda _topic_id: None)
         self.answered_bodies: list[bytes] = []
         self.timings: list[TimedPermit] = []
 
-    def answered(self, ctx: RequestContext, body: Any, response: Response | None) -> str:
+    def record(self, ctx: RequestContext, body: Any, response: Response | None) -> str:
         self.answered_bodies.append(body)
         return f"Toy{ctx.header.api_key}"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from riverbed.testing.quorum_cluster import QuorumCluster
-from riverbed.testing.txn_copy import OVERRIDES, run_copy_job
+from riverbed.testing.txn_copy import FEED_PER_S, OVERRIDES, run_copy_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -32,5 +32,9 @@ def test_the_copy_job_copies_exactly_once_under_kills(tmp_path: Path) -> None:
         cluster.stop()
     assert not out.problems and out.report.clean, str(out)
     assert (out.copier_kills, out.node_kills) == (2, 2), str(out)
-    # the copy went on between the kills: many transactions, most of the input
-    assert out.committed >= 20 and out.records >= 2000, str(out)
+    # the copy went on between the kills: many transactions; and the feeder wrote all
+    # along the fault schedule (FEED_PER_S a second; the node restarts add more, as many
+    # as the machine is slow: >= 2,000 records at stop 31, 1,860 on a faster machine),
+    # every record of it copied once (judged above)
+    assert out.committed >= 20, str(out)
+    assert out.records >= 0.9 * FEED_PER_S * out.schedule_s, str(out)

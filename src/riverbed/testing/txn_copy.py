@@ -76,6 +76,8 @@ class Outcomes:
     copier_kills: int = 0
     copier_exits: int = 0  # the copier gave up by itself (a fatal error) and was restarted
     records: int = 0
+    #: seconds the fault schedule slept between its kills (the feeder wrote all along)
+    schedule_s: float = 0.0
     committed: int = 0
     aborted: int = 0
     unknown: int = 0
@@ -84,7 +86,8 @@ class Outcomes:
 
     def __str__(self) -> str:
         return (
-            f"{self.records} records copied; {self.node_kills} node kills, {self.copier_kills}"
+            f"{self.records} records copied over a {self.schedule_s:.1f} s fault schedule;"
+            f" {self.node_kills} node kills, {self.copier_kills}"
             f" copier kills, {self.copier_exits} copier exits; transactions: {self.committed}"
             f" committed, {self.aborted} aborted, {self.unknown} unknown; history: "
             f"{self.report}; problems: {self.problems or 'none'}"
@@ -240,7 +243,9 @@ def inject_faults(
     interval = seconds / max(rounds, 1)
     restarting: threading.Thread | None = None
     for r in range(rounds):
-        time.sleep(interval * rng.uniform(0.5, 1.5))
+        pause_s = interval * rng.uniform(0.5, 1.5)
+        time.sleep(pause_s)
+        out.schedule_s += pause_s
         if r % 2 == 0:
             copier.kill()
             out.copier_kills += 1

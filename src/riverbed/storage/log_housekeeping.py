@@ -21,9 +21,8 @@ from __future__ import annotations
 import functools
 import logging
 import shutil
-import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -34,30 +33,18 @@ from riverbed.storage.checkpoints import (
     write_offset_checkpoint,
 )
 from riverbed.storage.errors import LogDirError
-from riverbed.storage.file_io import FileIO
 from riverbed.storage.log import PartitionLog
 from riverbed.storage.log_cleaner import LogCleaner
-from riverbed.storage.log_dir import LogDir
+from riverbed.storage.log_manager_state import Key, LogManagerState
 
 log = logging.getLogger("riverbed.storage.log_manager")
 
-Key = tuple[str, int]
 
-
-class LogHousekeeping:
+class LogHousekeeping(LogManagerState):
     """Flushes, retention, deletes and checkpoints (mixed into LogManager)."""
 
-    log_dirs: list[Path]
     cleaner: LogCleaner
-    _dirs: dict[Path, LogDir]
-    _lock: threading.RLock
-    _logs: dict[Key, PartitionLog]
-    _dir_of: dict[Key, Path]
-    _pool: ThreadPoolExecutor
-    _closed: bool
-    _io: FileIO
     _inflight: dict[Key, Future[int]]
-    _pending_dir_deletes: list[tuple[int, Path]]
     _retention_inflight: Future[int] | None
     _expiry_inflight: Future[None] | None
     #: checkpoint file name -> its interval, next due time, write in flight

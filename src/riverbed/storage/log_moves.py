@@ -36,7 +36,6 @@ import shutil
 import threading
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -56,10 +55,9 @@ from riverbed.storage.errors import (
     ReplicaNotAvailableError,
     StorageError,
 )
-from riverbed.storage.file_io import FileIO
 from riverbed.storage.layout import partition_dir_name
 from riverbed.storage.log import PartitionLog
-from riverbed.storage.log_dir import LogDir
+from riverbed.storage.log_manager_state import Key, LogManagerState
 
 __all__ = ["FUTURE_DIR_SUFFIX", "MOVE_STEP_BYTES_MAX", "LogMoves", "ReplicaMove"]
 
@@ -68,8 +66,6 @@ log = logging.getLogger("riverbed.storage.log_manager")
 FUTURE_DIR_SUFFIX: Final = "-future"
 #: Bytes one copy step reads from the current log before yielding the pool thread.
 MOVE_STEP_BYTES_MAX: Final = 8 * 1024 * 1024
-
-Key = tuple[str, int]
 
 
 def future_dir_name(topic: str, partition: int) -> str:
@@ -103,19 +99,10 @@ class ReplicaMove:
     last_step_ms: int = -1  # when the last throttled step was scheduled
 
 
-class LogMoves:
+class LogMoves(LogManagerState):
     """Replica moves between log dirs (mixed into LogManager; see the module docstring)."""
 
-    log_dirs: list[Path]
     clock: Any
-    _dirs: dict[Path, LogDir]
-    _lock: threading.RLock
-    _logs: dict[Key, PartitionLog]
-    _dir_of: dict[Key, Path]
-    _pool: ThreadPoolExecutor
-    _closed: bool
-    _io: FileIO
-    _pending_dir_deletes: list[tuple[int, Path]]
     _moves: dict[Key, ReplicaMove]
     _preferred_dirs: dict[Key, Path]
     #: Attaches what the layers above keep beside a log (producer state) to a log this

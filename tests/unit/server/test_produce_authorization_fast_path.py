@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import uuid
 
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from riverbed.metadata.image import MetadataImage, acl_record, replay_all
@@ -275,3 +275,90 @@ def test_produce_remembered_says_yes_only_for_what_verdict_let_this_connection_w
     assert not authz.produce_remembered(
         allowed, RequestContext(ctx.header, ctx.peer, "PLAINTEXT", 1, 0, ctx.principal), orders
     )
+
+
+#: ACLs that decide a Produce of the model check's topics (WRITE on them, or none).
+write_acls = st.builds(
+    StandardAcl,
+    st.just(ResourceType.TOPIC),
+    st.sampled_from(["orders", "payments", "*"]),
+    st.just(PatternType.LITERAL),
+    st.sampled_from(["User:alice", "User:bob", "User:*"]),
+    st.just("*"),
+    st.sampled_from([AclOperation.WRITE, AclOperation.ALL]),
+    st.sampled_from([PermissionType.ALLOW, PermissionType.ALLOW, PermissionType.DENY]),
+)
+
+
+_ALLOW, _DENY = _acl("orders", PermissionType.ALLOW), _acl("orders", PermissionType.DENY)
+_ORDERS = [("orders", False)]
+
+
+@settings(max_examples=300)
+# each breaks one condition of `produce_remembered`: the image's ACLs changed (with and
+# without another request deciding in between), another principal, a transactional id
+@example(
+    [[_ALLOW], [_ALLOW, _DENY]], [(0, _ORDERS, "alice", None), (1, _ORDERS, "alice", None)], False
+)
+@example(
+    [[_ALLOW], [_ALLOW, _DENY]],
+    [(0, _ORDERS, "alice", None), (1, _ORDERS, "alice", "tx"), (1, _ORDERS, "alice", None)],
+    False,
+)
+@example([[_ALLOW]], [(0, _ORDERS, "alice", None), (0, _ORDERS, "bob", None)], False)
+@example([[_ALLOW]], [(0, _ORDERS, "alice", None), (0, _ORDERS, "alice", "tx")], False)
+@given(
+    acl_sets=st.lists(st.lists(write_acls, max_size=4), min_size=1, max_size=3),
+    steps=st.lists(
+        st.tuples(
+            st.integers(0, 2),  # which ACL set (image) this request meets
+            st.lists(
+                st.tuples(st.sampled_from(["orders", "payments", "unknown"]), st.booleans()),
+                min_size=1,
+                max_size=2,
+            ),
+            st.sampled_from(["alice", "bob"]),
+            st.sampled_from([None, None, None, "tx"]),
+        ),
+        min_size=1,
+        max_size=16,
+    ),
+    allow_if_no_acl=st.booleans(),
+)
+def test_produce_remembered_never_says_yes_where_the_table_refuses(
+    acl_sets: list[list[StandardAcl]],
+    steps: list[tuple[int, list[tuple[str, bool]], str, str | None]],
+    allow_if_no_acl: bool,
+) -> None:
+    """A model check of the dispatcher's order (`produce_remembered`, then `verdict` when
+    it says no) over one connection's requests while its image (ACLs) and principal
+    change: a yes of `produce_remembered` is always a request the table's rule allows, and
+    a producer's repeated request is answered by it. The examples are the cases that
+    need each of its conditions (the image, its authorizer, the principal, the
+    transactional id): with any one dropped, a refused request gets through."""
+    config = AuthorizerConfig(allow_everyone_if_no_acl_found=allow_if_no_acl)
+    authz = BrokerAuthorizer(config)
+    decisions = ConnectionDecisions()
+    principals = {u: KafkaPrincipal.user(u) for u in ("alice", "bob")}  # a connection's own
+    header = RequestHeader(ApiKey.PRODUCE, 13, 1, "c")
+    images: dict[int, MetadataImage] = {}
+    for which, topics, user, transactional_id in steps:
+        index = which % len(acl_sets)
+        image = images.get(index) or images.setdefault(index, image_with(acl_sets[index]))
+        ctx = RequestContext(
+            header, "10.0.0.1:5000", "PLAINTEXT", 1, 0, principals[user], decisions=decisions
+        )
+        body = produce(topics, transactional_id)
+        table = BrokerAuthorizer(config).verdict(image, ctx, body, dict(RULES))
+        if authz.produce_remembered(image, ctx, body):
+            assert table == ALLOWED
+        else:
+            allowed = authz.verdict(image, ctx, body) is ALLOWED
+            assert allowed == (table == ALLOWED)
+            if (
+                allowed
+                and not transactional_id
+                and all(name for name, by_id in topics if not by_id)
+                and not any(by_id for _, by_id in topics)
+            ):
+                assert authz.produce_remembered(image, ctx, body)  # the next one is

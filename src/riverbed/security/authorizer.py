@@ -284,10 +284,14 @@ class ConnectionDecisions:
     connection finds ``decided_by`` stale and is decided afresh (as is a connection
     re-authenticated as another principal); the host is the connection's, fixed."""
 
-    __slots__ = ("decided_by", "principal", "writable")
+    __slots__ = ("decided_by", "granted_under", "principal", "writable")
 
     def __init__(self) -> None:
         self.decided_by: DecisionCache | None = None
+        #: the metadata image whose authorizer is ``decided_by`` (set when a Produce is
+        #: decided): while it is still the broker's image, the dispatcher answers a Produce
+        #: naming only ``writable`` topics from here, with no call (`Broker._handle`)
+        self.granted_under: object = None
         self.principal: object = None
         self.writable: set[str] = set()
 
@@ -296,6 +300,7 @@ class ConnectionDecisions:
         first when either changed)."""
         if self.decided_by is not decided_by or self.principal is not principal:
             self.decided_by, self.principal = decided_by, principal
+            self.granted_under = None
             self.writable = set()
         elif len(self.writable) >= CONNECTION_WRITABLE_TOPICS_MAX:
             self.writable.clear()

@@ -6,6 +6,8 @@ and principals (the table's path is taken with a copy of `RULES`)."""
 from __future__ import annotations
 
 import uuid
+from types import SimpleNamespace
+from typing import Any
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -27,6 +29,7 @@ from riverbed.security.api_operations import RULES
 from riverbed.security.authorizer import AuthorizerConfig, ConnectionDecisions
 from riverbed.security.principal import KafkaPrincipal
 from riverbed.server.broker.authorization import ALLOWED, BrokerAuthorizer
+from riverbed.server.broker.dispatch import Broker
 from riverbed.server.network import RequestContext
 
 TOPICS = ["orders", "orders-eu", "payments", "team-a-x"]
@@ -242,39 +245,77 @@ def test_the_connections_memory_answers_as_the_table_while_acls_change(
             assert got == BrokerAuthorizer(config).verdict(image, fresh, body, dict(RULES))
 
 
-def test_produce_remembered_says_yes_only_for_what_verdict_let_this_connection_write() -> None:
-    """The dispatcher asks `produce_remembered` before `verdict`: it may say yes only for a
-    Produce whose every topic `verdict` already let this connection's principal write
-    under the image's ACLs; an ACL change, another principal, a topic id, a transactional
-    id or a topic not yet decided all go to `verdict`, which then decides them."""
+class _Gate(Broker):
+    """A `Broker` with only what `Broker._handle` reads before a handler runs (its
+    authorizer, its current image): `ask` says which way the dispatcher took a request,
+    "remembered" (the connection's memory, no `verdict`), "allowed" (by `verdict`) or
+    "refused"."""
+
+    def __init__(self, authz: BrokerAuthorizer) -> None:  # not Broker's: no node around it
+        self.authz = authz
+        self.metadata = SimpleNamespace(image=MetadataImage.EMPTY)  # type: ignore[assignment]
+        self.verdicts = 0
+        decide = authz.verdict
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.verdicts += 1
+            return decide(*args, **kwargs)
+
+        authz.verdict = counted  # type: ignore[method-assign]
+
+    async def _run(self, handler: Any, ctx: RequestContext, body: Message, version: int) -> Any:
+        return "ran"
+
+    async def _handle_refused(self, *args: Any) -> Any:
+        return "refused"
+
+    def ask(self, image: MetadataImage, ctx: RequestContext, body: Message) -> str:
+        self.metadata.image = image
+        verdicts = self.verdicts
+        coro = self._handle(None, ctx, body)  # type: ignore[arg-type]
+        try:
+            coro.send(None)
+        except StopIteration as done:
+            if done.value == "refused":
+                return "refused"
+            return "remembered" if self.verdicts == verdicts else "allowed"
+        raise AssertionError("the gate awaited something")
+
+
+def test_the_dispatcher_remembers_only_what_verdict_let_this_connection_write() -> None:
+    """`Broker._handle` answers a Produce from the connection's memory (no `verdict`)
+    only when `verdict` already let this connection's principal write its every topic
+    under the broker's current image; an ACL change, another principal, a topic id, a
+    transactional id or a topic not yet decided all go to `verdict`, which decides them."""
     decisions = ConnectionDecisions()
     ctx = _alice_ctx(decisions)
-    authz = BrokerAuthorizer(AuthorizerConfig())
+    gate = _Gate(BrokerAuthorizer(AuthorizerConfig()))
     allowed = image_with(
         [_acl("orders", PermissionType.ALLOW), _acl("payments", PermissionType.ALLOW)]
     )
     orders = produce([("orders", False)], None)
-    assert not authz.produce_remembered(allowed, ctx, orders)  # never decided
-    assert authz.verdict(allowed, ctx, orders) is ALLOWED
-    assert authz.produce_remembered(allowed, ctx, orders)
+    assert gate.ask(allowed, ctx, orders) == "allowed"  # never decided
+    assert gate.ask(allowed, ctx, orders) == "remembered"
     both = produce([("orders", False), ("payments", False)], None)
-    assert not authz.produce_remembered(allowed, ctx, both)  # payments not decided yet
-    assert not authz.produce_remembered(allowed, ctx, produce([("orders", True)], None))
-    assert not authz.produce_remembered(allowed, ctx, produce([("orders", False)], "tx"))
+    assert gate.ask(allowed, ctx, both) == "allowed"  # payments not decided yet
+    assert gate.ask(allowed, ctx, both) == "remembered"
+    assert gate.ask(allowed, ctx, produce([("orders", True)], None)) == "allowed"  # an id
+    # a transactional id: `verdict` asks WRITE on it too (alice has none)
+    assert gate.ask(allowed, ctx, produce([("orders", False)], "tx")) == "refused"
     bob = RequestContext(
         ctx.header, ctx.peer, "PLAINTEXT", 1, 0, KafkaPrincipal.user("bob"), decisions=decisions
     )
-    assert not authz.produce_remembered(allowed, bob, orders)
+    assert gate.ask(allowed, bob, orders) == "refused"
+    assert gate.ask(allowed, ctx, orders) == "allowed"  # alice again: decided afresh
     denied = image_with([_acl("orders", PermissionType.ALLOW), _acl("orders", PermissionType.DENY)])
-    assert not authz.produce_remembered(denied, ctx, orders)  # a new ACL set: decided again
-    assert authz.verdict(denied, ctx, orders).refused == {0: ErrorCode.TOPIC_AUTHORIZATION_FAILED}
-    assert not authz.produce_remembered(denied, ctx, orders)
-    assert not authz.produce_remembered(allowed, ctx, orders)  # back: decided afresh first
-    assert authz.verdict(allowed, ctx, orders) is ALLOWED
-    assert authz.produce_remembered(allowed, ctx, orders)
-    assert not authz.produce_remembered(
-        allowed, RequestContext(ctx.header, ctx.peer, "PLAINTEXT", 1, 0, ctx.principal), orders
-    )
+    assert gate.ask(denied, ctx, orders) == "refused"  # a new ACL set: decided again
+    assert gate.ask(denied, ctx, orders) == "refused"
+    same_acls = replay_all(allowed, [TopicRecord(name="new", topic_id=uuid.UUID(int=77))])
+    assert gate.ask(same_acls, ctx, orders) == "allowed"  # a new image: decided once
+    assert gate.ask(same_acls, ctx, orders) == "remembered"
+    no_memory = RequestContext(ctx.header, ctx.peer, "PLAINTEXT", 1, 0, ctx.principal)
+    assert gate.ask(same_acls, no_memory, orders) == "allowed"
+    assert gate.ask(same_acls, no_memory, orders) == "allowed"
 
 
 #: ACLs that decide a Produce of the model check's topics (WRITE on them, or none).
@@ -295,7 +336,7 @@ _ORDERS = [("orders", False)]
 
 
 @settings(max_examples=300)
-# each breaks one condition of `produce_remembered`: the image's ACLs changed (with and
+# each breaks one condition of the connection's memory in `Broker._handle`: the image's ACLs changed (with and
 # without another request deciding in between), another principal, a transactional id
 @example(
     [[_ALLOW], [_ALLOW, _DENY]], [(0, _ORDERS, "alice", None), (1, _ORDERS, "alice", None)], False
@@ -325,19 +366,19 @@ _ORDERS = [("orders", False)]
     ),
     allow_if_no_acl=st.booleans(),
 )
-def test_produce_remembered_never_says_yes_where_the_table_refuses(
+def test_the_dispatcher_never_lets_through_what_the_table_refuses(
     acl_sets: list[list[StandardAcl]],
     steps: list[tuple[int, list[tuple[str, bool]], str, str | None]],
     allow_if_no_acl: bool,
 ) -> None:
-    """A model check of the dispatcher's order (`produce_remembered`, then `verdict` when
-    it says no) over one connection's requests while its image (ACLs) and principal
-    change: a yes of `produce_remembered` is always a request the table's rule allows, and
-    a producer's repeated request is answered by it. The examples are the cases that
-    need each of its conditions (the image, its authorizer, the principal, the
+    """A model check of `Broker._handle`'s authorization over one connection's requests
+    while the broker's image (ACLs) and the principal change: a request it lets through
+    is one the table's rule allows, a refused one is refused by the rule, and a
+    producer's repeated request is answered from the connection's memory. The examples
+    are the cases that need each condition of that memory (the image, the principal, the
     transactional id): with any one dropped, a refused request gets through."""
     config = AuthorizerConfig(allow_everyone_if_no_acl_found=allow_if_no_acl)
-    authz = BrokerAuthorizer(config)
+    gate = _Gate(BrokerAuthorizer(config))
     decisions = ConnectionDecisions()
     principals = {u: KafkaPrincipal.user(u) for u in ("alice", "bob")}  # a connection's own
     header = RequestHeader(ApiKey.PRODUCE, 13, 1, "c")
@@ -350,15 +391,12 @@ def test_produce_remembered_never_says_yes_where_the_table_refuses(
         )
         body = produce(topics, transactional_id)
         table = BrokerAuthorizer(config).verdict(image, ctx, body, dict(RULES))
-        if authz.produce_remembered(image, ctx, body):
-            assert table == ALLOWED
-        else:
-            allowed = authz.verdict(image, ctx, body) is ALLOWED
-            assert allowed == (table == ALLOWED)
-            if (
-                allowed
-                and not transactional_id
-                and all(name for name, by_id in topics if not by_id)
-                and not any(by_id for _, by_id in topics)
-            ):
-                assert authz.produce_remembered(image, ctx, body)  # the next one is
+        path = gate.ask(image, ctx, body)
+        assert (path != "refused") == (table == ALLOWED)
+        if (
+            path == "allowed"
+            and not transactional_id
+            and all(name for name, by_id in topics if not by_id)
+            and not any(by_id for _, by_id in topics)
+        ):
+            assert gate.ask(image, ctx, body) == "remembered"  # the next one is

@@ -273,10 +273,25 @@ class Broker:
     ) -> Response | None:
         version = response_body_version(ctx.header)
         authz = self.authz
-        if authz is not None and not (
-            type(body) is ProduceRequest
-            and authz.produce_remembered(self.metadata.image, ctx, body)
-        ):
+        if authz is not None:
+            # A producer's every request after its first: its connection was let WRITE
+            # these topics under this image's ACLs, as this principal. Answered here with
+            # no call below (one call cost ~1% of a 15-record Produce's broker CPU); the
+            # rest, and anything not remembered, is `verdict`'s.
+            memo = ctx.decisions
+            if (
+                type(body) is ProduceRequest
+                and memo is not None
+                and memo.granted_under is self.metadata.image
+                and memo.principal is ctx.principal
+                and not body.transactional_id
+            ):
+                writable = memo.writable
+                for topic in body.topic_data:
+                    if topic.name not in writable:
+                        break
+                else:
+                    return await self._run(handler, ctx, body, version)
             verdict = authz.verdict(self.metadata.image, ctx, body)
             if verdict is not ALLOWED:
                 return await self._handle_refused(handler, ctx, body, version, verdict)

@@ -135,3 +135,12 @@ def test_fit_to_version_makes_every_version_encodable(api_key: int, build: objec
         assert [c.error_code for c in newest.coordinators] == [15]
     else:
         assert newest == build()  # type: ignore[operator]
+
+
+def test_tokens_are_16_bytes_distinct_and_share_only_the_secret_prefix() -> None:
+    """A token marks where a partition's file bytes go in the encoded response: two in one
+    response must differ, and the length prefix the encoder wrote is for 16 bytes."""
+    tokens = [FileRecords([]).token for _ in range(1000)]
+    assert {len(t) for t in tokens} == {16}
+    assert len(set(tokens)) == len(tokens)
+    assert len({t[:8] for t in tokens}) == 1  # drawn once per process

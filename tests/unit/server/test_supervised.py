@@ -30,9 +30,10 @@ TURNS_MAX = 1000
 
 #: (module under server/, function) -> why its tasks are not long-running node tasks.
 PER_CONNECTION = {
-    ("network.py", "Connection.run"): "the reader and writer of one client connection",
-    ("network.py", "Connection._read_loop"): "one request's handler: its error is answered",
-    ("network.py", "SocketServer._accept_loop"): "one accepted connection (_serve logs, ends it)",
+    ("connection.py", "Connection.run"): "the reader and writer of one client connection",
+    ("connection.py", "Connection._read_loop"): "one request's handler: its error is answered",
+    ("socket_server.py", "SocketServer._accept_loop"): "one accepted connection"
+    " (_serve logs, ends it)",
     ("broker/auto_create.py", "AutoTopicCreations.create"): "one topic's auto-creation,"
     " shared by the Metadata requests that wait for it: its error is answered to them",
     ("jwks_https.py", "HttpsJwks.run"): "waits on two events inside the supervised JWKS"
@@ -48,7 +49,7 @@ SUPERVISED_MODULES = (
     "quorum.py",  # the controller loop
     "raft_driver.py",  # the raft timer and driver tasks
     "raft_transport.py",  # raft connection readers
-    "network.py",  # acceptors
+    "socket_server.py",  # acceptors
     "coordinator.py",  # the group coordinator's timer and loads
     "txn_coordinator.py",  # the transaction coordinator's timer, loads, writes, markers
     "broker/log_work.py",  # the partition log work (creations and deletions, off the loop)

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -166,8 +167,14 @@ def test_a_crashed_member_is_removed_after_the_session_timeout(broker: BrokerPro
     )
     try:
         assert child.stdout is not None
-        poll_until([a], lambda: len(a.parts()) == 2)
-        assert child.stdout.readline().strip() == "assigned"
+        # The child's line is read on a thread while `a` keeps polling: its revocation
+        # is acknowledged by a heartbeat after a poll, and the child is assigned only then
+        # (KIP-848); a blocking read with `a` idle waited out the test's timeout once.
+        said: list[str] = []
+        out = child.stdout
+        threading.Thread(target=lambda: said.append(out.readline()), daemon=True).start()
+        poll_until([a], lambda: len(a.parts()) == 2 and bool(said))
+        assert said[0].strip() == "assigned"
         os.kill(child.pid, signal.SIGKILL)  # no leave heartbeat: only the session tells
         child.wait(10)
         start = time.monotonic()

@@ -300,15 +300,17 @@ def test_alter_commands_print_json(broker, capsys):
 
 
 def test_bench_progress_counts_every_record_across_processes(broker, monkeypatch):
-    from riverbed.cli import bench
+    from riverbed.cli import bench_runners
 
     ticks: list[int] = []
-    monkeypatch.setattr(bench, "_PROGRESS", ticks.append)
-    res = bench.run_produce(broker.bootstrap, "progress", 2500, 10, partitions=2, processes=2)
+    monkeypatch.setattr(bench_runners, "_PROGRESS", ticks.append)
+    res = bench_runners.run_produce(
+        broker.bootstrap, "progress", 2500, 10, partitions=2, processes=2
+    )
     assert res.records == 2500
     assert sum(ticks) == 2500  # the parent saw the workers' progress through the counter
     ticks.clear()
-    res = bench.run_consume(broker.bootstrap, "progress", 2500, processes=2)
+    res = bench_runners.run_consume(broker.bootstrap, "progress", 2500, processes=2)
     assert res.records == 2500 and sum(ticks) == 2500
 
 

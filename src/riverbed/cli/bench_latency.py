@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from riverbed.cli.bench import (
+from riverbed.cli.bench_runners import (
     LATENCY_SAMPLES_MAX,
     BenchResult,
     ensure_topic,

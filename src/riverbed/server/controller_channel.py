@@ -7,7 +7,8 @@ listener is: ``controller.listener.names``' security protocol, SASL mechanism
 ``sasl.mechanism.controller.protocol``). A client's CreateTopics, DeleteTopics and
 CreatePartitions go in an Envelope carrying its principal and client id, for the active
 controller's mutation quota (`riverbed.server.forwarding`). Retrying, and choosing the
-next active controller, is the caller's (`riverbed.server.quorum.QuorumMetadata._write`).
+next active controller, is the caller's
+(`riverbed.server.write_forwarding.WriteForwarding._write`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """A node's metadata writes, one method per Kafka API (CreateTopics, DeleteTopics, ...,
 AlterPartition): each runs on the active controller, or is forwarded to it
-(`riverbed.server.quorum.QuorumMetadata._write`), and a forwarded one returns once this
-node's replica of the image shows its result (``settled``), so a client that changed
-something through a follower sees the change there next. `MetadataWrites` also runs a
+(`riverbed.server.write_forwarding.WriteForwarding._write`), and a forwarded one returns
+once this node's replica of the image shows its result (``settled``), so a client that
+changed something through a follower sees the change there next. `MetadataWrites` also runs a
 forwarded write on the active controller (`MetadataWrites._run_locally`), under the mutation
 quota of the client it acts for (KIP-599; Kafka's ControllerApis applies it for every
 broker's clients at once).
@@ -113,7 +113,7 @@ class MetadataWrites(ABC):
         at the controller's latest CreateTopics version (strict: a topic over the quota is
         refused THROTTLING_QUOTA_EXCEEDED, and the client, not muted, asks again); a
         forwarded one returns once this replica shows the topic, or after
-        ``riverbed.server.quorum.FORWARD_APPLY_WAIT_S``."""
+        ``riverbed.server.write_forwarding.FORWARD_APPLY_WAIT_S``."""
         request = CreateTopicsRequest(
             topics=[
                 CreateTopicsRequest.CreatableTopic(

@@ -1,5 +1,7 @@
 """A node's seat in the KRaft metadata quorum: the Raft-backed metadata log, the controller
-listener's request handler, and forwarding of metadata writes to the active controller.
+loop, the broker's lifecycle requests (registration, heartbeats, controlled shutdown) and
+the controller listener's request handler; its metadata writes are
+`riverbed.server.write_forwarding`'s.
 
 Every node runs it (one metadata path): with ``controller.quorum.voters`` naming several
 nodes it is a voter or an observer of that quorum; a single node without voters (``make
@@ -26,22 +28,10 @@ standalone mode, and elects itself at once. Pieces (all from other layers, wired
   UnregisterBroker also reach the broker listeners, which pass them on to the quorum
   leader / active controller.
 
-The *active controller* is the Raft leader once its epoch has started: the high watermark
-has passed the epoch's start offset (the LeaderChange record), so every record of earlier
-epochs is committed and applied and the image it computes against is current. Only then
-does it run a metadata operation locally (the first active leader also writes the bootstrap
-records). Any other node forwards the operation's request to the leader's controller
-endpoint (one short-lived connection per forwarded request; wire format: Kafka framing at
-the highest version riverbed speaks; a client's CreateTopics, DeleteTopics and
-CreatePartitions go at the client's version in an Envelope with its principal, for the
-active controller's mutation quota: `riverbed.server.forwarding`) and then waits, bounded
-by ``FORWARD_APPLY_WAIT_S``, until its own replica of the image shows the result, so a
-client that created a topic through a follower sees it there next. A forward the
-controller did not answer, or answered NOT_CONTROLLER, goes again to the next active
-controller (Kafka's forwarding channel; `QuorumMetadata._write`), each attempt bounded by
-``controller.socket.timeout.ms``; only when none answered by `FORWARD_RETRY_TIMEOUT_S` from
-the first send does the operation fail with REQUEST_TIMED_OUT (Kafka's ForwardingManager:
-``onTimeout`` answers ``getErrorResponse(new TimeoutException())``; clients retry it).
+The *active controller* is the Raft leader once its epoch has started (`is_active`); it
+runs metadata operations locally (the first one also writes the bootstrap records, in the
+controller loop), and any other node forwards them to it
+(`riverbed.server.write_forwarding`: the retries, the apply wait, their bounds).
 """
 
 from __future__ import annotations
@@ -53,7 +43,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from riverbed.metadata.bootstrap_file import read_bootstrap_records
 from riverbed.metadata.broker_liveness import LivenessConfig
@@ -99,8 +89,7 @@ from riverbed.server.forwarding import (
 from riverbed.server.listener_security import client_security
 from riverbed.server.metadata_quorum import MetadataStateMachine, RaftMetadataLog
 from riverbed.server.metadata_service import ImageListener, MetadataService
-from riverbed.server.metadata_writes import FORWARD_TIMEOUT_S, MetadataWrites
-from riverbed.server.metrics.traffic import error_codes
+from riverbed.server.metadata_writes import FORWARD_TIMEOUT_S
 from riverbed.server.mutation_quota import ControllerMutationQuotas
 from riverbed.server.raft_driver import RaftDriver
 from riverbed.server.raft_transport import (
@@ -110,41 +99,13 @@ from riverbed.server.raft_transport import (
     serve_raft_request,
 )
 from riverbed.server.supervise import supervise
+from riverbed.server.write_forwarding import CONTROLLER_POLL_S, WriteForwarding
 from riverbed.storage.clock import Clock
 
 if TYPE_CHECKING:
     from riverbed.server.config import ServerConfig
 
 log = logging.getLogger(__name__)
-
-#: Seconds a metadata write is sent again (to each next active controller) before it fails
-#: with REQUEST_TIMED_OUT: Kafka's forwarding channel's ``retryTimeoutMs`` (60000, fixed in
-#: BrokerServer; not a config in Kafka either).
-FORWARD_RETRY_TIMEOUT_S = 60.0
-#: Seconds a follower waits for its replica to show a forwarded operation's result.
-FORWARD_APPLY_WAIT_S = 10.0
-#: Seconds an operation on a just-elected leader waits for its epoch to start.
-ACTIVATION_WAIT_S = 5.0
-#: How often the controller loop looks at the Raft role (bootstrap on activation).
-CONTROLLER_POLL_S = 0.05
-ResponseT = TypeVar("ResponseT", bound=Message)
-
-
-def _not_controller(response: Message) -> bool:
-    """Did the controller refuse ``response``'s request as not (or no longer) active?
-    (Kafka's channel looks for NOT_CONTROLLER in the response's ``errorCounts``.)"""
-    return ErrorCode.NOT_CONTROLLER.name in error_codes(response)
-
-
-def _forward_timed_out(api_key: int) -> ControllerError:
-    """A metadata write no active controller answered within `FORWARD_RETRY_TIMEOUT_S`:
-    REQUEST_TIMED_OUT (retriable), as Kafka's ForwardingManager answers one its channel
-    timed out (not NOT_CONTROLLER: this node does not know the write was not done)."""
-    return ControllerError(
-        ErrorCode.REQUEST_TIMED_OUT,
-        f"no active controller answered api_key={api_key} within {FORWARD_RETRY_TIMEOUT_S} s",
-    )
-
 
 #: The metadata writes a follower forwards (`QuorumMetadata._run_locally` runs them).
 FORWARDED_APIS: frozenset[int] = frozenset(
@@ -245,10 +206,10 @@ def open_quorum_metadata(
     return QuorumMetadata(config, raft, service, driver, transport, machine)
 
 
-class QuorumMetadata(MetadataWrites):
+class QuorumMetadata(WriteForwarding):
     """The node's MetadataService on the Raft quorum, with forwarding to the leader: the
     read side (``image``, ``add_listener``, ``describe_configs``) is the service's; metadata
-    writes go through `_write`."""
+    writes go through `WriteForwarding._write`."""
 
     def __init__(
         self,
@@ -487,85 +448,6 @@ class QuorumMetadata(MetadataWrites):
         )
         response = expect_response(answer, BrokerHeartbeatResponse)
         return response.error_code == 0 and bool(response.should_shut_down)
-
-    async def _wait_active_or_leader(self, deadline: float | None = None) -> int:
-        """-1 when this node is the active controller, else the leader to forward to;
-        NotLeaderError when there is neither by ``deadline`` (monotonic; default
-        `ACTIVATION_WAIT_S` from now)."""
-        if deadline is None:
-            deadline = time.monotonic() + ACTIVATION_WAIT_S
-        while True:
-            if self.is_active():
-                return -1
-            leader = self.driver.node.leader_id
-            if leader >= 0 and leader != self.node_id:
-                return leader
-            if time.monotonic() >= deadline:
-                raise NotLeaderError(leader, self.driver.node.epoch)
-            await asyncio.sleep(CONTROLLER_POLL_S)
-
-    # --- metadata writes -------------------------------------------------------------------
-    async def _write(
-        self,
-        api_key: int,
-        request: Message,
-        response_type: type[ResponseT],
-        settled: Callable[[ResponseT], bool] | None = None,
-        origin: Origin | None = None,
-    ) -> ResponseT:
-        """Run locally on the active controller, else forward; ``settled(response)`` says
-        when this node's replica shows a forwarded result; ``origin``: the client the
-        write acts for (its mutation quota; forwarded in an Envelope).
-
-        As Kafka's broker-to-controller channel (``NodeToControllerRequestThread``): a
-        request the controller did not answer (connection refused, reset or closed
-        mid-request, timed out) or answered NOT_CONTROLLER goes again, to whichever
-        controller is active next, until `FORWARD_RETRY_TIMEOUT_S` from the first send,
-        then fails with REQUEST_TIMED_OUT (`_forward_timed_out`), as Kafka's
-        ForwardingManager answers a request its channel timed out. One
-        that the old controller applied before it died gets the natural answer from the
-        new one (CreateTopics TOPIC_ALREADY_EXISTS, DeleteTopics UNKNOWN_TOPIC_OR_PARTITION,
-        CreatePartitions INVALID_PARTITIONS, ElectLeaders ELECTION_NOT_NEEDED, DeleteAcls
-        no matching binding; the config, quota, SCRAM upsert, CreateAcls and feature writes
-        set a state and apply again unchanged; AllocateProducerIds takes a fresh block):
-        never a success for something not done, and no NOT_CONTROLLER to clients that do
-        not retry it (librdkafka's DeleteTopics hands it back)."""
-        deadline = time.monotonic() + FORWARD_RETRY_TIMEOUT_S
-        while True:
-            try:
-                # waits out an election (the whole deadline, not `ACTIVATION_WAIT_S`): a
-                # loaded quorum can take longer than that to elect after its leader died
-                leader = await self._wait_active_or_leader(deadline)
-            except NotLeaderError:
-                raise _forward_timed_out(api_key) from None
-            try:
-                if leader < 0:
-                    # NotLeaderError here: leadership moved while the operation committed
-                    return expect_response(await self._run_for(request, origin), response_type)
-                attempt_s = min(self.channel.attempt_s, deadline - time.monotonic())
-                attempt_s = max(attempt_s, CONTROLLER_POLL_S)
-                answer = await self.channel.forward(leader, api_key, request, attempt_s, origin)
-                response = expect_response(answer, response_type)
-                if not _not_controller(response):
-                    break
-            except NotLeaderError as exc:  # not answered, or the controller resigned mid-way
-                log.debug("write api_key=%s via %d: %r; sending again", api_key, leader, exc)
-            if time.monotonic() >= deadline:
-                raise _forward_timed_out(api_key)
-            await asyncio.sleep(CONTROLLER_POLL_S)  # Kafka's reconnect back-off (50 ms)
-        if settled is not None:
-            await self._wait_until(lambda: settled(response))
-        return response
-
-    async def _wait_until(self, settled: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + FORWARD_APPLY_WAIT_S
-        while True:
-            # cleared before the check: an image published after it wakes the wait below
-            self._image_changed.clear()
-            if settled() or time.monotonic() >= deadline:
-                return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._image_changed.wait(), 0.2)
 
     async def register_broker(
         self,

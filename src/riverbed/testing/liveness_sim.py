@@ -46,7 +46,7 @@ from functools import partial
 from riverbed.metadata import broker_liveness as bl
 from riverbed.metadata.broker_liveness import BrokerLiveness, LivenessConfig, Probe
 
-#: How often the controller loop runs (quorum.CONTROLLER_POLL_S).
+#: How often the controller loop runs (write_forwarding.CONTROLLER_POLL_S).
 POLL_MS = 50
 #: A live broker's metadata fetch arrives at most this long after the previous one.
 FETCH_EVERY_MS = 500

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from riverbed.cli import bench, common, consume, produce, topics
+from riverbed.cli import bench_runners, common, consume, produce, topics
 from riverbed.cli.main import VERBS, build_parser, main
 
 
@@ -137,14 +137,14 @@ def test_consume_start_options_are_exclusive(capsys):
 
 
 def test_latency_summary_percentiles():
-    summary = bench.latency_summary([float(i) for i in range(1, 1001)])
+    summary = bench_runners.latency_summary([float(i) for i in range(1, 1001)])
     assert summary["p50"] == 500.0
     assert summary["p95"] == 950.0
     assert summary["p99"] == 990.0
     assert summary["p99.9"] == 999.0
     assert summary["max"] == 1000.0
     assert summary["avg"] == pytest.approx(500.5)
-    assert bench.latency_summary([]) == {}
+    assert bench_runners.latency_summary([]) == {}
 
 
 def test_bench_merge_uses_longest_process_time():
@@ -154,7 +154,7 @@ def test_bench_merge_uses_longest_process_time():
         {"records": 10, "bytes": 1000, "seconds": 2.0, "errors": 0, "samples": array("d", [1.0]).tobytes()},
         {"records": 30, "bytes": 3000, "seconds": 4.0, "errors": 1, "samples": array("d", [3.0]).tobytes()},
     ]  # fmt: skip
-    r = bench._merge("produce", parts)
+    r = bench_runners._merge("produce", parts)
     assert r.records == 40 and r.seconds == 4.0 and r.errors == 1
     assert r.records_per_s == 10.0
     assert r.latency_ms["max"] == 3.0
@@ -163,18 +163,21 @@ def test_bench_merge_uses_longest_process_time():
 def test_bench_consume_plan_splits_by_partition_to_exact_end_offsets():
     # An uneven spread (a keyed partitioner) and a partition trimmed by retention.
     marks = {0: (0, 700), 1: (50, 150), 2: (0, 0), 3: (0, 200)}
-    plans = bench.consume_plan(marks, 1000, 3)
+    plans = bench_runners.consume_plan(marks, 1000, 3)
     assert plans == [{0: (0, 700)}, {1: (50, 150)}, {3: (0, 200)}]
     assert sum(e - s for plan in plans for s, e in plan.values()) == 1000
     # Fewer records wanted: the last partition read stops short of its high watermark.
-    assert bench.consume_plan(marks, 750, 4) == [{0: (0, 700)}, {1: (50, 100)}]
+    assert bench_runners.consume_plan(marks, 750, 4) == [{0: (0, 700)}, {1: (50, 100)}]
     # More processes than partitions with data; one process takes several partitions.
-    assert len(bench.consume_plan(marks, 1000, 8)) == 3
-    assert bench.consume_plan(marks, 1000, 2) == [{0: (0, 700), 3: (0, 200)}, {1: (50, 150)}]
+    assert len(bench_runners.consume_plan(marks, 1000, 8)) == 3
+    assert bench_runners.consume_plan(marks, 1000, 2) == [
+        {0: (0, 700), 3: (0, 200)},
+        {1: (50, 150)},
+    ]
     with pytest.raises(
         common.CliError, match="topic t holds 1000 records, fewer than --num-records 1001"
     ):
-        bench.consume_plan(marks, 1001, 1, "t")
+        bench_runners.consume_plan(marks, 1001, 1, "t")
 
 
 def test_bench_rejects_bad_numbers_before_connecting(capsys):

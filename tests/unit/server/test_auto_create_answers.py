@@ -142,7 +142,7 @@ def test_topic_the_controller_has_but_the_image_not_yet_is_leader_not_available(
     """The replica does not show the topic within the wait: LEADER_NOT_AVAILABLE with no
     partitions (librdkafka ignores it), not UNKNOWN_TOPIC_OR_PARTITION (it would drop the
     partitions it knows)."""
-    monkeypatch.setattr("riverbed.server.quorum.FORWARD_APPLY_WAIT_S", 0.3)
+    monkeypatch.setattr("riverbed.server.write_forwarding.FORWARD_APPLY_WAIT_S", 0.3)
     topic = ask_lagging_node([ErrorCode.TOPIC_ALREADY_EXISTS], None)
     assert (topic.error_code, topic.partitions) == (ErrorCode.LEADER_NOT_AVAILABLE, [])
 
@@ -152,7 +152,7 @@ def test_topic_the_controller_refuses_to_create_stays_unknown(
 ) -> None:
     """Only a topic the controller has is LEADER_NOT_AVAILABLE: one it refused (here no
     broker to place it on) is still UNKNOWN_TOPIC_OR_PARTITION."""
-    monkeypatch.setattr("riverbed.server.quorum.FORWARD_APPLY_WAIT_S", 0.3)
+    monkeypatch.setattr("riverbed.server.write_forwarding.FORWARD_APPLY_WAIT_S", 0.3)
     topic = ask_lagging_node([ErrorCode.INVALID_REPLICATION_FACTOR], None)
     assert (topic.error_code, topic.partitions) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])
 

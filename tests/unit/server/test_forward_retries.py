@@ -174,7 +174,7 @@ def test_a_controller_that_never_answers_ends_in_request_timed_out_at_the_deadli
     REQUEST_TIMED_OUT, as Kafka's ForwardingManager answers a request its channel timed
     out (``getErrorResponse(new TimeoutException())``), never a success (before:
     NotLeaderError, NOT_CONTROLLER to the client)."""
-    monkeypatch.setattr("riverbed.server.quorum.FORWARD_RETRY_TIMEOUT_S", 0.5)
+    monkeypatch.setattr("riverbed.server.write_forwarding.FORWARD_RETRY_TIMEOUT_S", 0.5)
     with pytest.raises(ControllerError) as raised:
         run_against([CLOSE] * 1000, lambda q: q.delete_topics(delete("t")))
     assert error_code_of(raised.value) is ErrorCode.REQUEST_TIMED_OUT
@@ -184,7 +184,7 @@ def test_no_controller_at_all_ends_in_request_timed_out(monkeypatch: pytest.Monk
     """No leader known for the whole deadline (an election that does not end): the
     queued write times out as in Kafka's channel, REQUEST_TIMED_OUT (before:
     NOT_CONTROLLER)."""
-    monkeypatch.setattr("riverbed.server.quorum.FORWARD_RETRY_TIMEOUT_S", 0.3)
+    monkeypatch.setattr("riverbed.server.write_forwarding.FORWARD_RETRY_TIMEOUT_S", 0.3)
 
     async def main() -> None:
         quorum = follower_of(1)

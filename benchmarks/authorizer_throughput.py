@@ -14,6 +14,8 @@ user: every Produce request goes through the whole decision. confluent-kafka pro
 linger.ms=20 to fill them: many requests, so the per-request check weighs as much as it
 can, and as many to each broker, however fast it answers). ``--control`` gives both
 brokers no authorizer (an A/A run: what the method itself shows as a difference).
+``--acls 0``: the authorizer on, no ACL created at all (``allow.everyone.if.no.acl.found``
+lets the producer write): what checking costs before any ACL exists.
 
 The default method is `benchmarks.ab_brokers`'s (as `benchmarks.metrics_bench`): both
 brokers pinned to one CPU and fed at once, the producer (on the other CPUs) alternating
@@ -227,7 +229,7 @@ def main() -> None:
             admin = AdminClient({"bootstrap.servers": broker.bootstrap})
             for f in admin.create_topics([NewTopic(TOPIC, 1, 1)]).values():
                 f.result(timeout=60)
-        if not args.control:
+        if not args.control and args.acls > 0:
             created = _create_acls(brokers[checked].bootstrap, args.acls)
             print(f"{created} ACLs created (the last for the producer)", flush=True)
         for broker in brokers.values():

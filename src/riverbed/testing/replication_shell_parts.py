@@ -24,7 +24,7 @@ from riverbed.server.replication.manager import AlterBatch, ReplicaManager
 from riverbed.storage.clock import Clock
 from riverbed.storage.log import PartitionLog
 from riverbed.storage.log_manager import LogManager
-from riverbed.testing.replication_sim import TOPIC, Heartbeat, Register, SimBroker
+from riverbed.testing.replication_sim_brokers import TOPIC, Heartbeat, Register, SimBroker
 from riverbed.testing.replication_sim_parts import Record
 from riverbed.testing.sim_disk import SimDisk
 

@@ -74,16 +74,15 @@ from riverbed.testing.replication_shell_parts import (
     leader_fetch_response,
     record_batch,
 )
-from riverbed.testing.replication_sim import (
+from riverbed.testing.replication_sim import ReplicationSim, SimParams
+from riverbed.testing.replication_sim_brokers import (
     PRODUCE_TIMEOUT_MS,
     TOPIC,
     HeartbeatAnswer,
     ProduceAnswer,
     ProduceReq,
     Registered,
-    ReplicationSim,
     SimBroker,
-    SimParams,
 )
 from riverbed.testing.replication_sim_parts import CLIENT, CONTROLLER, Record
 

@@ -19,24 +19,22 @@ a replica that acked log entries it would forget after a crash (start-up validat
 log without a snapshot under its begin offset as empty) could break a committed majority.
 The old log stays in place during the download, so the replica votes with it.
 
-This module holds inputs and role transitions; the replication half (Fetch,
-FetchSnapshot, DescribeQuorum, commits, snapshots, log begin offset) is
-``riverbed.raft.replication`` and the answers to Vote, BeginQuorumEpoch and
-EndQuorumEpoch are ``riverbed.raft.votes``, both mixed into ``RaftNode``.
+This module holds the inputs, the refused-connection shortcut and the plumbing (requests
+in flight, actions out). Mixed into ``RaftNode``: the role transitions
+(``riverbed.raft.role_transitions``), the replication half (Fetch, FetchSnapshot,
+DescribeQuorum, commits, snapshots, log begin offset: ``riverbed.raft.replication``) and
+the answers to Vote, BeginQuorumEpoch and EndQuorumEpoch (``riverbed.raft.votes``).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
 
-from riverbed.protocol.messages import LeaderChangeMessage, encode
 from riverbed.raft.actions import (
     Action,
     FlushLog,
     LeaderChanged,
     LoadSnapshot,
-    PersistQuorumState,
     SendRequest,
     SendResponse,
 )
@@ -50,8 +48,6 @@ from riverbed.raft.messages import (
     DescribeQuorumResponse,
     EndQuorumEpochRequest,
     EndQuorumEpochResponse,
-    Entry,
-    EntryKind,
     Errors,
     FetchRequest,
     FetchResponse,
@@ -66,6 +62,7 @@ from riverbed.raft.messages import (
 from riverbed.raft.quorum_state import QuorumState
 from riverbed.raft.refusals import Refusal, refusal_proves_leader_gone
 from riverbed.raft.replication import FETCH_ERROR_BACKOFF_MS, ReplicationMixin
+from riverbed.raft.role_transitions import RoleTransitionsMixin
 from riverbed.raft.roles import Role
 from riverbed.raft.snapshots import SnapshotStore
 from riverbed.raft.votes import VotesMixin
@@ -109,19 +106,7 @@ class AppendQueueFullError(Exception):
         return self.op_records > self.limit
 
 
-def leader_change_value(leader_id: int, voters: Iterable[int]) -> bytes:
-    """Value of the LeaderChange control record: Kafka's LeaderChangeMessage v0."""
-    ids = sorted(voters)
-    msg = LeaderChangeMessage(
-        version=0,
-        leader_id=leader_id,
-        voters=[LeaderChangeMessage.Voter(voter_id=v) for v in ids],
-        granting_voters=[LeaderChangeMessage.Voter(voter_id=v) for v in ids],
-    )
-    return encode(msg, 0)
-
-
-class RaftNode(VotesMixin, ReplicationMixin):
+class RaftNode(RoleTransitionsMixin, VotesMixin, ReplicationMixin):
     def __init__(
         self,
         node_id: int,
@@ -478,228 +463,6 @@ class RaftNode(VotesMixin, ReplicationMixin):
             last_contact_ms=self.last_leader_contact_ms,
             answered=self.peers_answered,
         )
-
-    # ======================================================================================
-    # transitions (see roles.py)
-    # ======================================================================================
-    def _quorum_state(self) -> QuorumState:
-        return QuorumState(
-            leader_epoch=self.epoch,
-            leader_id=self.leader_id,
-            voted_id=self.voted_id,
-            voted_directory_id=self.directory_id if self.voted_id == self.node_id else "",
-        )
-
-    def _set_epoch_state(self, epoch: int, leader_id: int, voted_id: int, persist: bool) -> None:
-        assert epoch >= self.epoch, (epoch, self.epoch)
-        changed = (epoch, leader_id) != (self.epoch, self.leader_id)
-        durable_changed = (epoch, leader_id, voted_id) != (
-            self.epoch,
-            self.leader_id,
-            self.voted_id,
-        )
-        if epoch > self.epoch and self.snapshot_download is not None:
-            pass  # the download continues against the new leader after a new Fetch
-        self.epoch, self.leader_id, self.voted_id = epoch, leader_id, voted_id
-        if persist and durable_changed:
-            self._emit(PersistQuorumState(self._quorum_state()))
-        if changed:
-            self._emit(LeaderChanged(epoch, leader_id))
-
-    def _leave_leader(self) -> None:
-        ls = self.leader_state
-        self.leader_state = None
-        if ls is not None:
-            # parked fetches must not wait forever on a leader that is gone
-            for fetch in ls.parked.values():
-                self._emit(
-                    SendResponse(
-                        fetch.src,
-                        fetch.correlation_id,
-                        self._fetch_error(Errors.NOT_LEADER_OR_FOLLOWER),
-                    )
-                )
-
-    def _randomized_election_timeout(self) -> int:
-        t = self.config.election_timeout_ms
-        return t + self.rng.randint(0, t)
-
-    def _reset_election_timer(self) -> None:
-        self.election_deadline_ms = self._now + self._randomized_election_timeout()
-
-    def _become_unattached(self, epoch: int, voted_id: int, persist: bool = True) -> None:
-        self._leave_leader()
-        self._set_epoch_state(epoch, -1, voted_id, persist)
-        self.role = Role.UNATTACHED
-        self.fetch_in_flight = False
-        self.candidate_backing_off = False
-        self._reset_election_timer()
-
-    def _become_follower(self, epoch: int, leader_id: int, persist: bool = True) -> None:
-        assert leader_id != self.node_id
-        self._leave_leader()
-        voted = self.voted_id if epoch == self.epoch else -1
-        self._set_epoch_state(epoch, leader_id, voted, persist)
-        self.role = Role.FOLLOWER
-        self.fetch_in_flight = False
-        self.candidate_backing_off = False
-        self.backoff_until_ms = 0
-        self.fetch_deadline_ms = self._now + self.config.fetch_timeout_ms
-
-    def _become_prospective(self) -> None:
-        assert self.is_voter
-        self.prospective_from_leader = self.leader_id if self.role is Role.FOLLOWER else -1
-        self._leave_leader()
-        self.role = Role.PROSPECTIVE
-        self.candidate_backing_off = False
-        self.fetch_in_flight = False
-        self.votes_granted = {self.node_id}
-        self.votes_rejected = set()
-        self.pre_votes_refused = set()
-        self._reset_election_timer()
-        if len(self.votes_granted) >= self.config.majority:
-            self._become_candidate()
-            return
-        for v in sorted(self.config.voters - {self.node_id}):
-            self._send_pre_vote(v)
-
-    def _send_pre_vote(self, voter: int) -> None:
-        last_epoch, last_offset = self._vote_log_position()
-        self._send(
-            voter,
-            "pre_vote",
-            VoteRequest(
-                cluster_id=self.config.cluster_id,
-                candidate_epoch=self.epoch,  # Kafka: a pre-vote carries the current epoch
-                candidate_id=self.node_id,
-                last_offset_epoch=last_epoch,
-                last_offset=last_offset,
-                pre_vote=True,
-                voter_id=voter,
-            ),
-        )
-
-    def _prospective_lost(self) -> None:
-        leader = self.prospective_from_leader
-        if leader >= 0 and self.leader_id in (-1, leader) and leader != self.node_id:
-            self._become_follower(self.epoch, leader, persist=False)
-            # the pre-vote failed because others still hear from this leader; give it a
-            # fresh fetch timeout rather than campaigning again at once
-        else:
-            self._become_unattached(self.epoch, self.voted_id, persist=False)
-            self.election_deadline_ms += self.rng.randint(0, self.config.election_backoff_max_ms)
-
-    def _become_candidate(self) -> None:
-        self._leave_leader()
-        self._set_epoch_state(self.epoch + 1, -1, self.node_id, persist=True)
-        self.role = Role.CANDIDATE
-        self.candidate_backing_off = False
-        self.votes_granted = {self.node_id}
-        self.votes_rejected = set()
-        self._reset_election_timer()
-        if len(self.votes_granted) >= self.config.majority:
-            self._become_leader()
-            return
-        last_epoch, last_offset = self._vote_log_position()
-        for v in sorted(self.config.voters - {self.node_id}):
-            self._send(
-                v,
-                "vote",
-                VoteRequest(
-                    cluster_id=self.config.cluster_id,
-                    candidate_epoch=self.epoch,
-                    candidate_id=self.node_id,
-                    last_offset_epoch=last_epoch,
-                    last_offset=last_offset,
-                    voter_id=v,
-                ),
-            )
-
-    def _become_leader(self) -> None:
-        assert self.role is Role.CANDIDATE and self.is_voter
-        self._set_epoch_state(self.epoch, self.node_id, self.voted_id, persist=True)
-        self.role = Role.LEADER
-        if self.snapshot_download is not None:
-            if self.snapshot_completing is None:  # else the shell owns the file
-                self.snapshots.abort_download(self.snapshot_download)
-            self.snapshot_download = None
-        start = self.log.end_offset
-        self.leader_state = LeaderState(
-            epoch=self.epoch,
-            epoch_start_offset=start,
-            voters=self.config.voters,
-            local_id=self.node_id,
-            started_ms=self._now,
-        )
-        self.log.append(
-            [
-                Entry(
-                    start,
-                    self.epoch,
-                    leader_change_value(self.node_id, self.config.voters),
-                    EntryKind.LEADER_CHANGE,
-                )
-            ]
-        )
-        self._emit(FlushLog(self.log.end_offset))
-        self._send_begin_epoch()
-        self._leader_maybe_advance_hw()
-
-    def _become_resigned(self) -> None:
-        ls = self.leader_state
-        assert self.role is Role.LEADER and ls is not None
-        # preferred successors: most caught-up voters first (KIP-595)
-        successors = sorted(
-            (v for v in self.config.voters if v != self.node_id),
-            key=lambda v: (-ls.replicas[v].end_offset, v),
-        )
-        for fetch in ls.parked.values():
-            self._respond_fetch_now(fetch.src, fetch.correlation_id, fetch.request)
-        self._leave_leader()
-        self.role = Role.RESIGNED
-        self._reset_election_timer()
-        for v in successors:
-            self._send(
-                v,
-                "end_epoch",
-                EndQuorumEpochRequest(
-                    cluster_id=self.config.cluster_id,
-                    leader_id=self.node_id,
-                    leader_epoch=self.epoch,
-                    preferred_successors=tuple(successors),
-                ),
-            )
-
-    def _maybe_learn(self, epoch: int, leader_id: int) -> None:
-        """React to the epoch/leader a message carries (first rows of the table)."""
-        if epoch > self.epoch:
-            if leader_id >= 0 and leader_id != self.node_id:
-                self._become_follower(epoch, leader_id)
-            else:
-                self._become_unattached(epoch, -1)
-        elif (
-            epoch == self.epoch
-            and leader_id >= 0
-            and leader_id != self.node_id
-            and self.role in (Role.UNATTACHED, Role.PROSPECTIVE, Role.CANDIDATE)
-            # a Prospective that came from following L already knows L; others still
-            # naming L is no sign that L is alive
-            and not (self.role is Role.PROSPECTIVE and leader_id == self.prospective_from_leader)
-        ):
-            self._become_follower(epoch, leader_id)
-
-    def _discover_leader(self, avoid: int = -1) -> None:
-        """Observer without a leader: ask a random voter (it answers with a leader hint),
-        not ``avoid`` (a leader that refused a connection) if there is another."""
-        self._reset_election_timer()
-        if self.fetch_in_flight:
-            return
-        voters = sorted(self.config.voters - {self.node_id})
-        target = self.rng.choice([v for v in voters if v != avoid] or voters or [self.node_id])
-        if target == self.node_id:
-            return
-        self.fetch_target = target
-        self._send_fetch(target)
 
     # ======================================================================================
     # plumbing

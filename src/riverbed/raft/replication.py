@@ -1,7 +1,8 @@
 """Replication half of ``RaftNode``: Fetch and FetchSnapshot on both sides, DescribeQuorum,
 commit delivery, snapshot triggers and log-begin-offset advancement (KIP-595, KIP-630).
 
-A mixin so that ``node.py`` keeps roles and votes; every method runs on a ``RaftNode``.
+A mixin of ``RaftNode`` (``riverbed.raft.node``), as the votes and the role transitions are;
+every method runs on a ``RaftNode``.
 
 Fetch (leader side): a fetch below the log begin offset gets the latest snapshot id; a
 ``(FetchOffset, LastFetchedEpoch)`` that does not match the leader's log gets a

@@ -1,5 +1,6 @@
 """Roles of a KRaft replica and every transition between them — the one place they are
-documented. ``RaftNode`` (``riverbed.raft.node``) implements exactly this table.
+documented. ``RaftNode`` (``riverbed.raft.node``) implements exactly this table, its transitions
+in ``riverbed.raft.role_transitions``.
 
 Roles (epoch = the replica's current epoch, persisted in the quorum-state file):
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from riverbed.raft.log import MemoryLog
 from riverbed.raft.messages import Entry, EntryKind, OffsetAndEpoch
-from riverbed.raft.node import leader_change_value
+from riverbed.raft.role_transitions import leader_change_value
 from riverbed.raft.wire import entries_to_records, records_to_entries
 
 epoch_steps = st.lists(st.integers(min_value=0, max_value=3), min_size=0, max_size=40)

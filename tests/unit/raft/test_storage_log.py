@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from riverbed.raft.messages import Entry, EntryKind, OffsetAndEpoch
-from riverbed.raft.node import leader_change_value
+from riverbed.raft.role_transitions import leader_change_value
 from riverbed.raft.storage_log import StorageRaftLog
 from riverbed.storage.clock import ManualClock
 from riverbed.storage.config import LogConfig

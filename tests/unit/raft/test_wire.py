@@ -25,7 +25,7 @@ from riverbed.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from riverbed.raft.node import leader_change_value
+from riverbed.raft.role_transitions import leader_change_value
 
 REQUESTS = [
     VoteRequest("c", 5, 2, 4, 100, pre_vote=False, voter_id=3),

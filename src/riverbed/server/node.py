@@ -19,6 +19,10 @@ Start-up order (each step needs the previous one):
    starts accepting; then ONE ready line is printed:
    ``riverbed node <id> ready: PLAINTEXT://127.0.0.1:9092 ...``.
 
+The listeners' wiring (security, socket server, binding, request routing, advertised
+endpoints) is `riverbed.server.node_listeners`; registration, unfencing and the controlled
+shutdown are `riverbed.server.broker_lifecycle`, both mixed into `Node`.
+
 Shutdown (SIGTERM, SIGINT or `Node.stop`): stop accepting, finish in-flight requests
 (bounded wait), wake parked fetches, flush and close every log (clean-shutdown markers),
 close the metadata log. Second signal: exit at once.
@@ -47,10 +51,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
 
-from riverbed.protocol.messages import Message
-from riverbed.security.scram import ScramCredential, ScramMechanism
 from riverbed.server.broker.authorization import (
     BrokerAuthorizer,
     authorizer_config,
@@ -60,9 +61,8 @@ from riverbed.server.broker.partitions import PartitionManager, log_config_for
 from riverbed.server.broker_lifecycle import BrokerLifecycle, NodeStartError
 from riverbed.server.clock import SystemClock
 from riverbed.server.config import ServerConfig
-from riverbed.server.connection_quotas import ConnectionQuotas, raise_open_files_limit
+from riverbed.server.connection_quotas import raise_open_files_limit
 from riverbed.server.controller_apis import ControllerApis
-from riverbed.server.dynamic_listeners import DynamicListeners
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.heap import freeze_startup_heap
 from riverbed.server.http_listener import (
@@ -72,19 +72,10 @@ from riverbed.server.http_listener import (
     parse_http_listeners,
 )
 from riverbed.server.jwks_https import HttpsJwks
-from riverbed.server.listener_security import (
-    ListenerSecurity,
-    client_security,
-    listener_security,
-)
 from riverbed.server.logging_config import configure_logging
 from riverbed.server.metrics.registry import NodeMetrics
-from riverbed.server.network import (
-    RequestContext,
-    RequestHandler,
-    Response,
-    SocketServer,
-)
+from riverbed.server.network import SocketServer
+from riverbed.server.node_listeners import NodeListeners
 from riverbed.server.purgatory import Purgatory
 from riverbed.server.quorum import QuorumMetadata, open_quorum_metadata
 from riverbed.server.remote_log import RemoteLogManager, RemoteLogSettings
@@ -106,8 +97,6 @@ HOUSEKEEPING_INTERVAL_MS = 1000
 #: Environment variable naming a parent pid: the node stops cleanly when that process is
 #: gone (set by riverbed.testing.cluster so a killed test run leaves no brokers behind).
 EXIT_WITH_PARENT_ENV = "RIVERBED_EXIT_WITH_PARENT"
-#: Requests read ahead per connection before the node stops reading it (back-pressure).
-INFLIGHT_REQUESTS_PER_CONNECTION_MAX = 16
 
 
 def _move_rate(cfg: ServerConfig) -> int | None:
@@ -120,7 +109,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class Node(BrokerLifecycle):
+class Node(NodeListeners, BrokerLifecycle):
     """A combined broker+controller node (``process.roles=broker,controller``)."""
 
     def __init__(
@@ -216,75 +205,6 @@ class Node(BrokerLifecycle):
         log.info("node %d started (cluster id %s): %s", cfg.node_id, self.cluster_id, addrs)
         bootstrap = ",".join(f"{h}:{p}" for _n, h, p, _s in self.advertised_endpoints())
         log.info("clients connect with --bootstrap-server %s (bootstrap.servers)", bootstrap)
-
-    def _dynamic_listeners(self, quorum: QuorumMetadata) -> DynamicListeners:
-        """Listener key / trust stores replaced through AlterConfigs: the ones already in
-        the caught-up image before the broker listeners bind, later ones as they come."""
-        assert self.server is not None
-        dynamic = DynamicListeners(self.config, self._security, self._scram, self.server)
-        dynamic.apply(quorum.image)
-        quorum.add_listener(lambda old, new, delta: dynamic.apply(new))
-        return dynamic
-
-    def _limit_connection_rates(self, broker: Broker) -> None:
-        """connection_creation_rate quotas on the broker listeners (not the controller's,
-        as in Kafka, whose controllers do not load client quotas)."""
-        assert self.server is not None
-        quotas = broker.quotas
-        self.server.quotas.rate_throttle = lambda ip: quotas.connection_throttle_ms(
-            broker.metadata.image, ip
-        )
-
-    def _socket_server(self) -> SocketServer:
-        cfg = self.config
-        handler: RequestHandler = self._handle
-        # the request/topic counters and the request times
-        observer = self.metrics.traffic if cfg.get("riverbed.metrics.enable") else None
-        server = SocketServer(
-            handler,
-            socket_request_max_bytes=cfg.socket_request_max_bytes,
-            connections_max_idle_ms=cfg.connections_max_idle_ms,
-            inflight_requests_max=INFLIGHT_REQUESTS_PER_CONNECTION_MAX,
-            queued_requests_max=cfg.queued_max_requests,
-            quotas=ConnectionQuotas(cfg.connection_limits),
-            listen_backlog=cfg.socket_listen_backlog_size,
-            fault_handler=self.fault_handler,
-            observer=observer,
-        )
-        # Kafka's KRaft controller listeners have a socket server (and quotas) of their own
-        self._controller_quotas = ConnectionQuotas(
-            replace(cfg.connection_limits, inter_broker_listener=None)
-        )
-        self.metrics.watch_network(
-            lambda: server.queued.held, [server.quotas, self._controller_quotas], self.purgatory
-        )
-        return server
-
-    def _listener_security(self) -> dict[str, ListenerSecurity]:
-        """Each listener's TLS / SASL settings and this broker's own login (validated:
-        a bad key stops the start with its name)."""
-        from riverbed.server.config import ConfigError
-
-        cfg = self.config
-        try:
-            self._inter_broker_security = client_security(
-                cfg, cfg.inter_broker_listener_name, "sasl.mechanism.inter.broker.protocol"
-            )
-            return {
-                lst.name: listener_security(cfg, lst.name, lst.security_protocol, self._scram)
-                for lst in cfg.listeners
-            }
-        except ConfigError as exc:
-            raise NodeStartError(str(exc)) from None
-
-    def _scram(self, mechanism: ScramMechanism, user: str) -> ScramCredential | None:
-        """A user's SCRAM credential in this node's metadata image (None: unknown)."""
-        if self.quorum is None:
-            return None
-        cred = self.quorum.image.scram_credentials.get((user, mechanism.type_id))
-        if cred is None:
-            return None
-        return ScramCredential(cred.salt, cred.stored_key, cred.server_key, cred.iterations)
 
     async def _start_quorum(self, clock: SystemClock) -> QuorumMetadata:
         """The quorum: the controller listener serves Raft RPCs at once (the other voters
@@ -401,51 +321,6 @@ class Node(BrokerLifecycle):
                 self._tasks.append(supervise(f"JWKS refresh of {security.name}", refresh, fh))
         heartbeats = quorum.heartbeat_loop(self.config.node_id, self.stop_requested, lambda: False)
         self._tasks.append(supervise("broker heartbeats", heartbeats, fh))
-
-    async def _listen(self, *, controller: bool) -> None:
-        """Bind the controller listeners (serving at once) or the others (serving after
-        registration, so the first Metadata answer already lists this broker)."""
-        cfg = self.config
-        assert self.server is not None
-        for lst in cfg.listeners:
-            is_controller = lst.name in cfg.controller_listener_names
-            if is_controller != controller:
-                continue
-            try:
-                host, port = await self.server.listen(
-                    lst.name,
-                    lst.host,
-                    lst.port,
-                    start_serving=controller,
-                    quotas=self._controller_quotas if is_controller else None,
-                    security=self._security[lst.name],
-                )
-            except OSError as exc:
-                raise NodeStartError(
-                    f"cannot listen on {lst.name}://{lst.host}:{lst.port} (listeners): "
-                    f"{exc.strerror or exc}"
-                ) from None
-            self.bound_listeners[lst.name] = (host, port)
-
-    async def _handle(self, ctx: RequestContext, body: Message) -> Response | None:
-        """The network layer's handler: controller listeners -> the quorum; others -> the
-        broker (not yet bound while the node starts)."""
-        if ctx.listener_name in self.config.controller_listener_names:
-            return await self._controller_apis.handle(ctx, body)
-        assert self.broker is not None
-        return await self.broker.handle(ctx, body)
-
-    def advertised_endpoints(self) -> list[tuple[str, str, int, str]]:
-        """(listener name, host, port, security protocol); port 0 -> the bound port."""
-        out = []
-        for adv in self.config.advertised_listeners:
-            bound = self.bound_listeners.get(adv.name)
-            port = adv.port or (bound[1] if bound else 0)
-            host = adv.host or (bound[0] if bound else "") or "localhost"
-            if host in ("0.0.0.0", "::"):
-                host = "localhost"
-            out.append((adv.name, host, port, adv.security_protocol))
-        return out
 
     async def _watch_parent(self) -> None:
         """Ask for a clean stop once the parent named by EXIT_WITH_PARENT_ENV is gone."""

@@ -2,7 +2,7 @@
 authorizer, in one run (issue 20: "no measurable change in produce throughput").
 
     python -m benchmarks.authorizer_throughput [--acls 10000] [--records 20000] [--rounds 4]
-        [--control] [--slices N] [--sequential]
+        [--control] [--slices N] [--sequential] [--hash-seeds A,B]
 
 Two brokers run side by side: one plain, one with Kafka's StandardAuthorizer and
 ``allow.everyone.if.no.acl.found=true`` (so the PLAINTEXT client, User:ANONYMOUS, may
@@ -15,7 +15,9 @@ linger.ms=20 to fill them: many requests, so the per-request check weighs as muc
 can, and as many to each broker, however fast it answers). ``--control`` gives both
 brokers no authorizer (an A/A run: what the method itself shows as a difference).
 ``--acls 0``: the authorizer on, no ACL created at all (``allow.everyone.if.no.acl.found``
-lets the producer write): what checking costs before any ACL exists.
+lets the producer write): what checking costs before any ACL exists. ``--hash-seeds A,B``:
+the plain and the checked broker's ``PYTHONHASHSEED`` (default: random per process), so a
+series of runs can vary or fix the dicts' and sets' layout on purpose.
 
 The default method is `benchmarks.ab_brokers`'s (as `benchmarks.metrics_bench`): both
 brokers pinned to one CPU and fed at once, the producer (on the other CPUs) alternating
@@ -199,6 +201,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--control", action="store_true", help="A/A: no authorizer on either")
     parser.add_argument(
+        "--hash-seeds", default="", help="PYTHONHASHSEED of the plain and the checked broker: A,B"
+    )
+    parser.add_argument(
         "--slices", type=int, default=0, help="a round's records in slices, in turn (0: at once)"
     )
     parser.add_argument(
@@ -217,9 +222,13 @@ def main() -> None:
         "allow.everyone.if.no.acl.found": "true",
     }
     checked = "no authorizer 2" if args.control else f"{args.acls} ACLs"
+    seeds = args.hash_seeds.split(",") if args.hash_seeds else []
+    if seeds and (len(seeds) != 2 or not all(s.isdigit() for s in seeds)):
+        parser.error(f"--hash-seeds {args.hash_seeds}: two seeds A,B (integers) expected")
+    envs = [{"PYTHONHASHSEED": s} for s in seeds] or [{}, {}]
     brokers = {
-        "no authorizer": BrokerProcess(),
-        checked: BrokerProcess(overrides={} if args.control else authz),
+        "no authorizer": BrokerProcess(env=envs[0]),
+        checked: BrokerProcess(overrides={} if args.control else authz, env=envs[1]),
     }
     try:
         for broker in brokers.values():

@@ -64,6 +64,7 @@ from riverbed.raft.refusals import Refusal, refusal_proves_leader_gone
 from riverbed.raft.replication import FETCH_ERROR_BACKOFF_MS, ReplicationMixin
 from riverbed.raft.role_transitions import RoleTransitionsMixin
 from riverbed.raft.roles import Role
+from riverbed.raft.snapshot_transfer import SnapshotTransferMixin
 from riverbed.raft.snapshots import SnapshotStore
 from riverbed.raft.votes import VotesMixin
 
@@ -106,7 +107,7 @@ class AppendQueueFullError(Exception):
         return self.op_records > self.limit
 
 
-class RaftNode(RoleTransitionsMixin, VotesMixin, ReplicationMixin):
+class RaftNode(RoleTransitionsMixin, VotesMixin, ReplicationMixin, SnapshotTransferMixin):
     def __init__(
         self,
         node_id: int,

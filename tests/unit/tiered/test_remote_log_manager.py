@@ -12,7 +12,8 @@ from typing import Any
 from riverbed.producer.manager import ProducerStateConfig, ProducerStateManager
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.records import SimpleRecord, build_batch, iter_batches
-from riverbed.server.remote_log import RemoteLogManager, RemoteLogSettings, _epoch_slice
+from riverbed.server.remote_copies import _epoch_slice
+from riverbed.server.remote_log import RemoteLogManager, RemoteLogSettings
 from riverbed.storage import LogConfig, ManualClock, PartitionLog
 from riverbed.tiered.rsm import FsspecRemoteStorageManager
 

@@ -58,7 +58,7 @@ from riverbed.storage.log import ORIGIN_COORDINATOR, PartitionLog
 
 if TYPE_CHECKING:
     from riverbed.metadata.image import MetadataImage
-    from riverbed.server.broker.partitions import HostedPartition
+    from riverbed.server.broker.hosted import HostedPartition
     from riverbed.server.config import ServerConfig
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from riverbed.storage.log import ORIGIN_COORDINATOR, AppendInfo, PartitionLog
 
 if TYPE_CHECKING:
     from riverbed.metadata.image import MetadataImage
-    from riverbed.server.broker.partitions import HostedPartition
+    from riverbed.server.broker.hosted import HostedPartition
     from riverbed.server.purgatory import Purgatory
     from riverbed.server.replication.manager import ReplicaManager
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from riverbed.producer.snapshot import snapshot_name
-from riverbed.server.broker.partitions import last_stable_offset, producer_state_of
+from riverbed.server.broker.hosted import last_stable_offset, producer_state_of
 from riverbed.server.metrics.remote import RemoteLogStats
 from riverbed.server.remote_reads import Tier
 from riverbed.storage.log import PartitionLog

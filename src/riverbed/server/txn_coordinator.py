@@ -68,7 +68,7 @@ from riverbed.transaction.markers import BrokerMarkers
 
 if TYPE_CHECKING:
     from riverbed.metadata.image import MetadataImage
-    from riverbed.server.broker.partitions import HostedPartition
+    from riverbed.server.broker.hosted import HostedPartition
     from riverbed.server.config import ServerConfig
     from riverbed.server.replication.fetcher import Channel
 

@@ -18,7 +18,8 @@ from riverbed.protocol.records import SimpleRecord, build_batch, iter_records
 from riverbed.replication.actions import FetchPosition
 from riverbed.replication.partition import Partition
 from riverbed.server.broker.fetch import follower_position, replica_of
-from riverbed.server.broker.partitions import NotServed, PartitionManager
+from riverbed.server.broker.hosted import NotServed
+from riverbed.server.broker.partitions import PartitionManager
 from riverbed.server.purgatory import Purgatory
 from riverbed.server.replication.manager import AlterBatch, ReplicaManager
 from riverbed.storage.clock import Clock

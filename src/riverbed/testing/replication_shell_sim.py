@@ -58,7 +58,7 @@ from riverbed.protocol.messages import (
     FetchRequest,
 )
 from riverbed.protocol.messages import IncrementalAlterConfigsRequest as IA
-from riverbed.server.broker.partitions import NotServed
+from riverbed.server.broker.hosted import NotServed
 from riverbed.server.replication.manager import AlterBatch
 from riverbed.testing import replication_sim
 from riverbed.testing.replication_shell_parts import (

@@ -331,7 +331,7 @@ def test_follower_replaying_markers_keeps_the_same_state_and_index(tmp_path: Pat
 def test_lso_never_below_the_log_start(tmp_path: Path) -> None:
     """DeleteRecords past an open transaction's first offset: the LSO is the log start
     (else a read_committed consumer at the log start would never get anything)."""
-    from riverbed.server.broker.partitions import last_stable_offset
+    from riverbed.server.broker.hosted import last_stable_offset
 
     clock = ManualClock(T0)
     plog, mgr = open_log(tmp_path, clock)

@@ -29,7 +29,7 @@ from riverbed.protocol.messages import FetchResponse
 from riverbed.protocol.records import SimpleRecord, build_batch
 from riverbed.server.broker.dispatch import BROKER_API_VERSIONS
 from riverbed.server.broker.fetch import _build_response, _PartitionRead
-from riverbed.server.broker.partitions import NotServed
+from riverbed.server.broker.hosted import NotServed
 from riverbed.server.network import SplicedResponse, plan_size, splice_plan
 from riverbed.storage.log_files import FileRange
 

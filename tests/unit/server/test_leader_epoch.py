@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import ListOffsetsRequest, decode, encode
-from riverbed.server.broker.partitions import leader_epoch_error
+from riverbed.server.broker.hosted import leader_epoch_error
 
 
 def test_newer_is_unknown_older_is_fenced_and_minus_one_or_absent_is_not_checked() -> None:

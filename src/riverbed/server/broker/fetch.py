@@ -49,7 +49,7 @@ from riverbed.metadata.records import ZERO_UUID
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import FetchRequest, FetchResponse
 from riverbed.replication.actions import FetchAnswer, FetchPosition
-from riverbed.server.broker.partitions import (
+from riverbed.server.broker.hosted import (
     DEBUGGING_REPLICA_ID,
     HostedPartition,
     NotServed,

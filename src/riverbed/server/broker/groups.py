@@ -47,7 +47,7 @@ from riverbed.security.acl import AclOperation as Op
 from riverbed.security.acl import ResourceType
 from riverbed.server.broker.authorization import authorized_operations
 from riverbed.server.broker.error_response import error_response
-from riverbed.server.broker.partitions import NotServed, producer_state_of
+from riverbed.server.broker.hosted import NotServed, producer_state_of
 from riverbed.server.coordinator import CoordinatorError
 from riverbed.server.network import RequestContext
 

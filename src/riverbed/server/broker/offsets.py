@@ -39,11 +39,7 @@ from riverbed.protocol.messages import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
 )
-from riverbed.server.broker.partitions import (
-    DEBUGGING_REPLICA_ID,
-    NotServed,
-    last_stable_offset,
-)
+from riverbed.server.broker.hosted import DEBUGGING_REPLICA_ID, NotServed, last_stable_offset
 from riverbed.server.broker.remote_fetch import max_timestamp_offset, offset_for_timestamp
 from riverbed.server.network import RequestContext
 from riverbed.storage.errors import StorageError

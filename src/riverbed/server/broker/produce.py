@@ -61,7 +61,7 @@ from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.messages import ProduceRequest, ProduceResponse
 from riverbed.protocol.record_batch import ATTR_TRANSACTIONAL
 from riverbed.protocol.records import BATCH_HEADER_SIZE, BatchHeader, parse_header
-from riverbed.server.broker.partitions import (
+from riverbed.server.broker.hosted import (
     HostedPartition,
     NotServed,
     leader_endpoints,

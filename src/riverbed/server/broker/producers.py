@@ -41,7 +41,7 @@ from riverbed.protocol.messages import (
 )
 from riverbed.raft.node import NotLeaderError
 from riverbed.server.backoff import ExponentialBackoff, Retrier
-from riverbed.server.broker.partitions import NotServed, producer_state_of
+from riverbed.server.broker.hosted import NotServed, producer_state_of
 from riverbed.server.broker.transactions import init_transactional_producer_id
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.network import RequestContext

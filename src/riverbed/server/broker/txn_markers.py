@@ -32,7 +32,7 @@ from riverbed.coordinator.records import OFFSETS_TOPIC
 from riverbed.protocol.control_records import build_end_txn_marker_batch
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import WriteTxnMarkersRequest, WriteTxnMarkersResponse
-from riverbed.server.broker.partitions import NotServed
+from riverbed.server.broker.hosted import NotServed
 from riverbed.server.network import RequestContext
 from riverbed.server.request_permits import park_current_request
 from riverbed.storage.errors import StorageError

@@ -44,7 +44,7 @@ from riverbed.coordinator.group import ClassicGroup
 from riverbed.coordinator.shard import GroupShard
 from riverbed.metadata.image import NO_LEADER, MetadataImage
 from riverbed.raft.roles import Role
-from riverbed.server.broker.partitions import HostedPartition, producer_state_of
+from riverbed.server.broker.hosted import HostedPartition, producer_state_of
 from riverbed.server.metrics.exposition import RenderedFamily, labels_text
 
 Families = Iterator[GaugeMetricFamily | CounterMetricFamily | RenderedFamily]

@@ -23,7 +23,7 @@ from typing import Protocol
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from riverbed.server.broker.partitions import last_stable_offset, producer_state_of
+from riverbed.server.broker.hosted import last_stable_offset, producer_state_of
 from riverbed.server.metrics.state import HostedPartitions
 from riverbed.transaction.shard import TransactionShard
 

@@ -76,7 +76,8 @@ from riverbed.server.supervise import supervise
 from riverbed.storage.log import PartitionLog
 
 if TYPE_CHECKING:
-    from riverbed.server.broker.partitions import HostedPartition, PartitionManager
+    from riverbed.server.broker.hosted import HostedPartition
+    from riverbed.server.broker.partitions import PartitionManager
 
 log = logging.getLogger(__name__)
 state_change_log = logging.getLogger("riverbed.state.change")

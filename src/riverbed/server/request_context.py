@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeAlias
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeAlias
 
 from riverbed.security.authorizer import ConnectionDecisions
 from riverbed.security.principal import ANONYMOUS, KafkaPrincipal
@@ -69,9 +68,12 @@ class ChannelThrottle:
             await asyncio.sleep(delay)
 
 
-@dataclass(frozen=True)
-class RequestContext:
-    """What a handler knows about a request besides its body."""
+class RequestContext(NamedTuple):
+    """What a handler knows about a request besides its body (read-only).
+
+    A named tuple, not a frozen dataclass: one is made per request, and a frozen
+    dataclass's ``__init__`` (an ``object.__setattr__`` per field) cost ~1.2 us of it
+    against ~0.5 us (issue 23)."""
 
     header: RequestHeader
     peer: str

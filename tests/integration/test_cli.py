@@ -66,6 +66,19 @@ def test_invalid_topic_requests_are_reported(broker, capsys):
     assert "INVALID_REPLICATION_FACTOR" in capsys.readouterr().err
 
 
+def test_topics_create_with_a_replica_assignment(broker, capsys):
+    b = broker.bootstrap
+    assert main(["topics", "create", "-b", b, "--topic", "assigned",
+                 "--replica-assignment", "1,1"]) == 0  # fmt: skip
+    (desc,) = run_json(capsys, "topics", "describe", "-b", b, "--topic", "assigned", "--json")
+    assert [(p["partition"], p["replicas"]) for p in desc["partitions"]] == [(0, [1]), (1, [1])]
+    # the assignment gives the counts: --partitions beside it is refused, as by kafka-topics
+    capsys.readouterr()
+    assert main(["topics", "create", "-b", b, "--topic", "assigned2",
+                 "--replica-assignment", "1", "--partitions", "2"]) == 1  # fmt: skip
+    assert "cannot be used with --partitions" in capsys.readouterr().err
+
+
 def test_produce_consume_with_keys_headers_timestamps(broker, capsys):
     b = broker.bootstrap
     assert main(["topics", "create", "-b", b, "--topic", "pc", "--partitions", "1"]) == 0

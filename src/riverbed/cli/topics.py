@@ -137,7 +137,15 @@ def create_cmd(args: argparse.Namespace) -> int:
 
     kwargs: dict[str, Any] = {"config": parse_kv(args.config, "--config")}
     if args.replica_assignment:
-        kwargs["replica_assignment"] = parse_replica_assignment(args.replica_assignment)
+        if args.partitions != -1 or args.replication_factor != -1:
+            # as kafka-topics: the assignment gives both counts
+            raise CliError(
+                "--replica-assignment cannot be used with --partitions or --replication-factor"
+            )
+        assignment = parse_replica_assignment(args.replica_assignment)
+        # confluent-kafka refuses an assignment with the default count (-1)
+        kwargs["num_partitions"] = len(assignment)
+        kwargs["replica_assignment"] = assignment
     else:
         kwargs["num_partitions"] = args.partitions
         kwargs["replication_factor"] = args.replication_factor

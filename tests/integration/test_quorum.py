@@ -14,6 +14,7 @@ One cluster (module fixture) with frequent metadata snapshots and fast elections
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import socket
 import struct
@@ -26,6 +27,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from riverbed.cli.main import main
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
 from riverbed.protocol.messages import (
@@ -233,6 +235,20 @@ def test_metadata_names_a_live_broker_as_controller(cluster: QuorumCluster) -> N
             reply: Any = decode_response(header, _read(sock, size))
         assert reply.controller_id == i
         assert sorted(b.node_id for b in reply.brokers) == list(cluster.ids)
+
+
+def test_brokers_list_marks_the_quorum_leader_as_controller(
+    cluster: QuorumCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`riverbed brokers list` marks the active controller (the Raft leader), not the
+    Metadata response's controller id, which each node answers with its own id."""
+    leader, _epoch = wait_leader(cluster, list(cluster.ids), 15)
+    for i in cluster.ids:
+        capsys.readouterr()
+        assert main(["brokers", "list", "-b", f"127.0.0.1:{cluster.ports[i][0]}", "--json"]) == 0
+        rows = json.loads(capsys.readouterr().out)
+        assert sorted(r["id"] for r in rows) == list(cluster.ids)
+        assert [r["id"] for r in rows if r["controller"]] == [leader]
 
 
 def request_to(port: int, api_key: int, version: int, body: Any) -> Any:

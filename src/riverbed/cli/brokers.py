@@ -3,7 +3,8 @@
 Kafka has no single tool for this (kafka-broker-api-versions lists brokers,
 kafka-topics --describe their partitions); the counts come from one Metadata request:
 for each broker, the partitions it leads, the replicas it holds, and how many of those
-are out of the ISR (a broker that is catching up or lagging).
+are out of the ISR (a broker that is catching up or lagging); and which one is the active
+controller (the KRaft quorum's leader, from DescribeQuorum), if it is a broker.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from riverbed.cli.common import (
     run_guarded,
     verb_parser,
 )
+from riverbed.cli.quorum import quorum_leader
 
 
 def register(subparsers: Any) -> None:
@@ -54,10 +56,12 @@ def list_cmd(args: argparse.Namespace) -> int:
     admin = admin_client(args)
     md = cluster_metadata(admin, args)
     counts = partition_counts(md)
+    # Not md.controller_id: a KRaft broker names itself or another live broker there
+    controller = quorum_leader(args.bootstrap_server)
     rows = []
     for b in live_brokers(admin, md):
         c = counts.get(b["id"], {"leaders": 0, "replicas": 0, "out_of_isr": 0})
-        rows.append({**b, **c, "controller": b["id"] == md.controller_id})
+        rows.append({**b, **c, "controller": b["id"] == controller})
     if args.json:
         print_json(rows)
         return 0

@@ -81,6 +81,17 @@ async def describe_quorum(host: str, port: int, security: ClientSecurity | None 
         await transport.close()
 
 
+def quorum_leader(bootstrap: str) -> int | None:
+    """The KRaft quorum's leader (the active controller), from DescribeQuorum sent to the
+    first broker of ``bootstrap``; None when there is none or the broker cannot tell."""
+    try:
+        host, port = _address(bootstrap, "--bootstrap-server")
+        reply = asyncio.run(describe_quorum(host, port))
+    except Exception:  # unreachable, or a broker that does not serve DescribeQuorum
+        return None
+    return int(reply.leader_id) if reply.error_code == 0 and reply.leader_id >= 0 else None
+
+
 def describe_cmd(args: argparse.Namespace) -> int:
     from riverbed.raft.messages import Errors
 

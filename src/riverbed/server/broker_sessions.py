@@ -202,6 +202,8 @@ class BrokerSessions:
         another incarnation's session lives). ``own``: this node registers its own broker;
         the node is the one process of its id, so a previous incarnation is gone and its
         session is not waited for (the registration fences it in its own batch)."""
+        # no PreviousBrokerEpoch from a broker never registered is no unclean shutdown
+        known = broker_id in self.service.image.brokers
         reg = await self.service.register_broker(
             broker_id,
             endpoints,
@@ -216,6 +218,15 @@ class BrokerSessions:
             broker_id,
             reg.broker_epoch,
             previous_broker_epoch,
-            "" if previous_broker_epoch >= 0 else ": unclean shutdown",
+            registration_note(previous_broker_epoch, known),
         )
         return reg
+
+
+def registration_note(previous_broker_epoch: int, known: bool) -> str:
+    """How the registration log line explains a broker's PreviousBrokerEpoch: -1 from a
+    broker the image knew means it did not shut down cleanly; from one it did not, that
+    this is its first registration."""
+    if previous_broker_epoch >= 0:
+        return ""
+    return ": unclean shutdown" if known else ": first registration"

@@ -166,13 +166,14 @@ def consume_cmd(args: argparse.Namespace) -> int:
             if args.max_messages is not None:
                 want = min(want, args.max_messages - count)
             batch = consumer.consume(num_messages=want, timeout=0.2)
+            printed = count
             for msg in batch:
                 if msg.error() is not None:
                     print(f"error: {kafka_error_text(Exception(msg.error()))}", file=sys.stderr)
                     continue
                 print(format_record(msg, args), flush=False)
                 count += 1
-            if batch:
+            if count > printed:  # an error is not a record: it does not hold --timeout-ms off
                 sys.stdout.flush()
                 last_record = time.monotonic()
             elif (

@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -129,6 +130,41 @@ def test_consume_formatting():
     as_json = json.loads(consume.format_record(FakeMsg(None, None), _consume_args("--json")))
     assert as_json["key"] is None and as_json["value"] is None
     assert as_json["timestamp_type"] == "CreateTime" and as_json["offset"] == 41
+
+
+class _ErrorOnlyConsumer:
+    """A group consumer whose every poll is an error (e.g. INCONSISTENT_GROUP_PROTOCOL
+    while its JoinGroup is refused): never a record."""
+
+    polls = 0
+
+    def __init__(self, conf):
+        pass
+
+    def subscribe(self, topics):
+        pass
+
+    def consume(self, num_messages, timeout):
+        type(self).polls += 1
+        assert type(self).polls < 500, "--timeout-ms never ended the consumer"
+        time.sleep(0.01)
+        return [SimpleNamespace(error=lambda: "JoinGroup failed: Inconsistent group protocol")]
+
+    def close(self):
+        pass
+
+
+def test_consume_timeout_ms_counts_from_the_last_record_not_the_last_error(monkeypatch, capsys):
+    # Kafka's console consumer: --timeout-ms ends it when no *message* arrived for that
+    # long; an error every poll used to reset the clock, so it ran forever
+    import confluent_kafka
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", _ErrorOnlyConsumer)
+    args = _consume_args("--group", "g", "--timeout-ms", "300")
+    assert consume.consume_cmd(args) == 0
+    err = capsys.readouterr().err
+    assert "Inconsistent group protocol" in err
+    assert "Processed a total of 0 messages" in err
 
 
 def test_consume_start_options_are_exclusive(capsys):

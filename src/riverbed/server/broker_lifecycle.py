@@ -47,6 +47,12 @@ class NodeStartError(RuntimeError):
     """The node cannot start (e.g. a listener's port is taken); the message says why."""
 
 
+class NodeConfigError(NodeStartError):
+    """The node cannot start with its configuration (found while starting: listener
+    security, the HTTP listeners, tiered storage, the quorum); the message names the key.
+    The process exits 2, as for a value the config check refuses before the start."""
+
+
 class BrokerLifecycle:
     if TYPE_CHECKING:  # provided by Node
         config: ServerConfig

@@ -58,7 +58,7 @@ from riverbed.server.broker.authorization import (
 )
 from riverbed.server.broker.dispatch import Broker
 from riverbed.server.broker.partitions import PartitionManager, log_config_for
-from riverbed.server.broker_lifecycle import BrokerLifecycle, NodeStartError
+from riverbed.server.broker_lifecycle import BrokerLifecycle, NodeConfigError, NodeStartError
 from riverbed.server.clock import SystemClock
 from riverbed.server.config import ServerConfig
 from riverbed.server.connection_quotas import raise_open_files_limit
@@ -174,7 +174,7 @@ class Node(NodeListeners, BrokerLifecycle):
         if cfg.get("controller.quorum.bootstrap.servers") and not cfg.quorum_voters:
             # a dynamic quorum (KIP-853: voters discovered through the bootstrap servers,
             # AddRaftVoter) is not implemented; a static voter set is
-            raise NodeStartError(
+            raise NodeConfigError(
                 "controller.quorum.bootstrap.servers without controller.quorum.voters "
                 "(a dynamic KRaft quorum) is not supported: list the voters in "
                 "controller.quorum.voters (id@host:port,...)"
@@ -402,7 +402,7 @@ class Node(NodeListeners, BrokerLifecycle):
         try:
             endpoints = parse_http_listeners(list(self.config.http_listeners))
         except HttpListenerError as exc:
-            raise NodeStartError(str(exc)) from None
+            raise NodeConfigError(str(exc)) from None
         if not endpoints:
             return
         self.http = HttpListener(self.metrics.render, self._readiness(), self.http_extension)
@@ -462,13 +462,13 @@ def _remote_log_setup(
     try:
         settings = RemoteLogSettings.from_config(cfg)
     except ValueError as exc:
-        raise NodeStartError(str(exc)) from None
+        raise NodeConfigError(str(exc)) from None
     if not settings.enabled:
         return settings, None
     name = str(cfg.get("remote.log.storage.manager.class.name"))
     default = f"{FsspecRemoteStorageManager.__module__}.{FsspecRemoteStorageManager.__name__}"
     if name != default:
-        raise NodeStartError(
+        raise NodeConfigError(
             f"remote.log.storage.manager.class.name={name}: riverbed ships {default} only"
         )
     prefix = str(cfg.get("remote.log.storage.manager.impl.prefix"))
@@ -480,7 +480,7 @@ def _remote_log_setup(
     try:
         return settings, FsspecRemoteStorageManager.from_props(props)
     except ValueError as exc:
-        raise NodeStartError(f"tiered storage: {exc}") from None
+        raise NodeConfigError(f"tiered storage: {exc}") from None
 
 
 async def run_node(config: ServerConfig, http_extension: HttpExtension | None = None) -> None:
@@ -529,7 +529,7 @@ def run(config: ServerConfig, http_extension: HttpExtension | None = None) -> in
         except NodeStartError as exc:
             log.error("%s", exc)
             print(f"error: {exc}", file=sys.stderr, flush=True)
-            return 1
+            return 2 if isinstance(exc, NodeConfigError) else 1
     return 0
 
 

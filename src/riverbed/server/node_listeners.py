@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from riverbed.security.scram import ScramCredential, ScramMechanism
-from riverbed.server.broker_lifecycle import NodeStartError
+from riverbed.server.broker_lifecycle import NodeConfigError, NodeStartError
 from riverbed.server.connection_quotas import ConnectionQuotas
 from riverbed.server.dynamic_listeners import DynamicListeners
 from riverbed.server.listener_security import (
@@ -72,7 +72,7 @@ class NodeListeners:
                 for lst in cfg.listeners
             }
         except ConfigError as exc:
-            raise NodeStartError(str(exc)) from None
+            raise NodeConfigError(str(exc)) from None
 
     def _scram(self, mechanism: ScramMechanism, user: str) -> ScramCredential | None:
         """A user's SCRAM credential in this node's metadata image (None: unknown)."""

@@ -58,7 +58,7 @@ def test_a_bad_raft_setting_is_an_error_naming_the_key() -> None:
 
 
 def test_bootstrap_servers_without_voters_is_refused_at_start(tmp_path: Path) -> None:
-    from riverbed.server.node import Node, NodeStartError
+    from riverbed.server.node import Node, NodeConfigError
 
     cfg = ServerConfig.load(
         None,
@@ -80,5 +80,5 @@ def test_bootstrap_servers_without_voters_is_refused_at_start(tmp_path: Path) ->
         finally:
             await node.stop()
 
-    with pytest.raises(NodeStartError, match=r"controller\.quorum\.voters"):
+    with pytest.raises(NodeConfigError, match=r"controller\.quorum\.voters"):
         asyncio.run(start())

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from riverbed.server.config import ServerConfig
-from riverbed.server.node import NodeStartError, _remote_log_setup
+from riverbed.server.node import NodeConfigError, _remote_log_setup
 
 
 def _cfg(**overrides: str) -> ServerConfig:
@@ -57,7 +57,7 @@ def test_enabled_with_a_file_url(tmp_path: Path) -> None:
     ],
 )
 def test_bad_configs_stop_the_start(overrides: dict[str, str], message: str) -> None:
-    with pytest.raises(NodeStartError, match=message.replace(".", r"\.")):
+    with pytest.raises(NodeConfigError, match=message.replace(".", r"\.")):
         _remote_log_setup(_cfg(**overrides))
 
 

@@ -1,0 +1,71 @@
+"""A configuration the node can only judge while starting (listener security, the HTTP
+listeners, tiered storage, the quorum) stops it with exit code 2 and an error naming the
+key, as a value the config check refuses before the start does; a start that fails for
+another reason (a listener's port taken) exits 1."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def _start(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+    base = [
+        "node.id=1",
+        "process.roles=broker,controller",
+        "listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+        "controller.listener.names=CONTROLLER",
+        "controller.quorum.voters=1@127.0.0.1:1",
+        f"log.dirs={tmp_path / 'data'}",
+        "riverbed.http.listeners=",
+    ]
+    args = [a for o in (*base, *overrides) for a in ("--override", o)]
+    return subprocess.run(
+        [sys.executable, "-m", "riverbed.server.node", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        (
+            (
+                "listener.security.protocol.map=PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "sasl.enabled.mechanisms=PLAIN",
+                "sasl.mechanism.inter.broker.protocol=PLAIN",
+            ),
+            "listener.name.plaintext.plain.sasl.jaas.config",
+        ),
+        (("riverbed.http.listeners=nonsense",), "riverbed.http.listeners"),
+        (
+            (
+                "remote.log.storage.system.enable=true",
+                "remote.log.storage.manager.class.name=com.example.Rsm",
+            ),
+            "remote.log.storage.manager.class.name",
+        ),
+    ],
+)
+def test_a_config_refused_at_start_exits_2_naming_the_key(
+    tmp_path: Path, override: tuple[str, ...], named: str
+) -> None:
+    done = _start(tmp_path, *override)
+    assert done.returncode == 2, done.stderr
+    assert named in done.stderr, done.stderr
+
+
+def test_a_port_in_use_exits_1(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = _start(tmp_path, f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:0")
+    assert done.returncode == 1, done.stderr
+    assert "cannot listen" in done.stderr, done.stderr

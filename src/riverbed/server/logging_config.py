@@ -12,6 +12,12 @@ WARNING); a bad level is a `ConfigError` naming the key when the config is built
 JSON format writes one object per line: ``time`` (ISO 8601, UTC, ms), ``level``,
 ``logger``, ``node`` (node.id), ``message`` and, with an exception, ``exception`` (its
 traceback), so a line never spans two lines.
+
+The state-change lines (logger ``riverbed.state.change``: a controller's partition
+decisions, a broker's registrations received, become leader/follower, ISR changes) go to
+``state-change.log`` only, once the node has opened it, as Kafka's ``state.change.logger``
+(additivity false): with 10,000 partitions a fail-over would otherwise flood the node's
+log, and ``log.level.root=WARN`` would still print them.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from datetime import UTC, datetime
 
 #: Config keys ``log.level.<logger>`` set one logger's level (``root``: the root logger).
 LOG_LEVEL_PREFIX = "log.level."
+#: The replication state changes' logger (``state-change.log``'s).
+STATE_CHANGE_LOGGER = "riverbed.state.change"
 #: The text format (the node's default since it first logged).
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _LEVELS = {
@@ -92,8 +100,15 @@ def configure_logging(
         handler = logging.StreamHandler(stream or sys.stderr)  # type: ignore[arg-type]
         formatter = JsonFormatter(node_id) if json_format else logging.Formatter(TEXT_FORMAT)
         handler.setFormatter(formatter)
+        handler.addFilter(state_changes_kept_to_their_file)
         root.addHandler(handler)
     root.setLevel(levels.get("", logging.INFO))
     for name, level in levels.items():
         if name:
             logging.getLogger(name).setLevel(level)
+
+
+def state_changes_kept_to_their_file(record: logging.LogRecord) -> bool:
+    """The node's handler's filter: a state-change line is left to ``state-change.log``
+    while that file is open (its handler on the logger), else printed as any line."""
+    return record.name != STATE_CHANGE_LOGGER or not logging.getLogger(STATE_CHANGE_LOGGER).handlers

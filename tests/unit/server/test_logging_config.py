@@ -9,7 +9,12 @@ import logging
 import pytest
 
 from riverbed.server.config import ConfigError, ServerConfig
-from riverbed.server.logging_config import JsonFormatter, configure_logging, logger_levels
+from riverbed.server.logging_config import (
+    STATE_CHANGE_LOGGER,
+    JsonFormatter,
+    configure_logging,
+    logger_levels,
+)
 
 
 def test_levels_come_from_log_level_keys_with_log4j_names() -> None:
@@ -75,3 +80,31 @@ def test_configure_logging_installs_the_json_handler_on_a_bare_root() -> None:
         root.handlers = saved_handlers
         root.setLevel(saved_level)
     assert json.loads(stream.getvalue())["message"] == "hello"
+
+
+def test_state_changes_go_to_their_file_only_while_it_is_open() -> None:
+    """Kafka's state.change.logger (additivity false): once the node has opened
+    state-change.log, its lines are not printed in the node's log too."""
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
+    root.handlers = []
+    stream, state_file = io.StringIO(), io.StringIO()
+    state_changes = logging.getLogger(STATE_CHANGE_LOGGER)
+    file_handler = logging.StreamHandler(state_file)
+    try:
+        configure_logging(1, {"": logging.WARNING}, False, stream)
+        state_changes.setLevel(logging.INFO)
+        state_changes.info("before the file: printed")
+        state_changes.addHandler(file_handler)
+        state_changes.info("broker 1 received t-0: to the file only")
+        logging.getLogger("riverbed.test.other").warning("any other line: printed")
+        state_changes.removeHandler(file_handler)
+    finally:
+        state_changes.removeHandler(file_handler)
+        state_changes.setLevel(logging.NOTSET)
+        root.handlers = saved_handlers
+        root.setLevel(saved_level)
+    printed = stream.getvalue()
+    assert "before the file: printed" in printed and "any other line: printed" in printed
+    assert "to the file only" not in printed
+    assert "to the file only" in state_file.getvalue()

@@ -10,6 +10,8 @@ test harness sets up through them, and the broker's own connections use them.
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -213,9 +215,6 @@ def test_acl_admin_needs_alter_on_the_cluster(secure: SecureBroker) -> None:
 def _cli(secure: SecureBroker, tmp_path, *args: str) -> str:
     """``riverbed acls ...`` as carol's admin would run it: a Kafka client properties file
     for SASL_PLAINTEXT/PLAIN with the admin login."""
-    import subprocess
-    import sys
-
     props = tmp_path / "admin.properties"
     props.write_text(
         "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
@@ -293,6 +292,15 @@ def test_acl_apis_answer_security_disabled_without_an_authorizer() -> None:
             with pytest.raises(KafkaException) as info:
                 future.result(timeout=TIMEOUT_S)
             assert info.value.args[0].code() == KafkaError.SECURITY_DISABLED
+        # `riverbed acls list` says so too (not an empty table), as `add` and kafka-acls do
+        listed = subprocess.run(
+            [sys.executable, "-m", "riverbed.cli.main", "acls", "list", "-b", proc.bootstrap],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert listed.returncode == 1, listed.stdout
+        assert "SECURITY_DISABLED: No Authorizer is configured." in listed.stderr
 
 
 def test_a_regex_subscription_resolves_only_to_describable_topics(secure: SecureBroker) -> None:

@@ -244,8 +244,36 @@ def list_cmd(args: argparse.Namespace) -> int:
     rows = []
     for flt in _filters(args, [(args.principal, "ANY")], "ANY"):
         rows += [_row(b) for b in admin.describe_acls(flt).result(timeout=30)]
+    if not rows:
+        refusal = security_disabled(args.bootstrap_server)
+        if refusal is not None:  # as `add` and `remove` say it (Kafka's kafka-acls too)
+            raise CliError(refusal)
     _show(args, rows, "ACLs")
     return 0
+
+
+def security_disabled(bootstrap: str) -> str | None:
+    """ "SECURITY_DISABLED: <the broker's message>" when the cluster has no authorizer, else
+    None. confluent-kafka answers a DescribeAcls refused with SECURITY_DISABLED with an
+    empty list (its CreateAcls and DeleteAcls raise it), so riverbed's own client asks once,
+    as the command's --command-config says."""
+    from riverbed.cli.wire import WireClient, WireError
+    from riverbed.protocol.api_versions import ApiKey
+    from riverbed.protocol.errors import ErrorCode
+    from riverbed.protocol.messages import DescribeAclsRequest, DescribeAclsResponse
+
+    everything = DescribeAclsRequest(
+        resource_type_filter=1, pattern_type_filter=1, operation=1, permission_type=1
+    )  # 1: ANY (Kafka's ResourceType, PatternType, AclOperation, AclPermissionType)
+    try:
+        with WireClient(bootstrap) as client:
+            reply = client.request(ApiKey.DESCRIBE_ACLS, everything)
+    except WireError:
+        return None  # the list was answered: it stands, empty
+    assert isinstance(reply, DescribeAclsResponse)
+    if reply.error_code != ErrorCode.SECURITY_DISABLED:
+        return None
+    return f"SECURITY_DISABLED: {reply.error_message or 'No Authorizer is configured.'}"
 
 
 def _row(b: Any) -> dict[str, str]:

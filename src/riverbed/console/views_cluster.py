@@ -159,16 +159,19 @@ def _security(admin: ConsoleAdmin) -> dict[str, Any]:
         ResourceType.ANY, None, ResourcePatternType.ANY, None, None,  # type: ignore[arg-type]
         AclOperation.ANY, AclPermissionType.ANY,
     )  # fmt: skip
+    no_authorizer = (
+        "no authorizer is configured (authorizer.class.name): every principal may do everything"
+    )
     try:
         acls = admin.client.describe_acls(everything, request_timeout=ADMIN_TIMEOUT_S)
         out["acls"] = sorted(acls.result(timeout=ADMIN_TIMEOUT_S), key=str)
+        if not out["acls"] and _security_disabled(admin):
+            out["acls_error"] = no_authorizer
     except KafkaException as exc:
         err = exc.args[0] if exc.args else None
         disabled = isinstance(err, KafkaError) and err.code() == KafkaError.SECURITY_DISABLED
         out["acls_error"] = (
-            "no authorizer is configured (authorizer.class.name): every principal may do everything"
-            if disabled
-            else cluster_error(exc, "cannot describe ACLs").message
+            no_authorizer if disabled else cluster_error(exc, "cannot describe ACLs").message
         )
     try:
         users = admin.client.describe_user_scram_credentials(request_timeout=ADMIN_TIMEOUT_S)
@@ -178,6 +181,20 @@ def _security(admin: ConsoleAdmin) -> dict[str, Any]:
     except Exception as exc:
         out["users_error"] = cluster_error(exc, "cannot describe SCRAM users").message
     return out
+
+
+def _security_disabled(admin: ConsoleAdmin) -> bool:
+    """confluent-kafka lists no ACLs for a DescribeAcls refused with SECURITY_DISABLED:
+    ask riverbed's own client, as the console's admin connects (False: it cannot)."""
+    from riverbed.cli.acls import security_disabled
+    from riverbed.cli.common import CliError
+    from riverbed.console.wire_views import run_secured
+
+    bootstrap = str(admin.conf.get("bootstrap.servers", ""))
+    try:
+        return run_secured(admin.conf, security_disabled, bootstrap) is not None
+    except CliError:  # a client config riverbed's wire client cannot follow
+        return False
 
 
 async def security(request: web.Request) -> web.Response:

@@ -336,3 +336,33 @@ def test_leaders_elect_with_nothing_to_elect_says_so(broker, capsys):
     assert "nothing to elect" in capsys.readouterr().out
     assert main(["leaders", "elect", "--preferred", "--topic", "led", *b]) == 0
     assert "nothing to elect" in capsys.readouterr().out
+
+
+def test_consume_stopped_by_sigterm_says_how_many_it_processed(broker):
+    """As Kafka's console consumer's shutdown hook: SIGTERM (a supervisor's stop, `kill`)
+    ends `consume` as Ctrl-C does, with the count, not a silent death."""
+    import signal
+
+    b = broker.bootstrap
+    assert main(["topics", "create", "-b", b, "--topic", "term", "--partitions", "1"]) == 0
+    sent = subprocess.run(
+        [sys.executable, "-m", "riverbed.cli.main", "produce", "-b", b, "-t", "term"],
+        input="a\nb\nc\n", text=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert sent.returncode == 0, sent.stderr
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "riverbed.cli.main", "consume", "-b", b, "-t", "term",
+         "--from-beginning"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        got = [proc.stdout.readline() for _ in range(3)]  # all three printed: it is polling
+        assert got == ["a\n", "b\n", "c\n"]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=scaled_s(30))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "Processed a total of 3 messages" in err

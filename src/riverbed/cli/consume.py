@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from riverbed.cli.common import (
@@ -155,6 +158,7 @@ def consume_cmd(args: argparse.Namespace) -> int:
     conf.setdefault("auto.offset.reset", "earliest" if args.from_beginning else "latest")
     consumer = Consumer(conf)
     count = 0
+    restore = _stop_on_sigterm()
     try:
         if args.group:
             consumer.subscribe([args.topic])
@@ -184,6 +188,21 @@ def consume_cmd(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        restore()
         consumer.close()
         print(f"Processed a total of {count} messages", file=sys.stderr)
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_on_sigterm() -> Callable[[], object]:
+    """SIGTERM ends the loop as Ctrl-C does (the group is left, the count printed), as
+    Kafka's console consumer's shutdown hook does; the function puts the old handler back.
+    Only the main thread may set one (nothing changes elsewhere)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    return lambda: signal.signal(signal.SIGTERM, previous)

@@ -253,8 +253,8 @@ def list_cmd(args: argparse.Namespace) -> int:
 
 
 def security_disabled(bootstrap: str) -> str | None:
-    """ "SECURITY_DISABLED: <the broker's message>" when the cluster has no authorizer, else
-    None. confluent-kafka answers a DescribeAcls refused with SECURITY_DISABLED with an
+    """The refusal (``SECURITY_DISABLED: <the broker's message>``) when the cluster has no
+    authorizer, else None. confluent-kafka answers a DescribeAcls refused with SECURITY_DISABLED with an
     empty list (its CreateAcls and DeleteAcls raise it), so riverbed's own client asks once,
     as the command's --command-config says."""
     from riverbed.cli.wire import WireClient, WireError

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
 
+from riverbed.cli import pipeline
 from riverbed.cli.main import main
+
+REPO = Path(__file__).resolve().parents[2]
 
 PIPELINE = '''"""Records how it was called."""
 import json, sys
@@ -77,3 +81,18 @@ def test_run_passes_the_master_to_the_session(
     assert local_session_master(2) == "spark://h:7077"
     monkeypatch.delenv("RIVERBED_SPARK_MASTER")
     assert local_session_master(2) == "local[2]"
+
+
+def test_the_examples_in_the_verbs_help_parse() -> None:
+    """Each `riverbed pipeline run ... FILE ARGS` line of the verb's help names an example
+    whose own parser takes ARGS (``--help`` after them: exit 0 only if they parsed)."""
+    assert pipeline.__doc__ is not None
+    lines = [ln.split() for ln in pipeline.__doc__.splitlines() if "riverbed pipeline run " in ln]
+    examples = [words for words in lines if any(w.startswith("examples/") for w in words)]
+    assert len(examples) == 3
+    for words in examples:
+        at = next(i for i, w in enumerate(words) if w.startswith("examples/"))
+        example_main = pipeline.load_main(REPO / words[at])
+        with pytest.raises(SystemExit) as exited:
+            example_main(["--bootstrap-server", "h:1", *words[at + 1 :], "--help"])
+        assert exited.value.code == 0, shlex.join(words)

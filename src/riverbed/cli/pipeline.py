@@ -8,7 +8,7 @@ options come before FILE):
 
     riverbed pipeline run examples/click_generator.py --events 5000
     riverbed pipeline run --bootstrap-server host:9092 examples/page_counts_stream.py
-    riverbed pipeline run --start-broker examples/backfill_batch.py --from -9m
+    riverbed pipeline run --start-broker examples/backfill_batch.py --from 9m
 
 The default address is the embedded default broker (``localhost:9092``, what
 ``riverbed server start`` / ``make run`` listen on). ``--start-broker`` instead starts a

@@ -108,11 +108,14 @@ def leader_id(cluster: QuorumCluster) -> int:
     return asyncio.run(go())
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--topics", type=int, default=300)
     parser.add_argument("--batch", type=int, default=50)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.batch < 1 or args.topics < args.batch:
+        # the batched workload sends --topics // --batch requests: none would divide by 0
+        parser.error(f"--topics ({args.topics}) must be at least --batch ({args.batch}) >= 1")
     with tempfile.TemporaryDirectory(prefix="quorum-bench-") as tmp:
         single = BrokerProcess(data_dir=Path(tmp) / "single" / "data")
         single.start()

@@ -1,0 +1,15 @@
+"""Benchmark options checked before any process starts."""
+
+from __future__ import annotations
+
+import pytest
+from benchmarks import quorum_bench
+
+
+def test_quorum_bench_refuses_fewer_topics_than_a_batch(capsys: pytest.CaptureFixture[str]) -> None:
+    # --topics 10 with the default --batch 50 made no batched request: ZeroDivisionError
+    # after both clusters had run
+    with pytest.raises(SystemExit) as exited:
+        quorum_bench.main(["--topics", "10"])
+    assert exited.value.code == 2
+    assert "--topics (10) must be at least --batch (50)" in capsys.readouterr().err

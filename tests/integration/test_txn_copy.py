@@ -38,3 +38,18 @@ def test_the_copy_job_copies_exactly_once_under_kills(tmp_path: Path) -> None:
     # every record of it copied once (judged above)
     assert out.committed >= 20, str(out)
     assert out.records >= 0.9 * FEED_PER_S * out.schedule_s, str(out)
+
+
+def test_the_copy_job_catches_the_at_least_once_copier(tmp_path: Path) -> None:
+    """The broken copier (offsets committed outside the transaction) must fail the job
+    with the same kills: its copier kills copy records again."""
+    cluster = QuorumCluster(tmp_path / "cluster", 3, overrides=OVERRIDES)
+    try:
+        cluster.start(timeout_s=60)
+        out = run_copy_job(
+            cluster, tmp_path, rounds=ROUNDS, seconds=SECONDS, seed=SEED, mode="at-least-once"
+        )
+    finally:
+        cluster.stop()
+    assert out.copier_kills == 2, str(out)
+    assert any("output keys differ from the input" in p for p in out.problems), str(out)

@@ -263,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--soak-s", type=int, default=0, help="also run the disk-use soak (s)")
     parser.add_argument("--soak-mib-s", type=float, default=1.0, help="soak production rate")
     args = parser.parse_args(argv)
+    if args.stores != "none" and args.mib <= args.segment_mib:
+        # no segment would roll, so none would be copied: the wait for the copy never ended
+        parser.error(f"--mib ({args.mib}) must be more than --segment-mib ({args.segment_mib})")
     if args.soak_s:
         with tempfile.TemporaryDirectory(prefix="riverbed-tiered-soak-") as tmp:
             r = soak(args.soak_s, args.soak_mib_s, Path(tmp))

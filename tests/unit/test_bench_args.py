@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from benchmarks import quorum_bench
+from benchmarks import quorum_bench, tiered_bench
 
 
 def test_quorum_bench_refuses_fewer_topics_than_a_batch(capsys: pytest.CaptureFixture[str]) -> None:
@@ -13,3 +13,13 @@ def test_quorum_bench_refuses_fewer_topics_than_a_batch(capsys: pytest.CaptureFi
         quorum_bench.main(["--topics", "10"])
     assert exited.value.code == 2
     assert "--topics (10) must be at least --batch (50)" in capsys.readouterr().err
+
+
+def test_tiered_bench_refuses_less_than_a_rolled_segment(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # --mib 2 with the default --segment-mib 4 rolled no segment: it waited for a copy forever
+    with pytest.raises(SystemExit) as exited:
+        tiered_bench.main(["--mib", "2", "--stores", "file"])
+    assert exited.value.code == 2
+    assert "--mib (2) must be more than --segment-mib (4)" in capsys.readouterr().err

@@ -110,18 +110,11 @@ def _only_mine_done(futures: dict[str, Future], mine: str, theirs: str) -> None:
 
 
 def _allow(secure: SecureBroker, rtype, name, user, op, pattern=ResourcePatternType.LITERAL):
-    admin = AdminClient(_client(secure, None))
-    binding = AclBinding(rtype, name, pattern, f"User:{user}", "*", op, AclPermissionType.ALLOW)
-    for f in admin.create_acls([binding]).values():
-        f.result(timeout=TIMEOUT_S)
+    secure.allow(rtype, name, user, op, prefixed=pattern == ResourcePatternType.PREFIXED)
 
 
 def _topics(secure: SecureBroker, *prefixes: str) -> list[str]:
-    names = [f"{p}{next(_ids)}" for p in prefixes]
-    admin = AdminClient(_client(secure, None))
-    for f in admin.create_topics([NewTopic(n, 1, 1) for n in names]).values():
-        f.result(timeout=TIMEOUT_S)
-    return names
+    return secure.create_topics([f"{p}{next(_ids)}" for p in prefixes])
 
 
 def _outcome(future) -> int:

@@ -35,7 +35,8 @@ Kafka answers those APIs per topic / group / resource:
   DescribeUserScramCredentials, DescribeQuorum: DESCRIBE cluster; CreateAcls, DeleteAcls,
   AlterReplicaLogDirs, ElectLeaders, AlterPartitionReassignments,
   AlterUserScramCredentials, UnregisterBroker: ALTER cluster; WriteTxnMarkers:
-  CLUSTER_ACTION;
+  CLUSTER_ACTION or ALTER on the cluster (KIP-664: the admin client's abortTransaction
+  sends it);
 - ApiVersions, SaslHandshake, SaslAuthenticate, DescribeCluster: nothing.
 
 `CONTROLLER_RULES` is the controller listener's table (Kafka's ``ControllerApis``): the
@@ -242,6 +243,17 @@ def _add_partitions_to_txn(req: Any, names: TopicNames) -> list[Check]:
     ]
 
 
+def _write_txn_markers(req: Any, names: TopicNames) -> list[Check]:
+    """Sent by transaction coordinators (CLUSTER_ACTION), and by an admin aborting a
+    hanging transaction (ALTER), as Kafka allows either."""
+    return [
+        Check(
+            (Action(C, CLUSTER_NAME, Op.ALTER), Action(C, CLUSTER_NAME, Op.CLUSTER_ACTION)),
+            ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        )
+    ]
+
+
 def _add_offsets_to_txn(req: Any, names: TopicNames) -> list[Check]:
     return [check(X, req.transactional_id, Op.WRITE), check(G, req.group_id, Op.READ)]
 
@@ -307,7 +319,7 @@ RULES: dict[int, Rule] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: cluster(Op.DESCRIBE),
     ApiKey.DESCRIBE_QUORUM: cluster(Op.DESCRIBE),
     ApiKey.UNREGISTER_BROKER: cluster(Op.ALTER),
-    ApiKey.WRITE_TXN_MARKERS: cluster(Op.CLUSTER_ACTION),
+    ApiKey.WRITE_TXN_MARKERS: _write_txn_markers,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: cluster(Op.DESCRIBE),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: cluster(Op.ALTER),
     ApiKey.DESCRIBE_CLIENT_QUOTAS: cluster(Op.DESCRIBE_CONFIGS),

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from riverbed.protocol.messages import Message
 from riverbed.testing.certs import Pki, make_pki
 from riverbed.testing.cluster import BrokerProcess, free_port
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AclOperation, ResourceType
 
 MECHANISMS = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"
 _PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
@@ -101,6 +105,29 @@ class SecureBroker:
             "sasl.username": login[0],
             "sasl.password": login[1],
         }
+
+    def allow(
+        self, rtype: ResourceType, name: str, user: str, op: AclOperation, prefixed: bool = False
+    ) -> None:
+        """An ALLOW ACL for ``User:<user>`` from any host (on the literal name, or every
+        name with its prefix), created by the PLAINTEXT listener's super user."""
+        from confluent_kafka.admin import AclBinding, AclPermissionType, AdminClient
+        from confluent_kafka.admin import ResourcePatternType as P
+
+        pattern = P.PREFIXED if prefixed else P.LITERAL
+        admin = AdminClient(self.client_config())  # held: a collected client fails its futures
+        binding = AclBinding(rtype, name, pattern, f"User:{user}", "*", op, AclPermissionType.ALLOW)
+        for future in admin.create_acls([binding]).values():
+            future.result(timeout=30)
+
+    def create_topics(self, names: list[str]) -> list[str]:
+        """``names`` created (one partition each) by the PLAINTEXT listener's super user."""
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient(self.client_config())
+        for future in admin.create_topics([NewTopic(n, 1, 1) for n in names]).values():
+            future.result(timeout=30)
+        return names
 
 
 #: Kafka's StandardAuthorizer with User:admin and the PLAINTEXT listener's principal as

@@ -40,6 +40,8 @@ from riverbed.protocol.messages import (
     DeleteAclsResponse,
     Message,
     ProduceRequest,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
     response_class,
 )
 from riverbed.security.acl import (
@@ -297,7 +299,10 @@ class BrokerAuthorizer:
 def denied_response(api_key: int, body: Message, version: int, code: ErrorCode) -> Message:
     """The answer to a refused request: `error_response`, except where a response's
     entries have no key to mirror from the request (CreateAcls results, DeleteAcls filter
-    results: one per request item, in order, as clients count them)."""
+    results: one per request item, in order, as clients count them; WriteTxnMarkers'
+    partitions, named by index alone)."""
+    if isinstance(body, WriteTxnMarkersRequest):
+        return _refused_markers(body, code)
     if isinstance(body, CreateAclsRequest):
         R = CreateAclsResponse.AclCreationResult
         return CreateAclsResponse(results=[R(error_code=int(code)) for _ in body.creations])
@@ -305,6 +310,32 @@ def denied_response(api_key: int, body: Message, version: int, code: ErrorCode) 
         F = DeleteAclsResponse.DeleteAclsFilterResult
         return DeleteAclsResponse(filter_results=[F(error_code=int(code)) for _ in body.filters])
     return error_response(api_key, body, version, code)
+
+
+def _refused_markers(body: WriteTxnMarkersRequest, code: ErrorCode) -> WriteTxnMarkersResponse:
+    """Every partition of every marker answered ``code`` (Kafka's getErrorResponse: the
+    admin client's abortTransaction reads its partition's answer)."""
+    W = WriteTxnMarkersResponse
+    return W(
+        markers=[
+            W.WritableTxnMarkerResult(
+                producer_id=m.producer_id,
+                topics=[
+                    W.WritableTxnMarkerTopicResult(
+                        name=t.name,
+                        partitions=[
+                            W.WritableTxnMarkerPartitionResult(
+                                partition_index=i, error_code=int(code)
+                            )
+                            for i in t.partition_indexes
+                        ],
+                    )
+                    for t in m.topics
+                ],
+            )
+            for m in body.markers
+        ]
+    )
 
 
 def split(

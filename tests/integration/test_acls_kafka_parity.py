@@ -1,0 +1,156 @@
+"""Authorization checks that must be exactly Kafka 4.x's (``KafkaApis`` / ``ControllerApis``),
+each where riverbed used to differ: a grant Kafka honours (ALTER on the cluster for
+WriteTxnMarkers, DELETE on the cluster for DeleteTopics, CLUSTER_ACTION or DESCRIBE for
+OffsetForLeaderEpoch whatever the replica id), a refusal Kafka makes (an internal topic in
+a client's AddPartitionsToTxn), and what a principal may not DESCRIBE kept from it (the
+topics of a described transaction, a topic's name behind its id in Metadata), and what it
+may (a ConsumerGroupDescribe checks the assigned topics, not the subscribed names).
+
+Each request goes through riverbed's own SASL login (`sasl_plain_request`) to see the
+broker's exact per-item answer, or a real confluent-kafka client where one sends it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import (
+    AclOperation,
+    ResourceType,
+)
+
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import (
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    Message,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+)
+from riverbed.testing.secure import (
+    AUTHORIZER_OVERRIDES,
+    SecureBroker,
+    sasl_plain_request,
+    start_secure_broker,
+)
+
+USERS = {
+    "admin": "admin-secret",
+    "nia": "nia-pw",
+    "olu": "olu-pw",
+    "pat": "pat-pw",
+    "quinn": "quinn-pw",
+    "rae": "rae-pw",
+    "sam": "sam-pw",
+    "tao": "tao-pw",
+    "uma": "uma-pw",
+}
+TIMEOUT_S = 30
+_ids = itertools.count()
+OK = ErrorCode.NONE
+TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+CLUSTER_DENIED = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+CLUSTER = (ResourceType.BROKER, "kafka-cluster")
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
+    broker = start_secure_broker(
+        tmp_path_factory.mktemp("acl-parity"), USERS, {}, AUTHORIZER_OVERRIDES
+    )
+    try:
+        yield broker
+    finally:
+        broker.proc.close()
+
+
+def _client(secure: SecureBroker, user: str | None) -> dict[str, str]:
+    return secure.client_config(None if user is None else (user, USERS[user]))
+
+
+def _topics(secure: SecureBroker, *prefixes: str) -> list[str]:
+    return secure.create_topics([f"{p}{next(_ids)}" for p in prefixes])
+
+
+def _ask(secure: SecureBroker, user: str, body: Message, version: int | None = None) -> Message:
+    address = secure.bootstrap("SASL_PLAINTEXT")
+    return sasl_plain_request(address, user, USERS[user], body, version=version)
+
+
+def _open_transaction(secure: SecureBroker, txn_id: str, *topics: str) -> Producer:
+    """A super user's transaction left open with one record in each of ``topics``."""
+    producer = Producer(_client(secure, None) | {"transactional.id": txn_id})
+    producer.init_transactions(TIMEOUT_S)
+    producer.begin_transaction()
+    for topic in topics:
+        producer.produce(topic, b"v")
+    assert producer.flush(TIMEOUT_S) == 0
+    return producer
+
+
+# --- WriteTxnMarkers: ALTER on the cluster (KIP-664's abort of a hanging transaction) ------
+
+
+def _open_producer_state(
+    secure: SecureBroker, topic: str
+) -> DescribeProducersResponse.ProducerState:
+    R = DescribeProducersRequest
+    answer = _ask(secure, "admin", R(topics=[R.TopicRequest(name=topic, partition_indexes=[0])]))
+    assert isinstance(answer, DescribeProducersResponse)
+    (state,) = answer.topics[0].partitions[0].active_producers
+    assert state.current_txn_start_offset >= 0  # the transaction is open
+    return state
+
+
+def _abort_marker(secure: SecureBroker, prefix: str) -> tuple[str, WriteTxnMarkersRequest]:
+    """A topic with a transaction left open, and the WriteTxnMarkers that aborts it."""
+    (topic,) = _topics(secure, prefix)
+    _PRODUCERS.append(_open_transaction(secure, f"{prefix}tx-{next(_ids)}", topic))
+    state = _open_producer_state(secure, topic)
+    W = WriteTxnMarkersRequest
+    return topic, W(markers=[W.WritableTxnMarker(
+        producer_id=state.producer_id, producer_epoch=state.producer_epoch,
+        transaction_result=False, coordinator_epoch=state.coordinator_epoch,
+        topics=[W.WritableTxnMarkerTopic(name=topic, partition_indexes=[0])],
+    )])  # fmt: skip
+
+
+#: producers whose transactions the tests leave open (kept: closing one would end it)
+_PRODUCERS: list[Producer] = []
+
+
+def _marker_errors(secure: SecureBroker, user: str, request: WriteTxnMarkersRequest) -> list:
+    response = _ask(secure, user, request)
+    assert isinstance(response, WriteTxnMarkersResponse)
+    return [
+        (m.producer_id, t.name, p.partition_index, p.error_code)
+        for m in response.markers
+        for t in m.topics
+        for p in t.partitions
+    ]
+
+
+def test_refused_write_txn_markers_answers_each_partition(secure: SecureBroker) -> None:
+    """Kafka's refusal names every partition of every marker with the error (the admin
+    client's abortTransaction reads its one partition's answer)."""
+    topic, abort = _abort_marker(secure, "nia-refused-")
+    pid = abort.markers[0].producer_id
+    assert _marker_errors(secure, "nia", abort) == [(pid, topic, 0, CLUSTER_DENIED)]
+
+
+def test_write_txn_markers_is_allowed_with_alter_on_the_cluster(secure: SecureBroker) -> None:
+    """Kafka answers WriteTxnMarkers to a principal with ALTER or CLUSTER_ACTION on the
+    cluster: the admin client's abortTransaction (kafka-transactions.sh abort) sends it."""
+    topic, abort = _abort_marker(secure, "olu-hang-")
+    pid = abort.markers[0].producer_id
+    assert _marker_errors(secure, "olu", abort) == [(pid, topic, 0, CLUSTER_DENIED)]
+    secure.allow(*CLUSTER, "olu", AclOperation.ALTER)
+    assert _marker_errors(secure, "olu", abort) == [(pid, topic, 0, OK)]
+    R = DescribeProducersRequest
+    after = _ask(secure, "admin", R(topics=[R.TopicRequest(name=topic, partition_indexes=[0])]))
+    assert isinstance(after, DescribeProducersResponse)
+    (state,) = after.topics[0].partitions[0].active_producers
+    assert state.current_txn_start_offset == -1  # aborted: no transaction open any more

@@ -26,6 +26,8 @@ from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
     DescribeProducersRequest,
     DescribeProducersResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
     Message,
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
@@ -154,3 +156,24 @@ def test_write_txn_markers_is_allowed_with_alter_on_the_cluster(secure: SecureBr
     assert isinstance(after, DescribeProducersResponse)
     (state,) = after.topics[0].partitions[0].active_producers
     assert state.current_txn_start_offset == -1  # aborted: no transaction open any more
+
+
+# --- DescribeTransactions: only the topics the principal may DESCRIBE -----------------------
+
+
+def test_describe_transactions_shows_only_describable_topics(secure: SecureBroker) -> None:
+    seen, unseen = _topics(secure, "uma-seen-", "uma-unseen-")
+    txn_id = f"uma-tx-{next(_ids)}"
+    producer = _open_transaction(secure, txn_id, seen, unseen)
+    try:
+        secure.allow(ResourceType.TRANSACTIONAL_ID, txn_id, "uma", AclOperation.DESCRIBE)
+        secure.allow(ResourceType.TOPIC, seen, "uma", AclOperation.DESCRIBE)
+        request = DescribeTransactionsRequest(transactional_ids=[txn_id])
+        for user, shown in (("admin", {seen, unseen}), ("uma", {seen})):
+            answer = _ask(secure, user, request)
+            assert isinstance(answer, DescribeTransactionsResponse)
+            (state,) = answer.transaction_states
+            assert state.error_code == OK and state.transaction_state == "Ongoing"
+            assert {t.topic for t in state.topics} == shown, user
+    finally:
+        producer.abort_transaction(TIMEOUT_S)

@@ -307,10 +307,23 @@ async def handle_describe_transactions(
                 transaction_start_time_ms=d.start_ms,
                 producer_id=d.producer_id,
                 producer_epoch=d.producer_epoch,
-                topics=[R.TopicData(topic=t, partitions=list(ps)) for t, ps in d.topics],
+                topics=[
+                    R.TopicData(topic=t, partitions=list(ps))
+                    for t, ps in d.topics
+                    if _describable_topic(broker, ctx, t)
+                ],
             )
         )
     return R(throttle_time_ms=0, transaction_states=out)
+
+
+def _describable_topic(broker: Broker, ctx: RequestContext, topic: str) -> bool:
+    """Kafka lists a described transaction's partitions only for the topics the principal
+    may DESCRIBE (DESCRIBE on the transactional id alone does not show their names)."""
+    authz = broker.authz
+    return authz is None or authz.may(
+        broker.metadata.image, ctx, Op.DESCRIBE, ResourceType.TOPIC, topic
+    )
 
 
 async def handle_list_transactions(

@@ -16,9 +16,10 @@ import itertools
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import (
     AclOperation,
+    AdminClient,
     ResourceType,
 )
 
@@ -177,3 +178,25 @@ def test_describe_transactions_shows_only_describable_topics(secure: SecureBroke
             assert {t.topic for t in state.topics} == shown, user
     finally:
         producer.abort_transaction(TIMEOUT_S)
+
+
+# --- DeleteTopics: DELETE on the cluster deletes any topic (ControllerApis) ----------------
+
+
+def test_delete_topics_is_allowed_by_delete_on_the_cluster(secure: SecureBroker) -> None:
+    (topic,) = _topics(secure, "pat-del-")
+    pat = AdminClient(_client(secure, "pat"))
+
+    def delete() -> int:
+        (future,) = pat.delete_topics([topic], operation_timeout=TIMEOUT_S).values()
+        try:
+            future.result(timeout=TIMEOUT_S)
+        except KafkaException as exc:
+            return exc.args[0].code()
+        return 0
+
+    assert delete() == TOPIC_DENIED
+    secure.allow(*CLUSTER, "pat", AclOperation.DELETE)
+    assert delete() == 0
+    admin = AdminClient(_client(secure, None))
+    assert topic not in admin.list_topics(timeout=TIMEOUT_S).topics

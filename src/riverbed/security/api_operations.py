@@ -21,7 +21,8 @@ Kafka answers those APIs per topic / group / resource:
   TOPIC_AUTHORIZATION_FAILED: `riverbed.server.broker.consumer_groups`); DeleteGroups: DELETE group;
   OffsetDelete: DELETE group, READ each topic; FindCoordinator: DESCRIBE group or
   transactional id; ListGroups: filtered by DESCRIBE group (or DESCRIBE cluster);
-- CreateTopics: CREATE cluster or topic; DeleteTopics, DeleteRecords: DELETE topic;
+- CreateTopics: CREATE cluster or topic; DeleteTopics: DELETE cluster or topic;
+  DeleteRecords: DELETE topic;
   CreatePartitions: ALTER topic; DescribeConfigs / AlterConfigs / IncrementalAlterConfigs:
   DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, group, or the cluster for broker keys;
 - InitProducerId: WRITE transactional id, or without one IDEMPOTENT_WRITE on the cluster
@@ -194,9 +195,20 @@ def _create_topics(req: Any, names: TopicNames) -> list[Check]:
 
 
 def _delete_topics(req: Any, names: TopicNames) -> list[Check]:
+    """DELETE on the cluster or on the topic (Kafka's ControllerApis: DELETE on the
+    cluster deletes any topic, as CREATE on it creates any)."""
     if req.topics:
-        return each(T, Op.DELETE, "topics", (t.name or names(t.topic_id) for t in req.topics))
-    return each(T, Op.DELETE, "topic_names", req.topic_names)
+        array, topics = "topics", [t.name or names(t.topic_id) for t in req.topics]
+    else:
+        array, topics = "topic_names", req.topic_names
+    on_cluster = Action(C, CLUSTER_NAME, Op.DELETE)
+    return [
+        Check(
+            (on_cluster, Action(T, t, Op.DELETE)), ErrorCode.TOPIC_AUTHORIZATION_FAILED, (array, i)
+        )
+        for i, t in enumerate(topics)
+        if t is not None
+    ]
 
 
 #: ConfigResource type (DescribeConfigs ids) -> ACL resource type

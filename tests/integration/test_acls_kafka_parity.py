@@ -30,6 +30,8 @@ from riverbed.protocol.messages import (
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
     Message,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
 )
@@ -200,3 +202,29 @@ def test_delete_topics_is_allowed_by_delete_on_the_cluster(secure: SecureBroker)
     assert delete() == 0
     admin = AdminClient(_client(secure, None))
     assert topic not in admin.list_topics(timeout=TIMEOUT_S).topics
+
+
+# --- OffsetForLeaderEpoch: CLUSTER_ACTION, else DESCRIBE on each topic ---------------------
+
+
+def _epochs(secure: SecureBroker, user: str, replica_id: int, *topics: str) -> dict[str, int]:
+    R = OffsetForLeaderEpochRequest
+    request = R(replica_id=replica_id, topics=[R.OffsetForLeaderTopic(topic=t, partitions=[
+        R.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1, leader_epoch=0)
+    ]) for t in topics])  # fmt: skip
+    answer = _ask(secure, user, request)
+    assert isinstance(answer, OffsetForLeaderEpochResponse)
+    return {t.topic: t.partitions[0].error_code for t in answer.topics}
+
+
+def test_offset_for_leader_epoch_needs_cluster_action_or_describe(secure: SecureBroker) -> None:
+    """Kafka (KIP-320) serves every topic to CLUSTER_ACTION on the cluster, and otherwise
+    each topic the principal may DESCRIBE, whatever replica id the request carries."""
+    mine, theirs = _topics(secure, "quinn-ole-", "other-ole-")
+    secure.allow(ResourceType.TOPIC, mine, "quinn", AclOperation.DESCRIBE)
+    for replica_id in (-1, 1):  # a consumer's, a follower's
+        got = _epochs(secure, "quinn", replica_id, mine, theirs)
+        assert got == {mine: OK, theirs: TOPIC_DENIED}, replica_id
+    secure.allow(*CLUSTER, "rae", AclOperation.CLUSTER_ACTION)  # no topic ACL at all
+    for replica_id in (-1, 1):
+        assert _epochs(secure, "rae", replica_id, mine, theirs) == {mine: OK, theirs: OK}

@@ -12,8 +12,9 @@ Kafka answers those APIs per topic / group / resource:
 - Produce: WRITE transactional id (if any), WRITE each topic;
 - Fetch: a follower (replica id >= 0) CLUSTER_ACTION on the cluster (answered
   TOPIC_AUTHORIZATION_FAILED, as Kafka), a consumer READ each topic;
-- ListOffsets, OffsetForLeaderEpoch (consumers), Metadata: DESCRIBE topic (Metadata
-  filters instead: `riverbed.server.broker.authorization`);
+- ListOffsets, Metadata: DESCRIBE topic (Metadata filters instead:
+  `riverbed.server.broker.authorization`); OffsetForLeaderEpoch: CLUSTER_ACTION on the
+  cluster or DESCRIBE topic;
 - OffsetCommit: READ group, READ each topic; OffsetFetch: DESCRIBE group, DESCRIBE each
   topic; Join/Sync/Heartbeat/LeaveGroup: READ group; ConsumerGroupHeartbeat: READ group,
   DESCRIBE each subscribed topic; DescribeGroups, ConsumerGroupDescribe: DESCRIBE group
@@ -139,9 +140,13 @@ def _fetch(req: Any, names: TopicNames) -> list[Check]:
 
 
 def _offset_for_leader_epoch(req: Any, names: TopicNames) -> list[Check]:
-    if req.replica_id >= 0:
-        return [check(C, CLUSTER_NAME, Op.CLUSTER_ACTION)]
-    return each(T, Op.DESCRIBE, "topics", (t.topic for t in req.topics))
+    """CLUSTER_ACTION on the cluster (a follower), else DESCRIBE on each topic (KIP-320: a
+    consumer), whatever replica id the request names: Kafka looks at the principal only."""
+    replicas = Action(C, CLUSTER_NAME, Op.CLUSTER_ACTION)
+    return [
+        Check((replicas, Action(T, t.topic, Op.DESCRIBE)), ERROR_CODES[T], ("topics", i))
+        for i, t in enumerate(req.topics)
+    ]
 
 
 def _group_then_topics(group_op: int, topic_op: int) -> Rule:

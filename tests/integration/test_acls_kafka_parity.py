@@ -25,6 +25,8 @@ from confluent_kafka.admin import (
 
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
     DescribeProducersRequest,
     DescribeProducersResponse,
     DescribeTransactionsRequest,
@@ -228,3 +230,25 @@ def test_offset_for_leader_epoch_needs_cluster_action_or_describe(secure: Secure
     secure.allow(*CLUSTER, "rae", AclOperation.CLUSTER_ACTION)  # no topic ACL at all
     for replica_id in (-1, 1):
         assert _epochs(secure, "rae", replica_id, mine, theirs) == {mine: OK, theirs: OK}
+
+
+# --- AddPartitionsToTxn v3-: an internal topic is never a client's to add ------------------
+
+
+def test_add_partitions_to_txn_refuses_internal_topics(secure: SecureBroker) -> None:
+    """Kafka leaves internal topics out of the topics a client may WRITE in a transaction
+    (even with WRITE on every topic): TOPIC_AUTHORIZATION_FAILED, the rest not attempted."""
+    (topic,) = _topics(secure, "sam-apt-")
+    txn_id = f"sam-tx-{next(_ids)}"
+    secure.allow(ResourceType.TRANSACTIONAL_ID, txn_id, "sam", AclOperation.WRITE)
+    secure.allow(ResourceType.TOPIC, "*", "sam", AclOperation.WRITE)
+    R = AddPartitionsToTxnRequest
+    request = R(v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=1000,
+                v3_and_below_producer_epoch=0, v3_and_below_topics=[
+                    R.AddPartitionsToTxnTopic(name=t, partitions=[0])
+                    for t in ("__consumer_offsets", topic)])  # fmt: skip
+    answer = _ask(secure, "sam", request, version=3)
+    assert isinstance(answer, AddPartitionsToTxnResponse)
+    codes = {t.name: t.results_by_partition[0].partition_error_code
+             for t in answer.results_by_topic_v3_and_below}  # fmt: skip
+    assert codes == {"__consumer_offsets": TOPIC_DENIED, topic: ErrorCode.OPERATION_NOT_ATTEMPTED}

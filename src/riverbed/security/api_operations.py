@@ -2,9 +2,10 @@
 the security docs), as one table: api key -> the checks of a request.
 
 A `Check` passes when ANY of its actions is allowed (CreateTopics: CREATE on the
-cluster or on the topic); a request passes when every check does, else it is answered
-with the error code of the first failing check, in the table's order (a transactional
-produce: the transactional id before the topics), as Kafka orders them. A check made
+cluster or on the topic; one without actions never passes); a request passes when every
+check does, else it is answered with the error code of the first failing check, in the
+table's order (a transactional produce: the transactional id before the topics), as
+Kafka orders them. A check made
 with `each` is for one item of the request's array (a topic of a Produce, a resource of
 a DescribeConfigs): when it fails only that item is refused, the others are served, as
 Kafka answers those APIs per topic / group / resource:
@@ -19,20 +20,20 @@ Kafka answers those APIs per topic / group / resource:
   topic; Join/Sync/Heartbeat/LeaveGroup: READ group; ConsumerGroupHeartbeat: READ group,
   DESCRIBE each subscribed topic; DescribeGroups, ConsumerGroupDescribe: DESCRIBE group
   (a described group naming a topic the principal may not DESCRIBE is answered
-  TOPIC_AUTHORIZATION_FAILED: `riverbed.server.broker.consumer_groups`); DeleteGroups: DELETE group;
-  OffsetDelete: DELETE group, READ each topic; FindCoordinator: DESCRIBE group or
-  transactional id; ListGroups: filtered by DESCRIBE group (or DESCRIBE cluster);
+  TOPIC_AUTHORIZATION_FAILED: `riverbed.server.broker.consumer_groups`); DeleteGroups:
+  DELETE group; OffsetDelete: DELETE group, READ each topic; FindCoordinator: DESCRIBE
+  group or transactional id; ListGroups: filtered by DESCRIBE group (or DESCRIBE cluster);
 - CreateTopics: CREATE cluster or topic; DeleteTopics: DELETE cluster or topic;
-  DeleteRecords: DELETE topic;
-  CreatePartitions: ALTER topic; DescribeConfigs / AlterConfigs / IncrementalAlterConfigs:
-  DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, group, or the cluster for broker keys;
+  DeleteRecords: DELETE topic; CreatePartitions: ALTER topic; DescribeConfigs /
+  AlterConfigs / IncrementalAlterConfigs: DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic,
+  group, or the cluster for broker keys;
 - InitProducerId: WRITE transactional id, or without one IDEMPOTENT_WRITE on the cluster
   or WRITE on some topic; AddPartitionsToTxn: WRITE transactional id, WRITE each topic
-  (a broker's verify-only batch: CLUSTER_ACTION); AddOffsetsToTxn: WRITE transactional
-  id, READ group; EndTxn: WRITE transactional id; TxnOffsetCommit: WRITE transactional
-  id, READ group, READ each topic; DescribeTransactions: DESCRIBE transactional id;
-  ListTransactions: filtered by DESCRIBE transactional id;
-  DescribeProducers: READ topic;
+  but an internal one, never added (a broker's verify-only batch: CLUSTER_ACTION);
+  AddOffsetsToTxn: WRITE transactional id, READ group; EndTxn: WRITE transactional id;
+  TxnOffsetCommit: WRITE transactional id, READ group, READ each topic;
+  DescribeTransactions: DESCRIBE transactional id (its topics: filtered by DESCRIBE);
+  ListTransactions: filtered by DESCRIBE transactional id; DescribeProducers: READ topic;
 - cluster-wide: DescribeAcls, DescribeLogDirs, ListPartitionReassignments,
   DescribeUserScramCredentials, DescribeQuorum: DESCRIBE cluster; CreateAcls, DeleteAcls,
   AlterReplicaLogDirs, ElectLeaders, AlterPartitionReassignments,
@@ -249,14 +250,26 @@ def _init_producer_id(req: Any, names: TopicNames) -> list[Check]:
     ]
 
 
+#: Kafka's internal topics (``Topic.isInternal``): no client adds them to a transaction.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+
+
 def _add_partitions_to_txn(req: Any, names: TopicNames) -> list[Check]:
     """v3-: the transactional id for the whole request, each topic alone (and then the
-    rest OPERATION_NOT_ATTEMPTED: `ALL_OR_NOTHING`)."""
+    rest OPERATION_NOT_ATTEMPTED: `ALL_OR_NOTHING`); an internal topic is refused whatever
+    the ACLs, as Kafka leaves it out of the topics it authorizes."""
     if req.transactions:  # v4+: brokers verifying for their produce requests
         return [check(C, CLUSTER_NAME, Op.CLUSTER_ACTION)]
+    topics = [t.name for t in req.v3_and_below_topics]
+    never = ERROR_CODES[T]
     return [
         check(X, req.v3_and_below_transactional_id, Op.WRITE),
-        *each(T, Op.WRITE, "v3_and_below_topics", (t.name for t in req.v3_and_below_topics)),
+        *(
+            Check((), never, ("v3_and_below_topics", i))
+            for i, t in enumerate(topics)
+            if t in INTERNAL_TOPICS
+        ),
+        *each(T, Op.WRITE, "v3_and_below_topics", topics),
     ]
 
 

@@ -13,6 +13,8 @@ broker's exact per-item answer, or a real confluent-kafka client where one sends
 from __future__ import annotations
 
 import itertools
+import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -27,16 +29,21 @@ from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
     DescribeProducersRequest,
     DescribeProducersResponse,
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
+    FindCoordinatorRequest,
     Message,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
 )
+from riverbed.testing.cluster import scaled_s
 from riverbed.testing.secure import (
     AUTHORIZER_OVERRIDES,
     SecureBroker,
@@ -252,3 +259,43 @@ def test_add_partitions_to_txn_refuses_internal_topics(secure: SecureBroker) -> 
     codes = {t.name: t.results_by_partition[0].partition_error_code
              for t in answer.results_by_topic_v3_and_below}  # fmt: skip
     assert codes == {"__consumer_offsets": TOPIC_DENIED, topic: ErrorCode.OPERATION_NOT_ATTEMPTED}
+
+
+# --- ConsumerGroupDescribe: the assigned topics are checked, not the subscribed names -------
+
+
+def test_consumer_group_describe_checks_the_assigned_topics(secure: SecureBroker) -> None:
+    """Kafka (KAFKA-18813) refuses to describe a group whose members' assignments (current
+    or target) hold a topic the principal may not DESCRIBE, with a message; a subscribed
+    name no member is assigned (a topic that does not exist) does not hide the group."""
+    (topic,) = _topics(secure, "tao-cg-")
+    absent = f"tao-absent-{next(_ids)}"
+    group = f"tao-group-{next(_ids)}"
+    H = ConsumerGroupHeartbeatRequest
+    beat = H(group_id=group, member_id=uuid.uuid4().hex[:22], member_epoch=0,
+             rebalance_timeout_ms=30_000, subscribed_topic_names=[topic, absent],
+             topic_partitions=[])  # fmt: skip
+    deadline = time.monotonic() + scaled_s(TIMEOUT_S)
+    while (code := _ask(secure, "admin", beat).error_code) != OK:  # type: ignore[attr-defined]
+        assert code in (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        assert time.monotonic() < deadline
+        # FindCoordinator creates __consumer_offsets; its coordinator then loads
+        _ask(secure, "admin", FindCoordinatorRequest(key_type=0, coordinator_keys=[group]))
+        time.sleep(0.2)
+    secure.allow(ResourceType.GROUP, group, "tao", AclOperation.DESCRIBE)
+    request = ConsumerGroupDescribeRequest(group_ids=[group])
+
+    def described() -> ConsumerGroupDescribeResponse.DescribedGroup:
+        answer = _ask(secure, "tao", request)
+        assert isinstance(answer, ConsumerGroupDescribeResponse)
+        return answer.groups[0]
+
+    hidden = described()  # assigned a topic tao may not describe
+    assert (hidden.error_code, hidden.members) == (TOPIC_DENIED, [])
+    assert hidden.error_message == (
+        "The group has described topic(s) that the client is not authorized to describe."
+    )
+    secure.allow(ResourceType.TOPIC, topic, "tao", AclOperation.DESCRIBE)
+    shown = described()
+    assert shown.error_code == OK, shown
+    assert set(shown.members[0].subscribed_topic_names) == {topic, absent}

@@ -19,7 +19,7 @@ Kafka answers those APIs per topic / group / resource:
 - OffsetCommit: READ group, READ each topic; OffsetFetch: DESCRIBE group, DESCRIBE each
   topic; Join/Sync/Heartbeat/LeaveGroup: READ group; ConsumerGroupHeartbeat: READ group,
   DESCRIBE each subscribed topic; DescribeGroups, ConsumerGroupDescribe: DESCRIBE group
-  (a described group naming a topic the principal may not DESCRIBE is answered
+  (a described group assigned a topic the principal may not DESCRIBE is answered
   TOPIC_AUTHORIZATION_FAILED: `riverbed.server.broker.consumer_groups`); DeleteGroups:
   DELETE group; OffsetDelete: DELETE group, READ each topic; FindCoordinator: DESCRIBE
   group or transactional id; ListGroups: filtered by DESCRIBE group (or DESCRIBE cluster);

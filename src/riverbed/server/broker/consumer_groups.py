@@ -139,15 +139,22 @@ async def handle_consumer_group_describe(
     return ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=out)
 
 
+#: Kafka's message for a group refused for its topics.
+_UNDESCRIBABLE_TOPICS = (
+    "The group has described topic(s) that the client is not authorized to describe."
+)
+
+
 def _hide_undescribable(
     broker: Broker, ctx: RequestContext, described: ConsumerGroupDescribeResponse.DescribedGroup
 ) -> ConsumerGroupDescribeResponse.DescribedGroup:
-    """Kafka 4.0 (KAFKA-18813): a group whose members subscribe to or are assigned a topic
-    the principal may not DESCRIBE is not described: TOPIC_AUTHORIZATION_FAILED instead."""
+    """Kafka 4.0 (KAFKA-18813): a group whose members are assigned (now or as a target) a
+    topic the principal may not DESCRIBE is not described: TOPIC_AUTHORIZATION_FAILED
+    instead. A subscribed name alone does not count (Kafka checks the assignments: a
+    subscription may name a topic that does not exist)."""
     assert broker.authz is not None
     topics: set[str] = set()
     for m in described.members:
-        topics.update(m.subscribed_topic_names or ())
         for a in (m.assignment, m.target_assignment):
             topics.update(tp.topic_name for tp in (a.topic_partitions if a else ()))
     image, authz = broker.metadata.image, broker.authz
@@ -155,7 +162,7 @@ def _hide_undescribable(
         return described
     return ConsumerGroupDescribeResponse.DescribedGroup(
         error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
-        error_message=None,
+        error_message=_UNDESCRIBABLE_TOPICS,
         group_id=described.group_id,
         group_state="",
         group_epoch=-1,

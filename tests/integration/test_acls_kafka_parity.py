@@ -38,6 +38,8 @@ from riverbed.protocol.messages import (
     DescribeTransactionsResponse,
     FindCoordinatorRequest,
     Message,
+    MetadataRequest,
+    MetadataResponse,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
     WriteTxnMarkersRequest,
@@ -299,3 +301,40 @@ def test_consumer_group_describe_checks_the_assigned_topics(secure: SecureBroker
     shown = described()
     assert shown.error_code == OK, shown
     assert set(shown.members[0].subscribed_topic_names) == {topic, absent}
+
+
+# --- Metadata by topic id: the name of a topic the principal may not DESCRIBE stays hidden --
+
+
+def _metadata_by_id(secure: SecureBroker, user: str, *ids: uuid.UUID) -> list:
+    R = MetadataRequest
+    request = R(topics=[R.MetadataRequestTopic(name=None, topic_id=i) for i in ids],
+                allow_auto_topic_creation=False)  # fmt: skip
+    answer = _ask(secure, user, request, version=12)
+    assert isinstance(answer, MetadataResponse)
+    return answer.topics
+
+
+def test_metadata_by_topic_id_hides_the_name_of_a_refused_topic(secure: SecureBroker) -> None:
+    """Kafka answers a topic id the principal may not DESCRIBE TOPIC_AUTHORIZATION_FAILED
+    with the id and no name, and an unknown id UNKNOWN_TOPIC_ID."""
+    secret, mine = _topics(secure, "secret-md-", "nia-md-")
+    secure.allow(ResourceType.TOPIC, mine, "nia", AclOperation.DESCRIBE)
+    ids = {t.name: t.topic_id for t in _metadata_by_id_names(secure, secret, mine)}
+    unknown = uuid.uuid4()
+    answers = _metadata_by_id(secure, "nia", ids[secret], ids[mine], unknown)
+    got = {(t.topic_id, t.name, t.error_code) for t in answers}
+    assert got == {
+        (ids[secret], None, TOPIC_DENIED),
+        (ids[mine], mine, OK),
+        (unknown, None, ErrorCode.UNKNOWN_TOPIC_ID),
+    }
+
+
+def _metadata_by_id_names(secure: SecureBroker, *names: str) -> list:
+    R = MetadataRequest
+    request = R(topics=[R.MetadataRequestTopic(name=n) for n in names],
+                allow_auto_topic_creation=False)  # fmt: skip
+    answer = _ask(secure, "admin", request, version=12)
+    assert isinstance(answer, MetadataResponse)
+    return answer.topics

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable, Mapping, Set
 from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
@@ -167,10 +168,17 @@ def _brokers(
     return out
 
 
-def _refused_topic(name: str) -> MetadataResponse.MetadataResponseTopic:
+def _refused_topic(
+    name: str | None,
+    topic_id: uuid.UUID = ZERO_UUID,
+    code: ErrorCode = ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+) -> MetadataResponse.MetadataResponseTopic:
+    """A topic answered with an error only: a topic asked for by id keeps its id and no
+    name (Kafka: the name of a topic the principal may not DESCRIBE is not told)."""
     return MetadataResponse.MetadataResponseTopic(
-        error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+        error_code=int(code),
         name=name,
+        topic_id=topic_id,
         partitions=[],
         topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
     )
@@ -270,6 +278,8 @@ async def handle_metadata(
     image = broker.metadata.image
     being_created: set[str] = set()
     refused: list[str] = []  # named, and not for this principal to describe
+    by_id: dict[str, uuid.UUID] = {}  # v12+: the topics asked for by id
+    unknown_ids: list[uuid.UUID] = []  # v12+: ids naming no topic (UNKNOWN_TOPIC_ID)
     if req.topics is None or (version == 0 and not req.topics):
         names = sorted(image.topics_by_name)
         if broker.authz is not None:
@@ -282,7 +292,11 @@ async def handle_metadata(
             name = t.name
             if name is None and t.topic_id != ZERO_UUID:
                 found = image.topic_by_id(t.topic_id)
-                name = found.name if found is not None else None
+                if found is None:
+                    unknown_ids.append(t.topic_id)
+                    continue
+                name = found.name
+                by_id[name] = t.topic_id
             if name is not None:
                 names.append(name)
         allow = req.allow_auto_topic_creation if version >= 4 else True
@@ -313,7 +327,8 @@ async def handle_metadata(
         cluster_id=broker.cluster_id,
         controller_id=_controller_id(broker),
         topics=[_topic_metadata(image, n, topic_ops(n), being_created) for n in names]
-        + [_refused_topic(n) for n in refused],
+        + [_refused_topic(None if n in by_id else n, by_id.get(n, ZERO_UUID)) for n in refused]
+        + [_refused_topic(None, i, ErrorCode.UNKNOWN_TOPIC_ID) for i in unknown_ids],
         cluster_authorized_operations=(
             cluster_operations(broker.authz, image, ctx)
             if include_cluster_ops

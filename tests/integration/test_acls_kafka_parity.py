@@ -29,6 +29,8 @@ from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
+    AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirsResponse,
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
@@ -338,3 +340,38 @@ def _metadata_by_id_names(secure: SecureBroker, *names: str) -> list:
     answer = _ask(secure, "admin", request, version=12)
     assert isinstance(answer, MetadataResponse)
     return answer.topics
+
+
+# --- Refusals answer every partition of the request, as Kafka's error responses ------------
+
+
+def test_describe_producers_refuses_each_partition(secure: SecureBroker) -> None:
+    """A topic the principal may not READ is answered TOPIC_AUTHORIZATION_FAILED in each
+    of its partitions (the admin client's describeProducers waits for its partitions)."""
+    mine, theirs = _topics(secure, "nia-dp-", "other-dp-")
+    secure.allow(ResourceType.TOPIC, mine, "nia", AclOperation.READ)
+    R = DescribeProducersRequest
+    request = R(topics=[R.TopicRequest(name=t, partition_indexes=[0]) for t in (mine, theirs)])
+    answer = _ask(secure, "nia", request)
+    assert isinstance(answer, DescribeProducersResponse)
+    got = {(t.name, p.partition_index, p.error_code) for t in answer.topics for p in t.partitions}
+    assert got == {(mine, 0, OK), (theirs, 0, TOPIC_DENIED)}
+
+
+def test_alter_replica_log_dirs_refuses_each_partition(secure: SecureBroker) -> None:
+    """Without ALTER on the cluster every partition is answered CLUSTER_AUTHORIZATION_FAILED
+    (the admin client's alterReplicaLogDirs reads each replica's answer)."""
+    one, two = _topics(secure, "nia-ard-", "nia-ard-")
+    A = AlterReplicaLogDirsRequest
+    request = A(dirs=[
+        A.AlterReplicaLogDir(path="/a", topics=[A.AlterReplicaLogDirTopic(name=one, partitions=[0])]),
+        A.AlterReplicaLogDir(path="/b", topics=[A.AlterReplicaLogDirTopic(name=two, partitions=[0])]),
+    ])  # fmt: skip
+    answer = _ask(secure, "nia", request)
+    assert isinstance(answer, AlterReplicaLogDirsResponse)
+    got = {
+        (t.topic_name, p.partition_index, p.error_code)
+        for t in answer.results
+        for p in t.partitions
+    }
+    assert got == {(one, 0, CLUSTER_DENIED), (two, 0, CLUSTER_DENIED)}

@@ -31,11 +31,14 @@ from riverbed.protocol.messages import (
     DeleteRecordsRequest,
     DeleteTopicsRequest,
     DescribeConfigsRequest,
+    DescribeProducersRequest,
+    ElectLeadersRequest,
     FetchRequest,
     ListOffsetsRequest,
     MetadataRequest,
     OffsetForLeaderEpochRequest,
     ProduceRequest,
+    WriteTxnMarkersRequest,
     message_spec,
     request_class,
 )
@@ -189,6 +192,39 @@ def test_admin_apis_mirror_topics_and_resources() -> None:
     resp6 = _roundtrip(3, 12, error_response(3, req6, 12, U))
     assert [(t.name, t.error_code) for t in resp6.topics] == [("x", U)]
     assert resp6.brokers == []
+
+
+def test_partitions_named_by_index_alone_are_answered_each() -> None:
+    """Requests naming partitions by bare index (DescribeProducers' and WriteTxnMarkers'
+    ``PartitionIndexes``, ElectLeaders' ``Partitions``) get an entry per partition, as
+    Kafka's getErrorResponse: clients read their partition's error there (the admin
+    client's describeProducers / abortTransaction / electLeaders)."""
+    D = DescribeProducersRequest
+    req = D(topics=[D.TopicRequest(name="t", partition_indexes=[0, 2])])
+    resp = _roundtrip(61, 0, error_response(61, req, 0, U))
+    assert [(p.partition_index, p.error_code) for p in resp.topics[0].partitions] == [
+        (0, U),
+        (2, U),
+    ]
+
+    W = WriteTxnMarkersRequest
+    marker = W.WritableTxnMarker(
+        producer_id=7, producer_epoch=1, transaction_result=True, coordinator_epoch=0,
+        topics=[W.WritableTxnMarkerTopic(name="t", partition_indexes=[3])],
+    )  # fmt: skip
+    resp2 = _roundtrip(27, 1, error_response(27, W(markers=[marker]), 1, U))
+    assert [
+        (m.producer_id, t.name, p.partition_index, p.error_code)
+        for m in resp2.markers
+        for t in m.topics
+        for p in t.partitions
+    ] == [(7, "t", 3, U)]
+
+    E = ElectLeadersRequest
+    req3 = E(election_type=0, topic_partitions=[E.TopicPartitions(topic="t", partitions=[1])])
+    resp3 = _roundtrip(43, 2, error_response(43, req3, 2, U))
+    (result,) = resp3.replica_election_results
+    assert [(p.partition_id, p.error_code) for p in result.partition_result] == [(1, U)]
 
 
 def test_a_typed_error_keeps_its_kafka_code() -> None:

@@ -35,6 +35,8 @@ _CANONICAL = {
     "topic_names": "topic",
     "topics": "topic",
     "partition_index": "partition",
+    "partition_indexes": "partition",
+    "partition_id": "partition",
     "partition": "partition",
     "index": "partition",
     "partitions": "partition",
@@ -58,6 +60,7 @@ _KEY_FIELDS = frozenset(
         "group_id",
         "transactional_id",
         "key",
+        "producer_id",
     }
 )
 #: Offsets an error entry reports as unknown (-1), as Kafka's error responses do
@@ -66,6 +69,7 @@ _UNKNOWN_OFFSETS = frozenset(
     {
         "base_offset",
         "offset",
+        "committed_offset",
         "end_offset",
         "high_watermark",
         "low_watermark",

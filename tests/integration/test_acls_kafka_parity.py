@@ -29,6 +29,8 @@ from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
     AlterReplicaLogDirsRequest,
     AlterReplicaLogDirsResponse,
     ConsumerGroupDescribeRequest,
@@ -375,3 +377,42 @@ def test_alter_replica_log_dirs_refuses_each_partition(secure: SecureBroker) -> 
         for p in t.partitions
     }
     assert got == {(one, 0, CLUSTER_DENIED), (two, 0, CLUSTER_DENIED)}
+
+
+def test_alter_user_scram_credentials_refuses_each_user(secure: SecureBroker) -> None:
+    """Without ALTER on the cluster each user of the request is answered
+    CLUSTER_AUTHORIZATION_FAILED (confluent-kafka's future per user)."""
+    from confluent_kafka.admin._scram import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    nia = AdminClient(_client(secure, "nia"))
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+    futures = nia.alter_user_scram_credentials([
+        UserScramCredentialUpsertion("vic", info, b"vic-pw"),
+        UserScramCredentialDeletion("wyn", ScramMechanism.SCRAM_SHA_256),
+    ])  # fmt: skip
+    assert set(futures) == {"vic", "wyn"}
+    for user, future in futures.items():
+        with pytest.raises(KafkaException) as info_:
+            future.result(timeout=TIMEOUT_S)
+        assert info_.value.args[0].code() == CLUSTER_DENIED, user
+
+
+def test_alter_client_quotas_refuses_each_entity(secure: SecureBroker) -> None:
+    """Without ALTER_CONFIGS on the cluster each entity of the request is answered
+    CLUSTER_AUTHORIZATION_FAILED with its entity (the admin client reads each)."""
+    Q = AlterClientQuotasRequest
+    request = Q(entries=[Q.EntryData(
+        entity=[Q.EntityData(entity_type="user", entity_name=name)],
+        ops=[Q.OpData(key="producer_byte_rate", value=1024.0, remove=False)],
+    ) for name in ("vic", "wyn")])  # fmt: skip
+    answer = _ask(secure, "nia", request)
+    assert isinstance(answer, AlterClientQuotasResponse)
+    got = [
+        (e.error_code, [(d.entity_type, d.entity_name) for d in e.entity]) for e in answer.entries
+    ]
+    assert got == [(CLUSTER_DENIED, [("user", "vic")]), (CLUSTER_DENIED, [("user", "wyn")])]

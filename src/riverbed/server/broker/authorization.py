@@ -34,12 +34,6 @@ from typing import TYPE_CHECKING
 from riverbed.metadata.image import MetadataImage
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
-    AlterReplicaLogDirsRequest,
-    AlterReplicaLogDirsResponse,
-    CreateAclsRequest,
-    CreateAclsResponse,
-    DeleteAclsRequest,
-    DeleteAclsResponse,
     Message,
     ProduceRequest,
     response_class,
@@ -297,43 +291,8 @@ class BrokerAuthorizer:
 
 
 def denied_response(api_key: int, body: Message, version: int, code: ErrorCode) -> Message:
-    """The answer to a refused request: `error_response`, except where a response's
-    entries have no key to mirror from the request (CreateAcls results, DeleteAcls filter
-    results: one per request item, in order, as clients count them; AlterReplicaLogDirs'
-    partitions, asked per log dir and answered per topic)."""
-    if isinstance(body, AlterReplicaLogDirsRequest):
-        return _refused_log_dirs(body, code)
-    if isinstance(body, CreateAclsRequest):
-        R = CreateAclsResponse.AclCreationResult
-        return CreateAclsResponse(results=[R(error_code=int(code)) for _ in body.creations])
-    if isinstance(body, DeleteAclsRequest):
-        F = DeleteAclsResponse.DeleteAclsFilterResult
-        return DeleteAclsResponse(filter_results=[F(error_code=int(code)) for _ in body.filters])
+    """The answer to a refused request: `error_response` (Kafka's getErrorResponse)."""
     return error_response(api_key, body, version, code)
-
-
-def _refused_log_dirs(
-    body: AlterReplicaLogDirsRequest, code: ErrorCode
-) -> AlterReplicaLogDirsResponse:
-    """Every partition of every log dir answered ``code``, per topic (Kafka's
-    getErrorResponse: the admin client's alterReplicaLogDirs reads each replica's answer)."""
-    A = AlterReplicaLogDirsResponse
-    partitions: dict[str, list[int]] = {}
-    for d in body.dirs:
-        for t in d.topics:
-            partitions.setdefault(t.name, []).extend(t.partitions)
-    return A(
-        results=[
-            A.AlterReplicaLogDirTopicResult(
-                topic_name=name,
-                partitions=[
-                    A.AlterReplicaLogDirPartitionResult(partition_index=i, error_code=int(code))
-                    for i in indexes
-                ],
-            )
-            for name, indexes in partitions.items()
-        ]
-    )
 
 
 def split(

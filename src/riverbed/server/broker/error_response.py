@@ -11,8 +11,12 @@ the message schema instead:
   fields: topic name / id, partition index, resource type / name, group id): one
   response entry per request entry, with the key fields copied and the error code set,
   recursively (topics -> partitions);
-- a request array of plain strings (DeleteTopics v0-5 ``TopicNames``) mirrors into
-  entries whose key field takes the string;
+- a request array of plain strings (DeleteTopics v0-5 ``TopicNames``, a topic's
+  ``PartitionIndexes``) mirrors into entries whose key field takes the value;
+- a few responses pair their entries with the request's items otherwise (AlterReplicaLogDirs
+  per topic across log dirs, AlterUserScramCredentials per user of two arrays,
+  AlterClientQuotas per entity, Create/DeleteAcls by position): they are built by hand
+  (`_BY_HAND`);
 - offsets (base offset, high/low watermark, log start, ...) are -1, "unknown", as in
   Kafka's error responses; everything else keeps the schema default.
 
@@ -22,8 +26,21 @@ withholds an internal exception's text from clients); the broker logs it instead
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
-from riverbed.protocol.messages import Message, message_spec, response_class
+from riverbed.protocol.messages import (
+    AlterClientQuotasResponse,
+    AlterReplicaLogDirsResponse,
+    AlterUserScramCredentialsResponse,
+    CreateAclsResponse,
+    DeleteAclsResponse,
+    Message,
+    message_spec,
+    response_class,
+)
 from riverbed.protocol.schema import FieldSpec, StructSpec
 from riverbed.server.broker.versioning import fit_to_version
 
@@ -187,8 +204,77 @@ def _copy_keys(
             setattr(entry, f.attr, value)
 
 
+def _alter_replica_log_dirs(req: Any, code: int) -> Message:
+    """Each partition of each log dir, answered per topic."""
+    A = AlterReplicaLogDirsResponse
+    partitions: dict[str, list[int]] = {}
+    for d in req.dirs:
+        for t in d.topics:
+            partitions.setdefault(t.name, []).extend(t.partitions)
+    P = A.AlterReplicaLogDirPartitionResult
+    return A(
+        results=[
+            A.AlterReplicaLogDirTopicResult(
+                topic_name=name, partitions=[P(partition_index=i, error_code=code) for i in indexes]
+            )
+            for name, indexes in partitions.items()
+        ]
+    )
+
+
+def _alter_user_scram_credentials(req: Any, code: int) -> Message:
+    """Each user of the deletions and upsertions, once, in name order (Kafka's)."""
+    users = sorted({c.name for c in (*req.deletions, *req.upsertions)})
+    R = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
+    return AlterUserScramCredentialsResponse(results=[R(user=u, error_code=code) for u in users])
+
+
+def _alter_client_quotas(req: Any, code: int) -> Message:
+    """Each entry, with its entity."""
+    Q = AlterClientQuotasResponse
+    return Q(
+        entries=[
+            Q.EntryData(
+                error_code=code,
+                entity=[
+                    Q.EntityData(entity_type=d.entity_type, entity_name=d.entity_name)
+                    for d in e.entity
+                ],
+            )
+            for e in req.entries
+        ]
+    )
+
+
+def _create_acls(req: Any, code: int) -> Message:
+    """One result per creation, in order (results carry no key: clients count them)."""
+    R = CreateAclsResponse.AclCreationResult
+    return CreateAclsResponse(results=[R(error_code=code) for _ in req.creations])
+
+
+def _delete_acls(req: Any, code: int) -> Message:
+    """One filter result per filter, in order (no key either)."""
+    F = DeleteAclsResponse.DeleteAclsFilterResult
+    return DeleteAclsResponse(filter_results=[F(error_code=code) for _ in req.filters])
+
+
+#: Responses whose entries answer request items the schema cannot pair by key fields
+#: (items spread over several request arrays, keyed under another name, or not at all):
+#: hand-built per item, as Kafka's getErrorResponse, so a client finds each item's error.
+_BY_HAND: dict[int, Callable[[Any, int], Message]] = {
+    ApiKey.CREATE_ACLS: _create_acls,
+    ApiKey.DELETE_ACLS: _delete_acls,
+    ApiKey.ALTER_REPLICA_LOG_DIRS: _alter_replica_log_dirs,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _alter_user_scram_credentials,
+    ApiKey.ALTER_CLIENT_QUOTAS: _alter_client_quotas,
+}
+
+
 def error_response(api_key: int, request: Message, version: int, code: ErrorCode | int) -> Message:
     """The response to ``request`` (api ``api_key`` at ``version``) with every error = code."""
+    by_hand = _BY_HAND.get(api_key)
+    if by_hand is not None:
+        return fit_to_version(by_hand(request, int(code)), version)
     resp_cls = response_class(api_key)
     response = resp_cls()
     _fill(response, message_spec(resp_cls).struct, request, message_spec(request).struct, int(code))

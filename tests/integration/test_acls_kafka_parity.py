@@ -44,6 +44,8 @@ from riverbed.protocol.messages import (
     Message,
     MetadataRequest,
     MetadataResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
     WriteTxnMarkersRequest,
@@ -74,6 +76,7 @@ OK = ErrorCode.NONE
 TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 CLUSTER_DENIED = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 CLUSTER = (ResourceType.BROKER, "kafka-cluster")
+_NOT_YET = (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
 
 
 @pytest.fixture(scope="module")
@@ -283,7 +286,7 @@ def test_consumer_group_describe_checks_the_assigned_topics(secure: SecureBroker
              topic_partitions=[])  # fmt: skip
     deadline = time.monotonic() + scaled_s(TIMEOUT_S)
     while (code := _ask(secure, "admin", beat).error_code) != OK:  # type: ignore[attr-defined]
-        assert code in (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        assert code in _NOT_YET
         assert time.monotonic() < deadline
         # FindCoordinator creates __consumer_offsets; its coordinator then loads
         _ask(secure, "admin", FindCoordinatorRequest(key_type=0, coordinator_keys=[group]))
@@ -416,3 +419,33 @@ def test_alter_client_quotas_refuses_each_entity(secure: SecureBroker) -> None:
         (e.error_code, [(d.entity_type, d.entity_name) for d in e.entity]) for e in answer.entries
     ]
     assert got == [(CLUSTER_DENIED, [("user", "vic")]), (CLUSTER_DENIED, [("user", "wyn")])]
+
+
+def test_offset_fetch_refusals_per_topic_and_per_group(secure: SecureBroker) -> None:
+    """Up to v7 a topic the principal may not DESCRIBE is answered in each partition
+    (TOPIC_AUTHORIZATION_FAILED, offset -1); from v8 a group it may not DESCRIBE is
+    answered by the group's error alone, as Kafka's groupError."""
+    mine, theirs = _topics(secure, "nia-of-", "other-of-")
+    group, other = f"nia-ofg-{next(_ids)}", f"other-ofg-{next(_ids)}"
+    secure.allow(ResourceType.GROUP, group, "nia", AclOperation.DESCRIBE)
+    secure.allow(ResourceType.TOPIC, mine, "nia", AclOperation.DESCRIBE)
+    F = OffsetFetchRequest
+    topics = [F.OffsetFetchRequestTopic(name=t, partition_indexes=[0]) for t in (mine, theirs)]
+    deadline = time.monotonic() + scaled_s(TIMEOUT_S)
+    while True:  # the first group request creates __consumer_offsets, then it loads
+        old = _ask(secure, "nia", F(group_id=group, topics=topics), version=7)
+        assert isinstance(old, OffsetFetchResponse)
+        if old.error_code not in _NOT_YET or time.monotonic() > deadline:
+            break
+        _ask(secure, "nia", FindCoordinatorRequest(key_type=0, coordinator_keys=[group]))
+        time.sleep(0.2)
+    assert old.error_code == OK
+    got = {(t.name, p.partition_index, p.error_code, p.committed_offset)
+           for t in old.topics for p in t.partitions}  # fmt: skip
+    assert got == {(mine, 0, OK, -1), (theirs, 0, TOPIC_DENIED, -1)}
+    G = F.OffsetFetchRequestGroup
+    named = [F.OffsetFetchRequestTopics(name=mine, partition_indexes=[0])]
+    new = _ask(secure, "nia", F(groups=[G(group_id=g, topics=named) for g in (group, other)]))
+    assert isinstance(new, OffsetFetchResponse)
+    answers = {g.group_id: (g.error_code, [t.name for t in g.topics]) for g in new.groups}
+    assert answers == {group: (OK, [mine]), other: (ErrorCode.GROUP_AUTHORIZATION_FAILED, [])}

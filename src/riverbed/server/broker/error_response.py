@@ -178,6 +178,8 @@ def _fill(
                 for rf in f.struct.fields:
                     if rf.attr in _ERROR_FIELDS and rf.type == "int16":
                         setattr(entry, rf.attr, code)
+                    elif rf.attr in _UNKNOWN_OFFSETS and rf.type == "int64":
+                        setattr(entry, rf.attr, -1)
                     elif _canon(rf.attr) == _canon(match.attr) and rf.type == match.base_type:
                         setattr(entry, rf.attr, item)
             else:
@@ -278,7 +280,16 @@ def error_response(api_key: int, request: Message, version: int, code: ErrorCode
     resp_cls = response_class(api_key)
     response = resp_cls()
     _fill(response, message_spec(resp_cls).struct, request, message_spec(request).struct, int(code))
+    if api_key == ApiKey.OFFSET_FETCH and version >= 2:  # Kafka: the partitions up to v1 only
+        response.topics = []  # type: ignore[attr-defined]
+        _group_errors_alone(response)
     return fit_to_version(response, version)
+
+
+def _group_errors_alone(response: Any) -> None:
+    """OffsetFetch v8+: a group answered an error carries no topics (Kafka's groupError)."""
+    for group in response.groups or ():
+        group.topics = []
 
 
 def item_errors(api_key: int, request: Message, version: int, code: ErrorCode | int) -> Message:
@@ -288,6 +299,8 @@ def item_errors(api_key: int, request: Message, version: int, code: ErrorCode | 
     response = resp_cls()
     spec = message_spec(request).struct
     _fill(response, message_spec(resp_cls).struct, request, spec, int(code), top=False)
+    if api_key == ApiKey.OFFSET_FETCH:
+        _group_errors_alone(response)
     return fit_to_version(response, version)
 
 

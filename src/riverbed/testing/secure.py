@@ -17,7 +17,7 @@ from riverbed.testing.certs import Pki, make_pki
 from riverbed.testing.cluster import BrokerProcess, free_port
 
 if TYPE_CHECKING:
-    from confluent_kafka.admin import AclOperation, ResourceType
+    from confluent_kafka.admin import AclOperation, ResourceType  # type: ignore[attr-defined]
 
 MECHANISMS = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"
 _PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
@@ -106,25 +106,32 @@ class SecureBroker:
             "sasl.password": login[1],
         }
 
+    def _admin_config(self) -> dict[str, str | int | float | bool]:
+        return {**self.client_config()}
+
     def allow(
         self, rtype: ResourceType, name: str, user: str, op: AclOperation, prefixed: bool = False
     ) -> None:
         """An ALLOW ACL for ``User:<user>`` from any host (on the literal name, or every
         name with its prefix), created by the PLAINTEXT listener's super user."""
-        from confluent_kafka.admin import AclBinding, AclPermissionType, AdminClient
-        from confluent_kafka.admin import ResourcePatternType as P
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]
+            AclBinding,
+            AclPermissionType,
+            AdminClient,
+        )
+        from confluent_kafka.admin import ResourcePatternType as P  # type: ignore[attr-defined]
 
         pattern = P.PREFIXED if prefixed else P.LITERAL
-        admin = AdminClient(self.client_config())  # held: a collected client fails its futures
+        admin = AdminClient(self._admin_config())  # held: a collected client fails its futures
         binding = AclBinding(rtype, name, pattern, f"User:{user}", "*", op, AclPermissionType.ALLOW)
         for future in admin.create_acls([binding]).values():
             future.result(timeout=30)
 
     def create_topics(self, names: list[str]) -> list[str]:
         """``names`` created (one partition each) by the PLAINTEXT listener's super user."""
-        from confluent_kafka.admin import AdminClient, NewTopic
+        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-        admin = AdminClient(self.client_config())
+        admin = AdminClient(self._admin_config())
         for future in admin.create_topics([NewTopic(n, 1, 1) for n in names]).values():
             future.result(timeout=30)
         return names

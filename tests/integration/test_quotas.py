@@ -17,6 +17,7 @@ import io
 import json
 import os
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,8 +29,15 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from riverbed.cli.main import main
 from riverbed.cli.wire import WireClient
 from riverbed.protocol.api_versions import ApiKey
-from riverbed.protocol.headers import RequestHeader, encode_request
-from riverbed.protocol.messages import ApiVersionsRequest, MetadataRequest, MetadataResponse
+from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
+from riverbed.protocol.messages import (
+    ApiVersionsRequest,
+    MetadataRequest,
+    MetadataResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
+from riverbed.protocol.records import SimpleRecord, build_batch
 from riverbed.testing.cluster import BrokerProcess, scaled_s
 
 QUOTA_BYTES_PER_S = 1024 * 1024
@@ -304,3 +312,59 @@ def test_request_percentage_throttles_and_mutes_the_connection(
             response = quiet.request(ApiKey.METADATA, MetadataRequest(topics=None))
             assert isinstance(response, MetadataResponse)
             assert response.throttle_time_ms == 0
+
+
+def _produce_request(topic: str, value_bytes: int) -> ProduceRequest:
+    batch = build_batch([SimpleRecord(os.urandom(value_bytes))], now_ms=int(time.time() * 1000))
+    P = ProduceRequest
+    return P(
+        acks=1,
+        timeout_ms=5000,
+        topic_data=[
+            P.TopicProduceData(
+                name=topic, partition_data=[P.PartitionProduceData(index=0, records=batch)]
+            )
+        ],
+    )
+
+
+def _read_frame(sock: socket.socket) -> bytes:
+    (size,) = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))
+    return sock.recv(size, socket.MSG_WAITALL)
+
+
+def test_a_throttled_connections_queued_requests_do_not_hold_up_other_clients() -> None:
+    """Kafka mutes a throttled channel: its requests hold no place in the request queue
+    (``queued.max.requests``), so one client over its quota does not slow another. The
+    "hog" pipelines produces far over its quota; while it is throttled (~19 s) another
+    client's request is answered at once."""
+    proc = BrokerProcess(
+        overrides={"num.partitions": "1", "quota.window.num": "2", "queued.max.requests": "2"}
+    )
+    proc.start()
+    try:
+        bootstrap = proc.bootstrap
+        riverbed_cli("topics", "create", "-b", bootstrap, "--topic", "hogged")
+        riverbed_cli(
+            "quotas", "alter", "-b", bootstrap, "--client", "hog", "--add-config",
+            "producer_byte_rate=1000",
+        )  # fmt: skip
+        host, port = bootstrap.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=scaled_s(30)) as hog:
+            headers = [RequestHeader(int(ApiKey.PRODUCE), 9, i, "hog") for i in range(4)]
+            hog.sendall(
+                b"".join(encode_request(h, _produce_request("hogged", 20_000)) for h in headers)
+            )
+            first = decode_response(headers[0], _read_frame(hog))
+            assert isinstance(first, ProduceResponse)
+            assert first.responses[0].partition_responses[0].error_code == 0  # appended
+            throttle_s = first.throttle_time_ms / 1000
+            assert throttle_s > 10
+            started = time.monotonic()
+            with WireClient(bootstrap, client_id="other", timeout_s=throttle_s * 2) as other:
+                answer = other.request(ApiKey.METADATA, MetadataRequest(topics=None))
+            waited_s = time.monotonic() - started
+            assert isinstance(answer, MetadataResponse) and answer.throttle_time_ms == 0
+            assert waited_s < throttle_s / 2, f"another client waited {waited_s:.1f} s"
+    finally:
+        proc.close()

@@ -63,6 +63,11 @@ class ChannelThrottle:
             self.engaged = True
             self.until = max(self.until, time.monotonic() + throttle_ms / 1000.0)
 
+    def muted(self) -> bool:
+        """A request of this connection would wait now (its throttle, or another of its
+        requests being handled)."""
+        return self.until > time.monotonic() or self.gate.locked()
+
     async def wait(self) -> None:
         while (delay := self.until - time.monotonic()) > 0:
             await asyncio.sleep(delay)

@@ -5,7 +5,8 @@ threads by ``queued.max.requests``; an idle connection holds nothing, and a requ
 in a purgatory (a long-poll fetch, a delayed produce, a group join) has left the handler
 threads, so it holds nothing either. riverbed's handlers are asyncio tasks: a request takes
 a permit once it has been read, and gives it back when its handler returns or parks
-(`park_current_request`, called by the purgatory). The permit travels with the handler
+(`park_current_request`, called by the purgatory, and by the broker for a request that
+waits for its connection's client-quota throttle: Kafka's muted channel). The permit travels with the handler
 task in a context variable, so nothing between the network layer and the purgatory has to
 pass it along.
 """

@@ -72,6 +72,7 @@ from riverbed.server.coordinator import GroupCoordinator
 from riverbed.server.dynamic_listeners import DynamicListeners
 from riverbed.server.network import CloseConnection, RequestContext, Response, SplicedResponse
 from riverbed.server.purgatory import Purgatory
+from riverbed.server.request_permits import park_current_request
 from riverbed.server.txn_coordinator import TransactionCoordinatorShell
 from riverbed.storage.clock import Clock
 
@@ -263,7 +264,12 @@ class Broker:
         # request at a time, none while it is throttled (pipelined requests read ahead
         # would otherwise all be handled together when a throttle ends). Until its first
         # throttle a client within its quota keeps its pipelining: the first violation
-        # may be overshot by the requests already read (inflight_requests_max).
+        # may be overshot by the requests already read (inflight_requests_max). A
+        # request that waits gives back its queued.max.requests permit, as a muted Kafka
+        # channel holds no place in the request queue: one client over its quota must not
+        # hold up the others.
+        if throttle.muted():
+            park_current_request()
         async with throttle.gate:
             await throttle.wait()
             return await self._handle(handler, ctx, body)

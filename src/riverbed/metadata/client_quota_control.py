@@ -11,7 +11,8 @@ Kafka's ClientQuotaControlManager, per entry of a request:
 - each key valid for the entity (user/client-id: producer_byte_rate, consumer_byte_rate,
   request_percentage, controller_mutation_rate; ip: connection_creation_rate), a value
   above 0 ("Quota <k> must be greater than 0"), integral for long/int keys ("<k> cannot
-  be a fractional value.");
+  be a fractional value."); NaN is refused too (Kafka takes it, then throttles by a
+  NaN);
 - a change becomes a ClientQuotaRecord only if it changes something (a removal of an
   absent key, or the same value again, writes nothing). Entities are independent: one's
   error leaves the others' records in the batch.
@@ -114,7 +115,7 @@ def check_value(keys: dict[str, str], key: str, value: float) -> None:
     kind = keys.get(key)
     if kind is None:
         raise QuotaError(_INVALID, f"Invalid configuration key {key}")
-    if value <= 0.0:
+    if not value > 0.0:  # also NaN, which Kafka lets through (no comparison holds)
         raise QuotaError(_INVALID, f"Quota {key} must be greater than 0")
     if kind == "double":
         return

@@ -209,7 +209,9 @@ class QuotaBook:
     @staticmethod
     def of(key: str, quotas: Mapping[QuotaEntity, Mapping[str, float]]) -> QuotaBook:
         return QuotaBook(
-            MappingProxyType({e: v[key] for e, v in quotas.items() if key in v and _usable(e)})
+            MappingProxyType(
+                {e: v[key] for e, v in quotas.items() if key in v and _usable(e, v[key])}
+            )
         )
 
     @property
@@ -263,8 +265,10 @@ class QuotaBook:
         return None
 
 
-def _usable(entity: QuotaEntity) -> bool:
-    return all(t in (USER, CLIENT_ID) for t, _ in entity)
+def _usable(entity: QuotaEntity, value: float) -> bool:
+    # a NaN quota (in a log from before the controller refused it) is no quota, as in
+    # Kafka, whose throttle for it is Math.round(NaN) = 0
+    return not math.isnan(value) and all(t in (USER, CLIENT_ID) for t, _ in entity)
 
 
 def _uc(user: str | None, client_id: str | None) -> QuotaEntity:
@@ -376,7 +380,7 @@ class IpQuotaBook:
         default = None
         for entity, values in quotas.items():
             rate = values.get(CONNECTION_CREATION_RATE)
-            if rate is None or len(entity) != 1 or entity[0][0] != IP:
+            if rate is None or math.isnan(rate) or len(entity) != 1 or entity[0][0] != IP:
                 continue
             name = entity[0][1]
             if name is None:

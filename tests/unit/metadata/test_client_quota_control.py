@@ -92,6 +92,10 @@ def test_defaults_and_combined_entities_round_trip_through_a_snapshot() -> None:
             entry({"user": "u"}, producer_byte_rate=0.0),
             "Quota producer_byte_rate must be greater than 0",
         ),
+        (  # Kafka takes NaN (no comparison holds), then its throttle is NaN
+            entry({"user": "u"}, request_percentage=float("nan")),
+            "Quota request_percentage must be greater than 0",
+        ),
         (
             entry({"user": "u"}, producer_byte_rate=1.5),
             "producer_byte_rate cannot be a fractional value.",

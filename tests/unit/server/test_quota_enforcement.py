@@ -90,6 +90,26 @@ def test_produce_bytes_of_a_quota_client_are_throttled_others_not() -> None:
     assert quotas.record_produce(image, _ctx("slow", size=50_000)) == 0
 
 
+def test_a_nan_quota_in_the_log_throttles_nothing() -> None:
+    """A NaN quota (accepted before the controller refused it) is no quota: Kafka's
+    throttle for it is Math.round(NaN) = 0; it must not fail the client's requests."""
+    nan = float("nan")
+    image = replay_all(
+        MetadataImage.EMPTY,
+        [
+            client_quota_record((("client-id", "c"),), key, nan)
+            for key in ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
+        ]
+        + [client_quota_record((("ip", None),), "connection_creation_rate", nan)],
+    )
+    quotas = BrokerQuotas(QuotaWindows())
+    assert quotas.record_produce(image, _ctx("c", size=50_000)) == 0
+    assert quotas.fetch_bytes_max(image, _ctx("c")) is None
+    assert quotas.record_fetch(image, _ctx("c"), 50_000) == 0
+    assert quotas.record_request_time(image, _ctx("c"), 10**9) == 0
+    assert quotas.connection_throttle_ms(image, "127.0.0.1") == 0
+
+
 def test_a_throttled_fetch_is_taken_back() -> None:
     image = replay_all(
         MetadataImage.EMPTY,

@@ -234,6 +234,34 @@ def test_a_consumer_byte_rate_quota_throttles_only_that_consumer(
     assert len(fast) == CONSUMED_RECORDS  # the other consumer read everything
 
 
+def test_deleting_a_quota_the_entity_lacks_is_refused(
+    quota_broker: BrokerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """kafka-configs' --delete-config of a quota the entity does not have (a misspelt key)
+    fails with "Invalid config(s): KEY" and changes nothing; the --ip shortcut names an
+    ip entity."""
+    bootstrap = quota_broker.bootstrap
+    ip = ["--ip", "10.9.9.9"]
+    riverbed_cli(
+        "quotas", "alter", "-b", bootstrap, *ip, "--add-config", "connection_creation_rate=7"
+    )
+    capsys.readouterr()
+    code = main(
+        ["quotas", "alter", "-b", bootstrap, *ip, "--delete-config",
+         "connection_creation_rate,connection_rate"]
+    )  # fmt: skip
+    assert code == 1
+    assert capsys.readouterr().err == (
+        "error: Invalid config(s): connection_rate (not set for ip=10.9.9.9)\n"
+    )
+    described = json.loads(riverbed_cli("quotas", "describe", "-b", bootstrap, *ip, "--json"))
+    assert described == [{"entity": {"ip": "10.9.9.9"}, "quotas": {"connection_creation_rate": 7}}]
+    riverbed_cli(
+        "quotas", "alter", "-b", bootstrap, *ip, "--delete-config", "connection_creation_rate"
+    )
+    assert riverbed_cli("quotas", "describe", "-b", bootstrap, *ip) == "no quotas\n"
+
+
 def _api_versions_answered(bootstrap: str, source_ip: str) -> bool:
     """Connect from ``source_ip`` (another loopback address) and ask ApiVersions: True
     when answered, False when the broker closes the connection instead."""

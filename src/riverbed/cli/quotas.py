@@ -2,10 +2,13 @@
 
 An entity is one or two ``--entity-type users|clients|ips`` each followed by
 ``--entity-name NAME`` or ``--entity-default`` (kafka-configs pairs them in order), or the
-shortcuts ``--user NAME`` / ``--user-defaults`` / ``--client NAME`` / ``--client-defaults``.
+shortcuts ``--user NAME`` / ``--user-defaults`` / ``--client NAME`` / ``--client-defaults``
+/ ``--ip ADDRESS`` / ``--ip-defaults``.
 
 - ``alter``: ``--add-config producer_byte_rate=1048576,consumer_byte_rate=...,
-  request_percentage=...`` and/or ``--delete-config KEY,...`` (AlterClientQuotas);
+  request_percentage=...`` and/or ``--delete-config KEY,...`` (AlterClientQuotas); as
+  kafka-configs, deleting a quota the entity does not have is refused ("Invalid
+  config(s): KEY") before anything is changed;
 - ``describe``: the quotas of the named entity; a type without a name lists every entity
   of that type; no entity lists all quotas (DescribeClientQuotas).
 """
@@ -96,6 +99,7 @@ def _add_entity_flags(p: argparse.ArgumentParser) -> None:
     for flag, etype, help_text in (
         ("--user", "user", "a user entity (the principal's name)"),
         ("--client", "client-id", "a client-id entity"),
+        ("--ip", "ip", "an ip entity (connection_creation_rate)"),
     ):
         p.add_argument(flag, action=_EntityName, const=etype, metavar="NAME", help=help_text)
         p.add_argument(
@@ -145,6 +149,8 @@ def alter_cmd(args: argparse.Namespace) -> int:
     deletes = [k.strip() for k in args.delete_config.split(",") if k.strip()]
     if not adds and not deletes:
         raise CliError("nothing to change: give --add-config and/or --delete-config")
+    if deletes:
+        _check_deletes(args, entity, deletes)
     A = AlterClientQuotasRequest
     ops = [A.OpData(key=k, value=v, remove=False) for k, v in adds.items()]
     ops += [A.OpData(key=k, value=0.0, remove=True) for k in deletes]
@@ -173,7 +179,25 @@ def alter_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def describe_cmd(args: argparse.Namespace) -> int:
+def _check_deletes(
+    args: argparse.Namespace, entity: list[tuple[str, str | None]], deletes: list[str]
+) -> None:
+    """kafka-configs' check: a quota to delete must be set on the entity (the protocol
+    would take the removal of an absent key, a misspelt one too, as a success)."""
+    found = _describe(args, entity)
+    current = found[0][1] if found else {}
+    absent = [k for k in deletes if k not in current]
+    if absent:
+        raise CliError(
+            f"Invalid config(s): {','.join(absent)} (not set for {_entity_text(entity)})"
+        )
+
+
+Found = list[tuple[list[tuple[str, str | None]], dict[str, float]]]
+
+
+def _describe(args: argparse.Namespace, entity: list[tuple[str, str | None]]) -> Found:
+    """DescribeClientQuotas for these components (strict when there are any)."""
     from riverbed.metadata.client_quota_control import (
         MATCH_DEFAULT,
         MATCH_EXACT,
@@ -188,7 +212,7 @@ def describe_cmd(args: argparse.Namespace) -> int:
 
     D = DescribeClientQuotasRequest
     components = []
-    for etype, name in _entities(args):
+    for etype, name in entity:
         if name == _UNNAMED:
             components.append(D.ComponentData(entity_type=etype, match_type=MATCH_SPECIFIED))
         elif name is None:
@@ -204,13 +228,17 @@ def describe_cmd(args: argparse.Namespace) -> int:
         raise CliError(
             f"cannot describe quotas: {ErrorCode.of(resp.error_code).name}: {resp.error_message}"
         )
-    found = [
+    return [
         (
             [(e.entity_type, e.entity_name) for e in entry.entity],
             {v.key: v.value for v in entry.values},
         )
         for entry in resp.entries or []
     ]
+
+
+def describe_cmd(args: argparse.Namespace) -> int:
+    found = _describe(args, _entities(args))
     if args.json:
         print_json([{"entity": dict(entity), "quotas": values} for entity, values in found])
         return 0

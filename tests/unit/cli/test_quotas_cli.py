@@ -38,3 +38,10 @@ def test_entity_flags_pair_in_order() -> None:
 def test_a_name_without_a_type_is_refused() -> None:
     with pytest.raises(SystemExit):
         entities("describe", "--entity-name", "x")
+
+
+def test_ip_shortcuts_as_kafka_configs() -> None:
+    assert entities("describe", "--ip", "10.0.0.1") == [["ip", "10.0.0.1"]]
+    assert entities("alter", "--ip-defaults", "--add-config", "connection_creation_rate=5") == [
+        ["ip", None]
+    ]

@@ -15,7 +15,17 @@ from riverbed.metadata.image import MetadataImage
 from riverbed.protocol.errors import ErrorCode
 
 TOPIC_NAME_LENGTH_MAX = 249
+#: Kafka's internal topics (``Topic.INTERNAL_TOPICS``): Metadata marks these, and only these,
+#: ``is_internal`` (clients' ``exclude.internal.topics`` hides them from pattern
+#: subscriptions; a user topic named ``__events`` is not internal), and no client adds them
+#: to a transaction.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def is_internal_topic(name: str) -> bool:
+    """Kafka's ``Topic.isInternal``."""
+    return name in INTERNAL_TOPICS
 
 
 def topic_name_error(name: str) -> str | None:

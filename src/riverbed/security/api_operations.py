@@ -61,6 +61,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from riverbed.metadata.topic_names import INTERNAL_TOPICS
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.security.acl import CLUSTER_NAME, ResourceType
@@ -248,10 +249,6 @@ def _init_producer_id(req: Any, names: TopicNames) -> list[Check]:
             ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
         )
     ]
-
-
-#: Kafka's internal topics (``Topic.isInternal``): no client adds them to a transaction.
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 def _add_partitions_to_txn(req: Any, names: TopicNames) -> list[Check]:

@@ -180,3 +180,27 @@ def test_the_authorizer_hides_and_refuses_what_may_not_be_described() -> None:
     codes = {t.name: (t.error_code, t.topic_id.int) for t in r.topics}
     assert codes["a"][0] == 0
     assert codes["b"] == codes["nope"] == (ErrorCode.TOPIC_AUTHORIZATION_FAILED, 0)
+
+
+def test_only_kafkas_internal_topics_are_marked_internal() -> None:
+    """Kafka's Topic.isInternal is a fixed set: a user topic whose name starts with "__"
+    is not internal (clients' exclude.internal.topics would hide it from a pattern
+    subscription), in DescribeTopicPartitions and in Metadata alike."""
+    from riverbed.metadata.topic_names import INTERNAL_TOPICS, is_internal_topic
+    from riverbed.server.broker.cluster_info import _topic_metadata
+
+    c = Controller(ControllerConfig(node_id=1))
+    image = registered_image(c)
+    CT = CreateTopicsRequest
+    names = ["__events", "__consumer_offsets", "plain"]
+    req = CT(
+        topics=[CT.CreatableTopic(name=n, num_partitions=1, replication_factor=1) for n in names],
+        timeout_ms=0,
+        validate_only=False,
+    )
+    image = replay_all(image, c.create_topics(image, req, 0).records)
+    described = {t.name: t.is_internal for t in _ask(names, image=image).topics}
+    assert described == {"__events": False, "__consumer_offsets": True, "plain": False}
+    listed = {n: _topic_metadata(image, n, 0).is_internal for n in names}
+    assert listed == described
+    assert is_internal_topic("__transaction_state") and "__share_group_state" in INTERNAL_TOPICS

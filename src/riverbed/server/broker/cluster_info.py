@@ -25,6 +25,7 @@ from riverbed.metadata.image import PartitionRegistration
 from riverbed.metadata.records import (
     TRANSACTION_VERSION_FEATURE,
 )
+from riverbed.metadata.topic_names import is_internal_topic
 from riverbed.protocol.api_versions import ApiKey, is_supported
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
@@ -229,7 +230,7 @@ def _topic_metadata(
         error_code=0,
         name=name,
         topic_id=topic.topic_id,
-        is_internal=name.startswith("__"),
+        is_internal=is_internal_topic(name),
         partitions=parts,
         topic_authorized_operations=ops,
     )

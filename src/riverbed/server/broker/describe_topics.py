@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from riverbed.metadata.image import MetadataImage
 from riverbed.metadata.records import ZERO_UUID
+from riverbed.metadata.topic_names import is_internal_topic
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
     DescribeTopicPartitionsRequest,
@@ -79,7 +80,7 @@ def describe(
                 if not valid_topic_name(name):
                     code = ErrorCode.INVALID_TOPIC_EXCEPTION
                 response.topics.append(R.DescribeTopicPartitionsResponseTopic(
-                    error_code=int(code), name=name, is_internal=name.startswith("__"),
+                    error_code=int(code), name=name, is_internal=is_internal_topic(name),
                 ))  # fmt: skip
             continue
         parts, next_index = _partitions(image, name, start_of(name), remaining)
@@ -88,7 +89,7 @@ def describe(
                 error_code=0,
                 name=name,
                 topic_id=topic.topic_id,
-                is_internal=name.startswith("__"),
+                is_internal=is_internal_topic(name),
                 partitions=parts,
             )
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -241,8 +242,21 @@ def print_table(
 
 
 def print_json(value: object) -> None:
-    json.dump(value, sys.stdout, indent=2, sort_keys=False, default=str)
+    """Strict JSON (RFC 8259) for scripts: a non-finite number (a quota of +inf, which
+    Kafka accepts) is written as its text, "Infinity", not as the bare token Python's json
+    writes and jq and most parsers refuse."""
+    json.dump(_finite(value), sys.stdout, indent=2, sort_keys=False, default=str, allow_nan=False)
     sys.stdout.write("\n")
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value).replace("inf", "Infinity").replace("nan", "NaN")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def run_guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

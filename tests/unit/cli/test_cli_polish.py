@@ -44,3 +44,20 @@ def test_quorum_describe_takes_b_and_defaults_to_the_embedded_broker() -> None:
     assert args.bootstrap_server == "h:2" and args.bootstrap_controller is None
     args = parser.parse_args(["quorum", "describe"])
     assert args.bootstrap_server == "localhost:9092"
+
+
+def test_json_output_is_strict_json_for_non_finite_numbers(capsys) -> None:  # type: ignore[no-untyped-def]
+    """A quota of +inf (Kafka accepts it for request_percentage) printed with --json must
+    still parse as RFC 8259 JSON (no bare Infinity token)."""
+    import json
+
+    from riverbed.cli.common import print_json
+
+    print_json([{"quotas": {"request_percentage": float("inf"), "x": -float("inf")}, "n": 1.5}])
+    out = capsys.readouterr().out
+
+    def refuse(token: str) -> None:
+        raise ValueError(token)
+
+    parsed = json.loads(out, parse_constant=refuse)
+    assert parsed == [{"quotas": {"request_percentage": "Infinity", "x": "-Infinity"}, "n": 1.5}]

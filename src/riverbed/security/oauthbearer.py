@@ -69,6 +69,9 @@ class OAuthBearerUnsecuredServer:
         self.now_ms = now_ms
         self.complete = False
         self.authorization_id = ""
+        #: the token's ``exp`` (epoch ms): the session ends with it (Kafka's
+        #: CREDENTIAL_LIFETIME_MS negotiated property)
+        self.credential_expires_ms: int | None = None
         self._error: str | None = None
 
     def evaluate(self, response: bytes) -> bytes:
@@ -105,6 +108,7 @@ class OAuthBearerUnsecuredServer:
             )
         self.complete = True
         self.authorization_id = principal
+        self.credential_expires_ms = _expiry_ms(token)
         return b""
 
     def _validate(self, token: str) -> str:
@@ -136,6 +140,13 @@ class OAuthBearerUnsecuredServer:
         if missing:
             raise ValueError(f"the token lacks the required scope {missing}")
         return principal
+
+
+def _expiry_ms(token: str) -> int:
+    """The ``exp`` of a token both validators accepted (so it has a numeric one)."""
+    exp = _b64url_json(token.split(".")[1])["exp"]
+    assert isinstance(exp, int | float)
+    return int(exp * 1000)
 
 
 def unsecured_token(

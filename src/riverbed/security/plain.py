@@ -26,6 +26,7 @@ class PlainServer:
         self._users = users
         self.complete = False
         self.authorization_id = ""
+        self.credential_expires_ms: int | None = None  # a password does not expire
 
     def evaluate(self, response: bytes) -> bytes:
         if self.complete:

@@ -20,6 +20,13 @@ States and Kafka's rules:
   closes without an answer (v0 has no error field).
 - done: `Step.principal` is set; the connection serves requests from now on.
 
+KIP-368 (Kafka's ReauthInfo): the session lifetime is ``connections.max.reauth.ms`` of the
+mechanism, the time left of the credential when the mechanism has one (OAUTHBEARER's
+token ``exp``), or the smaller of both; `Step.session_lifetime_ms` is None when the session
+never ends. A re-authentication (``previous`` principal and mechanism) must keep both:
+another principal fails ("Cannot change principals during re-authentication ..."),
+another mechanism is answered at the handshake and closes at the next frame, unanswered.
+
 The mechanism objects are made by a factory the shell passes (it knows the credentials and
 draws the SCRAM server nonce).
 """
@@ -28,7 +35,8 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -59,6 +67,10 @@ class MechanismServer(Protocol):
     @property
     def authorization_id(self) -> str: ...
 
+    @property
+    def credential_expires_ms(self) -> int | None:
+        """When the credential expires (epoch ms: OAUTHBEARER's token), else None."""
+
     def evaluate(self, response: bytes) -> bytes: ...
 
 
@@ -80,12 +92,15 @@ class Step:
     principal: KafkaPrincipal | None = None
     close: str | None = None
     delay_close: bool = False
+    #: with ``principal``: how long the session lasts (ms), None when it never ends
+    session_lifetime_ms: int | None = None
 
 
-def generic_failure(mechanism: str) -> str:
+def generic_failure(mechanism: str, reauthenticating: bool = False) -> str:
     """Kafka's message for a failure whose reason the client must not learn."""
+    during = "re-authentication" if reauthenticating else "authentication"
     return (
-        "Authentication failed during authentication due to invalid credentials with SASL "
+        f"Authentication failed during {during} due to invalid credentials with SASL "
         f"mechanism {mechanism}"
     )
 
@@ -96,11 +111,21 @@ class SaslServerAuthenticator:
         enabled_mechanisms: Sequence[str],
         factory: MechanismFactory,
         session_lifetime_ms: int = 0,
+        *,
+        reauth_ms: Mapping[str, int] | None = None,
+        previous: tuple[KafkaPrincipal, str] | None = None,
+        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         """``session_lifetime_ms``: ``connections.max.reauth.ms`` (KIP-368), told to the
-        client in SaslAuthenticate v1+ (0: sessions do not expire)."""
+        client in SaslAuthenticate v1+ (0: sessions do not expire); ``reauth_ms``: its
+        value per mechanism where it differs; ``previous``: the principal and mechanism
+        of the session a re-authentication renews."""
         self.enabled = list(enabled_mechanisms)
         self.session_lifetime_ms = session_lifetime_ms
+        self._reauth_ms = dict(reauth_ms or {})
+        self.previous = previous
+        self._now_ms = now_ms
+        self._bad_mechanism = ""
         self._factory = factory
         self.state = "handshake"
         self._api_versions_seen = False
@@ -108,6 +133,9 @@ class SaslServerAuthenticator:
         self.mechanism_name = ""
 
     def on_frame(self, frame: bytes) -> Step:
+        if self.state == "bad_mechanism":
+            self.state = "failed"
+            return Step(close=self._bad_mechanism, delay_close=True)
         if self.state == "raw":
             return self._raw_token(frame)
         try:
@@ -144,10 +172,18 @@ class SaslServerAuthenticator:
                 send=encode_response(header, reply),
                 close=f"unsupported SASL mechanism {mechanism!r} (enabled: {self.enabled})",
             )
+        reply = SaslHandshakeResponse(error_code=0, mechanisms=self.enabled)
+        if self.previous is not None and mechanism != self.previous[1]:
+            # Kafka answers the handshake and fails at the next frame, unanswered
+            self.state = "bad_mechanism"
+            self._bad_mechanism = (
+                f"SASL mechanism '{mechanism}' requested by client is not supported for "
+                f"re-authentication of mechanism '{self.previous[1]}'"
+            )
+            return Step(send=encode_response(header, reply))
         self._mechanism = self._factory(mechanism)
         self.mechanism_name = mechanism
         self.state = "raw" if header.api_version == 0 else "authenticate"
-        reply = SaslHandshakeResponse(error_code=0, mechanisms=self.enabled)
         return Step(send=encode_response(header, reply))
 
     def _authenticate(self, header: RequestHeader, body: Message) -> Step:
@@ -161,12 +197,13 @@ class SaslServerAuthenticator:
         assert self._mechanism is not None
         try:
             challenge = self._mechanism.evaluate(body.auth_bytes)
+            principal = self._done()
         except (SaslAuthenticationError, SaslFailure) as exc:
             self.state = "failed"
             message = (
                 str(exc)
                 if isinstance(exc, SaslAuthenticationError)
-                else generic_failure(self.mechanism_name)
+                else generic_failure(self.mechanism_name, self.previous is not None)
             )
             reply = SaslAuthenticateResponse(
                 error_code=int(ErrorCode.SASL_AUTHENTICATION_FAILED), error_message=message
@@ -176,34 +213,59 @@ class SaslServerAuthenticator:
                 close=f"SASL/{self.mechanism_name} authentication failed: {exc}",
                 delay_close=True,
             )
-        principal = self._done()
-        lifetime = self.session_lifetime_ms if principal is not None else 0
+        lifetime = self._session_lifetime() if principal is not None else None
         reply = SaslAuthenticateResponse(
-            error_code=0, auth_bytes=challenge, session_lifetime_ms=lifetime
+            error_code=0, auth_bytes=challenge, session_lifetime_ms=lifetime or 0
         )
-        return Step(send=encode_response(header, reply), principal=principal)
+        return Step(
+            send=encode_response(header, reply), principal=principal, session_lifetime_ms=lifetime
+        )
 
     def _raw_token(self, frame: bytes) -> Step:
         assert self._mechanism is not None
         try:
             challenge = self._mechanism.evaluate(frame)
+            principal = self._done()
         except (SaslAuthenticationError, SaslFailure) as exc:
             self.state = "failed"
             return Step(
                 close=f"SASL/{self.mechanism_name} authentication failed: {exc}",
                 delay_close=True,
             )
-        principal = self._done()
+        lifetime = self._session_lifetime() if principal is not None else None
         # an empty answer is a frame too (Kafka sends PLAIN's empty challenge): the v0
         # client waits for it
-        return Step(send=_SIZE.pack(len(challenge)) + challenge, principal=principal)
+        return Step(
+            send=_SIZE.pack(len(challenge)) + challenge,
+            principal=principal,
+            session_lifetime_ms=lifetime,
+        )
 
     def _done(self) -> KafkaPrincipal | None:
+        """The principal once the exchange is complete (SaslAuthenticationError when a
+        re-authentication names another one)."""
         mechanism = self._mechanism
         if mechanism is None or not mechanism.complete:
             return None
+        principal = KafkaPrincipal.user(mechanism.authorization_id)
+        if self.previous is not None and principal != self.previous[0]:
+            before = self.previous[0]
+            raise SaslAuthenticationError(
+                "Cannot change principals during re-authentication from "
+                f"{before.type}.{before.name}: "
+                f"{principal.type}.{principal.name}"
+            )
         self.state = "complete"
-        return KafkaPrincipal.user(mechanism.authorization_id)
+        return principal
+
+    def _session_lifetime(self) -> int | None:
+        """Kafka's calcCompletionTimesAndReturnSessionLifetimeMs: None = no end."""
+        reauth = self._reauth_ms.get(self.mechanism_name, self.session_lifetime_ms)
+        expires = self._mechanism.credential_expires_ms if self._mechanism else None
+        if expires is None:
+            return reauth if reauth > 0 else None
+        left = max(0, expires - self._now_ms())
+        return min(left, reauth) if reauth > 0 else left
 
 
 def _api_name(api_key: int) -> str:

@@ -166,6 +166,7 @@ class ScramServer:
         self._server_first = ""
         self.complete = False
         self.authorization_id = ""
+        self.credential_expires_ms: int | None = None  # a password does not expire
 
     def evaluate(self, response: bytes) -> bytes:
         try:

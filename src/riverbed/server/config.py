@@ -525,13 +525,13 @@ def _resolve(key: str, host: str) -> list[str]:
 
 
 def _is_listener_security_key(key: str) -> bool:
-    """``listener.name.<listener>.<security key>`` (and ``...<mechanism>.sasl.jaas.config``):
-    read by `riverbed.server.listener_security`."""
+    """``listener.name.<listener>.<security key>`` (and ``...<mechanism>.sasl.jaas.config``,
+    ``...<mechanism>.connections.max.reauth.ms``): read by `riverbed.server.listener_security`."""
     if not key.startswith("listener.name."):
         return False
     rest = key[len("listener.name.") :].partition(".")[2]
     return rest.startswith(("ssl.", "sasl.", "connections.max.reauth.ms")) or rest.endswith(
-        (".sasl.jaas.config", ".sasl.server.callback.handler.class")
+        (".sasl.jaas.config", ".sasl.server.callback.handler.class", ".connections.max.reauth.ms")
     )
 
 

@@ -118,6 +118,8 @@ class ListenerSecurity:
     failed_authentication_delay_ms: int = 100
     #: connections.max.reauth.ms (KIP-368): a session's lifetime, 0 = no expiry
     reauth_ms: int = 0
+    #: its per-mechanism overrides, ``listener.name.<l>.<mechanism>.connections.max.reauth.ms``
+    reauth_ms_by_mechanism: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def sasl(self) -> bool:
@@ -208,7 +210,24 @@ def listener_security(
             str(lc.get("connection.failed.authentication.delay.ms"))
         ),
         reauth_ms=int(str(lc.get("connections.max.reauth.ms"))),
+        reauth_ms_by_mechanism=_reauth_overrides(lc, mechanisms),
     )
+
+
+def _reauth_overrides(lc: ListenerConfig, mechanisms: tuple[str, ...]) -> dict[str, int]:
+    """``listener.name.<l>.<mechanism lower case>.connections.max.reauth.ms`` (Kafka's
+    SaslChannelBuilder reads it per mechanism, over the listener's value)."""
+    out: dict[str, int] = {}
+    for mechanism in mechanisms:
+        key = f"{mechanism.lower()}.connections.max.reauth.ms"
+        raw = lc.config.originals.get(lc.prefix + key)
+        if raw is None:
+            continue
+        try:
+            out[mechanism] = int(str(CONFIG_DEFS["connections.max.reauth.ms"].parse(raw)))
+        except ConfigValueError as exc:
+            raise ConfigError(lc.prefix + key, str(exc)) from None
+    return out
 
 
 def client_security(config: ServerConfig, listener: str, mechanism_key: str) -> ClientSecurity:

@@ -75,12 +75,20 @@ async def _answer(conn: Connection, step: Step) -> None:
 
 
 async def authenticate(
-    conn: Connection, security: ListenerSecurity, first_frame: bytes | None = None
-) -> tuple[KafkaPrincipal, str] | None:
-    """Run the exchange (from ``first_frame`` when the caller read it); the authenticated
-    principal and mechanism, or None once the connection must close (reason logged)."""
+    conn: Connection,
+    security: ListenerSecurity,
+    first_frame: bytes | None = None,
+    previous: tuple[KafkaPrincipal, str] | None = None,
+) -> tuple[Step, str] | None:
+    """Run the exchange (from ``first_frame`` when the caller read it; ``previous``: the
+    session a re-authentication renews); its last step (principal, session lifetime) and
+    the mechanism, or None once the connection must close (reason logged)."""
     auth = SaslServerAuthenticator(
-        security.mechanisms, security.mechanism_server, security.reauth_ms
+        security.mechanisms,
+        security.mechanism_server,
+        security.reauth_ms,
+        reauth_ms=security.reauth_ms_by_mechanism,
+        previous=previous,
     )
     while True:
         frame = first_frame or await _read_frame(conn, security.sasl_receive_bytes_max)
@@ -105,7 +113,7 @@ async def authenticate(
             log.debug(
                 "%s authenticated as %s (SASL/%s)", conn.peer, step.principal, auth.mechanism_name
             )
-            return step.principal, auth.mechanism_name
+            return step, auth.mechanism_name
 
 
 async def _drain(conn: Connection) -> bool:
@@ -116,15 +124,24 @@ async def _drain(conn: Connection) -> bool:
         return False
 
 
+#: Kafka's KafkaChannel.MIN_REAUTH_INTERVAL_ONE_SECOND_NANOS: a SaslHandshake sooner
+#: after the last re-authentication began is an ordinary (illegal) request.
+MIN_REAUTH_INTERVAL_S = 1.0
+
+
 class SaslSession:
     """A SASL connection's session (KIP-368 re-authentication, ``connections.max.reauth.ms``).
 
-    The first authentication runs before any request. With a session lifetime, the client
-    learns it from SaslAuthenticate (v1+) and re-authenticates in its request stream: a
-    SaslHandshake is then run through the gate again once every earlier response is out
-    (Kafka's authenticator takes the channel for it); the mechanism and the principal must
-    not change. A request other than SaslHandshake after the session expired closes the
-    connection, as Kafka does (clients of SaslAuthenticate v0 cannot re-authenticate).
+    The first authentication runs before any request. When the session has an end (the
+    lifetime `SaslServerAuthenticator` computes: ``connections.max.reauth.ms`` of the
+    mechanism and an OAUTHBEARER token's expiry), the client learns it from
+    SaslAuthenticate (v1+) and re-authenticates in its request stream: a SaslHandshake is
+    then run through the gate again once every earlier response is out (Kafka's
+    authenticator takes the channel for it); the mechanism and the principal must not
+    change. As in Kafka's SocketServer, a SaslHandshake when the session has no end, or
+    within a second of the last re-authentication, is served as a request
+    (ILLEGAL_SASL_STATE), and a request other than SaslHandshake after the session ended
+    closes the connection (clients of SaslAuthenticate v0 cannot re-authenticate).
     """
 
     def __init__(self, conn: Connection, security: ListenerSecurity) -> None:
@@ -133,37 +150,29 @@ class SaslSession:
         self.principal: KafkaPrincipal | None = None
         self.mechanism = ""
         self.expires_ms: int | None = None
+        self._last_reauth = 0.0  # time.monotonic() when the last re-authentication began
 
     async def start(self, first_frame: bytes | None = None) -> KafkaPrincipal | None:
-        done = await authenticate(self.conn, self.security, first_frame)
-        if done is None:
+        previous = (self.principal, self.mechanism) if self.principal is not None else None
+        done = await authenticate(self.conn, self.security, first_frame, previous)
+        if done is None or done[0].principal is None:
             return None
-        principal, mechanism = done
-        if self.principal is not None and (principal, mechanism) != (
-            self.principal,
-            self.mechanism,
-        ):
-            log.warning(
-                "closing connection from %s: re-authentication changed %s/%s to %s/%s",
-                self.conn.peer,
-                self.principal,
-                self.mechanism,
-                principal,
-                mechanism,
+        step, mechanism = done
+        if previous is not None:
+            log.info(
+                "%s re-authenticated as %s (SASL/%s)", self.conn.peer, step.principal, mechanism
             )
-            return None
-        if self.principal is not None:
-            log.info("%s re-authenticated as %s (SASL/%s)", self.conn.peer, principal, mechanism)
-        self.principal, self.mechanism = principal, mechanism
-        if self.security.reauth_ms > 0:
-            self.expires_ms = int(time.time() * 1000) + self.security.reauth_ms
-        return principal
+        self.principal, self.mechanism = step.principal, mechanism
+        lifetime = step.session_lifetime_ms
+        self.expires_ms = None if lifetime is None else int(time.time() * 1000) + lifetime
+        return step.principal
 
     async def screen(self, frame: bytes) -> bool | None:
         """Before a request is served: True = serve it, None = it was a re-authentication
         (done), False = close the connection."""
         api_key = int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else -1
-        if api_key == ApiKey.SASL_HANDSHAKE:
+        if api_key == ApiKey.SASL_HANDSHAKE and self._may_reauthenticate():
+            self._last_reauth = time.monotonic()
             await self.conn.wait_answered()
             return None if await self.start(frame) is not None else False
         if self.expires_ms is not None and int(time.time() * 1000) > self.expires_ms:
@@ -173,3 +182,10 @@ class SaslSession:
             )
             return False
         return True
+
+    def _may_reauthenticate(self) -> bool:
+        if self.expires_ms is None:
+            return False
+        return not (
+            self._last_reauth and time.monotonic() - self._last_reauth < MIN_REAUTH_INTERVAL_S
+        )

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 from riverbed.metadata.recently_fenced import RecentlyFenced
 from riverbed.protocol.api_versions import BROKER_LISTENER, ApiKey, listener_api_versions
-from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import response_body_version
 from riverbed.protocol.messages import (
     CreatePartitionsResponse,
@@ -132,8 +131,8 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.OFFSET_DELETE: groups.handle_offset_delete,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_groups.handle_consumer_group_heartbeat,
     ApiKey.CONSUMER_GROUP_DESCRIBE: consumer_groups.handle_consumer_group_describe,
-    ApiKey.SASL_HANDSHAKE: placeholders.error_only(ErrorCode.UNSUPPORTED_SASL_MECHANISM),
-    ApiKey.SASL_AUTHENTICATE: placeholders.error_only(ErrorCode.ILLEGAL_SASL_STATE),
+    ApiKey.SASL_HANDSHAKE: placeholders.sasl_outside_the_gate,
+    ApiKey.SASL_AUTHENTICATE: placeholders.sasl_outside_the_gate,
     ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
     ApiKey.ADD_PARTITIONS_TO_TXN: transactions.handle_add_partitions_to_txn,
     ApiKey.ADD_OFFSETS_TO_TXN: transactions.handle_add_offsets_to_txn,

@@ -1,27 +1,38 @@
 """OAUTHBEARER with signed JWTs (issue 20): a listener configured with Kafka's
 OAuthBearerValidatorCallbackHandler checks RS256 tokens against a JWKS file or an https
 endpoint (trusted through a CA of the JAAS options, refreshed); confluent-kafka logs in
-with a token from its ``oauth_cb``, an unsigned (alg none) token is refused."""
+with a token from its ``oauth_cb``, an unsigned (alg none) token is refused.
+
+At the edges (Kafka's jose4j consumer: ``exp`` and ``iat`` required, ``nbf`` checked, each
+with ``sasl.oauthbearer.clock.skew.seconds``, 30): each refused token is answered
+SASL_AUTHENTICATION_FAILED with a message naming why, and an accepted one's session ends
+with its ``exp``."""
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from riverbed.protocol.errors import ErrorCode
+from riverbed.security.oauthbearer import client_message
 from riverbed.security.oauthbearer_urls import ALLOWED_URLS_ENV, ALLOWED_URLS_PROPERTY
 from riverbed.testing.certs import make_pki
 from riverbed.testing.cluster import BrokerStartError, scaled_s
 from riverbed.testing.https_server import Document, serve_https
 from riverbed.testing.jwt import JwtIssuer
 from riverbed.testing.secure import SecureBroker, start_secure_broker
+from riverbed.testing.secure_clients import Wire
 
 HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
 PREFIX = "listener.name.sasl_plaintext."
 #: the https JWKS broker's sasl.oauthbearer.jwks.endpoint.refresh.ms (Kafka's default)
 REFRESH_MS = 3_600_000
+SKEW_S = 30
 
 
 @pytest.fixture(scope="module")
@@ -189,3 +200,66 @@ def test_a_jwks_from_an_https_endpoint_and_its_rotation(
         assert time.monotonic() < deadline, "the rotated key was never fetched"
     assert document.requests > fetched
     assert not _logs_in(broker, issuer)  # the old key is gone with its JWKS
+
+
+def _login(broker: SecureBroker, token: str) -> tuple[int, str | None, int]:
+    """(error code, error message, session lifetime) of an OAUTHBEARER login; a refused
+    token gets Kafka's error challenge, and the client's %x01 ends the exchange."""
+    wire = Wire(broker.ports["SASL_PLAINTEXT"])
+    assert wire.handshake("OAUTHBEARER").error_code == 0
+    reply = wire.authenticate(client_message(token))
+    if reply.error_code == 0 and reply.auth_bytes:
+        reply = wire.authenticate(b"\x01")
+    return reply.error_code, reply.error_message, reply.session_lifetime_ms
+
+
+def _claims(**changes: object) -> dict[str, object]:
+    now = int(time.time())
+    claims: dict[str, object] = {"sub": "svc", "exp": now + 300, "iat": now, "aud": "riverbed"}
+    claims.update(changes)
+    return {k: v for k, v in claims.items() if v is not None}
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"nbf": int(time.time()) + 10 * SKEW_S}, "the token is not valid yet (nbf)"),
+        ({"iat": None}, "no issued-at time (iat) claim"),
+        ({"iat": int(time.time()) + 10 * SKEW_S}, "the token was issued in the future (iat)"),
+        ({"aud": "someone-else"}, "the token's audience (aud) is not expected"),
+        ({"exp": int(time.time()) - 10 * SKEW_S}, "the token has expired"),
+    ],
+)
+def test_a_refused_token_names_its_reason(
+    signed: tuple[SecureBroker, JwtIssuer], changes: dict[str, object], reason: str
+) -> None:
+    broker, issuer = signed
+    code, message, _ = _login(broker, issuer.token(_claims(**changes)))
+    assert (code, message) == (
+        ErrorCode.SASL_AUTHENTICATION_FAILED,
+        f"Authentication failed: {reason}",
+    )
+
+
+def test_an_algorithm_not_allowed_is_refused(signed: tuple[SecureBroker, JwtIssuer]) -> None:
+    broker, issuer = signed
+    token = issuer.token(_claims())
+    _header, claims, signature = token.split(".")
+    hs = base64.urlsafe_b64encode(json.dumps({"alg": "HS256", "kid": "rsa-1"}).encode())
+    forged = f"{hs.rstrip(b'=').decode()}.{claims}.{signature}"
+    code, message, _ = _login(broker, forged)
+    assert (code, message) == (
+        ErrorCode.SASL_AUTHENTICATION_FAILED,
+        "Authentication failed: JWT algorithm 'HS256' is not accepted",
+    )
+
+
+def test_nbf_within_the_clock_skew_and_a_session_that_ends_with_exp(
+    signed: tuple[SecureBroker, JwtIssuer],
+) -> None:
+    broker, issuer = signed
+    now = int(time.time())
+    token = issuer.token(_claims(nbf=now + SKEW_S // 2, exp=now + 60))
+    code, message, lifetime = _login(broker, token)
+    assert (code, message) == (0, None)
+    assert 55_000 < lifetime <= 60_000

@@ -2,8 +2,9 @@
 (KIP-768) does, against the keys of a JWKS document: sans-I/O (the shell reads the file).
 
 Accepted: RS256/RS384/RS512 (RSA keys) and ES256 (P-256 keys), the key chosen by the
-token's ``kid``. Claims: ``exp`` required and not past, ``iat`` not in the future (both with
-the clock skew, Kafka's default 30 s), the subject claim (``sasl.oauthbearer.sub.claim.name``,
+token's ``kid``. Claims (Kafka's jose4j consumer): ``exp`` required and not past, ``iat``
+required and not in the future, ``nbf`` (when present) not in the future (each with the
+clock skew, Kafka's default 30 s), the subject claim (``sasl.oauthbearer.sub.claim.name``,
 ``sub``) is the principal, ``aud`` must hold one of ``sasl.oauthbearer.expected.audience``
 when set, ``iss`` must equal ``sasl.oauthbearer.expected.issuer`` when set.
 """
@@ -120,6 +121,9 @@ class JwksValidator:
             raise ValueError("no expiration time (exp) claim")
         if exp * 1000 + self.clock_skew_ms <= now_ms:
             raise ValueError("the token has expired")
+        nbf = claims.get("nbf")
+        if isinstance(nbf, int | float) and nbf * 1000 - self.clock_skew_ms > now_ms:
+            raise ValueError("the token is not valid yet (nbf)")
         iat = claims.get("iat")
         if isinstance(iat, int | float) and iat * 1000 - self.clock_skew_ms > now_ms:
             raise ValueError("the token was issued in the future (iat)")
@@ -133,4 +137,7 @@ class JwksValidator:
         principal = claims.get(self.sub_claim)
         if not isinstance(principal, str) or not principal:
             raise ValueError(f"no principal claim {self.sub_claim!r}")
+        if not isinstance(iat, int | float) or isinstance(iat, bool):
+            # Kafka's ValidatorAccessTokenValidator: setRequireIssuedAt()
+            raise ValueError("no issued-at time (iat) claim")
         return principal

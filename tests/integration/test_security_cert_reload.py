@@ -179,3 +179,50 @@ def test_a_replaced_trust_store_admits_clients_of_a_new_ca(
     while not admitted():
         assert time.monotonic() < deadline, "the new CA's client is still refused"
         time.sleep(0.1)
+
+
+def _serial_at(broker: SecureBroker, listener: str) -> int:
+    """The serial number of the certificate a new TLS connection to ``listener`` gets."""
+    context = ssl.create_default_context(cafile=str(broker.pki.ca))
+    raw = socket.create_connection(("127.0.0.1", broker.ports[listener]), timeout=scaled_s(15))
+    with context.wrap_socket(raw, server_hostname="localhost") as conn:
+        der = conn.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+def test_an_inline_key_listener_refuses_a_location_and_takes_a_new_inline_key(
+    broker: SecureBroker, tmp_path: Path
+) -> None:
+    """SASL_SSL's key store is inline (``ssl.keystore.key`` + ``.certificate.chain``): a
+    ``ssl.keystore.location`` for it would be a second key store, which Kafka's
+    DefaultSslEngineFactory refuses (before, it was accepted and silently ignored: the old
+    certificate stayed); replacing the inline key and chain in one request works."""
+    before = _serial_at(broker, "SASL_SSL")
+    renewed = server_keystore(broker.pki, tmp_path / "inline.pem")
+    key = "listener.name.sasl_ssl.ssl.keystore.location"
+    with pytest.raises(KafkaException) as info:
+        _alter(broker, str(renewed), key=key)
+    error = info.value.args[0]
+    assert error.code() == ErrorCode.INVALID_CONFIG, error
+    assert "Both SSL key store location and separate private key are specified" in error.str()
+    assert _serial_at(broker, "SASL_SSL") == before
+    # the new key and certificate inline, both in one IncrementalAlterConfigs
+    text = renewed.read_text()
+    cert_at = text.index("-----BEGIN CERTIFICATE-----")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap("PLAINTEXT")})
+    resource = ConfigResource(ResourceType.BROKER, "1")
+    for name, value in (("key", text[:cert_at]), ("certificate.chain", text[cert_at:])):
+        resource.add_incremental_config(
+            ConfigEntry(
+                f"listener.name.sasl_ssl.ssl.keystore.{name}",
+                " ".join(value.splitlines()),
+                incremental_operation=AlterConfigOpType.SET,
+            )
+        )
+    admin.incremental_alter_configs([resource])[resource].result(timeout=scaled_s(30))
+    wanted = x509.load_pem_x509_certificate(renewed.read_bytes()).serial_number
+    deadline = time.monotonic() + scaled_s(20)
+    while _serial_at(broker, "SASL_SSL") != wanted:
+        assert time.monotonic() < deadline, "new connections still get the old certificate"
+        time.sleep(0.1)

@@ -169,6 +169,13 @@ def _load_keystore(ctx: ssl.SSLContext, get: Lookup, required: bool) -> str | No
     location = _str(get("ssl.keystore.location"))
     inline_key = _str(get("ssl.keystore.key"))
     key_password = _str(get("ssl.key.password"))
+    if inline_key is not None and location is not None:
+        # Kafka's DefaultSslEngineFactory: two key stores, neither silently preferred (a
+        # location altered on a listener with an inline key would otherwise do nothing)
+        raise TlsConfigError(
+            "ssl.keystore.location",
+            "Both SSL key store location and separate private key are specified.",
+        )
     if inline_key is not None or get("ssl.keystore.certificate.chain") is not None:
         if store_type != "PEM":
             raise TlsConfigError("ssl.keystore.type", "inline keys need ssl.keystore.type=PEM")
@@ -224,6 +231,11 @@ def truststore_pem(get: Lookup) -> str | None:
     inline = _str(get("ssl.truststore.certificates"))
     location = _str(get("ssl.truststore.location"))
     store_type = str(get("ssl.truststore.type") or "JKS").upper()
+    if inline is not None and location is not None:
+        raise TlsConfigError(
+            "ssl.truststore.location",
+            "Both SSL trust store location and separate trust certificates are specified.",
+        )
     if inline is not None:
         pem = normalize_pem(inline)
     elif location is None:

@@ -182,13 +182,15 @@ def start_secure_broker(
     env: Mapping[str, str] | None = None,
 ) -> SecureBroker:
     """A broker with PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL listeners: PEM files on
-    SSL, the key inline on SASL_SSL (a per-listener override, flattened as a properties
-    value is), PLAIN ``users``, SCRAM ``scram_users`` created through the admin API;
+    SSL, the key inline on SASL_SSL (per-listener keys, the inline ones flattened as a
+    properties value is), PLAIN ``users``, SCRAM ``scram_users`` created through the admin API;
     ``env``: the process's environment on top of this one's (process properties)."""
     pki = make_pki(directory)
     ports = {name: free_port() for name in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")}
     proc = BrokerProcess(port=ports["PLAINTEXT"], env=env)
     config = secure_overrides(pki, ports, proc.controller_port, users)
+    # a listener has one key store (Kafka refuses a location next to an inline key)
+    config["listener.name.ssl.ssl.keystore.location"] = config.pop("ssl.keystore.location")
     config["listener.name.sasl_ssl.ssl.keystore.key"] = " ".join(
         pki.server_key.read_text().splitlines()
     )

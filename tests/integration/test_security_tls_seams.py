@@ -1,19 +1,32 @@
-"""The TLS handshake bound (64 at once, 10 s each) under a flood, against a real broker:
-clients that open TCP and send no ClientHello, or only part of one, must not hold the
-handshake slots a real client needs (before, the 65th connection waited for a stalled
-one's 10 s to pass, and under a bigger flood gave up)."""
+"""TLS at its seams, against a real broker:
+
+- the handshake bound (64 at once, 10 s each) under a flood: clients that open TCP and
+  send no ClientHello, or only part of one, must not hold the handshake slots a real
+  client needs (before, the 65th connection waited for a stalled one's 10 s to pass, and
+  under a bigger flood gave up);
+- a client certificate refused (``ssl.client.auth=required``: none, another CA's, an
+  expired one) gets the TLS alert naming why, as from Kafka's JSSE, so the client can
+  tell (before, asyncio dropped the alert: "EOF occurred in violation of protocol",
+  librdkafka "SSL connection closed by peer"); the broker serves on.
+"""
 
 from __future__ import annotations
 
+import datetime
 import socket
 import ssl
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
+from riverbed.testing.certs import make_pki
 from riverbed.testing.secure import SecureBroker, start_secure_broker
 from riverbed.testing.secure_clients import Wire
 
@@ -24,7 +37,12 @@ CONNECT_S_MAX = 2.0
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    broker = start_secure_broker(tmp_path_factory.mktemp("pki"), {"admin": "admin-secret"}, {})
+    broker = start_secure_broker(
+        tmp_path_factory.mktemp("pki"),
+        {"admin": "admin-secret"},
+        {},
+        {"listener.name.ssl.ssl.client.auth": "required"},
+    )
     try:
         yield broker
     finally:
@@ -40,7 +58,7 @@ def _context(secure: SecureBroker) -> ssl.SSLContext:
 def _real_client_seconds(secure: SecureBroker) -> float:
     """How long a real client takes to handshake and be answered ApiVersions."""
     started = time.monotonic()
-    raw = socket.create_connection(("127.0.0.1", secure.ports["SSL"]), timeout=30)
+    raw = socket.create_connection(("127.0.0.1", secure.ports["SASL_SSL"]), timeout=30)
     wire = Wire.__new__(Wire)
     wire.sock, wire.corr = _context(secure).wrap_socket(raw), 0
     try:
@@ -75,3 +93,62 @@ def test_a_flood_of_stalled_handshakes_does_not_starve_a_real_client(
     finally:
         for s in stalled:
             s.close()
+
+
+def _expired_client(secure: SecureBroker, directory: Path) -> tuple[Path, Path]:
+    """(key file, certificate file) signed by the broker's CA, expired yesterday."""
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    from riverbed.testing.certs import _key, _key_pem, _name
+
+    ca_key = load_pem_private_key((secure.pki.directory / "ca.key").read_bytes(), None)
+    assert isinstance(ca_key, rsa.RSAPrivateKey)
+    key, now = _key(), datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name("old", "eng"))
+        .issuer_name(x509.load_pem_x509_certificate(secure.pki.ca.read_bytes()).subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=3))
+        .not_valid_after(now - datetime.timedelta(days=1))
+        .sign(ca_key, hashes.SHA256())
+    )
+    (directory / "old.key").write_bytes(_key_pem(key))
+    (directory / "old.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return directory / "old.key", directory / "old.crt"
+
+
+def _refusal(
+    secure: SecureBroker, version: ssl.TLSVersion, client: tuple[Path, Path] | None
+) -> str:
+    """The error a client presenting ``client`` (key, certificate) sees: at the handshake
+    (TLS 1.2), or at its first read (TLS 1.3 checks the client after the client is done)."""
+    ctx = _context(secure)
+    ctx.minimum_version = ctx.maximum_version = version
+    if client is not None:
+        ctx.load_cert_chain(str(client[1]), str(client[0]))
+    raw = socket.create_connection(("127.0.0.1", secure.ports["SSL"]), timeout=10)
+    wire = Wire.__new__(Wire)
+    try:
+        wire.sock, wire.corr = ctx.wrap_socket(raw), 0
+        reply = wire.call(ApiKey.API_VERSIONS, 3, ApiVersionsRequest())
+    except (ssl.SSLError, ConnectionError) as exc:
+        return str(exc)
+    finally:
+        raw.close()
+    raise AssertionError(f"served: {reply}")
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
+def test_a_refused_client_certificate_gets_the_alert_naming_why(
+    secure: SecureBroker, tmp_path: Path, version: ssl.TLSVersion
+) -> None:
+    stranger = make_pki(tmp_path / "other", {"eve": "eng"}, ca_cn="another CA")
+    missing = "CERTIFICATE_REQUIRED" if version == ssl.TLSVersion.TLSv1_3 else "HANDSHAKE_FAILURE"
+    assert "ALERT_UNKNOWN_CA" in _refusal(secure, version, stranger.client("eve"))
+    assert "ALERT_CERTIFICATE_EXPIRED" in _refusal(
+        secure, version, _expired_client(secure, tmp_path)
+    )
+    assert f"ALERT_{missing}" in _refusal(secure, version, None)
+    assert _real_client_seconds(secure) < CONNECT_S_MAX  # and the broker serves on

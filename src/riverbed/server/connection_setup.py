@@ -21,7 +21,7 @@ import time
 from riverbed.security.principal import ANONYMOUS, KafkaPrincipal
 from riverbed.security.ssl_principal import NoMatchingRule
 from riverbed.server.listener_security import ListenerSecurity
-from riverbed.server.tls import HandshakeLimiter
+from riverbed.server.tls import HANDSHAKE_REFUSAL, DirectSSLObject, HandshakeLimiter
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,8 @@ async def open_transport(
     except TimeoutError:
         csock.close()
         raise SetupFailed("no TLS handshake slot within the handshake time limit") from None
+    made: list[DirectSSLObject] = []
+    HANDSHAKE_REFUSAL.set(made)  # this task's own context
     try:
         remaining = max(0.001, deadline - time.monotonic())
         transport, _ = await asyncio.wait_for(
@@ -81,7 +83,9 @@ async def open_transport(
         )
     except (OSError, ssl.SSLError, TimeoutError, ConnectionError) as exc:
         csock.close()
-        raise SetupFailed(f"TLS handshake failed: {exc!r}") from None
+        # a refusal whose alert went out first ends with the client's close: its reason
+        why = next((m.refusal for m in made if m.refusal is not None), exc)
+        raise SetupFailed(f"TLS handshake failed: {why!r}") from None
     finally:
         limiter.slots.release()
     ssl_object = transport.get_extra_info("ssl_object")

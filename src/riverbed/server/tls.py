@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import contextvars
 import os
 import re
 import ssl
@@ -315,15 +316,57 @@ class DirectSSLObject(ssl.SSLObject):
     record buffered in one C call instead of one record per call (no 256 KiB allocation,
     GIL hand-off and loop pass per record); without it, or when it does not recognise the
     OpenSSL object (its layout check fails), ``read`` is the C method as above.
+
+    A server handshake OpenSSL refuses (a client certificate of an unknown CA, expired,
+    or missing under ``ssl.client.auth=required``; no common protocol) leaves a fatal
+    alert naming why in the outgoing buffer, which the event loop's TLS layer drops when
+    it closes at the error: the client saw a bare close ("EOF occurred in violation of
+    protocol"; librdkafka "SSL connection closed by peer", guessing a PLAINTEXT port) where
+    Kafka's JSSE sends the alert ("alert unknown ca"). ``do_handshake`` then reports
+    "want read" once, so the loop writes the alert out, and raises the error at its next
+    call (the client's close or next bytes; else the handshake time limit ends it); the
+    error is also left in `HANDSHAKE_REFUSAL`'s box for the log line.
     """
+
+    _refusal: ssl.SSLError | None = None
+    _outgoing: ssl.MemoryBIO | None = None
 
     @classmethod
     def _create(cls, *args: Any, **kwargs: Any) -> DirectSSLObject:
         obj: DirectSSLObject = super()._create(*args, **kwargs)  # type: ignore[misc]
         openssl = obj._sslobj  # type: ignore[attr-defined]
         read, pending = records_reader(openssl)
-        obj.__dict__.update(read=read, pending=pending)
+        outgoing = args[1] if len(args) > 1 else kwargs.get("outgoing")
+        obj.__dict__.update(read=read, pending=pending, _outgoing=outgoing)
+        box = HANDSHAKE_REFUSAL.get(None)
+        if box is not None:
+            box.append(obj)
         return obj
+
+    def do_handshake(self) -> None:
+        if self._refusal is not None:
+            raise self._refusal
+        try:
+            super().do_handshake()
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            raise
+        except ssl.SSLError as exc:
+            if not self.server_side or self._outgoing is None or not self._outgoing.pending:
+                raise
+            self._refusal = exc  # the alert goes out first
+            raise ssl.SSLWantReadError("sending the alert") from exc
+
+    @property
+    def refusal(self) -> ssl.SSLError | None:
+        """Why the handshake was refused (None: it was not)."""
+        return self._refusal
+
+
+#: Set by whoever runs a server handshake: the `DirectSSLObject` made for it is appended,
+#: so the reason of a refusal can be logged after the loop reports only the close.
+HANDSHAKE_REFUSAL: contextvars.ContextVar[list[DirectSSLObject]] = contextvars.ContextVar(
+    "HANDSHAKE_REFUSAL"
+)
 
 
 def records_reader(

@@ -7,14 +7,17 @@
 - a client certificate refused (``ssl.client.auth=required``: none, another CA's, an
   expired one) gets the TLS alert naming why, as from Kafka's JSSE, so the client can
   tell (before, asyncio dropped the alert: "EOF occurred in violation of protocol",
-  librdkafka "SSL connection closed by peer"); the broker serves on.
+  librdkafka "SSL connection closed by peer"); the broker serves on;
+- a renegotiation is refused with one log line, no traceback.
 """
 
 from __future__ import annotations
 
 import datetime
+import shutil
 import socket
 import ssl
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,8 +98,11 @@ def test_a_flood_of_stalled_handshakes_does_not_starve_a_real_client(
             s.close()
 
 
-def _expired_client(secure: SecureBroker, directory: Path) -> tuple[Path, Path]:
-    """(key file, certificate file) signed by the broker's CA, expired yesterday."""
+def _client_of_the_ca(
+    secure: SecureBroker, directory: Path, *, expired: bool = False
+) -> tuple[Path, Path]:
+    """(key file, certificate file) signed by the broker's CA: valid now, or expired
+    yesterday."""
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
     from riverbed.testing.certs import _key, _key_pem, _name
@@ -104,19 +110,21 @@ def _expired_client(secure: SecureBroker, directory: Path) -> tuple[Path, Path]:
     ca_key = load_pem_private_key((secure.pki.directory / "ca.key").read_bytes(), None)
     assert isinstance(ca_key, rsa.RSAPrivateKey)
     key, now = _key(), datetime.datetime.now(datetime.UTC)
+    start = now - datetime.timedelta(days=3 if expired else 1)
     cert = (
         x509.CertificateBuilder()
-        .subject_name(_name("old", "eng"))
+        .subject_name(_name("old" if expired else "alice", "eng"))
         .issuer_name(x509.load_pem_x509_certificate(secure.pki.ca.read_bytes()).subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=3))
-        .not_valid_after(now - datetime.timedelta(days=1))
+        .not_valid_before(start)
+        .not_valid_after(start + datetime.timedelta(days=2))
         .sign(ca_key, hashes.SHA256())
     )
-    (directory / "old.key").write_bytes(_key_pem(key))
-    (directory / "old.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return directory / "old.key", directory / "old.crt"
+    name = "old" if expired else "alice"
+    (directory / f"{name}.key").write_bytes(_key_pem(key))
+    (directory / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return directory / f"{name}.key", directory / f"{name}.crt"
 
 
 def _refusal(
@@ -148,7 +156,45 @@ def test_a_refused_client_certificate_gets_the_alert_naming_why(
     missing = "CERTIFICATE_REQUIRED" if version == ssl.TLSVersion.TLSv1_3 else "HANDSHAKE_FAILURE"
     assert "ALERT_UNKNOWN_CA" in _refusal(secure, version, stranger.client("eve"))
     assert "ALERT_CERTIFICATE_EXPIRED" in _refusal(
-        secure, version, _expired_client(secure, tmp_path)
+        secure, version, _client_of_the_ca(secure, tmp_path, expired=True)
     )
     assert f"ALERT_{missing}" in _refusal(secure, version, None)
     assert _real_client_seconds(secure) < CONNECT_S_MAX  # and the broker serves on
+
+
+@pytest.mark.parametrize("listener", ["SASL_SSL", "SSL"])
+def test_a_renegotiation_is_refused_and_logged_without_a_traceback(
+    secure: SecureBroker, tmp_path: Path, listener: str
+) -> None:
+    """A TLS 1.2 client asking to renegotiate (openssl s_client's ``R``) is refused, as
+    Kafka's SslTransportLayer refuses it; the broker closes that connection with one log
+    line naming the TLS error (before: ERROR "connection ... failed" and a traceback, a
+    line any client could make the broker write) and serves on. SASL_SSL: in the SASL
+    gate; SSL (a client certificate): in the request loop."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("the openssl command is not installed")
+    port = secure.ports[listener]
+    key, cert = _client_of_the_ca(secure, tmp_path)
+    args = [openssl, "s_client", "-connect", f"127.0.0.1:{port}", "-tls1_2"]
+    args += ["-cert", str(cert), "-key", str(key)]
+    proc = subprocess.Popen(
+        [*args, "-CAfile", str(secure.pki.ca)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        time.sleep(1)
+        assert proc.stdin is not None
+        proc.stdin.write(b"R\n")
+        proc.stdin.flush()
+        time.sleep(2)  # the renegotiation is refused before stdin's end closes the client
+        out, _ = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+    assert b"no renegotiation" in out
+    assert _real_client_seconds(secure) < CONNECT_S_MAX
+    log = secure.proc.log_path.read_text()
+    assert "Traceback" not in log and f"on {listener} failed" not in log
+    assert "closing connection from 127.0.0.1" in log and "TLS error" in log

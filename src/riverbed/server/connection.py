@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import struct
 import time
 from collections import deque
@@ -164,6 +165,9 @@ class Connection(ResponseWriter):
             head = await self.reader.readexactly(4)
         except (asyncio.IncompleteReadError, ConnectionError):
             return None
+        except ssl.SSLError as exc:  # e.g. a refused renegotiation: the client's doing
+            self._close_with(f"TLS error: {exc}")
+            return None
         self._last_frame_s = asyncio.get_running_loop().time()
         (size,) = _INT32.unpack(head)
         if size < 0 or size > self.server.socket_request_max_bytes:
@@ -174,6 +178,9 @@ class Connection(ResponseWriter):
         try:
             return await self.reader.readexactly(size)
         except (asyncio.IncompleteReadError, ConnectionError):
+            return None
+        except ssl.SSLError as exc:
+            self._close_with(f"TLS error: {exc}")
             return None
 
     async def _read_loop(self) -> None:

@@ -77,8 +77,9 @@ class ResponseWriter:
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
         try:
             await self._write_responses(transport)
-        except ConnectionError as exc:
-            # The peer reset or went away (a normal close for a client): no traceback.
+        except OSError as exc:
+            # The peer reset or went away (a normal close for a client), or its TLS failed
+            # (ssl.SSLError, e.g. a refused renegotiation, logged by the reader): no traceback.
             log.debug("connection to %s closed by the peer while writing: %s", self.peer, exc)
             self.closing = True
         finally:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import struct
 import time
 from typing import TYPE_CHECKING
@@ -50,6 +51,9 @@ async def _read_frame(conn: Connection, limit: int) -> bytes | None:
             return None
         return await asyncio.wait_for(conn.reader.readexactly(size), idle_s)
     except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+        return None
+    except ssl.SSLError as exc:  # e.g. a refused renegotiation
+        log.warning("closing connection from %s: TLS error: %s", conn.peer, exc)
         return None
 
 

@@ -18,9 +18,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from riverbed.testing.certs import make_pki
 from riverbed.testing.quorum_cluster import QuorumCluster
-from riverbed.testing.secure import BROKER_LOGIN, format_with_scram, secure_cluster_overrides
+from riverbed.testing.secure import secure_quorum
 from riverbed.testing.secure_clients import librdkafka_config
 
 APP = ("app", "app-secret")
@@ -31,21 +30,7 @@ START_TIMEOUT_S = 120
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuorumCluster]:
-    base = tmp_path_factory.mktemp("secure-cluster")
-    c = QuorumCluster(base / "nodes", 3)
-    c.pki = make_pki(base / "pki")  # type: ignore[attr-defined]
-    replication = {
-        "default.replication.factor": "3",
-        "offsets.topic.replication.factor": "3",
-        "min.insync.replicas": "2",
-    }
-    for i in c.ids:
-        node = c.nodes[i]
-        node.extra_overrides.update(secure_cluster_overrides(*c.ports[i], c.pki) | replication)  # type: ignore[attr-defined]
-        # riverbed storage format --add-scram, as an operator runs it on every node
-        users = {BROKER_LOGIN[0]: BROKER_LOGIN[1], APP[0]: APP[1]}
-        format_with_scram(node, c.node_dir(i) / "server.properties", c.cluster_id, users, 8192)
-        assert (c.data_dir(i) / "bootstrap.records").exists()
+    c = secure_quorum(tmp_path_factory.mktemp("secure-cluster"), {APP[0]: APP[1]}, iterations=8192)
     try:
         c.start(timeout_s=START_TIMEOUT_S)
         yield c

@@ -5,7 +5,8 @@ CLI's wire client (`riverbed.cli.wire`), which drive it over their own sockets.
 SaslHandshake v1 naming the mechanism, then SaslAuthenticate v2 exchanges: PLAIN sends one
 message; SCRAM (RFC 5802) client-first, client-final, and the server's signature checked.
 `login` is a generator: it yields ``(api key, version, request)`` and is sent each
-response; a refusal raises `SaslLoginError`.
+response; a refusal raises `SaslLoginError`; it returns the session lifetime the server
+told (KIP-368, ms; 0: the session does not end).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class SaslLoginError(Exception):
     """The server refused the mechanism or the credentials, or failed the SCRAM proof."""
 
 
-def _authenticate(data: bytes) -> Generator[LoginStep, Message, bytes]:
+def _authenticate(data: bytes) -> Generator[LoginStep, Message, SaslAuthenticateResponse]:
     reply = yield (
         int(ApiKey.SASL_AUTHENTICATE),
         AUTHENTICATE_VERSION,
@@ -45,12 +46,12 @@ def _authenticate(data: bytes) -> Generator[LoginStep, Message, bytes]:
         raise SaslLoginError(f"unexpected answer {type(reply).__name__} to SaslAuthenticate")
     if reply.error_code:
         raise SaslLoginError(f"SASL authentication failed: {reply.error_message}")
-    return bytes(reply.auth_bytes)
+    return reply
 
 
 def login(
     mechanism: str, username: str, password: str, nonce: str
-) -> Generator[LoginStep, Message, None]:
+) -> Generator[LoginStep, Message, int]:
     """The login of ``username`` with ``mechanism`` (PLAIN, SCRAM-SHA-256/512); ``nonce``
     is SCRAM's client nonce (random, printable)."""
     reply = yield (
@@ -65,15 +66,16 @@ def login(
             f"SASL mechanism {mechanism} refused (server enables {reply.mechanisms})"
         )
     if mechanism == "PLAIN":
-        yield from _authenticate(client_message(username, password))
-        return
+        done = yield from _authenticate(client_message(username, password))
+        return done.session_lifetime_ms
     scram = ScramMechanism.from_name(mechanism)
     if scram is None:
         raise SaslLoginError(f"riverbed cannot log in with SASL mechanism {mechanism}")
     client = ScramClient(scram, username, password, nonce)
     try:
-        server_first = yield from _authenticate(client.first_message())
-        server_final = yield from _authenticate(client.final_message(server_first))
-        client.verify_server_final(server_final)
+        first = yield from _authenticate(client.first_message())
+        final = yield from _authenticate(client.final_message(bytes(first.auth_bytes)))
+        client.verify_server_final(bytes(final.auth_bytes))
     except SaslFailure as exc:
         raise SaslLoginError(f"SCRAM login failed: {exc}") from None
+    return final.session_lifetime_ms

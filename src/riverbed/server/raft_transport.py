@@ -35,7 +35,7 @@ from riverbed.raft import wire
 from riverbed.raft.messages import Request, Response
 from riverbed.server.client_login import PLAINTEXT_CLIENT, ClientSecurity
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
-from riverbed.server.inter_broker import connect
+from riverbed.server.inter_broker import connect, session_ending
 from riverbed.server.raft_driver import RaftDriver
 from riverbed.server.supervise import supervise
 from riverbed.storage.layout import METADATA_TOPIC
@@ -81,6 +81,8 @@ class _Connection:
         self.response_bytes_max = response_bytes_max
         self.waiting: dict[int, tuple[RequestHeader, asyncio.Future[Message]]] = {}
         self.next_correlation_id = 1
+        #: replaced by a new connection (its SASL session ends): it closes once answered
+        self.retiring = False
         # a lost or garbled connection fails its waiters (the raft node retries); any
         # other error of the reader is a fault
         self.task = supervise("raft connection reader", self._read_loop(), fault_handler)
@@ -118,6 +120,17 @@ class _Connection:
     def closed(self) -> bool:
         return self.task.done()
 
+    @property
+    def usable(self) -> bool:
+        """Open, and its SASL session (KIP-368) not yet due for renewal."""
+        return not self.closed and not self.retiring and not session_ending(self.writer)
+
+    def retire(self) -> None:
+        """Take no new requests; close once those in flight are answered."""
+        self.retiring = True
+        if not self.waiting:
+            self.writer.close()
+
 
 class KafkaRaftTransport:
     def __init__(
@@ -145,13 +158,15 @@ class KafkaRaftTransport:
 
     async def _connection(self, dest: int) -> _Connection:
         conn = self._connections.get(dest)
-        if conn is not None and not conn.closed:
+        if conn is not None and conn.usable:
             return conn
         lock = self._connecting.setdefault(dest, asyncio.Lock())
         async with lock:
             conn = self._connections.get(dest)
-            if conn is not None and not conn.closed:
+            if conn is not None and conn.usable:
                 return conn
+            if conn is not None and not conn.closed:
+                conn.retire()  # a new login before the peer's SASL session ends
             try:
                 host, port = self.endpoints[dest]
             except KeyError:
@@ -184,6 +199,8 @@ class KafkaRaftTransport:
             raise ConnectionError(str(exc)) from None
         finally:
             conn.waiting.pop(corr, None)
+            if conn.retiring and not conn.waiting:
+                conn.writer.close()
         return wire.decode_response(api_key, reply)
 
     async def close(self) -> None:

@@ -18,6 +18,7 @@ from riverbed.testing.cluster import BrokerProcess, free_port
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AclOperation, ResourceType  # type: ignore[attr-defined]
+    from riverbed.testing.quorum_cluster import QuorumCluster
 
 MECHANISMS = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"
 _PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
@@ -300,3 +301,33 @@ def sasl_plain_request(
             writer.close()
 
     return asyncio.run(asyncio.wait_for(exchange(), timeout_s))
+
+
+def secure_quorum(
+    base: Path,
+    users: Mapping[str, str],
+    overrides: Mapping[str, str] | None = None,
+    iterations: int = 4096,
+) -> QuorumCluster:
+    """A 3-node SASL_SSL cluster, not started: `secure_cluster_overrides` with a new PKI
+    (``cluster.pki``) under ``base``, replication factor 3, min.insync.replicas 2, the
+    SCRAM-SHA-512 ``users`` (and the brokers' login) formatted into every node as an
+    operator's ``riverbed storage format --add-scram`` does; ``overrides`` on every node."""
+    from riverbed.testing.quorum_cluster import QuorumCluster
+
+    cluster = QuorumCluster(base / "nodes", 3)
+    cluster.pki = make_pki(base / "pki")  # type: ignore[attr-defined]
+    replication = {
+        "default.replication.factor": "3",
+        "offsets.topic.replication.factor": "3",
+        "min.insync.replicas": "2",
+    }
+    logins = {BROKER_LOGIN[0]: BROKER_LOGIN[1], **users}
+    for i in cluster.ids:
+        node = cluster.nodes[i]
+        node_overrides = secure_cluster_overrides(*cluster.ports[i], cluster.pki)  # type: ignore[attr-defined]
+        node.extra_overrides.update(node_overrides | replication | dict(overrides or {}))
+        config = cluster.node_dir(i) / "server.properties"
+        format_with_scram(node, config, cluster.cluster_id, logins, iterations)
+        assert (cluster.data_dir(i) / "bootstrap.records").exists()
+    return cluster

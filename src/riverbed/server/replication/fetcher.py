@@ -40,7 +40,7 @@ from riverbed.replication.actions import FetchAnswer, FetchPosition, FetchResult
 from riverbed.server.backoff import ExponentialBackoff, Retrier
 from riverbed.server.client_login import PLAINTEXT_CLIENT, ClientSecurity
 from riverbed.server.fault_handler import FaultHandler
-from riverbed.server.inter_broker import connect
+from riverbed.server.inter_broker import connect, session_ending
 from riverbed.server.replication import cycle_trace
 from riverbed.server.supervise import guarded, supervise
 from riverbed.storage.errors import StorageError
@@ -115,6 +115,8 @@ class BrokerChannel:
 
     async def request(self, api_key: int, version: int, body: Message, timeout_s: float) -> Message:
         deadline = asyncio.get_running_loop().time() + timeout_s
+        if self._writer is not None and session_ending(self._writer):
+            self.close()  # a new login before the leader's SASL session ends (KIP-368)
         if self._writer is None:  # (re)connecting is rare: a timeout of its own
             async with asyncio.timeout_at(deadline):
                 self._reader, self._writer = await connect(

@@ -214,3 +214,54 @@ def test_listener_reads_records_through_the_c_reader(pki) -> None:
     assert server.read(4096) == b"h" * 8 + b"w" * 1046
     with pytest.raises(ssl.SSLWantReadError):
         server.read(4096)
+
+
+def test_a_client_hello_in_two_parts_still_handshakes(pki) -> None:
+    """A connection takes a handshake slot once its whole ClientHello has arrived (peeked):
+    one sent in two parts 300 ms apart is waited for, then served."""
+    security = _security(pki)
+
+    async def run() -> bytes:
+        server, port, _ = await _serve(security)
+        try:
+            return await asyncio.to_thread(_split_hello_api_versions, pki, port)
+        finally:
+            await server.stop()
+
+    assert len(asyncio.run(run())) > 0
+
+
+def _split_hello_api_versions(pki, port: int) -> bytes:
+    from riverbed.protocol.headers import RequestHeader, encode_request
+    from riverbed.protocol.messages import ApiVersionsRequest
+
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = _client_ctx(pki, None).wrap_bio(incoming, outgoing, server_hostname="localhost")
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+
+    def pump() -> None:
+        data = outgoing.read()
+        if data:
+            sock.sendall(data)
+
+    with sock:
+        with pytest.raises(ssl.SSLWantReadError):
+            tls.do_handshake()
+        hello = outgoing.read()
+        sock.sendall(hello[:20])
+        time.sleep(0.3)
+        sock.sendall(hello[20:])
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                pump()
+                incoming.write(sock.recv(65536))
+        tls.write(encode_request(RequestHeader(18, 0, 1, "t"), ApiVersionsRequest()))
+        pump()
+        while True:
+            try:
+                return tls.read(65536)
+            except ssl.SSLWantReadError:
+                incoming.write(sock.recv(65536))

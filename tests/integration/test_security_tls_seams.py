@@ -198,3 +198,19 @@ def test_a_renegotiation_is_refused_and_logged_without_a_traceback(
     log = secure.proc.log_path.read_text()
     assert "Traceback" not in log and f"on {listener} failed" not in log
     assert "closing connection from 127.0.0.1" in log and "TLS error" in log
+
+
+@pytest.mark.parametrize("listener", ["PLAINTEXT", "SASL_PLAINTEXT"])
+def test_a_tls_client_on_a_plaintext_port_is_named_in_the_log(
+    secure: SecureBroker, listener: str
+) -> None:
+    """A ClientHello read as a Kafka frame is a size of ~369 MB: the broker closes the
+    connection (librdkafka then says "connecting to a PLAINTEXT broker listener?") and its
+    log line says what the bytes were, not only that the frame is too large."""
+    hello = _client_hello(secure)
+    with socket.create_connection(("127.0.0.1", secure.ports[listener]), timeout=10) as raw:
+        raw.sendall(hello)
+        assert raw.recv(1) == b""
+    assert _real_client_seconds(secure) < CONNECT_S_MAX
+    log = secure.proc.log_path.read_text()
+    assert "a TLS ClientHello: the client uses SSL on this listener, which has none" in log

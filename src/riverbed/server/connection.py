@@ -23,6 +23,7 @@ from riverbed.server.request_permits import RequestPermit, run_with_permit
 from riverbed.server.request_timing import TimedPermit
 from riverbed.server.response_writer import InflightRequest, ResponseWriter
 from riverbed.server.supervise import guarded
+from riverbed.server.tls import tls_record_hint
 
 if TYPE_CHECKING:  # the protocol engine is imported lazily (it is large)
     from riverbed.protocol.messages import Message
@@ -173,7 +174,7 @@ class Connection(ResponseWriter):
         if size < 0 or size > self.server.socket_request_max_bytes:
             raise FrameTooLarge(
                 f"frame size {size} outside 0..{self.server.socket_request_max_bytes}"
-                " (socket.request.max.bytes)"
+                f" (socket.request.max.bytes){tls_record_hint(size)}"
             )
         try:
             return await self.reader.readexactly(size)

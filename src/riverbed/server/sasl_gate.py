@@ -27,6 +27,7 @@ from riverbed.protocol.messages import Message
 from riverbed.security.principal import KafkaPrincipal
 from riverbed.security.sasl_server import SaslServerAuthenticator, Step
 from riverbed.server.listener_security import ListenerSecurity
+from riverbed.server.tls import tls_record_hint
 
 if TYPE_CHECKING:
     from riverbed.server.network import Connection
@@ -43,10 +44,11 @@ async def _read_frame(conn: Connection, limit: int) -> bytes | None:
         if size < 0 or size > limit:
             log.warning(
                 "closing connection from %s: SASL frame of %d bytes outside 0..%d "
-                "(sasl.server.max.receive.size)",
+                "(sasl.server.max.receive.size)%s",
                 conn.peer,
                 size,
                 limit,
+                tls_record_hint(size),
             )
             return None
         return await asyncio.wait_for(conn.reader.readexactly(size), idle_s)

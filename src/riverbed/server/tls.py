@@ -420,6 +420,15 @@ def client_context(get: Lookup) -> ssl.SSLContext:
     return ctx
 
 
+def tls_record_hint(frame_size: int) -> str:
+    """A note for the log when a Kafka frame's size is a TLS handshake record's first four
+    bytes (content type 22, version 3.x): a client speaking TLS to a listener without."""
+    head = frame_size.to_bytes(4, "big", signed=True)
+    if head[0] == 0x16 and head[1] == 0x03:
+        return " (a TLS ClientHello: the client uses SSL on this listener, which has none)"
+    return ""
+
+
 class HandshakeLimiter:
     """Bounds concurrent TLS handshakes (slots) and each one's duration."""
 

@@ -18,6 +18,7 @@ from riverbed.testing.cluster import BrokerProcess, free_port
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AclOperation, ResourceType  # type: ignore[attr-defined]
+
     from riverbed.testing.quorum_cluster import QuorumCluster
 
 MECHANISMS = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"

@@ -44,6 +44,29 @@ def _start(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
             "listener.name.plaintext.plain.sasl.jaas.config",
         ),
         (("riverbed.http.listeners=nonsense",), "riverbed.http.listeners"),
+        # Kafka's listener cross-checks (KafkaConfig.validateValues)
+        (("listeners=garbage",), "listeners"),
+        (
+            (
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,FOO:PLAINTEXT",
+                "advertised.listeners=FOO://127.0.0.1:9092",
+            ),
+            "advertised.listeners listener names must be equal to or a subset",
+        ),
+        (("inter.broker.listener.name=NOPE",), "inter.broker.listener.name"),
+        (("inter.broker.listener.name=CONTROLLER",), "inter.broker.listener.name=CONTROLLER"),
+        (("security.inter.broker.protocol=SSL",), "security.inter.broker.protocol=SSL"),
+        (
+            (
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CTRL:PLAINTEXT",
+                "controller.listener.names=CTRL",
+            ),
+            "controller.listener.names names CTRL",
+        ),
+        (
+            ("connection.failed.authentication.delay.ms=700000",),
+            "connection.failed.authentication.delay.ms=700000",
+        ),
         (
             (
                 "remote.log.storage.system.enable=true",
@@ -59,6 +82,7 @@ def test_a_config_refused_at_start_exits_2_naming_the_key(
     done = _start(tmp_path, *override)
     assert done.returncode == 2, done.stderr
     assert named in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
 
 
 def test_a_port_in_use_exits_1(tmp_path: Path) -> None:

@@ -32,6 +32,12 @@ from riverbed.metadata.broker_configs import (
 )
 from riverbed.metadata.config_defs import ConfigEntry, ConfigValueError
 from riverbed.metadata.controller import ControllerConfig
+from riverbed.server.config_listeners import (
+    advertised_problem,
+    authentication_delay_problem,
+    controller_listener_problem,
+    inter_broker_problem,
+)
 from riverbed.server.connection_quotas import ConnectionLimits, normalize_ip
 from riverbed.server.logging_config import LOG_LEVEL_PREFIX, LogLevelError, logger_levels
 
@@ -233,6 +239,14 @@ class ServerConfig:
         self.quorum_voters: dict[int, tuple[str, int]] = self._parse_voters(
             _list(v["controller.quorum.voters"])
         )
+        problem = controller_listener_problem(
+            self.process_roles,
+            self.controller_listener_names,
+            [lst.name for lst in self.listeners],
+            bool(self.quorum_voters),
+        )
+        if problem is not None:
+            raise ConfigError(*problem)
         self.auto_format: bool = bool(v["riverbed.storage.auto.format"])
         self.broker_rack: str | None = v["broker.rack"]  # type: ignore[assignment]
         self.http_listeners: tuple[str, ...] = tuple(_list(v["riverbed.http.listeners"]))
@@ -260,8 +274,14 @@ class ServerConfig:
         if v["advertised.listeners"] is None:
             self.advertised_listeners: tuple[Listener, ...] = self.broker_listeners
         else:
-            self.advertised_listeners = self._parse_listeners(
-                "advertised.listeners", _list(v["advertised.listeners"]), protocol_map
+            # Kafka's effectiveAdvertisedBrokerListeners: a controller listener named here
+            # is the controllers' business (KIP-853), never a broker endpoint
+            self.advertised_listeners = tuple(
+                lst
+                for lst in self._parse_listeners(
+                    "advertised.listeners", _list(v["advertised.listeners"]), protocol_map
+                )
+                if lst.name not in self.controller_listener_names
             )
             for lst in self.advertised_listeners:
                 if lst.host in ("0.0.0.0", "::"):
@@ -281,6 +301,33 @@ class ServerConfig:
             names = [lst.name for lst in self.broker_listeners if lst.security_protocol == wanted]
             ibl = names[0] if names else (self.broker_listeners or self.listeners)[0].name
         self.inter_broker_listener_name: str = str(ibl)
+        self._check_listeners(protocol_map)
+
+    def _check_listeners(self, protocol_map: Mapping[str, str]) -> None:
+        """Kafka's cross-checks of the listener configs (`riverbed.server.config_listeners`)."""
+        names = [lst.name for lst in self.listeners]
+        problems: list[tuple[str, str] | None] = []
+        if "broker" in self.process_roles:
+            explicit = "security.inter.broker.protocol" in self.originals
+            problems += [
+                advertised_problem(self.advertised_listeners, names),
+                inter_broker_problem(
+                    self.inter_broker_listener_name,
+                    str(self._values["security.inter.broker.protocol"]) if explicit else None,
+                    self.advertised_listeners,
+                    {*protocol_map, *names},
+                    self._values["inter.broker.listener.name"] is not None,
+                ),
+            ]
+        problems.append(
+            authentication_delay_problem(
+                _int(self._values["connection.failed.authentication.delay.ms"]),
+                _int(self._values["connections.max.idle.ms"]),
+            )
+        )
+        for problem in problems:
+            if problem is not None:
+                raise ConfigError(*problem)
 
     def _derive_log(self) -> None:
         v = self._values
@@ -384,10 +431,12 @@ class ServerConfig:
             if proto is None and name in self.controller_listener_names:
                 proto = "PLAINTEXT"  # KRaft: unmapped controller listeners are PLAINTEXT
             if proto is None:
+                controllers = ",".join(self.controller_listener_names) or "(empty)"
                 raise ConfigError(
                     key,
                     f"{key}: listener {name} has no security protocol in "
-                    "listener.security.protocol.map",
+                    "listener.security.protocol.map (nor is it a controller listener: "
+                    f"controller.listener.names={controllers})",
                 )
             if proto not in SUPPORTED_SECURITY_PROTOCOLS:
                 raise ConfigError(

@@ -537,13 +537,14 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m riverbed.server.node [--config FILE] [--override k=v ...]``."""
     import argparse
 
-    from riverbed.server.config import ServerConfig
+    from riverbed.cli.common import load_server_config
 
     parser = argparse.ArgumentParser(prog="python -m riverbed.server.node")
     parser.add_argument("--config", default=None)
     parser.add_argument("--override", action="append", default=[])
-    args = parser.parse_args(argv)
-    return run(ServerConfig.load(args.config, args.override))
+    # a refused config: one error line and exit 2, as `riverbed server start`
+    config = load_server_config(parser.parse_args(argv))
+    return 2 if config is None else run(config)
 
 
 if __name__ == "__main__":

@@ -72,6 +72,9 @@ def test_retention_precedence_ms_over_minutes_over_hours():
         ("message.max.bytes", "99999999999"),
         ("log.segment.bytes", "10"),
         ("advertised.listeners", "PLAINTEXT://0.0.0.0:9092"),
+        ("inter.broker.listener.name", "CONTROLLER"),
+        ("security.inter.broker.protocol", "SASL_SSL"),
+        ("connection.failed.authentication.delay.ms", "600000"),
     ],
 )
 def test_bad_value_names_the_key(key, value):
@@ -97,6 +100,16 @@ def test_controller_listener_defaults_to_plaintext_and_is_not_advertised():
     assert [x.name for x in c.advertised_listeners] == ["PLAINTEXT"]
     assert c.listener("CONTROLLER").security_protocol == "PLAINTEXT"
     assert c.inter_broker_listener_name == "PLAINTEXT"
+
+
+def test_a_controller_listener_in_advertised_listeners_is_no_broker_endpoint():
+    c = ServerConfig.load(
+        overrides=[
+            "listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+            "advertised.listeners=PLAINTEXT://localhost:9092,CONTROLLER://localhost:9093",
+        ]
+    )
+    assert [x.name for x in c.advertised_listeners] == ["PLAINTEXT"]
 
 
 def test_unknown_keys_are_kept_not_fatal():
@@ -172,7 +185,13 @@ def test_controller_config_carries_static_broker_config():
 
 
 def test_quorum_voters():
-    c = ServerConfig.load(overrides=["controller.quorum.voters=1@127.0.0.1:9093,2@[::1]:9094"])
+    c = ServerConfig.load(
+        overrides=[
+            "controller.quorum.voters=1@127.0.0.1:9093,2@[::1]:9094",
+            # the other voter connects to this node's controller listener
+            "listeners=PLAINTEXT://localhost:9092,CONTROLLER://127.0.0.1:9093",
+        ]
+    )
     assert c.quorum_voters == {1: ("127.0.0.1", 9093), 2: ("::1", 9094)}
     assert ServerConfig.load().quorum_voters == {}
     for bad in ["1@host", "x@h:1", "1@h:1,1@h:2", "2@h:9093"]:

@@ -171,24 +171,9 @@ ERROR_TABLE: tuple[tuple[int, str, bool, str], ...] = (
         False,
         "This error indicates that an offset commit was rejected because of oversize metadata.",
     ),
-    (
-        29,
-        "TOPIC_AUTHORIZATION_FAILED",
-        False,
-        "Returned by the broker when the client is not authorized to access the requested topic.",
-    ),
-    (
-        30,
-        "GROUP_AUTHORIZATION_FAILED",
-        False,
-        "Returned by the broker when the client is not authorized to access a particular groupId.",
-    ),
-    (
-        31,
-        "CLUSTER_AUTHORIZATION_FAILED",
-        False,
-        "Returned by the broker when the client is not authorized to use an inter-broker or administrative API.",
-    ),
+    (29, "TOPIC_AUTHORIZATION_FAILED", False, "Topic authorization failed."),
+    (30, "GROUP_AUTHORIZATION_FAILED", False, "Group authorization failed."),
+    (31, "CLUSTER_AUTHORIZATION_FAILED", False, "Cluster authorization failed."),
     (32, "INVALID_TIMESTAMP", False, "The timestamp of the message is out of acceptable range."),
     (
         33,

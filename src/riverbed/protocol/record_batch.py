@@ -31,8 +31,8 @@ CRC is computed by the ``crc32c`` C library over a memoryview slice.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
-from typing import Final, NamedTuple
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Final, NamedTuple
 
 from crc32c import crc32c
 
@@ -326,6 +326,23 @@ def _bad_magic(magic: int, pos: int) -> ProtocolError:
         f"record batch at position {pos}: unsupported magic {magic} (only v2 batches)",
         field="records",
     )
+
+
+def has_transactional_records(topic_data: Iterable[Any]) -> bool:
+    """Kafka's ``RequestUtils.hasTransactionalRecords`` of a Produce's ``topic_data``: some
+    partition's first batch is transactional, judged by its attributes byte alone (no
+    header parse on the hot path; a short or pre-v2 buffer is the append's to refuse)."""
+    for topic in topic_data:
+        for partition in topic.partition_data:
+            records = partition.records
+            if (
+                records
+                and len(records) >= BATCH_HEADER_SIZE
+                and records[_MAGIC_OFFSET] == 2
+                and records[_ATTRIBUTES_OFFSET + 1] & ATTR_TRANSACTIONAL
+            ):
+                return True
+    return False
 
 
 def check_dense_offsets(h: BatchHeader) -> None:

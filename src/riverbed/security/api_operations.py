@@ -10,9 +10,10 @@ with `each` is for one item of the request's array (a topic of a Produce, a reso
 a DescribeConfigs): when it fails only that item is refused, the others are served, as
 Kafka answers those APIs per topic / group / resource:
 
-- Produce: WRITE transactional id (if any), WRITE each topic;
-- Fetch: a follower (replica id >= 0) CLUSTER_ACTION on the cluster (answered
-  TOPIC_AUTHORIZATION_FAILED, as Kafka), a consumer READ each topic;
+- Produce: WRITE transactional id (transactional batches only), WRITE each topic;
+- Fetch: a follower (replica id >= 0) CLUSTER_ACTION on the cluster (each partition
+  answered TOPIC_AUTHORIZATION_FAILED, the response's error NONE, as Kafka), a consumer
+  READ each topic;
 - ListOffsets, Metadata: DESCRIBE topic (Metadata filters instead:
   `riverbed.server.broker.authorization`); OffsetForLeaderEpoch: CLUSTER_ACTION on the
   cluster or DESCRIBE topic;
@@ -26,7 +27,8 @@ Kafka answers those APIs per topic / group / resource:
 - CreateTopics: CREATE cluster or topic; DeleteTopics: DELETE cluster or topic;
   DeleteRecords: DELETE topic; CreatePartitions: ALTER topic; DescribeConfigs /
   AlterConfigs / IncrementalAlterConfigs: DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic,
-  group, or the cluster for broker keys;
+  group, or the cluster for broker keys (an unknown resource type: the handler's
+  INVALID_REQUEST, unauthorized);
 - InitProducerId: WRITE transactional id, or without one IDEMPOTENT_WRITE on the cluster
   or WRITE on some topic; AddPartitionsToTxn: WRITE transactional id, WRITE each topic
   but an internal one, never added (a broker's verify-only batch: CLUSTER_ACTION);
@@ -64,6 +66,7 @@ from typing import Any
 from riverbed.metadata.topic_names import INTERNAL_TOPICS
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.record_batch import has_transactional_records
 from riverbed.security.acl import CLUSTER_NAME, ResourceType
 from riverbed.security.acl import AclOperation as Op
 
@@ -129,7 +132,13 @@ def each(rtype: int, op: int, array: str, names: Iterable[str | None]) -> list[C
 
 
 def _produce(req: Any, names: TopicNames) -> list[Check]:
-    checks = [check(X, req.transactional_id, Op.WRITE)] if req.transactional_id else []
+    """WRITE on the transactional id only for transactional batches, as Kafka's
+    ``hasTransactionalRecords`` (an idempotent batch sent with an id needs none), then
+    WRITE on each topic. Transactional batches without an id are the handler's to refuse
+    (`riverbed.server.broker.produce`): the dispatcher's fast path takes such a request."""
+    checks = []
+    if req.transactional_id and has_transactional_records(req.topic_data):
+        checks.append(check(X, req.transactional_id, Op.WRITE))
     topic_names = (t.name or names(t.topic_id) for t in req.topic_data)  # v13+: by id
     return checks + each(T, Op.WRITE, "topic_data", topic_names)
 
@@ -218,20 +227,35 @@ def _delete_topics(req: Any, names: TopicNames) -> list[Check]:
     ]
 
 
-#: ConfigResource type (DescribeConfigs ids) -> ACL resource type
-_CONFIG_RESOURCES = {2: T, 4: C, 8: C, 32: G}
+#: ConfigResource type (Kafka's ConfigResource.Type ids: TOPIC, BROKER, BROKER_LOGGER,
+#: CLIENT_METRICS, GROUP) -> the ACL resource type its configs are authorized on. Another
+#: type is not authorized: the handler answers it INVALID_REQUEST (Kafka's ConfigHelper
+#: and ConfigAdminManager.preprocess refuse it before any authorization).
+CONFIG_RESOURCES: dict[int, int] = {2: T, 4: C, 8: C, 16: C, 32: G}
+#: Legacy AlterConfigs has no BROKER_LOGGER (Kafka: "Unknown resource type 8").
+LEGACY_ALTER_CONFIG_RESOURCES = {k: v for k, v in CONFIG_RESOURCES.items() if k != 8}
 
 
-def _configs(op: int) -> Rule:
+def _configs(op: int, known: dict[int, int] = CONFIG_RESOURCES) -> Rule:
     def rule(req: Any, names: TopicNames) -> list[Check]:
         out = []
         for i, r in enumerate(req.resources):
-            rtype = _CONFIG_RESOURCES.get(r.resource_type, C)
+            rtype = known.get(r.resource_type)
+            if rtype is None:
+                continue  # answered INVALID_REQUEST by the handler, as Kafka
             name = CLUSTER_NAME if rtype == C else r.resource_name
             out.append(Check((Action(rtype, name, op),), ERROR_CODES[rtype], ("resources", i)))
         return out
 
     return rule
+
+
+def _describe_configs(req: Any, names: TopicNames) -> list[Check]:
+    """A resource of an unknown type makes Kafka refuse the whole request INVALID_REQUEST
+    (ConfigHelper throws while authorizing): the handler answers it, nothing to check."""
+    if any(r.resource_type not in CONFIG_RESOURCES for r in req.resources):
+        return []
+    return _configs(Op.DESCRIBE_CONFIGS)(req, names)
 
 
 def _init_producer_id(req: Any, names: TopicNames) -> list[Check]:
@@ -311,8 +335,8 @@ RULES: dict[int, Rule] = {
     ApiKey.CREATE_TOPICS: _create_topics,
     ApiKey.DELETE_TOPICS: _delete_topics,
     ApiKey.CREATE_PARTITIONS: lambda r, n: each(T, Op.ALTER, "topics", (t.name for t in r.topics)),
-    ApiKey.DESCRIBE_CONFIGS: _configs(Op.DESCRIBE_CONFIGS),
-    ApiKey.ALTER_CONFIGS: _configs(Op.ALTER_CONFIGS),
+    ApiKey.DESCRIBE_CONFIGS: _describe_configs,
+    ApiKey.ALTER_CONFIGS: _configs(Op.ALTER_CONFIGS, LEGACY_ALTER_CONFIG_RESOURCES),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: _configs(Op.ALTER_CONFIGS),
     ApiKey.DELETE_RECORDS: lambda r, n: each(T, Op.DELETE, "topics", (t.name for t in r.topics)),
     ApiKey.DESCRIBE_LOG_DIRS: cluster(Op.DESCRIBE),

@@ -22,7 +22,6 @@ from riverbed.security.api_operations import CONTROLLER_RULES
 from riverbed.server.broker.admin import mute_for_mutation_quota
 from riverbed.server.broker.authorization import (
     BrokerAuthorizer,
-    denied_response,
     split,
     with_refused,
 )
@@ -70,8 +69,9 @@ class ControllerApis:
             raise UnsupportedControllerApi(f"api key {api_key} before the quorum is open")
         if self.authorizer is not None:
             v = self.authorizer.verdict(quorum.image, ctx, body, CONTROLLER_RULES)
-            if v.whole is not None:
-                return denied_response(api_key, body, version, v.whole)
+            if v.whole is not None:  # ControllerApis throws: its error response, a
+                # metadata-log Fetch's top-level error included
+                return error_response(api_key, body, version, v.whole)
             if v.refused:  # Kafka's ControllerApis answers these per topic / resource
                 allowed, refused = split(api_key, body, v)
                 served = None

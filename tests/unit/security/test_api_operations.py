@@ -5,6 +5,7 @@ from __future__ import annotations
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import InitProducerIdRequest, ProduceRequest
+from riverbed.protocol.records import SimpleRecord, build_batch
 from riverbed.security.acl import AclOperation as Op
 from riverbed.security.acl import ResourceType
 from riverbed.security.api_operations import RULES, Action
@@ -15,17 +16,30 @@ def test_every_served_api_has_a_rule():
     assert set(HANDLERS) - set(RULES) == set()
 
 
-def test_transactional_produce_checks_the_transactional_id_before_the_topics():
-    req = ProduceRequest(
-        transactional_id="tx",
-        topic_data=[ProduceRequest.TopicProduceData(name="t", partition_data=[])],
+def _produce(transactional_id: str, *, transactional: bool) -> ProduceRequest:
+    batch = build_batch(
+        [SimpleRecord(b"v")], producer_id=7, producer_epoch=0, is_transactional=transactional
     )
+    P = ProduceRequest
+    partition = P.PartitionProduceData(index=0, records=batch)
+    topic = P.TopicProduceData(name="t", partition_data=[partition])
+    return P(transactional_id=transactional_id, topic_data=[topic])
+
+
+def test_transactional_produce_checks_the_transactional_id_before_the_topics():
+    req = _produce("tx", transactional=True)
     checks = RULES[ApiKey.PRODUCE](req, lambda _: None)
     assert [c.error for c in checks] == [
         ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
         ErrorCode.TOPIC_AUTHORIZATION_FAILED,
     ]
     assert checks[1].actions == (Action(ResourceType.TOPIC, "t", Op.WRITE),)
+
+
+def test_a_produce_of_idempotent_batches_does_not_check_its_transactional_id():
+    """Kafka's hasTransactionalRecords: the id is checked for transactional batches only."""
+    checks = RULES[ApiKey.PRODUCE](_produce("tx", transactional=False), lambda _: None)
+    assert [c.actions for c in checks] == [(Action(ResourceType.TOPIC, "t", Op.WRITE),)]
 
 
 def test_idempotent_init_producer_id_needs_idempotent_write_or_some_topic_write():

@@ -18,6 +18,7 @@ from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import RequestHeader
 from riverbed.protocol.messages import FeatureLevelRecord, Message, ProduceRequest, TopicRecord
+from riverbed.protocol.records import SimpleRecord, build_batch
 from riverbed.security.acl import (
     AclOperation,
     PatternType,
@@ -54,15 +55,24 @@ def image_with(acl_list: list[StandardAcl]) -> MetadataImage:
     return replay_all(MetadataImage.EMPTY, records)
 
 
-def produce(topics: list[tuple[str, bool]], transactional_id: str | None) -> ProduceRequest:
-    """(name, by id) per topic; a name not in TOPICS sent by id is an id naming no topic."""
+def produce(
+    topics: list[tuple[str, bool]], transactional_id: str | None, *, transactional: bool = True
+) -> ProduceRequest:
+    """(name, by id) per topic; a name not in TOPICS sent by id is an id naming no topic.
+    With a transactional id each topic carries a batch, transactional unless told (Kafka
+    checks the id for transactional batches only)."""
+    P = ProduceRequest
+    parts = []
+    if transactional_id:
+        batch = build_batch([SimpleRecord(b"v")], producer_id=7, is_transactional=transactional)
+        parts = [P.PartitionProduceData(index=0, records=batch)]
     data = []
     for name, by_id in topics:
         if by_id:
             topic_id = TOPIC_IDS.get(name, uuid.UUID(int=999))
-            data.append(ProduceRequest.TopicProduceData(name="", topic_id=topic_id))
+            data.append(P.TopicProduceData(name="", topic_id=topic_id, partition_data=parts))
         else:
-            data.append(ProduceRequest.TopicProduceData(name=name))
+            data.append(P.TopicProduceData(name=name, partition_data=parts))
     return ProduceRequest(
         acks=1, timeout_ms=1000, topic_data=data, transactional_id=transactional_id
     )
@@ -302,6 +312,10 @@ def test_the_dispatcher_remembers_only_what_verdict_let_this_connection_write() 
     assert gate.ask(allowed, ctx, produce([("orders", True)], None)) == "allowed"  # an id
     # a transactional id: `verdict` asks WRITE on it too (alice has none)
     assert gate.ask(allowed, ctx, produce([("orders", False)], "tx")) == "refused"
+    # ... for transactional batches only, but `verdict` decides it still
+    plain = produce([("orders", False)], "tx", transactional=False)
+    assert gate.ask(allowed, ctx, plain) == "allowed"
+    assert gate.ask(allowed, ctx, plain) == "allowed"
     bob = RequestContext(
         ctx.header, ctx.peer, "PLAINTEXT", 1, 0, KafkaPrincipal.user("bob"), decisions=decisions
     )

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from collections.abc import Container
 from typing import TYPE_CHECKING, TypeVar
 
 from riverbed.metadata.feature_control import set_upgrade_types
@@ -54,6 +55,7 @@ from riverbed.protocol.messages import (
 )
 from riverbed.security.acl import AclOperation as Op
 from riverbed.security.acl import ResourceType
+from riverbed.security.api_operations import CONFIG_RESOURCES, LEGACY_ALTER_CONFIG_RESOURCES
 from riverbed.server.dynamic_listeners import OP_SET
 from riverbed.server.forwarding import origin_of
 from riverbed.server.network import RequestContext
@@ -61,6 +63,9 @@ from riverbed.storage.errors import StorageError
 
 if TYPE_CHECKING:
     from riverbed.server.broker.dispatch import Broker
+
+#: A config resource of a type the API does not know (Kafka's InvalidRequestException).
+UNKNOWN_TYPE = int(ErrorCode.INVALID_REQUEST)
 
 
 async def handle_create_topics(
@@ -125,7 +130,7 @@ async def handle_create_partitions(
 async def handle_alter_configs(
     broker: Broker, ctx: RequestContext, req: AlterConfigsRequest
 ) -> AlterConfigsResponse:
-    kept, refused = _checked(broker, req.resources)
+    kept, refused = _checked(broker, req.resources, LEGACY_ALTER_CONFIG_RESOURCES)
     R = AlterConfigsResponse.AlterConfigsResourceResponse
     results = [
         R(resource_type=t, resource_name=n, error_code=c, error_message=m) for t, n, c, m in refused
@@ -141,7 +146,7 @@ async def handle_alter_configs(
 async def handle_incremental_alter_configs(
     broker: Broker, ctx: RequestContext, req: IncrementalAlterConfigsRequest
 ) -> IncrementalAlterConfigsResponse:
-    kept, refused = _checked(broker, req.resources)
+    kept, refused = _checked(broker, req.resources, CONFIG_RESOURCES)
     R = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
     results = [
         R(resource_type=t, resource_name=n, error_code=c, error_message=m) for t, n, c, m in refused
@@ -162,18 +167,25 @@ _Resource = TypeVar(
 
 
 def _checked(
-    broker: Broker, resources: list[_Resource]
+    broker: Broker, resources: list[_Resource], known: Container[int]
 ) -> tuple[list[_Resource], list[tuple[int, str, int, str]]]:
     """The resources to forward, and (type, name, error code, message) of those refused
-    here: a broker resource replacing this broker's listener key / trust stores is
-    validated on the broker it alters (`riverbed.server.dynamic_listeners`)."""
+    here, as Kafka's ConfigAdminManager.preprocess: a resource type the API does not
+    know (``known``: it was not authorized either), and a broker resource replacing this
+    broker's listener key / trust stores, validated on the broker it alters
+    (`riverbed.server.dynamic_listeners`)."""
     dynamic = broker.dynamic_listeners
-    if dynamic is None:
-        return resources, []
     image = broker.metadata.image
     kept: list[_Resource] = []
     refused: list[tuple[int, str, int, str]] = []
     for res in resources:
+        if res.resource_type not in known:
+            unknown = f"Unknown resource type {res.resource_type}"
+            refused.append((res.resource_type, res.resource_name, UNKNOWN_TYPE, unknown))
+            continue
+        if dynamic is None:
+            kept.append(res)
+            continue
         incremental = isinstance(res, IncrementalAlterConfigsRequest.AlterConfigsResource)
         changes = _changes(res)
         why = dynamic.refusal(image, res.resource_type, res.resource_name, changes, incremental)
@@ -202,7 +214,28 @@ async def handle_elect_leaders(
 async def handle_describe_configs(
     broker: Broker, ctx: RequestContext, req: DescribeConfigsRequest
 ) -> DescribeConfigsResponse:
+    if any(r.resource_type not in CONFIG_RESOURCES for r in req.resources):
+        return _describe_configs_refused(req)
     return broker.metadata.describe_configs(req)
+
+
+def _describe_configs_refused(req: DescribeConfigsRequest) -> DescribeConfigsResponse:
+    """A resource of an unknown type: Kafka's ConfigHelper throws InvalidRequestException
+    for the request, answered by its error response: every resource INVALID_REQUEST with
+    the error's own message."""
+    R = DescribeConfigsResponse.DescribeConfigsResult
+    return DescribeConfigsResponse(
+        results=[
+            R(
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+                error_code=UNKNOWN_TYPE,
+                error_message=ErrorCode.INVALID_REQUEST.message,
+                configs=[],
+            )
+            for r in req.resources
+        ]
+    )
 
 
 async def handle_alter_partition_reassignments(

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from riverbed.metadata.image import MetadataImage
+from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
     Message,
@@ -257,6 +258,33 @@ class BrokerAuthorizer:
             if auth.authorize(principal, host, op, rtype, name)
         )
 
+    def named_refusals(
+        self,
+        image: MetadataImage,
+        ctx: RequestContext,
+        api_key: int,
+        refused: list[tuple[ErrorCode, Message]],
+    ) -> list[tuple[ErrorCode, Message]]:
+        """`split`'s refused parts, a DeleteTopics topic named by id given its name when
+        the principal may DESCRIBE it (Kafka's ControllerApis.deleteTopics answers it with
+        its name; without DESCRIBE the name stays hidden)."""
+        if api_key != ApiKey.DELETE_TOPICS:
+            return refused
+        for _, part in refused:
+            part.topics = [  # type: ignore[attr-defined]
+                self._named(image, ctx, t)
+                for t in part.topics  # type: ignore[attr-defined]
+            ]
+        return refused
+
+    def _named(self, image: MetadataImage, ctx: RequestContext, topic: Message) -> Message:
+        by_id = None if topic.name else image.topics_by_id.get(topic.topic_id)  # type: ignore[attr-defined]
+        if by_id is None or not self.may(image, ctx, Op.DESCRIBE, ResourceType.TOPIC, by_id.name):
+            return topic
+        named = copy.copy(topic)
+        named.name = by_id.name  # type: ignore[attr-defined]
+        return named
+
     def may_describe_cluster(self, image: MetadataImage, ctx: RequestContext) -> bool:
         return self.may(image, ctx, Op.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
 
@@ -290,8 +318,17 @@ class BrokerAuthorizer:
         return shown, refused
 
 
+#: APIs whose refusal as a whole Kafka answers in each item only, the response's own
+#: error left NONE: a follower's Fetch without CLUSTER_ACTION (KafkaApis.handleFetchRequest
+#: answers each partition TOPIC_AUTHORIZATION_FAILED).
+_REFUSED_IN_ITEMS = frozenset({ApiKey.FETCH})
+
+
 def denied_response(api_key: int, body: Message, version: int, code: ErrorCode) -> Message:
-    """The answer to a refused request: `error_response` (Kafka's getErrorResponse)."""
+    """The answer to a refused request: `error_response` (Kafka's getErrorResponse), or
+    for `_REFUSED_IN_ITEMS` the items' errors alone."""
+    if api_key in _REFUSED_IN_ITEMS:
+        return item_errors(api_key, body, version, code)
     return error_response(api_key, body, version, code)
 
 
@@ -330,7 +367,11 @@ def with_refused(
     if response is None:
         response = response_class(api_key)()
     for code, part in refused:
-        append_entries(response, item_errors(api_key, part, version, code))
+        entries = item_errors(api_key, part, version, code)
+        if api_key == ApiKey.DELETE_TOPICS:  # Kafka's ApiError(error): its own message
+            for entry in entries.responses:  # type: ignore[attr-defined]
+                entry.error_message = code.message
+        append_entries(response, entries)
     return response
 
 

@@ -363,6 +363,8 @@ class Broker:
         if v.whole is not None:
             return denied_response(api_key, body, version, v.whole)
         allowed, refused = split(api_key, body, v)
+        assert self.authz is not None  # a verdict was made
+        refused = self.authz.named_refusals(self.metadata.image, ctx, api_key, refused)
         served = None if allowed is None else await self._run(handler, ctx, allowed, version)
         if isinstance(served, SplicedResponse):  # a Fetch sending file ranges: same body
             with_refused(api_key, served.body, refused, version)

@@ -15,7 +15,8 @@ the message schema instead:
   ``PartitionIndexes``) mirrors into entries whose key field takes the value;
 - a few responses pair their entries with the request's items otherwise (AlterReplicaLogDirs
   per topic across log dirs, AlterUserScramCredentials per user of two arrays,
-  AlterClientQuotas per entity, Create/DeleteAcls by position): they are built by hand
+  AlterClientQuotas per entity, Create/DeleteAcls by position, DescribeUserScramCredentials
+  per user without its name): they are built by hand
   (`_BY_HAND`);
 - offsets (base offset, high/low watermark, log start, ...) are -1, "unknown", as in
   Kafka's error responses; everything else keeps the schema default.
@@ -37,6 +38,7 @@ from riverbed.protocol.messages import (
     AlterUserScramCredentialsResponse,
     CreateAclsResponse,
     DeleteAclsResponse,
+    DescribeUserScramCredentialsResponse,
     Message,
     message_spec,
     response_class,
@@ -248,6 +250,14 @@ def _alter_client_quotas(req: Any, code: int) -> Message:
     )
 
 
+def _describe_user_scram_credentials(req: Any, code: int) -> Message:
+    """The code, and a result per requested user with it: Kafka's error response names no
+    user in them (``User`` keeps its default, ""); describing every user (null) has none."""
+    D = DescribeUserScramCredentialsResponse
+    R = D.DescribeUserScramCredentialsResult
+    return D(error_code=code, results=[R(error_code=code) for _ in req.users or ()])
+
+
 def _create_acls(req: Any, code: int) -> Message:
     """One result per creation, in order (results carry no key: clients count them)."""
     R = CreateAclsResponse.AclCreationResult
@@ -268,6 +278,7 @@ _BY_HAND: dict[int, Callable[[Any, int], Message]] = {
     ApiKey.DELETE_ACLS: _delete_acls,
     ApiKey.ALTER_REPLICA_LOG_DIRS: _alter_replica_log_dirs,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _alter_user_scram_credentials,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _describe_user_scram_credentials,
     ApiKey.ALTER_CLIENT_QUOTAS: _alter_client_quotas,
 }
 

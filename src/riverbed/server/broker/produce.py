@@ -59,8 +59,8 @@ from riverbed.producer.manager import ProducerStateManager
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.protocol.messages import ProduceRequest, ProduceResponse
-from riverbed.protocol.record_batch import ATTR_TRANSACTIONAL
-from riverbed.protocol.records import BATCH_HEADER_SIZE, BatchHeader, parse_header
+from riverbed.protocol.record_batch import has_transactional_records
+from riverbed.protocol.records import BatchHeader, parse_header
 from riverbed.server.broker.hosted import (
     HostedPartition,
     NotServed,
@@ -86,8 +86,6 @@ PRODUCE_CURRENT_LEADER_VERSION = 10
 PRODUCE_IMPLICIT_ADD_VERSION = 12
 #: Position of the magic byte in a batch / message set (after offset, length, epoch|crc).
 _MAGIC_OFFSET = 16
-#: The low byte of a v2 batch's int16 attributes (the transactional bit is in it).
-_ATTRIBUTES_LOW_BYTE = 22
 
 
 PartitionResponse = ProduceResponse.PartitionProduceResponse
@@ -169,7 +167,7 @@ class _ProduceRun:
         self.names_leader = version >= PRODUCE_CURRENT_LEADER_VERSION
         #: Kafka: transactional records need the request's transactional id (authorized
         #: to write it), else the whole request is TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        self.no_txn_id = not req.transactional_id and _has_transactional_batches(req)
+        self.no_txn_id = not req.transactional_id and has_transactional_records(req.topic_data)
         self.leaders: list[int] = []  # named in NOT_LEADER_OR_FOLLOWER answers
         self.names: list[str | None] = []  # each topic's name (v13+: None for an unknown id)
         self.waits: list[tuple[PartitionResponse, asyncio.Future[ErrorCode]]] = []  # acks=all
@@ -294,23 +292,6 @@ def _close_if_any_failed(responses: list[ProduceResponse.TopicProduceResponse]) 
     ]
     if failed:
         raise CloseConnection(f"produce with acks=0 failed: {', '.join(failed[:5])}")
-
-
-def _has_transactional_batches(req: ProduceRequest) -> bool:
-    """Kafka's ``ProduceRequest.hasTransactionalRecords``, judged by each partition's
-    first batch's attributes byte (no header parse on the hot path; a malformed batch is
-    the append's to answer)."""
-    for topic in req.topic_data:
-        for pd in topic.partition_data:
-            records = pd.records
-            if (
-                records
-                and len(records) >= BATCH_HEADER_SIZE
-                and records[_MAGIC_OFFSET] == 2
-                and records[_ATTRIBUTES_LOW_BYTE] & ATTR_TRANSACTIONAL
-            ):
-                return True
-    return False
 
 
 @dataclass

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import logging
 import struct
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -114,12 +113,13 @@ class SaslServerAuthenticator:
         *,
         reauth_ms: Mapping[str, int] | None = None,
         previous: tuple[KafkaPrincipal, str] | None = None,
-        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        now_ms: Callable[[], int],
     ) -> None:
         """``session_lifetime_ms``: ``connections.max.reauth.ms`` (KIP-368), told to the
         client in SaslAuthenticate v1+ (0: sessions do not expire); ``reauth_ms``: its
         value per mechanism where it differs; ``previous``: the principal and mechanism
-        of the session a re-authentication renews."""
+        of the session a re-authentication renews; ``now_ms``: the wall clock in ms (the
+        shell's: a core reads no clock), for a credential's time left."""
         self.enabled = list(enabled_mechanisms)
         self.session_lifetime_ms = session_lifetime_ms
         self._reauth_ms = dict(reauth_ms or {})

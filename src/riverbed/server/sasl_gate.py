@@ -59,6 +59,10 @@ async def _read_frame(conn: Connection, limit: int) -> bytes | None:
         return None
 
 
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
 async def _answer(conn: Connection, step: Step) -> None:
     from riverbed.server.broker.error_response import error_response
     from riverbed.server.network import RequestContext
@@ -95,6 +99,7 @@ async def authenticate(
         security.reauth_ms,
         reauth_ms=security.reauth_ms_by_mechanism,
         previous=previous,
+        now_ms=_wall_ms,
     )
     while True:
         frame = first_frame or await _read_frame(conn, security.sasl_receive_bytes_max)

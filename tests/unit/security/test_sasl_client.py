@@ -23,7 +23,7 @@ def _factory(name: str) -> MechanismServer:
 
 
 def run_login(mechanism: str, password: str) -> SaslServerAuthenticator:
-    server = SaslServerAuthenticator(["PLAIN", "SCRAM-SHA-512"], _factory)
+    server = SaslServerAuthenticator(["PLAIN", "SCRAM-SHA-512"], _factory, now_ms=lambda: 0)
     steps = login(mechanism, "alice", password, "clientNonce7")
     api_key, version, body = next(steps)
     for correlation in range(1, 10):

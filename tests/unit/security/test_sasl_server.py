@@ -25,7 +25,7 @@ def _auth() -> SaslServerAuthenticator:
         assert name == "PLAIN"
         return PlainServer({"alice": "pw"})
 
-    return SaslServerAuthenticator(["PLAIN", "SCRAM-SHA-256"], factory)
+    return SaslServerAuthenticator(["PLAIN", "SCRAM-SHA-256"], factory, now_ms=lambda: 0)
 
 
 def _frame(api: ApiKey, version: int, body: object, corr: int = 1) -> tuple[RequestHeader, bytes]:
@@ -114,7 +114,9 @@ def test_session_lifetime_is_told_on_success_only() -> None:
         return PlainServer({"alice": "pw"})
 
     for password, lifetime in (("pw", 5000), ("bad", 0)):
-        auth = SaslServerAuthenticator(["PLAIN"], factory, session_lifetime_ms=5000)
+        auth = SaslServerAuthenticator(
+            ["PLAIN"], factory, session_lifetime_ms=5000, now_ms=lambda: 0
+        )
         _, f = _frame(ApiKey.SASL_HANDSHAKE, 1, SaslHandshakeRequest(mechanism="PLAIN"))
         auth.on_frame(f)
         body = SaslAuthenticateRequest(auth_bytes=client_message("alice", password))

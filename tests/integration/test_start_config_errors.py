@@ -12,6 +12,15 @@ from pathlib import Path
 
 import pytest
 
+_PLAIN_LOGIN = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    'username="broker" password="pw" user_broker="pw";'
+)
+_SCRAM_LOGIN = (
+    'org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" '
+    'password="pw";'
+)
+
 
 def _start(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
     base = [
@@ -42,6 +51,34 @@ def _start(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
                 "sasl.mechanism.inter.broker.protocol=PLAIN",
             ),
             "listener.name.plaintext.plain.sasl.jaas.config",
+        ),
+        (
+            (
+                "listener.security.protocol.map=PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "sasl.enabled.mechanisms=PLAIN",
+                f"listener.name.plaintext.plain.sasl.jaas.config={_PLAIN_LOGIN}",
+                "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-256",
+                f"listener.name.plaintext.scram-sha-256.sasl.jaas.config={_SCRAM_LOGIN}",
+            ),
+            "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-256 must be included in "
+            "sasl.enabled.mechanisms",
+        ),
+        (
+            (
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+                "listener.name.controller.sasl.enabled.mechanisms=PLAIN",
+                f"listener.name.controller.plain.sasl.jaas.config={_PLAIN_LOGIN}",
+                "sasl.mechanism.controller.protocol=SCRAM-SHA-256",
+            ),
+            "listener.name.controller.scram-sha-256.sasl.jaas.config",
+        ),
+        (("authorizer.class.name=com.example.NoSuchAuthorizer",), "authorizer.class.name"),
+        (
+            (
+                "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                "super.users=User:admin;alice",
+            ),
+            "super.users",
         ),
         (("riverbed.http.listeners=nonsense",), "riverbed.http.listeners"),
         # Kafka's listener cross-checks (KafkaConfig.validateValues)

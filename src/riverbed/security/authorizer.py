@@ -60,8 +60,18 @@ _IMPLIES_DESCRIBE_CONFIGS = frozenset({AclOperation.DESCRIBE_CONFIGS, AclOperati
 
 
 def parse_super_users(text: str) -> frozenset[str]:
-    """``super.users``: principals separated by ``;`` (Kafka's form), blanks ignored."""
-    return frozenset(p.strip() for p in text.split(";") if p.strip())
+    """``super.users``: principals separated by ``;`` (Kafka's form), blanks ignored;
+    ValueError for one that is not ``<type>:<name>`` (Kafka's parseKafkaPrincipal: a
+    bare name would match no principal, so nobody would be the super user meant)."""
+    principals = frozenset(p.strip() for p in text.split(";") if p.strip())
+    for principal in sorted(principals):
+        kind, sep, _name = principal.partition(":")
+        if not sep or not kind.strip():
+            raise ValueError(
+                f"super.users: expected a string in format principalType:principalName "
+                f"(User:alice) but got {principal}"
+            )
+    return principals
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ from riverbed.server.tls import Lookup, TlsConfigError, client_context, server_t
 
 T = TypeVar("T")
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+INTER_BROKER_MECHANISM = "sasl.mechanism.inter.broker.protocol"
 #: What this node can log in with to other nodes (OAUTHBEARER needs a token provider).
 #: (mechanism, user) -> the user's SCRAM credential, from the metadata image.
 ScramLookup = Callable[[ScramMechanism, str], "ScramCredential | None"]
@@ -243,6 +244,17 @@ def client_security(config: ServerConfig, listener: str, mechanism_key: str) -> 
         raise ConfigError(
             mechanism_key,
             f"{mechanism_key}={mechanism}: riverbed connects with {', '.join(CLIENT_MECHANISMS)}",
+        )
+    enabled = lc.get("sasl.enabled.mechanisms")
+    assert isinstance(enabled, list)
+    # Kafka's check: the other brokers would refuse this login
+    inter_broker = mechanism_key == INTER_BROKER_MECHANISM and "broker" in config.process_roles
+    if inter_broker and mechanism not in enabled:
+        raise ConfigError(
+            mechanism_key,
+            f"{mechanism_key}={mechanism} must be included in sasl.enabled.mechanisms "
+            f"(listener {listener}: {', '.join(enabled)}) when SASL is used for "
+            "inter-broker communication",
         )
     module = lc.jaas(mechanism)
     username = module.options.get("username") if module is not None else None

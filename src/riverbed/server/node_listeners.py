@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from riverbed.security.scram import ScramCredential, ScramMechanism
+from riverbed.server.broker.authorization import authorizer_config
 from riverbed.server.broker_lifecycle import NodeConfigError, NodeStartError
 from riverbed.server.connection_quotas import ConnectionQuotas
 from riverbed.server.dynamic_listeners import DynamicListeners
@@ -58,8 +59,8 @@ class NodeListeners:
         _security: dict[str, ListenerSecurity]
 
     def _listener_security(self) -> dict[str, ListenerSecurity]:
-        """Each listener's TLS / SASL settings and this broker's own login (validated:
-        a bad key stops the start with its name)."""
+        """Each listener's TLS / SASL settings, this broker's own login and its login to
+        the controllers (validated: a bad key stops the start with its name)."""
         from riverbed.server.config import ConfigError
 
         cfg = self.config
@@ -67,6 +68,11 @@ class NodeListeners:
             self._inter_broker_security = client_security(
                 cfg, cfg.inter_broker_listener_name, "sasl.mechanism.inter.broker.protocol"
             )
+            if cfg.controller_listener_names:  # checked here: the quorum builds it later
+                client_security(
+                    cfg, cfg.controller_listener_names[0], "sasl.mechanism.controller.protocol"
+                )
+            authorizer_config(cfg)
             return {
                 lst.name: listener_security(cfg, lst.name, lst.security_protocol, self._scram)
                 for lst in cfg.listeners

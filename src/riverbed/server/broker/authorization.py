@@ -65,24 +65,25 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class AuthorizerConfigError(ValueError):
-    """``authorizer.class.name`` names a class riverbed does not have."""
-
-
 def authorizer_config(config: ServerConfig) -> AuthorizerConfig | None:
-    """None when no authorizer is configured (the ACL APIs answer SECURITY_DISABLED)."""
+    """None when no authorizer is configured (the ACL APIs answer SECURITY_DISABLED);
+    ConfigError naming the key for a class riverbed does not have or a bad super user."""
+    from riverbed.server.config import ConfigError
+
     name = str(config.get("authorizer.class.name") or "").strip()
     if not name:
         return None
     if name not in AUTHORIZER_CLASS_NAMES:
-        raise AuthorizerConfigError(
+        raise ConfigError(
+            "authorizer.class.name",
             f"authorizer.class.name={name}: riverbed provides "
-            f"{' or '.join(sorted(AUTHORIZER_CLASS_NAMES))}"
+            f"{' or '.join(sorted(AUTHORIZER_CLASS_NAMES))}",
         )
-    return AuthorizerConfig(
-        parse_super_users(str(config.get("super.users") or "")),
-        bool(config.get("allow.everyone.if.no.acl.found")),
-    )
+    try:
+        super_users = parse_super_users(str(config.get("super.users") or ""))
+    except ValueError as exc:
+        raise ConfigError("super.users", str(exc)) from None
+    return AuthorizerConfig(super_users, bool(config.get("allow.everyone.if.no.acl.found")))
 
 
 def client_host(ctx: RequestContext) -> str:

@@ -28,7 +28,7 @@ from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import RequestHeader, encode_request
 from riverbed.protocol.messages import ApiVersionsRequest
-from riverbed.testing.certs import make_pki, server_keystore
+from riverbed.testing.certs import encrypted_keystore, make_pki, server_keystore
 from riverbed.testing.cluster import scaled_s
 from riverbed.testing.secure import SecureBroker, start_secure_broker
 
@@ -226,3 +226,16 @@ def test_an_inline_key_listener_refuses_a_location_and_takes_a_new_inline_key(
     while _serial_at(broker, "SASL_SSL") != wanted:
         assert time.monotonic() < deadline, "new connections still get the old certificate"
         time.sleep(0.1)
+
+
+def test_a_key_store_openssl_cannot_read_is_refused_naming_the_problem(
+    broker: SecureBroker, tmp_path: Path
+) -> None:
+    """A PKCS12 file at a PEM location and an encrypted key without ssl.key.password were
+    answered UNKNOWN_SERVER_ERROR; they are INVALID_CONFIG naming what to fix, and the
+    listener keeps its certificate."""
+    before = _new_connection_serial(broker)
+    assert "ssl.keystore.type=PKCS12" in _refused(broker, str(broker.pki.server_p12))
+    encrypted = encrypted_keystore(broker.pki, tmp_path / "encrypted.pem", "keypw")
+    assert "set ssl.key.password" in _refused(broker, str(encrypted))
+    assert _new_connection_serial(broker) == before

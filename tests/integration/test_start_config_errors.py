@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from riverbed.testing.certs import Pki, encrypted_keystore, make_pki
+
 _PLAIN_LOGIN = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required "
     'username="broker" password="pw" user_broker="pw";'
@@ -130,3 +132,60 @@ def test_a_port_in_use_exits_1(tmp_path: Path) -> None:
         done = _start(tmp_path, f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:0")
     assert done.returncode == 1, done.stderr
     assert "cannot listen" in done.stderr, done.stderr
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """The test CA's stores, plus a PEM key store whose key is encrypted (``keypw``), one
+    whose key is not the certificate's, and a PKCS12 store."""
+    pki = make_pki(tmp_path_factory.mktemp("pki"), {"alice": "users"})
+    encrypted_keystore(pki, pki.directory / "encrypted.pem", "keypw")
+    alice_key = pki.client("alice")[0].read_bytes()
+    (pki.directory / "mismatch.pem").write_bytes(alice_key + pki.server_crt.read_bytes())
+    return pki
+
+
+def _tls_listener(keystore: dict[str, str]) -> tuple[str, ...]:
+    settings = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "ssl.keystore.type": "PEM",
+        **keystore,
+    }
+    return tuple(f"{k}={v}" for k, v in settings.items())
+
+
+@pytest.mark.parametrize(
+    ("keystore", "named"),
+    [
+        # a PKCS12 file where a PEM one is expected (was a UnicodeDecodeError traceback)
+        ({"ssl.keystore.location": "{dir}/server.p12"}, "ssl.keystore.type=PKCS12"),
+        # an encrypted key without its password (was "[Errno 22] Invalid argument", exit 1)
+        ({"ssl.keystore.location": "{dir}/encrypted.pem"}, "set ssl.key.password"),
+        (
+            {"ssl.keystore.location": "{dir}/encrypted.pem", "ssl.key.password": "wrong"},
+            "ssl.key.password cannot decrypt the private key",
+        ),
+        (
+            {
+                "ssl.keystore.type": "PKCS12",
+                "ssl.keystore.location": "{dir}/server.p12",
+                "ssl.keystore.password": "wrong",
+            },
+            "ssl.keystore.password",
+        ),
+        (
+            {"ssl.keystore.location": "{dir}/mismatch.pem"},
+            "the private key does not match the certificate",
+        ),
+    ],
+)
+def test_a_key_store_that_cannot_be_used_exits_2_naming_the_key(
+    tmp_path: Path, pki: Pki, keystore: dict[str, str], named: str
+) -> None:
+    located = {k: v.format(dir=pki.directory) for k, v in keystore.items()}
+    done = _start(tmp_path, *_tls_listener(located))
+    assert done.returncode == 2, done.stderr
+    assert named in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr

@@ -121,6 +121,19 @@ def _read(key: str, path: str) -> bytes:
         raise TlsConfigError(key, f"cannot read {path}: {exc.strerror or exc}") from None
 
 
+def _read_pem(key: str, path: str) -> str:
+    """A PEM store file's text, normalized (a binary file: the store type is wrong)."""
+    try:
+        return normalize_pem(_read(key, path).decode("ascii"))
+    except UnicodeDecodeError:
+        type_key = key.replace(".location", ".type")
+        raise TlsConfigError(
+            key,
+            f"{path} is not a PEM file ({type_key}=PEM): is it a PKCS12 store? "
+            f"Then set {type_key}=PKCS12",
+        ) from None
+
+
 def _str(value: object) -> str | None:
     return None if value is None else str(value)
 
@@ -148,6 +161,13 @@ def _pkcs12(key: str, path: str, password: str | None) -> tuple[str, str, str]:
             data, password.encode() if password else None
         )
     except ValueError as exc:
+        if "password" in str(exc):  # cryptography: "Invalid password or PKCS12 data"
+            password_key = key.replace(".location", ".password")
+            raise TlsConfigError(
+                password_key,
+                f"cannot load PKCS12 store {path}: wrong or missing {password_key} "
+                "(or damaged data)",
+            ) from None
         raise TlsConfigError(key, f"cannot load PKCS12 store {path}: {exc}") from None
     enc = serialization.Encoding.PEM
     key_pem = (
@@ -187,7 +207,7 @@ def _load_keystore(ctx: ssl.SSLContext, get: Lookup, required: bool) -> str | No
                 "ssl.keystore.key and ssl.keystore.certificate.chain must both be set",
             )
         pem = normalize_pem(chain) + normalize_pem(inline_key)
-        _load_chain(ctx, pem, key_password)
+        _load_chain(ctx, "ssl.keystore.key", pem, key_password)
         return pem
     if location is None:
         if required:
@@ -196,14 +216,14 @@ def _load_keystore(ctx: ssl.SSLContext, get: Lookup, required: bool) -> str | No
             )
         return None
     if store_type == "PEM":
-        pem = normalize_pem(_read("ssl.keystore.location", location).decode())
-        _load_chain(ctx, pem, key_password)
+        pem = _read_pem("ssl.keystore.location", location)
+        _load_chain(ctx, "ssl.keystore.location", pem, key_password)
         return pem
     if store_type == "PKCS12":
         key_pem, chain, _ = _pkcs12(
             "ssl.keystore.location", location, _str(get("ssl.keystore.password"))
         )
-        _load_chain(ctx, chain + key_pem, None)
+        _load_chain(ctx, "ssl.keystore.location", chain + key_pem, None)
         return chain + key_pem
     raise TlsConfigError(
         "ssl.keystore.type", f"{store_type} key stores are not supported: use PEM or PKCS12"
@@ -218,12 +238,20 @@ def first_certificate(pem: str | None) -> bytes | None:
     return None
 
 
-def _load_chain(ctx: ssl.SSLContext, pem: str, password: str | None) -> None:
+def _load_chain(ctx: ssl.SSLContext, store_key: str, pem: str, password: str | None) -> None:
+    """Load a PEM key store (``store_key``: the config key it came from); its problems are
+    named first (`riverbed.server.pem_keystore`): OpenSSL says only "PEM lib"."""
+    from riverbed.server.pem_keystore import pem_keystore_problem  # cryptography: lazily
+
+    problem = pem_keystore_problem(store_key, _PEM_BLOCK.findall(pem), password)
+    if problem is not None:
+        raise TlsConfigError(*problem)
     with _private_file(pem) as path:
         try:
-            ctx.load_cert_chain(path, password=password)
+            # a callable: with no password OpenSSL would ask for one on the terminal
+            ctx.load_cert_chain(path, password=lambda: password or "")
         except (ssl.SSLError, ValueError) as exc:
-            raise TlsConfigError("ssl.keystore.key", f"cannot load the key store: {exc}") from None
+            raise TlsConfigError(store_key, f"cannot load the key store: {exc}") from None
 
 
 def truststore_pem(get: Lookup) -> str | None:
@@ -242,7 +270,7 @@ def truststore_pem(get: Lookup) -> str | None:
     elif location is None:
         return None
     elif store_type == "PEM":
-        pem = normalize_pem(_read("ssl.truststore.location", location).decode())
+        pem = _read_pem("ssl.truststore.location", location)
     elif store_type == "PKCS12":
         _, chain, cas = _pkcs12(
             "ssl.truststore.location", location, _str(get("ssl.truststore.password"))

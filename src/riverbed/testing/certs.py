@@ -105,6 +105,18 @@ def server_keystore(pki: Pki, path: Path, cn: str = "localhost", ou: str = "brok
     return path
 
 
+def encrypted_keystore(pki: Pki, path: Path, password: str) -> Path:
+    """The server's PEM key store with its key encrypted by ``password`` (PKCS8), for
+    ``ssl.key.password``."""
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    key = load_pem_private_key(pki.server_key.read_bytes(), None)
+    encryption = serialization.BestAvailableEncryption(password.encode())
+    pem = key.private_bytes(_PEM, serialization.PrivateFormat.PKCS8, encryption)
+    path.write_bytes(pem + pki.server_crt.read_bytes())
+    return path
+
+
 def make_pki(
     directory: str | Path, clients: dict[str, str] | None = None, ca_cn: str = "riverbed test CA"
 ) -> Pki:

@@ -23,6 +23,13 @@ _SCRAM_LOGIN = (
     'password="pw";'
 )
 
+#: the PLAINTEXT listener on SASL_PLAINTEXT with PLAIN, this node logging in with PLAIN
+_SASL_LISTENER = (
+    "listener.security.protocol.map=PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+    "sasl.enabled.mechanisms=PLAIN",
+    "sasl.mechanism.inter.broker.protocol=PLAIN",
+)
+
 
 def _start(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
     base = [
@@ -73,6 +80,39 @@ def _start(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
                 "sasl.mechanism.controller.protocol=SCRAM-SHA-256",
             ),
             "listener.name.controller.scram-sha-256.sasl.jaas.config",
+        ),
+        # JAAS configs Kafka refuses to log in with
+        (
+            (*_SASL_LISTENER, f"listener.name.plaintext.plain.sasl.jaas.config={_SCRAM_LOGIN}"),
+            "org.apache.kafka.common.security.plain.PlainLoginModule",
+        ),
+        (
+            (
+                *_SASL_LISTENER,
+                f"listener.name.plaintext.plain.sasl.jaas.config={_PLAIN_LOGIN} {_PLAIN_LOGIN}",
+            ),
+            "contains 2 login modules, should be 1 module",
+        ),
+        (
+            (
+                *_SASL_LISTENER,
+                f"listener.name.plaintext.plain.sasl.jaas.config={_PLAIN_LOGIN}",
+                "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256",
+                "listener.name.plaintext.scram-sha-256.sasl.jaas.config="
+                + _SCRAM_LOGIN.replace('password="pw";', "password"),
+            ),
+            "listener.name.plaintext.scram-sha-256.sasl.jaas.config",
+        ),
+        # a validator riverbed does not have: was ignored (unsecured JWTs accepted)
+        (
+            (
+                *_SASL_LISTENER,
+                f"listener.name.plaintext.plain.sasl.jaas.config={_PLAIN_LOGIN}",
+                "sasl.enabled.mechanisms=PLAIN,OAUTHBEARER",
+                "listener.name.plaintext.oauthbearer.sasl.server.callback.handler.class="
+                "com.example.MyValidator",
+            ),
+            "listener.name.plaintext.oauthbearer.sasl.server.callback.handler.class",
         ),
         (("authorizer.class.name=com.example.NoSuchAuthorizer",), "authorizer.class.name"),
         (

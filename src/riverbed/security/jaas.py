@@ -83,3 +83,25 @@ def parse_jaas_config(text: str) -> list[LoginModule]:
     if not modules:
         raise JaasConfigError("JAAS config has no login module")
     return modules
+
+
+_SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+#: The login module each SASL mechanism's JAAS config names (Kafka's modules).
+LOGIN_MODULES: Mapping[str, str] = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": _SCRAM_MODULE,
+    "SCRAM-SHA-512": _SCRAM_MODULE,
+    "OAUTHBEARER": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule",
+}
+
+
+def login_module_problem(mechanism: str, modules: list[LoginModule]) -> str | None:
+    """Why ``modules`` (a parsed ``<mechanism>.sasl.jaas.config``) cannot log in with
+    ``mechanism``: Kafka's JaasContext takes exactly one module, and riverbed runs only
+    Kafka's own module of each mechanism (another class would be silently not run)."""
+    if len(modules) != 1:
+        return f"JAAS config property contains {len(modules)} login modules, should be 1 module"
+    expected = LOGIN_MODULES.get(mechanism)
+    if expected is not None and modules[0].class_name != expected:
+        return f"{mechanism} logs in with {expected}, not {modules[0].class_name}"
+    return None

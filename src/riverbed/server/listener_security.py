@@ -28,7 +28,12 @@ from typing import TypeVar
 
 from riverbed.metadata.broker_configs import CONFIG_DEFS
 from riverbed.metadata.config_defs import ConfigValueError
-from riverbed.security.jaas import JaasConfigError, LoginModule, parse_jaas_config
+from riverbed.security.jaas import (
+    JaasConfigError,
+    LoginModule,
+    login_module_problem,
+    parse_jaas_config,
+)
 from riverbed.security.jwks import JWKS_BYTES_MAX, JwksValidator, PublicKey, load_jwks
 from riverbed.security.oauthbearer import OAuthBearerUnsecuredServer
 from riverbed.security.oauthbearer_urls import allowed_urls, url_refusal
@@ -93,9 +98,13 @@ class ListenerConfig:
         if text is None:
             return None
         try:
-            return parse_jaas_config(text)[0]
+            modules = parse_jaas_config(text)
         except JaasConfigError as exc:
             raise ConfigError(key, f"{key}: {exc}") from None
+        problem = login_module_problem(mechanism, modules)
+        if problem is not None:
+            raise ConfigError(key, f"{key}: {problem}")
+        return modules[0]
 
 
 @dataclass(frozen=True)
@@ -184,6 +193,9 @@ def listener_security(
                 f"listener {name}: sasl.enabled.mechanisms {list(mechanisms)}: riverbed serves "
                 f"{', '.join(SUPPORTED_MECHANISMS)} (GSSAPI is not supported)",
             )
+        for mechanism in mechanisms:  # each mechanism's JAAS config and handler checked
+            lc.jaas(mechanism)
+            _check_callback_handler(lc, mechanism)
         if "PLAIN" in mechanisms:
             module = lc.jaas("PLAIN")
             if module is None:
@@ -270,6 +282,35 @@ JWKS_URL = "sasl.oauthbearer.jwks.endpoint.url"
 SIGNED_JWT_HANDLER = (
     "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
 )
+UNSECURED_JWT_HANDLER = (
+    "org.apache.kafka.common.security.oauthbearer.internals.unsecured."
+    "OAuthBearerUnsecuredValidatorCallbackHandler"
+)
+SCRAM_HANDLER = "org.apache.kafka.common.security.scram.internals.ScramServerCallbackHandler"
+
+
+#: The server callback handlers riverbed runs per mechanism (Kafka's own classes).
+SERVER_CALLBACK_HANDLERS: Mapping[str, frozenset[str]] = {
+    "PLAIN": frozenset(
+        {"org.apache.kafka.common.security.plain.internals.PlainServerCallbackHandler"}
+    ),
+    "SCRAM-SHA-256": frozenset({SCRAM_HANDLER}),
+    "SCRAM-SHA-512": frozenset({SCRAM_HANDLER}),
+    "OAUTHBEARER": frozenset({SIGNED_JWT_HANDLER, UNSECURED_JWT_HANDLER}),
+}
+
+
+def _check_callback_handler(lc: ListenerConfig, mechanism: str) -> None:
+    """``listener.name.<l>.<mechanism>.sasl.server.callback.handler.class`` names a class
+    riverbed runs: another one (a custom validator) would be silently not run, and the
+    default one (OAUTHBEARER: unsecured JWTs) would log clients in instead."""
+    key = f"{lc.prefix}{mechanism.lower()}.sasl.server.callback.handler.class"
+    name = lc.config.originals.get(key)
+    known = SERVER_CALLBACK_HANDLERS.get(mechanism, frozenset())
+    if name is not None and name.strip() not in known:
+        raise ConfigError(
+            key, f"{key}={name}: riverbed runs {' or '.join(sorted(known))} for {mechanism}"
+        )
 
 
 def _jwks_validator(lc: ListenerConfig) -> JwksValidator | None:
@@ -279,7 +320,7 @@ def _jwks_validator(lc: ListenerConfig) -> JwksValidator | None:
     JAAS options); either only when the process allows the URL (Kafka 4's
     ``org.apache.kafka.sasl.oauthbearer.allowed.urls``, `riverbed.security.oauthbearer_urls`)."""
     key = f"{lc.prefix}oauthbearer.sasl.server.callback.handler.class"
-    if lc.config.originals.get(key) != SIGNED_JWT_HANDLER:
+    if (lc.config.originals.get(key) or "").strip() != SIGNED_JWT_HANDLER:
         return None
     url = lc.get(JWKS_URL)
     if not (isinstance(url, str) and url.startswith(("https://", "file://"))):

@@ -68,6 +68,10 @@ sysdeps:
 	  elif command -v sudo >/dev/null 2>&1; then (sudo apt-get update -qq && sudo apt-get install -y -qq chromium chromium-driver >/dev/null) || echo "WARNING: could not install chromium"; \
 	  else echo "WARNING: chromium is missing and this user cannot run apt-get; install it: apt-get install chromium chromium-driver"; fi; \
 	fi
+	@if ! command -v openssl >/dev/null 2>&1; then \
+	  echo "installing Debian package openssl (a TLS test renegotiates with openssl s_client)"; \
+	  ( [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq openssl >/dev/null ) || echo "WARNING: openssl missing: install it (apt-get install openssl)"; \
+	fi
 	@if ! command -v java >/dev/null 2>&1; then \
 	  echo "Java 17+ is needed by Spark; installing openjdk-17-jre-headless"; \
 	  ( [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null ) || echo "WARNING: Java 17+ missing: install openjdk-17-jre-headless"; \

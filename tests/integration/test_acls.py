@@ -29,7 +29,11 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from riverbed.testing.secure import AUTHORIZER_OVERRIDES, SecureBroker, start_secure_broker
+from riverbed.testing.secure import (
+    AUTHORIZER_OVERRIDES,
+    SecureBroker,
+    running_secure_broker,
+)
 
 SCRAM_USERS = {"dave": ("SCRAM-SHA-256", "dave-pw")}
 USERS = {"admin": "admin-secret", "alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw"}
@@ -42,13 +46,10 @@ LITERAL, PREFIXED = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    broker = start_secure_broker(
+    with running_secure_broker(
         tmp_path_factory.mktemp("acls"), USERS, SCRAM_USERS, AUTHORIZER_OVERRIDES
-    )
-    try:
+    ) as broker:
         yield broker
-    finally:
-        broker.proc.close()
 
 
 def _conf(secure: SecureBroker, user: str | None) -> dict[str, str]:

@@ -55,8 +55,8 @@ from riverbed.testing.cluster import scaled_s
 from riverbed.testing.secure import (
     AUTHORIZER_OVERRIDES,
     SecureBroker,
+    running_secure_broker,
     sasl_plain_request,
-    start_secure_broker,
 )
 
 USERS = {
@@ -81,13 +81,10 @@ _NOT_YET = (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_P
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    broker = start_secure_broker(
+    with running_secure_broker(
         tmp_path_factory.mktemp("acl-parity"), USERS, {}, AUTHORIZER_OVERRIDES
-    )
-    try:
+    ) as broker:
         yield broker
-    finally:
-        broker.proc.close()
 
 
 def _client(secure: SecureBroker, user: str | None) -> dict[str, str]:

@@ -44,8 +44,8 @@ from riverbed.protocol.records import SimpleRecord, build_batch
 from riverbed.testing.secure import (
     AUTHORIZER_OVERRIDES,
     SecureBroker,
+    running_secure_broker,
     sasl_plain_request,
-    start_secure_broker,
 )
 
 USERS = {"admin": "admin-secret", "ada": "ada-pw", "bo": "bo-pw", "cy": "cy-pw", "di": "di-pw"}
@@ -57,13 +57,10 @@ INVALID = ErrorCode.INVALID_REQUEST
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    broker = start_secure_broker(
+    with running_secure_broker(
         tmp_path_factory.mktemp("acl-answers"), USERS, {}, AUTHORIZER_OVERRIDES
-    )
-    try:
+    ) as broker:
         yield broker
-    finally:
-        broker.proc.close()
 
 
 def _topic(secure: SecureBroker, prefix: str) -> str:

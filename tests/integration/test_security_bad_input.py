@@ -24,7 +24,7 @@ from riverbed.protocol.messages import (
 )
 from riverbed.security.plain import client_message
 from riverbed.security.scram import ScramMechanism
-from riverbed.testing.secure import SecureBroker, start_secure_broker
+from riverbed.testing.secure import SecureBroker, running_secure_broker
 from riverbed.testing.secure_clients import Wire, produce_consume
 
 USERS = {"admin": "admin-secret", "alice": "alice-pw"}
@@ -34,16 +34,13 @@ DELAY_MS = 300
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    broker = start_secure_broker(
+    with running_secure_broker(
         tmp_path_factory.mktemp("pki"),
         USERS,
         SCRAM_USERS,
         {"connection.failed.authentication.delay.ms": str(DELAY_MS)},
-    )
-    try:
+    ) as broker:
         yield broker
-    finally:
-        broker.proc.close()
 
 
 def _closed_after_at_most(wire: Wire, limit: int) -> bool:

@@ -15,7 +15,7 @@ import pytest
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.messages import MetadataRequest, MetadataResponse, SaslAuthenticateRequest
 from riverbed.security.plain import client_message
-from riverbed.testing.secure import SecureBroker, start_secure_broker
+from riverbed.testing.secure import SecureBroker, running_secure_broker
 from riverbed.testing.secure_clients import Wire
 
 USERS = {"admin": "admin-secret", "alice": "alice-pw", "bob": "bob-pw"}
@@ -25,16 +25,13 @@ REAUTH_MS = 1500
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    broker = start_secure_broker(
+    with running_secure_broker(
         tmp_path_factory.mktemp("pki"),
         USERS,
         SCRAM_USERS,
         {"listener.name.sasl_plaintext.connections.max.reauth.ms": str(REAUTH_MS)},
-    )
-    try:
+    ) as broker:
         yield broker
-    finally:
-        broker.proc.close()
 
 
 def _login(secure: SecureBroker, user: str, password: str) -> Wire:

@@ -39,7 +39,7 @@ from riverbed.security.oauthbearer import client_message as oauth_message
 from riverbed.security.oauthbearer import unsecured_token
 from riverbed.security.plain import client_message
 from riverbed.security.scram import ScramClient, ScramMechanism
-from riverbed.testing.secure import SecureBroker, start_secure_broker
+from riverbed.testing.secure import SecureBroker, running_secure_broker
 from riverbed.testing.secure_clients import Wire
 
 USERS = {"admin": "admin-secret", "alice": "alice-pw", "bob": "bob-pw"}
@@ -50,7 +50,7 @@ SCRAM256_REAUTH_MS = 7000
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    broker = start_secure_broker(
+    with running_secure_broker(
         tmp_path_factory.mktemp("pki"),
         USERS,
         SCRAM_USERS,
@@ -60,11 +60,8 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
                 SCRAM256_REAUTH_MS
             ),
         },
-    )
-    try:
+    ) as broker:
         yield broker
-    finally:
-        broker.proc.close()
 
 
 class TlsWire(Wire):

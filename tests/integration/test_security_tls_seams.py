@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
 from riverbed.testing.certs import make_pki
-from riverbed.testing.secure import SecureBroker, start_secure_broker
+from riverbed.testing.secure import SecureBroker, running_secure_broker
 from riverbed.testing.secure_clients import Wire
 
 FLOOD = 100
@@ -40,16 +40,13 @@ CONNECT_S_MAX = 2.0
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    broker = start_secure_broker(
+    with running_secure_broker(
         tmp_path_factory.mktemp("pki"),
         {"admin": "admin-secret"},
         {},
         {"listener.name.ssl.ssl.client.auth": "required"},
-    )
-    try:
+    ) as broker:
         yield broker
-    finally:
-        broker.proc.close()
 
 
 def _context(secure: SecureBroker) -> ssl.SSLContext:

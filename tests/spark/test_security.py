@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from riverbed.testing.secure import SecureBroker, start_secure_broker
+from riverbed.testing.secure import SecureBroker, running_secure_broker
 
 # Every test starts its own secured riverbed broker: they run whatever
 # RIVERBED_SPARK_BROKER names for the other Spark tests (Tansu has no SASL_SSL listener).
@@ -32,16 +32,13 @@ _SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    broker = start_secure_broker(
+    with running_secure_broker(
         tmp_path_factory.mktemp("pki"),
         USERS,
         SCRAM_USERS,
         {"transaction.two.phase.commit.enable": "true"},
-    )
-    try:
+    ) as broker:
         yield broker
-    finally:
-        broker.proc.close()
 
 
 def kafka_options(

@@ -8,7 +8,8 @@ one. `secure_overrides` gives one node listeners of every protocol named in ``po
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -332,3 +333,20 @@ def secure_quorum(
         format_with_scram(node, config, cluster.cluster_id, logins, iterations)
         assert (cluster.data_dir(i) / "bootstrap.records").exists()
     return cluster
+
+
+@contextmanager
+def running_secure_broker(
+    directory: Path,
+    users: Mapping[str, str],
+    scram_users: Mapping[str, tuple[str, str]],
+    overrides: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[SecureBroker]:
+    """`start_secure_broker` for a ``with`` block (a test module's fixture): the broker
+    process is closed when the block ends, however it ends."""
+    broker = start_secure_broker(directory, users, scram_users, overrides, env)
+    try:
+        yield broker
+    finally:
+        broker.proc.close()

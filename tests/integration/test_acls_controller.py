@@ -4,8 +4,9 @@ One combined node (the only voter) and one broker-only node, with Kafka's Standa
 configured and the controller listener on SASL_PLAINTEXT (PLAIN). The voter logs in as
 ``User:controller`` (a super user); the broker-only node as ``User:broker2``, which is no
 super user and holds only ALLOW CLUSTER_ACTION on the cluster: that is enough for it to
-register, heartbeat, follow the metadata log and forward a CreateTopics (in an Envelope,
-which needs CLUSTER_ACTION). ``User:mallory``
+register, heartbeat, follow the metadata log and forward its clients' metadata writes (in
+Envelopes, which need CLUSTER_ACTION; the controller checks each embedded write as its
+client's), but not to make a metadata write of its own. ``User:mallory``
 logs in to the controller listener with the right password but holds no ACL: each of the
 controller's APIs refuses it with the error Kafka's ControllerApis gives, until an ACL
 grants the operation.
@@ -30,17 +31,23 @@ from confluent_kafka.admin import (
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DescribeQuorumRequest,
     EnvelopeResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     Message,
     VoteRequest,
 )
 from riverbed.security.principal import KafkaPrincipal
-from riverbed.server.forwarding import Origin, wrap_request
+from riverbed.server.forwarding import Origin, unwrap_response, wrap_request
 from riverbed.testing.cluster import scaled_s
 from riverbed.testing.quorum_cluster import QuorumCluster
 from riverbed.testing.secure import jaas_plain, sasl_plain_request
@@ -196,3 +203,116 @@ def test_a_create_topics_on_the_controller_is_answered_per_topic(cluster: Quorum
         "mallory-ok-1": 0,
         "mallory-no-1": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
     }
+
+
+def _acl_creation(principal: str, host: str = "*") -> CreateAclsRequest:
+    C = CreateAclsRequest.AclCreation
+    return CreateAclsRequest(
+        creations=[C(resource_type=ResourceType.TOPIC.value, resource_name="x-",
+                     resource_pattern_type=ResourcePatternType.PREFIXED.value,
+                     principal=principal, host=host, operation=AclOperation.READ.value,
+                     permission_type=AclPermissionType.ALLOW.value)]
+    )  # fmt: skip
+
+
+def _acl_principals(cluster: QuorumCluster) -> set[str]:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    from confluent_kafka.admin import AclBindingFilter
+
+    every = AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+        AclOperation.ANY, AclPermissionType.ANY,
+    )  # fmt: skip
+    return {b.principal for b in admin.describe_acls(every).result(timeout=TIMEOUT_S)}
+
+
+def test_cluster_action_makes_no_metadata_write_of_its_own(cluster: QuorumCluster) -> None:
+    """Kafka's ControllerApis checks a metadata write sent bare against its sender's own
+    ACLs: a broker's CLUSTER_ACTION registers, follows and forwards, nothing more."""
+    controller = cluster.controller(1)
+    refused = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    acls = _ask(controller, "broker2", ApiKey.CREATE_ACLS, _acl_creation("User:broker2-own"))
+    assert isinstance(acls, CreateAclsResponse)
+    assert [r.error_code for r in acls.results] == [refused]
+    R = IncrementalAlterConfigsRequest.AlterConfigsResource
+    A = IncrementalAlterConfigsRequest.AlterableConfig
+    configs = _ask(controller, "broker2", ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                   IncrementalAlterConfigsRequest(resources=[R(
+                       resource_type=4, resource_name="",
+                       configs=[A(name="log.retention.ms", config_operation=0, value="1")])]))  # fmt: skip
+    assert isinstance(configs, IncrementalAlterConfigsResponse)
+    assert [r.error_code for r in configs.responses] == [refused]
+    Q = AlterClientQuotasRequest
+    quotas = _ask(controller, "broker2", ApiKey.ALTER_CLIENT_QUOTAS, Q(entries=[Q.EntryData(
+        entity=[Q.EntityData(entity_type="user", entity_name="broker2")],
+        ops=[Q.OpData(key="producer_byte_rate", value=1e9, remove=False)])]))  # fmt: skip
+    assert isinstance(quotas, AlterClientQuotasResponse)
+    assert [e.error_code for e in quotas.entries] == [refused]
+    assert "User:broker2-own" not in _acl_principals(cluster)
+
+
+def test_an_envelope_is_checked_as_its_clients_request(cluster: QuorumCluster) -> None:
+    """The embedded request is authorized for the envelope's principal and client address,
+    against the controller's own ACLs (Kafka's ControllerApis.handleEnvelopeRequest)."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    grant = AclBinding(
+        ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, "User:trudy",
+        "10.9.9.9", AclOperation.ALTER, AclPermissionType.ALLOW,
+    )  # fmt: skip
+    for f in admin.create_acls([grant]).values():
+        f.result(timeout=TIMEOUT_S)
+    trudy = KafkaPrincipal.user("trudy")
+    answers = {}
+    for who, host in (("mallory", "10.9.9.9"), ("trudy", "10.9.9.8"), ("trudy", "10.9.9.9")):
+        principal = KafkaPrincipal.user(who)
+        request = _acl_creation(f"User:{who}-{host}")
+        envelope = wrap_request(ApiKey.CREATE_ACLS, request, Origin(principal, "c", 3, host))
+        answer = _ask(cluster.controller(1), "broker2", ApiKey.ENVELOPE, envelope)
+        assert isinstance(answer, EnvelopeResponse) and answer.error_code == 0, answer
+        inner = unwrap_response(ApiKey.CREATE_ACLS, Origin(trudy, "c", 3), answer)
+        assert isinstance(inner, CreateAclsResponse)
+        answers[(who, host)] = [r.error_code for r in inner.results]
+    refused = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    assert answers == {
+        ("mallory", "10.9.9.9"): [refused],
+        ("trudy", "10.9.9.8"): [refused],  # the ACL's host is the client's, not the broker's
+        ("trudy", "10.9.9.9"): [0],
+    }
+    assert {"User:trudy-10.9.9.9"} <= _acl_principals(cluster)
+    assert not {"User:mallory-10.9.9.9", "User:trudy-10.9.9.8"} & _acl_principals(cluster)
+
+
+def test_clients_metadata_writes_through_a_broker_only_node(cluster: QuorumCluster) -> None:
+    """Each kind of metadata write a client sends to the broker-only node reaches the
+    controller in an Envelope and is done (its broker, User:broker2, could not do any)."""
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{cluster.ports[2][0]}"})
+    name = f"fwd-{uuid.uuid4().hex[:6]}"
+    for f in admin.create_topics([NewTopic(name, 1, 1)]).values():
+        f.result(timeout=TIMEOUT_S)
+    for f in admin.create_acls([_cluster_acl(f"User:{name}", AclOperation.DESCRIBE)]).values():
+        f.result(timeout=TIMEOUT_S)
+    entry = ConfigEntry("retention.ms", "123456",
+                        incremental_operation=AlterConfigOpType.SET)  # fmt: skip
+    resource = ConfigResource("TOPIC", name, incremental_configs=[entry])
+    for f in admin.incremental_alter_configs([resource]).values():
+        f.result(timeout=TIMEOUT_S)
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+    upsert = UserScramCredentialUpsertion(name, info, b"pw-" + name.encode())
+    for f in admin.alter_user_scram_credentials([upsert]).values():
+        f.result(timeout=TIMEOUT_S)
+    assert f"User:{name}" in _acl_principals(cluster)
+    described = admin.describe_configs([ConfigResource("TOPIC", name)])
+    [(_, configs_future)] = described.items()
+    assert configs_future.result(timeout=TIMEOUT_S)["retention.ms"].value == "123456"
+    described_users = admin.describe_user_scram_credentials([name])
+    user = described_users[name].result(timeout=TIMEOUT_S)
+    assert [m.mechanism for m in user.scram_credential_infos] == [ScramMechanism.SCRAM_SHA_256]

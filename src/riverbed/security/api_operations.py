@@ -47,12 +47,12 @@ Kafka answers those APIs per topic / group / resource:
 `CONTROLLER_RULES` is the controller listener's table (Kafka's ``ControllerApis``): the
 Raft RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch and FetchSnapshot of the metadata
 log), BrokerRegistration, BrokerHeartbeat, AlterPartition, AllocateProducerIds and
-Envelope need CLUSTER_ACTION on the cluster. The metadata
-writes a broker forwards (CreateTopics, CreateAcls, ElectLeaders, ...) are checked as on a
-broker (DescribeQuorum: DESCRIBE on the cluster), or pass with CLUSTER_ACTION: the sender
-is the broker that already authorized the client (riverbed's brokers authorize before
-forwarding; CreateTopics, DeleteTopics and CreatePartitions travel in an Envelope, whose
-client principal the controller's mutation quota counts, `riverbed.server.forwarding`).
+Envelope need CLUSTER_ACTION on the cluster. The metadata writes (CreateTopics, CreateAcls,
+ElectLeaders, ...) are checked as on a broker, for whoever they act for: their sender, or
+the client whose request a broker forwarded in an Envelope (`riverbed.server.forwarding`).
+CLUSTER_ACTION lets a node create an internal topic (a group or transaction coordinator's
+``__consumer_offsets`` / ``__transaction_state``) and nothing else of these; DescribeQuorum
+needs DESCRIBE on the cluster, or CLUSTER_ACTION (a broker passing on its client's).
 
 An API missing from a table is refused (fail closed); a unit test keeps the tables whole.
 """
@@ -391,6 +391,19 @@ def _forwarded(rule: Rule) -> Rule:
     return forwarded_rule
 
 
+def _create_topics_by_node_or_client(req: Any, names: TopicNames) -> list[Check]:
+    """`_create_topics`, or CLUSTER_ACTION for an internal topic (a node's coordinator
+    creating its own topic, Kafka's AutoTopicCreationManager sending it as the broker)."""
+    by_node = Action(C, CLUSTER_NAME, Op.CLUSTER_ACTION)
+    internal = {i for i, t in enumerate(req.topics) if t.name in INTERNAL_TOPICS}
+    return [
+        Check((*c.actions, by_node), c.error, c.item)
+        if c.item is not None and c.item[1] in internal
+        else c
+        for c in _create_topics(req, names)
+    ]
+
+
 #: Sent by brokers and controllers only (Kafka's ControllerApis: CLUSTER_ACTION).
 _INTER_NODE_APIS = (
     ApiKey.FETCH,
@@ -404,21 +417,24 @@ _INTER_NODE_APIS = (
     ApiKey.ALLOCATE_PRODUCER_IDS,
     ApiKey.ENVELOPE,
 )
-#: Metadata writes brokers forward to the active controller.
-_FORWARDABLE_APIS = (
-    ApiKey.CREATE_TOPICS,
-    ApiKey.DELETE_TOPICS,
-    ApiKey.CREATE_PARTITIONS,
-    ApiKey.ALTER_CONFIGS,
-    ApiKey.INCREMENTAL_ALTER_CONFIGS,
-    ApiKey.ALTER_PARTITION_REASSIGNMENTS,
-    ApiKey.ELECT_LEADERS,
-    ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
-    ApiKey.CREATE_ACLS,
-    ApiKey.DELETE_ACLS,
-    ApiKey.UNREGISTER_BROKER,
-    ApiKey.ALTER_CLIENT_QUOTAS,
-    ApiKey.UPDATE_FEATURES,
+#: The metadata writes clients send, which brokers forward to the active controller (in
+#: Envelopes: `riverbed.server.forwarding`).
+CLIENT_METADATA_WRITES: frozenset[int] = frozenset(
+    {
+        ApiKey.CREATE_TOPICS,
+        ApiKey.DELETE_TOPICS,
+        ApiKey.CREATE_PARTITIONS,
+        ApiKey.ALTER_CONFIGS,
+        ApiKey.INCREMENTAL_ALTER_CONFIGS,
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+        ApiKey.ELECT_LEADERS,
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+        ApiKey.CREATE_ACLS,
+        ApiKey.DELETE_ACLS,
+        ApiKey.UNREGISTER_BROKER,
+        ApiKey.ALTER_CLIENT_QUOTAS,
+        ApiKey.UPDATE_FEATURES,
+    }
 )
 CONTROLLER_RULES: dict[int, Rule] = {
     ApiKey.API_VERSIONS: nothing,
@@ -426,5 +442,6 @@ CONTROLLER_RULES: dict[int, Rule] = {
     ApiKey.SASL_AUTHENTICATE: nothing,
     ApiKey.DESCRIBE_QUORUM: _forwarded(cluster(Op.DESCRIBE)),
     **{k: cluster(Op.CLUSTER_ACTION) for k in _INTER_NODE_APIS},
-    **{k: _forwarded(RULES[k]) for k in _FORWARDABLE_APIS},
+    **{k: RULES[k] for k in CLIENT_METADATA_WRITES},
+    ApiKey.CREATE_TOPICS: _create_topics_by_node_or_client,
 }

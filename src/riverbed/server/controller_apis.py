@@ -6,6 +6,9 @@ registrations and heartbeats, Envelope and the admin writes brokers forward); an
 Kafka's controller does for an API it does not expose. With an authorizer configured every
 request is checked against `riverbed.security.api_operations.CONTROLLER_RULES` first, and a
 request refused for some resources only is served for the others and answered per resource, as ControllerApis does.
+An Envelope (a broker forwarding its client's metadata write) needs CLUSTER_ACTION; its
+embedded request is then handled as if its client had sent it here: checked against the
+same table with the envelope's principal and address (`riverbed.server.forwarding`).
 SASL handshakes that reach here came outside the connection's SASL gate: ILLEGAL_SASL_STATE.
 """
 
@@ -16,8 +19,8 @@ from collections.abc import Callable
 
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
-from riverbed.protocol.headers import response_body_version
-from riverbed.protocol.messages import Message
+from riverbed.protocol.headers import RequestHeader, response_body_version
+from riverbed.protocol.messages import EnvelopeRequest, Message
 from riverbed.security.api_operations import CONTROLLER_RULES
 from riverbed.server.broker.admin import mute_for_mutation_quota
 from riverbed.server.broker.authorization import (
@@ -28,7 +31,7 @@ from riverbed.server.broker.authorization import (
 from riverbed.server.broker.cluster_info import api_versions_response
 from riverbed.server.broker.error_response import error_code_of, error_response
 from riverbed.server.broker.versioning import fit_to_version
-from riverbed.server.forwarding import origin_of
+from riverbed.server.forwarding import Origin, origin_of, peer_of, serve_envelope
 from riverbed.server.network import CloseConnection, RequestContext
 from riverbed.server.quorum import CONTROLLER_API_VERSIONS, QuorumMetadata
 
@@ -78,6 +81,12 @@ class ControllerApis:
                 if allowed is not None:
                     served = await self._serve(quorum, ctx, allowed, version)
                 return fit_to_version(with_refused(api_key, served, refused, version), version)
+        if isinstance(body, EnvelopeRequest):
+
+            async def as_its_client(header: RequestHeader, inner: Message, o: Origin) -> Message:
+                return await self.handle(_client_context(ctx, header, o), inner)
+
+            return await serve_envelope(body, as_its_client)
         return await self._serve(quorum, ctx, body, version)
 
     async def _serve(
@@ -104,3 +113,16 @@ class ControllerApis:
             fit_to_version(response, version)
         mute_for_mutation_quota(ctx, response)
         return response
+
+
+def _client_context(ctx: RequestContext, header: RequestHeader, origin: Origin) -> RequestContext:
+    """The context of an enveloped request: its client's header, principal and address on
+    the envelope's connection; the forwarding broker throttles its client itself (the
+    response carries the throttle), so nothing here mutes the broker's connection."""
+    return ctx._replace(
+        header=header,
+        principal=origin.principal,
+        peer=peer_of(origin),
+        throttle=None,
+        decisions=None,
+    )

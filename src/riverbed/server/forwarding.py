@@ -1,9 +1,9 @@
 """Forwarding a client's metadata write in an Envelope (Kafka's EnvelopeRequest, API 58).
 
-A broker that is not the active controller sends CreateTopics, DeleteTopics and
-CreatePartitions (`ENVELOPED_APIS`: the writes the controller mutation quota counts) to the
-active controller inside an Envelope, as Kafka's ForwardingManager does, so that the
-controller acts for the client and not for the broker: ``RequestData`` is the client's
+A broker that is not the active controller sends every metadata write a client asked for
+(`ENVELOPED_APIS`: CreateTopics, CreateAcls, IncrementalAlterConfigs, ...) to the active
+controller inside an Envelope, as Kafka's ForwardingManager does, so that the controller
+acts for the client and not for the broker: ``RequestData`` is the client's
 request header and body at the client's version (so the controller knows which version's
 rules apply: KIP-599's strict versions), ``RequestPrincipal`` the client's principal
 (Kafka's DefaultKafkaPrincipalBuilder serde: a version-prefixed DefaultPrincipalData) and
@@ -21,8 +21,13 @@ Kafka's rules kept (ControllerApis.handleEnvelopeRequest, ForwardingManager):
   client's connection (sendForwardedResponse); the controller mutes nothing (its peer is
   the broker).
 
-riverbed's broker still authorizes the client before forwarding (as before Envelopes), so
-the controller does not authorize the embedded request again.
+The controller authorizes the embedded request as the client's own
+(`riverbed.server.controller_apis`), as Kafka's ControllerApis does with the envelope's
+principal and address: the controller's image is the one that counts (an ACL removed a
+moment ago on the controller refuses a write a lagging broker would still let through),
+and a principal holding CLUSTER_ACTION passes no write of its own through the controller
+listener that its ACLs do not allow. riverbed's broker also authorizes the client before it
+forwards (so a refused item is answered without a round trip).
 """
 
 from __future__ import annotations
@@ -32,7 +37,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.base import Message
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.exceptions import ProtocolError
@@ -51,15 +55,15 @@ from riverbed.protocol.messages import (
     encode,
 )
 from riverbed.protocol.primitives import INT16
+from riverbed.security.api_operations import CLIENT_METADATA_WRITES
 from riverbed.security.principal import KafkaPrincipal
 from riverbed.server.network import RequestContext
 
 log = logging.getLogger(__name__)
 
-#: The metadata writes a broker forwards in an Envelope (the mutation-quota APIs).
-ENVELOPED_APIS: frozenset[int] = frozenset(
-    {ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS}
-)
+#: The client metadata writes a broker forwards in an Envelope (Kafka's KafkaApis
+#: ``forwardToController``; AllocateProducerIds and AlterPartition are the broker's own).
+ENVELOPED_APIS: frozenset[int] = CLIENT_METADATA_WRITES
 #: DefaultPrincipalData's version (Kafka's HIGHEST_SUPPORTED_VERSION)
 PRINCIPAL_DATA_VERSION = 0
 _SIZE_PREFIX = 4
@@ -163,13 +167,13 @@ def unwrap_response(api_key: int, origin: Origin, envelope: EnvelopeResponse) ->
     return decode_response(header, envelope.response_data)
 
 
-#: Runs an embedded request for its origin on the active controller.
-RunFor = Callable[[Message, Origin], Awaitable[Message]]
+#: Runs an embedded request (its header, body) for its origin on the active controller.
+RunFor = Callable[[RequestHeader, Message, Origin], Awaitable[Message]]
 
 
 async def serve_envelope(envelope: EnvelopeRequest, run_for: RunFor) -> EnvelopeResponse:
-    """The controller's answer to an Envelope: the embedded request run for its origin;
-    an error while running it (NOT_CONTROLLER after a leader change, ...) is the embedded
+    """The controller's answer to an Envelope: the embedded request run for its origin
+    (authorized as its own, by ``run_for``); an error while running it (NOT_CONTROLLER after a leader change, ...) is the embedded
     request's error response, as the same request sent bare is answered."""
     from riverbed.server.broker.error_response import error_code_of, error_response
     from riverbed.server.broker.versioning import fit_to_version
@@ -180,7 +184,7 @@ async def serve_envelope(envelope: EnvelopeRequest, run_for: RunFor) -> Envelope
         log.warning("refused an envelope: %s", exc)
         return EnvelopeResponse(error_code=int(exc.code))
     try:
-        response = await run_for(body, origin)
+        response = await run_for(header, body, origin)
     except Exception as exc:  # answered, as the controller listener answers a bare request
         code = error_code_of(exc)
         if code is not ErrorCode.NOT_CONTROLLER:
@@ -188,6 +192,12 @@ async def serve_envelope(envelope: EnvelopeRequest, run_for: RunFor) -> Envelope
         response = error_response(header.api_key, body, header.api_version, code)
     fit_to_version(response, header.api_version)
     return wrap_response(header, response)
+
+
+def peer_of(origin: Origin) -> str:
+    """``origin``'s address as a connection's ``host:port`` peer (ACL hosts match it)."""
+    host = origin.client_host
+    return f"[{host}]:0" if ":" in host else f"{host}:0"
 
 
 def origin_of(ctx: RequestContext) -> Origin:

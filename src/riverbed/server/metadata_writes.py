@@ -175,17 +175,19 @@ class MetadataWrites(ABC):
 
         return await self._write(ApiKey.CREATE_PARTITIONS, request, R, settled, origin)
 
-    async def alter_configs(self, request: AlterConfigsRequest) -> AlterConfigsResponse:
-        return await self._write(ApiKey.ALTER_CONFIGS, request, AlterConfigsResponse)
+    async def alter_configs(
+        self, request: AlterConfigsRequest, origin: Origin | None = None
+    ) -> AlterConfigsResponse:
+        return await self._write(ApiKey.ALTER_CONFIGS, request, AlterConfigsResponse, None, origin)
 
     async def incremental_alter_configs(
-        self, request: IncrementalAlterConfigsRequest
+        self, request: IncrementalAlterConfigsRequest, origin: Origin | None = None
     ) -> IncrementalAlterConfigsResponse:
         R = IncrementalAlterConfigsResponse
-        return await self._write(ApiKey.INCREMENTAL_ALTER_CONFIGS, request, R)
+        return await self._write(ApiKey.INCREMENTAL_ALTER_CONFIGS, request, R, None, origin)
 
     async def alter_partition_reassignments(
-        self, request: AlterPartitionReassignmentsRequest
+        self, request: AlterPartitionReassignmentsRequest, origin: Origin | None = None
     ) -> AlterPartitionReassignmentsResponse:
         """Through the controller's reassignment logic; a forwarded answer returns once this
         node's image shows every accepted target (or cancellation)."""
@@ -210,7 +212,7 @@ class MetadataWrites(ABC):
             return True
 
         R = AlterPartitionReassignmentsResponse
-        return await self._write(ApiKey.ALTER_PARTITION_REASSIGNMENTS, request, R, settled)
+        return await self._write(ApiKey.ALTER_PARTITION_REASSIGNMENTS, request, R, settled, origin)
 
     async def allocate_producer_ids(
         self, request: AllocateProducerIdsRequest
@@ -219,7 +221,9 @@ class MetadataWrites(ABC):
         R = AllocateProducerIdsResponse
         return await self._write(ApiKey.ALLOCATE_PRODUCER_IDS, request, R)
 
-    async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse:
+    async def elect_leaders(
+        self, request: ElectLeadersRequest, origin: Origin | None = None
+    ) -> ElectLeadersResponse:
         """ElectLeaders on the active controller; a forwarded one returns once this node's
         image shows every election it reports as done (a new leader epoch)."""
         image = self.service.image
@@ -239,10 +243,11 @@ class MetadataWrites(ABC):
                         return False
             return True
 
-        return await self._write(ApiKey.ELECT_LEADERS, request, ElectLeadersResponse, settled)
+        R = ElectLeadersResponse
+        return await self._write(ApiKey.ELECT_LEADERS, request, R, settled, origin)
 
     async def alter_user_scram_credentials(
-        self, request: AlterUserScramCredentialsRequest
+        self, request: AlterUserScramCredentialsRequest, origin: Origin | None = None
     ) -> AlterUserScramCredentialsResponse:
         """SCRAM credentials changed on the active controller; a forwarded change returns
         once this node's image shows it (a client authenticates here next)."""
@@ -261,16 +266,16 @@ class MetadataWrites(ABC):
             )
 
         R = AlterUserScramCredentialsResponse
-        return await self._write(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, request, R, settled)
+        return await self._write(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, request, R, settled, origin)
 
     async def alter_client_quotas(
-        self, request: AlterClientQuotasRequest
+        self, request: AlterClientQuotasRequest, origin: Origin | None = None
     ) -> AlterClientQuotasResponse:
         """Quotas changed on the active controller; a forwarded change returns once this
         node's image shows every accepted entry (the next request here is measured by it)."""
         R = AlterClientQuotasResponse
         if request.validate_only:
-            return await self._write(ApiKey.ALTER_CLIENT_QUOTAS, request, R)
+            return await self._write(ApiKey.ALTER_CLIENT_QUOTAS, request, R, None, origin)
 
         def settled(response: AlterClientQuotasResponse) -> bool:
             quotas = self.service.image.client_quotas
@@ -284,9 +289,11 @@ class MetadataWrites(ABC):
                         return False
             return True
 
-        return await self._write(ApiKey.ALTER_CLIENT_QUOTAS, request, R, settled)
+        return await self._write(ApiKey.ALTER_CLIENT_QUOTAS, request, R, settled, origin)
 
-    async def create_acls(self, request: CreateAclsRequest) -> CreateAclsResponse:
+    async def create_acls(
+        self, request: CreateAclsRequest, origin: Origin | None = None
+    ) -> CreateAclsResponse:
         """New ACLs on the active controller; a forwarded request returns once this node's
         image holds every ACL created (the next request here is authorized with them)."""
         from riverbed.metadata.acl_control import acl_of_creation
@@ -299,9 +306,11 @@ class MetadataWrites(ABC):
                 if r.error_code == 0
             )
 
-        return await self._write(ApiKey.CREATE_ACLS, request, CreateAclsResponse, settled)
+        return await self._write(ApiKey.CREATE_ACLS, request, CreateAclsResponse, settled, origin)
 
-    async def delete_acls(self, request: DeleteAclsRequest) -> DeleteAclsResponse:
+    async def delete_acls(
+        self, request: DeleteAclsRequest, origin: Origin | None = None
+    ) -> DeleteAclsResponse:
         """ACLs deleted on the active controller; a forwarded request returns once this
         node's image no longer holds the ACLs the filters matched."""
 
@@ -311,9 +320,11 @@ class MetadataWrites(ABC):
                 _matched_acl(m) in have for r in response.filter_results for m in r.matching_acls
             )
 
-        return await self._write(ApiKey.DELETE_ACLS, request, DeleteAclsResponse, settled)
+        return await self._write(ApiKey.DELETE_ACLS, request, DeleteAclsResponse, settled, origin)
 
-    async def update_features(self, request: UpdateFeaturesRequest) -> UpdateFeaturesResponse:
+    async def update_features(
+        self, request: UpdateFeaturesRequest, origin: Origin | None = None
+    ) -> UpdateFeaturesResponse:
         """Finalized feature levels on the active controller; a forwarded answer returns
         once this node's image has the levels it accepted."""
         wanted = {u.feature: u.max_version_level for u in request.feature_updates}
@@ -325,7 +336,7 @@ class MetadataWrites(ABC):
             return all(have.get(f, 0) == level for f, level in wanted.items())
 
         R = UpdateFeaturesResponse
-        return await self._write(ApiKey.UPDATE_FEATURES, request, R, settled)
+        return await self._write(ApiKey.UPDATE_FEATURES, request, R, settled, origin)
 
     async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
         """A partition leader's ISR change (Kafka's AlterPartition), on the active

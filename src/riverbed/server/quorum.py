@@ -66,7 +66,6 @@ from riverbed.protocol.messages import (
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     ElectLeadersRequest,
-    EnvelopeRequest,
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
     Message,
@@ -77,6 +76,7 @@ from riverbed.raft.config import RaftConfig
 from riverbed.raft.messages import SnapshotId
 from riverbed.raft.node import NotLeaderError
 from riverbed.raft.roles import Role
+from riverbed.security.api_operations import CLIENT_METADATA_WRITES
 from riverbed.security.client_quotas import QuotaWindows
 from riverbed.server.broker_sessions import BrokerSessions
 from riverbed.server.client_login import PLAINTEXT_CLIENT
@@ -84,7 +84,6 @@ from riverbed.server.controller_channel import ControllerChannel, expect_respons
 from riverbed.server.fault_handler import FaultHandler
 from riverbed.server.forwarding import (
     Origin,
-    serve_envelope,
 )
 from riverbed.server.listener_security import client_security
 from riverbed.server.metadata_quorum import MetadataStateMachine, RaftMetadataLog
@@ -107,26 +106,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The metadata writes a follower forwards (`QuorumMetadata._run_locally` runs them).
-FORWARDED_APIS: frozenset[int] = frozenset(
-    {
-        ApiKey.CREATE_TOPICS,
-        ApiKey.DELETE_TOPICS,
-        ApiKey.CREATE_PARTITIONS,
-        ApiKey.ALTER_CONFIGS,
-        ApiKey.INCREMENTAL_ALTER_CONFIGS,
-        ApiKey.ALLOCATE_PRODUCER_IDS,
-        ApiKey.ALTER_PARTITION_REASSIGNMENTS,
-        ApiKey.ELECT_LEADERS,
-        ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
-        ApiKey.ALTER_CLIENT_QUOTAS,
-        ApiKey.CREATE_ACLS,
-        ApiKey.DELETE_ACLS,
-        ApiKey.UPDATE_FEATURES,
-        # sent by partition leaders (ISR changes; replication), served on controller listeners
-        ApiKey.ALTER_PARTITION,
-    }
-)
+#: The metadata writes a follower forwards (`QuorumMetadata._run_locally` runs them): its
+#: clients' (UnregisterBroker aside: `QuorumMetadata.unregister_broker`) and its own
+#: (producer id blocks; a partition leader's ISR changes).
+FORWARDED_APIS: frozenset[int] = (CLIENT_METADATA_WRITES - {ApiKey.UNREGISTER_BROKER}) | {
+    ApiKey.ALLOCATE_PRODUCER_IDS,
+    ApiKey.ALTER_PARTITION,
+}
 
 #: What the controller listener serves (`handle_controller_request`), and so advertises.
 CONTROLLER_API_VERSIONS = listener_api_versions(
@@ -504,11 +490,16 @@ class QuorumMetadata(WriteForwarding):
                 return await self.channel.forward(leader, ApiKey.DESCRIBE_QUORUM, request)
         return await serve_raft_request(self.driver, ApiKey.DESCRIBE_QUORUM, request)
 
-    async def unregister_broker(self, request: UnregisterBrokerRequest) -> UnregisterBrokerResponse:
-        """UnregisterBroker on the active controller (forwarded there from elsewhere)."""
+    async def unregister_broker(
+        self, request: UnregisterBrokerRequest, origin: Origin | None = None
+    ) -> UnregisterBrokerResponse:
+        """UnregisterBroker on the active controller (forwarded there from elsewhere, in an
+        Envelope for ``origin``, the client that asked)."""
         leader = await self._wait_active_or_leader()
         if leader >= 0:
-            answer = await self.channel.forward(leader, ApiKey.UNREGISTER_BROKER, request)
+            answer = await self.channel.forward(
+                leader, ApiKey.UNREGISTER_BROKER, request, origin=origin
+            )
             return expect_response(answer, UnregisterBrokerResponse)
         try:
             await self.service.unregister_broker(request.broker_id)
@@ -521,11 +512,11 @@ class QuorumMetadata(WriteForwarding):
     async def handle_controller_request(
         self, api_key: int, body: Message, origin: Origin | None = None
     ) -> Message | None:
-        """Answer one request that arrived on a controller listener from ``origin``: a
-        CreateTopics, DeleteTopics or CreatePartitions sent there directly (an admin
-        client bootstrapped from the controllers, a broker's own creation of an internal
-        topic) counts against the mutation quota of its sender, as Kafka's ControllerApis
-        applies ``newQuotaFor(request)`` to whatever principal sent it."""
+        """Answer one request that arrived on a controller listener for ``origin`` (its
+        sender, or the client of a broker's Envelope it came in), already authorized: a
+        CreateTopics, DeleteTopics or CreatePartitions counts against the mutation quota
+        of that principal, as Kafka's ControllerApis applies ``newQuotaFor(request)`` to
+        whatever principal the request acts for."""
         if api_key == ApiKey.DESCRIBE_QUORUM:
             return await self.describe_quorum(body)
         if api_key in RAFT_API_KEYS or is_raft_fetch(api_key, body):
@@ -534,8 +525,6 @@ class QuorumMetadata(WriteForwarding):
             return await self.sessions.serve_registration(body)
         if isinstance(body, BrokerHeartbeatRequest):
             return await self.sessions.serve_heartbeat(body)
-        if isinstance(body, EnvelopeRequest):
-            return await serve_envelope(body, self._serve_enveloped)
         if isinstance(body, UnregisterBrokerRequest):
             if not self.is_active():
                 return UnregisterBrokerResponse(error_code=int(ErrorCode.NOT_CONTROLLER))
@@ -545,8 +534,3 @@ class QuorumMetadata(WriteForwarding):
                 raise NotLeaderError(self.driver.node.leader_id, self.driver.node.epoch)
             return await self._run_for(body, origin)
         return None
-
-    async def _serve_enveloped(self, body: Message, origin: Origin) -> Message:
-        if not self.is_active():
-            raise NotLeaderError(self.driver.node.leader_id, self.driver.node.epoch)
-        return await self._run_for(body, origin)

@@ -71,14 +71,20 @@ def test_controller_listener_raft_and_registration_need_cluster_action():
         assert check.error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 
 
-def test_a_forwarded_create_topics_passes_with_cluster_action_or_create():
-    from riverbed.protocol.messages import CreateTopicsRequest
+def test_cluster_action_creates_internal_topics_on_the_controller_and_nothing_else():
+    """A node's coordinator creates its internal topic as the node (CLUSTER_ACTION); any
+    other topic, as any other metadata write, needs the operation's own ACL, whoever sends
+    it (a broker forwards its clients' writes in Envelopes, checked as theirs)."""
+    from riverbed.protocol.messages import CreateAclsRequest, CreateTopicsRequest
     from riverbed.security.api_operations import CONTROLLER_RULES
 
-    req = CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(name="t")])
-    (check,) = CONTROLLER_RULES[ApiKey.CREATE_TOPICS](req, lambda _: None)
-    assert {(a.resource_type, a.operation) for a in check.actions} == {
-        (ResourceType.CLUSTER, Op.CREATE),
-        (ResourceType.TOPIC, Op.CREATE),
-        (ResourceType.CLUSTER, Op.CLUSTER_ACTION),
+    T = CreateTopicsRequest.CreatableTopic
+    req = CreateTopicsRequest(topics=[T(name="t"), T(name="__consumer_offsets")])
+    user_topic, internal = CONTROLLER_RULES[ApiKey.CREATE_TOPICS](req, lambda _: None)
+    create = {(ResourceType.CLUSTER, Op.CREATE), (ResourceType.TOPIC, Op.CREATE)}
+    assert {(a.resource_type, a.operation) for a in user_topic.actions} == create
+    assert {(a.resource_type, a.operation) for a in internal.actions} == create | {
+        (ResourceType.CLUSTER, Op.CLUSTER_ACTION)
     }
+    (acls,) = CONTROLLER_RULES[ApiKey.CREATE_ACLS](CreateAclsRequest(), lambda _: None)
+    assert acls.actions == (Action(ResourceType.CLUSTER, "kafka-cluster", Op.ALTER),)

@@ -11,6 +11,7 @@ import pytest
 
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.headers import RequestHeader
 from riverbed.protocol.messages import (
     CreateTopicsRequest,
     CreateTopicsResponse,
@@ -55,7 +56,9 @@ def test_a_create_topics_travels_at_the_clients_version_and_back() -> None:
     origin = Origin(ALICE, "spread", 5, "10.1.2.3:52044")
     seen: list[tuple[Message, Origin]] = []
 
-    async def run_for(body: Message, who: Origin) -> Message:
+    async def run_for(header: RequestHeader, body: Message, who: Origin) -> Message:
+        # the embedded header is the client's: the controller authorizes and answers it so
+        assert (header.api_key, header.api_version, header.client_id) == (19, 5, "spread")
         seen.append((body, who))
         R = CreateTopicsResponse.CreatableTopicResult
         return CreateTopicsResponse(throttle_time_ms=1234, topics=[R(name="t", error_code=0)])
@@ -76,7 +79,7 @@ def test_an_old_delete_topics_keeps_its_names() -> None:
     origin = Origin(ALICE, "legacy", 4)
     seen: list[Message] = []
 
-    async def run_for(body: Message, who: Origin) -> Message:
+    async def run_for(header: RequestHeader, body: Message, who: Origin) -> Message:
         seen.append(body)
         return DeleteTopicsResponse()
 
@@ -89,7 +92,7 @@ def test_an_old_delete_topics_keeps_its_names() -> None:
 def test_an_error_while_running_is_the_embedded_requests_answer() -> None:
     origin = Origin(ALICE, "spread", 7)
 
-    async def not_active(body: Message, who: Origin) -> Message:
+    async def not_active(header: RequestHeader, body: Message, who: Origin) -> Message:
         raise NotLeaderError(2, 5)
 
     envelope = wrap_request(ApiKey.CREATE_TOPICS, _create(), origin)
@@ -103,7 +106,7 @@ def test_an_error_while_running_is_the_embedded_requests_answer() -> None:
 
 
 def _refused(envelope: EnvelopeRequest) -> int:
-    async def never(body: Message, who: Origin) -> Message:
+    async def never(header: RequestHeader, body: Message, who: Origin) -> Message:
         raise AssertionError("an envelope that cannot be opened is not run")
 
     return asyncio.run(serve_envelope(envelope, never)).error_code

@@ -20,6 +20,7 @@ from riverbed.protocol.messages import (
     DescribeAclsRequest,
     DescribeAclsResponse,
 )
+from riverbed.server.forwarding import origin_of
 from riverbed.server.network import RequestContext
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ async def handle_create_acls(
         return CreateAclsResponse(
             results=[R(error_code=_DISABLED, error_message=_DISABLED_TEXT) for _ in req.creations]
         )
-    return await broker.metadata.create_acls(req)
+    return await broker.metadata.create_acls(req, origin_of(ctx))
 
 
 async def handle_delete_acls(
@@ -58,4 +59,4 @@ async def handle_delete_acls(
                 R(error_code=_DISABLED, error_message=_DISABLED_TEXT) for _ in req.filters
             ]
         )
-    return await broker.metadata.delete_acls(req)
+    return await broker.metadata.delete_acls(req, origin_of(ctx))

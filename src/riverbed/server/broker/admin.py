@@ -138,7 +138,7 @@ async def handle_alter_configs(
     if refused and not kept:
         return AlterConfigsResponse(responses=results)
     req = AlterConfigsRequest(resources=kept, validate_only=req.validate_only)
-    response = await broker.metadata.alter_configs(req)
+    response = await broker.metadata.alter_configs(req, origin_of(ctx))
     response.responses.extend(results)
     return response
 
@@ -154,7 +154,7 @@ async def handle_incremental_alter_configs(
     if refused and not kept:
         return IncrementalAlterConfigsResponse(responses=results)
     req = IncrementalAlterConfigsRequest(resources=kept, validate_only=req.validate_only)
-    response = await broker.metadata.incremental_alter_configs(req)
+    response = await broker.metadata.incremental_alter_configs(req, origin_of(ctx))
     response.responses.extend(results)
     return response
 
@@ -208,7 +208,7 @@ def _changes(
 async def handle_elect_leaders(
     broker: Broker, ctx: RequestContext, req: ElectLeadersRequest
 ) -> ElectLeadersResponse:
-    return await broker.metadata.elect_leaders(req)
+    return await broker.metadata.elect_leaders(req, origin_of(ctx))
 
 
 async def handle_describe_configs(
@@ -241,7 +241,7 @@ def _describe_configs_refused(req: DescribeConfigsRequest) -> DescribeConfigsRes
 async def handle_alter_partition_reassignments(
     broker: Broker, ctx: RequestContext, req: AlterPartitionReassignmentsRequest
 ) -> AlterPartitionReassignmentsResponse:
-    response = await broker.metadata.alter_partition_reassignments(req)
+    response = await broker.metadata.alter_partition_reassignments(req, origin_of(ctx))
     await broker.partitions.settled()  # new replicas' logs exist before the answer
     return response
 
@@ -357,4 +357,4 @@ async def handle_update_features(
     (`riverbed.metadata.feature_control`); a v0 request's AllowDowngrade becomes its
     upgrade type first (the forwarded request is the newest version)."""
     set_upgrade_types(req, ctx.header.api_version)
-    return await broker.metadata.update_features(req)
+    return await broker.metadata.update_features(req, origin_of(ctx))

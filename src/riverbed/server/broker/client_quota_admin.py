@@ -17,6 +17,7 @@ from riverbed.protocol.messages import (
     DescribeClientQuotasRequest,
     DescribeClientQuotasResponse,
 )
+from riverbed.server.forwarding import origin_of
 from riverbed.server.network import RequestContext
 
 if TYPE_CHECKING:
@@ -32,4 +33,4 @@ async def handle_describe_client_quotas(
 async def handle_alter_client_quotas(
     broker: Broker, ctx: RequestContext, req: AlterClientQuotasRequest
 ) -> AlterClientQuotasResponse:
-    return await broker.metadata.alter_client_quotas(req)
+    return await broker.metadata.alter_client_quotas(req, origin_of(ctx))

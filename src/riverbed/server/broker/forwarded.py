@@ -17,6 +17,7 @@ from riverbed.protocol.messages import (
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
 )
+from riverbed.server.forwarding import origin_of
 from riverbed.server.network import RequestContext
 
 if TYPE_CHECKING:
@@ -32,4 +33,4 @@ async def handle_describe_quorum(
 async def handle_unregister_broker(
     broker: Broker, ctx: RequestContext, req: UnregisterBrokerRequest
 ) -> UnregisterBrokerResponse:
-    return await broker.metadata.unregister_broker(req)
+    return await broker.metadata.unregister_broker(req, origin_of(ctx))

@@ -16,6 +16,7 @@ from riverbed.protocol.messages import (
     DescribeUserScramCredentialsRequest,
     DescribeUserScramCredentialsResponse,
 )
+from riverbed.server.forwarding import origin_of
 from riverbed.server.network import RequestContext
 
 if TYPE_CHECKING:
@@ -31,4 +32,4 @@ async def handle_describe_user_scram_credentials(
 async def handle_alter_user_scram_credentials(
     broker: Broker, ctx: RequestContext, req: AlterUserScramCredentialsRequest
 ) -> AlterUserScramCredentialsResponse:
-    return await broker.metadata.alter_user_scram_credentials(req)
+    return await broker.metadata.alter_user_scram_credentials(req, origin_of(ctx))

@@ -28,18 +28,25 @@ withholds an internal exception's text from clients); the broker logs it instead
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar
 
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import (
+    AlterClientQuotasRequest,
     AlterClientQuotasResponse,
+    AlterReplicaLogDirsRequest,
     AlterReplicaLogDirsResponse,
+    AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
+    CreateAclsRequest,
     CreateAclsResponse,
+    DeleteAclsRequest,
     DeleteAclsResponse,
+    DescribeUserScramCredentialsRequest,
     DescribeUserScramCredentialsResponse,
     Message,
+    OffsetFetchResponse,
     message_spec,
     response_class,
 )
@@ -208,7 +215,22 @@ def _copy_keys(
             setattr(entry, f.attr, value)
 
 
-def _alter_replica_log_dirs(req: Any, code: int) -> Message:
+#: An error response built from its request and the code.
+ErrorAnswer = Callable[[Message, int], Message]
+RequestT = TypeVar("RequestT", bound=Message)
+
+
+def _for(request_type: type[RequestT], build: Callable[[RequestT, int], Message]) -> ErrorAnswer:
+    """``build`` for requests of ``request_type`` (the table is keyed by api key)."""
+
+    def answer(request: Message, code: int) -> Message:
+        assert isinstance(request, request_type), (type(request), request_type)
+        return build(request, code)
+
+    return answer
+
+
+def _alter_replica_log_dirs(req: AlterReplicaLogDirsRequest, code: int) -> Message:
     """Each partition of each log dir, answered per topic."""
     A = AlterReplicaLogDirsResponse
     partitions: dict[str, list[int]] = {}
@@ -226,14 +248,14 @@ def _alter_replica_log_dirs(req: Any, code: int) -> Message:
     )
 
 
-def _alter_user_scram_credentials(req: Any, code: int) -> Message:
+def _alter_user_scram_credentials(req: AlterUserScramCredentialsRequest, code: int) -> Message:
     """Each user of the deletions and upsertions, once, in name order (Kafka's)."""
-    users = sorted({c.name for c in (*req.deletions, *req.upsertions)})
+    users = sorted({d.name for d in req.deletions} | {u.name for u in req.upsertions})
     R = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
     return AlterUserScramCredentialsResponse(results=[R(user=u, error_code=code) for u in users])
 
 
-def _alter_client_quotas(req: Any, code: int) -> Message:
+def _alter_client_quotas(req: AlterClientQuotasRequest, code: int) -> Message:
     """Each entry, with its entity."""
     Q = AlterClientQuotasResponse
     return Q(
@@ -250,7 +272,9 @@ def _alter_client_quotas(req: Any, code: int) -> Message:
     )
 
 
-def _describe_user_scram_credentials(req: Any, code: int) -> Message:
+def _describe_user_scram_credentials(
+    req: DescribeUserScramCredentialsRequest, code: int
+) -> Message:
     """The code, and a result per requested user with it: Kafka's error response names no
     user in them (``User`` keeps its default, ""); describing every user (null) has none."""
     D = DescribeUserScramCredentialsResponse
@@ -258,13 +282,13 @@ def _describe_user_scram_credentials(req: Any, code: int) -> Message:
     return D(error_code=code, results=[R(error_code=code) for _ in req.users or ()])
 
 
-def _create_acls(req: Any, code: int) -> Message:
+def _create_acls(req: CreateAclsRequest, code: int) -> Message:
     """One result per creation, in order (results carry no key: clients count them)."""
     R = CreateAclsResponse.AclCreationResult
     return CreateAclsResponse(results=[R(error_code=code) for _ in req.creations])
 
 
-def _delete_acls(req: Any, code: int) -> Message:
+def _delete_acls(req: DeleteAclsRequest, code: int) -> Message:
     """One filter result per filter, in order (no key either)."""
     F = DeleteAclsResponse.DeleteAclsFilterResult
     return DeleteAclsResponse(filter_results=[F(error_code=code) for _ in req.filters])
@@ -273,13 +297,17 @@ def _delete_acls(req: Any, code: int) -> Message:
 #: Responses whose entries answer request items the schema cannot pair by key fields
 #: (items spread over several request arrays, keyed under another name, or not at all):
 #: hand-built per item, as Kafka's getErrorResponse, so a client finds each item's error.
-_BY_HAND: dict[int, Callable[[Any, int], Message]] = {
-    ApiKey.CREATE_ACLS: _create_acls,
-    ApiKey.DELETE_ACLS: _delete_acls,
-    ApiKey.ALTER_REPLICA_LOG_DIRS: _alter_replica_log_dirs,
-    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _alter_user_scram_credentials,
-    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _describe_user_scram_credentials,
-    ApiKey.ALTER_CLIENT_QUOTAS: _alter_client_quotas,
+_BY_HAND: dict[int, ErrorAnswer] = {
+    ApiKey.CREATE_ACLS: _for(CreateAclsRequest, _create_acls),
+    ApiKey.DELETE_ACLS: _for(DeleteAclsRequest, _delete_acls),
+    ApiKey.ALTER_REPLICA_LOG_DIRS: _for(AlterReplicaLogDirsRequest, _alter_replica_log_dirs),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _for(
+        AlterUserScramCredentialsRequest, _alter_user_scram_credentials
+    ),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _for(
+        DescribeUserScramCredentialsRequest, _describe_user_scram_credentials
+    ),
+    ApiKey.ALTER_CLIENT_QUOTAS: _for(AlterClientQuotasRequest, _alter_client_quotas),
 }
 
 
@@ -297,8 +325,9 @@ def error_response(api_key: int, request: Message, version: int, code: ErrorCode
     return fit_to_version(response, version)
 
 
-def _group_errors_alone(response: Any) -> None:
+def _group_errors_alone(response: Message) -> None:
     """OffsetFetch v8+: a group answered an error carries no topics (Kafka's groupError)."""
+    assert isinstance(response, OffsetFetchResponse)
     for group in response.groups or ():
         group.topics = []
 

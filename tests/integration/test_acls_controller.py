@@ -316,3 +316,31 @@ def test_clients_metadata_writes_through_a_broker_only_node(cluster: QuorumClust
     described_users = admin.describe_user_scram_credentials([name])
     user = described_users[name].result(timeout=TIMEOUT_S)
     assert [m.mechanism for m in user.scram_credential_infos] == [ScramMechanism.SCRAM_SHA_256]
+
+
+def test_a_broker_only_node_creates_its_internal_topic_as_itself(cluster: QuorumCluster) -> None:
+    """FindCoordinator on the broker-only node creates ``__consumer_offsets``: the node sends
+    that CreateTopics as itself (no client behind it), and CLUSTER_ACTION suffices for an
+    internal topic on the controller (Kafka's AutoTopicCreationManager without a context)."""
+    import time
+
+    from riverbed.protocol.messages import FindCoordinatorRequest
+
+    from .test_wire_protocol import Client
+
+    c = Client(cluster.ports[2][0])
+    try:
+        deadline = time.monotonic() + scaled_s(TIMEOUT_S)
+        codes = []
+        while time.monotonic() < deadline:
+            req = FindCoordinatorRequest(key_type=0, coordinator_keys=["g-broker2"])
+            resp = c.call(ApiKey.FIND_COORDINATOR, 4, req)
+            codes.append(resp.coordinators[0].error_code)
+            if codes[-1] == 0:
+                break
+            time.sleep(0.2)
+    finally:
+        c.close()
+    assert codes[-1] == 0, codes
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    assert "__consumer_offsets" in admin.list_topics(timeout=TIMEOUT_S).topics

@@ -229,3 +229,37 @@ def test_a_key_store_that_cannot_be_used_exits_2_naming_the_key(
     assert done.returncode == 2, done.stderr
     assert named in done.stderr, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        # one name OpenSSL does not know beside one it knows: Kafka's SSLEngine refuses
+        # the list ("Unsupported CipherSuite"); the known name alone was enough before
+        (
+            {"ssl.cipher.suites": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_NO_SUCH_SUITE"},
+            "TLS_NO_SUCH_SUITE",
+        ),
+        # Kafka's SSLContext.getInstance("TLSv9") fails: the broker does not start
+        ({"ssl.protocol": "TLSv9"}, "ssl.protocol"),
+        # Kafka's KeyManagerFactory recovers the PKCS12 key with ssl.key.password
+        (
+            {
+                "ssl.keystore.type": "PKCS12",
+                "ssl.keystore.location": "{dir}/server.p12",
+                "ssl.keystore.password": "test-store-password",
+                "ssl.key.password": "another-password",
+            },
+            "ssl.key.password",
+        ),
+    ],
+)
+def test_a_tls_setting_kafka_refuses_exits_2_naming_it(
+    tmp_path: Path, pki: Pki, settings: dict[str, str], named: str
+) -> None:
+    located = {"ssl.keystore.location": str(pki.server_pem)}
+    located |= {k: v.format(dir=pki.directory) for k, v in settings.items()}
+    done = _start(tmp_path, *_tls_listener(located))
+    assert done.returncode == 2, done.stderr
+    assert named in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr

@@ -14,10 +14,8 @@ Key stores (Kafka's DefaultSslEngineFactory):
 - JKS (Kafka's default type) is Java-only: a JKS store is a configuration error.
 
 ``ssl.client.auth`` none / requested / required maps to CERT_NONE / CERT_OPTIONAL /
-CERT_REQUIRED; ``ssl.enabled.protocols`` (TLSv1.2, TLSv1.3) to the context's minimum and
-maximum version; ``ssl.cipher.suites`` (IANA names as Kafka takes them, or OpenSSL names)
-restricts the TLS 1.2 suites (the ssl module cannot restrict TLS 1.3's, which are all
-strong). A client context verifies the server's certificate and, with
+CERT_REQUIRED; ``ssl.protocol``, ``ssl.enabled.protocols`` and ``ssl.cipher.suites`` are
+checked and applied by `riverbed.server.tls_protocols`. A client context verifies the server's certificate and, with
 ``ssl.endpoint.identification.algorithm=https`` (the default), its host name.
 
 Handshakes are bounded (`HandshakeLimiter`): at most ``TLS_HANDSHAKES_CONCURRENT_MAX``
@@ -39,6 +37,8 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from riverbed.server.tls_protocols import apply_protocols
 
 
 class RecordsReader(Protocol):
@@ -85,7 +85,6 @@ TLS_HANDSHAKE_TIMEOUT_MS = 10_000
 STORE_FILE_BYTES_MAX = 1_048_576
 
 _PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.S)
-_PROTOCOLS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 
 #: A resolved config value by key (listener override first), None when unset.
 Lookup = Callable[[str], object]
@@ -150,12 +149,16 @@ def _private_file(data: str) -> Iterator[str]:
         os.unlink(path)
 
 
-def _pkcs12(key: str, path: str, password: str | None) -> tuple[str, str, str]:
-    """(private key PEM, certificate chain PEM, CA certificates PEM) of a PKCS12 file."""
+def _pkcs12(
+    key: str, path: str, password: str | None, key_password: str | None = None
+) -> tuple[str, str, str]:
+    """(private key PEM, certificate chain PEM, CA certificates PEM) of a PKCS12 file;
+    ``key_password``: ``ssl.key.password`` of a key store."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.serialization import pkcs12
 
     data = _read(key, path)
+    _check_pkcs12_key_password(path, data, password, key_password)
     try:
         pk, cert, extra = pkcs12.load_key_and_certificates(
             data, password.encode() if password else None
@@ -182,6 +185,29 @@ def _pkcs12(key: str, path: str, password: str | None) -> tuple[str, str, str]:
         cert.public_bytes(enc) if cert is not None and pk is None else b""
     )
     return key_pem.decode(), chain.decode(), cas.decode()
+
+
+def _check_pkcs12_key_password(
+    path: str, data: bytes, password: str | None, key_password: str | None
+) -> None:
+    """Kafka's KeyManagerFactory recovers a PKCS12 store's key with ``ssl.key.password``
+    (the store password when unset); a store protects its key with one password (keytool
+    and openssl write one), so another one fails and the broker does not start. The
+    cryptography package opens a store with a single password: one the key password
+    cannot open is refused."""
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    if key_password is None or key_password == (password or ""):
+        return
+    try:
+        pkcs12.load_key_and_certificates(data, key_password.encode())
+    except ValueError:
+        raise TlsConfigError(
+            "ssl.key.password",
+            f"cannot recover the private key of PKCS12 store {path} with ssl.key.password: "
+            "it is not the key's password (a PKCS12 key has the store's password: leave "
+            "ssl.key.password unset or set it to ssl.keystore.password)",
+        ) from None
 
 
 def _load_keystore(ctx: ssl.SSLContext, get: Lookup, required: bool) -> str | None:
@@ -221,7 +247,7 @@ def _load_keystore(ctx: ssl.SSLContext, get: Lookup, required: bool) -> str | No
         return pem
     if store_type == "PKCS12":
         key_pem, chain, _ = _pkcs12(
-            "ssl.keystore.location", location, _str(get("ssl.keystore.password"))
+            "ssl.keystore.location", location, _str(get("ssl.keystore.password")), key_password
         )
         _load_chain(ctx, "ssl.keystore.location", chain + key_pem, None)
         return chain + key_pem
@@ -295,36 +321,6 @@ def _load_truststore(ctx: ssl.SSLContext, get: Lookup) -> bool:
     except ssl.SSLError as exc:
         raise TlsConfigError("ssl.truststore.certificates", f"cannot load: {exc}") from None
     return True
-
-
-def _iana_to_openssl(name: str) -> str:
-    """TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384 -> ECDHE-RSA-AES256-GCM-SHA384 (TLS 1.2)."""
-    kx, sep, cipher = name.removeprefix("TLS_").partition("_WITH_")
-    if not sep:
-        return name
-    cipher = re.sub(r"AES_(\d+)", r"AES\1", cipher).replace("_CBC", "")
-    cipher = cipher.replace("CHACHA20_POLY1305_SHA256", "CHACHA20_POLY1305")
-    parts = ([] if kx == "RSA" else [kx.replace("_", "-")]) + [cipher.replace("_", "-")]
-    return "-".join(parts)
-
-
-def _apply_protocols(ctx: ssl.SSLContext, get: Lookup) -> None:
-    enabled = get("ssl.enabled.protocols") or ["TLSv1.2", "TLSv1.3"]
-    assert isinstance(enabled, list)
-    versions = sorted(_PROTOCOLS[p] for p in enabled if p in _PROTOCOLS)
-    if not versions:
-        raise TlsConfigError("ssl.enabled.protocols", "no supported protocol (TLSv1.2, TLSv1.3)")
-    ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
-    suites = get("ssl.cipher.suites") or []
-    assert isinstance(suites, list)
-    tls12 = [_iana_to_openssl(s) for s in suites if not s.startswith(("TLS_AES_", "TLS_CHACHA20"))]
-    if tls12:
-        try:
-            ctx.set_ciphers(":".join(tls12))
-        except ssl.SSLError:
-            raise TlsConfigError(
-                "ssl.cipher.suites", f"none of the cipher suites {suites} is available"
-            ) from None
 
 
 class DirectSSLObject(ssl.SSLObject):
@@ -424,7 +420,7 @@ def server_tls(get: Lookup) -> ServerTls:
     """The listener's server-side context (TlsConfigError naming the bad key)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.sslobject_class = DirectSSLObject
-    _apply_protocols(ctx, get)
+    apply_protocols(ctx, get, TlsConfigError)
     pem = _load_keystore(ctx, get, required=True)
     has_trust = _load_truststore(ctx, get)
     client_auth = str(get("ssl.client.auth") or "none")
@@ -440,7 +436,7 @@ def server_tls(get: Lookup) -> ServerTls:
 def client_context(get: Lookup) -> ssl.SSLContext:
     """A context for riverbed's own connections to a TLS listener of another node."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    _apply_protocols(ctx, get)
+    apply_protocols(ctx, get, TlsConfigError)
     if not _load_truststore(ctx, get):
         ctx.load_default_certs()
     _load_keystore(ctx, get, required=False)  # presented when the server asks

@@ -15,8 +15,9 @@ Key stores (Kafka's DefaultSslEngineFactory):
 
 ``ssl.client.auth`` none / requested / required maps to CERT_NONE / CERT_OPTIONAL /
 CERT_REQUIRED; ``ssl.protocol``, ``ssl.enabled.protocols`` and ``ssl.cipher.suites`` are
-checked and applied by `riverbed.server.tls_protocols`. A client context verifies the server's certificate and, with
-``ssl.endpoint.identification.algorithm=https`` (the default), its host name.
+checked and applied by `riverbed.server.tls_protocols`. A client context verifies the
+server's certificate and, with ``ssl.endpoint.identification.algorithm=https`` (the
+default), its host name.
 
 Handshakes are bounded (`HandshakeLimiter`): at most ``TLS_HANDSHAKES_CONCURRENT_MAX``
 run at once and each must finish within ``TLS_HANDSHAKE_TIMEOUT_MS``, so a flood of

@@ -86,6 +86,15 @@ def test_a_jsse_ssl_protocol_is_taken(pki: Pki, protocol: str) -> None:
     )
 
 
+def test_an_unset_ssl_protocol_is_kafkas_default(pki: Pki) -> None:
+    """A client's own lookup (riverbed.cli.client_security) has no defaults: an unset
+    ``ssl.protocol`` is Kafka's default TLSv1.3, not an unknown empty name."""
+    settings = _settings(pki)
+    del settings["ssl.protocol"]
+    client_context(settings.get)
+    assert server_tls(settings.get).context
+
+
 def test_an_empty_enabled_protocols_list_keeps_the_engine_defaults(pki: Pki) -> None:
     """Kafka 4.x's DefaultSslEngineFactory takes an empty ``ssl.enabled.protocols`` as
     unset (the engine keeps its defaults: TLSv1.2 and TLSv1.3); it is not refused."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import socket
 import ssl
-import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,13 +23,11 @@ from confluent_kafka.admin import (
 )
 from cryptography import x509
 
-from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
-from riverbed.protocol.headers import RequestHeader, encode_request
-from riverbed.protocol.messages import ApiVersionsRequest
 from riverbed.testing.certs import encrypted_keystore, make_pki, server_keystore
 from riverbed.testing.cluster import scaled_s
 from riverbed.testing.secure import SecureBroker, start_secure_broker
+from riverbed.testing.tls_client import api_versions_round_trip, tls_connection
 
 KEYSTORE = "listener.name.ssl.ssl.keystore.location"
 
@@ -51,11 +48,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
 def _tls(broker: SecureBroker, client: tuple[Path, Path] | None = None) -> ssl.SSLSocket:
     """A TLS connection to the SSL listener, trusting the test CA, host name checked;
     presenting ``client`` (key file, certificate file) when given."""
-    context = ssl.create_default_context(cafile=str(broker.pki.ca))
-    if client is not None:
-        context.load_cert_chain(str(client[1]), str(client[0]))
-    raw = socket.create_connection(("127.0.0.1", broker.ports["SSL"]), timeout=scaled_s(15))
-    return context.wrap_socket(raw, server_hostname="localhost")
+    key, cert = client if client is not None else (None, None)
+    return tls_connection(broker.pki.ca, broker.ports["SSL"], scaled_s(15), cert, key)
 
 
 def _serial(conn: ssl.SSLSocket) -> str:
@@ -67,23 +61,6 @@ def _serial(conn: ssl.SSLSocket) -> str:
 def _new_connection_serial(broker: SecureBroker) -> str:
     with _tls(broker) as conn:
         return _serial(conn)
-
-
-def _api_versions(conn: ssl.SSLSocket, correlation_id: int) -> int:
-    """An ApiVersions round trip on ``conn``: the response's correlation id."""
-    header = RequestHeader(int(ApiKey.API_VERSIONS), 0, correlation_id, "reload")
-    conn.sendall(encode_request(header, ApiVersionsRequest()))
-    size = struct.unpack(">i", _read(conn, 4))[0]
-    return int(struct.unpack(">i", _read(conn, size)[:4])[0])
-
-
-def _read(conn: ssl.SSLSocket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = conn.recv(n - len(out))
-        assert chunk, "connection closed"
-        out += chunk
-    return out
 
 
 def _alter(
@@ -124,14 +101,14 @@ def test_a_replaced_certificate_serves_new_connections_and_old_ones_stay(
     opened = _tls(broker)
     try:
         first = _serial(opened)
-        assert _api_versions(opened, 1) == 1
+        assert api_versions_round_trip(opened, 1) == 1
         renewed = server_keystore(broker.pki, tmp_path / "renewed.pem")
         _alter(broker, str(renewed))
         second = _wait_for_serial(broker, first)
         renewed_serial = x509.load_pem_x509_certificate(renewed.read_bytes()).serial_number
         assert int(second, 16) == renewed_serial  # (getpeercert pads to whole bytes)
         # the connection opened before keeps its session and is still served
-        assert _api_versions(opened, 2) == 2
+        assert api_versions_round_trip(opened, 2) == 2
         assert _serial(opened) == first
     finally:
         opened.close()
@@ -167,7 +144,7 @@ def test_a_replaced_trust_store_admits_clients_of_a_new_ca(
     def admitted() -> bool:
         try:
             with _tls(broker, client) as conn:
-                return _api_versions(conn, 7) == 7
+                return api_versions_round_trip(conn, 7) == 7
         except (ssl.SSLError, ConnectionError, AssertionError):
             return False  # refused: TLS 1.3 closes after the handshake
 

@@ -34,7 +34,7 @@ from riverbed.metadata.control_common import (
 from riverbed.metadata.control_common import ControllerError as _Err
 from riverbed.metadata.image import MetadataImage
 from riverbed.metadata.records import METADATA_TOPIC, ResourceType
-from riverbed.metadata.security_configs import dynamic_listener_key
+from riverbed.metadata.security_configs import dynamic_listener_key, is_dynamic_tls_key
 from riverbed.metadata.topic_configs import (
     TOPIC_CONFIG_DEFS,
     describe_topic_config,
@@ -124,14 +124,16 @@ class _Target:
             if tdef is None:
                 raise _Err(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
             return tdef.definition
-        listener_key = dynamic_listener_key(name)
-        if listener_key is not None:
+        if is_dynamic_tls_key(name):
             if not self.rname:
                 raise _Err(
                     ErrorCode.INVALID_REQUEST,
                     "Cannot update these configs at default cluster level, broker id must be "
                     f"specified: {name}",
                 )
+            listener_key = dynamic_listener_key(name)
+            if listener_key is None:
+                return CONFIG_DEFS[name]
             return dataclasses.replace(CONFIG_DEFS[listener_key[1]], name=name)
         cdef = CONFIG_DEFS.get(name)
         if cdef is None:

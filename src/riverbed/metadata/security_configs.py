@@ -70,9 +70,11 @@ SECURITY_CONFIGS: tuple[ConfigDef, ...] = (
 
 #: Listener TLS keys a running broker takes through AlterConfigs on its own broker resource
 #: as ``listener.name.<l>.<key>`` (Kafka's dynamic listener SSL configs: key and trust
-#: stores replaced without a restart). Per broker only, never at the cluster default.
+#: stores replaced without a restart, and ``ssl.client.auth``, "per-broker" in Kafka's
+#: documentation). Per broker only, never at the cluster default.
 DYNAMIC_LISTENER_SSL_KEYS: frozenset[str] = frozenset(
     {
+        "ssl.client.auth",
         "ssl.keystore.type",
         "ssl.keystore.location",
         "ssl.keystore.password",
@@ -85,6 +87,10 @@ DYNAMIC_LISTENER_SSL_KEYS: frozenset[str] = frozenset(
         "ssl.truststore.certificates",
     }
 )
+#: TLS keys a broker's own resource also takes without the listener prefix, for its
+#: listeners that have no ``listener.name.<l>.`` value (Kafka's PerBrokerConfigs; the
+#: key and trust stores are per listener only there).
+PER_BROKER_SSL_KEYS: frozenset[str] = frozenset({"ssl.client.auth"})
 LISTENER_PREFIX = "listener.name."
 
 
@@ -96,3 +102,8 @@ def dynamic_listener_key(name: str) -> tuple[str, str] | None:
     if not dot or not listener or key not in DYNAMIC_LISTENER_SSL_KEYS:
         return None
     return listener, key
+
+
+def is_dynamic_tls_key(name: str) -> bool:
+    """A TLS config a broker's own resource takes at run time (per listener or plain)."""
+    return name in PER_BROKER_SSL_KEYS or dynamic_listener_key(name) is not None

@@ -1,6 +1,7 @@
 """Key and trust stores replaced on a running broker (Kafka's dynamic listener SSL configs).
 
-``listener.name.<l>.ssl.keystore.*`` / ``ssl.truststore.*`` (and ``ssl.key.password``)
+``listener.name.<l>.ssl.keystore.*`` / ``ssl.truststore.*`` (and ``ssl.key.password``),
+and ``ssl.client.auth`` per listener or plain (for the listeners without their own value)
 set with AlterConfigs or IncrementalAlterConfigs on this broker's own resource
 (``BROKER "<id>"``; the cluster default is refused by the controller, as Kafka's "broker
 id must be specified") are:
@@ -14,8 +15,15 @@ id must be specified") are:
    store cannot be added to a listener that had none. Such a change must be sent to the
    broker it alters ("Unexpected broker id");
 2. applied when the ConfigRecords reach this broker's metadata image: the listener's
-   security is rebuilt and new connections handshake with the new context; connections
-   already open keep theirs (an ``SSLContext`` lives as long as its connections).
+   security is rebuilt and new connections handshake with the new context (a new
+   ``ssl.client.auth`` mode included); connections already open keep theirs (an
+   ``SSLContext`` lives as long as its connections).
+
+``ssl.client.auth`` is "per-broker" dynamic in Kafka's documentation, but Kafka 4.x's
+SslFactory copies only SslConfigs.RECONFIGURABLE_CONFIGS (the stores) into the rebuilt
+engine factory and lists ssl.client.auth in NON_RECONFIGURABLE_CONFIGS, so the stored
+value does not reach a running listener there (as KAFKA-20437 reports for
+ssl.enabled.protocols); riverbed applies it to new connections, as documented.
 """
 
 from __future__ import annotations
@@ -24,7 +32,11 @@ import logging
 from collections.abc import Mapping
 
 from riverbed.metadata.image import MetadataImage
-from riverbed.metadata.security_configs import dynamic_listener_key
+from riverbed.metadata.security_configs import (
+    PER_BROKER_SSL_KEYS,
+    dynamic_listener_key,
+    is_dynamic_tls_key,
+)
 from riverbed.protocol.errors import ErrorCode
 from riverbed.server.config import ConfigError, ServerConfig
 from riverbed.server.listener_security import (
@@ -44,8 +56,8 @@ OP_SET, OP_DELETE = 0, 1
 
 
 def listener_keys(configs: Mapping[str, str]) -> dict[str, str]:
-    """The dynamic listener TLS keys of a broker's dynamic configs."""
-    return {k: v for k, v in configs.items() if dynamic_listener_key(k) is not None}
+    """The dynamic TLS keys (per listener or plain) of a broker's dynamic configs."""
+    return {k: v for k, v in configs.items() if is_dynamic_tls_key(k)}
 
 
 def certificate_change_problem(
@@ -100,7 +112,13 @@ class DynamicListeners:
     def _listeners_touched(self, old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
         changed = {k for k in set(old) | set(new) if old.get(k) != new.get(k)}
         lowered = {key[0] for k in changed if (key := dynamic_listener_key(k)) is not None}
-        return [lst.name for lst in self.config.listeners if lst.name.lower() in lowered]
+        plain = not changed.isdisjoint(PER_BROKER_SSL_KEYS)  # every TLS listener
+        return [
+            lst.name
+            for lst in self.config.listeners
+            if lst.name.lower() in lowered
+            or (plain and lst.security_protocol in ("SSL", "SASL_SSL"))
+        ]
 
     def _build(self, name: str, dynamic: Mapping[str, str]) -> ListenerSecurity:
         protocol = next(lst.security_protocol for lst in self.config.listeners if lst.name == name)
@@ -149,7 +167,7 @@ class DynamicListeners:
                 continue
             self.security[name] = new
             self.server.reconfigure(name, new)
-            log.info("listener %s: new connections use the replaced key/trust stores", name)
+            log.info("listener %s: new connections use the new TLS configuration", name)
         self._applied = wanted
 
     def refusal(
@@ -164,7 +182,7 @@ class DynamicListeners:
         (name, operation, value), is refused here (None: forward it)."""
         if resource_type != BROKER_RESOURCE or not resource_name:
             return None
-        if not any(dynamic_listener_key(name) for name, _, _ in changes):
+        if not any(is_dynamic_tls_key(name) for name, _, _ in changes):
             return None
         if resource_name.strip() != str(self.node_id):
             return ErrorCode.INVALID_REQUEST, (
@@ -174,7 +192,7 @@ class DynamicListeners:
         current = image.broker_config(self.node_id) if incremental else {}
         wanted = listener_keys(current)
         for name, op, value in changes:
-            if dynamic_listener_key(name) is None:
+            if not is_dynamic_tls_key(name):
                 continue
             if op == OP_DELETE:
                 wanted.pop(name, None)

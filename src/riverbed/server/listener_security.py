@@ -62,7 +62,9 @@ def _no_scram(mechanism: ScramMechanism, user: str) -> ScramCredential | None:
 
 
 class ListenerConfig:
-    """Typed values of one listener: ``listener.name.<l>.<key>`` over ``<key>``."""
+    """Typed values of one listener: ``listener.name.<l>.<key>`` over ``<key>``, each
+    dynamic value (AlterConfigs) over the file's, as Kafka's valuesWithPrefixOverride on
+    the dynamic config: a listener's own value in the file beats a plain dynamic one."""
 
     def __init__(
         self, config: ServerConfig, listener: str, dynamic: Mapping[str, str] | None = None
@@ -70,27 +72,34 @@ class ListenerConfig:
         self.config = config
         self.listener = listener
         self.prefix = f"listener.name.{listener.lower()}."
-        #: this broker's dynamic configs (AlterConfigs): listener.name.<l>.ssl.* over the file
+        #: this broker's dynamic TLS configs (AlterConfigs): listener.name.<l>.ssl.* and
+        #: the plain per-broker ones
         self.dynamic: Mapping[str, str] = dynamic or {}
 
-    def _prefixed(self, key: str) -> str | None:
-        name = self.prefix + key
+    def _layered(self, name: str) -> str | None:
         value = self.dynamic.get(name)
         return value if value is not None else self.config.originals.get(name)
 
+    def _set(self, key: str) -> tuple[str, str] | None:
+        """(the name it is set under, raw value) of ``key``: per listener first."""
+        for name in (self.prefix + key, key):
+            value = self._layered(name)
+            if value is not None:
+                return name, value
+        return None
+
     def raw(self, key: str) -> str | None:
-        value = self._prefixed(key)
-        return value if value is not None else self.config.originals.get(key)
+        found = self._set(key)
+        return None if found is None else found[1]
 
     def get(self, key: str) -> object:
-        cdef = CONFIG_DEFS[key]
-        raw = self._prefixed(key)
-        if raw is None:
-            return self.config.get(key)
+        found = self._set(key)
+        if found is None or (found[0] == key and key not in self.dynamic):
+            return self.config.get(key)  # unset, or the file's plain value: parsed already
         try:
-            return cdef.parse(raw)
+            return CONFIG_DEFS[key].parse(found[1])
         except ConfigValueError as exc:
-            raise ConfigError(self.prefix + key, str(exc)) from None
+            raise ConfigError(found[0], str(exc)) from None
 
     def jaas(self, mechanism: str) -> LoginModule | None:
         key = f"{self.prefix}{mechanism.lower()}.sasl.jaas.config"

@@ -507,7 +507,24 @@ def test_dynamic_listener_tls_configs_are_per_broker_only():
     res = _incremental(c, image, ResourceType.BROKER, "", (key, OP_SET, "/new.pem"))
     assert res.response.responses[0].error_code == ErrorCode.INVALID_REQUEST
     assert "broker id must be specified" in res.response.responses[0].error_message
-    # only key / trust store keys are dynamic per listener
-    other = "listener.name.ssl.ssl.client.auth"
-    res = _incremental(c, image, ResourceType.BROKER, "1", (other, OP_SET, "required"))
+    # key / trust stores and ssl.client.auth are dynamic per listener, not the others
+    other = "listener.name.ssl.ssl.principal.mapping.rules"
+    res = _incremental(c, image, ResourceType.BROKER, "1", (other, OP_SET, "DEFAULT"))
     assert res.response.responses[0].error_code == ErrorCode.INVALID_CONFIG
+
+
+def test_ssl_client_auth_is_a_per_broker_dynamic_config():
+    """Kafka documents ssl.client.auth as per-broker dynamic (DynamicListenerConfig's
+    ReconfigurableConfigs, in PerBrokerConfigs): per listener or plain, on a broker's own
+    resource; the cluster default refuses it; its values stay checked."""
+    c = make_controller()
+    image = cluster_image(c)
+    for key in ("listener.name.ssl.ssl.client.auth", "ssl.client.auth"):
+        res = _incremental(c, image, ResourceType.BROKER, "1", (key, OP_SET, "required"))
+        assert res.response.responses[0].error_code == 0, key
+        assert replay_all(image, res.records).broker_config("1") == {key: "required"}
+        res = _incremental(c, image, ResourceType.BROKER, "", (key, OP_SET, "required"))
+        assert res.response.responses[0].error_code == ErrorCode.INVALID_REQUEST, key
+        assert "broker id must be specified" in res.response.responses[0].error_message
+        res = _incremental(c, image, ResourceType.BROKER, "1", (key, OP_SET, "always"))
+        assert res.response.responses[0].error_code == ErrorCode.INVALID_CONFIG, key

@@ -106,7 +106,7 @@ def _read(path: str) -> str:
 def _lookup(props: Mapping[str, str]) -> Lookup:
     def get(key: str) -> object:
         value = props.get(key)
-        if key == "ssl.enabled.protocols" and value is not None:
+        if key in ("ssl.enabled.protocols", "ssl.cipher.suites") and value is not None:
             return [p.strip() for p in value.split(",") if p.strip()]
         if key == "ssl.endpoint.identification.algorithm" and value is None:
             return "https"  # Kafka's and librdkafka's default

@@ -129,3 +129,15 @@ def test_a_bad_command_config_fails_only_that_command(tmp_path: Path) -> None:
     missing = argparse.Namespace(command_config=str(tmp_path / "absent.properties"))
     assert run_guarded(lambda args: 0)(missing) == 1
     assert wire.current_security().protocol == "PLAINTEXT"
+
+
+def test_cipher_suites_in_a_command_config_are_a_list(pki: Pki) -> None:
+    """``ssl.cipher.suites`` is comma-separated in a properties file, as Kafka reads it: a
+    known suite restricts the wire client's TLS 1.2 ciphers, an unknown one is named."""
+    props = {**java_props(pki), "ssl.cipher.suites": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"}
+    security = wire_security(props)
+    assert security.ssl_context is not None
+    names = {c["name"] for c in security.ssl_context.get_ciphers() if c["protocol"] == "TLSv1.2"}
+    assert names == {"ECDHE-RSA-AES128-GCM-SHA256"}
+    with pytest.raises(Exception, match="TLS_NO_SUCH_SUITE"):
+        wire_security({**props, "ssl.cipher.suites": "TLS_NO_SUCH_SUITE, TLS_AES_128_GCM_SHA256"})

@@ -247,9 +247,13 @@ def _load_keystore(ctx: ssl.SSLContext, get: Lookup, required: bool) -> str | No
         _load_chain(ctx, "ssl.keystore.location", pem, key_password)
         return pem
     if store_type == "PKCS12":
-        key_pem, chain, _ = _pkcs12(
-            "ssl.keystore.location", location, _str(get("ssl.keystore.password")), key_password
-        )
+        store_password = _str(get("ssl.keystore.password"))
+        if store_password is None:  # Kafka's DefaultSslEngineFactory.createKeystore
+            raise TlsConfigError(
+                "ssl.keystore.password",
+                "SSL key store is specified, but key store password is not specified.",
+            )
+        key_pem, chain, _ = _pkcs12("ssl.keystore.location", location, store_password, key_password)
         _load_chain(ctx, "ssl.keystore.location", chain + key_pem, None)
         return chain + key_pem
     raise TlsConfigError(

@@ -129,3 +129,12 @@ def test_a_pkcs12_key_password_unset_or_the_store_password_loads(
     pki: Pki, key_password: str | None
 ) -> None:
     assert server_tls(_pkcs12(pki, **{"ssl.key.password": key_password}).get).certificate
+
+
+def test_a_pkcs12_key_store_without_its_password_is_refused(pki: Pki) -> None:
+    """Kafka's DefaultSslEngineFactory: "SSL key store is specified, but key store password
+    is not specified." (a trust store may go without one)."""
+    with pytest.raises(TlsConfigError) as info:
+        server_tls(_pkcs12(pki, **{"ssl.keystore.password": None}).get)
+    assert info.value.key == "ssl.keystore.password"
+    assert "key store password is not specified" in str(info.value)

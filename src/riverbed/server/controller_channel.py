@@ -105,7 +105,8 @@ class ControllerChannel:
         header = RequestHeader(api_key, version, 1, f"riverbed-forward-{self.node_id}")
 
         async def exchange() -> Message:
-            reader, writer = await connect(host, port, self.security, header.client_id or "")
+            login = await connect(host, port, self.security, header.client_id or "")
+            reader, writer = login.reader, login.writer
             try:
                 writer.write(encode_request(header, request))
                 await writer.drain()

@@ -10,7 +10,8 @@ KIP-368: when the server tells a session lifetime (``connections.max.reauth.ms``
 server closes the connection at its first request after the session ends. Kafka's
 clients re-authenticate in band at 85-95% of the lifetime; riverbed's connections, which
 pipeline requests (Raft) or hold one at a time (replica fetchers), log in again on a new
-connection instead: `session_ending` tells a caller, before a request, that it is time.
+connection instead: `NodeConnection.session_ending` tells a caller, before a request,
+that it is time.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import itertools
 import random
 import secrets
 import struct
-import weakref
+from dataclasses import dataclass
 
 from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
 from riverbed.protocol.messages import Message
@@ -32,10 +33,33 @@ _SIZE = struct.Struct(">i")
 #: Kafka's client re-authenticates at a random point of this part of the session lifetime
 #: (SaslClientAuthenticator: 85-95%), so a fleet's renewals do not come at once.
 RENEW_AT_FRACTION = (0.85, 0.95)
-#: writer -> the event loop's time its session should be renewed by
-_RENEW_BY: weakref.WeakKeyDictionary[asyncio.StreamWriter, float] = weakref.WeakKeyDictionary()
+#: Where a connection's renewal point is drawn from unless a caller gives its own.
+_RENEWAL_RANDOM = random.Random()
 #: Largest answer accepted during the SASL login (a SCRAM server-first is ~100 bytes).
 SASL_RESPONSE_BYTES_MAX = 65_536
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConnection:
+    """An authenticated connection and when its SASL session should be renewed."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    #: the event loop's time the session should be renewed by (None: it does not end)
+    renew_by: float | None = None
+
+    def session_ending(self, now: float) -> bool:
+        """Whether the session should be renewed at ``now`` (event-loop time): a request
+        sent later may find the server closing the connection."""
+        return self.renew_by is not None and now >= self.renew_by
+
+
+def renewal_time(now: float, lifetime_ms: int, rng: random.Random) -> float | None:
+    """When a session of ``lifetime_ms`` begun at ``now`` should be renewed: at a random
+    point of `RENEW_AT_FRACTION` of it, as Kafka's client (None: no lifetime)."""
+    if lifetime_ms <= 0:
+        return None
+    return now + lifetime_ms / 1000 * rng.uniform(*RENEW_AT_FRACTION)
 
 
 async def connect(
@@ -43,7 +67,8 @@ async def connect(
     port: int,
     security: ClientSecurity = PLAINTEXT_CLIENT,
     client_id: str = "riverbed",
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    rng: random.Random = _RENEWAL_RANDOM,
+) -> NodeConnection:
     """An authenticated connection to ``host:port`` (ConnectionError/OSError if refused)."""
     if security.ssl_context is None:
         reader, writer = await asyncio.open_connection(host, port)
@@ -55,23 +80,15 @@ async def connect(
             server_hostname=host,
             ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_MS / 1000,
         )
-    if security.mechanism:
-        try:
-            lifetime_ms = await _login(reader, writer, security, client_id)
-        except BaseException:
-            writer.close()
-            raise
-        if lifetime_ms > 0:
-            renew_in_s = lifetime_ms / 1000 * random.uniform(*RENEW_AT_FRACTION)
-            _RENEW_BY[writer] = asyncio.get_running_loop().time() + renew_in_s
-    return reader, writer
-
-
-def session_ending(writer: asyncio.StreamWriter) -> bool:
-    """Whether the SASL session of the connection ``writer`` belongs to should be renewed
-    now (a request sent later may find the server closing the connection)."""
-    renew_by = _RENEW_BY.get(writer)
-    return renew_by is not None and asyncio.get_running_loop().time() >= renew_by
+    if not security.mechanism:
+        return NodeConnection(reader, writer)
+    try:
+        lifetime_ms = await _login(reader, writer, security, client_id)
+    except BaseException:
+        writer.close()
+        raise
+    now = asyncio.get_running_loop().time()
+    return NodeConnection(reader, writer, renewal_time(now, lifetime_ms, rng))
 
 
 async def _exchange(

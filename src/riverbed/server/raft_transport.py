@@ -35,7 +35,7 @@ from riverbed.raft import wire
 from riverbed.raft.messages import Request, Response
 from riverbed.server.client_login import PLAINTEXT_CLIENT, ClientSecurity
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
-from riverbed.server.inter_broker import connect, session_ending
+from riverbed.server.inter_broker import NodeConnection, connect
 from riverbed.server.raft_driver import RaftDriver
 from riverbed.server.supervise import supervise
 from riverbed.storage.layout import METADATA_TOPIC
@@ -71,13 +71,10 @@ async def serve_raft_request(driver: RaftDriver, api_key: int, message: Message)
 
 class _Connection:
     def __init__(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        response_bytes_max: int,
-        fault_handler: FaultHandler,
+        self, login: NodeConnection, response_bytes_max: int, fault_handler: FaultHandler
     ) -> None:
-        self.reader, self.writer = reader, writer
+        self.login = login
+        self.reader, self.writer = login.reader, login.writer
         self.response_bytes_max = response_bytes_max
         self.waiting: dict[int, tuple[RequestHeader, asyncio.Future[Message]]] = {}
         self.next_correlation_id = 1
@@ -123,7 +120,9 @@ class _Connection:
     @property
     def usable(self) -> bool:
         """Open, and its SASL session (KIP-368) not yet due for renewal."""
-        return not self.closed and not self.retiring and not session_ending(self.writer)
+        if self.closed or self.retiring:
+            return False
+        return not self.login.session_ending(asyncio.get_running_loop().time())
 
     def retire(self) -> None:
         """Take no new requests; close once those in flight are answered."""
@@ -171,10 +170,10 @@ class KafkaRaftTransport:
                 host, port = self.endpoints[dest]
             except KeyError:
                 raise ConnectionError(f"no endpoint for node {dest}") from None
-            reader, writer = await asyncio.wait_for(
+            login = await asyncio.wait_for(
                 connect(host, port, self.security, self.client_id), self.connect_timeout_s
             )
-            conn = _Connection(reader, writer, self.response_bytes_max, self.fault_handler)
+            conn = _Connection(login, self.response_bytes_max, self.fault_handler)
             self._connections[dest] = conn
             return conn
 

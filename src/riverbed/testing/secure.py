@@ -293,7 +293,8 @@ def sasl_plain_request(
     header = RequestHeader(key, top if version is None else version, 7, "t")
 
     async def exchange() -> Message:
-        reader, writer = await connect(host, int(port), security, client_id="t")
+        login = await connect(host, int(port), security, client_id="t")
+        reader, writer = login.reader, login.writer
         try:
             writer.write(encode_request(header, body))
             await writer.drain()

@@ -40,7 +40,7 @@ from riverbed.replication.actions import FetchAnswer, FetchPosition, FetchResult
 from riverbed.server.backoff import ExponentialBackoff, Retrier
 from riverbed.server.client_login import PLAINTEXT_CLIENT, ClientSecurity
 from riverbed.server.fault_handler import FaultHandler
-from riverbed.server.inter_broker import connect, session_ending
+from riverbed.server.inter_broker import connect
 from riverbed.server.replication import cycle_trace
 from riverbed.server.supervise import guarded, supervise
 from riverbed.storage.errors import StorageError
@@ -106,6 +106,8 @@ class BrokerChannel:
         self.frame_bytes_max = frame_bytes_max
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
+        #: when the connection's SASL session should be renewed (None: it does not end)
+        self._renew_by: float | None = None
         self._correlation = 0
         #: the event loop's time by which the request in flight must be answered (0: none)
         self._deadline = 0.0
@@ -114,14 +116,15 @@ class BrokerChannel:
         self._timed_out = False  # the watchdog aborted the connection
 
     async def request(self, api_key: int, version: int, body: Message, timeout_s: float) -> Message:
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        if self._writer is not None and session_ending(self._writer):
+        now = asyncio.get_running_loop().time()
+        deadline = now + timeout_s
+        renew_by = self._renew_by
+        if self._writer is not None and renew_by is not None and now >= renew_by:
             self.close()  # a new login before the leader's SASL session ends (KIP-368)
         if self._writer is None:  # (re)connecting is rare: a timeout of its own
             async with asyncio.timeout_at(deadline):
-                self._reader, self._writer = await connect(
-                    self.host, self.port, self.security, self.client_id
-                )
+                login = await connect(self.host, self.port, self.security, self.client_id)
+            self._reader, self._writer, self._renew_by = login.reader, login.writer, login.renew_by
         self._deadline = deadline
         if self._watchdog is None or self._watch_at > deadline:  # (a shorter timeout)
             self._arm(deadline)
@@ -180,6 +183,7 @@ class BrokerChannel:
         if self._writer is not None:
             self._writer.close()
         self._reader = self._writer = None
+        self._renew_by = None
         self._timed_out = False
 
 

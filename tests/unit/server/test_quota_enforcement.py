@@ -122,6 +122,21 @@ def test_a_throttled_fetch_is_taken_back() -> None:
     assert quotas.record_fetch(image, _ctx("c"), 5_000) == 0
 
 
+def test_a_fetch_throttled_by_its_request_time_is_taken_back_too() -> None:
+    """KafkaApis.handleFetchRequest: the larger of the byte-rate and request throttles;
+    either one > 0 unrecords the bytes (the fetch is answered empty)."""
+    image = replay_all(
+        MetadataImage.EMPTY,
+        [client_quota_record((("user", None),), "consumer_byte_rate", 1000.0)],
+    )
+    quotas = BrokerQuotas(QuotaWindows())
+    assert quotas.record_fetch(image, _ctx("c"), 5_000, request_throttle_ms=700) == 700
+    # the 5,000 bytes not sent were taken back: 9,000 more still fit the window
+    assert quotas.record_fetch(image, _ctx("c"), 9_000) == 0
+    # no consumer quota: the request throttle alone decides
+    assert quotas.record_fetch(MetadataImage.EMPTY, _ctx("c"), 10**9, 300) == 300
+
+
 def test_channel_throttle_waits_until_its_end() -> None:
     throttle = ChannelThrottle()
 

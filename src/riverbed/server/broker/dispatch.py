@@ -62,6 +62,7 @@ from riverbed.server.broker.authorization import (
 )
 from riverbed.server.broker.auto_create import AutoTopicCreations
 from riverbed.server.broker.error_response import error_code_of, error_response
+from riverbed.server.broker.fetch_throttle import consumer_fetch, throttle_fetch
 from riverbed.server.broker.partitions import PartitionManager
 from riverbed.server.broker.quota_enforcement import BrokerQuotas, run_timed, set_throttle_time
 from riverbed.server.broker.txn_verification import TxnVerifier
@@ -86,10 +87,9 @@ log = logging.getLogger(__name__)
 
 #: APIs whose handlers build version-exact responses (hot path: no fitting walk).
 _VERSION_EXACT = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
-#: responses whose handler may have set a throttle already (a throttled fetch; the
-#: controller mutation quota): the request-time throttle does not lower it
+#: responses whose handler may have set a throttle already (the controller mutation
+#: quota): the request-time throttle does not lower it
 _THROTTLED_BY_HANDLER = (
-    FetchResponse,
     CreateTopicsResponse,
     DeleteTopicsResponse,
     CreatePartitionsResponse,
@@ -318,8 +318,7 @@ class Broker:
             raise
         except Exception as exc:
             return self._error_response(ctx, body, version, exc)
-        self._throttle(ctx, body, response, handler_ns)
-        return response
+        return self._throttle(ctx, body, response, handler_ns)
 
     def _request_time_counted(self, ctx: RequestContext, body: Message) -> bool:
         """Kafka's request quota, except for acks=0 produces and follower fetches."""
@@ -327,22 +326,24 @@ class Broker:
             return False
         if isinstance(body, ProduceRequest):
             return body.acks != 0
-        return not (isinstance(body, FetchRequest) and fetch.replica_of(body)[0] >= 0)
+        return not isinstance(body, FetchRequest) or consumer_fetch(body)
 
     def _throttle(
         self, ctx: RequestContext, body: Message, response: Response | None, handler_ns: int
-    ) -> None:
-        """Record the produce bytes and the request time; a violation sets the response's
-        ``throttle_time_ms`` and mutes the connection (a throttled fetch was recorded and
-        answered empty by its handler)."""
+    ) -> Response | None:
+        """Record the request time and the produce or consumer fetch bytes; a violation
+        sets the response's ``throttle_time_ms`` and mutes the connection. A throttled
+        consumer fetch is answered empty (`fetch_throttle`), whichever quota it violated."""
         image = self.metadata.image
         throttle = 0
-        if isinstance(body, ProduceRequest):
-            throttle = self.quotas.record_produce(image, ctx)
         if handler_ns >= 0:
-            throttle = max(throttle, self.quotas.record_request_time(image, ctx, handler_ns))
+            throttle = self.quotas.record_request_time(image, ctx, handler_ns)
+        if isinstance(body, ProduceRequest):
+            throttle = max(throttle, self.quotas.record_produce(image, ctx))
+        elif isinstance(response, (FetchResponse, SplicedResponse)) and consumer_fetch(body):
+            response, throttle = throttle_fetch(self, ctx, response, throttle)
         if throttle <= 0:
-            return
+            return response
         if ctx.throttle is not None:
             ctx.throttle.throttle(throttle)
         msg = response.body if isinstance(response, SplicedResponse) else response
@@ -350,6 +351,7 @@ class Broker:
             throttle = max(throttle, msg.throttle_time_ms)
         if msg is not None:
             set_throttle_time(msg, throttle)
+        return response
 
     async def _handle_refused(
         self, handler: Handler, ctx: RequestContext, body: Message, version: int, v: Verdict
@@ -366,6 +368,8 @@ class Broker:
         assert self.authz is not None  # a verdict was made
         refused = self.authz.named_refusals(self.metadata.image, ctx, api_key, refused)
         served = None if allowed is None else await self._run(handler, ctx, allowed, version)
+        if isinstance(served, FetchResponse) and served.throttle_time_ms > 0:
+            return served  # Kafka's throttled fetch answers no partition, refused or not
         if isinstance(served, SplicedResponse):  # a Fetch sending file ranges: same body
             with_refused(api_key, served.body, refused, version)
             return served

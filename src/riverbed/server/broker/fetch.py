@@ -293,6 +293,8 @@ async def handle_fetch(
     trace = None if consumer else cycle_trace.TRACE
     if trace is not None:
         trace.event("fetch_in", replica_of(req)[0], *_fetch_offsets(req))
+    # a consumer's byte-rate quota bounds the read; the quotas themselves are applied to
+    # the response once it is ready (`fetch_throttle`, from the dispatch)
     quota_max = broker.quotas.fetch_bytes_max(broker.metadata.image, ctx) if consumer else None
     reads = _read_all(broker, req, quota_max)
     remote = [r for r in reads if r.remote_max_bytes]
@@ -317,9 +319,6 @@ async def handle_fetch(
             if r.ranges:
                 _close([r])
                 r.error, r.ranges, r.size = int(ErrorCode.UNSUPPORTED_VERSION), [], 0
-    throttle = 0
-    if quota_max is not None:
-        throttle = _record_quota(broker, ctx, reads)
     endpoints: list[FetchResponse.NodeEndpoint] = []
     if version >= FETCH_NODE_ENDPOINTS_VERSION:
         leaders = [r.leader.leader_id for r in reads if r.leader is not None]
@@ -332,27 +331,11 @@ async def handle_fetch(
     if trace is not None:
         for r, offset in zip(reads, _fetch_offsets(req), strict=False):
             trace.event("fetch_out", replica_of(req)[0], offset, r.end_offset, r.size)
-    if throttle > 0 and isinstance(response, FetchResponse):
-        response.throttle_time_ms = throttle
     return response
 
 
 def _fetch_offsets(req: FetchRequest) -> list[int]:
     return [p.fetch_offset for t in req.topics for p in t.partitions]
-
-
-def _record_quota(broker: Broker, ctx: RequestContext, reads: list[_PartitionRead]) -> int:
-    """The consumer byte-rate quota (`quota_enforcement`): the data's size is recorded; a
-    throttled fetch answers every partition without data (Kafka answers a throttled fetch
-    empty) and mutes the connection."""
-    throttle = broker.quotas.record_fetch(broker.metadata.image, ctx, sum(r.size for r in reads))
-    if throttle > 0:
-        _close(reads)
-        for r in reads:
-            r.ranges, r.size, r.data, r.aborted = [], 0, b"", None
-        if ctx.throttle is not None:
-            ctx.throttle.throttle(throttle)
-    return throttle
 
 
 def _aborted(r: _PartitionRead) -> list[FetchResponse.AbortedTransaction]:

@@ -6,8 +6,9 @@ Kafka's KafkaApis does with its three ClientQuotaManagers.
 - Fetch (consumers only; a follower's fetch is replication, not a client): the fetch
   reads at most what the quota window may carry (``getMaxValueInQuotaWindow``: the quota
   times ``quota.window.num - 1`` windows); the data's size is recorded against
-  ``consumer_byte_rate`` before the response is built, and a throttled fetch is taken
-  back and answered empty ("we are going to return an empty response").
+  ``consumer_byte_rate`` once the response is ready; a fetch throttled by either its
+  byte rate or its request time is taken back and answered empty ("we are going to
+  return an empty response", `riverbed.server.broker.fetch_throttle`).
 - Request time (``request_percentage``, KIP-124): the time the handler spends running on
   the event loop (its synchronous steps, not its waits: riverbed's request handler thread
   time) as a percentage of one second, the throttle bounded by one window
@@ -117,15 +118,22 @@ class BrokerQuotas:
         found = self.fetch.max_value_in_window(book, *_who(ctx))
         return None if found is None else max(1, int(found))
 
-    def record_fetch(self, image: MetadataImage, ctx: RequestContext, size: int) -> int:
-        """Record a consumer fetch's bytes; when throttled they are taken back (the
-        response will carry no data) and the throttle returned."""
+    def fetch_quota_enabled(self, image: MetadataImage) -> bool:
+        return self.books(image).fetch.enabled
+
+    def record_fetch(
+        self, image: MetadataImage, ctx: RequestContext, size: int, request_throttle_ms: int = 0
+    ) -> int:
+        """A consumer fetch's throttle, as KafkaApis.handleFetchRequest decides it: its
+        ``size`` bytes recorded against ``consumer_byte_rate``, the larger of that throttle
+        and the request-time one returned; when either is > 0 the bytes are taken back
+        (``unrecordQuotaSensor``: the fetch will be answered without data)."""
         book = self.books(image).fetch
         if not book.enabled:
-            return 0
+            return request_throttle_ms
         now = self.now_ms()
         user, client_id = _who(ctx)
-        throttle = self.fetch.record(book, user, client_id, size, now)
+        throttle = max(self.fetch.record(book, user, client_id, size, now), request_throttle_ms)
         if throttle > 0:
             self.fetch.unrecord(book, user, client_id, size, now)
         return throttle

@@ -1,0 +1,76 @@
+"""The quotas of a consumer's Fetch once its response is ready, as Kafka's
+KafkaApis.handleFetchRequest (``processResponseCallback``) applies them.
+
+Kafka records the request time (``quotas.request``) and the response's bytes
+(``quotas.fetch``) and takes the larger throttle. When it is > 0 the fetch bytes are
+unrecorded ("we are going to return an empty response") and the answer is
+``fetchContext.getThrottledResponse(maxThrottleTimeMs)``: ``FetchResponse.of(NONE,
+throttle, INVALID_SESSION_ID, <no partitions>)``. Not the partitions without their records:
+no partition at all, whichever quota was violated. Kafka's clients expect exactly that
+(KIP-219; the Java FetchSessionHandler: "if the broker wants to throttle the client, it
+will respond to a full fetch request with an empty response and a throttleTimeMs") and
+fetch the same positions again once the throttle is over. riverbed keeps no fetch
+sessions, so the session id is always 0 (INVALID_SESSION_ID).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from riverbed.protocol.messages import FetchRequest, FetchResponse, Message
+from riverbed.server.broker.fetch import replica_of
+from riverbed.server.network import RequestContext, SplicedResponse
+
+if TYPE_CHECKING:
+    from riverbed.server.broker.dispatch import Broker
+
+FetchAnswer = FetchResponse | SplicedResponse
+
+
+def consumer_fetch(body: Message) -> bool:
+    """A client's Fetch (a follower's is replication: neither quota applies to it)."""
+    return isinstance(body, FetchRequest) and replica_of(body)[0] < 0
+
+
+def _parts(response: FetchAnswer) -> tuple[FetchResponse, list[bytes], int]:
+    """The response body, the file tokens in its ``records`` and their bytes."""
+    if isinstance(response, SplicedResponse):
+        body = response.body
+        assert isinstance(body, FetchResponse)  # the fetch handler's
+        return body, [f.token for f in response.files], sum(f.size for f in response.files)
+    return response, [], 0
+
+
+def records_bytes(response: FetchAnswer) -> int:
+    """The record bytes a fetch response carries: its file ranges and the records held in
+    memory (read from the remote tier)."""
+    body, tokens, size = _parts(response)
+    for topic in body.responses:
+        for p in topic.partitions:
+            if p.records and p.records not in tokens:
+                size += len(p.records)
+    return size
+
+
+def throttled_response(response: FetchAnswer, throttle_ms: int) -> FetchResponse:
+    """Kafka's ``getThrottledResponse``; the file ranges ``response`` pinned are released."""
+    if isinstance(response, SplicedResponse):
+        for f in response.files:
+            for rng in f.ranges:
+                rng.close()
+    return FetchResponse(
+        throttle_time_ms=throttle_ms, error_code=0, session_id=0, responses=[], node_endpoints=[]
+    )
+
+
+def throttle_fetch(
+    broker: Broker, ctx: RequestContext, response: FetchAnswer, request_throttle_ms: int
+) -> tuple[FetchAnswer, int]:
+    """A consumer's fetch response with the quotas applied (the response, or the empty
+    throttled one) and the throttle (0: none; else the caller mutes the connection)."""
+    quotas, image = broker.quotas, broker.metadata.image
+    size = records_bytes(response) if quotas.fetch_quota_enabled(image) else 0
+    throttle = quotas.record_fetch(image, ctx, size, request_throttle_ms)
+    if throttle <= 0:
+        return response, 0
+    return throttled_response(response, throttle), throttle

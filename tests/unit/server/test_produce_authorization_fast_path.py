@@ -273,7 +273,9 @@ class _Gate(Broker):
 
         authz.verdict = counted  # type: ignore[method-assign]
 
-    async def _run(self, handler: Any, ctx: RequestContext, body: Message, version: int) -> Any:
+    async def _run(
+        self, handler: Any, ctx: RequestContext, body: Message, version: int, spent_ns: int = 0
+    ) -> Any:
         return "ran"
 
     async def _handle_refused(self, *args: Any) -> Any:

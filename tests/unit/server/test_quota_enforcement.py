@@ -137,6 +137,21 @@ def test_a_fetch_throttled_by_its_request_time_is_taken_back_too() -> None:
     assert quotas.record_fetch(MetadataImage.EMPTY, _ctx("c"), 10**9, 300) == 300
 
 
+def test_the_clusters_own_write_txn_markers_are_exempt_unless_refused() -> None:
+    """KafkaApis answers WriteTxnMarkers sendResponseExemptThrottle, but a refused one (a
+    ClusterAuthorizationException) through handleError, which counts it."""
+    image = replay_all(
+        MetadataImage.EMPTY,
+        [client_quota_record((("client-id", None),), "request_percentage", 1.0)],
+    )
+    quotas = BrokerQuotas(QuotaWindows())
+    markers = _ctx("c")._replace(header=RequestHeader(27, 1, 1, "c"))
+    assert not quotas.measures_request_time(image, markers)
+    assert quotas.measures_request_time(image, markers, refused=True)
+    assert quotas.measures_request_time(image, _ctx("c"))
+    assert not quotas.measures_request_time(MetadataImage.EMPTY, _ctx("c"), refused=True)
+
+
 def test_channel_throttle_waits_until_its_end() -> None:
     throttle = ChannelThrottle()
 

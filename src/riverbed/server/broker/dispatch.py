@@ -17,6 +17,7 @@ no response to carry the error, so that connection is closed, as Kafka does.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -24,10 +25,6 @@ from riverbed.metadata.recently_fenced import RecentlyFenced
 from riverbed.protocol.api_versions import BROKER_LISTENER, ApiKey, listener_api_versions
 from riverbed.protocol.headers import response_body_version
 from riverbed.protocol.messages import (
-    CreatePartitionsResponse,
-    CreateTopicsResponse,
-    DeleteTopicsResponse,
-    FetchRequest,
     FetchResponse,
     Message,
     ProduceRequest,
@@ -47,6 +44,7 @@ from riverbed.server.broker import (
     placeholders,
     produce,
     producers,
+    request_throttle,
     scram_admin,
     transactions,
     txn_markers,
@@ -62,9 +60,8 @@ from riverbed.server.broker.authorization import (
 )
 from riverbed.server.broker.auto_create import AutoTopicCreations
 from riverbed.server.broker.error_response import error_code_of, error_response
-from riverbed.server.broker.fetch_throttle import consumer_fetch, throttle_fetch
 from riverbed.server.broker.partitions import PartitionManager
-from riverbed.server.broker.quota_enforcement import BrokerQuotas, run_timed, set_throttle_time
+from riverbed.server.broker.quota_enforcement import BrokerQuotas, timed
 from riverbed.server.broker.txn_verification import TxnVerifier
 from riverbed.server.broker.versioning import fit_to_version
 from riverbed.server.clock import SystemClock
@@ -87,14 +84,6 @@ log = logging.getLogger(__name__)
 
 #: APIs whose handlers build version-exact responses (hot path: no fitting walk).
 _VERSION_EXACT = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
-#: responses whose handler may have set a throttle already (the controller mutation
-#: quota): the request-time throttle does not lower it
-_THROTTLED_BY_HANDLER = (
-    CreateTopicsResponse,
-    DeleteTopicsResponse,
-    CreatePartitionsResponse,
-)
-
 #: A request handler: (broker, context, the decoded request of its api key) -> response.
 #: The request parameter is each handler's own request class, hence the ``...``.
 Handler = Callable[..., Awaitable["Response | None"]]
@@ -298,18 +287,22 @@ class Broker:
                         break
                 else:
                     return await self._run(handler, ctx, body, version)
+            started_ns = time.perf_counter_ns()  # the authorization counts as handler time
             verdict = authz.verdict(self.metadata.image, ctx, body)
             if verdict is not ALLOWED:
-                return await self._handle_refused(handler, ctx, body, version, verdict)
+                return await self._handle_refused(handler, ctx, body, version, verdict, started_ns)
+            return await self._run(handler, ctx, body, version, time.perf_counter_ns() - started_ns)
         return await self._run(handler, ctx, body, version)
 
     async def _run(
-        self, handler: Handler, ctx: RequestContext, body: Message, version: int
+        self, handler: Handler, ctx: RequestContext, body: Message, version: int, spent_ns: int = 0
     ) -> Response | None:
-        handler_ns = -1  # not measured: no request-time quota applies
+        """The handler's answer, its request time counted (``spent_ns``: the request's time
+        before the handler, its authorization) as Kafka counts every answer's, errors too."""
+        spent = [spent_ns] if request_throttle.counted(self, ctx, body) else None
         try:
-            if self._request_time_counted(ctx, body):
-                response, handler_ns = await run_timed(handler(self, ctx, body))
+            if spent is not None:
+                response = await timed(handler(self, ctx, body), spent)
             else:
                 response = await handler(self, ctx, body)
             if isinstance(response, Message) and ctx.header.api_key not in _VERSION_EXACT:
@@ -317,63 +310,53 @@ class Broker:
         except CloseConnection:
             raise
         except Exception as exc:
-            return self._error_response(ctx, body, version, exc)
-        return self._throttle(ctx, body, response, handler_ns)
-
-    def _request_time_counted(self, ctx: RequestContext, body: Message) -> bool:
-        """Kafka's request quota, except for acks=0 produces and follower fetches."""
-        if not self.quotas.measures_request_time(self.metadata.image, ctx):
-            return False
-        if isinstance(body, ProduceRequest):
-            return body.acks != 0
-        return not isinstance(body, FetchRequest) or consumer_fetch(body)
-
-    def _throttle(
-        self, ctx: RequestContext, body: Message, response: Response | None, handler_ns: int
-    ) -> Response | None:
-        """Record the request time and the produce or consumer fetch bytes; a violation
-        sets the response's ``throttle_time_ms`` and mutes the connection. A throttled
-        consumer fetch is answered empty (`fetch_throttle`), whichever quota it violated."""
-        image = self.metadata.image
-        throttle = 0
-        if handler_ns >= 0:
-            throttle = self.quotas.record_request_time(image, ctx, handler_ns)
-        if isinstance(body, ProduceRequest):
-            throttle = max(throttle, self.quotas.record_produce(image, ctx))
-        elif isinstance(response, (FetchResponse, SplicedResponse)) and consumer_fetch(body):
-            response, throttle = throttle_fetch(self, ctx, response, throttle)
-        if throttle <= 0:
-            return response
-        if ctx.throttle is not None:
-            ctx.throttle.throttle(throttle)
-        msg = response.body if isinstance(response, SplicedResponse) else response
-        if isinstance(msg, _THROTTLED_BY_HANDLER):  # the larger throttle is answered
-            throttle = max(throttle, msg.throttle_time_ms)
-        if msg is not None:
-            set_throttle_time(msg, throttle)
-        return response
+            error = self._error_response(ctx, body, version, exc)
+            if spent is not None and request_throttle.error_counted(ctx, error_code_of(exc)):
+                request_throttle.throttle_error(self, ctx, error, spent[0])
+            return error
+        handler_ns = -1 if spent is None else spent[0]
+        return request_throttle.throttle_answer(self, ctx, body, response, handler_ns)
 
     async def _handle_refused(
-        self, handler: Handler, ctx: RequestContext, body: Message, version: int, v: Verdict
+        self,
+        handler: Handler,
+        ctx: RequestContext,
+        body: Message,
+        version: int,
+        v: Verdict,
+        started_ns: int,
     ) -> Response | None:
         """A request refused whole, or in part: the allowed items served, the refused
-        ones answered their error (Kafka's per-topic / per-group / per-resource answers)."""
+        ones answered their error (Kafka's per-topic / per-group / per-resource answers).
+        The refusal's time since ``started_ns`` (its authorization, its answer) counts
+        against the request quota, as Kafka counts every answer's handler time."""
         api_key = ctx.header.api_key
         if isinstance(body, ProduceRequest) and body.acks == 0:
             code = v.whole or next(iter(v.refused.values()))
             raise CloseConnection(f"produce with acks=0 refused ({code.name})")
-        if v.whole is not None:
-            return denied_response(api_key, body, version, v.whole)
+        if v.whole is not None:  # Kafka: sendErrorResponseMaybeThrottle
+            denied = denied_response(api_key, body, version, v.whole)
+            if request_throttle.counted(self, ctx, body, refused=True):
+                handler_ns = time.perf_counter_ns() - started_ns
+                request_throttle.throttle_error(self, ctx, denied, handler_ns)
+            return denied
         allowed, refused = split(api_key, body, v)
         assert self.authz is not None  # a verdict was made
         refused = self.authz.named_refusals(self.metadata.image, ctx, api_key, refused)
-        served = None if allowed is None else await self._run(handler, ctx, allowed, version)
+        if allowed is None:  # every item refused: answered as the handler would have
+            merged = fit_to_version(with_refused(api_key, None, refused, version), version)
+            handler_ns = -1
+            if request_throttle.counted(self, ctx, body, refused=True):
+                handler_ns = time.perf_counter_ns() - started_ns
+            return request_throttle.throttle_answer(self, ctx, body, merged, handler_ns)
+        authz_ns = time.perf_counter_ns() - started_ns
+        served = await self._run(handler, ctx, allowed, version, authz_ns)
         if isinstance(served, FetchResponse) and served.throttle_time_ms > 0:
             return served  # Kafka's throttled fetch answers no partition, refused or not
         if isinstance(served, SplicedResponse):  # a Fetch sending file ranges: same body
             with_refused(api_key, served.body, refused, version)
             return served
-        if allowed is not None and served is None:
+        if served is None:
             return None
         merged = with_refused(api_key, served, refused, version)
         return fit_to_version(merged, version)

@@ -12,8 +12,11 @@ Kafka's KafkaApis does with its three ClientQuotaManagers.
 - Request time (``request_percentage``, KIP-124): the time the handler spends running on
   the event loop (its synchronous steps, not its waits: riverbed's request handler thread
   time) as a percentage of one second, the throttle bounded by one window
-  (ClientRequestQuotaManager). Not counted: follower fetches and the cluster's own
-  requests (WriteTxnMarkers), as Kafka exempts cluster actions.
+  (ClientRequestQuotaManager). Every answer counts, as Kafka's RequestHandlerHelper
+  records it: refusals by the authorizer (with the authorization's time) and a failing
+  handler's error response too. Not counted, as Kafka's ``...ExemptThrottle`` answers:
+  follower fetches, acks=0 produces, the cluster's own WriteTxnMarkers unless refused,
+  and a failing cluster action's error unless CLUSTER_AUTHORIZATION_FAILED.
 - Connections (``connection_creation_rate`` of ``ip`` entities): `connection_throttle_ms`
   for the acceptor (`riverbed.server.connection_quotas`).
 - Controller mutations (``controller_mutation_rate``) are the active controller's
@@ -56,8 +59,16 @@ T = TypeVar("T")
 
 #: ClientRequestQuotaManager.NanosToPercentagePerSecond
 NANOS_TO_PERCENTAGE = 100.0 / 1_000_000_000
-#: APIs the cluster sends itself (cluster actions): no request-time quota
+#: APIs the cluster sends itself, answered without the request-time quota (KafkaApis'
+#: ``sendResponseExemptThrottle``), unless refused: a client's refused WriteTxnMarkers
+#: (ClusterAuthorizationException) is answered ``sendErrorResponseMaybeThrottle``
 _EXEMPT_APIS = frozenset({ApiKey.WRITE_TXN_MARKERS})
+#: the APIs a broker listener serves that Kafka's ApiKeys marks ``clusterAction``: their
+#: handler's errors are answered without the request-time quota, except a
+#: ClusterAuthorizationException (RequestHandlerHelper.handleError)
+CLUSTER_ACTION_APIS = frozenset(
+    {ApiKey.WRITE_TXN_MARKERS, ApiKey.DESCRIBE_QUORUM, ApiKey.UPDATE_FEATURES}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +155,13 @@ class BrokerQuotas:
             return 0
         return self.produce.record(book, *_who(ctx), ctx.size_bytes, self.now_ms())
 
-    def measures_request_time(self, image: MetadataImage, ctx: RequestContext) -> bool:
-        return self.books(image).request.enabled and ctx.header.api_key not in _EXEMPT_APIS
+    def measures_request_time(
+        self, image: MetadataImage, ctx: RequestContext, refused: bool = False
+    ) -> bool:
+        """Whether the request's handler time counts (``refused``: by the authorizer)."""
+        if not self.books(image).request.enabled:
+            return False
+        return refused or ctx.header.api_key not in _EXEMPT_APIS
 
     def record_request_time(
         self, image: MetadataImage, ctx: RequestContext, handler_ns: int
@@ -175,6 +191,12 @@ def _timed(awaitable: Awaitable[T], spent_ns: list[int]) -> Generator[object, ob
             value, error = (yield yielded), None
         except BaseException as exc:  # cancellation goes into the handler, as awaiting would
             value, error = None, exc
+
+
+async def timed(awaitable: Awaitable[T], spent_ns: list[int]) -> T:
+    """``awaitable``'s result; the nanoseconds its steps ran on the loop are added to
+    ``spent_ns[0]``, also when it raises (Kafka counts a failed request's handler time)."""
+    return await _timed(awaitable, spent_ns)
 
 
 async def run_timed(awaitable: Awaitable[T]) -> tuple[T, int]:

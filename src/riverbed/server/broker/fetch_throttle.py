@@ -53,13 +53,20 @@ def records_bytes(response: FetchAnswer) -> int:
 
 
 def throttled_response(response: FetchAnswer, throttle_ms: int) -> FetchResponse:
-    """Kafka's ``getThrottledResponse``; the file ranges ``response`` pinned are released."""
+    """Kafka 4.x's ``FetchContext.getThrottledResponse``: no partitions, session 0, the
+    node endpoints of the leader hints kept (KIP-951); the file ranges ``response``
+    pinned are released."""
+    body, _, _ = _parts(response)
     if isinstance(response, SplicedResponse):
         for f in response.files:
             for rng in f.ranges:
                 rng.close()
     return FetchResponse(
-        throttle_time_ms=throttle_ms, error_code=0, session_id=0, responses=[], node_endpoints=[]
+        throttle_time_ms=throttle_ms,
+        error_code=0,
+        session_id=0,
+        responses=[],
+        node_endpoints=list(body.node_endpoints or ()),
     )
 
 

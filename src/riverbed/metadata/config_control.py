@@ -253,7 +253,9 @@ class ConfigControl(ControllerBase):
         results = []
         node = str(self.config.node_id)
         for res in request.resources:
-            keys = None if res.configuration_keys is None else set(res.configuration_keys)
+            # Kafka's ConfigHelperUtils.buildConfigEntries: a null OR empty key list
+            # means every key; only a non-empty list filters.
+            keys = set(res.configuration_keys) if res.configuration_keys else None
             synonyms = request.include_synonyms
             docs = request.include_documentation
             result = DescribeConfigsResponse.DescribeConfigsResult(

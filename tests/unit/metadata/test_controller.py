@@ -528,3 +528,26 @@ def test_ssl_client_auth_is_a_per_broker_dynamic_config():
         assert "broker id must be specified" in res.response.responses[0].error_message
         res = _incremental(c, image, ResourceType.BROKER, "1", (key, OP_SET, "always"))
         assert res.response.responses[0].error_code == ErrorCode.INVALID_CONFIG, key
+
+
+def test_describe_configs_empty_key_list_means_every_key():
+    """Kafka's ConfigHelperUtils.buildConfigEntries keeps every config when
+    configurationKeys is null OR empty; only a non-empty list filters."""
+    c = make_controller()
+    image = cluster_image(c)
+    _, image = create(c, image, topic("e", configs={"segment.ms": "1000"}))
+    DC = DescribeConfigsRequest
+
+    def described(resource_type, name, keys):
+        res = DC.DescribeConfigsResource(
+            resource_type=resource_type, resource_name=name, configuration_keys=keys
+        )
+        (result,) = c.describe_configs(image, DC(resources=[res])).results
+        assert result.error_code == 0
+        return [r.name for r in result.configs]
+
+    for resource_type, name in ((ResourceType.TOPIC, "e"), (ResourceType.BROKER, "1")):
+        every = described(resource_type, name, None)
+        assert len(every) > 10
+        assert described(resource_type, name, []) == every
+    assert "segment.ms" in described(ResourceType.TOPIC, "e", [])

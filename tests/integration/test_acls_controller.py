@@ -39,6 +39,8 @@ from riverbed.protocol.messages import (
     CreateAclsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
     DescribeQuorumRequest,
     EnvelopeResponse,
     IncrementalAlterConfigsRequest,
@@ -183,14 +185,18 @@ def test_an_acl_grants_describe_quorum(cluster: QuorumCluster) -> None:
     assert beat.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED  # type: ignore[attr-defined]
 
 
-def test_a_create_topics_on_the_controller_is_answered_per_topic(cluster: QuorumCluster) -> None:
+def _grant_mallory(
+    cluster: QuorumCluster, topic: str, pattern: ResourcePatternType, op: AclOperation
+) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
-    grant = AclBinding(
-        ResourceType.TOPIC, "mallory-ok-", ResourcePatternType.PREFIXED, "User:mallory", "*",
-        AclOperation.CREATE, AclPermissionType.ALLOW,
-    )  # fmt: skip
+    grant = AclBinding(ResourceType.TOPIC, topic, pattern, "User:mallory", "*", op,
+                       AclPermissionType.ALLOW)  # fmt: skip
     for f in admin.create_acls([grant]).values():
         f.result(timeout=TIMEOUT_S)
+
+
+def test_a_create_topics_on_the_controller_is_answered_per_topic(cluster: QuorumCluster) -> None:
+    _grant_mallory(cluster, "mallory-ok-", ResourcePatternType.PREFIXED, AclOperation.CREATE)
     C = CreateTopicsRequest
     topics = [
         C.CreatableTopic(name=n, num_partitions=1, replication_factor=1)
@@ -202,6 +208,24 @@ def test_a_create_topics_on_the_controller_is_answered_per_topic(cluster: Quorum
     assert {t.name: t.error_code for t in created.topics} == {
         "mallory-ok-1": 0,
         "mallory-no-1": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+    }
+
+
+def test_a_delete_topics_on_the_controller_says_unknown_only_to_who_may_describe(
+    cluster: QuorumCluster,
+) -> None:
+    """ControllerApis.deleteTopics: an absent topic named by name is
+    UNKNOWN_TOPIC_OR_PARTITION for a principal that may DESCRIBE it (though not DELETE),
+    TOPIC_AUTHORIZATION_FAILED for one that may not."""
+    _grant_mallory(cluster, "mallory-gone-1", ResourcePatternType.LITERAL, AclOperation.DESCRIBE)
+    D = DeleteTopicsRequest
+    names = ("mallory-gone-1", "mallory-hidden-1")
+    deleted = _ask(cluster.controller(1), "mallory", ApiKey.DELETE_TOPICS,
+                   D(topics=[D.DeleteTopicState(name=n) for n in names], timeout_ms=10_000))  # fmt: skip
+    assert isinstance(deleted, DeleteTopicsResponse)
+    assert {t.name: t.error_code for t in deleted.responses} == {
+        "mallory-gone-1": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        "mallory-hidden-1": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
     }
 
 

@@ -220,6 +220,40 @@ def test_delete_topics_by_id_names_a_refused_topic_the_principal_may_describe(
     assert _topic_ids(secure, seen, unseen) == [seen_id, unseen_id]  # still there
 
 
+def _deleted_by_name(secure: SecureBroker, version: int, *names: str) -> dict[str, tuple]:
+    D = DeleteTopicsRequest
+    if version >= 6:
+        request = D(timeout_ms=30_000, topics=[D.DeleteTopicState(name=n) for n in names])
+    else:
+        request = D(timeout_ms=30_000, topic_names=list(names))
+    answer = _ask(secure, "di", request, version=version)
+    assert isinstance(answer, DeleteTopicsResponse)
+    return {r.name: (r.error_code, r.error_message) for r in answer.responses}
+
+
+@pytest.mark.parametrize("version", [5, 6])
+def test_delete_topics_by_name_says_unknown_for_an_absent_topic_the_principal_may_describe(
+    secure: SecureBroker, version: int
+) -> None:
+    """Kafka's ControllerApis.deleteTopics checks a topic named by name in this order: not
+    describable -> TOPIC_AUTHORIZATION_FAILED; absent -> the controller's
+    UNKNOWN_TOPIC_OR_PARTITION; not deletable -> TOPIC_AUTHORIZATION_FAILED. So a principal
+    with DESCRIBE but not DELETE learns that a topic does not exist (it could anyway, from
+    Metadata), one without DESCRIBE does not."""
+    absent_seen, absent_unseen = (f"di-gone-{next(_ids)}" for _ in range(2))
+    present_seen = _topic(secure, "di-kept-")
+    for name in (absent_seen, present_seen):
+        secure.allow(ResourceType.TOPIC, name, "di", AclOperation.DESCRIBE)
+    unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert unknown.message == "This server does not host this topic-partition."  # Kafka's
+    assert _deleted_by_name(secure, version, absent_seen, absent_unseen, present_seen) == {
+        absent_seen: (unknown, unknown.message),
+        absent_unseen: (TOPIC_DENIED, TOPIC_DENIED.message),
+        present_seen: (TOPIC_DENIED, TOPIC_DENIED.message),
+    }
+    assert _topic_ids(secure, present_seen)  # still there
+
+
 # --- DescribeUserScramCredentials refused: a result per requested user ---------------------
 
 

@@ -34,7 +34,7 @@ ERROR_TABLE: tuple[tuple[int, str, bool, str], ...] = (
         3,
         "UNKNOWN_TOPIC_OR_PARTITION",
         True,
-        "This request is for a topic or partition that does not exist on this broker.",
+        "This server does not host this topic-partition.",
     ),
     (4, "INVALID_FETCH_SIZE", False, "The message has a negative size."),
     (

@@ -77,6 +77,7 @@ class ControllerApis:
                 return error_response(api_key, body, version, v.whole)
             if v.refused:  # Kafka's ControllerApis answers these per topic / resource
                 allowed, refused = split(api_key, body, v)
+                refused = self.authorizer.named_refusals(quorum.image, ctx, api_key, refused)
                 served = None
                 if allowed is not None:
                     served = await self._serve(quorum, ctx, allowed, version)

@@ -56,6 +56,7 @@ from riverbed.security.authorizer import (
     DecisionCache,
     parse_super_users,
 )
+from riverbed.server.broker.delete_topics_refusals import refused_deletions
 from riverbed.server.broker.error_response import append_entries, error_response, item_errors
 
 if TYPE_CHECKING:
@@ -266,25 +267,16 @@ class BrokerAuthorizer:
         api_key: int,
         refused: list[tuple[ErrorCode, Message]],
     ) -> list[tuple[ErrorCode, Message]]:
-        """`split`'s refused parts, a DeleteTopics topic named by id given its name when
-        the principal may DESCRIBE it (Kafka's ControllerApis.deleteTopics answers it with
-        its name; without DESCRIBE the name stays hidden)."""
+        """`split`'s refused parts, a DeleteTopics' answered as Kafka's
+        ControllerApis.deleteTopics does (`refused_deletions`: names shown or hidden by
+        DESCRIBE, an absent describable topic UNKNOWN_TOPIC_OR_PARTITION)."""
         if api_key != ApiKey.DELETE_TOPICS:
             return refused
-        for _, part in refused:
-            part.topics = [  # type: ignore[attr-defined]
-                self._named(image, ctx, t)
-                for t in part.topics  # type: ignore[attr-defined]
-            ]
-        return refused
 
-    def _named(self, image: MetadataImage, ctx: RequestContext, topic: Message) -> Message:
-        by_id = None if topic.name else image.topics_by_id.get(topic.topic_id)  # type: ignore[attr-defined]
-        if by_id is None or not self.may(image, ctx, Op.DESCRIBE, ResourceType.TOPIC, by_id.name):
-            return topic
-        named = copy.copy(topic)
-        named.name = by_id.name  # type: ignore[attr-defined]
-        return named
+        def may_describe(name: str) -> bool:
+            return self.may(image, ctx, Op.DESCRIBE, ResourceType.TOPIC, name)
+
+        return refused_deletions(image, may_describe, refused)
 
     def may_describe_cluster(self, image: MetadataImage, ctx: RequestContext) -> bool:
         return self.may(image, ctx, Op.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)

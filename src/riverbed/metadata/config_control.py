@@ -6,6 +6,8 @@ each value's source and synonyms.  Resources: TOPIC (topic configs, see
 `riverbed.metadata.topic_configs`) and BROKER, either one broker ("<id>") or the cluster
 default (""), for the keys in `broker_configs.DYNAMIC_BROKER_CONFIGS`; everything else about
 a broker is static (server.properties) and read-only, as the non-dynamic keys are in Kafka.
+GROUP: one consumer group's KIP-848 overrides (`riverbed.metadata.group_configs`).
+CLIENT_METRICS is refused (INVALID_REQUEST, `CLIENT_METRICS_UNSUPPORTED`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,12 @@ from riverbed.metadata.control_common import (
     check_request_items,
 )
 from riverbed.metadata.control_common import ControllerError as _Err
+from riverbed.metadata.group_configs import (
+    GROUP_CONFIG_DEFS,
+    describe_group_config,
+    group_config_problem,
+    unknown_key_message,
+)
 from riverbed.metadata.image import MetadataImage
 from riverbed.metadata.records import METADATA_TOPIC, ResourceType
 from riverbed.metadata.security_configs import dynamic_listener_key, is_dynamic_tls_key
@@ -54,6 +62,14 @@ from riverbed.protocol.messages import (
 
 # IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType ids).
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+#: CLIENT_METRICS resources (KIP-714 subscriptions) need the client telemetry APIs, which
+#: riverbed does not serve: refused as Kafka refuses a resource type it cannot handle
+#: (InvalidRequestException), saying why, rather than stored to no effect.
+CLIENT_METRICS_UNSUPPORTED = (
+    "CLIENT_METRICS resources are not supported: riverbed does not serve client "
+    "telemetry (KIP-714 GetTelemetrySubscriptions / PushTelemetry)."
+)
 
 
 def check_topic_configs(configs: Mapping[str, str | None]) -> None:
@@ -104,6 +120,11 @@ class _Target:
                 raise _Err(
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{rname}' does not exist."
                 )
+        elif rtype == ResourceType.GROUP:
+            if rname == "":  # Kafka's ControllerConfigurationValidator.validateGroupName
+                raise _Err(ErrorCode.INVALID_REQUEST, "Default group resources are not allowed.")
+        elif rtype == ResourceType.CLIENT_METRICS:
+            raise _Err(ErrorCode.INVALID_REQUEST, CLIENT_METRICS_UNSUPPORTED)
         elif rtype == ResourceType.BROKER:
             if rname != "" and not (rname.isdigit() and len(rname) <= 10):
                 raise _Err(ErrorCode.INVALID_REQUEST, f"Invalid broker name {rname!r}.")
@@ -119,6 +140,11 @@ class _Target:
         return self.rtype == ResourceType.TOPIC
 
     def definition(self, name: str) -> ConfigDef:
+        if self.rtype == ResourceType.GROUP:
+            gdef = GROUP_CONFIG_DEFS.get(name)
+            if gdef is None:
+                raise _Err(ErrorCode.INVALID_CONFIG, unknown_key_message(name))
+            return gdef
         if self.is_topic:
             tdef = TOPIC_CONFIG_DEFS.get(name)
             if tdef is None:
@@ -144,7 +170,11 @@ class _Target:
             )
         return cdef
 
-    def validate(self, changed: Mapping[str, str]) -> None:
+    def validate(
+        self, changed: Mapping[str, str], wanted: Mapping[str, str], static: Mapping[str, str]
+    ) -> None:
+        """``changed`` keys' values, and for a group its whole resulting set ``wanted``
+        over the broker's ``static`` config (Kafka validates a group's configs together)."""
         if self.is_topic:
             check_topic_configs(changed)
             return
@@ -153,6 +183,10 @@ class _Target:
                 self.definition(name).parse(value)
             except ConfigValueError as exc:
                 raise _Err(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        if self.rtype == ResourceType.GROUP:
+            problem = group_config_problem(wanted, static)
+            if problem is not None:
+                raise _Err(ErrorCode.INVALID_CONFIG, problem)
 
     def diff(self, wanted: Mapping[str, str]) -> list[Message]:
         out: list[Message] = []
@@ -211,7 +245,7 @@ class ConfigControl(ControllerBase):
                     )
                 target.definition(c.name)
                 wanted[c.name] = c.value
-            target.validate(wanted)
+            target.validate(wanted, wanted, self.config.static_broker_config)
             if target.is_topic:
                 check_tiering_allowed(wanted, self.config.static_broker_config)
             return target.diff(wanted)
@@ -235,7 +269,8 @@ class ConfigControl(ControllerBase):
                     raise _Err(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
                 seen.add(c.name)
                 _apply_op(target.definition(c.name), wanted, c.config_operation, c.value)
-            target.validate({k: v for k, v in wanted.items() if k in seen})
+            changed = {k: v for k, v in wanted.items() if k in seen}
+            target.validate(changed, wanted, self.config.static_broker_config)
             if target.is_topic:
                 check_tiering_combination(wanted)
                 check_tiering_allowed(wanted, self.config.static_broker_config)
@@ -310,6 +345,20 @@ class ConfigControl(ControllerBase):
                     continue
             elif res.resource_type == ResourceType.BROKER_LOGGER:
                 entries = []
+            elif res.resource_type == ResourceType.GROUP:
+                if not res.resource_name:
+                    result.error_code = int(ErrorCode.INVALID_REQUEST)
+                    result.error_message = "Group name must not be empty"
+                    continue
+                entries = describe_group_config(
+                    image.configs.get((ResourceType.GROUP, res.resource_name), {}),
+                    self.config.static_broker_config,
+                    keys,
+                )
+            elif res.resource_type == ResourceType.CLIENT_METRICS:
+                result.error_code = int(ErrorCode.INVALID_REQUEST)
+                result.error_message = CLIENT_METRICS_UNSUPPORTED
+                continue
             else:
                 result.error_code = int(ErrorCode.INVALID_REQUEST)
                 result.error_message = f"Unsupported resource type {res.resource_type}."

@@ -69,6 +69,7 @@ class ConsumerAdmin:
     _gated: Callable[..., None]
     _schedule: Callable[[Any], None]
     _assignor_name: Callable[[ConsumerGroup], str]
+    _session_timeout_ms: Callable[[str], int]
 
     # ------------------------------------------------------------------ loading
     def _replayed_group(self, group_id: str) -> ConsumerGroup:
@@ -143,7 +144,7 @@ class ConsumerAdmin:
     def finish_consumer_load(self, now_ms: int) -> None:
         for group in self.consumer_groups.values():
             for m in group.members.values():
-                m.session_deadline_ms = now_ms + self.config.consumer_session_timeout_ms
+                m.session_deadline_ms = now_ms + self._session_timeout_ms(group.group_id)
                 if m.state is MemberState.UNREVOKED_PARTITIONS:
                     m.revocation_deadline_ms = now_ms + max(m.rebalance_timeout_ms, 0)
             self._schedule(group)

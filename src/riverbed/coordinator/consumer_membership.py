@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -136,8 +136,27 @@ class ConsumerMembership:
     _schedule: Callable[[Any], None]
     _random: Any
     _regexes: dict[str, Any]
+    #: group id -> its GROUP configs from the metadata image (the shell keeps it current)
+    group_overrides: Mapping[str, Mapping[str, str]]
 
     # ------------------------------------------------------------------ helpers
+    def _session_timeout_ms(self, group_id: str) -> int:
+        """The group's ``consumer.session.timeout.ms`` GROUP config, else the broker's
+        ``group.consumer.session.timeout.ms`` (Kafka's consumerGroupSessionTimeoutMs)."""
+        value = self._group_int(group_id, "consumer.session.timeout.ms")
+        return int(self.config.consumer_session_timeout_ms) if value is None else value
+
+    def _heartbeat_interval_ms(self, group_id: str) -> int:
+        """The group's ``consumer.heartbeat.interval.ms``, else the broker's."""
+        value = self._group_int(group_id, "consumer.heartbeat.interval.ms")
+        return int(self.config.consumer_heartbeat_interval_ms) if value is None else value
+
+    def _group_int(self, group_id: str, name: str) -> int | None:
+        value = self.group_overrides.get(group_id, {}).get(name)
+        if value is not None and value.strip().isdigit():  # validated when it was set
+            return int(value)
+        return None
+
     def _regex(self, pattern: str) -> Any:
         """RE2 (linear time, as Kafka's RE2/J): a member's regex cannot stall the loop."""
         compiled = self._regexes.get(pattern)
@@ -242,6 +261,7 @@ class ConsumerMembership:
         member_id: str | None = None,
         epoch: int = 0,
         assignment: Assignment | None = None,
+        group_id: str = "",
     ) -> None:
         body = None
         if assignment is not None:
@@ -253,7 +273,7 @@ class ConsumerMembership:
                     for t, ps in sorted(assignment.items())
                 ]
             )
-        interval = self.config.consumer_heartbeat_interval_ms if code == E.NONE else 0
+        interval = self._heartbeat_interval_ms(group_id) if code == E.NONE else 0
         self._respond(
             reply,
             ConsumerGroupHeartbeatResponse(
@@ -366,7 +386,9 @@ class ConsumerMembership:
         def answer(code: ErrorCode) -> None:
             if code != E.NONE:
                 return self._hb_response(reply, answer_error(code))
-            return self._hb_response(reply, E.NONE, None, member_id, member_epoch, assignment)
+            return self._hb_response(
+                reply, E.NONE, None, member_id, member_epoch, assignment, req.group_id
+            )
 
         return records, answer
 
@@ -398,7 +420,7 @@ class ConsumerMembership:
             member.server_assignor = req.server_assignor
         if req.rebalance_timeout_ms != -1:
             member.rebalance_timeout_ms = req.rebalance_timeout_ms
-        member.session_deadline_ms = now_ms + self.config.consumer_session_timeout_ms
+        member.session_deadline_ms = now_ms + self._session_timeout_ms(req.group_id)
         return subscription != (
             tuple(member.subscribed_topic_names),
             member.subscribed_topic_regex,
@@ -545,7 +567,7 @@ class ConsumerMembership:
         def answer(code: ErrorCode) -> None:
             if code != E.NONE:
                 return self._hb_response(reply, answer_error(code))
-            return self._hb_response(reply, E.NONE, None, req.member_id, epoch)
+            return self._hb_response(reply, E.NONE, None, req.member_id, epoch, None, req.group_id)
 
         self._write_gated(group.group_id, records, answer, snap)
         return None

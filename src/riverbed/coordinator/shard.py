@@ -21,7 +21,7 @@ import dataclasses
 import functools
 import heapq
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,6 +122,8 @@ class GroupShard(GroupWrites, Membership, ConsumerMembership, ConsumerAdmin, Txn
         #: KIP-848 groups; a group id names a classic or a consumer group, never both.
         self.consumer_groups: dict[str, ConsumerGroup] = {}
         self._regexes: dict[str, Any] = {}
+        #: group id -> its KIP-848 GROUP configs (set by the shell from the metadata image)
+        self.group_overrides: Mapping[str, Mapping[str, str]] = {}
         self._init_writes()
         self._init_txn_offsets()
         self._timers: list[tuple[int, str]] = []

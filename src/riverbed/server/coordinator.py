@@ -39,13 +39,14 @@ import contextlib
 import logging
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from riverbed.coordinator.consumer_records import parse_consumer_record
 from riverbed.coordinator.group import Reply
 from riverbed.coordinator.records import OFFSETS_TOPIC, parse_record, partition_for
 from riverbed.coordinator.shard import GroupConfig, GroupShard, Write
+from riverbed.metadata.records import ResourceType
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.records import SimpleRecord, build_batch
 from riverbed.server.coordinator_log import CoordinatorPartitions, led_partitions, log_entries
@@ -154,6 +155,9 @@ class GroupCoordinator:
         #: task of the coordinator halts the node (``supervise``).
         self.fault_handler: FaultHandler = fault_handler or ProcessTerminatingFaultHandler(node_id)
         self.group_config = GroupConfig.from_config(config)
+        #: group id -> its KIP-848 GROUP configs, shared by every shard (`on_image`)
+        self.group_overrides: dict[str, Mapping[str, str]] = {}
+        self._configs_seen: object = None
         self.commit_timeout_ms = config.get_int("offsets.commit.timeout.ms")
         #: offsets.topic.compression.codec: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd
         self.compression = config.get_int("offsets.topic.compression.codec")
@@ -193,6 +197,20 @@ class GroupCoordinator:
     def _spawn(self, coro: Work) -> asyncio.Task[None]:
         return supervise_background("group coordinator task", coro, self.fault_handler, self._tasks)
 
+    def on_image(self, image: MetadataImage) -> None:
+        """A new metadata image: its GROUP configs become the shards' per-group session
+        timeouts and heartbeat intervals (Kafka's GroupConfigManager, fed by the metadata
+        publisher). Applied from a member's next heartbeat on."""
+        if image.configs is self._configs_seen:
+            return
+        self._configs_seen = image.configs
+        self.group_overrides.clear()
+        self.group_overrides.update(
+            (name, configs)
+            for (rtype, name), configs in image.configs.items()
+            if rtype == ResourceType.GROUP
+        )
+
     # ------------------------------------------------------------------ leadership
     def reconcile(self) -> None:
         """Load the partitions this node now leads; unload the ones it no longer does."""
@@ -227,6 +245,7 @@ class GroupCoordinator:
         for offset, producer_id, commit in self._loading_markers.pop(partition, []):
             if offset >= end:  # appended after the load read the log
                 shard.replay_marker(producer_id, commit)
+        shard.group_overrides = self.group_overrides
         shard.finish_load(self.clock.now_ms())
         self.shards[partition] = shard
         self._load_end[partition] = end

@@ -20,6 +20,7 @@ from riverbed.testing.cluster import BrokerProcess, free_port
 if TYPE_CHECKING:
     from confluent_kafka.admin import AclOperation, ResourceType  # type: ignore[attr-defined]
 
+    from riverbed.server.client_login import ClientSecurity
     from riverbed.testing.quorum_cluster import QuorumCluster
 
 MECHANISMS = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"
@@ -277,23 +278,38 @@ def sasl_plain_request(
     ``user`` with PLAIN through riverbed's own client login (`server.inter_broker`):
     the exact answer a principal gets, error codes per item included. ``api_key`` and
     ``version`` default to the body's api and the highest version riverbed speaks."""
+    from riverbed.server.client_login import ClientSecurity
+
+    security = ClientSecurity("SASL_PLAINTEXT", None, "PLAIN", user, password)
+    return wire_request(address, body, security, api_key, version, timeout_s)
+
+
+def wire_request(
+    address: str,
+    body: Message,
+    security: ClientSecurity | None = None,
+    api_key: int | None = None,
+    version: int | None = None,
+    timeout_s: float = 30.0,
+) -> Message:
+    """One request to ``address`` (host:port; PLAINTEXT unless ``security`` says
+    otherwise) and its decoded answer, as `sasl_plain_request`."""
     import asyncio
 
     from riverbed.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey
     from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
     from riverbed.protocol.messages import message_spec
-    from riverbed.server.client_login import ClientSecurity
+    from riverbed.server.client_login import PLAINTEXT_CLIENT
     from riverbed.server.inter_broker import connect
 
     host, port = address.rsplit(":", 1)
-    security = ClientSecurity("SASL_PLAINTEXT", None, "PLAIN", user, password)
     key = message_spec(body).api_key if api_key is None else api_key
     assert key is not None
     top = SUPPORTED_VERSIONS[ApiKey(key)][1]
     header = RequestHeader(key, top if version is None else version, 7, "t")
 
     async def exchange() -> Message:
-        login = await connect(host, int(port), security, client_id="t")
+        login = await connect(host, int(port), security or PLAINTEXT_CLIENT, "t")
         reader, writer = login.reader, login.writer
         try:
             writer.write(encode_request(header, body))

@@ -756,3 +756,25 @@ def test_describe_v1_names_each_member_a_consumer_protocol_member() -> None:
         header = RequestHeader(int(ApiKey.CONSUMER_GROUP_DESCRIBE), version, 3, "t")
         wire = decode_response(header, encode_response(header, response)[4:])
         assert [m.member_type for m in wire.groups[0].members] == [member_type]
+
+
+def test_group_configs_override_session_timeout_and_heartbeat_interval() -> None:
+    """A group's consumer.session.timeout.ms / consumer.heartbeat.interval.ms GROUP configs
+    (the shell's ``group_overrides``, from the metadata image) replace the broker's for that
+    group alone, from the next heartbeat on (Kafka's GroupConfigManager)."""
+    g = CG()
+    g.h.shard.group_overrides = {
+        "slow": {"consumer.session.timeout.ms": "3000", "consumer.heartbeat.interval.ms": "700"}
+    }
+    slow = g.hb(group="slow")
+    plain = g.hb(group="g")
+    assert (slow.error_code, slow.heartbeat_interval_ms) == (0, 700)
+    assert (plain.error_code, plain.heartbeat_interval_ms) == (
+        0,
+        CONFIG.consumer_heartbeat_interval_ms,
+    )
+    g.h.advance(CONFIG.consumer_session_timeout_ms + 1)  # the broker's timeout: 1000
+    assert g.h.shard.consumer_groups["g"].members == {}
+    assert list(g.h.shard.consumer_groups["slow"].members) == [slow.member_id]
+    g.h.advance(3000 - CONFIG.consumer_session_timeout_ms)  # the group's own: 3000
+    assert g.h.shard.consumer_groups["slow"].members == {}

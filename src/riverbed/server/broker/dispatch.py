@@ -194,6 +194,8 @@ class Broker:
             config, self.node_id, partitions, metadata, clock or SystemClock(), fault_handler
         )
         self.groups.start()
+        self.groups.on_image(metadata.image)  # KIP-848 group configs, then each change
+        metadata.add_listener(lambda old, new, delta: self.groups.on_image(new))
         self.transactions = TransactionCoordinatorShell(
             config,
             self.node_id,

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import NoReturn, cast
+from typing import NoReturn, Protocol, cast
 
 from riverbed.metadata.controller import Controller, ControllerResult
 from riverbed.metadata.image import (
@@ -72,6 +72,12 @@ ImageListener = Callable[[MetadataImage, MetadataImage, MetadataDelta], None]
 LISTENERS_MAX = 64
 
 
+class ImageHolder(Protocol):
+    """What shows a node's current image as an attribute (`MetadataService.mirror_image_to`)."""
+
+    image: MetadataImage
+
+
 class MetadataServiceError(RuntimeError):
     pass
 
@@ -84,7 +90,11 @@ class MetadataService:
         self.log = metadata_log
         self.clock = clock
         self.cluster_id = cluster_id
-        self._image = MetadataImage.EMPTY
+        #: The current image, replaced whole at each publish (never changed in place; only
+        #: `_publish` assigns it). An attribute, not a property: requests read it several
+        #: times each, and a property is a Python call per read (`mirror_image_to`).
+        self.image: MetadataImage = MetadataImage.EMPTY
+        self._mirrors: list[ImageHolder] = []
         self._lock = asyncio.Lock()
         self._listeners: list[ImageListener] = []
         self._failed: str | None = None
@@ -93,9 +103,11 @@ class MetadataService:
         #: of ``storage format --add-scram``: riverbed.metadata.bootstrap_file)
         self.extra_bootstrap: list[Message] = []
 
-    @property
-    def image(self) -> MetadataImage:
-        return self._image
+    def mirror_image_to(self, holder: ImageHolder) -> None:
+        """Keep ``holder.image`` this service's current image: set now and at each
+        publish, before any listener runs (a listener reading it sees the new image)."""
+        holder.image = self.image
+        self._mirrors.append(holder)
 
     def add_listener(self, listener: ImageListener) -> None:
         """`listener(old, new, delta)` runs after each published image (also at start)."""
@@ -104,9 +116,11 @@ class MetadataService:
         self._listeners.append(listener)
 
     def _publish(self, delta: MetadataDelta, offset: int) -> None:
-        old = self._image
+        old = self.image
         new = delta.apply(offset)
-        self._image = new
+        self.image = new
+        for holder in self._mirrors:
+            holder.image = new
         for listener in self._listeners:
             listener(old, new, delta)
         self._changed.set()
@@ -119,7 +133,7 @@ class MetadataService:
         """Replay the committed log; with `bootstrap`, write the bootstrap records into an
         empty one (a quorum-backed service passes False and lets its first leader call
         `bootstrap_if_needed`)."""
-        delta = MetadataDelta(self._image)
+        delta = MetadataDelta(self.image)
         last = -1
         for offset, record in self.log.read_committed():
             delta.replay(record)
@@ -127,13 +141,13 @@ class MetadataService:
         if last >= 0:
             self._publish(delta, last)
             log.info("metadata replayed up to offset %d", last)
-        if bootstrap and self._image.is_empty() and last < 0:
+        if bootstrap and self.image.is_empty() and last < 0:
             await self._commit(Controller.bootstrap_records())
 
     async def bootstrap_if_needed(self) -> bool:
         """Write the bootstrap records unless `metadata.version` is already set."""
         async with self._lock:
-            if self._image.metadata_version:
+            if self.image.metadata_version:
                 return False
             await self._commit([*Controller.bootstrap_records(), *self.extra_bootstrap])
             return True
@@ -149,8 +163,8 @@ class MetadataService:
         self._check_not_failed()
         if not batch:
             return
-        last = self._image.offset
-        delta = MetadataDelta(self._image)
+        last = self.image.offset
+        delta = MetadataDelta(self.image)
         replayed = False
         for offset, record in batch:
             if offset <= last:
@@ -194,9 +208,9 @@ class MetadataService:
         # the operation's records in one append: one batch in the metadata log, never
         # committed, replicated or published in part
         offset = await self.log.append(records)
-        if self._image.offset >= offset:
+        if self.image.offset >= offset:
             return  # a quorum log already applied them through apply_committed
-        delta = MetadataDelta(self._image)
+        delta = MetadataDelta(self.image)
         try:
             for record in records:
                 delta.replay(record)
@@ -209,7 +223,7 @@ class MetadataService:
             await self._snapshot()
 
     async def _snapshot(self) -> None:
-        image = self._image
+        image = self.image
         try:
             # Lazy over the immutable image: the log encodes it off the event loop.
             await self.log.write_snapshot(iter_image_records(image), image.offset + 1)
@@ -219,10 +233,10 @@ class MetadataService:
 
     async def _run(self, op: Callable[[MetadataImage, int], ControllerResult]) -> object:
         async with self._lock:
-            before = self._image
+            before = self.image
             result = op(before, self.clock.now_ms())
             await self._commit(result.records)
-            after, node_id = self._image, self.controller.config.node_id
+            after, node_id = self.image, self.controller.config.node_id
             for _ in decision_slices(node_id, before, after, result.records):
                 await asyncio.sleep(0)  # the loop serves others between slices of lines
             return result.response
@@ -272,7 +286,7 @@ class MetadataService:
     def list_partition_reassignments(
         self, request: ListPartitionReassignmentsRequest
     ) -> ListPartitionReassignmentsResponse:
-        return self.controller.list_partition_reassignments(self._image, request)
+        return self.controller.list_partition_reassignments(self.image, request)
 
     async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
         c = self.controller
@@ -395,7 +409,7 @@ class MetadataService:
         )
 
     def describe_configs(self, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
-        return self.controller.describe_configs(self._image, request)
+        return self.controller.describe_configs(self.image, request)
 
     def close(self) -> None:
         self.log.close()

@@ -208,6 +208,10 @@ class QuorumMetadata(WriteForwarding):
     ) -> None:
         self.node_id: int = config.node_id
         self.service = service
+        #: the service's current image (`MetadataService.mirror_image_to`: an attribute
+        #: set at each publish; requests read it several times each)
+        self.image: MetadataImage = service.image
+        service.mirror_image_to(self)
         self.voters: dict[int, tuple[str, int]] = dict(config.quorum_voters)
         self.raft = raft
         self.transport = transport
@@ -258,10 +262,6 @@ class QuorumMetadata(WriteForwarding):
         self._default_partitions = config.get_int("num.partitions")
 
     # --- the read side (the service's) ----------------------------------------------------
-    @property
-    def image(self) -> MetadataImage:
-        return self.service.image
-
     @property
     def snapshots_loaded(self) -> int:
         return self.machine.snapshots_loaded

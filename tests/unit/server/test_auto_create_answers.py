@@ -104,7 +104,7 @@ def ask_lagging_node_at_once(
                 await asyncio.sleep(0.01)
             if applied_after_s is not None:
                 await asyncio.sleep(applied_after_s)
-                quorum.service.image = after  # type: ignore[misc]
+                quorum.service.image = quorum.image = after  # published, and mirrored
                 quorum._image_changed.set()
 
         header = RequestHeader(int(ApiKey.METADATA), 12, 7, "kcat")

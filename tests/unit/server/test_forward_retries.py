@@ -111,8 +111,25 @@ def follower_of(port: int, image: MetadataImage = MetadataImage.EMPTY) -> Quorum
     quorum.channel = ControllerChannel(1, quorum.voters, PLAINTEXT_CLIENT, 30.0, lambda: 3)
     quorum.lifecycle_attempt_s = 30.0
     quorum.service = SimpleNamespace(image=image)  # type: ignore[assignment]
+    quorum.image = image  # the service's, mirrored (`MetadataService.mirror_image_to`)
     quorum._image_changed = asyncio.Event()
     return quorum
+
+
+def quorum_of_one(tmp_path: Path, *overrides: str) -> QuorumMetadata:
+    """A combined node's metadata quorum seat, built from its config (nothing runs)."""
+    config = ServerConfig.load(
+        None,
+        [
+            "node.id=1",
+            "process.roles=broker,controller",
+            "listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+            "controller.listener.names=CONTROLLER",
+            f"log.dirs={tmp_path}",
+            *overrides,
+        ],
+    )
+    return open_quorum_metadata(config, "c" * 22, ManualClock(), RecordingFaultHandler())
 
 
 def delete(name: str) -> DeleteTopicsRequest:
@@ -258,18 +275,7 @@ def test_a_heartbeat_to_a_stalled_controller_gives_up_within_half_the_session(
     cut off) must give up in time for the next one to reach the new controller before
     the session expires. Before, the heartbeat waited out 30 s, and the broker's session
     at the new controller rested on its metadata fetches alone."""
-    config = ServerConfig.load(
-        None,
-        [
-            "node.id=1",
-            "process.roles=broker,controller",
-            "listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
-            "controller.listener.names=CONTROLLER",
-            f"log.dirs={tmp_path}",
-            "broker.session.timeout.ms=2000",
-        ],
-    )
-    built = open_quorum_metadata(config, "c" * 22, ManualClock(), RecordingFaultHandler())
+    built = quorum_of_one(tmp_path, "broker.session.timeout.ms=2000")
     assert built.lifecycle_attempt_s == 1.0  # min(controller.socket.timeout.ms, 2000 / 2)
 
     async def beat(quorum: QuorumMetadata) -> tuple[bool, float]:

@@ -11,7 +11,7 @@ create the ACLs: the cluster resource has none), ``--acls`` ACLs for other princ
 them) and one ALLOW WRITE on the benchmark topic for User:ANONYMOUS, which is no super
 user: every Produce request goes through the whole decision. confluent-kafka produces
 ``--records`` records of 1 KiB with acks=1 and small batches of one size (15 records,
-linger.ms=20 to fill them: many requests, so the per-request check weighs as much as it
+linger.ms=20 to fill them; ``--batch-records N`` other sizes: many requests, so the per-request check weighs as much as it
 can, and as many to each broker, however fast it answers). ``--control`` gives both
 brokers no authorizer (an A/A run: what the method itself shows as a difference).
 ``--acls 0``: the authorizer on, no ACL created at all (``allow.everyone.if.no.acl.found``
@@ -87,27 +87,30 @@ def _create_acls(bootstrap: str, count: int) -> int:
     return len(bindings)
 
 
-def _producer(bootstrap: str) -> Producer:
-    """Batches of `BATCH_RECORDS` records always (linger.ms long enough to fill them): a
+def _producer(bootstrap: str, batch_records: int = 15) -> Producer:
+    """Batches of ``batch_records`` records always (linger.ms long enough to fill them): a
     broker answering slower would otherwise get fuller batches, fewer requests per MB and
-    so less CPU per MB, whatever its work per request."""
+    so less CPU per MB, whatever its work per request. The default, 15 (15 KiB: within
+    batch.size's default 16 KiB), is the worst case for a per-request check."""
     return Producer(
         {
             "bootstrap.servers": bootstrap,
             "acks": "1",
             "linger.ms": "20",
-            "batch.size": "16384",
-            "batch.num.messages": BATCH_RECORDS,
+            "batch.size": str(max(16384, batch_records * BATCH_BYTES_PER_RECORD)),
+            "batch.num.messages": batch_records,
         }
     )
 
 
-#: Records per Produce request (15 KiB: within batch.size's 16 KiB).
-BATCH_RECORDS = 15
+#: A 1 KiB record's room in a batch (its value, key, headers and record overhead).
+BATCH_BYTES_PER_RECORD = 1100
+#: The largest ``--batch-records`` (a batch within the broker's message.max.bytes).
+BATCH_RECORDS_MAX = 900
 
 
-def _produce_mb_s(bootstrap: str, records: int) -> float:
-    producer = _producer(bootstrap)
+def _produce_mb_s(bootstrap: str, records: int, batch_records: int) -> float:
+    producer = _producer(bootstrap, batch_records)
     started = time.perf_counter()
     for _ in range(records):
         produce(producer, TOPIC, VALUE)
@@ -136,7 +139,7 @@ def _sequential_rounds(brokers: dict[str, BrokerProcess], args: argparse.Namespa
         for name, broker in pair if round_no % 2 == 0 else pair[::-1]:
             assert broker.pid is not None
             cpu_before = _cpu_s(broker.pid)
-            rate = _produce_mb_s(broker.bootstrap, args.records)
+            rate = _produce_mb_s(broker.bootstrap, args.records, args.batch_records)
             per_mb = (_cpu_s(broker.pid) - cpu_before) * 1000 / mb
             mb_s[name].append(rate)
             cpu_ms[name].append(per_mb)
@@ -163,7 +166,7 @@ def _shared_rounds(
     cpu: dict[str, list[float]] = {name: [] for name in brokers}
     for round_no in range(args.rounds):
         order = list(brokers) if round_no % 2 == 0 else list(brokers)[::-1]
-        producers = {name: _producer(brokers[name].bootstrap) for name in order}
+        producers = {name: _producer(brokers[name].bootstrap, args.batch_records) for name in order}
         for p in producers.values():
             p.produce(TOPIC, VALUE)  # metadata first
             assert p.flush(30) == 0
@@ -199,6 +202,12 @@ def main() -> None:
     parser.add_argument("--acls", type=int, default=10_000)
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument(
+        "--batch-records",
+        type=int,
+        default=15,
+        help="records per Produce request (15: the worst case for a per-request check)",
+    )
     parser.add_argument("--control", action="store_true", help="A/A: no authorizer on either")
     parser.add_argument(
         "--hash-seeds", default="", help="PYTHONHASHSEED of the plain and the checked broker: A,B"
@@ -212,6 +221,8 @@ def main() -> None:
         help="the old way: one broker's records, then the other's",
     )
     args = parser.parse_args()
+    if not 1 <= args.batch_records <= BATCH_RECORDS_MAX:
+        parser.error(f"--batch-records {args.batch_records}: 1 to {BATCH_RECORDS_MAX} expected")
     refused = None if args.sequential else check_cpus()
     if refused:
         parser.error(f"{refused}; --sequential runs anywhere")
@@ -242,7 +253,9 @@ def main() -> None:
             created = _create_acls(brokers[checked].bootstrap, args.acls)
             print(f"{created} ACLs created (the last for the producer)", flush=True)
         for broker in brokers.values():
-            _produce_mb_s(broker.bootstrap, args.records // 10)  # warm-up, not counted
+            _produce_mb_s(
+                broker.bootstrap, args.records // 10, args.batch_records
+            )  # warm-up, not counted
         if args.sequential:
             _sequential_rounds(brokers, args)
         else:

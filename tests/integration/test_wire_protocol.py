@@ -195,7 +195,7 @@ def test_produce_validation_errors(client: Client, topic_name: str) -> None:
     )
     assert (
         produce(client, topic_name, batch(b"z" * 5000)).error_code
-        == ErrorCode.MESSAGE_SIZE_TOO_LARGE
+        == ErrorCode.MESSAGE_TOO_LARGE
     )
     assert produce(client, topic_name, b"").error_code == ErrorCode.INVALID_RECORD
     magic1 = bytearray(batch(b"old"))

@@ -69,7 +69,7 @@ ERROR_TABLE: tuple[tuple[int, str, bool, str], ...] = (
     ),
     (
         10,
-        "MESSAGE_SIZE_TOO_LARGE",
+        "MESSAGE_TOO_LARGE",
         False,
         "The request included a message larger than the max message size the server will accept.",
     ),

@@ -92,7 +92,7 @@ def append_error(code: ErrorCode) -> ErrorCode:
         ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
     ):
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    if code in (ErrorCode.MESSAGE_SIZE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE):
+    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE):
         return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
     if code in (
         ErrorCode.INVALID_PRODUCER_EPOCH,

@@ -142,7 +142,7 @@ def append_error(code: ErrorCode) -> ErrorCode:
         return E.COORDINATOR_NOT_AVAILABLE
     if code in (E.NOT_LEADER_OR_FOLLOWER, E.KAFKA_STORAGE_ERROR):
         return E.NOT_COORDINATOR
-    if code in (E.MESSAGE_SIZE_TOO_LARGE, E.RECORD_LIST_TOO_LARGE):
+    if code in (E.MESSAGE_TOO_LARGE, E.RECORD_LIST_TOO_LARGE):
         return E.UNKNOWN_SERVER_ERROR
     return code
 

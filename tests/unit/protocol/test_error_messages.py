@@ -21,7 +21,7 @@ KAFKA_MESSAGES = {
     ),
     ErrorCode.REQUEST_TIMED_OUT: "The request timed out.",
     ErrorCode.BROKER_NOT_AVAILABLE: "The broker is not available.",
-    ErrorCode.MESSAGE_SIZE_TOO_LARGE: (
+    ErrorCode.MESSAGE_TOO_LARGE: (
         "The request included a message larger than the max message size the server will accept."
     ),
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: (

@@ -69,7 +69,7 @@ def test_init_failed_write_leaves_no_trace_and_maps_the_append_error() -> None:
     h.commit(E.NOT_LEADER_OR_FOLLOWER)
     assert h.answers[2] == TxnResult(E.NOT_COORDINATOR)
     h.init("b", commit=False)
-    h.commit(E.MESSAGE_SIZE_TOO_LARGE)
+    h.commit(E.MESSAGE_TOO_LARGE)
     assert h.answers[3] == TxnResult(E.UNKNOWN_SERVER_ERROR)
     assert h.shard.txns == {}
 

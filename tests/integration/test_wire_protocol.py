@@ -193,10 +193,7 @@ def test_produce_validation_errors(client: Client, topic_name: str) -> None:
         produce(client, topic_name, batch(b"late", ts=future)).error_code
         == ErrorCode.INVALID_TIMESTAMP
     )
-    assert (
-        produce(client, topic_name, batch(b"z" * 5000)).error_code
-        == ErrorCode.MESSAGE_TOO_LARGE
-    )
+    assert produce(client, topic_name, batch(b"z" * 5000)).error_code == ErrorCode.MESSAGE_TOO_LARGE
     assert produce(client, topic_name, b"").error_code == ErrorCode.INVALID_RECORD
     magic1 = bytearray(batch(b"old"))
     magic1[16] = 1  # a pre-0.11 message set

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from riverbed.protocol.messages import FetchRequest, FetchResponse, Message
+from riverbed.protocol.headers import response_body_version
+from riverbed.protocol.messages import FetchRequest, FetchResponse, Message, encode
 from riverbed.server.broker.fetch import replica_of
 from riverbed.server.network import RequestContext, SplicedResponse
+from riverbed.server.splice import plan_size, splice_plan
 
 if TYPE_CHECKING:
     from riverbed.server.broker.dispatch import Broker
@@ -32,31 +34,30 @@ def consumer_fetch(body: Message) -> bool:
     return isinstance(body, FetchRequest) and replica_of(body)[0] < 0
 
 
-def _parts(response: FetchAnswer) -> tuple[FetchResponse, list[bytes], int]:
-    """The response body, the file tokens in its ``records`` and their bytes."""
+def _body(response: FetchAnswer) -> FetchResponse:
+    """The response body (a spliced one's ``records`` are its file tokens)."""
+    body = response.body if isinstance(response, SplicedResponse) else response
+    assert isinstance(body, FetchResponse)  # the fetch handler's
+    return body
+
+
+def response_bytes(response: FetchAnswer, version: int) -> int:
+    """The bytes the fetch quota counts for ``response``: Kafka's ``FetchResponse.sizeOf``
+    (the whole body at the request's version, every partition's fields and its records,
+    without the response header), so that a fetch of many partitions with little or no
+    data is counted too. Encoded once more to be measured: only when a fetch quota is on."""
+    body = _body(response)
+    encoded = encode(body, version)
     if isinstance(response, SplicedResponse):
-        body = response.body
-        assert isinstance(body, FetchResponse)  # the fetch handler's
-        return body, [f.token for f in response.files], sum(f.size for f in response.files)
-    return response, [], 0
-
-
-def records_bytes(response: FetchAnswer) -> int:
-    """The record bytes a fetch response carries: its file ranges and the records held in
-    memory (read from the remote tier)."""
-    body, tokens, size = _parts(response)
-    for topic in body.responses:
-        for p in topic.partitions:
-            if p.records and p.records not in tokens:
-                size += len(p.records)
-    return size
+        return plan_size(splice_plan(encoded, response))  # the tokens' real sizes
+    return len(encoded)
 
 
 def throttled_response(response: FetchAnswer, throttle_ms: int) -> FetchResponse:
     """Kafka 4.x's ``FetchContext.getThrottledResponse``: no partitions, session 0, the
     node endpoints of the leader hints kept (KIP-951); the file ranges ``response``
     pinned are released."""
-    body, _, _ = _parts(response)
+    body = _body(response)
     if isinstance(response, SplicedResponse):
         for f in response.files:
             for rng in f.ranges:
@@ -76,7 +77,9 @@ def throttle_fetch(
     """A consumer's fetch response with the quotas applied (the response, or the empty
     throttled one) and the throttle (0: none; else the caller mutes the connection)."""
     quotas, image = broker.quotas, broker.metadata.image
-    size = records_bytes(response) if quotas.fetch_quota_enabled(image) else 0
+    size = 0
+    if quotas.fetch_quota_enabled(image):
+        size = response_bytes(response, response_body_version(ctx.header))
     throttle = quotas.record_fetch(image, ctx, size, request_throttle_ms)
     if throttle <= 0:
         return response, 0

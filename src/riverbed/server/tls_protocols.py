@@ -14,7 +14,13 @@ refused as Kafka 4.x's DefaultSslEngineFactory refuses them when a listener star
   name is checked on its own. Kafka's names are IANA's (TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256),
   mapped to OpenSSL's (ECDHE-RSA-AES128-GCM-SHA256); an OpenSSL suite name is taken too.
   The TLS 1.3 suites (same name in both) are checked, but the ssl module cannot restrict
-  them (all are strong): the list restricts the TLS 1.2 suites.
+  them one by one (all are strong): the list restricts the TLS 1.2 suites, and the
+  versions. A JSSE engine given only TLS 1.3 suites has none for TLS 1.2, so a TLS 1.2
+  handshake fails; given only TLS 1.2 suites, TLS 1.3 cannot be negotiated. The same
+  follows here from the versions: only TLS 1.3 suites named -> TLS 1.3 only; only TLS 1.2
+  suites -> TLS 1.2 only; and a list that leaves no enabled version a suite (only TLS 1.3
+  suites with ``ssl.enabled.protocols=TLSv1.2``), where every JSSE handshake would fail, is
+  refused when the listener starts.
 """
 
 from __future__ import annotations
@@ -69,18 +75,20 @@ def _check_protocol(get: Lookup, refuse: Refusal) -> None:
         )
 
 
-def _tls12_suites(suites: list[str], refuse: Refusal) -> list[str]:
-    """The OpenSSL names of the TLS 1.2 suites of ``suites`` (a refusal naming every
-    unknown one)."""
+def _split_suites(suites: list[str], refuse: Refusal) -> tuple[list[str], list[str]]:
+    """The OpenSSL names of the TLS 1.2 suites of ``suites``, and its TLS 1.3 suites (a
+    refusal naming every unknown one)."""
     known = _openssl_suites()
-    unknown, tls12 = [], []
+    unknown, tls12, tls13 = [], [], []
     for name in suites:
         if name == _RENEGOTIATION_SCSV:
             continue
         openssl_name = iana_to_openssl(name)
         if openssl_name not in known:
             unknown.append(name)
-        elif not openssl_name.startswith("TLS_"):  # TLS 1.3 suites stay all enabled
+        elif openssl_name.startswith("TLS_"):  # TLS 1.3's, the same name in both
+            tls13.append(openssl_name)
+        else:
             tls12.append(openssl_name)
     if unknown:
         raise refuse(
@@ -88,7 +96,17 @@ def _tls12_suites(suites: list[str], refuse: Refusal) -> list[str]:
             f"Unsupported cipher suite(s) {', '.join(unknown)}: not a TLS cipher suite this "
             "broker knows (IANA names, e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256)",
         )
-    return tls12
+    return tls12, tls13
+
+
+def _versions_with_suites(
+    versions: list[ssl.TLSVersion], tls12: list[str], tls13: list[str]
+) -> list[ssl.TLSVersion]:
+    """The enabled versions a named suite can serve (all when no suite is named)."""
+    if not tls12 and not tls13:
+        return versions
+    usable = {ssl.TLSVersion.TLSv1_2: bool(tls12), ssl.TLSVersion.TLSv1_3: bool(tls13)}
+    return [v for v in versions if usable[v]]
 
 
 def apply_protocols(ctx: ssl.SSLContext, get: Lookup, refuse: Refusal) -> None:
@@ -100,10 +118,19 @@ def apply_protocols(ctx: ssl.SSLContext, get: Lookup, refuse: Refusal) -> None:
     versions = sorted(_VERSIONS[p] for p in enabled if p in _VERSIONS)
     if not versions:
         raise refuse("ssl.enabled.protocols", "no supported protocol (TLSv1.2, TLSv1.3)")
-    ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
     suites = get("ssl.cipher.suites") or []
     assert isinstance(suites, list)
-    tls12 = _tls12_suites([str(s) for s in suites], refuse)
+    tls12, tls13 = _split_suites([str(s) for s in suites], refuse)
+    if suites and not tls12 and not tls13:  # JSSE: no suite enabled, no handshake
+        raise refuse("ssl.cipher.suites", f"{suites} names no cipher suite")
+    served = _versions_with_suites(versions, tls12, tls13)
+    if not served:
+        raise refuse(
+            "ssl.cipher.suites",
+            f"no cipher suite of {suites} serves an enabled protocol "
+            f"({', '.join(p for p in enabled if p in _VERSIONS)}): every handshake would fail",
+        )
+    ctx.minimum_version, ctx.maximum_version = served[0], served[-1]
     if tls12:
         try:
             ctx.set_ciphers(":".join(tls12))

@@ -138,3 +138,70 @@ def test_a_pkcs12_key_store_without_its_password_is_refused(pki: Pki) -> None:
         server_tls(_pkcs12(pki, **{"ssl.keystore.password": None}).get)
     assert info.value.key == "ssl.keystore.password"
     assert "key store password is not specified" in str(info.value)
+
+
+def _handshake(server: ssl.SSLContext, client: ssl.SSLContext) -> str:
+    """A TLS handshake between the two contexts in memory: the version agreed (SSLError
+    when none can be)."""
+    s_in, s_out, c_in, c_out = (ssl.MemoryBIO() for _ in range(4))
+    srv = server.wrap_bio(s_in, s_out, server_side=True)
+    cli = client.wrap_bio(c_in, c_out, server_side=False)
+    done = {"srv": False, "cli": False}
+    for _ in range(20):
+        for name, side in (("cli", cli), ("srv", srv)):
+            if not done[name]:
+                try:
+                    side.do_handshake()
+                    done[name] = True
+                except ssl.SSLWantReadError:
+                    pass
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+        if all(done.values()):
+            version = cli.version()
+            assert version is not None
+            return version
+    raise AssertionError("the handshake did not finish")
+
+
+def _client(pki: Pki, version: ssl.TLSVersion | None = None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(pki.ca))
+    ctx.check_hostname = False
+    if version is not None:
+        ctx.minimum_version = ctx.maximum_version = version
+    return ctx
+
+
+def test_only_tls13_suites_named_leave_tls12_no_suite(pki: Pki) -> None:
+    """As a JSSE engine with only TLS 1.3 suites enabled: a TLS 1.2 client's handshake
+    fails (before, OpenSSL's default TLS 1.2 suites were left on)."""
+    ctx = _server(pki, **{"ssl.cipher.suites": ["TLS_AES_128_GCM_SHA256"]})
+    assert _handshake(ctx, _client(pki)) == "TLSv1.3"
+    with pytest.raises(ssl.SSLError):
+        _handshake(ctx, _client(pki, ssl.TLSVersion.TLSv1_2))
+
+
+def test_only_tls12_suites_named_negotiate_tls12(pki: Pki) -> None:
+    suites = ["TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"]
+    ctx = _server(pki, **{"ssl.cipher.suites": suites})
+    assert _handshake(ctx, _client(pki)) == "TLSv1.2"
+    assert _handshake(_server(pki), _client(pki)) == "TLSv1.3"  # unset: both versions
+
+
+@pytest.mark.parametrize(
+    ("suites", "protocols"),
+    [
+        (["TLS_AES_128_GCM_SHA256"], ["TLSv1.2"]),
+        (["TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"], ["TLSv1.3"]),
+        (["TLS_EMPTY_RENEGOTIATION_INFO_SCSV"], ["TLSv1.2", "TLSv1.3"]),
+    ],
+)
+def test_suites_that_serve_no_enabled_protocol_are_refused(
+    pki: Pki, suites: list[str], protocols: list[str]
+) -> None:
+    settings = {"ssl.cipher.suites": suites, "ssl.enabled.protocols": protocols}
+    with pytest.raises(TlsConfigError) as info:
+        _server(pki, **settings)
+    assert info.value.key == "ssl.cipher.suites"
+    with pytest.raises(TlsConfigError):
+        client_context(_settings(pki, **settings).get)

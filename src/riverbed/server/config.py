@@ -487,6 +487,7 @@ class ServerConfig:
             default_replication_factor=self.default_replication_factor,
             static_broker_config=self.static_config(),
             broker_config_entries=tuple(self.describe()),
+            delete_topic_enable=bool(self.get("delete.topic.enable")),
         )
 
     def __repr__(self) -> str:

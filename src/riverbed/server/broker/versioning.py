@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from riverbed.protocol.messages import Message, message_spec
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import DeleteTopicsResponse, Message, message_spec
 from riverbed.protocol.schema import StructSpec
 
 M = TypeVar("M", bound=Message)
@@ -34,7 +35,18 @@ def _fit_struct(obj: Message, spec: StructSpec, version: int) -> None:
             _fit_struct(value, f.struct, version)
 
 
+#: DeleteTopics answers TOPIC_DELETION_DISABLED from this version on; Kafka's controller
+#: refuses an older request with ``InvalidRequestException("Topic deletion is disabled.")``
+#: instead, an error every version's clients know.
+DELETE_TOPICS_DELETION_DISABLED_VERSION = 3
+
+
 def fit_to_version(msg: M, version: int) -> M:
-    """Reset, in place, the fields ``msg`` cannot carry at ``version``; returns ``msg``."""
+    """Reset, in place, the fields ``msg`` cannot carry at ``version``, and answer with an
+    older error an error code the version does not have; returns ``msg``."""
     _fit_struct(msg, message_spec(msg).struct, version)
+    if isinstance(msg, DeleteTopicsResponse) and version < DELETE_TOPICS_DELETION_DISABLED_VERSION:
+        for result in msg.responses:
+            if result.error_code == ErrorCode.TOPIC_DELETION_DISABLED:
+                result.error_code = ErrorCode.INVALID_REQUEST
     return msg

@@ -253,6 +253,16 @@ class Node(NodeListeners, BrokerLifecycle):
             cleaner_config=CleanerConfig.from_broker(cfg.get),
             remote_log_enabled=remote_log_enabled,
             move_bytes_per_s=_move_rate(cfg),
+            recovery_threads_per_dir=cfg.get_int("num.recovery.threads.per.data.dir"),
+            recovery_point_checkpoint_interval_ms=cfg.get_int(
+                "log.flush.offset.checkpoint.interval.ms"
+            ),
+            log_start_checkpoint_interval_ms=cfg.get_int(
+                "log.flush.start.offset.checkpoint.interval.ms"
+            ),
+            high_watermark_checkpoint_interval_ms=cfg.get_int(
+                "replica.high.watermark.checkpoint.interval.ms"
+            ),
         )
         partitions = PartitionManager(
             self.log_manager, cfg.node_id, static, self.purgatory, fault_handler=fh

@@ -17,6 +17,7 @@ from riverbed.storage.checkpoints import (
     REPLICATION_OFFSET_CHECKPOINT,
     read_offset_checkpoint,
 )
+from riverbed.storage.layout import METADATA_PARTITION_DIR
 from riverbed.testing.cluster import BrokerProcess
 
 pytestmark = pytest.mark.integration
@@ -70,3 +71,15 @@ def test_the_log_start_checkpoint_follows_its_interval(
     for future in moved.values():
         future.result(timeout=30)
     assert _checkpointed(checkpointing_broker, LOG_START_OFFSET_CHECKPOINT) == 4
+
+
+def test_the_metadata_log_rolls_at_metadata_log_segment_bytes() -> None:
+    """``metadata.log.segment.bytes`` bounds the metadata log's segments (before, the log
+    kept one 1 GiB segment whatever it said)."""
+    with BrokerProcess(overrides={"metadata.log.segment.bytes": "4096"}) as proc:
+        admin = AdminClient({"bootstrap.servers": proc.bootstrap})
+        topics = [NewTopic(f"meta-{i}", 1, 1) for i in range(60)]
+        for future in admin.create_topics(topics).values():
+            future.result(timeout=60)
+        segments = sorted((proc.data_dir / METADATA_PARTITION_DIR).glob("*.log"))
+    assert len(segments) >= 2, segments

@@ -78,6 +78,7 @@ class RaftConfig:
     snapshot_max_bytes_between: int = (
         20 * 1024 * 1024
     )  # metadata.log.max.record.bytes.between.snapshots
+    log_segment_bytes: int = 1024 * 1024 * 1024  # metadata.log.segment.bytes
     snapshot_max_interval_ms: int = 3_600_000  # metadata.log.max.snapshot.interval.ms
     max_replication_lag_ms: int = 30_000  # max.replication.lag.ms
     fetch_bytes_max: int = 1024 * 1024  # per Fetch response
@@ -149,5 +150,6 @@ class RaftConfig:
                 "metadata.log.max.record.bytes.between.snapshots", 20 * 1024 * 1024
             ),
             snapshot_max_interval_ms=num("metadata.log.max.snapshot.interval.ms", 3_600_000),
+            log_segment_bytes=num("metadata.log.segment.bytes", 1024 * 1024 * 1024),
             max_replication_lag_ms=num("max.replication.lag.ms", 30_000),
         )

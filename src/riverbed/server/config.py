@@ -32,6 +32,7 @@ from riverbed.metadata.broker_configs import (
 )
 from riverbed.metadata.config_defs import ConfigEntry, ConfigValueError
 from riverbed.metadata.controller import ControllerConfig
+from riverbed.metadata.inert_configs import inert_settings
 from riverbed.server.config_listeners import (
     advertised_problem,
     authentication_delay_problem,
@@ -187,6 +188,8 @@ class ServerConfig:
         )
         for key in self.unknown_keys:
             log.warning("ignoring unknown config key %s", key)
+        for key, why in inert_settings(props):
+            log.warning("config key %s is accepted but has no effect in riverbed: %s", key, why)
         self._derive()
 
     # ----- construction

@@ -198,7 +198,11 @@ class RaftDriver:
         for name in self.snapshots.remove_partial_files():
             log.info("removed partial snapshot %s", name)
         partition = PartitionLog(
-            self.directory, METADATA_TOPIC, METADATA_PARTITION, LogConfig(), SystemClock()
+            self.directory,
+            METADATA_TOPIC,
+            METADATA_PARTITION,
+            LogConfig(segment_bytes=config.log_segment_bytes),
+            SystemClock(),
         )
         snaps = self.snapshots.list()
         start_epoch = next(

@@ -45,6 +45,7 @@ from riverbed.protocol.exceptions import ProtocolError
 
 __all__ = [
     "DECOMPRESSED_MAX_BYTES",
+    "GZIP_DEFAULT_LEVEL",
     "SNAPPY_XERIAL_BLOCK_BYTES",
     "CompressionType",
     "compress",
@@ -81,14 +82,28 @@ _ZSTD_RATIO_MAX: Final = 32768  # 128 KiB block max / 4-byte smallest (RLE) bloc
 _ZSTD_INPUT_MIN_BYTES: Final = 64
 
 
-def compress(compression: CompressionType | int, data: bytes | bytearray | memoryview) -> bytes:
-    """``data`` compressed with ``compression`` in Kafka's wire form (see module docstring)."""
+#: gzip's level when none is given (and for Kafka's ``compression.gzip.level=-1``):
+#: java.util.zip.GZIPOutputStream's default.
+GZIP_DEFAULT_LEVEL: Final = 6
+#: zstd's (and Kafka's) default level.
+ZSTD_DEFAULT_LEVEL: Final = 3
+
+
+def compress(
+    compression: CompressionType | int,
+    data: bytes | bytearray | memoryview,
+    level: int | None = None,
+) -> bytes:
+    """``data`` compressed with ``compression`` in Kafka's wire form (see module docstring),
+    at ``level`` (KIP-390's ``compression.<codec>.level``; None: the codec's default, for
+    lz4 its fast mode; snappy has none)."""
     kind = _kind(compression)
     if kind is CompressionType.NONE:
         return bytes(data)
     if kind is CompressionType.GZIP:
-        # wbits 31 = gzip container; level 6 is java.util.zip.GZIPOutputStream's default.
-        co = zlib.compressobj(6, zlib.DEFLATED, 31)
+        # wbits 31 = gzip container
+        gzip_level = GZIP_DEFAULT_LEVEL if level is None or level < 0 else level
+        co = zlib.compressobj(gzip_level, zlib.DEFLATED, 31)
         return co.compress(data) + co.flush()
     if kind is CompressionType.SNAPPY:
         return _snappy_xerial_compress(memoryview(data))
@@ -96,6 +111,7 @@ def compress(compression: CompressionType | int, data: bytes | bytearray | memor
         return bytes(
             lz4.frame.compress(
                 bytes(data),
+                compression_level=0 if level is None else level,
                 block_size=lz4.frame.BLOCKSIZE_MAX64KB,
                 block_linked=False,
                 content_checksum=False,
@@ -103,8 +119,8 @@ def compress(compression: CompressionType | int, data: bytes | bytearray | memor
             )
         )
     assert kind is CompressionType.ZSTD
-    # level 3 is zstd's (and Kafka's) default level.
-    return bytes(zstandard.ZstdCompressor(level=3).compress(bytes(data)))
+    zstd_level = ZSTD_DEFAULT_LEVEL if level is None else level
+    return bytes(zstandard.ZstdCompressor(level=zstd_level).compress(bytes(data)))
 
 
 def decompress(

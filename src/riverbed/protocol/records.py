@@ -106,6 +106,7 @@ __all__ = [
     "parse_header",
     "patch_base_offset",
     "patch_partition_leader_epoch",
+    "recompressed_batch",
     "record_timestamps",
     "set_log_append_time",
     "valid_prefix",
@@ -440,6 +441,35 @@ def build_batch(
     )
 
 
+def recompressed_batch(
+    batch: Buffer, compression: CompressionType | int, level: int | None = None
+) -> bytes:
+    """``batch`` (one whole v2 batch) with its records compressed with ``compression``
+    instead, every header field kept (Kafka's LogValidator when a topic's
+    ``compression.type`` differs from the producer's: the records are the same bytes once
+    decompressed, only the section around them changes). ProtocolError when the batch's
+    records cannot be decompressed within `DECOMPRESSED_MAX_BYTES`."""
+    h, body = _records_section(batch, DECOMPRESSED_MAX_BYTES, verify=False)
+    return frame_batch(
+        body,
+        h.records_count,
+        base_offset=h.base_offset,
+        compression=compression,
+        timestamp_type=h.timestamp_type,
+        producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence,
+        partition_leader_epoch=h.partition_leader_epoch,
+        first_timestamp=h.first_timestamp,
+        max_timestamp=h.max_timestamp,
+        last_offset_delta=h.last_offset_delta,
+        is_transactional=h.is_transactional,
+        is_control=h.is_control,
+        delete_horizon=h.has_delete_horizon,
+        level=level,
+    )
+
+
 def build_values_batch(
     values: Sequence[bytes],
     *,
@@ -536,12 +566,14 @@ def frame_batch(
     is_transactional: bool = False,
     is_control: bool = False,
     delete_horizon: bool = False,
+    level: int | None = None,
 ) -> bytes:
     """A v2 batch around ``body``, the uncompressed encoded records (``records_count``
-    of them): compressed as asked, header packed, CRC computed. The log cleaner frames
-    record bytes it kept from an old batch with it; `build_batch` frames new ones."""
+    of them): compressed as asked (at ``level``: `compress`'s), header packed, CRC
+    computed. The log cleaner frames record bytes it kept from an old batch with it;
+    `build_batch` frames new ones, `recompressed_batch` a client's in another codec."""
     codec = CompressionType(compression)
-    payload = compress(codec, body) if codec != CompressionType.NONE else body
+    payload = compress(codec, body, level) if codec != CompressionType.NONE else body
     batch_length = BATCH_OVERHEAD + len(payload)
     if batch_length > _INT32_MAX:
         raise ValueError(f"record batch of {batch_length} bytes exceeds int32")

@@ -30,6 +30,10 @@ max.compaction.lag.ms               Long.MAX_VALUE          dirty records older 
 min.cleanable.dirty.ratio           0.5                     dirty share that triggers a clean
 min.insync.replicas                 1                       for acks=all (replication)
 preallocate                         false                   accepted, not used
+compression.type                    producer                or a codec batches are stored in
+compression.gzip.level              -1 (= 6)                when recompressing to gzip
+compression.lz4.level               9                       when recompressing to lz4
+compression.zstd.level              3                       when recompressing to zstd
 remote.storage.enable               false                   tier rolled segments (KIP-405)
 local.retention.ms                  -2 (= retention.ms)     local part of a tiered log
 local.retention.bytes               -2 (= retention.bytes)  local part of a tiered log
@@ -56,6 +60,8 @@ LONG_MAX: Final = 2**63 - 1
 INT_MAX: Final = 2**31 - 1
 TIMESTAMP_TYPES: Final = ("CreateTime", "LogAppendTime")
 CLEANUP_POLICIES: Final = ("delete", "compact")
+#: ``compression.type``: the codec a leader stores client batches in, or the producer's.
+COMPRESSION_TYPES: Final = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 # Kafka's lower bounds (TopicConfig / LogConfig validators).
 SEGMENT_BYTES_MIN: Final = 14  # LegacyRecord.RECORD_OVERHEAD_V0; tests use tiny segments
 SEGMENT_INDEX_BYTES_MIN: Final = 4
@@ -90,6 +96,10 @@ class LogConfig:
     remote_storage_enable: bool = False
     local_retention_ms: int = -2
     local_retention_bytes: int = -2
+    compression_type: str = "producer"
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
 
     def __post_init__(self) -> None:
         self._check_range("segment.bytes", self.segment_bytes, SEGMENT_BYTES_MIN, INT_MAX)
@@ -126,6 +136,15 @@ class LogConfig:
             raise InvalidConfigError("min.cleanable.dirty.ratio", ratio, "must be between 0 and 1")
         self._check_range("local.retention.ms", self.local_retention_ms, -2, LONG_MAX)
         self._check_range("local.retention.bytes", self.local_retention_bytes, -2, LONG_MAX)
+        if self.compression_type not in COMPRESSION_TYPES:
+            raise InvalidConfigError(
+                "compression.type",
+                self.compression_type,
+                f"must be one of {', '.join(COMPRESSION_TYPES)}",
+            )
+        self._check_range("compression.gzip.level", self.compression_gzip_level, -1, 9)
+        self._check_range("compression.lz4.level", self.compression_lz4_level, 1, 17)
+        self._check_range("compression.zstd.level", self.compression_zstd_level, -131072, 22)
         if not self.cleanup_policy or any(p not in CLEANUP_POLICIES for p in self.cleanup_policy):
             raise InvalidConfigError(
                 "cleanup.policy",
@@ -215,7 +234,7 @@ class LogConfig:
 
 
 def _parse_value(key: str, attr: str, raw: object) -> object:
-    if attr == "message_timestamp_type":
+    if attr in ("message_timestamp_type", "compression_type"):
         return str(raw).strip()
     if attr == "cleanup_policy":
         if isinstance(raw, (tuple, list)):

@@ -93,6 +93,7 @@ from riverbed.storage.producer_hook import (
     TxnMarker,
     txn_marker_of,
 )
+from riverbed.storage.recompression import stored_batches
 from riverbed.storage.segment import LogSegment, SegmentBatch
 from riverbed.storage.time_index import NO_TIMESTAMP
 
@@ -301,6 +302,8 @@ class PartitionLog(LogRetention, LogCleaning, LogTxns):
                 )
                 if dup is not None:
                     return self._duplicate_info(dup)
+            if self.config.compression_type != "producer":
+                buf, found = stored_batches(buf, found, self.config, self.name)
             offset = self.log_end_offset
             log_append_time = NO_TIMESTAMP
             if self.config.log_append_time:

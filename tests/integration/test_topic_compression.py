@@ -1,0 +1,104 @@
+"""A topic's ``compression.type`` on a real broker: a producer's uncompressed batches are
+stored in the topic's codec (the segment file says so) and every client reads the same
+records back; ``producer`` keeps the producer's codec."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from kafka import KafkaConsumer
+
+from riverbed.protocol.compression import CompressionType
+from riverbed.protocol.records import iter_batches
+from riverbed.testing.cluster import BrokerProcess
+
+pytestmark = pytest.mark.integration
+
+RECORDS = 200
+QUIET = {"log_level": 3}
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[BrokerProcess]:
+    with BrokerProcess() as proc:
+        yield proc
+
+
+def _topic(broker: BrokerProcess, codec: str) -> str:
+    name = f"compressed-{codec}-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    topic = NewTopic(name, 1, 1, config={"compression.type": codec})
+    for future in admin.create_topics([topic]).values():
+        future.result(timeout=30)
+    return name
+
+
+def _produce(broker: BrokerProcess, topic: str, compression: str) -> list[bytes]:
+    values = [b"record %d " % i + b"z" * (i % 40) for i in range(RECORDS)]
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap, "compression.type": compression, "linger.ms": 50}
+    )
+    for value in values:
+        producer.produce(topic, value, key=b"k")
+    assert producer.flush(30) == 0
+    return values
+
+
+def _stored_codecs(broker: BrokerProcess, topic: str) -> set[CompressionType]:
+    data = b"".join(p.read_bytes() for p in sorted((broker.data_dir / f"{topic}-0").glob("*.log")))
+    return {h.compression for _, h in iter_batches(data)}
+
+
+def _consume_confluent(broker: BrokerProcess, topic: str) -> list[bytes]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": f"g-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            **QUIET,
+        }
+    )
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(got) < RECORDS and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            value = msg.value()
+            assert value is not None
+            got.append(value)
+    consumer.close()
+    return got
+
+
+def test_uncompressed_batches_are_stored_in_zstd_and_read_back(broker: BrokerProcess) -> None:
+    topic = _topic(broker, "zstd")
+    values = _produce(broker, topic, "none")
+    assert _stored_codecs(broker, topic) == {CompressionType.ZSTD}
+    assert _consume_confluent(broker, topic) == values
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=broker.bootstrap,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=5000,
+    )
+    assert [m.value for m in consumer] == values
+    consumer.close()
+
+
+def test_lz4_batches_are_stored_uncompressed(broker: BrokerProcess) -> None:
+    topic = _topic(broker, "uncompressed")
+    values = _produce(broker, topic, "lz4")
+    assert _stored_codecs(broker, topic) == {CompressionType.NONE}
+    assert _consume_confluent(broker, topic) == values
+
+
+def test_producer_keeps_the_producers_codec(broker: BrokerProcess) -> None:
+    topic = _topic(broker, "producer")
+    _produce(broker, topic, "gzip")
+    assert _stored_codecs(broker, topic) == {CompressionType.GZIP}

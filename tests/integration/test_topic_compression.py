@@ -10,7 +10,14 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 from kafka import KafkaConsumer
 
 from riverbed.protocol.compression import CompressionType
@@ -102,3 +109,23 @@ def test_producer_keeps_the_producers_codec(broker: BrokerProcess) -> None:
     topic = _topic(broker, "producer")
     _produce(broker, topic, "gzip")
     assert _stored_codecs(broker, topic) == {CompressionType.GZIP}
+
+
+def test_an_altered_compression_type_applies_to_the_next_batches(broker: BrokerProcess) -> None:
+    topic = _topic(broker, "producer")
+    _produce(broker, topic, "none")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    resource = ConfigResource(
+        ResourceType.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("compression.type", "snappy", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=30)
+    deadline = time.monotonic() + 10
+    while _stored_codecs(broker, topic) != {CompressionType.NONE, CompressionType.SNAPPY}:
+        assert time.monotonic() < deadline, _stored_codecs(broker, topic)
+        _produce(broker, topic, "none")  # the broker applies the change at its next update
+    assert CompressionType.SNAPPY in _stored_codecs(broker, topic)

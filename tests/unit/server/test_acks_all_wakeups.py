@@ -22,10 +22,10 @@ from pathlib import Path
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.headers import RequestHeader
-from riverbed.protocol.messages import FetchRequest
+from riverbed.protocol.messages import FetchRequest, FetchResponse
 from riverbed.replication.actions import FetchPosition
 from riverbed.server.broker.fetch import handle_fetch
-from riverbed.server.network import RequestContext, SplicedResponse
+from riverbed.server.network import RequestContext
 from riverbed.testing.broker_shell import TOPIC, BrokerShell
 
 #: Event-loop turns a parked operation may take to react (a positive event, not a sleep).
@@ -78,9 +78,9 @@ def _fetch_ctx() -> RequestContext:
 
 async def _produce_woken_fetch(
     shell: BrokerShell, on_parked: Callable[[], None] = lambda: None
-) -> tuple[asyncio.Future[int], SplicedResponse]:
+) -> tuple[asyncio.Future[int], FetchResponse]:
     """Follower 2's fetch at offset 0 parks; an acks=all produce's append wakes it:
-    (the produce, still waiting, and the fetch's answer, its ranges closed)."""
+    (the produce, still waiting, and the fetch's answer: the batch read by the handler)."""
     shell.broker.remote_log = None  # no tiered storage on this node
     shell.apply()
     # replicas.start() never called: no ticker, so no produce is completed by a poll
@@ -92,10 +92,8 @@ async def _produce_woken_fetch(
     produce = asyncio.ensure_future(shell.produce(acks=-1))
     await _turns_until(fetch.done)
     answer = fetch.result()
-    assert isinstance(answer, SplicedResponse)  # the new batch, from the log file
-    for fr in answer.files:
-        for rng in fr.ranges:
-            rng.close()
+    # the new batch, read from the log file into the answer (small: no file ranges left)
+    assert isinstance(answer, FetchResponse)
     return produce, answer
 
 
@@ -107,8 +105,11 @@ def test_append_wakes_the_parked_follower_fetch_and_its_next_fetch_completes_the
         ctx = _fetch_ctx()
         try:
             produce, answer = await _produce_woken_fetch(shell)
-            assert answer.body.responses[0].partitions[0].high_watermark == 0
-            assert sum(fr.size for fr in answer.files) > 0
+            part = answer.responses[0].partitions[0]
+            assert part.high_watermark == 0
+            # the whole batch: base offset 0, the length its header gives
+            assert part.records is not None and part.records[:8] == bytes(8)
+            assert len(part.records) == 12 + int.from_bytes(part.records[8:12], "big")
             assert not produce.done()  # follower 2 (in the ISR) does not have it yet
             # the follower appended it and fetches from offset 1: the HW passes the batch
             nxt = asyncio.ensure_future(handle_fetch(shell.broker, ctx, _follower_fetch(shell, 1)))

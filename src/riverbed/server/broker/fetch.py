@@ -17,7 +17,9 @@ answer carries ``last_stable_offset``:
 - ``partition_max_bytes`` and the response's ``max_bytes`` bound the data, except that
   the first partition returning data returns at least one whole batch (so a batch larger
   than the limits still makes progress), and no partition ever returns part of a batch;
-- the data is the storage's file ranges, streamed with sendfile (network.FileRecords);
+- the data is the storage's file ranges, streamed with sendfile (network.FileRecords),
+  or, when they hold at most ``SPLICE_COPY_BYTES_MAX`` in all (a follower's or a
+  tailing consumer's fetch at the log end), read into the response by the handler;
 - an offset below the local log start of a tiered partition is read from the remote
   tier (tiered storage, :mod:`riverbed.server.broker.remote_fetch`): in-memory bytes.
 
@@ -57,11 +59,17 @@ from riverbed.server.broker.hosted import (
     leader_endpoints,
 )
 from riverbed.server.broker.remote_fetch import read_remote, remote_tier_serves
-from riverbed.server.network import FileRecords, RequestContext, SplicedResponse
+from riverbed.server.network import (
+    SPLICE_COPY_BYTES_MAX,
+    CloseConnection,
+    FileRecords,
+    RequestContext,
+    SplicedResponse,
+)
 from riverbed.server.replication import cycle_trace
 from riverbed.storage.errors import StorageError
 from riverbed.storage.log import PartitionLog
-from riverbed.storage.log_files import FileRange
+from riverbed.storage.log_files import FileRange, StaleRangeError
 from riverbed.storage.txn_index import AbortedTxn
 
 if TYPE_CHECKING:
@@ -92,7 +100,7 @@ class _PartitionRead:
     leader: NotServed | None = None
     #: KIP-320 (epoch, end offset) for a follower whose log diverges from the leader's
     diverging: tuple[int, int] | None = None
-    data: bytes = b""  # in-memory records (read from the remote tier)
+    data: bytes = b""  # in-memory records (the remote tier's, or small ranges read)
     remote_max_bytes: int = 0  # > 0: the offset lives in the remote tier (tiered storage)
     fetch_offset: int = -1
     topic_id: uuid.UUID = ZERO_UUID  # Fetch v13+ names topics by id
@@ -326,12 +334,41 @@ async def handle_fetch(
             FetchResponse.NodeEndpoint(node_id=i, host=h, port=p, rack=rack)
             for i, h, p, rack in leader_endpoints(broker.metadata.image, leaders, ctx.listener_name)
         ]
+    _read_small(reads)
     committed = req.isolation_level == READ_COMMITTED
     response = _build_response(reads, version, committed, endpoints)
     if trace is not None:
         for r, offset in zip(reads, _fetch_offsets(req), strict=False):
             trace.event("fetch_out", replica_of(req)[0], offset, r.end_offset, r.size)
     return response
+
+
+def _read_small(reads: list[_PartitionRead]) -> None:
+    """File ranges of at most ``SPLICE_COPY_BYTES_MAX`` in all (a follower's fetch at the
+    log end, a tailing consumer's) read into the response here: the network layer would
+    copy them into one frame anyway, and a plain response spares it the token, the
+    `SplicedResponse` and the cut of the encoded bytes at the token (issue 23: on every
+    replication cycle). Larger reads stay file ranges (sendfile). Each range is checked
+    intact after its read, as the network layer checks it; a truncated one closes the
+    connection as it would have there."""
+    if sum(r.size for r in reads if r.ranges) > SPLICE_COPY_BYTES_MAX:
+        return
+    try:
+        for r in reads:
+            ranges = r.ranges
+            if ranges:
+                r.data = (
+                    ranges[0].read() if len(ranges) == 1 else b"".join(x.read() for x in ranges)
+                )
+    except StaleRangeError as exc:
+        raise CloseConnection(
+            f"a segment was truncated before the fetch response was sent: {exc}"
+        ) from exc
+    finally:
+        for r in reads:
+            if r.ranges:
+                _close([r])
+                r.ranges = []
 
 
 def _fetch_offsets(req: FetchRequest) -> list[int]:

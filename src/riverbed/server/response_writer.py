@@ -95,8 +95,12 @@ class ResponseWriter:
         while True:
             if not self.inflight:
                 await self._flush()
-                self._inflight_added.clear()
-                await self._inflight_added.wait()
+                # Still nothing: wait. (The flush may have waited for the socket: a request
+                # pushed meanwhile set the event already, and clearing it then would leave
+                # that request unanswered until the next one arrives.)
+                if not self.inflight:
+                    self._inflight_added.clear()
+                    await self._inflight_added.wait()
                 continue
             item = self.inflight[0]
             if item is None:

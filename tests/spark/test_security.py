@@ -154,3 +154,51 @@ def test_untrusted_broker_certificate_is_refused(
     }
     with pytest.raises(Exception, match=r"TLS handshake with .* failed"):
         _read(spark, options, subscribe=_topic(secure, 1))
+
+
+def test_a_stream_reads_and_writes_exactly_once_over_sasl_ssl(
+    spark: Any, secure: SecureBroker, tmp_path: Path
+) -> None:
+    """Structured Streaming, not only batch: a query reading one topic and writing another
+    through the exactly-once sink, both over SASL_SSL with SCRAM-SHA-512, in micro-batches
+    (``maxOffsetsPerTrigger``), then run again from its checkpoint after more records: the
+    output holds every input record exactly once."""
+    source, sink = _topic(secure), _topic(secure)
+    scram = kafka_options(secure, "bob", "bob-pw")
+    checkpoint = str(tmp_path / "checkpoint")
+
+    def run_until_caught_up() -> None:
+        reader = spark.readStream.format("riverbed")
+        for k, v in {**scram, "subscribe": source, "startingOffsets": "earliest"}.items():
+            reader = reader.option(k, v)
+        writer = (
+            reader.option("maxOffsetsPerTrigger", "4")
+            .load()
+            .selectExpr("key", "value")
+            .writeStream.format("riverbed")
+        )
+        for k, v in {**scram, "topic": sink, "exactlyOnce": "true"}.items():
+            writer = writer.option(k, v)
+        query = (
+            writer.option("transactional.id.prefix", f"sec-stream-{sink}")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            assert query.awaitTermination(180), "the availableNow query did not finish in 180 s"
+        finally:
+            query.stop()
+        assert query.exception() is None, str(query.exception())
+
+    # the sink's open transactions must not show: only committed records count
+    committed = {"kafka.isolation.level": "read_committed"}
+    first = [(f"k{i}", f"first {i}") for i in range(10)]
+    _write(spark, first, {**scram, "topic": source})
+    run_until_caught_up()
+    assert _read(spark, scram, subscribe=sink, **committed) == sorted(first)
+    more = [(f"m{i}", f"second {i}") for i in range(6)]
+    _write(spark, more, {**scram, "topic": source})
+    run_until_caught_up()
+    got = _read(spark, scram, subscribe=sink, **committed)
+    assert got == sorted(first + more)

@@ -38,7 +38,11 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
         tmp_path_factory.mktemp("pki"),
         USERS,
         SCRAM_USERS,
-        {"connection.failed.authentication.delay.ms": str(DELAY_MS)},
+        {
+            "connection.failed.authentication.delay.ms": str(DELAY_MS),
+            # one listener narrower than the broker's sasl.enabled.mechanisms
+            "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-256",
+        },
     ) as broker:
         yield broker
 
@@ -131,6 +135,37 @@ def test_unknown_mechanism(secure: SecureBroker) -> None:
     assert reply.mechanisms == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
     assert wire.closed_by_broker()
     _others_served(secure, "unknown-mechanism")
+
+
+def test_a_mechanism_enabled_on_another_listener_only(secure: SecureBroker) -> None:
+    """SASL_SSL enables only SCRAM-SHA-256 (``listener.name.sasl_ssl.sasl.enabled.mechanisms``):
+    PLAIN, which SASL_PLAINTEXT takes, is refused there with the listener's own list, and
+    SCRAM-SHA-256 is served."""
+    from confluent_kafka import KafkaError, Producer
+
+    errors: list[KafkaError] = []
+    conf = {
+        "bootstrap.servers": secure.bootstrap("SASL_SSL"),
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(secure.pki.ca),
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "alice",
+        "sasl.password": "alice-pw",
+        "error_cb": errors.append,
+    }
+    producer = Producer(conf)
+    deadline = time.monotonic() + 15
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.2)
+    assert errors and errors[0].code() == KafkaError._AUTHENTICATION
+    assert "broker's supported mechanisms: SCRAM-SHA-256 (" in errors[0].str()
+    sec = {"protocol": "SASL_SSL", "mechanism": "SCRAM-SHA-256", "cafile": str(secure.pki.ca)}
+    sec |= {"username": "scram256", "password": "s256-pw"}
+    values = [b"scram on the narrow listener"]
+    topic = f"narrow-listener-{time.monotonic_ns()}"
+    got = produce_consume("confluent-kafka", secure.bootstrap("SASL_SSL"), sec, topic, values)
+    assert got == values
+    _others_served(secure, "narrow-listener")
 
 
 def test_requests_before_authentication_close_the_connection(secure: SecureBroker) -> None:

@@ -7,8 +7,8 @@ and ``admin`` are super users, ``app`` holds literal ACLs on one topic and one g
 ``mallory`` holds none. An idempotent acks=all producer writes while the partition's leader
 is SIGKILLed, its followers paused at that moment: every record must be acknowledged, and once the killed node is back and in
 the ISR a consumer reads exactly the acknowledged records, in order, once each. Denials
-hold on the new leader and on the restarted node (its authorizer rebuilt from its log), and
-grants too: the restarted node describes the topic to ``app`` and hides it from
+hold on the new leader and on the restarted node (its authorizer and SCRAM users rebuilt
+from a metadata snapshot taken after the ACLs), and grants too: the restarted node describes the topic to ``app`` and hides it from
 ``mallory``.
 """
 
@@ -45,6 +45,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuorumCluster]
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users": "User:broker;User:admin",
         "allow.everyone.if.no.acl.found": "false",
+        # snapshots every few KiB of metadata: the restarted node loads its ACLs from one
+        "metadata.log.max.record.bytes.between.snapshots": "4096",
     }
     c = secure_quorum(tmp_path_factory.mktemp("secure-failover"), USERS, authorizer, 4096)
     try:
@@ -89,6 +91,34 @@ def _grant_app(cluster: QuorumCluster) -> None:
     )
     for future in admin.create_acls(bindings).values():
         future.result(timeout=60)
+
+
+def _snapshot_after_the_acls(cluster: QuorumCluster) -> None:
+    """Write enough metadata after app's ACLs (ACLs for other principals) that every node
+    takes a new snapshot, which therefore holds app's ACLs and the SCRAM users."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    dirs = [cluster.data_dir(i) / "__cluster_metadata-0" for i in cluster.ids]
+    before = [set(d.glob("*.checkpoint")) for d in dirs]
+    admin = AdminClient(_conf(cluster, "admin"))
+    filler = [
+        AclBinding(ResourceType.TOPIC, f"other-{i}", ResourcePatternType.LITERAL,
+                   f"User:someone-{i}", "*", AclOperation.READ, AclPermissionType.ALLOW)
+        for i in range(60)
+    ]  # fmt: skip
+    for future in admin.create_acls(filler).values():
+        future.result(timeout=60)
+    deadline = time.monotonic() + 60
+    while not all(set(d.glob("*.checkpoint")) - old for d, old in zip(dirs, before, strict=True)):
+        assert time.monotonic() < deadline, "a node took no snapshot after the ACLs"
+        time.sleep(0.2)
 
 
 def _leader_and_isr(cluster: QuorumCluster, bootstrap: str | None = None) -> tuple[int, list[int]]:
@@ -162,6 +192,7 @@ def test_a_leader_kill_loses_nothing_acknowledged_and_acls_still_hold(
     from confluent_kafka import Consumer
 
     _grant_app(cluster)
+    _snapshot_after_the_acls(cluster)
     assert _denied_produce(cluster) == [TOPIC_AUTHORIZATION_FAILED]
     writer = _Writer(cluster)
     writer.start()
@@ -203,7 +234,9 @@ def test_a_leader_kill_loses_nothing_acknowledged_and_acls_still_hold(
     while _leader_and_isr(cluster)[1] != [1, 2, 3]:
         assert time.monotonic() < deadline, "the restarted node did not rejoin the ISR"
         time.sleep(0.5)
-    # the restarted node rebuilt its ACLs: it describes the topic to app only
+    # the restarted node rebuilt its ACLs and SCRAM users from its snapshot: it logs both
+    # users in and describes the topic to app only
+    assert "loaded metadata snapshot" in cluster.nodes[killed]._log_text().split("ready:")[0]
     alone = f"127.0.0.1:{cluster.ports[killed][0]}"
     assert TOPIC in _visible_topics(cluster, "app", alone)
     assert TOPIC not in _visible_topics(cluster, "mallory", alone)

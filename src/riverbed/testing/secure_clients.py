@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from riverbed.protocol.headers import RequestHeader, decode_response, encode_request
 from riverbed.protocol.messages import (
     Message,
+    ProduceRequest,
+    ProduceResponse,
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
     SaslHandshakeRequest,
@@ -171,17 +173,23 @@ def produce_consume(
 
 
 class Wire:
-    """One raw Kafka-protocol connection to a listener (bad-input tests)."""
+    """One raw Kafka-protocol connection to a listener (bad-input tests); ``source_ip``:
+    the local address to connect from (another loopback address, e.g. 127.0.0.2, for ACL
+    host tests), ``client_id``: the request headers' (client-id quotas)."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(
+        self, port: int, source_ip: str | None = None, client_id: str = "bad-input"
+    ) -> None:
         import socket
 
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        source = None if source_ip is None else (source_ip, 0)
+        self.sock = socket.create_connection(("127.0.0.1", port), 10, source)
         self.corr = 0
+        self.client_id = client_id
 
     def send(self, api: int, version: int, body: Message) -> RequestHeader:
         self.corr += 1
-        header = RequestHeader(int(api), version, self.corr, "bad-input")
+        header = RequestHeader(int(api), version, self.corr, self.client_id)
         self.sock.sendall(encode_request(header, body))
         return header
 
@@ -216,4 +224,31 @@ class Wire:
     def authenticate(self, data: bytes) -> SaslAuthenticateResponse:
         reply = self.call(36, 2, SaslAuthenticateRequest(auth_bytes=data))
         assert isinstance(reply, SaslAuthenticateResponse)
+        return reply
+
+    def plain_login(self, user: str, password: str) -> None:
+        """SaslHandshake v1 and SaslAuthenticate with PLAIN; asserts it succeeded."""
+        from riverbed.security.plain import client_message
+
+        assert self.handshake("PLAIN").error_code == 0
+        reply = self.authenticate(client_message(user, password))
+        assert reply.error_code == 0, reply.error_message
+
+    def produce(self, topic: str, value_bytes: int) -> ProduceResponse:
+        """Produce v9 (acks=1) of one record of ``value_bytes`` random bytes to partition 0."""
+        import os
+        import time
+
+        from riverbed.protocol.records import SimpleRecord, build_batch
+
+        batch = build_batch([SimpleRecord(os.urandom(value_bytes))], now_ms=int(time.time() * 1000))
+        P = ProduceRequest
+        partition = P.PartitionProduceData(index=0, records=batch)
+        request = P(
+            acks=1,
+            timeout_ms=5000,
+            topic_data=[P.TopicProduceData(name=topic, partition_data=[partition])],
+        )
+        reply = self.call(0, 9, request)
+        assert isinstance(reply, ProduceResponse)
         return reply

@@ -39,6 +39,7 @@ CASES = {
     "SASL_PLAINTEXT-PLAIN": {"protocol": "SASL_PLAINTEXT", "mechanism": "PLAIN", "username": "alice", "password": "alice-pw"},
     "SASL_PLAINTEXT-SCRAM-SHA-256": {"protocol": "SASL_PLAINTEXT", "mechanism": "SCRAM-SHA-256", "username": "scram256", "password": "s256-pw"},
     "SASL_PLAINTEXT-SCRAM-SHA-512": {"protocol": "SASL_PLAINTEXT", "mechanism": "SCRAM-SHA-512", "username": "scram512", "password": "s512-pw"},
+    "SASL_SSL-SCRAM-SHA-256": {"protocol": "SASL_SSL", "mechanism": "SCRAM-SHA-256", "username": "scram256", "password": "s256-pw"},
     "SASL_SSL-SCRAM-SHA-512": {"protocol": "SASL_SSL", "mechanism": "SCRAM-SHA-512", "username": "scram512", "password": "s512-pw"},
     "SASL_SSL-PLAIN": {"protocol": "SASL_SSL", "mechanism": "PLAIN", "username": "alice", "password": "alice-pw"},
 }  # fmt: skip

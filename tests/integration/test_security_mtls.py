@@ -3,7 +3,7 @@
 The SSL listener requires a client certificate (``ssl.client.auth=required``), loads
 PKCS12 key and trust stores, and maps DNs with ``ssl.principal.mapping.rules`` that only
 accept ``OU=eng``: alice (``CN=alice,OU=eng,O=riverbed``) is served by confluent-kafka,
-kafka-python and kcat; mallory (``OU=ops``: no rule applies, so no principal) and a
+kafka-python, aiokafka and kcat; mallory (``OU=ops``: no rule applies, so no principal) and a
 client without a certificate are refused, and alice is still served afterwards.
 """
 
@@ -59,7 +59,7 @@ def _sec(pki: Pki, client: str | None) -> dict[str, str]:
     return sec
 
 
-@pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python", "kcat"])
+@pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python", "aiokafka", "kcat"])
 def test_mapped_certificate_is_served(mtls: tuple[BrokerProcess, Pki, int], client: str) -> None:
     _, pki, port = mtls
     values = [f"mtls {client} {i}".encode() for i in range(3)]

@@ -41,9 +41,11 @@ def test_dev_secure(tmp_path: Path) -> None:
             time.sleep(0.5)
             text = out_path.read_text()
         assert f"SASL_SSL://127.0.0.1:{base}" in text
+        client_properties = (directory / "client.properties").read_text()
+        assert client_properties in text  # printed as written: what a user copies
         props = dict(
             line.split("=", 1)
-            for line in (directory / "client.properties").read_text().splitlines()
+            for line in client_properties.splitlines()
             if "=" in line and not line.startswith("#")
         )
         assert props["security.protocol"] == "SASL_SSL"

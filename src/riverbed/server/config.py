@@ -162,6 +162,17 @@ def parse_override(item: str) -> tuple[str, str]:
     return key, value.strip()
 
 
+#: The config warnings already logged by this process: a node builds a ServerConfig more
+#: than once (at start, and again for each dynamic change), and a key's warning is news once.
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        log.warning("%s", message)
+
+
 class ServerConfig:
     """A validated broker/controller configuration (see module docstring)."""
 
@@ -187,9 +198,9 @@ class ServerConfig:
             )
         )
         for key in self.unknown_keys:
-            log.warning("ignoring unknown config key %s", key)
+            _warn_once(f"ignoring unknown config key {key}")
         for key, why in inert_settings(props):
-            log.warning("config key %s is accepted but has no effect in riverbed: %s", key, why)
+            _warn_once(f"config key {key} is accepted but has no effect in riverbed: {why}")
         self._derive()
 
     # ----- construction

@@ -55,10 +55,8 @@ def test_the_listed_keys_are_kafka_keys_riverbed_accepts() -> None:
     assert set(BUILT_KEYS) <= set(CONFIG_DEFS)
 
 
-def test_a_broker_set_with_an_inert_key_says_so(caplog: pytest.LogCaptureFixture) -> None:
-    from riverbed.server.config import ServerConfig
-
-    props = {
+def _props_with_an_inert_key() -> dict[str, str]:
+    return {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": "1@127.0.0.1:9093",
@@ -66,6 +64,16 @@ def test_a_broker_set_with_an_inert_key_says_so(caplog: pytest.LogCaptureFixture
         "controller.listener.names": "CONTROLLER",
         "socket.send.buffer.bytes": "102400",
     }
+
+
+def test_a_broker_set_with_an_inert_key_says_so(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from riverbed.server import config
+    from riverbed.server.config import ServerConfig
+
+    monkeypatch.setattr(config, "_WARNED", set())  # another test may have warned already
+    props = _props_with_an_inert_key()
     with caplog.at_level(logging.WARNING):
         ServerConfig(props)
     assert inert_settings(props) == [
@@ -75,3 +83,21 @@ def test_a_broker_set_with_an_inert_key_says_so(caplog: pytest.LogCaptureFixture
         "socket.send.buffer.bytes is accepted but has no effect" in r.getMessage()
         for r in caplog.records
     )
+
+
+def test_the_warning_is_logged_once_per_process(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node builds its ServerConfig again for each dynamic change: the warnings about
+    its static keys are not news the second time."""
+    from riverbed.server import config
+    from riverbed.server.config import ServerConfig
+
+    monkeypatch.setattr(config, "_WARNED", set())
+    props = _props_with_an_inert_key() | {"no.such.key": "1"}
+    with caplog.at_level(logging.WARNING):
+        ServerConfig(props)
+        ServerConfig(props)
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("socket.send.buffer.bytes is accepted" in m for m in messages) == 1
+    assert sum("ignoring unknown config key no.such.key" in m for m in messages) == 1

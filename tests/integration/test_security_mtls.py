@@ -16,6 +16,7 @@ import pytest
 
 from riverbed.testing.certs import PKI_PASSWORD, Pki, make_pki
 from riverbed.testing.cluster import BrokerProcess, free_port
+from riverbed.testing.secure import plaintext_and_ssl_listeners
 from riverbed.testing.secure_clients import KCAT, produce_consume
 
 RULES = "RULE:^CN=([a-z]+),OU=eng,O=riverbed$/$1/L"
@@ -27,10 +28,8 @@ def mtls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProce
     ssl_port = free_port()
     proc = BrokerProcess()
     proc.extra_overrides.update(
-        {
-            "listeners": f"PLAINTEXT://127.0.0.1:{proc.port},SSL://127.0.0.1:{ssl_port},"
-            f"CONTROLLER://127.0.0.1:{proc.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{proc.port},SSL://127.0.0.1:{ssl_port}",
+        plaintext_and_ssl_listeners(proc, ssl_port)
+        | {
             "listener.name.ssl.ssl.client.auth": "required",
             "listener.name.ssl.ssl.principal.mapping.rules": RULES,
             "ssl.keystore.type": "PKCS12",

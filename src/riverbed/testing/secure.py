@@ -53,6 +53,16 @@ def tls_overrides(pki: Pki, prefix: str = "") -> dict[str, str]:
     }
 
 
+def plaintext_and_ssl_listeners(proc: BrokerProcess, ssl_port: int) -> dict[str, str]:
+    """``proc``'s listeners: its PLAINTEXT port, an SSL listener on ``ssl_port`` and its
+    controller listener (mutual-TLS tests; TLS keys and trust come separately)."""
+    return {
+        "listeners": f"PLAINTEXT://127.0.0.1:{proc.port},SSL://127.0.0.1:{ssl_port},"
+        f"CONTROLLER://127.0.0.1:{proc.controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{proc.port},SSL://127.0.0.1:{ssl_port}",
+    }
+
+
 def secure_overrides(
     pki: Pki,
     ports: Mapping[str, int],

@@ -311,9 +311,10 @@ class ServerConfig:
                 "should be set.",
             )
         if ibl is None:
-            wanted = str(v["security.inter.broker.protocol"])
-            names = [lst.name for lst in self.broker_listeners if lst.security_protocol == wanted]
-            ibl = names[0] if names else (self.broker_listeners or self.listeners)[0].name
+            # Kafka (getInterBrokerListenerNameAndSecurityProtocol): the listener named after
+            # security.inter.broker.protocol (default PLAINTEXT), not another listener of
+            # that protocol; `_check_listeners` refuses a node that has none so named
+            ibl = str(v["security.inter.broker.protocol"])
         self.inter_broker_listener_name: str = str(ibl)
         self._check_listeners(protocol_map)
 

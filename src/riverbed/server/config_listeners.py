@@ -8,8 +8,8 @@ Each returns the ConfigError to raise (naming the key) or None:
   a single node without ``controller.quorum.voters`` may have no controller listener at
   all (the embedded default);
 - a broker: ``advertised.listeners`` names only listeners of ``listeners``, and the
-  inter-broker listener (``inter.broker.listener.name``, or the listener of
-  ``security.inter.broker.protocol`` when that is set) is one of them;
+  inter-broker listener (``inter.broker.listener.name``, else the listener named after
+  ``security.inter.broker.protocol``, default PLAINTEXT) is one of them;
 - ``connection.failed.authentication.delay.ms`` below ``connections.max.idle.ms``.
 """
 
@@ -71,9 +71,11 @@ def inter_broker_problem(
     known: Collection[str],
     explicit_name: bool,
 ) -> tuple[str, str] | None:
-    """Kafka: the inter-broker listener is one of the advertised broker listeners (of
-    the protocol ``security.inter.broker.protocol`` names, when set); ``known``: the
-    listener names of the protocol map and of ``listeners``."""
+    """Kafka: the inter-broker listener is one of the advertised broker listeners; when
+    ``security.inter.broker.protocol`` is set, the one named after it, of that protocol
+    (Kafka would take a listener so named but mapped to another protocol, then connect to
+    it with the wrong one); ``known``: the listener names of the protocol map and of
+    ``listeners``."""
     usable = [
         lst.name
         for lst in advertised
@@ -84,10 +86,12 @@ def inter_broker_problem(
     valid = ", ".join(lst.name for lst in advertised)
     if explicit_protocol is not None:
         key = "security.inter.broker.protocol"
+        named = ", ".join(f"{lst.name}:{lst.security_protocol}" for lst in advertised)
         return key, (
-            f"{key}={explicit_protocol}: no listener of advertised.listeners uses "
-            f"{explicit_protocol} (they are {valid}); or name the inter-broker listener "
-            "in inter.broker.listener.name instead"
+            f"{key}={explicit_protocol}: the inter-broker listener is then the listener "
+            f"named {explicit_protocol}, of security protocol {explicit_protocol}, and "
+            f"advertised.listeners has none (they are {named}); or name the inter-broker "
+            "listener in inter.broker.listener.name instead"
         )
     key = "inter.broker.listener.name"
     if explicit_name and name not in known:
@@ -95,8 +99,11 @@ def inter_broker_problem(
             f"Listener with name {name} defined in {key} not found in "
             "listener.security.protocol.map."
         )
+    unset = (
+        "" if explicit_name else " (unset: the listener named after security.inter.broker.protocol)"
+    )
     return key, (
-        f"{key}={name}: {key} must be a listener name defined in advertised.listeners "
+        f"{key}={name}{unset}: {key} must be a listener name defined in advertised.listeners "
         "(a controller listener is not). The valid options based on currently configured "
         f"listeners are {valid}"
     )

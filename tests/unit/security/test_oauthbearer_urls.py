@@ -54,6 +54,8 @@ def _oauth_listener(jwks_url: str):
     props = {
         **EMBEDDED_DEFAULTS,
         "listeners": "SASL_PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+        # Kafka: the inter-broker listener is the one named after this (default PLAINTEXT)
+        "security.inter.broker.protocol": "SASL_PLAINTEXT",
         "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
         "controller.listener.names": "CONTROLLER",
         "sasl.enabled.mechanisms": "OAUTHBEARER",

@@ -31,6 +31,8 @@ def _security(pki, **extra: str):
     props = {
         **EMBEDDED_DEFAULTS,
         "listeners": "SSL://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+        # Kafka: the inter-broker listener is the one named after this (default PLAINTEXT)
+        "security.inter.broker.protocol": "SSL",
         "listener.security.protocol.map": "SSL:SSL,CONTROLLER:PLAINTEXT",
         "controller.listener.names": "CONTROLLER",
         "ssl.keystore.type": "PKCS12",
@@ -177,6 +179,8 @@ def test_bad_tls_config_names_the_key(pki, tmp_path: Path) -> None:
         props = {
             **EMBEDDED_DEFAULTS,
             "listeners": "SSL://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+            # Kafka: the inter-broker listener is the one named after this (default PLAINTEXT)
+            "security.inter.broker.protocol": "SSL",
             "controller.listener.names": "CONTROLLER",
             "ssl.keystore.type": "PEM",
             "ssl.keystore.location": str(pki.server_pem),

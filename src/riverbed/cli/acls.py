@@ -6,7 +6,10 @@
   ``--topic`` / ``--group`` / ``--transactional-id`` (repeatable) and ``--cluster``,
   ``--resource-pattern-type`` literal (default) or prefixed;
 - ``remove``: deletes what the same flags match (no principal: every principal; no
-  operation: every operation; pattern type also any / match), and lists what went;
+  operation: every operation; no host: every host; pattern type also any / match), and
+  lists what went;
+- as kafka-acls, an operation must apply to every resource named (``--group`` takes no
+  Write): ``ResourceType GROUP only supports operations ...``, exit code 1;
 - ``list``: the ACLs on the named resources (all without one), ``--principal`` to narrow.
 Client security (SASL, TLS) from ``--command-config`` (Kafka client properties).
 """
@@ -147,8 +150,9 @@ def _resources(args: argparse.Namespace, required: bool) -> list[tuple[str, str]
     return out
 
 
-def _entries(args: argparse.Namespace) -> Iterator[tuple[str, str, str]]:
-    """(principal, host, permission) of each principal flag."""
+def _entries(args: argparse.Namespace, default_host: Any = "*") -> Iterator[tuple[str, Any, str]]:
+    """(principal, host, permission) of each principal flag; ``default_host`` without
+    --allow-host / --deny-host (add: ``*``; remove: ANY_HOST, every host)."""
     for flag, hosts, perm in (
         (args.allow_principal, args.allow_host, "ALLOW"),
         (args.deny_principal, args.deny_host, "DENY"),
@@ -156,20 +160,47 @@ def _entries(args: argparse.Namespace) -> Iterator[tuple[str, str, str]]:
         for principal in flag:
             if ":" not in principal:
                 raise CliError(f"principal {principal!r} must look like User:name")
-            for host in hosts or ["*"]:
+            for host in hosts or [default_host]:
                 yield principal, host, perm
+
+
+def _check_operations(resources: list[tuple[str, str]], operations: list[str]) -> None:
+    """As kafka-acls (AclCommand.validateOperation): each operation must apply to each
+    resource type named, else no ACL is written (a GROUP has no Write)."""
+    from riverbed.security.acl import SUPPORTED_OPERATIONS, AclOperation, ResourceType
+
+    for rtype in dict.fromkeys(r for r, _ in resources):
+        valid = {AclOperation.ALL, *SUPPORTED_OPERATIONS[ResourceType[rtype]]}
+        wrong = [op for op in operations if AclOperation[_snake(op)] not in valid]
+        if wrong:
+            names = [op for op in _OPERATIONS if AclOperation[_snake(op)] in valid]
+            raise CliError(
+                f"--operation {', '.join(wrong)}: ResourceType {rtype} only supports "
+                f"operations {', '.join(names)}"
+            )
+
+
+def _snake(name: str) -> str:
+    """``IdempotentWrite`` -> ``IDEMPOTENT_WRITE`` (the AclOperation member's name)."""
+    return "".join("_" + c if c.isupper() else c for c in name).lstrip("_").upper()
+
+
+def _restype_const(rtype: str) -> Any:
+    """confluent-kafka's ResourceType for Kafka's name: librdkafka calls Kafka's CLUSTER
+    (wire id 4) BROKER."""
+    from confluent_kafka.admin import ResourceType  # type: ignore[attr-defined]
+
+    return getattr(ResourceType, "BROKER" if rtype == "CLUSTER" else rtype)
 
 
 def _op_const(name: str) -> Any:
     from confluent_kafka.admin import AclOperation  # type: ignore[attr-defined]
 
-    snake = "".join("_" + c if c.isupper() else c for c in name).lstrip("_").upper()
-    return getattr(AclOperation, snake)
+    return getattr(AclOperation, _snake(name))
 
 
 def add_cmd(args: argparse.Namespace) -> int:
     from confluent_kafka.admin import AclBinding, AclPermissionType, ResourcePatternType  # type: ignore[attr-defined]
-    from confluent_kafka.admin import ResourceType as RT  # type: ignore[attr-defined]
 
     pattern = args.resource_pattern_type or "LITERAL"
     if pattern not in ("LITERAL", "PREFIXED"):
@@ -177,9 +208,11 @@ def add_cmd(args: argparse.Namespace) -> int:
     entries = list(_entries(args))
     if not entries:
         raise CliError("name a principal: --allow-principal or --deny-principal")
+    resources = _resources(args, required=True)
+    _check_operations(resources, args.operation or ["All"])
     bindings = [
         AclBinding(
-            getattr(RT, rtype),
+            _restype_const(rtype),
             name,
             getattr(ResourcePatternType, pattern),
             principal,
@@ -187,7 +220,7 @@ def add_cmd(args: argparse.Namespace) -> int:
             _op_const(op),
             getattr(AclPermissionType, perm),
         )
-        for rtype, name in _resources(args, required=True)
+        for rtype, name in resources
         for principal, host, perm in entries
         for op in args.operation or ["All"]
     ]
@@ -199,41 +232,39 @@ def add_cmd(args: argparse.Namespace) -> int:
 
 
 def _filters(
-    args: argparse.Namespace, principals: list[tuple[str | None, str]], pattern_default: str
+    args: argparse.Namespace, entries: list[tuple[str | None, Any, str]], pattern_default: str
 ) -> list[Any]:
-    """Filters for the resources x (principal, permission) x operations of the flags."""
+    """Filters for the resources x (principal, host, permission) x operations of the flags."""
     from confluent_kafka.admin import AclBindingFilter, AclOperation, AclPermissionType  # type: ignore[attr-defined]
     from confluent_kafka.admin import ResourcePatternType as PT  # type: ignore[attr-defined]
-    from confluent_kafka.admin import ResourceType as RT  # type: ignore[attr-defined]
 
     pattern = getattr(PT, args.resource_pattern_type or pattern_default)
     resources: list[tuple[str, str | None]] = list(_resources(args, required=False))
     ops = [_op_const(o) for o in getattr(args, "operation", [])] or [AclOperation.ANY]
     return [
         AclBindingFilter(
-            getattr(RT, rtype),
+            _restype_const(rtype),
             cast(Any, name),
             pattern,
             cast(Any, principal),
-            ANY_HOST,
+            host,
             op,
             getattr(AclPermissionType, permission),
         )
         for rtype, name in resources or [("ANY", None)]
-        for principal, permission in principals
+        for principal, host, permission in entries
         for op in ops
     ]
 
 
 def remove_cmd(args: argparse.Namespace) -> int:
-    _resources(args, required=True)  # as kafka-acls: remove names what it removes from
-    principals: list[tuple[str | None, str]] = [
-        *((p, "ALLOW") for p in args.allow_principal),
-        *((p, "DENY") for p in args.deny_principal),
-    ] or [(None, "ANY")]
+    # as kafka-acls: remove names what it removes from, with operations that apply to it
+    _check_operations(_resources(args, required=True), args.operation)
+    entries: list[tuple[str | None, Any, str]] = [*_entries(args, ANY_HOST)]
     admin = admin_client(args)
     removed = []
-    for future in admin.delete_acls(_filters(args, principals, "LITERAL")).values():
+    filters = _filters(args, entries or [(None, ANY_HOST, "ANY")], "LITERAL")
+    for future in admin.delete_acls(filters).values():
         removed += [_row(b) for b in future.result(timeout=30)]
     _show(args, removed, "removed")
     return 0
@@ -242,7 +273,7 @@ def remove_cmd(args: argparse.Namespace) -> int:
 def list_cmd(args: argparse.Namespace) -> int:
     admin = admin_client(args)
     rows = []
-    for flt in _filters(args, [(args.principal, "ANY")], "ANY"):
+    for flt in _filters(args, [(args.principal, ANY_HOST, "ANY")], "ANY"):
         rows += [_row(b) for b in admin.describe_acls(flt).result(timeout=30)]
     if not rows:
         refusal = security_disabled(args.bootstrap_server)
@@ -278,7 +309,7 @@ def security_disabled(bootstrap: str) -> str | None:
 
 def _row(b: Any) -> dict[str, str]:
     return {
-        "resource_type": b.restype.name,
+        "resource_type": "CLUSTER" if b.restype.name == "BROKER" else b.restype.name,
         "name": b.name,
         "pattern_type": b.resource_pattern_type.name,
         "principal": b.principal,

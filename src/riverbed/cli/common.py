@@ -37,6 +37,11 @@ def add_bootstrap(parser: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT",
         help=f"broker(s) to connect to, comma-separated (default: {DEFAULT_BOOTSTRAP_SERVER})",
     )
+    add_client_settings(parser)
+
+
+def add_client_settings(parser: argparse.ArgumentParser) -> None:
+    """--command-config and -X (for a verb that names its servers its own way)."""
     parser.add_argument(
         "--command-config",
         metavar="FILE",
@@ -286,12 +291,13 @@ def _keep_security() -> None:
 
 
 def _use_wire_security(args: argparse.Namespace) -> Callable[[], object]:
-    """riverbed's own wire client connects as the command's --command-config says."""
+    """riverbed's own wire client connects as the command's --command-config, then -X,
+    say (as confluent-kafka's settings, `client_config`)."""
     from riverbed.cli.client_security import ClientSecurityError, wire_security
     from riverbed.cli.wire import WireError, use_security
     from riverbed.server.client_login import ClientSecurity
 
-    props = command_config(args)
+    props = command_config(args) | parse_kv(getattr(args, "client_props", []), "-X")
 
     def security() -> ClientSecurity:
         try:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from riverbed.cli.common import (
     DEFAULT_BOOTSTRAP_SERVER,
     CliError,
+    add_client_settings,
     add_json,
     print_json,
     print_table,
@@ -52,6 +53,10 @@ def register(subparsers: Any) -> None:
         f" {DEFAULT_BOOTSTRAP_SERVER} unless --bootstrap-controller is given)",
     )
     desc.set_defaults(bootstrap_server=DEFAULT_BOOTSTRAP_SERVER)
+    add_client_settings(desc)  # a secured listener: SASL / TLS as kafka-metadata-quorum's
+    show = desc.add_argument_group("what to print (kafka-metadata-quorum's; default both)")
+    show.add_argument("--status", action="store_true", help="the leader, epoch, high watermark")
+    show.add_argument("--replication", action="store_true", help="each voter's and observer's lag")
     add_json(desc)
     desc.set_defaults(func=run_guarded(describe_cmd))
 
@@ -104,7 +109,15 @@ def describe_cmd(args: argparse.Namespace) -> int:
     try:
         reply = asyncio.run(describe_quorum(host, port))
     except (OSError, TimeoutError) as exc:
-        raise CliError(f"cannot reach {what} {host}:{port}: {exc or 'timed out'}") from None
+        from riverbed.cli.wire import current_security
+
+        # a TLS or SASL listener drops a PLAINTEXT client's bytes without an answer
+        hint = (
+            " (a TLS or SASL listener? give its client properties with --command-config)"
+            if current_security().protocol == "PLAINTEXT"
+            else ""
+        )
+        raise CliError(f"cannot reach {what} {host}:{port}: {exc or 'timed out'}{hint}") from None
     if reply.error_code != Errors.NONE:
         try:
             name = Errors(reply.error_code).name
@@ -121,29 +134,37 @@ def describe_cmd(args: argparse.Namespace) -> int:
         "current_voters": [r.replica_id for r in reply.current_voters],
         "current_observers": [r.replica_id for r in reply.observers],
     }
+    both = args.status == args.replication  # neither flag (or both): print both
     if args.json:
-        print_json({"status": status, "replication": rows})
+        out = {"status": status, "replication": rows}
+        print_json(
+            out if both else {k: out[k] for k in ("status", "replication") if getattr(args, k)}
+        )
         return 0
-    print(
-        f"LeaderId: {reply.leader_id}  LeaderEpoch: {reply.leader_epoch}  "
-        f"HighWatermark: {reply.high_watermark}  MaxFollowerLag: {status['max_follower_lag']}"
-    )
+    if both or args.status:
+        print(
+            f"LeaderId: {reply.leader_id}  LeaderEpoch: {reply.leader_epoch}  "
+            f"HighWatermark: {reply.high_watermark}  MaxFollowerLag: {status['max_follower_lag']}"
+        )
+    if both or args.replication:
+        _print_replication(rows)
+    return 0
+
+
+def _print_replication(rows: list[dict[str, Any]]) -> None:
+    keys = [
+        "node_id",
+        "role",
+        "log_end_offset",
+        "lag",
+        "last_fetch_ms_ago",
+        "last_caught_up_ms_ago",
+    ]
     print_table(
         None,
         ["NodeId", "Role", "LogEndOffset", "Lag", "LastFetch (ms ago)", "LastCaughtUp (ms ago)"],
-        [
-            [
-                r["node_id"],
-                r["role"],
-                r["log_end_offset"],
-                r["lag"],
-                r["last_fetch_ms_ago"],
-                r["last_caught_up_ms_ago"],
-            ]
-            for r in rows
-        ],
+        [[r[k] for k in keys] for r in rows],
     )
-    return 0
 
 
 def replication_rows(reply: DescribeQuorumResponse) -> list[dict[str, Any]]:

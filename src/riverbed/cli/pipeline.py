@@ -18,6 +18,10 @@ throw-away riverbed node on a free loopback port for the run and stops it afterw
 reads); the executors' Python must have riverbed installed (``make wheel``, see the
 README).
 ``riverbed pipeline list [DIR]`` lists the pipelines of a directory (default examples/).
+
+No ``--command-config``: a pipeline's client security is its Spark source's and sink's
+``kafka.*`` options, which the script builds; the verb cannot put them there, and a
+script that takes its own ``--command-config`` gets it after FILE like any argument.
 """
 
 from __future__ import annotations

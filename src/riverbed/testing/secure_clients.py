@@ -177,6 +177,9 @@ class Wire:
     the local address to connect from (another loopback address, e.g. 127.0.0.2, for ACL
     host tests), ``client_id``: the request headers' (client-id quotas)."""
 
+    #: the default for a Wire made around a TLS socket (``Wire.__new__``, TLS tests) too
+    client_id = "bad-input"
+
     def __init__(
         self, port: int, source_ip: str | None = None, client_id: str = "bad-input"
     ) -> None:

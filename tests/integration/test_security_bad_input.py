@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import KafkaError
 
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.errors import ErrorCode
@@ -108,24 +109,30 @@ def test_wrong_password_fails_after_the_delay(secure: SecureBroker) -> None:
     _others_served(secure, "wrong-password")
 
 
-def test_wrong_password_seen_by_a_real_client(secure: SecureBroker) -> None:
-    from confluent_kafka import KafkaError, Producer
+def _first_client_error(conf: dict[str, object]) -> KafkaError | None:
+    """The first error a confluent-kafka producer with ``conf`` reports (its logins run in
+    the background; errors reach ``error_cb`` through poll), or None within 15 s."""
+    from confluent_kafka import Producer
 
     errors: list[KafkaError] = []
-    conf = {
+    producer = Producer(conf | {"error_cb": errors.append})
+    deadline = time.monotonic() + 15
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.2)
+    return errors[0] if errors else None
+
+
+def test_wrong_password_seen_by_a_real_client(secure: SecureBroker) -> None:
+    conf: dict[str, object] = {
         "bootstrap.servers": secure.bootstrap("SASL_PLAINTEXT"),
         "security.protocol": "SASL_PLAINTEXT",
         "sasl.mechanism": "SCRAM-SHA-256",
         "sasl.username": "scram256",
         "sasl.password": "not-it",
-        "error_cb": errors.append,
     }
-    producer = Producer(conf)
-    deadline = time.monotonic() + 15
-    while not errors and time.monotonic() < deadline:
-        producer.poll(0.2)
-    assert errors and errors[0].code() == KafkaError._AUTHENTICATION
-    assert "invalid credentials with SASL mechanism SCRAM-SHA-256" in errors[0].str()
+    error = _first_client_error(conf)
+    assert error is not None and error.code() == KafkaError._AUTHENTICATION
+    assert "invalid credentials with SASL mechanism SCRAM-SHA-256" in error.str()
 
 
 def test_unknown_mechanism(secure: SecureBroker) -> None:
@@ -141,24 +148,17 @@ def test_a_mechanism_enabled_on_another_listener_only(secure: SecureBroker) -> N
     """SASL_SSL enables only SCRAM-SHA-256 (``listener.name.sasl_ssl.sasl.enabled.mechanisms``):
     PLAIN, which SASL_PLAINTEXT takes, is refused there with the listener's own list, and
     SCRAM-SHA-256 is served."""
-    from confluent_kafka import KafkaError, Producer
-
-    errors: list[KafkaError] = []
-    conf = {
+    conf: dict[str, object] = {
         "bootstrap.servers": secure.bootstrap("SASL_SSL"),
         "security.protocol": "SASL_SSL",
         "ssl.ca.location": str(secure.pki.ca),
         "sasl.mechanism": "PLAIN",
         "sasl.username": "alice",
         "sasl.password": "alice-pw",
-        "error_cb": errors.append,
     }
-    producer = Producer(conf)
-    deadline = time.monotonic() + 15
-    while not errors and time.monotonic() < deadline:
-        producer.poll(0.2)
-    assert errors and errors[0].code() == KafkaError._AUTHENTICATION
-    assert "broker's supported mechanisms: SCRAM-SHA-256 (" in errors[0].str()
+    error = _first_client_error(conf)
+    assert error is not None and error.code() == KafkaError._AUTHENTICATION
+    assert "broker's supported mechanisms: SCRAM-SHA-256 (" in error.str()
     sec = {"protocol": "SASL_SSL", "mechanism": "SCRAM-SHA-256", "cafile": str(secure.pki.ca)}
     sec |= {"username": "scram256", "password": "s256-pw"}
     values = [b"scram on the narrow listener"]

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from riverbed.testing.certs import PKI_PASSWORD, Pki, make_pki
+from riverbed.testing.certs import Pki, make_pki
 from riverbed.testing.cluster import BrokerProcess, free_port
-from riverbed.testing.secure import plaintext_and_ssl_listeners
+from riverbed.testing.secure import pkcs12_stores, plaintext_and_ssl_listeners
 from riverbed.testing.secure_clients import KCAT, produce_consume
 
 RULES = "RULE:^CN=([a-z]+),OU=eng,O=riverbed$/$1/L"
@@ -29,15 +29,10 @@ def mtls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProce
     proc = BrokerProcess()
     proc.extra_overrides.update(
         plaintext_and_ssl_listeners(proc, ssl_port)
+        | pkcs12_stores(pki)
         | {
             "listener.name.ssl.ssl.client.auth": "required",
             "listener.name.ssl.ssl.principal.mapping.rules": RULES,
-            "ssl.keystore.type": "PKCS12",
-            "ssl.keystore.location": str(pki.server_p12),
-            "ssl.keystore.password": PKI_PASSWORD,
-            "ssl.truststore.type": "PKCS12",
-            "ssl.truststore.location": str(pki.ca_p12),
-            "ssl.truststore.password": PKI_PASSWORD,
             "ssl.enabled.protocols": "TLSv1.2,TLSv1.3",
             "ssl.cipher.suites": "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,TLS_AES_256_GCM_SHA384",
             "num.partitions": "1",

@@ -15,8 +15,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from riverbed.testing.certs import PKI_PASSWORD, Pki, make_pki
+from riverbed.testing.certs import Pki, make_pki
 from riverbed.testing.cluster import BrokerProcess, free_port
+from riverbed.testing.secure import pkcs12_stores, plaintext_and_ssl_listeners
 from riverbed.testing.secure_clients import librdkafka_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -32,18 +33,11 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerPro
     ssl_port = free_port()
     proc = BrokerProcess()
     proc.extra_overrides.update(
-        {
-            "listeners": f"PLAINTEXT://127.0.0.1:{proc.port},SSL://127.0.0.1:{ssl_port},"
-            f"CONTROLLER://127.0.0.1:{proc.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{proc.port},SSL://127.0.0.1:{ssl_port}",
+        plaintext_and_ssl_listeners(proc, ssl_port)
+        | pkcs12_stores(pki)
+        | {
             "listener.name.ssl.ssl.client.auth": "required",
             "listener.name.ssl.ssl.principal.mapping.rules": RULES,
-            "ssl.keystore.type": "PKCS12",
-            "ssl.keystore.location": str(pki.server_p12),
-            "ssl.keystore.password": PKI_PASSWORD,
-            "ssl.truststore.type": "PKCS12",
-            "ssl.truststore.location": str(pki.ca_p12),
-            "ssl.truststore.password": PKI_PASSWORD,
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "super.users": "User:ANONYMOUS",
             "allow.everyone.if.no.acl.found": "false",

@@ -63,6 +63,20 @@ def plaintext_and_ssl_listeners(proc: BrokerProcess, ssl_port: int) -> dict[str,
     }
 
 
+def pkcs12_stores(pki: Pki) -> dict[str, str]:
+    """The broker's key and trust stores from ``pki``'s PKCS12 files (mutual-TLS tests)."""
+    from riverbed.testing.certs import PKI_PASSWORD
+
+    return {
+        "ssl.keystore.type": "PKCS12",
+        "ssl.keystore.location": str(pki.server_p12),
+        "ssl.keystore.password": PKI_PASSWORD,
+        "ssl.truststore.type": "PKCS12",
+        "ssl.truststore.location": str(pki.ca_p12),
+        "ssl.truststore.password": PKI_PASSWORD,
+    }
+
+
 def secure_overrides(
     pki: Pki,
     ports: Mapping[str, int],

@@ -119,16 +119,19 @@ bench: $(STAMP) $(COLUMNAR)
 # storage on a simulated disk), then the group coordinator at its persistence seam, then
 # the producer ledger's model check, then transactions (coordinator + partition leaders),
 # then the controller's broker liveness (the early fence):
-# `make soak SEEDS=100000` (each failure prints its replay command)
+# `make soak SEEDS=100000` (each failure prints its replay command); FIRST_SEED=K starts at
+# seed K, so a soak can try seeds the last one did not
 SEEDS ?= 10000
+FIRST_SEED ?= 0
+SOAK_SEEDS = --seeds $(SEEDS) --first-seed $(FIRST_SEED)
 soak: $(STAMP)
-	$(VENV)/bin/python -m riverbed.testing.raft_sim --seeds $(SEEDS)
-	$(VENV)/bin/python -m riverbed.testing.replication_sim --seeds $(SEEDS)
-	$(VENV)/bin/python -m riverbed.testing.replication_shell_sim --seeds $(SEEDS)
-	$(VENV)/bin/python -m riverbed.testing.group_sim --seeds $(SEEDS)
-	$(VENV)/bin/python -m riverbed.testing.ledger_model --seeds $(SEEDS)
-	$(VENV)/bin/python -m riverbed.testing.txn_sim --seeds $(SEEDS)
-	$(VENV)/bin/python -m riverbed.testing.liveness_sim --seeds $(SEEDS)
+	$(VENV)/bin/python -m riverbed.testing.raft_sim $(SOAK_SEEDS)
+	$(VENV)/bin/python -m riverbed.testing.replication_sim $(SOAK_SEEDS)
+	$(VENV)/bin/python -m riverbed.testing.replication_shell_sim $(SOAK_SEEDS)
+	$(VENV)/bin/python -m riverbed.testing.group_sim $(SOAK_SEEDS)
+	$(VENV)/bin/python -m riverbed.testing.ledger_model $(SOAK_SEEDS)
+	$(VENV)/bin/python -m riverbed.testing.txn_sim $(SOAK_SEEDS)
+	$(VENV)/bin/python -m riverbed.testing.liveness_sim $(SOAK_SEEDS)
 
 # The Spark exactly-once sink under repeated driver kills on 3 nodes (issue 22): a soak,
 # each kill restarts a Spark driver; RIVERBED_EOS_KILLS (default 10) kills per run.

@@ -72,6 +72,7 @@ from riverbed.testing.group_sim_world import (
     InvariantError,
     SimParams,
 )
+from riverbed.testing.sim_seeds import add_seed_options, chosen_seeds
 
 __all__ = ["GroupSim", "SimParams", "SimulationFailure", "main", "run_seed"]
 
@@ -304,16 +305,11 @@ def run_seed(params: SimParams) -> GroupSim:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seed", type=int, help="run one seed")
-    ap.add_argument("--seeds", type=int, default=100, help="run seeds START..START+N-1")
-    ap.add_argument("--start", type=int, default=0, help="the first seed of --seeds")
+    add_seed_options(ap)
     ap.add_argument("--steps", type=int, default=SimParams.steps)
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
-    if args.seed is not None:
-        seeds = [args.seed]
-    else:
-        seeds = list(range(args.start, args.start + args.seeds))
+    seeds = chosen_seeds(args)
     failed, stats = 0, Counter[str]()
     started = time.monotonic()
     for seed in seeds:

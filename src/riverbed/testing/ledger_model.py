@@ -53,6 +53,7 @@ from riverbed.producer.manager import ProducerStateConfig, ProducerStateManager
 from riverbed.producer.snapshot import ENTRY, decode_snapshot, entry_fields
 from riverbed.testing.ledger_model_log import ModelLog, Reference, alive, header
 from riverbed.testing.ledger_model_mutations import MUTATIONS
+from riverbed.testing.sim_seeds import add_seed_options, chosen_seeds
 
 __all__ = ["MUTATIONS", "ModelFailure", "ModelParams", "ModelResult", "main", "run_seed"]
 
@@ -401,12 +402,11 @@ def run_seed(params: ModelParams) -> ModelResult:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seed", type=int, help="run one seed")
-    ap.add_argument("--seeds", type=int, default=100, help="run seeds 0..N-1")
+    add_seed_options(ap)
     ap.add_argument("--mutation", choices=sorted(MUTATIONS), help="a deliberately broken rule")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
-    seeds = [args.seed] if args.seed is not None else list(range(args.seeds))
+    seeds = chosen_seeds(args)
     failed, stats = 0, Counter[str]()
     started = time.monotonic()
     for seed in seeds:

@@ -45,6 +45,7 @@ from functools import partial
 
 from riverbed.metadata import broker_liveness as bl
 from riverbed.metadata.broker_liveness import BrokerLiveness, LivenessConfig, Probe
+from riverbed.testing.sim_seeds import add_seed_options, chosen_seeds
 
 #: How often the controller loop runs (write_forwarding.CONTROLLER_POLL_S).
 POLL_MS = 50
@@ -355,18 +356,18 @@ def run_seed(p: SimParams) -> LivenessSim:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--seeds", type=int, default=1)
+    add_seed_options(ap, seeds_default=1)
     args = ap.parse_args(argv)
     stats: Counter[str] = Counter()
     failed = 0
-    for seed in range(args.seed, args.seed + args.seeds):
+    seeds = chosen_seeds(args)
+    for seed in seeds:
         try:
             stats.update(run_seed(params_for(seed)).stats)
         except SimulationFailure as exc:
             failed += 1
             print(exc)
-    print(f"{args.seeds - failed}/{args.seeds} seeds passed; {dict(sorted(stats.items()))}")
+    print(f"{len(seeds) - failed}/{len(seeds)} seeds passed; {dict(sorted(stats.items()))}")
     return 1 if failed else 0
 
 

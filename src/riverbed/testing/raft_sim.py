@@ -66,6 +66,7 @@ from riverbed.testing.raft_sim_metadata import (
 from riverbed.testing.raft_sim_network import NetworkMixin
 from riverbed.testing.raft_sim_network import through_wire as through_wire  # re-exported
 from riverbed.testing.raft_sim_shell import ShellMixin
+from riverbed.testing.sim_seeds import add_seed_options, chosen_seeds
 
 
 class SimulationFailure(AssertionError):
@@ -504,20 +505,14 @@ def params_for(seed: int, voters: int | None = None, observers: int | None = Non
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m riverbed.testing.raft_sim", description=__doc__)
-    ap.add_argument("--seed", type=int, help="run this one seed")
-    ap.add_argument("--seeds", type=int, default=100, help="soak: run seeds 0..N-1")
-    ap.add_argument("--first-seed", type=int, default=0)
+    add_seed_options(ap)
     ap.add_argument("--voters", type=int)
     ap.add_argument("--observers", type=int)
     ap.add_argument("--chaos-ms", type=int, default=SimParams.chaos_ms)
     ap.add_argument("--wire", action="store_true", help="messages through Kafka wire bytes")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
-    seeds = (
-        [args.seed]
-        if args.seed is not None
-        else range(args.first_seed, args.first_seed + args.seeds)
-    )
+    seeds = chosen_seeds(args)
     started = time.monotonic()
     failures = 0
     events = 0

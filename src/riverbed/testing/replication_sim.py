@@ -75,6 +75,7 @@ from riverbed.testing.replication_sim_parts import (
     Net,
     Record,
 )
+from riverbed.testing.sim_seeds import add_seed_options, chosen_seeds
 
 STEP_MS = 10
 LAG_MAX_MS = 1000  # replica.lag.time.max.ms
@@ -465,11 +466,7 @@ def main(
 ) -> int:
     """The command line of this simulation, or of ``sim`` whose seeds ``run`` runs."""
     ap = argparse.ArgumentParser(description=description)
-    ap.add_argument("--seed", type=int, help="run one seed (with the params given)")
-    ap.add_argument("--seeds", type=int, default=100, help="run N seeds (params per seed)")
-    ap.add_argument(
-        "--first-seed", type=int, default=0, help="the first of the N seeds (to resume a soak)"
-    )
+    add_seed_options(ap)  # --seed runs with the params given; --seeds with params per seed
     ap.add_argument("--brokers", type=int, default=3)
     ap.add_argument("--rf", type=int, default=3)
     ap.add_argument("--min-insync", type=int, default=2)
@@ -489,8 +486,7 @@ def main(
             )
         ]
     else:
-        seeds = range(args.first_seed, args.first_seed + args.seeds)
-        todo = [replace(params_for(s), sim=sim) for s in seeds]
+        todo = [replace(params_for(s), sim=sim) for s in chosen_seeds(args)]
     failed, stats = 0, Counter[str]()
     started = time.monotonic()
     for done, params in enumerate(todo, 1):

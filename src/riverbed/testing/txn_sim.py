@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
@@ -47,6 +48,7 @@ from riverbed.transaction.coordinator import TransactionCoordinator
 from riverbed.transaction.markers import BrokerMarkers, TxnMarker
 from riverbed.transaction.records import TopicPartition, TxnMetadata, replay_all
 
+from .sim_seeds import add_seed_options, chosen_seeds
 from .txn_sim_leader import LeaderState, TxnLeader
 
 E = ErrorCode
@@ -477,19 +479,24 @@ def run_seed(seed: int, steps: int = CHAOS_STEPS) -> TxnSim:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="riverbed.testing.txn_sim")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--seeds", type=int, default=1)
+    add_seed_options(ap, seeds_default=1)
     ap.add_argument("--steps", type=int, default=CHAOS_STEPS)
     ap.add_argument("-v", action="store_true")
     args = ap.parse_args(argv)
     stats: Counter[str] = Counter()
-    for seed in range(args.seed, args.seed + args.seeds):
-        stats.update(run_seed(seed, args.steps).stats)
+    seeds = chosen_seeds(args)
+    failed = 0
+    for seed in seeds:
+        try:
+            stats.update(run_seed(seed, args.steps).stats)
+        except SimulationFailure as err:  # its message starts with the replay command
+            failed += 1
+            print(f"FAILED seed {seed}:\n{err}\n", file=sys.stderr, flush=True)
     if args.v:
         for k, v in sorted(stats.items()):
             print(f"{k}: {v}")
-    print(f"{args.seeds}/{args.seeds} seeds passed")
-    return 0
+    print(f"{len(seeds) - failed}/{len(seeds)} seeds passed")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -247,19 +247,13 @@ def test_cli_add_list_remove_with_kafka_acls_flags(secure: SecureBroker, tmp_pat
         ("User:carol", "DESCRIBE"),
         ("User:carol", "WRITE"),
     ]
-    removed = json.loads(
-        _cli(
-            secure,
-            tmp_path,
-            "remove",
-            "--allow-principal",
-            "User:carol",
-            "--topic",
-            topic,
-            "--json",
-        )
-    )
-    assert len(removed) == 2
+    # as kafka-acls --remove: no --operation is operation All, which carol does not hold
+    carol = ("remove", "--allow-principal", "User:carol", "--topic", topic, "--json")
+    assert json.loads(_cli(secure, tmp_path, *carol)) == []
+    assert len(json.loads(_cli(secure, tmp_path, "list", "--topic", topic, "--json"))) == 2
+    ops = ("--operation", "Write", "--operation", "Describe")
+    removed = json.loads(_cli(secure, tmp_path, *carol, *ops))
+    assert sorted(r["operation"] for r in removed) == ["DESCRIBE", "WRITE"]
     assert json.loads(_cli(secure, tmp_path, "list", "--topic", topic, "--json")) == []
     err = _produce(secure, "carol", topic)
     assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED

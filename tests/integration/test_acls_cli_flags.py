@@ -6,6 +6,10 @@ each other's ACLs.
 - --deny-principal, --group, --transactional-id, --deny-host: the bindings listed exactly,
   and remove removes only the host it names;
 - --cluster with --allow-host and two operations: remove with --operation removes that one;
+- remove with a principal removes what kafka-acls --remove removes (AclCommand.getAcl):
+  the ACLs `add` would write with the same flags, --operation defaulting to All, the
+  hosts to *, the pattern type to literal; list names literal patterns unless told,
+  every ACL without a resource (kafka-acls' defaults);
 - --resource-pattern-type prefixed, and literal / any / match for list and remove;
 - an ACL the CLI adds has effect: a --deny-principal on a topic fails that principal's
   produce with TOPIC_AUTHORIZATION_FAILED while another, allowed, produces; a deny on
@@ -92,13 +96,13 @@ def test_deny_principal_group_transactional_id_and_deny_host(
     assert _acls(secure, admin_properties, "list", *where) == expected
     # remove names one host: the other host's ACLs stay
     removed = _acls(secure, admin_properties, "remove", "--deny-principal", "User:bob",
-                    "--deny-host", "10.0.0.1", *where)  # fmt: skip
+                    "--deny-host", "10.0.0.1", "--operation", "Describe", *where)  # fmt: skip
     assert removed == {acl for acl in expected if acl[4] == "10.0.0.1"}
     assert _acls(secure, admin_properties, "list", *where) == expected - removed
     # an ALLOW remove does not touch a DENY
-    assert (
-        _acls(secure, admin_properties, "remove", "--allow-principal", "User:bob", *where) == set()
-    )
+    allow = ("--allow-principal", "User:bob", "--allow-host", "10.0.0.2")
+    assert _acls(secure, admin_properties, "remove", *allow, "--operation", "Describe",
+                 *where) == set()  # fmt: skip
     assert _acls(secure, admin_properties, "remove", *where) == expected - removed
     assert _acls(secure, admin_properties, "list", *where) == set()
 
@@ -132,9 +136,57 @@ def test_cluster_with_allow_host_and_remove_by_operation(
     listed = _acls(secure, admin_properties, "list", "--cluster", "--principal", "User:alice")
     assert listed == expected
     removed = _acls(secure, admin_properties, "remove", "--allow-principal", "User:alice",
-                    "--operation", "Describe", "--cluster")  # fmt: skip
+                    "--allow-host", "127.0.0.1", "--operation", "Describe", "--cluster")  # fmt: skip
     assert {acl[5] for acl in removed} == {"DESCRIBE"} and removed < expected
     assert _acls(secure, admin_properties, "list", "--cluster") == expected - removed
+
+
+def test_remove_with_a_principal_takes_kafka_acls_defaults(
+    secure: SecureBroker, admin_properties: Path
+) -> None:
+    """kafka-acls --remove --allow-principal P --topic T (no --operation, no --allow-host)
+    removes P's ALLOW ``All`` ACL from host ``*`` on the literal T, and nothing else: the
+    flags name ACL entries as --add does (AclCommand.getAcl: --operation defaults to All,
+    getHosts to *, --resource-pattern-type to literal), each matched exactly."""
+    topic = _name("cli-rm-defaults-")
+    alice = ("--allow-principal", "User:alice")
+    _acls(secure, admin_properties, "add", *alice, "--topic", topic)  # All, *
+    _acls(secure, admin_properties, "add", *alice, "--operation", "Read", "--topic", topic)
+    _acls(secure, admin_properties, "add", *alice, "--allow-host", "10.0.0.1",
+          "--operation", "Read", "--topic", topic)  # fmt: skip
+    _acls(secure, admin_properties, "add", *alice, "--topic", topic,
+          "--resource-pattern-type", "prefixed")  # fmt: skip
+    everything = ("--topic", topic, "--resource-pattern-type", "any")
+    before = _acls(secure, admin_properties, "list", *everything)
+    all_here = ("TOPIC", topic, "LITERAL", "User:alice", "*", "ALL", "ALLOW")
+    read_here = ("TOPIC", topic, "LITERAL", "User:alice", "*", "READ", "ALLOW")
+    assert len(before) == 4 and {all_here, read_here} < before
+    removed = _acls(secure, admin_properties, "remove", *alice, "--topic", topic)
+    assert removed == {all_here}
+    assert _acls(secure, admin_properties, "list", *everything) == before - {all_here}
+    # --operation Read: the Read from *, not the one from 10.0.0.1
+    removed = _acls(secure, admin_properties, "remove", *alice, "--operation", "Read",
+                    "--topic", topic)  # fmt: skip
+    assert removed == {read_here}
+    assert _acls(secure, admin_properties, "list", *everything) == before - {all_here, read_here}
+
+
+def test_list_names_literal_patterns_unless_told(
+    secure: SecureBroker, admin_properties: Path
+) -> None:
+    """kafka-acls --list --topic T lists the literal ACLs of T (--resource-pattern-type
+    defaults to literal), not a prefixed pattern spelled T; --list without a resource
+    lists every ACL (AclBindingFilter.ANY), prefixed ones too."""
+    name = _name("cli-list-")
+    grant = ("add", "--allow-principal", "User:alice", "--operation", "Read", "--topic", name)
+    (literal,) = _acls(secure, admin_properties, *grant)
+    (prefixed,) = _acls(secure, admin_properties, *grant, "--resource-pattern-type", "prefixed")
+    assert literal[2] == "LITERAL" and prefixed[2] == "PREFIXED"
+    assert _acls(secure, admin_properties, "list", "--topic", name) == {literal}
+    assert {literal, prefixed} <= _acls(secure, admin_properties, "list")
+    listed = _acls(secure, admin_properties, "list", "--topic", name,
+                   "--resource-pattern-type", "any")  # fmt: skip
+    assert listed == {literal, prefixed}
 
 
 def test_prefixed_pattern_and_literal_any_match_filters(
@@ -197,7 +249,7 @@ def test_acls_the_cli_adds_decide_who_may_produce(
     err = _produce(secure, "bob", topic)
     assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     removed = _acls(secure, admin_properties, "remove", "--deny-principal", "User:bob",
-                    "--topic", topic)  # fmt: skip
+                    "--operation", "Write", "--topic", topic)  # fmt: skip
     assert removed == {("TOPIC", topic, "LITERAL", "User:bob", "*", "WRITE", "DENY")}
     assert _produce(secure, "bob", topic) is None
 

@@ -5,12 +5,17 @@
   / ``--deny-host`` (default ``*``), ``--operation`` (repeatable, default All), resources
   ``--topic`` / ``--group`` / ``--transactional-id`` (repeatable) and ``--cluster``,
   ``--resource-pattern-type`` literal (default) or prefixed;
-- ``remove``: deletes what the same flags match (no principal: every principal; no
-  operation: every operation; no host: every host; pattern type also any / match), and
-  lists what went;
+- ``remove``: as kafka-acls ``--remove`` (AclCommand.getAcl): each principal flag names
+  the ACLs to remove exactly as ``add`` would write them, ``--operation`` defaulting to
+  All and the hosts to ``*`` (so ``--allow-principal User:a`` alone removes User:a's
+  ``All`` ACL from every host, ``*``, not its Read or Write); no principal removes every
+  ACL of the resources (riverbed: of the ``--operation`` given, if any); pattern type
+  literal unless given (also any / match); lists what went;
 - as kafka-acls, an operation must apply to every resource named (``--group`` takes no
   Write): ``ResourceType GROUP only supports operations ...``, exit code 1;
-- ``list``: the ACLs on the named resources (all without one), ``--principal`` to narrow.
+- ``list``: the ACLs on the named resources, of pattern type literal unless
+  ``--resource-pattern-type`` says otherwise (kafka-acls' default); without a resource
+  every ACL, of every pattern type; ``--principal`` to narrow.
 Client security (SASL, TLS) from ``--command-config`` (Kafka client properties).
 """
 
@@ -56,8 +61,8 @@ def register(subparsers: Any) -> None:
     sub = parser.add_subparsers(dest="acls_command", metavar="SUBCOMMAND")
     for name, help_text, func in (
         ("add", "add ACLs", add_cmd),
-        ("remove", "remove the ACLs the flags match", remove_cmd),
-        ("list", "list ACLs", list_cmd),
+        ("remove", "remove the ACLs the flags name (as kafka-acls --remove)", remove_cmd),
+        ("list", "list ACLs (as kafka-acls --list)", list_cmd),
     ):
         p = verb_parser(sub, name, help_text)
         add_bootstrap(p)
@@ -90,7 +95,9 @@ def _add_flags(p: argparse.ArgumentParser, *, listing: bool) -> None:
         type=str.upper,
         default=None,
         choices=["LITERAL", "PREFIXED", "ANY", "MATCH"],
-        help="literal (default for add) or prefixed; remove and list also take any, match",
+        help="literal (the default; list without a resource: every pattern type) or prefixed;"
+        " remove and list also take any (every pattern type, this exact name) and match"
+        " (every ACL that applies to the name)",
     )
     if listing:
         p.add_argument("--principal", help="only the ACLs of this principal (User:name)")
@@ -112,14 +119,14 @@ def _add_flags(p: argparse.ArgumentParser, *, listing: bool) -> None:
     p.add_argument(
         "--allow-host",
         metavar="HOST",
-        help="hosts for allow ACLs (default *)",
+        help="hosts for allow ACLs (default *, for remove too)",
         action="append",
         default=[],
     )
     p.add_argument(
         "--deny-host",
         metavar="HOST",
-        help="hosts for deny ACLs (default *)",
+        help="hosts for deny ACLs (default *, for remove too)",
         action="append",
         default=[],
     )
@@ -127,7 +134,8 @@ def _add_flags(p: argparse.ArgumentParser, *, listing: bool) -> None:
         "--operation",
         type=_operation,
         metavar="OP",
-        help=f"repeatable; one of {', '.join(_OPERATIONS)} (default All)",
+        help=f"repeatable; one of {', '.join(_OPERATIONS)} (default All: remove too removes"
+        " only the All ACLs of the principals named)",
         action="append",
         default=[],
     )
@@ -150,9 +158,9 @@ def _resources(args: argparse.Namespace, required: bool) -> list[tuple[str, str]
     return out
 
 
-def _entries(args: argparse.Namespace, default_host: Any = "*") -> Iterator[tuple[str, Any, str]]:
-    """(principal, host, permission) of each principal flag; ``default_host`` without
-    --allow-host / --deny-host (add: ``*``; remove: ANY_HOST, every host)."""
+def _entries(args: argparse.Namespace) -> Iterator[tuple[str, Any, str]]:
+    """(principal, host, permission) of each principal flag, the host ``*`` without
+    --allow-host / --deny-host (kafka-acls' getHosts, for add and remove alike)."""
     for flag, hosts, perm in (
         (args.allow_principal, args.allow_host, "ALLOW"),
         (args.deny_principal, args.deny_host, "DENY"),
@@ -160,7 +168,7 @@ def _entries(args: argparse.Namespace, default_host: Any = "*") -> Iterator[tupl
         for principal in flag:
             if ":" not in principal:
                 raise CliError(f"principal {principal!r} must look like User:name")
-            for host in hosts or [default_host]:
+            for host in hosts or ["*"]:
                 yield principal, host, perm
 
 
@@ -232,15 +240,19 @@ def add_cmd(args: argparse.Namespace) -> int:
 
 
 def _filters(
-    args: argparse.Namespace, entries: list[tuple[str | None, Any, str]], pattern_default: str
+    args: argparse.Namespace,
+    entries: list[tuple[str | None, Any, str]],
+    operations: list[str],
+    pattern_default: str,
 ) -> list[Any]:
-    """Filters for the resources x (principal, host, permission) x operations of the flags."""
+    """Filters for the resources x (principal, host, permission) x ``operations`` (none:
+    any operation)."""
     from confluent_kafka.admin import AclBindingFilter, AclOperation, AclPermissionType  # type: ignore[attr-defined]
     from confluent_kafka.admin import ResourcePatternType as PT  # type: ignore[attr-defined]
 
     pattern = getattr(PT, args.resource_pattern_type or pattern_default)
     resources: list[tuple[str, str | None]] = list(_resources(args, required=False))
-    ops = [_op_const(o) for o in getattr(args, "operation", [])] or [AclOperation.ANY]
+    ops = [_op_const(o) for o in operations] or [AclOperation.ANY]
     return [
         AclBindingFilter(
             _restype_const(rtype),
@@ -259,11 +271,15 @@ def _filters(
 
 def remove_cmd(args: argparse.Namespace) -> int:
     # as kafka-acls: remove names what it removes from, with operations that apply to it
-    _check_operations(_resources(args, required=True), args.operation)
-    entries: list[tuple[str | None, Any, str]] = [*_entries(args, ANY_HOST)]
+    resources = _resources(args, required=True)
+    _check_operations(resources, args.operation)
+    entries: list[tuple[str | None, Any, str]] = [*_entries(args)]
+    if entries:  # the ACLs `add` would write with these flags, matched exactly
+        filters = _filters(args, entries, args.operation or ["All"], "LITERAL")
+    else:  # kafka-acls: every ACL of the resources (riverbed: of --operation, if given)
+        filters = _filters(args, [(None, ANY_HOST, "ANY")], args.operation, "LITERAL")
     admin = admin_client(args)
     removed = []
-    filters = _filters(args, entries or [(None, ANY_HOST, "ANY")], "LITERAL")
     for future in admin.delete_acls(filters).values():
         removed += [_row(b) for b in future.result(timeout=30)]
     _show(args, removed, "removed")
@@ -273,7 +289,9 @@ def remove_cmd(args: argparse.Namespace) -> int:
 def list_cmd(args: argparse.Namespace) -> int:
     admin = admin_client(args)
     rows = []
-    for flt in _filters(args, [(args.principal, ANY_HOST, "ANY")], "ANY"):
+    # kafka-acls: literal patterns of the resources named; every ACL without a resource
+    pattern = "LITERAL" if _resources(args, required=False) else "ANY"
+    for flt in _filters(args, [(args.principal, ANY_HOST, "ANY")], [], pattern):
         rows += [_row(b) for b in admin.describe_acls(flt).result(timeout=30)]
     if not rows:
         refusal = security_disabled(args.bootstrap_server)

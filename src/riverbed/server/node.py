@@ -53,8 +53,8 @@ import uuid
 from collections.abc import Callable
 
 from riverbed.server.broker.authorization import (
-    BrokerAuthorizer,
     authorizer_config,
+    broker_authorizer,
 )
 from riverbed.server.broker.dispatch import Broker
 from riverbed.server.broker.partitions import PartitionManager, log_config_for
@@ -183,7 +183,7 @@ class Node(NodeListeners, BrokerLifecycle):
         self.server = self._socket_server()
         authz_config = authorizer_config(cfg)
         if authz_config is not None:
-            self._controller_apis.authorizer = BrokerAuthorizer(authz_config)
+            self._controller_apis.authorizer = broker_authorizer(authz_config, cfg)
         quorum = await self._start_quorum(clock)
         dynamic_listeners = self._dynamic_listeners(quorum)
         remote_settings, rsm = _remote_log_setup(cfg)

@@ -9,6 +9,13 @@ through a `DecisionCache` made with each authorizer, so they never outlive the A
 were made with, and a client's repeated question (WRITE on its topic, every Produce) costs
 one lookup however many ACLs there are.
 
+With ``delete.topic.enable=false`` a DeleteTopics is refused whole before any check
+(TOPIC_DELETION_DISABLED, INVALID_REQUEST below v3 through `fit_to_version`), whatever the
+principal's ACLs: Kafka's ControllerApis.deleteTopics throws before it resolves or
+authorizes a topic, so a principal without DELETE learns that deletion is off. The flag is
+the node's own: Kafka's broker forwards DeleteTopics unchecked and its controller's flag
+decides, which is this node's on a combined node (riverbed checks on the broker too).
+
 A request whose whole-request check fails (the group of an OffsetCommit, the
 transactional id of a Produce) is answered with the check's code in every error field
 (`error_response`, Kafka's getErrorResponse). A check for one item of the request's array
@@ -87,6 +94,12 @@ def authorizer_config(config: ServerConfig) -> AuthorizerConfig | None:
     return AuthorizerConfig(super_users, bool(config.get("allow.everyone.if.no.acl.found")))
 
 
+def broker_authorizer(authz_config: AuthorizerConfig, config: ServerConfig) -> BrokerAuthorizer:
+    """The authorizer shell of a node's listeners (broker and controller alike)."""
+    delete_topic_enable = bool(config.get("delete.topic.enable"))
+    return BrokerAuthorizer(authz_config, delete_topic_enable=delete_topic_enable)
+
+
 def client_host(ctx: RequestContext) -> str:
     """The client's address as ACL hosts name it (``peer`` is ``host:port``)."""
     return _host_of(ctx.peer)
@@ -155,8 +168,10 @@ def _produce_writable(
 
 
 class BrokerAuthorizer:
-    def __init__(self, config: AuthorizerConfig) -> None:
+    def __init__(self, config: AuthorizerConfig, *, delete_topic_enable: bool = True) -> None:
         self.config = config
+        #: the node's ``delete.topic.enable``: false refuses a DeleteTopics before its checks
+        self.delete_topic_enable = delete_topic_enable
         self._acls: Mapping[uuid.UUID, StandardAcl] | None = None
         self._index = AclIndex()
         self._current = DecisionCache(Authorizer(config, self._index, ready=False))
@@ -203,6 +218,8 @@ class BrokerAuthorizer:
             and _produce_writable(auth, ctx, body, image)
         ):
             return ALLOWED
+        if ctx.header.api_key == ApiKey.DELETE_TOPICS and not self.delete_topic_enable:
+            return Verdict(ErrorCode.TOPIC_DELETION_DISABLED)  # before authorization, as Kafka
         principal, host = ctx.principal.text, client_host(ctx)
 
         def topic_name(topic_id: object) -> str | None:

@@ -51,9 +51,9 @@ from riverbed.server.broker import (
 )
 from riverbed.server.broker.authorization import (
     ALLOWED,
-    BrokerAuthorizer,
     Verdict,
     authorizer_config,
+    broker_authorizer,
     denied_response,
     split,
     with_refused,
@@ -186,7 +186,7 @@ class Broker:
         self.api_versions = BROKER_API_VERSIONS
         #: `authorizer.class.name` set: requests are checked against the ACLs first
         authz_config = authorizer_config(config)
-        self.authz = None if authz_config is None else BrokerAuthorizer(authz_config)
+        self.authz = None if authz_config is None else broker_authorizer(authz_config, config)
         if not consumer_groups.consumer_protocol_enabled(config):
             off = consumer_groups.CONSUMER_PROTOCOL_APIS
             self.api_versions = {k: v for k, v in BROKER_API_VERSIONS.items() if k not in off}

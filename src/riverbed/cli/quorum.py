@@ -109,14 +109,9 @@ def describe_cmd(args: argparse.Namespace) -> int:
     try:
         reply = asyncio.run(describe_quorum(host, port))
     except (OSError, TimeoutError) as exc:
-        from riverbed.cli.wire import current_security
+        from riverbed.cli.wire import current_security, dropped_hint
 
-        # a TLS or SASL listener drops a PLAINTEXT client's bytes without an answer
-        hint = (
-            " (a TLS or SASL listener? give its client properties with --command-config)"
-            if current_security().protocol == "PLAINTEXT"
-            else ""
-        )
+        hint = dropped_hint(current_security())
         raise CliError(f"cannot reach {what} {host}:{port}: {exc or 'timed out'}{hint}") from None
     if reply.error_code != Errors.NONE:
         try:

@@ -10,7 +10,9 @@ Secured listeners: TLS, then Kafka's SASL login (`riverbed.security.sasl_client`
 `ClientSecurity`; the CLI sets its command's security (``--command-config``) once for every
 client it opens (`use_security`), so each verb that connects honours it. The security is
 a context variable: the console's worker threads each connect as their request's user
-(`secured`), and one command's credentials never reach the next.
+(`secured`), and one command's credentials never reach the next. A PLAINTEXT client that
+a listener drops without a Kafka answer is told to give ``--command-config``
+(`dropped_hint`): every verb on this client says so, as ``riverbed quorum describe`` does.
 """
 
 from __future__ import annotations
@@ -40,6 +42,17 @@ CLIENT_ID = "riverbed-cli"
 #: Produce v12+ in a transaction is KIP-890 part 2's implicit add: Kafka's producer sends
 #: it only under transaction.version 2).
 CLIENT_VERSION_MAX: dict[ApiKey, int] = {ApiKey.PRODUCE: 11, ApiKey.FETCH: 12}
+
+
+#: Why a listener drops a PLAINTEXT client's request unanswered, and what to do: a TLS
+#: listener fails the handshake on the request's bytes (or answers with a TLS alert, no
+#: Kafka frame); a SASL listener closes a connection whose request is not its login.
+COMMAND_CONFIG_HINT = " (a TLS or SASL listener? give its client properties with --command-config)"
+
+
+def dropped_hint(security: ClientSecurity) -> str:
+    """`COMMAND_CONFIG_HINT` for a PLAINTEXT client that lost its connection, else ""."""
+    return COMMAND_CONFIG_HINT if security.protocol == "PLAINTEXT" else ""
 
 
 class WireError(RuntimeError):
@@ -99,6 +112,7 @@ class WireClient:
     ) -> None:
         self.client_id = client_id
         security = security if security is not None else current_security()
+        self._security = security
         host, port = _first_address(bootstrap)
         try:
             self.sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
@@ -155,6 +169,12 @@ class WireClient:
         return self._send(api_key, version, body)
 
     def _send(self, api_key: int, version: int, body: Message) -> Message:
+        try:
+            return self._exchange(api_key, version, body)
+        except WireError as exc:  # dropped, or answered with what is no Kafka frame
+            raise WireError(f"{exc}{dropped_hint(self._security)}") from None
+
+    def _exchange(self, api_key: int, version: int, body: Message) -> Message:
         self._correlation += 1
         header = RequestHeader(int(api_key), version, self._correlation, self.client_id)
         try:

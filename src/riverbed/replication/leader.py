@@ -188,28 +188,53 @@ class PartitionLeader:
     def on_follower_fetch(
         self, pos: FetchPosition, now_ms: int
     ) -> tuple[FetchAnswer, list[Action]]:
+        """A follower's Fetch as it arrives: judged, then recorded as the follower's
+        progress (its log end, caught-up time, ISR expansion, high watermark)."""
+        refused = self._judge_follower_fetch(pos)
+        if refused is not None:
+            return refused, []
+        remote = self.remotes[pos.replica_id]
+        remote.on_fetch(pos.fetch_offset, self.log.log_end_offset, pos.replica_epoch, now_ms)
+        out = self._maybe_expand(remote, now_ms)
+        out += self._maybe_advance_hw()
+        return FetchAnswer(ErrorCode.NONE, self.high_watermark, self.log.log_start_offset), out
+
+    def reread_follower_fetch(self, pos: FetchPosition) -> FetchAnswer:
+        """The same Fetch read again when the purgatory completes it (an append woke it):
+        judged as on arrival, with the current high watermark, and recorded nothing.
+        Kafka's ``readFromLog(..., readFromPurgatory = true)`` passes ``updateFetchState =
+        false``: a follower's progress is the fetch it sent, at the time it sent it.
+        Recording it again at the wake-up would date the follower's catch-up to the
+        leader's append (``last_fetch_leader_end`` the new log end, ``last_fetch_ms`` the
+        wake-up), not to its fetch."""
+        refused = self._judge_follower_fetch(pos)
+        if refused is not None:
+            return refused
+        return FetchAnswer(ErrorCode.NONE, self.high_watermark, self.log.log_start_offset)
+
+    def _judge_follower_fetch(self, pos: FetchPosition) -> FetchAnswer | None:
+        """The answer to a Fetch the leader does not serve from ``pos`` (an unknown replica
+        or stale incarnation, a fenced or unknown epoch, KIP-320 divergence, an offset out
+        of range); None for one it serves."""
         log = self.log
         remote = self.remotes.get(pos.replica_id)
         if remote is None or self._stale_incarnation(pos):
-            return FetchAnswer(ErrorCode.NOT_LEADER_OR_FOLLOWER), []
+            return FetchAnswer(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if pos.current_leader_epoch >= 0 and pos.current_leader_epoch != self.leader_epoch:
             if pos.current_leader_epoch < self.leader_epoch:
-                return FetchAnswer(ErrorCode.FENCED_LEADER_EPOCH), []
-            return FetchAnswer(ErrorCode.UNKNOWN_LEADER_EPOCH), []
+                return FetchAnswer(ErrorCode.FENCED_LEADER_EPOCH)
+            return FetchAnswer(ErrorCode.UNKNOWN_LEADER_EPOCH)
         lso, leo = log.log_start_offset, log.log_end_offset
         if pos.last_fetched_epoch >= 0:
             epoch, end = log.end_offset_for_epoch(pos.last_fetched_epoch)
             if epoch < 0 or end < 0 or pos.fetch_offset < lso:
-                return FetchAnswer(ErrorCode.OFFSET_OUT_OF_RANGE, self.high_watermark, lso), []
+                return FetchAnswer(ErrorCode.OFFSET_OUT_OF_RANGE, self.high_watermark, lso)
             if epoch < pos.last_fetched_epoch or end < pos.fetch_offset:
                 # KIP-320: the follower's log diverges; it truncates and asks again
-                return FetchAnswer(ErrorCode.NONE, self.high_watermark, lso, (epoch, end)), []
+                return FetchAnswer(ErrorCode.NONE, self.high_watermark, lso, (epoch, end))
         if not lso <= pos.fetch_offset <= leo:
-            return FetchAnswer(ErrorCode.OFFSET_OUT_OF_RANGE, self.high_watermark, lso), []
-        remote.on_fetch(pos.fetch_offset, leo, pos.replica_epoch, now_ms)
-        out = self._maybe_expand(remote, now_ms)
-        out += self._maybe_advance_hw()
-        return FetchAnswer(ErrorCode.NONE, self.high_watermark, lso), out
+            return FetchAnswer(ErrorCode.OFFSET_OUT_OF_RANGE, self.high_watermark, lso)
+        return None
 
     def _stale_incarnation(self, pos: FetchPosition) -> bool:
         """KIP-903 (Kafka's ``Replica.updateFetchStateOrThrow``): a fetch whose broker epoch

@@ -210,16 +210,19 @@ class BrokerProcess:
         self.partitions.close()
 
 
-def leader_fetch_response(proc: BrokerProcess, request: FetchRequest) -> tuple[FetchResponse, bool]:
+def leader_fetch_response(
+    proc: BrokerProcess, request: FetchRequest, reread: bool = False
+) -> tuple[FetchResponse, bool]:
     """The leader's answer to a replica Fetch (``server/broker/fetch.py``'s follower path
     without quotas and tiers), and whether it has anything to say now (records, an
-    error or a divergence) rather than being parked."""
+    error or a divergence) rather than being parked; ``reread``: a parked fetch read
+    again, its progress not recorded twice (as the purgatory's check does)."""
     topics = []
     urgent = False
     for t in request.topics:
         out = FetchResponse.FetchableTopicResponse(topic=t.topic, partitions=[])
         for p in t.partitions:
-            part = _follower_read(proc, t.topic, p, replica_of(request))
+            part = _follower_read(proc, t.topic, p, replica_of(request), reread)
             urgent = urgent or bool(part.records) or bool(part.error_code)
             urgent = urgent or part.diverging_epoch is not None
             out.partitions.append(part)
@@ -229,7 +232,11 @@ def leader_fetch_response(proc: BrokerProcess, request: FetchRequest) -> tuple[F
 
 
 def _follower_read(
-    proc: BrokerProcess, topic: str, p: FetchRequest.FetchPartition, replica: tuple[int, int]
+    proc: BrokerProcess,
+    topic: str,
+    p: FetchRequest.FetchPartition,
+    replica: tuple[int, int],
+    reread: bool,
 ) -> FetchResponse.PartitionData:
     def data(error: ErrorCode, hw: int = -1, start: int = -1) -> FetchResponse.PartitionData:
         return FetchResponse.PartitionData(
@@ -246,7 +253,11 @@ def _follower_read(
     if isinstance(hosted, NotServed):
         return data(hosted.error)
     plog = hosted.log
-    verdict = proc.replicas.follower_fetch(hosted, follower_position(replica, p))
+    position = follower_position(replica, p)
+    if reread:
+        verdict = proc.replicas.follower_reread(hosted, position)
+    else:
+        verdict = proc.replicas.follower_fetch(hosted, position)
     hw, start, end = verdict.high_watermark, plog.log_start_offset, plog.log_end_offset
     if verdict.error or verdict.diverging_epoch is not None:
         part = data(verdict.error, hw, start)

@@ -316,7 +316,7 @@ class ShellReplicationSim(ReplicationSim):
         assert proc is not None
         parked, proc.parked = proc.parked, []
         for src, req in parked:
-            response, has_data = leader_fetch_response(proc, req.request)
+            response, has_data = leader_fetch_response(proc, req.request, reread=True)
             if has_data or self.now >= req.parked_until:
                 self.net.send(sb.broker_id, src, FetchResp(req.request_id, response), self.now)
             else:

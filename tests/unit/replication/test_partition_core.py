@@ -74,6 +74,34 @@ def test_fetch_epoch_fencing_and_divergence() -> None:
     assert ld.on_follower_fetch(fetch(9, 0), 0)[0].error is ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
+def test_a_reread_fetch_is_judged_as_on_arrival_and_records_nothing() -> None:
+    """The purgatory's re-read of a parked fetch (Kafka: ``updateFetchState =
+    !readFromPurgatory``): the same refusals, the current high watermark, and no progress
+    recorded: no log end, fetch time, ISR change or high watermark move."""
+    ld, log = leader_with(10)
+    for pos in (
+        fetch(2, 0, epoch=4),
+        fetch(2, 0, epoch=6),
+        fetch(2, 12, last_epoch=4),
+        fetch(9, 0),
+        fetch(2, 11, last_epoch=4),
+    ):
+        assert ld.reread_follower_fetch(pos) == ld.on_follower_fetch(pos, 0)[0]
+    ld.on_follower_fetch(fetch(2, 6, last_epoch=4), 10)
+    before = [
+        (r.log_end_offset, r.last_fetch_ms, r.last_fetch_leader_end) for r in ld.remotes.values()
+    ]
+    log.append_as_leader("r10", 5)
+    # replica 3 at 8 would move the high watermark to 6 if it were recorded
+    assert ld.reread_follower_fetch(fetch(3, 8, last_epoch=4)) == FetchAnswer(ErrorCode.NONE, 0, 0)
+    after = [
+        (r.log_end_offset, r.last_fetch_ms, r.last_fetch_leader_end) for r in ld.remotes.values()
+    ]
+    assert after == before and ld.high_watermark == 0 and ld.isr.isr == (1, 2, 3)
+    ld.on_follower_fetch(fetch(3, 8, last_epoch=4), 20)  # the fetch itself moves it
+    assert ld.reread_follower_fetch(fetch(3, 8, last_epoch=4)) == FetchAnswer(ErrorCode.NONE, 6, 0)
+
+
 def test_shrink_uses_maximal_isr_until_the_controller_agrees() -> None:
     ld, _ = leader_with(10)
     ld.on_follower_fetch(fetch(2, 10, last_epoch=4), 100)

@@ -128,29 +128,70 @@ def test_a_parked_follower_fetch_reads_its_partition_once_before_parking(
     tmp_path: Path,
 ) -> None:
     """The fetch that finds nothing new is parked on the reads it has just made: the
-    leader core judges it once (it moved the high watermark already), not a second time
-    by the purgatory's first check; each append that wakes it reads once more."""
+    leader core judges and records it once (it moved the high watermark already), not a
+    second time by the purgatory's first check; the append that wakes it reads once more,
+    judged but not recorded (Kafka's ``updateFetchState = !readFromPurgatory``)."""
 
-    async def run() -> list[int]:
+    async def run() -> tuple[list[int], list[int], list[int]]:
         shell = BrokerShell(tmp_path, isr=[1, 2])
         judged: list[int] = []
-        real = shell.replicas.follower_fetch
+        reread: list[int] = []
+        real, real_reread = shell.replicas.follower_fetch, shell.replicas.follower_reread
 
         def counting(hosted: object, pos: FetchPosition) -> object:
             judged.append(pos.fetch_offset)
             return real(hosted, pos)  # type: ignore[arg-type]
 
+        def counting_reread(hosted: object, pos: FetchPosition) -> object:
+            reread.append(pos.fetch_offset)
+            return real_reread(hosted, pos)  # type: ignore[arg-type]
+
         shell.replicas.follower_fetch = counting  # type: ignore[method-assign,assignment]
+        shell.replicas.follower_reread = counting_reread  # type: ignore[method-assign,assignment]
         parked: list[int] = []
         try:
-            produce, _ = await _produce_woken_fetch(shell, lambda: parked.extend(judged))
+            produce, _ = await _produce_woken_fetch(shell, lambda: parked.extend(judged + reread))
             produce.cancel()
-            return [*parked, -1, *judged[len(parked) :]]
+            return parked, judged, reread
         finally:
             await shell.close()
 
-    # parked after one judgement; the append's wake-up judges (and reads) once more
-    assert asyncio.run(run()) == [0, -1, 0]
+    parked, judged, reread = asyncio.run(run())
+    assert parked == [0]  # parked after one judgement, recorded
+    assert judged == [0]  # never recorded again
+    assert reread == [0]  # the append's wake-up reads (and judges) once more
+
+
+def test_a_woken_follower_fetch_dates_the_followers_progress_to_its_fetch(
+    tmp_path: Path,
+) -> None:
+    """Follower 2 fetched at the log end (offset 0) at time T; an append at T + 5 s
+    wakes its parked fetch. Its progress stays what its fetch said (Kafka's Replica
+    state: ``lastFetchLeaderLogEndOffset`` 0, ``lastFetchTimeMs`` T): were the wake-up
+    recorded as a fetch, a follower that then fell behind would count as caught up at
+    T + 5 s and leave the ISR 5 s late."""
+
+    async def run() -> tuple[int, int, int]:
+        shell = BrokerShell(tmp_path, isr=[1, 2])
+        fetched_ms = shell.clock.now_ms()
+
+        def later() -> None:  # the append comes 5 s after the fetch (no timer runs here)
+            shell.clock.advance(5_000)
+
+        try:
+            produce, answer = await _produce_woken_fetch(shell, later)
+            assert answer.responses[0].partitions[0].records  # woken with the batch
+            produce.cancel()
+            core = shell.replicas.cores[(TOPIC, 0)].leader
+            assert core is not None
+            remote = core.remotes[2]
+            return remote.last_fetch_leader_end, remote.last_fetch_ms, fetched_ms
+        finally:
+            await shell.close()
+
+    leader_end, fetch_ms, fetched_ms = asyncio.run(run())
+    assert leader_end == 0  # the log end when the follower fetched, not after the append
+    assert fetch_ms == fetched_ms
 
 
 def test_the_produce_answers_one_loop_pass_after_the_fetch_that_moves_the_hw(

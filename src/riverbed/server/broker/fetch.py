@@ -111,13 +111,21 @@ class _PartitionRead:
 
 
 def _follower_read(
-    broker: Broker, hosted: HostedPartition, p: FetchPartition, replica: tuple[int, int]
+    broker: Broker,
+    hosted: HostedPartition,
+    p: FetchPartition,
+    replica: tuple[int, int],
+    reread: bool = False,
 ) -> FetchAnswer | None:
-    """The leader core's verdict on a follower's fetch (None: no replication here)."""
+    """The leader core's verdict on a follower's fetch (None: no replication here); a
+    ``reread`` (the purgatory completing a parked fetch) records no progress again."""
     replicas = broker.partitions.replicas
     if replica[0] < 0 or replicas is None:
         return None
-    return replicas.follower_fetch(hosted, follower_position(replica, p))
+    position = follower_position(replica, p)
+    if reread:
+        return replicas.follower_reread(hosted, position)
+    return replicas.follower_fetch(hosted, position)
 
 
 def replica_of(req: FetchRequest) -> tuple[int, int]:
@@ -171,10 +179,11 @@ def _read_partition(
     first: bool,
     replica: tuple[int, int],
     read_committed: bool = False,
+    reread: bool = False,
 ) -> _PartitionRead:
     """One partition's read, its last stable offset and (read_committed) aborted
     transactions."""
-    read = _read_partition_data(broker, topic, p, budget, first, replica, read_committed)
+    read = _read_partition_data(broker, topic, p, budget, first, replica, read_committed, reread)
     hosted = broker.partitions.get(topic, p.partition)
     if hosted is not None and read.high_watermark >= 0:
         read.last_stable_offset = min(last_stable_offset(hosted.log), read.high_watermark)
@@ -191,6 +200,7 @@ def _read_partition_data(
     first: bool,
     replica: tuple[int, int],
     read_committed: bool,
+    reread: bool,
 ) -> _PartitionRead:
     replica_id = replica[0]
     hosted = broker.partitions.leader_partition(
@@ -205,7 +215,7 @@ def _read_partition_data(
         upper = last_stable_offset(plog)
     start = plog.log_start_offset
     replicas = broker.partitions.replicas
-    verdict = _follower_read(broker, hosted, p, replica)
+    verdict = _follower_read(broker, hosted, p, replica, reread)
     if verdict is not None and replicas is not None:
         hw, upper = verdict.high_watermark, int(plog.log_end_offset)
         if verdict.error or verdict.diverging_epoch is not None:
@@ -251,8 +261,11 @@ def _read_partition_data(
 
 
 def _read_all(
-    broker: Broker, req: FetchRequest, quota_bytes_max: int | None = None
+    broker: Broker, req: FetchRequest, quota_bytes_max: int | None = None, reread: bool = False
 ) -> list[_PartitionRead]:
+    """Every partition's read; ``reread``: the purgatory's check of a parked fetch (a
+    follower's progress was recorded when the fetch arrived, Kafka's ``updateFetchState =
+    !readFromPurgatory``)."""
     budget = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
     if quota_bytes_max is not None:  # Kafka: min(maxBytes, the quota window's bytes)
         budget = min(budget, quota_bytes_max)
@@ -267,7 +280,7 @@ def _read_all(
                 r = _PartitionRead("", p.partition, code, -1, -1, [], 0)
             else:
                 committed = req.isolation_level == READ_COMMITTED
-                r = _read_partition(broker, name, p, budget, first, replica, committed)
+                r = _read_partition(broker, name, p, budget, first, replica, committed, reread)
             r.topic_id = topic.topic_id
             if r.size:
                 first = False
@@ -316,7 +329,7 @@ async def handle_fetch(
         def enough() -> bool:
             nonlocal reads
             _close(reads)
-            reads = _read_all(broker, req, quota_max)
+            reads = _read_all(broker, req, quota_max, reread=True)
             ready = sum(r.size for r in reads)
             return ready >= req.min_bytes or any(r.error or r.diverging for r in reads)
 

@@ -344,6 +344,14 @@ class ReplicaManager:
             self._reschedule(key)  # (a follower that went back behind the log end)
         return answer
 
+    def follower_reread(self, hosted: HostedPartition, pos: FetchPosition) -> FetchAnswer:
+        """A parked follower fetch read again when woken: judged, its progress not
+        recorded a second time (`PartitionLeader.reread_follower_fetch`)."""
+        core = self.cores.get((hosted.topic, hosted.index))
+        if core is None or core.leader is None:
+            return FetchAnswer(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return core.leader.reread_follower_fetch(pos)
+
     def _follower_in_isr(self, key: Key, replica_id: int) -> bool:
         core = self.cores.get(key)
         return core is not None and core.leader is not None and replica_id in core.leader.isr.isr

@@ -13,12 +13,13 @@ from __future__ import annotations
 import resource
 import socket
 import time
+import urllib.request
 
 import pytest
 
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.messages import ApiVersionsRequest, MetadataRequest
-from riverbed.testing.cluster import BrokerProcess
+from riverbed.testing.cluster import BrokerProcess, scaled_s
 
 from .test_wire_protocol import Client, batch, create_topic, fetch_req, produce, values_of
 
@@ -27,6 +28,14 @@ pytestmark = pytest.mark.integration
 IDLE_CONNECTIONS = 2000
 LONG_POLLS = 100
 ANSWER_WITHIN_S = 5.0  # "at once" on a loaded 2-core machine; a stuck broker never answers
+#: Connections opened before waiting for the broker to accept them: below the listen backlog
+#: (socket.listen.backlog.size, 50), whose overflow costs a dropped SYN and a 1 s resend
+CONNECT_BATCH = 40
+#: Liveness bound of a wait for the broker's metrics (not a timing under test)
+WAIT_S = 60.0
+POLL_S = 0.01
+CLIENT_CONNECTIONS = 'kafka_server_socket_server_metrics_connection_count{listener="PLAINTEXT",'
+PARKED_FETCHES = 'kafka_server_delayedoperationpurgatory_purgatorysize{delayedOperation="Fetch"}'
 
 
 def _raise_fd_limit(wanted: int) -> None:
@@ -41,6 +50,20 @@ def _raise_fd_limit(wanted: int) -> None:
         pytest.fail(f"needs {wanted} file descriptors (RLIMIT_NOFILE); cannot raise it: {e}")
 
 
+def _gauge(broker: BrokerProcess, sample: str) -> float:
+    """The value of the one /metrics sample whose line starts with ``sample``."""
+    text = urllib.request.urlopen(broker.http_url + "/metrics", timeout=10).read().decode()
+    (value,) = (line.rsplit(" ", 1)[1] for line in text.splitlines() if line.startswith(sample))
+    return float(value)
+
+
+def _wait_gauge(broker: BrokerProcess, sample: str, wanted: int) -> None:
+    deadline = time.monotonic() + scaled_s(WAIT_S)
+    while (seen := _gauge(broker, sample)) != wanted:
+        assert time.monotonic() < deadline, f"{sample} is {seen}, not {wanted}"
+        time.sleep(POLL_S)
+
+
 def test_idle_connections_and_long_polls_leave_room_for_a_fresh_client(
     broker: BrokerProcess, topic_name: str
 ) -> None:
@@ -52,11 +75,15 @@ def test_idle_connections_and_long_polls_leave_room_for_a_fresh_client(
     try:
         for _ in range(IDLE_CONNECTIONS):
             idle.append(socket.create_connection(("127.0.0.1", broker.port), timeout=20))
+            if len(idle) % CONNECT_BATCH == 0:  # the broker holds every one of them
+                _wait_gauge(broker, CLIENT_CONNECTIONS, len(idle) + 1)  # + the admin connection
         for _ in range(LONG_POLLS):
             c = Client(broker.port)
             req = fetch_req(topic_name, [(0, 0, 1 << 20)], max_wait_ms=30000, min_bytes=1)
             polls.append((c, c.send(ApiKey.FETCH, 12, req)))
-        time.sleep(0.5)  # the fetches are parked by now
+            if len(polls) % CONNECT_BATCH == 0:
+                _wait_gauge(broker, CLIENT_CONNECTIONS, len(idle) + len(polls) + 1)
+        _wait_gauge(broker, PARKED_FETCHES, LONG_POLLS)  # every fetch is parked
 
         fresh = Client(broker.port)
         started = time.monotonic()

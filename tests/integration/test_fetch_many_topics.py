@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -30,6 +31,19 @@ RECORDS_PER_BATCH = 3
 PARTITION_FETCH_BYTES = 1024
 CONSUME_DEADLINE_S = 60.0
 SPLICE_ERROR = "token not found"
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[BrokerProcess]:
+    # conftest's broker, but a new group's first join is not delayed (the default 3 s):
+    # what the tests check is the fetches, and each consumer joins a group of its own
+    overrides = {
+        "log.segment.bytes": str(1024 * 1024),
+        "num.partitions": "1",
+        "group.initial.rebalance.delay.ms": "0",
+    }
+    with BrokerProcess(overrides=overrides) as proc:
+        yield proc
 
 
 def _create_and_fill(broker: BrokerProcess, prefix: str) -> tuple[list[str], set[bytes]]:

@@ -22,6 +22,9 @@ from riverbed.testing.tansu import TansuBroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 QUIET = {"log_level": 3}
+#: Tansu holds a JoinGroup for half the member's session timeout (librdkafka's default
+#: 45 s: a 23 s join); 6 s is Kafka's group.min.session.timeout.ms, heartbeats well inside
+SHORT_SESSION = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +65,8 @@ def test_the_console_works_against_tansu(console: str, tansu: TansuBroker) -> No
     assert summary is not None and summary.group(1).startswith("Scanned 1 records, 1 matched")
     c = Consumer(
         {"bootstrap.servers": tansu.bootstrap, "group.id": "tansu-group",
-         "auto.offset.reset": "earliest", "enable.auto.commit": False, **QUIET}
+         "auto.offset.reset": "earliest", "enable.auto.commit": False, **SHORT_SESSION,
+         **QUIET}
     )  # fmt: skip
     try:
         c.subscribe(["on-tansu"])

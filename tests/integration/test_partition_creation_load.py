@@ -39,7 +39,10 @@ IN_FLIGHT_MAX = 50
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(data_dir=tmp_path / "data", overrides={"num.partitions": "1"})
+    # a new group's first join is not delayed (the default 3 s): the check's consumer has
+    # the group to itself, and the load under test is the partitions' creation
+    overrides = {"num.partitions": "1", "group.initial.rebalance.delay.ms": "0"}
+    proc = BrokerProcess(data_dir=tmp_path / "data", overrides=overrides)
     proc.start()
     try:
         yield proc

@@ -3,8 +3,9 @@
 ``SeaweedS3(dir).start()`` runs ``weed server -s3`` bound to 127.0.0.1 with every port
 chosen free (master, volume, filer, s3 and their gRPC ports; the Iceberg and Lance
 listeners and telemetry off), waits until the S3 API answers, and ``stop()`` ends it by
-its PID (SIGTERM, then SIGKILL). ``start()`` again reuses the same data dir and ports,
-so data written before a stop is there after the restart (an outage, not a wipe).
+its PID (SIGTERM, then SIGKILL; ``kill()`` at once). ``start()`` again reuses the same
+data dir and ports, so data written before a stop is there after the restart (an
+outage, not a wipe).
 The S3 API accepts any credentials (no IAM config).
 """
 
@@ -125,6 +126,14 @@ class SeaweedS3:
         try:
             proc.wait(STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(STOP_TIMEOUT_S)
+
+    def kill(self) -> None:
+        """SIGKILL, no grace: for a teardown whose data is thrown away (``weed`` answers
+        SIGTERM by waiting 10 s, so `stop` always waits its STOP_TIMEOUT_S out)."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait(STOP_TIMEOUT_S)
 

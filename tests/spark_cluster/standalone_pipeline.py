@@ -108,11 +108,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--copy-more", type=int, default=0, help="produced between copies")
     args = parser.parse_args(argv)
     from riverbed.spark.session import local_session
+    from riverbed.testing.spark_standalone import QUICK_START_JAVA_OPTS
 
     conf = {
         "spark.task.maxFailures": "1",
         # a loaded machine starts Python workers slowly ("failed to connect back")
         "spark.python.authenticate.socketTimeout": "120s",
+        # the driver's and the executors' JVMs live for one short run: C1 and the serial
+        # collector start them sooner (the jobs and what they check are the same)
+        "spark.driver.extraJavaOptions": QUICK_START_JAVA_OPTS,
+        "spark.executor.extraJavaOptions": QUICK_START_JAVA_OPTS,
     }
     if args.executor_python:
         conf["spark.pyspark.python"] = args.executor_python

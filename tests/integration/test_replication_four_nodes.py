@@ -46,8 +46,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuorumCluster]
     c = QuorumCluster(tmp_path_factory.mktemp("replication-4"), 3, overrides=OVERRIDES)
     try:
         c.start(timeout_s=60)
-        for node in BROKER_ONLY:
-            c.add_broker(node, timeout_s=60)
+        c.add_brokers(list(BROKER_ONLY), timeout_s=60)
         yield c
     finally:
         # broker-only nodes first: a controlled shutdown needs the controller quorum

@@ -57,8 +57,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
     c = QuorumCluster(tmp_path_factory.mktemp("restart-registration"), 3, overrides=OVERRIDES)
     try:
         c.start(timeout_s=60)
-        for node in (LEADER, FOLLOWER):
-            c.add_broker(node, timeout_s=60)
+        c.add_brokers([LEADER, FOLLOWER], timeout_s=60)
         yield c
     finally:
         for node in (FOLLOWER, LEADER):  # broker-only nodes first, while the quorum is up
@@ -108,7 +107,7 @@ def _read(bootstrap: str, end: int) -> dict[int, bytes]:
     deadline = time.monotonic() + 60
     try:
         while len(got) < end and time.monotonic() < deadline:
-            for msg in consumer.consume(1000, timeout=1.0):
+            for msg in consumer.consume(1000, timeout=0.1):  # the last call waits it out
                 offset, value = msg.offset(), msg.value()
                 if msg.error() is None and offset is not None and value is not None:
                     got[offset] = value

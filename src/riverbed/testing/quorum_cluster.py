@@ -118,6 +118,19 @@ class QuorumCluster:
     def add_broker(self, node_id: int, timeout_s: float = START_TIMEOUT_S) -> BrokerProcess:
         """Start a broker-only node (``process.roles=broker``, a Raft observer that never
         votes) in ``base_dir/node-<id>``; it joins the cluster like the combined nodes."""
+        proc = self._broker_only(node_id)
+        proc.start(timeout_s)
+        return proc
+
+    def add_brokers(self, node_ids: list[int], timeout_s: float = START_TIMEOUT_S) -> None:
+        """`add_broker` for each of ``node_ids``, started side by side (a start is mostly
+        a process waiting for its registration)."""
+        for node_id in node_ids:  # the ports are picked here, in one thread
+            self._broker_only(node_id)
+        self.start_nodes(node_ids, timeout_s)
+
+    def _broker_only(self, node_id: int) -> BrokerProcess:
+        """A broker-only node's process, formatted, not started."""
         assert node_id not in self.nodes, f"node {node_id} exists"
         port = free_port()
         proc = BrokerProcess(
@@ -136,7 +149,6 @@ class QuorumCluster:
         self.nodes[node_id] = proc
         self.ports[node_id] = (port, 0)
         self.format(node_id)
-        proc.start(timeout_s)
         return proc
 
     def kill(self, node_id: int) -> None:

@@ -32,6 +32,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from riverbed.testing.cluster import scaled_s
 from riverbed.testing.console import console_process
+from riverbed.testing.group_coordinators import load_group_coordinators
 from riverbed.testing.quorum_cluster import QuorumCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -67,6 +68,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuorumCluster]
     c = QuorumCluster(tmp_path_factory.mktemp("console"), 3, overrides=OVERRIDES)
     try:
         c.start(timeout_s=60)
+        load_group_coordinators(c.bootstrap_servers)  # not in a consumer's first join (3 s)
         yield c
     finally:
         c.stop()

@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 
 from riverbed.testing.cluster import BrokerProcess
+from riverbed.testing.group_coordinators import load_group_coordinators
 
 pytestmark = pytest.mark.integration
 
@@ -43,6 +44,7 @@ def broker() -> Iterator[BrokerProcess]:
         "group.initial.rebalance.delay.ms": "0",
     }
     with BrokerProcess(overrides=overrides) as proc:
+        load_group_coordinators(proc.bootstrap)  # not in the first consumer's join (3 s)
         yield proc
 
 

@@ -32,6 +32,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from prometheus_client.parser import text_string_to_metric_families
 
 from riverbed.testing.cluster import BrokerProcess, scaled_s
+from riverbed.testing.group_coordinators import load_group_coordinators
 from riverbed.testing.quorum_cluster import QuorumCluster
 
 from .test_replication import LAG_MAX_MS, OVERRIDES, wait_for
@@ -92,6 +93,7 @@ def node() -> Any:
         **NO_JOIN_DELAY,
     }
     with BrokerProcess(overrides=overrides) as b:
+        load_group_coordinators(b.bootstrap)  # not in the first consumer's join (3 s)
         yield b
 
 
@@ -579,6 +581,7 @@ def test_tiered_storage_copies_and_remote_reads_are_counted(tmp_path: Path) -> N
     }
     topic = "tiered-metered"
     with BrokerProcess(overrides=overrides) as broker:
+        load_group_coordinators(broker.bootstrap)
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         configs = {
             "remote.storage.enable": "true",

@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from riverbed.testing.cluster import BrokerProcess, scaled_s
+from riverbed.testing.group_coordinators import load_group_coordinators
 
 pytestmark = pytest.mark.integration
 
@@ -45,6 +46,7 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     proc = BrokerProcess(data_dir=tmp_path / "data", overrides=overrides)
     proc.start()
     try:
+        load_group_coordinators(proc.bootstrap)  # not in the check consumer's join (3 s)
         yield proc
     finally:
         proc.close()

@@ -24,6 +24,7 @@ from kafka import TopicPartition as KafkaTopicPartition
 from riverbed.protocol.compression import CompressionType
 from riverbed.protocol.records import iter_batches
 from riverbed.testing.cluster import BrokerProcess
+from riverbed.testing.group_coordinators import load_group_coordinators
 
 pytestmark = pytest.mark.integration
 
@@ -36,6 +37,7 @@ def broker() -> Iterator[BrokerProcess]:
     # a new group's first join is not delayed (the default 3 s): what the tests check is
     # the codec, and each consumer joins a group of its own
     with BrokerProcess(overrides={"group.initial.rebalance.delay.ms": "0"}) as proc:
+        load_group_coordinators(proc.bootstrap)  # not in the first consumer's join (3 s)
         yield proc
 
 

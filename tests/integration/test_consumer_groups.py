@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from riverbed.testing.cluster import BrokerProcess
+from riverbed.testing.group_coordinators import load_group_coordinators
 
 pytestmark = pytest.mark.integration
 
@@ -52,6 +53,7 @@ def gbroker() -> Iterator[BrokerProcess]:
     )
     proc.start()
     try:
+        load_group_coordinators(proc.bootstrap)  # not in the first consumer's join (3 s)
         yield proc
     finally:
         proc.close()
@@ -189,6 +191,7 @@ def test_commit_and_resume_after_a_broker_restart_with_no_gap_and_no_repeat(
     assert len(taken) == 40
     first.close()
     gbroker.restart(kill=True)  # committed offsets must survive a crash of the broker
+    load_group_coordinators(gbroker.bootstrap)  # reloaded before the consumer joins (3 s)
     second = consumer(gbroker.bootstrap, group, **{"enable.auto.commit": False})
     second.subscribe([topic])
     rest: list[tuple[int, int]] = []

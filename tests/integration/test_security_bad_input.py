@@ -25,7 +25,12 @@ from riverbed.protocol.messages import (
 )
 from riverbed.security.plain import client_message
 from riverbed.security.scram import ScramMechanism
-from riverbed.testing.secure import SecureBroker, running_secure_broker
+from riverbed.testing.secure import (
+    NO_INITIAL_REBALANCE_DELAY,
+    SecureBroker,
+    running_secure_broker,
+    wait_for_group_coordinator,
+)
 from riverbed.testing.secure_clients import Wire, produce_consume
 
 USERS = {"admin": "admin-secret", "alice": "alice-pw"}
@@ -43,8 +48,10 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
             "connection.failed.authentication.delay.ms": str(DELAY_MS),
             # one listener narrower than the broker's sasl.enabled.mechanisms
             "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-256",
-        },
+        }
+        | NO_INITIAL_REBALANCE_DELAY,
     ) as broker:
+        wait_for_group_coordinator(broker.bootstrap("PLAINTEXT"))
         yield broker
 
 

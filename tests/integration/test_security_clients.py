@@ -17,7 +17,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from riverbed.testing.secure import SecureBroker, start_secure_broker
+from riverbed.testing.secure import (
+    NO_INITIAL_REBALANCE_DELAY,
+    SecureBroker,
+    start_secure_broker,
+    wait_for_group_coordinator,
+)
 from riverbed.testing.secure_clients import CLIENTS, produce_consume
 
 USERS = {"admin": "admin-secret", "alice": "alice-pw"}
@@ -27,8 +32,11 @@ _topics = itertools.count()
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    broker = start_secure_broker(tmp_path_factory.mktemp("pki"), USERS, SCRAM_USERS)
+    broker = start_secure_broker(
+        tmp_path_factory.mktemp("pki"), USERS, SCRAM_USERS, NO_INITIAL_REBALANCE_DELAY
+    )
     try:
+        wait_for_group_coordinator(broker.bootstrap("PLAINTEXT"))
         yield broker
     finally:
         broker.proc.close()

@@ -26,9 +26,11 @@ from riverbed.security.scram import ScramClient, ScramMechanism
 from riverbed.testing.certs import Pki, make_pki
 from riverbed.testing.cluster import BrokerProcess, free_port
 from riverbed.testing.secure import (
+    NO_INITIAL_REBALANCE_DELAY,
     SecureBroker,
     plaintext_and_ssl_listeners,
     running_secure_broker,
+    wait_for_group_coordinator,
 )
 from riverbed.testing.secure_clients import Wire, librdkafka_config, produce_consume
 
@@ -46,8 +48,9 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
         tmp_path_factory.mktemp("pki"),
         {"admin": "admin-secret", "alice": "alice-pw"},
         {USER: (MECH.mechanism_name, PASSWORD)},
-        {"connection.failed.authentication.delay.ms": "100"},
+        {"connection.failed.authentication.delay.ms": "100"} | NO_INITIAL_REBALANCE_DELAY,
     ) as broker:
+        wait_for_group_coordinator(broker.bootstrap("PLAINTEXT"))
         yield broker
 
 
@@ -126,8 +129,10 @@ def inline_trust(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int
             "listener.name.ssl.ssl.truststore.certificates": _flat(trusted.ca.read_text()),
             "num.partitions": "1",
         }
+        | NO_INITIAL_REBALANCE_DELAY
     )
     with proc:
+        wait_for_group_coordinator(proc.bootstrap)
         yield ssl_port, trusted, impostor
 
 
@@ -137,7 +142,7 @@ def _client_sec(server: Pki, client: Pki, name: str) -> dict[str, str]:
 
 
 def test_inline_pem_truststore_on_a_listener(inline_trust: tuple[int, Pki, Pki]) -> None:
-    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka import KafkaError, KafkaException, Producer
 
     port, trusted, impostor = inline_trust
     bootstrap = f"127.0.0.1:{port}"
@@ -148,9 +153,16 @@ def test_inline_pem_truststore_on_a_listener(inline_trust: tuple[int, Pki, Pki])
     assert got == values
     # the impostor CA's certificate: the TLS handshake fails, no metadata
     conf = librdkafka_config(bootstrap, _client_sec(trusted, impostor, "mallory"))
-    producer = Producer(conf | {"log_level": 0})
+    errors: list[KafkaError] = []
+    producer = Producer(conf | {"log_level": 0, "error_cb": errors.append})
     with pytest.raises(KafkaException):
-        producer.list_topics(timeout=5)
+        producer.list_topics(timeout=2)  # the refusal comes at the first connection
+    deadline = time.monotonic() + 15
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.2)  # error callbacks are served by poll
+    # refused in the TLS exchange (the broker's alert), not timed out
+    assert errors and errors[0].code() == KafkaError._TRANSPORT, errors
+    assert "SSL" in errors[0].str(), errors
     values = [b"alice still served"]
     got = produce_consume(
         "confluent-kafka", bootstrap, _client_sec(trusted, trusted, "alice"), "inline-ca-2", values

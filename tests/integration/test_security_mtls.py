@@ -16,7 +16,12 @@ import pytest
 
 from riverbed.testing.certs import Pki, make_pki
 from riverbed.testing.cluster import BrokerProcess, free_port
-from riverbed.testing.secure import pkcs12_stores, plaintext_and_ssl_listeners
+from riverbed.testing.secure import (
+    NO_INITIAL_REBALANCE_DELAY,
+    pkcs12_stores,
+    plaintext_and_ssl_listeners,
+    wait_for_group_coordinator,
+)
 from riverbed.testing.secure_clients import KCAT, produce_consume
 
 RULES = "RULE:^CN=([a-z]+),OU=eng,O=riverbed$/$1/L"
@@ -37,9 +42,11 @@ def mtls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProce
             "ssl.cipher.suites": "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,TLS_AES_256_GCM_SHA384",
             "num.partitions": "1",
         }
+        | NO_INITIAL_REBALANCE_DELAY
     )
     proc.start()
     try:
+        wait_for_group_coordinator(proc.bootstrap)
         yield proc, pki, ssl_port
     finally:
         proc.close()
@@ -68,7 +75,8 @@ def test_unmapped_or_missing_certificate_is_refused(
 ) -> None:
     proc, pki, port = mtls
     assert KCAT is not None
-    args = [KCAT, "-b", f"127.0.0.1:{port}", "-L", "-m", "5"]
+    # the refusal comes at the first connection; -m bounds the wait for metadata
+    args = [KCAT, "-b", f"127.0.0.1:{port}", "-L", "-m", "2"]
     for key, value in {
         "security.protocol": "SSL",
         "ssl.ca.location": str(pki.ca),
@@ -84,6 +92,9 @@ def test_unmapped_or_missing_certificate_is_refused(
         args += ["-X", f"{key}={value}"]
     done = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0, done.stdout
+    # refused by the broker (it ended the TLS connection), not timed out
+    assert "Failed to acquire metadata: Local: Broker transport failure" in done.stderr
+    assert "ssl://127.0.0.1" in done.stderr and "Receive failed" in done.stderr, done.stderr
     if who == "mallory":
         assert "No rules apply to CN=mallory,OU=ops,O=riverbed" in proc.log_tail()
     values = [b"alice still served"]

@@ -16,7 +16,12 @@ import pytest
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.messages import MetadataRequest, SaslHandshakeRequest
 from riverbed.security.plain import client_message
-from riverbed.testing.secure import SecureBroker, running_secure_broker
+from riverbed.testing.secure import (
+    NO_INITIAL_REBALANCE_DELAY,
+    SecureBroker,
+    running_secure_broker,
+    wait_for_group_coordinator,
+)
 from riverbed.testing.secure_clients import Wire, produce_consume
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -26,7 +31,10 @@ USERS = {"admin": "admin-secret", "alice": "alice-pw"}
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    with running_secure_broker(tmp_path_factory.mktemp("pki"), USERS, {}) as broker:
+    with running_secure_broker(
+        tmp_path_factory.mktemp("pki"), USERS, {}, NO_INITIAL_REBALANCE_DELAY
+    ) as broker:
+        wait_for_group_coordinator(broker.bootstrap("PLAINTEXT"))
         yield broker
 
 

@@ -173,6 +173,12 @@ AUTHORIZER_OVERRIDES = {
 }
 
 
+#: For a test broker whose consumers each join their group alone: the default 3 s
+#: ``group.initial.rebalance.delay.ms`` only waits for members that never come. Kafka's
+#: quickstart ``config/server.properties`` sets it to 0 for development and testing too.
+NO_INITIAL_REBALANCE_DELAY = {"group.initial.rebalance.delay.ms": "0"}
+
+
 def create_scram_users(bootstrap: str, users: Mapping[str, tuple[str, str]]) -> None:
     """Create SCRAM users (name -> (mechanism, password)) with confluent-kafka's admin
     client (AlterUserScramCredentials) and check DescribeUserScramCredentials lists them."""
@@ -344,6 +350,26 @@ def wire_request(
             writer.close()
 
     return asyncio.run(asyncio.wait_for(exchange(), timeout_s))
+
+
+def wait_for_group_coordinator(bootstrap: str, timeout_s: float = 30.0) -> None:
+    """Ask PLAINTEXT ``bootstrap`` (host:port) for a group's coordinator until it names one
+    (the first ask creates ``__consumer_offsets``). A test module's first consumer then
+    finds its coordinator at once; without this, librdkafka's first group join on a new
+    broker waits about 3 s on its retry timers."""
+    import time
+
+    from riverbed.protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        reply = wire_request(bootstrap, FindCoordinatorRequest(coordinator_keys=["warm-up"]))
+        assert isinstance(reply, FindCoordinatorResponse)
+        errors = [c.error_code for c in reply.coordinators]
+        if errors == [0]:
+            return
+        assert time.monotonic() < deadline, f"no group coordinator: {errors}"
+        time.sleep(0.05)
 
 
 def secure_quorum(

@@ -31,8 +31,10 @@ from confluent_kafka.admin import (
 
 from riverbed.testing.secure import (
     AUTHORIZER_OVERRIDES,
+    NO_INITIAL_REBALANCE_DELAY,
     SecureBroker,
     running_secure_broker,
+    wait_for_group_coordinator,
 )
 
 SCRAM_USERS = {"dave": ("SCRAM-SHA-256", "dave-pw")}
@@ -40,15 +42,24 @@ USERS = {"admin": "admin-secret", "alice": "alice-pw", "bob": "bob-pw", "carol":
 TIMEOUT_S = 30
 _ids = itertools.count()
 
+#: KIP-848 members heartbeat every 0.5 s, not 5 s: a regex subscription is resolved
+#: again (with the member's new ACLs) at its next heartbeat.
+CONSUMER_HEARTBEAT = {
+    "group.consumer.heartbeat.interval.ms": "500",
+    "group.consumer.min.heartbeat.interval.ms": "500",
+}
+
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
 LITERAL, PREFIXED = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
 
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
+    overrides = AUTHORIZER_OVERRIDES | NO_INITIAL_REBALANCE_DELAY | CONSUMER_HEARTBEAT
     with running_secure_broker(
-        tmp_path_factory.mktemp("acls"), USERS, SCRAM_USERS, AUTHORIZER_OVERRIDES
+        tmp_path_factory.mktemp("acls"), USERS, SCRAM_USERS, overrides
     ) as broker:
+        wait_for_group_coordinator(broker.bootstrap("PLAINTEXT"))
         yield broker
 
 

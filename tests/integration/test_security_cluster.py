@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from riverbed.testing.quorum_cluster import QuorumCluster
-from riverbed.testing.secure import secure_quorum
+from riverbed.testing.secure import NO_INITIAL_REBALANCE_DELAY, secure_quorum
 from riverbed.testing.secure_clients import librdkafka_config
 
 APP = ("app", "app-secret")
@@ -30,7 +30,8 @@ START_TIMEOUT_S = 120
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuorumCluster]:
-    c = secure_quorum(tmp_path_factory.mktemp("secure-cluster"), {APP[0]: APP[1]}, iterations=8192)
+    base = tmp_path_factory.mktemp("secure-cluster")
+    c = secure_quorum(base, {APP[0]: APP[1]}, NO_INITIAL_REBALANCE_DELAY, iterations=8192)
     try:
         c.start(timeout_s=START_TIMEOUT_S)
         yield c
@@ -94,7 +95,7 @@ def test_controller_listener_refuses_an_unauthenticated_peer(cluster: QuorumClus
     pki = cluster.pki  # type: ignore[attr-defined]
     done = subprocess.run(
         [
-            KCAT, "-b", cluster.controller(1), "-L", "-m", "5",
+            KCAT, "-b", cluster.controller(1), "-L", "-m", "2",
             "-X", "security.protocol=SASL_SSL", "-X", "sasl.mechanism=PLAIN",
             "-X", "sasl.username=broker", "-X", "sasl.password=wrong",
             "-X", f"ssl.ca.location={pki.ca}",

@@ -24,7 +24,7 @@ import pytest
 
 from riverbed.testing.cluster import BrokerProcess
 from riverbed.testing.quorum_cluster import QuorumCluster
-from riverbed.testing.secure import secure_quorum
+from riverbed.testing.secure import NO_INITIAL_REBALANCE_DELAY, secure_quorum
 from riverbed.testing.secure_clients import librdkafka_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
@@ -47,6 +47,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuorumCluster]
         "allow.everyone.if.no.acl.found": "false",
         # snapshots every few KiB of metadata: the restarted node loads its ACLs from one
         "metadata.log.max.record.bytes.between.snapshots": "4096",
+        **NO_INITIAL_REBALANCE_DELAY,
     }
     c = secure_quorum(tmp_path_factory.mktemp("secure-failover"), USERS, authorizer, 4096)
     try:

@@ -20,7 +20,11 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from riverbed.testing.certs import make_pki
 from riverbed.testing.cluster import free_port
 from riverbed.testing.quorum_cluster import QuorumCluster
-from riverbed.testing.secure import tls_overrides
+from riverbed.testing.secure import (
+    NO_INITIAL_REBALANCE_DELAY,
+    tls_overrides,
+    wait_for_group_coordinator,
+)
 
 from .test_metrics import scrape, total
 from .test_quorum import OVERRIDES as QUORUM_OVERRIDES
@@ -50,10 +54,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuorumCluster]
                 "offsets.topic.replication.factor": "2",
                 "min.insync.replicas": "2",
                 **tls_overrides(pki),
+                **NO_INITIAL_REBALANCE_DELAY,
             }
         )
     try:
-        yield c.start()
+        c.start()
+        wait_for_group_coordinator(c.nodes[1].bootstrap)
+        yield c
     finally:
         c.stop()
 

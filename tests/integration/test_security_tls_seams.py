@@ -18,6 +18,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,6 +160,14 @@ def test_a_refused_client_certificate_gets_the_alert_naming_why(
     assert _real_client_seconds(secure) < CONNECT_S_MAX  # and the broker serves on
 
 
+def _wait_for_output(out: bytearray, marker: bytes, what: str, timeout_s: float = 10) -> None:
+    """Until ``marker`` is in ``out`` (openssl s_client's output so far)."""
+    deadline = time.monotonic() + timeout_s
+    while marker not in out:
+        assert time.monotonic() < deadline, f"openssl s_client never showed {what}: {bytes(out)!r}"
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("listener", ["SASL_SSL", "SSL"])
 def test_a_renegotiation_is_refused_and_logged_without_a_traceback(
     secure: SecureBroker, tmp_path: Path, listener: str
@@ -180,13 +189,25 @@ def test_a_renegotiation_is_refused_and_logged_without_a_traceback(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
+    out = bytearray()
+
+    def read_all() -> None:
+        assert proc.stdout is not None
+        while chunk := proc.stdout.read1(4096):
+            out.extend(chunk)
+
+    reader = threading.Thread(target=read_all, daemon=True)
+    reader.start()
     try:
-        time.sleep(1)
+        _wait_for_output(out, b"Verify return code", "the handshake")
         assert proc.stdin is not None
         proc.stdin.write(b"R\n")
         proc.stdin.flush()
-        time.sleep(2)  # the renegotiation is refused before stdin's end closes the client
-        out, _ = proc.communicate(timeout=10)
+        # refused before stdin's end closes the client
+        _wait_for_output(out, b"no renegotiation", "the refused renegotiation")
+        proc.stdin.close()
+        proc.wait(10)
+        reader.join(10)
     finally:
         proc.kill()
     assert b"no renegotiation" in out

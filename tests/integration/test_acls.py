@@ -29,12 +29,12 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from riverbed.testing.group_coordinators import load_group_coordinators
 from riverbed.testing.secure import (
     AUTHORIZER_OVERRIDES,
     NO_INITIAL_REBALANCE_DELAY,
     SecureBroker,
     running_secure_broker,
-    wait_for_group_coordinator,
 )
 
 SCRAM_USERS = {"dave": ("SCRAM-SHA-256", "dave-pw")}
@@ -59,7 +59,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
     with running_secure_broker(
         tmp_path_factory.mktemp("acls"), USERS, SCRAM_USERS, overrides
     ) as broker:
-        wait_for_group_coordinator(broker.bootstrap("PLAINTEXT"))
+        load_group_coordinators(broker.bootstrap("PLAINTEXT"))
         yield broker
 
 

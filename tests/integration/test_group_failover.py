@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from riverbed.testing.group_coordinators import load_group_coordinators
 from riverbed.testing.quorum_cluster import QuorumCluster
-from riverbed.testing.secure import wait_for_group_coordinator
 
 from .test_quorum import OVERRIDES as QUORUM_OVERRIDES
 
@@ -47,7 +47,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
     c = QuorumCluster(tmp_path_factory.mktemp("groups"), 3, overrides=OVERRIDES)
     try:
         c.start(timeout_s=60)
-        wait_for_group_coordinator(c.nodes[1].bootstrap, timeout_s=60)
+        load_group_coordinators(c.nodes[1].bootstrap, timeout_s=60)
         yield c
     finally:
         c.stop()

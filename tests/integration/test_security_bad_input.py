@@ -25,11 +25,11 @@ from riverbed.protocol.messages import (
 )
 from riverbed.security.plain import client_message
 from riverbed.security.scram import ScramMechanism
+from riverbed.testing.group_coordinators import load_group_coordinators
 from riverbed.testing.secure import (
     NO_INITIAL_REBALANCE_DELAY,
     SecureBroker,
     running_secure_broker,
-    wait_for_group_coordinator,
 )
 from riverbed.testing.secure_clients import Wire, produce_consume
 
@@ -51,7 +51,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
         }
         | NO_INITIAL_REBALANCE_DELAY,
     ) as broker:
-        wait_for_group_coordinator(broker.bootstrap("PLAINTEXT"))
+        load_group_coordinators(broker.bootstrap("PLAINTEXT"))
         yield broker
 
 

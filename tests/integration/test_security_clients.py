@@ -17,11 +17,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from riverbed.testing.group_coordinators import load_group_coordinators
 from riverbed.testing.secure import (
     NO_INITIAL_REBALANCE_DELAY,
     SecureBroker,
     start_secure_broker,
-    wait_for_group_coordinator,
 )
 from riverbed.testing.secure_clients import CLIENTS, produce_consume
 
@@ -36,7 +36,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
         tmp_path_factory.mktemp("pki"), USERS, SCRAM_USERS, NO_INITIAL_REBALANCE_DELAY
     )
     try:
-        wait_for_group_coordinator(broker.bootstrap("PLAINTEXT"))
+        load_group_coordinators(broker.bootstrap("PLAINTEXT"))
         yield broker
     finally:
         broker.proc.close()

@@ -25,12 +25,12 @@ from riverbed.security.sasl_client import login
 from riverbed.security.scram import ScramClient, ScramMechanism
 from riverbed.testing.certs import Pki, make_pki
 from riverbed.testing.cluster import BrokerProcess, free_port
+from riverbed.testing.group_coordinators import load_group_coordinators
 from riverbed.testing.secure import (
     NO_INITIAL_REBALANCE_DELAY,
     SecureBroker,
     plaintext_and_ssl_listeners,
     running_secure_broker,
-    wait_for_group_coordinator,
 )
 from riverbed.testing.secure_clients import Wire, librdkafka_config, produce_consume
 
@@ -50,7 +50,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
         {USER: (MECH.mechanism_name, PASSWORD)},
         {"connection.failed.authentication.delay.ms": "100"} | NO_INITIAL_REBALANCE_DELAY,
     ) as broker:
-        wait_for_group_coordinator(broker.bootstrap("PLAINTEXT"))
+        load_group_coordinators(broker.bootstrap("PLAINTEXT"))
         yield broker
 
 
@@ -132,7 +132,7 @@ def inline_trust(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int
         | NO_INITIAL_REBALANCE_DELAY
     )
     with proc:
-        wait_for_group_coordinator(proc.bootstrap)
+        load_group_coordinators(proc.bootstrap)
         yield ssl_port, trusted, impostor
 
 

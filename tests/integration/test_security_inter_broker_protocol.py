@@ -19,11 +19,11 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from riverbed.testing.certs import make_pki
 from riverbed.testing.cluster import free_port
+from riverbed.testing.group_coordinators import load_group_coordinators
 from riverbed.testing.quorum_cluster import QuorumCluster
 from riverbed.testing.secure import (
     NO_INITIAL_REBALANCE_DELAY,
     tls_overrides,
-    wait_for_group_coordinator,
 )
 
 from .test_metrics import scrape, total
@@ -59,7 +59,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuorumCluster]
         )
     try:
         c.start()
-        wait_for_group_coordinator(c.nodes[1].bootstrap)
+        load_group_coordinators(c.nodes[1].bootstrap)
         yield c
     finally:
         c.stop()

@@ -16,11 +16,11 @@ import pytest
 
 from riverbed.testing.certs import Pki, make_pki
 from riverbed.testing.cluster import BrokerProcess, free_port
+from riverbed.testing.group_coordinators import load_group_coordinators
 from riverbed.testing.secure import (
     NO_INITIAL_REBALANCE_DELAY,
     pkcs12_stores,
     plaintext_and_ssl_listeners,
-    wait_for_group_coordinator,
 )
 from riverbed.testing.secure_clients import KCAT, produce_consume
 
@@ -46,7 +46,7 @@ def mtls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProce
     )
     proc.start()
     try:
-        wait_for_group_coordinator(proc.bootstrap)
+        load_group_coordinators(proc.bootstrap)
         yield proc, pki, ssl_port
     finally:
         proc.close()

@@ -16,11 +16,11 @@ import pytest
 from riverbed.protocol.api_versions import ApiKey
 from riverbed.protocol.messages import MetadataRequest, SaslHandshakeRequest
 from riverbed.security.plain import client_message
+from riverbed.testing.group_coordinators import load_group_coordinators
 from riverbed.testing.secure import (
     NO_INITIAL_REBALANCE_DELAY,
     SecureBroker,
     running_secure_broker,
-    wait_for_group_coordinator,
 )
 from riverbed.testing.secure_clients import Wire, produce_consume
 
@@ -34,7 +34,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
     with running_secure_broker(
         tmp_path_factory.mktemp("pki"), USERS, {}, NO_INITIAL_REBALANCE_DELAY
     ) as broker:
-        wait_for_group_coordinator(broker.bootstrap("PLAINTEXT"))
+        load_group_coordinators(broker.bootstrap("PLAINTEXT"))
         yield broker
 
 

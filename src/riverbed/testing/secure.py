@@ -352,26 +352,6 @@ def wire_request(
     return asyncio.run(asyncio.wait_for(exchange(), timeout_s))
 
 
-def wait_for_group_coordinator(bootstrap: str, timeout_s: float = 30.0) -> None:
-    """Ask PLAINTEXT ``bootstrap`` (host:port) for a group's coordinator until it names one
-    (the first ask creates ``__consumer_offsets``). A test module's first consumer then
-    finds its coordinator at once; without this, librdkafka's first group join on a new
-    broker waits about 3 s on its retry timers."""
-    import time
-
-    from riverbed.protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        reply = wire_request(bootstrap, FindCoordinatorRequest(coordinator_keys=["warm-up"]))
-        assert isinstance(reply, FindCoordinatorResponse)
-        errors = [c.error_code for c in reply.coordinators]
-        if errors == [0]:
-            return
-        assert time.monotonic() < deadline, f"no group coordinator: {errors}"
-        time.sleep(0.05)
-
-
 def secure_quorum(
     base: Path,
     users: Mapping[str, str],

@@ -86,6 +86,12 @@ def test_dev_three_nodes(tmp_path: Path) -> None:
         admin.create_topics([NewTopic("dev-default", 1)])["dev-default"].result(30)
         part = admin.list_topics("dev-default", timeout=10).topics["dev-default"].partitions[0]
         assert sorted(part.replicas) == [1, 2, 3]
+        # Kafka's quickstart value: a new group's first join is not held 3 s
+        from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
+
+        node = ConfigResource(ConfigResource.Type.BROKER, "1")
+        configs = admin.describe_configs([node])[node].result(30)
+        assert configs["group.initial.rebalance.delay.ms"].value == "0"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
         deadline = time.monotonic() + 10

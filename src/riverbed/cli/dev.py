@@ -20,7 +20,9 @@ Topics are replicated by default: ``default.replication.factor`` = min(3, N) and
 nodes on, ``min.insync.replicas=2`` (acks=all survives the loss of any one node); the
 internal ``__consumer_offsets`` and ``__transaction_state`` topics likewise
 (``offsets.topic.replication.factor``, ``transaction.state.log.replication.factor`` /
-``.min.isr``), so consumer groups survive the loss of their coordinator.
+``.min.isr``), so consumer groups survive the loss of their coordinator. As in Kafka's
+quickstart ``server.properties``, ``group.initial.rebalance.delay.ms`` is 0: a new group's
+first consumer is not held 3 s for members that may still come.
 """
 
 from __future__ import annotations
@@ -88,6 +90,10 @@ def dev_overrides(nodes: int) -> dict[str, str]:
         "transaction.state.log.min.isr": min_isr,
         # the Spark sink's exactly-once writes (KIP-939), the default of streaming writes
         "transaction.two.phase.commit.enable": "true",
+        # Kafka's quickstart server.properties: a new group's first rebalance is not held
+        # 3 s for members that may still come ("a better out-of-the-box experience for
+        # development and testing"; production keeps the 3 s default)
+        "group.initial.rebalance.delay.ms": "0",
     }
 
 

@@ -19,7 +19,7 @@ from riverbed.security.authorizer import ConnectionDecisions
 from riverbed.security.principal import ANONYMOUS, KafkaPrincipal
 from riverbed.server.listener_security import PLAINTEXT, ListenerSecurity
 from riverbed.server.request_context import ChannelThrottle, RequestContext, Response
-from riverbed.server.request_permits import RequestPermit, run_with_permit
+from riverbed.server.request_permits import Permits, RequestPermit, run_with_permit
 from riverbed.server.request_timing import TimedPermit
 from riverbed.server.response_writer import InflightRequest, ResponseWriter
 from riverbed.server.supervise import guarded
@@ -75,7 +75,7 @@ class Connection(ResponseWriter):
         self._out_bytes = 0
         # The stamps of the responses in `_out`: sent when `_out` is written.
         self._out_timings: list[TimedPermit] = []
-        self.slots = asyncio.Semaphore(server.inflight_requests_max)
+        self.slots = Permits(server.inflight_requests_max)
         self.outstanding = 0  # requests read and not yet answered (or dropped: acks=0)
         self._answered = asyncio.Event()  # set while outstanding == 0
         self._answered.set()
@@ -189,7 +189,9 @@ class Connection(ResponseWriter):
             # Blocks when inflight_requests_max requests of this connection are
             # outstanding: the socket is not read, so back-pressure reaches the client
             # through TCP.
-            await self.slots.acquire()
+            slots = self.slots
+            if not slots.try_acquire():
+                await slots.acquire()
             throttle = self.throttle
             if throttle.engaged:  # a quota throttle mutes the connection
                 await throttle.wait()
@@ -210,14 +212,16 @@ class Connection(ResponseWriter):
                 permit, timed = RequestPermit(self.server.queued), None
             else:
                 permit = timed = TimedPermit(self.server.queued, received)
-            await permit.acquire()
+            if not permit.try_acquire():
+                await permit.acquire()
+            # (the handler task is held by `inflight` until answered, and by the loop
+            # once cancelled: no other reference is needed to keep it alive)
             task: asyncio.Task[Response | None] = asyncio.create_task(
                 run_with_permit(self.server.handler, permit, ctx, body)
                 if timed is None or observer is None
                 else observer.run_timed(self.server.handler, timed, ctx, body)
             )
             task.add_done_callback(permit.release_on_done)
-            self.server.track(task)
             self.outstanding += 1
             self._answered.clear()
             self._push((ctx.header, task, timed))

@@ -30,11 +30,10 @@ node records metrics; the times are `time.perf_counter` seconds.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from array import array
 
-from riverbed.server.request_permits import RequestPermit
+from riverbed.server.request_permits import Permits, RequestPermit
 
 #: The stamps' places in `TimedPermit.stamps` (`riverbed.server.metrics.traffic` folds
 #: them in this order).
@@ -50,7 +49,7 @@ class TimedPermit(RequestPermit):
 
     __slots__ = ("name", "stamps")
 
-    def __init__(self, semaphore: asyncio.Semaphore, received: float) -> None:
+    def __init__(self, semaphore: Permits, received: float) -> None:
         self._semaphore = semaphore
         self._held = False
         self.stamps = stamps = _UNSTAMPED[:]

@@ -23,6 +23,7 @@ from riverbed.server.splice import FileRange, SplicedResponse, plan_size, splice
 
 if TYPE_CHECKING:  # the protocol engine is imported lazily (it is large)
     from riverbed.protocol.headers import RequestHeader
+    from riverbed.server.request_permits import Permits
     from riverbed.server.socket_server import SocketServer
 
 #: the network layer's logger (``log.level.riverbed.server.network`` configures it)
@@ -66,7 +67,7 @@ class ResponseWriter:
         _out: list[bytes]
         _out_bytes: int
         _out_timings: list[TimedPermit]
-        slots: asyncio.Semaphore
+        slots: Permits
         outstanding: int
         _answered: asyncio.Event
 

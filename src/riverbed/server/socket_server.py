@@ -22,8 +22,8 @@ from riverbed.server.connection_quotas import ConnectionQuotas
 from riverbed.server.connection_setup import SetupFailed, open_transport
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.listener_security import PLAINTEXT, ListenerSecurity
-from riverbed.server.request_context import RequestHandler, RequestObserver, Response
-from riverbed.server.request_permits import CountedSemaphore
+from riverbed.server.request_context import RequestHandler, RequestObserver
+from riverbed.server.request_permits import Permits
 from riverbed.server.supervise import guarded, supervise
 from riverbed.server.tls import HandshakeLimiter
 
@@ -103,7 +103,7 @@ class SocketServer:
         self.inflight_requests_max = inflight_requests_max
         # queued.max.requests: requests read and waiting for (or in) a handler, over all
         # connections; parked requests and idle connections hold none (request_permits).
-        self.queued = CountedSemaphore(queued_requests_max)
+        self.queued = Permits(queued_requests_max)
         # max.connections(.per.ip): the default quotas; `listen` may name others (a
         # combined node's controller listeners count apart, as in Kafka).
         self.quotas = quotas if quotas is not None else ConnectionQuotas()
@@ -118,7 +118,6 @@ class SocketServer:
         self._connections: set[asyncio.Task[None]] = set()
         self._open: set[Connection] = set()
         self._throttled: set[socket.socket] = set()  # closed when their throttle ends
-        self._handler_tasks: set[asyncio.Task[Response | None]] = set()
         self._next_connection_id = 0
         #: os.sendfile from the pinned fds (False: every byte is copied; tests, non-Linux)
         self.sendfile = hasattr(os, "sendfile")
@@ -127,10 +126,6 @@ class SocketServer:
         #: told of each request once answered and once its response is sent (request
         #: metrics; None: the requests carry no stage stamps and nothing is counted)
         self.observer = observer
-
-    def track(self, task: asyncio.Task[Response | None]) -> None:
-        self._handler_tasks.add(task)
-        task.add_done_callback(self._handler_tasks.discard)
 
     @property
     def connection_count(self) -> int:

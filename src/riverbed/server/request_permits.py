@@ -33,11 +33,11 @@ class Permits:
     """A counting semaphore whose free permit is taken without suspending: the request
     path takes two per request (the connection's in-flight slot and a
     ``queued.max.requests`` permit), and asyncio.Semaphore's ``acquire`` is a coroutine
-    even when a permit is free (with `try_acquire` the network layer's CPU per request
-    fell ~10%, ``benchmarks/request_cost.py``). A permit given back goes straight to the
-    longest waiter, so waiters are served first come, first served and a permit is
-    never free while one waits; ``held`` counts the permits held (Kafka's
-    RequestQueueSize for the metrics)."""
+    even when a permit is free (with `try_acquire`, and the handler tasks no longer kept
+    in a second set, a node's CPU per request fell 6-9%, ``benchmarks/request_cost.py``,
+    RESULTS.md stop 41). A permit given back goes straight to the longest waiter, so
+    waiters are served first come, first served and a permit is never free while one
+    waits; ``held`` counts the permits held (Kafka's RequestQueueSize for the metrics)."""
 
     __slots__ = ("_free", "_waiters", "held")
 

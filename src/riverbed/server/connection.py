@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 from riverbed.protocol.exceptions import ProtocolError
 from riverbed.security.authorizer import ConnectionDecisions
 from riverbed.security.principal import ANONYMOUS, KafkaPrincipal
+from riverbed.server.eager_start import start_eagerly
 from riverbed.server.listener_security import PLAINTEXT, ListenerSecurity
-from riverbed.server.request_context import ChannelThrottle, RequestContext, Response
+from riverbed.server.request_context import ChannelThrottle, RequestContext
 from riverbed.server.request_permits import Permits, RequestPermit, run_with_permit
 from riverbed.server.request_timing import TimedPermit
 from riverbed.server.response_writer import InflightRequest, ResponseWriter
@@ -214,17 +215,19 @@ class Connection(ResponseWriter):
                 permit = timed = TimedPermit(self.server.queued, received)
             if not permit.try_acquire():
                 await permit.acquire()
-            # (the handler task is held by `inflight` until answered, and by the loop
-            # once cancelled: no other reference is needed to keep it alive)
-            task: asyncio.Task[Response | None] = asyncio.create_task(
+            # The handler's first step runs now (`eager_start`): a Task only if it waits.
+            # (That task is held by `inflight` until answered, and by the loop once
+            # cancelled: no other reference is needed to keep it alive.)
+            answer = start_eagerly(
                 run_with_permit(self.server.handler, permit, ctx, body)
                 if timed is None or observer is None
                 else observer.run_timed(self.server.handler, timed, ctx, body)
             )
-            task.add_done_callback(permit.release_on_done)
+            if not answer.done():
+                answer.add_done_callback(permit.release_on_done)
             self.outstanding += 1
             self._answered.clear()
-            self._push((ctx.header, task, timed))
+            self._push((ctx.header, answer, timed))
 
     async def _read_one(self) -> tuple[RequestContext, Message, float] | None:
         """Read and decode one request, with when it was read (`time.perf_counter`);

@@ -11,6 +11,9 @@ Per connection (like Kafka's Processor):
 - frames larger than ``socket.request.max.bytes`` (or with a negative size), and frames
   whose header or body cannot be decoded, close THAT connection with a log line naming
   the peer and the reason; every other connection keeps being served;
+- a request's handler starts as soon as the request is read: its first step runs in the
+  reader, and only a handler that waits (a parked fetch, an acks=all produce) gets a
+  task of its own (`riverbed.server.eager_start`);
 - requests are read ahead and handled concurrently, but at most
   ``inflight_requests_max`` of them are outstanding; when the bound is reached the reader
   stops reading the socket, so TCP back-pressure reaches the client instead of riverbed

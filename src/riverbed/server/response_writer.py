@@ -46,10 +46,10 @@ COALESCE_BYTES_MAX = 256 * 1024
 #: Responses buffered in the transport before the writer waits for the socket to drain.
 WRITE_BUFFER_HIGH_BYTES = 1024 * 1024
 
-#: An in-flight request: its header, the task answering it, its stage stamps (None:
-#: no observer).
+#: An in-flight request: its header, its answer (a done future, or the task answering it:
+#: `riverbed.server.eager_start`), its stage stamps (None: no observer).
 InflightRequest: TypeAlias = (
-    "tuple[RequestHeader, asyncio.Task[Response | None], TimedPermit | None]"
+    "tuple[RequestHeader, asyncio.Future[Response | None], TimedPermit | None]"
 )
 
 

@@ -31,7 +31,8 @@ TURNS_MAX = 1000
 #: (module under server/, function) -> why its tasks are not long-running node tasks.
 PER_CONNECTION = {
     ("connection.py", "Connection.run"): "the reader and writer of one client connection",
-    ("connection.py", "Connection._read_loop"): "one request's handler: its error is answered",
+    ("eager_start.py", "start_eagerly"): "the rest of one request's handler, started by"
+    " Connection._read_loop: its error is answered",
     ("socket_server.py", "SocketServer._accept_loop"): "one accepted connection"
     " (_serve logs, ends it)",
     ("broker/auto_create.py", "AutoTopicCreations.create"): "one topic's auto-creation,"

@@ -94,11 +94,15 @@ class BrokerProducerIds:
     async def next_id(self, wait_s: float = PRODUCER_ID_WAIT_S) -> int:
         pid = self.blocks.next_id()
         if pid is None:
-            async with asyncio.timeout(wait_s):
-                while pid is None:
-                    await self._fetch()
-                    pid = self.blocks.next_id()
+            # wait_for, not asyncio.timeout: a request's first step runs in the reading
+            # task (`riverbed.server.eager_start`), which a timeout would cancel
+            pid = await asyncio.wait_for(self._fetch_id(), wait_s)
         self._prefetch()
+        return pid
+
+    async def _fetch_id(self) -> int:
+        while (pid := self.blocks.next_id()) is None:
+            await self._fetch()
         return pid
 
     def allocate(self) -> int | None:
@@ -112,12 +116,14 @@ class BrokerProducerIds:
         """Wait (at most ``wait_s``) until an id can be handed out without waiting, so that
         a transactional InitProducerId rarely answers COORDINATOR_LOAD_IN_PROGRESS."""
         try:
-            async with asyncio.timeout(wait_s):
-                while not self.blocks.has_id():
-                    await self._fetch()
+            await asyncio.wait_for(self._fetch_until_available(), wait_s)  # (as next_id)
         except TimeoutError:
             return False
         return True
+
+    async def _fetch_until_available(self) -> None:
+        while not self.blocks.has_id():
+            await self._fetch()
 
     def _prefetch(self) -> None:
         if self.blocks.needs_prefetch() and (self._task is None or self._task.done()):

@@ -9,7 +9,14 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from riverbed.server.metrics.stalls import STALL_MS, StallCollector, StallStats
+from riverbed.server.metrics.stalls import (
+    BUSY_LATE_MS,
+    BUSY_SHARE_MIN,
+    STALL_MS,
+    StallCollector,
+    StallStats,
+    next_sample_interval_ms,
+)
 
 
 def test_only_wake_ups_later_than_the_stall_bound_count() -> None:
@@ -41,7 +48,7 @@ def test_the_sampler_sees_a_blocked_loop_and_a_full_collection() -> None:
     s = StallStats()
 
     async def main() -> None:
-        sampler = asyncio.ensure_future(s.run(interval_ms=1))
+        sampler = asyncio.ensure_future(s.run(interval_ms=1, idle_interval_ms=1))
         await asyncio.sleep(0.005)  # the sampler is asleep in the loop
         before = s.stalls  # a loaded machine may have stalled the loop already
         time.sleep(0.05)  # a callback holding the loop for 50 ms
@@ -58,3 +65,46 @@ def test_the_sampler_sees_a_blocked_loop_and_a_full_collection() -> None:
     assert s.stalls >= 1 and s.stall_max_s >= 0.04
     assert s.gc_pauses[2] >= 1  # the full collection, timed by the hook
     assert len(gc.callbacks) == hooks  # removed when the sampler ends
+
+
+def test_the_sampler_slows_down_while_the_loop_is_idle() -> None:
+    """A busy loop (its thread on a CPU for at least BUSY_SHARE_MIN of a sample, or a late
+    sample) keeps the short interval; an idle one the long one."""
+    assert next_sample_interval_ms(0.001, 0.010, 0.0, 10, 250) == 10  # 10% of a CPU
+    assert next_sample_interval_ms(0.0, 0.010, BUSY_LATE_MS / 1000, 10, 250) == 10
+    idle_cpu_s = BUSY_SHARE_MIN * 0.250 * 0.9
+    assert next_sample_interval_ms(idle_cpu_s, 0.250, 0.0, 10, 250) == 250
+
+
+class _CountingStats(StallStats):
+    def __init__(self) -> None:
+        super().__init__()
+        self.samples = 0
+
+    def woke(self, late_s: float) -> None:
+        self.samples += 1
+        super().woke(late_s)
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_an_idle_loop_is_sampled_at_the_idle_interval(busy: bool) -> None:
+    """Over 0.3 s, an idle loop thread (its CPU clock still) is sampled at the 100 ms idle
+    interval, a busy one (its CPU clock running as fast as the wall clock) every 2 ms."""
+    s = _CountingStats()
+    loop_cpu = time.monotonic if busy else (lambda: 0.0)
+
+    async def main() -> None:
+        sampler = asyncio.ensure_future(
+            s.run(interval_ms=2, idle_interval_ms=100, thread_time=loop_cpu)
+        )
+        await asyncio.sleep(0.3)
+        sampler.cancel()
+        await asyncio.gather(sampler, return_exceptions=True)
+
+    asyncio.run(main())
+    if busy:
+        assert s.samples >= 30, s.samples
+    else:
+        # the first at 2 ms, then one per 100 ms (a late one, on a loaded machine, is followed
+        # by a 2 ms one)
+        assert 2 <= s.samples <= 15, s.samples

@@ -14,6 +14,12 @@ such gauge (its handler threads stall one at a time); these are riverbed's own:
   collector runs on the loop thread, so a pause is a stall).
 
 The sampler costs one timer wake-up per interval; the hook two clock reads per collection.
+An idle node does not need 100 samples a second (they were ~1.6% of a core per idle node,
+most of its idle CPU): while the loop's thread used less than `BUSY_SHARE_MIN` of a CPU
+over the last sample and that sample came on time, the sampler sleeps
+`STALL_SAMPLE_IDLE_INTERVAL_MS` instead (`next_sample_interval_ms`). So a stall in the
+first quarter second of a burst that follows idleness may go unseen, and a stall while idle
+is seen only when a sample falls in it.
 """
 
 from __future__ import annotations
@@ -28,6 +34,13 @@ from prometheus_client.registry import Collector
 
 #: How often the stall sampler asks the loop to wake it.
 STALL_SAMPLE_INTERVAL_MS = 10
+#: ... while the loop is idle (see `next_sample_interval_ms`).
+STALL_SAMPLE_IDLE_INTERVAL_MS = 250
+#: The share of a CPU the loop's thread uses, at least, over a sample while busy.
+BUSY_SHARE_MIN = 0.05
+#: A sample at least this late (ms) means the loop is busy (or the machine is), whatever
+#: the loop's own CPU.
+BUSY_LATE_MS = 1.0
 #: A wake-up later than this counts as a stall (a tenth of the p99 goal of issue 23's
 #: acks=all latency would be 1 ms; 5 ms is what a client notices).
 STALL_MS = 5
@@ -69,19 +82,43 @@ class StallStats:
 
         return hook
 
-    async def run(self, interval_ms: int = STALL_SAMPLE_INTERVAL_MS) -> None:
-        """The sampler and the collector hook, in the node's loop until cancelled."""
+    async def run(
+        self,
+        interval_ms: int = STALL_SAMPLE_INTERVAL_MS,
+        idle_interval_ms: int = STALL_SAMPLE_IDLE_INTERVAL_MS,
+        thread_time: Callable[[], float] = time.thread_time,
+    ) -> None:
+        """The sampler and the collector hook, in the node's loop until cancelled
+        (``thread_time``: the loop thread's CPU seconds; the sampler runs on it)."""
         hook = self.gc_hook()
         gc.callbacks.append(hook)
         loop = asyncio.get_running_loop()
-        interval_s = interval_ms / 1000
+        sleep_ms = interval_ms
+        cpu = thread_time()
         try:
             while True:
                 asked = loop.time()
-                await asyncio.sleep(interval_s)
-                self.woke(max(0.0, loop.time() - asked - interval_s))
+                await asyncio.sleep(sleep_ms / 1000)
+                wall_s = loop.time() - asked
+                late_s = max(0.0, wall_s - sleep_ms / 1000)
+                self.woke(late_s)
+                cpu, cpu_before = thread_time(), cpu
+                sleep_ms = next_sample_interval_ms(
+                    cpu - cpu_before, wall_s, late_s, interval_ms, idle_interval_ms
+                )
         finally:
             gc.callbacks.remove(hook)
+
+
+def next_sample_interval_ms(
+    cpu_s: float, wall_s: float, late_s: float, interval_ms: int, idle_interval_ms: int
+) -> int:
+    """The sampler's next sleep: ``interval_ms`` while the loop is busy (its thread used at
+    least `BUSY_SHARE_MIN` of a CPU over the last sample, ``cpu_s`` of ``wall_s``, or the
+    sample was `BUSY_LATE_MS` late), ``idle_interval_ms`` while it is idle."""
+    if cpu_s >= BUSY_SHARE_MIN * wall_s or late_s * 1000 >= BUSY_LATE_MS:
+        return interval_ms
+    return idle_interval_ms
 
 
 class StallCollector(Collector):

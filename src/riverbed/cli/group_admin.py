@@ -16,9 +16,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from riverbed.cli.common import CliError
 from riverbed.cli.wire import WireClient, WireError
@@ -39,13 +39,17 @@ from riverbed.protocol.messages import (
 
 #: How long the coordinator lookup retries a retriable error, seconds.
 COORDINATOR_WAIT_S = 15.0
-_RETRY_S = 0.2
+COORDINATOR_RETRY_S = 0.2
 #: ListOffsets special timestamps.
 LATEST = -1
 EARLIEST = -2
-_RETRIABLE = {int(ErrorCode.COORDINATOR_NOT_AVAILABLE), int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)}
+#: A coordinator that is loading its partition or moving: ask again.
+COORDINATOR_RETRIABLE = frozenset(
+    {int(ErrorCode.COORDINATOR_NOT_AVAILABLE), int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)}
+)
 
 TopicPartition = tuple[str, int]
+T = TypeVar("T")
 
 
 @contextmanager
@@ -74,23 +78,34 @@ def cluster(bootstrap: str, topics: list[str] | None = None) -> tuple[dict[int, 
     return {b.node_id: f"{b.host}:{b.port}" for b in md.brokers}, md
 
 
+def until_coordinator_ready(ask: Callable[[], T], code_of: Callable[[T], int]) -> T:
+    """``ask()``, asked again while its answer's error (``code_of``) says that a
+    coordinator loads or moves, for at most `COORDINATOR_WAIT_S`; the last answer."""
+    deadline = time.monotonic() + COORDINATOR_WAIT_S
+    while True:
+        answer = ask()
+        if code_of(answer) not in COORDINATOR_RETRIABLE or time.monotonic() > deadline:
+            return answer
+        time.sleep(COORDINATOR_RETRY_S)
+
+
 def coordinator(bootstrap: str, group: str) -> str:
     """host:port of ``group``'s coordinator."""
-    deadline = time.monotonic() + COORDINATOR_WAIT_S
     with connect(bootstrap) as client:
-        while True:
+
+        def find() -> Any:
             version = client.version(ApiKey.FIND_COORDINATOR)
             if version >= 4:
                 req = FindCoordinatorRequest(key_type=0, coordinator_keys=[group])
             else:
                 req = FindCoordinatorRequest(key=group, key_type=0)
             resp: Any = client.request(ApiKey.FIND_COORDINATOR, req)
-            found = resp.coordinators[0] if version >= 4 else resp
-            if found.error_code == 0:
-                return f"{found.host}:{found.port}"
-            if found.error_code not in _RETRIABLE or time.monotonic() > deadline:
-                raise CliError(f"no coordinator for group {group}: {_error(found.error_code)}")
-            time.sleep(_RETRY_S)
+            return resp.coordinators[0] if version >= 4 else resp
+
+        found = until_coordinator_ready(find, lambda f: int(f.error_code))
+    if found.error_code:
+        raise CliError(f"no coordinator for group {group}: {_error(found.error_code)}")
+    return f"{found.host}:{found.port}"
 
 
 def list_groups(bootstrap: str, states: list[str] | None) -> list[dict[str, str]]:

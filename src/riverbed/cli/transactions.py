@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
+from functools import partial
+from typing import Any, cast
 
 from riverbed.cli.common import (
     CliError,
@@ -120,6 +121,7 @@ def _brokers(bootstrap: str) -> dict[int, str]:
 def list_transactions(
     bootstrap: str, states: list[str], producer_ids: list[int], duration_ms: int
 ) -> list[dict[str, Any]]:
+    from riverbed.cli.group_admin import until_coordinator_ready
     from riverbed.cli.wire import WireClient, WireError
     from riverbed.protocol.api_versions import ApiKey
     from riverbed.protocol.errors import ErrorCode
@@ -132,7 +134,12 @@ def list_transactions(
     for broker, address in sorted(_brokers(bootstrap).items()):
         try:
             with WireClient(address) as client:
-                resp: Any = client.request(ApiKey.LIST_TRANSACTIONS, request)
+                # a broker answers COORDINATOR_LOAD_IN_PROGRESS while one of its
+                # transaction state partitions loads: asked again, as Kafka's admin does
+                resp: Any = until_coordinator_ready(
+                    partial(client.request, ApiKey.LIST_TRANSACTIONS, request),
+                    lambda r: int(cast(Any, r).error_code),
+                )
         except WireError as exc:
             raise CliError(f"broker {broker} ({address}): {exc}") from None
         if resp.error_code:
@@ -150,12 +157,13 @@ def list_transactions(
 
 
 def describe(bootstrap: str, tid: str) -> dict[str, Any]:
+    from riverbed.cli.group_admin import until_coordinator_ready
     from riverbed.cli.wire import WireClient, WireError
     from riverbed.protocol.api_versions import ApiKey
     from riverbed.protocol.errors import ErrorCode
     from riverbed.protocol.messages import DescribeTransactionsRequest, FindCoordinatorRequest
 
-    try:
+    def find() -> Any:
         with WireClient(bootstrap) as client:
             batched = client.version(ApiKey.FIND_COORDINATOR) >= 4
             lookup: Any = client.request(
@@ -164,16 +172,26 @@ def describe(bootstrap: str, tid: str) -> dict[str, Any]:
                 if batched
                 else FindCoordinatorRequest(key=tid, key_type=KEY_TYPE_TRANSACTION),
             )
-        found = lookup.coordinators[0] if batched else lookup
-        if found.error_code:
-            raise CliError(f"no coordinator for {tid}: {ErrorCode.of(found.error_code).name}")
-        with WireClient(f"{found.host}:{found.port}") as client:
+        return lookup.coordinators[0] if batched else lookup
+
+    def ask(coordinator: str) -> Any:
+        with WireClient(coordinator) as client:
             resp: Any = client.request(
                 ApiKey.DESCRIBE_TRANSACTIONS, DescribeTransactionsRequest(transactional_ids=[tid])
             )
+        return resp.transaction_states[0]
+
+    try:
+        # a loading or moving coordinator is asked again (as Kafka's admin does): a
+        # transaction whose coordinator loads is not "gone" (find-hanging relies on it)
+        found = until_coordinator_ready(find, lambda f: int(f.error_code))
+        if found.error_code:
+            raise CliError(f"no coordinator for {tid}: {ErrorCode.of(found.error_code).name}")
+        s = until_coordinator_ready(
+            lambda: ask(f"{found.host}:{found.port}"), lambda d: int(d.error_code)
+        )
     except WireError as exc:
         raise CliError(str(exc)) from None
-    (s,) = resp.transaction_states
     if s.error_code:
         raise CliError(f"{tid}: {ErrorCode.of(s.error_code).name}")
     start = s.transaction_start_time_ms

@@ -14,8 +14,8 @@ such gauge (its handler threads stall one at a time); these are riverbed's own:
   collector runs on the loop thread, so a pause is a stall).
 
 The sampler costs one timer wake-up per interval; the hook two clock reads per collection.
-An idle node does not need 100 samples a second (they were ~1.6% of a core per idle node,
-most of its idle CPU): while the loop's thread used less than `BUSY_SHARE_MIN` of a CPU
+An idle node does not need 100 samples a second (they cost ~0.9% of a core per idle node,
+a third of its idle CPU, `benchmarks/idle_cost.py`): while the loop's thread used less than `BUSY_SHARE_MIN` of a CPU
 over the last sample and that sample came on time, the sampler sleeps
 `STALL_SAMPLE_IDLE_INTERVAL_MS` instead (`next_sample_interval_ms`). So a stall in the
 first quarter second of a burst that follows idleness may go unseen, and a stall while idle

@@ -33,46 +33,59 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import Coroutine, Generator
-from typing import Any, TypeVar
+from types import TracebackType
+from typing import TypeVar
 
 T = TypeVar("T")
 
-_NOTHING: Any = object()
+
+class _Nothing:
+    """`_Continuation`'s first yield has been handed to the Task."""
 
 
-class _Continuation(Coroutine[Any, Any, T]):
+_NOTHING = _Nothing()
+
+
+class _Continuation(Coroutine[object, object, T]):
     """The rest of a coroutine whose first step has run and yielded ``first``: a Task's
     first ``send`` gets ``first`` back, every later ``send``/``throw`` goes to the
     coroutine (a ``throw`` first, e.g. a cancel before the Task's first step, too)."""
 
     __slots__ = ("_coro", "_first")
 
-    def __init__(self, coro: Coroutine[Any, Any, T], first: Any) -> None:
+    def __init__(self, coro: Coroutine[object, object, T], first: object) -> None:
         self._coro = coro
         self._first = first
 
-    def send(self, value: Any) -> Any:
+    def send(self, value: object) -> object:
         first = self._first
         if first is not _NOTHING:
             self._first = _NOTHING
             return first
         return self._coro.send(value)
 
-    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+    def throw(
+        self,
+        typ: type[BaseException] | BaseException,
+        val: object = None,
+        tb: TracebackType | None = None,
+    ) -> object:
         self._first = _NOTHING
-        if val is None and tb is None:
+        if val is None and tb is None:  # (how a Task throws)
             return self._coro.throw(typ)
-        return self._coro.throw(typ, val, tb)  # the 3.11 signature, as Task calls it
+        if isinstance(typ, BaseException):
+            return self._coro.throw(typ, None, tb)
+        return self._coro.throw(typ, val, tb)
 
     def close(self) -> None:
         self._first = _NOTHING
         self._coro.close()
 
-    def __await__(self) -> Generator[Any, None, T]:
+    def __await__(self) -> Generator[object, None, T]:
         raise TypeError("a _Continuation is driven by its Task, not awaited")
 
 
-def start_eagerly(coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
+def start_eagerly(coro: Coroutine[object, object, T]) -> asyncio.Future[T]:
     """Run ``coro``'s first step now; its outcome as a done future, or the Task that
     runs the rest when the step waits (see the module docstring)."""
     loop = asyncio.get_running_loop()

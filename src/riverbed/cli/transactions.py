@@ -156,6 +156,10 @@ def list_transactions(
     return sorted(rows, key=lambda r: r["transactional_id"])
 
 
+class TransactionGone(CliError):
+    """DescribeTransactions answered TRANSACTIONAL_ID_NOT_FOUND: the id expired or never was."""
+
+
 def describe(bootstrap: str, tid: str) -> dict[str, Any]:
     from riverbed.cli.group_admin import until_coordinator_ready
     from riverbed.cli.wire import WireClient, WireError
@@ -192,6 +196,8 @@ def describe(bootstrap: str, tid: str) -> dict[str, Any]:
         )
     except WireError as exc:
         raise CliError(str(exc)) from None
+    if s.error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
+        raise TransactionGone(f"{tid}: {ErrorCode.of(s.error_code).name}")
     if s.error_code:
         raise CliError(f"{tid}: {ErrorCode.of(s.error_code).name}")
     start = s.transaction_start_time_ms
@@ -346,8 +352,11 @@ def _is_hanging(bootstrap: str, tp: tuple[str, int], producer: dict[str, Any]) -
     for row in list_transactions(bootstrap, [], [pid], -1):
         try:
             d = describe(bootstrap, row["transactional_id"])
-        except CliError:
-            continue  # gone meanwhile
+        except TransactionGone:
+            continue  # expired meanwhile: it cannot hold the partition open
+        # any other error (a coordinator still loading after COORDINATOR_WAIT_S, a lost
+        # connection) ends find-hanging: counting it as "gone" could call a live
+        # transaction hanging, and the user would abort it (Kafka's tool fails too)
         if (
             d["producer_id"] == pid
             and d["producer_epoch"] == producer["producer_epoch"]

@@ -104,3 +104,34 @@ def test_a_coordinator_loading_past_the_deadline_is_an_error(
     monkeypatch.setattr(group_admin, "COORDINATOR_WAIT_S", 0.0)
     with pytest.raises(CliError, match="COORDINATOR_LOAD_IN_PROGRESS"):
         transactions.list_transactions("h:1", [], [], -1)
+
+
+_PRODUCER = {"producer_id": 7, "producer_epoch": 0}
+
+
+def test_find_hanging_fails_while_the_coordinator_still_loads(
+    broker: _FakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live transaction whose coordinator has not loaded by the deadline is not "gone":
+    calling it hanging would invite the user to abort it."""
+    broker.answers[ApiKey.LIST_TRANSACTIONS] = [
+        SimpleNamespace(error_code=0, transaction_states=[_state(0)])
+    ]
+    broker.answers[ApiKey.DESCRIBE_TRANSACTIONS] = [
+        SimpleNamespace(transaction_states=[_state(LOADING)])
+    ]
+    monkeypatch.setattr(group_admin, "COORDINATOR_WAIT_S", 0.0)
+    with pytest.raises(CliError, match="COORDINATOR_LOAD_IN_PROGRESS"):
+        transactions._is_hanging("h:1", ("hang", 0), _PRODUCER)
+
+
+def test_an_expired_transactional_id_leaves_the_partition_hanging(broker: _FakeBroker) -> None:
+    gone = int(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND)
+    broker.answers[ApiKey.DESCRIBE_TRANSACTIONS] = [
+        SimpleNamespace(transaction_states=[_state(gone)])
+    ]
+    assert transactions._is_hanging("h:1", ("hang", 0), _PRODUCER) is True
+
+
+def test_a_live_ongoing_transaction_is_not_hanging(broker: _FakeBroker) -> None:
+    assert transactions._is_hanging("h:1", ("hang", 0), _PRODUCER) is False

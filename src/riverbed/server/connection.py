@@ -120,6 +120,7 @@ class Connection(ResponseWriter):
     def stop_reading(self) -> None:
         """Shutdown: read no more requests; the writer still answers those in flight."""
         self.closing = True
+        self.throttle.lift()
         transport = self.writer.transport
         with contextlib.suppress(Exception):
             if isinstance(transport, asyncio.ReadTransport):
@@ -196,12 +197,16 @@ class Connection(ResponseWriter):
             throttle = self.throttle
             if throttle.engaged:  # a quota throttle mutes the connection
                 await throttle.wait()
+                if self.closing:
+                    return  # shutdown lifted the throttle
             request = await self._read_one()
             if request is None:
                 return
             # a request read while a throttle started (pipelined) waits for its end too
             if throttle.engaged:
                 await throttle.wait()
+                if self.closing:
+                    return  # shutdown lifted the throttle: the request is never handled
             # queued.max.requests counts requests waiting for (or in) a handler over all
             # connections, never idle connections: the permit is taken once a request has
             # been read (Kafka's processor, too, holds one read request when the request

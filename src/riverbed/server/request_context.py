@@ -7,6 +7,7 @@ metrics' hooks (`RequestObserver`). The layer itself is `riverbed.server.network
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeAlias
@@ -49,7 +50,7 @@ class ChannelThrottle:
     """Kafka's channel muting for client quotas (ClientQuotaManager.throttle): a
     connection reads and handles nothing more until ``until`` (monotonic seconds)."""
 
-    __slots__ = ("engaged", "gate", "until")
+    __slots__ = ("engaged", "gate", "lifted", "until")
 
     def __init__(self) -> None:
         self.until = 0.0
@@ -57,6 +58,8 @@ class ChannelThrottle:
         self.engaged = False
         #: held while a request of an engaged connection is handled
         self.gate = asyncio.Lock()
+        #: set at shutdown (`lift`): nobody waits for the throttle's end any more
+        self.lifted = asyncio.Event()
 
     def throttle(self, throttle_ms: int) -> None:
         if throttle_ms > 0:
@@ -69,8 +72,16 @@ class ChannelThrottle:
         return self.until > time.monotonic() or self.gate.locked()
 
     async def wait(self) -> None:
-        while (delay := self.until - time.monotonic()) > 0:
-            await asyncio.sleep(delay)
+        """Until the throttle ends, or `lift`."""
+        while not self.lifted.is_set() and (delay := self.until - time.monotonic()) > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.lifted.wait(), delay)
+
+    def lift(self) -> None:
+        """Shutdown: a muted connection stops waiting out its throttle (which can last as
+        long as the quota's window) and closes, as Kafka closes a muted channel: its
+        requests not yet handled never are, and the client retries elsewhere."""
+        self.lifted.set()
 
 
 class RequestContext(NamedTuple):

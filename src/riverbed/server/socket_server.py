@@ -117,6 +117,8 @@ class SocketServer:
         self._listeners: list[_Listener] = []
         self._connections: set[asyncio.Task[None]] = set()
         self._open: set[Connection] = set()
+        #: connections still in their TLS handshake (no request read yet): cancelled at stop
+        self._setting_up: set[asyncio.Task[None]] = set()
         self._throttled: set[socket.socket] = set()  # closed when their throttle ends
         self._next_connection_id = 0
         #: os.sendfile from the pinned fds (False: every byte is copied; tests, non-Linux)
@@ -257,6 +259,9 @@ class SocketServer:
             loop = asyncio.get_running_loop()
             reader = asyncio.StreamReader(limit=STREAM_LIMIT_BYTES)
             protocol = asyncio.StreamReaderProtocol(reader)
+            task = asyncio.current_task()
+            assert task is not None
+            self._setting_up.add(task)
             try:
                 transport, principal = await open_transport(
                     csock, protocol, security, self.handshakes
@@ -264,6 +269,11 @@ class SocketServer:
             except SetupFailed as exc:
                 log.info("connection from %s on %s closed: %s", ip, name, exc)
                 return
+            except asyncio.CancelledError:
+                csock.close()  # shutdown: a stalled handshake is not waited for
+                raise
+            finally:
+                self._setting_up.discard(task)
             writer = asyncio.StreamWriter(transport, protocol, reader, loop)
             self._next_connection_id += 1
             conn = Connection(
@@ -307,6 +317,8 @@ class SocketServer:
         grace_s = SHUTDOWN_GRACE_MS / 1000
         for conn in list(self._open):
             conn.stop_reading()
+        for task in list(self._setting_up):
+            task.cancel()  # nothing of theirs is in flight: the grace is for answers
         if self._connections:
             await asyncio.wait(list(self._connections), timeout=grace_s)
         for task in list(self._connections):

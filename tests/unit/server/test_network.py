@@ -287,6 +287,43 @@ def test_stop_answers_inflight_requests_then_closes(loop_kind: str) -> None:
     assert rest == b""
 
 
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_stop_does_not_wait_out_a_muted_connections_throttle(
+    loop_kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A quota throttle mutes a connection for as long as the quota's window: a stop
+    closes it at once (as Kafka closes a muted channel), and its request that waited is
+    never handled. The grace would otherwise be spent on it whole (make test: 5 s per
+    node stopped after a controller-mutation quota test)."""
+    from riverbed.server import socket_server
+
+    monkeypatch.setattr(socket_server, "SHUTDOWN_GRACE_MS", 600_000)
+    handled: list[bytes] = []
+
+    async def handler(ctx: RequestContext, body: bytes) -> Any:
+        handled.append(body)
+        assert ctx.throttle is not None
+        ctx.throttle.throttle(600_000)  # muted for ten minutes
+        return body
+
+    async def main() -> tuple[tuple[int, bytes], bytes]:
+        server, port = await start(handler)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(frame(1, b"first"))
+        got = await read_response(reader)
+        writer.write(frame(2, b"muted"))
+        await asyncio.sleep(0.05)
+        await asyncio.wait_for(server.stop(), 30)  # not the 600 s grace, nor the throttle
+        rest = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        return got, rest
+
+    got, rest = run(loop_kind, main())
+    assert got == (1, b"first")
+    assert rest == b""
+    assert handled == [b"first"]
+
+
 def test_queued_requests_bound_spans_connections() -> None:
     started = 0
     release = asyncio.Event()

@@ -143,6 +143,32 @@ def test_stalled_handshakes_are_closed_and_bounded(pki) -> None:
     assert all_closed and elapsed < 2.0
 
 
+def test_stop_does_not_wait_for_stalled_handshakes(pki, monkeypatch) -> None:
+    """A connection still in its TLS handshake has nothing in flight: a stop cancels it
+    rather than spend the shutdown grace on it (make test: 5 s per node stopped after
+    a stalled-handshake test)."""
+    from riverbed.server import socket_server
+
+    monkeypatch.setattr(socket_server, "SHUTDOWN_GRACE_MS", 600_000)
+    security = _security(pki)
+
+    async def run() -> bytes:
+        limiter = HandshakeLimiter(concurrent_max=2, timeout_ms=600_000)
+        server, port, _ = await _serve(security, limiter)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"\x16\x03\x01")  # the start of a ClientHello, then nothing
+        await asyncio.sleep(0.1)
+        await asyncio.wait_for(server.stop(), 30)  # not the handshake's 600 s
+        try:  # closed with our bytes unread: a reset, or an end of stream
+            closed = await asyncio.wait_for(reader.read(), 5)
+        except ConnectionResetError:
+            closed = b""
+        writer.close()
+        return closed
+
+    assert asyncio.run(run()) == b""
+
+
 def test_tls_connection_never_uses_sendfile(pki, monkeypatch) -> None:
     """Connection.tls is set on a TLS listener (the fetch path checks it before sendfile)."""
     from riverbed.server import network

@@ -39,7 +39,7 @@ import contextlib
 import logging
 import os
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from riverbed.coordinator.consumer_records import parse_consumer_record
@@ -49,7 +49,12 @@ from riverbed.coordinator.shard import GroupConfig, GroupShard, Write
 from riverbed.metadata.records import ResourceType
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.records import SimpleRecord, build_batch
-from riverbed.server.coordinator_log import CoordinatorPartitions, led_partitions, log_entries
+from riverbed.server.coordinator_log import (
+    CoordinatorPartitions,
+    led_partitions,
+    log_entries,
+    wait_until_ready,
+)
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.request_permits import park_current_request
 from riverbed.server.supervise import Work, supervise_background
@@ -339,7 +344,8 @@ class GroupCoordinator:
         `reconcile`: a deposed coordinator answers NOT_COORDINATOR at once (a newer
         leader epoch: a reload), and a loaded shard answers only once the records it
         was loaded from are committed (high watermark >= the log end it read), so that
-        nothing it tells a client can be lost by a fail-over."""
+        nothing it tells a client can be lost by a fail-over. Led in the image but not
+        hosted yet (the replica is being created) is COORDINATOR_LOAD_IN_PROGRESS too."""
         partition = self.partition_of(group_id)
         topic = self.metadata.image.topic(OFFSETS_TOPIC)
         reg = topic.partitions.get(partition) if topic is not None else None
@@ -347,7 +353,11 @@ class GroupCoordinator:
         if reg is None or reg.leader != self.node_id or hosted is None:
             if partition in self.shards or partition in self._loading:
                 self._unload(partition)
-            raise CoordinatorError(ErrorCode.NOT_COORDINATOR)
+            becoming = reg is not None and reg.leader == self.node_id  # replica on its way
+            E = ErrorCode
+            raise CoordinatorError(
+                E.COORDINATOR_LOAD_IN_PROGRESS if becoming else E.NOT_COORDINATOR
+            )
         shard = self.shards.get(partition)
         if shard is None or self._epochs.get(partition) != reg.leader_epoch:
             self.reconcile()
@@ -361,12 +371,29 @@ class GroupCoordinator:
         self.reconcile()
         return list(self.shards.values())
 
+    async def wait_ready(self, group_ids: Iterable[str]) -> None:
+        """Until no group of ``group_ids`` would answer COORDINATOR_LOAD_IN_PROGRESS
+        (`wait_until_ready`)."""
+        await wait_until_ready(lambda: any(self._becoming_ready(g) for g in group_ids))
+
+    def _becoming_ready(self, group_id: str) -> bool:
+        try:
+            self.shard_of(group_id)
+        except CoordinatorError as exc:
+            return exc.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return False
+
+    async def ready_shard(self, group_id: str) -> tuple[int, GroupShard]:
+        """`shard_of` after `wait_ready`."""
+        await self.wait_ready((group_id,))
+        return self.shard_of(group_id)
+
     async def call(
         self, group_id: str, version: int, op: Callable[[GroupShard, Reply, int], None]
     ) -> object:
-        """Run ``op(shard, reply, now_ms)`` on the group's shard; await its response (a
-        response message, or an error code for DeleteGroups' entries)."""
-        partition, shard = self.shard_of(group_id)
+        """Run ``op(shard, reply, now_ms)`` on the group's shard once it is ready; await
+        its response (a response message, or an error code for DeleteGroups' entries)."""
+        partition, shard = await self.ready_shard(group_id)
         return await self.call_shard(partition, shard, version, op)
 
     async def call_shard(

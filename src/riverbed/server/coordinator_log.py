@@ -11,10 +11,17 @@ coordinator maps them as Kafka's does.
 A load reads the partition from its log start to its log end (Kafka's loaders read to the
 log end: this leader wrote or replicated all of it, and a truncation below it means a new
 leader epoch, hence another load); `log_entries` gives the transaction markers too.
+
+While a node is becoming a coordinator (the image names it the partition's leader; the
+replica is being created, the shard loaded, or what it loaded committed) a request is
+held for up to READY_WAIT_MS (`wait_until_ready`) rather than answered
+COORDINATOR_LOAD_IN_PROGRESS at once: clients back off after that answer (librdkafka's
+JoinGroup ~3 s, its InitProducerId ~0.5 s) for a load that takes milliseconds.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -22,6 +29,7 @@ from riverbed.protocol.control_records import ControlRecordType, decode_control_
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.record_batch import iter_batches
 from riverbed.protocol.records import SimpleRecord, build_batch, iter_records
+from riverbed.server.request_permits import park_current_request
 from riverbed.storage.errors import StorageError
 from riverbed.storage.log import ORIGIN_COORDINATOR, AppendInfo, PartitionLog
 
@@ -30,6 +38,13 @@ if TYPE_CHECKING:
     from riverbed.server.broker.hosted import HostedPartition
     from riverbed.server.purgatory import Purgatory
     from riverbed.server.replication.manager import ReplicaManager
+
+#: Most a request waits while this node is becoming its coordinator.
+READY_WAIT_MS = 2_000
+#: How often a waiting request looks again: nothing signals that a replica's log was
+#: created (off the loop) or that a high watermark moved, so it polls, for at most
+#: READY_WAIT_MS / READY_POLL_MS rounds.
+READY_POLL_MS = 10
 
 #: A record of a coordinator's partition: (key, value); a None value is a tombstone.
 KeyValue = tuple[bytes, bytes | None]
@@ -196,3 +211,14 @@ def led_partitions(
         for p, reg in t.partitions.items()
         if reg.leader == node_id and partitions.get(topic, p) is not None
     }
+
+
+async def wait_until_ready(becoming_ready: Callable[[], bool]) -> None:
+    """Until ``becoming_ready()`` is false (it would answer
+    COORDINATOR_LOAD_IN_PROGRESS), for at most READY_WAIT_MS; the request holds no
+    handler permit meanwhile. The caller answers whatever it finds after."""
+    for _ in range(READY_WAIT_MS // READY_POLL_MS):
+        if not becoming_ready():
+            return
+        park_current_request()
+        await asyncio.sleep(READY_POLL_MS / 1000)

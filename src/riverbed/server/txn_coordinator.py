@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Final, Protocol
 
 from riverbed.coordinator.records import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
@@ -55,6 +55,7 @@ from riverbed.server.coordinator_log import (
     read_records,
     wait_committed,
     wait_high_watermark,
+    wait_until_ready,
 )
 from riverbed.server.fault_handler import FaultHandler, ProcessTerminatingFaultHandler
 from riverbed.server.listener_security import client_security
@@ -260,7 +261,7 @@ class TransactionCoordinatorShell:
         """NONE when this node coordinates ``tid`` now (its shard loaded at the image's
         leader epoch), else Kafka's answer: COORDINATOR_NOT_AVAILABLE before the topic
         exists, NOT_COORDINATOR when another node leads its partition,
-        COORDINATOR_LOAD_IN_PROGRESS while its shard loads."""
+        COORDINATOR_LOAD_IN_PROGRESS while its replica is created or its shard loads."""
         topic = self.metadata.image.topic(TRANSACTION_STATE_TOPIC)
         if topic is None or not topic.partitions:
             return E.COORDINATOR_NOT_AVAILABLE
@@ -268,20 +269,24 @@ class TransactionCoordinatorShell:
             return E.NONE  # the core answers INVALID_REQUEST
         partition = self.core.partition_for(tid)
         reg = topic.partitions.get(partition)
-        if (
-            reg is None
-            or reg.leader != self.node_id
-            or self.partitions.get(TRANSACTION_STATE_TOPIC, partition) is None
-        ):
+        hosted = self.partitions.get(TRANSACTION_STATE_TOPIC, partition)
+        if reg is None or reg.leader != self.node_id or hosted is None:
             if partition in self._epochs:
                 self._unload(partition)
-            return E.NOT_COORDINATOR
+            becoming = reg is not None and reg.leader == self.node_id  # replica on its way
+            return E.COORDINATOR_LOAD_IN_PROGRESS if becoming else E.NOT_COORDINATOR
         if self._epochs.get(partition) != reg.leader_epoch:
             self.reconcile()
             return E.COORDINATOR_LOAD_IN_PROGRESS
         if partition not in self.core.shards:
             return E.COORDINATOR_LOAD_IN_PROGRESS
         return E.NONE
+
+    async def wait_ready(self, tids: Iterable[str]) -> None:
+        """Until no id of ``tids`` would answer COORDINATOR_LOAD_IN_PROGRESS
+        (`wait_until_ready`)."""
+        loading = E.COORDINATOR_LOAD_IN_PROGRESS
+        await wait_until_ready(lambda: any(self.check(t) is loading for t in tids))
 
     # ------------------------------------------------------------------ requests
     async def call(self, op: CoreOp) -> Result:

@@ -13,6 +13,7 @@ from riverbed.server.coordinator import GroupCoordinator
 from riverbed.server.fault_handler import FaultHalt, RecordingFaultHandler
 from riverbed.storage import ManualClock
 from riverbed.storage.log_files import ReadResult
+from riverbed.testing.cluster import scaled_s
 
 
 class BrokenShard:
@@ -114,6 +115,15 @@ def _offsets_topic(reg: Registration) -> Any:
     return SimpleNamespace(image=SimpleNamespace(topic=lambda name: topic))
 
 
+def _coordinator_over(partitions: Any, reg: Registration | None = None) -> GroupCoordinator:
+    """Node 1's coordinator; ``__consumer_offsets`` has one partition, led per ``reg``
+    (node 1 at leader epoch 5 unless given)."""
+    reg = Registration(1, 5) if reg is None else reg
+    return GroupCoordinator(
+        ServerConfig.embedded_default(), 1, partitions, _offsets_topic(reg), ManualClock(5)
+    )
+
+
 def _loaded(coordinator: GroupCoordinator, epoch: int, load_end: int = 0) -> Any:
     import random
 
@@ -137,9 +147,7 @@ def test_a_deposed_coordinator_answers_not_coordinator_at_once() -> None:
     partitions = SimpleNamespace(get=lambda topic, index: hosted)
 
     async def run() -> None:
-        coordinator = GroupCoordinator(
-            ServerConfig.embedded_default(), 1, partitions, _offsets_topic(reg), ManualClock(5)
-        )
+        coordinator = _coordinator_over(partitions, reg)
         shard = _loaded(coordinator, 5)
         assert coordinator.shard_of("g") == (0, shard)
         reg.leader = 2  # the image moved leadership away; no timer ran since
@@ -166,13 +174,7 @@ def test_a_loaded_shard_answers_once_what_it_loaded_is_committed() -> None:
     partitions = SimpleNamespace(get=lambda topic, index: hosted)
 
     async def run() -> None:
-        coordinator = GroupCoordinator(
-            ServerConfig.embedded_default(),
-            1,
-            partitions,
-            _offsets_topic(Registration(1, 5)),
-            ManualClock(5),
-        )
+        coordinator = _coordinator_over(partitions)
         shard = _loaded(coordinator, 5, load_end=10)
         log.high_watermark = 9  # the previous leader's tail is not committed yet
         with pytest.raises(CoordinatorError) as info:
@@ -212,13 +214,7 @@ def test_a_write_in_doubt_answers_its_error_and_reloads_the_groups() -> None:
     partitions = SimpleNamespace(get=lambda topic, index: hosted, replicas=replicas, append=append)
 
     async def run() -> tuple[list[Any], Any, Any]:
-        coordinator = GroupCoordinator(
-            ServerConfig.embedded_default(),
-            1,
-            partitions,
-            _offsets_topic(Registration(1, 5)),
-            ManualClock(5),
-        )
+        coordinator = _coordinator_over(partitions)
         shard = _loaded(coordinator, 5)
 
         def commit(offset: int) -> Any:
@@ -300,13 +296,7 @@ def test_a_marker_between_verification_and_append_refuses_the_txn_commit() -> No
     marker_seen = [False]
 
     async def run() -> list[Any]:
-        coordinator = GroupCoordinator(
-            ServerConfig.embedded_default(),
-            1,
-            partitions,
-            _offsets_topic(Registration(1, 5)),
-            ManualClock(5),
-        )
+        coordinator = _coordinator_over(partitions)
         shard = _loaded(coordinator, 5)
         out = []
 
@@ -330,3 +320,63 @@ def test_a_marker_between_verification_and_append_refuses_the_txn_commit() -> No
     assert first.topics[0].partitions[0].error_code == ErrorCode.NONE
     assert second.topics[0].partitions[0].error_code == ErrorCode.INVALID_TXN_STATE
     assert appended == ["coordinator"]  # the refused commit appended nothing
+
+
+# ---------------------------------------------------------------------------------------
+# A node becoming a group's coordinator holds the request instead of bouncing it
+def test_a_request_waits_while_its_replica_is_created_and_its_shard_loaded() -> None:
+    """The image names this node the leader before its replica exists (FindCoordinator
+    created the topic a moment ago): COORDINATOR_LOAD_IN_PROGRESS, not NOT_COORDINATOR,
+    and a request waits until the replica exists and its shard is loaded. librdkafka
+    backs off ~3 s after either answer; a fresh cluster's first group waited that long."""
+    from riverbed.protocol.errors import ErrorCode
+    from riverbed.server.coordinator import CoordinatorError
+
+    created: dict[str, Any] = {}
+    replicas = SimpleNamespace(on_local_append=lambda hosted: None)
+    partitions = SimpleNamespace(get=lambda topic, index: created.get("0"), replicas=replicas)
+
+    async def run() -> None:
+        coordinator = _coordinator_over(partitions)
+        with pytest.raises(CoordinatorError) as info:
+            coordinator.shard_of("g")
+        assert info.value.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        waiting = asyncio.ensure_future(coordinator.ready_shard("g"))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # still no replica: held, not answered
+        created["0"] = SimpleNamespace(log=FakeLog())
+        partition, shard = await asyncio.wait_for(waiting, scaled_s(10))
+        assert (partition, shard) == (0, coordinator.shards[0])
+        coordinator.close()
+
+    asyncio.run(run())
+
+
+def test_the_wait_for_a_coordinator_is_bounded_and_skips_other_errors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past READY_WAIT_MS the request answers COORDINATOR_LOAD_IN_PROGRESS after all (the
+    client backs off); a group another node leads answers NOT_COORDINATOR with no wait."""
+    import riverbed.server.coordinator_log as coordinator_log
+    from riverbed.protocol.errors import ErrorCode
+    from riverbed.server.coordinator import CoordinatorError
+
+    monkeypatch.setattr(coordinator_log, "READY_WAIT_MS", 50)
+    reg = Registration(1, 5)
+    partitions = SimpleNamespace(get=lambda topic, index: None)
+
+    async def run() -> None:
+        coordinator = _coordinator_over(partitions, reg)
+        with pytest.raises(CoordinatorError) as info:
+            await asyncio.wait_for(coordinator.ready_shard("g"), scaled_s(10))
+        assert info.value.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        reg.leader = 2
+        waited = asyncio.ensure_future(coordinator.ready_shard("g"))
+        await asyncio.sleep(0)  # one turn: no poll round
+        assert waited.done()
+        with pytest.raises(CoordinatorError) as info:
+            waited.result()
+        assert info.value.code == ErrorCode.NOT_COORDINATOR
+        coordinator.close()
+
+    asyncio.run(run())

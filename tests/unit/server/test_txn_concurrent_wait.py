@@ -29,6 +29,9 @@ class FakeCoordinator:
     def check(self, tid: str) -> ErrorCode:
         return E.NONE
 
+    async def wait_ready(self, tids: Any) -> None:
+        return None  # always ready
+
     def now_ms(self) -> int:
         return int(time.monotonic() * 1000)
 

@@ -569,3 +569,49 @@ def test_markers_the_isr_holds_at_once_are_answered_in_the_same_turn() -> None:
     ((topic,),) = [m.topics for m in response.markers]
     assert [(p.partition_index, p.error_code) for p in topic.partitions] == [(0, 0), (1, 0)]
     assert len(appended) == 2 and replicas.parked == 2
+
+
+def test_a_transactional_id_waits_while_its_replica_is_created(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The image names this node the leader of the id's partition before the replica
+    exists: COORDINATOR_LOAD_IN_PROGRESS (not NOT_COORDINATOR), and `wait_ready` holds
+    the request until the replica exists and its shard is loaded (librdkafka backs off
+    ~0.5 s after either answer). Bounded: past READY_WAIT_MS it returns all the same; an
+    id another node coordinates is not waited for."""
+    import riverbed.server.coordinator_log as coordinator_log
+    import riverbed.server.txn_coordinator as shell_module
+
+    acks = AutoAcks()
+    for name in ("append_records", "wait_committed", "wait_high_watermark", "read_records"):
+        monkeypatch.setattr(shell_module, name, getattr(acks, name))
+    created: dict[str, Any] = {}
+    partitions = SimpleNamespace(get=lambda topic, index: created.get("0"), replicas=None)
+
+    async def run() -> None:
+        shell = _shell_of(partitions)
+        elsewhere = TransactionCoordinatorShell(
+            ServerConfig.load(None, ["transaction.state.log.num.partitions=1"]), 2, partitions,
+            SimpleNamespace(image=image_with_topic(txn_state=True)), ManualClock(5),
+            SimpleNamespace(allocate=lambda: 42), RecordingFaultHandler(),
+        )  # fmt: skip
+        assert shell.check("tid") == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        waiting = asyncio.ensure_future(shell.wait_ready(["tid"]))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # no replica yet: held
+        created["0"] = SimpleNamespace(log=None)
+        await asyncio.wait_for(waiting, scaled_s(10))
+        assert shell.check("tid") == ErrorCode.NONE
+        assert elsewhere.check("tid") == ErrorCode.NOT_COORDINATOR
+        other = asyncio.ensure_future(elsewhere.wait_ready(["tid"]))
+        await asyncio.sleep(0)
+        assert other.done()
+        del created["0"]
+        monkeypatch.setattr(coordinator_log, "READY_WAIT_MS", 50)
+        fresh = _shell_of(partitions)
+        await asyncio.wait_for(fresh.wait_ready(["tid"]), scaled_s(10))
+        assert fresh.check("tid") == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        for s in (shell, elsewhere, fresh):
+            s.close()
+
+    asyncio.run(run())

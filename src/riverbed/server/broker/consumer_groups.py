@@ -111,6 +111,7 @@ async def handle_consumer_group_describe(
     broker: Broker, ctx: RequestContext, req: ConsumerGroupDescribeRequest
 ) -> ConsumerGroupDescribeResponse:
     out = []
+    await broker.groups.wait_ready(req.group_ids)
     for group_id in req.group_ids:
         try:
             _partition, shard = broker.groups.shard_of(group_id)

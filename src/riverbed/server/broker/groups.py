@@ -444,7 +444,9 @@ async def handle_offset_fetch(
     # require_stable (v7+): a partition with pending transactional offsets is
     # UNSTABLE_OFFSET_COMMIT (the consumer retries until the transaction ends)
     stable = ctx.header.api_version >= 7 and req.require_stable
-    if ctx.header.api_version >= 8:
+    v8 = ctx.header.api_version >= 8
+    await broker.groups.wait_ready([g.group_id for g in req.groups or []] if v8 else [req.group_id])
+    if v8:
         groups = [
             _fetch_group(broker, ctx, g.group_id, g.topics, (g.member_id, g.member_epoch), stable)
             for g in req.groups or []
@@ -522,6 +524,7 @@ async def handle_describe_groups(
     broker: Broker, ctx: RequestContext, req: DescribeGroupsRequest
 ) -> DescribeGroupsResponse:
     out = []
+    await broker.groups.wait_ready(req.groups)
     for group_id in req.groups:
         try:
             _partition, shard = broker.groups.shard_of(group_id)

@@ -67,6 +67,7 @@ async def _ask(
     CONCURRENT_WAIT_MS, so the new transaction starts as soon as the previous one has
     completed instead of a client backoff later. Past that the answer goes as it is."""
     coordinator = broker.transactions
+    await coordinator.wait_ready((tid,))
     deadline = coordinator.now_ms() + CONCURRENT_WAIT_MS
     while True:
         code = coordinator.check(tid)
@@ -292,6 +293,7 @@ async def handle_describe_transactions(
 ) -> DescribeTransactionsResponse:
     R = DescribeTransactionsResponse
     out = []
+    await broker.transactions.wait_ready(req.transactional_ids)
     for tid in req.transactional_ids:
         code = broker.transactions.check(tid)
         if code != E.NONE:

@@ -28,11 +28,15 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "riverbed"))
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Groups for pytest-xdist's ``--dist loadgroup`` (``make test``): the Spark tests all
     run on one worker, so the run starts one SparkSession (a JVM of ~1 GiB and two Python
     workers) rather than one per worker; every other file is a group of its own, so its
-    module-scoped cluster starts once."""
+    module-scoped cluster starts once and its tests run in file order. xdist's worker
+    turns the markers into node-id suffixes in its own ``pytest_collection_modifyitems``,
+    so these must be added first (``tryfirst``). `tests/unit/test_xdist_groups.py` checks
+    that the groups hold: under pytest 9.2 they did not (see pyproject.toml)."""
     for item in items:
         path = item.path.as_posix()
         group = "spark" if "/tests/spark/" in path else path

@@ -28,8 +28,10 @@ pytestmark = pytest.mark.integration
 
 QUIET = {"log_level": 3}
 HOUR_MS = 3_600_000
-#: Everything produced before a flush goes out as one batch.
-ONE_BATCH = {"linger.ms": 500, "acks": "all"}
+#: Everything produced before a flush goes out as one batch: librdkafka's flush sends at
+#: once whatever linger.ms says, so a long one only keeps a slow test process (descheduled
+#: for more than 500 ms on a loaded machine) from splitting the batch.
+ONE_BATCH = {"linger.ms": 30_000, "acks": "all"}
 
 
 def _create(broker: BrokerProcess, name: str, **config: str) -> None:

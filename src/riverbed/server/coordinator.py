@@ -39,7 +39,7 @@ import contextlib
 import logging
 import os
 import random
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from riverbed.coordinator.consumer_records import parse_consumer_record
@@ -371,7 +371,7 @@ class GroupCoordinator:
         self.reconcile()
         return list(self.shards.values())
 
-    async def wait_ready(self, group_ids: Iterable[str]) -> None:
+    async def wait_ready(self, group_ids: Sequence[str]) -> None:
         """Until no group of ``group_ids`` would answer COORDINATOR_LOAD_IN_PROGRESS
         (`wait_until_ready`)."""
         await wait_until_ready(lambda: any(self._becoming_ready(g) for g in group_ids))

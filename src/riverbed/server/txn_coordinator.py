@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, Protocol
 
 from riverbed.coordinator.records import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
@@ -282,7 +282,7 @@ class TransactionCoordinatorShell:
             return E.COORDINATOR_LOAD_IN_PROGRESS
         return E.NONE
 
-    async def wait_ready(self, tids: Iterable[str]) -> None:
+    async def wait_ready(self, tids: Sequence[str]) -> None:
         """Until no id of ``tids`` would answer COORDINATOR_LOAD_IN_PROGRESS
         (`wait_until_ready`)."""
         loading = E.COORDINATOR_LOAD_IN_PROGRESS

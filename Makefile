@@ -15,8 +15,8 @@ PYTEST_ARGS ?=
 # 2. Everything else (tests/integration, tests/spark, tests/spark_cluster, and any new
 #    directory) starts real processes: 3-node clusters, Spark's JVM. It runs in one process
 #    (PYTEST_WORKERS=0). Those tests mostly wait, and PYTEST_WORKERS=2 runs them in 11.3
-#    min instead of 19.2, but each of its runs so far found a test that a loaded machine
-#    breaks (RESULTS.md, stop 44): CI stays on one until such runs come out clean. With
+#    min instead of 19.2, but three of its first four runs found a test that a loaded
+#    machine breaks (RESULTS.md, stop 44): CI stays on one until such runs stay clean. With
 #    PYTEST_WORKERS=N each worker takes ports from its own slice (riverbed.testing.ports),
 #    a file stays whole on one worker, in order (module-scoped clusters;
 #    tests/unit/test_xdist_groups.py), and the Spark tests share one (tests/conftest.py).

@@ -384,7 +384,13 @@ class GroupCoordinator:
         return False
 
     async def ready_shard(self, group_id: str) -> tuple[int, GroupShard]:
-        """`shard_of` after `wait_ready`."""
+        """`shard_of`, after `wait_ready` if it says COORDINATOR_LOAD_IN_PROGRESS (a ready
+        shard is looked up once, not once to check and once more to use)."""
+        try:
+            return self.shard_of(group_id)
+        except CoordinatorError as exc:
+            if exc.code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                raise
         await self.wait_ready((group_id,))
         return self.shard_of(group_id)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
+import re
 import time
 
 import pytest
@@ -12,6 +14,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from riverbed.server.metrics.stalls import (
     BUSY_LATE_MS,
     BUSY_SHARE_MIN,
+    STALL_LOG_INTERVAL_MS,
+    STALL_LOG_MS,
     STALL_MS,
     StallCollector,
     StallStats,
@@ -108,3 +112,51 @@ def test_an_idle_loop_is_sampled_at_the_idle_interval(busy: bool) -> None:
         # the first at 2 ms, then one per 100 ms (a late one, on a loaded machine, is followed
         # by a 2 ms one)
         assert 2 <= s.samples <= 15, s.samples
+
+
+def test_a_long_stall_is_told_with_what_the_loop_thread_did_meanwhile() -> None:
+    s = StallStats()
+    late = STALL_LOG_MS / 1000
+    assert s.stall_line(late - 0.001, 0.2, 0.1, 0.0, now_s=1.0) is None  # under the bound
+    line = s.stall_line(0.150, 0.160, 0.030, 0.020, now_s=2.0)
+    assert line is not None
+    assert line.startswith("event loop stalled 150 ms: of the 160 ms")
+    assert "ran 30 ms (garbage collection 20 ms) and was off a CPU 130 ms" in line
+
+
+def test_stall_lines_are_rate_limited_and_count_what_they_left_out() -> None:
+    s = StallStats()
+    every_s = STALL_LOG_INTERVAL_MS / 1000
+    late = STALL_LOG_MS / 1000
+    assert s.stall_line(late, late, 0.0, 0.0, now_s=100.0) is not None
+    assert s.stall_line(late, late, 0.0, 0.0, now_s=100.0 + every_s / 2) is None
+    assert s.stall_line(late, late, 0.0, 0.0, now_s=100.0 + every_s * 0.9) is None
+    line = s.stall_line(late, late, 0.0, 0.0, now_s=100.0 + every_s)
+    assert line is not None and line.endswith(
+        f"; 2 more stall(s) over {STALL_LOG_MS} ms since the last such line"
+    )
+    again = s.stall_line(late, late, 0.0, 0.0, now_s=100.0 + 2 * every_s)
+    assert again is not None and "more stall(s)" not in again
+
+
+def test_the_sampler_logs_a_loop_held_past_the_log_bound(caplog: pytest.LogCaptureFixture) -> None:
+    s = StallStats()
+    caplog.set_level(logging.WARNING, logger="riverbed.server.metrics.stalls")
+
+    async def main() -> None:
+        sampler = asyncio.ensure_future(s.run(interval_ms=1, idle_interval_ms=1))
+        await asyncio.sleep(0.005)
+        time.sleep(STALL_LOG_MS / 1000 + 0.02)  # a callback holding the loop
+        for _ in range(1000):
+            if any("event loop stalled" in r.getMessage() for r in caplog.records):
+                break
+            await asyncio.sleep(0.001)
+        sampler.cancel()
+        await asyncio.gather(sampler, return_exceptions=True)
+
+    asyncio.run(main())
+    lines = [r.getMessage() for r in caplog.records if "event loop stalled" in r.getMessage()]
+    assert lines, "no stall line"
+    # time.sleep held the loop without a CPU: the line tells that from a busy loop
+    off = re.search(r"was off a CPU (\d+) ms", lines[0])
+    assert off is not None and int(off.group(1)) >= STALL_LOG_MS * 0.8, lines[0]

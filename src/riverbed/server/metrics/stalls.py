@@ -13,6 +13,13 @@ such gauge (its handler threads stall one at a time); these are riverbed's own:
   ``python_gc_pause_seconds_max`` per generation, timed by a ``gc.callbacks`` hook (the
   collector runs on the loop thread, so a pause is a stall).
 
+A wake-up at least `STALL_LOG_MS` late is also logged (WARNING, at most one line per
+`STALL_LOG_INTERVAL_MS`, counting the ones it left out): how late, and how much of the
+sample the loop's thread spent on a CPU and collecting garbage. The rest it did not run:
+it waited for a CPU, sat in a blocking system call, or the process was stopped. So a
+latency spike in a client's figures can be matched with the node's log, and a busy loop
+told from a starved one.
+
 The sampler costs one timer wake-up per interval; the hook two clock reads per collection.
 An idle node does not need 100 samples a second (they cost ~0.9% of a core per idle node,
 a third of its idle CPU, `benchmarks/idle_cost.py`): while the loop's thread used less than `BUSY_SHARE_MIN` of a CPU
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import time
 from collections.abc import Callable, Iterator
 
@@ -45,6 +53,13 @@ BUSY_LATE_MS = 1.0
 #: acks=all latency would be 1 ms; 5 ms is what a client notices).
 STALL_MS = 5
 GENERATIONS = 3
+#: A wake-up at least this late (ms) is logged: far past any latency goal, rare on a
+#: healthy node, so the log says when and why a client saw a spike.
+STALL_LOG_MS = 100
+#: At most one stall line per this many ms (the others are counted in the next line).
+STALL_LOG_INTERVAL_MS = 10_000
+
+log = logging.getLogger(__name__)
 
 
 class StallStats:
@@ -56,6 +71,9 @@ class StallStats:
         self.gc_pauses = [0] * GENERATIONS
         self.gc_pause_s = [0.0] * GENERATIONS
         self.gc_pause_max_s = [0.0] * GENERATIONS
+        #: loop time (s) of the last stall line; stalls over STALL_LOG_MS left out since
+        self._logged_at_s: float | None = None
+        self._unlogged = 0
 
     def woke(self, late_s: float) -> None:
         """The sampler woke ``late_s`` seconds after it asked to."""
@@ -69,6 +87,31 @@ class StallStats:
         self.gc_pauses[g] += 1
         self.gc_pause_s[g] += pause_s
         self.gc_pause_max_s[g] = max(self.gc_pause_max_s[g], pause_s)
+
+    def stall_line(
+        self, late_s: float, wall_s: float, cpu_s: float, gc_s: float, now_s: float
+    ) -> str | None:
+        """The WARNING line for a sample ``late_s`` late, ``wall_s`` long, of which the loop's
+        thread ran ``cpu_s`` and collected garbage ``gc_s``; None when it was less than
+        `STALL_LOG_MS` late, or a line went out less than `STALL_LOG_INTERVAL_MS` ago."""
+        if late_s * 1000 < STALL_LOG_MS:
+            return None
+        last = self._logged_at_s
+        if last is not None and (now_s - last) * 1000 < STALL_LOG_INTERVAL_MS:
+            self._unlogged += 1
+            return None
+        self._logged_at_s = now_s
+        left_out, self._unlogged = self._unlogged, 0
+        cpu_s, gc_s = min(cpu_s, wall_s), min(gc_s, wall_s)
+        line = (
+            f"event loop stalled {late_s * 1000:.0f} ms: of the {wall_s * 1000:.0f} ms since it "
+            f"last ran the sampler, its thread ran {cpu_s * 1000:.0f} ms (garbage collection "
+            f"{gc_s * 1000:.0f} ms) and was off a CPU {(wall_s - cpu_s) * 1000:.0f} ms "
+            "(waiting for one, in a blocking system call, or the process stopped)"
+        )
+        if left_out:
+            line += f"; {left_out} more stall(s) over {STALL_LOG_MS} ms since the last such line"
+        return line
 
     def gc_hook(self, clock: Callable[[], float] = time.perf_counter) -> Callable[..., None]:
         """A ``gc.callbacks`` entry timing every collection into these counters."""
@@ -97,12 +140,17 @@ class StallStats:
         cpu = thread_time()
         try:
             while True:
-                asked = loop.time()
+                asked, gc_before = loop.time(), sum(self.gc_pause_s)
                 await asyncio.sleep(sleep_ms / 1000)
-                wall_s = loop.time() - asked
+                now = loop.time()
+                wall_s = now - asked
                 late_s = max(0.0, wall_s - sleep_ms / 1000)
                 self.woke(late_s)
                 cpu, cpu_before = thread_time(), cpu
+                gc_s = sum(self.gc_pause_s) - gc_before
+                line = self.stall_line(late_s, wall_s, cpu - cpu_before, gc_s, now)
+                if line is not None:
+                    log.warning("%s", line)
                 sleep_ms = next_sample_interval_ms(
                     cpu - cpu_before, wall_s, late_s, interval_ms, idle_interval_ms
                 )

@@ -13,18 +13,19 @@ PYTEST_ARGS ?=
 #    core, run them in about half the time (a test takes ports from free_port or port 0,
 #    never a fixed one: pass riverbed.http.listeners= to a Node, whose default is 9644).
 # 2. Everything else (tests/integration, tests/spark, tests/spark_cluster, and any new
-#    directory) starts real processes: 3-node clusters, Spark's JVM. It runs in one process
-#    (PYTEST_WORKERS=0). Those tests mostly wait, and PYTEST_WORKERS=2 runs them in 11.3
-#    min instead of 19.2, but three of its first four runs found a test that a loaded
-#    machine breaks (RESULTS.md, stop 44): CI stays on one until such runs stay clean. With
-#    PYTEST_WORKERS=N each worker takes ports from its own slice (riverbed.testing.ports),
+#    directory) starts real processes: 3-node clusters, Spark's JVM. Those tests mostly
+#    wait, so PYTEST_WORKERS=2 pytest-xdist workers run them in ~11 min instead of ~19.
+#    Three of the first four such runs found a test that a loaded machine breaks; with the
+#    three fixed, the next five runs on fresh clones were clean (RESULTS.md, stops 44-45).
+#    PYTEST_WORKERS=0 runs them in one process, as before. Each worker takes ports from its
+#    own slice (riverbed.testing.ports),
 #    a file stays whole on one worker, in order (module-scoped clusters;
 #    tests/unit/test_xdist_groups.py), and the Spark tests share one (tests/conftest.py).
 # PYTEST_ARGS goes to both runs (-x, -k, --lf, -v); when it names test paths (tests/...),
 # `make test` runs just those, in one run, as phase 2 does.
 IN_PROCESS_TESTS := tests/unit tests/simulation
 UNIT_WORKERS ?= 2
-PYTEST_WORKERS ?= 0
+PYTEST_WORKERS ?= 2
 # The C extensions (the Spark source's record decoder, the metadata records' fast path,
 # a TLS listener's record reader),
 # built in place for the editable install (hatch_build.py; wheels get them from the same

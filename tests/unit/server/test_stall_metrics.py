@@ -120,8 +120,9 @@ def test_a_long_stall_is_told_with_what_the_loop_thread_did_meanwhile() -> None:
     assert s.stall_line(late - 0.001, 0.2, 0.1, 0.0, now_s=1.0) is None  # under the bound
     line = s.stall_line(0.150, 0.160, 0.030, 0.020, now_s=2.0)
     assert line is not None
-    assert line.startswith("event loop stalled 150 ms: of the 160 ms")
-    assert "ran 30 ms (garbage collection 20 ms) and was off a CPU 130 ms" in line
+    assert line.startswith("event loop stalled 150 ms: in the 160 ms since the sampler last ran")
+    assert "thread ran 30 ms and was off a CPU 130 ms" in line
+    assert line.endswith("garbage collection took 20 ms of it")
 
 
 def test_stall_lines_are_rate_limited_and_count_what_they_left_out() -> None:

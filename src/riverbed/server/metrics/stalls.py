@@ -94,7 +94,8 @@ class StallStats:
         self, late_s: float, wall_s: float, cpu_s: float, gc_s: float, now_s: float
     ) -> str | None:
         """The WARNING line for a sample ``late_s`` late, ``wall_s`` long, of which the loop's
-        thread ran ``cpu_s`` and collected garbage ``gc_s``; None when it was less than
+        thread ran ``cpu_s`` and garbage collection took ``gc_s`` (wall time: a collection
+        can be preempted too); None when it was less than
         `STALL_LOG_MS` late, or a line went out less than `STALL_LOG_INTERVAL_MS` ago."""
         if late_s * 1000 < STALL_LOG_MS:
             return None
@@ -106,10 +107,10 @@ class StallStats:
         left_out, self._unlogged = self._unlogged, 0
         cpu_s, gc_s = min(cpu_s, wall_s), min(gc_s, wall_s)
         line = (
-            f"event loop stalled {late_s * 1000:.0f} ms: of the {wall_s * 1000:.0f} ms since it "
-            f"last ran the sampler, its thread ran {cpu_s * 1000:.0f} ms (garbage collection "
-            f"{gc_s * 1000:.0f} ms) and was off a CPU {(wall_s - cpu_s) * 1000:.0f} ms "
-            "(waiting for one, in a blocking system call, or the process stopped)"
+            f"event loop stalled {late_s * 1000:.0f} ms: in the {wall_s * 1000:.0f} ms since the "
+            f"sampler last ran, the loop's thread ran {cpu_s * 1000:.0f} ms and was off a CPU "
+            f"{(wall_s - cpu_s) * 1000:.0f} ms (waiting for one, in a blocking system call, or "
+            f"the process stopped); garbage collection took {gc_s * 1000:.0f} ms of it"
         )
         if left_out:
             line += f"; {left_out} more stall(s) over {STALL_LOG_MS} ms since the last such line"

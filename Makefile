@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 #    directory) starts real processes: 3-node clusters, Spark's JVM. Those tests mostly
 #    wait, so PYTEST_WORKERS=2 pytest-xdist workers run them in ~11 min instead of ~19.
 #    Three of the first four such runs found a test that a loaded machine breaks; with the
-#    three fixed, the next five runs on fresh clones were clean (RESULTS.md, stops 44-45).
+#    three fixed, the next six runs on fresh clones were clean (RESULTS.md, stops 44-45).
 #    PYTEST_WORKERS=0 runs them in one process, as before. Each worker takes ports from its
 #    own slice (riverbed.testing.ports),
 #    a file stays whole on one worker, in order (module-scoped clusters;

@@ -128,7 +128,7 @@ def test_a_long_stall_is_told_with_what_the_loop_thread_did_meanwhile() -> None:
 def test_stall_lines_are_rate_limited_and_count_what_they_left_out() -> None:
     s = StallStats()
     every_s = STALL_LOG_INTERVAL_MS / 1000
-    late = STALL_LOG_MS / 1000
+    late = STALL_LOG_MS / 1000 + 0.001
     assert s.stall_line(late, late, 0.0, 0.0, now_s=100.0) is not None
     assert s.stall_line(late, late, 0.0, 0.0, now_s=100.0 + every_s / 2) is None
     assert s.stall_line(late, late, 0.0, 0.0, now_s=100.0 + every_s * 0.9) is None

@@ -95,8 +95,8 @@ class StallStats:
     ) -> str | None:
         """The WARNING line for a sample ``late_s`` late, ``wall_s`` long, of which the loop's
         thread ran ``cpu_s`` and garbage collection took ``gc_s`` (wall time: a collection
-        can be preempted too); None when it was less than
-        `STALL_LOG_MS` late, or a line went out less than `STALL_LOG_INTERVAL_MS` ago."""
+        can be preempted too); None when it was less than `STALL_LOG_MS` late, or a line
+        went out less than `STALL_LOG_INTERVAL_MS` ago."""
         if late_s * 1000 < STALL_LOG_MS:
             return None
         last = self._logged_at_s

@@ -14,7 +14,8 @@ batch.size 16384, linger.ms ``--linger-ms``, ``--size``-byte records):
   per 1000 records the CPU time of the node processes and of the client, the wake-ups of
   the nodes' event-loop threads (voluntary context switches, /proc): figures a loaded
   machine disturbs far less than latency; and the time the nodes' and the client's threads
-  waited for a CPU while runnable (schedstat run delay: queueing for a core, not work).
+  waited for a CPU while runnable (schedstat run delay: queueing for a core, not work),
+  and the share of the machine's cores the nodes and the client kept busy together.
 
 RF1 then also runs ``--trials`` trials at RF3's half-peak rate (not with ``--rate``): the same
 offered load, so the p50 ratio shows what replication adds; at each one's own half peak RF1
@@ -38,8 +39,8 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from benchmarks.replication_bench import wait_isr
-from riverbed.cli.bench import run_produce
 from riverbed.cli.bench_latency import DEFAULT_SAMPLE_EVERY, LatencyRun, run_latency
+from riverbed.cli.bench_runners import run_produce
 from riverbed.testing.quorum_cluster import QuorumCluster
 
 TOPIC = "bench"
@@ -88,6 +89,7 @@ def line(
     cost: tuple[float, int],
     client_cpu_s: float,
     waits: tuple[float, float],
+    wall_s: float,
 ) -> str:
     lat = run.result.latency_ms
     peak = f"peak {run.peak:,.0f}/s, " if run.peak is not None else ""
@@ -99,8 +101,17 @@ def line(
         f"{run.sample_every}); per 1000 records the nodes used "
         f"{cost[0] * per_k * 1000:.1f} ms CPU, their loops woke {cost[1] * per_k:.0f} times, "
         f"the client {client_cpu_s * per_k * 1000:.1f} ms CPU; waited for a CPU: the nodes "
-        f"{waits[0] * per_k * 1000:.1f} ms, the client {waits[1] * per_k * 1000:.1f} ms"
+        f"{waits[0] * per_k * 1000:.1f} ms, the client {waits[1] * per_k * 1000:.1f} ms; "
+        f"{busy_share(cost[0] + client_cpu_s, wall_s):.0%} of the machine's cores busy"
     )
+
+
+def busy_share(cpu_s: float, wall_s: float, cores: int | None = None) -> float:
+    """The share of the machine's cores that ``cpu_s`` of CPU over ``wall_s`` kept busy: on
+    a machine that holds every node and the client, what the paced rate costs in all (at
+    ~90% the run is queueing for a core, whatever each process does)."""
+    cores = cores or os.cpu_count() or 1
+    return cpu_s / (wall_s * cores) if wall_s > 0 else 0.0
 
 
 def measure(
@@ -134,15 +145,17 @@ def measure(
             me = [os.getpid()]
             before, client_before = node_cost(pids), time.process_time()
             waits_before = (cpu_wait_s(pids), cpu_wait_s(me))
+            started = time.monotonic()
             run = run_latency(
                 c.bootstrap_servers, TOPIC, rate=rate, sample_every=args.sample_every, **common
             )
+            wall_s = time.monotonic() - started
             after, client_s = node_cost(pids), time.process_time() - client_before
             waits = (cpu_wait_s(pids) - waits_before[0], cpu_wait_s(me) - waits_before[1])
             run = LatencyRun(run.rate, peak_of_run, run.result, run.sampled, run.sample_every)
             runs.append(run)
             cost = (after[0] - before[0], after[1] - before[1])
-            print(line(name, run, cost, client_s, waits), flush=True)
+            print(line(name, run, cost, client_s, waits, wall_s), flush=True)
     return runs[: args.trials], runs[args.trials :]
 
 

@@ -34,7 +34,7 @@ EXT_SUFFIX := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config
 COLUMNAR := src/riverbed/spark/_columnar$(EXT_SUFFIX) src/riverbed/protocol/_fastpath$(EXT_SUFFIX) \
 	src/riverbed/server/_tlsread$(EXT_SUFFIX)
 
-.PHONY: run test bytecode lint typecheck unit sysdeps venv bench soak soak-spark fuzz clean ext vendor wheel
+.PHONY: run test bytecode lint typecheck unit sysdeps venv bench soak chaos soak-spark fuzz clean ext vendor wheel
 
 $(UV):
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet --user uv || $(PYTHON) -m pip install --quiet uv
@@ -143,6 +143,15 @@ soak: $(STAMP)
 	$(VENV)/bin/python -m riverbed.testing.ledger_model $(SOAK_SEEDS)
 	$(VENV)/bin/python -m riverbed.testing.txn_sim $(SOAK_SEEDS)
 	$(VENV)/bin/python -m riverbed.testing.liveness_sim $(SOAK_SEEDS)
+
+# Process faults on a real 3-node cluster under an idempotent producer, then every
+# acknowledged record checked in the log (riverbed.testing.nemesis, Jepsen's method):
+# `make chaos CHAOS_RUNS=10 CHAOS_S=120` (seeded schedules from FIRST_SEED; each failing
+# run prints its replay command). make test runs one short fixed schedule.
+CHAOS_RUNS ?= 3
+CHAOS_S ?= 90
+chaos: $(STAMP)
+	$(VENV)/bin/python -m riverbed.testing.nemesis --runs $(CHAOS_RUNS) --seconds $(CHAOS_S) --first-seed $(FIRST_SEED)
 
 # The Spark exactly-once sink under repeated driver kills on 3 nodes (issue 22): a soak,
 # each kill restarts a Spark driver; RIVERBED_EOS_KILLS (default 10) kills per run.

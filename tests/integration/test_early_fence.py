@@ -27,7 +27,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from riverbed.testing.cluster import scaled_s
-from riverbed.testing.quorum_cluster import QuorumCluster
+from riverbed.testing.quorum_cluster import QUICK_ELECTIONS, QuorumCluster
 
 from .test_quorum import metadata_of
 from .test_replication import partition_state, wait_for
@@ -39,11 +39,7 @@ SESSION_MS = 120_000
 #: a loaded machine's pause between two polls cannot hide the window).
 GRACE_MS = 8_000
 OVERRIDES = {
-    "controller.quorum.election.timeout.ms": "500",
-    "controller.quorum.fetch.timeout.ms": "1000",
-    "controller.quorum.election.backoff.max.ms": "300",
-    "controller.quorum.request.timeout.ms": "1000",
-    "broker.heartbeat.interval.ms": "500",
+    **QUICK_ELECTIONS,
     "broker.session.timeout.ms": str(SESSION_MS),
     "default.replication.factor": "3",
     "min.insync.replicas": "2",

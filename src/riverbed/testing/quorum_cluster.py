@@ -26,6 +26,15 @@ from riverbed.testing.cluster import START_TIMEOUT_S, BrokerProcess, free_port
 
 #: Most nodes one cluster runs (each is a Python process).
 NODES_MAX = 9
+#: Quick elections and broker heartbeats for fault tests: a killed voter's role moves
+#: within about a second (Kafka's defaults take several).
+QUICK_ELECTIONS = {
+    "controller.quorum.election.timeout.ms": "500",
+    "controller.quorum.fetch.timeout.ms": "1000",
+    "controller.quorum.election.backoff.max.ms": "300",
+    "controller.quorum.request.timeout.ms": "1000",
+    "broker.heartbeat.interval.ms": "500",
+}
 
 
 class QuorumCluster:

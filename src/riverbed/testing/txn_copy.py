@@ -36,7 +36,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from riverbed.testing.cluster import scaled_s
-from riverbed.testing.quorum_cluster import QuorumCluster
+from riverbed.testing.quorum_cluster import QUICK_ELECTIONS, QuorumCluster
 from riverbed.testing.txn_copier import STUCK_S, VALUES_PER_INCARNATION
 from riverbed.testing.txn_history import Outcome, Report, Send, Txn, check
 from riverbed.testing.txn_history_clients import QUIET, Reader
@@ -44,11 +44,7 @@ from riverbed.testing.txn_history_clients import QUIET, Reader
 #: The 3 nodes: everything replicated 3 ways with min.isr 2 (one node may be down), quick
 #: elections and broker sessions of 4 s (a killed leader's partitions move soon).
 OVERRIDES = {
-    "controller.quorum.election.timeout.ms": "500",
-    "controller.quorum.fetch.timeout.ms": "1000",
-    "controller.quorum.election.backoff.max.ms": "300",
-    "controller.quorum.request.timeout.ms": "1000",
-    "broker.heartbeat.interval.ms": "500",
+    **QUICK_ELECTIONS,
     "broker.session.timeout.ms": "4000",
     "default.replication.factor": "3",
     "min.insync.replicas": "2",

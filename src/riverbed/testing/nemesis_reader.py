@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from riverbed.testing.nemesis_checks import GroupRead
 
@@ -42,6 +42,8 @@ class GroupReader:
     stop: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
     _consumer: Consumer | None = None
+    #: partition -> the highest offset delivered so far
+    _highest: dict[int, int] = field(default_factory=dict)
 
     def _config(self) -> dict[str, object]:
         conf: dict[str, object] = {
@@ -76,14 +78,16 @@ class GroupReader:
             p, offset, value = msg.partition(), msg.offset(), msg.value()
             assert p is not None and offset is not None and value is not None
             self.read.delivered.setdefault(p, []).append((offset, int(value)))
+            self._highest[p] = max(offset, self._highest.get(p, -1))
 
     def _commit(self) -> None:
         assert self._consumer is not None
         try:
             done = self._consumer.commit(asynchronous=False)
         except KafkaException as exc:
-            if "_NO_OFFSET" not in str(exc):  # nothing read since the last commit
-                self.read.failed_commits += 1
+            err = exc.args[0] if exc.args else None
+            if not (isinstance(err, KafkaError) and err.code() == KafkaError._NO_OFFSET):
+                self.read.failed_commits += 1  # (_NO_OFFSET: nothing new to commit)
             return
         for tp in done or []:
             if tp.error is None and tp.offset >= 0:
@@ -103,8 +107,7 @@ class GroupReader:
             self._consumer.close()
 
     def _reached(self, ends: dict[int, int]) -> bool:
-        seen = {p: max((o for o, _ in rows), default=-1) for p, rows in self.read.delivered.items()}
-        return all(end == 0 or seen.get(p, -1) >= end - 1 for p, end in ends.items())
+        return all(self._highest.get(p, -1) >= end - 1 for p, end in ends.items())
 
 
 def committed(bootstrap: str, topic: str, group: str, partitions: int) -> dict[int, int]:

@@ -6,7 +6,9 @@ and in order, and the group's deliveries and commits against the log.
 The schedule has each kind of fault once, on the partition leader and the active
 controller: a SIGKILL and restart; a SIGSTOP held past the 3 s session timeout (the
 paused broker is fenced, then comes back by itself); a SIGTERM and restart; a short
-SIGSTOP (not fenced). Longer, seeded schedules run with ``make chaos``.
+SIGSTOP (not fenced); then a SIGKILL of the leader and one more node at once (one in-sync
+replica left, below ``min.insync.replicas``: writes wait until a restarted one catches
+up). Longer, seeded schedules run with ``make chaos``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ SCHEDULE = [
     Fault(quiet_s=2.0, kind="pause", target="leader", hold_s=4.5),
     Fault(quiet_s=2.0, kind="term", target="controller", hold_s=1.0),
     Fault(quiet_s=2.0, kind="pause", target="controller", hold_s=1.0),
+    Fault(quiet_s=2.0, kind="kill", target="leader", hold_s=2.0, pick=1, width=2),
 ]
 
 

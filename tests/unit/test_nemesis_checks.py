@@ -17,7 +17,7 @@ from riverbed.testing.nemesis_schedule import (
     QUIET_S_MAX,
     Fault,
     fault_schedule,
-    pick_node,
+    pick_nodes,
 )
 
 PARTITIONS = 3
@@ -148,11 +148,22 @@ def test_schedules_cover_every_kind_and_target() -> None:
 
 def test_a_fault_hits_the_leader_it_names_or_a_picked_node() -> None:
     nodes = [1, 2, 3]
-    assert pick_node(Fault(1, "kill", "leader", 1, pick=0), nodes, 3, 2) == 3
-    assert pick_node(Fault(1, "kill", "controller", 1, pick=0), nodes, 3, 2) == 2
+    assert pick_nodes(Fault(1, "kill", "leader", 1, pick=0), nodes, 3, 2) == [3]
+    assert pick_nodes(Fault(1, "kill", "controller", 1, pick=0), nodes, 3, 2) == [2]
     # unknown leader (mid-fault lookups fail): a picked node, deterministically
-    assert pick_node(Fault(1, "kill", "leader", 1, pick=4), nodes, -1, 2) == 2
-    assert pick_node(Fault(1, "pause", "any", 1, pick=5), nodes, 3, 2) == 3
+    assert pick_nodes(Fault(1, "kill", "leader", 1, pick=4), nodes, -1, 2) == [2]
+    assert pick_nodes(Fault(1, "pause", "any", 1, pick=5), nodes, 3, 2) == [3]
+
+
+def test_a_wide_fault_hits_its_target_and_one_other_never_all() -> None:
+    nodes = [1, 2, 3]
+    for pick in range(6):
+        hit = pick_nodes(Fault(1, "kill", "leader", 1, pick=pick, width=2), nodes, 3, 2)
+        assert hit[0] == 3 and len(set(hit)) == 2 and set(hit) < set(nodes)
+    with pytest.raises(AssertionError):
+        pick_nodes(Fault(1, "kill", "any", 1, width=2), [1, 2], 1, 1)
+    wide = [f for seed in range(10) for f in fault_schedule(seed, 60) if f.width == 2]
+    assert wide, "no schedule of ten has a two-node fault"
 
 
 def test_longest_wait_is_the_longest_gap_begun_after_the_fault() -> None:

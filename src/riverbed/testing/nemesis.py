@@ -55,7 +55,7 @@ from riverbed.testing.nemesis_checks import (
     violations,
 )
 from riverbed.testing.nemesis_reader import GroupReader, committed
-from riverbed.testing.nemesis_schedule import Fault, fault_schedule, pick_node
+from riverbed.testing.nemesis_schedule import Fault, fault_schedule, pick_nodes
 from riverbed.testing.quorum_cluster import QUICK_ELECTIONS, QuorumCluster
 
 TOPIC = "nemesis"
@@ -88,7 +88,7 @@ QUEUE_MESSAGES_MAX = 1_000_000
 @dataclass
 class FaultRecord:
     fault: Fault
-    node: int
+    nodes: list[int]
     injected_s: float
     healed_s: float = 0.0
 
@@ -171,24 +171,46 @@ def _leaders(admin: AdminClient) -> tuple[int, int]:
     return leader, md.controller_id
 
 
-def _inject(cluster: QuorumCluster, fault: Fault, node: int) -> None:
-    proc = cluster.nodes[node]
-    if fault.kind == "kill":
-        proc.kill()
-    elif fault.kind == "term":
-        proc.stop()
-    else:
-        assert proc.pid is not None
-        os.kill(proc.pid, signal.SIGSTOP)
+def _inject(cluster: QuorumCluster, kind: str, nodes: list[int]) -> None:
+    for node in nodes:
+        proc = cluster.nodes[node]
+        if kind == "kill":
+            proc.kill()
+        elif kind == "term":
+            proc.stop()
+        else:
+            assert proc.pid is not None
+            os.kill(proc.pid, signal.SIGSTOP)
 
 
-def _heal(cluster: QuorumCluster, fault: Fault, node: int) -> None:
-    proc = cluster.nodes[node]
-    if fault.kind == "pause":
-        assert proc.pid is not None
-        os.kill(proc.pid, signal.SIGCONT)
-    else:
-        proc.start(RESTART_TIMEOUT_S)
+def _heal(cluster: QuorumCluster, kind: str, nodes: list[int]) -> None:
+    """Continue or start ``nodes`` again (starts side by side: two stopped voters each
+    wait for the other to form a quorum)."""
+    if kind == "pause":
+        for node in nodes:
+            pid = cluster.nodes[node].pid
+            assert pid is not None
+            os.kill(pid, signal.SIGCONT)
+        return
+    errors: list[BaseException] = []
+
+    def start(node: int) -> None:
+        try:
+            cluster.nodes[node].start(RESTART_TIMEOUT_S)
+        except BaseException as exc:  # raised below, once every start has ended
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(n,)) for n in nodes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def _names(nodes: list[int]) -> str:
+    return ("node " if len(nodes) == 1 else "nodes ") + " and ".join(map(str, nodes))
 
 
 def apply_faults(
@@ -204,14 +226,14 @@ def apply_faults(
     for fault in faults:
         time.sleep(fault.quiet_s)
         leader, controller = _leaders(admin)
-        node = pick_node(fault, list(cluster.ids), leader, controller)
-        record = FaultRecord(fault, node, clock())
-        say(f"{fault.kind} node {node} ({fault.target}; held {fault.hold_s:.1f} s)")
-        _inject(cluster, fault, node)
+        nodes = pick_nodes(fault, list(cluster.ids), leader, controller)
+        record = FaultRecord(fault, nodes, clock())
+        say(f"{fault.kind} {_names(nodes)} ({fault.target}; held {fault.hold_s:.1f} s)")
+        _inject(cluster, fault.kind, nodes)
         try:
             time.sleep(fault.hold_s)
         finally:
-            _heal(cluster, fault, node)
+            _heal(cluster, fault.kind, nodes)
         record.healed_s = clock()
         done.append(record)
     return done
@@ -322,7 +344,7 @@ def run(
             waits = [longest_wait(t, rec.injected_s, end) for t in writer.ack_times.values()]
             wait = max(waits, default=end - rec.injected_s)
             say(
-                f"  t={rec.injected_s - started:6.1f}s {rec.fault.kind:5s} node {rec.node} "
+                f"  t={rec.injected_s - started:6.1f}s {rec.fault.kind:5s} {_names(rec.nodes)} "
                 f"({rec.fault.target}): longest wait for an acknowledgement {wait:.2f} s"
             )
         history.logs = read_back(cluster.bootstrap_servers, partitions)

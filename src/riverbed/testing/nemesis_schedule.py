@@ -18,6 +18,13 @@ The kinds (what a supervisor and an operator do to a node, as Jepsen's nemeses d
 
 The targets: ``leader`` (the leader of partition 0 of the nemesis topic at that moment),
 ``controller`` (the active controller), ``any`` (a node picked by ``pick`` among all).
+One fault in `WIDE_ONE_IN` hits two nodes at once (``width`` 2: the target and another
+picked one): two replicas away leave a partition one in-sync replica, below
+``min.insync.replicas``, so writes wait; two voters away leave the quorum without a
+majority. Acknowledged writes must still survive, and the cluster must serve again once
+they are back. (Never all three: a SIGKILL is an unclean shutdown, and a partition whose
+last in-sync replica restarts uncleanly stays leaderless until an unclean election is
+asked for, by design: `riverbed.metadata.partition_control`.)
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ HOLD_S_MIN = 0.5
 HOLD_S_MAX = 6.0
 #: Faults in one schedule at most (a run's length bounds it long before this).
 FAULTS_MAX = 10_000
+#: One fault in this many hits two nodes at once.
+WIDE_ONE_IN = 4
 
 
 @dataclass(frozen=True)
@@ -52,13 +61,13 @@ class Fault:
     target: FaultTarget
     hold_s: float
     pick: int = 0
+    #: nodes hit at once: 1, or 2 (the target and a picked other)
+    width: int = 1
 
     def __post_init__(self) -> None:
         assert self.quiet_s >= 0 and self.hold_s >= 0, self
         assert self.kind in FAULT_KINDS and self.target in FAULT_TARGETS, self
-
-    def describe(self) -> str:
-        return f"{self.kind} {self.target} for {self.hold_s:.1f} s after {self.quiet_s:.1f} s"
+        assert self.width in (1, 2), self
 
 
 def fault_schedule(seed: int, seconds: float) -> list[Fault]:
@@ -74,16 +83,20 @@ def fault_schedule(seed: int, seconds: float) -> list[Fault]:
             break
         kind = rng.choice(FAULT_KINDS)
         target = rng.choice(FAULT_TARGETS)
-        faults.append(Fault(quiet, kind, target, hold, rng.randrange(1 << 30)))
+        width = 2 if rng.randrange(WIDE_ONE_IN) == 0 else 1
+        faults.append(Fault(quiet, kind, target, hold, rng.randrange(1 << 30), width))
         elapsed += quiet + hold
     return faults
 
 
-def pick_node(fault: Fault, nodes: list[int], leader: int, controller: int) -> int:
-    """The node ``fault`` hits, given the cluster's nodes and who leads now (-1: unknown,
-    then the node is picked as for ``any``)."""
-    assert nodes, "no node to hit"
+def pick_nodes(fault: Fault, nodes: list[int], leader: int, controller: int) -> list[int]:
+    """The nodes ``fault`` hits, its target first, given the cluster's nodes and who
+    leads now (-1: unknown, then the target is picked as for ``any``)."""
+    assert len(nodes) > fault.width, "a fault must leave a node up"
+    ordered = sorted(nodes)
     wanted = {"leader": leader, "controller": controller}.get(fault.target, -1)
-    if wanted in nodes:
-        return wanted
-    return sorted(nodes)[fault.pick % len(nodes)]
+    first = wanted if wanted in nodes else ordered[fault.pick % len(ordered)]
+    if fault.width == 1:
+        return [first]
+    others = [n for n in ordered if n != first]
+    return [first, others[fault.pick % len(others)]]

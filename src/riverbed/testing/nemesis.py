@@ -226,17 +226,19 @@ def apply_faults(
 
 
 def longest_wait(ack_times: list[float], start: float, end: float) -> float:
-    """The longest wait for an acknowledgement that began in [start, end): from
-    ``start`` (the fault) to the first one after it, or between consecutive ones, each
-    counted in full even when it runs past ``end`` (the next fault); a wait still open
-    at the last acknowledgement counts until ``end``."""
+    """The longest wait for an acknowledgement within [start, end]: from ``start`` (the
+    fault) to the first one after it, between consecutive ones, and from the last one to
+    ``end`` (the next fault). A wait that runs past ``end`` is cut there; the next
+    fault's window counts the rest, from its own start (a gap's start is the last
+    acknowledgement before it, so a gap the next fault causes begins just before that
+    fault, and must not be charged to this one)."""
     last, longest = start, 0.0
     for t in ack_times:
         if t <= start:
             continue
+        if t > end:
+            break
         longest = max(longest, t - last)
-        if t >= end:
-            return longest
         last = t
     return max(longest, end - last)
 

@@ -173,3 +173,42 @@ def test_longest_wait_is_cut_at_the_windows_edges() -> None:
     assert longest_wait(acks, 4.1, 6.0) == pytest.approx(1.8)
     assert longest_wait(acks, 6.0, 12.0) == pytest.approx(3.0)  # 6.0 -> 9.0, then 9 -> 12
     assert longest_wait([], 2.0, 5.0) == pytest.approx(3.0)
+
+
+def test_a_clean_group_read_keeps_every_guarantee() -> None:
+    h = with_group(clean_history())
+    assert violations(h) == []
+    assert h.group is not None
+    h.group.delivered[0] += h.group.delivered[0][:3]  # redelivered after a rebalance: allowed
+    assert violations(h) == []
+
+
+def test_a_record_the_log_does_not_hold_delivered_to_the_group_is_caught() -> None:
+    h = with_group(clean_history())
+    assert h.group is not None
+    offset, _ = h.logs[1][-1]
+    h.group.delivered[1].append((offset + 1, 1000))  # above the end: truncated later
+    assert kinds(h) == ["delivered to the group, not in the log"]
+
+
+def test_a_record_never_delivered_to_the_group_is_caught() -> None:
+    h = with_group(clean_history())
+    assert h.group is not None
+    del h.group.delivered[2][4]
+    assert kinds(h) == ["never delivered to the group"]
+
+
+def test_group_commits_going_back_or_lost_are_caught() -> None:
+    h = with_group(clean_history())
+    assert h.group is not None
+    h.group.commits[0] = [5, 3, h.group.commits[0][-1]]
+    assert kinds(h) == ["group commits lost or behind"]
+    h = with_group(clean_history())
+    assert h.group is not None
+    h.group.committed[1] -= 1  # the coordinator lost the last acknowledged commit
+    assert kinds(h) == ["group commits lost or behind"]
+    h = with_group(clean_history())
+    assert h.group is not None
+    h.group.commits[2][-1] -= 1  # never reached the end
+    h.group.committed[2] -= 1
+    assert kinds(h) == ["group commits lost or behind"]

@@ -41,9 +41,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from riverbed.testing.nemesis_checks import (
@@ -106,13 +105,14 @@ class Writer:
     error: BaseException | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def _delivered(self, value: int, err: Any, msg: Any) -> None:
+    def _delivered(self, value: int, err: KafkaError | None, msg: Message) -> None:
         with self._lock:
             if err is not None:
                 self.history.failed.add(value)
                 return
-            partition = msg.partition()
-            self.history.acked.append(Acked(value, partition, msg.offset()))
+            partition, offset = msg.partition(), msg.offset()
+            assert partition is not None and offset is not None  # an acknowledged record
+            self.history.acked.append(Acked(value, partition, offset))
             self.ack_times.setdefault(partition, []).append(time.monotonic())
 
     def _on_error(self, err: KafkaError) -> None:
@@ -333,7 +333,8 @@ def run(
             wait = max(waits, default=end - rec.injected_s)
             say(
                 f"  t={rec.injected_s - started:6.1f}s {rec.fault.kind:5s} {_names(rec.nodes)} "
-                f"({rec.fault.target}): longest wait for an acknowledgement {wait:.2f} s"
+                f"({rec.fault.target}; back after {rec.healed_s - rec.injected_s:.1f} s): "
+                f"longest wait for an acknowledgement {wait:.2f} s"
             )
         history.logs = read_back(cluster.bootstrap_servers, partitions)
         if group is not None:

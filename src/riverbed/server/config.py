@@ -249,6 +249,8 @@ class ServerConfig:
         self.group_initial_rebalance_delay_ms: int = _int(v["group.initial.rebalance.delay.ms"])
         self.offsets_topic_replication_factor: int = _int(v["offsets.topic.replication.factor"])
         self.offsets_topic_num_partitions: int = _int(v["offsets.topic.num.partitions"])
+        for isr_problem in internal_topic_isr_problems(v):
+            _warn_once(isr_problem)
         self.controller_quorum_voters: str = ",".join(_list(v["controller.quorum.voters"]))
         self.quorum_voters: dict[int, tuple[str, int]] = self._parse_voters(
             _list(v["controller.quorum.voters"])
@@ -598,6 +600,34 @@ def _is_listener_security_key(key: str) -> bool:
     return rest.startswith(("ssl.", "sasl.", "connections.max.reauth.ms")) or rest.endswith(
         (".sasl.jaas.config", ".sasl.server.callback.handler.class", ".connections.max.reauth.ms")
     )
+
+
+def internal_topic_isr_problems(values: Mapping[str, object]) -> list[str]:
+    """The internal topics whose replication factor is below the in-sync replicas their
+    writes need: every write to them is refused with NOT_ENOUGH_REPLICAS, so every
+    consumer group (``__consumer_offsets``, under ``min.insync.replicas``) or every
+    transactional producer (``__transaction_state``, under
+    ``transaction.state.log.min.isr``) fails, its clients seeing COORDINATOR_NOT_AVAILABLE
+    and retrying without end. Kafka starts with these silently; riverbed starts too (a
+    topic-level ``min.insync.replicas`` may fix it) and says so."""
+    pairs = (
+        ("offsets.topic.replication.factor", "min.insync.replicas", "consumer group"),
+        (
+            "transaction.state.log.replication.factor",
+            "transaction.state.log.min.isr",
+            "transactional producer",
+        ),
+    )
+    problems = []
+    for rf_key, isr_key, clients in pairs:
+        rf, isr = _int(values[rf_key]), _int(values[isr_key])
+        if rf < isr:
+            problems.append(
+                f"{rf_key}={rf} is below {isr_key}={isr}: every {clients} write to the "
+                f"internal topic will be refused (NOT_ENOUGH_REPLICAS; clients see "
+                f"COORDINATOR_NOT_AVAILABLE); raise {rf_key} or lower {isr_key}"
+            )
+    return problems
 
 
 def _int(value: object) -> int:

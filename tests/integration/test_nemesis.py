@@ -1,7 +1,9 @@
 """A short nemesis run (riverbed.testing.nemesis) in `make test`: one fixed schedule of
-process faults on a real 3-node cluster under an idempotent acks=all producer and a
-KIP-848 consumer group member, then every acknowledged record checked in the log, once
-and in order, and the group's deliveries and commits against the log.
+process faults on a real 3-node cluster under an idempotent acks=all producer, then every
+acknowledged record checked in the log, once and in order. (Without the consumer group
+member of ``make chaos``: librdkafka's synchronous commit can hang for good once in a
+while, confluent-kafka-python issue 1801, seen once in 26 soak runs; a test must not
+depend on it.)
 
 The schedule has each kind of fault once, on the partition leader and the active
 controller: a SIGKILL and restart; a SIGSTOP held past the 3 s session timeout (the
@@ -36,7 +38,7 @@ def test_acknowledged_records_and_commits_survive_kills_pauses_and_restarts(
     tmp_path: Path,
 ) -> None:
     lines: list[str] = []
-    history, broken, applied = run(tmp_path, SCHEDULE, rate=500, say=lines.append)
+    history, broken, applied = run(tmp_path, SCHEDULE, rate=500, group=None, say=lines.append)
     assert broken == [], "\n".join([summary(history), *broken, *lines])
     assert [a.fault for a in applied] == SCHEDULE
     # the writes went on through the faults, and every one sent was acknowledged in the
@@ -44,5 +46,3 @@ def test_acknowledged_records_and_commits_survive_kills_pauses_and_restarts(
     assert history.sent >= 500 * sum(f.quiet_s + f.hold_s for f in SCHEDULE) * 0.5
     assert len(history.acked) == history.sent, summary(history)
     assert {a.partition for a in history.acked} == {0, 1, 2}
-    assert history.group is not None and history.group.protocol == "consumer"
-    assert all(history.group.commits.get(p) for p in (0, 1, 2)), summary(history)

@@ -41,6 +41,8 @@ class GroupReader:
     read: GroupRead
     stop: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
+    #: set when `run` has returned (a member stuck in a client call never sets it)
+    finished: bool = False
     _consumer: Consumer | None = None
     #: partition -> the highest offset delivered so far
     _highest: dict[int, int] = field(default_factory=dict)
@@ -58,6 +60,12 @@ class GroupReader:
         return conf
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self.finished = True
+
+    def _run(self) -> None:
         try:
             self._consumer = Consumer(self._config())
             self._consumer.subscribe([self.topic])
